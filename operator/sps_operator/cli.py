@@ -1,0 +1,52 @@
+"""`sps-operator`: one entry point, a subcommand per part.
+
+Each subcommand lives with its part and is imported lazily, so `sps-operator crd`
+does not pay for kopf and `dev-cluster` does not pay for numpy.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# subcommand -> (module, function taking argv, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
+    "run": ("sps_operator.controller.main", "main", "run the operator (kopf) against a cluster"),
+    "crd": ("sps_operator.api.crd", "main", "print the SpsProfile CRD generated from the models"),
+    "dev-cluster": (
+        "sps_operator.devcluster.cli",
+        "main",
+        "local control plane with simulated GPU nodes: up | down | env | status",
+    ),
+    "node-agent": (
+        "sps_operator.devcluster.nodeagent",
+        "main",
+        "the test node agent (kubelet stand-in) for the local control plane",
+    ),
+    "demo": ("sps_operator.demo", "main", "the embedded-default demo, end to end"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: sps-operator <command> [args...]", "", "commands:"]
+    lines += [f"  {name:<12} {help_}" for name, (_, _, help_) in SUBCOMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in SUBCOMMANDS:
+        print(f"sps-operator: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module_name, func_name, _ = SUBCOMMANDS[name]
+    func = getattr(importlib.import_module(module_name), func_name)
+    result = func(rest)
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""kopf handlers (thin) and pure builders of the Kubernetes objects they apply."""

@@ -1,0 +1,1 @@
+"""`kubectl sps`: look at profiles and tables from the command line."""

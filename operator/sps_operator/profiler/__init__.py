@@ -1,0 +1,1 @@
+"""`sps-profiler`: measures a DSpark server over HTTP and fits its SPS table."""
