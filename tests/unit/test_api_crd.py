@@ -1,0 +1,93 @@
+"""The committed CRD and API docs are generated from the models and must not drift."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sps_operator.api.crd import build_crd, render_crd
+from sps_operator.api.docs import render_api_docs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    found: list[tuple[str, dict[str, Any]]] = []
+    if isinstance(node, dict):
+        found.append((path, node))
+        for key, value in node.items():
+            found += _walk(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found += _walk(value, f"{path}/{i}")
+    return found
+
+
+def test_committed_crd_matches_models() -> None:
+    committed = (ROOT / "crds" / "sps.dev_spsprofiles.yaml").read_text()
+    assert committed == render_crd(), (
+        "run: .venv/bin/sps-operator crd > crds/sps.dev_spsprofiles.yaml"
+    )
+
+
+def test_committed_api_docs_match_models() -> None:
+    committed = (ROOT / "docs" / "api.md").read_text()
+    assert committed == render_api_docs(), "run: .venv/bin/sps-operator crd --docs > docs/api.md"
+
+
+def test_schema_is_structural() -> None:
+    schema = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for path, node in _walk(schema):
+        if path.endswith("/x-kubernetes-validations") or "/x-kubernetes-validations/" in path:
+            continue
+        if path.endswith("/properties") or (path.endswith("/additionalProperties") and not node):
+            continue
+        assert "$ref" not in node and "anyOf" not in node and "title" not in node, path
+        if "properties" in node or "items" in node:
+            assert node.get("type") in ("object", "array"), path
+        if node.get("additionalProperties") is False:
+            raise AssertionError(f"additionalProperties: false at {path}")
+        if "exclusiveMinimum" in node:
+            assert node["exclusiveMinimum"] is True, path
+
+
+def test_names_printer_columns_and_status_subresource() -> None:
+    crd = yaml.safe_load(render_crd())
+    assert crd["metadata"]["name"] == "spsprofiles.sps.dev"
+    names = crd["spec"]["names"]
+    assert names["shortNames"] == ["sps"] and "sglang" in names["categories"]
+    assert crd["spec"]["scope"] == "Namespaced"
+    version = crd["spec"]["versions"][0]
+    assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns["Reason"] == '.status.conditions[?(@.type=="Ready")].reason'
+    assert set(columns) == {"GPU", "Table", "Ready", "Reason", "Age"}
+
+
+def test_cel_rules_carry_messages() -> None:
+    schema = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    rules = [
+        rule
+        for _, node in _walk(schema)
+        for rule in node.get("x-kubernetes-validations", [])
+        if isinstance(node.get("x-kubernetes-validations"), list)
+    ]
+    messages = " ".join(r["message"] for r in rules)
+    for needle in ("fracs", "server.url", "cron", "selector must not be empty", "tableConfigMap"):
+        assert needle in messages
+    assert all(r["rule"] and r["message"] for r in rules)
+
+
+def test_conditions_are_a_map_list_keyed_by_type() -> None:
+    status = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    conditions = status["properties"]["conditions"]
+    assert conditions["x-kubernetes-list-type"] == "map"
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+    assert set(conditions["items"]["required"]) >= {
+        "type",
+        "status",
+        "reason",
+        "lastTransitionTime",
+    }
