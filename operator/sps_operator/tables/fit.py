@@ -1,0 +1,367 @@
+"""Fits of SPS tables from measured rounds (pure: numpy, no I/O).
+
+* Diagonal: per batch_tokens, the median steps/s across repeats (as SGLang's profiler).
+* Additive: T(bs, M) = bias + alpha(bs) + theta(M), solved by penalised least squares
+  on piecewise-linear hat bases whose knots are the measured bs and M values — the
+  same clamped-linear interpolation SGLang evaluates — with reference levels
+  alpha(bs0) = theta(m0) = 0. A second-difference smoothness penalty, its weight
+  chosen by generalised cross-validation, keeps the problem well-posed when there
+  are fewer cells than knots. Residuals are weighted relatively (1/T²) because the
+  planner cares about ratios of step times, not absolute milliseconds.
+* `fit_additive_binned_reference`: the reference profiler's additive fit (one-hot bs,
+  one-hot `round(M/64)*64` bins, every repeat a row) written independently, kept only
+  to compare against in `bench/`.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from sps_operator.tables.formats import (
+    SpsAdditiveCostTable,
+    SpsTable,
+    SpsTableError,
+    interp_clamped,
+    profile_sps_table,
+)
+from sps_operator.tables.quality import Cell, FitQuality, evaluate
+
+FitKind = Literal["diagonal", "additive"]
+FloatArray = npt.NDArray[np.float64]
+
+# Minimum cells for an additive fit (as the reference: fewer cannot say anything about θ).
+MIN_ADDITIVE_CELLS = 4
+REFERENCE_M_BIN_WIDTH = 64
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """A fitted table and how well it reproduces the cells it came from."""
+
+    table: SpsTable
+    quality: FitQuality
+    kind: FitKind
+    # Smoothing weight chosen by GCV (additive only).
+    smoothing: float | None = None
+
+
+# --- rounds → cells --------------------------------------------------------------------------
+
+
+def _round_field(round_: Mapping[str, Any], index: int, key: str) -> Any:
+    if key not in round_:
+        raise ValueError(f"round {index} has no {key!r} field; is this a rounds.jsonl line?")
+    return round_[key]
+
+
+def cells_from_rounds(rounds: Iterable[Mapping[str, Any]]) -> list[Cell]:
+    """One `Cell` per measured round (bs per DP rank, batch_tokens, seconds per step)."""
+    cells: list[Cell] = []
+    for index, round_ in enumerate(rounds):
+        bs = int(_round_field(round_, index, "batch_size_per_rank"))
+        m = int(_round_field(round_, index, "batch_tokens"))
+        sps = float(_round_field(round_, index, "steps_per_sec"))
+        if not (math.isfinite(sps) and sps > 0):
+            raise ValueError(f"round {index} has steps_per_sec={sps}; it must be > 0.")
+        tier = round_.get("graph_tier")
+        cells.append(
+            Cell(
+                bs=bs,
+                m=m,
+                t=1.0 / sps,
+                t_se=float(round_.get("step_time_se") or 0.0),
+                tier=int(tier) if tier is not None else None,
+            )
+        )
+    return cells
+
+
+# --- diagonal --------------------------------------------------------------------------------
+
+
+def fit_diagonal(
+    rounds: Sequence[Mapping[str, Any]], max_batch_tokens: int | None = None
+) -> FitResult:
+    """Median steps/s per batch_tokens across repeats → `SpsCostTable`."""
+    diagonal = [r for r in rounds if r.get("frac") is None]
+    if not diagonal:
+        raise ValueError(
+            "No diagonal rounds (frac=null) to fit a diagonal table; these rounds are "
+            "off-diagonal — fit them with kind='additive'."
+        )
+    by_tokens: dict[int, list[float]] = {}
+    for index, round_ in enumerate(diagonal):
+        m = int(_round_field(round_, index, "batch_tokens"))
+        by_tokens.setdefault(m, []).append(float(_round_field(round_, index, "steps_per_sec")))
+    probes = [(m, statistics.median(values)) for m, values in sorted(by_tokens.items())]
+    table = profile_sps_table(probes, max_batch_tokens=max_batch_tokens)
+    return FitResult(
+        table=table, quality=evaluate(table, cells_from_rounds(diagonal)), kind="diagonal"
+    )
+
+
+# --- additive: hat-basis penalised least squares ---------------------------------------------
+
+
+def hat_basis(knots: Sequence[float], x: Sequence[float]) -> FloatArray:
+    """Piecewise-linear hat functions on `knots` at `x`, clamped at the ends.
+
+    Row i holds weights w with sum 1 such that Σ w_k f(knot_k) is SGLang's
+    `_interp_clamped(knots, f, x_i)`.
+    """
+    k = np.asarray(knots, dtype=float)
+    basis = np.zeros((len(x), len(k)))
+    for row, value in enumerate(x):
+        if value <= k[0]:
+            basis[row, 0] = 1.0
+        elif value >= k[-1]:
+            basis[row, -1] = 1.0
+        else:
+            hi = int(np.searchsorted(k, value, side="right"))
+            lo = hi - 1
+            frac = (value - k[lo]) / (k[hi] - k[lo])
+            basis[row, lo] = 1.0 - frac
+            basis[row, hi] = frac
+    return basis
+
+
+def second_difference(knots: Sequence[float]) -> FloatArray:
+    """Rows = change of slope at each interior knot, scaled by the mean spacing (unitless)."""
+    k = np.asarray(knots, dtype=float)
+    n = len(k)
+    if n < 3:
+        return np.zeros((0, n))
+    h = np.diff(k)
+    scale = float(np.mean(h))
+    rows = np.zeros((n - 2, n))
+    for i in range(1, n - 1):
+        rows[i - 1, i - 1] = 1.0 / h[i - 1]
+        rows[i - 1, i] = -1.0 / h[i - 1] - 1.0 / h[i]
+        rows[i - 1, i + 1] = 1.0 / h[i]
+    return rows * scale
+
+
+def _solve_penalised(
+    x: FloatArray, y: FloatArray, w: FloatArray, penalty: FloatArray, lam: float
+) -> tuple[FloatArray, float, float, FloatArray]:
+    """β, weighted RSS, effective degrees of freedom, and A⁻¹ (for covariances)."""
+    xtw = x.T * w
+    gram = xtw @ x
+    # A whisker of ridge keeps A invertible when a knot has no data and no penalty row.
+    ridge = 1e-9 * (np.trace(gram) / max(gram.shape[0], 1))
+    a = gram + lam * (penalty.T @ penalty) + ridge * np.eye(gram.shape[0])
+    a_inv = np.linalg.pinv(a)
+    beta = a_inv @ (xtw @ y)
+    resid = y - x @ beta
+    rss = float(np.sum(w * resid * resid))
+    edf = float(np.trace(a_inv @ gram))
+    return beta, rss, edf, a_inv
+
+
+def staircase_probes(
+    tiers: Sequence[int], values: Sequence[float]
+) -> tuple[list[int], list[float]]:
+    """M probes and theta values that make clamped-linear interpolation a staircase.
+
+    Every M in (t_{i-1}, t_i] replays graph tier t_i, so theta is constant there: a probe at
+    t_{i-1}+1 and one at t_i carry the same value, and the jump happens between t_{i-1} and
+    t_{i-1}+1, exactly where the server switches graphs.
+    """
+    m_probes: list[int] = []
+    theta: list[float] = []
+    previous: int | None = None
+    for t, v in zip(tiers, values, strict=True):
+        if previous is not None and t - previous > 1:
+            m_probes.append(previous + 1)
+            theta.append(v)
+        m_probes.append(t)
+        theta.append(v)
+        previous = t
+    return m_probes, theta
+
+
+@dataclass(frozen=True)
+class _PenalisedFit:
+    bias: float
+    bs_knots: list[int]
+    alpha: list[float]
+    x_knots: list[int]
+    theta: list[float]
+    smoothing: float
+    probe_se_ms: dict[str, float]
+
+
+def _fit_penalised(
+    cells: Sequence[Cell], theta_x: Sequence[int], counts: Sequence[int]
+) -> _PenalisedFit:
+    """bias + alpha(bs) + theta(x) on hat bases, x = M or the replayed tier; λ by GCV."""
+    bs_knots = sorted({c.bs for c in cells})
+    x_knots = sorted(set(theta_x))
+    alpha_basis = hat_basis(bs_knots, [c.bs for c in cells])[:, 1:]  # alpha(bs0) = 0
+    theta_basis = hat_basis(x_knots, list(theta_x))[:, 1:]  # theta(x0) = 0
+    x = np.hstack([np.ones((len(cells), 1)), alpha_basis, theta_basis])
+    d_alpha = second_difference(bs_knots)[:, 1:]
+    d_theta = second_difference(x_knots)[:, 1:]
+    n_alpha = alpha_basis.shape[1]
+    penalty = np.zeros((d_alpha.shape[0] + d_theta.shape[0], x.shape[1]))
+    penalty[: d_alpha.shape[0], 1 : 1 + n_alpha] = d_alpha
+    penalty[d_alpha.shape[0] :, 1 + n_alpha :] = d_theta
+    y = np.array([c.t for c in cells], dtype=float)
+    w = np.asarray(counts, dtype=float) / (y * y)
+    n = len(cells)
+    gram = (x.T * w) @ x
+    pen_trace = float(np.trace(penalty.T @ penalty)) or 1.0
+    scale = float(np.trace(gram)) / pen_trace
+    best: tuple[float, float] | None = None
+    for lam in scale * np.logspace(-7, 4, 34):
+        _beta, rss, edf, _ = _solve_penalised(x, y, w, penalty, float(lam))
+        denom = max(n - edf, 0.5)
+        gcv = n * rss / (denom * denom)
+        if best is None or gcv < best[0]:
+            best = (gcv, float(lam))
+    assert best is not None
+    lam = best[1]
+    beta, rss, edf, a_inv = _solve_penalised(x, y, w, penalty, lam)
+    # Parameter standard errors: σ² A⁻¹ XᵀWX A⁻¹ (σ² relative; W = 1/T² makes it seconds²).
+    sigma2 = rss / max(n - edf, 1.0)
+    se = np.sqrt(np.clip(np.diag(sigma2 * (a_inv @ gram @ a_inv)), 0.0, None)) * 1e3
+    probe_se = {"bias": float(se[0])}
+    for i, bs in enumerate(bs_knots[1:]):
+        probe_se[f"bs={bs}"] = float(se[1 + i])
+    for i, value in enumerate(x_knots[1:]):
+        probe_se[f"x={value}"] = float(se[1 + n_alpha + i])
+    return _PenalisedFit(
+        bias=float(beta[0]),
+        bs_knots=bs_knots,
+        alpha=[0.0, *(float(v) for v in beta[1 : 1 + n_alpha])],
+        x_knots=x_knots,
+        theta=[0.0, *(float(v) for v in beta[1 + n_alpha :])],
+        smoothing=lam / scale,
+        probe_se_ms=probe_se,
+    )
+
+
+def fit_additive_cells(
+    cells: Sequence[Cell], tiers: Sequence[int] | None = None, use_tiers: bool = True
+) -> FitResult:
+    """Additive fit on cells (median per (bs, M) first, so repeats count once each).
+
+    When every cell knows the graph tier the server replayed, theta is fitted as a smooth
+    function of the tier (what the GPU runs) and written as a staircase over M — over every
+    captured tier in `tiers` between the smallest and largest measured one when the capture
+    list is known; otherwise theta's knots are the measured M values.
+    """
+    grouped: dict[tuple[int, int], list[Cell]] = {}
+    for c in cells:
+        grouped.setdefault((c.bs, c.m), []).append(c)
+    merged = [
+        Cell(bs=bs, m=m, t=statistics.median(g.t for g in group), tier=group[0].tier)
+        for (bs, m), group in sorted(grouped.items())
+    ]
+    if len(merged) < MIN_ADDITIVE_CELLS:
+        raise ValueError(
+            f"An additive fit needs at least {MIN_ADDITIVE_CELLS} distinct (bs, M) cells, "
+            f"got {len(merged)}; add batch sizes or --fracs."
+        )
+    counts = [len(grouped[(c.bs, c.m)]) for c in merged]
+    by_tier = use_tiers and all(c.tier is not None and c.tier >= c.m for c in merged)
+    theta_x = [int(c.tier) if by_tier and c.tier is not None else c.m for c in merged]
+    fit = _fit_penalised(merged, theta_x, counts)
+    if not fit.bias > 0:
+        raise ValueError(
+            f"The additive fit gave bias_seconds={fit.bias:.6g} <= 0, which SGLang refuses; the "
+            "cells do not look additive — inspect the rounds (plot) for outliers."
+        )
+    if by_tier:
+        lo, hi = fit.x_knots[0], fit.x_knots[-1]
+        stair = sorted({t for t in (tiers or []) if lo <= t <= hi} | set(fit.x_knots))
+        values = [interp_clamped(fit.x_knots, fit.theta, float(t)) for t in stair]
+        m_probes, theta = staircase_probes(stair, values)
+    else:
+        m_probes, theta = fit.x_knots, fit.theta
+    table = SpsAdditiveCostTable(fit.bias, fit.bs_knots, fit.alpha, m_probes, theta)
+    probe_se = {
+        (k.replace("x=", "tier=" if by_tier else "M=")): v for k, v in fit.probe_se_ms.items()
+    }
+    quality = evaluate(table, list(cells), probe_se_ms=probe_se)
+    return FitResult(table=table, quality=quality, kind="additive", smoothing=fit.smoothing)
+
+
+def _tiers_from_rounds(rounds: Sequence[Mapping[str, Any]]) -> list[int] | None:
+    for round_ in rounds:
+        tiers = round_.get("graph_tiers")
+        if tiers:
+            return [int(t) for t in tiers]
+    return None
+
+
+def fit_additive(
+    rounds: Sequence[Mapping[str, Any]], tiers: Sequence[int] | None = None
+) -> FitResult:
+    """Additive fit from rounds (diagonal rounds count as cells at M = bs*K).
+
+    `tiers` (the compact-mode capture tiers) defaults to a round's `graph_tiers` field.
+    """
+    if tiers is None:
+        tiers = _tiers_from_rounds(rounds)
+    return fit_additive_cells(cells_from_rounds(rounds), tiers=tiers)
+
+
+def fit_from_rounds(
+    rounds: Sequence[Mapping[str, Any]],
+    kind: FitKind = "diagonal",
+    max_batch_tokens: int | None = None,
+    tiers: Sequence[int] | None = None,
+) -> FitResult:
+    """Fit a table of `kind` from rounds.jsonl dicts; raises ValueError with what to do."""
+    if not rounds:
+        raise ValueError("No rounds to fit; run the profiler first.")
+    try:
+        if kind == "diagonal":
+            return fit_diagonal(rounds, max_batch_tokens=max_batch_tokens)
+        if kind == "additive":
+            return fit_additive(rounds, tiers=tiers)
+    except SpsTableError as exc:
+        raise ValueError(f"The fitted table is not valid for SGLang: {exc}") from exc
+    raise ValueError(f"kind must be 'diagonal' or 'additive', got {kind!r}.")
+
+
+# --- the reference profiler's additive fit, for comparison only -------------------------------
+
+
+def reference_m_bin(m: int, width: int = REFERENCE_M_BIN_WIDTH) -> int:
+    """`round(M/width)*width` with Python's banker's rounding, as the reference bins M."""
+    return round(m / width) * width
+
+
+def fit_additive_binned_reference(
+    cells: Sequence[Cell], m_bin_width: int = REFERENCE_M_BIN_WIDTH
+) -> FitResult:
+    """The reference algorithm: OLS, one-hot bs, one-hot M bins, every repeat a row."""
+    if len(cells) < MIN_ADDITIVE_CELLS:
+        raise ValueError(f"Off-diagonal fit needs at least 4 cells, got {len(cells)}.")
+    bs_levels = sorted({c.bs for c in cells})
+    bins = sorted({reference_m_bin(c.m, m_bin_width) for c in cells})
+    bs_col = {b: i for i, b in enumerate(bs_levels[1:])}
+    bin_col = {m: i for i, m in enumerate(bins[1:])}
+    design = np.zeros((len(cells), 1 + len(bs_col) + len(bin_col)))
+    y = np.array([c.t for c in cells], dtype=float)
+    for row, c in enumerate(cells):
+        design[row, 0] = 1.0
+        if c.bs in bs_col:
+            design[row, 1 + bs_col[c.bs]] = 1.0
+        mb = reference_m_bin(c.m, m_bin_width)
+        if mb in bin_col:
+            design[row, 1 + len(bs_col) + bin_col[mb]] = 1.0
+    beta, *_ = np.linalg.lstsq(design, y, rcond=None)
+    alpha = [0.0, *(float(beta[1 + bs_col[b]]) for b in bs_levels[1:])]
+    theta = [0.0, *(float(beta[1 + len(bs_col) + bin_col[m]]) for m in bins[1:])]
+    table = SpsAdditiveCostTable(float(beta[0]), bs_levels, alpha, bins, theta)
+    return FitResult(table=table, quality=evaluate(table, list(cells)), kind="additive")

@@ -1,0 +1,221 @@
+"""Fits: diagonal medians, additive hat-basis fit vs the reference's 64-wide M bins, quality."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from sps_operator.tables.fit import (
+    fit_additive_binned_reference,
+    fit_additive_cells,
+    fit_from_rounds,
+    hat_basis,
+    reference_m_bin,
+)
+from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, load_sps_table_text
+from sps_operator.tables.quality import Cell, evaluate, predicted_step_seconds
+
+K = 8
+GAMMA = 7
+CAPTURE_BS = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4)]
+TIERS = sorted({b * K for b in CAPTURE_BS})
+
+
+def tier(m: int) -> int:
+    return next(t for t in TIERS if t >= m)
+
+
+def truth(bs: int, m: int) -> float:
+    # A sim-like cost: bias + per-request + per-token on the replayed tier.
+    return 0.0105 + 45e-6 * bs + 6e-6 * tier(m)
+
+
+def server_m(bs: int, frac: float) -> int:
+    return min(bs + int(frac * (bs * GAMMA)), bs * K)
+
+
+def sweep_cells(
+    bss: list[int], fracs: list[float], noise: float = 0.0, seed: int = 1, repeats: int = 1
+) -> list[Cell]:
+    rng = random.Random(seed)
+    cells = []
+    for _ in range(repeats):
+        for bs in bss:
+            for frac in fracs:
+                m = server_m(bs, frac)
+                t = truth(bs, m) * (1 + rng.gauss(0, noise))
+                cells.append(Cell(bs=bs, m=m, t=t, tier=tier(m)))
+    return cells
+
+
+def grid_rms_rel(table: SpsAdditiveCostTable, max_bs: int) -> float:
+    errors = []
+    for bs in range(1, max_bs + 1):
+        for m in range(bs, bs * K + 1):
+            t = truth(bs, m)
+            errors.append((predicted_step_seconds(table, bs, m) - t) / t)
+    return math.sqrt(sum(e * e for e in errors) / len(errors))
+
+
+def round_dict(bs: int, m: int, sps: float, frac: float | None, repeat: int = 0) -> dict:
+    return {
+        "repeat": repeat,
+        "batch_size": bs,
+        "batch_size_per_rank": bs,
+        "frac": frac,
+        "batch_tokens": m,
+        "steps_per_sec": sps,
+    }
+
+
+def test_hat_basis_reproduces_sglang_interpolation() -> None:
+    knots = [0, 64, 128, 256]
+    values = [0.0, 0.0009, 0.0031, 0.0087]
+    table = SpsAdditiveCostTable(0.01, [1], [0.0], knots, values)
+    xs = [-5, 0, 10, 64, 100, 200, 256, 1000]
+    basis = hat_basis(knots, xs)
+    for row, x in zip(basis, xs, strict=True):
+        assert sum(row) == pytest.approx(1.0)
+        assert float(row @ values) == pytest.approx(table.theta(x))
+
+
+def test_reference_bins_collapse_small_m_into_zero() -> None:
+    assert reference_m_bin(8) == 0
+    assert reference_m_bin(32) == 0  # banker's rounding: round(0.5) == 0
+    assert reference_m_bin(33) == 64
+    assert reference_m_bin(96) == 128  # round(1.5) == 2
+
+
+def test_diagonal_fit_takes_median_across_repeats() -> None:
+    rounds = [
+        round_dict(1, 8, 90.0, None, 0),
+        round_dict(1, 8, 100.0, None, 1),
+        round_dict(1, 8, 400.0, None, 2),  # an outlier repeat; the median ignores it
+        round_dict(4, 32, 80.0, None, 0),
+        round_dict(4, 32, 70.0, None, 1),
+    ]
+    result = fit_from_rounds(rounds, kind="diagonal")
+    assert isinstance(result.table, SpsCostTable)
+    assert result.table.sample_batch_tokens == (8, 32)
+    assert result.table.sample_steps_per_sec == (100.0, 75.0)
+    assert result.table.max_batch_tokens == 32
+    assert result.quality.num_cells == 5
+    assert result.quality.worst_cell is not None
+    assert result.quality.worst_cell.m == 8
+    assert result.quality.worst_cell.measured_ms == pytest.approx(2.5)
+    assert (
+        fit_from_rounds(rounds, kind="diagonal", max_batch_tokens=64)
+        .table.to_json()
+        .endswith('"max_batch_tokens":64}')
+    )
+    # What we write loads back.
+    assert load_sps_table_text(result.table.to_json()) == result.table
+
+
+def test_diagonal_fit_refuses_offdiagonal_only_rounds() -> None:
+    with pytest.raises(ValueError, match="kind='additive'"):
+        fit_from_rounds([round_dict(4, 20, 50.0, 0.5)], kind="diagonal")
+    with pytest.raises(ValueError, match="run the profiler first"):
+        fit_from_rounds([], kind="diagonal")
+    with pytest.raises(ValueError, match="kind must be"):
+        fit_from_rounds([round_dict(4, 32, 50.0, None)], kind="cubic")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="steps_per_sec"):
+        fit_from_rounds([{"batch_size_per_rank": 1, "batch_tokens": 8}], kind="additive")
+
+
+def test_additive_fit_recovers_exact_additive_truth() -> None:
+    bss = [1, 2, 4, 8, 16, 32]
+    fracs = [0.125, 0.25, 0.5, 0.75, 1.0]
+
+    def additive(bs: int, m: int) -> float:
+        return 0.01 + 50e-6 * bs + 5e-6 * m
+
+    cells = [
+        Cell(bs=bs, m=server_m(bs, f), t=additive(bs, server_m(bs, f))) for bs in bss for f in fracs
+    ]
+    result = fit_additive_cells(cells)
+    table = result.table
+    assert isinstance(table, SpsAdditiveCostTable)
+    assert result.quality.rms_ms < 1e-3  # sub-microsecond
+    assert result.quality.r2 > 0.9999
+    for bs in bss:
+        for m in range(bs, bs * K + 1):
+            assert table.step_seconds_at(bs, m) == pytest.approx(additive(bs, m), rel=2e-3)
+
+
+def test_additive_fit_beats_reference_bins_by_half_on_the_same_cells() -> None:
+    bss = [1, 2, 4, 8, 16, 32, 48, 64]
+    fracs = [0.1, 0.25, 0.5, 0.75, 1.0]
+    cells = sweep_cells(bss, fracs, noise=0.01, repeats=2)
+    ours = fit_additive_cells(cells, tiers=TIERS)
+    reference = fit_additive_binned_reference(cells)
+    assert isinstance(ours.table, SpsAdditiveCostTable)
+    assert isinstance(reference.table, SpsAdditiveCostTable)
+    ours_error = grid_rms_rel(ours.table, 64)
+    reference_error = grid_rms_rel(reference.table, 64)
+    assert ours_error <= 0.5 * reference_error, (ours_error, reference_error)
+    # A staircase over the captured tiers: constant inside a tier, jumping at its edge.
+    table = ours.table
+    assert table.theta(17) == pytest.approx(table.theta(24))
+    assert table.theta(25) > table.theta(24)
+    assert 0 in reference.table.m_probes  # the reference collapses every M <= 32 into bin 0
+
+
+def test_additive_fit_without_tiers_keeps_small_m_apart() -> None:
+    cells = [Cell(bs=c.bs, m=c.m, t=c.t) for c in sweep_cells([1, 2, 4, 8, 16], [0.1, 0.5, 1.0])]
+    result = fit_additive_cells(cells)
+    assert isinstance(result.table, SpsAdditiveCostTable)
+    assert result.table.m_probes[:3] == (1, 3, 4)  # measured M are the knots
+    assert result.quality.rms_rel < 0.01
+
+
+def test_additive_fit_stays_well_posed_with_few_cells() -> None:
+    # One M per batch size: alpha and theta alone are confounded; the penalty decides.
+    cells = [Cell(bs=bs, m=bs * K, t=truth(bs, bs * K)) for bs in (1, 2, 4, 8)]
+    result = fit_additive_cells(cells)
+    table = result.table
+    assert isinstance(table, SpsAdditiveCostTable)
+    assert all(math.isfinite(v) for v in (*table.alpha_seconds, *table.theta_seconds))
+    for c in cells:
+        assert predicted_step_seconds(table, c.bs, c.m) == pytest.approx(c.t, rel=0.02)
+    with pytest.raises(ValueError, match="at least 4 distinct"):
+        fit_additive_cells(cells[:3])
+
+
+def test_additive_quality_reports_probe_se_and_worst_cell() -> None:
+    cells = sweep_cells([1, 4, 16, 32], [0.25, 0.5, 1.0], noise=0.02, repeats=3, seed=7)
+    cells.append(Cell(bs=16, m=server_m(16, 0.5), t=truth(16, server_m(16, 0.5)) * 1.5))
+    result = fit_additive_cells(cells)
+    q = result.quality
+    assert q.worst_cell is not None
+    assert (q.worst_cell.bs, q.worst_cell.m) == (16, server_m(16, 0.5))
+    assert q.worst_cell.rel_error > 0.3
+    assert set(q.probe_se_ms) >= {"bias", "bs=4", "bs=16", "bs=32"}
+    assert all(v >= 0 for v in q.probe_se_ms.values())
+    assert 0 < q.r2 < 1
+    data = q.to_dict()
+    assert data["worst_cell"]["bs"] == 16
+
+
+def test_evaluate_on_perfect_table_has_zero_error() -> None:
+    table = SpsCostTable([8, 16], [100.0, 50.0], 16)
+    cells = [Cell(bs=1, m=8, t=0.01), Cell(bs=2, m=16, t=0.02)]
+    q = evaluate(table, cells)
+    assert q.rms_ms == pytest.approx(0.0, abs=1e-12)
+    assert q.r2 == pytest.approx(1.0)
+
+
+def test_fit_from_rounds_additive_uses_all_rounds() -> None:
+    rounds = []
+    for bs in (1, 2, 4, 8):
+        rounds.append(round_dict(bs, bs * K, 1 / truth(bs, bs * K), None))
+        for frac in (0.25, 0.5):
+            m = server_m(bs, frac)
+            rounds.append(round_dict(bs, m, 1 / truth(bs, m), frac))
+    result = fit_from_rounds(rounds, kind="additive")
+    assert result.kind == "additive"
+    assert result.quality.num_cells == 12
+    assert result.quality.rms_rel < 0.02
+    assert load_sps_table_text(result.table.to_json()) == result.table
