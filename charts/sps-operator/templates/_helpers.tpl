@@ -1,0 +1,142 @@
+{{/* Chart name, truncated to the DNS label limit. */}}
+{{- define "sps-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Full name: release name plus chart name, unless the release already contains it. */}}
+{{- define "sps-operator.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "sps-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "sps-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "sps-operator.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "sps-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: sps-operator
+{{- end -}}
+
+{{- define "sps-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "sps-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "sps-operator.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The namespaces the operator serves in namespaces mode (validated, deduplicated). */}}
+{{- define "sps-operator.watchNamespaces" -}}
+{{- if eq .Values.watch.mode "namespaces" -}}
+{{- if not .Values.watch.namespaces -}}
+{{- fail "watch.mode=namespaces needs at least one namespace in watch.namespaces" -}}
+{{- end -}}
+{{- .Values.watch.namespaces | uniq | join "," -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The namespaced rules the operator needs; rendered into the ClusterRole (cluster mode)
+or into a Role in each watched namespace (namespaces mode).
+*/}}
+{{- define "sps-operator.namespacedRules" -}}
+- apiGroups: [sps.dev]
+  resources: [spsprofiles]
+  # patch: kopf's finalizer only; the operator never writes a spec.
+  verbs: [get, list, watch, patch]
+- apiGroups: [sps.dev]
+  resources: [spsprofiles/status]
+  verbs: [get, patch]
+- apiGroups: [apps]
+  # patch = server-side apply under the field manager sps-operator.
+  resources: [deployments]
+  verbs: [get, list, watch, patch]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch, create, delete]
+- apiGroups: [""]
+  # update: the per-run profiler Role grants it on the result ConfigMap, and RBAC
+  # lets the operator grant only what it holds.
+  resources: [configmaps]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [""]
+  # The profiling Job's service account: one per run, created and deleted by the operator.
+  resources: [serviceaccounts]
+  verbs: [get, create, delete]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, create, delete]
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end -}}
+
+{{/* The cluster-scoped rules: a ClusterRole in both modes. */}}
+{{- define "sps-operator.clusterRules" -}}
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [list, watch]
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [list, watch]
+{{- if .Values.rbac.nodeAccess }}
+- apiGroups: [""]
+  # GPU product of the nodes the targets run on.
+  resources: [nodes]
+  verbs: [get, list, watch]
+{{- end }}
+{{- end -}}
+
+{{/* Arguments of `sps-operator run`, the image's entry point. */}}
+{{- define "sps-operator.runArgs" -}}
+- run
+{{- if eq .Values.watch.mode "cluster" }}
+- --all-namespaces
+{{- else }}
+{{- range splitList "," (include "sps-operator.watchNamespaces" .) }}
+- --namespace={{ . }}
+{{- end }}
+{{- end }}
+- --liveness=http://0.0.0.0:{{ .Values.health.port }}{{ .Values.health.path }}
+{{- if .Values.metrics.enabled }}
+- --metrics-port={{ .Values.metrics.port }}
+{{- end }}
+{{- if eq .Values.operator.logLevel "debug" }}
+- --debug
+{{- else if eq .Values.operator.logLevel "verbose" }}
+- --verbose
+{{- end }}
+- --log-format={{ .Values.operator.logFormat }}
+{{- with .Values.operator.profilerImage }}
+- --profiler-image={{ . }}
+{{- else }}
+- --profiler-image={{ include "sps-operator.image" $ }}
+{{- end }}
+{{- with .Values.operator.extraArgs }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}

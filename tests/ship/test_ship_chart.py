@@ -1,0 +1,263 @@
+"""The Helm chart: lint, render the main value combinations, assert on the objects."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from ship_helpers import CHART, ROOT, by_kind, helm, render
+
+GENERATED_CRD = ROOT / "crds" / "sps.dev_spsprofiles.yaml"
+CHART_CRD = CHART / "crds" / "sps.dev_spsprofiles.yaml"
+
+
+def rules_grant(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
+    return any(
+        group in r.get("apiGroups", [])
+        and resource in r.get("resources", [])
+        and (verb in r.get("verbs", []) or "*" in r.get("verbs", []))
+        for r in rules
+    )
+
+
+def operator_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (deployment,) = by_kind(objects, "Deployment")
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    return next(c for c in containers if c["name"] == "operator")
+
+
+def test_chart_crd_is_the_generated_crd() -> None:
+    # `make crds` regenerates crds/; the chart ships a copy: copy it again when this fails.
+    assert GENERATED_CRD.exists(), "crds/sps.dev_spsprofiles.yaml is missing (run `make crds`)"
+    assert CHART_CRD.read_bytes() == GENERATED_CRD.read_bytes(), (
+        f"{CHART_CRD} is out of date: cp {GENERATED_CRD} {CHART_CRD}"
+    )
+    crd = yaml.safe_load(CHART_CRD.read_text())
+    assert crd["kind"] == "CustomResourceDefinition"
+    assert crd["metadata"]["name"] == "spsprofiles.sps.dev"
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[], ["watch.mode=namespaces", "watch.namespaces={team-a,team-b}"]],
+    ids=["cluster", "namespaces"],
+)
+def test_helm_lint(values: list[str]) -> None:
+    args = ["lint", "--strict", str(CHART)]
+    for item in values:
+        args += ["--set", item]
+    result = helm(*args, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 chart(s) failed" in result.stdout
+
+
+def test_default_render_cluster_mode() -> None:
+    objects = render()
+    kinds = sorted(o["kind"] for o in objects)
+    assert kinds == sorted(
+        ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+    ), kinds
+    for obj in objects:
+        if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            assert obj["metadata"]["namespace"] == "sps-system", obj["metadata"]
+    container = operator_container(objects)
+    assert container["image"] == "ghcr.io/sps-dev/sps-operator:0.1.0"
+    assert container["args"][0] == "run"
+    assert "--all-namespaces" in container["args"]
+    assert not any(a.startswith("--namespace") for a in container["args"])
+
+    (cluster_role,) = by_kind(objects, "ClusterRole")
+    assert cluster_role["metadata"]["name"] == "sps-operator"
+    rules = cluster_role["rules"]
+    for group, resource, verb in [
+        ("sps.dev", "spsprofiles", "watch"),
+        ("sps.dev", "spsprofiles/status", "patch"),
+        ("batch", "jobs", "create"),
+        ("", "configmaps", "create"),
+        ("apps", "deployments", "patch"),
+        ("", "pods", "list"),
+        ("", "events", "create"),
+        ("events.k8s.io", "events", "create"),
+        # the per-run profiler ServiceAccount and its Role
+        ("", "serviceaccounts", "create"),
+        ("rbac.authorization.k8s.io", "roles", "create"),
+        ("rbac.authorization.k8s.io", "rolebindings", "create"),
+        ("", "configmaps", "update"),
+        ("", "nodes", "watch"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+        ("", "namespaces", "list"),
+    ]:
+        assert rules_grant(rules, group, resource, verb), (group, resource, verb)
+    # Least privilege: no wildcards, no secrets, never delete Deployments, never update a spec.
+    assert not any("*" in r["verbs"] or "*" in r["resources"] for r in rules)
+    assert not rules_grant(rules, "", "secrets", "get")
+    assert not rules_grant(rules, "apps", "deployments", "delete")
+    assert not rules_grant(rules, "sps.dev", "spsprofiles", "update")
+    for binding in by_kind(objects, "ClusterRoleBinding"):
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "sps-operator", "namespace": "sps-system"}
+        ], binding
+    assert not by_kind(objects, "Role")
+
+
+def test_service_account_name_matches_bindings() -> None:
+    objects = render(release="prod")
+    (sa,) = by_kind(objects, "ServiceAccount")
+    (deployment,) = by_kind(objects, "Deployment")
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
+    for binding in by_kind(objects, "ClusterRoleBinding"):
+        assert binding["subjects"][0]["name"] == sa["metadata"]["name"]
+        assert binding["roleRef"]["name"] in {
+            r["metadata"]["name"] for r in by_kind(objects, "ClusterRole")
+        }
+
+
+def test_restricted_pod_security() -> None:
+    objects = render()
+    (deployment,) = by_kind(objects, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = operator_container(objects)["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    # A read-only root needs a writable scratch dir.
+    mounts = {m["mountPath"]: m["name"] for m in operator_container(objects)["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+
+
+def test_probes_resources_and_metrics_port() -> None:
+    objects = render("health.port=8181", "metrics.port=9191")
+    container = operator_container(objects)
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"health": 8181, "metrics": 9191}
+    assert "--liveness=http://0.0.0.0:8181/healthz" in container["args"]
+    assert "--metrics-port=9191" in container["args"]
+    assert container["resources"]["requests"]["cpu"]
+    assert container["resources"]["requests"]["memory"]
+    (service,) = by_kind(objects, "Service")
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 9191, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    pod_labels = by_kind(objects, "Deployment")[0]["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+
+
+def test_namespaces_mode_role_per_namespace() -> None:
+    objects = render("watch.mode=namespaces", "watch.namespaces={team-a,team-b}")
+    roles = by_kind(objects, "Role")
+    bindings = by_kind(objects, "RoleBinding")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    for binding in bindings:
+        assert binding["roleRef"]["kind"] == "Role"
+        assert binding["subjects"][0]["namespace"] == "sps-system"
+    for role in roles:
+        assert rules_grant(role["rules"], "sps.dev", "spsprofiles", "watch")
+        assert rules_grant(role["rules"], "batch", "jobs", "create")
+    # Only the cluster-scoped reads remain in a ClusterRole.
+    (cluster_role,) = by_kind(objects, "ClusterRole")
+    assert cluster_role["metadata"]["name"] == "sps-operator-cluster"
+    for rule in cluster_role["rules"]:
+        assert set(rule["resources"]) <= {"nodes", "namespaces", "customresourcedefinitions"}
+        assert set(rule["verbs"]) <= {"get", "list", "watch"}
+    assert rules_grant(cluster_role["rules"], "", "nodes", "list")
+    args = operator_container(objects)["args"]
+    assert "--namespace=team-a" in args and "--namespace=team-b" in args
+    assert "--all-namespaces" not in args
+
+
+def test_node_access_can_be_dropped() -> None:
+    (role,) = by_kind(render("rbac.nodeAccess=false"), "ClusterRole")
+    assert not rules_grant(role["rules"], "", "nodes", "list")
+    assert rules_grant(role["rules"], "sps.dev", "spsprofiles", "watch")
+
+
+def test_operator_arguments_follow_values() -> None:
+    args = operator_container(render())["args"]
+    assert "--profiler-image=ghcr.io/sps-dev/sps-operator:0.1.0" in args
+    assert "--log-format=json" in args
+    assert "--debug" not in args and "--verbose" not in args
+    args = operator_container(
+        render(
+            "operator.logLevel=debug",
+            "operator.profilerImage=reg/p:1",
+            "operator.extraArgs={--resync-seconds=5}",
+        )
+    )["args"]
+    assert "--debug" in args
+    assert "--profiler-image=reg/p:1" in args
+    assert args[-1] == "--resync-seconds=5"
+
+
+def test_service_monitor_optional_and_selects_the_metrics_service() -> None:
+    assert not by_kind(render(), "ServiceMonitor")
+    objects = render(
+        "metrics.serviceMonitor.enabled=true", "metrics.serviceMonitor.labels.release=prom"
+    )
+    (monitor,) = by_kind(objects, "ServiceMonitor")
+    (service,) = by_kind(objects, "Service")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+
+
+def test_metrics_disabled_renders_no_service_and_no_port() -> None:
+    objects = render("metrics.enabled=false", "metrics.serviceMonitor.enabled=true")
+    assert not by_kind(objects, "Service")
+    assert not by_kind(objects, "ServiceMonitor")
+    container = operator_container(objects)
+    assert [p["name"] for p in container["ports"]] == ["health"]
+    assert not any(a.startswith("--metrics-port") for a in container["args"])
+
+
+def test_image_digest_wins_over_tag() -> None:
+    digest = "sha256:" + "ab" * 32
+    container = operator_container(render(f"image.digest={digest}", "image.tag=9.9.9"))
+    assert container["image"] == f"ghcr.io/sps-dev/sps-operator@{digest}"
+
+
+def test_include_crds_renders_the_crd() -> None:
+    objects = render(include_crds=True)
+    (crd,) = by_kind(objects, "CustomResourceDefinition")
+    assert crd["spec"]["group"] == "sps.dev"
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (["watch.mode=namespaces"], "namespaces"),
+        (["watch.mode=everywhere"], "mode"),
+        (["replicaCount=2"], "replicaCount"),
+        (["imageTypo=x"], "imageTypo"),
+        (["image.pullPolicy=Sometimes"], "pullPolicy"),
+    ],
+)
+def test_schema_rejects_bad_values(values: list[str], message: str) -> None:
+    with pytest.raises(subprocess.CalledProcessError) as error:
+        render(*values)
+    assert message in error.value.stderr, error.value.stderr
+
+
+def test_schema_is_valid_json_and_covers_every_top_level_value() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert set(values) <= set(schema["properties"])
+    assert schema["additionalProperties"] is False
+
+
+def test_argocd_health_snippet_in_docs_reads_ready() -> None:
+    text = Path(ROOT / "docs" / "gitops.md").read_text()
+    assert "resource.customizations.health.sps.dev_SpsProfile" in text
+    assert "Ready" in text
