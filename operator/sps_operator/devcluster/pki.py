@@ -1,0 +1,204 @@
+"""Certificates and keys for the local control plane.
+
+One CA signs the API server's serving certificate and the client certificates
+of the admin, the controller-manager and the scheduler; a separate RSA key signs
+service-account tokens. Everything is generated fresh per cluster (ECDSA P-256:
+fast to generate, accepted by every component).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+_VALIDITY = dt.timedelta(days=365)
+
+# DNS names pods and clients may use for the API server.
+API_SERVER_DNS_NAMES = (
+    "localhost",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
+
+
+@dataclass(frozen=True)
+class ClientCert:
+    cert: Path
+    key: Path
+
+
+@dataclass(frozen=True)
+class Pki:
+    directory: Path
+    ca_cert: Path
+    ca_key: Path
+    apiserver_cert: Path
+    apiserver_key: Path
+    sa_key: Path
+    sa_pub: Path
+    admin: ClientCert
+    controller_manager: ClientCert
+    scheduler: ClientCert
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _write(path: Path, data: bytes, private: bool = False) -> Path:
+    path.write_bytes(data)
+    if private:
+        path.chmod(0o600)
+    return path
+
+
+def _name(common_name: str, organization: str | None = None) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if organization:
+        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    return x509.Name(attrs)
+
+
+def _issue(
+    subject: x509.Name,
+    key: ec.EllipticCurvePrivateKey,
+    ca_cert: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    usage: list[x509.ObjectIdentifier],
+    sans: list[x509.GeneralName] | None = None,
+) -> x509.Certificate:
+    now = dt.datetime.now(dt.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + _VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=True,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage(usage), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+    )
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return builder.sign(ca_key, hashes.SHA256())
+
+
+def api_server_sans(ips: list[str]) -> list[x509.GeneralName]:
+    """Subject alternative names of the serving certificate: fixed DNS names plus `ips`."""
+    names: list[x509.GeneralName] = [x509.DNSName(n) for n in API_SERVER_DNS_NAMES]
+    seen: set[ipaddress.IPv4Address | ipaddress.IPv6Address] = set()
+    for ip in ips:
+        addr = ipaddress.ip_address(ip)
+        if addr not in seen:
+            seen.add(addr)
+            names.append(x509.IPAddress(addr))
+    return names
+
+
+def generate(directory: Path, api_server_ips: list[str]) -> Pki:
+    """Write a fresh CA, serving and client certificates and the SA signing key."""
+    directory.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = _name("sps-dev-cluster-ca")
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + _VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    ca_cert_path = _write(directory / "ca.crt", ca_cert.public_bytes(pem))
+    ca_key_path = _write(directory / "ca.key", _key_pem(ca_key), private=True)
+
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    server_cert = _issue(
+        _name("kube-apiserver"),
+        server_key,
+        ca_cert,
+        ca_key,
+        [ExtendedKeyUsageOID.SERVER_AUTH],
+        api_server_sans(api_server_ips),
+    )
+    apiserver_cert = _write(directory / "apiserver.crt", server_cert.public_bytes(pem))
+    apiserver_key = _write(directory / "apiserver.key", _key_pem(server_key), private=True)
+
+    def client(stem: str, user: str, group: str | None) -> ClientCert:
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = _issue(_name(user, group), key, ca_cert, ca_key, [ExtendedKeyUsageOID.CLIENT_AUTH])
+        return ClientCert(
+            cert=_write(directory / f"{stem}.crt", cert.public_bytes(pem)),
+            key=_write(directory / f"{stem}.key", _key_pem(key), private=True),
+        )
+
+    # Service-account tokens are RS256 JWTs: the signing key must be RSA.
+    sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    sa_key = _write(directory / "sa.key", _key_pem(sa), private=True)
+    sa_pub = _write(
+        directory / "sa.pub",
+        sa.public_key().public_bytes(pem, serialization.PublicFormat.SubjectPublicKeyInfo),
+    )
+    return Pki(
+        directory=directory,
+        ca_cert=ca_cert_path,
+        ca_key=ca_key_path,
+        apiserver_cert=apiserver_cert,
+        apiserver_key=apiserver_key,
+        sa_key=sa_key,
+        sa_pub=sa_pub,
+        admin=client("admin", "kubernetes-admin", "system:masters"),
+        controller_manager=client("controller-manager", "system:kube-controller-manager", None),
+        scheduler=client("scheduler", "system:kube-scheduler", None),
+    )
