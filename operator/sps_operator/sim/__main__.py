@@ -1,0 +1,5 @@
+import sys
+
+from sps_operator.sim.cli import main
+
+sys.exit(main())

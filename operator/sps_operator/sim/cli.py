@@ -1,0 +1,105 @@
+"""`sps-sim`: run the simulated DSpark server, or write its ground truth.
+
+sps-sim [launch_server flags…]                 serve (same command line as SGLang)
+sps-sim serve [launch_server flags…]           the same
+sps-sim truth --preset P [--out F] [...]       true step time over a (bs, M) grid
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from sps_operator.sim.settings import ConfigError, SimSettings, build_settings
+
+log = logging.getLogger("sps_operator.sim")
+
+_PYTHON_NAMES = ("python", "python3")
+
+
+def strip_launcher(argv: Sequence[str]) -> list[str]:
+    """Turn an SGLang container command into sps-sim arguments.
+
+    Accepts ``python3 -m sglang.launch_server ARGS``, ``python -m sglang.launch_server ARGS``,
+    ``sglang serve ARGS`` (also with paths like ``/usr/bin/python3.11``), a bare
+    ``sglang.launch_server ARGS`` and ``sps-sim ARGS``; anything else is returned unchanged.
+    """
+    args = list(argv)
+    if not args:
+        return args
+    head = os.path.basename(args[0])
+    if head.startswith(_PYTHON_NAMES):
+        rest = args[1:]
+        # skip interpreter options such as -u or -X dev before -m
+        i = 0
+        while i < len(rest) and rest[i] != "-m" and rest[i].startswith("-"):
+            i += 2 if rest[i] in ("-X", "-W") else 1
+        if (
+            i + 1 < len(rest)
+            and rest[i] == "-m"
+            and rest[i + 1]
+            in (
+                "sglang.launch_server",
+                "sglang",
+                "sps_operator.sim",
+            )
+        ):
+            tail = rest[i + 2 :]
+            if rest[i + 1] == "sglang" and tail[:1] == ["serve"]:
+                tail = tail[1:]
+            return tail
+        return args
+    if head == "sglang" and args[1:2] == ["serve"]:
+        return args[2:]
+    if head in ("sglang.launch_server", "sps-sim", "launch_server"):
+        rest = args[1:]
+        return rest[1:] if rest[:1] == ["serve"] else rest
+    return args
+
+
+def prepare(argv: Sequence[str]) -> SimSettings:
+    """Settings from argv + environment, with the ignored flags and warnings reported once."""
+    settings = build_settings(argv, os.environ)
+    if settings.ignored_args:
+        log.warning(
+            "sps-sim: ignoring flags it does not model: %s", " ".join(settings.ignored_args)
+        )
+    for warning in settings.warnings:
+        log.warning("sps-sim: %s", warning)
+    return settings
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    if args[:1] == ["truth"]:
+        from sps_operator.sim.truth import main as truth_main
+
+        return truth_main(args[1:])
+    if args[:1] == ["serve"]:
+        args = args[1:]
+    try:
+        settings = prepare(args)
+    except ConfigError as exc:
+        print(f"sps-sim: error: {exc}", file=sys.stderr)
+        return 2
+    from sps_operator.sim.server import serve_forever
+
+    try:
+        asyncio.run(serve_forever(settings))
+    except KeyboardInterrupt:
+        return 0
+    except OSError as exc:
+        print(
+            f"sps-sim: error: cannot serve on {settings.host}:{settings.port}: {exc}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,326 @@
+"""Thin aiohttp layer of sps-sim: SGLang's HTTP routes over the pure engine.
+
+Model time = (monotonic - start) * time_scale. A driver task completes engine steps as model
+time passes; every handler first brings the engine up to "now", so the simulated server
+behaves the same whatever this process's own latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from sps_operator import __version__
+from sps_operator.sim import protocol
+from sps_operator.sim.engine import Engine, Request
+from sps_operator.sim.settings import SimSettings
+
+log = logging.getLogger("sps_operator.sim")
+
+FLUSH_OK_TEXT = (
+    "Cache flushed.\nPlease check backend logs for more details. "
+    "(When there are running or waiting requests, the operation will not be performed.)\n"
+)
+FLUSH_FAILED_TEXT = "Flush cache failed.\n"
+_RECORDS_PLACEHOLDER = "__sps_sim_records_{}__"
+
+
+class SimServer:
+    """One simulated SGLang server: an engine, a driver task and the HTTP routes."""
+
+    def __init__(
+        self, settings: SimSettings, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.settings = settings
+        self._clock = clock
+        self._t0 = clock()
+        self._scale = settings.time_scale
+        self.engine = Engine(settings.engine, settings.preset, now=0.0)
+        self._waiters: dict[str, asyncio.Future[Request]] = {}
+        self._wake: asyncio.Event | None = None
+        self._driver: asyncio.Task[None] | None = None
+        self._runner: web.AppRunner | None = None
+        self.startup_time = 0.0
+        self.port: int | None = None
+
+    # ------------------------------------------------------------------ time
+
+    def model_now(self) -> float:
+        return (self._clock() - self._t0) * self._scale
+
+    def _sync(self) -> float:
+        now = self.model_now()
+        self.engine.advance(now)
+        self._deliver()
+        return now
+
+    def _deliver(self) -> None:
+        for req in self.engine.drain_finished():
+            fut = self._waiters.pop(req.rid, None)
+            if fut is not None and not fut.done():
+                fut.set_result(req)
+
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _drive(self) -> None:
+        assert self._wake is not None
+        while True:
+            self._wake.clear()
+            self._sync()
+            next_end = self.engine.next_event_time()
+            if next_end is None:
+                await self._wake.wait()
+                continue
+            delay = (next_end - self.model_now()) / self._scale
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), delay)
+            else:
+                await asyncio.sleep(0)  # let handlers in while catching up
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def make_app(self) -> web.Application:
+        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app.router.add_get("/server_info", self.handle_server_info)
+        app.router.add_get("/get_server_info", self.handle_server_info)
+        for method in ("POST", "PUT"):
+            app.router.add_route(method, "/generate", self.handle_generate)
+            app.router.add_route(method, "/set_internal_state", self.handle_set_internal_state)
+        app.router.add_post("/abort_request", self.handle_abort)
+        app.router.add_get("/flush_cache", self.handle_flush_cache)
+        app.router.add_post("/flush_cache", self.handle_flush_cache)
+        app.router.add_get("/health", self.handle_health)
+        app.router.add_get("/health_generate", self.handle_health)
+        app.router.add_get("/model_info", self.handle_model_info)
+        app.on_startup.append(self._on_startup)
+        app.on_cleanup.append(self._on_cleanup)
+        return app
+
+    async def _on_startup(self, app: web.Application) -> None:
+        self._wake = asyncio.Event()
+        self._t0 = self._clock()
+        self._driver = asyncio.get_running_loop().create_task(self._drive())
+
+    async def _on_cleanup(self, app: web.Application) -> None:
+        if self._driver is not None:
+            self._driver.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._driver
+
+    async def start(self, host: str | None = None, port: int | None = None) -> int:
+        started = time.monotonic()
+        self._runner = web.AppRunner(self.make_app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(
+            self._runner,
+            host or self.settings.host,
+            self.settings.port if port is None else port,
+            reuse_address=True,
+        )
+        await site.start()
+        sockets = site._server.sockets if site._server is not None else []  # type: ignore[attr-defined]
+        self.port = sockets[0].getsockname()[1] if sockets else port
+        self.startup_time = round(time.monotonic() - started, 3)
+        return int(self.port or 0)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # ------------------------------------------------------------------ routes
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def handle_model_info(self, request: web.Request) -> web.Response:
+        args = self.settings.server_args
+        return web.json_response(
+            {
+                "model_path": args["model_path"],
+                "tokenizer_path": args["tokenizer_path"],
+                "is_generation": True,
+            }
+        )
+
+    async def handle_server_info(self, request: web.Request) -> web.Response:
+        self._sync()
+        body = self.server_info_bytes()
+        return web.Response(body=body, content_type="application/json")
+
+    def server_info_bytes(self) -> bytes:
+        """The /server_info JSON; record rings are spliced in as pre-encoded fragments."""
+        cfg = self.settings.engine
+        args = self.settings.server_args
+        states = []
+        for rank in self.engine.iter_ranks():
+            state: dict[str, Any] = dict(args)
+            state.update(rank.overrides)
+            state["last_gen_throughput"] = 0.0
+            state["memory_usage"] = {
+                "weight": 15.2,
+                "kvcache": 60.1,
+                "startup_available": 80.0,
+                "token_capacity": self.settings.token_capacity_per_dp,
+                "token_capacity_swa": None,
+                "graph": {"decode": 1.2},
+            }
+            state["effective_max_running_requests_per_dp"] = cfg.max_running_per_dp
+            if rank.spec_verify_ct > 0:
+                state["avg_spec_accept_length"] = rank.spec_accepted_tokens / rank.spec_verify_ct
+            if cfg.records_enabled:
+                state["dspark_info_record"] = {
+                    "mode": cfg.mode,
+                    "gamma": cfg.gamma,
+                    "verify_num_draft_tokens": cfg.verify_num_draft_tokens,
+                    "components": sorted(cfg.components),
+                    "records": _RECORDS_PLACEHOLDER.format(rank.index),
+                    "simulate_acc_len": cfg.simulate_acc_len,
+                }
+            states.append(state)
+        info: dict[str, Any] = dict(args)
+        info.update(
+            {
+                "status": "ready",
+                "max_total_num_tokens": self.settings.token_capacity_per_dp,
+                "max_req_input_len": self.settings.token_capacity_per_dp - 1024,
+                "startup_time": self.startup_time,
+                "internal_states": states,
+                "version": f"{__version__}+sps-sim",
+                "kv_events": None,
+                "sps_sim": {
+                    "preset": self.settings.preset.name,
+                    "time_scale": self.settings.time_scale,
+                    "seed": self.settings.seed,
+                    "verify_all_bug": self.settings.verify_all_bug_setting,
+                    "verify_all_shortcut_active": cfg.is_verify_all and cfg.verify_all_bug,
+                },
+            }
+        )
+        text = json.dumps(info, separators=(",", ":"))
+        if not cfg.records_enabled:
+            return text.encode()
+        parts: list[bytes] = []
+        rest = text
+        for rank in self.engine.iter_ranks():
+            marker = json.dumps(_RECORDS_PLACEHOLDER.format(rank.index))
+            head, _, rest = rest.partition(marker)
+            parts.append(head.encode())
+            parts.append(self.engine.records_json(rank.index))
+        parts.append(rest.encode())
+        return b"".join(parts)
+
+    async def handle_generate(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        parsed = protocol.parse_generate(raw)
+        if isinstance(parsed, protocol.HttpError):
+            return parsed.response()
+        now = self._sync()
+        try:
+            reqs = self.engine.submit(
+                [(p.rid, p.input_len, p.max_new_tokens) for p in parsed.prompts], now
+            )
+        except ValueError as exc:
+            return protocol.error_response(str(exc), 400)
+        loop = asyncio.get_running_loop()
+        futures = []
+        for req in reqs:
+            fut: asyncio.Future[Request] = loop.create_future()
+            self._waiters[req.rid] = fut
+            futures.append(fut)
+        self._deliver()
+        self._poke()
+        started = time.monotonic()
+        try:
+            done = await asyncio.gather(*futures)
+        except asyncio.CancelledError:
+            # Client went away: the real server aborts its requests.
+            for req in reqs:
+                self._waiters.pop(req.rid, None)
+                self.engine.abort(self.model_now(), rid=req.rid)
+            self._poke()
+            raise
+        latency = time.monotonic() - started
+        outs = [protocol.generate_output(req, latency, self.settings.engine.gamma) for req in done]
+        body: Any = outs if parsed.batch else outs[0]
+        if parsed.stream:
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            for out in outs:
+                await resp.write(b"data: " + json.dumps(out).encode() + b"\n\n")
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+            return resp
+        return web.json_response(body, dumps=_compact_dumps)
+
+    async def handle_abort(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        parsed = protocol.parse_abort(raw)
+        if isinstance(parsed, protocol.HttpError):
+            return parsed.response()
+        rid, abort_all = parsed
+        self.engine.abort(self.model_now(), rid=rid, abort_all=abort_all)
+        self._deliver()
+        self._poke()
+        return web.Response(status=200)
+
+    async def handle_flush_cache(self, request: web.Request) -> web.Response:
+        timeout_raw = request.query.get("timeout")
+        if timeout_raw is not None:
+            error = protocol.check_flush_timeout(timeout_raw)
+            if error is not None:
+                return error.response()
+        ok = self.engine.flush_cache(self.model_now())
+        if ok:
+            return web.Response(status=200, text=FLUSH_OK_TEXT)
+        return web.Response(status=400, text=FLUSH_FAILED_TEXT)
+
+    async def handle_set_internal_state(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        parsed = protocol.parse_set_internal_state(
+            raw, accept_null_pin=self.settings.accept_null_pin
+        )
+        if isinstance(parsed, protocol.HttpError):
+            return parsed.response()
+        results = self.engine.set_internal_state(parsed, self.model_now())
+        self._poke()
+        if self.settings.legacy_set_internal_state:
+            return web.json_response(
+                [
+                    {"updated": ok, "server_args": dict(rank.overrides)}
+                    for ok, rank in zip(results, self.engine.iter_ranks(), strict=True)
+                ]
+            )
+        return web.json_response(results)
+
+
+def _compact_dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
+async def serve_forever(settings: SimSettings) -> None:
+    server = SimServer(settings)
+    port = await server.start()
+    log.info(
+        "sps-sim ready on http://%s:%s (preset %s, mode %s, time scale %g)",
+        settings.host,
+        port,
+        settings.preset.name,
+        settings.engine.mode,
+        settings.time_scale,
+    )
+    print(f"The server is fired up and ready to roll! (sps-sim on port {port})", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await server.stop()

@@ -1,0 +1,389 @@
+"""Start-up configuration of sps-sim from an SGLang command line and environment (pure).
+
+The command line is ``sglang.launch_server``'s; flags the simulator does not model are
+accepted and reported once as ignored. Simulator-only options exist both as flags and as
+``SPS_SIM_*`` environment variables (Jobs and the node agent pass environment).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sps_operator.sim import graphs
+from sps_operator.sim.costmodel import (
+    DEFAULT_PRESET,
+    PRESETS,
+    CostPreset,
+    load_preset,
+    with_noise_cv,
+)
+from sps_operator.sim.engine import KNOWN_COMPONENTS, MODES, EngineConfig
+from sps_operator.sim.tableload import LoadedTable, load_table_file
+
+DEFAULT_GAMMA = 7
+DSPARK_DEFAULT_MAX_RUNNING_REQUESTS = 48
+DEFAULT_RING_SIZE = 200_000
+
+
+class ConfigError(ValueError):
+    """Bad start-up configuration: the message is shown and the process exits non-zero."""
+
+
+@dataclass
+class SimSettings:
+    host: str
+    port: int
+    server_args: dict[str, Any]
+    engine: EngineConfig
+    preset: CostPreset
+    time_scale: float
+    seed: int
+    accept_null_pin: bool
+    legacy_set_internal_state: bool
+    verify_all_bug_setting: str
+    ignored_args: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    token_capacity_per_dp: int = 0
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse would print and exit
+        raise ConfigError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="sps-sim",
+        description=(
+            "Simulated SGLang DSpark server (profiling mode) with a ground-truth cost model. "
+            "Takes sglang.launch_server's command line; other flags are ignored."
+        ),
+        allow_abbrev=False,
+    )
+    g = p.add_argument_group("sglang.launch_server flags")
+    g.add_argument("--model-path", "--model", dest="model_path", default="sps-sim/dspark-model")
+    g.add_argument("--tokenizer-path", dest="tokenizer_path", default=None)
+    g.add_argument("--served-model-name", dest="served_model_name", default=None)
+    g.add_argument("--host", default="127.0.0.1")
+    g.add_argument("--port", type=int, default=30000)
+    g.add_argument("--tp-size", "--tp", dest="tp_size", type=int, default=1)
+    g.add_argument("--dp-size", "--dp", dest="dp_size", type=int, default=1)
+    g.add_argument("--enable-dp-attention", action="store_true")
+    g.add_argument("--enable-dp-lm-head", action="store_true")
+    g.add_argument("--speculative-algorithm", default=None)
+    g.add_argument("--speculative-draft-model-path", default=None)
+    g.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    g.add_argument("--speculative-dspark-block-size", type=int, default=None)
+    g.add_argument("--speculative-dspark-sps-table-path", default=None)
+    g.add_argument("--cuda-graph-max-bs-decode", type=int, default=None)
+    g.add_argument("--cuda-graph-max-bs", type=int, default=None)
+    g.add_argument("--cuda-graph-bs-decode", type=int, nargs="+", default=None)
+    g.add_argument("--cuda-graph-bs", type=int, nargs="+", default=None)
+    g.add_argument("--cuda-graph-config", default=None)
+    g.add_argument("--disable-cuda-graph", action="store_true")
+    g.add_argument("--disable-overlap-schedule", action="store_true")
+    g.add_argument("--max-running-requests", type=int, default=None)
+    g.add_argument("--context-length", type=int, default=None)
+    s = p.add_argument_group("simulator options (also SPS_SIM_* environment variables)")
+    s.add_argument("--preset", default=None, help="GPU product name or a JSON/YAML cost file")
+    s.add_argument("--time-scale", type=float, default=None, help="model seconds per real second")
+    s.add_argument("--seed", type=int, default=None)
+    s.add_argument("--verify-all-bug", choices=("on", "off", "auto"), default=None)
+    s.add_argument("--accept-null-pin", action="store_true", default=None)
+    s.add_argument("--legacy-set-internal-state", action="store_true", default=None)
+    s.add_argument("--record-ring-size", type=int, default=None)
+    s.add_argument("--noise-cv", type=float, default=None)
+    return p
+
+
+def _env_flag(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def resolve_components(env: Mapping[str, str]) -> frozenset[str]:
+    """SGLang's ``resolve_enabled_components``."""
+    out: set[str] = set()
+    raw = env.get("SGLANG_DSPARK_DEBUG_DUMP", "").strip()
+    for token in (t.strip() for t in raw.split(",")):
+        if not token:
+            continue
+        if token == "all":
+            out.update(KNOWN_COMPONENTS)
+        elif token in KNOWN_COMPONENTS:
+            out.add(token)
+        else:
+            raise ConfigError(
+                f"Unknown SGLANG_DSPARK_DEBUG_DUMP component {token!r}; "
+                f"expected a comma list of {list(KNOWN_COMPONENTS)} or 'all'"
+            )
+    if _env_flag(env, "SGLANG_DSPARK_ENABLE_SPS_RECORD"):
+        out.update(("core", "step_cpu_time"))
+    try:
+        pred_interval = float(env.get("SGLANG_DSPARK_LOG_SPS_PRED_INTERVAL", "0") or 0)
+    except ValueError as exc:
+        raise ConfigError(f"SGLANG_DSPARK_LOG_SPS_PRED_INTERVAL: {exc}") from exc
+    if pred_interval > 0:
+        out.add("step_gpu_time")
+    return frozenset(out)
+
+
+def _float_env(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name}={raw!r} is not a number") from exc
+
+
+def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from exc
+
+
+def resolve_decode_capture(
+    ns: argparse.Namespace, preset: CostPreset
+) -> tuple[int, list[int], str]:
+    """(max_bs, server-args decode bs list, backend) as /server_info reports them."""
+    max_bs = ns.cuda_graph_max_bs_decode or ns.cuda_graph_max_bs
+    bs_list = ns.cuda_graph_bs_decode or ns.cuda_graph_bs
+    backend = "full"
+    if ns.cuda_graph_config:
+        try:
+            cfg = json.loads(ns.cuda_graph_config)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"--cuda-graph-config is not valid JSON: {exc}") from exc
+        decode = cfg.get("decode") if isinstance(cfg, dict) else None
+        if isinstance(decode, dict):
+            max_bs = decode.get("max_bs", max_bs)
+            bs_list = decode.get("bs", bs_list)
+            backend = decode.get("backend", backend)
+    if max_bs is None:
+        max_bs = max(bs_list) if bs_list else preset.default_cuda_graph_max_bs(ns.tp_size)
+    if not isinstance(max_bs, int) or max_bs < 1:
+        raise ConfigError(f"cuda graph max bs must be a positive integer, got {max_bs!r}")
+    if bs_list:
+        if any(not isinstance(b, int) or b < 1 for b in bs_list):
+            raise ConfigError(f"cuda graph bs list must hold positive integers: {bs_list!r}")
+        bs_list = sorted(set(bs_list))
+    else:
+        bs_list = graphs.default_decode_capture_bs(max_bs)
+    if ns.disable_cuda_graph:
+        backend = "disabled"
+    return int(max_bs), list(bs_list), str(backend)
+
+
+def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) -> SimSettings:
+    """Parse a launch_server command line and environment into simulator settings."""
+    env = os.environ if env is None else env
+    parser = build_parser()
+    ns, unknown = parser.parse_known_args(list(argv))
+    warnings: list[str] = []
+
+    preset_name = ns.preset or env.get("SPS_SIM_PRESET") or env.get("SPS_SIM_GPU_PRODUCT")
+    if not preset_name:
+        preset_name = DEFAULT_PRESET
+    try:
+        preset = load_preset(preset_name)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    noise_cv = ns.noise_cv
+    if noise_cv is None and env.get("SPS_SIM_NOISE_CV"):
+        noise_cv = _float_env(env, "SPS_SIM_NOISE_CV", preset.noise_cv)
+    try:
+        preset = with_noise_cv(preset, noise_cv)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+    time_scale = (
+        ns.time_scale if ns.time_scale is not None else _float_env(env, "SPS_SIM_TIME_SCALE", 1.0)
+    )
+    if not time_scale > 0:
+        raise ConfigError(f"--time-scale must be > 0, got {time_scale}")
+    seed = ns.seed if ns.seed is not None else _int_env(env, "SPS_SIM_SEED", 0)
+    bug_setting = ns.verify_all_bug or env.get("SPS_SIM_VERIFY_ALL_BUG", "auto").strip().lower()
+    if bug_setting not in ("on", "off", "auto"):
+        raise ConfigError(f"SPS_SIM_VERIFY_ALL_BUG must be on|off|auto, got {bug_setting!r}")
+    accept_null_pin = bool(ns.accept_null_pin) or _env_flag(env, "SPS_SIM_ACCEPT_NULL_PIN")
+    legacy = bool(ns.legacy_set_internal_state) or _env_flag(
+        env, "SPS_SIM_LEGACY_SET_INTERNAL_STATE"
+    )
+    ring_size = (
+        ns.record_ring_size
+        if ns.record_ring_size is not None
+        else _int_env(env, "SPS_SIM_RECORD_RING_SIZE", DEFAULT_RING_SIZE)
+    )
+    if ring_size < 1:
+        raise ConfigError(f"--record-ring-size must be >= 1, got {ring_size}")
+
+    if ns.tp_size < 1 or ns.dp_size < 1:
+        raise ConfigError("--tp-size and --dp-size must be >= 1")
+    if ns.port < 0 or ns.port > 65535:
+        raise ConfigError(f"--port out of range: {ns.port}")
+    algorithm = ns.speculative_algorithm
+    dspark = (algorithm or "").upper() == "DSPARK"
+    if algorithm is not None and algorithm.upper() not in ("DSPARK", "NONE"):
+        warnings.append(
+            f"speculative algorithm {algorithm!r} is simulated as plain decoding (no DSpark)"
+        )
+
+    gamma = DEFAULT_GAMMA
+    k_flag = ns.speculative_num_draft_tokens
+    if ns.speculative_dspark_block_size is not None:
+        gamma = ns.speculative_dspark_block_size
+        if gamma < 1:
+            raise ConfigError("--speculative-dspark-block-size must be >= 1")
+        if k_flag is not None and k_flag != gamma + 1:
+            raise ConfigError(
+                f"--speculative-num-draft-tokens ({k_flag}) must equal "
+                f"--speculative-dspark-block-size + 1 ({gamma + 1}) for DSPARK"
+            )
+    elif k_flag is not None:
+        if k_flag < 2:
+            raise ConfigError("--speculative-num-draft-tokens must be >= 2 for DSPARK")
+        gamma = k_flag - 1
+    if not dspark:
+        gamma = 0  # plain decode: one token per request per step
+
+    mode = env.get("SGLANG_RAGGED_VERIFY_MODE", "static").strip() or "static"
+    if mode not in MODES:
+        raise ConfigError(
+            f"SGLANG_RAGGED_VERIFY_MODE={mode!r} is invalid; expected one of {list(MODES)}"
+        )
+    components = resolve_components(env)
+
+    acc_raw = _float_env(env, "SGLANG_SIMULATE_ACC_LEN", -1.0)
+    simulate_acc_len = acc_raw if acc_raw > 0 else None
+    acc_method = env.get("SGLANG_SIMULATE_ACC_METHOD", "match-expected").strip() or "match-expected"
+    if acc_method not in ("match-expected", "multinomial"):
+        raise ConfigError(
+            f"SGLANG_SIMULATE_ACC_METHOD={acc_method!r}; expected match-expected or multinomial"
+        )
+    lag_env = _int_env(env, "SGLANG_DSPARK_CONFIDENCE_RELAY_LAG_STEPS", 2)
+
+    max_running = ns.max_running_requests
+    if max_running is None:
+        max_running = DSPARK_DEFAULT_MAX_RUNNING_REQUESTS if dspark else 4096
+    if max_running < 1:
+        raise ConfigError("--max-running-requests must be >= 1")
+    attn_dp = ns.dp_size if ns.enable_dp_attention else 1
+    max_running_per_dp = max(1, max_running // attn_dp)
+
+    max_bs, decode_bs, backend = resolve_decode_capture(ns, preset)
+
+    table: LoadedTable | None = None
+    table_path = ns.speculative_dspark_sps_table_path
+    if table_path and dspark:
+        if mode == "static":
+            warnings.append(
+                "--speculative-dspark-sps-table-path is a no-op under "
+                "SGLANG_RAGGED_VERIFY_MODE=static (no budget planner)"
+            )
+        else:
+            try:
+                table = load_table_file(table_path)
+            except ValueError as exc:
+                raise ConfigError(f"failed to load SPS table {table_path}: {exc}") from exc
+
+    if dspark and simulate_acc_len is not None and simulate_acc_len != 1.0:
+        verify_all = mode == "static" or (
+            mode == "compact" and (table is None or table.uninitialized)
+        )
+        if not verify_all:
+            raise ConfigError(
+                f"SGLANG_SIMULATE_ACC_LEN={simulate_acc_len} requires verify-all "
+                "(static mode, or compact with no/flat SPS table)"
+            )
+
+    verify_all_bug = bug_setting in ("on", "auto")
+    engine = EngineConfig(
+        mode=mode,
+        gamma=max(gamma, 0),
+        dp_size=ns.dp_size,
+        dp_attention=bool(ns.enable_dp_attention),
+        dspark=dspark,
+        capture_bs=() if ns.disable_cuda_graph or backend == "disabled" else tuple(decode_bs),
+        max_running_per_dp=max_running_per_dp,
+        token_capacity_per_dp=preset.token_capacity,
+        components=components if dspark else frozenset(),
+        simulate_acc_len=simulate_acc_len if dspark else None,
+        simulate_acc_method=acc_method,
+        verify_all_bug=verify_all_bug,
+        table=table,
+        lag_steps=max(lag_env, 1),
+        overlap_schedule=not ns.disable_overlap_schedule,
+        ring_size=ring_size,
+        seed=seed,
+    )
+    k = gamma + 1
+    server_args: dict[str, Any] = {
+        "model_path": ns.model_path,
+        "tokenizer_path": ns.tokenizer_path or ns.model_path,
+        "served_model_name": ns.served_model_name or ns.model_path,
+        "host": ns.host,
+        "port": ns.port,
+        "tp_size": ns.tp_size,
+        "dp_size": ns.dp_size,
+        "pp_size": 1,
+        "enable_dp_attention": bool(ns.enable_dp_attention),
+        "enable_dp_lm_head": bool(ns.enable_dp_lm_head),
+        "speculative_algorithm": algorithm.upper() if algorithm else None,
+        "speculative_draft_model_path": ns.speculative_draft_model_path,
+        "speculative_num_draft_tokens": k if dspark else k_flag,
+        "speculative_dspark_block_size": gamma if dspark else ns.speculative_dspark_block_size,
+        "speculative_dspark_sps_table_path": table_path,
+        "max_running_requests": max_running,
+        "disable_cuda_graph": bool(ns.disable_cuda_graph),
+        "disable_overlap_schedule": bool(ns.disable_overlap_schedule),
+        "context_length": ns.context_length,
+        "cuda_graph_max_bs": max_bs,
+        "cuda_graph_bs": decode_bs,
+        "cuda_graph_config": {
+            "decode": {
+                "backend": backend,
+                "max_bs": max_bs,
+                "bs": decode_bs,
+                "tc_compiler": "eager",
+                "full_prefill_max_req": None,
+                "full_prefill_prefix_chunk_tokens": None,
+            },
+            "prefill": {
+                "backend": "disabled" if ns.disable_cuda_graph else "breakable",
+                "max_bs": 8192,
+                "bs": [],
+            },
+        },
+        "pp_max_micro_batch_size": None,
+        "speculative_accept_threshold_single": 1.0,
+        "speculative_accept_threshold_acc": 1.0,
+    }
+    return SimSettings(
+        host=ns.host,
+        port=ns.port,
+        server_args=server_args,
+        engine=engine,
+        preset=preset,
+        time_scale=time_scale,
+        seed=seed,
+        accept_null_pin=accept_null_pin,
+        legacy_set_internal_state=legacy,
+        verify_all_bug_setting=bug_setting,
+        ignored_args=list(unknown),
+        warnings=warnings,
+        token_capacity_per_dp=preset.token_capacity,
+    )
+
+
+def known_presets() -> list[str]:
+    return sorted(PRESETS)
