@@ -1,1 +1,1 @@
-"""`kubectl sps`: look at profiles and tables from the command line."""
+"""`kubectl sps`: show, plot, diff and export SPS tables; request and explain profiling runs."""

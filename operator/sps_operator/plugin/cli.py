@@ -1,0 +1,307 @@
+"""`kubectl sps` — a kubectl plugin (the executable `kubectl-sps` on PATH).
+
+    kubectl sps get [NAME] [-A] [-w]           profiles: GPU product, table, state, age
+    kubectl sps table NAME [--gpu P] [--plot FILE.png] [--rejected]
+    kubectl sps diff OLD NEW                    predicted step-time change over the grid
+    kubectl sps export NAME [--gpu P] [--name N] the table ConfigMap as YAML for Git
+    kubectl sps reprofile NAME [--token T]      request a new run (annotation, not spec)
+    kubectl sps explain NAME                    why the last run failed, and what next
+
+A table reference (diff) is PROFILE, PROFILE@GPU, PROFILE@rejected,
+configmap/NAME, or a path to a table JSON file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from sps_operator.controller import names
+from sps_operator.plugin import diff as diffmod
+from sps_operator.plugin import explain as explainmod
+from sps_operator.plugin import view
+from sps_operator.plugin.view import PluginError
+from sps_operator.tables.formats import SpsTable, SpsTableError, load_sps_table_text
+
+if TYPE_CHECKING:  # keeps `kubectl sps --help` free of the kubernetes import
+    from sps_operator.plugin.client import Cluster
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-n", "--namespace", help="namespace (default: the context's)")
+    common.add_argument("-o", "--output", choices=["human", "json", "yaml"], default="human")
+    common.add_argument("--kubeconfig", help="path to the kubeconfig (default: $KUBECONFIG)")
+    common.add_argument("--context", help="kubeconfig context (default: the current one)")
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="kubectl sps",
+        description="Show, plot, diff and export SGLang DSpark SPS tables kept by sps-operator.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    get = sub.add_parser("get", parents=[common], help="list profiles")
+    get.add_argument("name", nargs="?")
+    get.add_argument("-A", "--all-namespaces", action="store_true")
+    get.add_argument("-w", "--watch", action="store_true", help="print changes until ^C")
+    get.add_argument("--interval", type=float, default=2.0, help=argparse.SUPPRESS)
+    get.add_argument("--watch-timeout", type=float, default=0.0, help=argparse.SUPPRESS)
+
+    table = sub.add_parser("table", parents=[common], help="show a profile's table")
+    table.add_argument("name")
+    table.add_argument("--gpu", help="GPU product (default: the live table)")
+    table.add_argument("--rejected", action="store_true", help="the last table that failed a gate")
+    table.add_argument("--plot", metavar="FILE.png", type=Path, help="also write a PNG plot")
+
+    diff = sub.add_parser("diff", parents=[common], help="compare two tables")
+    diff.add_argument("old", help="PROFILE[@GPU|@rejected], configmap/NAME or FILE.json")
+    diff.add_argument("new", help="PROFILE[@GPU|@rejected], configmap/NAME or FILE.json")
+
+    export = sub.add_parser("export", parents=[common], help="table ConfigMap as YAML for Git")
+    export.add_argument("name")
+    export.add_argument("--gpu")
+    export.add_argument("--name", dest="new_name", help="name of the exported ConfigMap")
+
+    reprofile = sub.add_parser("reprofile", parents=[common], help="request a new profiling run")
+    reprofile.add_argument("name")
+    reprofile.add_argument("--token", help="annotation value (default: the current UTC time)")
+
+    explain = sub.add_parser("explain", parents=[common], help="why the last run failed")
+    explain.add_argument("name")
+    return parser
+
+
+def emit(args: argparse.Namespace, data: Any, human: str) -> None:
+    if args.output == "json":
+        print(view.to_json(data))
+    elif args.output == "yaml":
+        print(yaml.safe_dump(data, sort_keys=False).rstrip())
+    else:
+        print(human)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _namespace(args: argparse.Namespace, cluster: Cluster) -> str:
+    return str(args.namespace or cluster.default_namespace)
+
+
+def cmd_get(args: argparse.Namespace, cluster: Cluster) -> int:
+    namespace = None if args.all_namespaces else _namespace(args, cluster)
+
+    def snapshot() -> list[dict[str, str]]:
+        if args.name:
+            assert namespace is not None, "a NAME needs a namespace, not -A"
+            profiles = [cluster.get_profile(namespace, args.name)]
+        else:
+            profiles = cluster.list_profiles(namespace)
+        now = datetime.now(UTC)
+        return [view.get_row(p, now) for p in profiles]
+
+    rows = snapshot()
+    if args.output != "human" or not args.watch:
+        emit(args, rows, view.render_get(rows, args.all_namespaces))
+        return 0
+    print(view.render_get(rows, args.all_namespaces), flush=True)
+    watch_rows(snapshot, args.all_namespaces, args.interval, args.watch_timeout)
+    return 0
+
+
+def watch_rows(
+    snapshot: Callable[[], list[dict[str, str]]],
+    all_namespaces: bool,
+    interval: float,
+    timeout: float = 0.0,
+    until: Callable[[list[dict[str, str]]], bool] | None = None,
+    out: Callable[[str], None] = lambda line: print(line, flush=True),
+) -> list[dict[str, str]]:
+    """`kubectl get -w` by polling: a line each time a row's state or progress changes."""
+    keys = ("state", "progress", "gpu", "table")
+    seen = {(r["namespace"], r["name"]): tuple(r[k] for k in keys) for r in snapshot()}
+    deadline = time.monotonic() + timeout if timeout else None
+    rows: list[dict[str, str]] = []
+    try:
+        while deadline is None or time.monotonic() < deadline:
+            time.sleep(interval)
+            rows = snapshot()
+            for row in rows:
+                key = (row["namespace"], row["name"])
+                now = tuple(row[k] for k in keys)
+                if seen.get(key) != now:
+                    seen[key] = now
+                    table = view.render_get([row], all_namespaces).splitlines()[1]
+                    out(table)
+            if until is not None and until(rows):
+                break
+    except KeyboardInterrupt:
+        pass
+    return rows
+
+
+def load_table_ref(ref: str, cluster: Cluster | None, namespace: str) -> tuple[str, SpsTable]:
+    """(label, table) for a table reference (see the module docstring)."""
+    path = Path(ref)
+    if ref.endswith(".json") or path.is_file():
+        try:
+            return str(path), load_sps_table_text(path.read_text())
+        except OSError as exc:
+            raise PluginError(f"cannot read {path}: {exc.strerror}") from None
+        except SpsTableError as exc:
+            raise PluginError(f"{path} is not a table SGLang would load: {exc}") from None
+    if cluster is None:
+        raise PluginError(f"{ref} needs a cluster")
+    if ref.startswith(("configmap/", "cm/")):
+        cm_name = ref.split("/", 1)[1]
+    else:
+        name, _, gpu = ref.partition("@")
+        profile = cluster.get_profile(namespace, name)
+        if gpu == "rejected":
+            entry = (profile.get("status") or {}).get("rejectedTable")
+            if not entry:
+                raise PluginError(f"profile {name} has no rejected table")
+        else:
+            entry = view.table_for_gpu(profile, gpu or None)
+        cm_name = str(entry["configMap"])
+    cm = cluster.get_config_map(namespace, cm_name)
+    return f"configmap/{cm_name}", _table_from_config_map(cm)
+
+
+def _table_from_config_map(cm: dict[str, Any]) -> SpsTable:
+    name = (cm.get("metadata") or {}).get("name")
+    text = (cm.get("data") or {}).get(names.TABLE_KEY)
+    if text is None:
+        raise PluginError(f"ConfigMap {name} has no {names.TABLE_KEY} key")
+    try:
+        return load_sps_table_text(text)
+    except SpsTableError as exc:
+        raise PluginError(f"ConfigMap {name} holds no table SGLang would load: {exc}") from None
+
+
+def cmd_table(args: argparse.Namespace, cluster: Cluster) -> int:
+    namespace = _namespace(args, cluster)
+    profile = cluster.get_profile(namespace, args.name)
+    if args.rejected:
+        entry = (profile.get("status") or {}).get("rejectedTable")
+        if not entry:
+            raise PluginError(f"profile {args.name} has no rejected table")
+    else:
+        entry = view.table_for_gpu(profile, args.gpu)
+    cm = cluster.get_config_map(namespace, str(entry["configMap"]))
+    table = _table_from_config_map(cm)
+    data = {"profile": args.name, "namespace": namespace, **entry, "table": view.table_data(table)}
+    human = view.render_table_header(args.name, entry) + "\n\n" + view.render_table_values(table)
+    if args.plot:
+        from sps_operator.plugin.plot import plot_table
+
+        title = f"{args.name}: {entry.get('gpuProduct', '?')} ({view.table_kind(table)})"
+        written = plot_table(table, args.plot, title)
+        data["plot"] = str(written)
+        human += f"\n\nPlot written to {written}"
+    emit(args, data, human)
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace, cluster: Cluster | None) -> int:
+    namespace = _namespace(args, cluster) if cluster is not None else "default"
+    old_label, old = load_table_ref(args.old, cluster, namespace)
+    new_label, new = load_table_ref(args.new, cluster, namespace)
+    result = diffmod.diff_tables(old, new)
+    data = {"old": old_label, "new": new_label, **result.to_dict()}
+    emit(args, data, diffmod.render_diff(result, old_label, new_label))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace, cluster: Cluster) -> int:
+    namespace = _namespace(args, cluster)
+    profile = cluster.get_profile(namespace, args.name)
+    entry = view.table_for_gpu(profile, args.gpu)
+    cm = cluster.get_config_map(namespace, str(entry["configMap"]))
+    _table_from_config_map(cm)  # refuse to export a table SGLang would not load
+    manifest = view.exportable_config_map(cm, args.name, args.new_name)
+    if args.output == "json":
+        print(view.to_json(manifest))
+    else:
+        print(yaml.safe_dump(manifest, sort_keys=False).rstrip())
+    return 0
+
+
+def cmd_reprofile(args: argparse.Namespace, cluster: Cluster) -> int:
+    namespace = _namespace(args, cluster)
+    token = args.token or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    cluster.annotate_reprofile(namespace, args.name, token)
+    data = {
+        "name": args.name,
+        "namespace": namespace,
+        "annotation": names.ANNOTATION_REPROFILE,
+        "token": token,
+    }
+    emit(
+        args,
+        data,
+        f"spsprofile.sps.dev/{args.name} reprofile requested ({names.ANNOTATION_REPROFILE}={token})"
+        f"\nFollow it with: kubectl sps get {args.name} -n {namespace} -w",
+    )
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace, cluster: Cluster) -> int:
+    namespace = _namespace(args, cluster)
+    profile = cluster.get_profile(namespace, args.name)
+    run = (profile.get("status") or {}).get("currentRun") or {}
+    job = cluster.get_job(namespace, str(run["job"])) if run.get("job") else None
+    pods = cluster.list_pods(namespace, f"job-name={run['job']}") if job is not None else []
+    events = cluster.list_events(namespace, args.name)
+    report = explainmod.explain(profile, job, pods, events)
+    emit(args, report, explainmod.render_explain(report))
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Any], int]] = {
+    "get": cmd_get,
+    "table": cmd_table,
+    "diff": cmd_diff,
+    "export": cmd_export,
+    "reprofile": cmd_reprofile,
+    "explain": cmd_explain,
+}
+
+
+def _needs_cluster(args: argparse.Namespace) -> bool:
+    if args.command != "diff":
+        return True
+    return not all(r.endswith(".json") or Path(r).is_file() for r in (args.old, args.new))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if not args.command:
+        parser.print_help()
+        return 0
+    try:
+        cluster = None
+        if _needs_cluster(args):
+            from sps_operator.plugin.client import Cluster
+
+            cluster = Cluster(args.kubeconfig, args.context)
+        return COMMANDS[args.command](args, cluster)
+    except PluginError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

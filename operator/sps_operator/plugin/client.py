@@ -1,0 +1,135 @@
+"""The Kubernetes calls of `kubectl sps` (thin: fetch and patch, no logic)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
+from sps_operator.controller import names
+from sps_operator.plugin.view import PluginError
+
+
+class Cluster:
+    """The current kubeconfig context (or an explicit one), as kubectl would use it."""
+
+    def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
+        from kubernetes import client, config
+
+        try:
+            config.load_kube_config(config_file=kubeconfig, context=context)
+        except Exception as exc:  # kubeconfig missing or malformed: say so in one line
+            try:
+                config.load_incluster_config()
+            except Exception:
+                raise PluginError(f"cannot load a kubeconfig: {exc}") from None
+        self.api = client.ApiClient()
+        self.core = client.CoreV1Api(self.api)
+        self.batch = client.BatchV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        try:
+            _, active = config.list_kube_config_contexts(config_file=kubeconfig)
+            ctx = (active or {}).get("context") or {}
+            if context:
+                all_contexts, _ = config.list_kube_config_contexts(config_file=kubeconfig)
+                ctx = next((c["context"] for c in all_contexts if c["name"] == context), ctx)
+            self.default_namespace = str(ctx.get("namespace") or "default")
+        except Exception:
+            self.default_namespace = "default"
+
+    def _call(self, what: str, func: Any, *args: Any, **kwargs: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return func(*args, **kwargs)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise PluginError(f"{what} not found") from None
+            if exc.status == 403:
+                raise PluginError(f"forbidden: {what} ({exc.reason})") from None
+            raise PluginError(f"{what}: {exc.status} {exc.reason}") from None
+        except OSError as exc:
+            raise PluginError(f"{what}: cannot reach the API server: {exc}") from None
+
+    def list_profiles(self, namespace: str | None) -> list[dict[str, Any]]:
+        if namespace is None:
+            result = self._call(
+                "SpsProfiles",
+                self.custom.list_cluster_custom_object,
+                API_GROUP,
+                API_VERSION,
+                PLURAL,
+            )
+        else:
+            result = self._call(
+                f"SpsProfiles in {namespace}",
+                self.custom.list_namespaced_custom_object,
+                API_GROUP,
+                API_VERSION,
+                namespace,
+                PLURAL,
+            )
+        items = list(result.get("items") or [])
+        return sorted(items, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
+
+    def get_profile(self, namespace: str, name: str) -> dict[str, Any]:
+        return dict(
+            self._call(
+                f"SpsProfile {namespace}/{name}",
+                self.custom.get_namespaced_custom_object,
+                API_GROUP,
+                API_VERSION,
+                namespace,
+                PLURAL,
+                name,
+            )
+        )
+
+    def get_config_map(self, namespace: str, name: str) -> dict[str, Any]:
+        cm = self._call(
+            f"ConfigMap {namespace}/{name}", self.core.read_namespaced_config_map, name, namespace
+        )
+        return dict(self.api.sanitize_for_serialization(cm))
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            job = self._call(
+                f"Job {namespace}/{name}", self.batch.read_namespaced_job, name, namespace
+            )
+        except PluginError:
+            return None
+        return dict(self.api.sanitize_for_serialization(job))
+
+    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        pods = self._call(
+            f"pods in {namespace}",
+            self.core.list_namespaced_pod,
+            namespace,
+            label_selector=selector,
+        )
+        return [dict(self.api.sanitize_for_serialization(p)) for p in pods.items]
+
+    def list_events(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        events = self._call(
+            f"events in {namespace}",
+            self.core.list_namespaced_event,
+            namespace,
+            field_selector=f"involvedObject.name={name},involvedObject.kind=SpsProfile",
+        )
+        out = [dict(self.api.sanitize_for_serialization(e)) for e in events.items]
+        return sorted(out, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+
+    def annotate_reprofile(self, namespace: str, name: str, token: str) -> dict[str, Any]:
+        """Set the reprofile annotation (metadata only: never the spec)."""
+        body = {"metadata": {"annotations": {names.ANNOTATION_REPROFILE: token}}}
+        return dict(
+            self._call(
+                f"SpsProfile {namespace}/{name}",
+                self.custom.patch_namespaced_custom_object,
+                API_GROUP,
+                API_VERSION,
+                namespace,
+                PLURAL,
+                name,
+                body,
+            )
+        )

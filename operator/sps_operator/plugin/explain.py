@@ -1,0 +1,276 @@
+"""`kubectl sps explain`: why the last run failed (or why nothing happens), and what to do.
+
+Pure: it reads the SpsProfile, the current run's Job and pods, and the profile's
+events as the API returns them, and returns findings, each with a next step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sps_operator.plugin.view import conditions_by_type, profile_state
+
+
+@dataclass(frozen=True)
+class Finding:
+    what: str  # what is wrong, in one line
+    why: str  # the evidence (reason and message from the cluster)
+    next: str  # the next step
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def _text(*parts: Any) -> str:
+    return " ".join(str(p) for p in parts if p).lower()
+
+
+def _failure_finding(name: str, failure: Mapping[str, Any]) -> Finding:
+    reason = str(failure.get("reason") or "Failed")
+    message = str(failure.get("message") or "")
+    text = _text(reason, message)
+    attempts = failure.get("attempts") or 1
+    evidence = f"{reason}: {message} (run {failure.get('run', '?')}, at {failure.get('at', '?')}"
+    evidence += f", {attempts} attempts)" if attempts and int(attempts) > 1 else ")"
+    if "verify-all" in text or "verifyall" in text or ("budget" in text and "pin" in text):
+        return Finding(
+            what="The profiling server ignored the pinned verify budget (the verify-all shortcut)",
+            why=evidence,
+            next=(
+                "The server runs compact mode without a table, so every fraction ran full width. "
+                "Use a server with the fix (SGLang PR #32930 / #38897), or launch it with any "
+                "non-flat table (e.g. a 2-probe diagonal table via "
+                "--speculative-dspark-sps-table-path). With server.source Clone the operator "
+                "already mounts the phase-1 diagonal table for the Additive phase 2; with "
+                "External, relaunch the external server that way. Then "
+                f"`kubectl sps reprofile {name}`."
+            ),
+        )
+    if "deadline" in text:
+        return Finding(
+            what="The profiling Job ran out of time",
+            why=evidence,
+            next=(
+                "Raise spec.job.activeDeadlineSeconds, or shorten the sweep (sweep.maxBatchSize, "
+                f"fewer fracs, a wider sweep.ciRelWidth); then `kubectl sps reprofile {name}`."
+            ),
+        )
+    if "gate" in text or "rms" in text or "r2" in text or ("change" in text and "live" in text):
+        return _gate_finding(name, evidence)
+    if "unschedul" in text or "insufficient" in text or "pending" in text:
+        return Finding(
+            what="The profiling Job could not get a GPU",
+            why=evidence,
+            next=_gpu_next_step(name),
+        )
+    if "server" in text and ("ready" in text or "start" in text or "health" in text):
+        return Finding(
+            what="The cloned SGLang server did not become ready",
+            why=evidence,
+            next=(
+                "Read the server's log: `kubectl logs job/<job> -c sglang-server` (the job name "
+                "is in status.lastFailure.run). Typical causes: the model cannot be downloaded "
+                "from the Job's pod, or too little GPU memory on the pinned product."
+            ),
+        )
+    return Finding(
+        what="The last profiling run failed",
+        why=evidence,
+        next=(
+            "Read the profiler's log: "
+            f"`kubectl logs job/{failure.get('run', '<job>')} -c profiler`; "
+            f"fix the cause, then `kubectl sps reprofile {name}`."
+        ),
+    )
+
+
+def _gate_finding(name: str, evidence: str) -> Finding:
+    return Finding(
+        what="A new table failed an acceptance gate and was not rolled out",
+        why=evidence,
+        next=(
+            f"Look at it: `kubectl sps table {name} --rejected` and compare with the live one "
+            f"(`kubectl sps diff {name} {name}@rejected`). If the change is real (new "
+            "image, driver, clocks), relax spec.gates (maxChange, maxRmsMs, minR2) and "
+            f"`kubectl sps reprofile {name}`; if it is noise, reprofile as is."
+        ),
+    )
+
+
+def _gpu_next_step(name: str) -> str:
+    return (
+        "The profiling Job needs as many GPUs of the same product as one server pod, on one "
+        "node. Free them (scale the Deployment down by one replica while profiling), add a "
+        "node to that GPU pool, or profile a server already in profiling mode "
+        "(spec.server.source: External). The run resumes by itself; check with "
+        f"`kubectl sps get {name}`."
+    )
+
+
+def _pod_findings(name: str, pods: Sequence[Mapping[str, Any]]) -> list[Finding]:
+    findings = []
+    for pod in pods:
+        status = pod.get("status") or {}
+        pod_name = (pod.get("metadata") or {}).get("name", "?")
+        if status.get("phase") != "Pending":
+            continue
+        for cond in status.get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                message = str(cond.get("message") or "")
+                if "didn't match" in message or "affinity" in message or "selector" in message:
+                    what = "No node matches the profiling Job's GPU product pin"
+                    next_step = (
+                        "The Job is pinned to the GPU product the target runs on "
+                        "(node label spec.gpuProductLabel). Check the label on your nodes "
+                        "(`kubectl get nodes -L nvidia.com/gpu.product`); if the GPU product "
+                        "label differs, set spec.gpuProductLabel."
+                    )
+                    if "insufficient" in message.lower():
+                        next_step = _gpu_next_step(name)
+                else:
+                    what = "The profiling Job is Pending: no GPU is free"
+                    next_step = _gpu_next_step(name)
+                findings.append(
+                    Finding(
+                        what=what,
+                        why=f"pod {pod_name}: {cond.get('reason', '')}: {message}",
+                        next=next_step,
+                    )
+                )
+        for cs in status.get("containerStatuses") or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in ("ImagePullBackOff", "ErrImagePull"):
+                findings.append(
+                    Finding(
+                        what=f"Container {cs.get('name')} cannot pull its image",
+                        why=f"pod {pod_name}: {waiting.get('reason')}: "
+                        f"{waiting.get('message', '')}",
+                        next="Check spec.job.image / the target's image and the pull secrets.",
+                    )
+                )
+    return findings
+
+
+def explain(
+    profile: Mapping[str, Any],
+    job: Mapping[str, Any] | None = None,
+    pods: Sequence[Mapping[str, Any]] = (),
+    events: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    meta = profile.get("metadata") or {}
+    name = str(meta.get("name", "?"))
+    status = profile.get("status") or {}
+    conds = conditions_by_type(profile)
+    findings: list[Finding] = []
+
+    generation = meta.get("generation")
+    observed = status.get("observedGeneration")
+    if not status:
+        findings.append(
+            Finding(
+                what="The operator has not processed this profile yet",
+                why="the profile has no status",
+                next=(
+                    "Check the operator runs and serves this namespace: "
+                    "`kubectl -n sps-system logs deploy/sps-operator` (watch.mode/namespaces "
+                    "in the chart's values)."
+                ),
+            )
+        )
+    elif generation is not None and observed is not None and observed < generation:
+        findings.append(
+            Finding(
+                what="The operator has not seen the latest spec yet",
+                why=f"observedGeneration {observed} < generation {generation}",
+                next="Wait a few seconds; if it persists, check the operator's log.",
+            )
+        )
+
+    gpu = str(status.get("gpuProduct") or "")
+    mixed = conds.get("Degraded") or conds.get("Ready") or {}
+    mixed_text = _text(mixed.get("reason"), mixed.get("message"))
+    if "," in gpu or "mixed" in mixed_text:
+        findings.append(
+            Finding(
+                what="The targets run on several GPU products",
+                why=f"GPU products: {gpu or '?'}; "
+                f"{mixed.get('reason', '')}: {mixed.get('message', '')}",
+                next=(
+                    "One table fits one GPU product. Pin each Deployment to one pool "
+                    "(nodeSelector nvidia.com/gpu.product: <product>), or split it into one "
+                    "Deployment per pool; the operator keeps a table per product."
+                ),
+            )
+        )
+
+    failure = status.get("lastFailure")
+    if failure:
+        findings.append(_failure_finding(name, failure))
+
+    rejected = status.get("rejectedTable")
+    if rejected and not any("gate" in f.what for f in findings):
+        tr = conds.get("TableReady") or {}
+        findings.append(
+            _gate_finding(
+                name,
+                f"rejected table {rejected.get('configMap', '?')}: "
+                f"{tr.get('reason', '')}: {tr.get('message', '')}",
+            )
+        )
+
+    if job is not None:
+        findings.extend(_pod_findings(name, pods))
+
+    for event in events:
+        if event.get("type") == "Warning" and not findings:
+            findings.append(
+                Finding(
+                    what=f"Warning event {event.get('reason', '')}",
+                    why=str(event.get("message") or event.get("note") or ""),
+                    next="See `kubectl describe sps " + name + "`.",
+                )
+            )
+            break
+
+    targets = status.get("targets")
+    if status and targets == [] and not findings:
+        findings.append(
+            Finding(
+                what="No Deployment matches the selector",
+                why=f"spec.selector = {(profile.get('spec') or {}).get('selector')}",
+                next="Label the SGLang Deployment(s) in this namespace to match spec.selector.",
+            )
+        )
+
+    return {
+        "name": name,
+        "namespace": meta.get("namespace"),
+        "state": profile_state(profile),
+        "conditions": [
+            {k: c.get(k) for k in ("type", "status", "reason", "message")} for c in conds.values()
+        ],
+        "findings": [f.to_dict() for f in findings],
+    }
+
+
+def render_explain(report: Mapping[str, Any]) -> str:
+    lines = [f"SpsProfile {report.get('namespace')}/{report['name']}: {report['state']}"]
+    for cond in report.get("conditions") or []:
+        lines.append(
+            f"  {cond['type']:<11} {cond['status']:<7} {cond.get('reason') or ''}"
+            + (f" - {cond['message']}" if cond.get("message") else "")
+        )
+    findings = report.get("findings") or []
+    if not findings:
+        lines.append("\nNothing is wrong: the last run succeeded (or none has failed).")
+        return "\n".join(lines)
+    for i, finding in enumerate(findings, 1):
+        lines += [
+            "",
+            f"{i}. {finding['what']}",
+            f"   Why:  {finding['why']}",
+            f"   Next: {finding['next']}",
+        ]
+    return "\n".join(lines)

@@ -1,0 +1,63 @@
+"""PNG plots of SPS tables (matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sps_operator.tables.formats import SpsCostTable, SpsTable
+from sps_operator.tables.quality import predicted_step_seconds
+
+
+def plot_table(table: SpsTable, path: Path, title: str) -> Path:
+    """Write a PNG of what the planner will believe: step time over the table's range."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if isinstance(table, SpsCostTable):
+        fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+        xs = list(table.sample_batch_tokens)
+        ms = [1000.0 / v if v else float("nan") for v in table.sample_steps_per_sec]
+        # The planner's lookup is a floor step: draw it as one.
+        ax.step(
+            [*xs, table.max_batch_tokens], [*ms, ms[-1]], where="post", label="table (floor step)"
+        )
+        ax.plot(xs, ms, "o", color="C1", label="probes")
+        ax.set_xlabel("batch tokens M (bs × K on the diagonal)")
+        ax.set_ylabel("step time (ms)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    else:
+        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
+        bias_ms = table.bias_seconds * 1000.0
+        left.plot(table.bs_probes, [a * 1000 for a in table.alpha_seconds], "o-", label="α(bs)")
+        left.plot(table.m_probes, [t * 1000 for t in table.theta_seconds], "s-", label="θ(M)")
+        left.axhline(bias_ms, color="grey", ls="--", label=f"bias {bias_ms:.2f} ms")
+        left.set_xlabel("batch size bs  /  verify tokens M")
+        left.set_ylabel("ms")
+        left.set_title("additive terms")
+        left.grid(alpha=0.3)
+        left.legend()
+        bss = list(table.bs_probes)
+        picks = sorted({bss[0], bss[len(bss) // 2], bss[-1]})
+        top = max(table.m_probes[-1], bss[-1])
+        for bs in picks:
+            ms_axis = [m for m in range(bs, top + 1, max(1, (top - bs) // 64 or 1))]
+            right.plot(
+                ms_axis,
+                [1000 * predicted_step_seconds(table, bs, m) for m in ms_axis],
+                label=f"bs={bs}",
+            )
+        right.set_xlabel("verify tokens M = bs + budget")
+        right.set_ylabel("predicted step time (ms)")
+        right.set_title("bias + α(bs) + θ(M)")
+        right.grid(alpha=0.3)
+        right.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return path

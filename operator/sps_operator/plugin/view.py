@@ -1,0 +1,282 @@
+"""Pure views of SpsProfile objects and tables for `kubectl sps` (no I/O).
+
+Inputs are the plain dicts the Kubernetes API returns (camelCase status, as the
+API models write it); outputs are plain data (for -o json|yaml) or text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sps_operator.constants import LABEL_PREFIX
+from sps_operator.controller import names
+from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, SpsTable
+
+ANNOTATION_EXPORTED_FROM = f"{LABEL_PREFIX}/exported-from"
+
+
+class PluginError(Exception):
+    """A user-facing error: printed as one line, exit code 1."""
+
+
+# --------------------------------------------------------------------------- time
+
+
+def parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def human_duration(seconds: float) -> str:
+    """kubectl's age format: 45s, 3m20s, 95m, 5h12m, 30h, 3d4h, 120d, 3y."""
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s}s"
+    minutes = s // 60
+    if minutes < 10:
+        return f"{minutes}m{s % 60}s" if s % 60 else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = minutes // 60
+    if hours < 8:
+        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    days = hours // 24
+    if days < 8:
+        return f"{days}d{hours % 24}h" if hours % 24 else f"{days}d"
+    if days < 730:
+        return f"{days}d"
+    return f"{days // 365}y"
+
+
+def age(timestamp: str | None, now: datetime) -> str:
+    when = parse_time(timestamp)
+    return "<unknown>" if when is None else human_duration((now - when).total_seconds())
+
+
+# --------------------------------------------------------------------------- profiles
+
+
+def conditions_by_type(profile: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    status = profile.get("status") or {}
+    return {c.get("type", ""): c for c in status.get("conditions") or []}
+
+
+def profile_state(profile: Mapping[str, Any]) -> str:
+    """One word (or two) a user reads in `kubectl sps get`: what the profile is doing."""
+    status = profile.get("status") or {}
+    conds = conditions_by_type(profile)
+    if (profile.get("spec") or {}).get("suspend"):
+        return "Suspended"
+    run = status.get("currentRun")
+    if run:
+        return f"Profiling/{run.get('phase', '?')}"
+    ready = conds.get("Ready")
+    if ready and ready.get("status") == "True":
+        stale = conds.get("Stale")
+        return "Stale" if stale and stale.get("status") == "True" else "Ready"
+    if ready and ready.get("status") == "False" and ready.get("reason"):
+        return str(ready["reason"])
+    if status.get("lastFailure"):
+        return "Failed"
+    return "Pending"
+
+
+def table_for_gpu(profile: Mapping[str, Any], gpu: str | None) -> dict[str, Any]:
+    """The status.tables entry for `gpu`, or the live one when `gpu` is None."""
+    status = profile.get("status") or {}
+    tables: list[dict[str, Any]] = list(status.get("tables") or [])
+    name = (profile.get("metadata") or {}).get("name", "?")
+    if gpu is not None:
+        for entry in tables:
+            if entry.get("gpuProduct") == gpu:
+                return entry
+        known = ", ".join(sorted({str(t.get("gpuProduct")) for t in tables})) or "none"
+        raise PluginError(f"profile {name} has no table for GPU {gpu!r} (tables for: {known})")
+    live = status.get("liveTable")
+    for entry in tables:
+        if live and entry.get("configMap") == live:
+            return entry
+    if len(tables) == 1:
+        return tables[0]
+    if not tables:
+        raise PluginError(
+            f"profile {name} has no table yet (state {profile_state(profile)}); "
+            f"see `kubectl sps explain {name}`"
+        )
+    gpus = ", ".join(sorted(str(t.get("gpuProduct")) for t in tables))
+    raise PluginError(f"profile {name} has tables for several GPUs ({gpus}); pick one with --gpu")
+
+
+def get_row(profile: Mapping[str, Any], now: datetime) -> dict[str, str]:
+    meta = profile.get("metadata") or {}
+    spec = profile.get("spec") or {}
+    status = profile.get("status") or {}
+    run = status.get("currentRun") or {}
+    return {
+        "namespace": str(meta.get("namespace", "")),
+        "name": str(meta.get("name", "")),
+        "kind": str((spec.get("table") or {}).get("kind", "Diagonal")),
+        "gpu": str(status.get("gpuProduct") or "<none>"),
+        "table": str(status.get("liveTable") or "<none>"),
+        "state": profile_state(profile),
+        "progress": str(run.get("progress") or ("-" if not run else "starting")),
+        "age": age(meta.get("creationTimestamp"), now),
+    }
+
+
+def render_columns(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """kubectl-style columns: upper-case headers, left-aligned, three spaces apart."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+    lines = []
+    for row in [list(headers), *rows]:
+        cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=True)]
+        lines.append("   ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def render_get(rows: Sequence[Mapping[str, str]], all_namespaces: bool) -> str:
+    if not rows:
+        return "No SpsProfiles found."
+    keys = ["name", "kind", "gpu", "table", "state", "progress", "age"]
+    if all_namespaces:
+        keys.insert(0, "namespace")
+    return render_columns([k.upper() for k in keys], [[r[k] for k in keys] for r in rows])
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def table_kind(table: SpsTable) -> str:
+    return "Additive" if isinstance(table, SpsAdditiveCostTable) else "Diagonal"
+
+
+def table_data(table: SpsTable) -> dict[str, Any]:
+    """The table's probes and values, in units a serving engineer reads (ms, steps/s)."""
+    if isinstance(table, SpsCostTable):
+        return {
+            "kind": "Diagonal",
+            "maxBatchTokens": table.max_batch_tokens,
+            "probes": [
+                {"batchTokens": m, "stepsPerSec": sps, "stepMs": 1000.0 / sps if sps else None}
+                for m, sps in zip(
+                    table.sample_batch_tokens, table.sample_steps_per_sec, strict=True
+                )
+            ],
+        }
+    return {
+        "kind": "Additive",
+        "biasMs": table.bias_seconds * 1000.0,
+        "alpha": [
+            {"batchSize": bs, "ms": a * 1000.0}
+            for bs, a in zip(table.bs_probes, table.alpha_seconds, strict=True)
+        ],
+        "theta": [
+            {"verifyTokens": m, "ms": t * 1000.0}
+            for m, t in zip(table.m_probes, table.theta_seconds, strict=True)
+        ],
+    }
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def render_table_header(profile_name: str, entry: Mapping[str, Any]) -> str:
+    quality = entry.get("quality") or {}
+    parts = [
+        f"Profile:      {profile_name}",
+        f"GPU product:  {entry.get('gpuProduct', '?')}",
+        f"Kind:         {entry.get('kind', '?')}",
+        f"ConfigMap:    {entry.get('configMap', '?')}",
+        f"Hash:         {entry.get('hash', '?')}",
+        f"Fingerprint:  {entry.get('fingerprint', '?')}",
+        f"Profiled at:  {entry.get('profiledAt') or '?'}  (run {entry.get('run') or '?'})",
+        "Fit quality:  RMS {} ms, R² {}, max rel. error {}".format(
+            _fmt(quality.get("rmsMs")),
+            _fmt(quality.get("r2"), 4),
+            "-" if quality.get("maxRelErr") is None else f"{100 * quality['maxRelErr']:.1f} %",
+        ),
+    ]
+    return "\n".join(parts)
+
+
+def render_table_values(table: SpsTable) -> str:
+    if isinstance(table, SpsCostTable):
+        rows = [
+            [str(m), f"{sps:.2f}", _fmt(1000.0 / sps if sps else None)]
+            for m, sps in zip(table.sample_batch_tokens, table.sample_steps_per_sec, strict=True)
+        ]
+        body = render_columns(["BATCH TOKENS", "STEPS/S", "STEP MS"], rows)
+        return f"{body}\nmax_batch_tokens: {table.max_batch_tokens}"
+    alpha = render_columns(
+        ["BATCH SIZE", "ALPHA MS"],
+        [
+            [str(bs), _fmt(a * 1000.0)]
+            for bs, a in zip(table.bs_probes, table.alpha_seconds, strict=True)
+        ],
+    )
+    theta = render_columns(
+        ["VERIFY TOKENS M", "THETA MS"],
+        [
+            [str(m), _fmt(t * 1000.0)]
+            for m, t in zip(table.m_probes, table.theta_seconds, strict=True)
+        ],
+    )
+    return (
+        "step_time(bs, M) = bias + alpha(bs) + theta(M),  "
+        f"bias = {table.bias_seconds * 1000:.3f} ms"
+        f"\n\n{alpha}\n\n{theta}"
+    )
+
+
+def exportable_config_map(
+    config_map: Mapping[str, Any], profile_name: str, new_name: str | None = None
+) -> dict[str, Any]:
+    """The table ConfigMap as a manifest to commit to Git.
+
+    Server-set fields go; so do the operator's ownership marks (ownerReferences, the
+    `sps.dev/profile` and managed-by labels) so the operator never trims or adopts the
+    pinned copy. Provenance moves to annotations.
+    """
+    meta = config_map.get("metadata") or {}
+    labels = dict(meta.get("labels") or {})
+    table_hash = labels.get(names.LABEL_TABLE_HASH, "")
+    name = new_name or f"{profile_name}-pinned-{table_hash[:10] or 'table'}"
+    provenance = {
+        ANNOTATION_EXPORTED_FROM: f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+        names.ANNOTATION_TABLE_HASH: table_hash,
+        names.LABEL_GPU: (meta.get("annotations") or {}).get(names.LABEL_GPU)
+        or labels.get(names.LABEL_GPU, ""),
+        names.LABEL_FINGERPRINT: labels.get(names.LABEL_FINGERPRINT, ""),
+    }
+    data = dict(config_map.get("data") or {})
+    if names.TABLE_KEY not in data:
+        raise PluginError(f"ConfigMap {meta.get('name')} has no {names.TABLE_KEY} key")
+    out: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "labels": {"app.kubernetes.io/part-of": "sps-operator"},
+            "annotations": {k: v for k, v in provenance.items() if v},
+        },
+        "immutable": True,
+        "data": data,
+    }
+    return out
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=False, default=str)

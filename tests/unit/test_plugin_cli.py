@@ -1,0 +1,110 @@
+"""`kubectl sps` command line: parsing, local-file diff, plots, clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sps_operator.plugin import cli
+from sps_operator.plugin.plot import plot_table
+from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable
+
+DIAG = '{"sample_batch_tokens":[8,16],"sample_steps_per_sec":[1000.0,500.0],"max_batch_tokens":32}'
+DIAG2 = '{"sample_batch_tokens":[8,16],"sample_steps_per_sec":[800.0,500.0],"max_batch_tokens":32}'
+
+
+def test_parser_accepts_every_command_with_output_flag() -> None:
+    parser = cli.build_parser()
+    args = parser.parse_args(["table", "llama", "--gpu", "NVIDIA-H200", "-o", "yaml", "-n", "x"])
+    assert (args.command, args.name, args.gpu, args.output, args.namespace) == (
+        "table",
+        "llama",
+        "NVIDIA-H200",
+        "yaml",
+        "x",
+    )
+    assert parser.parse_args(["get", "-A", "-w"]).all_namespaces is True
+    assert parser.parse_args(["reprofile", "llama", "--token", "t1"]).token == "t1"
+    assert parser.parse_args(["export", "llama", "--name", "pinned"]).new_name == "pinned"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["get", "-o", "wide"])
+    assert set(cli.COMMANDS) == {"get", "table", "diff", "export", "reprofile", "explain"}
+
+
+def test_diff_of_local_files_needs_no_cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a.json").write_text(DIAG)
+    (tmp_path / "b.json").write_text(DIAG2)
+    args = ["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "-o", "json"]
+    assert cli.main(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["summary"]["largestChange"] == pytest.approx(0.25)  # 1.0 ms -> 1.25 ms at M=8
+    assert cli.main([*args[:3], "-o", "yaml"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["summary"]["points"] == 2
+
+
+def test_diff_of_a_bad_table_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a.json").write_text(DIAG)
+    (tmp_path / "bad.json").write_text(DIAG.replace("[8,16]", "[8.0,16]"))
+    assert cli.main(["diff", str(tmp_path / "a.json"), str(tmp_path / "bad.json")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ")
+    assert "bad.json is not a table SGLang would load" in err
+    assert "int" in err
+    assert cli.main(["diff", str(tmp_path / "a.json"), str(tmp_path / "missing.json")]) == 1
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_missing_kubeconfig_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert cli.main(["get", "--kubeconfig", str(tmp_path / "nope")]) == 1
+    assert "cannot load a kubeconfig" in capsys.readouterr().err
+
+
+def test_watch_rows_prints_only_changes() -> None:
+    states = iter(["Pending", "Profiling/Diagonal", "Profiling/Diagonal", "Ready"])
+
+    def snapshot() -> list[dict[str, str]]:
+        state = next(states)
+        return [
+            {
+                "namespace": "ns",
+                "name": "p",
+                "kind": "Diagonal",
+                "gpu": "G",
+                "table": "<none>",
+                "state": state,
+                "progress": "-",
+                "age": "1s",
+            }
+        ]
+
+    lines: list[str] = []
+    rows = cli.watch_rows(
+        snapshot, False, 0.0, until=lambda r: r[0]["state"] == "Ready", out=lines.append
+    )
+    assert [line.split()[4] for line in lines] == ["Profiling/Diagonal", "Ready"]
+    assert rows[0]["state"] == "Ready"
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        SpsCostTable([8, 16, 32], [1000.0, 500.0, 260.0], 64),
+        SpsAdditiveCostTable(0.01, [1, 8, 16], [0.0, 0.001, 0.002], [0, 64], [0.0, 0.004]),
+    ],
+    ids=["diagonal", "additive"],
+)
+def test_plot_writes_a_png(tmp_path: Path, table: SpsCostTable | SpsAdditiveCostTable) -> None:
+    out = plot_table(table, tmp_path / "sub" / "t.png", "title")
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 5000

@@ -1,0 +1,147 @@
+"""`kubectl sps explain`: findings with evidence and a next step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sps_operator.plugin.explain import explain, render_explain
+
+
+def profile(status: dict[str, Any], generation: int = 1) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "llama", "namespace": "serving", "generation": generation},
+        "spec": {"selector": {"matchLabels": {"app": "llama"}}},
+        "status": status,
+    }
+
+
+def failure(reason: str, message: str, attempts: int = 1) -> dict[str, Any]:
+    return {
+        "run": "llama-0a1b2c3d4e",
+        "reason": reason,
+        "message": message,
+        "at": "2026-12-02T11:00:00Z",
+        "attempts": attempts,
+    }
+
+
+def whats(report: dict[str, Any]) -> list[str]:
+    return [f["what"] for f in report["findings"]]
+
+
+def test_no_status_means_operator_not_running_here() -> None:
+    report = explain(profile({}))
+    assert whats(report) == ["The operator has not processed this profile yet"]
+    assert "logs deploy/sps-operator" in report["findings"][0]["next"]
+
+
+def test_old_generation() -> None:
+    report = explain(profile({"observedGeneration": 1, "targets": [{"deployment": "x"}]}, 2))
+    assert whats(report) == ["The operator has not seen the latest spec yet"]
+
+
+def test_verify_all_shortcut_failure() -> None:
+    report = explain(
+        profile(
+            {
+                "observedGeneration": 1,
+                "lastFailure": failure(
+                    "VerifyAllShortcut",
+                    "every fraction ran at the full-width tier 64; the server ignores the pin",
+                ),
+            }
+        )
+    )
+    (finding,) = report["findings"]
+    assert "verify-all shortcut" in finding["what"]
+    assert "VerifyAllShortcut" in finding["why"] and "llama-0a1b2c3d4e" in finding["why"]
+    assert "non-flat table" in finding["next"]
+    assert "kubectl sps reprofile llama" in finding["next"]
+
+
+def test_gate_failure_points_at_rejected_table() -> None:
+    report = explain(
+        profile(
+            {
+                "observedGeneration": 1,
+                "rejectedTable": {"configMap": "llama-table-ffff"},
+                "conditions": [
+                    {
+                        "type": "TableReady",
+                        "status": "False",
+                        "reason": "GateFailed",
+                        "message": "RMS 0.9 ms > maxRmsMs 0.5",
+                    }
+                ],
+            }
+        )
+    )
+    (finding,) = report["findings"]
+    assert "failed an acceptance gate" in finding["what"]
+    assert "llama-table-ffff" in finding["why"] and "RMS 0.9 ms" in finding["why"]
+    assert "kubectl sps table llama --rejected" in finding["next"]
+
+
+def test_mixed_gpu_pool() -> None:
+    report = explain(
+        profile(
+            {
+                "observedGeneration": 1,
+                "gpuProduct": "NVIDIA-H100-80GB-HBM3,NVIDIA-H200",
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "False",
+                        "reason": "MixedGpuProducts",
+                        "message": "pods of llama run on 2 GPU products",
+                    }
+                ],
+            }
+        )
+    )
+    assert whats(report) == ["The targets run on several GPU products"]
+    assert "nodeSelector" in report["findings"][0]["next"]
+
+
+def test_pending_job_without_gpus() -> None:
+    pod = {
+        "metadata": {"name": "llama-0a1b2c3d4e-xyz"},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+                }
+            ],
+        },
+    }
+    status = {"observedGeneration": 1, "currentRun": {"job": "llama-0a1b2c3d4e"}}
+    report = explain(profile(status), job={"metadata": {}}, pods=[pod])
+    (finding,) = report["findings"]
+    assert finding["what"] == "The profiling Job is Pending: no GPU is free"
+    assert "Insufficient nvidia.com/gpu" in finding["why"]
+    assert "scale the Deployment down" in finding["next"]
+
+
+def test_no_targets_and_render() -> None:
+    report = explain(profile({"observedGeneration": 1, "targets": []}))
+    assert whats(report) == ["No Deployment matches the selector"]
+    text = render_explain(report)
+    assert text.startswith("SpsProfile serving/llama: Pending")
+    assert "1. No Deployment matches the selector" in text
+    assert "   Next: Label the SGLang Deployment(s)" in text
+
+
+def test_healthy_profile_has_no_findings() -> None:
+    status = {
+        "observedGeneration": 1,
+        "targets": [{"deployment": "llama", "rolledOut": True}],
+        "conditions": [{"type": "Ready", "status": "True", "reason": "TableLive", "message": ""}],
+    }
+    report = explain(profile(status))
+    assert report["findings"] == []
+    assert report["state"] == "Ready"
+    assert "Nothing is wrong" in render_explain(report)

@@ -1,0 +1,221 @@
+"""Pure views of `kubectl sps`: states, rows, ages, table text, export manifest."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from sps_operator.plugin import view
+from sps_operator.plugin.view import PluginError
+from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable
+
+NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
+H100 = "NVIDIA-H100-80GB-HBM3"
+H200 = "NVIDIA-H200"
+
+
+def cond(type_: str, status: str, reason: str = "Ok", message: str = "") -> dict[str, str]:
+    return {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": "2026-12-02T11:00:00Z",
+    }
+
+
+def table_entry(gpu: str, cm: str) -> dict[str, Any]:
+    return {
+        "gpuProduct": gpu,
+        "fingerprint": "fp1234",
+        "kind": "Diagonal",
+        "configMap": cm,
+        "hash": "0123456789abcdef",
+        "quality": {"rmsMs": 0.0421, "r2": 0.99871, "maxRelErr": 0.0312},
+        "profiledAt": "2026-12-02T11:30:00Z",
+        "run": "llama-abc",
+    }
+
+
+def profile(status: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "sps.dev/v1alpha1",
+        "kind": "SpsProfile",
+        "metadata": {
+            "name": "llama",
+            "namespace": "serving",
+            "creationTimestamp": "2026-12-02T11:56:40Z",
+            "generation": 1,
+        },
+        "spec": {"selector": {"matchLabels": {"app": "llama"}}, **spec},
+        "status": status or {},
+    }
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0, "0s"),
+        (59, "59s"),
+        (119, "119s"),
+        (200, "3m20s"),
+        (600, "10m"),
+        (179 * 60, "179m"),
+        (5 * 3600 + 12 * 60, "5h12m"),
+        (30 * 3600, "30h"),
+        (3 * 86400 + 4 * 3600, "3d4h"),
+        (120 * 86400, "120d"),
+        (-5, "0s"),
+    ],
+)
+def test_human_duration_matches_kubectl(seconds: float, text: str) -> None:
+    assert view.human_duration(seconds) == text
+
+
+def test_age_of_unparsable_timestamp() -> None:
+    assert view.age("yesterday", NOW) == "<unknown>"
+    assert view.age(None, NOW) == "<unknown>"
+    assert view.age("2026-12-02T11:59:00Z", NOW) == "60s"
+
+
+@pytest.mark.parametrize(
+    ("status", "spec", "state"),
+    [
+        ({}, {}, "Pending"),
+        ({"currentRun": {"phase": "OffDiagonal"}}, {}, "Profiling/OffDiagonal"),
+        ({"conditions": [cond("Ready", "True")]}, {}, "Ready"),
+        ({"conditions": [cond("Ready", "True"), cond("Stale", "True")]}, {}, "Stale"),
+        ({"conditions": [cond("Ready", "False", "GateFailed")]}, {}, "GateFailed"),
+        ({"lastFailure": {"run": "r", "reason": "X", "message": "m", "at": "t"}}, {}, "Failed"),
+        ({"conditions": [cond("Ready", "True")]}, {"suspend": True}, "Suspended"),
+    ],
+)
+def test_profile_state(status: dict[str, Any], spec: dict[str, Any], state: str) -> None:
+    assert view.profile_state(profile(status, **spec)) == state
+
+
+def test_get_row_and_render_columns() -> None:
+    p = profile(
+        {
+            "gpuProduct": H100,
+            "liveTable": "llama-table-0123456789",
+            "currentRun": {"phase": "Diagonal", "progress": "7/19 rounds"},
+        },
+        table={"kind": "Additive"},
+    )
+    row = view.get_row(p, NOW)
+    assert row == {
+        "namespace": "serving",
+        "name": "llama",
+        "kind": "Additive",
+        "gpu": H100,
+        "table": "llama-table-0123456789",
+        "state": "Profiling/Diagonal",
+        "progress": "7/19 rounds",
+        "age": "3m20s",
+    }
+    text = view.render_get([row], all_namespaces=False).splitlines()
+    assert text[0].split() == ["NAME", "KIND", "GPU", "TABLE", "STATE", "PROGRESS", "AGE"]
+    assert text[1].split() == [
+        "llama",
+        "Additive",
+        H100,
+        "llama-table-0123456789",
+        "Profiling/Diagonal",
+        "7/19",
+        "rounds",
+        "3m20s",
+    ]
+    # Columns line up: every header starts where its values start.
+    assert text[0].index("GPU") == text[1].index(H100)
+    with_ns = view.render_get([row], all_namespaces=True).splitlines()
+    assert with_ns[0].startswith("NAMESPACE")
+    assert view.render_get([], all_namespaces=False) == "No SpsProfiles found."
+
+
+def test_table_for_gpu_picks_live_then_explicit() -> None:
+    status = {
+        "liveTable": "llama-table-h200",
+        "tables": [table_entry(H100, "llama-table-h100"), table_entry(H200, "llama-table-h200")],
+    }
+    p = profile(status)
+    assert view.table_for_gpu(p, None)["configMap"] == "llama-table-h200"
+    assert view.table_for_gpu(p, H100)["configMap"] == "llama-table-h100"
+    with pytest.raises(
+        PluginError, match=r"no table for GPU 'A100'.*NVIDIA-H100-80GB-HBM3, NVIDIA-H200"
+    ):
+        view.table_for_gpu(p, "A100")
+    status.pop("liveTable")
+    with pytest.raises(PluginError, match=r"several GPUs.*--gpu"):
+        view.table_for_gpu(profile(status), None)
+    with pytest.raises(PluginError, match=r"no table yet.*explain llama"):
+        view.table_for_gpu(profile({}), None)
+
+
+def test_render_diagonal_table() -> None:
+    table = SpsCostTable([8, 16], [1000.0, 500.0], 32)
+    text = view.render_table_values(table)
+    lines = text.splitlines()
+    assert lines[0].split() == ["BATCH", "TOKENS", "STEPS/S", "STEP", "MS"]
+    assert lines[1].split() == ["8", "1000.00", "1.000"]
+    assert lines[2].split() == ["16", "500.00", "2.000"]
+    assert lines[-1] == "max_batch_tokens: 32"
+    data = view.table_data(table)
+    assert data["probes"][1] == {"batchTokens": 16, "stepsPerSec": 500.0, "stepMs": 2.0}
+
+
+def test_render_additive_table_and_header() -> None:
+    table = SpsAdditiveCostTable(0.010, [1, 8], [0.0, 0.002], [0, 64], [0.0, 0.004])
+    text = view.render_table_values(table)
+    assert "bias = 10.000 ms" in text
+    assert "8  " in text and "2.000" in text and "4.000" in text
+    data = view.table_data(table)
+    assert data["biasMs"] == pytest.approx(10.0)
+    assert data["theta"][1] == {"verifyTokens": 64, "ms": pytest.approx(4.0)}
+    header = view.render_table_header("llama", table_entry(H100, "cm"))
+    assert "RMS 0.042 ms, R² 0.9987, max rel. error 3.1 %" in header
+    assert f"GPU product:  {H100}" in header
+
+
+def test_export_strips_ownership_and_keeps_data() -> None:
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "llama-table-0123456789",
+            "namespace": "serving",
+            "uid": "u",
+            "resourceVersion": "42",
+            "creationTimestamp": "2026-12-02T11:00:00Z",
+            "managedFields": [{"manager": "sps-operator"}],
+            "ownerReferences": [{"kind": "SpsProfile", "name": "llama"}],
+            "labels": {
+                "sps.dev/profile": "llama",
+                "sps.dev/gpu-product": H100,
+                "sps.dev/fingerprint": "fp1234",
+                "sps.dev/table-hash": "0123456789abcdef",
+                "app.kubernetes.io/managed-by": "sps-operator",
+            },
+            "annotations": {"sps.dev/gpu-product": H100},
+        },
+        "immutable": True,
+        "data": {"table.json": '{"a":1}', "meta.json": "{}"},
+    }
+    out = view.exportable_config_map(cm, "llama")
+    meta = out["metadata"]
+    assert meta["name"] == "llama-pinned-0123456789"
+    assert set(meta) == {"name", "labels", "annotations"}
+    assert "sps.dev/profile" not in meta["labels"]
+    assert "app.kubernetes.io/managed-by" not in meta["labels"]
+    assert meta["annotations"] == {
+        "sps.dev/exported-from": "serving/llama-table-0123456789",
+        "sps.dev/table-hash": "0123456789abcdef",
+        "sps.dev/gpu-product": H100,
+        "sps.dev/fingerprint": "fp1234",
+    }
+    assert out["data"] == cm["data"] and out["immutable"] is True
+    assert view.exportable_config_map(cm, "llama", "mine")["metadata"]["name"] == "mine"
+    with pytest.raises(PluginError, match=r"no table\.json"):
+        view.exportable_config_map({**cm, "data": {}}, "llama")
