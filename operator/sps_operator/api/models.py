@@ -492,6 +492,10 @@ class TableRef(StatusModel):
     quality: FitQuality | None = None
     profiled_at: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
     run: str | None = Field(default=None, description="The run that measured it.")
+    previous: str | None = Field(
+        default=None, description="The table it replaced (rollback target on a failed rollout)."
+    )
+    message: str | None = Field(default=None, description="Why it was rejected, if it was.")
 
 
 class RunPhase(StrEnum):
@@ -514,6 +518,8 @@ class RunStatus(StatusModel):
         default=None, description="Additive: ConfigMap of the phase-1 diagonal table."
     )
     progress: str | None = None
+    trigger_key: str | None = Field(default=None, description="Identifies the trigger.")
+    attempt: int = Field(default=1, ge=1, description="Attempt number for this trigger.")
 
 
 class TargetStatus(StatusModel):
@@ -534,6 +540,12 @@ class FailureRecord(StatusModel):
     gpu_product: str | None = None
     fingerprint: str | None = None
     attempts: int = 1
+    trigger_key: str | None = Field(
+        default=None, description="The trigger this failure belongs to (retries share it)."
+    )
+    retryable: bool = Field(
+        default=True, description="False for gate failures: only a new trigger runs again."
+    )
 
 
 class SpsProfileStatus(StatusModel):
@@ -557,6 +569,12 @@ class SpsProfileStatus(StatusModel):
     last_failure: FailureRecord | None = None
     last_schedule_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
     next_schedule_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    refresh_requested_at: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="Tables profiled before this time are refreshed (token, annotation, schedule).",
+    )
+    refresh_reason: str | None = Field(default=None, description="Why a refresh was requested.")
     observed_token: str | None = Field(default=None, description="refresh.token last acted on.")
     observed_reprofile: str | None = Field(
         default=None, description="sps.dev/reprofile annotation value last acted on."

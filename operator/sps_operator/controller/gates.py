@@ -1,0 +1,74 @@
+"""Acceptance gates a fitted table must pass before it goes live (pure)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sps_operator.api.models import FitQuality, GatesSpec
+from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, SpsTable
+
+
+@dataclass(frozen=True)
+class GateResult:
+    passed: bool
+    reason: str  # CamelCase, for conditions and events
+    message: str
+
+
+def relative_change(new: SpsTable, live: SpsTable) -> float | None:
+    """Largest relative difference of the step time at the new table's probes;
+    None when the tables are of different kinds (not comparable)."""
+    if isinstance(new, SpsCostTable) and isinstance(live, SpsCostTable):
+        worst = 0.0
+        for m in new.sample_batch_tokens:
+            a, b = new.lookup(m), live.lookup(m)
+            worst = max(worst, abs(a - b) / max(abs(b), 1e-12))
+        return worst
+    if isinstance(new, SpsAdditiveCostTable) and isinstance(live, SpsAdditiveCostTable):
+        worst = 0.0
+        for bs in new.bs_probes:
+            for m in new.m_probes:
+                budget = max(m - bs, 0)
+                a = new.step_time(num_reqs=bs, budget=budget)
+                b = live.step_time(num_reqs=bs, budget=budget)
+                worst = max(worst, abs(a - b) / max(abs(b), 1e-12))
+        return worst
+    return None
+
+
+def check_gates(
+    gates: GatesSpec, quality: FitQuality, new: SpsTable, live: SpsTable | None
+) -> GateResult:
+    rms = quality.rms_ms
+    if (
+        gates.max_rms_ms is not None
+        and rms is not None
+        and (not math.isfinite(rms) or rms > gates.max_rms_ms)
+    ):
+        return GateResult(
+            False,
+            "FitQualityGateFailed",
+            f"fit RMS error {quality.rms_ms:.3f} ms exceeds gates.maxRmsMs "
+            f"{gates.max_rms_ms:g} ms; the measurement is too noisy (raise sweep.repeats, "
+            "tighten sweep.ciRelWidth, or relax the gate)",
+        )
+    if gates.min_r2 is not None:
+        r2 = quality.r2
+        if r2 is None or not math.isfinite(r2) or r2 < gates.min_r2:
+            shown = "undefined" if r2 is None or not math.isfinite(r2) else f"{r2:.4f}"
+            return GateResult(
+                False,
+                "FitQualityGateFailed",
+                f"fit R² {shown} is below gates.minR2 {gates.min_r2:g}",
+            )
+    if gates.max_change is not None and live is not None:
+        change = relative_change(new, live)
+        if change is not None and change > gates.max_change:
+            return GateResult(
+                False,
+                "ChangeGateFailed",
+                f"the new table differs from the live one by up to {change:.1%}, more than "
+                f"gates.maxChange {gates.max_change:.1%}; check the hardware, or raise the gate",
+            )
+    return GateResult(True, "GatesPassed", "all acceptance gates passed")
