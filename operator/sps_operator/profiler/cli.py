@@ -1,0 +1,287 @@
+"""`sps-profiler run | fit | all`: SGLang's profiler flags, plus the operator's needs.
+
+Exit status: 0 on success, 1 on any failure (after publishing status=failed and the
+message when --publish-configmap is given), 2 on bad command-line usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from sps_operator.profiler import sweep as sw
+
+logger = logging.getLogger("sps_operator.profiler")
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--out",
+        default=sw.DEFAULT_OUT,
+        help="Table path; raw data lands next to it (.rounds.jsonl, .records.jsonl), plus "
+        ".manifest.json and .plot.png.",
+    )
+    parser.add_argument("--log-level", default="info", help="Python logging level.")
+
+
+def _add_run(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--base-url", default="", help="URL of a running DSpark server.")
+    parser.add_argument(
+        "--fracs",
+        type=float,
+        nargs="+",
+        default=None,
+        help="Off-diagonal budget fractions in (0, 1] (compact-mode server); gives an additive "
+        "table. Without it: the diagonal (static) sweep.",
+    )
+    parser.add_argument(
+        "--batch-size", type=int, nargs="+", default=None, help="Explicit per-DP-rank batches."
+    )
+    parser.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=sw.DEFAULT_MAX_BATCH_SIZE,
+        help="Top of the tapered per-rank sweep (when --batch-size is not given).",
+    )
+    parser.add_argument("--input-len", type=int, default=sw.DEFAULT_INPUT_LEN)
+    parser.add_argument("--temperature", type=float, default=sw.DEFAULT_TEMPERATURE)
+    parser.add_argument(
+        "--min-steady-steps",
+        type=int,
+        default=None,
+        help="Floor on steady steps per round (only when given; the CI rule decides otherwise).",
+    )
+    parser.add_argument(
+        "--min-steady-seconds",
+        type=float,
+        default=None,
+        help="Floor on steady wall seconds per round (only when given).",
+    )
+    parser.add_argument("--round-timeout", type=float, default=sw.DEFAULT_ROUND_TIMEOUT_SECONDS)
+    parser.add_argument("--ramp-token-slack", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument(
+        "--local-tokenizer-path",
+        default=None,
+        help="Local tokenizer directory (config.json / tokenizer.json) for the vocabulary size.",
+    )
+    parser.add_argument(
+        "--vocab-size", type=int, default=None, help="Vocabulary size for random prompts."
+    )
+    parser.add_argument(
+        "--ci-rel-width",
+        type=float,
+        default=sw.DEFAULT_CI_REL_WIDTH,
+        help="Stop a round when the 95%% CI of the median step time is narrower than this "
+        "fraction of the median (default %(default)s).",
+    )
+    parser.add_argument(
+        "--max-steady-steps",
+        type=int,
+        default=sw.DEFAULT_MAX_STEADY_STEPS,
+        help="Stop a round after this many steady steps even if the CI is still wide.",
+    )
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=sw.DEFAULT_POLL_INTERVAL_SECONDS,
+        help="Seconds between /server_info polls during a round.",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="Continue an interrupted sweep: keep the rounds in .rounds.jsonl and measure only "
+        "the missing cells.",
+    )
+    parser.add_argument(
+        "--wait-for-server",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="Poll /health until the server answers, up to SECONDS.",
+    )
+    parser.add_argument("--progress", action="store_true", help="Print cell k/n, elapsed, ETA.")
+    parser.add_argument(
+        "--no-preflight",
+        dest="preflight",
+        action="store_false",
+        help="Skip the short pin probe before an off-diagonal sweep.",
+    )
+    parser.add_argument(
+        "--publish-configmap",
+        default=None,
+        metavar="NAME",
+        help="Write status, progress, manifest and rounds into this ConfigMap (in-cluster).",
+    )
+    parser.add_argument(
+        "--publish-namespace",
+        default=None,
+        help="Namespace of --publish-configmap (default: the pod's namespace).",
+    )
+    parser.add_argument("--http-timeout", type=float, default=600.0, help=argparse.SUPPRESS)
+
+
+def _add_fit(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-batch-tokens", type=int, default=None)
+    parser.add_argument("--no-self-check", dest="self_check", action="store_false")
+    parser.add_argument("--no-plot", dest="plot", action="store_false")
+    parser.add_argument(
+        "--kind",
+        choices=("diagonal", "additive"),
+        default=None,
+        help="Table kind (default: additive when any round has a frac).",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sps-profiler",
+        description="Measure a DSpark server's SPS cost table: 'run' collects rounds, 'fit' "
+        "builds the table from them (no server needed), 'all' does both.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="Collect rounds (one JSON line per cell).")
+    _add_common(run)
+    _add_run(run)
+    fit = sub.add_parser("fit", help="Fit the table and plot from saved rounds.")
+    _add_common(fit)
+    _add_fit(fit)
+    both = sub.add_parser("all", help="run, then fit.")
+    _add_common(both)
+    _add_run(both)
+    _add_fit(both)
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> sw.RoundSettings:
+    return sw.RoundSettings(
+        input_len=args.input_len,
+        temperature=args.temperature,
+        ci_rel_width=args.ci_rel_width,
+        min_steady_steps=args.min_steady_steps,
+        min_steady_seconds=args.min_steady_seconds,
+        max_steady_steps=args.max_steady_steps,
+        round_timeout_seconds=args.round_timeout,
+        ramp_token_slack=args.ramp_token_slack,
+        poll_interval_seconds=args.poll_interval,
+    )
+
+
+def _run_config(args: argparse.Namespace) -> Any:
+    from sps_operator.profiler.runner import RunConfig
+
+    batch_sizes = (
+        sw.validate_batch_sizes(args.batch_size)
+        if args.batch_size is not None
+        else sw.build_request_count_sweep(args.max_batch_size)
+    )
+    if args.repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {args.repeats}.")
+    return RunConfig(
+        base_url=args.base_url,
+        batch_sizes=batch_sizes,
+        fracs=sw.validate_fracs(args.fracs),
+        settings=_settings(args),
+        out=args.out,
+        repeats=args.repeats,
+        vocab_size=args.vocab_size,
+        local_tokenizer_path=args.local_tokenizer_path,
+        resume=args.resume,
+        progress=args.progress,
+        wait_for_server=args.wait_for_server,
+        preflight=args.preflight,
+        http_timeout=args.http_timeout,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = getattr(logging, str(args.log_level).upper(), None)
+    if not isinstance(level, int):
+        print(f"sps-profiler: unknown --log-level {args.log_level!r}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=level, format="%(message)s")
+    # One line per HTTP poll would drown the progress; keep httpx quiet unless debugging.
+    logging.getLogger("httpx").setLevel(max(level, logging.WARNING))
+    publisher = None
+    try:
+        if args.command in ("run", "all") and args.publish_configmap:
+            from sps_operator.profiler.publish import ConfigMapPublisher
+
+            publisher = ConfigMapPublisher(args.publish_configmap, args.publish_namespace)
+            publisher.publish(status="running", message="starting", progress="0/?")
+        return _dispatch(args, publisher)
+    except KeyboardInterrupt:
+        _publish_failure(publisher, "interrupted; rerun with --resume to continue")
+        print("sps-profiler: interrupted; measured rounds are on disk (--resume)", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        logger.debug("failure", exc_info=True)
+        _publish_failure(publisher, str(exc))
+        print(f"sps-profiler: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _publish_failure(publisher: Any, message: str) -> None:
+    if publisher is None:
+        return
+    try:
+        publisher.publish(status="failed", message=message)
+    except Exception as exc:
+        print(f"sps-profiler: could not publish the failure: {exc}", file=sys.stderr)
+
+
+def _dispatch(args: argparse.Namespace, publisher: Any) -> int:
+    from sps_operator.profiler.fitting import fit_profile
+
+    if args.command == "fit":
+        fit_profile(
+            args.out,
+            max_batch_tokens=args.max_batch_tokens,
+            run_self_check=args.self_check,
+            plot=args.plot,
+            kind=args.kind,
+        )
+        return 0
+    from sps_operator.profiler.runner import run_profile
+
+    cfg = _run_config(args)
+
+    def on_progress(progress: str, rounds: list[dict[str, Any]]) -> None:
+        if publisher is not None:
+            publisher.publish_quietly(status="running", message="measuring", progress=progress)
+
+    summary = run_profile(cfg, on_progress=on_progress)
+    message = f"measured {len(summary.rounds)} rounds"
+    if summary.pin_reset == "rejected":
+        message += "; the server rejected resetting the budget pin (restart it before serving)"
+    if args.command == "all":
+        result = fit_profile(
+            args.out,
+            max_batch_tokens=args.max_batch_tokens,
+            run_self_check=args.self_check,
+            plot=args.plot,
+            kind=args.kind,
+        )
+        q = result.quality
+        message += f"; {result.kind} fit RMS {q.rms_ms:.3f} ms, R² {q.r2:.4f}"
+    if publisher is not None:
+        import json
+
+        manifest = json.loads(summary.paths.manifest.read_text())
+        publisher.publish(
+            status="succeeded",
+            message=message,
+            progress=f"{len(summary.rounds)}/{len(summary.rounds)}",
+            manifest=manifest,
+            rounds=summary.rounds,
+        )
+    logger.info("%s", message)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,509 @@
+"""Turning one round's decode-step records into a measurement, or a clear refusal (pure).
+
+* Alignment as SGLang's profiler: steps present on every DP rank with every rank at the
+  target batch; the first `ROUND_WARMUP_STEPS` aligned steps are dropped.
+* Pin checks (contract §9): the record's `budget` and `verify_tokens_local` must match the
+  pin in the server's arithmetic, and the replayed tier (`num_verify_tokens`) must be the
+  tier for M — a full-width tier where a smaller one was expected is the verify-all
+  shortcut swallowing the pin.
+* Stopping rule: the distribution-free confidence interval of the median step time over a
+  steady window; a leading stretch that drifts (clock warm-up) is dropped first.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sps_operator.profiler.sweep import (
+    DEFAULT_CI_LEVEL_Z,
+    MATCH_FRACTION_ERROR,
+    MATCH_FRACTION_WARN,
+    ROUND_WARMUP_STEPS,
+)
+
+
+class RoundError(RuntimeError):
+    """The round's records cannot give a trustworthy measurement."""
+
+
+class PinNotTakenError(RoundError):
+    """The pinned budget did not change what the server ran (e.g. the verify-all shortcut)."""
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """The fields of one decode-step record the profiler reads."""
+
+    forward_ct: int
+    num_running_reqs: int
+    num_verify_tokens: int
+    step_time: float  # seconds
+    budget: int | None = None
+    verify_tokens_local: int | None = None
+
+    def to_record(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "forward_ct": self.forward_ct,
+            "num_running_reqs": self.num_running_reqs,
+            "num_verify_tokens": self.num_verify_tokens,
+            "step_time": self.step_time,
+        }
+        if self.budget is not None:
+            data["budget"] = self.budget
+        if self.verify_tokens_local is not None:
+            data["verify_tokens_local"] = self.verify_tokens_local
+        return data
+
+
+def rows_from_payload(payload: Any, rank: int) -> list[StepRow]:
+    """Decode-step rows of one rank's `dspark_info_record` (records without timing skipped)."""
+    if not isinstance(payload, Mapping):
+        raise RoundError(f"DP rank {rank} stopped reporting dspark_info_record mid-profile.")
+    records = payload.get("records", [])
+    if not isinstance(records, list):
+        raise RoundError(f"DP rank {rank} dspark_info_record.records is not a list.")
+    rows: list[StepRow] = []
+    for record in records:
+        if not isinstance(record, Mapping):
+            raise RoundError(f"DP rank {rank} has a record that is not an object: {record!r}")
+        step_cpu_ms = record.get("step_cpu_ms")
+        if step_cpu_ms is None:
+            continue
+        try:
+            budget = record.get("budget")
+            local = record.get("verify_tokens_local")
+            rows.append(
+                StepRow(
+                    forward_ct=int(record["forward_ct"]),
+                    num_running_reqs=int(record.get("num_running_reqs", record.get("bs", -1))),
+                    num_verify_tokens=int(record.get("num_verify_tokens", -1)),
+                    step_time=float(step_cpu_ms) / 1000.0,
+                    budget=int(budget) if budget is not None else None,
+                    verify_tokens_local=int(local) if local is not None and local >= 0 else None,
+                )
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RoundError(
+                f"DP rank {rank} has a malformed record {dict(record)!r}: {exc}"
+            ) from exc
+    return rows
+
+
+# --- stopping rule ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SteadyStats:
+    """Median step time over the steady window and its confidence interval."""
+
+    done: bool
+    window_start: int  # index into the steady series where the window begins
+    num_steps: int
+    median: float
+    ci_low: float
+    ci_high: float
+    drift: float  # relative difference between the window halves' medians
+
+    @property
+    def rel_width(self) -> float:
+        return (self.ci_high - self.ci_low) / self.median if self.median > 0 else math.inf
+
+    @property
+    def se(self) -> float:
+        """Standard error of the median, from the CI (normal approximation)."""
+        return (self.ci_high - self.ci_low) / (2 * DEFAULT_CI_LEVEL_Z)
+
+
+def median_ci(values: Sequence[float], z: float = DEFAULT_CI_LEVEL_Z) -> tuple[float, float, float]:
+    """Median and its distribution-free CI from order statistics (binomial, normal approx)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    med = statistics.median(ordered)
+    if n < 3:
+        return med, ordered[0], ordered[-1]
+    half = z * math.sqrt(n) / 2
+    lo = max(0, math.floor(n / 2 - half))
+    hi = min(n - 1, math.ceil(n / 2 + half))
+    return med, ordered[lo], ordered[hi]
+
+
+def steady_stats(
+    step_times: Sequence[float],
+    *,
+    ci_rel_width: float,
+    min_steps: int,
+    z: float = DEFAULT_CI_LEVEL_Z,
+) -> SteadyStats | None:
+    """Judge the steady series: the longest window from a start on a coarse grid whose
+    halves agree (no warm-up drift) and whose median CI is narrower than `ci_rel_width`.
+
+    `done` is False when no window qualifies yet; the stats then describe the whole series.
+    """
+    n = len(step_times)
+    if n == 0:
+        return None
+    stride = max(1, n // 16)
+    for start in range(0, max(1, n - min_steps + 1), stride):
+        window = step_times[start:]
+        if len(window) < min_steps:
+            break
+        med, lo, hi = median_ci(window, z)
+        mid = len(window) // 2
+        first = statistics.median(window[:mid]) if mid else med
+        second = statistics.median(window[mid:])
+        drift = abs(second - first) / med if med > 0 else math.inf
+        if med > 0 and (hi - lo) / med <= ci_rel_width and drift <= ci_rel_width / 2:
+            return SteadyStats(True, start, len(window), med, lo, hi, drift)
+    med, lo, hi = median_ci(step_times, z)
+    mid = n // 2
+    drift = (
+        abs(statistics.median(step_times[mid:]) - statistics.median(step_times[:mid])) / med
+        if mid and med > 0
+        else 0.0
+    )
+    return SteadyStats(False, 0, n, med, lo, hi, drift)
+
+
+# --- alignment -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Aligned:
+    """Steps seen on every rank at the target batch, in forward_ct order."""
+
+    common_cts: list[int]
+    aligned_cts: list[int]
+    by_ct: list[dict[int, StepRow]]
+
+    def rows_at(self, ct: int) -> list[StepRow]:
+        return [rank[ct] for rank in self.by_ct]
+
+
+def align(rank_rows: Sequence[Sequence[StepRow]], bs: int) -> Aligned:
+    by_ct = [{row.forward_ct: row for row in rows} for rows in rank_rows]
+    if not by_ct or any(not rank for rank in by_ct):
+        return Aligned([], [], by_ct)
+    common = set(by_ct[0])
+    for rank in by_ct[1:]:
+        common &= set(rank)
+    common_cts = sorted(common)
+    aligned = [ct for ct in common_cts if all(rank[ct].num_running_reqs == bs for rank in by_ct)]
+    return Aligned(common_cts, aligned, by_ct)
+
+
+def steady_series(aligned: Aligned) -> tuple[list[int], list[float]]:
+    """Steady cts (after warm-up) and their step time, the mean over ranks per step."""
+    cts = aligned.aligned_cts[ROUND_WARMUP_STEPS:]
+    return cts, [statistics.fmean(r.step_time for r in aligned.rows_at(ct)) for ct in cts]
+
+
+# --- pin checks ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PinExpectation:
+    """What a correct server runs for bs requests per rank pinned at frac (contract §9.1)."""
+
+    frac: float
+    bs: int
+    gamma: int
+    mode: str
+    tiers: tuple[int, ...]
+
+    @property
+    def k(self) -> int:
+        return self.gamma + 1
+
+    @property
+    def budget(self) -> int:
+        return max(0, int(float(self.frac) * (self.bs * self.gamma)))
+
+    @property
+    def m(self) -> int:
+        return min(self.bs + self.budget, self.bs * self.k)
+
+    def tier(self, tokens: int) -> int | None:
+        for t in self.tiers:
+            if t >= tokens:
+                return t
+        return None
+
+    @property
+    def expected_tier(self) -> int | None:
+        return self.tier(self.m) if self.mode == "compact" else self.m
+
+    @property
+    def full_tier(self) -> int | None:
+        return self.tier(self.bs * self.k) if self.mode == "compact" else self.bs * self.k
+
+    @property
+    def shrinks(self) -> bool:
+        """True when a working pin must replay a smaller graph than full width."""
+        e, f = self.expected_tier, self.full_tier
+        return e is not None and f is not None and e < f
+
+
+VERIFY_ALL_ADVICE = (
+    "The verify-all shortcut is swallowing the pin: compact mode with no SPS table (or a flat "
+    "1-probe one) runs every step at full width whatever dspark_force_budget_frac says, so "
+    "every fraction would be recorded under a false M. Fix: relaunch the profiling server with "
+    "any non-flat table, e.g. --speculative-dspark-sps-table-path pointing at "
+    '{"sample_batch_tokens":[1,2],"sample_steps_per_sec":[1.0,1.0],"max_batch_tokens":2} '
+    "(or the diagonal table from a static sweep), or use an SGLang build with the fix "
+    "(PR #32930 / #38897). With --enable-dp-attention and no DP tier gather the graph is "
+    "always full width too: profile off-diagonal without dp-attention."
+)
+
+
+def check_pin(rows: Sequence[StepRow], expect: PinExpectation, where: str) -> list[str]:
+    """Raise PinNotTakenError when the records show the pin did not take; return warnings."""
+    warnings: list[str] = []
+    budgets = {r.budget for r in rows}
+    if budgets == {None}:
+        raise PinNotTakenError(
+            f"{where}: no steady step carries a `budget`, so the pin frac={expect.frac} never "
+            "reached the budget planner (stale or overwritten pin, or a server without the "
+            "forced-budget hook). Check /set_internal_state on this build."
+        )
+    wrong_budget = sorted({b for b in budgets if b is not None and b != expect.budget})
+    if wrong_budget:
+        raise PinNotTakenError(
+            f"{where}: records show budget {wrong_budget}, expected {expect.budget} "
+            f"(= int({expect.frac} * ({expect.bs}*{expect.gamma}))); the pin did not reach the "
+            "planner as set (another client changed dspark_force_budget_frac?)."
+        )
+    locals_ = {r.verify_tokens_local for r in rows if r.verify_tokens_local is not None}
+    wrong_local = sorted(v for v in locals_ if v != expect.m)
+    if wrong_local:
+        raise PinNotTakenError(
+            f"{where}: records show verify_tokens_local {wrong_local}, expected M={expect.m}; "
+            "the pin did not take."
+        )
+    observed = sorted({r.num_verify_tokens for r in rows})
+    if len(observed) != 1:
+        raise RoundError(
+            f"{where}: steady steps replayed differing num_verify_tokens {observed}; the pin did "
+            "not hold a single graph tier, so the measurement is ambiguous."
+        )
+    tier = observed[0]
+    if tier < expect.m:
+        raise PinNotTakenError(
+            f"{where}: replayed {tier} verify tokens, fewer than the pinned M={expect.m}."
+        )
+    full = expect.full_tier
+    if expect.mode == "compact" and expect.shrinks and full is not None and tier >= full:
+        raise PinNotTakenError(
+            f"{where}: pinned M={expect.m} should replay the {expect.expected_tier}-token "
+            f"graph but every step replayed {tier} = full width ({expect.bs}x{expect.k}). "
+            + VERIFY_ALL_ADVICE
+        )
+    if expect.expected_tier is not None and tier != expect.expected_tier:
+        warnings.append(
+            f"{where}: replayed {tier} verify tokens, expected tier {expect.expected_tier} for "
+            f"M={expect.m} (the server's capture list may differ from /server_info's)."
+        )
+    return warnings
+
+
+# --- the whole round -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """One measured cell; `to_summary` is its rounds.jsonl line."""
+
+    repeat: int
+    bs: int
+    dp_size: int
+    frac: float | None
+    batch_tokens: int
+    stats: SteadyStats
+    match_fraction: float
+    per_rank_median_step_time: list[float]
+    graph_tier: int
+    expected_tier: int | None
+    budget: int | None
+    load_info: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+    graph_tiers: list[int] | None = None
+
+    def to_summary(self) -> dict[str, Any]:
+        summary: dict[str, Any] = {
+            # The reference profiler's fields, same names and meaning.
+            "repeat": self.repeat,
+            "batch_size": self.bs * self.dp_size,
+            "batch_size_per_rank": self.bs,
+            "frac": self.frac,
+            "batch_tokens": self.batch_tokens,
+            "steps_per_sec": 1.0 / self.stats.median,
+            "num_steady_steps": self.stats.num_steps,
+            "match_fraction": self.match_fraction,
+            "per_rank_median_step_time": self.per_rank_median_step_time,
+            "load_info": self.load_info,
+            # Ours.
+            "median_step_time": self.stats.median,
+            "step_time_se": self.stats.se,
+            "ci_low": self.stats.ci_low,
+            "ci_high": self.stats.ci_high,
+            "ci_rel_width": self.stats.rel_width,
+            "ci_met": self.stats.done,
+            "drift": self.stats.drift,
+            "dropped_drift_steps": self.stats.window_start,
+            "graph_tier": self.graph_tier,
+            "expected_tier": self.expected_tier,
+            "budget": self.budget,
+        }
+        if self.graph_tiers is not None:
+            summary["graph_tiers"] = self.graph_tiers
+        if self.warnings:
+            summary["warnings"] = self.warnings
+        return summary
+
+
+def postprocess_round(
+    rank_rows: Sequence[Sequence[StepRow]],
+    *,
+    repeat: int,
+    bs: int,
+    dp_size: int,
+    gamma: int,
+    mode: str,
+    tiers: Sequence[int],
+    frac: float | None,
+    ci_rel_width: float,
+    min_steps: int,
+    load_info: dict[str, Any],
+) -> RoundOutcome:
+    """Validate a finished round's records and measure it (raises RoundError/PinNotTakenError)."""
+    k = gamma + 1
+    where = f"Round bs={bs} (per rank, dp={dp_size})" + (
+        f" frac={frac}" if frac is not None else ""
+    )
+    if len(rank_rows) != dp_size:
+        raise RoundError(
+            f"{where}: expected records from {dp_size} DP ranks, got {len(rank_rows)}."
+        )
+    for rank, rows in enumerate(rank_rows):
+        if not rows:
+            raise RoundError(
+                f"{where}: DP rank {rank} produced no new decode-step records; the load did not "
+                "reach it (DP imbalance, a dead scheduler, or the round was too short)."
+            )
+    aligned = align(rank_rows, bs)
+    if not aligned.common_cts:
+        raise RoundError(
+            f"{where}: DP ranks share no common forward_ct, so steps cannot be aligned across "
+            "ranks (profiling needs dp-attention lockstep or dp=1)."
+        )
+    need = ROUND_WARMUP_STEPS + min_steps
+    if len(aligned.aligned_cts) < need:
+        seen = sorted(
+            {rank[ct].num_running_reqs for rank in aligned.by_ct for ct in aligned.common_cts}
+        )
+        raise RoundError(
+            f"{where} never stabilized: only {len(aligned.aligned_cts)} of "
+            f"{len(aligned.common_cts)} common decode steps had every rank at {bs} requests "
+            f"(need {need}; ranks ran batches {seen[:12]}). A DP rank that never reaches the "
+            "target batch, retraction, or a too-short --round-timeout."
+        )
+    first, last = aligned.aligned_cts[0], aligned.aligned_cts[-1]
+    window = [ct for ct in aligned.common_cts if first <= ct <= last]
+    match_fraction = len(aligned.aligned_cts) / len(window)
+    warnings: list[str] = []
+    if match_fraction < MATCH_FRACTION_ERROR:
+        raise RoundError(
+            f"{where} is unstable mid-round: only {match_fraction:.0%} of the {len(window)} "
+            "decode steps inside the steady window ran at the target per-rank batch."
+        )
+    if match_fraction < MATCH_FRACTION_WARN:
+        warnings.append(
+            f"{where}: {match_fraction:.0%} of steady-window steps ran at the target batch; "
+            "treat this probe with suspicion."
+        )
+    cts, times = steady_series(aligned)
+    rows = [row for ct in cts for row in aligned.rows_at(ct)]
+    budget: int | None = None
+    expected_tier: int | None
+    if frac is None:
+        low = sorted({r.num_verify_tokens for r in rows if r.num_verify_tokens < bs * k})
+        if low:
+            raise RoundError(
+                f"{where}: steps report num_verify_tokens {low} < {bs}x{k}; the ranks are not "
+                "running the uniform static verify a diagonal table assumes."
+            )
+        batch_tokens = bs * k
+        expected_tier = batch_tokens
+    else:
+        expect = PinExpectation(frac=frac, bs=bs, gamma=gamma, mode=mode, tiers=tuple(tiers))
+        # Steps before the confidence relay resolves carry no budget and run full width.
+        keep = [
+            i for i, ct in enumerate(cts) if all(r.budget is not None for r in aligned.rows_at(ct))
+        ]
+        if keep:
+            cts = [cts[i] for i in keep]
+            times = [times[i] for i in keep]
+        pinned = [row for ct in cts for row in aligned.rows_at(ct)]
+        warnings += check_pin(pinned, expect, where)
+        batch_tokens = expect.m
+        budget = expect.budget
+        expected_tier = expect.expected_tier
+    stats = steady_stats(times, ci_rel_width=ci_rel_width, min_steps=min(min_steps, len(times)))
+    if stats is None:
+        raise RoundError(f"{where}: no steady steps left after filtering.")
+    if not stats.done:
+        reason = (
+            f"the median's CI is {stats.rel_width:.1%} wide (target {ci_rel_width:.1%})"
+            if stats.rel_width > ci_rel_width
+            else f"step times still drift by {stats.drift:.1%} between the window halves"
+        )
+        warnings.append(
+            f"{where}: {reason} after {stats.num_steps} steps; kept, flagged ci_met=false "
+            "(raise --max-steady-steps for tighter rounds)."
+        )
+    window_cts = cts[stats.window_start :]
+    per_rank = [
+        statistics.median(rank[ct].step_time for ct in window_cts) for rank in aligned.by_ct
+    ]
+    return RoundOutcome(
+        repeat=repeat,
+        bs=bs,
+        dp_size=dp_size,
+        frac=frac,
+        batch_tokens=batch_tokens,
+        stats=stats,
+        match_fraction=match_fraction,
+        per_rank_median_step_time=per_rank,
+        graph_tier=aligned.rows_at(cts[-1])[0].num_verify_tokens,
+        expected_tier=expected_tier,
+        budget=budget,
+        load_info=load_info,
+        warnings=warnings,
+        graph_tiers=list(tiers) if frac is not None and mode == "compact" else None,
+    )
+
+
+def live_progress(
+    rank_rows: Sequence[Sequence[StepRow]],
+    *,
+    bs: int,
+    ci_rel_width: float,
+    min_steps: int,
+    pinned: bool,
+) -> tuple[int, SteadyStats | None]:
+    """During a round: aligned steps so far and the stopping statistics (None before warm-up)."""
+    aligned = align(rank_rows, bs)
+    cts, times = steady_series(aligned)
+    if pinned:
+        keep = [
+            i for i, ct in enumerate(cts) if all(r.budget is not None for r in aligned.rows_at(ct))
+        ]
+        times = [times[i] for i in keep]
+    if len(times) < min_steps:
+        return len(aligned.aligned_cts), None
+    return len(aligned.aligned_cts), steady_stats(
+        times, ci_rel_width=ci_rel_width, min_steps=min_steps
+    )

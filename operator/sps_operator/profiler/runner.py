@@ -1,0 +1,603 @@
+"""The sweep driver: talks to the server through `DsparkClient`, keeps the raw data safe.
+
+Thin on purpose: what a round means lives in `rounds`, what the server allows in
+`server`, the sweep in `sweep`, files in `artifacts`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from sps_operator.profiler import artifacts
+from sps_operator.profiler.client import DsparkClient, LoadThread, ServerUnavailableError
+from sps_operator.profiler.rounds import (
+    PinExpectation,
+    PinNotTakenError,
+    RoundError,
+    RoundOutcome,
+    StepRow,
+    align,
+    check_pin,
+    live_progress,
+    postprocess_round,
+    rows_from_payload,
+    steady_series,
+)
+from sps_operator.profiler.server import (
+    INFO_RECORD_PAYLOAD_KEY,
+    ServerCheckError,
+    ServerContext,
+    server_context_from_info,
+    server_m,
+    tier_for,
+    validate_sweep,
+)
+from sps_operator.profiler.sweep import (
+    PROFILE_SEED,
+    RANDOM_TOKEN_HIGH_MARGIN,
+    RANDOM_TOKEN_LOW,
+    ROUND_WARMUP_STEPS,
+    WARMUP_ROUND_STEADY_STEPS,
+    RoundSettings,
+    SweepCell,
+    build_cells,
+    cell_key_of_round,
+    round_max_new_tokens,
+)
+
+logger = logging.getLogger(__name__)
+
+LOAD_JOIN_TIMEOUT_SECONDS = 60.0
+POLL_FAILURES_BEFORE_GIVING_UP = 5
+PREFLIGHT_STEADY_STEPS = 8
+
+ProgressHook = Callable[[int, int], None]
+
+
+class ProfilerError(RuntimeError):
+    """A run that cannot produce a valid table; the message says what to do."""
+
+
+@dataclass
+class RunConfig:
+    base_url: str
+    batch_sizes: list[int]
+    fracs: list[float] | None
+    settings: RoundSettings
+    out: str
+    repeats: int = 1
+    vocab_size: int | None = None
+    local_tokenizer_path: str | None = None
+    resume: bool = False
+    progress: bool = False
+    wait_for_server: float | None = None
+    preflight: bool = True
+    warmup: bool = True
+    http_timeout: float = 600.0
+
+
+@dataclass
+class RunSummary:
+    paths: artifacts.OutPaths
+    rounds: list[dict[str, Any]]
+    manifest: dict[str, Any]
+    context: ServerContext
+    pin_reset: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+# --- vocabulary -------------------------------------------------------------------------------
+
+
+def vocab_size_from_tokenizer_dir(path: str) -> int | None:
+    """Vocabulary size from a local tokenizer directory, without torch or downloads."""
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        return None
+    config = root / "config.json"
+    if config.is_file():
+        try:
+            value = json.loads(config.read_text()).get("vocab_size")
+            if isinstance(value, int) and value > 0:
+                return value
+        except (OSError, json.JSONDecodeError):
+            pass
+    tokenizer = root / "tokenizer.json"
+    if tokenizer.is_file():
+        try:
+            data = json.loads(tokenizer.read_text())
+            vocab = data.get("model", {}).get("vocab", {})
+            added = data.get("added_tokens", [])
+            size = len(vocab) + len(added)
+            return size or None
+        except (OSError, json.JSONDecodeError, AttributeError):
+            return None
+    return None
+
+
+def resolve_vocab_size(cfg: RunConfig, context: ServerContext) -> int:
+    if cfg.vocab_size is not None:
+        size: int | None = cfg.vocab_size
+    else:
+        size = None
+        for candidate in (cfg.local_tokenizer_path, context.tokenizer_path):
+            if candidate:
+                size = vocab_size_from_tokenizer_dir(candidate)
+                if size:
+                    break
+        size = size or context.vocab_size
+    if not size:
+        raise ProfilerError(
+            "Could not find the vocabulary size (no local tokenizer directory, no vocab_size "
+            "in /server_info); pass --vocab-size N (the target model's vocabulary size)."
+        )
+    if size - RANDOM_TOKEN_HIGH_MARGIN <= RANDOM_TOKEN_LOW:
+        raise ProfilerError(f"vocab_size={size} is too small for random prompts (need > 2000).")
+    return size
+
+
+# --- progress --------------------------------------------------------------------------------
+
+
+class Progress:
+    """`cell k/n`, elapsed and an estimate, on stderr when enabled."""
+
+    def __init__(self, total: int, done: int, enabled: bool, stream: TextIO | None = None) -> None:
+        self.total = total
+        self.done = done
+        self.enabled = enabled
+        self.stream = stream or sys.stderr
+        self.started = time.monotonic()
+        self._start_done = done
+
+    def tick(self, label: str) -> None:
+        self.done += 1
+        if not self.enabled:
+            return
+        elapsed = time.monotonic() - self.started
+        measured = self.done - self._start_done
+        eta = elapsed / measured * (self.total - self.done) if measured else 0.0
+        self.stream.write(
+            f"[sps-profiler] cell {self.done}/{self.total} {label} "
+            f"elapsed {_clock(elapsed)} eta {_clock(eta)}\n"
+        )
+        self.stream.flush()
+
+    @property
+    def text(self) -> str:
+        return f"{self.done}/{self.total}"
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+# --- one round -------------------------------------------------------------------------------
+
+
+class Session:
+    """State kept across rounds: the client, the server context, ring clearing support."""
+
+    def __init__(self, client: DsparkClient, context: ServerContext, vocab_size: int) -> None:
+        self.client = client
+        self.context = context
+        self.vocab_size = vocab_size
+        self.rng = random.Random(PROFILE_SEED)
+        self.can_clear: bool | None = None
+        self.pinned: float | None = None
+
+    def fetch_rank_rows(self) -> list[list[StepRow]]:
+        info = self.client.server_info()
+        states = info.get("internal_states") if isinstance(info, dict) else None
+        if not isinstance(states, list):
+            raise RoundError("/server_info lost its internal_states mid-profile.")
+        return [
+            rows_from_payload(state.get(INFO_RECORD_PAYLOAD_KEY), rank)
+            for rank, state in enumerate(states)
+            if isinstance(state, dict)
+        ]
+
+    def fetch_rows_retrying(self) -> list[list[StepRow]]:
+        failures = 0
+        while True:
+            try:
+                return self.fetch_rank_rows()
+            except ServerUnavailableError as exc:
+                failures += 1
+                if failures >= POLL_FAILURES_BEFORE_GIVING_UP:
+                    raise ServerUnavailableError(
+                        f"The server stopped answering mid-round ({exc}); rounds measured so "
+                        "far are on disk — restart the server and rerun with --resume."
+                    ) from exc
+                time.sleep(0.2 * failures)
+
+    def clear_records(self) -> None:
+        """Empty the record ring so every poll ships only this round's steps."""
+        if self.can_clear is False:
+            return
+        ok, body = self.client.set_internal_state({"dspark_clear_info_records": True})
+        if not ok and self.can_clear is None:
+            logger.warning(
+                "The server does not accept dspark_clear_info_records (%s); polling the full "
+                "record ring instead (slower on long runs).",
+                body,
+            )
+        self.can_clear = ok
+
+    def pin(self, frac: float) -> None:
+        if self.pinned == frac:
+            return
+        ok, body = self.client.set_internal_state({"dspark_force_budget_frac": frac})
+        if not ok:
+            raise PinNotTakenError(
+                f"The server rejected dspark_force_budget_frac={frac}: {body}. Off-diagonal "
+                "profiling needs a DSpark server in compact mode that accepts the pin."
+            )
+        self.pinned = frac
+
+    def reset_pin(self) -> str:
+        ok, body = self.client.set_internal_state({"dspark_force_budget_frac": None})
+        if ok:
+            self.pinned = None
+            return "reset"
+        logger.warning(
+            "This server cannot reset the budget pin (it rejected dspark_force_budget_frac=null: "
+            "%s); it stays pinned at frac=%s until the server restarts. Restart it before it "
+            "serves traffic.",
+            body,
+            self.pinned,
+        )
+        return "rejected"
+
+    def load_payload(self, num_requests: int, settings: RoundSettings) -> dict[str, Any]:
+        high = self.vocab_size - RANDOM_TOKEN_HIGH_MARGIN
+        input_ids = [
+            [self.rng.randrange(RANDOM_TOKEN_LOW, high) for _ in range(settings.input_len)]
+            for _ in range(num_requests)
+        ]
+        return {
+            "input_ids": input_ids,
+            "sampling_params": {
+                "temperature": settings.temperature,
+                "max_new_tokens": round_max_new_tokens(settings),
+                "ignore_eos": True,
+            },
+            "stream": False,
+        }
+
+
+@dataclass
+class MeasuredRound:
+    outcome: RoundOutcome
+    rank_rows: list[list[StepRow]]
+
+
+def _pin_early_check(
+    session: Session, rank_rows: list[list[StepRow]], cell: SweepCell, where: str
+) -> None:
+    """Fail fast on a pin that did not take, before spending the whole round on it."""
+    if cell.frac is None:
+        return
+    aligned = align(rank_rows, cell.bs)
+    cts, _ = steady_series(aligned)
+    rows = [r for ct in cts for r in aligned.rows_at(ct) if r.budget is not None]
+    if len(rows) < ROUND_WARMUP_STEPS:
+        return
+    ctx = session.context
+    expect = PinExpectation(cell.frac, cell.bs, ctx.gamma, ctx.mode, tuple(ctx.tiers))
+    check_pin(rows, expect, where)
+
+
+def run_round(
+    session: Session,
+    cell: SweepCell,
+    settings: RoundSettings,
+    *,
+    min_steps: int | None = None,
+) -> MeasuredRound:
+    ctx = session.context
+    client = session.client
+    min_steps = min_steps or settings.min_steps
+    where = f"Round bs={cell.bs} (per rank, dp={ctx.dp_size})" + (
+        f" frac={cell.frac}" if cell.frac is not None else ""
+    )
+    if cell.frac is not None:
+        session.pin(cell.frac)
+    session.clear_records()
+    client.flush_cache()
+    watermarks = [
+        max((r.forward_ct for r in rows), default=-1) for rows in session.fetch_rows_retrying()
+    ]
+    started = time.monotonic()
+    load: LoadThread = client.start_load(session.load_payload(cell.bs * ctx.dp_size, settings))
+    steady_started: float | None = None
+    reached = False
+    rank_rows: list[list[StepRow]] = []
+    deadline = started + settings.round_timeout_seconds
+    while time.monotonic() < deadline:
+        time.sleep(settings.poll_interval_seconds)
+        rank_rows = [
+            [r for r in rows if r.forward_ct > mark]
+            for rows, mark in zip(session.fetch_rows_retrying(), watermarks, strict=False)
+        ]
+        if len(rank_rows) != len(watermarks):
+            raise RoundError(f"{where}: the number of DP ranks changed mid-profile.")
+        _pin_early_check(session, rank_rows, cell, where)
+        aligned_count, stats = live_progress(
+            rank_rows,
+            bs=cell.bs,
+            ci_rel_width=settings.ci_rel_width,
+            min_steps=min_steps,
+            pinned=cell.frac is not None,
+        )
+        if aligned_count >= ROUND_WARMUP_STEPS and steady_started is None:
+            steady_started = time.monotonic()
+        steady_seconds = time.monotonic() - steady_started if steady_started else 0.0
+        seconds_ok = (
+            settings.min_steady_seconds is None or steady_seconds >= settings.min_steady_seconds
+        )
+        if (
+            stats is not None
+            and seconds_ok
+            and (stats.done or stats.num_steps >= settings.step_budget)
+        ):
+            reached = stats.done
+            break
+        if not load.is_alive():
+            break  # the batch finished or failed: no more steps will come
+    client.abort_all()
+    load.join(LOAD_JOIN_TIMEOUT_SECONDS)
+    wall = time.monotonic() - started
+    if load.is_alive():
+        logger.warning(
+            "%s: the load did not return within %.0f s of the abort.",
+            where,
+            LOAD_JOIN_TIMEOUT_SECONDS,
+        )
+    final = session.fetch_rows_retrying()
+    rank_rows = [
+        [r for r in rows if r.forward_ct > mark]
+        for rows, mark in zip(final, watermarks, strict=False)
+    ]
+    load_info = {
+        "num_requests": cell.bs * ctx.dp_size,
+        "max_new_tokens": round_max_new_tokens(settings),
+        "wall_seconds": round(wall, 3),
+        "reached_target": reached,
+        "load_error": load.error,
+        "decode_seconds": round(sum(r.step_time for r in rank_rows[0]) if rank_rows else 0.0, 6),
+    }
+    outcome = postprocess_round(
+        rank_rows,
+        repeat=cell.repeat,
+        bs=cell.bs,
+        dp_size=ctx.dp_size,
+        gamma=ctx.gamma,
+        mode=ctx.mode,
+        tiers=ctx.tiers,
+        frac=cell.frac,
+        ci_rel_width=settings.ci_rel_width,
+        min_steps=min_steps,
+        load_info=load_info,
+    )
+    return MeasuredRound(outcome=outcome, rank_rows=rank_rows)
+
+
+def record_lines(measured: MeasuredRound) -> list[dict[str, Any]]:
+    o = measured.outcome
+    lines = []
+    for rank, rows in enumerate(measured.rank_rows):
+        for row in rows:
+            line = {
+                "repeat": o.repeat,
+                "batch_size": o.bs * o.dp_size,
+                "batch_size_per_rank": o.bs,
+                "frac": o.frac,
+                "dp_rank": rank,
+            }
+            line.update(row.to_record())
+            lines.append(line)
+    return lines
+
+
+# --- pre-flight probe ------------------------------------------------------------------------
+
+
+def preflight_cell(
+    context: ServerContext, batch_sizes: Sequence[int], fracs: Sequence[float]
+) -> SweepCell | None:
+    """Smallest bs whose smallest frac must replay a smaller graph than full width (§9.5)."""
+    if context.mode != "compact" or not fracs:
+        return None
+    tiers = context.tiers
+    frac = min(fracs)
+    for bs in sorted(batch_sizes):
+        m = server_m(frac, bs, context.gamma)
+        expected = tier_for(tiers, m)
+        full = tier_for(tiers, bs * context.verify_num_draft_tokens)
+        if expected is not None and full is not None and expected < full:
+            return SweepCell(repeat=-1, bs=bs, frac=frac)
+    return None
+
+
+# --- the sweep -------------------------------------------------------------------------------
+
+
+def _sweep_dict(cfg: RunConfig) -> dict[str, Any]:
+    return {
+        "batch_sizes": cfg.batch_sizes,
+        "fracs": cfg.fracs,
+        "repeats": cfg.repeats,
+        "seed": PROFILE_SEED,
+    }
+
+
+def run_profile(
+    cfg: RunConfig, on_progress: Callable[[str, list[dict[str, Any]]], None] | None = None
+) -> RunSummary:
+    """Measure every cell; append each round as it ends. Raises ProfilerError & co on bad input."""
+    paths = artifacts.OutPaths.for_out(cfg.out)
+    paths.table.parent.mkdir(parents=True, exist_ok=True)
+    with DsparkClient(cfg.base_url, timeout=cfg.http_timeout) as client:
+        if cfg.wait_for_server:
+            client.wait_until_healthy(cfg.wait_for_server)
+        context = server_context_from_info(
+            client.server_info(),
+            base_url=client.base_url,
+            offdiagonal=cfg.fracs is not None,
+            vocab_size=cfg.vocab_size,
+            tokenizer_path=cfg.local_tokenizer_path,
+        )
+        vocab = resolve_vocab_size(cfg, context)
+        warnings = validate_sweep(
+            context,
+            cfg.batch_sizes,
+            input_len=cfg.settings.input_len,
+            max_new_tokens=round_max_new_tokens(cfg.settings),
+        )
+        for w in warnings:
+            logger.warning("%s", w)
+        rounds = _prepare_raw_files(cfg, paths, context)
+        done = {cell_key_of_round(r) for r in rounds}
+        cells = build_cells(cfg.batch_sizes, cfg.fracs, cfg.repeats)
+        todo = [c for c in cells if c.key not in done]
+        progress = Progress(len(cells), len(cells) - len(todo), cfg.progress)
+        started_at = time.time()
+        server_dict = context.to_dict()
+
+        def manifest(
+            status: str, pin_reset: str | None, extra: dict[str, Any] | None = None
+        ) -> dict[str, Any]:
+            data = artifacts.build_manifest(
+                paths=paths,
+                server=server_dict,
+                sweep=_sweep_dict(cfg),
+                settings=cfg.settings.to_dict(),
+                rounds=rounds,
+                status=status,
+                pin_reset=pin_reset,
+                started_at=started_at,
+                extra=extra,
+            )
+            artifacts.write_json_atomic(paths.manifest, data)
+            return data
+
+        manifest("running", None)
+        session = Session(client, context, vocab)
+        pin_reset: str | None = None
+        try:
+            if todo and cfg.warmup:
+                _warmup(session, cfg)
+            if todo and cfg.fracs and cfg.preflight:
+                _preflight(session, cfg)
+            for cell in todo:
+                measured = run_round(session, cell, cfg.settings)
+                summary = measured.outcome.to_summary()
+                artifacts.append_lines(paths.records, record_lines(measured))
+                artifacts.append_lines(paths.rounds, [summary])
+                rounds.append(summary)
+                for w in measured.outcome.warnings:
+                    logger.warning("%s", w)
+                progress.tick(
+                    f"bs={cell.bs} frac={cell.frac}: {summary['steps_per_sec']:.2f} steps/s "
+                    f"(CI {summary['ci_rel_width']:.1%}, {summary['num_steady_steps']} steps)"
+                )
+                if on_progress:
+                    on_progress(progress.text, rounds)
+        except BaseException as exc:
+            if cfg.fracs is not None:
+                pin_reset = _safe_reset(session)
+            manifest("failed", pin_reset, {"error": str(exc)})
+            raise
+        if cfg.fracs is not None:
+            pin_reset = _safe_reset(session)
+        if not rounds:
+            raise ProfilerError("No rounds were measured.")
+        data = manifest("succeeded", pin_reset)
+        return RunSummary(paths, rounds, data, context, pin_reset, warnings)
+
+
+def _safe_reset(session: Session) -> str:
+    try:
+        return session.reset_pin()
+    except Exception as exc:  # the server may be the thing that failed
+        logger.warning("Could not reset the budget pin: %s", exc)
+        return f"failed: {exc}"
+
+
+def _prepare_raw_files(
+    cfg: RunConfig, paths: artifacts.OutPaths, context: ServerContext
+) -> list[dict[str, Any]]:
+    if cfg.resume:
+        rounds = artifacts.read_jsonl(paths.rounds)
+        if rounds and paths.manifest.exists():
+            try:
+                previous = json.loads(paths.manifest.read_text())
+            except json.JSONDecodeError:
+                previous = {}
+            before = previous.get("fingerprint")
+            if before and before != context.fingerprint:
+                raise ProfilerError(
+                    f"--resume: the server's fingerprint {context.fingerprint} differs from the "
+                    f"interrupted run's {before} (model, layout or capture config changed); the "
+                    "old rounds would mix two setups. Start a fresh run without --resume."
+                )
+            if previous.get("fracs") != cfg.fracs:
+                raise ProfilerError(
+                    f"--resume: --fracs {cfg.fracs} differ from the interrupted run's "
+                    f"{previous.get('fracs')}; use the same sweep or start fresh."
+                )
+        logger.info("Resuming: %d rounds already measured in %s", len(rounds), paths.rounds)
+        return rounds
+    moved = artifacts.set_aside(paths.raw_files())
+    for path in moved:
+        logger.warning("Kept the previous run's %s as %s", path.name.split(".")[0], path)
+    return []
+
+
+def _warmup(session: Session, cfg: RunConfig) -> None:
+    bs = min(8, max(cfg.batch_sizes))
+    frac = max(cfg.fracs) if cfg.fracs else None
+    try:
+        run_round(
+            session, SweepCell(-1, bs, frac), cfg.settings, min_steps=WARMUP_ROUND_STEADY_STEPS
+        )
+    except (ServerUnavailableError, PinNotTakenError):
+        raise
+    except Exception as exc:
+        logger.warning("Warm-up round failed (%s); continuing.", exc)
+
+
+def _preflight(session: Session, cfg: RunConfig) -> None:
+    assert cfg.fracs is not None
+    cell = preflight_cell(session.context, cfg.batch_sizes, cfg.fracs)
+    if cell is None:
+        logger.info("Pre-flight probe skipped: no bs in the sweep whose pin must shrink the graph.")
+        return
+    try:
+        run_round(session, cell, cfg.settings, min_steps=PREFLIGHT_STEADY_STEPS)
+    except PinNotTakenError as exc:
+        raise PinNotTakenError(f"Pre-flight probe failed, nothing measured. {exc}") from exc
+    except RoundError as exc:
+        logger.warning("Pre-flight probe inconclusive (%s); the per-round checks still apply.", exc)
+
+
+__all__ = [
+    "ProfilerError",
+    "RunConfig",
+    "RunSummary",
+    "ServerCheckError",
+    "preflight_cell",
+    "run_profile",
+    "run_round",
+]

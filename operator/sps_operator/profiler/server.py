@@ -1,0 +1,355 @@
+"""What the server says about itself: validation of `/server_info` and the sweep (pure).
+
+Every pre-flight check of SGLang's profiler, plus: a decode CUDA-graph backend of
+`disabled` counts as disabled, and the sweep is checked against the capture list, the
+running-request cap and the KV capacity before any load is sent.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sps_operator.profiler.sweep import REQUIRED_SIMULATE_ACC_LEN
+
+logger = logging.getLogger(__name__)
+
+INFO_RECORD_PAYLOAD_KEY = "dspark_info_record"
+REQUIRED_COMPONENTS = frozenset({"core", "step_cpu_time"})
+DIAGONAL_MODES = ("static",)
+OFFDIAGONAL_MODES = ("compact", "cap-accept")
+ENABLE_HINT = (
+    "SGLANG_DSPARK_ENABLE_SPS_RECORD=1 (or SGLANG_DSPARK_DEBUG_DUMP=core,step_cpu_time) and "
+    "SGLANG_SIMULATE_ACC_LEN=1.0"
+)
+# Server arguments the measured cost depends on: recorded in the manifest and fingerprinted.
+COST_RELEVANT_ARGS = (
+    "model_path",
+    "speculative_draft_model_path",
+    "dtype",
+    "quantization",
+    "kv_cache_dtype",
+    "attention_backend",
+    "tp_size",
+    "dp_size",
+    "enable_dp_attention",
+    "speculative_algorithm",
+    "speculative_num_draft_tokens",
+    "speculative_dspark_block_size",
+    "max_running_requests",
+    "cuda_graph_max_bs",
+    "disable_cuda_graph",
+    "version",
+)
+
+
+class ServerCheckError(ValueError):
+    """The server cannot produce a valid table as configured; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class ServerContext:
+    base_url: str
+    tp_size: int
+    dp_size: int
+    dp_attention: bool
+    mode: str
+    gamma: int
+    verify_num_draft_tokens: int
+    simulate_acc_len: float
+    capture_bs: tuple[int, ...]
+    max_running_per_dp: int | None
+    token_capacity: float
+    table_path: str | None
+    tokenizer_path: str | None
+    vocab_size: int | None
+    cost_args: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cuda_graph_max_bs(self) -> int | None:
+        return max(self.capture_bs) if self.capture_bs else None
+
+    @property
+    def tiers(self) -> list[int]:
+        """Compact-mode graph tiers (token counts), approximating the runner's filter."""
+        return compact_tiers(self.capture_bs, self.verify_num_draft_tokens, self.max_running_per_dp)
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint_of(self.cost_args)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["capture_bs"] = list(self.capture_bs)
+        data["tiers"] = self.tiers
+        data["fingerprint"] = self.fingerprint
+        return data
+
+
+def fingerprint_of(cost_args: Mapping[str, Any]) -> str:
+    canonical = json.dumps(dict(cost_args), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def default_decode_capture_bs(max_bs: int) -> list[int]:
+    """SGLang's server-args decode capture list when speculative decoding is on (§4.1)."""
+    candidates = [
+        *range(1, 9),
+        *range(10, 33, 2),
+        *range(40, 65, 4),
+        *range(72, 257, 8),
+        *range(272, max_bs + 1, 16),
+    ]
+    out = sorted({b for b in candidates if b <= max_bs} | {max_bs})
+    return out
+
+
+def compact_tiers(
+    capture_bs: Sequence[int], verify_num_draft_tokens: int, pool: int | None
+) -> list[int]:
+    """sorted({b*K for b <= pool} ∪ {pool*K if max(capture) > pool})."""
+    if not capture_bs:
+        return []
+    kept = {b for b in capture_bs if pool is None or b <= pool}
+    if pool is not None and max(capture_bs) > pool:
+        kept.add(pool)
+    return sorted({b * verify_num_draft_tokens for b in kept})
+
+
+def tier_for(tiers: Sequence[int], tokens: int) -> int | None:
+    """Smallest tier >= tokens (SGLang's round_up_grid), None above the grid."""
+    index = bisect.bisect_left(tiers, tokens)
+    return tiers[index] if index < len(tiers) else None
+
+
+def server_budget(frac: float, bs: int, gamma: int) -> int:
+    """The pinned budget in the server's order of operations: int(frac * (bs*gamma))."""
+    return max(0, int(float(frac) * (bs * gamma)))
+
+
+def server_m(frac: float, bs: int, gamma: int) -> int:
+    """M the server schedules for a pin: min(bs + budget, bs*K)."""
+    return min(bs + server_budget(frac, bs, gamma), bs * (gamma + 1))
+
+
+def _decode_config(state: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    config = state.get("cuda_graph_config")
+    if not isinstance(config, Mapping):
+        return None
+    decode = config.get("decode")
+    return decode if isinstance(decode, Mapping) else None
+
+
+def resolve_capture_bs(state: Mapping[str, Any]) -> list[int]:
+    """The decode capture list: `decode.bs`, else the default list up to `decode.max_bs`."""
+    decode = _decode_config(state)
+    if decode is None:
+        return []
+    bs = decode.get("bs")
+    if isinstance(bs, list) and bs:
+        return sorted({int(b) for b in bs})
+    max_bs = decode.get("max_bs")
+    if max_bs is not None:
+        return default_decode_capture_bs(int(max_bs))
+    return []
+
+
+def _int_or_none(value: Any) -> int | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def server_context_from_info(
+    info: Any,
+    *,
+    base_url: str,
+    offdiagonal: bool,
+    vocab_size: int | None = None,
+    tokenizer_path: str | None = None,
+) -> ServerContext:
+    """Validate a `/server_info` response for profiling and extract what the sweep needs."""
+    if not isinstance(info, Mapping):
+        raise ServerCheckError(
+            f"{base_url}/server_info did not return a JSON object (got "
+            f"{type(info).__name__}); is this an SGLang server?"
+        )
+    algorithm = info.get("speculative_algorithm")
+    if algorithm != "DSPARK":
+        raise ServerCheckError(
+            f"Profile against a DSpark server: {base_url} reports speculative_algorithm="
+            f"{algorithm!r}. Relaunch with --speculative-algorithm DSPARK."
+        )
+    if info.get("disable_cuda_graph"):
+        raise ServerCheckError(
+            "The server runs with --disable-cuda-graph; a table measured without CUDA graphs "
+            "is uselessly slow. Relaunch with CUDA graphs enabled."
+        )
+    states = info.get("internal_states")
+    if (
+        not isinstance(states, list)
+        or not states
+        or not all(isinstance(s, Mapping) for s in states)
+    ):
+        raise ServerCheckError(f"{base_url}/server_info returned no internal_states.")
+    state0 = states[0]
+    decode = _decode_config(state0) or _decode_config(info)
+    if decode is not None and str(decode.get("backend", "")).lower() == "disabled":
+        raise ServerCheckError(
+            "The server's decode CUDA-graph backend is 'disabled' (--cuda-graph-backend-decode "
+            "disabled / --disable-decode-cuda-graph); relaunch with decode CUDA graphs enabled."
+        )
+    allowed = OFFDIAGONAL_MODES if offdiagonal else DIAGONAL_MODES
+    payloads: list[Mapping[str, Any]] = []
+    for rank, state in enumerate(states):
+        payload = state.get(INFO_RECORD_PAYLOAD_KEY)
+        if not isinstance(payload, Mapping):
+            raise ServerCheckError(
+                f"DP rank {rank} reports no {INFO_RECORD_PAYLOAD_KEY}; launch the server with "
+                f"{ENABLE_HINT}."
+            )
+        mode = payload.get("mode")
+        if mode not in allowed:
+            want = (
+                "SGLANG_RAGGED_VERIFY_MODE=compact for an off-diagonal (--fracs) sweep"
+                if offdiagonal
+                else "SGLANG_RAGGED_VERIFY_MODE=static for a diagonal sweep (or pass --fracs)"
+            )
+            raise ServerCheckError(
+                f"{INFO_RECORD_PAYLOAD_KEY}.mode must be one of {allowed}, got {mode!r} on DP "
+                f"rank {rank}; relaunch with {want}."
+            )
+        components = payload.get("components") or []
+        missing = sorted(REQUIRED_COMPONENTS - set(components))
+        if missing:
+            raise ServerCheckError(
+                f"DP rank {rank} {INFO_RECORD_PAYLOAD_KEY} is missing component(s) {missing}; "
+                f"launch with {ENABLE_HINT}."
+            )
+        if payload.get("simulate_acc_len") != REQUIRED_SIMULATE_ACC_LEN:
+            raise ServerCheckError(
+                f"DP rank {rank} reports simulate_acc_len={payload.get('simulate_acc_len')!r}, "
+                f"but profiling requires exactly SGLANG_SIMULATE_ACC_LEN="
+                f"{REQUIRED_SIMULATE_ACC_LEN} (every step then commits exactly one token per "
+                "request, so the batch stays put)."
+            )
+        payloads.append(payload)
+    ks = {_int_or_none(p.get("verify_num_draft_tokens")) for p in payloads}
+    if len(ks) != 1 or None in ks:
+        raise ServerCheckError(
+            f"DP ranks disagree on verify_num_draft_tokens: {sorted(map(str, ks))}."
+        )
+    k = ks.pop()
+    assert k is not None
+    if k < 2:
+        raise ServerCheckError(f"verify_num_draft_tokens={k}; DSpark needs at least 2.")
+    gamma = _int_or_none(payloads[0].get("gamma")) or k - 1
+    modes = {str(p.get("mode")) for p in payloads}
+    if len(modes) != 1:
+        raise ServerCheckError(f"DP ranks disagree on the ragged verify mode: {sorted(modes)}.")
+    dp_size = _int_or_none(state0.get("dp_size")) or _int_or_none(info.get("dp_size")) or 1
+    if dp_size != len(states):
+        raise ServerCheckError(
+            f"/server_info reports dp_size={dp_size} but {len(states)} internal_states; "
+            "cannot align DP ranks."
+        )
+    max_running = _int_or_none(state0.get("effective_max_running_requests_per_dp"))
+    if max_running is not None and max_running <= 0:
+        max_running = None
+    if max_running is None:
+        logger.warning(
+            "Server did not report effective_max_running_requests_per_dp; the sweep is not "
+            "checked against the running-request cap."
+        )
+    capacity = 0.0
+    for state in states:
+        usage = state.get("memory_usage")
+        cap = usage.get("token_capacity") if isinstance(usage, Mapping) else None
+        capacity += float(cap) if isinstance(cap, int | float) and cap > 0 else 1e9
+    vocab = vocab_size
+    if vocab is None:
+        vocab = _int_or_none(info.get("vocab_size")) or _int_or_none(state0.get("vocab_size"))
+    cost_args = {key: info.get(key, state0.get(key)) for key in COST_RELEVANT_ARGS}
+    capture = resolve_capture_bs(state0) or resolve_capture_bs(info)
+    cost_args.update(
+        {
+            "mode": modes.pop(),
+            "verify_num_draft_tokens": k,
+            "capture_bs": capture,
+            "max_running_per_dp": max_running,
+        }
+    )
+    table_path = info.get(
+        "speculative_dspark_sps_table_path", state0.get("speculative_dspark_sps_table_path")
+    )
+    return ServerContext(
+        base_url=base_url,
+        tp_size=_int_or_none(info.get("tp_size")) or 1,
+        dp_size=dp_size,
+        dp_attention=bool(info.get("enable_dp_attention", state0.get("enable_dp_attention"))),
+        mode=str(payloads[0].get("mode")),
+        gamma=gamma,
+        verify_num_draft_tokens=k,
+        simulate_acc_len=REQUIRED_SIMULATE_ACC_LEN,
+        capture_bs=tuple(capture),
+        max_running_per_dp=max_running,
+        token_capacity=capacity,
+        table_path=str(table_path) if table_path else None,
+        tokenizer_path=tokenizer_path or info.get("tokenizer_path"),
+        vocab_size=vocab,
+        cost_args=cost_args,
+    )
+
+
+def validate_sweep(
+    context: ServerContext,
+    batch_sizes: Sequence[int],
+    *,
+    input_len: int,
+    max_new_tokens: int,
+) -> list[str]:
+    """Raise if the sweep leaves the captured graphs or the server's caps; return warnings."""
+    if context.cuda_graph_max_bs is None:
+        raise ServerCheckError(
+            "Could not resolve the server's decode CUDA-graph capture list from /server_info "
+            "(cuda_graph_config.decode.bs / max_bs), so the sweep cannot be confirmed to stay "
+            "inside captured graphs; steps outside them run eager and poison the table."
+        )
+    top = max(batch_sizes)
+    if top > context.cuda_graph_max_bs:
+        raise ServerCheckError(
+            f"The sweep reaches {top} running requests per DP rank but the server captured "
+            f"decode CUDA graphs only up to bs={context.cuda_graph_max_bs}; relaunch with a "
+            "larger --cuda-graph-max-bs-decode or lower --max-batch-size / --batch-size."
+        )
+    if context.max_running_per_dp is not None and top > context.max_running_per_dp:
+        raise ServerCheckError(
+            f"The sweep reaches {top} requests per DP rank but the server runs at most "
+            f"{context.max_running_per_dp} per rank (--max-running-requests); that batch "
+            "would never form. Lower --max-batch-size / --batch-size or relaunch with a larger "
+            "--max-running-requests."
+        )
+    need = top * context.dp_size * (input_len + max_new_tokens)
+    if need > context.token_capacity:
+        raise ServerCheckError(
+            f"bs={top} per rank needs {need} KV tokens ({top}x{context.dp_size} requests x "
+            f"({input_len}+{max_new_tokens})) but the server holds {int(context.token_capacity)}; "
+            "lower the batch size, --input-len or the step budget."
+        )
+    warnings = []
+    captured = set(context.capture_bs)
+    padded = [b for b in batch_sizes if b not in captured]
+    if padded:
+        warnings.append(
+            f"batch sizes {padded} are not in the decode capture list; their steps replay the "
+            "next captured graph (padded), which the table then attributes to the smaller bs."
+        )
+    return warnings

@@ -1,0 +1,167 @@
+"""The sweep: which (repeat, bs, frac) cells to measure, and the settings of a round (pure)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# Defaults shared with SGLang's dspark_sps_profiler, so its users feel at home.
+DEFAULT_OUT = "dspark_sps.json"
+DEFAULT_MAX_BATCH_SIZE = 256
+DEFAULT_INPUT_LEN = 16
+DEFAULT_TEMPERATURE = 1.0
+DEFAULT_ROUND_TIMEOUT_SECONDS = 300.0
+ROUND_WARMUP_STEPS = 8
+ROUND_STEP_SLACK = 64
+STEP_TIME_FLOOR_SECONDS = 0.02
+WARMUP_ROUND_STEADY_STEPS = 16
+PROFILE_SEED = 42
+RANDOM_TOKEN_LOW = 1000
+RANDOM_TOKEN_HIGH_MARGIN = 1000
+MATCH_FRACTION_WARN = 0.9
+MATCH_FRACTION_ERROR = 0.5
+REQUIRED_SIMULATE_ACC_LEN = 1.0
+
+# Our stopping rule: stop when the median step time's confidence interval is narrow enough.
+DEFAULT_CI_REL_WIDTH = 0.02
+DEFAULT_CI_LEVEL_Z = 1.96
+# Never judge a median from fewer steady steps than this, whatever the CI says.
+MIN_STEADY_STEPS_FLOOR = 24
+# A round that has not met the CI after this many steady steps stops anyway (and says so).
+DEFAULT_MAX_STEADY_STEPS = 768
+DEFAULT_POLL_INTERVAL_SECONDS = 0.25
+
+
+@dataclass(frozen=True)
+class RoundSettings:
+    """How one round is driven and when it stops."""
+
+    input_len: int = DEFAULT_INPUT_LEN
+    temperature: float = DEFAULT_TEMPERATURE
+    ci_rel_width: float = DEFAULT_CI_REL_WIDTH
+    # The reference's floors, applied only when the user gives them.
+    min_steady_steps: int | None = None
+    min_steady_seconds: float | None = None
+    max_steady_steps: int = DEFAULT_MAX_STEADY_STEPS
+    round_timeout_seconds: float = DEFAULT_ROUND_TIMEOUT_SECONDS
+    ramp_token_slack: int = 0
+    poll_interval_seconds: float = DEFAULT_POLL_INTERVAL_SECONDS
+
+    def __post_init__(self) -> None:
+        if self.input_len < 1:
+            raise ValueError(f"--input-len must be >= 1, got {self.input_len}.")
+        if not 0 < self.ci_rel_width < 1:
+            raise ValueError(f"--ci-rel-width must be in (0, 1), got {self.ci_rel_width}.")
+        if self.min_steady_steps is not None and self.min_steady_steps < 1:
+            raise ValueError(f"--min-steady-steps must be >= 1, got {self.min_steady_steps}.")
+        if self.min_steady_seconds is not None and self.min_steady_seconds < 0:
+            raise ValueError(f"--min-steady-seconds must be >= 0, got {self.min_steady_seconds}.")
+        if self.round_timeout_seconds <= 0:
+            raise ValueError(f"--round-timeout must be > 0, got {self.round_timeout_seconds}.")
+        if self.ramp_token_slack < 0:
+            raise ValueError(f"--ramp-token-slack must be >= 0, got {self.ramp_token_slack}.")
+        if self.poll_interval_seconds <= 0:
+            raise ValueError(f"--poll-interval must be > 0, got {self.poll_interval_seconds}.")
+
+    @property
+    def min_steps(self) -> int:
+        """Fewest steady steps a round may be judged on."""
+        return max(MIN_STEADY_STEPS_FLOOR, self.min_steady_steps or 0)
+
+    @property
+    def step_budget(self) -> int:
+        """Most steady steps a round may run (the request lifetime is sized from it)."""
+        by_seconds = (
+            math.ceil(self.min_steady_seconds / STEP_TIME_FLOOR_SECONDS)
+            if self.min_steady_seconds
+            else 0
+        )
+        return max(self.max_steady_steps, self.min_steps, by_seconds)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build_request_count_sweep(max_num_reqs: int) -> list[int]:
+    """The tapered per-rank batch-size sweep of the reference profiler (same values)."""
+    if max_num_reqs < 1:
+        raise ValueError(f"--max-batch-size must be >= 1, got {max_num_reqs}.")
+    raw = [
+        1,
+        2,
+        4,
+        8,
+        *range(16, 64, 8),
+        *range(64, 128, 16),
+        *range(128, 256, 32),
+        *range(256, max_num_reqs + 1, 64),
+    ]
+    sweep = sorted({v for v in raw if 1 <= v <= max_num_reqs})
+    if sweep[-1] != max_num_reqs:
+        sweep.append(max_num_reqs)
+    return sweep
+
+
+def round_max_new_tokens(settings: RoundSettings) -> int:
+    """Request lifetime in tokens: 1 token per step at SGLANG_SIMULATE_ACC_LEN=1.0."""
+    return ROUND_WARMUP_STEPS + settings.step_budget + ROUND_STEP_SLACK + settings.ramp_token_slack
+
+
+def validate_fracs(fracs: Sequence[float] | None) -> list[float] | None:
+    if fracs is None:
+        return None
+    if not fracs:
+        raise ValueError("--fracs needs at least one value in (0, 1].")
+    for frac in fracs:
+        if not (isinstance(frac, int | float) and 0.0 < frac <= 1.0):
+            raise ValueError(
+                f"--fracs values must be in (0, 1], got {frac}. The pin runs frac x the full "
+                "verify budget, so frac <= 1.0 keeps M inside the captured graphs."
+            )
+    return sorted(set(float(f) for f in fracs))
+
+
+def validate_batch_sizes(batch_sizes: Sequence[int]) -> list[int]:
+    if not batch_sizes:
+        raise ValueError("--batch-size needs at least one value.")
+    for bs in batch_sizes:
+        if bs < 1:
+            raise ValueError(f"--batch-size values must be >= 1, got {bs}.")
+    return sorted(set(int(b) for b in batch_sizes))
+
+
+@dataclass(frozen=True)
+class SweepCell:
+    """One round to measure: `bs` requests per DP rank, pinned at `frac` (None = diagonal)."""
+
+    repeat: int
+    bs: int
+    frac: float | None
+
+    @property
+    def key(self) -> tuple[int, int, float | None]:
+        return (self.repeat, self.bs, self.frac)
+
+
+def build_cells(
+    batch_sizes: Sequence[int], fracs: Sequence[float] | None, repeats: int
+) -> list[SweepCell]:
+    """Cells in the reference's loop order: repeat, then bs, then frac."""
+    frac_sweep: list[float | None] = list(fracs) if fracs else [None]
+    return [
+        SweepCell(repeat=r, bs=bs, frac=f)
+        for r in range(max(1, repeats))
+        for bs in batch_sizes
+        for f in frac_sweep
+    ]
+
+
+def cell_key_of_round(round_: dict[str, Any]) -> tuple[int, int, float | None]:
+    frac = round_.get("frac")
+    return (
+        int(round_.get("repeat", 0)),
+        int(round_["batch_size_per_rank"]),
+        float(frac) if frac is not None else None,
+    )
