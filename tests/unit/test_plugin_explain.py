@@ -101,6 +101,25 @@ def test_mixed_gpu_pool() -> None:
     )
     assert whats(report) == ["The targets run on several GPU products"]
     assert "nodeSelector" in report["findings"][0]["next"]
+    assert "MixedGpuProducts" in report["findings"][0]["why"]
+
+
+def test_mixed_gpu_pool_from_a_target_message() -> None:
+    status = {
+        "observedGeneration": 1,
+        "conditions": [
+            {"type": "Degraded", "status": "True", "reason": "TargetProblem", "message": "x"}
+        ],
+        "targets": [
+            {
+                "deployment": "llama",
+                "message": "pods run on several GPU products (NVIDIA-H100-80GB-HBM3, NVIDIA-H200)",
+            }
+        ],
+    }
+    report = explain(profile(status))
+    assert whats(report) == ["The targets run on several GPU products"]
+    assert report["findings"][0]["why"].startswith("Deployment llama: pods run on several")
 
 
 def test_pending_job_without_gpus() -> None:

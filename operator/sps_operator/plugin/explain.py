@@ -27,6 +27,11 @@ def _text(*parts: Any) -> str:
     return " ".join(str(p) for p in parts if p).lower()
 
 
+def _is_mixed(*parts: Any) -> bool:
+    text = _text(*parts)
+    return "mixed" in text or "several gpu products" in text
+
+
 def _failure_finding(name: str, failure: Mapping[str, Any]) -> Finding:
     reason = str(failure.get("reason") or "Failed")
     message = str(failure.get("message") or "")
@@ -189,14 +194,22 @@ def explain(
         )
 
     gpu = str(status.get("gpuProduct") or "")
-    mixed = conds.get("Degraded") or conds.get("Ready") or {}
-    mixed_text = _text(mixed.get("reason"), mixed.get("message"))
-    if "," in gpu or "mixed" in mixed_text:
+    mixed_evidence = [
+        f"{c.get('reason', '')}: {c.get('message', '')}"
+        for c in (conds.get("Degraded"), conds.get("Ready"))
+        if c
+        and c.get("status") in ("True", "False")
+        and _is_mixed(c.get("reason"), c.get("message"))
+    ] + [
+        f"Deployment {t.get('deployment')}: {t.get('message')}"
+        for t in status.get("targets") or []
+        if _is_mixed(t.get("message"))
+    ]
+    if "," in gpu or mixed_evidence:
         findings.append(
             Finding(
                 what="The targets run on several GPU products",
-                why=f"GPU products: {gpu or '?'}; "
-                f"{mixed.get('reason', '')}: {mixed.get('message', '')}",
+                why="; ".join(mixed_evidence) or f"GPU products: {gpu}",
                 next=(
                     "One table fits one GPU product. Pin each Deployment to one pool "
                     "(nodeSelector nvidia.com/gpu.product: <product>), or split it into one "
