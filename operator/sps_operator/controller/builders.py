@@ -329,7 +329,7 @@ def profiler_rbac(plan: RunPlan) -> list[dict[str, Any]]:
                     "apiGroups": [""],
                     "resources": ["configmaps"],
                     "resourceNames": results,
-                    "verbs": ["get", "patch", "update"],
+                    "verbs": ["get", "patch"],
                 }
             ],
         },

@@ -1,0 +1,244 @@
+"""Object builders: the profiling Job, result ConfigMap, RBAC, tables, rollout patches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sps_operator.api.models import SpsProfileSpec
+from sps_operator.controller import builders, names
+
+PROFILE = builders.ProfileRef("llama", "serving", "uid-1")
+TARGET_POD: dict[str, Any] = {
+    "nodeSelector": {"pool": "gpu"},
+    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    "affinity": {"nodeAffinity": {"x": 1}},
+    "volumes": [{"name": "models", "persistentVolumeClaim": {"claimName": "models"}}],
+    "containers": [
+        {
+            "name": "sglang",
+            "image": "lmsysorg/sglang:v1",
+            "args": [
+                "--model-path", "/models/m", "--port", "30000",
+                "--speculative-dspark-sps-table-path", "/etc/sps/table/table.json",
+            ],
+            "env": [{"name": "SGLANG_RAGGED_VERIFY_MODE", "value": "compact"}],
+            "readinessProbe": {"httpGet": {"path": "/ready", "port": 30000}},
+            "volumeMounts": [
+                {"name": "models", "mountPath": "/models"},
+                {"name": "sps-table", "mountPath": "/etc/sps/table"},
+            ],
+            "resources": {"limits": {"nvidia.com/gpu": 1}},
+        }
+    ],
+}  # fmt: skip
+
+
+def spec(**overrides: Any) -> SpsProfileSpec:
+    base: dict[str, Any] = {
+        "selector": {"matchLabels": {"app": "sglang"}},
+        "table": {"kind": "Diagonal", "sweep": {"batchSizes": [1, 2, 4, 8], "repeats": 2}},
+    }
+    base.update(overrides)
+    return SpsProfileSpec.model_validate(base)
+
+
+def plan(phase: int = 1, **spec_overrides: Any) -> builders.RunPlan:
+    return builders.RunPlan(
+        profile=PROFILE,
+        spec=spec(**spec_overrides),
+        run="llama-abc",
+        phase=phase,
+        gpu_product="NVIDIA-H100-80GB-HBM3",
+        fingerprint="f" * 16,
+        target_pod_spec=TARGET_POD,
+        server_container="sglang",
+        server_port=30000,
+        seed_table_config_map="llama-abc-seed" if phase == 2 else None,
+        profiler_image="ghcr.io/sps-dev/sps-operator:test",
+    )
+
+
+def env_of(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container["env"]}
+
+
+def test_job_clone_mode_sidecar_and_profiler() -> None:
+    job = builders.profiling_job(plan())
+    assert job["metadata"]["name"] == "llama-abc"
+    assert job["spec"]["backoffLimit"] == 0
+    assert job["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    assert pod["serviceAccountName"] == "llama-abc-profiler"
+    assert pod["nodeSelector"] == {"pool": "gpu", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert pod["tolerations"] == TARGET_POD["tolerations"]
+    assert pod["affinity"] == TARGET_POD["affinity"]
+    assert {v["name"] for v in pod["volumes"]} == {"work", "models"}
+    (sidecar,) = pod["initContainers"]
+    assert sidecar["restartPolicy"] == "Always"
+    assert sidecar["image"] == "lmsysorg/sglang:v1"
+    assert "--speculative-dspark-sps-table-path" not in sidecar["args"]
+    assert sidecar["args"][:2] == ["--model-path", "/models/m"]
+    assert env_of(sidecar) == {
+        "SGLANG_RAGGED_VERIFY_MODE": "static",
+        "SGLANG_DSPARK_ENABLE_SPS_RECORD": "1",
+        "SGLANG_SIMULATE_ACC_LEN": "1.0",
+        "SGLANG_SIMULATE_ACC_METHOD": "match-expected",
+    }
+    assert sidecar["startupProbe"]["httpGet"] == {"path": "/health", "port": 30000}
+    assert sidecar["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert [m["name"] for m in sidecar["volumeMounts"]] == ["models"]
+    assert sidecar["resources"] == {"limits": {"nvidia.com/gpu": 1}}
+    (profiler,) = pod["containers"]
+    assert profiler["image"] == "ghcr.io/sps-dev/sps-operator:test"
+    args = profiler["args"]
+    assert args[0] == "run"
+    assert args[args.index("--base-url") + 1] == "http://127.0.0.1:30000"
+    assert args[args.index("--batch-size") + 1 : args.index("--batch-size") + 5] == [
+        "1", "2", "4", "8",
+    ]  # fmt: skip
+    assert args[args.index("--publish-configmap") + 1] == "llama-abc-result"
+    assert args[args.index("--publish-namespace") + 1] == "serving"
+    assert "--fracs" not in args and "--wait-for-server" in args
+
+
+def test_job_phase_two_mounts_the_seed_table_in_compact_mode() -> None:
+    p = plan(
+        phase=2, table={"kind": "Additive", "sweep": {"batchSizes": [1, 2], "fracs": [0.5, 1]}}
+    )
+    job = builders.profiling_job(p)
+    assert job["metadata"]["name"] == "llama-abc-p2"
+    pod = job["spec"]["template"]["spec"]
+    sidecar = pod["initContainers"][-1]
+    assert env_of(sidecar)["SGLANG_RAGGED_VERIFY_MODE"] == "compact"
+    i = sidecar["args"].index("--speculative-dspark-sps-table-path")
+    assert sidecar["args"][i + 1] == "/etc/sps/seed/table.json"
+    assert {"name": "sps-seed-table", "configMap": {"name": "llama-abc-seed"}} in pod["volumes"]
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--fracs") + 1 : args.index("--fracs") + 3] == ["0.5", "1.0"]
+    assert args[args.index("--publish-configmap") + 1] == "llama-abc-p2-result"
+
+
+def test_job_external_mode_has_no_sidecar_and_job_overrides_apply() -> None:
+    p = plan(
+        server={"source": "External", "url": "http://prof:30000/"},
+        job={
+            "image": "my/profiler:1",
+            "nodeSelector": {"zone": "a"},
+            "tolerations": [{"key": "k", "operator": "Exists"}],
+            "activeDeadlineSeconds": 600,
+            "serviceAccountName": "mine",
+            "resources": {"limits": {"cpu": "1"}},
+        },
+    )
+    job = builders.profiling_job(p)
+    pod = job["spec"]["template"]["spec"]
+    assert "initContainers" not in pod
+    assert pod["nodeSelector"] == {"zone": "a"}
+    assert pod["tolerations"] == [{"key": "k", "operator": "Exists"}]
+    assert pod["serviceAccountName"] == "mine"
+    assert job["spec"]["activeDeadlineSeconds"] == 600
+    profiler = pod["containers"][0]
+    assert profiler["image"] == "my/profiler:1"
+    assert profiler["resources"] == {"limits": {"cpu": "1"}}
+    assert profiler["args"][profiler["args"].index("--base-url") + 1] == "http://prof:30000"
+
+
+def test_missing_server_container_is_a_clear_error() -> None:
+    p = builders.RunPlan(**{**plan().__dict__, "server_container": "nope"})
+    with pytest.raises(ValueError, match="spec.serverContainer"):
+        builders.profiling_job(p)
+
+
+def test_profiler_rbac_grants_only_the_result_config_maps() -> None:
+    sa, role, binding = builders.profiler_rbac(
+        plan(table={"kind": "Additive", "sweep": {"fracs": [0.5]}})
+    )
+    assert sa["kind"] == "ServiceAccount" and sa["metadata"]["name"] == "llama-abc-profiler"
+    (rule,) = role["rules"]
+    assert rule == {
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "resourceNames": ["llama-abc-result", "llama-abc-p2-result"],
+        "verbs": ["get", "patch"],
+    }
+    assert binding["roleRef"]["name"] == "llama-abc-profiler"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "llama-abc-profiler", "namespace": "serving"}
+    ]
+
+
+def test_table_config_map_is_immutable_labelled_and_free_of_gitops_metadata() -> None:
+    cm = builders.table_config_map(
+        PROFILE, "llama-table-0123456789", '{"a":1}', "0123456789abcdef",
+        "NVIDIA-H100-80GB-HBM3", "f" * 16, {"run": "r"},
+    )  # fmt: skip
+    assert cm["immutable"] is True
+    labels = cm["metadata"]["labels"]
+    assert labels[names.LABEL_PROFILE] == "llama"
+    assert labels[names.LABEL_GPU] == "NVIDIA-H100-80GB-HBM3"
+    assert labels[names.LABEL_FINGERPRINT] == "f" * 16
+    assert cm["data"]["table.json"] == '{"a":1}'
+    meta = builders.object_meta(
+        PROFILE,
+        "x",
+        "table",
+        labels={"app.kubernetes.io/instance": "argo-app", "keep": "me"},
+        annotations={"argocd.argoproj.io/tracking-id": "t", "note": "n"},
+    )
+    assert "app.kubernetes.io/instance" not in meta["labels"] and meta["labels"]["keep"] == "me"
+    assert meta["annotations"] == {"note": "n"}
+
+
+def test_inject_apply_owns_only_volume_mount_flag_and_annotation() -> None:
+    dep = {"metadata": {"name": "srv", "namespace": "serving"}}
+    body = builders.inject_apply(
+        dep, "sglang", "llama-table-0123", "hash1", "/etc/sps/table/table.json",
+        ["--model-path", "m", "--speculative-dspark-sps-table-path", "/old"],
+    )  # fmt: skip
+    template = body["spec"]["template"]
+    assert template["metadata"]["annotations"][names.ANNOTATION_TABLE_HASH] == "hash1"
+    (container,) = template["spec"]["containers"]
+    assert container["args"] == [
+        "--model-path", "m", "--speculative-dspark-sps-table-path", "/etc/sps/table/table.json",
+    ]  # fmt: skip
+    assert container["volumeMounts"] == [
+        {"name": "sps-table", "mountPath": "/etc/sps/table", "readOnly": True}
+    ]
+    assert set(container) == {"name", "args", "volumeMounts"}
+    (volume,) = template["spec"]["volumes"]
+    assert volume["configMap"] == {
+        "name": "llama-table-0123",
+        "items": [{"key": "table.json", "path": "table.json"}],
+    }
+    assert set(body["spec"]) == {"template"}
+
+
+def test_annotate_only_apply_is_the_annotation_alone() -> None:
+    body = builders.annotate_apply(
+        {"metadata": {"name": "srv", "namespace": "serving"}}, "cm", "hash2"
+    )
+    assert body["spec"] == {
+        "template": {
+            "metadata": {
+                "annotations": {names.ANNOTATION_TABLE_HASH: "hash2", names.ANNOTATION_TABLE: "cm"}
+            }
+        }
+    }
+
+
+def test_names_are_deterministic_and_short_enough() -> None:
+    long = "p" * 80
+    a = names.run_name(long, "NVIDIA-H100-80GB-HBM3", "f" * 16, "k#1")
+    assert a == names.run_name(long, "NVIDIA-H100-80GB-HBM3", "f" * 16, "k#1")
+    assert a != names.run_name(long, "NVIDIA-H100-80GB-HBM3", "f" * 16, "k#2")
+    assert a != names.run_name(long, "NVIDIA-H200", "f" * 16, "k#1")
+    for derived in (
+        names.job_name(a, 2),
+        names.result_config_map(a, 2),
+        names.profiler_account(a),
+        names.table_config_map(long, "0123456789abcdef"),
+    ):
+        assert len(derived) <= 63, derived

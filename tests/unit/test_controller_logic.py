@@ -1,0 +1,123 @@
+"""Conditions, gates, history trimming, GPU placement and debounce."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sps_operator.api.models import FitQuality, GatesSpec
+from sps_operator.controller import conditions as cond
+from sps_operator.controller.gates import check_gates, relative_change
+from sps_operator.controller.history import PublishedTable, tables_to_delete
+from sps_operator.controller.placement import Debouncer, PodInfo, matches_selector, placement
+from sps_operator.controller.reconcile import deployment_rolled_out, selector_string
+from sps_operator.tables.formats import SpsCostTable
+
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def test_condition_transition_time_kept_while_status_unchanged() -> None:
+    cs = cond.set_condition([], "Ready", False, "Profiling", "a", T0, 1)
+    later = T0 + timedelta(minutes=5)
+    cs = cond.set_condition(cs, "Ready", False, "NoTable", "b", later, 2)
+    assert cs[0].last_transition_time == "2026-03-01T12:00:00Z"
+    assert (cs[0].reason, cs[0].message, cs[0].observed_generation) == ("NoTable", "b", 2)
+    cs = cond.set_condition(cs, "Ready", True, "TableLive", "", later, 2)
+    assert cs[0].last_transition_time == "2026-03-01T12:05:00Z" and cs[0].status == "True"
+    cs = cond.set_condition(cs, "Stale", None, "Unknown", "", later, 2)
+    assert [c.type for c in cs] == ["Ready", "Stale"] and cs[1].status == "Unknown"
+
+
+def diag(sps: list[float]) -> SpsCostTable:
+    return SpsCostTable([8, 16, 32], sps, 32)
+
+
+def test_gates_fit_quality_and_change() -> None:
+    good = FitQuality(rms_ms=0.1, r2=0.99)
+    noisy = FitQuality(rms_ms=3.0, r2=0.5)
+    new, live = diag([100.0, 90.0, 80.0]), diag([100.0, 90.0, 40.0])
+    assert check_gates(GatesSpec(), noisy, new, live).passed
+    verdict = check_gates(GatesSpec(max_rms_ms=1.0), noisy, new, None)
+    assert not verdict.passed and verdict.reason == "FitQualityGateFailed"
+    assert "3.000 ms exceeds gates.maxRmsMs 1 ms" in verdict.message
+    assert not check_gates(GatesSpec(min_r2=0.9), noisy, new, None).passed
+    assert not check_gates(GatesSpec(min_r2=0.9), FitQuality(rms_ms=0.0), new, None).passed
+    assert check_gates(GatesSpec(max_rms_ms=1.0, min_r2=0.9), good, new, None).passed
+    change = relative_change(new, live)
+    assert change is not None and abs(change - 1.0) < 1e-9
+    verdict = check_gates(GatesSpec(max_change=0.5), good, new, live)
+    assert not verdict.passed and verdict.reason == "ChangeGateFailed"
+    assert check_gates(GatesSpec(max_change=0.5), good, new, new).passed
+
+
+def test_history_keeps_live_and_newest_per_gpu() -> None:
+    tables = [
+        PublishedTable("h100-a", "H100", "2026-01-01T00:00:00Z"),
+        PublishedTable("h100-b", "H100", "2026-01-02T00:00:00Z"),
+        PublishedTable("h100-c", "H100", "2026-01-03T00:00:00Z"),
+        PublishedTable("h200-a", "H200", "2026-01-01T00:00:00Z"),
+    ]
+    assert tables_to_delete(tables, live=["h100-c"], limit=2) == ["h100-a"]
+    assert tables_to_delete(tables, live=["h100-a"], limit=1) == ["h100-b", "h100-c"]
+    assert tables_to_delete(tables, live=[], limit=5) == []
+
+
+def pod(name: str, node: str | None, deleting: bool = False, app: str = "srv") -> PodInfo:
+    return PodInfo(name, {"app": app}, node, deleting)
+
+
+NODES = {"n1": {"nvidia.com/gpu.product": "H100"}, "n2": {"nvidia.com/gpu.product": "H200"}}
+
+
+def test_placement_from_pod_and_node_indexes() -> None:
+    sel = {"matchLabels": {"app": "srv"}}
+    one = placement(sel, [pod("a", "n1"), pod("b", None), pod("c", "n2", deleting=True)], NODES,
+                    "nvidia.com/gpu.product")  # fmt: skip
+    assert one.product == "H100" and not one.mixed and one.pods == 1
+    mixed = placement(sel, [pod("a", "n1"), pod("b", "n2")], NODES, "nvidia.com/gpu.product")
+    assert mixed.mixed and mixed.product is None
+    other = placement(sel, [pod("a", "n1", app="x")], NODES, "nvidia.com/gpu.product")
+    assert other.pods == 0 and other.product is None
+    assert placement(sel, [pod("a", "n9")], NODES, "nvidia.com/gpu.product").unlabelled == 1
+
+
+def test_selector_matching_and_string_form() -> None:
+    sel = {
+        "matchLabels": {"app": "srv"},
+        "matchExpressions": [
+            {"key": "tier", "operator": "In", "values": ["a", "b"]},
+            {"key": "canary", "operator": "DoesNotExist"},
+        ],
+    }
+    assert matches_selector(sel, {"app": "srv", "tier": "a"})
+    assert not matches_selector(sel, {"app": "srv", "tier": "c"})
+    assert not matches_selector(sel, {"app": "srv", "tier": "a", "canary": "1"})
+    assert not matches_selector({}, {"app": "srv"})
+    assert selector_string(sel) == "app=srv,tier in (a,b),!canary"
+
+
+def test_debounce_needs_a_stable_value_for_the_period() -> None:
+    d = Debouncer(timedelta(seconds=30))
+    assert d.observe("dep", "H100", T0) is None
+    assert d.observe("dep", "H100", T0 + timedelta(seconds=29)) is None
+    assert d.observe("dep", "H100", T0 + timedelta(seconds=30)) == "H100"
+    assert d.observe("dep", "H200", T0 + timedelta(seconds=31)) is None  # a flap resets
+    assert d.observe("dep", "H100", T0 + timedelta(seconds=32)) is None
+    assert d.observe("dep", "H100", T0 + timedelta(seconds=62)) == "H100"
+    assert Debouncer(timedelta(0)).observe("x", "H100", T0) == "H100"
+
+
+def test_rollout_status_like_kubectl() -> None:
+    dep = {
+        "metadata": {"generation": 3},
+        "spec": {"replicas": 2},
+        "status": {
+            "observedGeneration": 3,
+            "updatedReplicas": 2,
+            "availableReplicas": 2,
+            "replicas": 2,
+        },
+    }
+    assert deployment_rolled_out(dep)
+    assert not deployment_rolled_out({**dep, "status": {**dep["status"], "observedGeneration": 2}})
+    assert not deployment_rolled_out({**dep, "status": {**dep["status"], "replicas": 3}})
+    assert not deployment_rolled_out({**dep, "status": {**dep["status"], "availableReplicas": 1}})

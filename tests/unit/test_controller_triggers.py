@@ -1,0 +1,117 @@
+"""Trigger decisions and the schedule, with an injected clock."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sps_operator.api.models import FailureRecord, SpsProfileSpec, TableRef
+from sps_operator.controller import triggers
+from sps_operator.controller.triggers import TargetView, decide_run, schedule_state
+
+NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+H100, H200 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-H200"
+
+
+def spec(**refresh: Any) -> SpsProfileSpec:
+    return SpsProfileSpec.model_validate(
+        {"selector": {"matchLabels": {"a": "b"}}, "refresh": refresh}
+    )
+
+
+def table(gpu: str, fp: str, at: str = "2026-03-01T10:00:00Z") -> TableRef:
+    return TableRef(
+        gpu_product=gpu, fingerprint=fp, kind="Diagonal", config_map=f"t-{gpu}-{fp}",
+        hash="h", profiled_at=at,
+    )  # fmt: skip
+
+
+def decide(
+    targets: list[TargetView],
+    tables: list[TableRef],
+    s: SpsProfileSpec | None = None,
+    refresh_at: str | None = None,
+    failure: FailureRecord | None = None,
+    now: datetime = NOW,
+) -> triggers.RunRequest | None:
+    return decide_run(s or spec(), targets, tables, refresh_at, "RefreshToken", failure, now)
+
+
+def test_no_table_triggers_a_first_run() -> None:
+    req = decide([TargetView("d", H100, "fp1")], [])
+    assert req is not None
+    assert (req.trigger, req.gpu_product, req.fingerprint, req.attempt) == (
+        "NoTable",
+        H100,
+        "fp1",
+        1,
+    )
+
+
+def test_unplaced_targets_wait_and_existing_tables_are_reused() -> None:
+    assert decide([TargetView("d", None, "fp1")], []) is None
+    assert decide([TargetView("d", H100, "fp1")], [table(H100, "fp1")]) is None
+
+
+def test_gpu_change_profiles_the_new_product_unless_disabled() -> None:
+    req = decide([TargetView("d", H200, "fp1")], [table(H100, "fp1")])
+    assert req is not None and req.trigger == "GpuChanged" and req.gpu_product == H200
+    assert (
+        decide([TargetView("d", H200, "fp1")], [table(H100, "fp1")], spec(onGpuChange=False))
+        is None
+    )
+
+
+def test_server_change_reprofiles_or_only_marks_stale() -> None:
+    req = decide([TargetView("d", H100, "fp2")], [table(H100, "fp1")])
+    assert req is not None and req.trigger == "ServerChanged"
+    off = spec(onServerChange=False)
+    assert decide([TargetView("d", H100, "fp2")], [table(H100, "fp1")], off) is None
+    state = triggers.target_table_state([table(H100, "fp1")], H100, "fp2")
+    assert state.stale and state.table is None and state.fallback is not None
+
+
+def test_refresh_request_reprofiles_tables_older_than_it() -> None:
+    t = [table(H100, "fp1", at="2026-03-01T10:00:00Z")]
+    req = decide([TargetView("d", H100, "fp1")], t, refresh_at="2026-03-01T11:00:00Z")
+    assert req is not None and req.trigger == "RefreshToken"
+    assert decide([TargetView("d", H100, "fp1")], t, refresh_at="2026-03-01T09:00:00Z") is None
+
+
+def test_suspend_starts_nothing() -> None:
+    assert decide([TargetView("d", H100, "fp1")], [], spec_suspended()) is None
+
+
+def spec_suspended() -> SpsProfileSpec:
+    return SpsProfileSpec.model_validate({"selector": {"matchLabels": {"a": "b"}}, "suspend": True})
+
+
+def failure(attempts: int, at: datetime, retryable: bool = True) -> FailureRecord:
+    return FailureRecord(
+        run="r", reason="ProfilingFailed", message="m", at=at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        attempts=attempts, trigger_key=f"{H100}/fp1/table", retryable=retryable,
+    )  # fmt: skip
+
+
+def test_failures_back_off_then_retry_with_a_new_attempt_and_give_up() -> None:
+    targets = [TargetView("d", H100, "fp1")]
+    assert decide(targets, [], failure=failure(1, NOW - timedelta(seconds=10))) is None
+    req = decide(targets, [], failure=failure(1, NOW - timedelta(seconds=31)))
+    assert req is not None and req.attempt == 2
+    first = decide(targets, [])
+    assert first is not None and req.nonce != first.nonce
+    assert decide(targets, [], failure=failure(3, NOW - timedelta(hours=2))) is None
+    assert (
+        decide(targets, [], failure=failure(1, NOW - timedelta(hours=2), retryable=False)) is None
+    )
+    assert triggers.backoff_seconds(1) == 30 and triggers.backoff_seconds(20) == 3600
+
+
+def test_schedule_due_after_the_next_cron_time() -> None:
+    state = schedule_state("0 * * * *", "2026-03-01T11:00:00Z", None, NOW)
+    assert state.due and state.next_time == NOW + timedelta(hours=1)
+    state = schedule_state("0 * * * *", "2026-03-01T12:00:00Z", None, NOW + timedelta(minutes=5))
+    assert not state.due and state.next_time == NOW + timedelta(hours=1)
+    state = schedule_state("0 3 * * *", None, "2026-03-01T11:30:00Z", NOW)
+    assert not state.due and state.next_time == datetime(2026, 3, 2, 3, tzinfo=UTC)
+    assert schedule_state(None, None, None, NOW) == triggers.ScheduleState(False, None)
