@@ -148,7 +148,7 @@ def test_job_external_mode_has_no_sidecar_and_job_overrides_apply() -> None:
 
 def test_missing_server_container_is_a_clear_error() -> None:
     p = builders.RunPlan(**{**plan().__dict__, "server_container": "nope"})
-    with pytest.raises(ValueError, match="spec.serverContainer"):
+    with pytest.raises(ValueError, match=r"spec\.serverContainer"):
         builders.profiling_job(p)
 
 
