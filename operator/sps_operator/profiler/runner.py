@@ -250,11 +250,12 @@ class Session:
         if ok:
             self.pinned = None
             return "reset"
+        detail = body.get("message", body) if isinstance(body, dict) else body
         logger.warning(
             "This server cannot reset the budget pin (it rejected dspark_force_budget_frac=null: "
-            "%s); it stays pinned at frac=%s until the server restarts. Restart it before it "
+            "%.100s); it stays pinned at frac=%s until the server restarts. Restart it before it "
             "serves traffic.",
-            body,
+            str(detail).splitlines()[0] if str(detail) else detail,
             self.pinned,
         )
         return "rejected"

@@ -1,0 +1,184 @@
+"""Result ConfigMap patch/read round trip, size limits; artifacts and offline fit."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from sps_operator.profiler import artifacts
+from sps_operator.profiler.cli import main
+from sps_operator.profiler.fitting import FitError, fit_profile, self_check
+from sps_operator.profiler.publish import (
+    INLINE_ROUNDS_LIMIT,
+    KEY_ROUNDS,
+    KEY_ROUNDS_GZ,
+    PublishError,
+    build_patch,
+    read_result,
+)
+from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, load_sps_table_text
+
+
+def round_line(bs: int, m: int, sps: float, frac: float | None = None, repeat: int = 0) -> dict:
+    return {
+        "repeat": repeat,
+        "batch_size": bs,
+        "batch_size_per_rank": bs,
+        "frac": frac,
+        "batch_tokens": m,
+        "steps_per_sec": sps,
+        "num_steady_steps": 40,
+    }
+
+
+def to_api(patch: dict) -> tuple[dict, dict]:
+    """What the API server would hold after applying the merge patch to an empty ConfigMap."""
+    data = {k: v for k, v in patch.get("data", {}).items() if v is not None}
+    binary = {k: v for k, v in patch.get("binaryData", {}).items() if v is not None}
+    return data, binary
+
+
+def test_small_result_round_trips_inline() -> None:
+    rounds = [round_line(1, 8, 90.0), round_line(2, 16, 85.0)]
+    patch = build_patch(
+        status="succeeded",
+        message="ok",
+        progress="2/2",
+        manifest={"fingerprint": "abc", "round_summaries": rounds},
+        rounds=rounds,
+    )
+    assert patch["binaryData"] == {KEY_ROUNDS_GZ: None}  # removes a stale gz
+    data, binary = to_api(patch)
+    result = read_result(data, binary)
+    assert result.status == "succeeded" and result.done
+    assert result.progress == "2/2"
+    assert result.rounds == rounds
+    assert result.manifest == {"fingerprint": "abc"}  # rounds travel once
+
+
+def test_large_result_is_gzipped_into_binary_data() -> None:
+    rng = random.Random(0)
+    rounds = [
+        {**round_line(bs, bs * 8, 50.0), "noise": [rng.random() for _ in range(30)]}
+        for bs in range(1, 400)
+    ]
+    assert len(json.dumps(rounds)) > INLINE_ROUNDS_LIMIT
+    patch = build_patch(status="running", progress="399/500", rounds=rounds)
+    assert patch["data"][KEY_ROUNDS] is None
+    raw = gzip.decompress(base64.b64decode(patch["binaryData"][KEY_ROUNDS_GZ]))
+    assert raw.decode().count("\n") == len(rounds)
+    result = read_result(*to_api(patch))
+    assert result.status == "running" and not result.done
+    assert result.rounds == rounds
+
+
+def test_too_large_fails_clearly() -> None:
+    rng = random.Random(1)
+    rounds = [
+        {"x": "".join(rng.choice("abcdef0123456789") for _ in range(4000))} for _ in range(400)
+    ]
+    with pytest.raises(PublishError, match="above the ConfigMap limit"):
+        build_patch(status="succeeded", rounds=rounds)
+
+
+def test_read_result_of_empty_and_bad_configmaps() -> None:
+    empty = read_result(None, None)
+    assert empty.status == "" and empty.rounds == [] and not empty.done
+    failed = read_result({"status": "failed", "message": "pin did not take"}, {})
+    assert failed.done and failed.message == "pin did not take"
+    with pytest.raises(PublishError, match="unknown status"):
+        read_result({"status": "weird"}, {})
+    with pytest.raises(PublishError, match=r"manifest\.json is not JSON"):
+        read_result({"status": "running", "manifest.json": "{"}, {})
+    with pytest.raises(PublishError, match="line 2 is not JSON"):
+        read_result({"status": "running", "rounds.jsonl": '{"a":1}\n{oops\n'}, {})
+    with pytest.raises(PublishError, match="not base64 gzip"):
+        read_result({"status": "running"}, {"rounds.jsonl.gz": "bm90IGd6aXA="})
+    with pytest.raises(ValueError, match="status must be"):
+        build_patch(status="done")
+
+
+def test_read_jsonl_drops_only_a_torn_tail(tmp_path: Path) -> None:
+    path = tmp_path / "x.rounds.jsonl"
+    artifacts.append_lines(path, [{"a": 1}, {"a": 2}])
+    with path.open("a") as handle:
+        handle.write('{"a": 3')  # crash mid-append
+    assert artifacts.read_jsonl(path) == [{"a": 1}, {"a": 2}]
+    path.write_text('{"a":1}\n{bad\n{"a":3}\n')
+    with pytest.raises(ValueError, match=":2 is not valid JSON"):
+        artifacts.read_jsonl(path)
+
+
+def test_set_aside_keeps_previous_measurements(tmp_path: Path) -> None:
+    paths = artifacts.OutPaths.for_out(tmp_path / "sps.json")
+    assert paths.rounds.name == "sps.rounds.jsonl"
+    assert paths.manifest.name == "sps.json.manifest.json"
+    assert paths.plot.name == "sps.plot.png"
+    artifacts.append_lines(paths.rounds, [{"a": 1}])
+    moved = artifacts.set_aside(paths.raw_files())
+    assert len(moved) == 1 and json.loads(moved[0].read_text()) == {"a": 1}
+    assert not paths.rounds.exists()
+
+
+def test_offline_fit_diagonal_writes_loadable_table_plot_and_manifest(tmp_path: Path) -> None:
+    out = tmp_path / "sps.json"
+    paths = artifacts.OutPaths.for_out(out)
+    artifacts.append_lines(
+        paths.rounds,
+        [
+            round_line(1, 8, 95.0),
+            round_line(2, 16, 93.0),
+            round_line(4, 32, 90.0, repeat=0),
+            round_line(4, 32, 80.0, repeat=1),
+            round_line(4, 32, 70.0, repeat=2),
+        ],
+    )
+    result = fit_profile(str(out), plot=True)
+    table = load_sps_table_text(out.read_text())
+    assert isinstance(table, SpsCostTable)
+    assert table.sample_steps_per_sec == (95.0, 93.0, 80.0)
+    assert result.kind == "diagonal"
+    manifest = json.loads(paths.manifest.read_text())
+    assert manifest["fit"]["table_sha256"] == artifacts.sha256_file(out)
+    assert manifest["fit"]["quality"]["num_cells"] == 5
+    assert paths.plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_offline_fit_additive_via_cli(tmp_path: Path) -> None:
+    out = tmp_path / "sps.json"
+    lines = []
+    for bs in (1, 2, 4, 8):
+        for frac in (0.25, 0.5, 1.0):
+            m = min(bs + int(frac * (bs * 7)), bs * 8)
+            lines.append(round_line(bs, m, 1 / (0.01 + 40e-6 * bs + 5e-6 * m), frac))
+    artifacts.append_lines(artifacts.OutPaths.for_out(out).rounds, lines)
+    assert main(["fit", "--out", str(out), "--no-plot"]) == 0
+    table = load_sps_table_text(out.read_text())
+    assert isinstance(table, SpsAdditiveCostTable)
+    assert table.step_time(num_reqs=4, budget=14) == pytest.approx(0.01 + 160e-6 + 90e-6, rel=0.01)
+
+
+def test_fit_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(FitError, match="run `sps-profiler run` first"):
+        fit_profile(str(tmp_path / "none.json"))
+    assert main(["fit", "--out", str(tmp_path / "none.json")]) == 1
+    assert "run `sps-profiler run` first" in capsys.readouterr().err
+    out = tmp_path / "few.json"
+    artifacts.append_lines(artifacts.OutPaths.for_out(out).rounds, [round_line(1, 2, 90.0, 0.25)])
+    with pytest.raises(FitError, match="at least 4 distinct"):
+        fit_profile(str(out), plot=False)
+    with pytest.raises(ValueError, match="bias_seconds"):
+        self_check(
+            '{"sample_batch_tokens":[8],"sample_steps_per_sec":[1],"max_batch_tokens":8,"x":"bias_seconds"}'
+        )
+    with pytest.raises(FitError, match="<= 0"):
+        self_check('{"sample_batch_tokens":[8],"sample_steps_per_sec":[0.0],"max_batch_tokens":8}')
+    warnings = self_check(
+        '{"sample_batch_tokens":[8,16],"sample_steps_per_sec":[10.0,20.0],"max_batch_tokens":16}'
+    )
+    assert warnings and "rises by more than 10%" in warnings[0]

@@ -1,0 +1,263 @@
+"""Round post-processing: alignment, pin checks (contract §9), stopping rule."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from sps_operator.profiler.rounds import (
+    PinExpectation,
+    PinNotTakenError,
+    RoundError,
+    StepRow,
+    check_pin,
+    live_progress,
+    median_ci,
+    postprocess_round,
+    rows_from_payload,
+    steady_stats,
+)
+from sps_operator.profiler.server import compact_tiers
+
+K = 8
+GAMMA = 7
+TIERS = compact_tiers([*range(1, 9), *range(10, 33, 2), *range(40, 65, 4)], K, 48)
+
+
+def rows(
+    n: int,
+    bs: int,
+    tokens: int,
+    *,
+    t: float = 0.01,
+    first_ct: int = 0,
+    budget: int | None = None,
+    local: int | None = None,
+    noise: float = 0.0,
+    seed: int = 0,
+) -> list[StepRow]:
+    rng = random.Random(seed)
+    return [
+        StepRow(
+            forward_ct=first_ct + i,
+            num_running_reqs=bs,
+            num_verify_tokens=tokens,
+            step_time=t * (1 + rng.gauss(0, noise)),
+            budget=budget,
+            verify_tokens_local=local,
+        )
+        for i in range(n)
+    ]
+
+
+def process(rank_rows: list[list[StepRow]], bs: int, frac: float | None = None, dp: int = 1):
+    return postprocess_round(
+        rank_rows,
+        repeat=0,
+        bs=bs,
+        dp_size=dp,
+        gamma=GAMMA,
+        mode="compact" if frac is not None else "static",
+        tiers=TIERS,
+        frac=frac,
+        ci_rel_width=0.02,
+        min_steps=24,
+        load_info={},
+    )
+
+
+def test_diagonal_round_measures_median_after_warmup() -> None:
+    data = rows(8, 4, 32, t=0.05) + rows(60, 4, 32, t=0.01, first_ct=8)
+    outcome = process([data], bs=4)
+    summary = outcome.to_summary()
+    assert summary["batch_tokens"] == 32
+    assert summary["steps_per_sec"] == pytest.approx(100.0)
+    assert summary["ci_met"] is True
+    assert summary["num_steady_steps"] == 60
+    assert summary["frac"] is None
+    assert "graph_tiers" not in summary
+
+
+def test_dp_ranks_are_averaged_and_off_target_steps_dropped() -> None:
+    rank0 = rows(40, 2, 16, t=0.010)
+    rank1 = rows(40, 2, 16, t=0.012)
+    rank1[20] = StepRow(20, 1, 8, 0.5)  # one off-target step on one rank
+    outcome = process([rank0, rank1], bs=2, dp=2)
+    assert outcome.stats.median == pytest.approx(0.011)
+    assert outcome.per_rank_median_step_time == pytest.approx([0.010, 0.012])
+    assert outcome.to_summary()["batch_size"] == 4
+
+
+@pytest.mark.parametrize(
+    ("rank_rows", "message"),
+    [
+        ([rows(40, 4, 32)], "expected records from 2 DP ranks"),
+        ([rows(40, 4, 32), []], "DP rank 1 produced no new decode-step records"),
+        ([rows(40, 4, 32), rows(40, 4, 32, first_ct=100)], "share no common forward_ct"),
+        ([rows(20, 4, 32), rows(20, 4, 32)], "never stabilized"),
+    ],
+)
+def test_round_errors(rank_rows: list[list[StepRow]], message: str) -> None:
+    with pytest.raises(RoundError, match=message):
+        process(rank_rows, bs=4, dp=2)
+
+
+def test_rank_that_never_reaches_target_batch_is_reported() -> None:
+    with pytest.raises(RoundError, match=r"never stabilized.*ranks ran batches \[3, 4\]"):
+        process([rows(60, 4, 32), rows(60, 3, 24)], bs=4, dp=2)
+
+
+def test_unstable_mid_round() -> None:
+    # Only every third step runs at the target batch: retraction, not ramp-in.
+    data = [StepRow(i, 4 if i % 3 == 0 else 3, 32, 0.01) for i in range(200)]
+    with pytest.raises(RoundError, match="unstable mid-round: only 34%"):
+        process([data], bs=4)
+
+
+def test_diagonal_rejects_trimmed_verify() -> None:
+    with pytest.raises(RoundError, match=r"num_verify_tokens \[24\] < 4x8"):
+        process([rows(60, 4, 24)], bs=4)
+
+
+def test_pinned_round_on_fixed_server_uses_server_m() -> None:
+    # bs=16, frac=0.25: budget int(0.25*112)=28, M=44, tier 48 (contract §2 example).
+    data = rows(60, 16, 48, budget=28, local=44)
+    outcome = process([data], bs=16, frac=0.25)
+    summary = outcome.to_summary()
+    assert summary["batch_tokens"] == 44
+    assert summary["graph_tier"] == 48
+    assert summary["expected_tier"] == 48
+    assert summary["budget"] == 28
+    assert summary["graph_tiers"] == TIERS
+
+
+def test_server_order_of_operations_for_m() -> None:
+    # frac=0.3, bs=6, gamma=15: server int(0.3*90)=27; the reference's int(0.3*6*15)=26.
+    expect = PinExpectation(frac=0.3, bs=6, gamma=15, mode="compact", tiers=(16 * 6,))
+    assert expect.budget == 27
+    assert int(0.3 * 6 * 15) == 26
+
+
+def test_verify_all_shortcut_is_detected() -> None:
+    # The bug: budget/local show the pin, but every step replays the full-width tier.
+    data = rows(60, 16, 128, budget=28, local=44)
+    with pytest.raises(PinNotTakenError, match="verify-all shortcut") as excinfo:
+        process([data], bs=16, frac=0.25)
+    assert "non-flat table" in str(excinfo.value)
+    assert "M=44 should replay the 48-token graph" in str(excinfo.value)
+
+
+def test_pin_checks_budget_and_local_fields() -> None:
+    expect = PinExpectation(frac=0.25, bs=16, gamma=GAMMA, mode="compact", tiers=tuple(TIERS))
+    with pytest.raises(PinNotTakenError, match=r"budget \[56\], expected 28"):
+        check_pin(rows(10, 16, 48, budget=56, local=44), expect, "r")
+    with pytest.raises(PinNotTakenError, match=r"verify_tokens_local \[72\], expected M=44"):
+        check_pin(rows(10, 16, 48, budget=28, local=72), expect, "r")
+    with pytest.raises(PinNotTakenError, match="no steady step carries a `budget`"):
+        check_pin(rows(10, 16, 48), expect, "r")
+    with pytest.raises(PinNotTakenError, match="fewer than the pinned M=44"):
+        check_pin(rows(10, 16, 40, budget=28, local=44), expect, "r")
+    mixed = rows(5, 16, 48, budget=28) + rows(5, 16, 64, budget=28, first_ct=5)
+    with pytest.raises(RoundError, match="differing num_verify_tokens"):
+        check_pin(mixed, expect, "r")
+    # Unexpected but smaller-than-full tier: only a warning (capture list may differ).
+    warnings = check_pin(rows(10, 16, 64, budget=28, local=44), expect, "r")
+    assert warnings and "expected tier 48" in warnings[0]
+
+
+def test_pin_at_bs1_cannot_shrink_and_is_not_flagged() -> None:
+    # bs=1: every frac replays tier 8 = full width, which is correct, not the bug.
+    data = rows(60, 1, 8, budget=1, local=2)
+    outcome = process([data], bs=1, frac=0.25)
+    assert outcome.batch_tokens == 2
+
+
+def test_steps_without_budget_after_warmup_are_not_measured() -> None:
+    # Relay not resolved yet: full-width, no budget; they must not pollute the pinned cell.
+    data = rows(12, 16, 128, t=0.02) + rows(60, 16, 48, budget=28, local=44, first_ct=12)
+    outcome = process([data], bs=16, frac=0.25)
+    assert outcome.stats.median == pytest.approx(0.01)
+    assert outcome.graph_tier == 48
+
+
+def test_cap_accept_expects_m_itself() -> None:
+    data = rows(60, 16, 44, budget=28, local=44)
+    outcome = postprocess_round(
+        [data],
+        repeat=0,
+        bs=16,
+        dp_size=1,
+        gamma=GAMMA,
+        mode="cap-accept",
+        tiers=TIERS,
+        frac=0.25,
+        ci_rel_width=0.02,
+        min_steps=24,
+        load_info={},
+    )
+    assert outcome.batch_tokens == 44
+    assert outcome.graph_tiers is None
+
+
+def test_median_ci_covers_the_median_and_narrows() -> None:
+    rng = random.Random(3)
+    small = [1 + rng.gauss(0, 0.05) for _ in range(30)]
+    large = [1 + rng.gauss(0, 0.05) for _ in range(3000)]
+    med_s, lo_s, hi_s = median_ci(small)
+    med_l, lo_l, hi_l = median_ci(large)
+    assert lo_s <= med_s <= hi_s
+    assert lo_l <= med_l <= hi_l
+    assert hi_l - lo_l < (hi_s - lo_s) / 4
+
+
+def test_stopping_rule_waits_for_enough_steps() -> None:
+    rng = random.Random(5)
+    noisy = [0.01 * (1 + rng.gauss(0, 0.03)) for _ in range(30)]
+    stats = steady_stats(noisy, ci_rel_width=0.005, min_steps=24)
+    assert stats is not None and not stats.done
+    long = [0.01 * (1 + rng.gauss(0, 0.03)) for _ in range(2000)]
+    stats = steady_stats(long, ci_rel_width=0.005, min_steps=24)
+    assert stats is not None and stats.done
+    assert stats.rel_width <= 0.005
+
+
+def test_stopping_rule_drops_a_warmup_drift() -> None:
+    # Clocks warming up: the first 100 steps are 10% slow and decay; the rest flat.
+    times = [0.011 - 0.00001 * i for i in range(100)] + [0.01] * 200
+    stats = steady_stats(times, ci_rel_width=0.02, min_steps=24)
+    assert stats is not None and stats.done
+    assert stats.window_start > 0
+    assert stats.median == pytest.approx(0.01)
+
+
+def test_live_progress_ignores_unpinned_steps() -> None:
+    data = rows(40, 16, 128) + rows(30, 16, 48, budget=28, first_ct=40)
+    aligned, stats = live_progress([data], bs=16, ci_rel_width=0.02, min_steps=24, pinned=True)
+    assert aligned == 70
+    assert stats is not None and stats.num_steps == 30
+
+
+def test_rows_from_payload() -> None:
+    payload = {
+        "records": [
+            {"forward_ct": 1, "bs": 2, "num_running_reqs": 2, "num_verify_tokens": 16},
+            {"forward_ct": 2, "num_running_reqs": 2, "num_verify_tokens": 16, "step_cpu_ms": 12.5},
+            {
+                "forward_ct": 3,
+                "num_running_reqs": 2,
+                "num_verify_tokens": 8,
+                "step_cpu_ms": 10,
+                "budget": 3,
+                "verify_tokens_local": 5,
+            },
+        ]
+    }
+    parsed = rows_from_payload(payload, 0)
+    assert [r.forward_ct for r in parsed] == [2, 3]  # no step_cpu_ms → skipped
+    assert parsed[0].step_time == pytest.approx(0.0125)
+    assert parsed[1].budget == 3 and parsed[1].verify_tokens_local == 5
+    with pytest.raises(RoundError, match="stopped reporting"):
+        rows_from_payload(None, 1)
+    with pytest.raises(RoundError, match="malformed record"):
+        rows_from_payload({"records": [{"step_cpu_ms": 1}]}, 0)
