@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -491,9 +492,11 @@ class ControlPlane:
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         assert self.record is not None
-        proc = spawn(
-            argv, self.logs_dir / f"{name}.log", env=env, die_with_parent=not self.detached
-        )
+        if self.detached:
+            death_signal = None
+        else:
+            death_signal = signal.SIGTERM if name == "node-agent" else signal.SIGKILL
+        proc = spawn(argv, self.logs_dir / f"{name}.log", env=env, parent_death_signal=death_signal)
         self._procs[name] = proc
         self.record.pids[name] = proc.pid
         self.record.save(self.record_file)

@@ -21,10 +21,12 @@ from sps_operator.devcluster.podnet import pid_alive
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
-    """preexec_fn: SIGTERM this child when the process that started it exits."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+def _parent_death_signal(sig: int) -> Callable[[], None]:
+    def preexec() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+    return preexec
 
 
 def spawn(
@@ -32,9 +34,15 @@ def spawn(
     log_path: Path,
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
-    die_with_parent: bool = True,
+    parent_death_signal: int | None = signal.SIGKILL,
 ) -> subprocess.Popen[bytes]:
-    """Start `argv` in a new session with stdout and stderr appended to `log_path`."""
+    """Start `argv` in a new session with stdout and stderr appended to `log_path`.
+
+    `parent_death_signal` is sent to the child when the process that started it exits
+    (None: it outlives its parent). SIGKILL suits the control plane, whose state is
+    disposable (on SIGTERM the API server waits for an etcd that is going away too);
+    the node agent gets SIGTERM so it can remove its network namespaces.
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         return subprocess.Popen(
@@ -45,7 +53,9 @@ def spawn(
             env=env,
             cwd=cwd,
             start_new_session=True,
-            preexec_fn=_die_with_parent if die_with_parent else None,
+            preexec_fn=(
+                None if parent_death_signal is None else _parent_death_signal(parent_death_signal)
+            ),
         )
 
 

@@ -1,0 +1,171 @@
+"""`sps-operator dev-cluster up | down | env | status`."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from sps_operator.devcluster.binaries import BinariesError
+from sps_operator.devcluster.controlplane import (
+    DEFAULT_NODES,
+    ControlPlane,
+    ControlPlaneError,
+    NodeSpec,
+    default_state_dir,
+    start_node_agent,
+)
+
+
+def _node(text: str) -> NodeSpec:
+    try:
+        return NodeSpec.parse(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sps-operator dev-cluster",
+        description="A local Kubernetes control plane with simulated GPU nodes.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def with_state_dir(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--state-dir",
+            type=Path,
+            default=None,
+            help="cluster state directory (default $SPS_DEV_CLUSTER_DIR or "
+            "~/.local/state/sps-operator/dev-cluster)",
+        )
+
+    up = sub.add_parser("up", help="start the control plane and the node agent (detached)")
+    with_state_dir(up)
+    up.add_argument(
+        "--node",
+        "--nodes",
+        dest="nodes",
+        type=_node,
+        nargs="+",
+        action="extend",
+        metavar="NAME=PRODUCT[:GPUS]",
+        help="a GPU node (repeatable; default: two H100 and two H200 nodes, 8 GPUs each)",
+    )
+    up.add_argument("--no-node-agent", action="store_true", help="control plane only")
+    up.add_argument(
+        "--agent-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for the node agent, e.g. --agent-arg=--sim-time-scale=50",
+    )
+    up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for readiness")
+    for name, text in (
+        ("down", "stop every process of the cluster"),
+        ("env", "print shell exports: KUBECONFIG and PATH with kubectl and helm"),
+        ("status", "show whether the cluster is running and its nodes Ready"),
+    ):
+        with_state_dir(sub.add_parser(name, help=text))
+    return parser
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    state_dir: Path = args.state_dir or default_state_dir()
+    try:
+        existing = ControlPlane.attach(state_dir)
+    except ControlPlaneError:
+        existing = None
+    if existing is not None and existing.running_components():
+        if existing.ready():
+            print(f"dev cluster already running in {existing.state_dir}", file=sys.stderr)
+            print(f"source {existing.env_file}")
+            return 0
+        if any(existing.running_components().values()):
+            print(
+                f"a partly running dev cluster is in {existing.state_dir}; "
+                "run `sps-operator dev-cluster down` first",
+                file=sys.stderr,
+            )
+            return 1
+    cp = ControlPlane(state_dir, detached=True)
+    nodes = args.nodes or list(DEFAULT_NODES)
+    started = time.monotonic()
+    try:
+        cp.start(timeout=args.timeout)
+        control_plane_s = time.monotonic() - started
+        print(f"control plane ready in {control_plane_s:.1f}s at {cp.server}", file=sys.stderr)
+        if not args.no_node_agent:
+            start_node_agent(cp, nodes, extra_args=args.agent_arg, timeout=args.timeout)
+            print(
+                f"{len(nodes)} nodes Ready in {time.monotonic() - started - control_plane_s:.1f}s: "
+                + ", ".join(n.arg() for n in nodes),
+                file=sys.stderr,
+            )
+    except (ControlPlaneError, BinariesError, OSError, ValueError) as err:
+        cp.stop()
+        print(f"dev-cluster up failed: {err}", file=sys.stderr)
+        return 1
+    print(f"kubeconfig: {cp.kubeconfig}", file=sys.stderr)
+    print(f"source {cp.env_file}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    try:
+        cp = ControlPlane.attach(args.state_dir)
+    except ControlPlaneError as err:
+        print(f"{err}; nothing to stop", file=sys.stderr)
+        return 0
+    cp.stop()
+    print(f"dev cluster in {cp.state_dir} stopped", file=sys.stderr)
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    try:
+        cp = ControlPlane.attach(args.state_dir)
+    except ControlPlaneError as err:
+        print(f"{err}; run `sps-operator dev-cluster up`", file=sys.stderr)
+        return 1
+    assert cp.record is not None
+    print(f"export KUBECONFIG={shlex.quote(str(cp.kubeconfig))}")
+    if cp.record.path_dirs:
+        path = ":".join(shlex.quote(d) for d in cp.record.path_dirs)
+        print(f'export PATH={path}:"$PATH"')
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    try:
+        cp = ControlPlane.attach(args.state_dir)
+    except ControlPlaneError as err:
+        print(f"not running: {err}")
+        return 1
+    assert cp.record is not None
+    components = cp.running_components()
+    if not components:
+        print(f"not running (state in {cp.state_dir})")
+        return 1
+    for name, alive in components.items():
+        print(f"{name:<24} {'running' if alive else 'DEAD'} (pid {cp.record.pids[name]})")
+    ready = cp.ready()
+    print(f"{'api server':<24} {cp.server} {'ready' if ready else 'NOT READY'}")
+    print(f"{'pod network':<24} {cp.record.pod_cidr} (gateway {cp.record.gateway})")
+    if ready and cp.record.nodes:
+        for name, node_ready in cp.nodes_ready(cp.record.nodes).items():
+            print(f"node {name:<19} {'Ready' if node_ready else 'NotReady'}")
+    healthy = ready and all(components.values())
+    return 0 if healthy else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    handlers = {"up": cmd_up, "down": cmd_down, "env": cmd_env, "status": cmd_status}
+    return handlers[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

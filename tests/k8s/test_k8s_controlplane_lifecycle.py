@@ -1,0 +1,113 @@
+"""Starting and stopping whole clusters: `dev-cluster up/status/env/down`, and no process
+left behind, even when the Python process that started a cluster is killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sps_operator.devcluster import podnet
+from sps_operator.devcluster.processes import group_alive
+from sps_operator.devcluster.pytest_plugin import K8sCluster
+
+pytestmark = [pytest.mark.k8s, pytest.mark.slow]
+
+
+def _cli(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sps_operator.cli", "dev-cluster", *args, f"--state-dir={state}"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def _pids(state: Path) -> dict[str, int]:
+    pids: dict[str, int] = json.loads((state / "cluster.json").read_text())["pids"]
+    return pids
+
+
+def _wait_gone(pids: dict[str, int], timeout: float = 30.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [n for n, p in pids.items() if podnet.pid_alive(p) or group_alive(p)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+def test_k8s_controlplane_cli_up_status_env_down(k8s_cluster: K8sCluster, tmp_path: Path) -> None:
+    # k8s_cluster: binaries are built (or found) once, by the session fixture.
+    state = tmp_path / "cluster"
+    up = _cli(state, "up", "--no-node-agent")
+    assert up.returncode == 0, up.stderr
+    pids = _pids(state)
+    try:
+        assert set(pids) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+        assert up.stdout.strip() == f"source {state.resolve() / 'env.sh'}"
+
+        status = _cli(state, "status")
+        assert status.returncode == 0, status.stdout
+        assert "ready" in status.stdout
+
+        env = _cli(state, "env")
+        assert f"export KUBECONFIG={state.resolve() / 'kubeconfig'}" in env.stdout
+        # The env script really points kubectl at this cluster.
+        script = f"{env.stdout}\nkubectl get namespace kube-system -o name"
+        shell = subprocess.run(
+            ["bash", "-c", script], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert shell.stdout.strip() == "namespace/kube-system", shell.stderr
+
+        again = _cli(state, "up", "--no-node-agent")
+        assert again.returncode == 0 and "already running" in again.stderr
+        assert _pids(state) == pids
+    finally:
+        down = _cli(state, "down")
+    assert down.returncode == 0, down.stderr
+    assert _wait_gone(pids, timeout=5) == []
+    assert _cli(state, "status").returncode == 1
+    reservation = json.loads((state / "cluster.json").read_text())["pod_network_index"]
+    assert not (podnet.reservations_dir() / str(reservation)).exists()
+
+
+_HOLDER = """
+import sys, time
+from pathlib import Path
+from sps_operator.devcluster.controlplane import ControlPlane
+cp = ControlPlane(Path(sys.argv[1]))
+cp.start()
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_k8s_controlplane_dies_with_the_process_that_started_it(
+    k8s_cluster: K8sCluster, tmp_path: Path
+) -> None:
+    state = tmp_path / "cluster"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(state)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        line = holder.stdout.readline()
+        assert line.strip() == "ready", holder.stderr.read() if holder.stderr else ""
+        pids = _pids(state)
+        assert len(pids) == 4 and all(podnet.pid_alive(p) for p in pids.values())
+    finally:
+        # No atexit, no cleanup: the parent-death signal alone must take everything down.
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+    assert _wait_gone(pids) == []
