@@ -25,7 +25,8 @@ def strip_launcher(argv: Sequence[str]) -> list[str]:
 
     Accepts ``python3 -m sglang.launch_server ARGS``, ``python -m sglang.launch_server ARGS``,
     ``sglang serve ARGS`` (also with paths like ``/usr/bin/python3.11``), a bare
-    ``sglang.launch_server ARGS`` and ``sps-sim ARGS``; anything else is returned unchanged.
+    ``sglang.launch_server ARGS`` and ``sps-sim ARGS``. Flags alone (the image's entrypoint
+    was the launcher) are returned unchanged; any other program raises ValueError.
     """
     args = list(argv)
     if not args:
@@ -51,13 +52,15 @@ def strip_launcher(argv: Sequence[str]) -> list[str]:
             if rest[i + 1] == "sglang" and tail[:1] == ["serve"]:
                 tail = tail[1:]
             return tail
-        return args
+        raise ValueError(f"not an SGLang server command: {' '.join(args)!r}")
     if head == "sglang" and args[1:2] == ["serve"]:
         return args[2:]
     if head in ("sglang.launch_server", "sps-sim", "launch_server"):
         rest = args[1:]
         return rest[1:] if rest[:1] == ["serve"] else rest
-    return args
+    if args[0].startswith("-"):
+        return args
+    raise ValueError(f"not an SGLang server command: {' '.join(args)!r}")
 
 
 def prepare(argv: Sequence[str]) -> SimSettings:

@@ -44,6 +44,10 @@ SET_INTERNAL_STATE_KEYS = (
 # when a real table drives the budget argmax (no pin).
 SURVIVAL_PER_POSITION = 0.75
 STEP_CPU_MS_MAX_GAP_S = 1.0
+# Decode steps after a prefill whose confidence relay has not resolved (no budget, full width).
+# One: that step also lacks step_cpu_ms, so aligned timed rows all carry the pin; with more,
+# SGLang's own profiler would see two tiers per pinned round and fail on a fixed server.
+UNRESOLVED_DECODE_STEPS = 1
 
 
 @dataclass(frozen=True)
@@ -370,7 +374,7 @@ class Engine:
             replay_tokens = (graph_bs or bs) * k
             eager = graph_bs is None
         else:
-            resolved = rank.decode_steps_since_prefill >= cfg.lag_steps
+            resolved = rank.decode_steps_since_prefill >= UNRESOLVED_DECODE_STEPS
             if resolved:
                 if rank.pin is not None:
                     budget = graphs.forced_budget(rank.pin, bs, cfg.gamma)
