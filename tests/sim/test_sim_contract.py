@@ -5,6 +5,7 @@ Everything here talks HTTP to a live simulator; nothing calls engine internals.
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 from pathlib import Path
@@ -270,7 +271,7 @@ def test_gpu_presets_give_visibly_different_step_times() -> None:
             rows = run_round(url, bs_per_rank=32, max_new_tokens=60).aligned(32)[0]
         medians[product] = statistics.median(r["step_cpu_ms"] for r in rows[10:])
     values = sorted(medians.values())
-    assert all(b / a > 1.1 for a, b in zip(values, values[1:], strict=False)), medians
+    assert all(b / a > 1.1 for a, b in itertools.pairwise(values)), medians
 
 
 # ---------------------------------------------------------------- /server_info shape
