@@ -1,0 +1,260 @@
+"""sps-profiler against the simulated DSpark server (sps-sim), end to end over HTTP."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sps_operator.profiler.artifacts import OutPaths, read_jsonl, sha256_file
+from sps_operator.profiler.cli import main
+from sps_operator.sim.costmodel import PRESETS
+from sps_operator.sim.testing import running_sim
+from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, load_sps_table_text
+
+K = 8
+COMPACT = {"SGLANG_RAGGED_VERIFY_MODE": "compact"}
+FAST = ["--vocab-size", "32000", "--poll-interval", "0.02", "--max-steady-steps", "200"]
+H100 = PRESETS["NVIDIA-H100-80GB-HBM3"]
+
+
+def profile(url: str, out: Path, *args: str, command: str = "all") -> int:
+    return main([command, "--base-url", url, "--out", str(out), *FAST, *args])
+
+
+def test_diagonal_static_sweep_writes_a_loadable_table(tmp_path: Path) -> None:
+    out = tmp_path / "diag.json"
+    with running_sim(seed=1) as url:
+        assert profile(url, out, "--batch-size", "1", "4", "8", "--progress") == 0
+    table = load_sps_table_text(out.read_text())
+    assert isinstance(table, SpsCostTable)
+    assert table.sample_batch_tokens == (8, 32, 64)
+    for bs, sps in zip((1, 4, 8), table.sample_steps_per_sec, strict=True):
+        truth = H100.decode_seconds(bs, bs * K)
+        # Within the simulator's noise and clock warm-up drift of the truth.
+        assert 1 / sps == pytest.approx(truth, rel=0.08)
+    paths = OutPaths.for_out(out)
+    manifest = json.loads(paths.manifest.read_text())
+    assert manifest["status"] == "succeeded"
+    assert manifest["verify_num_draft_tokens"] == K
+    assert len(manifest["fingerprint"]) == 16
+    assert manifest["server"]["mode"] == "static"
+    assert manifest["fit"]["table_sha256"] == sha256_file(out)
+    assert manifest["artifacts_sha256"][paths.rounds.name] == sha256_file(paths.rounds)
+    assert manifest["stopping_rule"]["ci_rel_width"] == 0.02
+    rounds = read_jsonl(paths.rounds)
+    assert [r["batch_size_per_rank"] for r in rounds] == [1, 4, 8]
+    assert all(r["graph_tier"] == r["batch_tokens"] for r in rounds)
+    records = read_jsonl(paths.records)
+    assert {r["batch_size_per_rank"] for r in records} == {1, 4, 8}
+    # The ring was cleared between rounds: each round's records start after its own prefill.
+    assert all(r["num_running_reqs"] <= r["batch_size_per_rank"] for r in records)
+    assert paths.plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_compact_with_verify_all_bug_fails_with_the_pin_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "bug.json"
+    with running_sim(env=COMPACT, seed=2, verify_all_bug="on") as url:
+        rc = profile(url, out, "--batch-size", "2", "4", "--fracs", "0.25", "1.0")
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "verify-all shortcut" in err
+    assert "non-flat table" in err
+    assert "Pre-flight probe failed" in err
+    assert not out.exists()  # no table from a sweep that cannot be trusted
+    manifest = json.loads(OutPaths.for_out(out).manifest.read_text())
+    assert manifest["status"] == "failed"
+    assert "verify-all" in manifest["error"]
+
+
+def test_bug_is_caught_per_round_without_the_preflight(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "bug2.json"
+    with running_sim(env=COMPACT, seed=3, verify_all_bug="on") as url:
+        rc = profile(url, out, "--batch-size", "4", "--fracs", "0.25", "--no-preflight")
+    assert rc == 1
+    assert "full width (4x8)" in capsys.readouterr().err
+
+
+def _assert_additive_tracks_truth(table: SpsAdditiveCostTable, bss: list[int]) -> None:
+    assert table.bs_probes == tuple(bss)
+    for bs in bss:
+        low = table.step_time(num_reqs=bs, budget=0)
+        high = table.step_time(num_reqs=bs, budget=bs * (K - 1))
+        assert high > low  # theta is not flat: trimming pays
+        truth_high = H100.decode_seconds(bs, bs * K)
+        assert high == pytest.approx(truth_high, rel=0.1)
+
+
+def test_fixed_server_off_diagonal_succeeds(tmp_path: Path) -> None:
+    out = tmp_path / "fixed.json"
+    with running_sim(env=COMPACT, seed=4, verify_all_bug="off") as url:
+        assert profile(url, out, "--batch-size", "2", "8", "16", "--fracs", "0.25", "1.0") == 0
+    table = load_sps_table_text(out.read_text())
+    assert isinstance(table, SpsAdditiveCostTable)
+    _assert_additive_tracks_truth(table, [2, 8, 16])
+    rounds = read_jsonl(OutPaths.for_out(out).rounds)
+    by_cell = {(r["batch_size_per_rank"], r["frac"]): r for r in rounds}
+    # bs=16 frac 0.25: M = 16 + int(0.25*112) = 44 → tier 48 (§2 example).
+    assert by_cell[(16, 0.25)]["batch_tokens"] == 44
+    assert by_cell[(16, 0.25)]["graph_tier"] == 48
+
+
+def test_bug_server_with_a_non_flat_table_succeeds(tmp_path: Path) -> None:
+    seed_table = tmp_path / "two-probe.json"
+    seed_table.write_text(
+        '{"sample_batch_tokens":[1,2],"sample_steps_per_sec":[1.0,1.0],"max_batch_tokens":2}'
+    )
+    out = tmp_path / "seeded.json"
+    with running_sim(
+        ["--speculative-dspark-sps-table-path", str(seed_table)],
+        env=COMPACT,
+        seed=5,
+        verify_all_bug="on",
+    ) as url:
+        assert profile(url, out, "--batch-size", "2", "8", "--fracs", "0.25", "1.0") == 0
+    table = load_sps_table_text(out.read_text())
+    assert isinstance(table, SpsAdditiveCostTable)
+    _assert_additive_tracks_truth(table, [2, 8])
+
+
+def test_dp_attention_two_ranks(tmp_path: Path) -> None:
+    out = tmp_path / "dp2.json"
+    with running_sim(
+        ["--dp-size", "2", "--enable-dp-attention", "--enable-dp-lm-head"], seed=6
+    ) as url:
+        assert profile(url, out, "--batch-size", "2", "4") == 0
+    rounds = read_jsonl(OutPaths.for_out(out).rounds)
+    assert [r["batch_size"] for r in rounds] == [4, 8]
+    assert all(len(r["per_rank_median_step_time"]) == 2 for r in rounds)
+
+
+@pytest.mark.parametrize(
+    ("sim_args", "env", "profiling_env", "run_args", "message"),
+    [
+        (["--speculative-algorithm", "EAGLE"], {}, True, [], "speculative_algorithm='EAGLE'"),
+        ([], COMPACT, True, [], "SGLANG_RAGGED_VERIFY_MODE=static"),
+        ([], {}, True, ["--fracs", "0.5"], "SGLANG_RAGGED_VERIFY_MODE=compact"),
+        ([], {"SGLANG_SIMULATE_ACC_LEN": "1.0"}, False, [], "no dspark_info_record"),
+        (
+            [],
+            {"SGLANG_SIMULATE_ACC_LEN": "1.0", "SGLANG_DSPARK_DEBUG_DUMP": "core"},
+            False,
+            [],
+            "missing component",
+        ),
+        ([], {"SGLANG_DSPARK_ENABLE_SPS_RECORD": "1"}, False, [], "simulate_acc_len=None"),
+        (["--disable-cuda-graph"], {}, True, [], "disable-cuda-graph"),
+        (["--cuda-graph-max-bs", "4"], {}, True, [], "only up to bs=4"),
+        (["--max-running-requests", "4"], {}, True, [], "at most 4 per rank"),
+    ],
+)
+def test_bad_servers_fail_before_any_load(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    sim_args: list[str],
+    env: dict[str, str],
+    profiling_env: bool,
+    run_args: list[str],
+    message: str,
+) -> None:
+    out = tmp_path / "bad.json"
+    with running_sim(sim_args, env=env, profiling_env=profiling_env) as url:
+        rc = profile(url, out, "--batch-size", "1", "8", *run_args, command="run")
+    assert rc == 1
+    assert message in capsys.readouterr().err
+    assert not OutPaths.for_out(out).rounds.exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_unreachable_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{_free_port()}"
+    assert profile(url, tmp_path / "x.json", "--batch-size", "1", command="run") == 1
+    assert "ConnectError" in capsys.readouterr().err
+    assert profile(url, tmp_path / "x.json", "--wait-for-server", "0.5", command="run") == 1
+    assert "/health did not answer 200 within" in capsys.readouterr().err
+
+
+class _Garbage(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"<html>not json</html>"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def garbage_url() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Garbage)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_garbage_json(tmp_path: Path, capsys: pytest.CaptureFixture[str], garbage_url: str) -> None:
+    assert profile(garbage_url, tmp_path / "g.json", "--batch-size", "1", command="run") == 1
+    assert "not JSON" in capsys.readouterr().err
+
+
+def test_server_dies_mid_sweep_then_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "resume.json"
+    paths = OutPaths.for_out(out)
+    args = ["--batch-size", "1", "2", "4", "8", "--max-steady-steps", "400"]
+    result: dict[str, int] = {}
+    with running_sim(seed=7, time_scale=10.0) as url:
+        worker = threading.Thread(
+            target=lambda: result.setdefault("rc", profile(url, out, *args, command="run"))
+        )
+        worker.start()
+        for _ in range(600):
+            if paths.rounds.exists() and read_jsonl(paths.rounds):
+                break
+            worker.join(0.05)
+    # The context exit stopped the server under the profiler's feet.
+    worker.join(60)
+    assert result["rc"] == 1
+    err = capsys.readouterr().err
+    assert "stopped answering" in err
+    kept = read_jsonl(paths.rounds)
+    assert 1 <= len(kept) < 4
+    assert json.loads(paths.manifest.read_text())["status"] == "failed"
+    with running_sim(seed=8) as url:
+        assert profile(url, out, *args, "--resume") == 0
+    rounds = read_jsonl(paths.rounds)
+    assert [r["batch_size_per_rank"] for r in rounds] == [1, 2, 4, 8]
+    assert rounds[: len(kept)] == kept  # nothing measured was redone or lost
+    assert isinstance(load_sps_table_text(out.read_text()), SpsCostTable)
+
+
+def test_fresh_run_sets_old_rounds_aside(tmp_path: Path) -> None:
+    out = tmp_path / "again.json"
+    paths = OutPaths.for_out(out)
+    paths.rounds.write_text('{"old": true}\n')
+    with running_sim(seed=9) as url:
+        assert profile(url, out, "--batch-size", "1", command="run") == 0
+    backups = list(tmp_path.glob("again.rounds.jsonl.*.bak"))
+    assert len(backups) == 1 and backups[0].read_text() == '{"old": true}\n'
