@@ -1,0 +1,583 @@
+"""The operator end to end on the local control plane (issue 5, "It must show").
+
+The operator runs as a subprocess under its own RBAC: the chart's ServiceAccount and
+ClusterRole (rendered with helm), authenticated with a real token of that account.
+The node agent runs `sps-sim` for SGLang images (fast: SPS_SIM_TIME_SCALE in the pod)
+and the project image's entry points (the profiler) for profiling Jobs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client import ApiClient
+from kubernetes.client.rest import ApiException
+
+from sps_operator.constants import GPU_H100, GPU_H200
+from sps_operator.devcluster.pytest_plugin import K8sCluster, NodeAgent
+from sps_operator.tables.formats import SpsCostTable, load_sps_table_text
+
+pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+GROUP, VERSION, PLURAL = "sps.dev", "v1alpha1", "spsprofiles"
+SIM_TIME_SCALE = "40"
+TABLE_PATH = "/etc/sps/table/table.json"
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def wait_for(
+    what: str, check: Callable[[], Any], timeout: float = 180.0, interval: float = 0.5
+) -> Any:
+    """Poll `check` until it returns something truthy; fail with the last value seen."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+
+
+@dataclass
+class OperatorProcess:
+    kubeconfig: Path
+    namespace: str
+    log_path: Path
+    clock_file: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        exe = Path(sys.executable).with_name("sps-operator")
+        argv = [
+            str(exe), "run", "--namespace", self.namespace, "--resync-seconds", "1",
+            "--gpu-debounce-seconds", "2", "--metrics-port", "0", "--verbose",
+            "--log-format", "plain", "--clock-offset-file", str(self.clock_file),
+        ]  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+        env["KUBECONFIG"] = str(self.kubeconfig)
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        log.close()
+
+    def kill(self) -> None:
+        """SIGKILL: an operator that dies mid-run, with no chance to clean up."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self.proc = None
+
+    def log(self, tail: int = 120) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-tail:])
+
+
+@dataclass
+class Env:
+    cluster: K8sCluster
+    agent: NodeAgent
+    api: ApiClient
+    namespace: str
+    operator: OperatorProcess
+
+    @property
+    def apps(self) -> client.AppsV1Api:
+        return client.AppsV1Api(self.api)
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def batch(self) -> client.BatchV1Api:
+        return client.BatchV1Api(self.api)
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
+
+    def profile(self, name: str = "sps") -> dict[str, Any]:
+        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, name
+        )
+        return obj
+
+    def condition(self, type_: str, name: str = "sps") -> dict[str, Any]:
+        status = self.profile(name).get("status") or {}
+        return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
+
+    def deployment(self, name: str = "server") -> dict[str, Any]:
+        resp = self.apps.read_namespaced_deployment(name, self.namespace, _preload_content=False)
+        return dict(json.loads(resp.data))
+
+    def jobs(self) -> list[dict[str, Any]]:
+        resp = self.batch.list_namespaced_job(
+            self.namespace, label_selector="sps.dev/profile=sps", _preload_content=False
+        )
+        return list(json.loads(resp.data)["items"])
+
+    def config_map(self, name: str) -> dict[str, Any]:
+        resp = self.core.read_namespaced_config_map(name, self.namespace, _preload_content=False)
+        return dict(json.loads(resp.data))
+
+    def pods(self, selector: str) -> list[dict[str, Any]]:
+        resp = self.core.list_namespaced_pod(
+            self.namespace, label_selector=selector, _preload_content=False
+        )
+        return list(json.loads(resp.data)["items"])
+
+    def diagnostics(self) -> str:
+        parts = [f"--- operator log ---\n{self.operator.log()}"]
+        with contextlib.suppress(Exception):
+            parts.append("--- profile ---\n" + yaml.safe_dump(self.profile().get("status")))
+        return "\n".join(parts)
+
+
+def server_deployment(
+    gpu: str, name: str = "server", image: str = "lmsysorg/sglang:v0.5.16", env: dict | None = None
+) -> dict[str, Any]:
+    container_env = {
+        "SGLANG_RAGGED_VERIFY_MODE": "compact",
+        "SPS_SIM_TIME_SCALE": SIM_TIME_SCALE,
+        **(env or {}),
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": name,
+            "labels": {"app": "sglang", "app.kubernetes.io/instance": "argo-app"},
+        },
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "sglang", "deploy": name}},
+            "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 1}},
+            "template": {
+                "metadata": {"labels": {"app": "sglang", "deploy": name}},
+                "spec": {
+                    "nodeSelector": {"nvidia.com/gpu.product": gpu},
+                    "terminationGracePeriodSeconds": 2,
+                    "containers": [
+                        {
+                            "name": "sglang",
+                            "image": image,
+                            "command": ["python3", "-m", "sglang.launch_server"],
+                            "args": [
+                                "--model-path",
+                                "sim/dspark-8b",
+                                "--tp",
+                                "1",
+                                "--speculative-algorithm",
+                                "DSPARK",
+                                "--speculative-dspark-block-size",
+                                "3",
+                                "--cuda-graph-max-bs",
+                                "16",
+                                "--max-running-requests",
+                                "16",
+                                "--host",
+                                "0.0.0.0",
+                                "--port",
+                                "30000",
+                            ],
+                            "env": [{"name": k, "value": v} for k, v in container_env.items()],
+                            "ports": [{"containerPort": 30000, "name": "http"}],
+                            "readinessProbe": {
+                                "httpGet": {"path": "/health", "port": 30000},
+                                "periodSeconds": 1,
+                            },
+                            "resources": {"limits": {"nvidia.com/gpu": 1}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def sps_profile(kind: str = "Diagonal", name: str = "sps", **spec: Any) -> dict[str, Any]:
+    sweep: dict[str, Any] = {"batchSizes": [1, 2, 4, 8], "ciRelWidth": 0.05, "repeats": 1}
+    if kind == "Additive":
+        sweep["fracs"] = [0.25, 0.5, 1.0]
+    body: dict[str, Any] = {
+        "selector": {"matchLabels": {"app": "sglang"}},
+        "serverContainer": "sglang",
+        "table": {"kind": kind, "sweep": sweep},
+        "job": {"activeDeadlineSeconds": 600},
+    }
+    body.update(spec)
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SpsProfile",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/instance": "argo-app"}},
+        "spec": body,
+    }
+
+
+def tables(env: Env) -> list[dict[str, Any]]:
+    return list((env.profile().get("status") or {}).get("tables") or [])
+
+
+def table_for(env: Env, gpu: str) -> dict[str, Any] | None:
+    return next((t for t in tables(env) if t["gpuProduct"] == gpu), None)
+
+
+def running_table_hash(env: Env) -> str | None:
+    template = env.deployment()["spec"]["template"]
+    return ((template.get("metadata") or {}).get("annotations") or {}).get("sps.dev/table-hash")
+
+
+def rolled_to(env: Env, table_hash: str) -> bool:
+    dep = env.deployment()
+    status = dep.get("status", {})
+    return (
+        running_table_hash(env) == table_hash
+        and status.get("observedGeneration", 0) >= dep["metadata"]["generation"]
+        and status.get("updatedReplicas", 0) == 1
+        and status.get("availableReplicas", 0) == 1
+        and status.get("replicas", 0) == 1
+    )
+
+
+def serving_pod_info(env: Env, table_hash: str) -> dict[str, Any]:
+    """/server_info of the Ready serving pod that runs `table_hash`."""
+
+    def ready_pod() -> dict[str, Any] | None:
+        for pod in env.pods("deploy=server"):
+            ann = pod["metadata"].get("annotations") or {}
+            ready = any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in pod.get("status", {}).get("conditions") or []
+            )
+            if (
+                ann.get("sps.dev/table-hash") == table_hash
+                and ready
+                and not pod["metadata"].get("deletionTimestamp")
+            ):
+                return pod
+        return None
+
+    pod = wait_for("a Ready serving pod with the table", ready_pod, timeout=60)
+    ip = pod["status"]["podIP"]
+    info: dict[str, Any] = httpx.get(f"http://{ip}:30000/server_info", timeout=10).json()
+    return {"pod": pod, "info": info}
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def operator_account(k8s_cluster: K8sCluster) -> Iterator[tuple[str, str]]:
+    """The CRD, and the chart's ServiceAccount + ClusterRole (cluster mode) in its own
+    namespace; yields (namespace, service account)."""
+    k8s_cluster.kubectl(
+        "apply", "--server-side", "--force-conflicts", "-f",
+        str(ROOT / "crds" / "sps.dev_spsprofiles.yaml"),
+    )  # fmt: skip
+    k8s_cluster.kubectl(
+        "wait", "--for=condition=Established", "crd/spsprofiles.sps.dev", "--timeout=60s"
+    )
+    suffix = secrets.token_hex(3)
+    ns = k8s_cluster.create_namespace(f"sps-system-{suffix}")
+    release = f"sps-e2e-{suffix}"
+    helm = k8s_cluster.binaries.helm
+    assert helm is not None, "helm binary missing from the control-plane build"
+    server = json.loads(k8s_cluster.kubectl("version", "-o", "json"))["serverVersion"]
+    rendered = subprocess.run(
+        [
+            str(helm),
+            "template",
+            release,
+            str(ROOT / "charts" / "sps-operator"),
+            "--kube-version",
+            server["gitVersion"],
+            "--namespace",
+            ns,
+            "--show-only",
+            "templates/rbac.yaml",
+            "--show-only",
+            "templates/serviceaccount.yaml",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    k8s_cluster.kubectl("apply", "-n", ns, "-f", "-", input=rendered)
+    accounts = [
+        d["metadata"]["name"]
+        for d in yaml.safe_load_all(rendered)
+        if d and d.get("kind") == "ServiceAccount"
+    ]
+    assert len(accounts) == 1, rendered
+    try:
+        yield ns, accounts[0]
+    finally:
+        k8s_cluster.kubectl("delete", "-f", "-", "--ignore-not-found", input=rendered, check=False)
+        k8s_cluster.delete_namespace(ns)
+
+
+@pytest.fixture
+def env(
+    k8s_cluster: K8sCluster,
+    node_agent: NodeAgent,
+    k8s_api: ApiClient,
+    namespace: str,
+    operator_account: tuple[str, str],
+    tmp_path: Path,
+) -> Iterator[Env]:
+    op_ns, account = operator_account
+    kubeconfig = k8s_cluster.service_account_kubeconfig(
+        account, op_ns, tmp_path / "operator.kubeconfig"
+    )
+    clock = tmp_path / "clock-offset"
+    clock.write_text("0")
+    operator = OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log", clock)
+    e = Env(k8s_cluster, node_agent, k8s_api, namespace, operator)
+    try:
+        yield e
+    finally:
+        # Shown by pytest only when the test fails.
+        print(e.diagnostics())
+        operator.stop()
+
+
+def create(env: Env, deployment: dict[str, Any], profile: dict[str, Any]) -> None:
+    env.apps.create_namespaced_deployment(env.namespace, deployment)
+    env.custom.create_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, profile)
+
+
+def wait_ready(env: Env, timeout: float = 240.0) -> dict[str, Any]:
+    def ready() -> dict[str, Any] | None:
+        c = env.condition("Ready")
+        return c if c.get("status") == "True" else None
+
+    try:
+        return dict(wait_for("Ready=True", ready, timeout=timeout))
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{env.diagnostics()}") from None
+
+
+# ----------------------------------------------------------------------------- scenarios
+
+
+def test_e2e_diagonal_profile_publish_and_roll(env: Env) -> None:
+    """Scenario 1: Diagonal on H100 — Job (sps-sim + profiler), table ConfigMap published,
+    Deployment rolled, new pods run sps-sim with the table; Ready=True."""
+    create(env, server_deployment(GPU_H100), sps_profile())
+    env.operator.start()
+    wait_ready(env)
+
+    status = env.profile()["status"]
+    assert status["observedGeneration"] == env.profile()["metadata"]["generation"]
+    (table,) = status["tables"]
+    assert table["gpuProduct"] == GPU_H100 and table["kind"] == "Diagonal"
+    assert status["gpuProduct"] == GPU_H100 and status["liveTable"] == table["configMap"]
+    assert status.get("currentRun") is None
+    types = {c["type"]: c["status"] for c in status["conditions"]}
+    assert types == {
+        "Ready": "True", "Profiling": "False", "TableReady": "True", "RolledOut": "True",
+        "Stale": "False", "Degraded": "False",
+    }  # fmt: skip
+
+    # The Job: one run, backoffLimit 0, the cloned server as a native sidecar, pinned to H100.
+    (job,) = env.jobs()
+    assert job["metadata"]["name"] == table["run"]
+    assert job["spec"]["backoffLimit"] == 0
+    assert job["status"].get("succeeded") == 1
+    pod_spec = job["spec"]["template"]["spec"]
+    assert pod_spec["nodeSelector"]["nvidia.com/gpu.product"] == GPU_H100
+    (sidecar,) = pod_spec["initContainers"]
+    assert sidecar["restartPolicy"] == "Always"
+    sidecar_env = {e["name"]: e.get("value") for e in sidecar["env"]}
+    assert sidecar_env["SGLANG_RAGGED_VERIFY_MODE"] == "static"
+    assert sidecar_env["SGLANG_DSPARK_ENABLE_SPS_RECORD"] == "1"
+    assert "app.kubernetes.io/instance" not in job["metadata"]["labels"]
+
+    # The table ConfigMap: immutable, labelled, owned, loadable by SGLang's rules.
+    cm = env.config_map(table["configMap"])
+    assert cm["immutable"] is True
+    labels = cm["metadata"]["labels"]
+    assert labels["sps.dev/gpu-product"] == GPU_H100
+    assert labels["sps.dev/fingerprint"] == table["fingerprint"]
+    assert "app.kubernetes.io/instance" not in labels
+    assert cm["metadata"]["ownerReferences"][0]["kind"] == "SpsProfile"
+    loaded = load_sps_table_text(cm["data"]["table.json"])
+    assert isinstance(loaded, SpsCostTable)
+    assert list(loaded.sample_batch_tokens) == [4, 8, 16, 32]  # bs * K, K = 3 + 1
+    assert all(s > 0 for s in loaded.sample_steps_per_sec)
+
+    # The Deployment: rolled under field manager sps-operator with the volume, mount and flag.
+    dep = env.deployment()
+    template = dep["spec"]["template"]
+    assert template["metadata"]["annotations"]["sps.dev/table-hash"] == table["hash"]
+    (container,) = template["spec"]["containers"]
+    i = container["args"].index("--speculative-dspark-sps-table-path")
+    assert container["args"][i + 1] == TABLE_PATH
+    volume = next(v for v in template["spec"]["volumes"] if v["name"] == "sps-table")
+    assert volume["configMap"]["name"] == table["configMap"]
+    managers = {m["manager"] for m in dep["metadata"]["managedFields"]}
+    assert "sps-operator" in managers
+
+    # The new pod serves with the table: sps-sim started with the path (compact mode loads
+    # it at start-up and refuses to start on a bad table).
+    served = serving_pod_info(env, table["hash"])
+    assert served["info"]["speculative_dspark_sps_table_path"] == TABLE_PATH
+    assert served["pod"]["spec"]["nodeName"] in env.agent.nodes_with_product(GPU_H100)
+
+
+def test_e2e_gpu_change_profiles_new_product_and_reuses_old_table(env: Env) -> None:
+    """Scenario 3: move to H200 → profile for H200 and roll; move back → the H100 table
+    is reused with no new Job."""
+    create(env, server_deployment(GPU_H100), sps_profile())
+    env.operator.start()
+    wait_ready(env)
+    h100 = table_for(env, GPU_H100)
+    assert h100 is not None
+    wait_for("rolled to the H100 table", lambda: rolled_to(env, h100["hash"]), timeout=60)
+
+    patch = {"spec": {"template": {"spec": {"nodeSelector": {"nvidia.com/gpu.product": GPU_H200}}}}}
+    env.apps.patch_namespaced_deployment("server", env.namespace, patch)
+    h200 = wait_for("an H200 table", lambda: table_for(env, GPU_H200), timeout=240)
+    assert h200["fingerprint"] == h100["fingerprint"] and h200["hash"] != h100["hash"]
+    wait_for("rolled to the H200 table", lambda: rolled_to(env, h200["hash"]), timeout=90)
+    runs = {j["metadata"]["labels"]["sps.dev/run"] for j in env.jobs()}
+    assert h200["run"] in runs
+    job = next(j for j in env.jobs() if j["metadata"]["name"] == h200["run"])
+    assert job["spec"]["template"]["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == GPU_H200
+    wait_ready(env, timeout=60)
+
+    jobs_before = {j["metadata"]["name"] for j in env.jobs()}
+    patch = {"spec": {"template": {"spec": {"nodeSelector": {"nvidia.com/gpu.product": GPU_H100}}}}}
+    env.apps.patch_namespaced_deployment("server", env.namespace, patch)
+    wait_for("rolled back to the H100 table", lambda: rolled_to(env, h100["hash"]), timeout=90)
+    assert {j["metadata"]["name"] for j in env.jobs()} <= jobs_before, "a new Job was created"
+    status = env.profile()["status"]
+    assert status.get("currentRun") is None
+    assert {t["gpuProduct"] for t in status["tables"]} == {GPU_H100, GPU_H200}
+    served = serving_pod_info(env, h100["hash"])
+    assert served["pod"]["spec"]["nodeName"] in env.agent.nodes_with_product(GPU_H100)
+
+
+def test_e2e_operator_restart_adopts_running_job(env: Env) -> None:
+    """Scenario 6: the operator is killed while a Job runs; restarted, it adopts the Job
+    and finishes; there is no second Job."""
+    create(env, server_deployment(GPU_H100), sps_profile())
+    env.operator.start()
+
+    def running_job() -> str | None:
+        run = (env.profile().get("status") or {}).get("currentRun") or {}
+        jobs = env.jobs()
+        active = [j for j in jobs if j.get("status", {}).get("active")]
+        return run.get("job") if run.get("job") and active else None
+
+    job_name = wait_for("a running profiling Job", running_job, timeout=120, interval=0.2)
+    env.operator.kill()
+    time.sleep(2)
+    env.operator.start()
+    wait_ready(env)
+    jobs = env.jobs()
+    assert [j["metadata"]["name"] for j in jobs] == [job_name]
+    (table,) = tables(env)
+    assert table["run"] == job_name
+
+
+def test_e2e_gate_failure_keeps_the_live_table(env: Env) -> None:
+    """Scenario 7: a noisy re-profile fails the fit gate; the old table stays live and a
+    condition says why."""
+    profile = sps_profile()
+    profile["spec"]["table"]["sweep"]["repeats"] = 2
+    profile["spec"]["gates"] = {"maxRmsMs": 0.5}
+    create(env, server_deployment(GPU_H100), profile)
+    env.operator.start()
+    wait_ready(env)
+    first = table_for(env, GPU_H100)
+    assert first is not None
+    wait_for("rolled to the first table", lambda: rolled_to(env, first["hash"]), timeout=60)
+
+    # Noise in the server (the clone copies it), then a refresh token: a new run.
+    noisy = {
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "sglang", "env": [{"name": "SPS_SIM_NOISE_CV", "value": "0.6"}]}
+                    ]
+                }
+            }
+        }
+    }
+    env.apps.patch_namespaced_deployment("server", env.namespace, noisy)
+    env.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, env.namespace, PLURAL, "sps", {"spec": {"refresh": {"token": "noisy-1"}}}
+    )
+
+    def rejected() -> dict[str, Any] | None:
+        status = env.profile().get("status") or {}
+        return status.get("rejectedTable")
+
+    bad = wait_for("a rejected table", rejected, timeout=240)
+    assert bad["hash"] != first["hash"]
+    assert "maxRmsMs" in bad["message"]
+    degraded = env.condition("Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "FitQualityGateFailed"
+    assert "maxRmsMs" in degraded["message"]
+    assert table_for(env, GPU_H100) == first
+    wait_for("still on the first table", lambda: rolled_to(env, first["hash"]), timeout=60)
+    # Kept for inspection, never rolled out.
+    assert env.config_map(bad["configMap"])["data"]["table.json"]
+    assert env.condition("Ready")["status"] == "True"
+
+
+def test_e2e_crd_rejects_what_cannot_work(
+    k8s_api: ApiClient, namespace: str, operator_account: tuple[str, str]
+) -> None:
+    """CEL rules answer with what to fix (admission, before the operator sees anything)."""
+    custom = client.CustomObjectsApi(k8s_api)
+    cases = [
+        ({"server": {"source": "External"}}, "server.url is required"),
+        ({"refresh": {"schedule": "every day"}}, "cron expression"),
+        ({"selector": {}}, "selector must not be empty"),
+        ({"rollout": {"mode": "AnnotateOnly"}}, "rollout.tableConfigMap is required"),
+    ]
+    for i, (spec, message) in enumerate(cases):
+        body = sps_profile(name=f"bad-{i}", **spec)
+        with pytest.raises(ApiException) as info:
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+        assert info.value.status == 422
+        assert message in str(info.value.body), info.value.body
+    bad_fracs = sps_profile(name="bad-fracs", kind="Additive")
+    bad_fracs["spec"]["table"]["sweep"]["fracs"] = [0.0, 1.5]
+    with pytest.raises(ApiException) as info:
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, bad_fracs)
+    assert "every fraction must be in (0, 1]" in str(info.value.body)
