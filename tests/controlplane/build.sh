@@ -2,8 +2,8 @@
 # Builds the pinned control-plane binaries from the Go module proxy into a
 # cache outside the repo, keyed by version. Re-running is a no-op when cached.
 # Usage: build.sh [CACHE_DIR]   (prints the bin directory on stdout)
-# SPS_CONTROLPLANE_ONLY="kube-controller-manager kube-scheduler" builds only those
-# (used when KUBEBUILDER_ASSETS already provides the others).
+# KUBEBUILDER_ASSETS (envtest convention): binaries found there are not built.
+# SPS_CONTROLPLANE_ONLY="kube-controller-manager kube-scheduler" builds only those.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 pin() { grep -oE "^(require )?[[:space:]]*$1 v[^ ]+" "$2" | head -n1 | awk '{print $NF}'; }
@@ -19,7 +19,10 @@ vpkg=k8s.io/component-base/version
 ldflags="-s -w -X $vpkg.gitVersion=$K8S_VERSION -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=$minor -X $vpkg.gitTreeState=clean"
 ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
 only=" ${SPS_CONTROLPLANE_ONLY:-etcd kube-apiserver kube-controller-manager kube-scheduler kubectl helm} "
-wanted() { [[ "$only" == *" $1 "* ]]; }
+wanted() {
+  [[ "$only" == *" $1 "* ]] || return 1
+  [ -z "${KUBEBUILDER_ASSETS:-}" ] || [ ! -x "$KUBEBUILDER_ASSETS/$1" ]
+}
 need=()
 for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   wanted "$b" || continue

@@ -107,9 +107,8 @@ def run_build(recipe: Path | None = None, only: list[str] | None = None, log: bo
             "directory with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, "
             "kubectl, or SPS_CONTROLPLANE_RECIPE to tests/controlplane of a checkout"
         )
-    if shutil.which("go") is None and not all(
-        _executable(cache_dir(recipe) / b) for b in CONTROL_PLANE_BINARIES
-    ):
+    targets = only or list(CONTROL_PLANE_BINARIES + OPTIONAL_BINARIES)
+    if shutil.which("go") is None and not all(_executable(cache_dir(recipe) / b) for b in targets):
         raise BinariesError(
             "control-plane binaries are not cached and `go` is not on PATH to build them "
             f"(recipe {recipe}); install Go or set KUBEBUILDER_ASSETS"
@@ -147,7 +146,8 @@ def find_binaries(build: bool = True) -> Binaries:
     missing = [b for b in CONTROL_PLANE_BINARIES if b not in found]
     if missing and build:
         print(f"sps-operator: building control-plane binaries {missing}", file=sys.stderr)
-        dirs.append(run_build(only=missing if assets else None))
+        # build.sh skips what KUBEBUILDER_ASSETS holds; `only` keeps it to what is missing.
+        dirs.append(run_build(only=missing + [b for b in OPTIONAL_BINARIES if b not in found]))
         found = _locate(dirs)
         missing = [b for b in CONTROL_PLANE_BINARIES if b not in found]
     if missing:

@@ -1,0 +1,182 @@
+"""Pure parts of the dev cluster: node specs, certificates, pod-network reservations,
+binary discovery, kubeconfigs and the CLI parser."""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import NameOID
+
+from sps_operator.devcluster import binaries, pki, podnet
+from sps_operator.devcluster.cli import build_parser
+from sps_operator.devcluster.controlplane import DEFAULT_NODES, NodeSpec, kubeconfig_yaml
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("gpu-0=NVIDIA-H100-80GB-HBM3", NodeSpec("gpu-0", "NVIDIA-H100-80GB-HBM3", 8)),
+        ("g=NVIDIA-H200:4", NodeSpec("g", "NVIDIA-H200", 4)),
+        ("g=NVIDIA-H200:0", NodeSpec("g", "NVIDIA-H200", 0)),
+    ],
+)
+def test_node_spec_parse(text: str, expected: NodeSpec) -> None:
+    assert NodeSpec.parse(text) == expected
+    assert NodeSpec.parse(expected.arg()) == expected
+
+
+@pytest.mark.parametrize("text", ["nameonly", "=NVIDIA-H200", "g=", "g=NVIDIA-H200:x", "g=:4"])
+def test_node_spec_parse_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match=r"NAME=PRODUCT|GPU count"):
+        NodeSpec.parse(text)
+
+
+def test_default_nodes_two_h100_two_h200() -> None:
+    products = sorted(n.product for n in DEFAULT_NODES)
+    assert products == ["NVIDIA-H100-80GB-HBM3"] * 2 + ["NVIDIA-H200"] * 2
+    assert all(n.gpus == 8 for n in DEFAULT_NODES)
+    assert len({n.name for n in DEFAULT_NODES}) == 4
+
+
+def _cert(path: Path) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(path.read_bytes())
+
+
+def test_pki_chain_sans_and_identities(tmp_path: Path) -> None:
+    p = pki.generate(tmp_path, ["127.0.0.1", "10.244.7.1", "10.96.0.1", "127.0.0.1"])
+    ca = _cert(p.ca_cert)
+    server = _cert(p.apiserver_cert)
+    server.verify_directly_issued_by(ca)
+    sans = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    ips = sans.get_values_for_type(x509.IPAddress)
+    assert ips == [ipaddress.ip_address(a) for a in ("127.0.0.1", "10.244.7.1", "10.96.0.1")]
+    assert "kubernetes.default.svc.cluster.local" in sans.get_values_for_type(x509.DNSName)
+
+    def subject(cert: x509.Certificate, oid: x509.ObjectIdentifier) -> list[str]:
+        return [str(a.value) for a in cert.subject.get_attributes_for_oid(oid)]
+
+    admin = _cert(p.admin.cert)
+    admin.verify_directly_issued_by(ca)
+    assert subject(admin, NameOID.ORGANIZATION_NAME) == ["system:masters"]
+    cm = _cert(p.controller_manager.cert)
+    assert subject(cm, NameOID.COMMON_NAME) == ["system:kube-controller-manager"]
+    assert subject(_cert(p.scheduler.cert), NameOID.COMMON_NAME) == ["system:kube-scheduler"]
+    # Token signing must be RSA (RS256); keys are private to the owner.
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    assert isinstance(load_pem_private_key(p.sa_key.read_bytes(), None), rsa.RSAPrivateKey)
+    assert isinstance(load_pem_private_key(p.ca_key.read_bytes(), None), ec.EllipticCurvePrivateKey)
+    assert (p.ca_key.stat().st_mode & 0o777) == 0o600
+
+
+def test_podnet_for_index() -> None:
+    net = podnet.PodNetwork.for_index(12)
+    assert (net.cidr, net.gateway) == ("10.244.12.0/24", "10.244.12.1")
+    for bad in (0, 255):
+        with pytest.raises(ValueError, match=r"1\.\.254"):
+            podnet.PodNetwork.for_index(bad)
+
+
+def test_podnet_reservations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPS_PODNET_DIR", str(tmp_path / "nets"))
+    monkeypatch.setattr(podnet, "host_networks_in_use", lambda: {1})
+    a = podnet.reserve(os.getpid(), tmp_path / "a")
+    b = podnet.reserve(os.getpid(), tmp_path / "b")
+    assert a.index != b.index and 1 not in (a.index, b.index)
+
+    # A reservation whose owner has exited is stale and handed out again.
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    podnet.transfer(a, dead.pid, tmp_path / "a")
+    c = podnet.reserve(os.getpid(), tmp_path / "c")
+    assert c.index == a.index
+
+    # Only the cluster that holds a reservation releases it.
+    podnet.release(b, tmp_path / "not-b")
+    assert (tmp_path / "nets" / str(b.index)).exists()
+    podnet.release(b, tmp_path / "b")
+    assert not (tmp_path / "nets" / str(b.index)).exists()
+
+
+def _fake_binaries(directory: Path, names: tuple[str, ...]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        exe = directory / name
+        exe.write_text("#!/bin/sh\n")
+        exe.chmod(0o755)
+
+
+def test_find_binaries_from_kubebuilder_assets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assets = tmp_path / "assets"
+    _fake_binaries(assets, binaries.CONTROL_PLANE_BINARIES)
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(assets))
+    monkeypatch.setenv("SPS_CONTROLPLANE_CACHE", str(tmp_path / "empty-cache"))
+    found = binaries.find_binaries(build=False)
+    assert found.kube_apiserver == assets / "kube-apiserver"
+    assert found.helm is None
+    assert found.path_dirs() == [assets]
+
+
+def test_find_binaries_names_what_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assets = tmp_path / "assets"
+    _fake_binaries(assets, ("etcd", "kube-apiserver", "kubectl"))
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(assets))
+    monkeypatch.setenv("SPS_CONTROLPLANE_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(binaries.BinariesError, match="kube-controller-manager, kube-scheduler"):
+        binaries.find_binaries(build=False)
+
+
+def test_cache_dir_matches_build_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """build.sh and the Python side agree on the version-keyed cache directory."""
+    assets = tmp_path / "assets"
+    _fake_binaries(assets, binaries.CONTROL_PLANE_BINARIES + binaries.OPTIONAL_BINARIES)
+    # Everything is in KUBEBUILDER_ASSETS, so build.sh builds nothing and just prints the key.
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(assets))
+    monkeypatch.setenv("SPS_CONTROLPLANE_CACHE", str(tmp_path))
+    script = binaries.recipe_dir() / "build.sh"
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=True)
+    printed = Path(out.stdout.strip())
+    assert printed == binaries.cache_dir()
+    assert printed.name.startswith("k8s-v1.") and "-etcd-v3." in printed.name
+    assert "-helm-v" in printed.name
+
+
+def test_kubeconfig_embeds_credentials(tmp_path: Path) -> None:
+    p = pki.generate(tmp_path, ["127.0.0.1"])
+    doc = yaml.safe_load(
+        kubeconfig_yaml("https://127.0.0.1:6443", p.ca_cert, p.admin.cert, p.admin.key, "admin")
+    )
+    cluster = doc["clusters"][0]["cluster"]
+    assert cluster["server"] == "https://127.0.0.1:6443"
+    assert base64.b64decode(cluster["certificate-authority-data"]) == p.ca_cert.read_bytes()
+    user = doc["users"][0]["user"]
+    assert base64.b64decode(user["client-key-data"]) == p.admin.key.read_bytes()
+    assert doc["current-context"] == doc["contexts"][0]["name"]
+
+
+def test_cli_parser_nodes() -> None:
+    args = build_parser().parse_args(
+        ["up", "--node", "a=NVIDIA-H200:4", "--nodes", "b=X", "c=Y:2", "--agent-arg=--k=v"]
+    )
+    assert [n.arg() for n in args.nodes] == ["a=NVIDIA-H200:4", "b=X:8", "c=Y:2"]
+    assert args.agent_arg == ["--k=v"]
+    assert build_parser().parse_args(["up"]).nodes is None
+
+
+def test_cli_parser_rejects_bad_node(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["up", "--node", "nonsense"])
+    assert exit_info.value.code == 2
+    assert "NAME=PRODUCT" in capsys.readouterr().err
