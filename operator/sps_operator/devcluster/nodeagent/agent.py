@@ -1,0 +1,328 @@
+"""The node agent: registers simulated GPU nodes, keeps them Ready, runs their pods."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+
+from .config import AgentConfig, NodeSpec
+from .images import load_rules
+from .netns import HostNetwork
+from .nodes import LEASE_NAMESPACE, lease_object, node_object, node_status
+from .podworker import PodWorker
+
+log = logging.getLogger(__name__)
+LEASE_RENEW_SECONDS = 10.0
+NODE_STATUS_SECONDS = 30.0
+WATCH_TIMEOUT_SECONDS = 60
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class NodeAgent:
+    """Start with `start()` (returns once the nodes are registered Ready), end with `stop()`."""
+
+    def __init__(self, cfg: AgentConfig) -> None:
+        self.config = cfg
+        self.state_dir = cfg.state_dir
+        self.nodes: dict[str, NodeSpec] = {n.name: n for n in cfg.nodes}
+        self.network = HostNetwork(cfg.network)
+        self.host_ip = cfg.network.gateway
+        self.api_server_host = cfg.api_server_host
+        self.api_server_port = cfg.api_server_port
+        self.backoff_base = cfg.backoff_base_seconds
+        self.backoff_cap = cfg.backoff_cap_seconds
+        self.image_rules = load_rules(cfg.image_map)
+        self.sim_env: dict[str, str] = {}
+        if cfg.sim_time_scale is not None:
+            self.sim_env["SPS_SIM_TIME_SCALE"] = f"{cfg.sim_time_scale:g}"
+        if cfg.sim_seed is not None:
+            self.sim_env["SPS_SIM_SEED"] = str(cfg.sim_seed)
+        self.probe_pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="probe")
+        self._stop = threading.Event()
+        self._workers: dict[str, PodWorker] = {}
+        self._finished: set[str] = set()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._node_uids: dict[str, str] = {}
+        self._ready_since = datetime.now(UTC)
+        self._watch: watch.Watch | None = None
+        self._started = False
+        api_config = client.Configuration()
+        config.load_kube_config(config_file=str(cfg.kubeconfig), client_configuration=api_config)
+        api_config.connection_pool_maxsize = 32
+        self.api_client = client.ApiClient(api_config)
+        self.core = client.CoreV1Api(self.api_client)  # for the watch
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        (self.state_dir / "pods").mkdir(exist_ok=True)
+        self.network.setup()
+        self._started = True
+        try:
+            for spec in self.nodes.values():
+                self._register(spec)
+            self._renew_leases()
+        except Exception:
+            self.stop()
+            raise
+        for target, name in ((self._heartbeat_loop, "heartbeat"), (self._watch_loop, "watch")):
+            t = threading.Thread(target=target, name=f"node-agent {name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        ready = {
+            "pid": os.getpid(),
+            "nodes": sorted(self.nodes),
+            "gateway": self.host_ip,
+            "pod_cidr": self.config.network.cidr,
+        }
+        (self.state_dir / "ready").write_text(json.dumps(ready) + "\n")
+        log.info("node agent ready: nodes %s, pod network %s", sorted(self.nodes), self.host_ip)
+
+    def stop(self, delete_nodes: bool = False) -> None:
+        """Kill every pod process, remove the pod network; optionally delete the nodes."""
+        self._stop.set()
+        if self._watch is not None:
+            self._watch.stop()
+        with self._lock:
+            workers = list(self._workers.values())
+        for w in workers:
+            w.stop()
+        for w in workers:
+            w.join(timeout=15)
+        for t in self._threads:
+            t.join(timeout=2)
+        self.probe_pool.shutdown(wait=False, cancel_futures=True)
+        if self._started:
+            self.network.teardown()
+        if delete_nodes:
+            for name in self.nodes:
+                try:
+                    self.request("DELETE", f"/api/v1/nodes/{name}")
+                except ApiException as exc:
+                    log.warning("delete node %s: %s", name, exc.reason)
+        (self.state_dir / "ready").unlink(missing_ok=True)
+        self.api_client.close()
+        log.info("node agent stopped")
+
+    def wait(self) -> None:
+        self._stop.wait()
+
+    # --- API helpers used by pod workers ----------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        content_type: str = "application/json",
+        query: list[tuple[str, str]] | None = None,
+    ) -> dict[str, Any]:
+        """One JSON request with the kubeconfig's credentials (plain dicts, no models)."""
+        method, url, headers, payload, post = self.api_client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=query or [],
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )[:5]
+        resp = self.api_client.call_api(method, url, headers, payload, post, _request_timeout=30)
+        data = resp.read()
+        if not 200 <= resp.status < 300:
+            raise ApiException(status=resp.status, reason=resp.reason, body=data.decode())
+        return json.loads(data) if data else {}
+
+    def read_json(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
+        return self.request("GET", f"/api/v1/namespaces/{namespace}/{plural}/{name}")
+
+    def request_token(
+        self,
+        namespace: str,
+        service_account: str,
+        audience: str | None,
+        expiration: int,
+        pod_name: str,
+        pod_uid: str,
+    ) -> tuple[str, int]:
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "audiences": [audience] if audience else [],
+                "expirationSeconds": expiration,
+                "boundObjectRef": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": pod_name,
+                    "uid": pod_uid,
+                },
+            },
+        }
+        path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token"
+        status = self.request("POST", path, body)["status"]
+        expires = datetime.strptime(status["expirationTimestamp"], "%Y-%m-%dT%H:%M:%SZ")
+        lifetime = (expires.replace(tzinfo=UTC) - datetime.now(UTC)).total_seconds()
+        return status["token"], int(max(60, min(lifetime, expiration)))
+
+    def patch_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}/status"
+        self.request("PATCH", path, {"status": status}, MERGE_PATCH)
+
+    def delete_pod_now(self, namespace: str, name: str, uid: str) -> None:
+        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
+        try:
+            self.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body)
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                raise
+
+    def worker_finished(self, worker: PodWorker) -> None:
+        with self._lock:
+            self._workers.pop(worker.uid, None)
+            self._finished.add(worker.uid)
+
+    # --- nodes and leases -------------------------------------------------------------------
+
+    def _register(self, spec: NodeSpec) -> None:
+        body = node_object(spec)
+        try:
+            uid = self.request("POST", "/api/v1/nodes", body)["metadata"]["uid"]
+            log.info("registered node %s (%s x%d)", spec.name, spec.gpu_product, spec.gpus)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            patch = {"metadata": {"labels": body["metadata"]["labels"]}}
+            node = self.request("PATCH", f"/api/v1/nodes/{spec.name}", patch, MERGE_PATCH)
+            uid = node["metadata"]["uid"]
+        self._node_uids[spec.name] = uid
+        self._post_status(spec)
+
+    def _post_status(self, spec: NodeSpec) -> None:
+        status = node_status(spec, self.host_ip, datetime.now(UTC), self._ready_since)
+        self.request("PATCH", f"/api/v1/nodes/{spec.name}/status", {"status": status}, MERGE_PATCH)
+
+    def _renew_leases(self) -> None:
+        for name in self.nodes:
+            body = lease_object(name, self._node_uids.get(name), datetime.now(UTC))
+            leases = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases"
+            try:
+                self.request("PATCH", f"{leases}/{name}", body, MERGE_PATCH)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                self.request("POST", leases, body)
+
+    def _heartbeat_loop(self) -> None:
+        last_status = time.monotonic()
+        while not self._stop.wait(LEASE_RENEW_SECONDS):
+            try:
+                self._renew_leases()
+                if time.monotonic() - last_status >= NODE_STATUS_SECONDS:
+                    last_status = time.monotonic()
+                    for spec in self.nodes.values():
+                        try:
+                            self._post_status(spec)
+                        except ApiException as exc:
+                            if exc.status != 404:
+                                raise
+                            self._register(spec)  # someone deleted the node: register again
+            except Exception as exc:
+                log.warning("heartbeat: %s", exc)
+
+    # --- pods -------------------------------------------------------------------------------
+
+    def _watch_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                rv = self._relist()
+                while not self._stop.is_set():
+                    self._watch = watch.Watch()
+                    for event in self._watch.stream(
+                        self.core.list_pod_for_all_namespaces,
+                        field_selector="spec.nodeName!=",
+                        resource_version=rv,
+                        timeout_seconds=WATCH_TIMEOUT_SECONDS,
+                        allow_watch_bookmarks=True,
+                    ):
+                        raw = event["raw_object"]
+                        if event["type"] == "ERROR":
+                            code, message = raw.get("code", 500), raw.get("message")
+                            raise ApiException(status=code, reason=message)
+                        rv = raw["metadata"]["resourceVersion"]
+                        if event["type"] != "BOOKMARK":
+                            self._dispatch(event["type"], raw)
+                        if self._stop.is_set():
+                            break
+            except ApiException as exc:
+                if exc.status != 410:
+                    log.warning("pod watch: %s %s", exc.status, exc.reason)
+                    self._stop.wait(1.0)
+            except Exception as exc:
+                if not self._stop.is_set():
+                    log.warning("pod watch: %s", exc)
+                    self._stop.wait(1.0)
+
+    def _relist(self) -> str:
+        listing = self.request("GET", "/api/v1/pods", query=[("fieldSelector", "spec.nodeName!=")])
+        seen = set()
+        for pod in listing["items"]:
+            seen.add(pod["metadata"]["uid"])
+            self._dispatch("SYNC", pod)
+        with self._lock:
+            missing = [w for uid, w in self._workers.items() if uid not in seen]
+        for w in missing:
+            w.object_deleted()
+        return str(listing["metadata"]["resourceVersion"])
+
+    def _dispatch(self, kind: str, pod: dict[str, Any]) -> None:
+        if pod["spec"].get("nodeName") not in self.nodes:
+            return
+        uid = pod["metadata"]["uid"]
+        with self._lock:
+            worker = self._workers.get(uid)
+            finished = uid in self._finished
+        if kind == "DELETED":
+            if worker is not None:
+                worker.object_deleted()
+            return
+        if worker is not None:
+            worker.update(pod)
+            return
+        deleting = bool(pod["metadata"].get("deletionTimestamp"))
+        phase = (pod.get("status") or {}).get("phase")
+        if finished or phase in ("Succeeded", "Failed"):
+            if deleting and pod["metadata"].get("deletionGracePeriodSeconds", 0) != 0:
+                self._delete_quietly(pod)
+            return
+        if deleting:  # never started here: nothing to stop
+            self._delete_quietly(pod)
+            return
+        if self._stop.is_set():
+            return
+        worker = PodWorker(self, pod)
+        with self._lock:
+            self._workers[uid] = worker
+        worker.start()
+
+    def _delete_quietly(self, pod: dict[str, Any]) -> None:
+        m = pod["metadata"]
+        try:
+            self.delete_pod_now(m["namespace"], m["name"], m["uid"])
+        except ApiException as exc:
+            log.warning("delete pod %s/%s: %s", m["namespace"], m["name"], exc.reason)
+
+
+def state_pods_dir(state_dir: Path) -> Path:
+    return state_dir / "pods"

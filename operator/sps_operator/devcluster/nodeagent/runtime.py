@@ -1,0 +1,175 @@
+"""Starting container processes inside a pod's namespaces, and running probes against them.
+
+A container is `nsenter --net=<pod netns> unshare --mount --uts sh -c SCRIPT sh ARGV...`:
+the script bind-mounts the volumes at their `mountPath`s and the pod's /etc/hosts, sets
+the hostname, then execs the program, so the process we track is the program itself.
+Everything else is the host's file system (there is no image root file system).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import shlex
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .probes import ProbeSpec
+from .volumes import MountPlan
+
+NSENTER = shutil.which("nsenter") or "nsenter"
+UNSHARE = shutil.which("unshare") or "unshare"
+BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def venv_bin() -> str:
+    """The directory of this interpreter's entry points (sps-sim, sps-profiler, python)."""
+    import sys
+
+    return str(Path(sys.executable).parent)
+
+
+@dataclass(frozen=True)
+class Launch:
+    argv: list[str]  # the program and its arguments, after expansion and image mapping
+    env: dict[str, str]
+    workdir: str
+    mounts: list[MountPlan]
+    netns_path: str | None  # None: host network
+    hosts_file: str | None
+    hostname: str | None
+
+
+def mount_script(launch: Launch) -> str:
+    q = shlex.quote
+    lines = ["set -e"]
+    for m in launch.mounts:
+        src, tgt = q(m.source), q(m.target)
+        lines.append(
+            f"if [ -d {src} ]; then mkdir -p {tgt}; "
+            f"else mkdir -p $(dirname {tgt}); [ -e {tgt} ] || : > {tgt}; fi"
+        )
+        lines.append(f"mount --bind {src} {tgt}")
+        if m.read_only:
+            lines.append(f"mount -o remount,bind,ro {tgt}")
+    if launch.hosts_file:
+        lines.append(f"mount --bind {q(launch.hosts_file)} /etc/hosts")
+    if launch.hostname:
+        lines.append(f"hostname {q(launch.hostname)}")
+    lines.append(f"mkdir -p {q(launch.workdir)}")
+    lines.append(f"cd {q(launch.workdir)}")
+    lines.append('exec "$@"')
+    return "\n".join(lines)
+
+
+def container_command(launch: Launch) -> list[str]:
+    wrapper = [UNSHARE, "--mount", "--propagation", "private"]
+    if launch.hostname:
+        wrapper.append("--uts")
+    wrapper += ["sh", "-c", mount_script(launch), "sh", *launch.argv]
+    if launch.netns_path:
+        return [NSENTER, f"--net={launch.netns_path}", *wrapper]
+    return wrapper
+
+
+def find_executable(name: str, path: str) -> str | None:
+    if "/" in name:
+        return name if os.access(name, os.X_OK) else None
+    return shutil.which(name, path=path)
+
+
+def start_container(launch: Launch, log_path: Path) -> subprocess.Popen[bytes]:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            container_command(launch),
+            env=launch.env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: we signal the whole tree
+            cwd=str(log_path.parent),
+        )
+
+
+def signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+def kill_now(proc: subprocess.Popen[bytes]) -> None:
+    signal_group(proc, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+
+
+# --- probes -------------------------------------------------------------------------------
+
+
+def resolve_port(port: Any, container: Mapping[str, Any]) -> int:
+    if isinstance(port, int) or (isinstance(port, str) and port.isdigit()):
+        return int(port)
+    for p in container.get("ports") or []:
+        if p.get("name") == port:
+            return int(p["containerPort"])
+    raise ValueError(f"named port {port!r} not found in the container's ports")
+
+
+def run_probe(
+    spec: ProbeSpec,
+    *,
+    pod_ip: str,
+    container: Mapping[str, Any],
+    pid: int,
+    env: Mapping[str, str],
+) -> tuple[bool, str]:
+    """Run one probe; (success, message)."""
+    action = spec.action
+    try:
+        if "httpGet" in action:
+            hg = action["httpGet"]
+            host = hg.get("host") or pod_ip
+            port = resolve_port(hg.get("port"), container)
+            conn: http.client.HTTPConnection
+            if str(hg.get("scheme", "HTTP")).upper() == "HTTPS":
+                ctx = ssl._create_unverified_context()  # kubelet does not verify either
+                conn = http.client.HTTPSConnection(host, port, timeout=spec.timeout, context=ctx)
+            else:
+                conn = http.client.HTTPConnection(host, port, timeout=spec.timeout)
+            headers = {h["name"]: h["value"] for h in hg.get("httpHeaders") or []}
+            headers.setdefault("User-Agent", "kube-probe/1.36")
+            try:
+                conn.request("GET", hg.get("path") or "/", headers=headers)
+                status = conn.getresponse().status
+            finally:
+                conn.close()
+            return 200 <= status < 400, f"HTTP probe failed with statuscode: {status}"
+        if "tcpSocket" in action:
+            ts = action["tcpSocket"]
+            port = resolve_port(ts.get("port"), container)
+            with socket.create_connection((ts.get("host") or pod_ip, port), spec.timeout):
+                return True, ""
+        if "exec" in action:
+            cmd = list(action["exec"].get("command") or [])
+            proc = subprocess.run(
+                [NSENTER, f"--target={pid}", "--net", "--mount", "--uts", "--", *cmd],
+                env=dict(env),
+                capture_output=True,
+                timeout=spec.timeout,
+                check=False,
+            )
+            out = (proc.stdout + proc.stderr).decode(errors="replace").strip()
+            return proc.returncode == 0, out[-500:]
+        return False, f"probe type {sorted(action)} is not supported by the node agent"
+    except subprocess.TimeoutExpired:
+        return False, f"command timed out after {spec.timeout}s"
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        return False, f"{spec.kind} probe failed: {exc}"
