@@ -59,7 +59,7 @@ def test_launch_server_flags_and_ignored_ones() -> None:
     ("argv", "env", "message"),
     [
         (
-            [*DSPARK, "--speculative-dspark-block-size", "7", "--speculative-num-draft-tokens", "6"],
+            [*DSPARK, "--speculative-dspark-block-size", "7", "--speculative-num-draft-tokens=6"],
             {},
             "must equal",
         ),
