@@ -111,3 +111,29 @@ def test_k8s_controlplane_dies_with_the_process_that_started_it(
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait()
     assert _wait_gone(pids) == []
+
+
+def _link_exists(name: str) -> bool:
+    proc = subprocess.run(["ip", "link", "show", name], capture_output=True, check=False)
+    return proc.returncode == 0
+
+
+def test_k8s_controlplane_cli_with_node_agent_leaves_nothing_behind(
+    k8s_cluster: K8sCluster, tmp_path: Path
+) -> None:
+    state = tmp_path / "cluster"
+    up = _cli(state, "up", "--node", "solo=NVIDIA-H200:2")
+    assert up.returncode == 0, up.stderr
+    pids = _pids(state)
+    bridge = f"spsbr{json.loads((state / 'cluster.json').read_text())['pod_network_index']}"
+    try:
+        assert "node-agent" in pids
+        status = _cli(state, "status")
+        assert status.returncode == 0, status.stdout
+        assert "node solo" in status.stdout and "Ready" in status.stdout
+        assert _link_exists(bridge)
+    finally:
+        down = _cli(state, "down")
+    assert down.returncode == 0, down.stderr
+    assert _wait_gone(pids, timeout=5) == []
+    assert not _link_exists(bridge)

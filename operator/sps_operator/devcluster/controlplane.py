@@ -414,6 +414,8 @@ class ControlPlane:
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--event-ttl=1h",
+                # `kubectl logs` reaches a node agent at its InternalIP (no DNS for node names).
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--v=1",
             ],
         )
