@@ -583,3 +583,35 @@ def test_flush_cache_rejects_negative_timeout() -> None:
     assert bad.status_code == 400 and bad.json()["object"] == "error"
     assert ok.status_code == 200
     assert health.status_code == 200
+
+
+# ---------------------------------------------------------------- simulator-only extras
+
+
+def test_loaded_table_and_gpu_use_are_observable(tmp_path: Path) -> None:
+    import hashlib
+
+    path = write_table(tmp_path, NON_FLAT_TABLE)
+    args = ["--speculative-dspark-sps-table-path", path]
+    with running_sim(args, env=compact_env(), time_scale=SCALE) as url:
+        before = server_info(url)
+        generate(url, 4, 20)
+        httpx.post(
+            url + "/set_internal_state",
+            json={"server_args": {"dspark_clear_info_records": 1}},
+            timeout=TIMEOUT,
+        )
+        after = server_info(url)
+    assert before["sps_table"] == {
+        "path": path,
+        "loaded": True,
+        "kind": "diagonal",
+        "sha256": hashlib.sha256(NON_FLAT_TABLE.encode()).hexdigest()[:16],
+        "uninitialized": False,
+    }
+    assert before["sim_stats"]["decode_steps"] == 0
+    stats = after["sim_stats"]
+    assert (stats["prefill_steps"], stats["decode_steps"]) == (1, 19)  # survives the clear
+    assert stats["busy_model_seconds"] > 19 * 0.01
+    with running_sim(time_scale=SCALE) as url:
+        assert server_info(url)["sps_table"] is None

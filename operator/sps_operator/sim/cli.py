@@ -72,6 +72,14 @@ def prepare(argv: Sequence[str]) -> SimSettings:
         )
     for warning in settings.warnings:
         log.warning("sps-sim: %s", warning)
+    info = settings.table_info
+    if info is not None and info["loaded"]:
+        log.info(
+            "sps-sim: loaded SPS table %s (%s, sha256=%s)",
+            info["path"],
+            info["kind"],
+            info["sha256"],
+        )
     return settings
 
 

@@ -131,6 +131,10 @@ class RankState:
     overrides: dict[str, int | float] = field(default_factory=dict)
     spec_verify_ct: int = 0
     spec_accepted_tokens: int = 0
+    # Cumulative, never cleared (not even by dspark_clear_info_records): simulated GPU use.
+    busy_model_seconds: float = 0.0
+    decode_steps: int = 0
+    prefill_steps: int = 0
 
 
 @dataclass
@@ -469,11 +473,15 @@ class Engine:
         for r, plan in step.plans.items():
             rank = self.ranks[r]
             rank.forward_ct += 1
+            if plan.kind != "idle":
+                rank.busy_model_seconds += seconds
             if plan.kind == "prefill":
+                rank.prefill_steps += 1
                 self._commit_prefill(rank, plan, step)
                 rank.last_kind = "prefill"
                 rank.decode_steps_since_prefill = 0
             elif plan.kind == "decode":
+                rank.decode_steps += 1
                 self._commit_decode(rank, plan, step, seconds)
                 rank.last_kind = "decode"
                 rank.decode_steps_since_prefill += 1
@@ -539,8 +547,10 @@ class Engine:
 
     def _accepted_tokens(self, req: Request) -> int:
         """Tokens committed by one verify step (SGLANG_SIMULATE_ACC_LEN semantics)."""
-        k = self.config.verify_num_draft_tokens
         acc = self.config.simulate_acc_len
+        if acc == 1.0:  # the profiling setting: exactly the bonus token
+            return 1
+        k = self.config.verify_num_draft_tokens
         if acc is None:
             # No simulation: a plausible real acceptance, deterministic per step index.
             pattern = (3, 4, 2, 5, 3, 1, 4, 3)

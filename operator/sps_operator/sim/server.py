@@ -188,6 +188,7 @@ class SimServer:
                     "simulate_acc_len": cfg.simulate_acc_len,
                 }
             states.append(state)
+        ranks = list(self.engine.iter_ranks())
         info: dict[str, Any] = dict(args)
         info.update(
             {
@@ -198,6 +199,14 @@ class SimServer:
                 "internal_states": states,
                 "version": f"{__version__}+sps-sim",
                 "kv_events": None,
+                "sps_table": self.settings.table_info,
+                "sim_stats": {
+                    "model_time_s": round(self.engine.now, 6),
+                    "busy_model_seconds": max(r.busy_model_seconds for r in ranks),
+                    "busy_model_seconds_per_rank": [r.busy_model_seconds for r in ranks],
+                    "decode_steps": sum(r.decode_steps for r in ranks),
+                    "prefill_steps": sum(r.prefill_steps for r in ranks),
+                },
                 "sps_sim": {
                     "preset": self.settings.preset.name,
                     "time_scale": self.settings.time_scale,

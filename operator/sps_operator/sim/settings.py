@@ -49,6 +49,8 @@ class SimSettings:
     ignored_args: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     token_capacity_per_dp: int = 0
+    # What start-up did with --speculative-dspark-sps-table-path (None without one).
+    table_info: dict[str, Any] | None = None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -283,6 +285,7 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
     max_bs, decode_bs, backend = resolve_decode_capture(ns, preset)
 
     table: LoadedTable | None = None
+    table_info: dict[str, Any] | None = None
     table_path = ns.speculative_dspark_sps_table_path
     if table_path and dspark:
         if mode == "static":
@@ -290,11 +293,19 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
                 "--speculative-dspark-sps-table-path is a no-op under "
                 "SGLANG_RAGGED_VERIFY_MODE=static (no budget planner)"
             )
+            table_info = {"path": table_path, "loaded": False, "kind": None, "sha256": None}
         else:
             try:
                 table = load_table_file(table_path)
             except ValueError as exc:
                 raise ConfigError(f"failed to load SPS table {table_path}: {exc}") from exc
+            table_info = {
+                "path": table_path,
+                "loaded": True,
+                "kind": table.kind,
+                "sha256": table.sha256,
+                "uninitialized": table.uninitialized,
+            }
 
     if dspark and simulate_acc_len is not None and simulate_acc_len != 1.0:
         verify_all = mode == "static" or (
@@ -382,6 +393,7 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
         ignored_args=list(unknown),
         warnings=warnings,
         token_capacity_per_dp=preset.token_capacity,
+        table_info=table_info,
     )
 
 

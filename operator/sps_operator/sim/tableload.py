@@ -6,6 +6,7 @@ loader; this module only adapts a loaded table to what the simulated planner rea
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,7 @@ class LoadedTable:
 
     table: SpsCostTable | SpsAdditiveCostTable
     uninitialized: bool
+    sha256: str = ""  # of the file text, like the operator's table hash (first 16 hex digits)
 
     @property
     def kind(self) -> str:
@@ -40,7 +42,15 @@ class LoadedTable:
 def load_table_text(text: str) -> LoadedTable:
     """Decode like ``load_sps_table_from_path``; ValueError carries the loader's message."""
     table = load_sps_table_text(text)
-    return LoadedTable(table=table, uninitialized=is_uninitialized_sps_table(table))
+    return LoadedTable(
+        table=table,
+        uninitialized=is_uninitialized_sps_table(table),
+        sha256=text_sha256(text),
+    )
+
+
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def load_table_file(path: str) -> LoadedTable:
