@@ -218,6 +218,10 @@ def _read_pod_logs(state_dir: Path, namespace: str | None, tail: int) -> str:
     return "\n".join(chunks)
 
 
+# Start-up times of this session's cluster, shown in the terminal summary.
+_timings: dict[str, float] = {}
+
+
 def _state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     override = os.environ.get("SPS_TEST_CLUSTER_DIR")
     if override:
@@ -239,6 +243,7 @@ def k8s_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sCluster
         cp.stop()
         pytest.fail(f"local control plane did not start: {err}", pytrace=False)
     cluster = K8sCluster(cp, binaries, time.monotonic() - started)
+    _timings["control plane"] = cluster.started_in_seconds
     try:
         yield cluster
     finally:
@@ -301,6 +306,7 @@ def node_agent(k8s_cluster: K8sCluster) -> Iterator[NodeAgent]:
         stop_node_agent(cp)
         pytest.fail(f"node agent did not start: {err}", pytrace=False)
     agent = NodeAgent(k8s_cluster, DEFAULT_NODES, time.monotonic() - started)
+    _timings["node agent (4 nodes Ready)"] = agent.started_in_seconds
     try:
         yield agent
     finally:
@@ -347,3 +353,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "k8s_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.k8s)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _timings:
+        parts = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in _timings.items())
+        terminalreporter.write_line(f"local Kubernetes start-up: {parts}")
