@@ -18,7 +18,7 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client import ApiClient
-from ship_helpers import CHART
+from ship_helpers import CHART, wait_crd_established
 
 from sps_operator.api.models import SpsProfileStatus
 from sps_operator.constants import API_GROUP, API_VERSION, GPU_H100, GPU_H200, PLURAL
@@ -44,9 +44,7 @@ def crd(k8s_cluster: K8sCluster) -> Iterator[None]:
         "-f",
         str(CHART / "crds" / "sps.dev_spsprofiles.yaml"),
     )
-    k8s_cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/spsprofiles.sps.dev", "--timeout=60s"
-    )
+    wait_crd_established(k8s_cluster.kubectl)
     yield
 
 
