@@ -7,6 +7,7 @@ import base64
 import ipaddress
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,38 @@ def test_cli_parser_rejects_bad_node(capsys: pytest.CaptureFixture[str]) -> None
         build_parser().parse_args(["up", "--node", "nonsense"])
     assert exit_info.value.code == 2
     assert "NAME=PRODUCT" in capsys.readouterr().err
+
+
+def test_fixture_fails_not_skips_without_binaries(tmp_path: Path) -> None:
+    """No binaries and no Go to build them: a test needing the cluster errors, never skips."""
+    (tmp_path / "test_inner.py").write_text("def test_needs_cluster(k8s_cluster):\n    pass\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBEBUILDER_ASSETS", "PYTEST_ADDOPTS")}
+    env["SPS_CONTROLPLANE_CACHE"] = str(tmp_path / "empty-cache")
+    env["PATH"] = "/usr/bin:/bin"  # no go
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-c",
+            os.devnull,
+            "--rootdir",
+            str(tmp_path),
+            "-p",
+            "sps_operator.devcluster.pytest_plugin",
+            "-p",
+            "no:cacheprovider",
+            "-rA",
+            str(tmp_path / "test_inner.py"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "1 error" in proc.stdout and "skipped" not in proc.stdout
+    assert "control-plane binaries unavailable" in proc.stdout
+    assert "`go` is not on PATH" in proc.stdout
