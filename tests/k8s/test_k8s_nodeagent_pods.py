@@ -1,0 +1,471 @@
+"""The node agent runs pods as a kubelet would: Jobs, env and volumes, sidecars, restarts,
+deletion with a grace period, probes. Against the real local control plane."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from sps_operator.devcluster.nodeagent import read_container_log
+
+pytestmark = pytest.mark.k8s
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def get(kubectl: Callable[..., str], ns: str, kind: str, name: str) -> dict[str, Any]:
+    out = kubectl("get", kind, name, "-n", ns, "-o", "json", check=False)
+    return json.loads(out) if out.strip() else {}
+
+
+def apply(kubectl: Callable[..., str], ns: str, obj: dict[str, Any]) -> None:
+    kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(obj))
+
+
+def pod_phase(kubectl: Callable[..., str], ns: str, name: str) -> str:
+    return str(get(kubectl, ns, "pod", name).get("status", {}).get("phase", ""))
+
+
+def job(name: str, script: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {"name": "main", "image": "busybox:1.36", "command": ["sh", "-c", script]}
+                    ],
+                }
+            },
+            **extra,
+        },
+    }
+
+
+def job_condition(kubectl: Callable[..., str], ns: str, name: str) -> dict[str, Any] | None:
+    for cond in get(kubectl, ns, "job", name).get("status", {}).get("conditions") or []:
+        if cond["type"] in ("Complete", "Failed") and cond["status"] == "True":
+            return dict(cond)
+    return None
+
+
+def test_job_runs_a_local_program_and_completes(k8s_cluster, node_agent, namespace):
+    kubectl = k8s_cluster.kubectl
+    apply(kubectl, namespace, job("ok", "echo hello from $(hostname); exit 0"))
+    cond = wait_until("job ok to finish", lambda: job_condition(kubectl, namespace, "ok"))
+    assert cond["type"] == "Complete"
+    status = get(kubectl, namespace, "job", "ok")["status"]
+    assert status["succeeded"] == 1 and not status.get("failed")
+    pods = json.loads(kubectl("get", "pods", "-n", namespace, "-l", "job-name=ok", "-o", "json"))
+    (pod,) = pods["items"]
+    assert pod["status"]["phase"] == "Succeeded"
+    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (terminated["exitCode"], terminated["reason"]) == (0, "Completed")
+    log = read_container_log(node_agent.state_dir, namespace, pod["metadata"]["name"], "main")
+    assert log.strip() == f"hello from {pod['metadata']['name']}"
+
+
+def test_failing_job_fails_with_its_exit_code(k8s_cluster, node_agent, namespace):
+    kubectl = k8s_cluster.kubectl
+    # A pod failure policy on exit code 7 makes the exit code visible in the Job's status.
+    policy = {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [7]}}]}
+    apply(kubectl, namespace, job("bad", "echo failing; exit 7", podFailurePolicy=policy))
+    cond = wait_until("job bad to finish", lambda: job_condition(kubectl, namespace, "bad"))
+    assert cond["type"] == "Failed"
+    assert cond["reason"] == "PodFailurePolicy"
+    assert "exit code 7" in cond["message"]
+    pods = json.loads(kubectl("get", "pods", "-n", namespace, "-l", "job-name=bad", "-o", "json"))
+    terminated = pods["items"][0]["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (terminated["exitCode"], terminated["reason"]) == (7, "Error")
+    assert pods["items"][0]["status"]["phase"] == "Failed"
+
+
+ENV_PROBE = r"""
+import json, os, socket, sys
+
+
+def read_only(path):
+    try:
+        open(path, "w").close()
+    except OSError:
+        return True
+    return False
+
+
+SA = "/var/run/secrets/kubernetes.io/serviceaccount"
+files = {}
+for root in ("/etc/app", "/etc/secret", "/etc/info", SA):
+    for name in sorted(os.listdir(root)):
+        if not name.startswith("."):
+            files[f"{root}/{name}"] = open(f"{root}/{name}").read()
+keys = ("POD_IP", "NODE", "POD", "NS", "FROM_CM", "FROM_SECRET", "EXPANDED", "APP_color",
+        "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
+print(json.dumps({
+    "env": {k: os.environ.get(k) for k in keys},
+    "argv": sys.argv[1:],
+    "files": files,
+    "cwd": os.getcwd(),
+    "hostname": socket.gethostname(),
+    "ro": read_only("/etc/app/x"),
+}))
+"""
+
+
+def test_env_volumes_and_command_expansion(k8s_cluster, node_agent, namespace):
+    kubectl = k8s_cluster.kubectl
+    kubectl(
+        "create",
+        "configmap",
+        "app",
+        "-n",
+        namespace,
+        "--from-literal=color=blue",
+        "--from-literal=size=xl",
+    )
+    kubectl(
+        "create", "secret", "generic", "creds", "-n", namespace, "--from-literal=password=s3cret"
+    )
+    script = ENV_PROBE
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "envpod", "labels": {"tier": "test"}},
+        "spec": {
+            "restartPolicy": "Never",
+            "volumes": [
+                {
+                    "name": "app",
+                    "configMap": {"name": "app", "items": [{"key": "color", "path": "colour.txt"}]},
+                },
+                {"name": "secret", "secret": {"secretName": "creds"}},
+                {
+                    "name": "info",
+                    "downwardAPI": {
+                        "items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]
+                    },
+                },
+            ],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "python:3.12-slim",
+                    "command": ["python3", "-c", script],
+                    "args": ["$(NODE)", "$$(NODE)", "$(UNDEFINED)"],
+                    "workingDir": "/tmp/envpod-work",
+                    "env": [
+                        {
+                            "name": "POD_IP",
+                            "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+                        },
+                        {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                        {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                        {
+                            "name": "NS",
+                            "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+                        },
+                        {
+                            "name": "FROM_CM",
+                            "valueFrom": {"configMapKeyRef": {"name": "app", "key": "size"}},
+                        },
+                        {
+                            "name": "FROM_SECRET",
+                            "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}},
+                        },
+                        {"name": "EXPANDED", "value": "$(POD)-in-$(NS)"},
+                    ],
+                    "envFrom": [{"configMapRef": {"name": "app"}, "prefix": "APP_"}],
+                    "volumeMounts": [
+                        {"name": "app", "mountPath": "/etc/app"},
+                        {"name": "secret", "mountPath": "/etc/secret"},
+                        {"name": "info", "mountPath": "/etc/info"},
+                    ],
+                }
+            ],
+        },
+    }
+    apply(kubectl, namespace, pod)
+    wait_until("envpod to succeed", lambda: pod_phase(kubectl, namespace, "envpod") == "Succeeded")
+    obj = get(kubectl, namespace, "pod", "envpod")
+    out = json.loads(read_container_log(node_agent.state_dir, namespace, "envpod", "main"))
+    node = obj["spec"]["nodeName"]
+    assert out["env"]["POD_IP"] == obj["status"]["podIP"]
+    assert obj["status"]["podIP"].startswith("10.244.")
+    assert out["env"]["NODE"] == node
+    assert out["env"]["EXPANDED"] == f"envpod-in-{namespace}"
+    assert out["env"]["FROM_CM"] == "xl" and out["env"]["FROM_SECRET"] == "s3cret"
+    assert out["env"]["APP_color"] == "blue"
+    assert out["env"]["KUBERNETES_SERVICE_HOST"] == obj["status"]["hostIP"]
+    assert out["argv"] == [node, "$(NODE)", "$(UNDEFINED)"]
+    assert out["files"]["/etc/app/colour.txt"] == "blue"
+    assert "/etc/app/size" not in out["files"]  # items select keys
+    assert out["files"]["/etc/secret/password"] == "s3cret"
+    assert out["files"]["/etc/info/labels"] == 'tier="test"'
+    sa_dir = "/var/run/secrets/kubernetes.io/serviceaccount"
+    assert out["files"][f"{sa_dir}/namespace"] == namespace
+    assert out["files"][f"{sa_dir}/token"].count(".") == 2  # a JWT
+    assert "BEGIN CERTIFICATE" in out["files"][f"{sa_dir}/ca.crt"]
+    assert out["cwd"] == "/tmp/envpod-work"
+    assert out["hostname"] == "envpod"
+    assert out["ro"] is True
+
+
+def test_native_sidecar_starts_before_and_stops_after_main(k8s_cluster, node_agent, namespace):
+    kubectl = k8s_cluster.kubectl
+    log = "/shared/events"
+    sidecar = (
+        f"trap 'echo sidecar-stop >> {log}; exit 0' TERM; echo sidecar-start >> {log}; "
+        "touch /shared/started; while true; do sleep 0.1; done"
+    )
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "sidecar"},
+        "spec": {
+            "restartPolicy": "Never",
+            "volumes": [{"name": "shared", "emptyDir": {}}],
+            "initContainers": [
+                {
+                    "name": "side",
+                    "image": "busybox",
+                    "restartPolicy": "Always",
+                    "command": ["sh", "-c", sidecar],
+                    "startupProbe": {
+                        "exec": {"command": ["test", "-f", "/shared/started"]},
+                        "periodSeconds": 1,
+                    },
+                    "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
+                }
+            ],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "command": [
+                        "sh",
+                        "-c",
+                        f"echo main-start >> {log}; sleep 1; echo main-end >> {log}",
+                    ],
+                    "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
+                }
+            ],
+        },
+    }
+    apply(kubectl, namespace, pod)
+    wait_until(
+        "the sidecar pod to succeed",
+        lambda: pod_phase(kubectl, namespace, "sidecar") == "Succeeded",
+    )
+    obj = get(kubectl, namespace, "pod", "sidecar")
+    uid = obj["metadata"]["uid"]
+    events = (
+        node_agent.state_dir
+        / "pods"
+        / f"{namespace}_sidecar_{uid}"
+        / "volumes"
+        / "shared"
+        / "events"
+    )
+    assert events.read_text().split() == ["sidecar-start", "main-start", "main-end", "sidecar-stop"]
+    side = obj["status"]["initContainerStatuses"][0]
+    main = obj["status"]["containerStatuses"][0]
+    assert side["state"]["terminated"]["exitCode"] == 0
+    assert side["state"]["terminated"]["finishedAt"] >= main["state"]["terminated"]["finishedAt"]
+    assert side["state"]["terminated"]["startedAt"] <= main["state"]["terminated"]["startedAt"]
+
+
+def test_restart_on_failure_with_backoff(k8s_cluster, node_agent, namespace):
+    kubectl = k8s_cluster.kubectl
+    # Fails on the first run, succeeds on the second (the emptyDir survives restarts).
+    script = (
+        "if [ -f /data/ran ]; then echo second; exit 0; fi; touch /data/ran; echo first; exit 3"
+    )
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "flaky"},
+        "spec": {
+            "restartPolicy": "OnFailure",
+            "volumes": [{"name": "data", "emptyDir": {}}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "command": ["sh", "-c", script],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                }
+            ],
+        },
+    }
+    apply(kubectl, namespace, pod)
+    wait_until("flaky to succeed", lambda: pod_phase(kubectl, namespace, "flaky") == "Succeeded")
+    status = get(kubectl, namespace, "pod", "flaky")["status"]["containerStatuses"][0]
+    assert status["restartCount"] == 1
+    assert status["lastState"]["terminated"]["exitCode"] == 3
+    assert status["state"]["terminated"]["exitCode"] == 0
+    assert read_container_log(node_agent.state_dir, namespace, "flaky", "main").strip() == "second"
+
+
+def test_delete_with_grace_period_sends_sigterm_then_removes_the_pod(
+    k8s_cluster, node_agent, namespace
+):
+    kubectl = k8s_cluster.kubectl
+    pods = {
+        # Handles SIGTERM: exits at once.
+        "polite": "trap 'echo got-TERM; exit 0' TERM; echo up; while true; do sleep 0.1; done",
+        # Ignores SIGTERM: killed when the grace period ends.
+        "stubborn": "trap '' TERM; echo up; while true; do sleep 0.1; done",
+    }
+    for name, script in pods.items():
+        apply(
+            kubectl,
+            namespace,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name},
+                "spec": {
+                    "terminationGracePeriodSeconds": 2,
+                    "containers": [
+                        {"name": "main", "image": "busybox", "command": ["sh", "-c", script]}
+                    ],
+                },
+            },
+        )
+    for name in pods:
+        wait_until(
+            f"{name} running", lambda name=name: pod_phase(kubectl, namespace, name) == "Running"
+        )
+        wait_until(
+            f"{name} to print 'up'",
+            lambda name=name: (
+                "up" in read_container_log(node_agent.state_dir, namespace, name, "main")
+            ),
+        )
+    started = time.monotonic()
+    kubectl("delete", "pod", "polite", "-n", namespace, "--wait=false")
+    wait_until(
+        "polite to be gone", lambda: not get(kubectl, namespace, "pod", "polite"), timeout=20
+    )
+    polite_s = time.monotonic() - started
+    started = time.monotonic()
+    kubectl("delete", "pod", "stubborn", "-n", namespace, "--wait=false")
+    wait_until(
+        "stubborn to be gone", lambda: not get(kubectl, namespace, "pod", "stubborn"), timeout=20
+    )
+    stubborn_s = time.monotonic() - started
+    assert "got-TERM" in read_container_log(node_agent.state_dir, namespace, "polite", "main")
+    # The stubborn one waited out its 2 s grace period; the polite one did not.
+    assert stubborn_s >= 1.9 > polite_s
+
+
+def test_probes_gate_readiness_and_liveness_restarts(k8s_cluster, node_agent, namespace):
+    kubectl = k8s_cluster.kubectl
+    server = (
+        "import http.server as h; "
+        "h.HTTPServer(('', 8080), h.SimpleHTTPRequestHandler).serve_forever()"
+    )
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probed"},
+        "spec": {
+            "containers": [
+                {  # ready only once the http server listens (after a 2 s delay)
+                    "name": "web",
+                    "image": "python:3.12",
+                    "command": ["sh", "-c", f'sleep 2; exec python3 -c "{server}"'],
+                    "ports": [{"name": "http", "containerPort": 8080}],
+                    "readinessProbe": {
+                        "httpGet": {"path": "/", "port": "http"},
+                        "periodSeconds": 1,
+                    },
+                },
+                {  # liveness on a port nobody listens on: restarted again and again
+                    "name": "doomed",
+                    "image": "busybox",
+                    "command": ["sh", "-c", "while true; do sleep 0.1; done"],
+                    "livenessProbe": {
+                        "tcpSocket": {"port": 9999},
+                        "periodSeconds": 1,
+                        "failureThreshold": 1,
+                    },
+                },
+            ],
+            "terminationGracePeriodSeconds": 1,
+        },
+    }
+    apply(kubectl, namespace, pod)
+
+    def web_ready() -> bool:
+        statuses = (
+            get(kubectl, namespace, "pod", "probed").get("status", {}).get("containerStatuses")
+            or []
+        )
+        return any(s["name"] == "web" and s["ready"] for s in statuses)
+
+    wait_until("running", lambda: pod_phase(kubectl, namespace, "probed") == "Running")
+    first = {
+        s["name"]: s
+        for s in get(kubectl, namespace, "pod", "probed")["status"]["containerStatuses"]
+    }
+    assert first["web"]["ready"] is False  # not before its server listens
+    wait_until("web ready", web_ready, timeout=30)
+
+    def doomed_restarted() -> dict[str, Any] | None:
+        for s in get(kubectl, namespace, "pod", "probed")["status"]["containerStatuses"]:
+            if s["name"] == "doomed" and s["restartCount"] >= 1:
+                return dict(s)
+        return None
+
+    doomed = wait_until("doomed restarted by its liveness probe", doomed_restarted, timeout=30)
+    assert doomed["lastState"]["terminated"]["exitCode"] in (137, 143)
+    assert "Liveness probe failed" in doomed["lastState"]["terminated"].get("message", "")
+    ready = {
+        c["type"]: c["status"]
+        for c in get(kubectl, namespace, "pod", "probed")["status"]["conditions"]
+    }
+    assert ready["PodScheduled"] == "True" and ready["Initialized"] == "True"
+
+
+def test_unknown_image_waits_with_err_image_pull(k8s_cluster, node_agent, namespace):
+    kubectl = k8s_cluster.kubectl
+    apply(
+        kubectl,
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "nope"},
+            "spec": {"containers": [{"name": "main", "image": "registry.example/unknown:1"}]},
+        },
+    )
+
+    def waiting_reason() -> str:
+        statuses = (
+            get(kubectl, namespace, "pod", "nope").get("status", {}).get("containerStatuses") or []
+        )
+        return str(statuses[0]["state"].get("waiting", {}).get("reason", "")) if statuses else ""
+
+    reason = wait_until(
+        "ErrImagePull",
+        lambda: waiting_reason() in ("ErrImagePull", "ImagePullBackOff") and waiting_reason(),
+    )
+    assert reason in ("ErrImagePull", "ImagePullBackOff")
+    assert pod_phase(kubectl, namespace, "nope") == "Pending"
