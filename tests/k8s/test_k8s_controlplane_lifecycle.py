@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -80,22 +81,44 @@ def test_k8s_controlplane_cli_up_status_env_down(k8s_cluster: K8sCluster, tmp_pa
 
 
 _HOLDER = """
-import sys, time
+import subprocess, sys, time
 from pathlib import Path
-from sps_operator.devcluster.controlplane import ControlPlane
+from sps_operator.devcluster.controlplane import ControlPlane, NodeSpec, start_node_agent
 cp = ControlPlane(Path(sys.argv[1]))
 cp.start()
+start_node_agent(cp, [NodeSpec("solo", "NVIDIA-H200", 8)])
+subprocess.run(
+    [str(cp.binaries.kubectl), f"--kubeconfig={cp.kubeconfig}", "run", "sleeper",
+     "--image=busybox:1.36", "--restart=Never", "--", "sleep", sys.argv[2]],
+    check=True, capture_output=True,
+)
 print("ready", flush=True)
 time.sleep(600)
 """
 
 
+def _processes_with(token: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if token.encode() in argv and podnet.pid_alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
 def test_k8s_controlplane_dies_with_the_process_that_started_it(
     k8s_cluster: K8sCluster, tmp_path: Path
 ) -> None:
+    """kill -9 of the starting process: no atexit, no cleanup code runs in it, yet the
+    control plane, the node agent, its pods and its network all go."""
     state = tmp_path / "cluster"
+    token = str(4000 + secrets.randbelow(5000))  # the pod's `sleep` argument, to find it
     holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, str(state)],
+        [sys.executable, "-c", _HOLDER, str(state), token],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -105,12 +128,19 @@ def test_k8s_controlplane_dies_with_the_process_that_started_it(
         line = holder.stdout.readline()
         assert line.strip() == "ready", holder.stderr.read() if holder.stderr else ""
         pids = _pids(state)
-        assert len(pids) == 4 and all(podnet.pid_alive(p) for p in pids.values())
+        assert len(pids) == 5 and all(podnet.pid_alive(p) for p in pids.values())
+        record = json.loads((state / "cluster.json").read_text())
+        bridge = f"spsbr{record['pod_network_index']}"
+        deadline = time.monotonic() + 60
+        while not _processes_with(token):
+            assert time.monotonic() < deadline, "the pod's process never started"
+            time.sleep(0.2)
     finally:
-        # No atexit, no cleanup: the parent-death signal alone must take everything down.
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait()
     assert _wait_gone(pids) == []
+    assert _processes_with(token) == []
+    assert not _link_exists(bridge)
 
 
 def _link_exists(name: str) -> bool:
