@@ -311,6 +311,10 @@ class ControlPlane:
                 self.stop()
                 if "address already in use" not in str(err) or attempt == attempts:
                     raise
+            except BaseException:
+                # Anything else (a bad certificate write, Ctrl-C): leave nothing running.
+                self.stop()
+                raise
 
     def _reset_state_dir(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
