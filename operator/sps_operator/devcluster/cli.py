@@ -108,6 +108,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         cp.stop()
         print(f"dev-cluster up failed: {err}", file=sys.stderr)
         return 1
+    except BaseException:
+        cp.stop()  # Ctrl-C while waiting: a detached half-cluster would outlive us
+        raise
     print(f"kubeconfig: {cp.kubeconfig}", file=sys.stderr)
     print(f"source {cp.env_file}")
     return 0
