@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -615,3 +616,20 @@ def test_loaded_table_and_gpu_use_are_observable(tmp_path: Path) -> None:
     assert stats["busy_model_seconds"] > 19 * 0.01
     with running_sim(time_scale=SCALE) as url:
         assert server_info(url)["sps_table"] is None
+
+
+def test_client_disconnect_aborts_its_requests() -> None:
+    with running_sim(time_scale=1.0) as url:
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(
+                url + "/generate",
+                json={"input_ids": [[1, 2, 3]] * 2, "sampling_params": {"max_new_tokens": 10**6}},
+                timeout=0.5,
+            )
+        ok = False
+        for _ in range(100):
+            ok = httpx.post(url + "/flush_cache", timeout=TIMEOUT).status_code == 200
+            if ok:
+                break
+            time.sleep(0.05)
+    assert ok, "requests of a disconnected client must be aborted"

@@ -119,7 +119,7 @@ class SimServer:
 
     async def start(self, host: str | None = None, port: int | None = None) -> int:
         started = time.monotonic()
-        self._runner = web.AppRunner(self.make_app(), access_log=None)
+        self._runner = web.AppRunner(self.make_app(), access_log=None, handler_cancellation=True)
         await self._runner.setup()
         site = web.TCPSite(
             self._runner,
