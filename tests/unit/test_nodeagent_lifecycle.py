@@ -1,0 +1,266 @@
+"""Pod lifecycle decisions: restarts, backoff, phases, probes and the status reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sps_operator.devcluster.nodeagent.lifecycle import (
+    ContainerRecord,
+    PodView,
+    backoff_seconds,
+    container_status,
+    deleted_phase,
+    exit_code_of,
+    init_done,
+    init_phase_failed,
+    pod_status,
+    should_restart,
+    terminal_phase,
+)
+from sps_operator.devcluster.nodeagent.logs import (
+    container_log_files,
+    format_pod_logs,
+    read_container_log,
+)
+from sps_operator.devcluster.nodeagent.probes import (
+    ProbeSpec,
+    ProbeTracker,
+    container_probes,
+    readiness_ok,
+    startup_passed,
+    wants_kill,
+)
+from sps_operator.devcluster.nodeagent.runtime import (
+    Launch,
+    container_command,
+    mount_script,
+    resolve_port,
+)
+from sps_operator.devcluster.nodeagent.volumes import MountPlan
+
+
+@pytest.mark.parametrize(
+    ("kind", "policy", "code", "restart"),
+    [
+        ("main", "Always", 0, True),
+        ("main", "Always", 1, True),
+        ("main", "OnFailure", 0, False),
+        ("main", "OnFailure", 2, True),
+        ("main", "Never", 2, False),
+        ("init", "Always", 0, False),
+        ("init", "OnFailure", 1, True),
+        ("init", "Always", 1, True),
+        ("init", "Never", 1, False),
+        ("sidecar", "Never", 0, True),
+        ("sidecar", "Never", 137, True),
+    ],
+)
+def test_should_restart(kind: str, policy: str, code: int, restart: bool) -> None:
+    assert should_restart(kind, policy, code) is restart  # type: ignore[arg-type]
+
+
+def test_backoff_doubles_to_the_cap() -> None:
+    assert [backoff_seconds(n, 1.0, 20.0) for n in range(7)] == [0, 1, 2, 4, 8, 16, 20]
+
+
+def test_exit_codes() -> None:
+    assert exit_code_of(0) == 0 and exit_code_of(7) == 7
+    assert exit_code_of(-9) == 137 and exit_code_of(-15) == 143
+
+
+def finished(name: str, code: int, kind: str = "main") -> ContainerRecord:
+    rec = ContainerRecord(name, "img", kind)  # type: ignore[arg-type]
+    rec.set_running("t0", "id")
+    rec.set_terminated(code, "t1")
+    return rec
+
+
+def test_terminal_phase() -> None:
+    assert terminal_phase("Never", [finished("a", 0), finished("b", 0)]) == "Succeeded"
+    assert terminal_phase("Never", [finished("a", 0), finished("b", 3)]) == "Failed"
+    assert terminal_phase("OnFailure", [finished("a", 3)]) is None  # will restart
+    assert terminal_phase("OnFailure", [finished("a", 0)]) == "Succeeded"
+    assert terminal_phase("Always", [finished("a", 0)]) is None
+    running = ContainerRecord("b", "img", "main")
+    running.set_running("t0", "id")
+    assert terminal_phase("Never", [finished("a", 0), running]) is None
+    assert deleted_phase([finished("a", 143)]) == "Failed"
+    assert deleted_phase([finished("a", 0)]) == "Succeeded"
+    assert deleted_phase([ContainerRecord("a", "img", "main")]) == "Failed"  # never ran
+
+
+def test_init_containers() -> None:
+    assert init_phase_failed("Never", [finished("i", 1, "init")])
+    assert not init_phase_failed("OnFailure", [finished("i", 1, "init")])
+    sidecar = ContainerRecord("s", "img", "sidecar")
+    sidecar.set_running("t0", "id")
+    assert not init_done([finished("i", 0, "init"), sidecar])
+    sidecar.started = True
+    assert init_done([finished("i", 0, "init"), sidecar])
+    assert not init_done([finished("i", 1, "init")])
+
+
+def test_container_record_restart_keeps_last_state() -> None:
+    rec = finished("a", 3)
+    assert rec.reason == "Error" and rec.restart_count == 0
+    rec.set_waiting("CrashLoopBackOff", "back-off 1s")
+    rec.set_running("t2", "id2")
+    status = container_status(rec)
+    assert status["restartCount"] == 1
+    assert status["lastState"]["terminated"]["exitCode"] == 3
+    assert status["state"] == {"running": {"startedAt": "t2"}}
+    rec.set_terminated(137, "t3")
+    status = container_status(rec)
+    assert status["state"]["terminated"]["signal"] == 9
+    assert status["state"]["terminated"]["reason"] == "Error"
+    assert status["ready"] is False and status["started"] is False
+
+
+def test_pod_status_conditions_and_transitions() -> None:
+    main = ContainerRecord("main", "img", "main")
+    main.set_running("t0", "id")
+    view = PodView(
+        phase="Running",
+        pod_ip="10.244.1.2",
+        host_ip="10.244.1.1",
+        start_time="t0",
+        sandbox_ready=True,
+    )
+    first = pod_status(view, [], [main], [{"type": "DisruptionTarget", "status": "True"}], "T1")
+    conds = {c["type"]: c for c in first["conditions"]}
+    assert conds["Ready"]["status"] == "False" and conds["Ready"]["reason"] == "ContainersNotReady"
+    assert conds["Initialized"]["status"] == "True" and conds["PodScheduled"]["status"] == "True"
+    assert conds["DisruptionTarget"]["status"] == "True"  # not ours: carried over
+    assert first["podIPs"] == [{"ip": "10.244.1.2"}] and first["hostIP"] == "10.244.1.1"
+    assert first["initContainerStatuses"] is None  # removes the key in a merge patch
+    main.ready = main.started = True
+    second = pod_status(view, [], [main], first["conditions"], "T2")
+    conds2 = {c["type"]: c for c in second["conditions"]}
+    assert conds2["Ready"]["status"] == "True" and conds2["Ready"]["lastTransitionTime"] == "T2"
+    assert conds2["PodScheduled"]["lastTransitionTime"] == "T1"  # unchanged status keeps its time
+    done = pod_status(
+        PodView("Succeeded", "10.244.1.2", "10.244.1.1", "t0", True),
+        [],
+        [finished("main", 0)],
+        second["conditions"],
+        "T3",
+    )
+    conds3 = {c["type"]: c for c in done["conditions"]}
+    assert conds3["Ready"]["status"] == "False" and conds3["Ready"]["reason"] == "PodCompleted"
+    assert done["phase"] == "Succeeded"
+
+
+def test_readiness_probe_thresholds() -> None:
+    spec = ProbeSpec(
+        "readiness",
+        {"httpGet": {"port": 80}},
+        initial_delay=2,
+        period=1,
+        success_threshold=2,
+        failure_threshold=2,
+    )
+    tr = ProbeTracker.start(spec, 100.0)
+    assert tr.result is False and not readiness_ok({"readiness": tr})  # not ready until it passes
+    assert not tr.due(101.0, True) and tr.due(102.0, True)
+    tr.begin(102.0)
+    assert not tr.due(102.5, True)  # in flight
+    assert tr.record(True) is None  # one success of two
+    tr.begin(103.0)
+    assert tr.next_due == 104.0
+    assert tr.record(True) is True and readiness_ok({"readiness": tr})
+    assert tr.record(False) is None
+    assert tr.record(True) is None  # failures must be consecutive
+    assert tr.record(False) is None
+    assert tr.record(False) is False and not readiness_ok({"readiness": tr})
+
+
+def test_startup_gates_other_probes_and_kills_on_failure() -> None:
+    startup = ProbeTracker.start(
+        ProbeSpec("startup", {"exec": {}}, period=1, failure_threshold=2), 0.0
+    )
+    liveness = ProbeTracker.start(
+        ProbeSpec("liveness", {"tcpSocket": {}}, period=1, failure_threshold=1), 0.0
+    )
+    trackers = {"startup": startup, "liveness": liveness}
+    assert not startup_passed(trackers)  # type: ignore[arg-type]
+    assert startup.due(0.0, started=False) and not liveness.due(0.0, started=False)
+    assert startup.record(False) is None
+    assert startup.record(True) is None and startup_passed(trackers)  # type: ignore[arg-type]
+    assert not startup.due(10.0, started=True)  # passed once: no more startup probes
+    assert liveness.due(10.0, started=True)
+    flipped = liveness.record(False)
+    assert flipped is False and wants_kill("liveness", flipped)
+    assert not wants_kill("readiness", False) and not wants_kill("liveness", None)
+    failing = ProbeTracker.start(ProbeSpec("startup", {"exec": {}}, failure_threshold=2), 0.0)
+    assert failing.record(False) is None and failing.record(False) is False
+
+
+def test_container_probes_from_spec() -> None:
+    specs = container_probes(
+        {
+            "readinessProbe": {"httpGet": {"path": "/health", "port": 30000}, "periodSeconds": 1},
+            "livenessProbe": None,
+        }
+    )
+    assert [(s.kind, s.period, s.failure_threshold, dict(s.action)) for s in specs] == [
+        ("readiness", 1.0, 3, {"httpGet": {"path": "/health", "port": 30000}})
+    ]
+
+
+def test_resolve_port() -> None:
+    container = {"ports": [{"name": "http", "containerPort": 30000}]}
+    assert resolve_port("http", container) == 30000
+    assert resolve_port(8080, container) == resolve_port("8080", container) == 8080
+    with pytest.raises(ValueError, match="named port"):
+        resolve_port("grpc", container)
+
+
+def test_container_command_enters_the_pod_namespaces() -> None:
+    launch = Launch(
+        argv=["sps-sim", "--port", "30000"],
+        env={},
+        workdir="/w d",
+        mounts=[
+            MountPlan("/state/v/cfg", "/etc/sps", True),
+            MountPlan("/state/v/data", "/data", False),
+        ],
+        netns_path="/run/netns/sps1-abc",
+        hosts_file="/state/hosts",
+        hostname="pod-0",
+    )
+    argv = container_command(launch)
+    assert argv[0].endswith("nsenter") and argv[1] == "--net=/run/netns/sps1-abc"
+    assert "--mount" in argv and "--uts" in argv
+    assert argv[-4:] == ["sh", "sps-sim", "--port", "30000"]
+    script = mount_script(launch)
+    lines = script.splitlines()
+    assert "mount --bind /state/v/cfg /etc/sps" in lines
+    assert "mount -o remount,bind,ro /etc/sps" in lines
+    assert "mount -o remount,bind,ro /data" not in lines
+    assert "mount --bind /state/hosts /etc/hosts" in lines
+    assert "hostname pod-0" in lines and "cd '/w d'" in lines
+    assert lines[-1] == 'exec "$@"'
+    host = Launch(["true"], {}, "/", [], None, None, None)
+    assert container_command(host)[0].endswith("unshare") and "--uts" not in container_command(host)
+
+
+def test_logs_layout_and_format(tmp_path: Path) -> None:
+    pod = tmp_path / "pods" / "ns1_web_uid-1"
+    (pod / "main").mkdir(parents=True)
+    (pod / "main" / "0.log").write_text("first\n")
+    (pod / "main" / "1.log").write_text("".join(f"line {i}\n" for i in range(10)))
+    (pod / "main.log").symlink_to("main/1.log")
+    (pod / "volumes" / "v").mkdir(parents=True)
+    other = tmp_path / "pods" / "ns2_x_uid-2" / "c"
+    other.mkdir(parents=True)
+    (other / "0.log").write_text("other\n")
+    assert [p.name for p in container_log_files(tmp_path, "ns1")] == ["0.log", "1.log"]
+    assert read_container_log(tmp_path, "ns1", "web", "main").startswith("line 0")
+    text = format_pod_logs(tmp_path, "ns1", tail=2)
+    assert "==> ns1/web [main] attempt 1 <==\nline 8\nline 9" in text
+    assert "first" in text and "other" not in text
+    assert "other" in format_pod_logs(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        read_container_log(tmp_path, "ns1", "nope", "main")
