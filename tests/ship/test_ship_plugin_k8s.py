@@ -24,6 +24,7 @@ from sps_operator.api.models import SpsProfileStatus
 from sps_operator.constants import API_GROUP, API_VERSION, GPU_H100, GPU_H200, PLURAL
 from sps_operator.controller import names
 from sps_operator.devcluster.pytest_plugin import K8sCluster
+from sps_operator.profiler.publish import build_patch
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable
 
 pytestmark = pytest.mark.k8s
@@ -68,7 +69,9 @@ def table_cm(
     }
 
 
-def table_ref(gpu: str, cm: str, kind: str = "Diagonal") -> dict[str, Any]:
+def table_ref(
+    gpu: str, cm: str, kind: str = "Diagonal", run: str = "llama-0a1b2c3d4e"
+) -> dict[str, Any]:
     return {
         "gpuProduct": gpu,
         "fingerprint": "fp01",
@@ -77,7 +80,22 @@ def table_ref(gpu: str, cm: str, kind: str = "Diagonal") -> dict[str, Any]:
         "hash": "0123456789abcdef",
         "quality": {"rmsMs": 0.031, "r2": 0.9991, "maxRelErr": 0.021},
         "profiledAt": "2026-12-02T11:30:00Z",
-        "run": "llama-0a1b2c3d4e",
+        "run": run,
+    }
+
+
+def result_cm(namespace: str, run: str) -> dict[str, Any]:
+    """A run's result ConfigMap as the profiler publishes it (its own patch builder)."""
+    rounds = [
+        {"batch_size_per_rank": bs, "batch_tokens": bs * 8, "steps_per_sec": sps}
+        for bs, sps in [(1, 1010.0), (2, 905.0), (4, 598.0), (8, 352.0)]
+    ]
+    patch = build_patch(status="succeeded", rounds=rounds)
+    # A create, not a merge patch: drop the patch's null "remove this key" entries.
+    data = {k: v for k, v in patch["data"].items() if v is not None}
+    return {
+        "metadata": {"name": names.result_config_map(run, 1), "namespace": namespace},
+        "data": data,
     }
 
 
@@ -118,6 +136,7 @@ def profiles(crd: None, k8s_api: ApiClient, namespace: str) -> str:
         namespace, table_cm(namespace, "llama-table-h200", H200_TABLE)
     )
     core.create_namespaced_config_map(namespace, table_cm(namespace, "llama-table-rej", ADDITIVE))
+    core.create_namespaced_config_map(namespace, result_cm(namespace, "llama-0a1b2c3d4e"))
     create_profile(
         k8s_api,
         namespace,
@@ -130,7 +149,7 @@ def profiles(crd: None, k8s_api: ApiClient, namespace: str) -> str:
                 table_ref(GPU_H100, "llama-table-h100"),
                 table_ref(GPU_H200, "llama-table-h200"),
             ],
-            "rejectedTable": table_ref(GPU_H200, "llama-table-rej", "Additive"),
+            "rejectedTable": table_ref(GPU_H200, "llama-table-rej", "Additive", "llama-ffff"),
             "conditions": [
                 condition("Ready", "True", "TableLive", "table live on 1/1 targets"),
                 condition("TableReady", "True", "Published"),
@@ -216,8 +235,18 @@ def test_ship_plugin_table_and_plot(k8s_cluster: K8sCluster, profiles: str, tmp_
     assert data["configMap"] == "llama-table-h100"
     assert data["table"]["probes"][0] == {"batchTokens": 8, "stepsPerSec": 1000.0, "stepMs": 1.0}
     assert png.read_bytes()[:4] == b"\x89PNG"
-    rejected = kubectl_sps(k8s_cluster, "table", "llama", "--rejected", "-n", profiles).stdout
+    # The run's raw rounds are still there: the plot shows the measured cells and the fit.
+    human = kubectl_sps(
+        k8s_cluster, "table", "llama", "--gpu", GPU_H100, "--plot", str(png), "-n", profiles
+    ).stdout
+    assert f"Plot (measured cells, fit and residuals) written to {png}" in human
+    rejected_png = tmp_path / "rejected.png"
+    rejected = kubectl_sps(
+        k8s_cluster, "table", "llama", "--rejected", "--plot", str(rejected_png), "-n", profiles
+    ).stdout
     assert "bias = 4.000 ms" in rejected
+    assert f"Plot (the table) written to {rejected_png}" in rejected
+    assert rejected_png.read_bytes()[:4] == b"\x89PNG"
     missing = kubectl_sps(
         k8s_cluster, "table", "llama", "--gpu", "A100", "-n", profiles, check=False
     )

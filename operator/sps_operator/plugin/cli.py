@@ -204,14 +204,50 @@ def cmd_table(args: argparse.Namespace, cluster: Cluster) -> int:
     data = {"profile": args.name, "namespace": namespace, **entry, "table": view.table_data(table)}
     human = view.render_table_header(args.name, entry) + "\n\n" + view.render_table_values(table)
     if args.plot:
-        from sps_operator.plugin.plot import plot_table
-
         title = f"{args.name}: {entry.get('gpuProduct', '?')} ({view.table_kind(table)})"
-        written = plot_table(table, args.plot, title)
+        written, with_points = write_plot(cluster, namespace, entry, table, args.plot, title)
         data["plot"] = str(written)
-        human += f"\n\nPlot written to {written}"
+        what = "measured cells, fit and residuals" if with_points else "the table"
+        human += f"\n\nPlot ({what}) written to {written}"
     emit(args, data, human)
     return 0
+
+
+def measured_rounds(cluster: Cluster, namespace: str, run: str) -> list[dict[str, Any]]:
+    """The rounds of a run from its result ConfigMaps (both phases), while they exist."""
+    from sps_operator.controller.results import read_run_result
+
+    rounds: list[dict[str, Any]] = []
+    for phase in (1, 2):
+        try:
+            cm = cluster.get_config_map(namespace, names.result_config_map(run, phase))
+        except PluginError:
+            continue
+        result = read_run_result(cm.get("data"), cm.get("binaryData"))
+        rounds += [dict(r) for r in result.rounds]
+    return rounds
+
+
+def write_plot(
+    cluster: Cluster, namespace: str, entry: dict[str, Any], table: SpsTable, path: Path, title: str
+) -> tuple[Path, bool]:
+    """The fit against the measured cells when the run's raw rounds are still in the cluster
+    (the operator keeps the last run's); otherwise the table alone."""
+    from sps_operator.tables.fit import cells_from_rounds
+
+    rounds = measured_rounds(cluster, namespace, str(entry["run"])) if entry.get("run") else []
+    try:
+        cells = cells_from_rounds(rounds)
+    except ValueError:
+        cells = []
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if cells:
+        from sps_operator.profiler.plot import plot_fit
+
+        return plot_fit(cells, table, path, title), True
+    from sps_operator.plugin.plot import plot_table
+
+    return plot_table(table, path, title), False
 
 
 def cmd_diff(args: argparse.Namespace, cluster: Cluster | None) -> int:
