@@ -231,8 +231,9 @@ def test_container_command_enters_the_pod_namespaces() -> None:
         hostname="pod-0",
     )
     argv = container_command(launch)
-    assert argv[0].endswith("nsenter") and argv[1] == "--net=/run/netns/sps1-abc"
-    assert "--mount" in argv and "--uts" in argv
+    at = next(i for i, a in enumerate(argv) if a.endswith("nsenter"))
+    assert argv[at + 1] == "--net=/run/netns/sps1-abc"
+    assert "--mount" in argv and "--uts" in argv and "--pid" in argv and "--kill-child" in argv
     assert argv[-4:] == ["sh", "sps-sim", "--port", "30000"]
     script = mount_script(launch)
     lines = script.splitlines()
@@ -241,9 +242,11 @@ def test_container_command_enters_the_pod_namespaces() -> None:
     assert "mount -o remount,bind,ro /data" not in lines
     assert "mount --bind /state/hosts /etc/hosts" in lines
     assert "hostname pod-0" in lines and "cd '/w d'" in lines
-    assert lines[-1] == 'exec "$@"'
+    assert lines[-2:] == ['"$@"', "exit $?"]
     host = Launch(["true"], {}, "/", [], None, None, None)
-    assert container_command(host)[0].endswith("unshare") and "--uts" not in container_command(host)
+    assert "--uts" not in container_command(host) and not any(
+        "nsenter" in a for a in container_command(host)
+    )
 
 
 def test_logs_layout_and_format(tmp_path: Path) -> None:

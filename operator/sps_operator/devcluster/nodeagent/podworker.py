@@ -164,6 +164,7 @@ class PodWorker(threading.Thread):
             self._publish(force=True)
             log.info("pod %s/%s: %s", self.namespace, self.pod_name, self.terminal)
         except _Terminate as t:
+            log.info("pod %s/%s: stopping (grace %gs)", self.namespace, self.pod_name, t.grace)
             self._terminate(t.grace)
             if t.report:
                 self.terminal = self.terminal or deleted_phase(self.mains)
@@ -519,13 +520,12 @@ class PodWorker(threading.Thread):
                 flipped = tracker.record(ok)
                 if flipped is not None:
                     log.info(
-                        "pod %s/%s: %s %s probe -> %s %s",
+                        "pod %s/%s: %s %s probe -> %s",
                         self.namespace,
                         self.pod_name,
                         rec.name,
                         kind,
-                        "success" if ok else "failure",
-                        message,
+                        "success" if ok else f"failure: {message}",
                     )
                 if wants_kill(kind, flipped) and rec.name in self.procs:
                     self.kill_reason[rec.name] = f"{kind.capitalize()} probe failed: {message}"

@@ -1,9 +1,12 @@
 """Starting container processes inside a pod's namespaces, and running probes against them.
 
-A container is `nsenter --net=<pod netns> unshare --mount --uts sh -c SCRIPT sh ARGV...`:
-the script bind-mounts the volumes at their `mountPath`s and the pod's /etc/hosts, sets
-the hostname, then execs the program, so the process we track is the program itself.
-Everything else is the host's file system (there is no image root file system).
+A container is `setpriv --pdeathsig KILL nsenter --net=<pod netns> unshare --mount --uts
+--pid --fork --kill-child sh -c SCRIPT sh ARGV...`: its own mount, UTS and PID namespaces
+inside the pod's network namespace. The script bind-mounts the volumes at their
+`mountPath`s and the pod's /etc/hosts, sets the hostname, then runs the program as a
+child of the namespace's init (`sh`), so the program receives SIGTERM even without a
+handler, and everything in the PID namespace dies with it - also when the agent itself is
+killed. Everything else is the host's file system (there is no image root file system).
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from .probes import ProbeSpec
 from .volumes import MountPlan
 
 NSENTER = shutil.which("nsenter") or "nsenter"
+# Pod processes live in their own sessions (so we can signal a container's whole tree);
+# a parent-death signal makes sure none outlives an agent that was killed with SIGKILL.
+SETPRIV = shutil.which("setpriv")
 UNSHARE = shutil.which("unshare") or "unshare"
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -66,7 +72,9 @@ def mount_script(launch: Launch) -> str:
         lines.append(f"hostname {q(launch.hostname)}")
     lines.append(f"mkdir -p {q(launch.workdir)}")
     lines.append(f"cd {q(launch.workdir)}")
-    lines.append('exec "$@"')
+    lines.append("set +e")
+    lines.append('"$@"')  # not exec: sh stays PID 1, so the program gets signals
+    lines.append("exit $?")
     return "\n".join(lines)
 
 
@@ -74,9 +82,12 @@ def container_command(launch: Launch) -> list[str]:
     wrapper = [UNSHARE, "--mount", "--propagation", "private"]
     if launch.hostname:
         wrapper.append("--uts")
+    wrapper += ["--pid", "--fork", "--kill-child", "--mount-proc"]
     wrapper += ["sh", "-c", mount_script(launch), "sh", *launch.argv]
     if launch.netns_path:
-        return [NSENTER, f"--net={launch.netns_path}", *wrapper]
+        wrapper = [NSENTER, f"--net={launch.netns_path}", *wrapper]
+    if SETPRIV:
+        wrapper = [SETPRIV, "--pdeathsig", "KILL", *wrapper]
     return wrapper
 
 
