@@ -134,6 +134,11 @@ class SimServer:
         return int(self.port or 0)
 
     async def stop(self) -> None:
+        # Pending /generate calls would hold shutdown for aiohttp's grace period.
+        for fut in self._waiters.values():
+            fut.cancel()
+        self._waiters.clear()
+        await asyncio.sleep(0)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
