@@ -1,0 +1,128 @@
+"""The node agent's Python API: start() registers nodes and runs pods, stop() leaves no
+process, namespace, link or node behind. A second agent on the shared test cluster, with
+its own node and pod network."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sps_operator.constants import GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, GPU_RTX_PRO_6000
+from sps_operator.devcluster import podnet
+from sps_operator.devcluster.nodeagent import AgentConfig, NodeAgent, read_container_log
+
+pytestmark = pytest.mark.k8s
+NODE = "api-rtx-0"
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def get_json(kubectl: Callable[..., str], *args: str) -> dict[str, Any]:
+    out = kubectl("get", *args, "-o", "json", check=False)
+    return json.loads(out) if out.strip() else {}
+
+
+@pytest.fixture
+def pod_network(tmp_path: Path) -> Iterator[podnet.PodNetwork]:
+    network = podnet.reserve(os.getpid(), tmp_path)
+    try:
+        yield network
+    finally:
+        podnet.release(network, tmp_path)
+
+
+def host_state(index: int) -> tuple[list[str], list[str]]:
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    ours = [line.split()[0] for line in netns.splitlines() if line.startswith(f"sps{index}-")]
+    names = [line.split(":")[1].strip().split("@")[0] for line in links.splitlines()]
+    return ours, [n for n in names if n == f"spsbr{index}" or n.startswith(f"sps{index}p")]
+
+
+def test_start_runs_pods_and_stop_cleans_up(k8s_cluster, namespace, pod_network, tmp_path):
+    kubectl = k8s_cluster.kubectl
+    record = k8s_cluster.control_plane.record
+    state = tmp_path / "agent"
+    cfg = AgentConfig.from_argv(
+        [
+            f"--kubeconfig={k8s_cluster.kubeconfig}",
+            f"--state-dir={state}",
+            f"--node={NODE}={GPU_RTX_PRO_6000}:2",
+            f"--pod-cidr={pod_network.cidr}",
+            f"--api-server-host={record.gateway}",  # the cluster's own gateway is in the cert
+            f"--api-server-port={record.api_server_port}",
+        ]
+    )
+    agent = NodeAgent(cfg)
+    stopped = False
+    marker = f"sleep {os.getpid() % 1000 + 3000}"
+    try:
+        agent.start()
+        assert json.loads((state / "ready").read_text())["nodes"] == [NODE]
+        node = get_json(kubectl, "node", NODE)
+        labels = node["metadata"]["labels"]
+        assert (labels[GPU_PRODUCT_LABEL], labels[GPU_COUNT_LABEL]) == (GPU_RTX_PRO_6000, "2")
+        assert node["status"]["allocatable"]["nvidia.com/gpu"] == "2"
+        lease = get_json(kubectl, "lease", NODE, "-n", "kube-node-lease")
+        assert lease["spec"]["holderIdentity"] == NODE
+
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "rtx"},
+            "spec": {
+                "nodeSelector": {GPU_PRODUCT_LABEL: GPU_RTX_PRO_6000},
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "busybox",
+                        "command": ["sh", "-c", f"echo started; {marker}"],
+                        "resources": {"limits": {"nvidia.com/gpu": 2}},
+                    }
+                ],
+            },
+        }
+        kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(pod))
+
+        def running() -> dict[str, Any]:
+            obj = get_json(kubectl, "pod", "rtx", "-n", namespace)
+            return obj if obj.get("status", {}).get("phase") == "Running" else {}
+
+        obj = wait_until("pod running on the API agent's node", running)
+        assert obj["spec"]["nodeName"] == NODE
+        assert ipaddress.ip_address(obj["status"]["podIP"]) in ipaddress.ip_network(
+            pod_network.cidr
+        )
+        wait_until("log", lambda: "started" in read_container_log(state, namespace, "rtx", "main"))
+        netns, links = host_state(pod_network.index)
+        assert netns == [f"sps{pod_network.index}-{obj['metadata']['uid'][:12]}"]
+        assert f"spsbr{pod_network.index}" in links and len(links) == 2
+        assert subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0
+
+        agent.stop(delete_nodes=True)
+        stopped = True
+        assert host_state(pod_network.index) == ([], [])
+        assert subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 1
+        assert not (state / "ready").exists()
+        assert not get_json(kubectl, "node", NODE)
+    finally:
+        if not stopped:
+            agent.stop(delete_nodes=True)
+        kubectl("delete", "pod", "rtx", "-n", namespace, "--force", "--grace-period=0", check=False)
