@@ -231,3 +231,15 @@ def test_bad_start_exits_non_zero_with_message(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "bias_seconds must be > 0" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_unknown_node_gpu_product_gets_a_derived_preset() -> None:
+    a = build_settings(DSPARK, {"SPS_SIM_GPU_PRODUCT": "NVIDIA-A100-SXM4-80GB"})
+    b = build_settings(DSPARK, {"SPS_SIM_GPU_PRODUCT": "NVIDIA-L40S"})
+    again = build_settings(DSPARK, {"SPS_SIM_GPU_PRODUCT": "NVIDIA-A100-SXM4-80GB"})
+    assert a.preset.name == "NVIDIA-A100-SXM4-80GB" and a.warnings
+    assert a.preset == again.preset
+    assert a.preset.bias_s != b.preset.bias_s
+    # an explicit unknown preset is still an error
+    with pytest.raises(ConfigError, match="unknown preset"):
+        build_settings(DSPARK, {"SPS_SIM_PRESET": "NVIDIA-L40S"})

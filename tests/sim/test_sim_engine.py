@@ -209,3 +209,21 @@ def test_dp_attention_idle_rank_still_counts_forward_ct() -> None:
     run_to_idle(engine)
     assert engine.ranks[0].forward_ct == engine.ranks[1].forward_ct == 5
     assert engine.records(1) == []
+
+
+def test_multinomial_acceptance_varies_within_bounds() -> None:
+    engine = make(simulate_acc_len=2.0, simulate_acc_method="multinomial", mode="static")
+    engine.submit([(None, 8, 2001)], 0.0)
+    run_to_idle(engine)
+    req = engine.drain_finished()[0]
+    per_step = 2000 / req.verify_steps
+    assert 1.5 < per_step < 2.5  # N(2, 1) rounded and clamped to [1, K]
+
+
+def test_max_new_tokens_zero_finishes_on_prefill() -> None:
+    engine = make()
+    engine.submit([(None, 8, 0)], 0.0)
+    run_to_idle(engine)
+    req = engine.drain_finished()[0]
+    assert req.output_ids == [] and req.finish_reason == {"type": "length", "length": 0}
+    assert engine.records(0) == []

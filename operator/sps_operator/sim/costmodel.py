@@ -153,6 +153,26 @@ def load_preset(name_or_path: str) -> CostPreset:
     return preset_from_mapping(data, source=str(path))
 
 
+def derived_preset(product: str) -> CostPreset:
+    """A stand-in for a GPU product with no preset: the H100 costs scaled by a factor in
+    [0.75, 1.35) drawn from the name, so different products still give different tables."""
+    import hashlib
+
+    digest = hashlib.sha256(product.encode()).digest()
+    factor = 0.75 + 0.6 * int.from_bytes(digest[:4], "big") / 2**32
+    base = PRESETS[DEFAULT_PRESET]
+    return replace(
+        base,
+        name=product,
+        bias_s=base.bias_s * factor,
+        per_request_s=base.per_request_s * factor,
+        per_token_s=base.per_token_s * factor,
+        per_token_above_knee_s=base.per_token_above_knee_s * factor,
+        prefill_base_s=base.prefill_base_s * factor,
+        prefill_per_token_s=base.prefill_per_token_s * factor,
+    )
+
+
 def preset_from_mapping(data: Any, *, source: str = "preset") -> CostPreset:
     if not isinstance(data, dict):
         raise ValueError(f"{source}: a preset must be a mapping of cost parameters")
@@ -224,6 +244,9 @@ class NoiseSource:
         self._rng = random.Random(seed)
         cv = preset.noise_cv
         self._sigma = math.sqrt(math.log1p(cv * cv)) if cv > 0 else 0.0
+
+    def gauss(self, mu: float, sigma: float) -> float:
+        return self._rng.gauss(mu, sigma)
 
     def factor(self, seconds_since_warm_start: float) -> float:
         p = self._preset

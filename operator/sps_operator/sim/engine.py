@@ -198,9 +198,6 @@ class Engine:
                 created_at=now,
             )
             self.requests[rid] = req
-            if max_new_tokens <= 0:
-                # Prefill only: SGLang still runs the prefill; model it as finishing on it.
-                pass
             self.ranks[rank].waiting.append(req)
             out.append(req)
         for group in self.groups:
@@ -556,16 +553,13 @@ class Engine:
             pattern = (3, 4, 2, 5, 3, 1, 4, 3)
             return min(k, pattern[req.verify_steps % len(pattern)])
         if self.config.simulate_acc_method == "multinomial":
-            value = self.noise_gauss(acc, 1.0)
+            value = self.noise.gauss(acc, 1.0)
             return int(min(max(round(value), 1), k))
         # match-expected: commit floor/ceil so the running mean equals acc.
         req.accepted_carry += acc
         n = int(req.accepted_carry + 1e-9)
         req.accepted_carry -= n
         return min(max(n, 1), k)
-
-    def noise_gauss(self, mu: float, sigma: float) -> float:
-        return self.noise._rng.gauss(mu, sigma)
 
     def _token(self) -> int:
         # xorshift: cheap deterministic token ids in [1000, 31000).

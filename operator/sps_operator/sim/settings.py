@@ -19,6 +19,7 @@ from sps_operator.sim.costmodel import (
     DEFAULT_PRESET,
     PRESETS,
     CostPreset,
+    derived_preset,
     load_preset,
     with_noise_cv,
 )
@@ -193,13 +194,21 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
     ns, unknown = parser.parse_known_args(list(argv))
     warnings: list[str] = []
 
-    preset_name = ns.preset or env.get("SPS_SIM_PRESET") or env.get("SPS_SIM_GPU_PRODUCT")
-    if not preset_name:
-        preset_name = DEFAULT_PRESET
-    try:
-        preset = load_preset(preset_name)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
+    explicit = ns.preset or env.get("SPS_SIM_PRESET")
+    node_product = env.get("SPS_SIM_GPU_PRODUCT", "").strip()
+    preset_name = explicit or node_product or DEFAULT_PRESET
+    if not explicit and node_product and node_product not in PRESETS:
+        # A node agent reports whatever the node's label says: never refuse to start on it.
+        preset = derived_preset(node_product)
+        warnings.append(
+            f"no cost preset for GPU product {node_product!r}: using H100 costs scaled by "
+            f"{preset.bias_s / PRESETS[DEFAULT_PRESET].bias_s:.3f}"
+        )
+    else:
+        try:
+            preset = load_preset(preset_name)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
     noise_cv = ns.noise_cv
     if noise_cv is None and env.get("SPS_SIM_NOISE_CV"):
         noise_cv = _float_env(env, "SPS_SIM_NOISE_CV", preset.noise_cv)
