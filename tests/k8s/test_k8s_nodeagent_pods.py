@@ -469,3 +469,25 @@ def test_unknown_image_waits_with_err_image_pull(k8s_cluster, node_agent, namesp
     )
     assert reason in ("ErrImagePull", "ImagePullBackOff")
     assert pod_phase(kubectl, namespace, "nope") == "Pending"
+
+
+def test_active_deadline_fails_the_pod(k8s_cluster, node_agent, namespace):
+    kubectl = k8s_cluster.kubectl
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "late"},
+        "spec": {
+            "activeDeadlineSeconds": 2,
+            "terminationGracePeriodSeconds": 1,
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "60"]}],
+        },
+    }
+    apply(kubectl, namespace, pod)
+    wait_until(
+        "late to fail", lambda: pod_phase(kubectl, namespace, "late") == "Failed", timeout=30
+    )
+    status = get(kubectl, namespace, "pod", "late")["status"]
+    assert status["reason"] == "DeadlineExceeded"
+    assert status["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 143

@@ -176,9 +176,10 @@ class NodeAgent:
         lifetime = (expires.replace(tzinfo=UTC) - datetime.now(UTC)).total_seconds()
         return status["token"], int(max(60, min(lifetime, expiration)))
 
-    def patch_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+    def patch_pod_status(self, namespace: str, name: str, uid: str, status: dict[str, Any]) -> None:
+        """Merge-patch the status; the uid makes it fail on a new pod of the same name."""
         path = f"/api/v1/namespaces/{namespace}/pods/{name}/status"
-        self.request("PATCH", path, {"status": status}, MERGE_PATCH)
+        self.request("PATCH", path, {"metadata": {"uid": uid}, "status": status}, MERGE_PATCH)
 
     def delete_pod_now(self, namespace: str, name: str, uid: str) -> None:
         body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}

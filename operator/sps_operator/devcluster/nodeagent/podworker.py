@@ -63,10 +63,17 @@ RETRY_SECONDS = 2.0
 
 
 class _Terminate(Exception):
-    def __init__(self, grace: float, report: bool) -> None:
+    """Stop every container of the pod (deletion, deadline, agent shutdown)."""
+
+    def __init__(
+        self, grace: float, report: bool, delete: bool = True, reason: str = "", message: str = ""
+    ) -> None:
         super().__init__(grace)
         self.grace = grace
         self.report = report  # whether to tell the API (not when the pod is gone)
+        self.delete = delete  # delete the object afterwards (it was being deleted)
+        self.reason = reason  # a pod-level failure reason, e.g. DeadlineExceeded
+        self.message = message
 
 
 def now_rfc3339() -> str:
@@ -127,6 +134,9 @@ class PodWorker(threading.Thread):
         self.read_only_volumes: set[str] = set()
         self.token_refresh_at: float | None = None
         self.start_time = now_rfc3339()
+        self.started_mono = time.monotonic()
+        self.status_reason = ""
+        self.status_message = ""
         self.dir = agent.state_dir / "pods" / pod_dir_name(pod)
         self._published: dict[str, Any] | None = None
         self._publish_after = 0.0
@@ -167,12 +177,17 @@ class PodWorker(threading.Thread):
             log.info("pod %s/%s: stopping (grace %gs)", self.namespace, self.pod_name, t.grace)
             self._terminate(t.grace)
             if t.report:
-                self.terminal = self.terminal or deleted_phase(self.mains)
+                self.terminal = "Failed" if t.reason else self.terminal or deleted_phase(self.mains)
+                self.status_reason, self.status_message = t.reason, t.message
                 self._publish(force=True)
-                self._delete_object()
-        except Exception:
+                if t.delete:
+                    self._delete_object()
+        except Exception as exc:
             log.exception("pod %s/%s: node agent error", self.namespace, self.pod_name)
             self._terminate(0)
+            self.terminal = "Failed"
+            self.status_reason, self.status_message = "NodeAgentError", repr(exc)[:500]
+            self._publish(force=True)
         finally:
             self._teardown()
             self.agent.worker_finished(self)
@@ -182,12 +197,21 @@ class PodWorker(threading.Thread):
             raise _Terminate(1.0, report=False)
         if self._gone:
             raise _Terminate(0.0, report=False)
-        meta = self.pod["metadata"]
+        meta, spec = self.pod["metadata"], self.pod["spec"]
         if meta.get("deletionTimestamp"):
             grace = meta.get("deletionGracePeriodSeconds")
             if grace is None:
-                grace = self.pod["spec"].get("terminationGracePeriodSeconds", 30)
+                grace = spec.get("terminationGracePeriodSeconds", 30)
             raise _Terminate(float(grace), report=True)
+        deadline = spec.get("activeDeadlineSeconds")
+        if deadline is not None and time.monotonic() - self.started_mono >= float(deadline):
+            raise _Terminate(
+                float(spec.get("terminationGracePeriodSeconds", 30)),
+                report=True,
+                delete=False,
+                reason="DeadlineExceeded",
+                message="Pod was active on the node longer than the specified deadline",
+            )
 
     def _wait(self, done: Callable[[], bool]) -> None:
         while True:
@@ -565,6 +589,8 @@ class PodWorker(threading.Thread):
             host_ip=self.agent.host_ip,
             start_time=self.start_time,
             sandbox_ready=self.sandbox_ready,
+            reason=self.status_reason,
+            message=self.status_message,
         )
         previous = merge_conditions(
             (pod.get("status") or {}).get("conditions") or [],
@@ -574,10 +600,10 @@ class PodWorker(threading.Thread):
         if status == self._published:
             return
         try:
-            self.agent.patch_pod_status(self.namespace, self.pod_name, status)
+            self.agent.patch_pod_status(self.namespace, self.pod_name, self.uid, status)
             self._published = status
         except ApiException as exc:
-            if exc.status == 404:
+            if exc.status in (404, 409, 422):  # gone, or a new pod of the same name
                 self._gone = True
                 return
             log.warning("pod %s/%s: status patch: %s", self.namespace, self.pod_name, exc.reason)
