@@ -243,3 +243,36 @@ def test_unknown_node_gpu_product_gets_a_derived_preset() -> None:
     # an explicit unknown preset is still an error
     with pytest.raises(ConfigError, match="unknown preset"):
         build_settings(DSPARK, {"SPS_SIM_PRESET": "NVIDIA-L40S"})
+
+
+def test_port_in_use_and_sigterm() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cmd = [PY, "-m", "sps_operator.sim", *DSPARK, "--port", str(port)]
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1
+    assert f"cannot serve on 127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+    port = _free_port()
+    proc = subprocess.Popen(
+        [PY, "-m", "sps_operator.sim", *DSPARK, "--port", str(port), "--served-model-name", "x"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        models = None
+        for _ in range(300):
+            try:
+                models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).json()
+                break
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        assert models is not None and models["data"][0]["id"] == "x"
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+    assert proc.returncode == 0

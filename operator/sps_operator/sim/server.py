@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -102,6 +103,8 @@ class SimServer:
         app.router.add_get("/health", self.handle_health)
         app.router.add_get("/health_generate", self.handle_health)
         app.router.add_get("/model_info", self.handle_model_info)
+        app.router.add_get("/get_model_info", self.handle_model_info)
+        app.router.add_get("/v1/models", self.handle_models)
         app.on_startup.append(self._on_startup)
         app.on_cleanup.append(self._on_cleanup)
         return app
@@ -155,6 +158,23 @@ class SimServer:
                 "model_path": args["model_path"],
                 "tokenizer_path": args["tokenizer_path"],
                 "is_generation": True,
+            }
+        )
+
+    async def handle_models(self, request: web.Request) -> web.Response:
+        name = self.settings.server_args["served_model_name"]
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": name,
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "sglang",
+                        "root": name,
+                    }
+                ],
             }
         )
 
@@ -323,6 +343,7 @@ def _compact_dumps(obj: Any) -> str:
 
 
 async def serve_forever(settings: SimSettings) -> None:
+    """Serve until SIGTERM/SIGINT (a Kubernetes stop ends with exit code 0)."""
     server = SimServer(settings)
     port = await server.start()
     log.info(
@@ -334,7 +355,12 @@ async def serve_forever(settings: SimSettings) -> None:
         settings.time_scale,
     )
     print(f"The server is fired up and ready to roll! (sps-sim on port {port})", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
     try:
-        await asyncio.Event().wait()
+        await stop.wait()
     finally:
         await server.stop()
