@@ -633,3 +633,26 @@ def test_client_disconnect_aborts_its_requests() -> None:
                 break
             time.sleep(0.05)
     assert ok, "requests of a disconnected client must be aborted"
+
+
+@pytest.mark.parametrize(
+    ("flag", "legacy"),
+    [("--disable-cuda-graph", True), ("--disable-decode-cuda-graph", False)],
+)
+def test_disabled_decode_graphs_run_eager_and_report_it(flag: str, legacy: bool) -> None:
+    env = compact_env()
+    with running_sim([flag, "--noise-cv", "0"], env=env, time_scale=SCALE) as eager_url:
+        info = server_info(eager_url)
+        eager = run_round(eager_url, bs_per_rank=16, frac=0.25).aligned(16)[0]
+    with running_sim(
+        ["--noise-cv", "0", "--verify-all-bug", "off"], env=env, time_scale=SCALE
+    ) as url:
+        graphed = run_round(url, bs_per_rank=16, frac=0.25).aligned(16)[0]
+    assert info["disable_cuda_graph"] is legacy
+    assert info["internal_states"][0]["cuda_graph_config"]["decode"]["backend"] == "disabled"
+    # no graph tiers: the eager ragged forward runs exactly M tokens, plus launch overhead
+    assert {r["num_verify_tokens"] for r in eager} == {44}
+    assert {r["num_verify_tokens"] for r in graphed} == {48}
+    eager_ms = statistics.median(r["step_cpu_ms"] for r in eager[10:])
+    graphed_ms = statistics.median(r["step_cpu_ms"] for r in graphed[10:])
+    assert eager_ms > graphed_ms * 1.2

@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--cuda-graph-bs", type=int, nargs="+", default=None)
     g.add_argument("--cuda-graph-config", default=None)
     g.add_argument("--disable-cuda-graph", action="store_true")
+    # Decode-only switches: they do NOT set the legacy disable_cuda_graph bool (contract §5).
+    g.add_argument("--cuda-graph-backend-decode", default=None)
+    g.add_argument("--disable-decode-cuda-graph", action="store_true")
     g.add_argument("--disable-overlap-schedule", action="store_true")
     g.add_argument("--max-running-requests", type=int, default=None)
     g.add_argument("--context-length", type=int, default=None)
@@ -182,7 +185,9 @@ def resolve_decode_capture(
         bs_list = sorted(set(bs_list))
     else:
         bs_list = graphs.default_decode_capture_bs(max_bs)
-    if ns.disable_cuda_graph:
+    if ns.cuda_graph_backend_decode:
+        backend = ns.cuda_graph_backend_decode
+    if ns.disable_cuda_graph or ns.disable_decode_cuda_graph:
         backend = "disabled"
     return int(max_bs), list(bs_list), str(backend)
 
@@ -333,7 +338,7 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
         dp_size=ns.dp_size,
         dp_attention=bool(ns.enable_dp_attention),
         dspark=dspark,
-        capture_bs=() if ns.disable_cuda_graph or backend == "disabled" else tuple(decode_bs),
+        capture_bs=() if backend == "disabled" else tuple(decode_bs),
         max_running_per_dp=max_running_per_dp,
         token_capacity_per_dp=preset.token_capacity,
         components=components if dspark else frozenset(),
