@@ -215,3 +215,34 @@ def test_fixture_fails_not_skips_without_binaries(tmp_path: Path) -> None:
     assert "1 error" in proc.stdout and "skipped" not in proc.stdout
     assert "control-plane binaries unavailable" in proc.stdout
     assert "`go` is not on PATH" in proc.stdout
+
+
+def test_failure_report_names_a_crashed_component(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from sps_operator.devcluster.controlplane import ClusterRecord, ControlPlane
+    from sps_operator.devcluster.pytest_plugin import K8sCluster, _failure_sections
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    cp = ControlPlane(tmp_path)
+    cp.record = ClusterRecord(
+        state_dir=str(tmp_path),
+        server="https://127.0.0.1:1",
+        api_server_port=1,
+        etcd_port=2,
+        etcd_peer_port=3,
+        controller_manager_port=4,
+        scheduler_port=5,
+        pod_network_index=9,
+        pod_cidr="10.244.9.0/24",
+        gateway="10.244.9.1",
+        path_dirs=[],
+        pids={"etcd": dead.pid, "kube-apiserver": os.getpid()},
+    )
+    cp.logs_dir.mkdir()
+    (cp.logs_dir / "etcd.log").write_text("starting\npanic: database file is corrupt\n")
+    fake = Path("/nonexistent")
+    cluster = K8sCluster(cp, binaries.Binaries(fake, fake, fake, fake, fake, None), 0.0)
+    sections = dict(_failure_sections(SimpleNamespace(funcargs={"k8s_cluster": cluster})))  # type: ignore[arg-type]
+    assert sections == {"etcd is not running": "starting\npanic: database file is corrupt"}

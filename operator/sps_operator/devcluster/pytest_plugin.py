@@ -327,6 +327,11 @@ def _failure_sections(item: pytest.Item) -> list[tuple[str, str]]:
             logs = agent.pod_logs(ns)
             sections.append((f"pod logs{f' ({ns})' if ns else ''}", logs or "(no pod logs)"))
         sections.append(("node agent log (tail)", log_tail(agent.log_file, 60)))
+    if isinstance(cluster, K8sCluster):
+        cp = cluster.control_plane
+        for name, alive in cp.running_components().items():
+            if not alive:  # a crashed component explains every later failure: show why
+                sections.append((f"{name} is not running", log_tail(cp.logs_dir / f"{name}.log")))
     if isinstance(cluster, K8sCluster) and ns:
         with contextlib.suppress(Exception):
             events = cluster.kubectl(
