@@ -31,7 +31,8 @@ def operator_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_chart_crd_is_the_generated_crd() -> None:
-    # `make crds` regenerates crds/; the chart ships a copy: copy it again when this fails.
+    # The chart's crds/ links to the generated CRD (helm follows the link and packages the
+    # content), so `make crds` keeps both in sync; a copy must be byte-identical.
     assert GENERATED_CRD.exists(), "crds/sps.dev_spsprofiles.yaml is missing (run `make crds`)"
     assert CHART_CRD.read_bytes() == GENERATED_CRD.read_bytes(), (
         f"{CHART_CRD} is out of date: cp {GENERATED_CRD} {CHART_CRD}"
