@@ -87,7 +87,6 @@ def test_default_render_cluster_mode() -> None:
         ("", "serviceaccounts", "create"),
         ("rbac.authorization.k8s.io", "roles", "create"),
         ("rbac.authorization.k8s.io", "rolebindings", "create"),
-        ("", "configmaps", "update"),
         ("", "nodes", "watch"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
         ("", "namespaces", "list"),
@@ -98,6 +97,7 @@ def test_default_render_cluster_mode() -> None:
     assert not rules_grant(rules, "", "secrets", "get")
     assert not rules_grant(rules, "apps", "deployments", "delete")
     assert not rules_grant(rules, "sps.dev", "spsprofiles", "update")
+    assert not rules_grant(rules, "", "configmaps", "update")  # tables are immutable; SSA patches
     for binding in by_kind(objects, "ClusterRoleBinding"):
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "sps-operator", "namespace": "sps-system"}

@@ -79,10 +79,10 @@ or into a Role in each watched namespace (namespaces mode).
   resources: [jobs]
   verbs: [get, list, watch, create, delete]
 - apiGroups: [""]
-  # update: the per-run profiler Role grants it on the result ConfigMap, and RBAC
-  # lets the operator grant only what it holds.
+  # The per-run profiler Role grants get/patch on the result ConfigMap; RBAC lets the
+  # operator grant only what it holds itself.
   resources: [configmaps]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [""]
   # The profiling Job's service account: one per run, created and deleted by the operator.
   resources: [serviceaccounts]
