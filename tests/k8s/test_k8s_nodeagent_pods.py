@@ -491,3 +491,32 @@ def test_active_deadline_fails_the_pod(k8s_cluster, node_agent, namespace):
     status = get(kubectl, namespace, "pod", "late")["status"]
     assert status["reason"] == "DeadlineExceeded"
     assert status["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 143
+
+
+def test_kubectl_logs_current_previous_and_tail(k8s_cluster, node_agent, namespace):
+    kubectl = k8s_cluster.kubectl
+    # Attempt 0 prints and fails; attempt 1 prints and succeeds (restartPolicy OnFailure).
+    script = (
+        "if [ -f /data/ran ]; then echo second-a; echo second-b; exit 0; fi; "
+        "touch /data/ran; echo first; exit 1"
+    )
+    container = {
+        "name": "main",
+        "image": "busybox",
+        "command": ["sh", "-c", script],
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+    }
+    spec = {
+        "restartPolicy": "OnFailure",
+        "volumes": [{"name": "data", "emptyDir": {}}],
+        "containers": [container],
+    }
+    apply(
+        kubectl,
+        namespace,
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "logs"}, "spec": spec},
+    )
+    wait_until("logs to succeed", lambda: pod_phase(kubectl, namespace, "logs") == "Succeeded")
+    assert kubectl("logs", "logs", "-n", namespace) == "second-a\nsecond-b\n"
+    assert kubectl("logs", "logs", "-n", namespace, "--tail=1") == "second-b\n"
+    assert kubectl("logs", "logs", "-n", namespace, "--previous") == "first\n"

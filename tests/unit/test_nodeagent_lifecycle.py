@@ -20,9 +20,12 @@ from sps_operator.devcluster.nodeagent.lifecycle import (
     terminal_phase,
 )
 from sps_operator.devcluster.nodeagent.logs import (
+    LogQuery,
     container_log_files,
+    find_log_file,
     format_pod_logs,
     read_container_log,
+    tail_bytes,
 )
 from sps_operator.devcluster.nodeagent.probes import (
     ProbeSpec,
@@ -267,3 +270,22 @@ def test_logs_layout_and_format(tmp_path: Path) -> None:
     assert "other" in format_pod_logs(tmp_path)
     with pytest.raises(FileNotFoundError):
         read_container_log(tmp_path, "ns1", "nope", "main")
+
+
+def test_kubelet_log_queries(tmp_path: Path) -> None:
+    container = tmp_path / "pods" / "ns_web_uid-1" / "main"
+    container.mkdir(parents=True)
+    (container / "0.log").write_text("a\nb\n")
+    (container / "1.log").write_text("c\nd\ne\n")
+    query = LogQuery.from_params({"follow": ["true"], "tailLines": ["2"], "previous": ["false"]})
+    assert query == LogQuery(follow=True, previous=False, tail_lines=2, limit_bytes=None)
+    assert find_log_file(tmp_path, "ns", "web", "main") == container / "1.log"
+    assert find_log_file(tmp_path, "ns", "web", "main", previous=True) == container / "0.log"
+    assert find_log_file(tmp_path, "ns", "web", "other") is None
+    (container / "0.log").unlink()
+    assert find_log_file(tmp_path, "ns", "web", "main", previous=True) is None
+    data = b"c\nd\ne\n"
+    assert tail_bytes(data, 2, None) == b"d\ne\n"
+    assert tail_bytes(data, 0, None) == b""
+    assert tail_bytes(data, -1, 3) == b"c\nd"
+    assert tail_bytes(data, 10, None) == data

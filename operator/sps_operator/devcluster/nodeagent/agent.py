@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from .config import AgentConfig, NodeSpec
 from .images import load_rules
+from .kubeletapi import KubeletApi
 from .netns import HostNetwork
 from .nodes import LEASE_NAMESPACE, lease_object, node_object, node_status
 from .podworker import PodWorker
@@ -56,6 +57,7 @@ class NodeAgent:
         self._node_uids: dict[str, str] = {}
         self._ready_since = datetime.now(UTC)
         self._watch: watch.Watch | None = None
+        self.kubelet_api: KubeletApi | None = None
         self._started = False
         api_config = client.Configuration()
         config.load_kube_config(config_file=str(cfg.kubeconfig), client_configuration=api_config)
@@ -71,6 +73,8 @@ class NodeAgent:
         self.network.setup()
         self._started = True
         try:
+            self.kubelet_api = KubeletApi(self.host_ip, self.state_dir, self.container_running)
+            self.kubelet_api.start()
             for spec in self.nodes.values():
                 self._register(spec)
             self._renew_leases()
@@ -104,6 +108,8 @@ class NodeAgent:
         for t in self._threads:
             t.join(timeout=2)
         self.probe_pool.shutdown(wait=False, cancel_futures=True)
+        if self.kubelet_api is not None:
+            self.kubelet_api.stop()
         if self._started:
             self.network.teardown()
         if delete_nodes:
@@ -189,6 +195,13 @@ class NodeAgent:
             if exc.status not in (404, 409):
                 raise
 
+    def container_running(self, namespace: str, pod: str, container: str) -> bool:
+        with self._lock:
+            workers = list(self._workers.values())
+        return any(
+            w.namespace == namespace and w.pod_name == pod and container in w.procs for w in workers
+        )
+
     def worker_finished(self, worker: PodWorker) -> None:
         with self._lock:
             self._workers.pop(worker.uid, None)
@@ -211,7 +224,8 @@ class NodeAgent:
         self._post_status(spec)
 
     def _post_status(self, spec: NodeSpec) -> None:
-        status = node_status(spec, self.host_ip, datetime.now(UTC), self._ready_since)
+        port = self.kubelet_api.port if self.kubelet_api else 0
+        status = node_status(spec, self.host_ip, datetime.now(UTC), self._ready_since, port)
         self.request("PATCH", f"/api/v1/nodes/{spec.name}/status", {"status": status}, MERGE_PATCH)
 
     def _renew_leases(self) -> None:

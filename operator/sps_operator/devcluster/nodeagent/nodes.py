@@ -64,7 +64,7 @@ def node_resources(spec: NodeSpec) -> dict[str, str]:
 
 
 def node_status(
-    spec: NodeSpec, host_ip: str, now: datetime, ready_since: datetime
+    spec: NodeSpec, host_ip: str, now: datetime, ready_since: datetime, kubelet_port: int = 0
 ) -> dict[str, Any]:
     """The node's status: capacity, the usual conditions (Ready=True), address and info."""
     beat, since = rfc3339(now), rfc3339(ready_since)
@@ -93,7 +93,7 @@ def node_status(
             {"type": "InternalIP", "address": host_ip},
             {"type": "Hostname", "address": spec.name},
         ],
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
         "nodeInfo": {
             "machineID": spec.name,
             "systemUUID": spec.name,
