@@ -402,12 +402,12 @@ class Demo:
 
     def follow(self, gpu: str, number: int, title: str) -> None:
         from sps_operator.plugin.cli import watch_rows
-        from sps_operator.plugin.view import render_get
+        from sps_operator.plugin.view import render_get, watch_layout
 
         self.console.step(number, title)
         self.console.say(f"$ kubectl sps get -n {NAMESPACE} -w")
         rows = self.rows()
-        self.console.say(render_get(rows, all_namespaces=False))
+        self.console.say(render_get(rows, False, watch_layout(rows)))
         failure: list[str] = []
 
         def until(current: list[dict[str, str]]) -> bool:

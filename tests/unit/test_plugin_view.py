@@ -219,3 +219,23 @@ def test_export_strips_ownership_and_keeps_data() -> None:
     assert view.exportable_config_map(cm, "llama", "mine")["metadata"]["name"] == "mine"
     with pytest.raises(PluginError, match=r"no table\.json"):
         view.exportable_config_map({**cm, "data": {}}, "llama")
+
+
+def test_watch_lines_line_up_with_the_header() -> None:
+    first = view.get_row(profile({}), NOW)
+    layout = view.watch_layout([first])
+    header, line0 = view.render_get([first], False, layout).splitlines()
+    later = view.get_row(
+        profile(
+            {
+                "gpuProduct": H100,
+                "liveTable": "llama-table-0123456789",
+                "currentRun": {"phase": "OffDiagonal", "progress": "12/40 rounds"},
+            }
+        ),
+        NOW,
+    )
+    line1 = view.render_get([later], False, layout).splitlines()[1]
+    for column, value in (("STATE", "Profiling/OffDiagonal"), ("AGE", "3m20s")):
+        assert header.index(column) == line1.index(value)
+    assert header.index("STATE") == line0.index("Pending")

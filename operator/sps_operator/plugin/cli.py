@@ -115,7 +115,7 @@ def cmd_get(args: argparse.Namespace, cluster: Cluster) -> int:
     if args.output != "human" or not args.watch:
         emit(args, rows, view.render_get(rows, args.all_namespaces))
         return 0
-    print(view.render_get(rows, args.all_namespaces), flush=True)
+    print(view.render_get(rows, args.all_namespaces, view.watch_layout(rows)), flush=True)
     watch_rows(snapshot, args.all_namespaces, args.interval, args.watch_timeout)
     return 0
 
@@ -130,7 +130,9 @@ def watch_rows(
 ) -> list[dict[str, str]]:
     """`kubectl get -w` by polling: a line each time a row's state or progress changes."""
     keys = ("state", "progress", "gpu", "table")
-    seen = {(r["namespace"], r["name"]): tuple(r[k] for k in keys) for r in snapshot()}
+    first = snapshot()
+    seen = {(r["namespace"], r["name"]): tuple(r[k] for k in keys) for r in first}
+    layout = view.watch_layout(first)
     deadline = time.monotonic() + timeout if timeout else None
     rows: list[dict[str, str]] = []
     try:
@@ -142,8 +144,8 @@ def watch_rows(
                 now = tuple(row[k] for k in keys)
                 if seen.get(key) != now:
                     seen[key] = now
-                    table = view.render_get([row], all_namespaces).splitlines()[1]
-                    out(table)
+                    layout.append(row)  # widths only grow: earlier lines stay aligned
+                    out(view.render_get([row], all_namespaces, layout).splitlines()[1])
             if until is not None and until(rows):
                 break
     except KeyboardInterrupt:

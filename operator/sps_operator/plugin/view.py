@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sps_operator.constants import LABEL_PREFIX
+from sps_operator.constants import GPU_H100, GPU_H200, LABEL_PREFIX
 from sps_operator.controller import names
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, SpsTable
 
@@ -134,10 +134,14 @@ def get_row(profile: Mapping[str, Any], now: datetime) -> dict[str, str]:
     }
 
 
-def render_columns(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """kubectl-style columns: upper-case headers, left-aligned, three spaces apart."""
+def render_columns(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], layout: Sequence[Sequence[str]] = ()
+) -> str:
+    """kubectl-style columns: upper-case headers, left-aligned, three spaces apart.
+
+    `layout` rows only widen the columns (so lines printed one by one line up)."""
     widths = [len(h) for h in headers]
-    for row in rows:
+    for row in [*rows, *layout]:
         widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
     lines = []
     for row in [list(headers), *rows]:
@@ -146,13 +150,36 @@ def render_columns(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str
     return "\n".join(lines)
 
 
-def render_get(rows: Sequence[Mapping[str, str]], all_namespaces: bool) -> str:
+def render_get(
+    rows: Sequence[Mapping[str, str]],
+    all_namespaces: bool,
+    layout: Sequence[Mapping[str, str]] = (),
+) -> str:
     if not rows:
         return "No SpsProfiles found."
     keys = ["name", "kind", "gpu", "table", "state", "progress", "age"]
     if all_namespaces:
         keys.insert(0, "namespace")
-    return render_columns([k.upper() for k in keys], [[r[k] for k in keys] for r in rows])
+    return render_columns(
+        [k.upper() for k in keys],
+        [[r[k] for k in keys] for r in rows],
+        [[r.get(k, "") for k in keys] for r in layout],
+    )
+
+
+def watch_layout(rows: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
+    """Rows that size the columns of a watch for the values a run goes through."""
+    pad = {
+        "namespace": "",
+        "name": "",
+        "kind": "Additive",
+        "gpu": max((GPU_H100, GPU_H200), key=len),
+        "table": max((f"{r['name']}-table-0123456789" for r in rows), key=len, default=""),
+        "state": "Profiling/OffDiagonal",
+        "progress": "00/00 rounds",
+        "age": "00m00s",
+    }
+    return [*(dict(r) for r in rows), pad]
 
 
 # --------------------------------------------------------------------------- tables
