@@ -241,6 +241,12 @@ def test_native_sidecar_starts_before_and_stops_after_main(k8s_cluster, node_age
             "restartPolicy": "Never",
             "volumes": [{"name": "shared", "emptyDir": {}}],
             "initContainers": [
+                {  # a regular init container runs to completion first
+                    "name": "init",
+                    "image": "busybox",
+                    "command": ["sh", "-c", f"echo init >> {log}"],
+                    "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
+                },
                 {
                     "name": "side",
                     "image": "busybox",
@@ -251,7 +257,7 @@ def test_native_sidecar_starts_before_and_stops_after_main(k8s_cluster, node_age
                         "periodSeconds": 1,
                     },
                     "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
-                }
+                },
             ],
             "containers": [
                 {
@@ -282,8 +288,10 @@ def test_native_sidecar_starts_before_and_stops_after_main(k8s_cluster, node_age
         / "shared"
         / "events"
     )
-    assert events.read_text().split() == ["sidecar-start", "main-start", "main-end", "sidecar-stop"]
-    side = obj["status"]["initContainerStatuses"][0]
+    expected = ["init", "sidecar-start", "main-start", "main-end", "sidecar-stop"]
+    assert events.read_text().split() == expected
+    init, side = obj["status"]["initContainerStatuses"]
+    assert init["state"]["terminated"]["reason"] == "Completed"
     main = obj["status"]["containerStatuses"][0]
     assert side["state"]["terminated"]["exitCode"] == 0
     assert side["state"]["terminated"]["finishedAt"] >= main["state"]["terminated"]["finishedAt"]
@@ -520,3 +528,59 @@ def test_kubectl_logs_current_previous_and_tail(k8s_cluster, node_agent, namespa
     assert kubectl("logs", "logs", "-n", namespace) == "second-a\nsecond-b\n"
     assert kubectl("logs", "logs", "-n", namespace, "--tail=1") == "second-b\n"
     assert kubectl("logs", "logs", "-n", namespace, "--previous") == "first\n"
+
+
+def test_exec_probe_runs_inside_the_container(k8s_cluster, node_agent, namespace):
+    kubectl = k8s_cluster.kubectl
+    # Ready once /data/ready exists in the container's mount namespace, and the probe
+    # sees the container's PID namespace: its `sleep 60`, and a handful of processes, not
+    # the host's hundreds.
+    probe = [
+        "sh",
+        "-c",
+        "test -f /data/ready && cat /proc/[0-9]*/cmdline | tr '\\0' ' ' | grep -q 'sleep 60' "
+        "&& [ $(ls -d /proc/[0-9]* | wc -l) -lt 10 ]",
+    ]
+    container = {
+        "name": "main",
+        "image": "busybox",
+        "command": ["sh", "-c", "sleep 1; touch /data/ready; exec sleep 60"],
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+        "readinessProbe": {"exec": {"command": probe}, "periodSeconds": 1},
+    }
+    spec = {
+        "terminationGracePeriodSeconds": 1,
+        "volumes": [{"name": "data", "emptyDir": {}}],
+        "containers": [container],
+    }
+    apply(
+        kubectl,
+        namespace,
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ex"}, "spec": spec},
+    )
+
+    def ready() -> bool:
+        statuses = get(kubectl, namespace, "pod", "ex").get("status", {}).get("containerStatuses")
+        return bool(statuses and statuses[0]["ready"])
+
+    wait_until("exec readiness", ready, timeout=30)
+
+
+def test_failed_init_container_fails_the_pod(k8s_cluster, node_agent, namespace):
+    kubectl = k8s_cluster.kubectl
+    spec = {
+        "restartPolicy": "Never",
+        "initContainers": [{"name": "init", "image": "busybox", "command": ["sh", "-c", "exit 2"]}],
+        "containers": [{"name": "main", "image": "busybox", "command": ["true"]}],
+    }
+    apply(
+        kubectl,
+        namespace,
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bad-init"}, "spec": spec},
+    )
+    wait_until("bad-init failed", lambda: pod_phase(kubectl, namespace, "bad-init") == "Failed")
+    status = get(kubectl, namespace, "pod", "bad-init")["status"]
+    assert status["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 2
+    assert status["containerStatuses"][0]["state"]["waiting"]["reason"] == "PodInitializing"
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conditions["Initialized"] == "False"

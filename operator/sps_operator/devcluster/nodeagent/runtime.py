@@ -125,6 +125,16 @@ def kill_now(proc: subprocess.Popen[bytes]) -> None:
 # --- probes -------------------------------------------------------------------------------
 
 
+def namespace_init(pid: int) -> int:
+    """The container's PID 1 (unshare's child): exec probes join its PID namespace too,
+    so /proc (mounted for that namespace) makes sense to them."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return pid
+    return int(children[0]) if children else pid
+
+
 def resolve_port(port: Any, container: Mapping[str, Any]) -> int:
     if isinstance(port, int) or (isinstance(port, str) and port.isdigit()):
         return int(port)
@@ -170,8 +180,9 @@ def run_probe(
                 return True, ""
         if "exec" in action:
             cmd = list(action["exec"].get("command") or [])
+            target = namespace_init(pid)
             proc = subprocess.run(
-                [NSENTER, f"--target={pid}", "--net", "--mount", "--uts", "--", *cmd],
+                [NSENTER, f"--target={target}", "--net", "--mount", "--uts", "--pid", "--", *cmd],
                 env=dict(env),
                 capture_output=True,
                 timeout=spec.timeout,
