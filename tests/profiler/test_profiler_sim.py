@@ -34,11 +34,12 @@ def test_diagonal_static_sweep_writes_a_loadable_table(tmp_path: Path) -> None:
         assert profile(url, out, "--batch-size", "1", "4", "8", "--progress") == 0
     table = load_sps_table_text(out.read_text())
     assert isinstance(table, SpsCostTable)
-    assert table.sample_batch_tokens == (8, 32, 64)
-    for bs, sps in zip((1, 4, 8), table.sample_steps_per_sec, strict=True):
+    # A step per captured tier between the measured ones (8..64 tokens: bs 1..8).
+    assert table.sample_batch_tokens == (8, 9, 17, 25, 33, 41, 49, 57)
+    for bs in range(1, 9):
         truth = H100.decode_seconds(bs, bs * K)
         # Within the simulator's noise and clock warm-up drift of the truth.
-        assert 1 / sps == pytest.approx(truth, rel=0.08)
+        assert table.step_seconds(bs * K) == pytest.approx(truth, rel=0.08)
     paths = OutPaths.for_out(out)
     manifest = json.loads(paths.manifest.read_text())
     assert manifest["status"] == "succeeded"
@@ -50,6 +51,12 @@ def test_diagonal_static_sweep_writes_a_loadable_table(tmp_path: Path) -> None:
     assert manifest["stopping_rule"]["ci_rel_width"] == 0.02
     rounds = read_jsonl(paths.rounds)
     assert [r["batch_size_per_rank"] for r in rounds] == [1, 4, 8]
+    for r in rounds:  # measured probes are in the table as measured
+        assert table.lookup(r["batch_tokens"]) == pytest.approx(r["steps_per_sec"])
+    assert main(["fit", "--out", str(out), "--diagonal-probes", "measured", "--no-plot"]) == 0
+    measured = load_sps_table_text(out.read_text())
+    assert isinstance(measured, SpsCostTable)
+    assert measured.sample_batch_tokens == (8, 32, 64)
     assert all(r["graph_tier"] == r["batch_tokens"] for r in rounds)
     records = read_jsonl(paths.records)
     assert {r["batch_size_per_rank"] for r in records} == {1, 4, 8}

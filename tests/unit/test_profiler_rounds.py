@@ -76,7 +76,7 @@ def test_diagonal_round_measures_median_after_warmup() -> None:
     assert summary["ci_met"] is True
     assert summary["num_steady_steps"] == 60
     assert summary["frac"] is None
-    assert "graph_tiers" not in summary
+    assert summary["graph_tiers"] == TIERS  # static: the capture list's tiers, for the fit
 
 
 def test_dp_ranks_are_averaged_and_off_target_steps_dropped() -> None:

@@ -202,8 +202,8 @@ def test_fracs_and_settings_validation() -> None:
     with pytest.raises(ValueError, match="ci-rel-width"):
         RoundSettings(ci_rel_width=0)
     # Reference floors only count when given.
-    assert RoundSettings().min_steps == 24
-    assert RoundSettings(min_steady_steps=32).min_steps == 32
+    assert RoundSettings().min_steps == 48
+    assert RoundSettings(min_steady_steps=64).min_steps == 64
     assert RoundSettings(min_steady_seconds=10.0).step_budget == 768
     assert RoundSettings(min_steady_seconds=20.0).step_budget == 1000
     assert round_max_new_tokens(RoundSettings(max_steady_steps=100)) == 8 + 100 + 64

@@ -219,3 +219,30 @@ def test_fit_from_rounds_additive_uses_all_rounds() -> None:
     assert result.quality.num_cells == 12
     assert result.quality.rms_rel < 0.02
     assert load_sps_table_text(result.table.to_json()) == result.table
+
+
+def test_diagonal_staircase_over_tiers_tracks_padded_graphs() -> None:
+    bss = [1, 2, 4, 8, 16, 24, 32]
+    rounds = [round_dict(bs, bs * K, 1 / truth(bs, bs * K), None) for bs in bss]
+    measured = fit_from_rounds(rounds, kind="diagonal", diagonal_probes="measured").table
+    stair = fit_from_rounds(rounds, kind="diagonal", tiers=TIERS).table
+    assert isinstance(measured, SpsCostTable) and isinstance(stair, SpsCostTable)
+    assert measured.sample_batch_tokens == tuple(bs * K for bs in bss)
+    # Every tier between 8 and 256 gets its own step, switching just above the previous tier.
+    assert stair.sample_batch_tokens[:3] == (8, 9, 17)
+    assert stair.max_batch_tokens == 256
+    for bs in bss:  # measured probes are reproduced exactly
+        assert 1 / stair.lookup(bs * K) == pytest.approx(truth(bs, bs * K))
+
+    def diag_error(table: SpsCostTable) -> float:
+        errs = [
+            (1 / table.lookup(bs * K) - truth(bs, bs * K)) / truth(bs, bs * K)
+            for bs in range(1, 33)
+        ]
+        return math.sqrt(sum(e * e for e in errs) / len(errs))
+
+    assert diag_error(stair) < 0.2 * diag_error(measured)
+    assert load_sps_table_text(stair.to_json()) == stair
+    # Tiers recorded in the rounds are used by default.
+    with_tiers = [{**r, "graph_tiers": TIERS} for r in rounds]
+    assert fit_from_rounds(with_tiers, kind="diagonal").table == stair

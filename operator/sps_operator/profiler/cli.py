@@ -134,6 +134,13 @@ def _add_fit(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Table kind (default: additive when any round has a frac).",
     )
+    parser.add_argument(
+        "--diagonal-probes",
+        choices=("tiers", "measured"),
+        default="tiers",
+        help="Diagonal table probes: a step per captured CUDA-graph tier between the measured "
+        "ones (default), or only the measured probes (exactly the reference profiler's table).",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -244,6 +251,7 @@ def _dispatch(args: argparse.Namespace, publisher: Any) -> int:
             run_self_check=args.self_check,
             plot=args.plot,
             kind=args.kind,
+            diagonal_probes=args.diagonal_probes,
         )
         return 0
     from sps_operator.profiler.runner import run_profile
@@ -265,6 +273,7 @@ def _dispatch(args: argparse.Namespace, publisher: Any) -> int:
             run_self_check=args.self_check,
             plot=args.plot,
             kind=args.kind,
+            diagonal_probes=args.diagonal_probes,
         )
         q = result.quality
         message += f"; {result.kind} fit RMS {q.rms_ms:.3f} ms, R² {q.r2:.4f}"

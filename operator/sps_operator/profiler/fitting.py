@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import Any, Literal
 
 from sps_operator.profiler import artifacts
 from sps_operator.tables.fit import FitKind, FitResult, cells_from_rounds, fit_from_rounds
@@ -53,6 +53,7 @@ def fit_profile(
     run_self_check: bool = True,
     plot: bool = True,
     kind: FitKind | None = None,
+    diagonal_probes: Literal["tiers", "measured"] = "tiers",
 ) -> FitResult:
     paths = artifacts.OutPaths.for_out(out)
     if not paths.rounds.exists():
@@ -67,7 +68,12 @@ def fit_profile(
         "additive" if any(r.get("frac") is not None for r in rounds) else "diagonal"
     )
     try:
-        result = fit_from_rounds(rounds, kind=resolved, max_batch_tokens=max_batch_tokens)
+        result = fit_from_rounds(
+            rounds,
+            kind=resolved,
+            max_batch_tokens=max_batch_tokens,
+            diagonal_probes=diagonal_probes,
+        )
     except ValueError as exc:
         raise FitError(str(exc)) from exc
     text = result.table.to_json()

@@ -482,7 +482,7 @@ def postprocess_round(
         budget=budget,
         load_info=load_info,
         warnings=warnings,
-        graph_tiers=list(tiers) if frac is not None and mode == "compact" else None,
+        graph_tiers=list(tiers) if mode in ("compact", "static") and tiers else None,
     )
 
 

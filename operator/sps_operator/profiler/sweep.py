@@ -28,7 +28,7 @@ REQUIRED_SIMULATE_ACC_LEN = 1.0
 DEFAULT_CI_REL_WIDTH = 0.02
 DEFAULT_CI_LEVEL_Z = 1.96
 # Never judge a median from fewer steady steps than this, whatever the CI says.
-MIN_STEADY_STEPS_FLOOR = 24
+MIN_STEADY_STEPS_FLOOR = 48
 # A round that has not met the CI after this many steady steps stops anyway (and says so).
 DEFAULT_MAX_STEADY_STEPS = 768
 DEFAULT_POLL_INTERVAL_SECONDS = 0.25

@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from sps_operator.tables.formats import (
     SpsAdditiveCostTable,
+    SpsCostTable,
     SpsTable,
     SpsTableError,
     interp_clamped,
@@ -87,9 +88,19 @@ def cells_from_rounds(rounds: Iterable[Mapping[str, Any]]) -> list[Cell]:
 
 
 def fit_diagonal(
-    rounds: Sequence[Mapping[str, Any]], max_batch_tokens: int | None = None
+    rounds: Sequence[Mapping[str, Any]],
+    max_batch_tokens: int | None = None,
+    tiers: Sequence[int] | None = None,
 ) -> FitResult:
-    """Median steps/s per batch_tokens across repeats → `SpsCostTable`."""
+    """Median steps/s per batch_tokens across repeats → `SpsCostTable`.
+
+    With `tiers` (the captured graph sizes in tokens, b*K), the table is written as a
+    staircase over every tier between the smallest and largest measured one: a step of
+    M tokens replays the smallest tier >= M, so each tier's step time (linear in the tier
+    between measured tiers) is put at the probe just above the previous tier, which is
+    where SGLang's floor lookup switches. Without `tiers`: the measured probes only, as
+    the reference profiler writes them.
+    """
     diagonal = [r for r in rounds if r.get("frac") is None]
     if not diagonal:
         raise ValueError(
@@ -101,10 +112,32 @@ def fit_diagonal(
         m = int(_round_field(round_, index, "batch_tokens"))
         by_tokens.setdefault(m, []).append(float(_round_field(round_, index, "steps_per_sec")))
     probes = [(m, statistics.median(values)) for m, values in sorted(by_tokens.items())]
-    table = profile_sps_table(probes, max_batch_tokens=max_batch_tokens)
+    if tiers:
+        table = _diagonal_staircase(probes, sorted(set(tiers)), max_batch_tokens)
+    else:
+        table = profile_sps_table(probes, max_batch_tokens=max_batch_tokens)
     return FitResult(
         table=table, quality=evaluate(table, cells_from_rounds(diagonal)), kind="diagonal"
     )
+
+
+def _diagonal_staircase(
+    probes: Sequence[tuple[int, float]], tiers: Sequence[int], max_batch_tokens: int | None
+) -> SpsCostTable:
+    # Step time per replayed tier (a measured M pads up to its tier).
+    by_tier: dict[int, list[float]] = {}
+    for m, sps in probes:
+        tier = _tier_at(tiers, m)
+        if tier is None:
+            return profile_sps_table(probes, max_batch_tokens=max_batch_tokens)
+        by_tier.setdefault(tier, []).append(1.0 / sps)
+    measured = sorted(by_tier)
+    seconds = [statistics.median(by_tier[t]) for t in measured]
+    span = [t for t in tiers if measured[0] <= t <= measured[-1]]
+    values = [interp_clamped(measured, seconds, float(t)) for t in span]
+    edges = [span[0], *(t + 1 for t in span[:-1])]
+    resolved_max = max(int(max_batch_tokens or 0), span[-1], probes[-1][0])
+    return SpsCostTable(edges, [1.0 / v for v in values], resolved_max)
 
 
 # --- additive: hat-basis penalised least squares ---------------------------------------------
@@ -163,6 +196,13 @@ def _solve_penalised(
     rss = float(np.sum(w * resid * resid))
     edf = float(np.trace(a_inv @ gram))
     return beta, rss, edf, a_inv
+
+
+def _tier_at(tiers: Sequence[int], m: int) -> int | None:
+    for t in tiers:
+        if t >= m:
+            return t
+    return None
 
 
 def staircase_probes(
@@ -270,6 +310,14 @@ def fit_additive_cells(
             f"An additive fit needs at least {MIN_ADDITIVE_CELLS} distinct (bs, M) cells, "
             f"got {len(merged)}; add batch sizes or --fracs."
         )
+    if tiers:
+        # Cells measured without a recorded tier (e.g. by another profiler) in compact mode:
+        # the server replays the smallest captured tier >= M.
+        ordered = sorted(tiers)
+        merged = [
+            c if c.tier is not None else Cell(c.bs, c.m, c.t, c.t_se, _tier_at(ordered, c.m))
+            for c in merged
+        ]
     counts = [len(grouped[(c.bs, c.m)]) for c in merged]
     by_tier = use_tiers and all(c.tier is not None and c.tier >= c.m for c in merged)
     theta_x = [int(c.tier) if by_tier and c.tier is not None else c.m for c in merged]
@@ -319,13 +367,22 @@ def fit_from_rounds(
     kind: FitKind = "diagonal",
     max_batch_tokens: int | None = None,
     tiers: Sequence[int] | None = None,
+    diagonal_probes: Literal["tiers", "measured"] = "tiers",
 ) -> FitResult:
-    """Fit a table of `kind` from rounds.jsonl dicts; raises ValueError with what to do."""
+    """Fit a table of `kind` from rounds.jsonl dicts; raises ValueError with what to do.
+
+    `tiers` default to the rounds' `graph_tiers`. `diagonal_probes="measured"` writes only
+    the measured diagonal probes (exactly the reference profiler's table).
+    """
     if not rounds:
         raise ValueError("No rounds to fit; run the profiler first.")
     try:
         if kind == "diagonal":
-            return fit_diagonal(rounds, max_batch_tokens=max_batch_tokens)
+            if tiers is None and diagonal_probes == "tiers":
+                tiers = _tiers_from_rounds(rounds)
+            if diagonal_probes == "measured":
+                tiers = None
+            return fit_diagonal(rounds, max_batch_tokens=max_batch_tokens, tiers=tiers)
         if kind == "additive":
             return fit_additive(rounds, tiers=tiers)
     except SpsTableError as exc:

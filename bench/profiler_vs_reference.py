@@ -1,0 +1,306 @@
+"""sps-profiler vs the reference profiler's algorithm, on the same simulator preset and seed.
+
+For a diagonal sweep (static server) and an additive sweep (compact server with the fix),
+each profiler runs against a fresh simulator with the same preset and seed. Reported:
+
+* GPU time: the simulator's busy model time (sum of every prefill and decode step's model
+  duration) spent producing the table — simulated GPU seconds, not real seconds;
+* table error: RMS relative error of the table's step time against the simulator's
+  noise-free ground truth (`sps_operator.sim.truth.truth_grid`) over the full grid:
+  every bs in 1..max and, for the additive table, every M in [bs, bs*K]; for the
+  diagonal table, M = bs*K (what a diagonal table describes);
+* additive fit only: both fits (ours and the reference's 64-wide M bins) on the SAME cells.
+
+    .venv/bin/python bench/profiler_vs_reference.py [--time-scale 5] [--seed 0] [--json out.json]
+
+Ratios, not absolute timings, are the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from profiler_reference_algorithm import ReferenceAlgorithm
+from sps_operator.profiler.runner import RunConfig, run_profile
+from sps_operator.profiler.sweep import RoundSettings, build_request_count_sweep
+from sps_operator.sim.server import SimServer
+from sps_operator.sim.settings import build_settings
+from sps_operator.sim.truth import truth_grid
+from sps_operator.tables.fit import (
+    cells_from_rounds,
+    fit_additive_binned_reference,
+    fit_additive_cells,
+    fit_from_rounds,
+)
+from sps_operator.tables.formats import SpsAdditiveCostTable, SpsTable
+from sps_operator.tables.quality import Cell, predicted_step_seconds
+
+PROFILING_ENV = {"SGLANG_DSPARK_ENABLE_SPS_RECORD": "1", "SGLANG_SIMULATE_ACC_LEN": "1.0"}
+
+
+class BusyMeter:
+    """Sums the model duration of every step the simulated GPU runs."""
+
+    def __init__(self, server: SimServer) -> None:
+        self.seconds = 0.0
+        self.steps = 0
+        engine = server.engine
+        original = engine._commit
+
+        def counting(group: Any, step: Any) -> None:
+            self.seconds += step.end - step.start
+            self.steps += 1
+            original(group, step)
+
+        engine._commit = counting  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def simulator(argv: list[str], env: dict[str, str]) -> Iterator[tuple[str, BusyMeter]]:
+    settings = build_settings(
+        ["--speculative-algorithm", "DSPARK", *argv, "--host", "127.0.0.1", "--port", "0"],
+        {**PROFILING_ENV, **env},
+    )
+    server = SimServer(settings)
+    meter = BusyMeter(server)
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(server.start("127.0.0.1", 0))
+        started.set()
+        loop.run_forever()
+        loop.run_until_complete(server.stop())
+        loop.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    started.wait(30)
+    try:
+        yield f"http://127.0.0.1:{server.port}", meter
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+
+
+def grid_error(table: SpsTable, truth: Sequence[dict[str, Any]], diagonal_only: bool) -> float:
+    errors = []
+    for row in truth:
+        if diagonal_only and not row["diagonal"]:
+            continue
+        t = row["seconds"]
+        errors.append((predicted_step_seconds(table, row["bs"], row["M"]) - t) / t)
+    return math.sqrt(sum(e * e for e in errors) / len(errors))
+
+
+def run_ours(
+    url: str, batch_sizes: list[int], fracs: list[float] | None, scale: float, out: Path
+) -> list[dict[str, Any]]:
+    settings = RoundSettings(
+        poll_interval_seconds=0.25 / scale,  # 0.25 s on a GPU
+        round_timeout_seconds=300.0 / scale,
+    )
+    cfg = RunConfig(
+        base_url=url,
+        batch_sizes=batch_sizes,
+        fracs=fracs,
+        settings=settings,
+        out=str(out),
+        vocab_size=32000,
+    )
+    return run_profile(cfg).rounds
+
+
+def scenario(
+    name: str,
+    *,
+    sim_args: list[str],
+    env: dict[str, str],
+    batch_sizes: list[int],
+    fracs: list[float] | None,
+    scale: float,
+    truth: list[dict[str, Any]],
+    workdir: Path,
+) -> dict[str, Any]:
+    kind = "additive" if fracs else "diagonal"
+    result: dict[str, Any] = {"scenario": name, "kind": kind}
+    runs: dict[str, tuple[list[dict[str, Any]], float, float]] = {}
+    for who in ("reference", "ours"):
+        with simulator([*sim_args, "--time-scale", str(scale)], env) as (url, meter):
+            started = time.monotonic()
+            if who == "reference":
+                algo = ReferenceAlgorithm(url, scale)
+                try:
+                    rounds = algo.run(batch_sizes, fracs)
+                finally:
+                    algo.close()
+            else:
+                rounds = run_ours(url, batch_sizes, fracs, scale, workdir / f"{name}.json")
+            runs[who] = (rounds, meter.seconds, time.monotonic() - started)
+    tables: dict[str, SpsTable] = {}
+    ref_rounds, ref_gpu, ref_real = runs["reference"]
+    our_rounds, our_gpu, our_real = runs["ours"]
+    if kind == "diagonal":
+        tables["reference"] = fit_from_rounds(ref_rounds, "diagonal").table
+        tables["ours"] = fit_from_rounds(our_rounds, "diagonal").table
+    else:
+        tables["reference"] = fit_additive_binned_reference(cells_from_rounds(ref_rounds)).table
+        tables["ours"] = fit_from_rounds(our_rounds, "additive").table
+    diag = kind == "diagonal"
+    result["reference"] = {
+        "gpu_seconds": ref_gpu,
+        "real_seconds": ref_real,
+        "rounds": len(ref_rounds),
+        "rms_rel_error": grid_error(tables["reference"], truth, diag),
+    }
+    result["ours"] = {
+        "gpu_seconds": our_gpu,
+        "real_seconds": our_real,
+        "rounds": len(our_rounds),
+        "rms_rel_error": grid_error(tables["ours"], truth, diag),
+    }
+    result["gpu_time_ratio"] = ref_gpu / our_gpu
+    if kind == "diagonal":
+        same_diag: dict[str, dict[str, float]] = {}
+        for source, rounds in (("our cells", our_rounds), ("reference cells", ref_rounds)):
+            stair = fit_from_rounds(rounds, "diagonal", tiers=_tiers(our_rounds)).table
+            measured = fit_from_rounds(rounds, "diagonal", diagonal_probes="measured").table
+            same_diag[source] = {
+                "ours_fit_error": grid_error(stair, truth, True),
+                "reference_fit_error": grid_error(measured, truth, True),
+            }
+        result["fits_on_same_cells"] = same_diag
+    if kind == "additive":
+        same: dict[str, dict[str, float]] = {}
+        for source, rounds in (("our cells", our_rounds), ("reference cells", ref_rounds)):
+            cells: list[Cell] = cells_from_rounds(rounds)
+            ours_fit = fit_additive_cells(cells, tiers=_tiers(our_rounds)).table
+            ref_fit = fit_additive_binned_reference(cells).table
+            same[source] = {
+                "ours_fit_error": grid_error(ours_fit, truth, False),
+                "reference_fit_error": grid_error(ref_fit, truth, False),
+            }
+        result["fits_on_same_cells"] = same
+        assert isinstance(tables["ours"], SpsAdditiveCostTable)
+    return result
+
+
+def _print(r: dict[str, Any], seed: int) -> None:
+    ref, ours = r["reference"], r["ours"]
+    print(
+        f"seed {seed} {r['kind']:9s} GPU time: reference {ref['gpu_seconds']:.1f} s, ours "
+        f"{ours['gpu_seconds']:.1f} s ({r['gpu_time_ratio']:.1f}x less); table RMS rel error "
+        f"vs truth: reference {ref['rms_rel_error']:.2%}, ours {ours['rms_rel_error']:.2%}",
+        flush=True,
+    )
+    for source, errs in r.get("fits_on_same_cells", {}).items():
+        print(
+            f"          fits on {source}: ours {errs['ours_fit_error']:.2%}, reference bins "
+            f"{errs['reference_fit_error']:.2%}",
+            flush=True,
+        )
+
+
+def _tiers(rounds: list[dict[str, Any]]) -> list[int] | None:
+    for r in rounds:
+        if r.get("graph_tiers"):
+            return [int(t) for t in r["graph_tiers"]]
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--preset", default="NVIDIA-H100-80GB-HBM3")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--time-scale", type=float, default=5.0)
+    p.add_argument("--max-batch-size", type=int, default=48)
+    p.add_argument("--fracs", type=float, nargs="+", default=[0.25, 0.5, 0.75, 1.0])
+    p.add_argument("--only", choices=("diagonal", "additive"), default=None)
+    p.add_argument("--json", default=None, help="write the results here too")
+    ns = p.parse_args(argv)
+    batch_sizes = build_request_count_sweep(ns.max_batch_size)
+    from sps_operator.sim.costmodel import load_preset
+    from sps_operator.sim.graphs import default_decode_capture_bs
+
+    preset = load_preset(ns.preset)
+    capture = default_decode_capture_bs(preset.default_cuda_graph_max_bs(1))
+    truth = truth_grid(
+        preset,
+        gamma=7,
+        batch_sizes=list(range(1, ns.max_batch_size + 1)),
+        capture_bs=capture,
+        max_running_per_dp=48,
+    )
+    results = []
+    for seed in ns.seeds:
+        common = ["--preset", ns.preset, "--seed", str(seed)]
+        with tempfile.TemporaryDirectory() as tmp:
+            if ns.only in (None, "diagonal"):
+                r = scenario(
+                    "diagonal",
+                    sim_args=common,
+                    env={"SGLANG_RAGGED_VERIFY_MODE": "static"},
+                    batch_sizes=batch_sizes,
+                    fracs=None,
+                    scale=ns.time_scale,
+                    truth=truth,
+                    workdir=Path(tmp),
+                )
+                results.append({**r, "seed": seed})
+                _print(r, seed)
+            if ns.only in (None, "additive"):
+                r = scenario(
+                    "additive",
+                    sim_args=[*common, "--verify-all-bug", "off"],
+                    env={"SGLANG_RAGGED_VERIFY_MODE": "compact"},
+                    batch_sizes=batch_sizes,
+                    fracs=sorted(ns.fracs),
+                    scale=ns.time_scale,
+                    truth=truth,
+                    workdir=Path(tmp),
+                )
+                results.append({**r, "seed": seed})
+                _print(r, seed)
+    print("summary over seeds", ns.seeds)
+    for kind in ("diagonal", "additive"):
+        rs = [r for r in results if r["kind"] == kind]
+        if not rs:
+            continue
+        ref_gpu = sum(r["reference"]["gpu_seconds"] for r in rs)
+        our_gpu = sum(r["ours"]["gpu_seconds"] for r in rs)
+        ref_err = sum(r["reference"]["rms_rel_error"] for r in rs) / len(rs)
+        our_err = sum(r["ours"]["rms_rel_error"] for r in rs) / len(rs)
+        print(
+            f"  {kind:9s} GPU time {ref_gpu / our_gpu:.1f}x less ({ref_gpu:.0f} s vs "
+            f"{our_gpu:.0f} s); mean RMS rel error reference {ref_err:.2%}, ours {our_err:.2%}"
+        )
+        for source in ("our cells", "reference cells"):
+            same = [r["fits_on_same_cells"][source] for r in rs if "fits_on_same_cells" in r]
+            if same:
+                ours_fit = sum(x["ours_fit_error"] for x in same) / len(same)
+                ref_fit = sum(x["reference_fit_error"] for x in same) / len(same)
+                print(
+                    f"  {'':9s} fits on {source}: ours {ours_fit:.2%}, reference bins "
+                    f"{ref_fit:.2%} (ratio {ours_fit / ref_fit:.2f})"
+                )
+    if ns.json:
+        Path(ns.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
