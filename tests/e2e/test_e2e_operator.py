@@ -217,7 +217,7 @@ def server_deployment(
                                 "httpGet": {"path": "/health", "port": 30000},
                                 "periodSeconds": 1,
                             },
-                            "resources": {"limits": {"nvidia.com/gpu": 1}},
+                            "resources": {"limits": {"nvidia.com/gpu": "1"}},
                         }
                     ],
                 },
@@ -227,7 +227,12 @@ def server_deployment(
 
 
 def sps_profile(kind: str = "Diagonal", name: str = "sps", **spec: Any) -> dict[str, Any]:
-    sweep: dict[str, Any] = {"batchSizes": [1, 2, 4, 8], "ciRelWidth": 0.05, "repeats": 1}
+    sweep: dict[str, Any] = {
+        "batchSizes": [1, 2, 4, 8],
+        "ciRelWidth": 0.05,
+        "repeats": 1,
+        "vocabSize": 32000,
+    }
     if kind == "Additive":
         sweep["fracs"] = [0.25, 0.5, 1.0]
     body: dict[str, Any] = {
@@ -379,6 +384,9 @@ def create(env: Env, deployment: dict[str, Any], profile: dict[str, Any]) -> Non
 
 def wait_ready(env: Env, timeout: float = 240.0) -> dict[str, Any]:
     def ready() -> dict[str, Any] | None:
+        proc = env.operator.proc
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the operator exited ({proc.returncode})")
         c = env.condition("Ready")
         return c if c.get("status") == "True" else None
 

@@ -186,6 +186,14 @@ class SweepSpec(ApiModel):
     min_steady_seconds: float | None = Field(
         default=None, ge=0.0, le=3600.0, description="Floor on steady seconds per round."
     )
+    vocab_size: int | None = Field(
+        default=None,
+        ge=2,
+        le=10_000_000,
+        description="Vocabulary size for random prompts (`--vocab-size`). Needed only when the "
+        "profiler cannot read the tokenizer (Clone mounts the server's volumes into the "
+        "profiler at the same paths, so a local tokenizer_path usually resolves).",
+    )
     round_timeout_seconds: float = Field(
         default=300.0, gt=0.0, le=7200.0, description="Give up on a round after this long."
     )

@@ -149,6 +149,8 @@ def profiler_args(plan: RunPlan, base_url: str) -> list[str]:
         args += ["--min-steady-steps", str(sweep.min_steady_steps)]
     if sweep.min_steady_seconds is not None:
         args += ["--min-steady-seconds", repr(sweep.min_steady_seconds)]
+    if sweep.vocab_size is not None:
+        args += ["--vocab-size", str(sweep.vocab_size)]
     args += ["--round-timeout", repr(sweep.round_timeout_seconds)]
     args += ["--wait-for-server", str(SERVER_WAIT_SECONDS)]
     args += ["--publish-configmap", plan.result_config_map]
@@ -210,15 +212,23 @@ def server_sidecar(plan: RunPlan, container: Mapping[str, Any]) -> dict[str, Any
     return sidecar
 
 
-def profiler_container(plan: RunPlan, base_url: str) -> dict[str, Any]:
+def profiler_container(
+    plan: RunPlan, base_url: str, server: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     job = plan.spec.job
+    mounts: list[dict[str, Any]] = [{"name": "work", "mountPath": WORK_DIR}]
+    # The server's volumes at the same paths (read-only): the tokenizer path the server
+    # reports in /server_info then resolves inside the profiler too.
+    for mount in (server or {}).get("volumeMounts") or []:
+        if mount.get("name") not in (TABLE_VOLUME, "work") and mount.get("mountPath") != WORK_DIR:
+            mounts.append({**dict(mount), "readOnly": True})
     container: dict[str, Any] = {
         "name": PROFILER_CONTAINER,
         "image": job.image or plan.profiler_image,
         "command": ["sps-profiler"],
         "args": profiler_args(plan, base_url),
         "env": [{"name": "SPS_PROFILER_RUN", "value": plan.run}],
-        "volumeMounts": [{"name": "work", "mountPath": WORK_DIR}],
+        "volumeMounts": mounts,
     }
     if job.resources is not None:
         container["resources"] = job.resources.to_k8s()
@@ -248,7 +258,7 @@ def profiling_job(plan: RunPlan) -> dict[str, Any]:
         ]
         init_containers = [copy.deepcopy(dict(c)) for c in pod_spec.get("initContainers") or []]
         init_containers.append(server_sidecar(plan, container))
-        containers = [profiler_container(plan, base_url)]
+        containers = [profiler_container(plan, base_url, container)]
         node_selector.update(pod_spec.get("nodeSelector") or {})
         node_selector[spec.gpu_product_label] = plan.gpu_product
         tolerations += [copy.deepcopy(dict(t)) for t in pod_spec.get("tolerations") or []]

@@ -30,11 +30,11 @@ def _node_labels(index: Any) -> dict[str, Mapping[str, str]]:
 def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, resync: float) -> None:
     lock = threading.Lock()
 
-    @kopf.index("", "v1", "nodes", registry=registry)
+    @kopf.index("", "v1", "nodes", id="sps_node_labels", registry=registry)
     def sps_node_labels(name: str, labels: Mapping[str, str], **_: Any) -> dict[str, Any]:
         return {name: dict(labels)}
 
-    @kopf.index("", "v1", "pods", registry=registry)  # type: ignore[arg-type]
+    @kopf.index("", "v1", "pods", id="sps_pods", registry=registry)  # type: ignore[arg-type]
     def sps_pods(
         namespace: str,
         name: str,
@@ -54,7 +54,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, resync: fl
             )
         }
 
-    @kopf.timer(API_GROUP, API_VERSION, PLURAL, interval=resync, registry=registry)  # type: ignore[arg-type]
+    @kopf.timer(API_GROUP, API_VERSION, PLURAL, id="sps_resync", interval=resync, registry=registry)  # type: ignore[arg-type]
     def sps_resync(
         body: kopf.Body, namespace: str, sps_node_labels: Any, sps_pods: Any, **_: Any
     ) -> None:
@@ -63,7 +63,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, resync: fl
         with lock:
             reconciler.reconcile(dict(body), pods, nodes)
 
-    @kopf.on.delete(API_GROUP, API_VERSION, PLURAL, registry=registry)  # type: ignore[arg-type]
+    @kopf.on.delete(API_GROUP, API_VERSION, PLURAL, id="sps_release", registry=registry)  # type: ignore[arg-type]
     def sps_release(body: kopf.Body, namespace: str, name: str, **_: Any) -> None:
         """Owned objects go with the SpsProfile (garbage collection), except the tables the
         Deployments still mount: those are released (ownerReference dropped) so the

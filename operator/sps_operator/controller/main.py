@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from sps_operator.constants import IMAGE
 
@@ -96,6 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     registry = kopf.OperatorRegistry()
     register(registry, reconciler, args.resync_seconds)
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        # A custom registry has no default login handlers: use the kubernetes client's
+        # configuration (kubeconfig or in-cluster), loaded above.
+        return kopf.login_via_client(**kwargs)
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: object) -> None:

@@ -748,12 +748,12 @@ class Reconciler:
         else:
             pending = [t.deployment for t in st.targets if t.table and not t.rolled_out]
             rolled_ok = table_ok and not pending
-            setc(
-                cond.ROLLED_OUT,
-                rolled_ok,
-                "RolledOut" if rolled_ok else "RolloutPending",
-                "every target runs its table" if rolled_ok else f"rolling: {', '.join(pending)}",
-            )
+            if rolled_ok:
+                setc(cond.ROLLED_OUT, True, "RolledOut", "every target runs its table")
+            elif pending:
+                setc(cond.ROLLED_OUT, False, "RolloutPending", f"rolling: {', '.join(pending)}")
+            else:
+                setc(cond.ROLLED_OUT, False, "NoTable", "no table to roll out yet")
         failure = st.last_failure
         if problems:
             setc(cond.DEGRADED, True, "TargetProblem", "; ".join(problems))
