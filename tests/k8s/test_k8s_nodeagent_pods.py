@@ -445,6 +445,25 @@ def test_probes_gate_readiness_and_liveness_restarts(k8s_cluster, node_agent, na
     doomed = wait_until("doomed restarted by its liveness probe", doomed_restarted, timeout=30)
     assert doomed["lastState"]["terminated"]["exitCode"] in (137, 143)
     assert "Liveness probe failed" in doomed["lastState"]["terminated"].get("message", "")
+    events = json.loads(
+        kubectl(
+            "get",
+            "events",
+            "-n",
+            namespace,
+            "--field-selector=involvedObject.name=probed",
+            "-o",
+            "json",
+        )
+    )["items"]
+    reasons = {(e["reason"], e["involvedObject"].get("fieldPath")) for e in events}
+    assert ("Started", "spec.containers{web}") in reasons
+    assert ("Unhealthy", "spec.containers{doomed}") in reasons
+    assert ("Killing", "spec.containers{doomed}") in reasons
+    kubelet = [e for e in events if e.get("reportingComponent") == "kubelet"]
+    assert {e["source"]["host"] for e in kubelet} == {
+        get(kubectl, namespace, "pod", "probed")["spec"]["nodeName"]
+    }
     ready = {
         c["type"]: c["status"]
         for c in get(kubectl, namespace, "pod", "probed")["status"]["conditions"]

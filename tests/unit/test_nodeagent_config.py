@@ -18,7 +18,12 @@ from sps_operator.devcluster.nodeagent.config import (
     pod_network,
     read_kubeconfig,
 )
-from sps_operator.devcluster.nodeagent.nodes import lease_object, node_object, node_status
+from sps_operator.devcluster.nodeagent.nodes import (
+    lease_object,
+    node_object,
+    node_status,
+    pod_event,
+)
 
 
 def test_parse_node_spec() -> None:
@@ -122,3 +127,31 @@ def test_node_object_status_and_lease() -> None:
     assert lease["metadata"]["namespace"] == "kube-node-lease"
     assert lease["spec"]["renewTime"] == "2026-01-02T03:04:05.123456Z"
     assert lease["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+
+def test_pod_event() -> None:
+    pod = {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        "spec": {"initContainers": [{"name": "side"}], "containers": [{"name": "main"}]},
+    }
+    now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    event = pod_event(pod, "gpu-0", "Warning", "BackOff", "back-off", "side", now)
+    assert event["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": "ns",
+        "name": "p",
+        "uid": "u",
+        "fieldPath": "spec.initContainers{side}",
+    }
+    assert (event["type"], event["reason"], event["source"]) == (
+        "Warning",
+        "BackOff",
+        {"component": "kubelet", "host": "gpu-0"},
+    )
+    assert event["metadata"] == {"generateName": "p.", "namespace": "ns"}
+    assert event["lastTimestamp"] == "2026-01-02T03:04:05Z"
+    assert "fieldPath" not in pod_event(pod, "n", "Normal", "X", "m", None, now)["involvedObject"]
+    assert pod_event(pod, "n", "Normal", "X", "m", "main", now)["involvedObject"]["fieldPath"] == (
+        "spec.containers{main}"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -19,7 +20,7 @@ from .config import AgentConfig, NodeSpec
 from .images import load_rules
 from .kubeletapi import KubeletApi
 from .netns import HostNetwork
-from .nodes import LEASE_NAMESPACE, lease_object, node_object, node_status
+from .nodes import LEASE_NAMESPACE, lease_object, node_object, node_status, pod_event
 from .podworker import PodWorker
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ class NodeAgent:
         if cfg.sim_seed is not None:
             self.sim_env["SPS_SIM_SEED"] = str(cfg.sim_seed)
         self.probe_pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="probe")
+        self.event_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="events")
         self._stop = threading.Event()
         self._workers: dict[str, PodWorker] = {}
         self._finished: set[str] = set()
@@ -108,6 +110,7 @@ class NodeAgent:
         for t in self._threads:
             t.join(timeout=2)
         self.probe_pool.shutdown(wait=False, cancel_futures=True)
+        self.event_pool.shutdown(wait=True, cancel_futures=True)
         if self.kubelet_api is not None:
             self.kubelet_api.stop()
         if self._started:
@@ -194,6 +197,30 @@ class NodeAgent:
         except ApiException as exc:
             if exc.status not in (404, 409):
                 raise
+
+    def record_event(
+        self,
+        pod: dict[str, Any],
+        node: str,
+        type_: str,
+        reason: str,
+        message: str,
+        container: str | None = None,
+    ) -> None:
+        """A kubelet-style Event about a pod (`kubectl describe pod`), posted off-thread."""
+        if self._stop.is_set():
+            return
+        event = pod_event(pod, node, type_, reason, message, container, datetime.now(UTC))
+        ns = pod["metadata"]["namespace"]
+
+        def post() -> None:
+            try:
+                self.request("POST", f"/api/v1/namespaces/{ns}/events", event)
+            except Exception as exc:  # events are best effort, as in kubelet
+                log.debug("event %s: %s", reason, exc)
+
+        with contextlib.suppress(RuntimeError):  # pool already shut down
+            self.event_pool.submit(post)
 
     def container_running(self, namespace: str, pod: str, container: str) -> bool:
         with self._lock:

@@ -125,3 +125,49 @@ def lease_object(node_name: str, node_uid: str | None, now: datetime) -> dict[st
             "renewTime": micro_time(now),
         },
     }
+
+
+def pod_event(
+    pod: dict[str, Any],
+    node: str,
+    type_: str,
+    reason: str,
+    message: str,
+    container: str | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """A core/v1 Event about a pod, as kubelet reports them."""
+    meta = pod["metadata"]
+    involved: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": meta["namespace"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+    }
+    if container:
+        field = (
+            "initContainers"
+            if any(c["name"] == container for c in pod["spec"].get("initContainers") or [])
+            else "containers"
+        )
+        involved["fieldPath"] = f"spec.{field}{{{container}}}"
+    stamp = rfc3339(now)
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "generateName": f"{meta['name']}.",
+            "namespace": meta["namespace"],
+        },
+        "involvedObject": involved,
+        "reason": reason,
+        "message": message,
+        "type": type_,
+        "source": {"component": "kubelet", "host": node},
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+        "reportingComponent": "kubelet",
+        "reportingInstance": node,
+    }

@@ -244,6 +244,8 @@ class PodWorker(threading.Thread):
                 return
             except (VolumeError, NetworkError, ApiException) as exc:
                 msg = exc.reason if isinstance(exc, ApiException) else str(exc)
+                if not any(msg in r.message for r in self.records.values()):
+                    self._event("Warning", "FailedMount", f"MountVolume.SetUp failed: {msg}")
                 log.warning("pod %s/%s: setup: %s", self.namespace, self.pod_name, msg)
                 for rec in self.records.values():
                     if rec.state == "waiting" and rec.reason == "ContainerCreating":
@@ -370,6 +372,9 @@ class PodWorker(threading.Thread):
                 if grace <= 0:
                     kill_now(proc)
                 else:
+                    self._event(
+                        "Normal", "Killing", f"Stopping container {name}", self.records[name]
+                    )
                     signal_group(proc, signal.SIGTERM)
                     self.kill_at[name] = deadline
             self._drain(names)
@@ -423,11 +428,15 @@ class PodWorker(threading.Thread):
             )
             mounts = mount_plans(spec, self.volume_dirs, self.read_only_volumes)
         except ImageNotMapped as exc:
+            if rec.reason not in ("ErrImagePull", "ImagePullBackOff"):
+                self._event("Warning", "Failed", f'Failed to pull image "{rec.image}": {exc}', rec)
             reason = "ErrImagePull" if rec.reason != "ErrImagePull" else "ImagePullBackOff"
             rec.set_waiting(reason, str(exc))
             self.retry_at[rec.name] = time.monotonic() + RETRY_SECONDS
             return
         except (EnvError, VolumeError, ApiException) as exc:
+            if rec.message != str(exc):
+                self._event("Warning", "Failed", f"Error: {exc}", rec)
             rec.set_waiting("CreateContainerConfigError", str(exc))
             self.retry_at[rec.name] = time.monotonic() + RETRY_SECONDS
             return
@@ -466,6 +475,7 @@ class PodWorker(threading.Thread):
         self.procs[rec.name] = proc
         self.envs[rec.name] = full_env
         rec.set_running(now_rfc3339(), f"sps://{self.uid[:8]}-{rec.name}-{attempt}")
+        self._event("Normal", "Started", f"Started container {rec.name}", rec)
         started = time.monotonic()
         self.trackers[rec.name] = {
             p.kind: ProbeTracker.start(p, started) for p in container_probes(spec)
@@ -494,6 +504,12 @@ class PodWorker(threading.Thread):
             return
         delay = backoff_seconds(rec.restart_count, self.agent.backoff_base, self.agent.backoff_cap)
         if delay > 0:
+            self._event(
+                "Warning",
+                "BackOff",
+                f"Back-off restarting failed container {rec.name} in pod {self.pod_name}",
+                rec,
+            )
             rec.set_waiting(
                 "CrashLoopBackOff",
                 f"back-off {delay:g}s restarting failed container={rec.name} "
@@ -542,6 +558,10 @@ class PodWorker(threading.Thread):
                 del self.probe_futures[key]
                 ok, message = fut.result()
                 flipped = tracker.record(ok)
+                if flipped is False:
+                    self._event(
+                        "Warning", "Unhealthy", f"{kind.capitalize()} probe failed: {message}", rec
+                    )
                 if flipped is not None:
                     log.info(
                         "pod %s/%s: %s %s probe -> %s",
@@ -553,6 +573,12 @@ class PodWorker(threading.Thread):
                     )
                 if wants_kill(kind, flipped) and rec.name in self.procs:
                     self.kill_reason[rec.name] = f"{kind.capitalize()} probe failed: {message}"
+                    self._event(
+                        "Normal",
+                        "Killing",
+                        f"Container {rec.name} failed {kind} probe, will be restarted",
+                        rec,
+                    )
                     signal_group(self.procs[rec.name], signal.SIGTERM)
                     grace = float(self.pod["spec"].get("terminationGracePeriodSeconds", 30))
                     self.kill_at[rec.name] = now + grace
@@ -569,6 +595,14 @@ class PodWorker(threading.Thread):
         self._update_readiness(rec)
 
     # --- reporting ------------------------------------------------------------------------
+
+    def _event(
+        self, type_: str, reason: str, message: str, rec: ContainerRecord | None = None
+    ) -> None:
+        if not self._gone:
+            self.agent.record_event(
+                self.pod, self.node.name, type_, reason, message, rec.name if rec else None
+            )
 
     def _phase(self) -> str:
         if self.terminal:

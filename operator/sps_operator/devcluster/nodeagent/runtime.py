@@ -194,4 +194,4 @@ def run_probe(
     except subprocess.TimeoutExpired:
         return False, f"command timed out after {spec.timeout}s"
     except (OSError, ValueError, http.client.HTTPException) as exc:
-        return False, f"{spec.kind} probe failed: {exc}"
+        return False, str(exc) or type(exc).__name__
