@@ -568,7 +568,7 @@ class Reconciler:
             st.last_failure = None
         self._delete_rbac(p, run.name)
         self._end_run(p, "succeeded")
-        self._cleanup_runs(p, keep=None)
+        # The finished run's Job and result stay for inspection until the next run starts.
         p.event(
             "Normal",
             EV_PUBLISHED,
