@@ -603,3 +603,24 @@ def test_failed_init_container_fails_the_pod(k8s_cluster, node_agent, namespace)
     assert status["containerStatuses"][0]["state"]["waiting"]["reason"] == "PodInitializing"
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
     assert conditions["Initialized"] == "False"
+
+
+def test_host_network_pod_uses_the_node_address(k8s_cluster, node_agent, namespace):
+    kubectl = k8s_cluster.kubectl
+    container = {
+        "name": "main",
+        "image": "busybox",
+        "command": ["sh", "-c", 'echo "$MY_IP"'],
+        "env": [{"name": "MY_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+    }
+    spec = {"hostNetwork": True, "restartPolicy": "Never", "containers": [container]}
+    apply(
+        kubectl,
+        namespace,
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hostnet"}, "spec": spec},
+    )
+    wait_until("hostnet done", lambda: pod_phase(kubectl, namespace, "hostnet") == "Succeeded")
+    status = get(kubectl, namespace, "pod", "hostnet")["status"]
+    assert status["podIP"] == status["hostIP"]
+    log = read_container_log(node_agent.state_dir, namespace, "hostnet", "main")
+    assert log.strip() == status["hostIP"]
