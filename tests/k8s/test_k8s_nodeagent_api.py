@@ -126,3 +126,28 @@ def test_start_runs_pods_and_stop_cleans_up(k8s_cluster, namespace, pod_network,
         if not stopped:
             agent.stop(delete_nodes=True)
         kubectl("delete", "pod", "rtx", "-n", namespace, "--force", "--grace-period=0", check=False)
+
+
+def test_pod_network_is_exclusive_and_cleaned_up(pod_network):
+    from sps_operator.devcluster.nodeagent.config import pod_network as network_config
+    from sps_operator.devcluster.nodeagent.netns import HostNetwork, NetworkError
+
+    cfg = network_config(pod_network.cidr, None)
+    first = HostNetwork(cfg)
+    first.setup()
+    try:
+        with pytest.raises(NetworkError, match="another node agent"):
+            HostNetwork(cfg).setup()
+        sandbox = first.create_sandbox("0123456789abcdef")
+        netns, links = host_state(pod_network.index)
+        assert netns == [sandbox.netns]
+        assert sorted(links) == sorted([f"spsbr{pod_network.index}", sandbox.veth])
+        assert sandbox.ip == f"{pod_network.cidr.rsplit('.', 1)[0]}.2"
+        first.delete_sandbox(sandbox)
+        assert host_state(pod_network.index) == ([], [f"spsbr{pod_network.index}"])
+    finally:
+        first.teardown()
+    assert host_state(pod_network.index) == ([], [])
+    second = HostNetwork(cfg)  # the lock is free again
+    second.setup()
+    second.teardown()

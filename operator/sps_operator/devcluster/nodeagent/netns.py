@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import subprocess
 import threading
 from dataclasses import dataclass
@@ -12,6 +14,7 @@ from .config import PodNetworkConfig
 
 log = logging.getLogger(__name__)
 NETNS_DIR = Path("/run/netns")
+LOCK_DIR = Path("/run/lock") if Path("/run/lock").is_dir() else Path("/tmp")
 
 
 class NetworkError(RuntimeError):
@@ -50,13 +53,29 @@ class HostNetwork:
         self._used: set[str] = set()
         self._next_veth = 0
         self._sandboxes: dict[str, Sandbox] = {}
+        self._lock_fd: int | None = None
 
     def setup(self) -> None:
-        self.remove_stale()
-        gw = f"{self.config.gateway}/{self.config.prefixlen}"
-        ip("link", "add", self.bridge, "type", "bridge")
-        ip("addr", "add", gw, "dev", self.bridge)
-        ip("link", "set", self.bridge, "up")
+        # One agent per pod network: the next step deletes whatever holds its names.
+        fd = os.open(LOCK_DIR / f"sps-node-agent-{self.config.index}.lock", os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise NetworkError(
+                f"another node agent is running on pod network {self.config.cidr} "
+                f"(bridge {self.bridge}); give this one another --pod-cidr"
+            ) from None
+        self._lock_fd = fd
+        try:
+            self.remove_stale()
+            gw = f"{self.config.gateway}/{self.config.prefixlen}"
+            ip("link", "add", self.bridge, "type", "bridge")
+            ip("addr", "add", gw, "dev", self.bridge)
+            ip("link", "set", self.bridge, "up")
+        except NetworkError:
+            self.teardown()
+            raise
 
     def remove_stale(self) -> None:
         """Leftovers of an agent on the same network that died without cleaning up."""
@@ -112,4 +131,7 @@ class HostNetwork:
             sandboxes = list(self._sandboxes.values())
         for sandbox in sandboxes:
             self.delete_sandbox(sandbox)
-        self.remove_stale()
+        if self._lock_fd is not None:
+            self.remove_stale()
+            os.close(self._lock_fd)  # releases the lock
+            self._lock_fd = None
