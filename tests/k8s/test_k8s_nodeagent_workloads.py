@@ -167,7 +167,8 @@ def test_pods_reach_each_other_by_pod_ip(k8s_cluster, node_agent, namespace):
         return str(pod["status"]["podIP"]) if ready else ""
 
     ip = wait_until("server ready", server_ip)
-    client = f"import urllib.request as u; print(u.urlopen('http://{ip}:8080/', timeout=5).read())"
+    # by name, through hostAliases (there is no cluster DNS)
+    client = "import urllib.request as u; print(u.urlopen('http://server:8080/', timeout=5).read())"
     apply(
         kubectl,
         namespace,
@@ -178,6 +179,7 @@ def test_pods_reach_each_other_by_pod_ip(k8s_cluster, node_agent, namespace):
             "spec": {
                 "restartPolicy": "Never",
                 "nodeSelector": {GPU_PRODUCT_LABEL: GPU_H200},  # another node
+                "hostAliases": [{"ip": ip, "hostnames": ["server"]}],
                 "containers": [
                     {"name": "main", "image": "python:3.12", "command": ["python3", "-c", client]}
                 ],

@@ -256,6 +256,8 @@ class PodWorker(threading.Thread):
         lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
         if self.pod_ip and not self.host_network:
             lines.append(f"{self.pod_ip}\t{self.pod_name}")
+        for alias in self.pod["spec"].get("hostAliases") or []:  # there is no cluster DNS
+            lines.append(f"{alias['ip']}\t{' '.join(alias.get('hostnames') or [])}")
         (self.dir / "hosts").write_text("\n".join(lines) + "\n")
 
     def _lookup(self, kind: str, name: str) -> dict[str, Any] | None:
