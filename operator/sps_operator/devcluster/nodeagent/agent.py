@@ -10,7 +10,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config, watch
@@ -364,7 +363,3 @@ class NodeAgent:
             self.delete_pod_now(m["namespace"], m["name"], m["uid"])
         except ApiException as exc:
             log.warning("delete pod %s/%s: %s", m["namespace"], m["name"], exc.reason)
-
-
-def state_pods_dir(state_dir: Path) -> Path:
-    return state_dir / "pods"
