@@ -151,3 +151,52 @@ def test_pod_network_is_exclusive_and_cleaned_up(pod_network):
     second = HostNetwork(cfg)  # the lock is free again
     second.setup()
     second.teardown()
+
+
+def test_nothing_survives_an_agent_killed_with_sigkill(
+    k8s_cluster, namespace, pod_network, tmp_path
+):
+    import signal
+    import sys
+
+    kubectl = k8s_cluster.kubectl
+    record = k8s_cluster.control_plane.record
+    node = "api-kill-0"
+    marker = f"sleep {os.getpid() % 1000 + 5000}"
+    argv = [
+        sys.executable, "-m", "sps_operator.cli", "node-agent",
+        f"--kubeconfig={k8s_cluster.kubeconfig}", f"--state-dir={tmp_path / 'agent'}",
+        f"--node={node}=SIMULATED-KILL-TEST:1", f"--pod-cidr={pod_network.cidr}",
+        f"--api-server-host={record.gateway}", f"--api-server-port={record.api_server_port}",
+    ]  # fmt: skip
+    log = open(tmp_path / "agent.log", "wb")  # noqa: SIM115
+    agent = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+    try:
+        wait_until("agent ready", lambda: (tmp_path / "agent" / "ready").exists(), timeout=30)
+        spec = {
+            "nodeSelector": {GPU_PRODUCT_LABEL: "SIMULATED-KILL-TEST"},
+            "containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", marker]}],
+        }
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "victim"}, "spec": spec}
+        kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(pod))
+        wait_until(
+            "victim running",
+            lambda: subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0,
+        )
+        assert host_state(pod_network.index)[0]  # its network namespace exists
+        os.killpg(agent.pid, signal.SIGKILL)
+        agent.wait(timeout=10)
+        wait_until("network removed", lambda: host_state(pod_network.index) == ([], []), timeout=10)
+        wait_until(
+            "pod processes gone",
+            lambda: subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 1,
+            timeout=10,
+        )
+    finally:
+        if agent.poll() is None:
+            os.killpg(agent.pid, signal.SIGKILL)
+        log.close()
+        kubectl(
+            "delete", "pod", "victim", "-n", namespace, "--force", "--grace-period=0", check=False
+        )
+        kubectl("delete", "node", node, "--ignore-not-found", check=False)

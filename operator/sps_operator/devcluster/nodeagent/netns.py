@@ -5,8 +5,10 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import shlex
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from .config import PodNetworkConfig
 log = logging.getLogger(__name__)
 NETNS_DIR = Path("/run/netns")
 LOCK_DIR = Path("/run/lock") if Path("/run/lock").is_dir() else Path("/tmp")
+LOCK_WAIT_SECONDS = 3.0
 
 
 class NetworkError(RuntimeError):
@@ -54,19 +57,30 @@ class HostNetwork:
         self._next_veth = 0
         self._sandboxes: dict[str, Sandbox] = {}
         self._lock_fd: int | None = None
+        self._cleaner_fd: int | None = None  # closing it (or dying) runs the cleaner
+
+    @property
+    def lock_path(self) -> Path:
+        return LOCK_DIR / f"sps-node-agent-{self.config.index}.lock"
 
     def setup(self) -> None:
         # One agent per pod network: the next step deletes whatever holds its names.
-        fd = os.open(LOCK_DIR / f"sps-node-agent-{self.config.index}.lock", os.O_RDWR | os.O_CREAT)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise NetworkError(
-                f"another node agent is running on pod network {self.config.cidr} "
-                f"(bridge {self.bridge}); give this one another --pod-cidr"
-            ) from None
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT)
+        deadline = time.monotonic() + LOCK_WAIT_SECONDS  # a dead agent's cleaner may hold it
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    raise NetworkError(
+                        f"another node agent is running on pod network {self.config.cidr} "
+                        f"(bridge {self.bridge}); give this one another --pod-cidr"
+                    ) from None
+                time.sleep(0.1)
         self._lock_fd = fd
+        self._start_cleaner()
         try:
             self.remove_stale()
             gw = f"{self.config.gateway}/{self.config.prefixlen}"
@@ -76,6 +90,36 @@ class HostNetwork:
         except NetworkError:
             self.teardown()
             raise
+
+    def _start_cleaner(self) -> None:
+        """A small process, outside our process group, that removes this network once the
+        agent is gone however it died (SIGKILL included): it waits for EOF on a pipe only
+        the agent holds, then takes the network lock and deletes our namespaces and links."""
+        if self._cleaner_fd is not None:
+            return
+        read_end, write_end = os.pipe()  # both non-inheritable: pods never hold them
+        q = shlex.quote
+        script = (
+            "read _ignored; exec flock "
+            + q(str(self.lock_path))
+            + " sh -c "
+            + q(
+                f"for ns in $(ip netns list | awk '{{print $1}}' | grep '^{self.netns_prefix}'); "
+                'do ip netns delete "$ns"; done; '
+                f"for l in $(ip -o link show | awk -F': ' '{{print $2}}' | cut -d@ -f1 "
+                f"| grep -E '^({self.bridge}|{self.veth_prefix}[0-9]+)$'); "
+                'do ip link delete "$l"; done'
+            )
+        )
+        subprocess.Popen(
+            ["sh", "-c", script],
+            stdin=read_end,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        os.close(read_end)
+        self._cleaner_fd = write_end
 
     def remove_stale(self) -> None:
         """Leftovers of an agent on the same network that died without cleaning up."""
@@ -135,3 +179,6 @@ class HostNetwork:
             self.remove_stale()
             os.close(self._lock_fd)  # releases the lock
             self._lock_fd = None
+        if self._cleaner_fd is not None:
+            os.close(self._cleaner_fd)  # the cleaner finds nothing left and exits
+            self._cleaner_fd = None
