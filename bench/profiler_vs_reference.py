@@ -209,7 +209,7 @@ def _print(r: dict[str, Any], seed: int) -> None:
     )
     for source, errs in r.get("fits_on_same_cells", {}).items():
         print(
-            f"          fits on {source}: ours {errs['ours_fit_error']:.2%}, reference bins "
+            f"          fits on {source}: ours {errs['ours_fit_error']:.2%}, reference fit "
             f"{errs['reference_fit_error']:.2%}",
             flush=True,
         )
@@ -294,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ours_fit = sum(x["ours_fit_error"] for x in same) / len(same)
                 ref_fit = sum(x["reference_fit_error"] for x in same) / len(same)
                 print(
-                    f"  {'':9s} fits on {source}: ours {ours_fit:.2%}, reference bins "
+                    f"  {'':9s} fits on {source}: ours {ours_fit:.2%}, reference fit "
                     f"{ref_fit:.2%} (ratio {ours_fit / ref_fit:.2f})"
                 )
     if ns.json:

@@ -22,6 +22,7 @@ import binascii
 import gzip
 import json
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,8 +188,8 @@ class ConfigMapPublisher:
         try:
             config.load_incluster_config()
         except config.ConfigException:
-            # Outside a pod (tests, a laptop): fall back to the kubeconfig.
-            config.load_kube_config()
+            # Outside a pod (tests, a laptop): fall back to $KUBECONFIG / ~/.kube/config.
+            config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
         self.name = name
         self.namespace = resolved
         self._api = client.CoreV1Api()

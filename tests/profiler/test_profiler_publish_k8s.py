@@ -1,0 +1,130 @@
+"""--publish-configmap against the local control plane: what the operator will read back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from sps_operator.profiler.cli import main
+from sps_operator.profiler.publish import read_result
+from sps_operator.sim.testing import running_sim
+from sps_operator.tables.fit import fit_from_rounds
+
+pytestmark = pytest.mark.k8s
+
+FAST = ["--vocab-size", "32000", "--poll-interval", "0.02", "--max-steady-steps", "200"]
+
+
+def _empty_configmap(api: Any, namespace: str, name: str) -> None:
+    client.CoreV1Api(api).create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name))
+    )
+
+
+def _read(api: Any, namespace: str, name: str) -> Any:
+    cm = client.CoreV1Api(api).read_namespaced_config_map(name, namespace)
+    return read_result(cm.data, cm.binary_data)
+
+
+def test_publish_success_then_operator_fits(
+    k8s_api: Any, kubeconfig: Path, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    _empty_configmap(k8s_api, namespace, "run-1")
+    with running_sim(seed=11) as url:
+        rc = main(
+            [
+                "run",
+                "--base-url",
+                url,
+                "--out",
+                str(tmp_path / "sps.json"),
+                "--batch-size",
+                "1",
+                "2",
+                "4",
+                "--publish-configmap",
+                "run-1",
+                "--publish-namespace",
+                namespace,
+                *FAST,
+            ]
+        )
+    assert rc == 0
+    result = _read(k8s_api, namespace, "run-1")
+    assert result.status == "succeeded"
+    assert result.progress == "3/3"
+    assert [r["batch_size_per_rank"] for r in result.rounds] == [1, 2, 4]
+    assert len(result.manifest["fingerprint"]) == 16
+    assert result.manifest["server"]["mode"] == "static"
+    fitted = fit_from_rounds(result.rounds, kind="diagonal")
+    assert fitted.table.to_json().startswith('{"sample_batch_tokens":[8,')
+
+
+def test_publish_failure_with_message(
+    k8s_api: Any,
+    kubeconfig: Path,
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    _empty_configmap(k8s_api, namespace, "run-2")
+    with running_sim(env={"SGLANG_RAGGED_VERIFY_MODE": "compact"}, verify_all_bug="on") as url:
+        rc = main(
+            [
+                "run",
+                "--base-url",
+                url,
+                "--out",
+                str(tmp_path / "sps.json"),
+                "--batch-size",
+                "2",
+                "4",
+                "--fracs",
+                "0.25",
+                "1.0",
+                "--publish-configmap",
+                "run-2",
+                "--publish-namespace",
+                namespace,
+                *FAST,
+            ]
+        )
+    assert rc == 1
+    result = _read(k8s_api, namespace, "run-2")
+    assert result.status == "failed"
+    assert "verify-all shortcut" in result.message
+    assert result.rounds == []
+
+
+def test_publish_to_a_missing_configmap_fails_clearly(
+    kubeconfig: Path,
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    with running_sim(seed=12) as url:
+        rc = main(
+            [
+                "run",
+                "--base-url",
+                url,
+                "--out",
+                str(tmp_path / "sps.json"),
+                "--batch-size",
+                "1",
+                "--publish-configmap",
+                "absent",
+                "--publish-namespace",
+                namespace,
+                *FAST,
+            ]
+        )
+    assert rc == 1
+    assert "Not Found" in capsys.readouterr().err
