@@ -121,6 +121,27 @@ def test_job_phase_two_mounts_the_seed_table_in_compact_mode() -> None:
     assert args[args.index("--publish-configmap") + 1] == "llama-abc-p2-result"
 
 
+def test_sidecar_drops_the_injected_table_mount_even_when_it_is_the_only_one() -> None:
+    pod = {
+        "containers": [
+            {
+                "name": "sglang",
+                "image": "lmsysorg/sglang:v1",
+                "args": ["--speculative-dspark-sps-table-path", "/etc/sps/table/table.json"],
+                "volumeMounts": [{"name": "sps-table", "mountPath": "/etc/sps/table"}],
+            }
+        ],
+        "volumes": [{"name": "sps-table", "configMap": {"name": "old-table"}}],
+    }
+    p = builders.RunPlan(**{**plan().__dict__, "target_pod_spec": pod})
+    spec = builders.profiling_job(p)["spec"]["template"]["spec"]
+    sidecar = spec["initContainers"][-1]
+    assert "volumeMounts" not in sidecar and sidecar["args"] == []
+    assert [v["name"] for v in spec["volumes"]] == ["work"]
+    mounts = spec["containers"][0]["volumeMounts"]
+    assert mounts == [{"name": "work", "mountPath": "/tmp/sps"}]
+
+
 def test_job_external_mode_has_no_sidecar_and_job_overrides_apply() -> None:
     p = plan(
         server={"source": "External", "url": "http://prof:30000/"},

@@ -199,6 +199,8 @@ def server_sidecar(plan: RunPlan, container: Mapping[str, Any]) -> dict[str, Any
         sidecar["args"] = args
     if mounts:
         sidecar["volumeMounts"] = mounts
+    else:
+        sidecar.pop("volumeMounts", None)
     env = {**PROFILING_ENV_COMMON, "SGLANG_RAGGED_VERIFY_MODE": verify_mode(plan.spec, plan.phase)}
     sidecar["env"] = _with_env(sidecar.get("env") or [], env)
     probe = {
