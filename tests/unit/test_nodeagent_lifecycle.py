@@ -18,6 +18,7 @@ from sps_operator.devcluster.nodeagent.lifecycle import (
     pod_status,
     should_restart,
     terminal_phase,
+    watch_action,
 )
 from sps_operator.devcluster.nodeagent.logs import (
     LogQuery,
@@ -289,3 +290,48 @@ def test_kubelet_log_queries(tmp_path: Path) -> None:
     assert tail_bytes(data, 0, None) == b""
     assert tail_bytes(data, -1, 3) == b"c\nd"
     assert tail_bytes(data, 10, None) == data
+
+
+@pytest.mark.parametrize(
+    ("event", "pod", "has_worker", "finished", "stopping", "action"),
+    [
+        ("ADDED", {"spec": {"nodeName": "other"}}, False, False, False, "ignore"),
+        ("ADDED", {"spec": {"nodeName": "n"}}, False, False, False, "start"),
+        ("SYNC", {"spec": {"nodeName": "n"}}, False, False, True, "ignore"),  # shutting down
+        ("MODIFIED", {"spec": {"nodeName": "n"}}, True, False, False, "update"),
+        ("DELETED", {"spec": {"nodeName": "n"}}, True, False, False, "gone"),
+        ("DELETED", {"spec": {"nodeName": "n"}}, False, True, False, "ignore"),
+        ("MODIFIED", {"spec": {"nodeName": "n"}}, False, True, False, "ignore"),
+        (
+            "MODIFIED",
+            {"spec": {"nodeName": "n"}, "status": {"phase": "Succeeded"}},
+            False,
+            False,
+            False,
+            "ignore",
+        ),
+        (
+            "MODIFIED",
+            {
+                "spec": {"nodeName": "n"},
+                "metadata": {"deletionTimestamp": "t", "deletionGracePeriodSeconds": 30},
+            },
+            False,
+            True,
+            False,
+            "delete",
+        ),
+        (
+            "ADDED",
+            {"spec": {"nodeName": "n"}, "metadata": {"deletionTimestamp": "t"}},
+            False,
+            False,
+            False,
+            "delete",
+        ),
+    ],
+)
+def test_watch_action(
+    event: str, pod: dict, has_worker: bool, finished: bool, stopping: bool, action: str
+) -> None:
+    assert watch_action(event, pod, {"n"}, has_worker, finished, stopping) == action

@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from .config import AgentConfig, NodeSpec
 from .images import load_rules
 from .kubeletapi import KubeletApi
+from .lifecycle import watch_action
 from .netns import HostNetwork
 from .nodes import LEASE_NAMESPACE, lease_object, node_object, node_status, pod_event
 from .podworker import PodWorker
@@ -328,34 +329,24 @@ class NodeAgent:
         return str(listing["metadata"]["resourceVersion"])
 
     def _dispatch(self, kind: str, pod: dict[str, Any]) -> None:
-        if pod["spec"].get("nodeName") not in self.nodes:
-            return
         uid = pod["metadata"]["uid"]
         with self._lock:
             worker = self._workers.get(uid)
             finished = uid in self._finished
-        if kind == "DELETED":
-            if worker is not None:
-                worker.object_deleted()
-            return
-        if worker is not None:
+        action = watch_action(
+            kind, pod, set(self.nodes), worker is not None, finished, self._stop.is_set()
+        )
+        if action == "gone" and worker is not None:
+            worker.object_deleted()
+        elif action == "update" and worker is not None:
             worker.update(pod)
-            return
-        deleting = bool(pod["metadata"].get("deletionTimestamp"))
-        phase = (pod.get("status") or {}).get("phase")
-        if finished or phase in ("Succeeded", "Failed"):
-            if deleting and pod["metadata"].get("deletionGracePeriodSeconds", 0) != 0:
-                self._delete_quietly(pod)
-            return
-        if deleting:  # never started here: nothing to stop
+        elif action == "delete":
             self._delete_quietly(pod)
-            return
-        if self._stop.is_set():
-            return
-        worker = PodWorker(self, pod)
-        with self._lock:
-            self._workers[uid] = worker
-        worker.start()
+        elif action == "start":
+            worker = PodWorker(self, pod)
+            with self._lock:
+                self._workers[uid] = worker
+            worker.start()
 
     def _delete_quietly(self, pod: dict[str, Any]) -> None:
         m = pod["metadata"]

@@ -261,3 +261,31 @@ def signal_name(sig: int) -> str:
         return signal.Signals(sig).name
     except ValueError:
         return str(sig)
+
+
+WatchAction = Literal["ignore", "start", "update", "gone", "delete"]
+
+
+def watch_action(
+    event: str,
+    pod: Mapping[str, Any],
+    nodes: set[str],
+    has_worker: bool,
+    finished: bool,
+    stopping: bool,
+) -> WatchAction:
+    """What a watch event (or a relisted pod, event "SYNC") means for the agent."""
+    if pod.get("spec", {}).get("nodeName") not in nodes:
+        return "ignore"
+    if event == "DELETED":
+        return "gone" if has_worker else "ignore"
+    if has_worker:
+        return "update"
+    meta = pod.get("metadata", {})
+    deleting = bool(meta.get("deletionTimestamp"))
+    if finished or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        # Done here; if it is being deleted gracefully, nothing is left to wait for.
+        return "delete" if deleting and meta.get("deletionGracePeriodSeconds", 0) else "ignore"
+    if deleting:
+        return "delete"  # never started here: nothing to stop
+    return "ignore" if stopping else "start"
