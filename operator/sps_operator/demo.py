@@ -137,6 +137,16 @@ def token_kubeconfig(admin_kubeconfig: dict[str, Any], token: str, user: str) ->
     }
 
 
+def table_flag(args: Sequence[str]) -> list[str]:
+    """The table-path flag among a container's args, with its value (`--f v` or `--f=v`)."""
+    for i, arg in enumerate(args):
+        if arg == "--speculative-dspark-sps-table-path":
+            return list(args[i : i + 2])
+        if arg.startswith("--speculative-dspark-sps-table-path="):
+            return [arg]
+    return []
+
+
 def profile_done(rows: Sequence[dict[str, str]], gpu: str) -> bool:
     """The demo's profile has a live table for `gpu` and nothing in progress."""
     return any(
@@ -468,7 +478,7 @@ class Demo:
             if k.startswith("sps.dev/")
         }
         (server,) = [c for c in template["spec"]["containers"] if c["name"] == "sglang"]
-        flag = [a for a in server.get("args") or [] if "sps-table-path" in a]
+        flag = table_flag(server.get("args") or [])
         mounts = [m for m in server.get("volumeMounts") or [] if "sps" in m["name"]]
         volumes = [v for v in template["spec"].get("volumes") or [] if "sps" in v["name"]]
         managers = sorted({m["manager"] for m in dep["metadata"].get("managedFields") or []})

@@ -78,3 +78,13 @@ def test_profile_done_and_failed() -> None:
 
 def test_demo_cli_rejects_a_bad_time_scale() -> None:
     assert demo.main(["--time-scale", "0"]) == 2
+
+
+def test_table_flag_with_its_value() -> None:
+    flag = "--speculative-dspark-sps-table-path"
+    assert demo.table_flag(["--port", "1", flag, "/etc/sps/table/table.json"]) == [
+        flag,
+        "/etc/sps/table/table.json",
+    ]
+    assert demo.table_flag([f"{flag}=/t.json", "--x"]) == [f"{flag}=/t.json"]
+    assert demo.table_flag(["--port", "1"]) == []
