@@ -624,3 +624,34 @@ def test_host_network_pod_uses_the_node_address(k8s_cluster, node_agent, namespa
     assert status["podIP"] == status["hostIP"]
     log = read_container_log(node_agent.state_dir, namespace, "hostnet", "main")
     assert log.strip() == status["hostIP"]
+
+
+def test_pre_stop_hook_runs_before_sigterm(k8s_cluster, node_agent, namespace):
+    kubectl = k8s_cluster.kubectl
+    script = "trap 'echo term >> /data/order; exit 0' TERM; while true; do sleep 0.1; done"
+    pre_stop = {"exec": {"command": ["sh", "-c", "echo pre-stop >> /data/order"]}}
+    main = {
+        "name": "main",
+        "image": "busybox",
+        "command": ["sh", "-c", script],
+        "lifecycle": {"preStop": pre_stop},
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+    }
+    spec = {
+        "terminationGracePeriodSeconds": 5,
+        "volumes": [{"name": "data", "emptyDir": {}}],
+        "containers": [main],
+    }
+    apply(
+        kubectl,
+        namespace,
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hooked"}, "spec": spec},
+    )
+    wait_until("hooked running", lambda: pod_phase(kubectl, namespace, "hooked") == "Running")
+    uid = get(kubectl, namespace, "pod", "hooked")["metadata"]["uid"]
+    kubectl("delete", "pod", "hooked", "-n", namespace, "--wait=false")
+    wait_until("hooked gone", lambda: not get(kubectl, namespace, "pod", "hooked"), timeout=20)
+    order = (
+        node_agent.state_dir / "pods" / f"{namespace}_hooked_{uid}" / "volumes" / "data" / "order"
+    )
+    assert order.read_text().split() == ["pre-stop", "term"]

@@ -47,6 +47,7 @@ from .runtime import (
     Launch,
     find_executable,
     kill_now,
+    run_hook,
     run_probe,
     signal_group,
     start_container,
@@ -340,18 +341,49 @@ class PodWorker(threading.Thread):
         self.terminal = terminal_phase(self.restart_policy, self.mains)
 
     def _stop_sidecars(self) -> None:
-        """After the main containers: sidecars get SIGTERM in reverse order (as kubelet)."""
+        """After the main containers: sidecars stop one by one in reverse order (as kubelet)."""
         grace = float(self.pod["spec"].get("terminationGracePeriodSeconds", 30))
         deadline = time.monotonic() + grace
-        for rec in reversed(self.inits):
+        for rec in self.inits:
             self.supervised.discard(rec.name)
             self.retry_at.pop(rec.name, None)
-            proc = self.procs.get(rec.name)
-            if rec.kind != "sidecar" or proc is None:
-                continue
-            signal_group(proc, signal.SIGTERM)
-            self.kill_at[rec.name] = deadline
-            self._drain([rec.name])
+        for rec in reversed(self.inits):
+            self._stop_containers([rec.name], deadline)
+
+    def _stop_containers(self, names: list[str], deadline: float) -> None:
+        """preStop hooks, then SIGTERM, then SIGKILL at the deadline; returns once all exited."""
+        names = [n for n in names if n in self.procs]
+        if time.monotonic() >= deadline:
+            for name in names:
+                kill_now(self.procs[name])
+            self._drain(names)
+            return
+        hooks = []
+        for name in names:
+            self._event("Normal", "Killing", f"Stopping container {name}", self.records[name])
+            pre_stop = (self.specs[name].get("lifecycle") or {}).get("preStop")
+            if pre_stop:
+                hooks.append(
+                    self.agent.probe_pool.submit(
+                        run_hook,
+                        pre_stop,
+                        timeout=deadline - time.monotonic(),
+                        pod_ip=self.pod_ip or "127.0.0.1",
+                        container=self.specs[name],
+                        pid=self.procs[name].pid,
+                        env=self.envs.get(name, {}),
+                    )
+                )
+        while any(not h.done() for h in hooks) and time.monotonic() < deadline:
+            self._supervise()
+            self._publish()
+            self._wake.wait(TICK)
+            self._wake.clear()
+        for name in names:
+            if name in self.procs:
+                signal_group(self.procs[name], signal.SIGTERM)
+                self.kill_at[name] = deadline
+        self._drain(names)
 
     def _drain(self, names: list[str]) -> None:
         """Wait (without reacting to deletion) until these containers have exited."""
@@ -362,24 +394,14 @@ class PodWorker(threading.Thread):
             self._wake.clear()
 
     def _terminate(self, grace: float) -> None:
+        """Stop the pod: main containers together, then sidecars in reverse order."""
         self.terminating = True
         self.supervised.clear()
         self.retry_at.clear()
         deadline = time.monotonic() + grace
-        for names in ([r.name for r in self.mains], [r.name for r in reversed(self.inits)]):
-            for name in names:
-                proc = self.procs.get(name)
-                if proc is None:
-                    continue
-                if grace <= 0:
-                    kill_now(proc)
-                else:
-                    self._event(
-                        "Normal", "Killing", f"Stopping container {name}", self.records[name]
-                    )
-                    signal_group(proc, signal.SIGTERM)
-                    self.kill_at[name] = deadline
-            self._drain(names)
+        self._stop_containers([r.name for r in self.mains], deadline)
+        for rec in reversed(self.inits):
+            self._stop_containers([rec.name], deadline)
 
     def _container_env(self, rec: ContainerRecord, spec: Mapping[str, Any]) -> dict[str, str]:
         def data(kind: str) -> Callable[[str], dict[str, str] | None]:

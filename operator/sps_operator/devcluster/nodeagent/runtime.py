@@ -20,6 +20,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,6 +143,23 @@ def resolve_port(port: Any, container: Mapping[str, Any]) -> int:
         if p.get("name") == port:
             return int(p["containerPort"])
     raise ValueError(f"named port {port!r} not found in the container's ports")
+
+
+def run_hook(
+    handler: Mapping[str, Any],
+    *,
+    timeout: float,
+    pod_ip: str,
+    container: Mapping[str, Any],
+    pid: int,
+    env: Mapping[str, str],
+) -> tuple[bool, str]:
+    """A lifecycle hook (`exec`, `httpGet` or `sleep`); (success, message)."""
+    if "sleep" in handler:
+        time.sleep(max(0.0, min(float(handler["sleep"].get("seconds", 0)), timeout)))
+        return True, ""
+    spec = ProbeSpec(kind="liveness", action=handler, timeout=max(0.1, timeout))
+    return run_probe(spec, pod_ip=pod_ip, container=container, pid=pid, env=env)
 
 
 def run_probe(
