@@ -108,3 +108,13 @@ def test_plot_writes_a_png(tmp_path: Path, table: SpsCostTable | SpsAdditiveCost
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 5000
+
+
+def test_diagonal_fit_plot_with_cells(tmp_path: Path) -> None:
+    from sps_operator.plugin.plot import plot_diagonal_fit
+    from sps_operator.tables.quality import Cell
+
+    table = SpsCostTable([8, 16, 32], [1000.0, 500.0, 260.0], 64)
+    cells = [Cell(1, 8, 0.00101, 0.00001), Cell(2, 16, 0.00199), Cell(4, 32, 0.0039)]
+    out = plot_diagonal_fit(table, cells, tmp_path / "fit.png", "t")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

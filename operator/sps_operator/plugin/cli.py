@@ -28,7 +28,7 @@ from sps_operator.plugin import diff as diffmod
 from sps_operator.plugin import explain as explainmod
 from sps_operator.plugin import view
 from sps_operator.plugin.view import PluginError
-from sps_operator.tables.formats import SpsTable, SpsTableError, load_sps_table_text
+from sps_operator.tables.formats import SpsCostTable, SpsTable, SpsTableError, load_sps_table_text
 
 if TYPE_CHECKING:  # keeps `kubectl sps --help` free of the kubernetes import
     from sps_operator.plugin.client import Cluster
@@ -243,6 +243,10 @@ def write_plot(
     except ValueError:
         cells = []
     path.parent.mkdir(parents=True, exist_ok=True)
+    if cells and isinstance(table, SpsCostTable):
+        from sps_operator.plugin.plot import plot_diagonal_fit
+
+        return plot_diagonal_fit(table, cells, path, title), True
     if cells:
         from sps_operator.profiler.plot import plot_fit
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from sps_operator.tables.formats import SpsCostTable, SpsTable
-from sps_operator.tables.quality import predicted_step_seconds
+from sps_operator.tables.quality import Cell, predicted_step_seconds
 
 
 def plot_table(table: SpsTable, path: Path, title: str) -> Path:
@@ -54,6 +55,57 @@ def plot_table(table: SpsTable, path: Path, title: str) -> Path:
         right.set_title("bias + α(bs) + θ(M)")
         right.grid(alpha=0.3)
         right.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return path
+
+
+def plot_diagonal_fit(table: SpsCostTable, cells: Sequence[Cell], path: Path, title: str) -> Path:
+    """A diagonal table against the cells it was fitted to: the planner's floor-step curve
+    with the measured medians on it, and the residuals."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.4), dpi=110)
+    xs = list(table.sample_batch_tokens)
+    ms = [1000.0 / v if v else float("nan") for v in table.sample_steps_per_sec]
+    left.step(
+        [*xs, table.max_batch_tokens],
+        [*ms, ms[-1]],
+        where="post",
+        color="C0",
+        label="table (the planner's floor step)",
+    )
+    ordered = sorted(cells, key=lambda c: c.m)
+    left.errorbar(
+        [c.m for c in ordered],
+        [c.t * 1000 for c in ordered],
+        yerr=[1.96 * c.t_se * 1000 for c in ordered],
+        fmt="o",
+        color="C1",
+        ms=5,
+        label="measured median step time (95 % CI)",
+    )
+    for c in ordered:
+        left.annotate(
+            f"bs={c.bs}", (c.m, c.t * 1000), textcoords="offset points", xytext=(4, -10), fontsize=7
+        )
+    left.set_xlabel("batch tokens M = bs × K")
+    left.set_ylabel("step time (ms)")
+    left.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    residuals = [100 * (c.t - predicted_step_seconds(table, c.bs, c.m)) / c.t for c in ordered]
+    right.axhline(0.0, color="grey", lw=0.8)
+    right.plot([c.m for c in ordered], residuals, "o", color="C1")
+    right.set_xlabel("batch tokens M")
+    right.set_ylabel("residual (measured − table) / measured (%)")
+    right.grid(alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()
     path = Path(path)
