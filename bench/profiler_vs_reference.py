@@ -199,6 +199,35 @@ def scenario(
     return result
 
 
+def bug_demo(scale: float, seed: int) -> dict[str, Any]:
+    """A compact server with the verify-all bug: the reference writes a flat θ; ours refuses."""
+    sim_args = ["--seed", str(seed), "--verify-all-bug", "on", "--time-scale", str(scale)]
+    env = {"SGLANG_RAGGED_VERIFY_MODE": "compact"}
+    with simulator(sim_args, env) as (url, meter):
+        algo = ReferenceAlgorithm(url, scale)
+        try:
+            rounds = algo.run([8, 16], [0.25, 1.0])
+        finally:
+            algo.close()
+        ref_gpu = meter.seconds
+    table = fit_additive_binned_reference(cells_from_rounds(rounds)).table
+    assert isinstance(table, SpsAdditiveCostTable)
+    theta_span = max(table.theta_seconds) - min(table.theta_seconds)
+    with simulator(sim_args, env) as (url, meter):
+        try:
+            run_ours(url, [8, 16], [0.25, 1.0], scale, Path(tempfile.mkdtemp()) / "bug.json")
+            ours = "wrote a table (unexpected)"
+        except RuntimeError as exc:
+            ours = str(exc).split(".")[0]
+        our_gpu = meter.seconds
+    return {
+        "reference_theta_span_ms": theta_span * 1e3,
+        "reference_gpu_seconds": ref_gpu,
+        "ours": ours,
+        "ours_gpu_seconds": our_gpu,
+    }
+
+
 def _print(r: dict[str, Any], seed: int) -> None:
     ref, ours = r["reference"], r["ours"]
     print(
@@ -231,6 +260,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--fracs", type=float, nargs="+", default=[0.25, 0.5, 0.75, 1.0])
     p.add_argument("--only", choices=("diagonal", "additive"), default=None)
     p.add_argument("--json", default=None, help="write the results here too")
+    p.add_argument(
+        "--bug-demo",
+        action="store_true",
+        help="also run both on a compact server with the verify-all bug",
+    )
     ns = p.parse_args(argv)
     batch_sizes = build_request_count_sweep(ns.max_batch_size)
     from sps_operator.sim.costmodel import load_preset
@@ -297,6 +331,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"  {'':9s} fits on {source}: ours {ours_fit:.2%}, reference fit "
                     f"{ref_fit:.2%} (ratio {ours_fit / ref_fit:.2f})"
                 )
+    if ns.bug_demo:
+        demo = bug_demo(ns.time_scale, ns.seeds[0])
+        print(
+            f"verify-all bug (compact, no table), bs 8/16 x fracs 0.25/1.0: reference wrote an "
+            f"additive table with a theta span of {demo['reference_theta_span_ms']:.3f} ms "
+            f"after {demo['reference_gpu_seconds']:.0f} s GPU; ours stopped after "
+            f"{demo['ours_gpu_seconds']:.1f} s GPU: {demo['ours']}"
+        )
+        results.append({"scenario": "bug-demo", "kind": "bug-demo", **demo})
     if ns.json:
         Path(ns.json).write_text(json.dumps(results, indent=2) + "\n")
     return 0

@@ -97,9 +97,11 @@ def _assert_additive_tracks_truth(table: SpsAdditiveCostTable, bss: list[int]) -
     for bs in bss:
         low = table.step_time(num_reqs=bs, budget=0)
         high = table.step_time(num_reqs=bs, budget=bs * (K - 1))
-        assert high > low  # theta is not flat: trimming pays
+        truth_low = H100.decode_seconds(bs, 8 * ((bs + 7) // 8))
         truth_high = H100.decode_seconds(bs, bs * K)
         assert high == pytest.approx(truth_high, rel=0.1)
+        if truth_high > 1.03 * truth_low:  # big enough to stand out of the step noise
+            assert high > 1.01 * low  # theta is not flat: trimming pays
 
 
 def test_fixed_server_off_diagonal_succeeds(tmp_path: Path) -> None:
@@ -128,10 +130,10 @@ def test_bug_server_with_a_non_flat_table_succeeds(tmp_path: Path) -> None:
         seed=5,
         verify_all_bug="on",
     ) as url:
-        assert profile(url, out, "--batch-size", "2", "8", "--fracs", "0.25", "1.0") == 0
+        assert profile(url, out, "--batch-size", "2", "16", "--fracs", "0.25", "1.0") == 0
     table = load_sps_table_text(out.read_text())
     assert isinstance(table, SpsAdditiveCostTable)
-    _assert_additive_tracks_truth(table, [2, 8])
+    _assert_additive_tracks_truth(table, [2, 16])
 
 
 def test_dp_attention_two_ranks(tmp_path: Path) -> None:
