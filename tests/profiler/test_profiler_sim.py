@@ -267,3 +267,38 @@ def test_fresh_run_sets_old_rounds_aside(tmp_path: Path) -> None:
         assert profile(url, out, "--batch-size", "1", command="run") == 0
     backups = list(tmp_path.glob("again.rounds.jsonl.*.bak"))
     assert len(backups) == 1 and backups[0].read_text() == '{"old": true}\n'
+
+
+def test_sigterm_keeps_rounds_and_marks_the_run_failed(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "term.json"
+    paths = OutPaths.for_out(out)
+    exe = Path(sys.executable).with_name("sps-profiler")
+    assert exe.exists(), f"{exe} missing: install the package (pip install -e .)"
+    with running_sim(seed=13, time_scale=5.0) as url:
+        proc = subprocess.Popen(
+            [
+                *(str(exe), "run", "--base-url", url, "--out", str(out), *FAST),
+                *("--batch-size", "1", "2", "4", "8", "16", "--max-steady-steps", "2000"),
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not read_jsonl(paths.rounds):
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 1
+    assert "interrupted" in err
+    assert 1 <= len(read_jsonl(paths.rounds)) < 5
+    manifest = json.loads(paths.manifest.read_text())
+    assert manifest["status"] == "failed"

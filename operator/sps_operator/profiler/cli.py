@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -213,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(message)s")
     # One line per HTTP poll would drown the progress; keep httpx quiet unless debugging.
     logging.getLogger("httpx").setLevel(max(level, logging.WARNING))
+    _interrupt_on_sigterm()
     publisher = None
     try:
         if args.command in ("run", "all") and args.publish_configmap:
@@ -222,7 +225,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             publisher.publish(status="running", message="starting", progress="0/?")
         return _dispatch(args, publisher)
     except KeyboardInterrupt:
-        _publish_failure(publisher, "interrupted; rerun with --resume to continue")
+        _publish_failure(
+            publisher, "interrupted (SIGTERM/SIGINT); measured rounds were kept, rerun to continue"
+        )
         print("sps-profiler: interrupted; measured rounds are on disk (--resume)", file=sys.stderr)
         return 1
     except Exception as exc:
@@ -230,6 +235,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         _publish_failure(publisher, str(exc))
         print(f"sps-profiler: error: {exc}", file=sys.stderr)
         return 1
+
+
+def _interrupt_on_sigterm() -> None:
+    """A Job deadline or pod deletion sends SIGTERM: unwind like Ctrl-C, so the pin is reset,
+    the manifest says failed and the ConfigMap gets the message."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def _publish_failure(publisher: Any, message: str) -> None:
