@@ -335,3 +335,22 @@ def test_watch_action(
     event: str, pod: dict, has_worker: bool, finished: bool, stopping: bool, action: str
 ) -> None:
     assert watch_action(event, pod, {"n"}, has_worker, finished, stopping) == action
+
+
+def test_readiness_gates_hold_ready_back() -> None:
+    main = ContainerRecord("main", "img", "main")
+    main.set_running("t0", "id")
+    main.ready = main.started = True
+    view = PodView(
+        "Running", "10.244.1.2", "10.244.1.1", "t0", True, readiness_gates=("example.com/lb",)
+    )
+    status = pod_status(view, [], [main], [], "T1")
+    conds = {c["type"]: c for c in status["conditions"]}
+    assert conds["ContainersReady"]["status"] == "True"
+    assert (
+        conds["Ready"]["status"] == "False" and conds["Ready"]["reason"] == "ReadinessGatesNotReady"
+    )
+    gate = {"type": "example.com/lb", "status": "True", "lastTransitionTime": "T0"}
+    status = pod_status(view, [], [main], [*status["conditions"], gate], "T2")
+    conds = {c["type"]: c for c in status["conditions"]}
+    assert conds["Ready"]["status"] == "True" and conds["example.com/lb"] == gate

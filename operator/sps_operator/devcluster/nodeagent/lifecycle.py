@@ -199,6 +199,7 @@ class PodView:
     sandbox_ready: bool
     message: str = ""
     reason: str = ""
+    readiness_gates: tuple[str, ...] = ()  # condition types other controllers must set True
 
 
 def pod_status(
@@ -215,8 +216,13 @@ def pod_status(
     initialized = init_done(inits)
     not_ready = [r.name for r in (*inits, *mains) if r.kind != "init" and not r.ready]
     containers_ready = initialized and not not_ready and not terminal
+    gates_open = [g for g in view.readiness_gates if prev.get(g, {}).get("status") != "True"]
+    pod_ready = containers_ready and not gates_open
     if terminal:
         ready_reason, ready_msg = "PodCompleted", ""
+    elif containers_ready and gates_open:
+        ready_reason = "ReadinessGatesNotReady"
+        ready_msg = f"the status of pod readiness gate(s) {', '.join(gates_open)} is not True"
     elif not initialized:
         ready_reason, ready_msg = "ContainersNotInitialized", "containers with incomplete status"
     else:
@@ -233,7 +239,7 @@ def pod_status(
             "ContainersNotInitialized",
             f"containers with incomplete status: [{' '.join(pending)}]",
         ),
-        _condition(prev, "Ready", containers_ready, now, ready_reason, ready_msg),
+        _condition(prev, "Ready", pod_ready, now, ready_reason, ready_msg),
         _condition(prev, "ContainersReady", containers_ready, now, ready_reason, ready_msg),
         _condition(prev, "PodScheduled", True, now),
     ]

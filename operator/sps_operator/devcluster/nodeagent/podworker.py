@@ -649,6 +649,9 @@ class PodWorker(threading.Thread):
             sandbox_ready=self.sandbox_ready,
             reason=self.status_reason,
             message=self.status_message,
+            readiness_gates=tuple(
+                g["conditionType"] for g in pod["spec"].get("readinessGates") or []
+            ),
         )
         previous = merge_conditions(
             (pod.get("status") or {}).get("conditions") or [],
