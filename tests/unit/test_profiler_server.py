@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -207,3 +209,41 @@ def test_fracs_and_settings_validation() -> None:
     assert RoundSettings(min_steady_seconds=10.0).step_budget == 768
     assert RoundSettings(min_steady_seconds=20.0).step_budget == 1000
     assert round_max_new_tokens(RoundSettings(max_steady_steps=100)) == 8 + 100 + 64
+
+
+def test_vocab_size_resolution(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from sps_operator.profiler.runner import (
+        FALLBACK_VOCAB_SIZE,
+        ProfilerError,
+        RunConfig,
+        resolve_vocab_size,
+    )
+
+    def cfg(**kw: Any) -> RunConfig:
+        return RunConfig(
+            base_url="http://x",
+            batch_sizes=[1],
+            fracs=None,
+            settings=RoundSettings(),
+            out="o",
+            **kw,
+        )
+
+    c = ctx(info())
+    assert resolve_vocab_size(cfg(vocab_size=50000), c) == 50000
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_text(
+        json.dumps(
+            {"model": {"vocab": {f"t{i}": i for i in range(5000)}}, "added_tokens": [{}, {}]}
+        )
+    )
+    assert resolve_vocab_size(cfg(local_tokenizer_path=str(tok)), c) == 5002
+    (tok / "config.json").write_text('{"vocab_size": 151936}')
+    assert resolve_vocab_size(cfg(local_tokenizer_path=str(tok)), c) == 151936
+    assert resolve_vocab_size(cfg(), ctx(info(vocab_size=129280))) == 129280
+    with caplog.at_level("WARNING"):
+        assert resolve_vocab_size(cfg(), c) == FALLBACK_VOCAB_SIZE
+    assert "Pass --vocab-size" in caplog.text
+    with pytest.raises(ProfilerError, match="too small"):
+        resolve_vocab_size(cfg(vocab_size=1500), c)

@@ -58,6 +58,7 @@ logger = logging.getLogger(__name__)
 LOAD_JOIN_TIMEOUT_SECONDS = 60.0
 POLL_FAILURES_BEFORE_GIVING_UP = 5
 PREFLIGHT_STEADY_STEPS = 8
+FALLBACK_VOCAB_SIZE = 32000
 
 ProgressHook = Callable[[int, int], None]
 
@@ -135,10 +136,13 @@ def resolve_vocab_size(cfg: RunConfig, context: ServerContext) -> int:
                     break
         size = size or context.vocab_size
     if not size:
-        raise ProfilerError(
-            "Could not find the vocabulary size (no local tokenizer directory, no vocab_size "
-            "in /server_info); pass --vocab-size N (the target model's vocabulary size)."
+        # Prompt ids only need to be valid tokens: every DSpark target has >= 32000 of them.
+        logger.warning(
+            "No vocabulary size found (no local tokenizer directory, no vocab_size in "
+            "/server_info); drawing prompt ids below %d. Pass --vocab-size to be exact.",
+            FALLBACK_VOCAB_SIZE,
         )
+        size = FALLBACK_VOCAB_SIZE
     if size - RANDOM_TOKEN_HIGH_MARGIN <= RANDOM_TOKEN_LOW:
         raise ProfilerError(f"vocab_size={size} is too small for random prompts (need > 2000).")
     return size
