@@ -645,7 +645,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "env":
         from sps_operator.devcluster.cli import main as dev_cluster
 
-        return dev_cluster(["env", "--state-dir", str(cluster_dir)])
+        code = dev_cluster(["env", "--state-dir", str(cluster_dir)])
+        if code == 0:  # kubectl-sps and sps-operator live next to this interpreter
+            print(f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"')
+        return code
     if args.time_scale <= 0:
         print("sps-operator demo: --time-scale must be > 0", file=sys.stderr)
         return 2
