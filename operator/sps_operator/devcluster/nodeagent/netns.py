@@ -85,6 +85,10 @@ class HostNetwork:
             self.remove_stale()
             gw = f"{self.config.gateway}/{self.config.prefixlen}"
             ip("link", "add", self.bridge, "type", "bridge")
+            # Pod-to-pod traffic is bridged; keep host firewalls (e.g. a FORWARD DROP policy
+            # with br_netfilter) out of it. Older kernels lack the option: best effort.
+            ip("link", "set", self.bridge, "type", "bridge", "nf_call_iptables", "0",
+               "nf_call_ip6tables", "0", "nf_call_arptables", "0", check=False)  # fmt: skip
             ip("addr", "add", gw, "dev", self.bridge)
             ip("link", "set", self.bridge, "up")
         except NetworkError:
