@@ -525,22 +525,24 @@ class Demo:
         self.kubectl_sps("get", "-n", NAMESPACE)
         self.kubectl_sps("diff", f"{PROFILE}@{GPU_H100}", f"{PROFILE}@{GPU_H200}", "-n", NAMESPACE)
 
-    def farewell(self, number: int, plots: Sequence[Path]) -> None:
+    def farewell(self, number: int, plots: Sequence[Path], gpu: str) -> None:
         self.console.step(number, "Look around, then tear down")
-        env_cmd = f'eval "$({shlex.quote(sys.executable)} -m sps_operator.cli demo env)"'
+        exe = shlex.quote(str(Path(sys.executable).parent / "sps-operator"))
+        where = f"--state-dir {shlex.quote(str(self.state_dir))}"
+        env_cmd = f'eval "$({exe} demo env {where})"'
         self.console.say(
             "The cluster and the operator keep running. In another shell:\n\n"
             f"  {env_cmd}\n"
             f"  kubectl get sps -n {NAMESPACE}\n"
             f"  kubectl sps get -n {NAMESPACE}\n"
-            f"  kubectl sps table {PROFILE} -n {NAMESPACE} --gpu {GPU_H200}\n"
+            f"  kubectl sps table {PROFILE} -n {NAMESPACE} --gpu {gpu}\n"
             f"  kubectl sps explain {PROFILE} -n {NAMESPACE}\n"
             f"  kubectl get configmaps,jobs -n {NAMESPACE} -l sps.dev/profile={PROFILE}\n"
             f"  kubectl sps reprofile {PROFILE} -n {NAMESPACE}   # and watch it again\n"
             f"  less {self.state_dir / 'operator.log'}\n\n"
             "Plots: " + ", ".join(str(p) for p in plots) + "\n\n"
             "Tear down (stops the operator, the node agent's pods and the control plane):\n\n"
-            f"  {shlex.quote(str(Path(sys.executable).parent / 'sps-operator'))} demo down\n"
+            f"  {exe} demo down {where}\n"
         )
 
     def run_all(self, move: bool) -> None:
@@ -553,15 +555,15 @@ class Demo:
         self.follow(GPU_H100, 5, "Profiling on the H100 pool")
         plots = [self.show_table(GPU_H100, 6)]
         self.show_rollout(7)
-        number = 8
+        number, gpu = 8, GPU_H100
         if move:
             self.move(8, GPU_H200)
             self.follow(GPU_H200, 9, "The reprofile on the H200 pool")
             plots.append(self.show_table(GPU_H200, 10))
             self.show_rollout(11)
             self.compare(12)
-            number = 13
-        self.farewell(number, plots)
+            number, gpu = 13, GPU_H200
+        self.farewell(number, plots, gpu)
 
 
 def tail(path: Path, lines: int) -> str:
@@ -660,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nsps-operator demo: {err}", file=sys.stderr)
         print(
             f"The cluster is left running for inspection; stop it with "
-            f"`sps-operator demo down` (state in {state_dir}).",
+            f"`sps-operator demo down --state-dir {state_dir}`.",
             file=sys.stderr,
         )
         if args.down_at_end:
