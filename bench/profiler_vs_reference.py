@@ -19,25 +19,24 @@ Ratios, not absolute timings, are the result.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import math
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from profiler_reference_algorithm import ReferenceAlgorithm
 from sps_operator.profiler.runner import RunConfig, run_profile
 from sps_operator.profiler.sweep import RoundSettings, build_request_count_sweep
-from sps_operator.sim.server import SimServer
-from sps_operator.sim.settings import build_settings
+from sps_operator.sim.testing import running_sim
 from sps_operator.sim.truth import truth_grid
 from sps_operator.tables.fit import (
     cells_from_rounds,
@@ -48,53 +47,36 @@ from sps_operator.tables.fit import (
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsTable
 from sps_operator.tables.quality import Cell, predicted_step_seconds
 
-PROFILING_ENV = {"SGLANG_DSPARK_ENABLE_SPS_RECORD": "1", "SGLANG_SIMULATE_ACC_LEN": "1.0"}
-
 
 class BusyMeter:
-    """Sums the model duration of every step the simulated GPU runs."""
+    """The simulated GPU's busy model seconds, from /server_info `sim_stats` (never cleared)."""
 
-    def __init__(self, server: SimServer) -> None:
-        self.seconds = 0.0
-        self.steps = 0
-        engine = server.engine
-        original = engine._commit
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._final: float | None = None
 
-        def counting(group: Any, step: Any) -> None:
-            self.seconds += step.end - step.start
-            self.steps += 1
-            original(group, step)
+    def read(self) -> float:
+        info = httpx.get(self.url + "/server_info", timeout=60.0).json()
+        return float(info["sim_stats"]["busy_model_seconds"])
 
-        engine._commit = counting  # type: ignore[method-assign]
+    def freeze(self) -> None:
+        self._final = self.read()
+
+    @property
+    def seconds(self) -> float:
+        return self._final if self._final is not None else self.read()
 
 
 @contextlib.contextmanager
 def simulator(argv: list[str], env: dict[str, str]) -> Iterator[tuple[str, BusyMeter]]:
-    settings = build_settings(
-        ["--speculative-algorithm", "DSPARK", *argv, "--host", "127.0.0.1", "--port", "0"],
-        {**PROFILING_ENV, **env},
-    )
-    server = SimServer(settings)
-    meter = BusyMeter(server)
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(server.start("127.0.0.1", 0))
-        started.set()
-        loop.run_forever()
-        loop.run_until_complete(server.stop())
-        loop.close()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    started.wait(30)
-    try:
-        yield f"http://127.0.0.1:{server.port}", meter
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(30)
+    scale = float(argv[argv.index("--time-scale") + 1])
+    args = [a for i, a in enumerate(argv) if a != "--time-scale" and argv[i - 1] != "--time-scale"]
+    with running_sim(args, env=env, time_scale=scale) as url:
+        meter = BusyMeter(url)
+        try:
+            yield url, meter
+        finally:
+            meter.freeze()
 
 
 def grid_error(table: SpsTable, truth: Sequence[dict[str, Any]], diagonal_only: bool) -> float:
