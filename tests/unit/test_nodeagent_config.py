@@ -155,3 +155,18 @@ def test_pod_event() -> None:
     assert pod_event(pod, "n", "Normal", "X", "m", "main", now)["involvedObject"]["fieldPath"] == (
         "spec.containers{main}"
     )
+
+
+def test_main_rejects_bad_flags_with_exit_code_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sps_operator.devcluster.nodeagent import main
+
+    kc = write_kubeconfig(tmp_path / "kc", "https://127.0.0.1:1", b"x")
+    assert main(["--kubeconfig", str(kc), "--state-dir", str(tmp_path), "--node", "n=P:x"]) == 2
+    assert "GPU count 'x' is not a whole number" in capsys.readouterr().err
+    bad_map = tmp_path / "map.yaml"
+    bad_map.write_text("images: [{runtime: sglang}]")
+    argv = ["--kubeconfig", str(kc), "--state-dir", str(tmp_path), "--node", "n=P"]
+    assert main([*argv, "--image-map", str(bad_map)]) == 2
+    assert "needs a string 'pattern'" in capsys.readouterr().err
