@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 TICK = 0.1
 RETRY_SECONDS = 2.0
+ROOT_CA_CONFIGMAP = "kube-root-ca.crt"  # what the controller-manager publishes per namespace
 
 
 class _Terminate(Exception):
@@ -267,9 +268,14 @@ class PodWorker(threading.Thread):
                 return self.agent.read_json("configmaps", self.namespace, name)
             return self.agent.read_json("secrets", self.namespace, name)
         except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+            if exc.status != 404:
+                raise
+            if kind == "configmap" and name == ROOT_CA_CONFIGMAP:
+                # Not published (yet) by the controller-manager: the agent's --ca-file is the
+                # same CA, so pods need not wait for it.
+                log.warning("%s/%s missing: using --ca-file", self.namespace, name)
+                return {"data": {"ca.crt": self.agent.config.ca_pem.decode()}}
+            return None
 
     def _token(self, audience: str | None, expiration: int) -> str:
         spec = self.pod["spec"]
