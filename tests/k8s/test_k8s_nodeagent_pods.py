@@ -655,3 +655,34 @@ def test_pre_stop_hook_runs_before_sigterm(k8s_cluster, node_agent, namespace):
         node_agent.state_dir / "pods" / f"{namespace}_hooked_{uid}" / "volumes" / "data" / "order"
     )
     assert order.read_text().split() == ["pre-stop", "term"]
+
+
+def test_mount_points_created_on_the_host_are_removed(k8s_cluster, node_agent, namespace):
+    import os
+    from pathlib import Path
+
+    kubectl = k8s_cluster.kubectl
+    top = Path(f"/sps-nodeagent-test-{os.getpid()}")
+    workdir = Path(f"/tmp/sps-nodeagent-wd-{os.getpid()}")
+    assert not top.exists() and not workdir.exists()
+    container = {
+        "name": "main",
+        "image": "busybox",
+        "command": ["sh", "-c", f"echo x > {top}/a/b/f && cat {top}/a/b/f && pwd"],
+        "workingDir": f"{workdir}/deep",
+        "volumeMounts": [{"name": "v", "mountPath": f"{top}/a/b"}],
+    }
+    spec = {
+        "restartPolicy": "Never",
+        "volumes": [{"name": "v", "emptyDir": {}}],
+        "containers": [container],
+    }
+    apply(
+        kubectl,
+        namespace,
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mp"}, "spec": spec},
+    )
+    wait_until("mp done", lambda: pod_phase(kubectl, namespace, "mp") == "Succeeded")
+    log = read_container_log(node_agent.state_dir, namespace, "mp", "main")
+    assert log.split() == ["x", f"{workdir}/deep"]
+    wait_until("host paths removed", lambda: not top.exists() and not workdir.exists(), timeout=10)

@@ -19,6 +19,7 @@ from .config import AgentConfig, NodeSpec
 from .images import load_rules
 from .kubeletapi import KubeletApi
 from .lifecycle import watch_action
+from .mountpoints import Janitor
 from .netns import HostNetwork
 from .nodes import LEASE_NAMESPACE, lease_object, node_object, node_status, pod_event
 from .podworker import PodWorker
@@ -49,6 +50,7 @@ class NodeAgent:
             self.sim_env["SPS_SIM_TIME_SCALE"] = f"{cfg.sim_time_scale:g}"
         if cfg.sim_seed is not None:
             self.sim_env["SPS_SIM_SEED"] = str(cfg.sim_seed)
+        self.janitor = Janitor()
         self.probe_pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="probe")
         self.event_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="events")
         self._stop = threading.Event()
@@ -115,6 +117,10 @@ class NodeAgent:
             self.kubelet_api.stop()
         if self._started:
             self.network.teardown()
+        try:
+            self.janitor.clean()
+        except OSError as exc:
+            log.warning("mount point clean-up: %s", exc)
         if delete_nodes:
             for name in self.nodes:
                 try:

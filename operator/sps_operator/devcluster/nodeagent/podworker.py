@@ -32,6 +32,7 @@ from .lifecycle import (
     should_restart,
     terminal_phase,
 )
+from .mountpoints import missing_top
 from .netns import NetworkError, Sandbox
 from .nodes import rfc3339
 from .probes import (
@@ -135,6 +136,7 @@ class PodWorker(threading.Thread):
         self.volume_dirs: dict[str, str] = {}
         self.read_only_volumes: set[str] = set()
         self.token_refresh_at: float | None = None
+        self.created_paths: list[str] = []  # host paths created as mount points or workdir
         self.start_time = now_rfc3339()
         self.started_mono = time.monotonic()
         self.status_reason = ""
@@ -488,10 +490,14 @@ class PodWorker(threading.Thread):
             log_path.write_text(message + "\n")
             self._after_exit(rec)
             return
+        workdir = spec.get("workingDir") or str(self.dir / "work")
+        self.created_paths += self.agent.janitor.record(
+            missing_top(p) for p in [*(m.target for m in mounts), workdir]
+        )
         launch = Launch(
             argv=program.argv,
             env=full_env,
-            workdir=spec.get("workingDir") or str(self.dir / "work"),
+            workdir=workdir,
             mounts=mounts,
             netns_path=self.sandbox.netns_path if self.sandbox else None,
             hosts_file=None if self.host_network else str(self.dir / "hosts"),
@@ -689,6 +695,10 @@ class PodWorker(threading.Thread):
         if self.sandbox is not None:
             self.agent.network.delete_sandbox(self.sandbox)
             self.sandbox = None
+        try:
+            self.agent.janitor.clean(self.created_paths)
+        except OSError as exc:
+            log.warning("pod %s/%s: mount point clean-up: %s", self.namespace, self.pod_name, exc)
 
 
 def merge_conditions(

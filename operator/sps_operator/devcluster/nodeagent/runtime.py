@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .mountpoints import MOUNT_LOCK
 from .probes import ProbeSpec
 from .volumes import MountPlan
 
@@ -58,6 +59,9 @@ class Launch:
 def mount_script(launch: Launch) -> str:
     q = shlex.quote
     lines = ["set -e"]
+    # Held while creating and mounting, so the agent never removes a mount point between.
+    lines.append(f"exec 9>{q(str(MOUNT_LOCK))}")
+    lines.append("if command -v flock >/dev/null; then flock 9; fi")
     for m in launch.mounts:
         src, tgt = q(m.source), q(m.target)
         lines.append(
@@ -69,9 +73,10 @@ def mount_script(launch: Launch) -> str:
             lines.append(f"mount -o remount,bind,ro {tgt}")
     if launch.hosts_file:
         lines.append(f"mount --bind {q(launch.hosts_file)} /etc/hosts")
+    lines.append(f"mkdir -p {q(launch.workdir)}")
+    lines.append("exec 9>&-")  # releases the lock
     if launch.hostname:
         lines.append(f"hostname {q(launch.hostname)}")
-    lines.append(f"mkdir -p {q(launch.workdir)}")
     lines.append(f"cd {q(launch.workdir)}")
     lines.append("set +e")
     lines.append('"$@"')  # not exec: sh stays PID 1, so the program gets signals
