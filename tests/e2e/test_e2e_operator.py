@@ -538,7 +538,7 @@ def test_e2e_gate_failure_keeps_the_live_table(env: Env) -> None:
     condition says why."""
     profile = sps_profile()
     profile["spec"]["table"]["sweep"]["repeats"] = 2
-    profile["spec"]["gates"] = {"maxRmsMs": 0.5}
+    profile["spec"]["gates"] = {"maxRmsMs": 0.05}
     create(env, server_deployment(GPU_H100), profile)
     env.operator.start()
     wait_ready(env)
@@ -552,7 +552,7 @@ def test_e2e_gate_failure_keeps_the_live_table(env: Env) -> None:
             "template": {
                 "spec": {
                     "containers": [
-                        {"name": "sglang", "env": [{"name": "SPS_SIM_NOISE_CV", "value": "0.6"}]}
+                        {"name": "sglang", "env": [{"name": "SPS_SIM_NOISE_CV", "value": "0.9"}]}
                     ]
                 }
             }
