@@ -31,7 +31,7 @@ from kubernetes.client.rest import ApiException
 
 from sps_operator.constants import GPU_H100, GPU_H200
 from sps_operator.devcluster.pytest_plugin import K8sCluster, NodeAgent
-from sps_operator.tables.formats import SpsCostTable, load_sps_table_text
+from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, load_sps_table_text
 
 pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
 
@@ -602,3 +602,90 @@ def test_e2e_crd_rejects_what_cannot_work(
     with pytest.raises(ApiException) as info:
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, bad_fracs)
     assert "every fraction must be in (0, 1]" in str(info.value.body)
+
+
+def buggy_server_pod(env: Env) -> str:
+    """A compact-mode server with no SPS table (the verify-all shortcut swallows pins);
+    returns its base URL."""
+    dep = server_deployment(GPU_H100)
+    pod_spec = dep["spec"]["template"]["spec"]
+    container = pod_spec["containers"][0]
+    container["env"] += [
+        {"name": "SGLANG_DSPARK_ENABLE_SPS_RECORD", "value": "1"},
+        {"name": "SGLANG_SIMULATE_ACC_LEN", "value": "1.0"},
+    ]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "buggy", "labels": {"role": "buggy-profiling-server"}},
+        "spec": pod_spec,
+    }
+    env.core.create_namespaced_pod(env.namespace, pod)
+
+    def ready_ip() -> str | None:
+        p = env.core.read_namespaced_pod("buggy", env.namespace)
+        ok = any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+        return p.status.pod_ip if ok else None
+
+    ip = wait_for("the buggy server Ready", ready_ip, timeout=60)
+    return f"http://{ip}:30000"
+
+
+def test_e2e_additive_two_phases_and_verify_all_failure_keeps_table(env: Env) -> None:
+    """Scenario 2: Additive runs a diagonal phase, then an off-diagonal phase whose server
+    has the diagonal table; a 2-D table goes live. Against a server with the verify-all
+    bug and no seed table, the profile fails with the pin message and the table stays."""
+    create(env, server_deployment(GPU_H100), sps_profile(kind="Additive"))
+    env.operator.start()
+    wait_ready(env)
+    (table,) = tables(env)
+    assert table["kind"] == "Additive"
+    run = table["run"]
+    assert {j["metadata"]["name"] for j in env.jobs()} == {run, f"{run}-p2"}
+
+    # Phase 2: compact mode, the phase-1 diagonal table mounted and loaded by its server.
+    p2 = next(j for j in env.jobs() if j["metadata"]["name"] == f"{run}-p2")
+    sidecar = p2["spec"]["template"]["spec"]["initContainers"][-1]
+    assert {e["name"]: e.get("value") for e in sidecar["env"]}[
+        "SGLANG_RAGGED_VERIFY_MODE"
+    ] == "compact"
+    i = sidecar["args"].index("--speculative-dspark-sps-table-path")
+    assert sidecar["args"][i + 1] == "/etc/sps/seed/table.json"
+    seed = env.config_map(f"{run}-seed")
+    seed_table = load_sps_table_text(seed["data"]["table.json"])
+    assert isinstance(seed_table, SpsCostTable) and len(seed_table.sample_batch_tokens) > 1
+    seed_sha = hashlib.sha256(seed["data"]["table.json"].encode()).hexdigest()[:16]
+    logs = env.agent.pod_logs(env.namespace)
+    assert f"/etc/sps/seed/table.json (diagonal, sha256={seed_sha})" in logs
+
+    live = env.config_map(table["configMap"])
+    additive = load_sps_table_text(live["data"]["table.json"])
+    assert isinstance(additive, SpsAdditiveCostTable)
+    assert additive.bias_seconds > 0 and len(additive.m_probes) > 1
+    wait_for("rolled to the additive table", lambda: rolled_to(env, table["hash"]), timeout=60)
+    served = serving_pod_info(env, table["hash"])
+    assert served["info"]["speculative_dspark_sps_table_path"] == TABLE_PATH
+
+    # The same profile against a buggy External server (no seed table possible): fails.
+    url = buggy_server_pod(env)
+    env.custom.patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        env.namespace,
+        PLURAL,
+        "sps",
+        {"spec": {"server": {"source": "External", "url": url}, "refresh": {"token": "bug-1"}}},
+    )
+
+    def failure() -> dict[str, Any] | None:
+        return (env.profile().get("status") or {}).get("lastFailure")
+
+    failed = wait_for("the verify-all failure", failure, timeout=180)
+    assert "verify-all" in failed["message"], failed
+    assert failed["reason"] == "ProfilingFailed"
+    status = env.profile()["status"]
+    assert [t["hash"] for t in status["tables"]] == [table["hash"]]
+    assert running_table_hash(env) == table["hash"]
+    degraded = env.condition("Degraded")
+    assert degraded["status"] == "True" and "verify-all" in degraded["message"]
+    assert env.condition("Ready")["status"] == "True"

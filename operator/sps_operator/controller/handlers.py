@@ -54,7 +54,15 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, resync: fl
             )
         }
 
-    @kopf.timer(API_GROUP, API_VERSION, PLURAL, id="sps_resync", interval=resync, backoff=resync, registry=registry)  # type: ignore[arg-type]
+    @kopf.timer(  # type: ignore[arg-type]
+        API_GROUP,
+        API_VERSION,
+        PLURAL,
+        id="sps_resync",
+        interval=resync,
+        backoff=resync,
+        registry=registry,
+    )
     def sps_resync(
         body: kopf.Body, namespace: str, sps_node_labels: Any, sps_pods: Any, **_: Any
     ) -> None:

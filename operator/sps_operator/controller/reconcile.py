@@ -20,6 +20,7 @@ from sps_operator.api.models import (
     RolloutMode,
     RunPhase,
     RunStatus,
+    ServerSource,
     SpsProfile,
     SpsProfileSpec,
     SpsProfileStatus,
@@ -313,12 +314,19 @@ class Reconciler:
         target = next(t for t in targets if t.name == request.target)
         run = names.run_name(p.ref.name, request.gpu_product, request.fingerprint, request.nonce)
         self._cleanup_runs(p, keep=run)
-        plan = self._plan(p, target, run, 1, request.gpu_product, request.fingerprint, None)
+        # An External server cannot be restarted in static mode for a diagonal phase, nor
+        # given a seed table: an Additive profile against it is the off-diagonal phase alone.
+        external_additive = (
+            p.spec.server.source == ServerSource.EXTERNAL
+            and p.spec.table.kind == TableKind.ADDITIVE
+        )
+        phase = 2 if external_additive else 1
+        plan = self._plan(p, target, run, phase, request.gpu_product, request.fingerprint, None)
         self._create_phase(plan, with_rbac=True)
         st.current_run = RunStatus(
             name=run,
             job=plan.job_name,
-            phase=RunPhase.DIAGONAL,
+            phase=RunPhase.OFF_DIAGONAL if phase == 2 else RunPhase.DIAGONAL,
             gpu_product=request.gpu_product,
             fingerprint=request.fingerprint,
             target=target.name,
@@ -434,8 +442,9 @@ class Reconciler:
         rounds = list(result.rounds)
         if additive:
             phase1 = self.kube.get_config_map(ns, names.result_config_map(run.name, 1))
-            first = read_run_result((phase1 or {}).get("data"), (phase1 or {}).get("binaryData"))
-            rounds = list(first.rounds) + rounds
+            if phase1 is not None:
+                first = read_run_result(phase1.get("data"), phase1.get("binaryData"))
+                rounds = list(first.rounds) + rounds
         self._finish_run(p, rounds, result.manifest)
 
     def _start_phase2(
