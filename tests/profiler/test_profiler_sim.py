@@ -163,6 +163,13 @@ def test_dp_attention_two_ranks(tmp_path: Path) -> None:
         ),
         ([], {"SGLANG_DSPARK_ENABLE_SPS_RECORD": "1"}, False, [], "simulate_acc_len=None"),
         (["--disable-cuda-graph"], {}, True, [], "disable-cuda-graph"),
+        (
+            ["--cuda-graph-config", '{"decode": {"backend": "disabled"}}'],
+            {},
+            True,
+            [],
+            "backend is 'disabled'",
+        ),
         (["--cuda-graph-max-bs", "4"], {}, True, [], "only up to bs=4"),
         (["--max-running-requests", "4"], {}, True, [], "at most 4 per rank"),
     ],
