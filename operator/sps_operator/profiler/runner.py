@@ -533,6 +533,8 @@ def run_profile(
 
 
 def _safe_reset(session: Session) -> str:
+    if session.pinned is None:
+        return "not-needed"  # this run never pinned (e.g. a resume with nothing left to do)
     try:
         return session.reset_pin()
     except Exception as exc:  # the server may be the thing that failed
