@@ -689,3 +689,206 @@ def test_e2e_additive_two_phases_and_verify_all_failure_keeps_table(env: Env) ->
     degraded = env.condition("Degraded")
     assert degraded["status"] == "True" and "verify-all" in degraded["message"]
     assert env.condition("Ready")["status"] == "True"
+
+
+def test_e2e_server_change_token_annotation_and_schedule_trigger_runs(env: Env) -> None:
+    """Scenario 4: an image change makes the table Stale and re-profiles; a refresh token,
+    the reprofile annotation and the schedule (injected clock) each trigger a run."""
+    create(env, server_deployment(GPU_H100), sps_profile(refresh={"schedule": "0 3 * * *"}))
+    env.operator.start()
+    wait_ready(env)
+    first = table_for(env, GPU_H100)
+    assert first is not None
+    status = env.profile()["status"]
+    assert status["nextScheduleTime"].endswith("T03:00:00Z")
+
+    patch = {
+        "spec": {
+            "template": {
+                "spec": {"containers": [{"name": "sglang", "image": "lmsysorg/sglang:v0.5.17"}]}
+            }
+        }
+    }
+    env.apps.patch_namespaced_deployment("server", env.namespace, patch)
+
+    def stale() -> dict[str, Any] | None:
+        c = env.condition("Stale")
+        return c if c.get("status") == "True" else None
+
+    stale_cond = wait_for("Stale=True", stale, timeout=60, interval=0.2)
+    assert stale_cond["reason"] == "ServerChanged"
+
+    def new_fingerprint() -> dict[str, Any] | None:
+        return next((t for t in tables(env) if t["fingerprint"] != first["fingerprint"]), None)
+
+    second = wait_for("a table for the new image", new_fingerprint, timeout=120)
+    wait_for("rolled to it", lambda: rolled_to(env, second["hash"]), timeout=90)
+    assert env.condition("Stale")["status"] == "False"
+
+    def replaced(previous: dict[str, Any]) -> Callable[[], dict[str, Any] | None]:
+        def check() -> dict[str, Any] | None:
+            now = next(
+                (t for t in tables(env) if t["fingerprint"] == previous["fingerprint"]), None
+            )
+            return now if now is not None and now["run"] != previous["run"] else None
+
+        return check
+
+    runs_seen: list[str] = []
+
+    def trigger_of_current_run(expected: str) -> Callable[[], bool]:
+        def check() -> bool:
+            run = (env.profile().get("status") or {}).get("currentRun") or {}
+            if run.get("trigger"):
+                runs_seen.append(run["trigger"])
+            return expected in runs_seen
+
+        return check
+
+    # Refresh token (GitOps).
+    env.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, env.namespace, PLURAL, "sps", {"spec": {"refresh": {"token": "t-1"}}}
+    )
+    wait_for("a RefreshToken run", trigger_of_current_run("RefreshToken"), interval=0.2)
+    third = wait_for("a refreshed table", replaced(second), timeout=120)
+
+    # The reprofile annotation (`kubectl sps reprofile`), never touching the spec.
+    generation = env.profile()["metadata"]["generation"]
+    env.custom.patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        env.namespace,
+        PLURAL,
+        "sps",
+        {"metadata": {"annotations": {"sps.dev/reprofile": "r-1"}}},
+    )
+    wait_for("a ReprofileRequested run", trigger_of_current_run("ReprofileRequested"), interval=0.2)
+    fourth = wait_for("a re-profiled table", replaced(third), timeout=120)
+    assert env.profile()["metadata"]["generation"] == generation
+
+    # The schedule: move the operator's clock past the next 03:00.
+    next_time = env.profile()["status"]["nextScheduleTime"]
+    due = time.mktime(time.strptime(next_time, "%Y-%m-%dT%H:%M:%SZ")) - time.mktime(time.gmtime())
+    env.operator.clock_file.write_text(str(int(due) + 60))
+    wait_for("a Schedule run", trigger_of_current_run("Schedule"), interval=0.2)
+    wait_for("a scheduled table", replaced(fourth), timeout=120)
+    status = env.profile()["status"]
+    assert status["lastScheduleTime"] >= next_time
+    assert status["nextScheduleTime"] > next_time
+
+
+def flatten_fields(fields: dict[str, Any], prefix: str = "") -> list[str]:
+    out: list[str] = []
+    for key, value in fields.items():
+        if key == ".":
+            continue
+        path = f"{prefix}/{key}"
+        if isinstance(value, dict) and value:
+            out += flatten_fields(value, path)
+        else:
+            out.append(path)
+    return out
+
+
+def test_e2e_annotate_only_owns_only_the_annotation(env: Env) -> None:
+    """Scenario 5: AnnotateOnly — Git mounts a stable ConfigMap; the operator writes the
+    table into it and owns only the pod-template annotation; a re-apply of the Git
+    manifest by another field manager does not fight."""
+    dep = server_deployment(GPU_H100)
+    pod_spec = dep["spec"]["template"]["spec"]
+    pod_spec["volumes"] = [{"name": "table", "configMap": {"name": "sglang-sps-table"}}]
+    container = pod_spec["containers"][0]
+    container["args"] += ["--speculative-dspark-sps-table-path", TABLE_PATH]
+    container["volumeMounts"] = [{"name": "table", "mountPath": "/etc/sps/table"}]
+    git_cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "sglang-sps-table", "namespace": env.namespace},
+    }
+    dep["metadata"]["namespace"] = env.namespace
+    manifest = yaml.safe_dump_all([git_cm, dep])
+
+    def git_apply() -> str:
+        return env.cluster.kubectl(
+            "apply", "--server-side", "--field-manager=gitops", "-f", "-", input=manifest
+        )
+
+    git_apply()
+    profile = sps_profile(rollout={"mode": "AnnotateOnly", "tableConfigMap": "sglang-sps-table"})
+    env.custom.create_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, profile)
+    env.operator.start()
+    wait_ready(env)
+    table = table_for(env, GPU_H100)
+    assert table is not None
+    wait_for("rolled", lambda: rolled_to(env, table["hash"]), timeout=90)
+
+    stable = env.config_map("sglang-sps-table")
+    published = env.config_map(table["configMap"])
+    assert stable["data"]["table.json"] == published["data"]["table.json"]
+
+    live = env.deployment()
+    entries = [m for m in live["metadata"]["managedFields"] if m["manager"] == "sps-operator"]
+    assert len(entries) == 1 and entries[0]["operation"] == "Apply"
+    owned = flatten_fields(entries[0]["fieldsV1"])
+    assert sorted(owned) == [
+        "/f:spec/f:template/f:metadata/f:annotations/f:sps.dev/table",
+        "/f:spec/f:template/f:metadata/f:annotations/f:sps.dev/table-hash",
+    ]
+    # Git's fields are untouched: same args, same volume, no injected volume.
+    (c,) = live["spec"]["template"]["spec"]["containers"]
+    assert c["args"] == container["args"]
+    assert [v["name"] for v in live["spec"]["template"]["spec"]["volumes"]] == ["table"]
+
+    # Git re-applies the original manifest (another field manager, no force): no conflict,
+    # no change, the operator's annotation stays.
+    generation = live["metadata"]["generation"]
+    git_apply()
+    time.sleep(3)
+    after = env.deployment()
+    assert after["metadata"]["generation"] == generation
+    assert running_table_hash(env) == table["hash"]
+    served = serving_pod_info(env, table["hash"])
+    assert served["info"]["speculative_dspark_sps_table_path"] == TABLE_PATH
+
+
+def test_e2e_delete_profile_cleans_up_and_leaves_deployment_serving(env: Env) -> None:
+    """Scenario 8: deleting the SpsProfile removes what it owns (Jobs, results, RBAC,
+    history), releases the live table, and leaves the Deployment serving untouched."""
+    create(env, server_deployment(GPU_H100), sps_profile())
+    env.operator.start()
+    wait_ready(env)
+    table = table_for(env, GPU_H100)
+    assert table is not None
+    wait_for("rolled", lambda: rolled_to(env, table["hash"]), timeout=90)
+    generation = env.deployment()["metadata"]["generation"]
+    assert env.jobs()
+
+    env.custom.delete_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, "sps")
+
+    def gone() -> bool:
+        try:
+            env.profile()
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for("the SpsProfile deleted", gone, timeout=60)
+
+    def owned_left() -> list[str]:
+        names = [j["metadata"]["name"] for j in env.jobs()]
+        resp = env.core.list_namespaced_config_map(
+            env.namespace, label_selector="sps.dev/profile=sps", _preload_content=False
+        )
+        for cm in json.loads(resp.data)["items"]:
+            if cm["metadata"]["name"] != table["configMap"]:
+                names.append(cm["metadata"]["name"])
+        return names
+
+    wait_for("owned objects collected", lambda: not owned_left(), timeout=90)
+    released = env.config_map(table["configMap"])
+    assert not released["metadata"].get("ownerReferences")
+    assert released["metadata"]["labels"]["sps.dev/released"] == "true"
+    dep = env.deployment()
+    assert dep["metadata"]["generation"] == generation
+    assert running_table_hash(env) == table["hash"]
+    serving_pod_info(env, table["hash"])
