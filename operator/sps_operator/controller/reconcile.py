@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
 from sps_operator.api.models import (
@@ -73,6 +74,7 @@ EV_REJECTED = "TableRejected"
 EV_ROLLED = "RolloutApplied"
 EV_ROLLOUT_FAILED = "RolloutFailed"
 EV_MIXED = "MixedGpuProducts"
+EV_JOB_CREATE_FAILED = "JobCreateFailed"
 MIXED = "<mixed>"
 
 
@@ -322,7 +324,24 @@ class Reconciler:
         )
         phase = 2 if external_additive else 1
         plan = self._plan(p, target, run, phase, request.gpu_product, request.fingerprint, None)
-        self._create_phase(plan, with_rbac=True)
+        try:
+            self._create_phase(plan, with_rbac=True)
+        except (ApiException, ValueError) as exc:
+            # A Job the API server rejects will not pass on retry without a change; record it
+            # like a failed run (same backoff), so status says why nothing is profiling.
+            detail = exc.body if isinstance(exc, ApiException) and exc.body else str(exc)
+            st.last_failure = FailureRecord(
+                run=run,
+                reason="JobCreateFailed",
+                message=f"could not create the profiling Job {plan.job_name}: {detail}"[:4000],
+                at=cond.rfc3339(p.now),
+                gpu_product=request.gpu_product,
+                fingerprint=request.fingerprint,
+                attempts=request.attempt,
+                trigger_key=request.trigger_key,
+            )
+            p.event("Warning", EV_JOB_CREATE_FAILED, st.last_failure.message)
+            return
         st.current_run = RunStatus(
             name=run,
             job=plan.job_name,
@@ -476,7 +495,12 @@ class Reconciler:
             self._fail_run(p, "TargetGone", f"Deployment {run.target} is gone")
             return
         plan = self._plan(p, target, run.name, 2, run.gpu_product, run.fingerprint, seed_name)
-        self._create_phase(plan, with_rbac=False)
+        try:
+            self._create_phase(plan, with_rbac=False)
+        except (ApiException, ValueError) as exc:
+            detail = exc.body if isinstance(exc, ApiException) and exc.body else str(exc)
+            self._fail_run(p, "JobCreateFailed", f"could not create {plan.job_name}: {detail}")
+            return
         run.phase = RunPhase.OFF_DIAGONAL
         run.job = plan.job_name
         run.diagonal_table = seed_name
