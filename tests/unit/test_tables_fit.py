@@ -246,3 +246,30 @@ def test_diagonal_staircase_over_tiers_tracks_padded_graphs() -> None:
     # Tiers recorded in the rounds are used by default.
     with_tiers = [{**r, "graph_tiers": TIERS} for r in rounds]
     assert fit_from_rounds(with_tiers, kind="diagonal").table == stair
+
+
+def test_additive_fit_without_tiers_does_not_chase_noise() -> None:
+    # Cap-accept style cells (no tier): 36 distinct M for 36 cells. Interpolating them
+    # would fit the noise; the smoothing keeps it at half the reference's error or better.
+    def smooth(bs: int, m: int) -> float:
+        return 0.0105 + 45e-6 * bs + 6e-6 * m
+
+    rng = random.Random(1)
+    cells = [
+        Cell(bs, server_m(bs, f), smooth(bs, server_m(bs, f)) * (1 + rng.gauss(0, 0.01)))
+        for bs in (1, 2, 4, 8, 16, 24, 32, 40, 48)
+        for f in (0.25, 0.5, 0.75, 1.0)
+    ]
+    ours = fit_additive_cells(cells).table
+    reference = fit_additive_binned_reference(cells).table
+
+    def error(table: SpsAdditiveCostTable) -> float:
+        errs = [
+            (table.step_seconds_at(bs, m) - smooth(bs, m)) / smooth(bs, m)
+            for bs in range(1, 49)
+            for m in range(bs, bs * K + 1)
+        ]
+        return math.sqrt(sum(e * e for e in errs) / len(errs))
+
+    assert isinstance(ours, SpsAdditiveCostTable) and isinstance(reference, SpsAdditiveCostTable)
+    assert error(ours) <= 0.5 * error(reference)

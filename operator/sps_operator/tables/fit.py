@@ -40,6 +40,7 @@ FloatArray = npt.NDArray[np.float64]
 # Minimum cells for an additive fit (as the reference: fewer cannot say anything about θ).
 MIN_ADDITIVE_CELLS = 4
 REFERENCE_M_BIN_WIDTH = 64
+MAX_EDF_FRACTION = 0.5
 
 
 @dataclass(frozen=True)
@@ -259,15 +260,15 @@ def _fit_penalised(
     gram = (x.T * w) @ x
     pen_trace = float(np.trace(penalty.T @ penalty)) or 1.0
     scale = float(np.trace(gram)) / pen_trace
-    best: tuple[float, float] | None = None
+    candidates: list[tuple[float, float]] = []  # (gcv, λ)
     for lam in scale * np.logspace(-7, 4, 34):
         _beta, rss, edf, _ = _solve_penalised(x, y, w, penalty, float(lam))
-        denom = max(n - edf, 0.5)
-        gcv = n * rss / (denom * denom)
-        if best is None or gcv < best[0]:
-            best = (gcv, float(lam))
-    assert best is not None
-    lam = best[1]
+        # GCV degenerates as the fit approaches interpolation (edf → n): keep at least
+        # half the cells as residual degrees of freedom.
+        if edf <= MAX_EDF_FRACTION * n:
+            denom = n - edf
+            candidates.append((n * rss / (denom * denom), float(lam)))
+    lam = min(candidates)[1] if candidates else float(scale * 1e4)
     beta, rss, edf, a_inv = _solve_penalised(x, y, w, penalty, lam)
     # Parameter standard errors: σ² A⁻¹ XᵀWX A⁻¹ (σ² relative; W = 1/T² makes it seconds²).
     sigma2 = rss / max(n - edf, 1.0)
