@@ -379,3 +379,53 @@ def test_invalid_spec_is_reported_not_raised() -> None:
     ready = next(c for c in last_status(kube)["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "False" and ready["reason"] == "InvalidSpec"
     assert "fracs applies only to kind Additive" in ready["message"]
+
+
+def test_failed_rollout_returns_to_the_previous_table_and_says_so() -> None:
+    kube, clock = FakeKube(), Clock()
+    kube.create(deployment())
+    rec = reconciler(kube, clock)
+    spec: dict[str, Any] = {"refresh": {"token": "a"}}
+    rec.reconcile(profile(**spec), pods(), NODES)
+    run = last_status(kube)["currentRun"]
+    finish_job(kube, run["job"], build_patch(status="succeeded", rounds=rounds(), manifest={}))
+    clock.tick()
+    rec.reconcile(profile(last_status(kube), **spec), pods(), NODES)
+    (first,) = last_status(kube)["tables"]
+
+    spec = {"refresh": {"token": "b"}}
+    clock.tick()
+    rec.reconcile(profile(last_status(kube), **spec), pods(), NODES)
+    run = last_status(kube)["currentRun"]
+    slower = build_patch(status="succeeded", rounds=rounds(scale=1.5), manifest={})
+    finish_job(kube, run["job"], slower)
+    clock.tick()
+    rec.reconcile(profile(last_status(kube), **spec), pods(), NODES)
+    (second,) = last_status(kube)["tables"]
+    assert second["previous"] == first["configMap"]
+    assert (
+        kube.applied[-1]["spec"]["template"]["metadata"]["annotations"]["sps.dev/table-hash"]
+        == second["hash"]
+    )
+
+    # The new pods never become available.
+    kube.objects[("Deployment", "server")]["status"]["conditions"] = [
+        {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}
+    ]
+    clock.tick()
+    rec.reconcile(profile(last_status(kube), **spec), pods(), NODES)
+    status = last_status(kube)
+    assert [t["hash"] for t in status["tables"]] == [first["hash"]]
+    assert status["rejectedTable"]["hash"] == second["hash"]
+    assert status["lastFailure"]["reason"] == "RolloutFailed"
+    assert "rolled back to" in status["lastFailure"]["message"]
+    assert (
+        kube.applied[-1]["spec"]["template"]["metadata"]["annotations"]["sps.dev/table-hash"]
+        == first["hash"]
+    )
+    assert "RolloutFailed" in [e[0] for e in kube.events]
+    # No new run for the same trigger.
+    kube.objects[("Deployment", "server")]["status"]["conditions"] = []
+    clock.tick(3600)
+    rec.reconcile(profile(last_status(kube), **spec), pods(), NODES)
+    assert last_status(kube)["currentRun"] is None

@@ -644,8 +644,74 @@ class Reconciler:
                 ts.message = "server changed since the table was profiled (stale)"
             if mode == RolloutMode.DISABLED:
                 continue
+            if state.table is not None and self._rollout_failed(target, table):
+                restored = self._roll_back(p, target, table)
+                if restored is None:
+                    ts.message = "the rollout of this table failed and there is no previous one"
+                    continue
+                table = restored
+                ts.table, ts.hash = table.config_map, table.hash
+                ts.message = "rolled back: the rollout of the new table failed"
             ts.rolled_out = self._apply_table(p, target, table)
         st.targets = statuses
+
+    @staticmethod
+    def _rollout_failed(target: Target, table: TableRef) -> bool:
+        """The Deployment runs `table`'s template and its rollout hit the progress deadline."""
+        dep = target.deployment
+        template = dep.get("spec", {}).get("template", {})
+        annotations = (template.get("metadata") or {}).get("annotations") or {}
+        if annotations.get(names.ANNOTATION_TABLE_HASH) != table.hash:
+            return False
+        status = dep.get("status", {})
+        if status.get("observedGeneration", 0) < dep.get("metadata", {}).get("generation", 0):
+            return False
+        return any(
+            c.get("type") == "Progressing"
+            and c.get("status") == "False"
+            and c.get("reason") == "ProgressDeadlineExceeded"
+            for c in status.get("conditions") or []
+        )
+
+    def _roll_back(self, p: Pass, target: Target, failed: TableRef) -> TableRef | None:
+        """Return to the table `failed` replaced; keep `failed` for inspection, say so, and
+        do not profile again for the same trigger."""
+        st = p.status
+        message = (
+            f"Deployment {target.name} did not become available with table "
+            f"{failed.config_map} (ProgressDeadlineExceeded)"
+        )
+        previous_cm = (
+            self.kube.get_config_map(p.ref.namespace, failed.previous) if failed.previous else None
+        )
+        st.last_failure = FailureRecord(
+            run=failed.run or "",
+            reason="RolloutFailed",
+            message=message + ("; rolled back to " + str(failed.previous) if previous_cm else ""),
+            at=cond.rfc3339(p.now),
+            gpu_product=failed.gpu_product,
+            fingerprint=failed.fingerprint,
+            trigger_key=f"{failed.gpu_product}/{failed.fingerprint}/refresh@{st.refresh_requested_at}",
+            retryable=False,
+        )
+        if previous_cm is None:
+            return None
+        meta_text = (previous_cm.get("data") or {}).get(names.META_KEY) or "{}"
+        meta = json.loads(meta_text)
+        labels = previous_cm.get("metadata", {}).get("labels") or {}
+        restored = TableRef(
+            gpu_product=failed.gpu_product,
+            fingerprint=failed.fingerprint,
+            kind=failed.kind,
+            config_map=str(failed.previous),
+            hash=labels.get(names.LABEL_TABLE_HASH, ""),
+            profiled_at=meta.get("profiledAt"),
+            run=meta.get("run"),
+        )
+        st.rejected_table = failed.model_copy(update={"message": message})
+        st.tables = [t for t in st.tables if t is not failed] + [restored]
+        p.event("Warning", EV_ROLLOUT_FAILED, st.last_failure.message)
+        return restored
 
     def _apply_table(self, p: Pass, target: Target, table: TableRef) -> bool:
         dep = target.deployment
@@ -716,6 +782,7 @@ class Reconciler:
         ]
         st = p.status
         live = {t.config_map for t in st.tables} | {t.table for t in st.targets if t.table}
+        live |= {t.previous for t in st.tables if t.previous}  # the rollback targets
         if st.rejected_table is not None:
             live.add(st.rejected_table.config_map)
         for name in tables_to_delete(published, live, p.spec.history_limit):
