@@ -686,3 +686,42 @@ def test_mount_points_created_on_the_host_are_removed(k8s_cluster, node_agent, n
     log = read_container_log(node_agent.state_dir, namespace, "mp", "main")
     assert log.split() == ["x", f"{workdir}/deep"]
     wait_until("host paths removed", lambda: not top.exists() and not workdir.exists(), timeout=10)
+
+
+def test_empty_dir_over_tmp_does_not_hide_other_volumes(k8s_cluster, node_agent, namespace):
+    # The agent's state directory lives under /tmp in tests; a pod mounting an emptyDir at
+    # /tmp (as the chart's operator pod does) must still get its other volumes.
+    kubectl = k8s_cluster.kubectl
+    assert str(node_agent.state_dir).startswith("/tmp/")
+    kubectl("create", "configmap", "cfg", "-n", namespace, "--from-literal=k=v")
+    sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+    container = {
+        "name": "main",
+        "image": "busybox",
+        "command": ["sh", "-c", f"cat /etc/cfg/k; echo; ls /tmp; test -s {sa}/token && echo token"],
+        "volumeMounts": [
+            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "cfg", "mountPath": "/etc/cfg"},
+        ],
+    }
+    spec = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": True,
+        "volumes": [
+            {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+            {"name": "cfg", "configMap": {"name": "cfg"}},
+        ],
+        "containers": [container],
+    }
+    apply(
+        kubectl,
+        namespace,
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tmpdir"}, "spec": spec},
+    )
+    wait_until(
+        "tmpdir finished",
+        lambda: pod_phase(kubectl, namespace, "tmpdir") in ("Succeeded", "Failed"),
+    )
+    log = read_container_log(node_agent.state_dir, namespace, "tmpdir", "main")
+    assert pod_phase(kubectl, namespace, "tmpdir") == "Succeeded", log
+    assert log.split() == ["v", "token"]  # /tmp is the empty volume

@@ -245,7 +245,7 @@ def test_container_command_enters_the_pod_namespaces() -> None:
     assert "mount -o remount,bind,ro /etc/sps" in lines
     assert "mount -o remount,bind,ro /data" not in lines
     assert "mount --bind /state/hosts /etc/hosts" in lines
-    assert "hostname pod-0" in lines and "cd '/w d'" in lines
+    assert "hostname pod-0" in lines and "cd -P '/w d'" in lines
     assert lines[-2:] == ['"$@"', "exit $?"]
     host = Launch(["true"], {}, "/", [], None, None, None)
     assert "--uts" not in container_command(host) and not any(
@@ -354,3 +354,31 @@ def test_readiness_gates_hold_ready_back() -> None:
     status = pod_status(view, [], [main], [*status["conditions"], gate], "T2")
     conds = {c["type"]: c for c in status["conditions"]}
     assert conds["Ready"]["status"] == "True" and conds["example.com/lb"] == gate
+
+
+def test_mount_script_reaches_volumes_under_covered_paths() -> None:
+    launch = Launch(
+        argv=["true"],
+        env={},
+        workdir="/tmp/state/pod/work",
+        mounts=[
+            MountPlan("/tmp/state/pod/volumes/sa", "/run/secrets/sa", True),
+            MountPlan("/tmp/state/pod/volumes/tmp", "/tmp", False),
+            MountPlan("/srv/hostpath", "/tmp/host", False),
+        ],
+        netns_path=None,
+        hosts_file="/tmp/state/pod/hosts",
+        hostname="p",
+        anchor="/tmp/state/pod",
+    )
+    lines = mount_script(launch).splitlines()
+    assert lines[1] == "exec 3</tmp/state/pod"  # opened before anything is mounted
+    binds = [line for line in lines if line.startswith("mount --bind")]
+    assert binds == [
+        "mount --bind /proc/self/fd/3/volumes/tmp /tmp",  # parents first
+        "mount --bind /srv/hostpath /tmp/host",
+        "mount --bind /proc/self/fd/3/volumes/sa /run/secrets/sa",
+        "mount --bind /proc/self/fd/3/hosts /etc/hosts",
+    ]
+    assert "cd -P /proc/self/fd/3/work" in lines
+    assert lines.index("exec 3<&-") > lines.index("cd -P /proc/self/fd/3/work")

@@ -502,6 +502,7 @@ class PodWorker(threading.Thread):
             netns_path=self.sandbox.netns_path if self.sandbox else None,
             hosts_file=None if self.host_network else str(self.dir / "hosts"),
             hostname=None if self.host_network else self.pod_name[:63],
+            anchor=str(self.dir),
         )
         proc = start_container(launch, log_path)
         link = self.dir / f"{rec.name}.log"

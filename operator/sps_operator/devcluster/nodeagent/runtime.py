@@ -54,16 +54,32 @@ class Launch:
     netns_path: str | None  # None: host network
     hosts_file: str | None
     hostname: str | None
+    # The pod's state directory: opened before any mount, so volumes and the hosts file
+    # stay reachable (as /proc/self/fd/3/...) even when a mountPath such as /tmp covers it.
+    anchor: str | None = None
+
+
+def anchored(path: str, anchor: str | None) -> str:
+    if anchor and (path == anchor or path.startswith(anchor.rstrip("/") + "/")):
+        return "/proc/self/fd/3" + path[len(anchor.rstrip("/")) :]
+    return path
+
+
+def mount_order(mounts: list[MountPlan]) -> list[MountPlan]:
+    """Parents before children (as container runtimes do), else in the pod's order."""
+    return sorted(mounts, key=lambda m: len(Path(m.target).parts))
 
 
 def mount_script(launch: Launch) -> str:
     q = shlex.quote
     lines = ["set -e"]
+    if launch.anchor:
+        lines.append(f"exec 3<{q(launch.anchor)}")
     # Held while creating and mounting, so the agent never removes a mount point between.
     lines.append(f"exec 9>{q(str(MOUNT_LOCK))}")
     lines.append("if command -v flock >/dev/null; then flock 9; fi")
-    for m in launch.mounts:
-        src, tgt = q(m.source), q(m.target)
+    for m in mount_order(launch.mounts):
+        src, tgt = q(anchored(m.source, launch.anchor)), q(m.target)
         lines.append(
             f"if [ -d {src} ]; then mkdir -p {tgt}; "
             f"else mkdir -p $(dirname {tgt}); [ -e {tgt} ] || : > {tgt}; fi"
@@ -72,12 +88,16 @@ def mount_script(launch: Launch) -> str:
         if m.read_only:
             lines.append(f"mount -o remount,bind,ro {tgt}")
     if launch.hosts_file:
-        lines.append(f"mount --bind {q(launch.hosts_file)} /etc/hosts")
-    lines.append(f"mkdir -p {q(launch.workdir)}")
+        lines.append(f"mount --bind {q(anchored(launch.hosts_file, launch.anchor))} /etc/hosts")
+    workdir = q(anchored(launch.workdir, launch.anchor))
+    lines.append(f"mkdir -p {workdir}")
+    lines.append(f"cd -P {workdir}")
+    lines.append("PWD=$(pwd -P); export PWD")  # not /proc/self/fd/3/...
     lines.append("exec 9>&-")  # releases the lock
+    if launch.anchor:
+        lines.append("exec 3<&-")
     if launch.hostname:
         lines.append(f"hostname {q(launch.hostname)}")
-    lines.append(f"cd {q(launch.workdir)}")
     lines.append("set +e")
     lines.append('"$@"')  # not exec: sh stays PID 1, so the program gets signals
     lines.append("exit $?")
