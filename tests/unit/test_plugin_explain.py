@@ -164,3 +164,17 @@ def test_healthy_profile_has_no_findings() -> None:
     assert report["findings"] == []
     assert report["state"] == "Ready"
     assert "Nothing is wrong" in render_explain(report)
+
+
+def test_operator_failure_reasons_get_specific_advice() -> None:
+    cases = {
+        "JobCreateFailed": "refused the profiling Job",
+        "RolloutFailed": "rolled back",
+        "FitFailed": "could not be fitted",
+        "ProfilingFailed": "The last profiling run failed",
+    }
+    for reason, what in cases.items():
+        report = explain(profile({"observedGeneration": 1, "lastFailure": failure(reason, "x")}))
+        (finding,) = report["findings"]
+        assert what in finding["what"], (reason, finding)
+        assert finding["next"]

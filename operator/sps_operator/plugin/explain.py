@@ -64,6 +64,38 @@ def _failure_finding(name: str, failure: Mapping[str, Any]) -> Finding:
         )
     if "gate" in text or "rms" in text or "r2" in text or ("change" in text and "live" in text):
         return _gate_finding(name, evidence)
+    if reason == "JobCreateFailed":
+        return Finding(
+            what="The API server refused the profiling Job",
+            why=evidence,
+            next=(
+                "The Job is built from the target's pod spec plus spec.job; the message names "
+                "the invalid field. Fix spec.job (image, resources, tolerations, nodeSelector) "
+                "or the Deployment; if neither sets that field, it is an operator bug: report it "
+                f"with `kubectl get deploy -o yaml` and `kubectl get sps {name} -o yaml`."
+            ),
+        )
+    if reason == "RolloutFailed":
+        return Finding(
+            what="The new table's rollout did not become available; the operator rolled back",
+            why=evidence,
+            next=(
+                "Read the new pods' logs and events (`kubectl rollout status`, `kubectl describe "
+                "pod`): a server that fails with the new table, or a pod that cannot be placed. "
+                "The table stays in status.tables; once the cause is fixed, "
+                f"`kubectl sps reprofile {name}`."
+            ),
+        )
+    if reason == "FitFailed":
+        return Finding(
+            what="The measured rounds could not be fitted into a table",
+            why=evidence,
+            next=(
+                "Too few usable rounds (a sweep of one batch size, or rounds the profiler "
+                "dropped). Widen spec.table.sweep (batchSizes / maxBatchSize), then "
+                f"`kubectl sps reprofile {name}`."
+            ),
+        )
     if "unschedul" in text or "insufficient" in text or "pending" in text:
         return Finding(
             what="The profiling Job could not get a GPU",
