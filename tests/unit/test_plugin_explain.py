@@ -169,12 +169,19 @@ def test_healthy_profile_has_no_findings() -> None:
 def test_operator_failure_reasons_get_specific_advice() -> None:
     cases = {
         "JobCreateFailed": "refused the profiling Job",
-        "RolloutFailed": "rolled back",
+        "RolloutFailed": "rolled back",  # its message names ProgressDeadlineExceeded
         "FitFailed": "could not be fitted",
         "ProfilingFailed": "The last profiling run failed",
     }
     for reason, what in cases.items():
-        report = explain(profile({"observedGeneration": 1, "lastFailure": failure(reason, "x")}))
+        message = (
+            "llama did not become available (ProgressDeadlineExceeded); rolled back"
+            if reason == "RolloutFailed"
+            else "x"
+        )
+        report = explain(
+            profile({"observedGeneration": 1, "lastFailure": failure(reason, message)})
+        )
         (finding,) = report["findings"]
         assert what in finding["what"], (reason, finding)
         assert finding["next"]

@@ -39,31 +39,6 @@ def _failure_finding(name: str, failure: Mapping[str, Any]) -> Finding:
     attempts = failure.get("attempts") or 1
     evidence = f"{reason}: {message} (run {failure.get('run', '?')}, at {failure.get('at', '?')}"
     evidence += f", {attempts} attempts)" if attempts and int(attempts) > 1 else ")"
-    if "verify-all" in text or "verifyall" in text or ("budget" in text and "pin" in text):
-        return Finding(
-            what="The profiling server ignored the pinned verify budget (the verify-all shortcut)",
-            why=evidence,
-            next=(
-                "The server runs compact mode without a table, so every fraction ran full width. "
-                "Use a server with the fix (SGLang PR #32930 / #38897), or launch it with any "
-                "non-flat table (e.g. a 2-probe diagonal table via "
-                "--speculative-dspark-sps-table-path). With server.source Clone the operator "
-                "already mounts the phase-1 diagonal table for the Additive phase 2; with "
-                "External, relaunch the external server that way. Then "
-                f"`kubectl sps reprofile {name}`."
-            ),
-        )
-    if "deadline" in text:
-        return Finding(
-            what="The profiling Job ran out of time",
-            why=evidence,
-            next=(
-                "Raise spec.job.activeDeadlineSeconds, or shorten the sweep (sweep.maxBatchSize, "
-                f"fewer fracs, a wider sweep.ciRelWidth); then `kubectl sps reprofile {name}`."
-            ),
-        )
-    if "gate" in text or "rms" in text or "r2" in text or ("change" in text and "live" in text):
-        return _gate_finding(name, evidence)
     if reason == "JobCreateFailed":
         return Finding(
             what="The API server refused the profiling Job",
@@ -96,6 +71,31 @@ def _failure_finding(name: str, failure: Mapping[str, Any]) -> Finding:
                 f"`kubectl sps reprofile {name}`."
             ),
         )
+    if "verify-all" in text or "verifyall" in text or ("budget" in text and "pin" in text):
+        return Finding(
+            what="The profiling server ignored the pinned verify budget (the verify-all shortcut)",
+            why=evidence,
+            next=(
+                "The server runs compact mode without a table, so every fraction ran full width. "
+                "Use a server with the fix (SGLang PR #32930 / #38897), or launch it with any "
+                "non-flat table (e.g. a 2-probe diagonal table via "
+                "--speculative-dspark-sps-table-path). With server.source Clone the operator "
+                "already mounts the phase-1 diagonal table for the Additive phase 2; with "
+                "External, relaunch the external server that way. Then "
+                f"`kubectl sps reprofile {name}`."
+            ),
+        )
+    if "deadline" in text:
+        return Finding(
+            what="The profiling Job ran out of time",
+            why=evidence,
+            next=(
+                "Raise spec.job.activeDeadlineSeconds, or shorten the sweep (sweep.maxBatchSize, "
+                f"fewer fracs, a wider sweep.ciRelWidth); then `kubectl sps reprofile {name}`."
+            ),
+        )
+    if "gate" in text or "rms" in text or "r2" in text or ("change" in text and "live" in text):
+        return _gate_finding(name, evidence)
     if "unschedul" in text or "insufficient" in text or "pending" in text:
         return Finding(
             what="The profiling Job could not get a GPU",
