@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -28,6 +29,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client import ApiClient
 from kubernetes.client.rest import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from sps_operator.constants import GPU_H100, GPU_H200
 from sps_operator.devcluster.pytest_plugin import K8sCluster, NodeAgent
@@ -58,6 +60,12 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 @dataclass
 class OperatorProcess:
     kubeconfig: Path
@@ -65,12 +73,16 @@ class OperatorProcess:
     log_path: Path
     clock_file: Path
     proc: subprocess.Popen[bytes] | None = None
+    metrics_port: int = 0
+    liveness_port: int = 0
 
     def start(self) -> None:
         exe = Path(sys.executable).with_name("sps-operator")
+        self.metrics_port, self.liveness_port = free_port(), free_port()
         argv = [
             str(exe), "run", "--namespace", self.namespace, "--resync-seconds", "1",
-            "--gpu-debounce-seconds", "2", "--metrics-port", "0", "--verbose",
+            "--gpu-debounce-seconds", "2", "--metrics-port", str(self.metrics_port),
+            "--liveness", f"http://127.0.0.1:{self.liveness_port}/healthz", "--verbose",
             "--log-format", "plain", "--clock-offset-file", str(self.clock_file),
         ]  # fmt: skip
         env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
@@ -475,6 +487,32 @@ def test_e2e_diagonal_profile_publish_and_roll(env: Env) -> None:
 
     line = wait_for("the simulator's table-load log line", loaded_line, timeout=30)
     assert f"{TABLE_PATH} (diagonal, sha256={text_sha})" in line
+
+    # Report: events with constant reasons, Prometheus metrics, kopf's liveness endpoint.
+    events = env.core.list_namespaced_event(
+        env.namespace, field_selector="involvedObject.kind=SpsProfile"
+    ).items
+    reasons = {e.reason for e in events}
+    assert {"ProfilingStarted", "TablePublished", "RolloutApplied"} <= reasons
+    text = httpx.get(f"http://127.0.0.1:{env.operator.metrics_port}/metrics").text
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    ours = {"namespace": env.namespace, "profile": "sps"}
+
+    def metric(name: str, **labels: str) -> float | None:
+        return samples.get((name, tuple(sorted({**ours, **labels}.items()))))
+
+    assert metric("sps_profiling_runs_total", outcome="succeeded") == 1.0
+    assert metric("sps_profiling_runs_total", outcome="started") == 1.0
+    assert metric("sps_profiling_duration_seconds_count") == 1.0
+    assert metric("sps_rollouts_total", mode="Inject") == 1.0
+    age = metric("sps_table_age_seconds", gpu_product=GPU_H100)
+    assert age is not None and 0 <= age < 600
+    health = httpx.get(f"http://127.0.0.1:{env.operator.liveness_port}/healthz")
+    assert health.status_code == 200
 
 
 def test_e2e_gpu_change_profiles_new_product_and_reuses_old_table(env: Env) -> None:
