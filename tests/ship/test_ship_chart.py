@@ -262,3 +262,29 @@ def test_argocd_health_snippet_in_docs_reads_ready() -> None:
     text = Path(ROOT / "docs" / "gitops.md").read_text()
     assert "resource.customizations.health.sps.dev_SpsProfile" in text
     assert "Ready" in text
+
+
+def test_chart_readme_documents_every_value() -> None:
+    readme = (CHART / "README.md").read_text()
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+
+    def leaves(prefix: str, node: Any, node_schema: dict[str, Any]) -> list[str]:
+        # Free-form objects (resources, securityContext, ...) are one value.
+        props = node_schema.get("properties")
+        if isinstance(node, dict) and node and props:
+            return [
+                leaf
+                for k, v in node.items()
+                for leaf in leaves(f"{prefix}{k}.", v, props.get(k, {}))
+            ]
+        return [prefix.rstrip(".")]
+
+    missing = []
+    for leaf in leaves("", values, schema):
+        head, _, last = leaf.rpartition(".")
+        # `a.b.c` may be documented as `a.b.c` or in a grouped row `a.b.x, .c`.
+        if f"`{leaf}`" not in readme and not (head and f"`.{last}`" in readme):
+            missing.append(leaf)
+    assert not missing, missing
