@@ -182,8 +182,11 @@ class Console:
 
     out: Callable[[str], None] = lambda text: print(text, flush=True)
 
+    bold: bool = False
+
     def step(self, number: int, title: str) -> None:
-        self.out(f"\n\033[1m==> {number}. {title}\033[0m")
+        line = f"==> {number}. {title}"
+        self.out("\n" + (f"\033[1m{line}\033[0m" if self.bold else line))
 
     def say(self, text: str) -> None:
         self.out(text)
@@ -654,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.time_scale <= 0:
         print("sps-operator demo: --time-scale must be > 0", file=sys.stderr)
         return 2
-    demo = Demo(state_dir, args.time_scale, args.timeout, Console())
+    demo = Demo(state_dir, args.time_scale, args.timeout, Console(bold=sys.stdout.isatty()))
     try:
         with _interrupts_as_errors():
             demo.run_all(move=not args.no_move)
