@@ -315,33 +315,33 @@ def serving_pod_info(env: Env, table_hash: str) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- fixtures
 
 
-@pytest.fixture(scope="module")
-def operator_account(k8s_cluster: K8sCluster) -> Iterator[tuple[str, str]]:
-    """The CRD, and the chart's ServiceAccount + ClusterRole (cluster mode) in its own
-    namespace; yields (namespace, service account)."""
-    k8s_cluster.kubectl(
+def install_operator_rbac(cluster: K8sCluster, helm_values: list[str]) -> tuple[str, str, str]:
+    """The CRD, and the chart's ServiceAccount + RBAC in a namespace of its own;
+    returns (namespace, service account, rendered manifests)."""
+    cluster.kubectl(
         "apply", "--server-side", "--force-conflicts", "-f",
         str(ROOT / "crds" / "sps.dev_spsprofiles.yaml"),
     )  # fmt: skip
-    k8s_cluster.kubectl(
+    cluster.kubectl(
         "wait", "--for=condition=Established", "crd/spsprofiles.sps.dev", "--timeout=60s"
     )
     suffix = secrets.token_hex(3)
-    ns = k8s_cluster.create_namespace(f"sps-system-{suffix}")
-    release = f"sps-e2e-{suffix}"
-    helm = k8s_cluster.binaries.helm
+    ns = cluster.create_namespace(f"sps-system-{suffix}")
+    helm = cluster.binaries.helm
     assert helm is not None, "helm binary missing from the control-plane build"
-    server = json.loads(k8s_cluster.kubectl("version", "-o", "json"))["serverVersion"]
+    server = json.loads(cluster.kubectl("version", "-o", "json"))["serverVersion"]
+    values = [arg for value in helm_values for arg in ("--set", value)]
     rendered = subprocess.run(
         [
             str(helm),
             "template",
-            release,
+            f"sps-e2e-{suffix}",
             str(ROOT / "charts" / "sps-operator"),
             "--kube-version",
             server["gitVersion"],
             "--namespace",
             ns,
+            *values,
             "--show-only",
             "templates/rbac.yaml",
             "--show-only",
@@ -351,18 +351,29 @@ def operator_account(k8s_cluster: K8sCluster) -> Iterator[tuple[str, str]]:
         text=True,
         check=True,
     ).stdout
-    k8s_cluster.kubectl("apply", "-n", ns, "-f", "-", input=rendered)
+    cluster.kubectl("apply", "-f", "-", input=rendered)
     accounts = [
         d["metadata"]["name"]
         for d in yaml.safe_load_all(rendered)
         if d and d.get("kind") == "ServiceAccount"
     ]
     assert len(accounts) == 1, rendered
+    return ns, accounts[0], rendered
+
+
+def uninstall_operator_rbac(cluster: K8sCluster, ns: str, rendered: str) -> None:
+    cluster.kubectl("delete", "-f", "-", "--ignore-not-found", input=rendered, check=False)
+    cluster.delete_namespace(ns)
+
+
+@pytest.fixture(scope="module")
+def operator_account(k8s_cluster: K8sCluster) -> Iterator[tuple[str, str]]:
+    """The chart's RBAC in cluster mode; yields (namespace, service account)."""
+    ns, account, rendered = install_operator_rbac(k8s_cluster, [])
     try:
-        yield ns, accounts[0]
+        yield ns, account
     finally:
-        k8s_cluster.kubectl("delete", "-f", "-", "--ignore-not-found", input=rendered, check=False)
-        k8s_cluster.delete_namespace(ns)
+        uninstall_operator_rbac(k8s_cluster, ns, rendered)
 
 
 @pytest.fixture
@@ -930,3 +941,69 @@ def test_e2e_delete_profile_cleans_up_and_leaves_deployment_serving(env: Env) ->
     assert dep["metadata"]["generation"] == generation
     assert running_table_hash(env) == table["hash"]
     serving_pod_info(env, table["hash"])
+
+
+def test_e2e_namespace_mode_rbac_is_enough_and_no_more(
+    k8s_cluster: K8sCluster,
+    node_agent: NodeAgent,
+    k8s_api: ApiClient,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """The chart in namespaces mode (a Role in the watched namespace + the cluster-scoped
+    ClusterRole) runs the whole flow; the operator's account can do nothing elsewhere,
+    and kopf leaves no annotations on the Deployment or the Nodes."""
+    op_ns, account, rendered = install_operator_rbac(
+        k8s_cluster, ["watch.mode=namespaces", f"watch.namespaces={{{namespace}}}"]
+    )
+    try:
+        kinds = {
+            (d["kind"], d["metadata"].get("namespace")) for d in yaml.safe_load_all(rendered) if d
+        }
+        assert ("Role", namespace) in kinds and ("ClusterRole", None) in kinds
+        as_operator = f"--as=system:serviceaccount:{op_ns}:{account}"
+        for verb, resource, where in [
+            ("create", "jobs", namespace),
+            ("patch", "deployments", namespace),
+            ("list", "nodes", namespace),
+        ]:
+            out = k8s_cluster.kubectl(
+                "auth", "can-i", verb, resource, "-n", where, as_operator, check=False
+            )
+            assert out.strip() == "yes", (verb, resource, where)
+        for verb, resource, where in [
+            ("create", "jobs", op_ns),
+            ("list", "pods", "default"),
+            ("patch", "deployments", "default"),
+            ("get", "secrets", namespace),
+            ("update", "spsprofiles", namespace),
+        ]:
+            out = k8s_cluster.kubectl(
+                "auth", "can-i", verb, resource, "-n", where, as_operator, check=False
+            )
+            assert out.strip() == "no", (verb, resource, where)
+
+        kubeconfig = k8s_cluster.service_account_kubeconfig(
+            account, op_ns, tmp_path / "operator.kubeconfig"
+        )
+        clock = tmp_path / "clock-offset"
+        operator = OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log", clock)
+        env = Env(k8s_cluster, node_agent, k8s_api, namespace, operator)
+        try:
+            create(env, server_deployment(GPU_H100), sps_profile())
+            operator.start()
+            wait_ready(env)
+            (table,) = tables(env)
+            wait_for("rolled", lambda: rolled_to(env, table["hash"]), timeout=90)
+            print(env.diagnostics())
+        finally:
+            operator.stop()
+        dep_annotations = env.deployment()["metadata"].get("annotations") or {}
+        assert not [k for k in dep_annotations if "kopf" in k or k.startswith("sps.dev/last")]
+        nodes = client.CoreV1Api(k8s_api).list_node().items
+        for node in nodes:
+            assert not [
+                k for k in (node.metadata.annotations or {}) if "kopf" in k or "sps.dev" in k
+            ]
+    finally:
+        uninstall_operator_rbac(k8s_cluster, op_ns, rendered)
