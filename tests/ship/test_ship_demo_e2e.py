@@ -15,27 +15,25 @@ from sps_operator.devcluster.controlplane import ControlPlane, ControlPlaneError
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.k8s]
 
 
-def test_ship_demo_runs_end_to_end_and_tears_down(tmp_path: Path) -> None:
+def test_ship_demo_runs_offline_end_to_end_and_tears_down(tmp_path: Path) -> None:
     state = tmp_path / "demo"
     env = dict(os.environ)
     env.pop("KUBECONFIG", None)
+    demo = [
+        sys.executable,
+        "-m",
+        "sps_operator.cli",
+        "demo",
+        "--state-dir",
+        str(state),
+        "--timeout",
+        "420",
+        "--down-at-end",
+    ]
+    # With the network closed: a network namespace with nothing but loopback.
+    offline = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *demo]
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sps_operator.cli",
-            "demo",
-            "--state-dir",
-            str(state),
-            "--timeout",
-            "420",
-            "--down-at-end",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=1500,
-        check=False,
+        offline, capture_output=True, text=True, env=env, timeout=1500, check=False
     )
     out = proc.stdout
     log = state / "operator.log"
