@@ -104,7 +104,8 @@ def cmd_get(args: argparse.Namespace, cluster: Cluster) -> int:
 
     def snapshot() -> list[dict[str, str]]:
         if args.name:
-            assert namespace is not None, "a NAME needs a namespace, not -A"
+            if namespace is None:
+                raise PluginError("a NAME needs a namespace (-n), not -A")
             profiles = [cluster.get_profile(namespace, args.name)]
         else:
             profiles = cluster.list_profiles(namespace)
