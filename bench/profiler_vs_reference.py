@@ -34,6 +34,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from profiler_reference_algorithm import ReferenceAlgorithm
+from profiler_reference_script import run_reference_script
 from sps_operator.profiler.runner import RunConfig, run_profile
 from sps_operator.profiler.sweep import RoundSettings, build_request_count_sweep
 from sps_operator.sim.testing import running_sim
@@ -44,7 +45,7 @@ from sps_operator.tables.fit import (
     fit_additive_cells,
     fit_from_rounds,
 )
-from sps_operator.tables.formats import SpsAdditiveCostTable, SpsTable
+from sps_operator.tables.formats import SpsAdditiveCostTable, SpsTable, load_sps_table_text
 from sps_operator.tables.quality import Cell, predicted_step_seconds
 
 
@@ -117,14 +118,21 @@ def scenario(
     scale: float,
     truth: list[dict[str, Any]],
     workdir: Path,
+    reference_script: Path | None = None,
 ) -> dict[str, Any]:
     kind = "additive" if fracs else "diagonal"
     result: dict[str, Any] = {"scenario": name, "kind": kind}
+    script_table: SpsTable | None = None
     runs: dict[str, tuple[list[dict[str, Any]], float, float]] = {}
     for who in ("reference", "ours"):
         with simulator([*sim_args, "--time-scale", str(scale)], env) as (url, meter):
             started = time.monotonic()
-            if who == "reference":
+            if who == "reference" and reference_script is not None:
+                rounds, text = run_reference_script(
+                    reference_script, url, batch_sizes, fracs, scale, workdir
+                )
+                script_table = load_sps_table_text(text)
+            elif who == "reference":
                 algo = ReferenceAlgorithm(url, scale)
                 try:
                     rounds = algo.run(batch_sizes, fracs)
@@ -142,6 +150,8 @@ def scenario(
     else:
         tables["reference"] = fit_additive_binned_reference(cells_from_rounds(ref_rounds)).table
         tables["ours"] = fit_from_rounds(our_rounds, "additive").table
+    if script_table is not None:
+        tables["reference"] = script_table  # the script's own fit, as it wrote it
     diag = kind == "diagonal"
     result["reference"] = {
         "gpu_seconds": ref_gpu,
@@ -243,6 +253,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--only", choices=("diagonal", "additive"), default=None)
     p.add_argument("--json", default=None, help="write the results here too")
     p.add_argument(
+        "--reference-script",
+        type=Path,
+        default=None,
+        help="a local copy of SGLang's dspark_sps_profiler.py to run instead of the "
+        "re-implementation (not part of this repo; stand-ins for its sglang imports are made)",
+    )
+    p.add_argument(
         "--bug-demo",
         action="store_true",
         help="also run both on a compact server with the verify-all bug",
@@ -275,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     scale=ns.time_scale,
                     truth=truth,
                     workdir=Path(tmp),
+                    reference_script=ns.reference_script,
                 )
                 results.append({**r, "seed": seed})
                 _print(r, seed)
@@ -288,6 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     scale=ns.time_scale,
                     truth=truth,
                     workdir=Path(tmp),
+                    reference_script=ns.reference_script,
                 )
                 results.append({**r, "seed": seed})
                 _print(r, seed)

@@ -225,10 +225,10 @@ class Session:
                     ) from exc
                 time.sleep(0.2 * failures)
 
-    def clear_records(self) -> None:
+    def clear_records(self) -> bool:
         """Empty the record ring so every poll ships only this round's steps."""
         if self.can_clear is False:
-            return
+            return False
         ok, body = self.client.set_internal_state({"dspark_clear_info_records": True})
         if not ok and self.can_clear is None:
             logger.warning(
@@ -237,6 +237,7 @@ class Session:
                 body,
             )
         self.can_clear = ok
+        return ok
 
     def pin(self, frac: float) -> None:
         if self.pinned == frac:
@@ -318,11 +319,15 @@ def run_round(
     )
     if cell.frac is not None:
         session.pin(cell.frac)
-    session.clear_records()
+    cleared = session.clear_records()
     client.flush_cache()
-    watermarks = [
-        max((r.forward_ct for r in rows), default=-1) for rows in session.fetch_rows_retrying()
-    ]
+    if cleared:
+        # An empty ring: every record from now on belongs to this round.
+        watermarks = [-1] * ctx.dp_size
+    else:
+        watermarks = [
+            max((r.forward_ct for r in rows), default=-1) for rows in session.fetch_rows_retrying()
+        ]
     started = time.monotonic()
     load: LoadThread = client.start_load(session.load_payload(cell.bs * ctx.dp_size, settings))
     steady_started: float | None = None
