@@ -59,7 +59,8 @@ class ProfileRef:
             "name": self.name,
             "uid": self.uid,
             "controller": True,
-            "blockOwnerDeletion": True,
+            # No blockOwnerDeletion: with the OwnerReferencesPermissionEnforcement admission
+            # plugin it would need update on spsprofiles/finalizers; background GC needs none.
         }
 
 
