@@ -525,7 +525,17 @@ class Demo:
 
     def compare(self, number: int) -> None:
         self.console.step(number, "Two GPU products, two tables")
-        self.kubectl_sps("get", "-n", NAMESPACE)
+        self.kubectl("get", "sps", "-n", NAMESPACE, show=True)
+        tables = self.kubectl(
+            "get",
+            "sps",
+            PROFILE,
+            "-n",
+            NAMESPACE,
+            "-o",
+            "jsonpath={range .status.tables[*]}{.gpuProduct}{'\\t'}{.configMap}{'\\n'}{end}",
+        )
+        self.console.say(f"status.tables:\n{tables.rstrip()}")
         self.kubectl_sps("diff", f"{PROFILE}@{GPU_H100}", f"{PROFILE}@{GPU_H200}", "-n", NAMESPACE)
 
     def farewell(self, number: int, plots: Sequence[Path], gpu: str) -> None:
