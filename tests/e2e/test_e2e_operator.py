@@ -820,10 +820,25 @@ def test_e2e_server_change_token_annotation_and_schedule_trigger_runs(env: Env) 
     due = time.mktime(time.strptime(next_time, "%Y-%m-%dT%H:%M:%SZ")) - time.mktime(time.gmtime())
     env.operator.clock_file.write_text(str(int(due) + 60))
     wait_for("a Schedule run", trigger_of_current_run("Schedule"), interval=0.2)
-    wait_for("a scheduled table", replaced(fourth), timeout=120)
+    fifth = wait_for("a scheduled table", replaced(fourth), timeout=120)
     status = env.profile()["status"]
     assert status["lastScheduleTime"] >= next_time
     assert status["nextScheduleTime"] > next_time
+
+    # History: historyLimit (3) tables per GPU product; the live ones and the rollback
+    # target (the table the live one replaced) are kept, the older ones deleted.
+    assert fifth["previous"] == fourth["configMap"]
+    expected = {first["configMap"], fourth["configMap"], fifth["configMap"]}
+
+    def published() -> set[str]:
+        resp = env.core.list_namespaced_config_map(
+            env.namespace,
+            label_selector="sps.dev/profile=sps,sps.dev/component=table",
+            _preload_content=False,
+        )
+        return {cm["metadata"]["name"] for cm in json.loads(resp.data)["items"]}
+
+    wait_for("history trimmed to 3", lambda: published() == expected, timeout=30)
 
 
 def flatten_fields(fields: dict[str, Any], prefix: str = "") -> list[str]:
