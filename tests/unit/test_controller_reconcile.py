@@ -379,6 +379,10 @@ def test_invalid_spec_is_reported_not_raised() -> None:
     ready = next(c for c in last_status(kube)["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "False" and ready["reason"] == "InvalidSpec"
     assert "fracs applies only to kind Additive" in ready["message"]
+    body["status"] = last_status(kube)
+    clock.tick()
+    reconciler(kube, clock).reconcile(body, [], NODES)
+    assert len(kube.status_patches) == 1  # nothing changed: no second write
 
 
 def test_failed_rollout_returns_to_the_previous_table_and_says_so() -> None:

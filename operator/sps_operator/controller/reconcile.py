@@ -206,6 +206,7 @@ class Reconciler:
             status = SpsProfileStatus.model_validate(raw_status)
         except ValidationError:
             status = SpsProfileStatus()
+        before = self._status_dict(status)
         message = "; ".join(
             f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()
         )
@@ -219,7 +220,9 @@ class Reconciler:
             meta.get("generation"),
         )
         status.observed_generation = meta.get("generation")
-        self.kube.patch_status(meta["namespace"], meta["name"], self._status_dict(status))
+        after = self._status_dict(status)
+        if after != before:
+            self.kube.patch_status(meta["namespace"], meta["name"], after)
 
     # ------------------------------------------------------------------ trigger inputs
 
