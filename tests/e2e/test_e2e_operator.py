@@ -1022,3 +1022,37 @@ def test_e2e_namespace_mode_rbac_is_enough_and_no_more(
             ]
     finally:
         uninstall_operator_rbac(k8s_cluster, op_ns, rendered)
+
+
+def test_e2e_mixed_gpu_products_give_a_condition_not_a_table(env: Env) -> None:
+    """Pods of one Deployment on two GPU products: a clear condition, no profiling run."""
+    dep = server_deployment(GPU_H100)
+    dep["spec"]["replicas"] = 2
+    pod_spec = dep["spec"]["template"]["spec"]
+    del pod_spec["nodeSelector"]
+    pod_spec["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "nvidia.com/gpu.product",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"deploy": "server"}},
+        }
+    ]
+    create(env, dep, sps_profile())
+    env.operator.start()
+
+    def degraded() -> dict[str, Any] | None:
+        c = env.condition("Degraded")
+        return c if c.get("status") == "True" else None
+
+    cond = wait_for("Degraded=True", degraded, timeout=90)
+    assert cond["reason"] == "TargetProblem"
+    assert "several GPU products" in cond["message"] and "nodeSelector" in cond["message"]
+    placed = {p["spec"].get("nodeName") for p in env.pods("deploy=server")}
+    assert placed & set(env.agent.nodes_with_product(GPU_H100))
+    assert placed & set(env.agent.nodes_with_product(GPU_H200))
+    time.sleep(3)
+    status = env.profile()["status"]
+    assert status.get("currentRun") is None and not status.get("tables")
+    assert env.jobs() == []
+    assert env.condition("Ready")["status"] == "False"
