@@ -5,9 +5,11 @@ stand-ins for them into a temporary directory (the table classes come from
 `sps_operator.tables.formats`, which follows SGLang's loader rules), runs the script's
 `all` subcommand in a subprocess, and returns its rounds and its table text.
 
-Wall-clock flags are divided by the simulator's time scale so the script measures what it
-would on a GPU (`--min-steady-seconds 10` → `10/scale`); its 2 s poll is hard-coded and
-stays 2 real seconds, which only lengthens idle time, not GPU time.
+The script runs with its defaults. Its request lifetime (572 tokens) is derived from
+`--min-steady-seconds 10`, so that flag is left alone: each request then runs its 572
+steps (what a GPU would run) and the script's remaining wall-clock gates (10 s steady,
+2 s polls) are met in real seconds while the simulated GPU idles — longer wall time, the
+same GPU time. `time_scale` is accepted for symmetry and unused.
 """
 
 from __future__ import annotations
@@ -78,10 +80,6 @@ def run_reference_script(
         "stub",
         "--batch-size",
         *map(str, batch_sizes),
-        "--min-steady-seconds",
-        repr(10.0 / time_scale),
-        "--round-timeout",
-        repr(max(300.0 / time_scale, 30.0)),
         "--no-plot",
     ]
     if fracs:
