@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from sps_operator.tables.formats import SpsTable
+from sps_operator.tables.formats import SpsCostTable, SpsTable
 from sps_operator.tables.quality import Cell, predicted_step_seconds
 
 
@@ -38,6 +38,11 @@ def plot_fit(cells: Sequence[Cell], table: SpsTable, path: Path, title: str = ""
             color=color,
             ms=4,
         )
+    if isinstance(table, SpsCostTable):
+        # A diagonal table is one curve over M (its floor steps), not one per batch size.
+        lo_m, hi_m = min(c.m for c in cells), max(c.m for c in cells)
+        grid_m = list(range(lo_m, hi_m + 1))
+        fit_ax.plot(grid_m, [table.step_seconds(m) * 1e3 for m in grid_m], "-", color="black", lw=1)
     raw_ax.set_title("raw cells: median step time")
     fit_ax.set_title("fit (lines) vs cells (dots)")
     resid_ax.set_title("residual (measured - fit) / measured")
