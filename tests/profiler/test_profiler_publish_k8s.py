@@ -128,3 +128,29 @@ def test_publish_to_a_missing_configmap_fails_clearly(
         )
     assert rc == 1
     assert "Not Found" in capsys.readouterr().err
+
+
+def test_large_rounds_travel_gzipped_through_the_api(
+    k8s_api: Any, kubeconfig: Path, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import random
+
+    from sps_operator.profiler.publish import ConfigMapPublisher, PublishError
+
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    _empty_configmap(k8s_api, namespace, "run-3")
+    rng = random.Random(3)
+    rounds = [
+        {"batch_size_per_rank": i, "noise": [rng.random() for _ in range(40)]} for i in range(600)
+    ]
+    publisher = ConfigMapPublisher("run-3", namespace)
+    publisher.publish(status="running", progress="1/2", rounds=rounds[:2])
+    publisher.publish(status="succeeded", progress="2/2", rounds=rounds)
+    cm = client.CoreV1Api(k8s_api).read_namespaced_config_map("run-3", namespace)
+    assert "rounds.jsonl" not in (cm.data or {})  # the inline copy was replaced
+    assert "rounds.jsonl.gz" in (cm.binary_data or {})
+    result = read_result(cm.data, cm.binary_data)
+    assert result.status == "succeeded" and result.rounds == rounds
+    huge = [{"x": "".join(rng.choice("0123456789abcdef") for _ in range(4000))} for _ in range(400)]
+    with pytest.raises(PublishError, match="ConfigMap limit"):
+        publisher.publish(status="succeeded", rounds=huge)
