@@ -725,3 +725,41 @@ def test_empty_dir_over_tmp_does_not_hide_other_volumes(k8s_cluster, node_agent,
     log = read_container_log(node_agent.state_dir, namespace, "tmpdir", "main")
     assert pod_phase(kubectl, namespace, "tmpdir") == "Succeeded", log
     assert log.split() == ["v", "token"]  # /tmp is the empty volume
+
+
+def test_empty_dir_over_the_venv_keeps_the_programs(k8s_cluster, node_agent, namespace):
+    # CI may clone the repo (and its venv) under a path a pod covers with a volume, e.g. an
+    # emptyDir at /tmp; the project's entry points must still run.
+    import sys
+    from pathlib import Path
+
+    kubectl = k8s_cluster.kubectl
+    covered = str(Path(sys.prefix).parent)  # the venv's parent: holds the source tree too
+    script = "import os, sps_operator, sys; print(sys.prefix); print(sorted(os.listdir('.')))"
+    container = {
+        "name": "main",
+        "image": "ghcr.io/sps-dev/sps-operator:0.1.0",
+        "command": ["sh", "-c", f'sps-operator --help > /dev/null && python -c "{script}"'],
+        "workingDir": covered,
+        "volumeMounts": [{"name": "cover", "mountPath": covered}],
+    }
+    spec = {
+        "restartPolicy": "Never",
+        "volumes": [{"name": "cover", "emptyDir": {}}],
+        "containers": [container],
+    }
+    apply(
+        kubectl,
+        namespace,
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "covered"}, "spec": spec},
+    )
+    wait_until(
+        "covered finished",
+        lambda: pod_phase(kubectl, namespace, "covered") in ("Succeeded", "Failed"),
+    )
+    log = read_container_log(node_agent.state_dir, namespace, "covered", "main")
+    assert pod_phase(kubectl, namespace, "covered") == "Succeeded", log
+    prefix, listing = log.strip().splitlines()
+    assert prefix == sys.prefix
+    # the volume is what the pod sees there, with only the venv and the sources bound back
+    assert set(eval(listing)) <= {Path(sys.prefix).name, "operator"}

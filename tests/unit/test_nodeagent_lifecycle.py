@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -241,10 +242,10 @@ def test_container_command_enters_the_pod_namespaces() -> None:
     assert argv[-4:] == ["sh", "sps-sim", "--port", "30000"]
     script = mount_script(launch)
     lines = script.splitlines()
-    assert "mount --bind /state/v/cfg /etc/sps" in lines
+    assert "mount --no-canonicalize --bind /state/v/cfg /etc/sps" in lines
     assert "mount -o remount,bind,ro /etc/sps" in lines
     assert "mount -o remount,bind,ro /data" not in lines
-    assert "mount --bind /state/hosts /etc/hosts" in lines
+    assert "mount --no-canonicalize --bind /state/hosts /etc/hosts" in lines
     assert "hostname pod-0" in lines and "cd -P '/w d'" in lines
     assert lines[-2:] == ['"$@"', "exit $?"]
     host = Launch(["true"], {}, "/", [], None, None, None)
@@ -373,12 +374,39 @@ def test_mount_script_reaches_volumes_under_covered_paths() -> None:
     )
     lines = mount_script(launch).splitlines()
     assert lines[1] == "exec 3</tmp/state/pod"  # opened before anything is mounted
-    binds = [line for line in lines if line.startswith("mount --bind")]
+    binds = [line for line in lines if line.startswith("mount --no-canonicalize --bind")]
     assert binds == [
-        "mount --bind /proc/self/fd/3/volumes/tmp /tmp",  # parents first
-        "mount --bind /srv/hostpath /tmp/host",
-        "mount --bind /proc/self/fd/3/volumes/sa /run/secrets/sa",
-        "mount --bind /proc/self/fd/3/hosts /etc/hosts",
+        "mount --no-canonicalize --bind /proc/self/fd/3/volumes/tmp /tmp",  # parents first
+        "mount --no-canonicalize --bind /srv/hostpath /tmp/host",
+        "mount --no-canonicalize --bind /proc/self/fd/3/volumes/sa /run/secrets/sa",
+        "mount --no-canonicalize --bind /proc/self/fd/3/hosts /etc/hosts",
     ]
     assert "cd -P /proc/self/fd/3/work" in lines
     assert lines.index("exec 3<&-") > lines.index("cd -P /proc/self/fd/3/work")
+
+
+def test_program_roots_covered_by_mounts_are_bound_back() -> None:
+    import sys
+
+    from sps_operator.devcluster.nodeagent.runtime import covered_roots, program_roots
+
+    roots = program_roots()
+    assert os.path.realpath(sys.prefix) in roots
+    assert covered_roots(["/etc/app", "/data"], ["/srv/venv", "/srv/src"]) == ()
+    assert covered_roots(["/srv"], ["/srv/venv", "/opt/py"]) == ("/srv/venv",)
+    launch = Launch(
+        argv=["sps-sim"],
+        env={},
+        workdir="/w",
+        mounts=[MountPlan("/state/volumes/tmp", "/srv", False)],
+        netns_path=None,
+        hosts_file=None,
+        hostname=None,
+        anchor="/state",
+        keep=("/srv/venv",),
+    )
+    lines = mount_script(launch).splitlines()
+    opened = lines.index("exec 4</srv/venv")
+    mounted = lines.index("mount --no-canonicalize --bind /proc/self/fd/3/volumes/tmp /srv")
+    rebound = lines.index("mount --no-canonicalize --bind /proc/self/fd/4 /srv/venv")
+    assert opened < mounted < rebound

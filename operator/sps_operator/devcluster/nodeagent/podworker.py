@@ -46,8 +46,10 @@ from .probes import (
 from .runtime import (
     BASE_PATH,
     Launch,
+    covered_roots,
     find_executable,
     kill_now,
+    program_roots,
     run_hook,
     run_probe,
     signal_group,
@@ -503,6 +505,7 @@ class PodWorker(threading.Thread):
             hosts_file=None if self.host_network else str(self.dir / "hosts"),
             hostname=None if self.host_network else self.pod_name[:63],
             anchor=str(self.dir),
+            keep=covered_roots([m.target for m in mounts], program_roots()),
         )
         proc = start_container(launch, log_path)
         link = self.dir / f"{rec.name}.log"

@@ -12,6 +12,7 @@ killed. Everything else is the host's file system (there is no image root file s
 from __future__ import annotations
 
 import contextlib
+import functools
 import http.client
 import os
 import shlex
@@ -20,8 +21,9 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,8 +42,6 @@ BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 def venv_bin() -> str:
     """The directory of this interpreter's entry points (sps-sim, sps-profiler, python)."""
-    import sys
-
     return str(Path(sys.executable).parent)
 
 
@@ -57,6 +57,32 @@ class Launch:
     # The pod's state directory: opened before any mount, so volumes and the hosts file
     # stay reachable (as /proc/self/fd/3/...) even when a mountPath such as /tmp covers it.
     anchor: str | None = None
+    # Host directories the program needs (the venv, the interpreter, the package source)
+    # that a mountPath covers: bound back over the volume after the mounts (at most 5).
+    keep: tuple[str, ...] = ()
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+@functools.cache
+def program_roots() -> tuple[str, ...]:
+    """Where the mapped programs live: the venv, the base interpreter, the package source
+    (editable installs), outermost only."""
+    import sps_operator
+
+    roots = {
+        os.path.realpath(p)
+        for p in (sys.prefix, sys.base_prefix, str(Path(sps_operator.__file__).parents[1]))
+    }
+    return tuple(sorted(r for r in roots if not any(r != o and _inside(r, o) for o in roots)))
+
+
+def covered_roots(targets: Sequence[str], roots: Sequence[str]) -> tuple[str, ...]:
+    """The roots some mount target would hide."""
+    real = [os.path.realpath(t) for t in targets]
+    return tuple(r for r in roots if any(_inside(r, t) for t in real))[:5]
 
 
 def anchored(path: str, anchor: str | None) -> str:
@@ -72,9 +98,13 @@ def mount_order(mounts: list[MountPlan]) -> list[MountPlan]:
 
 def mount_script(launch: Launch) -> str:
     q = shlex.quote
+    # --no-canonicalize: mount must not turn /proc/self/fd/N back into the path string,
+    # which may name something else once the volumes are mounted.
     lines = ["set -e"]
     if launch.anchor:
         lines.append(f"exec 3<{q(launch.anchor)}")
+    for fd, root in enumerate(launch.keep, start=4):
+        lines.append(f"exec {fd}<{q(root)}")
     # Held while creating and mounting, so the agent never removes a mount point between.
     lines.append(f"exec 9>{q(str(MOUNT_LOCK))}")
     lines.append("if command -v flock >/dev/null; then flock 9; fi")
@@ -84,11 +114,16 @@ def mount_script(launch: Launch) -> str:
             f"if [ -d {src} ]; then mkdir -p {tgt}; "
             f"else mkdir -p $(dirname {tgt}); [ -e {tgt} ] || : > {tgt}; fi"
         )
-        lines.append(f"mount --bind {src} {tgt}")
+        lines.append(f"mount --no-canonicalize --bind {src} {tgt}")
         if m.read_only:
             lines.append(f"mount -o remount,bind,ro {tgt}")
+    for fd, root in enumerate(launch.keep, start=4):
+        lines.append(f"mkdir -p {q(root)}")
+        lines.append(f"mount --no-canonicalize --bind /proc/self/fd/{fd} {q(root)}")
+        lines.append(f"exec {fd}<&-")
     if launch.hosts_file:
-        lines.append(f"mount --bind {q(anchored(launch.hosts_file, launch.anchor))} /etc/hosts")
+        hosts = q(anchored(launch.hosts_file, launch.anchor))
+        lines.append(f"mount --no-canonicalize --bind {hosts} /etc/hosts")
     workdir = q(anchored(launch.workdir, launch.anchor))
     lines.append(f"mkdir -p {workdir}")
     lines.append(f"cd -P {workdir}")
