@@ -137,7 +137,9 @@ def _diagonal_staircase(
     span = [t for t in tiers if measured[0] <= t <= measured[-1]]
     values = [interp_clamped(measured, seconds, float(t)) for t in span]
     edges = [span[0], *(t + 1 for t in span[:-1])]
-    resolved_max = max(int(max_batch_tokens or 0), span[-1], probes[-1][0])
+    resolved_max = (
+        int(max_batch_tokens) if max_batch_tokens is not None else max(span[-1], probes[-1][0])
+    )
     return SpsCostTable(edges, [1.0 / v for v in values], resolved_max)
 
 
