@@ -102,6 +102,7 @@ def _mutate(path: str, value: Any) -> dict[str, Any]:
         (_mutate("internal_states.0.dspark_info_record", None), False, "SPS_RECORD=1"),
         (info(mode="compact"), False, "SGLANG_RAGGED_VERIFY_MODE=static"),
         (info(mode="static"), True, "SGLANG_RAGGED_VERIFY_MODE=compact"),
+        (info(mode="cap-accept"), True, "cap-accept, whose forward is full width"),
         (
             _mutate("internal_states.0.dspark_info_record.components", ["core"]),
             False,

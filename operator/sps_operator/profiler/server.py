@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 INFO_RECORD_PAYLOAD_KEY = "dspark_info_record"
 REQUIRED_COMPONENTS = frozenset({"core", "step_cpu_time"})
 DIAGONAL_MODES = ("static",)
-OFFDIAGONAL_MODES = ("compact", "cap-accept")
+OFFDIAGONAL_MODES = ("compact",)
 ENABLE_HINT = (
     "SGLANG_DSPARK_ENABLE_SPS_RECORD=1 (or SGLANG_DSPARK_DEBUG_DUMP=core,step_cpu_time) and "
     "SGLANG_SIMULATE_ACC_LEN=1.0"
@@ -217,6 +217,14 @@ def server_context_from_info(
                 f"{ENABLE_HINT}."
             )
         mode = payload.get("mode")
+        if offdiagonal and mode == "cap-accept":
+            # The reference accepts it, but cap-accept verifies at full width whatever the
+            # budget: every M would be labelled with the full-width cost.
+            raise ServerCheckError(
+                f"DP rank {rank} runs SGLANG_RAGGED_VERIFY_MODE=cap-accept, whose forward is full "
+                "width whatever the pinned budget, so an off-diagonal sweep would record the "
+                "full-width cost under every M. Relaunch with SGLANG_RAGGED_VERIFY_MODE=compact."
+            )
         if mode not in allowed:
             want = (
                 "SGLANG_RAGGED_VERIFY_MODE=compact for an off-diagonal (--fracs) sweep"
