@@ -266,8 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ns = p.parse_args(argv)
     batch_sizes = build_request_count_sweep(ns.max_batch_size)
+    from sps_operator.dspark_arith import default_decode_capture_bs
     from sps_operator.sim.costmodel import load_preset
-    from sps_operator.sim.graphs import default_decode_capture_bs
 
     preset = load_preset(ns.preset)
     capture = default_decode_capture_bs(preset.default_cuda_graph_max_bs(1))

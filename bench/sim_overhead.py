@@ -19,7 +19,7 @@ import time
 
 import httpx
 
-from sps_operator.sim import graphs
+from sps_operator import dspark_arith
 from sps_operator.sim.costmodel import PRESETS
 from sps_operator.sim.engine import Engine, EngineConfig
 from sps_operator.sim.testing import running_sim
@@ -30,7 +30,7 @@ PRESET = PRESETS["NVIDIA-H100-80GB-HBM3"]
 def engine_rate(bs: int, steps: int) -> tuple[float, float]:
     """(simulated decode steps per real second, mean modelled step seconds)."""
     cfg = EngineConfig(
-        capture_bs=tuple(graphs.default_decode_capture_bs(256)),
+        capture_bs=tuple(dspark_arith.default_decode_capture_bs(256)),
         components=frozenset({"core", "step_cpu_time"}),
         simulate_acc_len=1.0,
         max_running_per_dp=max(bs, 48),

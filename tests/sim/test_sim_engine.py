@@ -7,13 +7,13 @@ from dataclasses import replace
 
 import pytest
 
-from sps_operator.sim import graphs
+from sps_operator import dspark_arith
 from sps_operator.sim.costmodel import PRESETS
 from sps_operator.sim.engine import Engine, EngineConfig
 from sps_operator.sim.tableload import load_table_text
 
 QUIET = replace(PRESETS["NVIDIA-H100-80GB-HBM3"], noise_cv=0.0, outlier_prob=0.0)
-CAPTURE = tuple(graphs.default_decode_capture_bs(256))
+CAPTURE = tuple(dspark_arith.default_decode_capture_bs(256))
 RECORDING = frozenset({"core", "step_cpu_time"})
 
 
@@ -50,7 +50,7 @@ def test_step_cpu_ms_is_the_model_step_time() -> None:
     engine.submit([(None, 16, 6)] * 4, 0.0)
     run_to_idle(engine)
     rows = engine.records(0)
-    padded = graphs.round_up(engine.runner_bs, 4)
+    padded = dspark_arith.round_up(engine.runner_bs, 4)
     assert padded == 4
     base = QUIET.decode_seconds(4, 4 * 8) * 1000
     for row in rows[1:]:
@@ -144,17 +144,17 @@ def test_bug_switch_and_table_decide_the_shortcut() -> None:
 
 
 def test_runner_adds_the_pool_and_drops_larger_graphs() -> None:
-    assert graphs.runner_capture_bs([1, 2, 4, 8, 64], 48) == [1, 2, 4, 8, 48]
-    assert graphs.runner_capture_bs([1, 2, 4], 48) == [1, 2, 4]
+    assert dspark_arith.runner_capture_bs([1, 2, 4, 8, 64], 48) == [1, 2, 4, 8, 48]
+    assert dspark_arith.runner_capture_bs([1, 2, 4], 48) == [1, 2, 4]
     engine = make(mode="compact", max_running_per_dp=48, verify_all_bug=False)
     assert engine.tiers[-1] == 48 * 8
     assert 56 * 8 not in engine.tiers
 
 
 def test_forced_budget_order_of_operations() -> None:
-    assert graphs.forced_budget(0.3, 6, 15) == 27
+    assert dspark_arith.forced_budget(0.3, 6, 15) == 27
     assert int(0.3 * 6 * 15) == 26  # the reference profiler's order differs
-    assert graphs.verify_tokens_for_budget(16, 200, 8) == 128
+    assert dspark_arith.verify_tokens_for_budget(16, 200, 8) == 128
 
 
 def test_ring_eviction_keeps_newest() -> None:

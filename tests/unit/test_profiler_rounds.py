@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from sps_operator.dspark_arith import compact_tiers, runner_capture_bs
 from sps_operator.profiler.rounds import (
     PinExpectation,
     PinNotTakenError,
@@ -18,11 +19,12 @@ from sps_operator.profiler.rounds import (
     rows_from_payload,
     steady_stats,
 )
-from sps_operator.profiler.server import compact_tiers
 
 K = 8
 GAMMA = 7
-TIERS = compact_tiers([*range(1, 9), *range(10, 33, 2), *range(40, 65, 4)], K, 48)
+TIERS = compact_tiers(
+    runner_capture_bs([*range(1, 9), *range(10, 33, 2), *range(40, 65, 4)], 48), K
+)
 
 
 def rows(

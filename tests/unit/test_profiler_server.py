@@ -9,15 +9,12 @@ from typing import Any
 
 import pytest
 
+from sps_operator.dspark_arith import default_decode_capture_bs
 from sps_operator.profiler.runner import preflight_cell
 from sps_operator.profiler.server import (
     ServerCheckError,
-    compact_tiers,
-    default_decode_capture_bs,
     resolve_capture_bs,
     server_context_from_info,
-    server_m,
-    tier_for,
     validate_sweep,
 )
 from sps_operator.profiler.sweep import (
@@ -166,15 +163,6 @@ def test_capture_list_resolution() -> None:
     assert resolve_capture_bs({}) == []
     default = default_decode_capture_bs(256)
     assert default[:9] == [1, 2, 3, 4, 5, 6, 7, 8, 10] and default[-1] == 256 and 72 in default
-
-
-def test_tiers_and_server_m() -> None:
-    tiers = compact_tiers([*range(1, 9), 10, 12, 14, 16], 8, None)
-    assert tier_for(tiers, 44) == 48
-    assert tier_for(tiers, 129) is None
-    assert server_m(0.25, 16, 7) == 44
-    assert server_m(1.0, 16, 7) == 128
-    assert server_m(0.3, 6, 15) == 6 + 27
 
 
 def test_preflight_probe_picks_smallest_bs_that_must_shrink() -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from sps_operator.dspark_arith import pinned_verify_tokens, round_up
 from sps_operator.profiler import artifacts
 from sps_operator.profiler.client import DsparkClient, LoadThread, ServerUnavailableError
 from sps_operator.profiler.rounds import (
@@ -36,8 +37,6 @@ from sps_operator.profiler.server import (
     ServerCheckError,
     ServerContext,
     server_context_from_info,
-    server_m,
-    tier_for,
     validate_sweep,
 )
 from sps_operator.profiler.sweep import (
@@ -432,9 +431,9 @@ def preflight_cell(
     tiers = context.tiers
     frac = min(fracs)
     for bs in sorted(batch_sizes):
-        m = server_m(frac, bs, context.gamma)
-        expected = tier_for(tiers, m)
-        full = tier_for(tiers, bs * context.verify_num_draft_tokens)
+        m = pinned_verify_tokens(frac, bs, context.gamma)
+        expected = round_up(tiers, m)
+        full = round_up(tiers, bs * context.verify_num_draft_tokens)
         if expected is not None and full is not None and expected < full:
             return SweepCell(repeat=-1, bs=bs, frac=frac)
     return None

@@ -7,7 +7,6 @@ running-request cap and the KV capacity before any load is sent.
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import json
 import logging
@@ -15,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sps_operator.dspark_arith import compact_tiers, default_decode_capture_bs, runner_capture_bs
 from sps_operator.profiler.sweep import REQUIRED_SIMULATE_ACC_LEN
 
 logger = logging.getLogger(__name__)
@@ -77,7 +77,8 @@ class ServerContext:
     @property
     def tiers(self) -> list[int]:
         """Compact-mode graph tiers (token counts), approximating the runner's filter."""
-        return compact_tiers(self.capture_bs, self.verify_num_draft_tokens, self.max_running_per_dp)
+        runner_bs = runner_capture_bs(self.capture_bs, self.max_running_per_dp)
+        return compact_tiers(runner_bs, self.verify_num_draft_tokens)
 
     @property
     def fingerprint(self) -> str:
@@ -94,47 +95,6 @@ class ServerContext:
 def fingerprint_of(cost_args: Mapping[str, Any]) -> str:
     canonical = json.dumps(dict(cost_args), sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
-
-
-def default_decode_capture_bs(max_bs: int) -> list[int]:
-    """SGLang's server-args decode capture list when speculative decoding is on (§4.1)."""
-    candidates = [
-        *range(1, 9),
-        *range(10, 33, 2),
-        *range(40, 65, 4),
-        *range(72, 257, 8),
-        *range(272, max_bs + 1, 16),
-    ]
-    out = sorted({b for b in candidates if b <= max_bs} | {max_bs})
-    return out
-
-
-def compact_tiers(
-    capture_bs: Sequence[int], verify_num_draft_tokens: int, pool: int | None
-) -> list[int]:
-    """sorted({b*K for b <= pool} ∪ {pool*K if max(capture) > pool})."""
-    if not capture_bs:
-        return []
-    kept = {b for b in capture_bs if pool is None or b <= pool}
-    if pool is not None and max(capture_bs) > pool:
-        kept.add(pool)
-    return sorted({b * verify_num_draft_tokens for b in kept})
-
-
-def tier_for(tiers: Sequence[int], tokens: int) -> int | None:
-    """Smallest tier >= tokens (SGLang's round_up_grid), None above the grid."""
-    index = bisect.bisect_left(tiers, tokens)
-    return tiers[index] if index < len(tiers) else None
-
-
-def server_budget(frac: float, bs: int, gamma: int) -> int:
-    """The pinned budget in the server's order of operations: int(frac * (bs*gamma))."""
-    return max(0, int(float(frac) * (bs * gamma)))
-
-
-def server_m(frac: float, bs: int, gamma: int) -> int:
-    """M the server schedules for a pin: min(bs + budget, bs*K)."""
-    return min(bs + server_budget(frac, bs, gamma), bs * (gamma + 1))
 
 
 def _decode_config(state: Mapping[str, Any]) -> Mapping[str, Any] | None:

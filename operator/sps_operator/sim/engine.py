@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sps_operator.sim import graphs
+from sps_operator import dspark_arith
 from sps_operator.sim.costmodel import CostPreset, NoiseSource
 from sps_operator.sim.tableload import LoadedTable
 
@@ -157,8 +157,12 @@ class Engine:
         self.noise = NoiseSource(preset, config.seed)
         self._token_rng_state = config.seed * 2654435761 % (2**32) or 1
         k = config.verify_num_draft_tokens
-        self.runner_bs = graphs.runner_capture_bs(config.capture_bs, config.max_running_per_dp)
-        self.tiers = graphs.compact_tiers(self.runner_bs, k) if config.mode == "compact" else []
+        self.runner_bs = dspark_arith.runner_capture_bs(
+            config.capture_bs, config.max_running_per_dp
+        )
+        self.tiers = (
+            dspark_arith.compact_tiers(self.runner_bs, k) if config.mode == "compact" else []
+        )
         self.ranks = [RankState(index=i) for i in range(config.dp_size)]
         for rank in self.ranks:
             rank.ring = deque(maxlen=config.ring_size)
@@ -369,7 +373,7 @@ class Engine:
         budget: int | None = None
         verify_local: int | None = None
         predicted: tuple[float, float] | None = None
-        graph_bs = graphs.round_up(self.runner_bs, bs) if self.runner_bs else None
+        graph_bs = dspark_arith.round_up(self.runner_bs, bs) if self.runner_bs else None
         if cfg.mode == "static":
             num_verify = bs * k
             replay_tokens = (graph_bs or bs) * k
@@ -378,14 +382,14 @@ class Engine:
             resolved = rank.decode_steps_since_prefill >= UNRESOLVED_DECODE_STEPS
             if resolved:
                 if rank.pin is not None:
-                    budget = graphs.forced_budget(rank.pin, bs, cfg.gamma)
+                    budget = dspark_arith.forced_budget(rank.pin, bs, cfg.gamma)
                 elif cfg.table is not None and not cfg.table.uninitialized:
                     budget, step_ms, theta = self._table_budget(bs)
                     predicted = (step_ms, theta)
                 else:
                     # A flat table looks up 1.0 everywhere, so the argmax takes every candidate.
                     budget = bs * cfg.gamma
-                verify_local = graphs.verify_tokens_for_budget(bs, budget, k)
+                verify_local = dspark_arith.verify_tokens_for_budget(bs, budget, k)
             if cfg.mode == "cap-accept":
                 # Scheduled sum, but the forward itself runs full width.
                 num_verify = verify_local if verify_local is not None else bs * k
@@ -421,7 +425,7 @@ class Engine:
             return m, m, True
         if cfg.dp_attention:
             # No dynamic tier under dp-attention: the graph is full width for the global bs.
-            tier = graphs.round_up(self.tiers, global_bs * k)
+            tier = dspark_arith.round_up(self.tiers, global_bs * k)
             if global_bs > self.runner_bs[-1] or tier is None:
                 return bs * k, bs * k, True
             return tier, tier, False
@@ -430,7 +434,7 @@ class Engine:
         shortcut = cfg.is_verify_all and (cfg.verify_all_bug or rank.pin is None)
         # The shortcut (and a step with no budget yet) replays the uniform full-width layout.
         floor = bs * k if verify_local is None or shortcut else min(verify_local, bs * k)
-        tier = graphs.round_up(self.tiers, floor)
+        tier = dspark_arith.round_up(self.tiers, floor)
         if tier is None:
             return bs * k, bs * k, True
         return tier, tier, False

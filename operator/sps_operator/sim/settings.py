@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sps_operator.sim import graphs
+from sps_operator import dspark_arith
 from sps_operator.sim.costmodel import (
     DEFAULT_PRESET,
     PRESETS,
@@ -184,7 +184,7 @@ def resolve_decode_capture(
             raise ConfigError(f"cuda graph bs list must hold positive integers: {bs_list!r}")
         bs_list = sorted(set(bs_list))
     else:
-        bs_list = graphs.default_decode_capture_bs(max_bs)
+        bs_list = dspark_arith.default_decode_capture_bs(max_bs)
     if ns.cuda_graph_backend_decode:
         backend = ns.cuda_graph_backend_decode
     if ns.disable_cuda_graph or ns.disable_decode_cuda_graph:

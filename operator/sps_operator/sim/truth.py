@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sps_operator.sim import graphs
+from sps_operator import dspark_arith
 from sps_operator.sim.costmodel import DEFAULT_PRESET, CostPreset, load_preset
 
 
@@ -32,13 +32,13 @@ def truth_grid(
 ) -> list[dict[str, Any]]:
     """Rows {bs, M, tier, seconds, seconds_untiered, diagonal} (pure)."""
     k = gamma + 1
-    runner = graphs.runner_capture_bs(capture_bs, max_running_per_dp)
-    tiers = graphs.compact_tiers(runner, k)
+    runner = dspark_arith.runner_capture_bs(capture_bs, max_running_per_dp)
+    tiers = dspark_arith.compact_tiers(runner, k)
     rows: list[dict[str, Any]] = []
     for bs in batch_sizes:
         ms = sorted({*range(bs, bs * k + 1, max(1, m_step)), bs * k})
         for m in ms:
-            tier = graphs.round_up(tiers, m) if tiers and bs <= runner[-1] else None
+            tier = dspark_arith.round_up(tiers, m) if tiers and bs <= runner[-1] else None
             eager = tier is None
             run_tokens = m if tier is None else tier
             if tier is None:
@@ -81,7 +81,7 @@ def main(argv: Sequence[str]) -> int:
         return 2
     batch_sizes = ns.batch_size or list(range(1, ns.max_bs + 1))
     max_bs = ns.cuda_graph_max_bs or preset.default_cuda_graph_max_bs(ns.tp_size)
-    capture = ns.cuda_graph_bs_decode or graphs.default_decode_capture_bs(max_bs)
+    capture = ns.cuda_graph_bs_decode or dspark_arith.default_decode_capture_bs(max_bs)
     pool = ns.max_running_requests_per_dp or max(max(batch_sizes), 48)
     rows = truth_grid(
         preset,
