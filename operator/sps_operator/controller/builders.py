@@ -416,63 +416,55 @@ def inject_apply(
     container's current args with its flag set (Git's values unchanged)."""
     directory, filename = posixpath.split(table_path)
     args = [*_without_table_flag(list(server_args)), TABLE_PATH_FLAG, table_path]
-    meta = deployment.get("metadata") or {}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
-        "spec": {
-            "template": {
-                "metadata": {
-                    "annotations": {
-                        names.ANNOTATION_TABLE_HASH: table_hash,
-                        names.ANNOTATION_TABLE: table_config_map,
-                    }
-                },
-                "spec": {
-                    "containers": [
-                        {
-                            "name": container_name,
-                            "args": args,
-                            "volumeMounts": [
-                                {"name": TABLE_VOLUME, "mountPath": directory, "readOnly": True}
-                            ],
-                        }
-                    ],
-                    "volumes": [
-                        {
-                            "name": TABLE_VOLUME,
-                            "configMap": {
-                                "name": table_config_map,
-                                "items": [{"key": names.TABLE_KEY, "path": filename}],
-                            },
-                        }
-                    ],
+    pod_spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": container_name,
+                "args": args,
+                "volumeMounts": [{"name": TABLE_VOLUME, "mountPath": directory, "readOnly": True}],
+            }
+        ],
+        "volumes": [
+            {
+                "name": TABLE_VOLUME,
+                "configMap": {
+                    "name": table_config_map,
+                    "items": [{"key": names.TABLE_KEY, "path": filename}],
                 },
             }
-        },
+        ],
     }
+    template = {**_table_annotations(table_config_map, table_hash), "spec": pod_spec}
+    return _deployment_apply(deployment, template)
 
 
 def annotate_apply(
     deployment: Mapping[str, Any], table_config_map: str, table_hash: str
 ) -> dict[str, Any]:
     """The server-side-apply body for AnnotateOnly: the pod-template annotation, nothing else."""
+    return _deployment_apply(deployment, _table_annotations(table_config_map, table_hash))
+
+
+def _table_annotations(table_config_map: str, table_hash: str) -> dict[str, Any]:
+    """The pod-template metadata the operator owns: which table, at which hash."""
+    return {
+        "metadata": {
+            "annotations": {
+                names.ANNOTATION_TABLE_HASH: table_hash,
+                names.ANNOTATION_TABLE: table_config_map,
+            }
+        }
+    }
+
+
+def _deployment_apply(deployment: Mapping[str, Any], template: dict[str, Any]) -> dict[str, Any]:
+    """A Deployment apply body naming `deployment` and carrying only `template`."""
     meta = deployment.get("metadata") or {}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
-        "spec": {
-            "template": {
-                "metadata": {
-                    "annotations": {
-                        names.ANNOTATION_TABLE_HASH: table_hash,
-                        names.ANNOTATION_TABLE: table_config_map,
-                    }
-                }
-            }
-        },
+        "spec": {"template": template},
     }
 
 

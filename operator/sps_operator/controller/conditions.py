@@ -39,6 +39,17 @@ def set_condition(
         if status is None
         else (ConditionStatus.TRUE if status else ConditionStatus.FALSE)
     )
+
+    def updated(transition: str) -> Condition:
+        return Condition(
+            type=type_,
+            status=value,
+            reason=reason,
+            message=message,
+            last_transition_time=transition,
+            observed_generation=generation,
+        )
+
     out: list[Condition] = []
     found = False
     for cond in conditions:
@@ -46,28 +57,10 @@ def set_condition(
             out.append(cond)
             continue
         found = True
-        transition = cond.last_transition_time if cond.status == value else rfc3339(now)
-        out.append(
-            Condition(
-                type=type_,
-                status=value,
-                reason=reason,
-                message=message,
-                last_transition_time=transition,
-                observed_generation=generation,
-            )
-        )
+        # The transition time moves only when the status does.
+        out.append(updated(cond.last_transition_time if cond.status == value else rfc3339(now)))
     if not found:
-        out.append(
-            Condition(
-                type=type_,
-                status=value,
-                reason=reason,
-                message=message,
-                last_transition_time=rfc3339(now),
-                observed_generation=generation,
-            )
-        )
+        out.append(updated(rfc3339(now)))
     return out
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -113,19 +113,16 @@ class Kube:
                 raise
 
     def apply_deployment(self, body: dict[str, Any], force: bool = True) -> None:
-        meta = body["metadata"]
-        self.apps.patch_namespaced_deployment(
-            meta["name"],
-            meta["namespace"],
-            body,
-            field_manager=FIELD_MANAGER,
-            force=force,
-            _content_type=APPLY,
-        )
+        self._apply(self.apps.patch_namespaced_deployment, body, force)
 
     def apply_config_map(self, body: dict[str, Any], force: bool = True) -> None:
+        self._apply(self.core.patch_namespaced_config_map, body, force)
+
+    @staticmethod
+    def _apply(patch: Callable[..., Any], body: dict[str, Any], force: bool) -> None:
+        """Server-side apply of `body` as the operator's field manager."""
         meta = body["metadata"]
-        self.core.patch_namespaced_config_map(
+        patch(
             meta["name"],
             meta["namespace"],
             body,
