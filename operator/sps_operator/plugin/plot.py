@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from sps_operator.tables.formats import SpsCostTable, SpsTable
 from sps_operator.tables.quality import Cell, predicted_step_seconds
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 
 def plot_table(table: SpsTable, path: Path, title: str) -> Path:
     """Write a PNG of what the planner will believe: step time over the table's range."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     if isinstance(table, SpsCostTable):
         fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
         xs = list(table.sample_batch_tokens)
@@ -55,23 +56,13 @@ def plot_table(table: SpsTable, path: Path, title: str) -> Path:
         right.set_title("bias + α(bs) + θ(M)")
         right.grid(alpha=0.3)
         right.legend()
-    fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path, title)
 
 
 def plot_diagonal_fit(table: SpsCostTable, cells: Sequence[Cell], path: Path, title: str) -> Path:
     """A diagonal table against the cells it was fitted to: the planner's floor-step curve
     with the measured medians on it, and the residuals."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.4), dpi=110)
     xs = list(table.sample_batch_tokens)
     ms = [1000.0 / v if v else float("nan") for v in table.sample_steps_per_sec]
@@ -106,6 +97,21 @@ def plot_diagonal_fit(table: SpsCostTable, cells: Sequence[Cell], path: Path, ti
     right.set_xlabel("batch tokens M")
     right.set_ylabel("residual (measured − table) / measured (%)")
     right.grid(alpha=0.3)
+    return _save(plt, fig, path, title)
+
+
+def _pyplot() -> ModuleType:
+    """matplotlib.pyplot on the file-only Agg backend, imported late (it is slow to load)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(plt: ModuleType, fig: Figure, path: Path, title: str) -> Path:
+    """Title, lay out and write `fig` as a PNG at `path` (parents created), then free it."""
     fig.suptitle(title)
     fig.tight_layout()
     path = Path(path)

@@ -12,9 +12,12 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sps_operator.profiler import sweep as sw
+
+if TYPE_CHECKING:
+    from sps_operator.tables.fit import FitResult
 
 logger = logging.getLogger("sps_operator.profiler")
 
@@ -258,18 +261,23 @@ def _publish_failure(publisher: Any, message: str) -> None:
         print(f"sps-profiler: could not publish the failure: {exc}", file=sys.stderr)
 
 
-def _dispatch(args: argparse.Namespace, publisher: Any) -> int:
+def _fit(args: argparse.Namespace) -> FitResult:
+    """`fit` on the profile directory, as the `fit` and `all` subcommands ask for it."""
     from sps_operator.profiler.fitting import fit_profile
 
+    return fit_profile(
+        args.out,
+        max_batch_tokens=args.max_batch_tokens,
+        run_self_check=args.self_check,
+        plot=args.plot,
+        kind=args.kind,
+        diagonal_probes=args.diagonal_probes,
+    )
+
+
+def _dispatch(args: argparse.Namespace, publisher: Any) -> int:
     if args.command == "fit":
-        fit_profile(
-            args.out,
-            max_batch_tokens=args.max_batch_tokens,
-            run_self_check=args.self_check,
-            plot=args.plot,
-            kind=args.kind,
-            diagonal_probes=args.diagonal_probes,
-        )
+        _fit(args)
         return 0
     from sps_operator.profiler.runner import run_profile
 
@@ -284,14 +292,7 @@ def _dispatch(args: argparse.Namespace, publisher: Any) -> int:
     if summary.pin_reset == "rejected":
         message += "; the server rejected resetting the budget pin (restart it before serving)"
     if args.command == "all":
-        result = fit_profile(
-            args.out,
-            max_batch_tokens=args.max_batch_tokens,
-            run_self_check=args.self_check,
-            plot=args.plot,
-            kind=args.kind,
-            diagonal_probes=args.diagonal_probes,
-        )
+        result = _fit(args)
         q = result.quality
         message += f"; {result.kind} fit RMS {q.rms_ms:.3f} ms, R² {q.r2:.4f}"
     if publisher is not None:
