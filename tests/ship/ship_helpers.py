@@ -91,3 +91,16 @@ def wait_crd_established(
         if time.monotonic() > deadline:
             raise TimeoutError(f"CRD {name} not Established after {timeout} s: {conds}")
         time.sleep(0.2)
+
+
+def apply_chart_crd(kubectl: Any) -> None:
+    """Server-side apply of the chart's CRD, as Helm would install it, and wait until served."""
+    kubectl(
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager=ship-tests",
+        "-f",
+        str(CHART / "crds" / "sps.dev_spsprofiles.yaml"),
+    )
+    wait_crd_established(kubectl)

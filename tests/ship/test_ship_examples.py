@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
-from ship_helpers import CHART, ROOT, wait_crd_established
+from ship_helpers import ROOT, apply_chart_crd
 
 from sps_operator.api.models import SpsProfileSpec
 from sps_operator.devcluster.pytest_plugin import K8sCluster
@@ -104,15 +104,7 @@ def test_argocd_application_ignores_the_operator_fields() -> None:
 
 @pytest.mark.k8s
 def test_ship_examples_pass_server_side_validation(k8s_cluster: K8sCluster, namespace: str) -> None:
-    k8s_cluster.kubectl(
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "--field-manager=ship-tests",
-        "-f",
-        str(CHART / "crds" / "sps.dev_spsprofiles.yaml"),
-    )
-    wait_crd_established(k8s_cluster.kubectl)
+    apply_chart_crd(k8s_cluster.kubectl)
     for path, doc in all_objects():
         if doc["kind"] == "Application":
             continue  # Argo CD's CRD is not installed here

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client import ApiClient
-from ship_helpers import CHART, wait_crd_established
+from ship_helpers import apply_chart_crd
 
 from sps_operator.api.models import SpsProfileStatus
 from sps_operator.constants import API_GROUP, API_VERSION, GPU_H100, GPU_H200, PLURAL
@@ -36,16 +36,7 @@ ADDITIVE = SpsAdditiveCostTable(0.004, [1, 8, 16], [0.0, 0.0005, 0.001], [0, 64]
 
 @pytest.fixture(scope="module")
 def crd(k8s_cluster: K8sCluster) -> Iterator[None]:
-    # Server-side apply of the chart's CRD, as Helm would install it.
-    k8s_cluster.kubectl(
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "--field-manager=ship-tests",
-        "-f",
-        str(CHART / "crds" / "sps.dev_spsprofiles.yaml"),
-    )
-    wait_crd_established(k8s_cluster.kubectl)
+    apply_chart_crd(k8s_cluster.kubectl)
     yield
 
 
