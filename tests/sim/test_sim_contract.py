@@ -65,6 +65,12 @@ def tier_of(tiers: list[int], m: int) -> int:
     return min(t for t in tiers if t >= m)
 
 
+def pinned_budget_and_m(frac: float, bs: int) -> tuple[int, int]:
+    """§4.2 written out here, not imported, so the simulator is checked against the contract."""
+    budget = int(frac * (bs * GAMMA))
+    return budget, min(bs + budget, bs * K)
+
+
 def compact_env() -> dict[str, str]:
     return {"SGLANG_RAGGED_VERIFY_MODE": "compact"}
 
@@ -132,8 +138,7 @@ def test_pinned_compact_fixed_server_replays_tier_of_pinned_m(setup: str, tmp_pa
         sweep = _pinned_sweep(url, bs)
     observed = []
     for frac, rows in sweep.items():
-        budget = int(frac * (bs * GAMMA))
-        m = min(bs + budget, bs * K)
+        budget, m = pinned_budget_and_m(frac, bs)
         for row in rows:
             assert row["budget"] == budget
             assert row["verify_tokens_local"] == m
@@ -172,8 +177,7 @@ def test_verify_all_bug_replays_full_width_and_is_detectable(
     full = tier_of(tiers, bs * K)
     flagged = 0
     for frac, rows in sweep.items():
-        budget = int(frac * (bs * GAMMA))
-        m = min(bs + budget, bs * K)
+        budget, m = pinned_budget_and_m(frac, bs)
         for row in rows:
             # budget / verify_tokens_local still show the pin ...
             assert row["budget"] == budget
