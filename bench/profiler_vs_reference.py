@@ -282,27 +282,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     for seed in ns.seeds:
         common = ["--preset", ns.preset, "--seed", str(seed)]
         with tempfile.TemporaryDirectory() as tmp:
-            if ns.only in (None, "diagonal"):
+            # kind -> (extra sim args, verify mode, fracs)
+            kinds: dict[str, tuple[list[str], str, list[float] | None]] = {
+                "diagonal": ([], "static", None),
+                "additive": (["--verify-all-bug", "off"], "compact", sorted(ns.fracs)),
+            }
+            for kind, (extra_args, verify_mode, fracs) in kinds.items():
+                if ns.only not in (None, kind):
+                    continue
                 r = scenario(
-                    "diagonal",
-                    sim_args=common,
-                    env={"SGLANG_RAGGED_VERIFY_MODE": "static"},
+                    kind,
+                    sim_args=[*common, *extra_args],
+                    env={"SGLANG_RAGGED_VERIFY_MODE": verify_mode},
                     batch_sizes=batch_sizes,
-                    fracs=None,
-                    scale=ns.time_scale,
-                    truth=truth,
-                    workdir=Path(tmp),
-                    reference_script=ns.reference_script,
-                )
-                results.append({**r, "seed": seed})
-                _print(r, seed)
-            if ns.only in (None, "additive"):
-                r = scenario(
-                    "additive",
-                    sim_args=[*common, "--verify-all-bug", "off"],
-                    env={"SGLANG_RAGGED_VERIFY_MODE": "compact"},
-                    batch_sizes=batch_sizes,
-                    fracs=sorted(ns.fracs),
+                    fracs=fracs,
                     scale=ns.time_scale,
                     truth=truth,
                     workdir=Path(tmp),
