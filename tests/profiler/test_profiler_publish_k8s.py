@@ -24,6 +24,25 @@ def _empty_configmap(api: Any, namespace: str, name: str) -> None:
     )
 
 
+def _run_published(url: str, tmp_path: Path, configmap: str, namespace: str, *sweep: str) -> int:
+    """`sps-profiler run` on `sweep`, publishing to ConfigMap `configmap` in `namespace`."""
+    return main(
+        [
+            "run",
+            "--base-url",
+            url,
+            "--out",
+            str(tmp_path / "sps.json"),
+            *sweep,
+            "--publish-configmap",
+            configmap,
+            "--publish-namespace",
+            namespace,
+            *FAST,
+        ]
+    )
+
+
 def _read(api: Any, namespace: str, name: str) -> Any:
     cm = client.CoreV1Api(api).read_namespaced_config_map(name, namespace)
     return read_result(cm.data, cm.binary_data)
@@ -35,24 +54,7 @@ def test_publish_success_then_operator_fits(
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     _empty_configmap(k8s_api, namespace, "run-1")
     with running_sim(seed=11) as url:
-        rc = main(
-            [
-                "run",
-                "--base-url",
-                url,
-                "--out",
-                str(tmp_path / "sps.json"),
-                "--batch-size",
-                "1",
-                "2",
-                "4",
-                "--publish-configmap",
-                "run-1",
-                "--publish-namespace",
-                namespace,
-                *FAST,
-            ]
-        )
+        rc = _run_published(url, tmp_path, "run-1", namespace, "--batch-size", "1", "2", "4")
     assert rc == 0
     result = _read(k8s_api, namespace, "run-1")
     assert result.status == "succeeded"
@@ -74,25 +76,8 @@ def test_publish_failure_with_message(
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     _empty_configmap(k8s_api, namespace, "run-2")
     with running_sim(env={"SGLANG_RAGGED_VERIFY_MODE": "compact"}, verify_all_bug="on") as url:
-        rc = main(
-            [
-                "run",
-                "--base-url",
-                url,
-                "--out",
-                str(tmp_path / "sps.json"),
-                "--batch-size",
-                "2",
-                "4",
-                "--fracs",
-                "0.25",
-                "1.0",
-                "--publish-configmap",
-                "run-2",
-                "--publish-namespace",
-                namespace,
-                *FAST,
-            ]
+        rc = _run_published(
+            url, tmp_path, "run-2", namespace, "--batch-size", "2", "4", "--fracs", "0.25", "1.0"
         )
     assert rc == 1
     result = _read(k8s_api, namespace, "run-2")
@@ -110,22 +95,7 @@ def test_publish_to_a_missing_configmap_fails_clearly(
 ) -> None:
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     with running_sim(seed=12) as url:
-        rc = main(
-            [
-                "run",
-                "--base-url",
-                url,
-                "--out",
-                str(tmp_path / "sps.json"),
-                "--batch-size",
-                "1",
-                "--publish-configmap",
-                "absent",
-                "--publish-namespace",
-                namespace,
-                *FAST,
-            ]
-        )
+        rc = _run_published(url, tmp_path, "absent", namespace, "--batch-size", "1")
     assert rc == 1
     assert "Not Found" in capsys.readouterr().err
 
