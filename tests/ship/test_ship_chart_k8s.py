@@ -185,18 +185,7 @@ def test_ship_chart_operator_runs_under_the_chart_rbac(
     )
     apps = client.AppsV1Api(k8s_api)
     apps.create_namespaced_deployment(watched, _sglang_deployment())
-    client.CustomObjectsApi(k8s_api).create_namespaced_custom_object(
-        API_GROUP,
-        API_VERSION,
-        watched,
-        PLURAL,
-        {
-            "apiVersion": f"{API_GROUP}/{API_VERSION}",
-            "kind": "SpsProfile",
-            "metadata": {"name": "llama"},
-            "spec": {"selector": {"matchLabels": {"sps.dev/profile-target": "llama"}}},
-        },
-    )
+    _create_llama_profile(k8s_api, watched, target="llama")
     log = tmp_path / "operator.log"
     env = dict(os.environ, KUBECONFIG=str(kubeconfig))
     env.pop("KUBERNETES_SERVICE_HOST", None)
@@ -240,6 +229,22 @@ def test_ship_chart_operator_runs_under_the_chart_rbac(
             proc.wait()
     text = log.read_text(errors="replace")
     assert "403" not in text and "Forbidden" not in text, text[-4000:]
+
+
+def _create_llama_profile(api: ApiClient, namespace: str, target: str) -> None:
+    """SpsProfile `llama` selecting Deployments labelled sps.dev/profile-target=`target`."""
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        API_GROUP,
+        API_VERSION,
+        namespace,
+        PLURAL,
+        {
+            "apiVersion": f"{API_GROUP}/{API_VERSION}",
+            "kind": "SpsProfile",
+            "metadata": {"name": "llama"},
+            "spec": {"selector": {"matchLabels": {"sps.dev/profile-target": target}}},
+        },
+    )
 
 
 def _wait_for_status(
@@ -322,18 +327,7 @@ def test_ship_chart_operator_pod_runs_and_stays_live(
             f"the operator pod did not become ready: {rollout.stderr}\n{pods[-4000:]}\n"
             f"--- container logs ---\n{node_agent.pod_logs(system)[-4000:]}"
         )
-    client.CustomObjectsApi(k8s_api).create_namespaced_custom_object(
-        API_GROUP,
-        API_VERSION,
-        watched,
-        PLURAL,
-        {
-            "apiVersion": f"{API_GROUP}/{API_VERSION}",
-            "kind": "SpsProfile",
-            "metadata": {"name": "llama"},
-            "spec": {"selector": {"matchLabels": {"sps.dev/profile-target": "none"}}},
-        },
-    )
+    _create_llama_profile(k8s_api, watched, target="none")
     custom = client.CustomObjectsApi(k8s_api)
     deadline = time.monotonic() + 90
     status: dict[str, Any] = {}
