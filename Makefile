@@ -26,6 +26,7 @@ lint: setup
 	$(BIN)/ruff check operator tests bench
 	$(BIN)/ruff format --check operator tests bench
 	$(BIN)/mypy
+	$(BIN)/mypy bench
 
 crds: setup
 	$(BIN)/sps-operator crd > crds/sps.dev_spsprofiles.yaml

@@ -184,7 +184,7 @@ class ReferenceAlgorithm:
     def run(
         self, batch_sizes: list[int], fracs: list[float] | None, repeats: int = 1
     ) -> list[dict[str, Any]]:
-        frac_sweep: list[float | None] = sorted(fracs) if fracs else [None]
+        frac_sweep: list[float | None] = [*sorted(fracs)] if fracs else [None]
         with contextlib.suppress(Exception):  # the reference swallows warm-up failures
             self.run_round(min(8, max(batch_sizes)), frac_sweep[-1], WARMUP_ROUND_STEADY_STEPS, 0.0)
         rounds = []
