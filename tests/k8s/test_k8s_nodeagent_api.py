@@ -8,12 +8,12 @@ import ipaddress
 import json
 import os
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from nodeagent_helpers import get_json, wait_until
 
 from sps_operator.constants import GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, GPU_RTX_PRO_6000
 from sps_operator.devcluster import podnet
@@ -21,22 +21,6 @@ from sps_operator.devcluster.nodeagent import AgentConfig, NodeAgent, read_conta
 
 pytestmark = pytest.mark.k8s
 NODE = "api-rtx-0"
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(0.2)
-
-
-def get_json(kubectl: Callable[..., str], *args: str) -> dict[str, Any]:
-    out = kubectl("get", *args, "-o", "json", check=False)
-    return json.loads(out) if out.strip() else {}
 
 
 @pytest.fixture

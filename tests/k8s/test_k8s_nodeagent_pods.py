@@ -9,30 +9,16 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from nodeagent_helpers import apply, wait_until
 
 from sps_operator.devcluster.nodeagent import read_container_log
 
 pytestmark = pytest.mark.k8s
 
 
-def wait_until(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(0.2)
-
-
 def get(kubectl: Callable[..., str], ns: str, kind: str, name: str) -> dict[str, Any]:
     out = kubectl("get", kind, name, "-n", ns, "-o", "json", check=False)
     return json.loads(out) if out.strip() else {}
-
-
-def apply(kubectl: Callable[..., str], ns: str, obj: dict[str, Any]) -> None:
-    kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(obj))
 
 
 def pod_phase(kubectl: Callable[..., str], ns: str, name: str) -> str:

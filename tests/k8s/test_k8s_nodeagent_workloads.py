@@ -5,37 +5,17 @@ limited by RBAC. Against the real local control plane."""
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from nodeagent_helpers import apply, get_json, wait_until
 
 from sps_operator.constants import GPU_H100, GPU_H200, GPU_PRODUCT_LABEL
 from sps_operator.devcluster.nodeagent import read_container_log
 
 pytestmark = pytest.mark.k8s
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(0.2)
-
-
-def get_json(kubectl: Callable[..., str], *args: str) -> dict[str, Any]:
-    out = kubectl("get", *args, "-o", "json", check=False)
-    return json.loads(out) if out.strip() else {}
-
-
-def apply(kubectl: Callable[..., str], ns: str, obj: dict[str, Any]) -> None:
-    kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(obj))
 
 
 def sglang_deployment(product: str) -> dict[str, Any]:
