@@ -8,8 +8,9 @@ from sps_operator.api.models import FitQuality, GatesSpec
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.gates import check_gates, relative_change
 from sps_operator.controller.history import PublishedTable, tables_to_delete
-from sps_operator.controller.placement import Debouncer, PodInfo, matches_selector, placement
-from sps_operator.controller.reconcile import deployment_rolled_out, selector_string
+from sps_operator.controller.placement import Debouncer, PodInfo, placement
+from sps_operator.controller.rollout import deployment_rolled_out
+from sps_operator.controller.selectors import matches_selector, selector_string
 from sps_operator.tables.formats import SpsCostTable
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)

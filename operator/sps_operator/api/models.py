@@ -530,13 +530,40 @@ class RunStatus(StatusModel):
     attempt: int = Field(default=1, ge=1, description="Attempt number for this trigger.")
 
 
+class TargetState(StrEnum):
+    LIVE = "Live"
+    ROLLING = "Rolling"
+    PUBLISHED = "Published"
+    STALE = "Stale"
+    NO_TABLE = "NoTable"
+    WAITING = "Waiting"
+    REFUSED = "Refused"
+
+
 class TargetStatus(StatusModel):
     deployment: str
     gpu_product: str | None = None
     fingerprint: str | None = None
-    table: str | None = Field(default=None, description="Table ConfigMap it runs (or should).")
+    table: str | None = Field(
+        default=None,
+        description="Table ConfigMap it runs: measured for it (state Live, Rolling, "
+        "Published) or, with state Stale, for a previous server or GPU product.",
+    )
     hash: str | None = None
-    rolled_out: bool = False
+    rolled_out: bool = Field(
+        default=False,
+        description="True only when the template makes the server read this table and the "
+        "rollout completed.",
+    )
+    state: TargetState | None = Field(
+        default=None,
+        description="Live: its table runs. Rolling: being rolled. Published: a table exists, "
+        "rollout Disabled. Stale: a table measured for another server or GPU stays until a "
+        "new one exists. NoTable, Waiting (pods not settled on one GPU product), Refused "
+        "(reason says why the operator leaves it alone).",
+    )
+    reason: str | None = Field(default=None, description="Why it is refused (CamelCase).")
+    owner: str | None = Field(default=None, description="The SpsProfile that serves it.")
     message: str | None = None
 
 
