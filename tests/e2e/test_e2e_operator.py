@@ -553,7 +553,7 @@ def test_e2e_delete_profile_cleans_up_and_leaves_deployment_serving(env: Env) ->
     table = table_for(env, GPU_H100)
     assert table is not None
     wait_for("rolled", lambda: rolled_to(env, table["hash"]), timeout=90)
-    generation = env.deployment()["metadata"]["generation"]
+    template = env.deployment()["spec"]["template"]
     assert env.jobs()
 
     env.custom.delete_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, "sps")
@@ -582,7 +582,10 @@ def test_e2e_delete_profile_cleans_up_and_leaves_deployment_serving(env: Env) ->
     assert not released["metadata"].get("ownerReferences")
     assert released["metadata"]["labels"]["sps.dev/released"] == "true"
     dep = env.deployment()
-    assert dep["metadata"]["generation"] == generation
+    # Untouched: the same template (the ownership record leaves the metadata, which bumps
+    # a Deployment's generation but restarts nothing).
+    assert dep["spec"]["template"] == template
+    assert "sps.dev/owner" not in (dep["metadata"].get("annotations") or {})
     assert running_table_hash(env) == table["hash"]
     serving_pod_info(env, table["hash"])
 
