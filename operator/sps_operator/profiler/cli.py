@@ -190,10 +190,14 @@ def check_limits(args: argparse.Namespace) -> None:
         for bs in args.batch_size:
             _within("--batch-size values", bs, limits.BATCH_SIZE_MIN, limits.BATCH_SIZE_MAX)
     _within("--max-batch-size", args.max_batch_size, limits.BATCH_SIZE_MIN, limits.BATCH_SIZE_MAX)
-    if args.fracs is not None and len(args.fracs) > limits.FRACS_MAX_COUNT:
-        raise ValueError(
-            f"--fracs takes at most {limits.FRACS_MAX_COUNT} values, got {len(args.fracs)}."
-        )
+    if args.fracs is not None:
+        if len(args.fracs) > limits.FRACS_MAX_COUNT:
+            raise ValueError(
+                f"--fracs takes at most {limits.FRACS_MAX_COUNT} values, got {len(args.fracs)}."
+            )
+        for frac in args.fracs:
+            if not limits.FRAC_MIN_EXCLUSIVE < frac <= limits.FRAC_MAX:
+                raise ValueError(f"--fracs values must be in (0, 1], got {frac}.")
     _within("--repeats", args.repeats, limits.REPEATS_MIN, limits.REPEATS_MAX)
     _within("--input-len", args.input_len, limits.INPUT_LEN_MIN, limits.INPUT_LEN_MAX)
     _within("--ci-rel-width", args.ci_rel_width, limits.CI_REL_WIDTH_MIN, limits.CI_REL_WIDTH_MAX)
