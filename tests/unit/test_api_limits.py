@@ -63,42 +63,33 @@ def cli_ok(sweep: dict[str, Any]) -> bool:
     return True
 
 
-def _around(low: float, high: float, step: float) -> list[tuple[float, bool]]:
-    return [(low - step, False), (low, True), (high, True), (high + step, False)]
+# (spec field, lowest, highest, a step past each end): each bound and its neighbour.
+RANGES: list[tuple[str, float, float, float]] = [
+    ("repeats", L.REPEATS_MIN, L.REPEATS_MAX, 1),
+    ("inputLen", L.INPUT_LEN_MIN, L.INPUT_LEN_MAX, 1),
+    ("ciRelWidth", L.CI_REL_WIDTH_MIN, L.CI_REL_WIDTH_MAX, 0.0001),
+    ("vocabSize", L.VOCAB_SIZE_MIN, L.VOCAB_SIZE_MAX, 1),
+    ("minSteadySteps", L.MIN_STEADY_STEPS_MIN, L.MIN_STEADY_STEPS_MAX, 1),
+    ("minSteadySeconds", L.MIN_STEADY_SECONDS_MIN, L.MIN_STEADY_SECONDS_MAX, 0.5),
+    ("roundTimeoutSeconds", L.ROUND_TIMEOUT_SECONDS_MIN, L.ROUND_TIMEOUT_SECONDS_MAX, 0.5),
+]
+
+
+def _boundaries(field: str, low: float, high: float, step: float) -> list[tuple[str, Any, bool]]:
+    cast = int if isinstance(step, int) else float
+    points = [(low - step, False), (low, True), (high, True), (high + step, False)]
+    return [(f"{field}={cast(v)}", cast(v), ok) for v, ok in points]
 
 
 CASES: list[tuple[str, dict[str, Any], bool]] = [
     *(
-        (f"repeats={v}", {"batchSizes": TWO, "repeats": int(v)}, ok)
-        for v, ok in _around(L.REPEATS_MIN, L.REPEATS_MAX, 1)
+        (name, {"batchSizes": TWO, field: value}, ok)
+        for field, *bounds in RANGES
+        for name, value, ok in _boundaries(field, *bounds)
     ),
     *(
-        (f"inputLen={v}", {"batchSizes": TWO, "inputLen": int(v)}, ok)
-        for v, ok in _around(L.INPUT_LEN_MIN, L.INPUT_LEN_MAX, 1)
-    ),
-    *(
-        (f"ciRelWidth={v}", {"batchSizes": TWO, "ciRelWidth": v}, ok)
-        for v, ok in _around(L.CI_REL_WIDTH_MIN, L.CI_REL_WIDTH_MAX, 0.0001)
-    ),
-    *(
-        (f"vocabSize={v}", {"batchSizes": TWO, "vocabSize": int(v)}, ok)
-        for v, ok in _around(L.VOCAB_SIZE_MIN, L.VOCAB_SIZE_MAX, 1)
-    ),
-    *(
-        (f"minSteadySteps={v}", {"batchSizes": TWO, "minSteadySteps": int(v)}, ok)
-        for v, ok in _around(L.MIN_STEADY_STEPS_MIN, L.MIN_STEADY_STEPS_MAX, 1)
-    ),
-    *(
-        (f"minSteadySeconds={v}", {"batchSizes": TWO, "minSteadySeconds": v}, ok)
-        for v, ok in _around(L.MIN_STEADY_SECONDS_MIN, L.MIN_STEADY_SECONDS_MAX, 0.5)
-    ),
-    *(
-        (f"roundTimeoutSeconds={v}", {"batchSizes": TWO, "roundTimeoutSeconds": v}, ok)
-        for v, ok in _around(L.ROUND_TIMEOUT_SECONDS_MIN, L.ROUND_TIMEOUT_SECONDS_MAX, 0.5)
-    ),
-    *(
-        (f"batchSizes=[{v}, 2]", {"batchSizes": [int(v), 2]}, ok)
-        for v, ok in _around(L.BATCH_SIZE_MIN, L.BATCH_SIZE_MAX, 1)
+        (name, {"batchSizes": [value, 2]}, ok)
+        for name, value, ok in _boundaries("batchSizes[0]", L.BATCH_SIZE_MIN, L.BATCH_SIZE_MAX, 1)
     ),
     ("maxBatchSize=max", {"maxBatchSize": L.MAX_BATCH_SIZE_MAX}, True),
     ("maxBatchSize=max+1", {"maxBatchSize": L.MAX_BATCH_SIZE_MAX + 1}, False),

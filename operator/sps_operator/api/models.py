@@ -306,8 +306,8 @@ LabelMap = Annotated[
     Field(
         max_length=64,
         json_schema_extra={
-            # Map keys have no maxLength in a structural schema; a cheap CEL size bound
-            # keeps the cost of the key syntax rule (checked at the parent) estimable.
+            # Map keys cannot carry maxLength in a structural schema: a cheap CEL size bound
+            # refuses a huge key plainly (the key syntax rule sits on the parent).
             "x-kubernetes-validations": [
                 _cel(
                     f"self.all(k, size(k) <= {MAX_LABEL_KEY})",
