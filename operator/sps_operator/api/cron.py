@@ -128,10 +128,6 @@ def field_pattern(field: CronField) -> str:
     return f"{item}(?:,{item})*"
 
 
-def item_pattern(field: CronField) -> str:
-    return _item(field)
-
-
 MACRO_PATTERN = "^" + _alt(re.escape(m) for m in MACROS) + "$"
 SHAPE_PATTERN = f"^{PAD}{TOKEN}(?:{SEP}{TOKEN}){{4}}{PAD}$"
 
