@@ -20,9 +20,9 @@ from e2e_env import (
     table_for,
     wait_ready,
 )
-from waiting import wait_for
 
 from sps_operator.constants import GPU_H100
+from waiting import wait_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
 

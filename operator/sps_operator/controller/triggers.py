@@ -7,8 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from croniter import croniter
-
+from sps_operator.api.cron import next_fire_time
 from sps_operator.api.labels import ANNOTATION_REPROFILE
 from sps_operator.api.models import FailureRecord, SpsProfileSpec, SpsProfileStatus, TableRef
 from sps_operator.controller.conditions import rfc3339
@@ -137,9 +136,9 @@ def schedule_state(
     if not schedule:
         return ScheduleState(False, None)
     base = parse_time(last_schedule) or parse_time(created) or now
-    upcoming: datetime = croniter(schedule, base).get_next(datetime)
+    upcoming = next_fire_time(schedule, base)
     if upcoming <= now:
-        return ScheduleState(True, croniter(schedule, now).get_next(datetime))
+        return ScheduleState(True, next_fire_time(schedule, now))
     return ScheduleState(False, upcoming)
 
 
