@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from sps_operator.api import labels as L
+from sps_operator.api.limits import MAX_PROFILE_NAME
 from sps_operator.api.models import SpsProfileSpec
 from sps_operator.controller import builders, names
 from sps_operator.controller.serverconfig import parse_server
@@ -260,7 +261,7 @@ def test_annotate_only_apply_is_the_annotation_alone() -> None:
 
 
 def test_names_are_deterministic_unique_per_profile_and_short_enough() -> None:
-    long = "p" * names.MAX_PROFILE_NAME
+    long = "p" * MAX_PROFILE_NAME
     gpu = "NVIDIA-H100-80GB-HBM3"
     a = names.run_name(long, "uid-1", gpu, "f" * 16, "k#1")
     assert a == names.run_name(long, "uid-1", gpu, "f" * 16, "k#1")

@@ -33,6 +33,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sps_operator.api import limits
+
 STATUS_RUNNING = "running"
 STATUS_SUCCEEDED = "succeeded"
 STATUS_FAILED = "failed"
@@ -54,8 +56,8 @@ MAX_ROUNDS_BYTES = 4 * 1024 * 1024  # uncompressed rounds.jsonl
 MAX_ROUND_LINE_BYTES = 16 * 1024
 MAX_ROUNDS = 4096
 MAX_MANIFEST_BYTES = 64 * 1024
-MAX_MESSAGE_CHARS = 4096
-MAX_PROGRESS_CHARS = 256
+MAX_MESSAGE_CHARS = limits.MAX_MESSAGE_LENGTH
+MAX_PROGRESS_CHARS = limits.MAX_PROGRESS_LENGTH
 # Physical bounds of one decode step. SGLang records `step_cpu_ms` only when it is in
 # (0, 1000] ms; below 20 µs no GPU forward pass of an LLM completes.
 MIN_STEP_SECONDS = 2e-5

@@ -15,14 +15,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from sps_operator.api.hashing import content_hash
+from sps_operator.api.limits import MAX_SWEEP_CELLS
 from sps_operator.api.models import DEFAULT_ADDITIVE_FRACS, FitQuality, SpsProfileSpec
 from sps_operator.controller.gates import check_gates
 from sps_operator.tables.fit import FitResult, fit_from_rounds
 from sps_operator.tables.formats import SpsTable
 from sps_operator.tables.selfcheck import doubtful_cells, self_check
 
-# The fit's cost grows with the distinct cells; the API bounds a sweep well below this.
-MAX_FIT_CELLS = 1024
+# The fit's cost grows with the distinct cells: at most a sweep's cells, twice for an
+# Additive run (its diagonal phase, then its off-diagonal one).
+MAX_FIT_CELLS = 2 * MAX_SWEEP_CELLS
 FRAC_TOLERANCE = 1e-6
 
 # Refusal reasons (CamelCase: conditions and events).

@@ -4,7 +4,7 @@ Names are derived from inputs, never from time or randomness, so an operator tha
 restarts after creating a Job finds it again instead of creating a second one. Every
 derived name hashes the profile's UID in: two profiles (or a profile deleted and created
 again under the same name) never share a Job, a result, RBAC or a table ConfigMap. The
-CRD bounds profile names to `MAX_PROFILE_NAME` characters, so every name here is valid
+CRD bounds profile names to `api.limits.MAX_PROFILE_NAME` characters, so every name here is valid
 (a Job's pods add `-xxxxx` and the Job name becomes a ≤ 63-character label value).
 """
 
@@ -13,8 +13,6 @@ from __future__ import annotations
 import re
 
 from sps_operator.api.hashing import digest
-
-MAX_PROFILE_NAME = 40
 
 
 def run_name(profile: str, uid: str, gpu_product: str, fingerprint: str, nonce: str) -> str:
