@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from sps_operator.tables.quality import ROUND_CI_LEVEL_Z
+
 # Defaults shared with SGLang's dspark_sps_profiler, so its users feel at home.
 DEFAULT_OUT = "dspark_sps.json"
 DEFAULT_MAX_BATCH_SIZE = 256
@@ -26,7 +28,7 @@ REQUIRED_SIMULATE_ACC_LEN = 1.0
 
 # Our stopping rule: stop when the median step time's confidence interval is narrow enough.
 DEFAULT_CI_REL_WIDTH = 0.02
-DEFAULT_CI_LEVEL_Z = 1.96
+DEFAULT_CI_LEVEL_Z = ROUND_CI_LEVEL_Z
 # Never judge a median from fewer steady steps than this, whatever the CI says.
 MIN_STEADY_STEPS_FLOOR = 48
 # A round that has not met the CI after this many steady steps stops anyway (and says so).

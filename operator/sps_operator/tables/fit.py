@@ -32,7 +32,7 @@ from sps_operator.tables.formats import (
     interp_clamped,
     profile_sps_table,
 )
-from sps_operator.tables.quality import Cell, FitQuality, evaluate
+from sps_operator.tables.quality import Cell, FitQuality, evaluate, leave_one_out_rel
 
 FitKind = Literal["diagonal", "additive"]
 FloatArray = npt.NDArray[np.float64]
@@ -41,6 +41,8 @@ FloatArray = npt.NDArray[np.float64]
 MIN_ADDITIVE_CELLS = 4
 REFERENCE_M_BIN_WIDTH = 64
 MAX_EDF_FRACTION = 0.5
+# A cell with leverage this close to 1 decides its own parameter: leaving it out extrapolates.
+MAX_LOO_LEVERAGE = 0.99
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,30 @@ def _round_field(round_: Mapping[str, Any], index: int, key: str) -> Any:
     return round_[key]
 
 
+def _optional_number(round_: Mapping[str, Any], index: int, key: str) -> float | None:
+    value = round_.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"round {index} has {key}={value!r}; it must be a finite number.")
+    return float(value)
+
+
+def _ci_rel_half(round_: Mapping[str, Any], index: int) -> float | None:
+    """Relative half-width of the round's CI of its median step time (None when absent)."""
+    low = _optional_number(round_, index, "ci_low")
+    high = _optional_number(round_, index, "ci_high")
+    median = _optional_number(round_, index, "median_step_time")
+    if low is None or high is None or median is None:
+        return None
+    if not (median > 0 and low <= median <= high):
+        raise ValueError(
+            f"round {index} has ci_low={low}, median_step_time={median}, ci_high={high}; the "
+            "median must be positive and inside its CI."
+        )
+    return (high - low) / (2 * median)
+
+
 def cells_from_rounds(rounds: Iterable[Mapping[str, Any]]) -> list[Cell]:
     """One `Cell` per measured round (bs per DP rank, batch_tokens, seconds per step)."""
     cells: list[Cell] = []
@@ -78,14 +104,23 @@ def cells_from_rounds(rounds: Iterable[Mapping[str, Any]]) -> list[Cell]:
                 bs=bs,
                 m=m,
                 t=1.0 / sps,
-                t_se=float(round_.get("step_time_se") or 0.0),
+                t_se=_optional_number(round_, index, "step_time_se") or 0.0,
                 tier=int(tier) if tier is not None else None,
+                ci_rel_half=_ci_rel_half(round_, index),
             )
         )
     return cells
 
 
 # --- diagonal --------------------------------------------------------------------------------
+
+
+ONE_PROBE_ADVICE = (
+    "a diagonal table with a single probe is what SGLang builds when it has no table "
+    "(`is_uninitialized_sps_table`: compact mode then verifies everything), so it would "
+    "silently disable trimming; measure at least two batch sizes (--batch-size 1 8, or "
+    "--max-batch-size 2 or more)"
+)
 
 
 def fit_diagonal(
@@ -100,7 +135,7 @@ def fit_diagonal(
     M tokens replays the smallest tier >= M, so each tier's step time (linear in the tier
     between measured tiers) is put at the probe just above the previous tier, which is
     where SGLang's floor lookup switches. Without `tiers`: the measured probes only, as
-    the reference profiler writes them.
+    the reference profiler writes them. Refuses a single measured probe (`ONE_PROBE_ADVICE`).
     """
     diagonal = [r for r in rounds if r.get("frac") is None]
     if not diagonal:
@@ -108,18 +143,31 @@ def fit_diagonal(
             "No diagonal rounds (frac=null) to fit a diagonal table; these rounds are "
             "off-diagonal — fit them with kind='additive'."
         )
+    cells = cells_from_rounds(diagonal)
     by_tokens: dict[int, list[float]] = {}
-    for index, round_ in enumerate(diagonal):
-        m = int(_round_field(round_, index, "batch_tokens"))
-        by_tokens.setdefault(m, []).append(float(_round_field(round_, index, "steps_per_sec")))
+    bs_at: dict[int, int] = {}
+    for c, round_ in zip(cells, diagonal, strict=True):
+        by_tokens.setdefault(c.m, []).append(float(round_["steps_per_sec"]))
+        bs_at.setdefault(c.m, c.bs)
+    if len(by_tokens) < 2:
+        raise ValueError(f"Only batch_tokens {sorted(by_tokens)} measured: {ONE_PROBE_ADVICE}.")
     probes = [(m, statistics.median(values)) for m, values in sorted(by_tokens.items())]
-    if tiers:
-        table = _diagonal_staircase(probes, sorted(set(tiers)), max_batch_tokens)
-    else:
-        table = profile_sps_table(probes, max_batch_tokens=max_batch_tokens)
-    return FitResult(
-        table=table, quality=evaluate(table, cells_from_rounds(diagonal)), kind="diagonal"
-    )
+
+    def build(kept: Sequence[tuple[int, float]]) -> SpsCostTable:
+        if tiers:
+            return _diagonal_staircase(kept, sorted(set(tiers)), max_batch_tokens)
+        return profile_sps_table(kept, max_batch_tokens=max_batch_tokens)
+
+    def predict_without(index: int) -> float | None:
+        if index in (0, len(probes) - 1):
+            return None
+        return build([p for i, p in enumerate(probes) if i != index]).step_seconds(probes[index][0])
+
+    probe_cells = [Cell(bs=bs_at[m], m=m, t=1.0 / sps) for m, sps in probes]
+    loo = leave_one_out_rel(probe_cells, predict_without) if len(probes) >= 3 else None
+    table = build(probes)
+    quality = evaluate(table, cells, loo_rel=loo, probe_seconds=[1.0 / sps for _m, sps in probes])
+    return FitResult(table=table, quality=quality, kind="diagonal")
 
 
 def _diagonal_staircase(
@@ -239,6 +287,9 @@ class _PenalisedFit:
     theta: list[float]
     smoothing: float
     probe_se_ms: dict[str, float]
+    # Per cell: the fitted step time with that cell left out (None where it alone decides
+    # a parameter, i.e. the fit without it would extrapolate).
+    loo_seconds: list[float | None]
 
 
 def _fit_penalised(
@@ -280,6 +331,13 @@ def _fit_penalised(
         probe_se[f"bs={bs}"] = float(se[1 + i])
     for i, value in enumerate(x_knots[1:]):
         probe_se[f"x={value}"] = float(se[1 + n_alpha + i])
+    # Leave-one-out at fixed λ without refitting: e_i = r_i / (1 − h_ii) for a linear smoother.
+    leverage = w * np.einsum("ij,jk,ik->i", x, a_inv, x)
+    resid = y - x @ beta
+    loo_seconds = [
+        float(y[i] - resid[i] / (1.0 - leverage[i])) if leverage[i] < MAX_LOO_LEVERAGE else None
+        for i in range(n)
+    ]
     return _PenalisedFit(
         bias=float(beta[0]),
         bs_knots=bs_knots,
@@ -288,6 +346,7 @@ def _fit_penalised(
         theta=[0.0, *(float(v) for v in beta[1 + n_alpha :])],
         smoothing=lam / scale,
         probe_se_ms=probe_se,
+        loo_seconds=loo_seconds,
     )
 
 
@@ -341,7 +400,13 @@ def fit_additive_cells(
     probe_se = {
         (k.replace("x=", "tier=" if by_tier else "M=")): v for k, v in fit.probe_se_ms.items()
     }
-    quality = evaluate(table, list(cells), probe_se_ms=probe_se)
+    quality = evaluate(
+        table,
+        list(cells),
+        probe_se_ms=probe_se,
+        loo_rel=leave_one_out_rel(merged, lambda i: fit.loo_seconds[i]),
+        probe_seconds=[c.t for c in merged],
+    )
     return FitResult(table=table, quality=quality, kind="additive", smoothing=fit.smoothing)
 
 
