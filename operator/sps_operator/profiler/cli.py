@@ -51,7 +51,20 @@ def _add_run(parser: argparse.ArgumentParser) -> None:
         default=sw.DEFAULT_MAX_BATCH_SIZE,
         help="Top of the tapered per-rank sweep (when --batch-size is not given).",
     )
-    parser.add_argument("--input-len", type=int, default=sw.DEFAULT_INPUT_LEN)
+    parser.add_argument(
+        "--input-len",
+        type=int,
+        default=None,
+        help="Prompt tokens per request (default: sized so each round's steady steps are "
+        "centred on --context-len).",
+    )
+    parser.add_argument(
+        "--context-len",
+        type=int,
+        default=sw.DEFAULT_CONTEXT_LEN,
+        help="KV context per request the table describes (default %(default)s, where SGLang's "
+        "profiler's median step sits); step times are measured out to it.",
+    )
     parser.add_argument("--temperature", type=float, default=sw.DEFAULT_TEMPERATURE)
     parser.add_argument(
         "--min-steady-steps",
@@ -171,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _settings(args: argparse.Namespace) -> sw.RoundSettings:
     return sw.RoundSettings(
         input_len=args.input_len,
+        context_len=args.context_len,
         temperature=args.temperature,
         ci_rel_width=args.ci_rel_width,
         min_steady_steps=args.min_steady_steps,
@@ -216,8 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sps-profiler: unknown --log-level {args.log_level!r}", file=sys.stderr)
         return 2
     logging.basicConfig(level=level, format="%(message)s")
-    # One line per HTTP poll would drown the progress; keep httpx quiet unless debugging.
-    logging.getLogger("httpx").setLevel(max(level, logging.WARNING))
+    # One line per HTTP poll would drown the progress; keep urllib3 quiet unless debugging.
+    logging.getLogger("urllib3").setLevel(max(level, logging.WARNING))
     _interrupt_on_sigterm()
     publisher = None
     try:

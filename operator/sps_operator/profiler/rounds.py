@@ -6,18 +6,19 @@
   pin in the server's arithmetic, and the replayed tier (`num_verify_tokens`) must be the
   tier for M — a full-width tier where a smaller one was expected is the verify-all
   shortcut swallowing the pin.
-* Stopping rule: the distribution-free confidence interval of the median step time over a
-  steady window; a leading stretch that drifts (clock warm-up) is dropped first.
+* Stopping rule (`steady`): the confidence interval of the step time at the reference
+  context, widened for autocorrelation, over a window that does not drift; a leading
+  stretch that drifts (clock warm-up) is dropped first.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sps_operator.profiler.steady import SteadyStats, steady_stats
 from sps_operator.profiler.sweep import (
     DEFAULT_CI_LEVEL_Z,
     MATCH_FRACTION_ERROR,
@@ -93,79 +94,28 @@ def rows_from_payload(payload: Any, rank: int) -> list[StepRow]:
     return rows
 
 
-# --- stopping rule ---------------------------------------------------------------------------
+# --- stopping rule -------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class SteadyStats:
-    """Median step time over the steady window and its confidence interval."""
+class StoppingRule:
+    """When a round has measured enough, and at which context its step time is reported."""
 
-    done: bool
-    window_start: int  # index into the steady series where the window begins
-    num_steps: int
-    median: float
-    ci_low: float
-    ci_high: float
-    drift: float  # relative difference between the window halves' medians
+    ci_rel_width: float
+    min_steps: int
+    prompt_len: int
+    reference_context: float
+    z: float = DEFAULT_CI_LEVEL_Z
 
-    @property
-    def rel_width(self) -> float:
-        return (self.ci_high - self.ci_low) / self.median if self.median > 0 else math.inf
-
-    @property
-    def se(self) -> float:
-        """Standard error of the median, from the CI (normal approximation)."""
-        return (self.ci_high - self.ci_low) / (2 * DEFAULT_CI_LEVEL_Z)
-
-
-def median_ci(values: Sequence[float], z: float = DEFAULT_CI_LEVEL_Z) -> tuple[float, float, float]:
-    """Median and its distribution-free CI from order statistics (binomial, normal approx)."""
-    ordered = sorted(values)
-    n = len(ordered)
-    med = statistics.median(ordered)
-    if n < 3:
-        return med, ordered[0], ordered[-1]
-    half = z * math.sqrt(n) / 2
-    lo = max(0, math.floor(n / 2 - half))
-    hi = min(n - 1, math.ceil(n / 2 + half))
-    return med, ordered[lo], ordered[hi]
-
-
-def steady_stats(
-    step_times: Sequence[float],
-    *,
-    ci_rel_width: float,
-    min_steps: int,
-    z: float = DEFAULT_CI_LEVEL_Z,
-) -> SteadyStats | None:
-    """Judge the steady series: the longest window from a start on a coarse grid whose
-    halves agree (no warm-up drift) and whose median CI is narrower than `ci_rel_width`.
-
-    `done` is False when no window qualifies yet; the stats then describe the whole series.
-    """
-    n = len(step_times)
-    if n == 0:
-        return None
-    stride = max(1, n // 16)
-    for start in range(0, max(1, n - min_steps + 1), stride):
-        window = step_times[start:]
-        if len(window) < min_steps:
-            break
-        med, lo, hi = median_ci(window, z)
-        mid = len(window) // 2
-        first = statistics.median(window[:mid]) if mid else med
-        second = statistics.median(window[mid:])
-        drift = abs(second - first) / med if med > 0 else math.inf
-        if med > 0 and (hi - lo) / med <= ci_rel_width and drift <= ci_rel_width / 2:
-            return SteadyStats(True, start, len(window), med, lo, hi, drift)
-    med, lo, hi = median_ci(step_times, z)
-    mid = n // 2
-    drift = (
-        abs(statistics.median(step_times[mid:]) - statistics.median(step_times[:mid])) / med
-        if mid and med > 0
-        else 0.0
-    )
-    return SteadyStats(False, 0, n, med, lo, hi, drift)
+    def judge(self, times: Sequence[float], contexts: Sequence[float]) -> SteadyStats | None:
+        return steady_stats(
+            times,
+            contexts,
+            reference_context=self.reference_context,
+            ci_rel_width=self.ci_rel_width,
+            min_steps=min(self.min_steps, len(times)),
+            z=self.z,
+        )
 
 
 # --- alignment -------------------------------------------------------------------------------
@@ -195,10 +145,19 @@ def align(rank_rows: Sequence[Sequence[StepRow]], bs: int) -> Aligned:
     return Aligned(common_cts, aligned, by_ct)
 
 
-def steady_series(aligned: Aligned) -> tuple[list[int], list[float]]:
-    """Steady cts (after warm-up) and their step time, the mean over ranks per step."""
+def steady_series(aligned: Aligned, prompt_len: int) -> tuple[list[int], list[float], list[float]]:
+    """Steady cts (after warm-up), their step time (the mean over ranks per step) and the KV
+    context per request during each step.
+
+    At SGLANG_SIMULATE_ACC_LEN=1.0 every step adds one token to every request, and the
+    round's first record (the first decode step, `prompt_len + 1` tokens in context) carries
+    no step time, so a step `d` forwards after the first timed one holds `prompt_len + 2 + d`.
+    """
     cts = aligned.aligned_cts[ROUND_WARMUP_STEPS:]
-    return cts, [statistics.fmean(r.step_time for r in aligned.rows_at(ct)) for ct in cts]
+    first = min(aligned.by_ct[0]) if aligned.by_ct and aligned.by_ct[0] else 0
+    times = [statistics.fmean(r.step_time for r in aligned.rows_at(ct)) for ct in cts]
+    contexts = [float(prompt_len + 2 + ct - first) for ct in cts]
+    return cts, times, contexts
 
 
 # --- pin checks ------------------------------------------------------------------------------
@@ -328,6 +287,7 @@ class RoundOutcome:
     expected_tier: int | None
     budget: int | None
     load_info: dict[str, Any]
+    context_len: float
     warnings: list[str] = field(default_factory=list)
     graph_tiers: list[int] | None = None
 
@@ -353,6 +313,10 @@ class RoundOutcome:
             "ci_met": self.stats.done,
             "drift": self.stats.drift,
             "dropped_drift_steps": self.stats.window_start,
+            "effective_steps": self.stats.window.ess,
+            "ar1": self.stats.window.ar1,
+            "kv_slope_s_per_token": self.stats.window.kv_slope,
+            "context_len": self.context_len,
             "graph_tier": self.graph_tier,
             "expected_tier": self.expected_tier,
             "budget": self.budget,
@@ -374,8 +338,7 @@ def postprocess_round(
     mode: str,
     tiers: Sequence[int],
     frac: float | None,
-    ci_rel_width: float,
-    min_steps: int,
+    rule: StoppingRule,
     load_info: dict[str, Any],
 ) -> RoundOutcome:
     """Validate a finished round's records and measure it (raises RoundError/PinNotTakenError)."""
@@ -399,7 +362,7 @@ def postprocess_round(
             f"{where}: DP ranks share no common forward_ct, so steps cannot be aligned across "
             "ranks (profiling needs dp-attention lockstep or dp=1)."
         )
-    need = ROUND_WARMUP_STEPS + min_steps
+    need = ROUND_WARMUP_STEPS + rule.min_steps
     if len(aligned.aligned_cts) < need:
         seen = sorted(
             {rank[ct].num_running_reqs for rank in aligned.by_ct for ct in aligned.common_cts}
@@ -424,7 +387,7 @@ def postprocess_round(
             f"{where}: {match_fraction:.0%} of steady-window steps ran at the target batch; "
             "treat this probe with suspicion."
         )
-    cts, times = steady_series(aligned)
+    cts, times, contexts = steady_series(aligned, rule.prompt_len)
     rows = [row for ct in cts for row in aligned.rows_at(ct)]
     budget: int | None = None
     expected_tier: int | None
@@ -440,25 +403,24 @@ def postprocess_round(
     else:
         expect = PinExpectation(frac=frac, bs=bs, gamma=gamma, mode=mode, tiers=tuple(tiers))
         # Steps before the confidence relay resolves carry no budget and run full width.
-        keep = [
-            i for i, ct in enumerate(cts) if all(r.budget is not None for r in aligned.rows_at(ct))
-        ]
+        keep = _pinned_steps(aligned, cts)
         if keep:
             cts = [cts[i] for i in keep]
             times = [times[i] for i in keep]
+            contexts = [contexts[i] for i in keep]
         pinned = [row for ct in cts for row in aligned.rows_at(ct)]
         warnings += check_pin(pinned, expect, where)
         batch_tokens = expect.m
         budget = expect.budget
         expected_tier = expect.expected_tier
-    stats = steady_stats(times, ci_rel_width=ci_rel_width, min_steps=min(min_steps, len(times)))
+    stats = rule.judge(times, contexts)
     if stats is None:
         raise RoundError(f"{where}: no steady steps left after filtering.")
     if not stats.done:
         reason = (
-            f"the median's CI is {stats.rel_width:.1%} wide (target {ci_rel_width:.1%})"
-            if stats.rel_width > ci_rel_width
-            else f"step times still drift by {stats.drift:.1%} between the window halves"
+            f"step times still drift by {stats.drift:.1%} in a way KV growth does not explain"
+            if stats.window.drifting
+            else f"the CI is {stats.rel_width:.1%} wide (target {rule.ci_rel_width:.1%})"
         )
         warnings.append(
             f"{where}: {reason} after {stats.num_steps} steps; kept, flagged ci_met=false "
@@ -481,29 +443,28 @@ def postprocess_round(
         expected_tier=expected_tier,
         budget=budget,
         load_info=load_info,
+        context_len=rule.reference_context,
         warnings=warnings,
         graph_tiers=list(tiers) if mode in ("compact", "static") and tiers else None,
     )
 
 
+def _pinned_steps(aligned: Aligned, cts: Sequence[int]) -> list[int]:
+    """Indices of the steps every rank ran with the pin (the confidence relay resolved)."""
+    return [i for i, ct in enumerate(cts) if all(r.budget is not None for r in aligned.rows_at(ct))]
+
+
 def live_progress(
-    rank_rows: Sequence[Sequence[StepRow]],
-    *,
-    bs: int,
-    ci_rel_width: float,
-    min_steps: int,
-    pinned: bool,
-) -> tuple[int, SteadyStats | None]:
-    """During a round: aligned steps so far and the stopping statistics (None before warm-up)."""
+    rank_rows: Sequence[Sequence[StepRow]], *, bs: int, rule: StoppingRule, pinned: bool
+) -> tuple[int, SteadyStats | None, list[float]]:
+    """During a round: aligned steps so far, the stopping statistics (None before there are
+    `rule.min_steps` steady steps) and the steady step times."""
     aligned = align(rank_rows, bs)
-    cts, times = steady_series(aligned)
+    cts, times, contexts = steady_series(aligned, rule.prompt_len)
     if pinned:
-        keep = [
-            i for i, ct in enumerate(cts) if all(r.budget is not None for r in aligned.rows_at(ct))
-        ]
+        keep = _pinned_steps(aligned, cts)
         times = [times[i] for i in keep]
-    if len(times) < min_steps:
-        return len(aligned.aligned_cts), None
-    return len(aligned.aligned_cts), steady_stats(
-        times, ci_rel_width=ci_rel_width, min_steps=min_steps
-    )
+        contexts = [contexts[i] for i in keep]
+    if len(times) < rule.min_steps:
+        return len(aligned.aligned_cts), None, times
+    return len(aligned.aligned_cts), rule.judge(times, contexts), times

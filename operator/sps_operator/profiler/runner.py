@@ -25,12 +25,12 @@ from sps_operator.profiler.rounds import (
     RoundError,
     RoundOutcome,
     StepRow,
+    StoppingRule,
     align,
     check_pin,
     live_progress,
     postprocess_round,
     rows_from_payload,
-    steady_series,
 )
 from sps_operator.profiler.server import (
     INFO_RECORD_PAYLOAD_KEY,
@@ -39,6 +39,7 @@ from sps_operator.profiler.server import (
     server_context_from_info,
     validate_sweep,
 )
+from sps_operator.profiler.steady import SteadyStats, clocks_settled
 from sps_operator.profiler.sweep import (
     PROFILE_SEED,
     RANDOM_TOKEN_HIGH_MARGIN,
@@ -57,6 +58,10 @@ logger = logging.getLogger(__name__)
 LOAD_JOIN_TIMEOUT_SECONDS = 60.0
 POLL_FAILURES_BEFORE_GIVING_UP = 5
 PREFLIGHT_STEADY_STEPS = 8
+# The warm-up round runs until the clocks have settled, but never longer than this.
+MAX_WARMUP_STEPS = 3000
+# Aborting, joining the load and reading the last records after a round's deadline.
+END_OF_ROUND_SECONDS = 30.0
 FALLBACK_VOCAB_SIZE = 32000
 
 ProgressHook = Callable[[int, int], None]
@@ -264,17 +269,19 @@ class Session:
         )
         return "rejected"
 
-    def load_payload(self, num_requests: int, settings: RoundSettings) -> dict[str, Any]:
+    def load_payload(
+        self, num_requests: int, settings: RoundSettings, max_new_tokens: int
+    ) -> dict[str, Any]:
         high = self.vocab_size - RANDOM_TOKEN_HIGH_MARGIN
         input_ids = [
-            [self.rng.randrange(RANDOM_TOKEN_LOW, high) for _ in range(settings.input_len)]
+            [self.rng.randrange(RANDOM_TOKEN_LOW, high) for _ in range(settings.prompt_len)]
             for _ in range(num_requests)
         ]
         return {
             "input_ids": input_ids,
             "sampling_params": {
                 "temperature": settings.temperature,
-                "max_new_tokens": round_max_new_tokens(settings),
+                "max_new_tokens": max_new_tokens,
                 "ignore_eos": True,
             },
             "stream": False,
@@ -294,7 +301,7 @@ def _pin_early_check(
     if cell.frac is None:
         return
     aligned = align(rank_rows, cell.bs)
-    cts, _ = steady_series(aligned)
+    cts = aligned.aligned_cts[ROUND_WARMUP_STEPS:]
     rows = [r for ct in cts for r in aligned.rows_at(ct) if r.budget is not None]
     if len(rows) < ROUND_WARMUP_STEPS:
         return
@@ -303,84 +310,157 @@ def _pin_early_check(
     check_pin(rows, expect, where)
 
 
+class RingWatch:
+    """Notices a record ring too small for one round: a rank's records of this round stop
+    growing while its forward_ct moves on (the oldest were evicted)."""
+
+    def __init__(self, where: str, round_steps: int) -> None:
+        self.where = where
+        self.round_steps = round_steps
+        self._seen: list[tuple[int, int]] | None = None
+
+    def check(self, rank_rows: Sequence[Sequence[StepRow]]) -> None:
+        seen = [(len(rows), max((r.forward_ct for r in rows), default=-1)) for rows in rank_rows]
+        if self._seen is not None:
+            for rank, ((count, top), (before, top_before)) in enumerate(
+                zip(seen, self._seen, strict=False)
+            ):
+                if count and count <= before and top > top_before:
+                    raise RoundError(
+                        f"{self.where}: ring too small: DP rank {rank}'s record ring holds only "
+                        f"{count} decode records, and a round needs up to {self.round_steps}; "
+                        "the oldest steps of this round were evicted. Raise the server's record "
+                        "ring (SGLang's INFO_DUMP_MAX_RECORDS; sps-sim --record-ring-size) or "
+                        "lower --max-steady-steps."
+                    )
+        self._seen = seen
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """How one round is driven: its requests' length, when it stops, and its deadline."""
+
+    rule: StoppingRule
+    max_new_tokens: int
+    step_budget: int
+    # Warm-up only: keep the load running until the clocks have settled.
+    until_settled: bool = False
+
+
+def round_plan(settings: RoundSettings, min_steps: int | None = None) -> RoundPlan:
+    rule = StoppingRule(
+        ci_rel_width=settings.ci_rel_width,
+        min_steps=min_steps or settings.min_steps,
+        prompt_len=settings.prompt_len,
+        reference_context=settings.context_len,
+    )
+    return RoundPlan(rule, round_max_new_tokens(settings), settings.step_budget)
+
+
+def warmup_plan(settings: RoundSettings) -> RoundPlan:
+    rule = StoppingRule(
+        ci_rel_width=settings.ci_rel_width,
+        min_steps=WARMUP_ROUND_STEADY_STEPS,
+        prompt_len=settings.prompt_len,
+        reference_context=settings.context_len,
+    )
+    return RoundPlan(
+        rule, ROUND_WARMUP_STEPS + 2 + MAX_WARMUP_STEPS, MAX_WARMUP_STEPS, until_settled=True
+    )
+
+
+def _round_finished(plan: RoundPlan, stats: SteadyStats | None, times: Sequence[float]) -> bool:
+    if plan.until_settled:
+        return (
+            clocks_settled(times, z=plan.rule.z, tolerance_rel=plan.rule.ci_rel_width / 2)
+            or len(times) >= plan.step_budget
+        )
+    return stats is not None and (stats.done or stats.num_steps >= plan.step_budget)
+
+
 def run_round(
     session: Session,
     cell: SweepCell,
     settings: RoundSettings,
-    *,
-    min_steps: int | None = None,
+    plan: RoundPlan | None = None,
 ) -> MeasuredRound:
     ctx = session.context
     client = session.client
-    min_steps = min_steps or settings.min_steps
+    plan = plan or round_plan(settings)
     where = f"Round bs={cell.bs} (per rank, dp={ctx.dp_size})" + (
         f" frac={cell.frac}" if cell.frac is not None else ""
     )
-    if cell.frac is not None:
-        session.pin(cell.frac)
-    cleared = session.clear_records()
-    client.flush_cache()
-    if cleared:
-        # An empty ring: every record from now on belongs to this round.
-        watermarks = [-1] * ctx.dp_size
-    else:
-        watermarks = [
-            max((r.forward_ct for r in rows), default=-1) for rows in session.fetch_rows_retrying()
-        ]
     started = time.monotonic()
-    load: LoadThread = client.start_load(session.load_payload(cell.bs * ctx.dp_size, settings))
-    steady_started: float | None = None
-    reached = False
-    rank_rows: list[list[StepRow]] = []
     deadline = started + settings.round_timeout_seconds
-    while time.monotonic() < deadline:
-        time.sleep(settings.poll_interval_seconds)
-        rank_rows = [
-            [r for r in rows if r.forward_ct > mark]
-            for rows, mark in zip(session.fetch_rows_retrying(), watermarks, strict=False)
-        ]
-        if len(rank_rows) != len(watermarks):
-            raise RoundError(f"{where}: the number of DP ranks changed mid-profile.")
-        _pin_early_check(session, rank_rows, cell, where)
-        aligned_count, stats = live_progress(
-            rank_rows,
-            bs=cell.bs,
-            ci_rel_width=settings.ci_rel_width,
-            min_steps=min_steps,
-            pinned=cell.frac is not None,
-        )
-        if aligned_count >= ROUND_WARMUP_STEPS and steady_started is None:
-            steady_started = time.monotonic()
-        steady_seconds = time.monotonic() - steady_started if steady_started else 0.0
-        seconds_ok = (
-            settings.min_steady_seconds is None or steady_seconds >= settings.min_steady_seconds
-        )
-        if (
-            stats is not None
-            and seconds_ok
-            and (stats.done or stats.num_steps >= settings.step_budget)
-        ):
-            reached = stats.done
-            break
-        if not load.is_alive():
-            break  # the batch finished or failed: no more steps will come
-    client.abort_all()
-    load.join(LOAD_JOIN_TIMEOUT_SECONDS)
-    wall = time.monotonic() - started
-    if load.is_alive():
-        logger.warning(
-            "%s: the load did not return within %.0f s of the abort.",
-            where,
-            LOAD_JOIN_TIMEOUT_SECONDS,
-        )
-    final = session.fetch_rows_retrying()
+    with client.deadline(deadline, where):
+        if cell.frac is not None:
+            session.pin(cell.frac)
+        cleared = session.clear_records()
+        client.flush_cache()
+        if cleared:
+            # An empty ring: every record from now on belongs to this round.
+            watermarks = [-1] * ctx.dp_size
+        else:
+            watermarks = [
+                max((r.forward_ct for r in rows), default=-1)
+                for rows in session.fetch_rows_retrying()
+            ]
+        payload = session.load_payload(cell.bs * ctx.dp_size, settings, plan.max_new_tokens)
+        load: LoadThread = client.start_load(payload, deadline)
+        steady_started: float | None = None
+        reached = False
+        ring = RingWatch(where, plan.max_new_tokens)
+        while time.monotonic() < deadline:
+            time.sleep(min(settings.poll_interval_seconds, max(0.0, deadline - time.monotonic())))
+            try:
+                polled = session.fetch_rows_retrying()
+            except ServerUnavailableError:
+                if time.monotonic() >= deadline:
+                    break  # the round's time is up: end it with what was measured
+                raise
+            rank_rows = [
+                [r for r in rows if r.forward_ct > mark]
+                for rows, mark in zip(polled, watermarks, strict=False)
+            ]
+            if len(rank_rows) != len(watermarks):
+                raise RoundError(f"{where}: the number of DP ranks changed mid-profile.")
+            ring.check(rank_rows)
+            _pin_early_check(session, rank_rows, cell, where)
+            aligned_count, stats, times = live_progress(
+                rank_rows, bs=cell.bs, rule=plan.rule, pinned=cell.frac is not None
+            )
+            if aligned_count >= ROUND_WARMUP_STEPS and steady_started is None:
+                steady_started = time.monotonic()
+            steady_seconds = time.monotonic() - steady_started if steady_started else 0.0
+            seconds_ok = (
+                settings.min_steady_seconds is None or steady_seconds >= settings.min_steady_seconds
+            )
+            if seconds_ok and _round_finished(plan, stats, times):
+                reached = stats is not None and stats.done
+                break
+            if not load.is_alive():
+                break  # the batch finished or failed: no more steps will come
+    # Ending the round must happen even past its deadline (a short bound of its own).
+    with client.deadline(time.monotonic() + END_OF_ROUND_SECONDS, where):
+        client.abort_all()
+        load.join(LOAD_JOIN_TIMEOUT_SECONDS)
+        wall = time.monotonic() - started
+        if load.is_alive():
+            logger.warning(
+                "%s: the load did not return within %.0f s of the abort.",
+                where,
+                LOAD_JOIN_TIMEOUT_SECONDS,
+            )
+        final = session.fetch_rows_retrying()
     rank_rows = [
         [r for r in rows if r.forward_ct > mark]
         for rows, mark in zip(final, watermarks, strict=False)
     ]
+    ring.check(rank_rows)
     load_info = {
         "num_requests": cell.bs * ctx.dp_size,
-        "max_new_tokens": round_max_new_tokens(settings),
+        "input_len": settings.prompt_len,
+        "max_new_tokens": plan.max_new_tokens,
         "wall_seconds": round(wall, 3),
         "reached_target": reached,
         "load_error": load.error,
@@ -395,8 +475,7 @@ def run_round(
         mode=ctx.mode,
         tiers=ctx.tiers,
         frac=cell.frac,
-        ci_rel_width=settings.ci_rel_width,
-        min_steps=min_steps,
+        rule=plan.rule,
         load_info=load_info,
     )
     return MeasuredRound(outcome=outcome, rank_rows=rank_rows)
@@ -471,7 +550,7 @@ def run_profile(
         warnings = validate_sweep(
             context,
             cfg.batch_sizes,
-            input_len=cfg.settings.input_len,
+            input_len=cfg.settings.prompt_len,
             max_new_tokens=round_max_new_tokens(cfg.settings),
         )
         for w in warnings:
@@ -580,9 +659,7 @@ def _warmup(session: Session, cfg: RunConfig) -> None:
     bs = min(8, max(cfg.batch_sizes))
     frac = max(cfg.fracs) if cfg.fracs else None
     try:
-        run_round(
-            session, SweepCell(-1, bs, frac), cfg.settings, min_steps=WARMUP_ROUND_STEADY_STEPS
-        )
+        run_round(session, SweepCell(-1, bs, frac), cfg.settings, warmup_plan(cfg.settings))
     except (ServerUnavailableError, PinNotTakenError):
         raise
     except Exception as exc:
@@ -596,7 +673,7 @@ def _preflight(session: Session, cfg: RunConfig) -> None:
         logger.info("Pre-flight probe skipped: no bs in the sweep whose pin must shrink the graph.")
         return
     try:
-        run_round(session, cell, cfg.settings, min_steps=PREFLIGHT_STEADY_STEPS)
+        run_round(session, cell, cfg.settings, round_plan(cfg.settings, PREFLIGHT_STEADY_STEPS))
     except PinNotTakenError as exc:
         raise PinNotTakenError(f"Pre-flight probe failed, nothing measured. {exc}") from exc
     except RoundError as exc:

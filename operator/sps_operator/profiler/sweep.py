@@ -12,11 +12,9 @@ from sps_operator.tables.quality import ROUND_CI_LEVEL_Z
 # Defaults shared with SGLang's dspark_sps_profiler, so its users feel at home.
 DEFAULT_OUT = "dspark_sps.json"
 DEFAULT_MAX_BATCH_SIZE = 256
-DEFAULT_INPUT_LEN = 16
 DEFAULT_TEMPERATURE = 1.0
 DEFAULT_ROUND_TIMEOUT_SECONDS = 300.0
 ROUND_WARMUP_STEPS = 8
-ROUND_STEP_SLACK = 64
 STEP_TIME_FLOOR_SECONDS = 0.02
 WARMUP_ROUND_STEADY_STEPS = 16
 PROFILE_SEED = 42
@@ -31,16 +29,30 @@ DEFAULT_CI_REL_WIDTH = 0.02
 DEFAULT_CI_LEVEL_Z = ROUND_CI_LEVEL_Z
 # Never judge a median from fewer steady steps than this, whatever the CI says.
 MIN_STEADY_STEPS_FLOOR = 48
-# A round that has not met the CI after this many steady steps stops anyway (and says so).
-DEFAULT_MAX_STEADY_STEPS = 768
+# A round that has not met the CI after this many steady steps stops anyway (and says so):
+# with the warm-up steps and the prefill, under half of the reference's 572-step request, so a
+# round never costs more GPU time than half of a reference round, however noisy the GPU.
+DEFAULT_MAX_STEADY_STEPS = 240
+# Steps a request may run past the step budget before it ends on its own (the reference
+# allows 64: steps the GPU runs for nothing when a poll comes late).
+STEP_SLACK = 4
 DEFAULT_POLL_INTERVAL_SECONDS = 0.25
+# The KV context per request a table describes: step time grows with it (attention reads
+# every request's KV cache). 300 is where the reference profiler's median step sits at its
+# defaults: a 16-token prompt plus half of its 572-token requests.
+DEFAULT_CONTEXT_LEN = 300
+# Steady steps a round is expected to take at low noise: prompts are sized so that such a
+# window is centred on the context the table describes.
+EXPECTED_STEADY_STEPS = 96
 
 
 @dataclass(frozen=True)
 class RoundSettings:
     """How one round is driven and when it stops."""
 
-    input_len: int = DEFAULT_INPUT_LEN
+    # None: sized so the round's steady window is centred on `context_len`.
+    input_len: int | None = None
+    context_len: int = DEFAULT_CONTEXT_LEN
     temperature: float = DEFAULT_TEMPERATURE
     ci_rel_width: float = DEFAULT_CI_REL_WIDTH
     # The reference's floors, applied only when the user gives them.
@@ -52,8 +64,12 @@ class RoundSettings:
     poll_interval_seconds: float = DEFAULT_POLL_INTERVAL_SECONDS
 
     def __post_init__(self) -> None:
-        if self.input_len < 1:
+        if self.input_len is not None and self.input_len < 1:
             raise ValueError(f"--input-len must be >= 1, got {self.input_len}.")
+        if self.context_len < 1:
+            raise ValueError(f"--context-len must be >= 1, got {self.context_len}.")
+        if self.max_steady_steps < 1:
+            raise ValueError(f"--max-steady-steps must be >= 1, got {self.max_steady_steps}.")
         if not 0 < self.ci_rel_width < 1:
             raise ValueError(f"--ci-rel-width must be in (0, 1), got {self.ci_rel_width}.")
         if self.min_steady_steps is not None and self.min_steady_steps < 1:
@@ -71,6 +87,14 @@ class RoundSettings:
     def min_steps(self) -> int:
         """Fewest steady steps a round may be judged on."""
         return max(MIN_STEADY_STEPS_FLOOR, self.min_steady_steps or 0)
+
+    @property
+    def prompt_len(self) -> int:
+        """Prompt tokens per request: `--input-len`, or centred on the described context."""
+        if self.input_len is not None:
+            return self.input_len
+        centre = ROUND_WARMUP_STEPS + 2 + EXPECTED_STEADY_STEPS // 2
+        return max(1, self.context_len - centre)
 
     @property
     def step_budget(self) -> int:
@@ -108,7 +132,7 @@ def build_request_count_sweep(max_num_reqs: int) -> list[int]:
 
 def round_max_new_tokens(settings: RoundSettings) -> int:
     """Request lifetime in tokens: 1 token per step at SGLANG_SIMULATE_ACC_LEN=1.0."""
-    return ROUND_WARMUP_STEPS + settings.step_budget + ROUND_STEP_SLACK + settings.ramp_token_slack
+    return ROUND_WARMUP_STEPS + 2 + settings.step_budget + STEP_SLACK + settings.ramp_token_slack
 
 
 def validate_fracs(fracs: Sequence[float] | None) -> list[float] | None:
