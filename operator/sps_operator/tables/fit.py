@@ -43,6 +43,11 @@ REFERENCE_M_BIN_WIDTH = 64
 MAX_EDF_FRACTION = 0.5
 # A cell with leverage this close to 1 decides its own parameter: leaving it out extrapolates.
 MAX_LOO_LEVERAGE = 0.99
+# The additive fit's bounds: knots per axis (more distinct bs or M values are thinned to
+# this many, evenly spread; each smoothing weight costs O(knots³)) and distinct cells
+# (building the normal equations is O(cells); beyond this the input is not a profile).
+MAX_KNOTS_PER_AXIS = 128
+MAX_ADDITIVE_CELLS = 20_000
 
 
 @dataclass(frozen=True)
@@ -194,25 +199,34 @@ def _diagonal_staircase(
 # --- additive: hat-basis penalised least squares ---------------------------------------------
 
 
+def hat_weights(
+    knots: Sequence[float], x: Sequence[float]
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], FloatArray]:
+    """Piecewise-linear hat functions on `knots` at `x`, clamped at the ends, as
+    (lower knot index, upper knot index, weight of the upper knot) per point: each point
+    touches at most two knots, so the design stays O(points)."""
+    k = np.asarray(knots, dtype=float)
+    v = np.clip(np.asarray(x, dtype=float), k[0], k[-1])
+    hi = np.clip(np.searchsorted(k, v, side="right"), 1, max(len(k) - 1, 1))
+    lo = hi - 1
+    if len(k) == 1:
+        zeros = np.zeros(len(v), dtype=np.intp)
+        return zeros, zeros, np.zeros(len(v))
+    frac = (v - k[lo]) / (k[hi] - k[lo])
+    return lo.astype(np.intp), hi.astype(np.intp), frac
+
+
 def hat_basis(knots: Sequence[float], x: Sequence[float]) -> FloatArray:
-    """Piecewise-linear hat functions on `knots` at `x`, clamped at the ends.
+    """The hat functions as a dense matrix (for inspection and tests).
 
     Row i holds weights w with sum 1 such that Σ w_k f(knot_k) is SGLang's
     `_interp_clamped(knots, f, x_i)`.
     """
-    k = np.asarray(knots, dtype=float)
-    basis = np.zeros((len(x), len(k)))
-    for row, value in enumerate(x):
-        if value <= k[0]:
-            basis[row, 0] = 1.0
-        elif value >= k[-1]:
-            basis[row, -1] = 1.0
-        else:
-            hi = int(np.searchsorted(k, value, side="right"))
-            lo = hi - 1
-            frac = (value - k[lo]) / (k[hi] - k[lo])
-            basis[row, lo] = 1.0 - frac
-            basis[row, hi] = frac
+    lo, hi, frac = hat_weights(knots, x)
+    basis = np.zeros((len(x), len(knots)))
+    rows = np.arange(len(x))
+    np.add.at(basis, (rows, lo), 1.0 - frac)
+    np.add.at(basis, (rows, hi), frac)
     return basis
 
 
@@ -232,21 +246,122 @@ def second_difference(knots: Sequence[float]) -> FloatArray:
     return rows * scale
 
 
-def _solve_penalised(
-    x: FloatArray, y: FloatArray, w: FloatArray, penalty: FloatArray, lam: float
-) -> tuple[FloatArray, float, float, FloatArray]:
-    """β, weighted RSS, effective degrees of freedom, and A⁻¹ (for covariances)."""
-    xtw = x.T * w
-    gram = xtw @ x
-    # A whisker of ridge keeps A invertible when a knot has no data and no penalty row.
-    ridge = 1e-9 * (np.trace(gram) / max(gram.shape[0], 1))
-    a = gram + lam * (penalty.T @ penalty) + ridge * np.eye(gram.shape[0])
-    a_inv = np.linalg.pinv(a)
-    beta = a_inv @ (xtw @ y)
-    resid = y - x @ beta
-    rss = float(np.sum(w * resid * resid))
-    edf = float(np.trace(a_inv @ gram))
-    return beta, rss, edf, a_inv
+def reduce_knots(values: Iterable[int], max_knots: int | None = None) -> list[int]:
+    """The distinct values, or `max_knots` (default `MAX_KNOTS_PER_AXIS`) of them evenly
+    spread (ends kept) when there are more."""
+    max_knots = max_knots or MAX_KNOTS_PER_AXIS
+    distinct = sorted(set(values))
+    if len(distinct) <= max_knots:
+        return distinct
+    picks = np.unique(np.round(np.linspace(0, len(distinct) - 1, max_knots)).astype(int))
+    return [distinct[i] for i in picks]
+
+
+@dataclass(frozen=True)
+class _SparseDesign:
+    """Each row's (at most 5) nonzero columns and values: bias, two α hats, two θ hats."""
+
+    cols: npt.NDArray[np.intp]
+    vals: FloatArray
+    width: int
+
+    def times(self, beta: FloatArray) -> FloatArray:
+        return np.sum(self.vals * beta[self.cols], axis=1)
+
+    def gram(self, w: FloatArray) -> FloatArray:
+        """XᵀWX in O(rows · 25)."""
+        gram = np.zeros((self.width, self.width))
+        products = w[:, None, None] * self.vals[:, :, None] * self.vals[:, None, :]
+        np.add.at(gram, (self.cols[:, :, None], self.cols[:, None, :]), products)
+        return gram
+
+    def transpose_times(self, v: FloatArray) -> FloatArray:
+        out = np.zeros(self.width)
+        np.add.at(out, self.cols, self.vals * v[:, None])
+        return out
+
+    def quadratic(self, matrix: FloatArray) -> FloatArray:
+        """x_iᵀ M x_i for every row."""
+        block = matrix[self.cols[:, :, None], self.cols[:, None, :]]
+        return np.einsum("ij,ijk,ik->i", self.vals, block, self.vals)
+
+
+def _additive_design(
+    bs: Sequence[int], bs_knots: Sequence[int], x: Sequence[int], x_knots: Sequence[int]
+) -> _SparseDesign:
+    """Columns: bias, α at bs knots 1.. (α(bs₀) = 0), θ at x knots 1.. (θ(x₀) = 0)."""
+    n_alpha = len(bs_knots) - 1
+    a_lo, a_hi, a_f = hat_weights(bs_knots, bs)
+    t_lo, t_hi, t_f = hat_weights(x_knots, x)
+
+    # Knot 0 of each axis has no column: its weight goes to column 0 with value 0.
+    def column(index: npt.NDArray[np.intp], offset: int) -> npt.NDArray[np.intp]:
+        return np.where(index > 0, offset + index - 1, 0).astype(np.intp)
+
+    def value(index: npt.NDArray[np.intp], weight: FloatArray) -> FloatArray:
+        return np.where(index > 0, weight, 0.0)
+
+    n = len(bs)
+    cols = np.stack(
+        [
+            np.zeros(n, dtype=np.intp),
+            column(a_lo, 1),
+            column(a_hi, 1),
+            column(t_lo, 1 + n_alpha),
+            column(t_hi, 1 + n_alpha),
+        ],
+        axis=1,
+    )
+    vals = np.stack(
+        [
+            np.ones(n),
+            value(a_lo, 1.0 - a_f),
+            value(a_hi, a_f),
+            value(t_lo, 1.0 - t_f),
+            value(t_hi, t_f),
+        ],
+        axis=1,
+    )
+    return _SparseDesign(cols, vals, 1 + n_alpha + len(x_knots) - 1)
+
+
+class _PenalisedSystem:
+    """(G + λP)β = XᵀWy for many λ at O(knots³) once and O(knots² + cells) per λ.
+
+    G + εI = LLᵀ (Cholesky, ε a whisker of ridge so knots that only the penalty ties down
+    stay solvable) and L⁻¹PL⁻ᵀ = UDUᵀ, so (G + εI + λP)⁻¹ = L⁻ᵀU(I + λD)⁻¹UᵀL⁻¹ and the
+    effective degrees of freedom tr((G + λP)⁻¹G) ≈ Σ 1/(1 + λd).
+    """
+
+    def __init__(
+        self,
+        design: _SparseDesign,
+        gram: FloatArray,
+        xtwy: FloatArray,
+        y: FloatArray,
+        w: FloatArray,
+        penalty_gram: FloatArray,
+    ) -> None:
+        self.design, self.y, self.w = design, y, w
+        ridge = 1e-9 * (np.trace(gram) / max(gram.shape[0], 1))
+        chol = np.linalg.cholesky(gram + ridge * np.eye(gram.shape[0]))
+        chol_inv = np.linalg.inv(chol)
+        d, u = np.linalg.eigh(chol_inv @ penalty_gram @ chol_inv.T)
+        self.d = np.clip(d, 0.0, None)
+        self.basis = chol_inv.T @ u  # L⁻ᵀU
+        self.projected = self.basis.T @ xtwy  # UᵀL⁻¹XᵀWy
+
+    def solve(self, lam: float) -> tuple[FloatArray, float, float]:
+        """β, weighted RSS and effective degrees of freedom at λ."""
+        shrink = 1.0 / (1.0 + lam * self.d)
+        beta = self.basis @ (shrink * self.projected)
+        resid = self.y - self.design.times(beta)
+        return beta, float(np.sum(self.w * resid * resid)), float(np.sum(shrink))
+
+    def inverse(self, lam: float) -> FloatArray:
+        """(G + λP)⁻¹, for standard errors and leverages."""
+        shrink = 1.0 / (1.0 + lam * self.d)
+        return (self.basis * shrink) @ self.basis.T
 
 
 def _tier_at(tiers: Sequence[int], m: int) -> int | None:
@@ -295,34 +410,38 @@ class _PenalisedFit:
 def _fit_penalised(
     cells: Sequence[Cell], theta_x: Sequence[int], counts: Sequence[int]
 ) -> _PenalisedFit:
-    """bias + alpha(bs) + theta(x) on hat bases, x = M or the replayed tier; λ by GCV."""
-    bs_knots = sorted({c.bs for c in cells})
-    x_knots = sorted(set(theta_x))
-    alpha_basis = hat_basis(bs_knots, [c.bs for c in cells])[:, 1:]  # alpha(bs0) = 0
-    theta_basis = hat_basis(x_knots, list(theta_x))[:, 1:]  # theta(x0) = 0
-    x = np.hstack([np.ones((len(cells), 1)), alpha_basis, theta_basis])
+    """bias + alpha(bs) + theta(x) on hat bases, x = M or the replayed tier; λ by GCV.
+
+    Cost: O(cells) to build the normal equations, O(knots³) per smoothing weight tried.
+    """
+    bs_knots = reduce_knots(c.bs for c in cells)
+    x_knots = reduce_knots(theta_x)
+    design = _additive_design([c.bs for c in cells], bs_knots, theta_x, x_knots)
     d_alpha = second_difference(bs_knots)[:, 1:]
     d_theta = second_difference(x_knots)[:, 1:]
-    n_alpha = alpha_basis.shape[1]
-    penalty = np.zeros((d_alpha.shape[0] + d_theta.shape[0], x.shape[1]))
+    n_alpha = len(bs_knots) - 1
+    penalty = np.zeros((d_alpha.shape[0] + d_theta.shape[0], design.width))
     penalty[: d_alpha.shape[0], 1 : 1 + n_alpha] = d_alpha
     penalty[d_alpha.shape[0] :, 1 + n_alpha :] = d_theta
+    penalty_gram = penalty.T @ penalty
     y = np.array([c.t for c in cells], dtype=float)
     w = np.asarray(counts, dtype=float) / (y * y)
     n = len(cells)
-    gram = (x.T * w) @ x
-    pen_trace = float(np.trace(penalty.T @ penalty)) or 1.0
-    scale = float(np.trace(gram)) / pen_trace
+    gram = design.gram(w)
+    xtwy = design.transpose_times(w * y)
+    scale = float(np.trace(gram)) / (float(np.trace(penalty_gram)) or 1.0)
+    system = _PenalisedSystem(design, gram, xtwy, y, w, penalty_gram)
     candidates: list[tuple[float, float]] = []  # (gcv, λ)
     for lam in scale * np.logspace(-7, 4, 34):
-        _beta, rss, edf, _ = _solve_penalised(x, y, w, penalty, float(lam))
+        _beta, rss, edf = system.solve(float(lam))
         # GCV degenerates as the fit approaches interpolation (edf → n): keep at least
         # half the cells as residual degrees of freedom.
         if edf <= MAX_EDF_FRACTION * n:
             denom = n - edf
             candidates.append((n * rss / (denom * denom), float(lam)))
     lam = min(candidates)[1] if candidates else float(scale * 1e4)
-    beta, rss, edf, a_inv = _solve_penalised(x, y, w, penalty, lam)
+    beta, rss, edf = system.solve(lam)
+    a_inv = system.inverse(lam)
     # Parameter standard errors: σ² A⁻¹ XᵀWX A⁻¹ (σ² relative; W = 1/T² makes it seconds²).
     sigma2 = rss / max(n - edf, 1.0)
     se = np.sqrt(np.clip(np.diag(sigma2 * (a_inv @ gram @ a_inv)), 0.0, None)) * 1e3
@@ -332,8 +451,8 @@ def _fit_penalised(
     for i, value in enumerate(x_knots[1:]):
         probe_se[f"x={value}"] = float(se[1 + n_alpha + i])
     # Leave-one-out at fixed λ without refitting: e_i = r_i / (1 − h_ii) for a linear smoother.
-    leverage = w * np.einsum("ij,jk,ik->i", x, a_inv, x)
-    resid = y - x @ beta
+    leverage = w * design.quadratic(a_inv)
+    resid = y - design.times(beta)
     loo_seconds = [
         float(y[i] - resid[i] / (1.0 - leverage[i])) if leverage[i] < MAX_LOO_LEVERAGE else None
         for i in range(n)
@@ -371,6 +490,12 @@ def fit_additive_cells(
         raise ValueError(
             f"An additive fit needs at least {MIN_ADDITIVE_CELLS} distinct (bs, M) cells, "
             f"got {len(merged)}; add batch sizes or --fracs."
+        )
+    if len(merged) > MAX_ADDITIVE_CELLS:
+        raise ValueError(
+            f"An additive fit takes at most {MAX_ADDITIVE_CELLS} distinct (bs, M) cells, got "
+            f"{len(merged)}; a profile never needs that many: sweep fewer batch sizes or "
+            "--fracs (repeats of a cell are merged and do not count)."
         )
     if tiers:
         # Cells measured without a recorded tier (e.g. by another profiler) in compact mode:
