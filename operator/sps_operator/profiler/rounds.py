@@ -25,6 +25,7 @@ from sps_operator.profiler.sweep import (
     MATCH_FRACTION_WARN,
     ROUND_WARMUP_STEPS,
 )
+from sps_operator.profiler.untrusted import json_int, json_number
 
 
 class RoundError(RuntimeError):
@@ -60,8 +61,15 @@ class StepRow:
         return data
 
 
+# SGLang nulls a step time longer than this (an idle gap, not a step): contract §11.7.
+STEP_CPU_MS_MAX = 1000.0
+
+
 def rows_from_payload(payload: Any, rank: int) -> list[StepRow]:
-    """Decode-step rows of one rank's `dspark_info_record` (records without timing skipped)."""
+    """Decode-step rows of one rank's `dspark_info_record` (records without timing skipped).
+
+    The payload is untrusted: anything SGLang would not send raises RoundError saying what.
+    """
     if not isinstance(payload, Mapping):
         raise RoundError(f"DP rank {rank} stopped reporting dspark_info_record mid-profile.")
     records = payload.get("records", [])
@@ -70,28 +78,48 @@ def rows_from_payload(payload: Any, rank: int) -> list[StepRow]:
     rows: list[StepRow] = []
     for record in records:
         if not isinstance(record, Mapping):
-            raise RoundError(f"DP rank {rank} has a record that is not an object: {record!r}")
+            raise RoundError(f"DP rank {rank} has a record that is not an object: {record!r:.120}")
         step_cpu_ms = record.get("step_cpu_ms")
         if step_cpu_ms is None:
             continue
-        try:
-            budget = record.get("budget")
-            local = record.get("verify_tokens_local")
-            rows.append(
-                StepRow(
-                    forward_ct=int(record["forward_ct"]),
-                    num_running_reqs=int(record.get("num_running_reqs", record.get("bs", -1))),
-                    num_verify_tokens=int(record.get("num_verify_tokens", -1)),
-                    step_time=float(step_cpu_ms) / 1000.0,
-                    budget=int(budget) if budget is not None else None,
-                    verify_tokens_local=int(local) if local is not None and local >= 0 else None,
-                )
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise RoundError(
-                f"DP rank {rank} has a malformed record {dict(record)!r}: {exc}"
-            ) from exc
+        rows.append(_row(record, step_cpu_ms, rank))
     return rows
+
+
+def _row(record: Mapping[str, Any], step_cpu_ms: Any, rank: int) -> StepRow:
+    milliseconds = json_number(step_cpu_ms)
+    if milliseconds is None or not 0 < milliseconds <= STEP_CPU_MS_MAX:
+        raise RoundError(
+            f"DP rank {rank}: the record at forward_ct={record.get('forward_ct')!r:.20} has "
+            f"step_cpu_ms={step_cpu_ms!r:.40}, but SGLang records a step's time in "
+            f"(0, {STEP_CPU_MS_MAX:g}] ms; the server's step timer is broken (or this is not an "
+            "SGLang DSpark server), so no step time from it can be trusted."
+        )
+    fields = {
+        "forward_ct": json_int(record.get("forward_ct")),
+        "num_running_reqs": json_int(record.get("num_running_reqs", record.get("bs"))),
+        "num_verify_tokens": json_int(record.get("num_verify_tokens", -1)),
+    }
+    budget, local = record.get("budget"), record.get("verify_tokens_local")
+    bad = [name for name, value in fields.items() if value is None]
+    if budget is not None and json_int(budget) is None:
+        bad.append("budget")
+    if local is not None and json_int(local) is None:
+        bad.append("verify_tokens_local")
+    if bad:
+        raise RoundError(
+            f"DP rank {rank} has a malformed record (field(s) {bad} missing or not integers): "
+            f"{dict(record)!r:.200}"
+        )
+    local_int = json_int(local)
+    return StepRow(
+        forward_ct=fields["forward_ct"] or 0,
+        num_running_reqs=fields["num_running_reqs"] or 0,
+        num_verify_tokens=fields["num_verify_tokens"] or 0,
+        step_time=milliseconds / 1000.0,
+        budget=json_int(budget),
+        verify_tokens_local=local_int if local_int is not None and local_int >= 0 else None,
+    )
 
 
 # --- stopping rule -------------------------------------------------------------------------

@@ -220,13 +220,10 @@ class Session:
         while True:
             try:
                 return self.fetch_rank_rows()
-            except ServerUnavailableError as exc:
+            except ServerUnavailableError:
                 failures += 1
                 if failures >= POLL_FAILURES_BEFORE_GIVING_UP:
-                    raise ServerUnavailableError(
-                        f"The server stopped answering mid-round ({exc}); rounds measured so "
-                        "far are on disk — restart the server and rerun with --resume."
-                    ) from exc
+                    raise
                 time.sleep(0.2 * failures)
 
     def clear_records(self) -> bool:
@@ -589,7 +586,14 @@ def run_profile(
             if todo and cfg.fracs and cfg.preflight:
                 _preflight(session, cfg)
             for cell in todo:
-                measured = run_round(session, cell, cfg.settings)
+                try:
+                    measured = run_round(session, cell, cfg.settings)
+                except ServerUnavailableError as exc:
+                    raise ServerUnavailableError(
+                        f"The server stopped answering mid-sweep ({exc}); the {len(rounds)} "
+                        f"rounds measured so far are in {paths.rounds} — restart the server "
+                        "and rerun with --resume."
+                    ) from exc
                 summary = measured.outcome.to_summary()
                 artifacts.append_lines(paths.records, record_lines(measured))
                 artifacts.append_lines(paths.rounds, [summary])
@@ -629,6 +633,16 @@ def _prepare_raw_files(
     cfg: RunConfig, paths: artifacts.OutPaths, context: ServerContext
 ) -> list[dict[str, Any]]:
     if cfg.resume:
+        for path in paths.raw_files():
+            dropped = artifacts.drop_torn_tail(path)
+            if dropped:
+                logger.warning(
+                    "--resume: %s ended in a torn line (an interrupted write); dropped its %d "
+                    "bytes so new rounds start on a line of their own. That cell is measured "
+                    "again.",
+                    path,
+                    dropped,
+                )
         rounds = artifacts.read_jsonl(paths.rounds)
         if rounds and paths.manifest.exists():
             try:
