@@ -170,3 +170,23 @@ def test_additive_loo_flags_a_bad_cell_and_the_bound_covers_the_grid() -> None:
     assert q.error_bound_rel >= grid_max
     spoiled = [*cells[:10], Cell(cells[10].bs, cells[10].m, cells[10].t * 1.3), *cells[11:]]
     assert fit_additive_cells(spoiled).quality.loo_rel_max > 0.2  # type: ignore[operator]
+
+
+def test_a_staircase_step_holding_several_batch_sizes_widens_the_bound() -> None:
+    # Capture list ... 32, 40 ...: bs 33..40 all replay the 40-request graph (320 tokens),
+    # but with fewer requests they cost less than the full-width value the table holds.
+    capture = [1, 2, 4, 8, 16, 24, 32, 40, 48]
+    tiers = [b * K for b in capture]
+
+    def padded(bs: int) -> float:
+        tier = next(t for t in tiers if t >= bs * K)
+        return 0.0105 + 2e-4 * bs + 6e-6 * tier
+
+    rounds = [diagonal_round(bs, padded(bs), ci_rel_half=0.002) for bs in capture]
+    result = fit_from_rounds(rounds, kind="diagonal", tiers=tiers)
+    assert isinstance(result.table, SpsCostTable)
+    real = diagonal_grid_max_error(result.table, padded, 48)
+    q = result.quality
+    assert q.loo_rel_max is not None and q.ci_rel_max is not None
+    assert max(q.loo_rel_max, q.ci_rel_max * 2) < real  # LOO and CIs alone would understate
+    assert q.error_bound_rel >= real

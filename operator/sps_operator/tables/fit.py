@@ -171,8 +171,34 @@ def fit_diagonal(
     probe_cells = [Cell(bs=bs_at[m], m=m, t=1.0 / sps) for m, sps in probes]
     loo = leave_one_out_rel(probe_cells, predict_without) if len(probes) >= 3 else None
     table = build(probes)
-    quality = evaluate(table, cells, loo_rel=loo, probe_seconds=[1.0 / sps for _m, sps in probes])
+    k = max(1, probes[0][0] // bs_at[probes[0][0]])
+    quality = evaluate(
+        table,
+        cells,
+        loo_rel=loo,
+        probe_seconds=[1.0 / sps for _m, sps in probes],
+        # A measured-probes table's floor steps are what LOO scores already.
+        within_step_rel=_within_step_rel(table, k) if tiers else 0.0,
+    )
     return FitResult(table=table, quality=quality, kind="diagonal")
+
+
+def _within_step_rel(table: SpsCostTable, k: int) -> float:
+    """Largest relative height of a staircase step that holds several batch sizes.
+
+    A step [e₀, e₁) of a diagonal table is looked up for every bs with bs·K in it; they all
+    replay the same tier, but with fewer requests than the tier's full width they cost less
+    than the value the table holds for it — by at most the step's height, since they cost no
+    less than the previous step's full width.
+    """
+    edges = [*table.sample_batch_tokens, table.max_batch_tokens + 1]
+    seconds = [1.0 / sps for sps in table.sample_steps_per_sec]
+    heights = [0.0]
+    for i in range(1, len(seconds)):
+        grid_points = (edges[i + 1] - 1) // k - (edges[i] - 1) // k
+        if grid_points > 1:
+            heights.append((seconds[i] - seconds[i - 1]) / seconds[i - 1])
+    return max(heights)
 
 
 def _diagonal_staircase(

@@ -116,15 +116,18 @@ def error_bound_rel(
     ci_rel_max: float | None,
     num_probes: int,
     probe_seconds: Sequence[float],
+    within_step_rel: float = 0.0,
 ) -> float:
     """One figure bounding |table − truth| / truth over the grid.
 
-    Two ways the table can be wrong: at a probe, by the measurement (its CI, widened so all
-    probes are covered at once); between probes, by interpolation, which leave-one-out
-    measures over twice the spacing the table really interpolates across (so it errs on
-    the safe side for a curved truth, and includes the neighbours' noise). Without LOO
-    (two probes) nothing is known between them but that the truth lies near the probes:
-    the largest relative step between neighbouring probes stands in.
+    Three ways the table can be wrong. At a probe, by the measurement: its CI, widened so
+    all probes are covered at once. Between probes, by interpolation: leave-one-out measures
+    it over twice the spacing the table really interpolates across (erring on the safe side
+    for a curved truth, and including the neighbours' noise); without LOO (two probes)
+    nothing is known between them but that the truth lies near the probes, so the largest
+    relative step between neighbouring probes stands in. Inside one step of a table that
+    holds one value for several grid points (`within_step_rel`, from the fit): the truth
+    moves across the step, by at most the step's height when costs rise with load.
     """
     noise = 0.0 if ci_rel_max is None else ci_rel_max * _family_z(num_probes) / ROUND_CI_LEVEL_Z
     if loo_rel_max is not None:
@@ -135,7 +138,7 @@ def error_bound_rel(
             (abs(b - a) / min(a, b) for a, b in itertools.pairwise(ordered)),
             default=0.0,
         )
-    bound = max(noise, between)
+    bound = max(noise, between) + within_step_rel
     if not math.isfinite(bound):
         raise ValueError(f"fit quality: error bound is {bound}; the cells hold non-finite times.")
     return bound
@@ -161,13 +164,15 @@ def evaluate(
     *,
     loo_rel: Sequence[float] | None = None,
     probe_seconds: Sequence[float] = (),
+    within_step_rel: float = 0.0,
 ) -> FitQuality:
     """Residual statistics of `table` over `cells`, and its predicted error against truth.
 
     `probe_se_ms` may come from the fit (parameter standard errors); when absent it is
     estimated per probe from the residual spread of the cells at that probe. `loo_rel` are
     the fit's leave-one-out errors (`leave_one_out_rel`), None with fewer than 3 probes;
-    `probe_seconds` the probes' step times in probe order (for the bound without LOO).
+    `probe_seconds` the probes' step times in probe order (for the bound without LOO);
+    `within_step_rel` what a table step holding several grid points may be off inside it.
     """
     if not cells:
         raise ValueError("fit quality needs at least one measured cell.")
@@ -221,5 +226,6 @@ def evaluate(
             ci_rel_max=ci_max,
             num_probes=len(cells),
             probe_seconds=probe_seconds,
+            within_step_rel=within_step_rel,
         ),
     )
