@@ -51,7 +51,7 @@ from sps_operator.constants import GPU_H100, GPU_H200, GPU_RTX_PRO_6000
 from sps_operator.dspark_arith import default_decode_capture_bs
 from sps_operator.profiler.runner import RunConfig, run_profile
 from sps_operator.profiler.sweep import RoundSettings, build_request_count_sweep
-from sps_operator.sim.costmodel import PRESETS, CostPreset
+from sps_operator.sim.costmodel import EFFECTS_OFF, PRESETS, CostPreset
 from sps_operator.sim.testing import running_sim
 from sps_operator.sim.truth import truth_grid
 from sps_operator.tables.fit import (
@@ -67,14 +67,7 @@ GAMMA = 7
 FRACS = [0.25, 0.5, 0.75, 1.0]
 NOISE_LEVELS = [0.03, 0.10]
 # Every effect off but the noise; each column turns one on, at a level a GPU can show.
-QUIET = {
-    "noise_ar1": 0.0,
-    "outlier_prob": 0.0,
-    "warmup_amplitude": 0.0,
-    "throttle_amplitude": 0.0,
-    "stall_prob": 0.0,
-    "kv_per_token_s": 0.0,
-}
+QUIET = {key: value for key, value in EFFECTS_OFF.items() if key != "noise_cv"}
 EFFECTS: dict[str, dict[str, float]] = {
     "none": {},
     "outliers": {"outlier_prob": 0.03},

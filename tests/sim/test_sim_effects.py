@@ -94,10 +94,7 @@ def test_stalls_add_seconds_within_their_range() -> None:
 
 def test_ramp_throttle_and_stalls_only_ever_slow_a_step() -> None:
     preset = replace(
-        H100,
-        noise_cv=0.0,
-        outlier_prob=0.0,
-        kv_per_token_s=0.0,
+        QUIET,
         warmup_amplitude=0.3,
         warmup_tau_s=5.0,
         throttle_amplitude=0.1,

@@ -8,7 +8,6 @@ run on demand, e.g. `SPS_FUZZ_EXAMPLES=20000 pytest tests/unit/test_profiler_unt
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import math
 import os
@@ -16,6 +15,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_profiler_server import info
 
 from sps_operator.profiler.rounds import STEP_CPU_MS_MAX, RoundError, rows_from_payload
 from sps_operator.profiler.server import (
@@ -48,30 +48,6 @@ json_values = st.recursive(
 )
 # Values a field may take: mostly plausible, sometimes anything at all.
 plausible_ints = st.one_of(st.integers(min_value=-3, max_value=600), json_values)
-
-
-def good_info(dp: int = 1) -> dict[str, Any]:
-    payload = {
-        "mode": "static",
-        "gamma": 7,
-        "verify_num_draft_tokens": 8,
-        "components": ["core", "step_cpu_time"],
-        "records": [],
-        "simulate_acc_len": 1.0,
-    }
-    state = {
-        "dp_size": dp,
-        "cuda_graph_config": {"decode": {"backend": "full", "max_bs": 64, "bs": [1, 2, 4, 8]}},
-        "effective_max_running_requests_per_dp": 48,
-        "memory_usage": {"token_capacity": 100_000},
-        "dspark_info_record": payload,
-    }
-    return {
-        "speculative_algorithm": "DSPARK",
-        "tp_size": 1,
-        "dp_size": dp,
-        "internal_states": [copy.deepcopy(state) for _ in range(dp)],
-    }
 
 
 # Paths into a good /server_info, each replaced by a drawn value.
@@ -114,7 +90,7 @@ def _set(data: Any, path: tuple[str, ...], value: Any) -> None:
 def server_infos(draw: st.DrawFn) -> Any:
     if draw(st.integers(0, 9)) == 0:
         return draw(json_values)  # not even a /server_info
-    data = good_info(dp=draw(st.integers(1, 3)))
+    data = info(dp=draw(st.integers(1, 3)))
     for path in draw(st.lists(st.sampled_from(FIELDS), max_size=4, unique=True)):
         # An earlier replacement may have removed the path.
         with contextlib.suppress(KeyError, IndexError, TypeError, ValueError):
@@ -193,7 +169,7 @@ def test_json_numbers_are_exactly_what_json_carries(value: Any) -> None:
 
 
 def test_the_cases_issue_9_names_get_messages() -> None:
-    data = good_info()
+    data = info()
     data["internal_states"][0]["cuda_graph_config"]["decode"]["bs"] = ["a"]
     try:
         server_context_from_info(data, base_url="http://x", offdiagonal=False)

@@ -345,15 +345,19 @@ def throttle_factor(preset: CostPreset, now: float) -> float:
     return 1.0 + preset.throttle_amplitude if throttled else 1.0
 
 
+# The preset fields that, at these values, turn off every effect separating a step from the
+# truth.
+EFFECTS_OFF: dict[str, Any] = {
+    "noise_cv": 0.0,
+    "noise_ar1": 0.0,
+    "outlier_prob": 0.0,
+    "warmup_amplitude": 0.0,
+    "throttle_amplitude": 0.0,
+    "stall_prob": 0.0,
+    "kv_per_token_s": 0.0,
+}
+
+
 def without_effects(preset: CostPreset) -> CostPreset:
     """The preset with every effect that separates a step from the truth turned off."""
-    return replace(
-        preset,
-        noise_cv=0.0,
-        noise_ar1=0.0,
-        outlier_prob=0.0,
-        warmup_amplitude=0.0,
-        throttle_amplitude=0.0,
-        stall_prob=0.0,
-        kv_per_token_s=0.0,
-    )
+    return replace(preset, **EFFECTS_OFF)
