@@ -90,11 +90,16 @@ class RoundSettings:
 
     @property
     def prompt_len(self) -> int:
-        """Prompt tokens per request: `--input-len`, or centred on the described context."""
+        """Prompt tokens per request for a round of the expected length."""
+        return self.prompt_len_for(None)
+
+    def prompt_len_for(self, expected_steps: int | None) -> int:
+        """Prompt tokens per request: `--input-len`, or sized so a round of `expected_steps`
+        steady steps (default `EXPECTED_STEADY_STEPS`) is centred on `context_len`."""
         if self.input_len is not None:
             return self.input_len
-        centre = ROUND_WARMUP_STEPS + 2 + EXPECTED_STEADY_STEPS // 2
-        return max(1, self.context_len - centre)
+        steps = min(expected_steps or EXPECTED_STEADY_STEPS, self.step_budget)
+        return max(1, self.context_len - (ROUND_WARMUP_STEPS + 2 + steps // 2))
 
     @property
     def step_budget(self) -> int:
