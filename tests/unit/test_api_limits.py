@@ -36,6 +36,7 @@ _FLAGS = {
     "maxBatchSize": "--max-batch-size",
     "fracs": "--fracs",
     "inputLen": "--input-len",
+    "contextLen": "--context-len",
     "repeats": "--repeats",
     "ciRelWidth": "--ci-rel-width",
     "minSteadySteps": "--min-steady-steps",
@@ -67,6 +68,7 @@ def cli_ok(sweep: dict[str, Any]) -> bool:
 RANGES: list[tuple[str, float, float, float]] = [
     ("repeats", L.REPEATS_MIN, L.REPEATS_MAX, 1),
     ("inputLen", L.INPUT_LEN_MIN, L.INPUT_LEN_MAX, 1),
+    ("contextLen", L.CONTEXT_LEN_MIN, L.CONTEXT_LEN_MAX, 1),
     ("ciRelWidth", L.CI_REL_WIDTH_MIN, L.CI_REL_WIDTH_MAX, 0.0001),
     ("vocabSize", L.VOCAB_SIZE_MIN, L.VOCAB_SIZE_MAX, 1),
     ("minSteadySteps", L.MIN_STEADY_STEPS_MIN, L.MIN_STEADY_STEPS_MAX, 1),
@@ -173,7 +175,8 @@ def test_defaults_are_shared() -> None:
     assert L.VOCAB_SIZE_MIN == sw.RANDOM_TOKEN_LOW + sw.RANDOM_TOKEN_HIGH_MARGIN + 1
     defaults = models.SweepSpec()
     assert defaults.ci_rel_width == sw.DEFAULT_CI_REL_WIDTH
-    assert defaults.input_len == sw.DEFAULT_INPUT_LEN
+    assert defaults.input_len is None  # the profiler sizes prompts to the context
+    assert defaults.context_len == sw.DEFAULT_CONTEXT_LEN
     assert defaults.round_timeout_seconds == sw.DEFAULT_ROUND_TIMEOUT_SECONDS
 
 

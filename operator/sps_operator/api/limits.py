@@ -38,6 +38,12 @@ REPEATS_MAX = 16
 
 INPUT_LEN_MIN = 1
 INPUT_LEN_MAX = 65536
+# The KV context per request a table describes (step time grows with it): the profiler
+# measures every round out to it. 300 is where SGLang's profiler's median step sits at its
+# defaults (a 16-token prompt plus half of its 572-token requests).
+CONTEXT_LEN_MIN = 1
+CONTEXT_LEN_MAX = 65536
+DEFAULT_CONTEXT_LEN = 300
 
 # The stopping rule: relative width of the median step time's confidence interval.
 # Below 0.1 % a round never stops on the CI (it runs into its step cap); above 50 % the

@@ -451,8 +451,19 @@ class SweepSpec(ApiModel):
         description="Additive only: forced verify-budget fractions in (0, 1] (`--fracs`). "
         f"Default {DEFAULT_ADDITIVE_FRACS}.",
     )
-    input_len: int = Field(
-        default=16, ge=L.INPUT_LEN_MIN, le=L.INPUT_LEN_MAX, description="Prompt length in tokens."
+    input_len: int | None = Field(
+        default=None,
+        ge=L.INPUT_LEN_MIN,
+        le=L.INPUT_LEN_MAX,
+        description="Prompt length in tokens (`--input-len`). Default: sized so each round's "
+        "steady steps are centred on contextLen.",
+    )
+    context_len: int = Field(
+        default=L.DEFAULT_CONTEXT_LEN,
+        ge=L.CONTEXT_LEN_MIN,
+        le=L.CONTEXT_LEN_MAX,
+        description="KV context per request the table describes (`--context-len`): a step's "
+        "time grows with the requests' context, and every round is measured out to this one.",
     )
     repeats: int = Field(
         default=1, ge=L.REPEATS_MIN, le=L.REPEATS_MAX, description="Repeats of the whole sweep."

@@ -56,13 +56,23 @@ class Verdict:
         return content_hash(self.table_json) if self.table_json is not None else None
 
 
+def _finite(value: float | None, digits: int = 6) -> float | None:
+    return round(value, digits) if value is not None and math.isfinite(value) else None
+
+
 def api_quality(fit: FitResult) -> FitQuality:
     """The fit's quality as status reports it (finite numbers only)."""
     q = fit.quality
     worst = abs(q.worst_cell.rel_error) if q.worst_cell is not None else None
-    r2 = q.r2 if math.isfinite(q.r2) else None
-    rms = q.rms_ms if math.isfinite(q.rms_ms) else None
-    return FitQuality(rms_ms=None if rms is None else round(rms, 6), r2=r2, max_rel_err=worst)
+    return FitQuality(
+        rms_ms=_finite(q.rms_ms),
+        r2=_finite(q.r2),
+        max_rel_err=_finite(worst),
+        loo_rel_rms=_finite(q.loo_rel_rms),
+        loo_rel_max=_finite(q.loo_rel_max),
+        ci_rel_max=_finite(q.ci_rel_max),
+        error_bound_rel=_finite(q.error_bound_rel),
+    )
 
 
 def sweep_problems(

@@ -170,7 +170,9 @@ def profiler_args(plan: RunPlan, base_url: str) -> list[str]:
     if plan.phase == 2:
         fracs = sweep.fracs or DEFAULT_ADDITIVE_FRACS
         args += ["--fracs", *[repr(float(f)) for f in fracs]]
-    args += ["--input-len", str(sweep.input_len), "--repeats", str(sweep.repeats)]
+    if sweep.input_len is not None:
+        args += ["--input-len", str(sweep.input_len)]
+    args += ["--context-len", str(sweep.context_len), "--repeats", str(sweep.repeats)]
     args += ["--ci-rel-width", repr(sweep.ci_rel_width)]
     if sweep.min_steady_steps is not None:
         args += ["--min-steady-steps", str(sweep.min_steady_steps)]

@@ -52,7 +52,20 @@ def _add_run(parser: argparse.ArgumentParser) -> None:
         default=sw.DEFAULT_MAX_BATCH_SIZE,
         help="Top of the tapered per-rank sweep (when --batch-size is not given).",
     )
-    parser.add_argument("--input-len", type=int, default=sw.DEFAULT_INPUT_LEN)
+    parser.add_argument(
+        "--input-len",
+        type=int,
+        default=None,
+        help="Prompt tokens per request (default: sized so each round's steady steps are "
+        "centred on --context-len).",
+    )
+    parser.add_argument(
+        "--context-len",
+        type=int,
+        default=limits.DEFAULT_CONTEXT_LEN,
+        help="KV context per request the table describes (default %(default)s, where SGLang's "
+        "profiler's median step sits); step times are measured out to it.",
+    )
     parser.add_argument("--temperature", type=float, default=sw.DEFAULT_TEMPERATURE)
     parser.add_argument(
         "--min-steady-steps",
@@ -200,6 +213,7 @@ def check_limits(args: argparse.Namespace) -> None:
                 raise ValueError(f"--fracs values must be in (0, 1], got {frac}.")
     _within("--repeats", args.repeats, limits.REPEATS_MIN, limits.REPEATS_MAX)
     _within("--input-len", args.input_len, limits.INPUT_LEN_MIN, limits.INPUT_LEN_MAX)
+    _within("--context-len", args.context_len, limits.CONTEXT_LEN_MIN, limits.CONTEXT_LEN_MAX)
     _within("--ci-rel-width", args.ci_rel_width, limits.CI_REL_WIDTH_MIN, limits.CI_REL_WIDTH_MAX)
     _within("--vocab-size", args.vocab_size, limits.VOCAB_SIZE_MIN, limits.VOCAB_SIZE_MAX)
     _within(
@@ -237,6 +251,7 @@ def check_limits(args: argparse.Namespace) -> None:
 def _settings(args: argparse.Namespace) -> sw.RoundSettings:
     return sw.RoundSettings(
         input_len=args.input_len,
+        context_len=args.context_len,
         temperature=args.temperature,
         ci_rel_width=args.ci_rel_width,
         min_steady_steps=args.min_steady_steps,
@@ -287,8 +302,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sps-profiler: unknown --log-level {args.log_level!r}", file=sys.stderr)
         return 2
     logging.basicConfig(level=level, format="%(message)s")
-    # One line per HTTP poll would drown the progress; keep httpx quiet unless debugging.
-    logging.getLogger("httpx").setLevel(max(level, logging.WARNING))
+    # One line per HTTP poll would drown the progress; keep urllib3 quiet unless debugging.
+    logging.getLogger("urllib3").setLevel(max(level, logging.WARNING))
     _interrupt_on_sigterm()
     publisher = None
     try:
