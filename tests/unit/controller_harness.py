@@ -130,6 +130,25 @@ class Harness:
     def __post_init__(self) -> None:
         self.reconciler = Reconciler(self.kube, self.settings, clock=lambda: self.now)
 
+    @classmethod
+    def one_target(cls, **spec: Any) -> Harness:
+        """One SGLang Deployment on H100, selected by profile "p"."""
+        h = cls()
+        h.add(deployment())
+        h.add(profile_body(**spec))
+        h.place()
+        return h
+
+    @classmethod
+    def with_finished_job(cls, **spec: Any) -> Harness:
+        """`one_target` whose first run's Job has completed with a good result, not yet
+        collected."""
+        h = cls.one_target(**spec)
+        h.tick()
+        h.run_pass()
+        h.finish()
+        return h
+
     # ---- the world
 
     def add(self, obj: dict[str, Any]) -> dict[str, Any]:
