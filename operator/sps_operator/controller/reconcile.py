@@ -25,7 +25,7 @@ from sps_operator.controller.kube import KubeApi, api_error_detail, is_transient
 from sps_operator.controller.metrics import Metrics
 from sps_operator.controller.observe import observe
 from sps_operator.controller.outcome import fail_run
-from sps_operator.controller.placement import Debouncer, PodInfo
+from sps_operator.controller.placement import PodInfo
 from sps_operator.controller.report import report
 from sps_operator.controller.rollout import rollout
 from sps_operator.controller.run import maybe_start_run, progress_run
@@ -56,7 +56,6 @@ class Reconciler:
         self.settings = settings or Settings()
         self.clock = clock or (lambda: datetime.now(UTC))
         self.metrics = metrics or Metrics()
-        self.debouncer = Debouncer(timedelta(seconds=self.settings.gpu_debounce_seconds))
         self._backoff: dict[str, _Backoff] = {}
 
     # ------------------------------------------------------------------ entry
@@ -125,7 +124,7 @@ class Reconciler:
             p.status, p.spec, meta.get("annotations") or {}, meta.get("creationTimestamp"), p.now
         )
         p.step = "observe"
-        observe(p, self.debouncer)
+        observe(p)
         if p.status.current_run is not None:
             p.step = "run"
             progress_run(p)

@@ -88,6 +88,8 @@ class Target:
     fingerprint: str = ""
     gpu: str | None = None  # settled GPU product (None: not placed, moving, or mixed)
     products: frozenset[str] = frozenset()
+    observed_gpu: str | None = None  # what the pods run on now (placement.MIXED for several)
+    observed_since: datetime | None = None
     owner: str | None = None  # the profile that serves it
     reason: str | None = None  # why the operator leaves it alone (CamelCase)
     problem: str | None = None  # ... and what to do about it
