@@ -34,6 +34,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--gpu-debounce-seconds", type=float, default=30.0)
     parser.add_argument("--profiler-image", default=IMAGE)
     parser.add_argument(
+        "--kube-qps",
+        type=float,
+        default=20.0,
+        help="client-side limit of API requests per second (reads and writes)",
+    )
+    parser.add_argument(
+        "--kube-burst", type=int, default=40, help="requests allowed at once above --kube-qps"
+    )
+    parser.add_argument(
         "--allow-job-image",
         action="append",
         default=[],
@@ -81,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     from sps_operator.controller.handlers import register
     from sps_operator.controller.kube import Kube
     from sps_operator.controller.metrics import Metrics
+    from sps_operator.controller.ratelimit import TokenBucket
     from sps_operator.controller.reconcile import Reconciler
     from sps_operator.controller.state import Settings
 
@@ -104,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.metrics_port:
         metrics.serve(args.metrics_port)
     reconciler = Reconciler(
-        Kube(),
+        Kube(limit=TokenBucket(args.kube_qps, args.kube_burst)),
         Settings(
             profiler_image=args.profiler_image,
             gpu_debounce_seconds=args.gpu_debounce_seconds,
