@@ -82,5 +82,6 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, resync: fl
                 f"could not release the tables the Deployments mount: {api_error_detail(exc)}",
                 delay=10,
             ) from exc
+        reconciler.metrics.forget(namespace, name)
         if released:
             log.info("released tables of %s/%s: %s", namespace, name, ", ".join(released))
