@@ -26,7 +26,7 @@ from kubernetes.client import ApiClient
 
 from sps_operator.devcluster.controlplane import free_port
 from sps_operator.devcluster.pytest_plugin import K8sCluster, NodeAgent
-from waiting import wait_for
+from waiting import wait_crd_established, wait_for
 
 GROUP, VERSION, PLURAL = "sps.dev", "v1alpha1", "spsprofiles"
 
@@ -295,9 +295,7 @@ def install_operator_rbac(cluster: K8sCluster, helm_values: list[str]) -> tuple[
         "apply", "--server-side", "--force-conflicts", "-f",
         str(ROOT / "crds" / "sps.dev_spsprofiles.yaml"),
     )  # fmt: skip
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/spsprofiles.sps.dev", "--timeout=60s"
-    )
+    wait_crd_established(cluster.kubectl)
     suffix = secrets.token_hex(3)
     ns = cluster.create_namespace(f"sps-system-{suffix}")
     helm = cluster.binaries.helm
