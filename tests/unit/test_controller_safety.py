@@ -467,20 +467,18 @@ def test_deletion_releases_exactly_the_tables_a_template_mounts() -> None:
 def test_release_that_fails_keeps_the_finalizer() -> None:
     import kopf
 
-    from sps_operator.controller.handlers import register
+    from sps_operator.controller.handlers import release_or_retry
     from sps_operator.controller.reconcile import Reconciler
 
     h = live_harness()
-    registry = kopf.OperatorRegistry()
-    register(registry, Reconciler(h.kube, Settings()), resync=10)
-    (handler,) = [x for x in registry._spawning.get_all_handlers()
-                  if getattr(x, "id", "") == "sps_release"] or [
-        x for x in registry._changing.get_all_handlers() if x.id == "sps_release"
-    ]  # fmt: skip
     h.kube.fail["patch_ConfigMap"] = ApiException(status=500, reason="Boom")
     meta = h.kube.obj("SpsProfile", "p")["metadata"]
     with pytest.raises(kopf.TemporaryError, match="could not release"):
-        handler.fn(namespace=NS, name="p", uid=meta["uid"])
+        release_or_retry(Reconciler(h.kube, Settings()), NS, "p", meta["uid"])
+    # Retried, it succeeds: the mounted table is released.
+    release_or_retry(Reconciler(h.kube, Settings()), NS, "p", meta["uid"])
+    mounted = h.status()["targets"][0]["table"]
+    assert h.kube.obj("ConfigMap", mounted)["metadata"]["labels"][L.LABEL_RELEASED] == "true"
 
 
 # --------------------------------------------------------------------------- 10. honest state

@@ -160,6 +160,10 @@ def rollout(p: Pass) -> None:
             if exact is None:
                 _report_stale_or_missing(p, target, ts)
                 continue
+            if p.config_map(exact.config_map) is None and p.recent(exact.profiled_at):
+                ts.state, ts.message = TargetState.ROLLING, "the new table is being published"
+                p.wake_within(1.0)
+                continue
             eligible = eligible_table(p, target, exact)
             if isinstance(eligible, str):
                 target.refuse(NOT_ELIGIBLE, eligible)
