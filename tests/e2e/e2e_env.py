@@ -53,7 +53,7 @@ class OperatorProcess:
         exe = Path(sys.executable).with_name("sps-operator")
         self.metrics_port, self.liveness_port = free_port(), free_port()
         argv = [
-            str(exe), "run", "--namespace", self.namespace, "--resync-seconds", "1",
+            str(exe), "run", "--namespace", self.namespace, "--resync-seconds", "60",
             "--gpu-debounce-seconds", "2", "--metrics-port", str(self.metrics_port),
             "--liveness", f"http://127.0.0.1:{self.liveness_port}/healthz", "--verbose",
             "--log-format", "plain", "--clock-offset-file", str(self.clock_file),
