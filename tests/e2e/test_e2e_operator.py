@@ -605,9 +605,10 @@ def test_e2e_namespace_mode_rbac_is_enough_and_no_more(
     """The chart in namespaces mode (a Role in the watched namespace + the cluster-scoped
     ClusterRole) runs the whole flow; the operator's account can do nothing elsewhere,
     and kopf leaves no annotations on the Deployment or the Nodes."""
-    op_ns, account, rendered = install_operator_rbac(
+    installed = install_operator_rbac(
         k8s_cluster, ["watch.mode=namespaces", f"watch.namespaces={{{namespace}}}"]
     )
+    op_ns, account, rendered = installed.namespace, installed.service_account, installed.rendered
     try:
         kinds = {
             (d["kind"], d["metadata"].get("namespace")) for d in yaml.safe_load_all(rendered) if d
@@ -658,7 +659,7 @@ def test_e2e_namespace_mode_rbac_is_enough_and_no_more(
                 k for k in (node.metadata.annotations or {}) if "kopf" in k or "sps.dev" in k
             ]
     finally:
-        uninstall_operator_rbac(k8s_cluster, op_ns, rendered)
+        uninstall_operator_rbac(k8s_cluster, installed)
 
 
 def test_e2e_mixed_gpu_products_give_a_condition_not_a_table(env: Env) -> None:

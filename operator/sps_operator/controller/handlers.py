@@ -180,7 +180,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
                     config_maps=_values(sps_config_maps, uid) + _values(sps_config_maps, namespace),
                     profiles=in_namespace(sps_profiles, namespace),
                     pods=_values(sps_pods, namespace),
-                    node_labels={n: s[0] for n, s in sps_node_labels.items() if s},
+                    node_labels={n: next(iter(s)) for n, s in sps_node_labels.items() if s},
                 )
                 current = dict(body)  # kopf keeps `body` current; a pass works on a copy
                 wake = await loop.run_in_executor(pool, reconciler.reconcile, current, world)
