@@ -141,9 +141,15 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
         kicks.kick(p.uid for ns in namespaces for p in in_namespace(sps_profiles, ns))
 
     @kopf.on.event(API_GROUP, API_VERSION, PLURAL, id="sps_wake_profile", registry=registry)  # type: ignore[arg-type]
-    async def wake_profiles(namespace: str, sps_profiles: Any, **_: Any) -> None:
-        # A profile's change may change who owns a Deployment: its neighbours look too.
-        kicks.kick(p.uid for p in in_namespace(sps_profiles, namespace))
+    async def wake_profiles(
+        namespace: str, uid: str, type: str | None, body: kopf.Body, sps_profiles: Any, **_: Any
+    ) -> None:
+        own, shared = kicks.profile_changed(body)
+        if shared or type == "DELETED":
+            # Who owns a Deployment may have changed: the neighbours look too.
+            kicks.kick(p.uid for p in in_namespace(sps_profiles, namespace))
+        elif own:
+            kicks.kick([uid])
 
     # ------------------------------------------------------------------ the passes
 

@@ -10,6 +10,7 @@ All of this runs on the event loop: no locks.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -20,12 +21,33 @@ class Kicks:
     def __init__(self) -> None:
         self._events: dict[str, asyncio.Event] = {}
         self._node_labels: dict[str, Mapping[str, str]] = {}
+        self._profiles: dict[str, tuple[Any, ...]] = {}
 
     def event(self, uid: str) -> asyncio.Event:
         return self._events.setdefault(uid, asyncio.Event())
 
     def forget(self, uid: str) -> None:
         self._events.pop(uid, None)
+        self._profiles.pop(uid, None)
+
+    def profile_changed(self, body: Mapping[str, Any]) -> tuple[bool, bool]:
+        """(this profile's own inputs changed, its neighbours' may have). A status write is
+        neither: without this filter every status write would wake every profile of the
+        namespace, and a namespace of n profiles would converge in n² passes."""
+        meta = body.get("metadata") or {}
+        uid = str(meta.get("uid", ""))
+        own = (
+            meta.get("generation"),
+            tuple(sorted((meta.get("annotations") or {}).items())),
+            bool(meta.get("deletionTimestamp")),
+        )
+        selector = json.dumps((body.get("spec") or {}).get("selector"), sort_keys=True)
+        shared = (selector, meta.get("creationTimestamp"), own[2])
+        previous = self._profiles.get(uid)
+        self._profiles[uid] = (*own, *shared)
+        if previous is None:
+            return True, True
+        return previous[: len(own)] != own, previous[len(own) :] != shared
 
     def kick(self, uids: Iterable[str]) -> int:
         count = 0
