@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sps_operator.devcluster.binaries import Binaries, find_binaries
+from sps_testbed.imagestore import ImageStoreError, ensure_store
 
 HOST_TOOLS = ("containerd", "ctr", "runc", "iptables", "ip", "unshare", "nsenter", "mount")
 CNI_PLUGIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
@@ -42,6 +43,7 @@ class Artifacts:
     images: dict[str, Image]
     cni_bin: Path
     host_tools: dict[str, Path]
+    image_store: Path  # a containerd root with every image imported (imagestore.py)
 
     def node_binary(self, name: str) -> Path:
         return self.node_bin / name
@@ -52,6 +54,7 @@ class Artifacts:
             "cni_bin": str(self.cni_bin),
             "images": {k: {"ref": v.ref, "archive": str(v.archive)} for k, v in self.images.items()},
             "host_tools": {k: str(v) for k, v in self.host_tools.items()},
+            "image_store": str(self.image_store),
         }
 
 
@@ -127,4 +130,10 @@ def build_artifacts() -> Artifacts:
     for image in images.values():
         if not image.archive.is_file():
             raise ArtifactError(f"image archive {image.archive} missing after images/build.sh")
-    return Artifacts(controlplane=cp, node_bin=node_bin, images=images, cni_bin=cni, host_tools=tools)
+    try:
+        store = ensure_store(images)
+    except ImageStoreError as err:
+        raise ArtifactError(f"image store: {err}") from err
+    return Artifacts(
+        controlplane=cp, node_bin=node_bin, images=images, cni_bin=cni, host_tools=tools, image_store=store
+    )

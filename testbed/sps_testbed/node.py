@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from sps_operator.devcluster.processes import log_tail, spawn, terminate_group
-from sps_testbed import cgroups
+from sps_testbed import cgroups, imagestore
 
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 
@@ -53,6 +53,7 @@ class NodeConfig:
     images: list[dict[str, str]] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
     bridge: str = "tb0"
+    image_store: str = ""  # template containerd root (imagestore.py); empty: import archives
 
     @classmethod
     def load(cls, path: Path) -> NodeConfig:
@@ -233,9 +234,16 @@ class NodeRunner:
         # Pods with dnsPolicy Default get this; the bed has no upstream resolver.
         (d / "resolv.conf").write_text(f"nameserver {cfg.cluster_dns}\n")
 
+        if cfg.image_store and not any((d / "containerd").iterdir()):
+            t0 = time.monotonic()
+            imagestore.clone(Path(cfg.image_store), d / "containerd")
+            print(f"image store cloned in {time.monotonic() - t0:.1f}s", flush=True)
         self._spawn("containerd", ["containerd", "--config", str(d / "containerd.toml")])
         self._wait("containerd", lambda: self._ctr("version").returncode == 0, 30)
+        present = set(self._ctr("images", "ls", "-q").stdout.split())
         for image in cfg.images:
+            if image["ref"] in present:
+                continue
             t0 = time.monotonic()
             out = self._ctr("images", "import", image["archive"])
             if out.returncode != 0:

@@ -176,6 +176,7 @@ class Supervisor:
                     "sps.dev/testbed-node": "true",
                 },
                 bridge=BRIDGE,
+                image_store=art.get("image_store", ""),
             )
             cfg.save(ndir / "node.json")
             self.record.nodes.append(
