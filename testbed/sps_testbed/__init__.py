@@ -6,6 +6,6 @@ all nodes, kube-proxy, CoreDNS and a device plugin advertising `nvidia.com/gpu`,
 a network namespace of the bed's own. See docs/dev-cluster.md.
 """
 
-from sps_testbed.cluster import DEFAULT_NODES, NodeSpec, RealNodeCluster, TestbedError
+from sps_testbed.cluster import DEFAULT_NODES, KubectlError, NodeSpec, RealNodeCluster, TestbedError
 
-__all__ = ["DEFAULT_NODES", "NodeSpec", "RealNodeCluster", "TestbedError"]
+__all__ = ["DEFAULT_NODES", "KubectlError", "NodeSpec", "RealNodeCluster", "TestbedError"]

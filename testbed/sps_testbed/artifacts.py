@@ -52,7 +52,9 @@ class Artifacts:
         return {
             "node_bin": str(self.node_bin),
             "cni_bin": str(self.cni_bin),
-            "images": {k: {"ref": v.ref, "archive": str(v.archive)} for k, v in self.images.items()},
+            "images": {
+                k: {"ref": v.ref, "archive": str(v.archive)} for k, v in self.images.items()
+            },
             "host_tools": {k: str(v) for k, v in self.host_tools.items()},
             "image_store": str(self.image_store),
         }
@@ -76,7 +78,9 @@ def _run_script(argv: list[str], what: str) -> str:
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-30:])
-        raise ArtifactError(f"building {what} failed ({' '.join(argv)}, exit {proc.returncode}):\n{tail}")
+        raise ArtifactError(
+            f"building {what} failed ({' '.join(argv)}, exit {proc.returncode}):\n{tail}"
+        )
     lines = proc.stdout.strip().splitlines()
     if not lines:
         raise ArtifactError(f"{' '.join(argv)} printed nothing")
@@ -94,7 +98,8 @@ def host_tools() -> dict[str, Path]:
             found[tool] = Path(path)
     if missing:
         raise ArtifactError(
-            f"missing host tools: {', '.join(missing)}; run `bash tests/controlplane/setup-host.sh --nodes`"
+            f"missing host tools: {', '.join(missing)}; "
+            "run `bash tests/controlplane/setup-host.sh --nodes`"
         )
     return found
 
@@ -104,7 +109,8 @@ def cni_bin_dir() -> Path:
         if (Path(d) / "bridge").is_file() and (Path(d) / "host-local").is_file():
             return Path(d)
     raise ArtifactError(
-        "no CNI plugins (bridge, host-local) in " + " or ".join(CNI_PLUGIN_DIRS)
+        "no CNI plugins (bridge, host-local) in "
+        + " or ".join(CNI_PLUGIN_DIRS)
         + "; run `bash tests/controlplane/setup-host.sh --nodes`"
     )
 
@@ -118,7 +124,9 @@ def build_artifacts() -> Artifacts:
         cp = find_binaries(build=True)
     except Exception as err:  # find_binaries raises its own error types
         raise ArtifactError(f"control-plane binaries: {err}") from err
-    node_bin = Path(_run_script(["bash", str(repo / "tests/controlplane/build-nodes.sh")], "node binaries"))
+    node_bin = Path(
+        _run_script(["bash", str(repo / "tests/controlplane/build-nodes.sh")], "node binaries")
+    )
     manifest = Path(
         _run_script(["bash", str(repo / "testbed/images/build.sh"), str(node_bin)], "images")
     )
@@ -135,5 +143,10 @@ def build_artifacts() -> Artifacts:
     except ImageStoreError as err:
         raise ArtifactError(f"image store: {err}") from err
     return Artifacts(
-        controlplane=cp, node_bin=node_bin, images=images, cni_bin=cni, host_tools=tools, image_store=store
+        controlplane=cp,
+        node_bin=node_bin,
+        images=images,
+        cni_bin=cni,
+        host_tools=tools,
+        image_store=store,
     )

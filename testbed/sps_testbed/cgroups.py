@@ -18,7 +18,16 @@ from pathlib import Path
 
 CGROUP_FS = Path("/sys/fs/cgroup")
 V1_CONTROLLERS = (
-    "cpu", "cpuacct", "cpuset", "memory", "pids", "blkio", "devices", "freezer", "systemd", "unified"
+    "cpu",
+    "cpuacct",
+    "cpuset",
+    "memory",
+    "pids",
+    "blkio",
+    "devices",
+    "freezer",
+    "systemd",
+    "unified",
 )
 
 
@@ -111,7 +120,9 @@ def remove(root: str) -> list[str]:
         base = h / root.lstrip("/")
         if not base.is_dir():
             continue
-        dirs = sorted((p for p in base.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
+        dirs = sorted(
+            (p for p in base.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
+        )
         for d in [*dirs, base]:
             try:
                 d.rmdir()

@@ -8,7 +8,13 @@ import time
 from pathlib import Path
 
 from sps_testbed.artifacts import ArtifactError, build_artifacts
-from sps_testbed.cluster import DEFAULT_NODES, NodeSpec, RealNodeCluster, TestbedError, default_state_dir
+from sps_testbed.cluster import (
+    DEFAULT_NODES,
+    NodeSpec,
+    RealNodeCluster,
+    TestbedError,
+    default_state_dir,
+)
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
@@ -30,7 +36,10 @@ def _cmd_up(args: argparse.Namespace) -> int:
     bed.build()
     bed.start(timeout=args.timeout)
     rec = bed.record()
-    print(f"built/checked artifacts in {bed.build_seconds:.1f}s; bed ready in {bed.start_seconds:.1f}s")
+    print(
+        f"built/checked artifacts in {bed.build_seconds:.1f}s; "
+        f"bed ready in {bed.start_seconds:.1f}s"
+    )
     print(f"  timings (s since supervisor start): {rec.timings}")
     print(f"  API server {rec.server}, network namespace spstb-{rec.bed_id}")
     for node in rec.nodes:
@@ -76,10 +85,15 @@ def _cmd_env(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sps-testbed", description=__doc__)
     parser.add_argument(
-        "--state-dir", type=Path, default=None, help=f"default: $SPS_TESTBED_DIR or {default_state_dir()}"
+        "--state-dir",
+        type=Path,
+        default=None,
+        help=f"default: $SPS_TESTBED_DIR or {default_state_dir()}",
     )
     sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("build", help="build (or find cached) binaries and images").set_defaults(fn=_cmd_build)
+    sub.add_parser("build", help="build (or find cached) binaries and images").set_defaults(
+        fn=_cmd_build
+    )
     up = sub.add_parser("up", help="start a bed, detached")
     up.add_argument("--node", action="append", default=[], help="NAME=PRODUCT[:GPUS], repeatable")
     up.add_argument("--timeout", type=float, default=420.0)

@@ -117,7 +117,9 @@ class RealNodeCluster:
             rec = self.record()
         except TestbedError:
             return False
-        return pid_alive(rec.supervisor_pid) and "sps_testbed.supervisor" in cmdline(rec.supervisor_pid)
+        return pid_alive(rec.supervisor_pid) and "sps_testbed.supervisor" in cmdline(
+            rec.supervisor_pid
+        )
 
     # -- lifecycle ---------------------------------------------------------------------
     def build(self) -> Artifacts:
@@ -148,7 +150,9 @@ class RealNodeCluster:
         (self.state_dir / "request.json").write_text(json.dumps(request, indent=2) + "\n")
         env = dict(os.environ)
         # Children (node runners, reaper) import sps_testbed from the same interpreter.
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), "/usr/sbin", "/sbin", env.get("PATH", "")])
+        env["PATH"] = os.pathsep.join(
+            [str(Path(sys.executable).parent), "/usr/sbin", "/sbin", env.get("PATH", "")]
+        )
         self._proc = spawn(
             [sys.executable, "-m", "sps_testbed.supervisor", f"--state-dir={self.state_dir}"],
             self.supervisor_log,
@@ -195,9 +199,9 @@ class RealNodeCluster:
             rec = BedRecord.load(self.state_dir)
         except (OSError, ValueError):
             return
-        if rec.supervisor_pid and pid_alive(rec.supervisor_pid):
-            if self._proc is not None or "sps_testbed.supervisor" in cmdline(rec.supervisor_pid):
-                terminate_group(rec.supervisor_pid, grace=timeout)
+        ours = self._proc is not None or "sps_testbed.supervisor" in cmdline(rec.supervisor_pid)
+        if rec.supervisor_pid and pid_alive(rec.supervisor_pid) and ours:
+            terminate_group(rec.supervisor_pid, grace=timeout)
         if self._proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(timeout=5)
@@ -217,9 +221,17 @@ class RealNodeCluster:
         env["PATH"] = os.pathsep.join([*(str(b) for b in bins), env.get("PATH", "")])
         return env
 
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120) -> str:
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> str:
         proc = subprocess.run(
-            ["kubectl", *args], input=input, capture_output=True, text=True, env=self.env(), check=False, timeout=timeout
+            ["kubectl", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            check=False,
+            timeout=timeout,
         )
         if check and proc.returncode != 0:
             raise KubectlError(args, proc.returncode, proc.stdout, proc.stderr)
@@ -227,7 +239,12 @@ class RealNodeCluster:
 
     def helm(self, *args: str, check: bool = True, timeout: float = 300) -> str:
         proc = subprocess.run(
-            ["helm", *args], capture_output=True, text=True, env=self.env(), check=False, timeout=timeout
+            ["helm", *args],
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            check=False,
+            timeout=timeout,
         )
         if check and proc.returncode != 0:
             raise KubectlError(("helm", *args), proc.returncode, proc.stdout, proc.stderr)
@@ -237,7 +254,9 @@ class RealNodeCluster:
         from kubernetes import client, config
 
         configuration = client.Configuration()
-        config.load_kube_config(config_file=str(self.kubeconfig), client_configuration=configuration)
+        config.load_kube_config(
+            config_file=str(self.kubeconfig), client_configuration=configuration
+        )
         return client.ApiClient(configuration)
 
     def image(self, role: str) -> str:

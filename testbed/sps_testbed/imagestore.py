@@ -24,8 +24,11 @@ from typing import Protocol
 
 
 class _Image(Protocol):
-    ref: str
-    archive: Path
+    @property
+    def ref(self) -> str: ...
+
+    @property
+    def archive(self) -> Path: ...
 
 
 class ImageStoreError(RuntimeError):
@@ -34,7 +37,13 @@ class ImageStoreError(RuntimeError):
 
 def cache_root() -> Path:
     env = os.environ.get("SPS_IMAGES_CACHE")
-    base = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sps-operator" / "images"
+    base = (
+        Path(env)
+        if env
+        else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+        / "sps-operator"
+        / "images"
+    )
     return base / "stores"
 
 
@@ -105,13 +114,20 @@ def ensure_store(images: Mapping[str, _Image]) -> Path:
         try:
             ctr = ["ctr", "-a", str(sock), "-n", "k8s.io"]
             deadline = time.monotonic() + 30
-            while subprocess.run([*ctr, "version"], capture_output=True, check=False).returncode != 0:
+            while (
+                subprocess.run([*ctr, "version"], capture_output=True, check=False).returncode != 0
+            ):
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise ImageStoreError(f"template containerd did not start; see {tmp / 'containerd.log'}")
+                    raise ImageStoreError(
+                        f"template containerd did not start; see {tmp / 'containerd.log'}"
+                    )
                 time.sleep(0.1)
             for role in sorted(images):
                 out = subprocess.run(
-                    [*ctr, "images", "import", str(images[role].archive)], capture_output=True, text=True, check=False
+                    [*ctr, "images", "import", str(images[role].archive)],
+                    capture_output=True,
+                    text=True,
+                    check=False,
                 )
                 if out.returncode != 0:
                     raise ImageStoreError(f"importing {images[role].archive}: {out.stderr.strip()}")
@@ -138,7 +154,9 @@ def clone(template: Path, root: Path) -> None:
     root.parent.mkdir(parents=True, exist_ok=True)
     if root.exists():
         root.rmdir()
-    proc = subprocess.run(["cp", "-al", str(template), str(root)], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        ["cp", "-al", str(template), str(root)], capture_output=True, text=True, check=False
+    )
     if proc.returncode != 0:  # another file system: a real copy
         shutil.rmtree(root, ignore_errors=True)
         shutil.copytree(template, root, symlinks=True)

@@ -78,8 +78,8 @@ class NodeConfig:
 def containerd_toml(cfg: NodeConfig) -> str:
     d, r = Path(cfg.dir), Path(cfg.run_dir)
     return f"""version = 2
-root = "{d / 'containerd'}"
-state = "{r / 'containerd'}"
+root = "{d / "containerd"}"
+state = "{r / "containerd"}"
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
   "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
   "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
@@ -103,14 +103,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   stream_server_port = "0"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{cfg.cni_bin}"
-    conf_dir = "{d / 'cni'}"
+    conf_dir = "{d / "cni"}"
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        Root = "{r / 'runc'}"
+        Root = "{r / "runc"}"
         SystemdCgroup = false
 """
 
@@ -180,7 +180,11 @@ def kubelet_config(cfg: NodeConfig) -> dict[str, Any]:
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
         "serializeImagePulls": False,
-        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+        "evictionHard": {
+            "memory.available": "100Mi",
+            "nodefs.available": "1%",
+            "imagefs.available": "1%",
+        },
         "nodeStatusUpdateFrequency": "5s",
         "syncFrequency": "10s",
         "fileCheckFrequency": "5s",
@@ -203,16 +207,17 @@ class NodeRunner:
         )
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        self.procs[name] = spawn(argv, self.cfg.logs / f"{name}.log", parent_death_signal=signal.SIGKILL)
+        self.procs[name] = spawn(
+            argv, self.cfg.logs / f"{name}.log", parent_death_signal=signal.SIGKILL
+        )
 
     def _wait(self, name: str, check: Any, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while not check():
             proc = self.procs.get(name)
             if proc is not None and proc.poll() is not None:
-                raise RuntimeError(
-                    f"{name} exited ({proc.returncode}):\n{log_tail(self.cfg.logs / (name + '.log'))}"
-                )
+                log = self.cfg.logs / f"{name}.log"
+                raise RuntimeError(f"{name} exited ({proc.returncode}):\n{log_tail(log)}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{name} not ready in {timeout:.0f}s")
             time.sleep(0.1)
@@ -226,7 +231,9 @@ class NodeRunner:
         cgroups.create(cfg.cgroup_root)
         cgroups.join(cfg.cgroup_root + "/system", os.getpid())
         # The kubelet's device-plugin socket path is fixed; this mount is the node's own.
-        subprocess.run(["mount", "--bind", str(d / "device-plugins"), str(DEVICE_PLUGIN_DIR)], check=True)
+        subprocess.run(
+            ["mount", "--bind", str(d / "device-plugins"), str(DEVICE_PLUGIN_DIR)], check=True
+        )
 
         (d / "containerd.toml").write_text(containerd_toml(cfg))
         (d / "cni" / "10-sps-testbed.conflist").write_text(json.dumps(cni_conflist(cfg), indent=1))

@@ -9,6 +9,7 @@ network namespace and its reservations. After a normal stop there is nothing lef
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -17,10 +18,8 @@ from sps_testbed.plan import BedRecord, teardown
 
 
 def reap(state_dir: Path) -> list[str]:
-    try:
+    with contextlib.suppress(ControlPlaneError, OSError, ValueError):
         ControlPlane.attach(state_dir / "cp").stop()
-    except (ControlPlaneError, OSError, ValueError):
-        pass
     try:
         record = BedRecord.load(state_dir)
     except (OSError, ValueError):

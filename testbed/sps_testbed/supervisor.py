@@ -90,7 +90,9 @@ class Supervisor:
         kubeconfig = self.state_dir / "kubeconfig"
         pki = self.state_dir / "cp" / "pki"
         kubeconfig.write_text(
-            kubeconfig_yaml(self.record.server, pki / "ca.crt", pki / "admin.crt", pki / "admin.key", "admin")
+            kubeconfig_yaml(
+                self.record.server, pki / "ca.crt", pki / "admin.crt", pki / "admin.key", "admin"
+            )
         )
         kubeconfig.chmod(0o600)
         self.record.kubeconfig = str(kubeconfig)
@@ -130,7 +132,18 @@ class Supervisor:
     def _host_route(self, net: netns.BedNet, cidr: str) -> None:
         # Run in the host's namespace: the supervisor's own is the bed's by now.
         host_ns = f"/proc/{self.record.reaper_pid}/ns/net"
-        argv = ["nsenter", f"--net={host_ns}", "ip", "route", "replace", cidr, "via", net.ns_ip, "dev", net.name]
+        argv = [
+            "nsenter",
+            f"--net={host_ns}",
+            "ip",
+            "route",
+            "replace",
+            cidr,
+            "via",
+            net.ns_ip,
+            "dev",
+            net.name,
+        ]
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)}: {proc.stderr.strip()}")
@@ -140,7 +153,8 @@ class Supervisor:
         nodes = self.request["nodes"]
         art = self.request["artifacts"]
         images = [
-            {"role": role, "ref": img["ref"], "archive": img["archive"]} for role, img in art["images"].items()
+            {"role": role, "ref": img["ref"], "archive": img["archive"]}
+            for role, img in art["images"].items()
         ]
         # Pod addresses: .32 up to .254, split evenly between the nodes.
         first, last = 32, 254
@@ -317,7 +331,9 @@ class Supervisor:
         if self.record.status != "failed":
             self.record.status = "stopped"
         if problems:
-            self.record.error = (self.record.error + "\n" if self.record.error else "") + "; ".join(problems)
+            self.record.error = (self.record.error + "\n" if self.record.error else "") + "; ".join(
+                problems
+            )
         self.record.save()
 
 
