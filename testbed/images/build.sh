@@ -30,7 +30,7 @@ cat > "$CONTAINERS_STORAGE_CONF" <<CONF
 [storage]
 driver = "overlay"
 graphroot = "$cache/containers/storage"
-runroot = "${SPS_IMAGES_RUNROOT:-/run/sps-testbed-buildah}"
+runroot = "${SPS_IMAGES_RUNROOT:-/run/sps-testbed-buildah-$(printf %s "$cache" | sha256sum | cut -c1-8)}"
 CONF
 nice=(nice -n "${SPS_BUILD_NICE:-10}")
 hash_files() { (cd "$repo" && find "$@" -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' -print0 \

@@ -40,11 +40,21 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    _holder.last = None
     for item in items:
         if any(f in getattr(item, "fixturenames", ()) for f in FIXTURES):
             item.add_marker("realnode")
             # Like every test that starts a cluster: `-m "not k8s"` leaves it out.
             item.add_marker("k8s")
+            _holder.last = item.nodeid
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    # Four kubelets are not free on two cores: the bed stops after the last test that uses
+    # it, not at the end of the whole session.
+    if item.nodeid == _holder.last and _holder.bed is not None:
+        _holder.bed.stop()
 
 
 class _BedHolder:
@@ -53,6 +63,7 @@ class _BedHolder:
         self.error: str | None = None
         self.tmp: tempfile.TemporaryDirectory[str] | None = None
         self.summary = ""
+        self.last: str | None = None
 
 
 _holder = _BedHolder()
