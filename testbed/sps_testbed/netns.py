@@ -103,11 +103,6 @@ def create(net: BedNet) -> None:
     ip("link", "set", "uplink", "up", netns=net.name)
 
 
-def route_pod_network(net: BedNet, cidr: str) -> None:
-    """Host route to the bed's pod network (API server, pods) through the link."""
-    ip("route", "replace", cidr, "via", net.ns_ip, "dev", net.name)
-
-
 def delete(net: BedNet) -> None:
     """Remove the namespace (its veth, bridge, iptables rules go with it)."""
     subprocess.run(["ip", "link", "del", net.name], capture_output=True, check=False)

@@ -130,20 +130,11 @@ class Supervisor:
         netns.ip("link", "set", BRIDGE, "up")
 
     def _host_route(self, net: netns.BedNet, cidr: str) -> None:
-        # Run in the host's namespace: the supervisor's own is the bed's by now.
+        # Run in the host's namespace (the reaper's): the supervisor's own is the bed's by
+        # now. `add`, not `replace`: a route someone else holds makes the bed fail, not theirs.
         host_ns = f"/proc/{self.record.reaper_pid}/ns/net"
-        argv = [
-            "nsenter",
-            f"--net={host_ns}",
-            "ip",
-            "route",
-            "replace",
-            cidr,
-            "via",
-            net.ns_ip,
-            "dev",
-            net.name,
-        ]
+        argv = ["nsenter", f"--net={host_ns}", "ip", "route", "add", cidr]
+        argv += ["via", net.ns_ip, "dev", net.name]
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)}: {proc.stderr.strip()}")
