@@ -38,6 +38,22 @@ BRIDGE = "tb0"
 ADDONS = Path(__file__).parent / "addons"
 
 
+def pod_ranges(cidr: str, nodes: int) -> list[tuple[str, str]]:
+    """Each node's pod addresses: .32 up to the last host address, split evenly.
+
+    .1 is the gateway (the API server's advertised address), .2 upward the nodes' own.
+    """
+    net = ipaddress.ip_network(cidr)
+    first, last = 32, net.num_addresses - 2
+    per = (last - first + 1) // max(nodes, 1)
+    if nodes < 1 or per < 1 or nodes + 2 > first:
+        raise ValueError(f"{nodes} nodes do not fit in {cidr}")
+    base = net.network_address
+    return [
+        (str(base + first + i * per), str(base + first + (i + 1) * per - 1)) for i in range(nodes)
+    ]
+
+
 class Supervisor:
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
@@ -147,9 +163,7 @@ class Supervisor:
             {"role": role, "ref": img["ref"], "archive": img["archive"]}
             for role, img in art["images"].items()
         ]
-        # Pod addresses: .32 up to .254, split evenly between the nodes.
-        first, last = 32, 254
-        per = (last - first + 1) // len(nodes)
+        ranges = pod_ranges(cidr, len(nodes))
         base_cg = cgroups.own_path("memory", str(self.record.reaper_pid)).rstrip("/")
         Path("/var/lib/kubelet/device-plugins").mkdir(parents=True, exist_ok=True)
         run_dir = Path(self.record.run_dir)
@@ -164,8 +178,8 @@ class Supervisor:
                 node_ip=str(net.network_address + 2 + i),
                 gateway=gateway,
                 pod_subnet=cidr,
-                range_start=str(net.network_address + first + i * per),
-                range_end=str(net.network_address + first + (i + 1) * per - 1),
+                range_start=ranges[i][0],
+                range_end=ranges[i][1],
                 dir=str(ndir),
                 run_dir=str(run_dir / name),
                 cgroup_root=f"{base_cg}/{netns.BedNet(self.record.bed_id).name}-{name}",
