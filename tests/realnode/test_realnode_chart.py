@@ -7,9 +7,8 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+from realnode_helpers import get_json, wait_until
 from sps_testbed import RealNodeCluster
-
-from .realnode_helpers import get_json, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 

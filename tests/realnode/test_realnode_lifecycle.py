@@ -9,10 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from realnode_helpers import wait_until
 from sps_testbed import RealNodeCluster
 from sps_testbed.cgroups import hierarchies
-
-from .realnode_helpers import wait_until
 
 
 def _cgroup_dirs(name: str) -> list[Path]:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from realnode_helpers import apply, finished, get_json, logs, pod, wait_until
 from sps_testbed import RealNodeCluster
 
 from sps_operator.constants import GPU_H100, GPU_H200
-
-from .realnode_helpers import apply, finished, get_json, logs, pod, wait_until
 
 
 def test_nodes_are_kubelets_with_gpu_labels_and_capacity(realnode_cluster: RealNodeCluster) -> None:

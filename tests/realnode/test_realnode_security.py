@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from realnode_helpers import apply, finished, get_json, logs, pod, wait_until
 from sps_testbed import KubectlError, RealNodeCluster
-
-from .realnode_helpers import apply, finished, get_json, logs, pod, wait_until
 
 WRITE_ROOT_FS = ["sh", "-c", "echo probe > /tmp/probe && echo wrote"]
 
