@@ -104,6 +104,11 @@ scratch_image() {  # ref binary archive user
 scratch_image "$pause_ref" "$nodebin/pause" "$cache/pause-$(sha256sum "$nodebin/pause" | cut -c1-16).tar" 65535:65535
 scratch_image "$coredns_ref" "$nodebin/coredns" "$cache/coredns-$(sha256sum "$nodebin/coredns" | cut -c1-16).tar" 65532:65532
 
+# Every source change makes a new operator image: keep the newest few of each kind.
+prune() { ls -1t "$cache"/$1-*.tar 2>/dev/null | tail -n +$(( ${SPS_IMAGES_KEEP:-4} + 1 )) | xargs -r rm -f; }
+prune sps-operator; prune sglang
+buildah rmi --prune >/dev/null 2>&1 || true
+
 manifest="$cache/manifest-$(hash_str "$op_key $sg_key $(sha256sum "$nodebin/pause" "$nodebin/coredns")").json"
 cat > "$manifest" <<JSON
 {

@@ -144,7 +144,15 @@ def ensure_store(images: Mapping[str, _Image]) -> Path:
         shutil.rmtree(dest, ignore_errors=True)
         tmp.rename(dest)
         (dest / "ok").write_text(key + "\n")
+        _prune(base, keep=3)
         return dest / "root"
+
+
+def _prune(base: Path, keep: int) -> None:
+    """Drop all but the newest `keep` stores (nodes cloned from one keep their hard links)."""
+    stores = sorted(base.glob("store-*/ok"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for ok in stores[keep:]:
+        shutil.rmtree(ok.parent, ignore_errors=True)
 
 
 def clone(template: Path, root: Path) -> None:
