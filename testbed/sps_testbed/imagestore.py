@@ -77,7 +77,7 @@ state = "{state}"
 disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.btrfs",
   "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
   "io.containerd.snapshotter.v1.aufs", "io.containerd.tracing.processor.v1.otlp",
-  "io.containerd.internal.v1.tracing"]
+  "io.containerd.internal.v1.tracing", "io.containerd.internal.v1.opt"]
 [grpc]
   address = "{sock}"
 [ttrpc]

@@ -29,6 +29,24 @@ from sps_operator.devcluster.processes import log_tail, spawn, terminate_group
 from sps_testbed import cgroups, imagestore
 
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+# Host paths that the kubelet, containerd's shims and libcni use whatever they are told.
+FIXED_DIRS = (
+    DEVICE_PLUGIN_DIR,  # the kubelet's device-plugin registration socket
+    Path("/var/log/containers"),  # the kubelet's container-log symlinks
+    Path("/var/lib/cni"),  # libcni's result cache
+    Path("/run/containerd"),  # containerd 1.6 shims' sockets (/run/containerd/s)
+)
+
+
+def private_dirs(cfg: NodeConfig) -> dict[Path, Path]:
+    """Each fixed host path, and the node's own directory bound over it."""
+    d, r = Path(cfg.dir), Path(cfg.run_dir)
+    return {
+        DEVICE_PLUGIN_DIR: d / "device-plugins",
+        Path("/var/log/containers"): d / "container-logs",
+        Path("/var/lib/cni"): d / "cni-cache",
+        Path("/run/containerd"): r / "shims",
+    }
 
 
 @dataclass
@@ -82,7 +100,8 @@ root = "{d / "containerd"}"
 state = "{r / "containerd"}"
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
   "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+  "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing",
+  "io.containerd.internal.v1.opt"]
 [grpc]
   address = "{cfg.socket}"
 [ttrpc]
@@ -175,6 +194,8 @@ def kubelet_config(cfg: NodeConfig) -> dict[str, Any]:
         "clusterDNS": [cfg.cluster_dns],
         "clusterDomain": "cluster.local",
         "resolvConf": str(Path(cfg.dir) / "resolv.conf"),
+        # Container logs stay with the node, not in the host's /var/log/pods.
+        "podLogsDir": str(Path(cfg.dir) / "pod-logs"),
         "failSwapOn": False,
         # Images are loaded once at start; nothing may garbage-collect them.
         "imageGCHighThresholdPercent": 100,
@@ -225,15 +246,16 @@ class NodeRunner:
     def start(self) -> None:
         cfg = self.cfg
         d, r = Path(cfg.dir), Path(cfg.run_dir)
-        for sub in ("cni", "containerd", "kubelet", "device-plugins", "logs"):
+        for sub in ("cni", "containerd", "device-plugins", "logs", "pod-logs"):
             (d / sub).mkdir(parents=True, exist_ok=True)
-        r.mkdir(parents=True, exist_ok=True)
+        (r / "kubelet").mkdir(parents=True, exist_ok=True)
         cgroups.create(cfg.cgroup_root)
         cgroups.join(cfg.cgroup_root + "/system", os.getpid())
-        # The kubelet's device-plugin socket path is fixed; this mount is the node's own.
-        subprocess.run(
-            ["mount", "--bind", str(d / "device-plugins"), str(DEVICE_PLUGIN_DIR)], check=True
-        )
+        # Paths fixed in the kubelet, containerd's shims and libcni: each node binds its own
+        # directory there, in its own mount namespace, so nothing lands on the host's.
+        for fixed, own in private_dirs(cfg).items():
+            own.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["mount", "--bind", str(own), str(fixed)], check=True)
 
         (d / "containerd.toml").write_text(containerd_toml(cfg))
         (d / "cni" / "10-sps-testbed.conflist").write_text(json.dumps(cni_conflist(cfg), indent=1))
@@ -265,8 +287,9 @@ class NodeRunner:
                 str(bin_dir / "kubelet"),
                 f"--config={d / 'kubelet.yaml'}",
                 f"--kubeconfig={cfg.kubeconfig}",
-                f"--root-dir={d / 'kubelet'}",
-                f"--cert-dir={d / 'kubelet' / 'pki'}",
+                # Under /run: the kubelet's unix sockets need a short path.
+                f"--root-dir={r / 'kubelet'}",
+                f"--cert-dir={r / 'kubelet' / 'pki'}",
                 f"--hostname-override={cfg.name}",
                 f"--node-ip={cfg.node_ip}",
                 f"--node-labels={labels}",

@@ -30,6 +30,7 @@ import yaml
 from sps_operator.devcluster.controlplane import ControlPlane, kubeconfig_yaml
 from sps_operator.devcluster.processes import log_tail, spawn, terminate_group
 from sps_testbed import cgroups, netns
+from sps_testbed import node as node_mod
 from sps_testbed.node import NodeConfig
 from sps_testbed.plan import BedRecord, NodeRecord, teardown
 
@@ -165,7 +166,9 @@ class Supervisor:
         ]
         ranges = pod_ranges(cidr, len(nodes))
         base_cg = cgroups.own_path("memory", str(self.record.reaper_pid)).rstrip("/")
-        Path("/var/lib/kubelet/device-plugins").mkdir(parents=True, exist_ok=True)
+        # Mount points for the nodes' own directories (empty on the host; see node.py).
+        for fixed in node_mod.FIXED_DIRS:
+            fixed.mkdir(parents=True, exist_ok=True)
         run_dir = Path(self.record.run_dir)
         for i, node in enumerate(nodes):
             name = node["name"]
