@@ -67,3 +67,33 @@ def test_more_gpus_than_a_node_has_stay_pending(
         )
 
     assert wait_until("greedy pod reported Unschedulable", unschedulable, timeout=30)
+
+
+def test_kubectl_exec_and_logs_reach_the_container(
+    realnode_cluster: RealNodeCluster, realnode_namespace: str
+) -> None:
+    ns = realnode_namespace
+    apply(
+        realnode_cluster,
+        ns,
+        pod(
+            "shell",
+            realnode_cluster.image("operator"),
+            ["sh", "-c", "echo started; exec sleep 300"],
+        ),
+    )
+    wait_until(
+        "shell running",
+        lambda: (
+            get_json(realnode_cluster, "pod", "shell", "-n", ns)["status"].get("phase") == "Running"
+        ),
+        timeout=60,
+    )
+    # Through the API server to the kubelet and containerd's streaming server: the node
+    # agent had no exec at all.
+    out = realnode_cluster.kubectl(
+        "exec", "-n", ns, "shell", "--", "sh", "-c", "id -u; cat /proc/1/cmdline"
+    )
+    assert out.splitlines()[0] == "65532"
+    assert "sleep" in out
+    assert wait_until("logs", lambda: "started" in logs(realnode_cluster, ns, "shell"), timeout=20)
