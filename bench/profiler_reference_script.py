@@ -1,15 +1,17 @@
-"""Run a LOCAL COPY of SGLang's dspark_sps_profiler.py (not part of this repo) against sps-sim.
+"""Run SGLang's own dspark_sps_profiler.py, from a LOCAL COPY of SGLang (not part of this
+repo), against sps-sim.
 
-The script imports three things from a full SGLang install; this module writes small
-stand-ins for them into a temporary directory (the table classes come from
-`sps_operator.tables.formats`, which follows SGLang's loader rules), runs the script's
-`all` subcommand in a subprocess, and returns its rounds and its table text.
+`sglang` is a checkout of SGLang (e.g. `fetch github:EanWang211123/sglang`, see
+docs/benchmarks.md): the script is its `python/sglang/benchmark/dspark_sps_profiler.py`,
+and the table module it loads is that checkout's real
+`python/sglang/srt/speculative/dspark_components/dspark_sps.py` (it needs only msgspec). The
+script's two other imports come from a full SGLang install with torch; this module writes
+stand-ins for them (`one_batch_server`: DEFAULT_TIMEOUT and the two skip guards;
+`benchmark.utils.get_tokenizer`: a tokenizer whose len() is 32000), runs the script's `all`
+subcommand in a subprocess, and returns its rounds and its table text.
 
-The script runs with its defaults. Its request lifetime (572 tokens) is derived from
-`--min-steady-seconds 10`, so that flag is left alone: each request then runs its 572
-steps (what a GPU would run) and the script's remaining wall-clock gates (10 s steady,
-2 s polls) are met in real seconds while the simulated GPU idles — longer wall time, the
-same GPU time. `time_scale` is accepted for symmetry and unused.
+The script runs with its defaults: 10 s steady and 2 s polls in real seconds, so run the
+simulator at time scale 1 for it to behave as on a GPU.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+SCRIPT = Path("python/sglang/benchmark/dspark_sps_profiler.py")
+TABLE_MODULE = Path("python/sglang/srt/speculative/dspark_components/dspark_sps.py")
 STUBS: dict[str, str] = {
     "sglang/__init__.py": "",
     "sglang/benchmark/__init__.py": "",
@@ -42,23 +46,20 @@ STUBS: dict[str, str] = {
     "sglang/srt/__init__.py": "",
     "sglang/srt/speculative/__init__.py": "",
     "sglang/srt/speculative/dspark_components/__init__.py": "",
-    "sglang/srt/speculative/dspark_components/dspark_sps.py": (
-        "from sps_operator.tables.formats import (\n"
-        "    SpsAdditiveCostTable, SpsCostTable, load_sps_table_text, profile_sps_table,\n"
-        ")\n"
-        "def load_sps_table_from_path(path):\n"
-        "    with open(path, encoding='utf-8') as f:\n"
-        "        return load_sps_table_text(f.read())\n"
-    ),
 }
 
 
+def check_sglang_checkout(sglang: Path) -> None:
+    for rel in (SCRIPT, TABLE_MODULE):
+        if not (sglang / rel).is_file():
+            raise SystemExit(f"--sglang {sglang}: no {rel}; pass the root of an SGLang checkout")
+
+
 def run_reference_script(
-    script: Path,
+    sglang: Path,
     base_url: str,
     batch_sizes: list[int],
     fracs: list[float] | None,
-    time_scale: float,
     workdir: Path,
 ) -> tuple[list[dict[str, Any]], str]:
     """(rounds.jsonl lines, table JSON text) from the reference script's `all` run."""
@@ -67,10 +68,12 @@ def run_reference_script(
         path = stubs / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+    real_table = stubs / "sglang/srt/speculative/dspark_components/dspark_sps.py"
+    real_table.write_bytes((sglang / TABLE_MODULE).read_bytes())
     out = workdir / ("ref-additive.json" if fracs else "ref-diagonal.json")
     cmd = [
         sys.executable,
-        str(script),
+        str(sglang / SCRIPT),
         "all",
         "--base-url",
         base_url,

@@ -1,424 +1,48 @@
-"""The operator end to end on the local control plane (issue 5, "It must show").
-
-The operator runs as a subprocess under its own RBAC: the chart's ServiceAccount and
-ClusterRole (rendered with helm), authenticated with a real token of that account.
-The node agent runs `sps-sim` for SGLang images (fast: SPS_SIM_TIME_SCALE in the pod)
-and the project image's entry points (the profiler) for profiling Jobs.
-"""
+"""The operator end to end on the local control plane (issue 5, "It must show"); the
+test bed is in e2e_env.py and conftest.py."""
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
-import os
-import secrets
-import signal
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import yaml
+from e2e_env import (
+    GROUP,
+    PLURAL,
+    TABLE_PATH,
+    VERSION,
+    Env,
+    OperatorProcess,
+    create,
+    install_operator_rbac,
+    rolled_to,
+    running_table_hash,
+    server_deployment,
+    serving_pod_info,
+    sps_profile,
+    table_for,
+    tables,
+    uninstall_operator_rbac,
+    wait_ready,
+)
 from kubernetes import client
 from kubernetes.client import ApiClient
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
+from sps_operator.api.hashing import content_hash
 from sps_operator.constants import GPU_H100, GPU_H200
 from sps_operator.devcluster.pytest_plugin import K8sCluster, NodeAgent
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, load_sps_table_text
+from waiting import wait_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
-
-ROOT = Path(__file__).resolve().parents[2]
-GROUP, VERSION, PLURAL = "sps.dev", "v1alpha1", "spsprofiles"
-SIM_TIME_SCALE = "40"
-TABLE_PATH = "/etc/sps/table/table.json"
-
-
-# ----------------------------------------------------------------------------- helpers
-
-
-def wait_for(
-    what: str, check: Callable[[], Any], timeout: float = 180.0, interval: float = 0.5
-) -> Any:
-    """Poll `check` until it returns something truthy; fail with the last value seen."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class OperatorProcess:
-    kubeconfig: Path
-    namespace: str
-    log_path: Path
-    clock_file: Path
-    proc: subprocess.Popen[bytes] | None = None
-    metrics_port: int = 0
-    liveness_port: int = 0
-
-    def start(self) -> None:
-        exe = Path(sys.executable).with_name("sps-operator")
-        self.metrics_port, self.liveness_port = free_port(), free_port()
-        argv = [
-            str(exe), "run", "--namespace", self.namespace, "--resync-seconds", "1",
-            "--gpu-debounce-seconds", "2", "--metrics-port", str(self.metrics_port),
-            "--liveness", f"http://127.0.0.1:{self.liveness_port}/healthz", "--verbose",
-            "--log-format", "plain", "--clock-offset-file", str(self.clock_file),
-        ]  # fmt: skip
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
-        env["KUBECONFIG"] = str(self.kubeconfig)
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-        log.close()
-
-    def kill(self) -> None:
-        """SIGKILL: an operator that dies mid-run, with no chance to clean up."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-        self.proc = None
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        self.proc = None
-
-    def log(self, tail: int = 120) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-tail:])
-
-
-@dataclass
-class Env:
-    cluster: K8sCluster
-    agent: NodeAgent
-    api: ApiClient
-    namespace: str
-    operator: OperatorProcess
-
-    @property
-    def apps(self) -> client.AppsV1Api:
-        return client.AppsV1Api(self.api)
-
-    @property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
-
-    @property
-    def batch(self) -> client.BatchV1Api:
-        return client.BatchV1Api(self.api)
-
-    @property
-    def custom(self) -> client.CustomObjectsApi:
-        return client.CustomObjectsApi(self.api)
-
-    def profile(self, name: str = "sps") -> dict[str, Any]:
-        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, PLURAL, name
-        )
-        return obj
-
-    def condition(self, type_: str, name: str = "sps") -> dict[str, Any]:
-        status = self.profile(name).get("status") or {}
-        return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
-
-    def deployment(self, name: str = "server") -> dict[str, Any]:
-        resp = self.apps.read_namespaced_deployment(name, self.namespace, _preload_content=False)
-        return dict(json.loads(resp.data))
-
-    def jobs(self) -> list[dict[str, Any]]:
-        resp = self.batch.list_namespaced_job(
-            self.namespace, label_selector="sps.dev/profile=sps", _preload_content=False
-        )
-        return list(json.loads(resp.data)["items"])
-
-    def config_map(self, name: str) -> dict[str, Any]:
-        resp = self.core.read_namespaced_config_map(name, self.namespace, _preload_content=False)
-        return dict(json.loads(resp.data))
-
-    def pods(self, selector: str) -> list[dict[str, Any]]:
-        resp = self.core.list_namespaced_pod(
-            self.namespace, label_selector=selector, _preload_content=False
-        )
-        return list(json.loads(resp.data)["items"])
-
-    def diagnostics(self) -> str:
-        parts = [f"--- operator log ---\n{self.operator.log()}"]
-        with contextlib.suppress(Exception):
-            parts.append("--- profile ---\n" + yaml.safe_dump(self.profile().get("status")))
-        return "\n".join(parts)
-
-
-def server_deployment(
-    gpu: str, name: str = "server", image: str = "lmsysorg/sglang:v0.5.16", env: dict | None = None
-) -> dict[str, Any]:
-    container_env = {
-        "SGLANG_RAGGED_VERIFY_MODE": "compact",
-        "SPS_SIM_TIME_SCALE": SIM_TIME_SCALE,
-        **(env or {}),
-    }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {
-            "name": name,
-            "labels": {"app": "sglang", "app.kubernetes.io/instance": "argo-app"},
-        },
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": "sglang", "deploy": name}},
-            "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 1}},
-            "template": {
-                "metadata": {"labels": {"app": "sglang", "deploy": name}},
-                "spec": {
-                    "nodeSelector": {"nvidia.com/gpu.product": gpu},
-                    "terminationGracePeriodSeconds": 2,
-                    "containers": [
-                        {
-                            "name": "sglang",
-                            "image": image,
-                            "command": ["python3", "-m", "sglang.launch_server"],
-                            "args": [
-                                "--model-path",
-                                "sim/dspark-8b",
-                                "--tp",
-                                "1",
-                                "--speculative-algorithm",
-                                "DSPARK",
-                                "--speculative-dspark-block-size",
-                                "3",
-                                "--cuda-graph-max-bs",
-                                "16",
-                                "--max-running-requests",
-                                "16",
-                                "--host",
-                                "0.0.0.0",
-                                "--port",
-                                "30000",
-                            ],
-                            "env": [{"name": k, "value": v} for k, v in container_env.items()],
-                            "ports": [{"containerPort": 30000, "name": "http"}],
-                            "readinessProbe": {
-                                "httpGet": {"path": "/health", "port": 30000},
-                                "periodSeconds": 1,
-                            },
-                            "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                        }
-                    ],
-                },
-            },
-        },
-    }
-
-
-def sps_profile(kind: str = "Diagonal", name: str = "sps", **spec: Any) -> dict[str, Any]:
-    sweep: dict[str, Any] = {
-        "batchSizes": [1, 2, 4, 8],
-        "ciRelWidth": 0.05,
-        "repeats": 1,
-        "vocabSize": 32000,
-    }
-    if kind == "Additive":
-        sweep["fracs"] = [0.25, 0.5, 1.0]
-    body: dict[str, Any] = {
-        "selector": {"matchLabels": {"app": "sglang"}},
-        "serverContainer": "sglang",
-        "table": {"kind": kind, "sweep": sweep},
-        "job": {"activeDeadlineSeconds": 600},
-    }
-    body.update(spec)
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "SpsProfile",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/instance": "argo-app"}},
-        "spec": body,
-    }
-
-
-def tables(env: Env) -> list[dict[str, Any]]:
-    return list((env.profile().get("status") or {}).get("tables") or [])
-
-
-def table_for(env: Env, gpu: str) -> dict[str, Any] | None:
-    return next((t for t in tables(env) if t["gpuProduct"] == gpu), None)
-
-
-def running_table_hash(env: Env) -> str | None:
-    template = env.deployment()["spec"]["template"]
-    return ((template.get("metadata") or {}).get("annotations") or {}).get("sps.dev/table-hash")
-
-
-def rolled_to(env: Env, table_hash: str) -> bool:
-    dep = env.deployment()
-    status = dep.get("status", {})
-    return (
-        running_table_hash(env) == table_hash
-        and status.get("observedGeneration", 0) >= dep["metadata"]["generation"]
-        and status.get("updatedReplicas", 0) == 1
-        and status.get("availableReplicas", 0) == 1
-        and status.get("replicas", 0) == 1
-    )
-
-
-def serving_pod_info(env: Env, table_hash: str) -> dict[str, Any]:
-    """/server_info of the Ready serving pod that runs `table_hash`."""
-
-    def ready_pod() -> dict[str, Any] | None:
-        for pod in env.pods("deploy=server"):
-            ann = pod["metadata"].get("annotations") or {}
-            ready = any(
-                c["type"] == "Ready" and c["status"] == "True"
-                for c in pod.get("status", {}).get("conditions") or []
-            )
-            if (
-                ann.get("sps.dev/table-hash") == table_hash
-                and ready
-                and not pod["metadata"].get("deletionTimestamp")
-            ):
-                return pod
-        return None
-
-    pod = wait_for("a Ready serving pod with the table", ready_pod, timeout=60)
-    ip = pod["status"]["podIP"]
-    info: dict[str, Any] = httpx.get(f"http://{ip}:30000/server_info", timeout=10).json()
-    return {"pod": pod, "info": info}
-
-
-# ----------------------------------------------------------------------------- fixtures
-
-
-def install_operator_rbac(cluster: K8sCluster, helm_values: list[str]) -> tuple[str, str, str]:
-    """The CRD, and the chart's ServiceAccount + RBAC in a namespace of its own;
-    returns (namespace, service account, rendered manifests)."""
-    cluster.kubectl(
-        "apply", "--server-side", "--force-conflicts", "-f",
-        str(ROOT / "crds" / "sps.dev_spsprofiles.yaml"),
-    )  # fmt: skip
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/spsprofiles.sps.dev", "--timeout=60s"
-    )
-    suffix = secrets.token_hex(3)
-    ns = cluster.create_namespace(f"sps-system-{suffix}")
-    helm = cluster.binaries.helm
-    assert helm is not None, "helm binary missing from the control-plane build"
-    server = json.loads(cluster.kubectl("version", "-o", "json"))["serverVersion"]
-    values = [arg for value in helm_values for arg in ("--set", value)]
-    rendered = subprocess.run(
-        [
-            str(helm),
-            "template",
-            f"sps-e2e-{suffix}",
-            str(ROOT / "charts" / "sps-operator"),
-            "--kube-version",
-            server["gitVersion"],
-            "--namespace",
-            ns,
-            *values,
-            "--show-only",
-            "templates/rbac.yaml",
-            "--show-only",
-            "templates/serviceaccount.yaml",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    cluster.kubectl("apply", "-f", "-", input=rendered)
-    accounts = [
-        d["metadata"]["name"]
-        for d in yaml.safe_load_all(rendered)
-        if d and d.get("kind") == "ServiceAccount"
-    ]
-    assert len(accounts) == 1, rendered
-    return ns, accounts[0], rendered
-
-
-def uninstall_operator_rbac(cluster: K8sCluster, ns: str, rendered: str) -> None:
-    cluster.kubectl("delete", "-f", "-", "--ignore-not-found", input=rendered, check=False)
-    cluster.delete_namespace(ns)
-
-
-@pytest.fixture(scope="module")
-def operator_account(k8s_cluster: K8sCluster) -> Iterator[tuple[str, str]]:
-    """The chart's RBAC in cluster mode; yields (namespace, service account)."""
-    ns, account, rendered = install_operator_rbac(k8s_cluster, [])
-    try:
-        yield ns, account
-    finally:
-        uninstall_operator_rbac(k8s_cluster, ns, rendered)
-
-
-@pytest.fixture
-def env(
-    k8s_cluster: K8sCluster,
-    node_agent: NodeAgent,
-    k8s_api: ApiClient,
-    namespace: str,
-    operator_account: tuple[str, str],
-    tmp_path: Path,
-) -> Iterator[Env]:
-    op_ns, account = operator_account
-    kubeconfig = k8s_cluster.service_account_kubeconfig(
-        account, op_ns, tmp_path / "operator.kubeconfig"
-    )
-    clock = tmp_path / "clock-offset"
-    clock.write_text("0")
-    operator = OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log", clock)
-    e = Env(k8s_cluster, node_agent, k8s_api, namespace, operator)
-    try:
-        yield e
-    finally:
-        # Shown by pytest only when the test fails.
-        print(e.diagnostics())
-        operator.stop()
-
-
-def create(env: Env, deployment: dict[str, Any], profile: dict[str, Any]) -> None:
-    env.apps.create_namespaced_deployment(env.namespace, deployment)
-    env.custom.create_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, profile)
-
-
-def wait_ready(env: Env, timeout: float = 240.0) -> dict[str, Any]:
-    def ready() -> dict[str, Any] | None:
-        proc = env.operator.proc
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the operator exited ({proc.returncode})")
-        c = env.condition("Ready")
-        return c if c.get("status") == "True" else None
-
-    try:
-        return dict(wait_for("Ready=True", ready, timeout=timeout))
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{env.diagnostics()}") from None
-
 
 # ----------------------------------------------------------------------------- scenarios
 
@@ -487,7 +111,7 @@ def test_e2e_diagonal_profile_publish_and_roll(env: Env) -> None:
     served = serving_pod_info(env, table["hash"])
     assert served["info"]["speculative_dspark_sps_table_path"] == TABLE_PATH
     assert served["pod"]["spec"]["nodeName"] in env.agent.nodes_with_product(GPU_H100)
-    text_sha = hashlib.sha256(cm["data"]["table.json"].encode()).hexdigest()[:16]
+    text_sha = content_hash(cm["data"]["table.json"])
     assert table["hash"] == text_sha
     pod_name = served["pod"]["metadata"]["name"]
 
@@ -703,7 +327,7 @@ def test_e2e_additive_two_phases_and_verify_all_failure_keeps_table(env: Env) ->
     seed = env.config_map(f"{run}-seed")
     seed_table = load_sps_table_text(seed["data"]["table.json"])
     assert isinstance(seed_table, SpsCostTable) and len(seed_table.sample_batch_tokens) > 1
-    seed_sha = hashlib.sha256(seed["data"]["table.json"].encode()).hexdigest()[:16]
+    seed_sha = content_hash(seed["data"]["table.json"])
     logs = env.agent.pod_logs(env.namespace)
     assert f"/etc/sps/seed/table.json (diagonal, sha256={seed_sha})" in logs
 
@@ -891,13 +515,18 @@ def test_e2e_annotate_only_owns_only_the_annotation(env: Env) -> None:
     assert stable["data"]["table.json"] == published["data"]["table.json"]
 
     live = env.deployment()
-    entries = [m for m in live["metadata"]["managedFields"] if m["manager"] == "sps-operator"]
-    assert len(entries) == 1 and entries[0]["operation"] == "Apply"
-    owned = flatten_fields(entries[0]["fieldsV1"])
-    assert sorted(owned) == [
+    entries = {
+        m["operation"]: flatten_fields(m["fieldsV1"])
+        for m in live["metadata"]["managedFields"]
+        if m["manager"] == "sps-operator"
+    }
+    assert sorted(entries["Apply"]) == [
         "/f:spec/f:template/f:metadata/f:annotations/f:sps.dev/table",
         "/f:spec/f:template/f:metadata/f:annotations/f:sps.dev/table-hash",
     ]
+    # The one record of which profile serves it (a merge patch, not part of the apply).
+    assert entries["Update"] == ["/f:metadata/f:annotations/f:sps.dev/owner"]
+    assert set(entries) == {"Apply", "Update"}
     # Git's fields are untouched: same args, same volume, no injected volume.
     (c,) = live["spec"]["template"]["spec"]["containers"]
     assert c["args"] == container["args"]
@@ -924,7 +553,7 @@ def test_e2e_delete_profile_cleans_up_and_leaves_deployment_serving(env: Env) ->
     table = table_for(env, GPU_H100)
     assert table is not None
     wait_for("rolled", lambda: rolled_to(env, table["hash"]), timeout=90)
-    generation = env.deployment()["metadata"]["generation"]
+    template = env.deployment()["spec"]["template"]
     assert env.jobs()
 
     env.custom.delete_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, "sps")
@@ -953,7 +582,10 @@ def test_e2e_delete_profile_cleans_up_and_leaves_deployment_serving(env: Env) ->
     assert not released["metadata"].get("ownerReferences")
     assert released["metadata"]["labels"]["sps.dev/released"] == "true"
     dep = env.deployment()
-    assert dep["metadata"]["generation"] == generation
+    # Untouched: the same template (the ownership record leaves the metadata, which bumps
+    # a Deployment's generation but restarts nothing).
+    assert dep["spec"]["template"] == template
+    assert "sps.dev/owner" not in (dep["metadata"].get("annotations") or {})
     assert running_table_hash(env) == table["hash"]
     serving_pod_info(env, table["hash"])
 
@@ -1046,7 +678,7 @@ def test_e2e_mixed_gpu_products_give_a_condition_not_a_table(env: Env) -> None:
         return c if c.get("status") == "True" else None
 
     cond = wait_for("Degraded=True", degraded, timeout=90)
-    assert cond["reason"] == "TargetProblem"
+    assert cond["reason"] == "MixedGpuProducts"
     assert "several GPU products" in cond["message"] and "nodeSelector" in cond["message"]
     placed = {p["spec"].get("nodeName") for p in env.pods("deploy=server")}
     assert placed & set(env.agent.nodes_with_product(GPU_H100))

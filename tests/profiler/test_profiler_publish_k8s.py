@@ -110,9 +110,12 @@ def test_large_rounds_travel_gzipped_through_the_api(
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     _empty_configmap(k8s_api, namespace, "run-3")
     rng = random.Random(3)
-    rounds = [
-        {"batch_size_per_rank": i, "noise": [rng.random() for _ in range(40)]} for i in range(600)
+    measured = [
+        {"batch_size_per_rank": i, "batch_tokens": i * 4, "steps_per_sec": 1.0 / (0.01 + i * 1e-4)}
+        for i in range(1, 601)
     ]
+    # Fields the operator does not read travel too, and are dropped when it reads them.
+    rounds = [{**r, "noise": [rng.random() for _ in range(40)]} for r in measured]
     publisher = ConfigMapPublisher("run-3", namespace)
     publisher.publish(status="running", progress="1/2", rounds=rounds[:2])
     publisher.publish(status="succeeded", progress="2/2", rounds=rounds)
@@ -120,7 +123,7 @@ def test_large_rounds_travel_gzipped_through_the_api(
     assert "rounds.jsonl" not in (cm.data or {})  # the inline copy was replaced
     assert "rounds.jsonl.gz" in (cm.binary_data or {})
     result = read_result(cm.data, cm.binary_data)
-    assert result.status == "succeeded" and result.rounds == rounds
+    assert result.status == "succeeded" and result.rounds == measured
     huge = [{"x": "".join(rng.choice("0123456789abcdef") for _ in range(4000))} for _ in range(400)]
     with pytest.raises(PublishError, match="ConfigMap limit"):
         publisher.publish(status="succeeded", rounds=huge)

@@ -20,11 +20,11 @@ from kubernetes import client
 from kubernetes.client import ApiClient
 from ship_helpers import apply_chart_crd
 
+from sps_operator.api import labels as names
 from sps_operator.api.models import SpsProfileStatus
+from sps_operator.api.result import encode_rounds
 from sps_operator.constants import API_GROUP, API_VERSION, GPU_H100, GPU_H200, PLURAL
-from sps_operator.controller import names
 from sps_operator.devcluster.pytest_plugin import K8sCluster
-from sps_operator.profiler.publish import build_patch
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable
 
 pytestmark = pytest.mark.k8s
@@ -41,8 +41,13 @@ def crd(k8s_cluster: K8sCluster) -> Iterator[None]:
 
 
 def table_cm(
-    namespace: str, name: str, table: SpsCostTable | SpsAdditiveCostTable
+    namespace: str,
+    name: str,
+    table: SpsCostTable | SpsAdditiveCostTable,
+    rounds: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    """A table ConfigMap as the operator publishes it: with the rounds it was fitted from."""
+    data, _ = encode_rounds(rounds or [])
     return {
         "metadata": {
             "name": name,
@@ -56,7 +61,11 @@ def table_cm(
             },
         },
         "immutable": True,
-        "data": {names.TABLE_KEY: table.to_json(), names.META_KEY: "{}"},
+        "data": {
+            names.TABLE_KEY: table.to_json(),
+            names.META_KEY: "{}",
+            **{k: v for k, v in data.items() if v and rounds},
+        },
     }
 
 
@@ -75,19 +84,11 @@ def table_ref(
     }
 
 
-def result_cm(namespace: str, run: str) -> dict[str, Any]:
-    """A run's result ConfigMap as the profiler publishes it (its own patch builder)."""
-    rounds = [
+def measured_rounds() -> list[dict[str, Any]]:
+    return [
         {"batch_size_per_rank": bs, "batch_tokens": bs * 8, "steps_per_sec": sps}
         for bs, sps in [(1, 1010.0), (2, 905.0), (4, 598.0), (8, 352.0)]
     ]
-    patch = build_patch(status="succeeded", rounds=rounds)
-    # A create, not a merge patch: drop the patch's null "remove this key" entries.
-    data = {k: v for k, v in patch["data"].items() if v is not None}
-    return {
-        "metadata": {"name": names.result_config_map(run, 1), "namespace": namespace},
-        "data": data,
-    }
 
 
 def condition(type_: str, status: str, reason: str, message: str = "") -> dict[str, Any]:
@@ -121,13 +122,12 @@ def create_profile(api: ApiClient, namespace: str, name: str, status: dict[str, 
 def profiles(crd: None, k8s_api: ApiClient, namespace: str) -> str:
     core = client.CoreV1Api(k8s_api)
     core.create_namespaced_config_map(
-        namespace, table_cm(namespace, "llama-table-h100", H100_TABLE)
+        namespace, table_cm(namespace, "llama-table-h100", H100_TABLE, measured_rounds())
     )
     core.create_namespaced_config_map(
         namespace, table_cm(namespace, "llama-table-h200", H200_TABLE)
     )
     core.create_namespaced_config_map(namespace, table_cm(namespace, "llama-table-rej", ADDITIVE))
-    core.create_namespaced_config_map(namespace, result_cm(namespace, "llama-0a1b2c3d4e"))
     create_profile(
         k8s_api,
         namespace,

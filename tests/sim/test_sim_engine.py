@@ -8,11 +8,11 @@ from dataclasses import replace
 import pytest
 
 from sps_operator import dspark_arith
-from sps_operator.sim.costmodel import PRESETS
+from sps_operator.sim.costmodel import PRESETS, without_effects
 from sps_operator.sim.engine import Engine, EngineConfig
 from sps_operator.sim.tableload import load_table_text
 
-QUIET = replace(PRESETS["NVIDIA-H100-80GB-HBM3"], noise_cv=0.0, outlier_prob=0.0)
+QUIET = replace(without_effects(PRESETS["NVIDIA-H100-80GB-HBM3"]), warmup_amplitude=0.10)
 CAPTURE = tuple(dspark_arith.default_decode_capture_bs(256))
 RECORDING = frozenset({"core", "step_cpu_time"})
 

@@ -91,3 +91,38 @@ def test_conditions_are_a_map_list_keyed_by_type() -> None:
         "reason",
         "lastTransitionTime",
     }
+
+
+def test_every_spec_string_list_and_map_is_bounded() -> None:
+    """A 32 KiB string (or a list or map of thousands) anywhere in the spec is refused by the
+    schema itself, before any rule or the operator sees it."""
+    spec = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    unbounded = []
+    for path, node in _walk(spec):
+        if "/x-kubernetes-validations" in path:
+            continue
+        kind = node.get("type")
+        if kind == "string" and "maxLength" not in node and "enum" not in node:
+            unbounded.append(path)
+        if kind == "array" and "maxItems" not in node:
+            unbounded.append(path)
+        if kind == "object" and "additionalProperties" in node and "maxProperties" not in node:
+            unbounded.append(path)
+    assert not unbounded
+
+
+def test_status_text_written_from_jobs_is_bounded() -> None:
+    status = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
+        "status"
+    ]["properties"]
+    assert status["currentRun"]["properties"]["progress"]["maxLength"] == 256
+    assert status["lastFailure"]["properties"]["message"]["maxLength"] == 4096
+    assert status["tables"]["items"]["properties"]["message"]["maxLength"] == 4096
+    assert status["rejectedTable"]["properties"]["message"]["maxLength"] == 4096
+
+
+def test_the_name_rule_sits_at_the_root_where_cel_may_read_metadata_name() -> None:
+    root = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    rules = root["x-kubernetes-validations"]
+    assert rules == [{"rule": "size(self.metadata.name) <= 40", "message": rules[0]["message"]}]
+    assert "at most 40 characters" in rules[0]["message"]

@@ -6,8 +6,11 @@ from typing import Any
 
 import pytest
 
+from sps_operator.api import labels as L
+from sps_operator.api.limits import MAX_PROFILE_NAME
 from sps_operator.api.models import SpsProfileSpec
 from sps_operator.controller import builders, names
+from sps_operator.controller.serverconfig import parse_server
 
 PROFILE = builders.ProfileRef("llama", "serving", "uid-1")
 TARGET_POD: dict[str, Any] = {
@@ -19,8 +22,9 @@ TARGET_POD: dict[str, Any] = {
         {
             "name": "sglang",
             "image": "lmsysorg/sglang:v1",
+            "command": ["python3", "-m", "sglang.launch_server"],
             "args": [
-                "--model-path", "/models/m", "--port", "30000",
+                "--model-path", "/models/m", "--port", "30000", "--speculative-algorithm", "DSPARK",
                 "--speculative-dspark-sps-table-path", "/etc/sps/table/table.json",
             ],
             "env": [{"name": "SGLANG_RAGGED_VERIFY_MODE", "value": "compact"}],
@@ -54,6 +58,7 @@ def plan(phase: int = 1, **spec_overrides: Any) -> builders.RunPlan:
         fingerprint="f" * 16,
         target_pod_spec=TARGET_POD,
         server_container="sglang",
+        server=parse_server(TARGET_POD["containers"][0]),
         server_port=30000,
         seed_table_config_map="llama-abc-seed" if phase == 2 else None,
         profiler_image="ghcr.io/sps-dev/sps-operator:test",
@@ -75,11 +80,13 @@ def test_job_clone_mode_sidecar_and_profiler() -> None:
     assert pod["nodeSelector"] == {"pool": "gpu", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     assert pod["tolerations"] == TARGET_POD["tolerations"]
     assert pod["affinity"] == TARGET_POD["affinity"]
-    assert {v["name"] for v in pod["volumes"]} == {"work", "models"}
+    assert {v["name"] for v in pod["volumes"]} == {"sps-work", "sps-profiler-token", "models"}
+    assert pod["automountServiceAccountToken"] is False
     (sidecar,) = pod["initContainers"]
     assert sidecar["restartPolicy"] == "Always"
     assert sidecar["image"] == "lmsysorg/sglang:v1"
     assert "--speculative-dspark-sps-table-path" not in sidecar["args"]
+    assert sidecar["command"] == ["python3", "-m", "sglang.launch_server"]
     assert sidecar["args"][:2] == ["--model-path", "/models/m"]
     assert env_of(sidecar) == {
         "SGLANG_RAGGED_VERIFY_MODE": "static",
@@ -133,13 +140,16 @@ def test_sidecar_drops_the_injected_table_mount_even_when_it_is_the_only_one() -
         ],
         "volumes": [{"name": "sps-table", "configMap": {"name": "old-table"}}],
     }
-    p = builders.RunPlan(**{**plan().__dict__, "target_pod_spec": pod})
+    server = parse_server({**pod["containers"][0], "command": ["sglang", "serve"], "args": [
+        "--speculative-algorithm", "DSPARK", *pod["containers"][0]["args"]]})  # fmt: skip
+    p = builders.RunPlan(**{**plan().__dict__, "target_pod_spec": pod, "server": server})
     spec = builders.profiling_job(p)["spec"]["template"]["spec"]
     sidecar = spec["initContainers"][-1]
-    assert "volumeMounts" not in sidecar and sidecar["args"] == []
-    assert [v["name"] for v in spec["volumes"]] == ["work"]
+    assert "volumeMounts" not in sidecar
+    assert sidecar["args"] == ["--speculative-algorithm", "DSPARK"]
+    assert [v["name"] for v in spec["volumes"]] == ["sps-work", "sps-profiler-token"]
     mounts = spec["containers"][0]["volumeMounts"]
-    assert mounts == [{"name": "work", "mountPath": "/tmp/sps"}]
+    assert [m["name"] for m in mounts] == ["sps-work", "sps-profiler-token"]
 
 
 def test_job_external_mode_has_no_sidecar_and_job_overrides_apply() -> None:
@@ -169,7 +179,7 @@ def test_job_external_mode_has_no_sidecar_and_job_overrides_apply() -> None:
 
 def test_missing_server_container_is_a_clear_error() -> None:
     p = builders.RunPlan(**{**plan().__dict__, "server_container": "nope"})
-    with pytest.raises(ValueError, match=r"spec\.serverContainer"):
+    with pytest.raises(ValueError, match="no container named 'nope'"):
         builders.profiling_job(p)
 
 
@@ -198,9 +208,9 @@ def test_table_config_map_is_immutable_labelled_and_free_of_gitops_metadata() ->
     )  # fmt: skip
     assert cm["immutable"] is True
     labels = cm["metadata"]["labels"]
-    assert labels[names.LABEL_PROFILE] == "llama"
-    assert labels[names.LABEL_GPU] == "NVIDIA-H100-80GB-HBM3"
-    assert labels[names.LABEL_FINGERPRINT] == "f" * 16
+    assert labels[L.LABEL_PROFILE] == "llama"
+    assert labels[L.LABEL_GPU] == "NVIDIA-H100-80GB-HBM3"
+    assert labels[L.LABEL_FINGERPRINT] == "f" * 16
     assert cm["data"]["table.json"] == '{"a":1}'
     meta = builders.object_meta(
         PROFILE,
@@ -220,7 +230,7 @@ def test_inject_apply_owns_only_volume_mount_flag_and_annotation() -> None:
         ["--model-path", "m", "--speculative-dspark-sps-table-path", "/old"],
     )  # fmt: skip
     template = body["spec"]["template"]
-    assert template["metadata"]["annotations"][names.ANNOTATION_TABLE_HASH] == "hash1"
+    assert template["metadata"]["annotations"][L.ANNOTATION_TABLE_HASH] == "hash1"
     (container,) = template["spec"]["containers"]
     assert container["args"] == [
         "--model-path", "m", "--speculative-dspark-sps-table-path", "/etc/sps/table/table.json",
@@ -244,22 +254,106 @@ def test_annotate_only_apply_is_the_annotation_alone() -> None:
     assert body["spec"] == {
         "template": {
             "metadata": {
-                "annotations": {names.ANNOTATION_TABLE_HASH: "hash2", names.ANNOTATION_TABLE: "cm"}
+                "annotations": {L.ANNOTATION_TABLE_HASH: "hash2", L.ANNOTATION_TABLE: "cm"}
             }
         }
     }
 
 
-def test_names_are_deterministic_and_short_enough() -> None:
-    long = "p" * 80
-    a = names.run_name(long, "NVIDIA-H100-80GB-HBM3", "f" * 16, "k#1")
-    assert a == names.run_name(long, "NVIDIA-H100-80GB-HBM3", "f" * 16, "k#1")
-    assert a != names.run_name(long, "NVIDIA-H100-80GB-HBM3", "f" * 16, "k#2")
-    assert a != names.run_name(long, "NVIDIA-H200", "f" * 16, "k#1")
-    for derived in (
-        names.job_name(a, 2),
-        names.result_config_map(a, 2),
-        names.profiler_account(a),
-        names.table_config_map(long, "0123456789abcdef"),
-    ):
+def test_names_are_deterministic_unique_per_profile_and_short_enough() -> None:
+    long = "p" * MAX_PROFILE_NAME
+    gpu = "NVIDIA-H100-80GB-HBM3"
+    a = names.run_name(long, "uid-1", gpu, "f" * 16, "k#1")
+    assert a == names.run_name(long, "uid-1", gpu, "f" * 16, "k#1")
+    assert a != names.run_name(long, "uid-1", gpu, "f" * 16, "k#2")
+    assert a != names.run_name(long, "uid-1", "NVIDIA-H200", "f" * 16, "k#1")
+    # A profile deleted and created again under the same name shares nothing.
+    assert a != names.run_name(long, "uid-2", gpu, "f" * 16, "k#1")
+    table = names.table_config_map(long, "uid-1", gpu, "f" * 16, "0123456789abcdef")
+    assert table != names.table_config_map(long, "uid-2", gpu, "f" * 16, "0123456789abcdef")
+    # The same table measured for another server is another ConfigMap.
+    assert table != names.table_config_map(long, "uid-1", gpu, "e" * 16, "0123456789abcdef")
+    # The Job's pods are named <job>-xxxxx and the Job name becomes a label value.
+    assert len(names.job_name(a, 2)) + len("-xxxxx") <= 63
+    for derived in (names.result_config_map(a, 2), names.profiler_account(a), table):
         assert len(derived) <= 63, derived
+
+
+def test_the_profiler_runs_restricted_and_alone_holds_the_api_token() -> None:
+    target = {**TARGET_POD, "securityContext": {"runAsNonRoot": True, "fsGroup": 2000}}
+    pod = builders.profiling_job(builders.RunPlan(**{**plan().__dict__, "target_pod_spec": target}))
+    spec = pod["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["securityContext"] == target["securityContext"]  # the server's own
+    (profiler,) = spec["containers"]
+    context = profiler["securityContext"]
+    assert context["runAsNonRoot"] is True and context["allowPrivilegeEscalation"] is False
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    token = {"name": "sps-profiler-token", "mountPath": builders.TOKEN_DIR, "readOnly": True}
+    assert token in profiler["volumeMounts"]
+    sidecar = spec["initContainers"][-1]
+    assert all(m["name"] != "sps-profiler-token" for m in sidecar.get("volumeMounts") or [])
+    assert "securityContext" not in sidecar  # exactly the target container's (none here)
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "sps-profiler-token"]
+    kinds = [next(iter(s)) for s in volume["projected"]["sources"]]
+    assert kinds == ["serviceAccountToken", "configMap", "downwardAPI"]
+
+
+def test_the_clone_never_mounts_a_table_the_target_mounts() -> None:
+    """GitOps first run: the Deployment mounts the stable ConfigMap under its own volume
+    name; the clone must not depend on the table it is about to produce."""
+    container = {
+        **TARGET_POD["containers"][0],
+        "volumeMounts": [
+            {"name": "models", "mountPath": "/models"},
+            {"name": "git-table", "mountPath": "/etc/sps/table"},
+            {"name": "mixed", "mountPath": "/etc/mixed"},
+        ],
+    }
+    target = {
+        **TARGET_POD,
+        "initContainers": [{"name": "warm", "image": "busybox",
+                            "volumeMounts": [{"name": "git-table", "mountPath": "/t"}]}],
+        "containers": [container],
+        "volumes": [
+            {"name": "models", "persistentVolumeClaim": {"claimName": "models"}},
+            {"name": "git-table", "configMap": {"name": "llama-sps"}},
+            {"name": "mixed", "projected": {"sources": [{"configMap": {"name": "llama-sps"}}]}},
+        ],
+    }  # fmt: skip
+    p = builders.RunPlan(
+        **{
+            **plan().__dict__,
+            "target_pod_spec": target,
+            "table_config_maps": frozenset({"llama-sps"}),
+        }
+    )
+    spec = builders.profiling_job(p)["spec"]["template"]["spec"]
+    assert {v["name"] for v in spec["volumes"]} == {"sps-work", "sps-profiler-token", "models"}
+    for c in [*spec["initContainers"], *spec["containers"]]:
+        assert {m["name"] for m in c.get("volumeMounts") or []} <= {
+            "models", "sps-work", "sps-profiler-token"
+        }, c["name"]  # fmt: skip
+
+
+def test_a_shell_wrapped_server_is_cloned_in_exec_form() -> None:
+    script = "SGLANG_PREP_IN_CUDA_GRAPH=1 exec python3 -m sglang.launch_server --speculative-algorithm DSPARK --port 30000"  # noqa: E501
+    container = {"name": "sglang", "image": "img", "command": ["sh", "-c", script]}
+    target = {"containers": [container]}
+    p = builders.RunPlan(
+        **{**plan().__dict__, "target_pod_spec": target, "server": parse_server(container)}
+    )
+    sidecar = builders.profiling_job(p)["spec"]["template"]["spec"]["initContainers"][-1]
+    assert sidecar["command"] == ["python3", "-m", "sglang.launch_server"]
+    assert sidecar["args"] == ["--speculative-algorithm", "DSPARK", "--port", "30000"]
+    assert env_of(sidecar)["SGLANG_PREP_IN_CUDA_GRAPH"] == "1"
+
+
+def test_owner_patch_carries_the_resource_version_it_was_decided_on() -> None:
+    dep = {"metadata": {"name": "srv", "resourceVersion": "42"}}
+    assert builders.owner_patch(dep, "llama") == {
+        "metadata": {"resourceVersion": "42", "annotations": {L.ANNOTATION_OWNER: "llama"}}
+    }
+    assert builders.owner_patch(dep, None)["metadata"]["annotations"] == {L.ANNOTATION_OWNER: None}

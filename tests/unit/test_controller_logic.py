@@ -8,8 +8,9 @@ from sps_operator.api.models import FitQuality, GatesSpec
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.gates import check_gates, relative_change
 from sps_operator.controller.history import PublishedTable, tables_to_delete
-from sps_operator.controller.placement import Debouncer, PodInfo, matches_selector, placement
-from sps_operator.controller.reconcile import deployment_rolled_out, selector_string
+from sps_operator.controller.placement import Debouncer, PodInfo, placement
+from sps_operator.controller.rollout import deployment_rolled_out
+from sps_operator.controller.selectors import matches_selector, selector_string
 from sps_operator.tables.formats import SpsCostTable
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -121,3 +122,18 @@ def test_rollout_status_like_kubectl() -> None:
     assert not deployment_rolled_out({**dep, "status": {**dep["status"], "observedGeneration": 2}})
     assert not deployment_rolled_out({**dep, "status": {**dep["status"], "replicas": 3}})
     assert not deployment_rolled_out({**dep, "status": {**dep["status"], "availableReplicas": 1}})
+
+
+def test_the_error_bound_gate_judges_the_honest_figure() -> None:
+    table = diag([100.0, 90.0, 80.0])
+    # A diagonal fit through its medians: RMS 0, R² 1 pass anything ...
+    perfect_looking = FitQuality(rms_ms=0.0, r2=1.0, error_bound_rel=0.12, loo_rel_max=0.1)
+    assert check_gates(GatesSpec(max_rms_ms=0.01, min_r2=0.99), perfect_looking, table, None).passed
+    # ... the error bound does not.
+    verdict = check_gates(GatesSpec(max_error_bound=0.05), perfect_looking, table, None)
+    assert not verdict.passed and verdict.reason == "ErrorBoundGateFailed"
+    assert "12.0% exceeds gates.maxErrorBound 5.0%" in verdict.message
+    ok = FitQuality(rms_ms=0.0, r2=1.0, error_bound_rel=0.03)
+    assert check_gates(GatesSpec(max_error_bound=0.05), ok, table, None).passed
+    unknown = FitQuality(rms_ms=0.0, r2=1.0)
+    assert not check_gates(GatesSpec(max_error_bound=0.05), unknown, table, None).passed

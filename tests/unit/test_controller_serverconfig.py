@@ -4,8 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from sps_operator.controller.serverconfig import (
+    NOT_DSPARK,
+    NOT_SGLANG,
+    SHELL_SCRIPT,
+    ServerConfig,
+    ServerProblem,
     find_server_container,
+    parse_server,
     server_config,
     table_fingerprint,
 )
@@ -29,14 +39,16 @@ def container(**overrides: Any) -> dict[str, Any]:
     return base
 
 
+def config(c: dict[str, Any]) -> ServerConfig:
+    return server_config(c, parse_server(c))
+
+
 def fp(c: dict[str, Any]) -> str:
-    return server_config(c).fingerprint()
+    return config(c).fingerprint()
 
 
 def test_parses_port_flags_and_table_path() -> None:
-    cfg = server_config(
-        container(args=[*BASE_ARGS, "--speculative-dspark-sps-table-path=/etc/t.json"])
-    )
+    cfg = config(container(args=[*BASE_ARGS, "--speculative-dspark-sps-table-path=/etc/t.json"]))
     assert cfg.port == 30001
     assert cfg.table_path == "/etc/t.json"
     assert cfg.flags["tp"] == "2"
@@ -81,7 +93,7 @@ def test_flag_aliases_and_equals_form_agree() -> None:
 
 
 def test_table_spec_is_part_of_the_table_key() -> None:
-    cfg = server_config(container())
+    cfg = config(container())
     a = table_fingerprint(cfg, {"kind": "Diagonal", "sweep": {"batchSizes": [1, 2]}})
     b = table_fingerprint(cfg, {"kind": "Additive", "sweep": {"batchSizes": [1, 2]}})
     c = table_fingerprint(cfg, {"kind": "Diagonal", "sweep": {"batchSizes": [1, 2, 4]}})
@@ -94,3 +106,94 @@ def test_server_container_by_name_or_first() -> None:
     assert find_server_container(pod, "sglang") == {"name": "sglang"}
     assert find_server_container(pod, None) == {"name": "proxy"}
     assert find_server_container(pod, "missing") is None
+
+
+# --------------------------------------------------------------------------- recognition
+
+
+def test_the_launcher_may_be_in_command_or_args_or_be_sglang_serve() -> None:
+    in_args = container(command=None, args=["python3", "-m", "sglang.launch_server", *BASE_ARGS])
+    assert fp(in_args) == fp(container())
+    serve = parse_server(container(command=["sglang", "serve"]))
+    assert serve.launcher == ("sglang", "serve") and not serve.shell
+    unbuffered = parse_server(container(command=["/usr/bin/python3.11", "-u", "-X", "dev", "-m",
+                                                 "sglang.launch_server"]))  # fmt: skip
+    assert unbuffered.args == tuple(BASE_ARGS)
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "reason"),
+    [
+        (["python3", "-m", "vllm.entrypoints.openai.api_server"], BASE_ARGS, NOT_SGLANG),
+        (None, BASE_ARGS, NOT_SGLANG),  # the image's entrypoint: nothing to recognise
+        (["python3", "-m", "sglang.launch_server"], ["--model-path", "m"], NOT_DSPARK),
+        (
+            ["python3", "-m", "sglang.launch_server"],
+            [a if a != "DSPARK" else "EAGLE" for a in BASE_ARGS],
+            NOT_DSPARK,
+        ),
+        (["sh", "-c", "python3 -m sglang.launch_server $FLAGS"], None, SHELL_SCRIPT),
+        (["bash", "-c", "cd /m; python3 -m sglang.launch_server"], None, SHELL_SCRIPT),
+        (["sh", "-c", "python3 -m sglang.launch_server | tee log"], None, SHELL_SCRIPT),
+        (["sh", "-c", "python3 -m sglang.launch_server `cat f`"], None, SHELL_SCRIPT),
+        (["sh", "-c", 'python3 -m sglang.launch_server --model "$M"'], None, SHELL_SCRIPT),
+        (["sh", "-c", "python3 -m sglang.launch_server\necho done"], None, SHELL_SCRIPT),
+        (["sh", "-c", "python3 -m sglang.launch_server > /log"], None, SHELL_SCRIPT),
+        (["sh"], None, SHELL_SCRIPT),
+    ],
+)
+def test_what_is_not_a_recognisable_dspark_server_is_refused_with_a_reason(
+    command: list[str] | None, args: list[str] | None, reason: str
+) -> None:
+    with pytest.raises(ServerProblem) as info:
+        parse_server(container(command=command, args=args))
+    assert info.value.reason == reason and str(info.value)
+
+
+def test_a_plain_shell_script_is_read_like_the_exec_form() -> None:
+    script = (
+        "SGLANG_RAGGED_VERIFY_MODE=static exec python3 -m sglang.launch_server "
+        + " ".join(BASE_ARGS)
+        + ' --cuda-graph-config \'{"decode": {"bs": [1, 2]}}\' \\\n --log-level info\n'
+    )
+    parsed = parse_server(container(command=["/bin/sh", "-ec", script], args=None))
+    assert parsed.shell and parsed.launcher == ("python3", "-m", "sglang.launch_server")
+    assert parsed.env == {"SGLANG_RAGGED_VERIFY_MODE": "static"}
+    cfg = server_config(container(command=["/bin/sh", "-ec", script], args=None), parsed)
+    assert cfg.flags["cuda_graph_config"] == '{"decode": {"bs": [1, 2]}}'
+    # The env assignment in the script is a cost input, like the container's env.
+    assert cfg.env == {"SGLANG_RAGGED_VERIFY_MODE": "static"}
+    assert cfg.flags["tp"] == "2"
+
+
+def test_kubernetes_variable_references_are_expanded_like_the_kubelet() -> None:
+    env = [{"name": "MODEL", "value": "org/m"}, {"name": "SECRET", "valueFrom": {}}]
+    parsed = parse_server(container(args=["--model-path", "$(MODEL)", "--x", "$$(MODEL)",
+                                          "--y", "$(SECRET)", "--speculative-algorithm",
+                                          "DSPARK"], env=env))  # fmt: skip
+    assert parsed.args[:6] == ("--model-path", "org/m", "--x", "$(MODEL)", "--y", "$(SECRET)")
+
+
+tokens = st.lists(
+    st.one_of(
+        st.sampled_from(["python3", "-m", "sglang.launch_server", "sh", "-c", "sglang", "serve",
+                         "--speculative-algorithm", "DSPARK", "--port", "--tp", "exec", "$(X)"]),
+        st.text(max_size=30),
+    ),
+    max_size=12,
+)  # fmt: skip
+
+
+@given(command=st.one_of(st.none(), tokens), args=st.one_of(st.none(), tokens))
+def test_any_command_line_is_understood_or_refused_with_a_reason(
+    command: list[str] | None, args: list[str] | None
+) -> None:
+    c = container(command=command, args=args)
+    try:
+        parsed = parse_server(c)
+    except ServerProblem as exc:
+        assert exc.reason in (NOT_SGLANG, NOT_DSPARK, SHELL_SCRIPT) and str(exc)
+        return
+    cfg = server_config(c, parsed)
+    assert cfg.flags["speculative_algorithm"].upper() == "DSPARK"
+    assert 0 < cfg.port < 65536

@@ -54,21 +54,28 @@ def test_unplaced_targets_wait_and_existing_tables_are_reused() -> None:
 
 
 def test_gpu_change_profiles_the_new_product_unless_disabled() -> None:
-    req = decide([TargetView("d", H200, "fp1")], [table(H100, "fp1")])
+    h100 = table(H100, "fp1")
+    moved = TargetView("d", H200, "fp1", running=h100)
+    req = decide([moved], [h100])
     assert req is not None and req.trigger == "GpuChanged" and req.gpu_product == H200
-    assert (
-        decide([TargetView("d", H200, "fp1")], [table(H100, "fp1")], spec(onGpuChange=False))
-        is None
-    )
+    assert decide([moved], [h100], spec(onGpuChange=False)) is None
 
 
 def test_server_change_reprofiles_or_only_marks_stale() -> None:
-    req = decide([TargetView("d", H100, "fp2")], [table(H100, "fp1")])
+    old = table(H100, "fp1")
+    changed = TargetView("d", H100, "fp2", running=old)
+    req = decide([changed], [old])
     assert req is not None and req.trigger == "ServerChanged"
-    off = spec(onServerChange=False)
-    assert decide([TargetView("d", H100, "fp2")], [table(H100, "fp1")], off) is None
-    state = triggers.target_table_state([table(H100, "fp1")], H100, "fp2")
-    assert state.stale and state.table is None and state.fallback is not None
+    assert decide([changed], [old], spec(onServerChange=False)) is None
+
+
+def test_a_server_never_served_is_profiled_whatever_the_other_tables() -> None:
+    """Another model on the same GPU product is not a 'server change': it never had a
+    table, and onServerChange/onGpuChange do not apply to it."""
+    others = [table(H100, "fp1"), table(H200, "fp1")]
+    quiet = spec(onServerChange=False, onGpuChange=False)
+    req = decide([TargetView("other-model", H100, "fp9")], others, quiet)
+    assert req is not None and req.trigger == "NoTable" and req.fingerprint == "fp9"
 
 
 def test_refresh_request_reprofiles_tables_older_than_it() -> None:

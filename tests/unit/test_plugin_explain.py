@@ -185,3 +185,53 @@ def test_operator_failure_reasons_get_specific_advice() -> None:
         (finding,) = report["findings"]
         assert what in finding["what"], (reason, finding)
         assert finding["next"]
+
+
+def ready(status: str, reason: str, message: str = "") -> dict[str, Any]:
+    return {"type": "Ready", "status": status, "reason": reason, "message": message}
+
+
+def test_a_conflict_names_the_owner_and_what_to_do() -> None:
+    status = {
+        "observedGeneration": 1,
+        "conditions": [ready("False", "Conflict", "server: served by SpsProfile 'older'")],
+        "targets": [
+            {
+                "deployment": "server",
+                "state": "Refused",
+                "reason": "Conflict",
+                "owner": "older",
+                "message": "served by SpsProfile 'older'; 'llama' never writes to it",
+            }
+        ],
+    }
+    report = explain(profile(status))
+    (finding,) = report["findings"]
+    assert finding["what"] == "Another SpsProfile serves this Deployment (Deployment server)"
+    assert "'older'" in finding["why"] and "Narrow spec.selector" in finding["next"]
+
+
+def test_never_nothing_is_wrong_while_not_ready() -> None:
+    status = {
+        "observedGeneration": 1,
+        "conditions": [ready("False", "NoTable", "server: no table for H100 yet")],
+        "targets": [{"deployment": "server", "state": "NoTable"}],
+    }
+    text = render_explain(explain(profile(status)))
+    assert "Nothing is wrong" not in text and "The profile is not ready" in text
+    live = {
+        "observedGeneration": 1,
+        "conditions": [ready("True", "TableLive")],
+        "targets": [{"deployment": "server", "state": "Live"}],
+    }
+    assert "Nothing is wrong: every Deployment runs a table measured for it" in render_explain(
+        explain(profile(live))
+    )
+
+
+def test_job_supplied_text_cannot_drive_the_terminal() -> None:
+    evil = "pin failed\x1b[2J\x1b]0;owned\x07\r\x1b[31m" + "x" * 10_000
+    report = explain(profile({"observedGeneration": 1, "lastFailure": failure("X", evil)}))
+    text = render_explain(report)
+    assert "\x1b" not in text and "\x07" not in text and "\r" not in text
+    assert all(len(f["why"]) <= 2000 for f in report["findings"])

@@ -1,11 +1,8 @@
-"""Result ConfigMap patch/read round trip, size limits; artifacts and offline fit."""
+"""Artifacts and the offline fit (the result ConfigMap format: tests/unit/test_api_result.py)."""
 
 from __future__ import annotations
 
-import base64
-import gzip
 import json
-import random
 from pathlib import Path
 
 import pytest
@@ -13,14 +10,6 @@ import pytest
 from sps_operator.profiler import artifacts
 from sps_operator.profiler.cli import main
 from sps_operator.profiler.fitting import FitError, fit_profile, self_check
-from sps_operator.profiler.publish import (
-    INLINE_ROUNDS_LIMIT,
-    KEY_ROUNDS,
-    KEY_ROUNDS_GZ,
-    PublishError,
-    build_patch,
-    read_result,
-)
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, load_sps_table_text
 
 
@@ -34,73 +23,6 @@ def round_line(bs: int, m: int, sps: float, frac: float | None = None, repeat: i
         "steps_per_sec": sps,
         "num_steady_steps": 40,
     }
-
-
-def to_api(patch: dict) -> tuple[dict, dict]:
-    """What the API server would hold after applying the merge patch to an empty ConfigMap."""
-    data = {k: v for k, v in patch.get("data", {}).items() if v is not None}
-    binary = {k: v for k, v in patch.get("binaryData", {}).items() if v is not None}
-    return data, binary
-
-
-def test_small_result_round_trips_inline() -> None:
-    rounds = [round_line(1, 8, 90.0), round_line(2, 16, 85.0)]
-    patch = build_patch(
-        status="succeeded",
-        message="ok",
-        progress="2/2",
-        manifest={"fingerprint": "abc", "round_summaries": rounds},
-        rounds=rounds,
-    )
-    assert patch["binaryData"] == {KEY_ROUNDS_GZ: None}  # removes a stale gz
-    data, binary = to_api(patch)
-    result = read_result(data, binary)
-    assert result.status == "succeeded" and result.done
-    assert result.progress == "2/2"
-    assert result.rounds == rounds
-    assert result.manifest == {"fingerprint": "abc"}  # rounds travel once
-
-
-def test_large_result_is_gzipped_into_binary_data() -> None:
-    rng = random.Random(0)
-    rounds = [
-        {**round_line(bs, bs * 8, 50.0), "noise": [rng.random() for _ in range(30)]}
-        for bs in range(1, 400)
-    ]
-    assert len(json.dumps(rounds)) > INLINE_ROUNDS_LIMIT
-    patch = build_patch(status="running", progress="399/500", rounds=rounds)
-    assert patch["data"][KEY_ROUNDS] is None
-    raw = gzip.decompress(base64.b64decode(patch["binaryData"][KEY_ROUNDS_GZ]))
-    assert raw.decode().count("\n") == len(rounds)
-    result = read_result(*to_api(patch))
-    assert result.status == "running" and not result.done
-    assert result.rounds == rounds
-
-
-def test_too_large_fails_clearly() -> None:
-    rng = random.Random(1)
-    rounds = [
-        {"x": "".join(rng.choice("abcdef0123456789") for _ in range(4000))} for _ in range(400)
-    ]
-    with pytest.raises(PublishError, match="above the ConfigMap limit"):
-        build_patch(status="succeeded", rounds=rounds)
-
-
-def test_read_result_of_empty_and_bad_configmaps() -> None:
-    empty = read_result(None, None)
-    assert empty.status == "" and empty.rounds == [] and not empty.done
-    failed = read_result({"status": "failed", "message": "pin did not take"}, {})
-    assert failed.done and failed.message == "pin did not take"
-    with pytest.raises(PublishError, match="unknown status"):
-        read_result({"status": "weird"}, {})
-    with pytest.raises(PublishError, match=r"manifest\.json is not JSON"):
-        read_result({"status": "running", "manifest.json": "{"}, {})
-    with pytest.raises(PublishError, match="line 2 is not JSON"):
-        read_result({"status": "running", "rounds.jsonl": '{"a":1}\n{oops\n'}, {})
-    with pytest.raises(PublishError, match="not base64 gzip"):
-        read_result({"status": "running"}, {"rounds.jsonl.gz": "bm90IGd6aXA="})
-    with pytest.raises(ValueError, match="status must be"):
-        build_patch(status="done")
 
 
 def test_read_jsonl_drops_only_a_torn_tail(tmp_path: Path) -> None:

@@ -195,9 +195,16 @@ def test_fracs_and_settings_validation() -> None:
     # Reference floors only count when given.
     assert RoundSettings().min_steps == 48
     assert RoundSettings(min_steady_steps=64).min_steps == 64
-    assert RoundSettings(min_steady_seconds=10.0).step_budget == 768
-    assert RoundSettings(min_steady_seconds=20.0).step_budget == 1000
-    assert round_max_new_tokens(RoundSettings(max_steady_steps=100)) == 8 + 100 + 64
+    assert RoundSettings(min_steady_seconds=10.0).step_budget == 500
+    assert RoundSettings(min_steady_seconds=2.0).step_budget == 240
+    # Warm-up, the untimed first steps, the budget and a small slack: no 64-step tail.
+    assert round_max_new_tokens(RoundSettings(max_steady_steps=100)) == 8 + 2 + 100 + 4
+    # Prompts centre a typical round on the context the table describes.
+    assert RoundSettings().prompt_len == 300 - (8 + 2 + 48)
+    assert RoundSettings(input_len=16).prompt_len == 16
+    for bad in ({"context_len": 0}, {"max_steady_steps": 0}, {"input_len": 0}):
+        with pytest.raises(ValueError, match="must be >= 1"):
+            RoundSettings(**bad)  # type: ignore[arg-type]
 
 
 def test_vocab_size_resolution(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -277,3 +277,41 @@ def test_additive_fit_without_tiers_does_not_chase_noise() -> None:
 
     assert isinstance(ours, SpsAdditiveCostTable) and isinstance(reference, SpsAdditiveCostTable)
     assert error(ours) <= 0.5 * error(reference)
+
+
+def test_additive_fit_thins_knots_and_refuses_more_cells_than_a_profile_has(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sps_operator.tables import fit as fit_module
+
+    rng = random.Random(2)
+    cells = [
+        Cell(bs, m, truth(bs, m) * (1 + rng.gauss(0, 0.005)))
+        for bs in range(1, 41)
+        for m in range(bs, bs * K + 1, max(1, bs))
+    ]
+    monkeypatch.setattr(fit_module, "MAX_KNOTS_PER_AXIS", 16)
+    table = fit_additive_cells(cells).table
+    assert isinstance(table, SpsAdditiveCostTable)
+    assert len(table.bs_probes) == 16 and len(table.m_probes) == 16
+    assert (table.bs_probes[0], table.bs_probes[-1]) == (1, 40)  # the ends are kept
+    assert grid_rms_rel(table, 40) < 0.05
+    monkeypatch.setattr(fit_module, "MAX_ADDITIVE_CELLS", len(cells) - 1)
+    with pytest.raises(ValueError, match=f"at most {len(cells) - 1} distinct"):
+        fit_additive_cells(cells)
+
+
+def test_sparse_design_matches_the_dense_hat_basis() -> None:
+    from sps_operator.tables.fit import _additive_design
+
+    bs_knots, x_knots = [1, 4, 16], [8, 32, 128, 512]
+    bs, x = [1, 2, 16, 30], [8, 40, 128, 600]
+    design = _additive_design(bs, bs_knots, x, x_knots)
+    dense = [
+        [1.0, *a[1:], *t[1:]]
+        for a, t in zip(hat_basis(bs_knots, bs), hat_basis(x_knots, x), strict=True)
+    ]
+    beta = [0.01, 1e-4, 3e-4, 2e-4, 5e-4, 9e-4]
+    import numpy as np
+
+    assert design.times(np.array(beta)) == pytest.approx(np.array(dense) @ np.array(beta))

@@ -136,6 +136,12 @@ or into a Role in each watched namespace (namespaces mode).
 {{- else }}
 - --profiler-image={{ include "sps-operator.image" $ }}
 {{- end }}
+{{- range .Values.jobPolicy.allowedImages }}
+- --allow-job-image={{ . }}
+{{- end }}
+{{- range .Values.jobPolicy.allowedServiceAccounts }}
+- --allow-service-account={{ . }}
+{{- end }}
 {{- with .Values.operator.extraArgs }}
 {{ toYaml . }}
 {{- end }}

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from sps_operator.api.models import SpsProfileSpec, SpsProfileStatus
+from sps_operator.api.models import ROOT_RULES, SpsProfileSpec, SpsProfileStatus
 from sps_operator.constants import API_GROUP, API_VERSION, KIND, PLURAL
 
 SHORT_NAMES = ["sps"]
@@ -113,6 +113,7 @@ def build_crd() -> dict[str, Any]:
             "spec": spec_schema,
             "status": status_schema,
         },
+        "x-kubernetes-validations": ROOT_RULES,
     }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",

@@ -14,10 +14,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sps_operator.api.models import SpsProfileSpec, TableKind
+from sps_operator.api import labels as L
+from sps_operator.api.models import DEFAULT_ADDITIVE_FRACS, SpsProfileSpec, TableKind
+from sps_operator.api.result import MAX_CONFIGMAP_BYTES, encode_rounds, object_size
 from sps_operator.constants import API_GROUP, API_VERSION, IMAGE, KIND
 from sps_operator.controller import names
-from sps_operator.controller.serverconfig import TABLE_PATH_FLAG, split_flag
+from sps_operator.controller.serverconfig import (
+    TABLE_PATH_FLAG,
+    ServerCommand,
+    find_server_container,
+    without_flag,
+)
 
 PROFILING_ENV_COMMON = {
     "SGLANG_DSPARK_ENABLE_SPS_RECORD": "1",
@@ -29,8 +36,22 @@ PROFILER_CONTAINER = "profiler"
 SEED_VOLUME = "sps-seed-table"
 TABLE_VOLUME = "sps-table"
 SEED_MOUNT_DIR = "/etc/sps/seed"
+WORK_VOLUME = "sps-work"
 WORK_DIR = "/tmp/sps"
+TOKEN_VOLUME = "sps-profiler-token"
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 SERVER_WAIT_SECONDS = 1800
+PROFILER_UID = 65532
+# The `restricted` Pod Security Standard for the profiler container: it needs nothing more.
+RESTRICTED_CONTAINER: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": PROFILER_UID,
+    "runAsGroup": PROFILER_UID,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 # Metadata a GitOps tool uses to track what it owns; never copied onto our objects.
 GITOPS_LABELS = ("app.kubernetes.io/instance",)
 GITOPS_PREFIXES = ("argocd.argoproj.io/",)
@@ -66,9 +87,10 @@ class ProfileRef:
 
 def base_labels(profile: ProfileRef, component: str) -> dict[str, str]:
     return {
-        names.LABEL_PROFILE: names.label_value(profile.name),
-        names.LABEL_COMPONENT: component,
-        names.LABEL_MANAGED_BY: names.MANAGED_BY,
+        L.LABEL_PROFILE: names.label_value(profile.name),
+        L.LABEL_PROFILE_UID: profile.uid,
+        L.LABEL_COMPONENT: component,
+        L.LABEL_MANAGED_BY: L.MANAGED_BY,
     }
 
 
@@ -105,9 +127,13 @@ class RunPlan:
     fingerprint: str
     target_pod_spec: Mapping[str, Any] = field(default_factory=dict)
     server_container: str | None = None
+    server: ServerCommand | None = None  # the target's server command line (Clone)
     server_port: int = 30000
     seed_table_config_map: str | None = None
     profiler_image: str = IMAGE
+    # ConfigMaps that hold tables the target mounts (ours, or the AnnotateOnly stable one):
+    # the clone never mounts them, so it never depends on the table it is about to produce.
+    table_config_maps: frozenset[str] = frozenset()
 
     @property
     def job_name(self) -> str:
@@ -123,9 +149,9 @@ class RunPlan:
 
     def labels(self) -> dict[str, str]:
         return {
-            names.LABEL_RUN: self.run,
-            names.LABEL_GPU: names.label_value(self.gpu_product),
-            names.LABEL_FINGERPRINT: self.fingerprint,
+            L.LABEL_RUN: self.run,
+            L.LABEL_GPU: names.label_value(self.gpu_product),
+            L.LABEL_FINGERPRINT: self.fingerprint,
         }
 
 
@@ -142,9 +168,11 @@ def profiler_args(plan: RunPlan, base_url: str) -> list[str]:
     elif sweep.max_batch_size:
         args += ["--max-batch-size", str(sweep.max_batch_size)]
     if plan.phase == 2:
-        fracs = sweep.fracs or [0.25, 0.5, 0.75, 1.0]
+        fracs = sweep.fracs or DEFAULT_ADDITIVE_FRACS
         args += ["--fracs", *[repr(float(f)) for f in fracs]]
-    args += ["--input-len", str(sweep.input_len), "--repeats", str(sweep.repeats)]
+    if sweep.input_len is not None:
+        args += ["--input-len", str(sweep.input_len)]
+    args += ["--context-len", str(sweep.context_len), "--repeats", str(sweep.repeats)]
     args += ["--ci-rel-width", repr(sweep.ci_rel_width)]
     if sweep.min_steady_steps is not None:
         args += ["--min-steady-steps", str(sweep.min_steady_steps)]
@@ -159,50 +187,61 @@ def profiler_args(plan: RunPlan, base_url: str) -> list[str]:
     return args
 
 
-def _without_table_flag(tokens: Sequence[str]) -> list[str]:
-    out: list[str] = []
-    skip = False
-    for token in tokens:
-        if skip:
-            skip = False
-            continue
-        name, inline = split_flag(token)
-        if name == TABLE_PATH_FLAG:
-            skip = inline is None
-            continue
-        out.append(token)
-    return out
-
-
 def _with_env(env: Sequence[Mapping[str, Any]], overrides: Mapping[str, str]) -> list[dict]:
     kept = [dict(e) for e in env if e.get("name") not in overrides]
     return kept + [{"name": k, "value": v} for k, v in overrides.items()]
 
 
-def server_sidecar(plan: RunPlan, container: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of the target's server container as a native sidecar in profiling mode."""
+def is_table_volume(volume: Mapping[str, Any], table_config_maps: frozenset[str]) -> bool:
+    """A volume that carries an SPS table (the one the operator injects, or one of the
+    given ConfigMaps, directly or projected)."""
+    if volume.get("name") == TABLE_VOLUME:
+        return True
+    sources = [volume.get("configMap") or {}]
+    sources += [
+        s.get("configMap") or {} for s in (volume.get("projected") or {}).get("sources") or []
+    ]
+    return any(src.get("name") in table_config_maps for src in sources)
+
+
+def _mounts_without(container: Mapping[str, Any], dropped: set[str]) -> list[dict[str, Any]]:
+    return [dict(m) for m in container.get("volumeMounts") or [] if m.get("name") not in dropped]
+
+
+def server_sidecar(
+    plan: RunPlan, container: Mapping[str, Any], dropped_volumes: set[str]
+) -> dict[str, Any]:
+    """A copy of the target's server container as a native sidecar in profiling mode.
+
+    It keeps the container's own securityContext, image and resources. Its command line is
+    the one the operator parsed (a plain `sh -c` script becomes the exec form), without
+    the table flag: the clone starts without a table (phase 2 gets the seed table)."""
     sidecar = copy.deepcopy(dict(container))
     sidecar["name"] = SERVER_CONTAINER
     sidecar["restartPolicy"] = "Always"
     for key in ("livenessProbe", "readinessProbe", "startupProbe", "lifecycle"):
         sidecar.pop(key, None)
-    command = _without_table_flag([str(t) for t in sidecar.get("command") or []])
-    args = _without_table_flag([str(t) for t in sidecar.get("args") or []])
-    mounts = [dict(m) for m in sidecar.get("volumeMounts") or [] if m.get("name") != TABLE_VOLUME]
+    server = plan.server
+    if server is None:
+        raise ValueError("a Clone run needs the target's parsed server command")
+    args = without_flag(list(server.args), TABLE_PATH_FLAG)
+    mounts = _mounts_without(sidecar, dropped_volumes)
     if plan.phase == 2 and plan.seed_table_config_map:
         # The phase-1 diagonal table makes the server leave its verify-all shortcut, so the
         # forced budget fractions really trim the verify graph.
-        args += [TABLE_PATH_FLAG, f"{SEED_MOUNT_DIR}/{names.TABLE_KEY}"]
+        args += [TABLE_PATH_FLAG, f"{SEED_MOUNT_DIR}/{L.TABLE_KEY}"]
         mounts.append({"name": SEED_VOLUME, "mountPath": SEED_MOUNT_DIR, "readOnly": True})
-    if command:
-        sidecar["command"] = command
-    if args or "args" in sidecar:
-        sidecar["args"] = args
+    sidecar["command"] = list(server.launcher)
+    sidecar["args"] = args
     if mounts:
         sidecar["volumeMounts"] = mounts
     else:
         sidecar.pop("volumeMounts", None)
-    env = {**PROFILING_ENV_COMMON, "SGLANG_RAGGED_VERIFY_MODE": verify_mode(plan.spec, plan.phase)}
+    env = {
+        **server.env,
+        **PROFILING_ENV_COMMON,
+        "SGLANG_RAGGED_VERIFY_MODE": verify_mode(plan.spec, plan.phase),
+    }
     sidecar["env"] = _with_env(sidecar.get("env") or [], env)
     probe = {
         "httpGet": {"path": "/health", "port": plan.server_port},
@@ -219,23 +258,59 @@ def profiler_container(
     plan: RunPlan, base_url: str, server: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     job = plan.spec.job
-    mounts: list[dict[str, Any]] = [{"name": "work", "mountPath": WORK_DIR}]
+    mounts: list[dict[str, Any]] = [
+        {"name": WORK_VOLUME, "mountPath": WORK_DIR},
+        {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
+    ]
     # The server's volumes at the same paths (read-only): the tokenizer path the server
     # reports in /server_info then resolves inside the profiler too.
     for mount in (server or {}).get("volumeMounts") or []:
-        if mount.get("name") not in (TABLE_VOLUME, "work") and mount.get("mountPath") != WORK_DIR:
+        if mount.get("mountPath") not in (WORK_DIR, TOKEN_DIR):
             mounts.append({**dict(mount), "readOnly": True})
     container: dict[str, Any] = {
         "name": PROFILER_CONTAINER,
         "image": job.image or plan.profiler_image,
         "command": ["sps-profiler"],
         "args": profiler_args(plan, base_url),
-        "env": [{"name": "SPS_PROFILER_RUN", "value": plan.run}],
+        "env": [
+            {"name": "SPS_PROFILER_RUN", "value": plan.run},
+            # A read-only root file system: caches go to the work volume.
+            {"name": "HOME", "value": WORK_DIR},
+            {"name": "MPLCONFIGDIR", "value": f"{WORK_DIR}/matplotlib"},
+        ],
         "volumeMounts": mounts,
+        "securityContext": copy.deepcopy(RESTRICTED_CONTAINER),
     }
     if job.resources is not None:
         container["resources"] = job.resources.to_k8s()
     return container
+
+
+def token_volume() -> dict[str, Any]:
+    """The API credentials, for the profiler container only (the cloned server runs the
+    user's image and gets none): what the kubelet would otherwise mount into every
+    container."""
+    return {
+        "name": TOKEN_VOLUME,
+        "projected": {
+            "sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
+                {
+                    "configMap": {
+                        "name": "kube-root-ca.crt",
+                        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                    }
+                },
+                {
+                    "downwardAPI": {
+                        "items": [
+                            {"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}
+                        ]
+                    }
+                },
+            ]
+        },
+    }
 
 
 def profiling_job(plan: RunPlan) -> dict[str, Any]:
@@ -243,29 +318,48 @@ def profiling_job(plan: RunPlan) -> dict[str, Any]:
     time is expensive; the operator decides about retries)."""
     spec = plan.spec
     pod_spec = plan.target_pod_spec
-    volumes: list[dict[str, Any]] = [{"name": "work", "emptyDir": {}}]
+    volumes: list[dict[str, Any]] = [{"name": WORK_VOLUME, "emptyDir": {}}, token_volume()]
     init_containers: list[dict[str, Any]] = []
     node_selector: dict[str, str] = {}
     tolerations: list[dict[str, Any]] = []
-    pod: dict[str, Any] = {"restartPolicy": "Never"}
+    pod: dict[str, Any] = {"restartPolicy": "Never", "automountServiceAccountToken": False}
     if spec.server.source == "External":
         base_url = str(spec.server.url).rstrip("/")
         containers = [profiler_container(plan, base_url)]
     else:
-        container = _find_container(pod_spec, plan.server_container)
+        container = find_server_container(pod_spec, plan.server_container)
+        if container is None:
+            raise ValueError(f"the target has no container named {plan.server_container!r}")
         base_url = f"http://127.0.0.1:{plan.server_port}"
+        reserved = {WORK_VOLUME, TOKEN_VOLUME, SEED_VOLUME, TABLE_VOLUME}
+        dropped = reserved | {
+            str(v.get("name"))
+            for v in pod_spec.get("volumes") or []
+            if is_table_volume(v, plan.table_config_maps)
+        }
         volumes += [
             copy.deepcopy(dict(v))
             for v in pod_spec.get("volumes") or []
-            if v.get("name") not in (TABLE_VOLUME, "work")
+            if v.get("name") not in dropped
         ]
-        init_containers = [copy.deepcopy(dict(c)) for c in pod_spec.get("initContainers") or []]
-        init_containers.append(server_sidecar(plan, container))
-        containers = [profiler_container(plan, base_url, container)]
+        for init in pod_spec.get("initContainers") or []:
+            copied = copy.deepcopy(dict(init))
+            copied["volumeMounts"] = _mounts_without(init, dropped)
+            init_containers.append(copied)
+        init_containers.append(server_sidecar(plan, container, dropped))
+        server_view = {**dict(container), "volumeMounts": _mounts_without(container, dropped)}
+        containers = [profiler_container(plan, base_url, server_view)]
         node_selector.update(pod_spec.get("nodeSelector") or {})
         node_selector[spec.gpu_product_label] = plan.gpu_product
         tolerations += [copy.deepcopy(dict(t)) for t in pod_spec.get("tolerations") or []]
-        for key in ("affinity", "imagePullSecrets", "priorityClassName", "runtimeClassName"):
+        # The pod keeps the target's own security context (the server needs it).
+        for key in (
+            "affinity",
+            "imagePullSecrets",
+            "priorityClassName",
+            "runtimeClassName",
+            "securityContext",
+        ):
             if pod_spec.get(key):
                 pod[key] = copy.deepcopy(pod_spec[key])
         if plan.phase == 2 and plan.seed_table_config_map:
@@ -285,31 +379,21 @@ def profiling_job(plan: RunPlan) -> dict[str, Any]:
         pod["nodeSelector"] = node_selector
     if tolerations:
         pod["tolerations"] = tolerations
-    labels = {**plan.labels(), names.LABEL_COMPONENT: names.COMPONENT_JOB}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": object_meta(plan.profile, plan.job_name, names.COMPONENT_JOB, plan.labels()),
+        "metadata": object_meta(plan.profile, plan.job_name, L.COMPONENT_JOB, plan.labels()),
         "spec": {
             "backoffLimit": 0,
             "activeDeadlineSeconds": spec.job.active_deadline_seconds,
             "template": {
-                "metadata": {"labels": {**base_labels(plan.profile, "profiling-pod"), **labels}},
+                "metadata": {
+                    "labels": {**base_labels(plan.profile, L.COMPONENT_POD), **plan.labels()}
+                },
                 "spec": pod,
             },
         },
     }
-
-
-def _find_container(pod_spec: Mapping[str, Any], name: str | None) -> Mapping[str, Any]:
-    containers = pod_spec.get("containers") or []
-    for container in containers:
-        if name is None or container.get("name") == name:
-            return container
-    raise ValueError(
-        f"the target has no container named {name!r}; set spec.serverContainer to one of "
-        f"{[c.get('name') for c in containers]}"
-    )
 
 
 def result_config_map(plan: RunPlan) -> dict[str, Any]:
@@ -318,7 +402,7 @@ def result_config_map(plan: RunPlan) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": object_meta(
-            plan.profile, plan.result_config_map, names.COMPONENT_RESULT, plan.labels()
+            plan.profile, plan.result_config_map, L.COMPONENT_RESULT, plan.labels()
         ),
         "data": {},
     }
@@ -330,7 +414,7 @@ def profiler_rbac(plan: RunPlan) -> list[dict[str, Any]]:
     results = [names.result_config_map(plan.run, 1)]
     if plan.spec.table.kind == TableKind.ADDITIVE:
         results.append(names.result_config_map(plan.run, 2))
-    meta = object_meta(plan.profile, account, names.COMPONENT_RBAC, {names.LABEL_RUN: plan.run})
+    meta = object_meta(plan.profile, account, L.COMPONENT_RBAC, {L.LABEL_RUN: plan.run})
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": copy.deepcopy(meta)},
         {
@@ -373,29 +457,66 @@ def table_config_map(
     gpu_product: str,
     fingerprint: str,
     meta: Mapping[str, Any],
-    component: str = names.COMPONENT_TABLE,
+    rounds: Sequence[Mapping[str, Any]] = (),
+    component: str = L.COMPONENT_TABLE,
 ) -> dict[str, Any]:
-    """An immutable ConfigMap per table, named by content hash."""
+    """An immutable ConfigMap per table, named by content hash, with its provenance: the
+    validated rounds it was fitted from (gzipped in binaryData when large), dropped with
+    a note in meta.json when even that would not fit in a ConfigMap."""
     labels = {
-        names.LABEL_GPU: names.label_value(gpu_product),
-        names.LABEL_FINGERPRINT: fingerprint,
-        names.LABEL_TABLE_HASH: table_hash,
+        L.LABEL_GPU: names.label_value(gpu_product),
+        L.LABEL_FINGERPRINT: fingerprint,
+        L.LABEL_TABLE_HASH: table_hash,
     }
-    return {
+    data: dict[str, str | None] = {L.TABLE_KEY: table_json}
+    binary: dict[str, str | None] = {}
+    meta = dict(meta)
+    if rounds:
+        rounds_data, binary = encode_rounds(rounds)
+        data.update(rounds_data)
+        if object_size(data, binary) > MAX_CONFIGMAP_BYTES // 2:
+            data, binary = {L.TABLE_KEY: table_json}, {}
+            meta["roundsOmitted"] = f"{len(rounds)} rounds did not fit in the ConfigMap"
+    data[L.META_KEY] = json.dumps(meta, sort_keys=True, indent=1, default=str)
+    cm: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": object_meta(
-            profile,
-            name,
-            component,
-            labels,
-            annotations={names.LABEL_GPU: gpu_product},
+            profile, name, component, labels, annotations={L.ANNOTATION_GPU: gpu_product}
         ),
         "immutable": True,
-        "data": {
-            names.TABLE_KEY: table_json,
-            names.META_KEY: json.dumps(meta, sort_keys=True, indent=1),
+        "data": {k: v for k, v in data.items() if v is not None},
+    }
+    packed = {k: v for k, v in binary.items() if v is not None}
+    if packed:
+        cm["binaryData"] = packed
+    return cm
+
+
+def stable_table_apply(
+    profile: ProfileRef,
+    name: str,
+    table_json: str,
+    table_hash: str,
+    filename: str,
+    placeholder: bool,
+) -> dict[str, Any]:
+    """AnnotateOnly: the stable ConfigMap the Deployment in Git mounts (SSA: data, the
+    hash and the placeholder mark). No ownerReference: it must outlive the profile, the
+    Deployments keep mounting it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": profile.namespace,
+            "labels": {L.LABEL_MANAGED_BY: L.MANAGED_BY, L.LABEL_COMPONENT: L.COMPONENT_STABLE},
+            "annotations": {
+                L.ANNOTATION_TABLE_HASH: table_hash,
+                L.ANNOTATION_PLACEHOLDER: "true" if placeholder else "false",
+            },
         },
+        "data": {filename: table_json},
     }
 
 
@@ -415,7 +536,7 @@ def inject_apply(
     The args list is atomic in SSA, so the operator necessarily co-owns `args`; it sends the
     container's current args with its flag set (Git's values unchanged)."""
     directory, filename = posixpath.split(table_path)
-    args = [*_without_table_flag(list(server_args)), TABLE_PATH_FLAG, table_path]
+    args = [*without_flag(list(server_args), TABLE_PATH_FLAG), TABLE_PATH_FLAG, table_path]
     pod_spec: dict[str, Any] = {
         "containers": [
             {
@@ -429,7 +550,7 @@ def inject_apply(
                 "name": TABLE_VOLUME,
                 "configMap": {
                     "name": table_config_map,
-                    "items": [{"key": names.TABLE_KEY, "path": filename}],
+                    "items": [{"key": L.TABLE_KEY, "path": filename}],
                 },
             }
         ],
@@ -450,8 +571,8 @@ def _table_annotations(table_config_map: str, table_hash: str) -> dict[str, Any]
     return {
         "metadata": {
             "annotations": {
-                names.ANNOTATION_TABLE_HASH: table_hash,
-                names.ANNOTATION_TABLE: table_config_map,
+                L.ANNOTATION_TABLE_HASH: table_hash,
+                L.ANNOTATION_TABLE: table_config_map,
             }
         }
     }
@@ -468,21 +589,15 @@ def _deployment_apply(deployment: Mapping[str, Any], template: dict[str, Any]) -
     }
 
 
-def stable_table_apply(
-    profile: ProfileRef, name: str, table_json: str, table_hash: str, filename: str
-) -> dict[str, Any]:
-    """AnnotateOnly: the stable ConfigMap the Deployment in Git mounts (SSA; data only)."""
+def owner_patch(deployment: Mapping[str, Any], owner: str | None) -> dict[str, Any]:
+    """A merge patch recording (or, with None, removing) the profile that serves the
+    Deployment. It carries the resourceVersion the decision was made on: the API server
+    refuses it (409) if the Deployment changed meanwhile. A merge patch, not an apply: an
+    apply of only this annotation would drop the template fields the operator applied."""
+    meta = deployment.get("metadata") or {}
     return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
         "metadata": {
-            "name": name,
-            "namespace": profile.namespace,
-            "annotations": {names.ANNOTATION_TABLE_HASH: table_hash},
-        },
-        "data": {filename: table_json},
+            "resourceVersion": meta.get("resourceVersion"),
+            "annotations": {L.ANNOTATION_OWNER: owner},
+        }
     }
-
-
-def container_args(pod_spec: Mapping[str, Any], name: str | None) -> list[str]:
-    return [str(a) for a in _find_container(pod_spec, name).get("args") or []]

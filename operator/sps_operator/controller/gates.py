@@ -16,6 +16,10 @@ class GateResult:
     message: str
 
 
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
 def relative_change(new: SpsTable, live: SpsTable) -> float | None:
     """Largest relative difference of the step time at the new table's probes;
     None when the tables are of different kinds (not comparable)."""
@@ -40,6 +44,19 @@ def relative_change(new: SpsTable, live: SpsTable) -> float | None:
 def check_gates(
     gates: GatesSpec, quality: FitQuality, new: SpsTable, live: SpsTable | None
 ) -> GateResult:
+    if gates.max_error_bound is not None:
+        bound = quality.error_bound_rel
+        if bound is None or not math.isfinite(bound) or bound > gates.max_error_bound:
+            shown = "unknown" if bound is None else f"{bound:.1%}"
+            return GateResult(
+                False,
+                "ErrorBoundGateFailed",
+                f"the table's predicted error bound {shown} exceeds gates.maxErrorBound "
+                f"{gates.max_error_bound:.1%} (leave-one-out error "
+                f"{_pct(quality.loo_rel_max)}, widest round CI {_pct(quality.ci_rel_max)}): "
+                "measure more batch sizes (sweep.batchSizes / maxBatchSize), tighten "
+                "sweep.ciRelWidth, or relax the gate",
+            )
     rms = quality.rms_ms
     if (
         gates.max_rms_ms is not None

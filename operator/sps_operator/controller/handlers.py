@@ -12,9 +12,10 @@ from typing import Any
 import kopf
 
 from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
-from sps_operator.controller import names
+from sps_operator.controller.kube import api_error_detail
 from sps_operator.controller.placement import PodInfo
 from sps_operator.controller.reconcile import Reconciler
+from sps_operator.controller.release import release
 
 log = logging.getLogger("sps_operator.handlers")
 
@@ -72,20 +73,14 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, resync: fl
             reconciler.reconcile(dict(body), pods, nodes)
 
     @kopf.on.delete(API_GROUP, API_VERSION, PLURAL, id="sps_release", registry=registry)  # type: ignore[arg-type]
-    def sps_release(body: kopf.Body, namespace: str, name: str, **_: Any) -> None:
-        """Owned objects go with the SpsProfile (garbage collection), except the tables the
-        Deployments still mount: those are released (ownerReference dropped) so the
-        Deployments keep serving and can restart."""
-        status = body.get("status") or {}
-        in_use = {t.get("table") for t in status.get("targets") or [] if t.get("table")}
-        for cm_name in sorted(in_use):
-            patch = {
-                "metadata": {
-                    "ownerReferences": None,
-                    "labels": {f"{names.LABEL_PREFIX_RELEASED}": "true"},
-                }
-            }
-            try:
-                reconciler.kube.patch_config_map_metadata(namespace, cm_name, patch)
-            except Exception as exc:
-                log.warning("could not release table %s: %s", cm_name, exc)
+    def sps_release(namespace: str, name: str, uid: str, **_: Any) -> None:
+        """Keep the finalizer until the tables the Deployments mount are released."""
+        try:
+            released = release(reconciler.kube, namespace, name, uid)
+        except Exception as exc:
+            raise kopf.TemporaryError(
+                f"could not release the tables the Deployments mount: {api_error_detail(exc)}",
+                delay=10,
+            ) from exc
+        if released:
+            log.info("released tables of %s/%s: %s", namespace, name, ", ".join(released))

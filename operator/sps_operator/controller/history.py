@@ -7,6 +7,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from sps_operator.api import labels as L
+from sps_operator.controller.state import Pass
+
 
 @dataclass(frozen=True)
 class PublishedTable:
@@ -35,3 +38,29 @@ def tables_to_delete(
             else:
                 doomed.append(table.name)
     return sorted(doomed)
+
+
+def trim_history(p: Pass) -> None:
+    """Delete this profile's table ConfigMaps beyond spec.historyLimit per GPU product;
+    never one a target runs or may roll back to, nor the rejected one."""
+    st = p.status
+    published = [
+        PublishedTable(
+            name=name,
+            gpu_product=(cm["metadata"].get("labels") or {}).get(L.LABEL_GPU, ""),
+            created=cm["metadata"].get("creationTimestamp", ""),
+        )
+        for name, cm in p.snapshot.config_maps.items()
+        if (cm["metadata"].get("labels") or {}).get(L.LABEL_COMPONENT) == L.COMPONENT_TABLE
+    ]
+    keep = {t.config_map for t in st.tables} | {t.table for t in st.targets if t.table}
+    keep |= {t.previous for t in st.tables if t.previous}  # the rollback targets
+    keep |= {t.running_config_map for t in p.targets if t.running_config_map}
+    if st.rejected_table is not None:
+        keep.add(st.rejected_table.config_map)
+    for name in tables_to_delete(published, keep, p.spec.history_limit):
+        p.kube.delete("ConfigMap", p.namespace, name)
+    # Forget tables whose ConfigMap is gone (deleted by hand): they cannot be reused. A
+    # table published in this pass is not in the snapshot yet.
+    existing = set(p.snapshot.config_maps) | set(p.created)
+    st.tables = [t for t in st.tables if t.config_map in existing]

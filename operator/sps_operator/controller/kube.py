@@ -1,5 +1,7 @@
-"""The operator's only door to the API server: a thin, synchronous facade over the
-`kubernetes` client that speaks plain camelCase dicts (what the builders produce)."""
+"""The operator's only door to the API server: `KubeApi`, the protocol every step of a pass
+talks to, and `Kube`, its implementation on the synchronous `kubernetes` client (plain
+camelCase dicts, what the builders produce). The unit tests' in-memory fake implements
+the same protocol."""
 
 from __future__ import annotations
 
@@ -7,8 +9,9 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -16,13 +19,37 @@ from sps_operator.constants import API_GROUP, API_VERSION, FIELD_MANAGER, KIND, 
 
 log = logging.getLogger(__name__)
 APPLY = "application/apply-patch+yaml"
+Obj = dict[str, Any]
 
 
-def _raw(response: Any) -> dict[str, Any]:
+class KubeApi(Protocol):
+    """What a reconcile pass may ask of the API server."""
+
+    # Reads (None when absent).
+    def list_deployments(self, namespace: str, label_selector: str) -> list[Obj]: ...
+    def list_config_maps(self, namespace: str, label_selector: str) -> list[Obj]: ...
+    def list_jobs(self, namespace: str, label_selector: str) -> list[Obj]: ...
+    def list_profiles(self, namespace: str) -> list[Obj]: ...
+    def get(self, kind: str, namespace: str, name: str) -> Obj | None: ...
+
+    # Writes.
+    def create(self, obj: Mapping[str, Any]) -> bool: ...
+    def delete(self, kind: str, namespace: str, name: str) -> None: ...
+    def apply(self, body: Obj) -> None: ...
+    def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> None: ...
+    def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None: ...
+    def event(
+        self, involved: Mapping[str, Any], type_: str, reason: str, message: str, now: datetime
+    ) -> None: ...
+
+
+def _raw(response: Any) -> Obj:
     return dict(json.loads(response.data))
 
 
 class Kube:
+    """`KubeApi` on the `kubernetes` client."""
+
     def __init__(self, api_client: client.ApiClient | None = None) -> None:
         self.api = api_client or client.ApiClient()
         self.core = client.CoreV1Api(self.api)
@@ -31,45 +58,47 @@ class Kube:
         self.rbac = client.RbacAuthorizationV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
 
-    # ---- reads (None when absent)
+    # ---- reads
 
-    def list_deployments(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
-        resp = self.apps.list_namespaced_deployment(
-            namespace, label_selector=label_selector, _preload_content=False
-        )
-        return list(_raw(resp).get("items", []))
+    def list_deployments(self, namespace: str, label_selector: str) -> list[Obj]:
+        return self._items(self.apps.list_namespaced_deployment, namespace, label_selector)
 
-    def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._get(
-            lambda: self.apps.read_namespaced_deployment(name, namespace, _preload_content=False)
-        )
+    def list_config_maps(self, namespace: str, label_selector: str) -> list[Obj]:
+        return self._items(self.core.list_namespaced_config_map, namespace, label_selector)
 
-    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._get(
-            lambda: self.batch.read_namespaced_job(name, namespace, _preload_content=False)
-        )
+    def list_jobs(self, namespace: str, label_selector: str) -> list[Obj]:
+        return self._items(self.batch.list_namespaced_job, namespace, label_selector)
 
-    def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._get(
-            lambda: self.core.read_namespaced_config_map(name, namespace, _preload_content=False)
-        )
-
-    def list_config_maps(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
-        resp = self.core.list_namespaced_config_map(
-            namespace, label_selector=label_selector, _preload_content=False
-        )
-        return list(_raw(resp).get("items", []))
-
-    def list_jobs(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
-        resp = self.batch.list_namespaced_job(
-            namespace, label_selector=label_selector, _preload_content=False
+    def list_profiles(self, namespace: str) -> list[Obj]:
+        resp = self.custom.list_namespaced_custom_object(
+            API_GROUP, API_VERSION, namespace, PLURAL, _preload_content=False
         )
         return list(_raw(resp).get("items", []))
 
     @staticmethod
-    def _get(call: Any) -> dict[str, Any] | None:
+    def _items(call: Callable[..., Any], namespace: str, label_selector: str) -> list[Obj]:
+        resp = call(namespace, label_selector=label_selector, _preload_content=False)
+        return list(_raw(resp).get("items", []))
+
+    def get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        calls: dict[str, Callable[[], Any]] = {
+            "Deployment": lambda: self.apps.read_namespaced_deployment(
+                name, namespace, _preload_content=False
+            ),
+            "Job": lambda: self.batch.read_namespaced_job(name, namespace, _preload_content=False),
+            "ConfigMap": lambda: self.core.read_namespaced_config_map(
+                name, namespace, _preload_content=False
+            ),
+            "ServiceAccount": lambda: self.core.read_namespaced_service_account(
+                name, namespace, _preload_content=False
+            ),
+            "Role": lambda: self.rbac.read_namespaced_role(name, namespace, _preload_content=False),
+            "RoleBinding": lambda: self.rbac.read_namespaced_role_binding(
+                name, namespace, _preload_content=False
+            ),
+        }
         try:
-            return _raw(call())
+            return _raw(calls[kind]())
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -78,7 +107,8 @@ class Kube:
     # ---- writes
 
     def create(self, obj: Mapping[str, Any]) -> bool:
-        """Create; False when it already exists (deterministic names make that an adoption)."""
+        """Create; False when it already exists (deterministic names make that an
+        adoption, which the caller checks with `owned_by`)."""
         ns = obj["metadata"]["namespace"]
         kind = obj["kind"]
         body: Any = dict(obj)  # the client accepts plain dicts (camelCase) as bodies
@@ -112,27 +142,36 @@ class Kube:
             if exc.status != 404:
                 raise
 
-    def apply_deployment(self, body: dict[str, Any], force: bool = True) -> None:
-        self._apply(self.apps.patch_namespaced_deployment, body, force)
-
-    def apply_config_map(self, body: dict[str, Any], force: bool = True) -> None:
-        self._apply(self.core.patch_namespaced_config_map, body, force)
-
-    @staticmethod
-    def _apply(patch: Callable[..., Any], body: dict[str, Any], force: bool) -> None:
-        """Server-side apply of `body` as the operator's field manager."""
+    def apply(self, body: Obj) -> None:
+        """Server-side apply of `body` (a Deployment or a ConfigMap) as the operator's
+        field manager; it owns exactly the fields in `body`."""
+        patch = {
+            "Deployment": self.apps.patch_namespaced_deployment,
+            "ConfigMap": self.core.patch_namespaced_config_map,
+        }[body["kind"]]
         meta = body["metadata"]
         patch(
             meta["name"],
             meta["namespace"],
             body,
             field_manager=FIELD_MANAGER,
-            force=force,
+            force=True,
             _content_type=APPLY,
         )
 
-    def patch_config_map_metadata(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
-        self.core.patch_namespaced_config_map(name, namespace, patch)
+    def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> None:
+        """A JSON merge patch (of metadata) under the operator's field manager."""
+        call = {
+            "Deployment": self.apps.patch_namespaced_deployment,
+            "ConfigMap": self.core.patch_namespaced_config_map,
+        }[kind]
+        call(
+            name,
+            namespace,
+            patch,
+            field_manager=FIELD_MANAGER,
+            _content_type="application/merge-patch+json",
+        )
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         self.custom.patch_namespaced_custom_object_status(
@@ -177,3 +216,29 @@ class Kube:
             self.core.create_namespaced_event(meta.get("namespace"), body)
         except ApiException as exc:
             log.warning("could not post event %s: %s", reason, exc.reason)
+
+
+def owned_by(obj: Mapping[str, Any] | None, uid: str) -> bool:
+    """`obj` exists and its controller ownerReference is the profile with `uid`."""
+    refs = ((obj or {}).get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("uid") == uid and r.get("controller") for r in refs)
+
+
+def api_error_detail(exc: BaseException) -> str:
+    """What an exception says, with the API server's own message when it is one."""
+    if isinstance(exc, ApiException):
+        message = ""
+        if exc.body:
+            try:
+                message = json.loads(exc.body).get("message", "")
+            except (ValueError, AttributeError):
+                message = str(exc.body)
+        return f"API error {exc.status} {exc.reason}: {message}".strip()
+    return f"{type(exc).__name__}: {exc}"
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth retrying as it is: conflicts, throttling, server-side and network trouble."""
+    if isinstance(exc, ApiException):
+        return exc.status in (0, 409, 429, 500, 502, 503, 504) or exc.status is None
+    return isinstance(exc, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError, OSError))

@@ -33,6 +33,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--resync-seconds", type=float, default=10.0)
     parser.add_argument("--gpu-debounce-seconds", type=float, default=30.0)
     parser.add_argument("--profiler-image", default=IMAGE)
+    parser.add_argument(
+        "--allow-job-image",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="allow spec.job.image values matching this fnmatch pattern (repeatable; default: "
+        "none, profiling Jobs run --profiler-image)",
+    )
+    parser.add_argument(
+        "--allow-service-account",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="allow spec.job.serviceAccountName values matching this pattern (repeatable; "
+        "default: none, each run gets its own ServiceAccount)",
+    )
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--debug", action="store_true")
     parser.add_argument("--log-format", choices=["plain", "full", "json"], default="full")
@@ -65,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     from sps_operator.controller.handlers import register
     from sps_operator.controller.kube import Kube
     from sps_operator.controller.metrics import Metrics
-    from sps_operator.controller.reconcile import Reconciler, Settings
+    from sps_operator.controller.reconcile import Reconciler
+    from sps_operator.controller.state import Settings
 
     level = logging.DEBUG if args.debug else (logging.INFO if args.verbose else logging.WARNING)
     kopf.configure(
@@ -91,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         Settings(
             profiler_image=args.profiler_image,
             gpu_debounce_seconds=args.gpu_debounce_seconds,
+            allowed_job_images=tuple(args.allow_job_image),
+            allowed_service_accounts=tuple(args.allow_service_account),
         ),
         clock=make_clock(args.clock_offset_file),
         metrics=metrics,

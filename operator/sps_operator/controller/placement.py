@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from sps_operator.controller.selectors import matches_selector
+
 
 @dataclass(frozen=True)
 class PodInfo:
@@ -22,25 +24,6 @@ class PodInfo:
     node: str | None
     deleting: bool = False
     phase: str | None = None
-
-
-def matches_selector(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """A metav1.LabelSelector match (matchLabels and matchExpressions)."""
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        present = key in labels
-        if op == "In" and (not present or labels[key] not in values):
-            return False
-        if op == "NotIn" and present and labels[key] in values:
-            return False
-        if op == "Exists" and not present:
-            return False
-        if op == "DoesNotExist" and present:
-            return False
-    return bool(selector.get("matchLabels") or selector.get("matchExpressions"))
 
 
 @dataclass(frozen=True)
@@ -96,13 +79,9 @@ class Debouncer:
             return value
         return None
 
-    def pending_seconds(self, key: str, now: datetime) -> float:
-        previous = self._seen.get(key)
-        if previous is None:
-            return self.period.total_seconds()
-        return max(0.0, (self.period - (now - previous[1])).total_seconds())
-
-    def forget(self, keep: Sequence[str]) -> None:
+    def forget(self, keep: Sequence[str], prefix: str = "") -> None:
+        """Drop the keys under `prefix` that are not in `keep` (gone Deployments)."""
+        kept = set(keep)
         for key in list(self._seen):
-            if key not in keep:
+            if key.startswith(prefix) and key not in kept:
                 del self._seen[key]

@@ -1,21 +1,35 @@
-"""What an SGLang server's step cost depends on, parsed from its container (pure).
+"""What an SGLang server container runs, and what its step cost depends on (pure).
 
-Only an allowlist of flags and env vars enters the fingerprint: what the operator
-injects itself (the table path) or what does not change the cost (host, port, log
-level) must not make a table stale.
+`parse_server` recognises an SGLang DSpark server from its container, or refuses with a
+`ServerProblem` that says what to change: a table is only ever measured for, and put
+onto, a server the operator understands. It accepts the exec form (`command`/`args`) and
+a `sh -c` script that is one plain command line (no variables, pipes, `;`, redirections
+or substitutions; a leading `exec` and `VAR=value` assignments are fine). Anything else
+in a script cannot be read safely and is refused.
+
+Only an allowlist of flags and env vars enters the fingerprint: what the operator injects
+itself (the table path) or what does not change the cost (host, port, log level) must not
+make a table stale.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
+import posixpath
+import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sps_operator.api.hashing import content_hash
+
 TABLE_PATH_FLAG = "--speculative-dspark-sps-table-path"
+ALGORITHM_FLAG = "--speculative-algorithm"
 DEFAULT_PORT = 30000
 VERIFY_MODE_ENV = "SGLANG_RAGGED_VERIFY_MODE"
+SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
+MAX_SCRIPT_CHARS = 16 * 1024
 
 # flag -> canonical name. Aliases map to one name so `--tp 2` and `--tp-size 2` agree.
 COST_FLAGS: dict[str, str] = {
@@ -41,7 +55,7 @@ COST_FLAGS: dict[str, str] = {
     "--quantization": "quantization",
     "--kv-cache-dtype": "kv_cache_dtype",
     "--attention-backend": "attention_backend",
-    "--speculative-algorithm": "speculative_algorithm",
+    ALGORITHM_FLAG: "speculative_algorithm",
 }
 # Boolean switches (no value) that change the cost.
 COST_SWITCHES: dict[str, str] = {
@@ -52,6 +66,29 @@ COST_SWITCHES: dict[str, str] = {
     "--disable-overlap-schedule": "disable_overlap",
 }
 COST_ENV = (VERIFY_MODE_ENV, "SGLANG_PREP_IN_CUDA_GRAPH")
+
+# Problem reasons (CamelCase: they become condition reasons).
+NOT_SGLANG = "NotAnSglangServer"
+NOT_DSPARK = "NotADsparkServer"
+SHELL_SCRIPT = "UnreadableShellScript"
+
+
+class ServerProblem(ValueError):
+    """The container is not a server the operator may profile or give a table."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class ServerCommand:
+    """An SGLang server's command line, as the operator understood it."""
+
+    launcher: tuple[str, ...]  # ("python3", "-m", "sglang.launch_server") or ("sglang", "serve")
+    args: tuple[str, ...]  # the server's flags
+    env: Mapping[str, str] = field(default_factory=dict)  # `VAR=value` before a script's command
+    shell: bool = False  # came from a `sh -c` script (Inject cannot add a flag to it)
 
 
 @dataclass(frozen=True)
@@ -66,14 +103,10 @@ class ServerConfig:
 
     def fingerprint(self) -> str:
         canonical = {"image": self.image, "flags": self.flags, "env": self.env}
-        return sha16(json.dumps(canonical, sort_keys=True, separators=(",", ":")))
+        return content_hash(json.dumps(canonical, sort_keys=True, separators=(",", ":")))
 
     def describe(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def sha16(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def split_flag(token: str) -> tuple[str, str | None]:
@@ -83,8 +116,24 @@ def split_flag(token: str) -> tuple[str, str | None]:
     return token, None
 
 
+def without_flag(tokens: Sequence[str], flag: str) -> list[str]:
+    """`tokens` without `flag` and its value (`--flag v` or `--flag=v`)."""
+    out: list[str] = []
+    skip = False
+    for token in tokens:
+        if skip:
+            skip = False
+            continue
+        name, inline = split_flag(token)
+        if name == flag:
+            skip = inline is None
+            continue
+        out.append(token)
+    return out
+
+
 def parse_server_args(tokens: Sequence[str]) -> tuple[dict[str, str], int, str | None]:
-    """Cost flags, port and table path from a server's command line (command + args)."""
+    """Cost flags, port and table path from a server's flags."""
     flags: dict[str, str] = {}
     port = DEFAULT_PORT
     table_path: str | None = None
@@ -102,7 +151,7 @@ def parse_server_args(tokens: Sequence[str]) -> tuple[dict[str, str], int, str |
         elif name in COST_FLAGS and value is not None:
             flags[COST_FLAGS[name]] = value
         elif name == "--port" and value is not None:
-            if value.isdigit():
+            if value.isdigit() and 0 < int(value) < 65536:
                 port = int(value)
         elif name == TABLE_PATH_FLAG:
             table_path = value
@@ -121,20 +170,161 @@ def find_server_container(
     return None
 
 
-def server_config(container: Mapping[str, Any]) -> ServerConfig:
-    tokens = [str(t) for t in (container.get("command") or [])] + [
-        str(t) for t in (container.get("args") or [])
-    ]
-    flags, port, table_path = parse_server_args(tokens)
-    env = {
-        str(e["name"]): str(e.get("value", ""))
+# --------------------------------------------------------------------------- the command line
+
+_K8S_VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+# Outside quotes, these make a script more than one plain command line.
+_SHELL_SPECIAL = frozenset("$`;&|<>(){}*?[]~#\n")
+
+
+def _first_shell_feature(script: str) -> str | None:
+    """The first character that the shell would interpret (expansion, another command,
+    redirection, glob), honouring quotes and backslash escapes; None for a plain line."""
+    quote: str | None = None
+    escaped = False
+    for char in script:
+        if escaped:
+            escaped = False
+        elif quote == "'":
+            quote = None if char == "'" else quote
+        elif char == "\\":
+            escaped = True
+        elif quote == '"':
+            if char in "$`":
+                return char
+            quote = None if char == '"' else quote
+        elif char in "'\"":
+            quote = char
+        elif char in _SHELL_SPECIAL:
+            return char
+    return None
+
+
+def literal_env(container: Mapping[str, Any]) -> dict[str, str]:
+    return {
+        str(e.get("name")): str(e.get("value", ""))
         for e in container.get("env") or []
-        if e.get("name") in COST_ENV and "valueFrom" not in e
+        if isinstance(e, Mapping) and "valueFrom" not in e
     }
+
+
+def expand_k8s_vars(token: str, env: Mapping[str, str]) -> str:
+    """`$(VAR)` as the kubelet expands it in command/args (`$$` escapes; unknown stays)."""
+
+    def sub(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name = match.group(1)
+        return env.get(name, match.group(0))
+
+    return _K8S_VAR.sub(sub, token)
+
+
+def _shell_script(tokens: Sequence[str]) -> str | None:
+    """The script of `sh -c SCRIPT ...`, or None when the command is not a shell."""
+    if not tokens or posixpath.basename(tokens[0]) not in SHELLS:
+        return None
+    for i, token in enumerate(tokens[1:], start=1):
+        if token.startswith("-") and not token.startswith("--") and "c" in token[1:]:
+            if i + 1 >= len(tokens):
+                break
+            return tokens[i + 1]
+        if not token.startswith("-"):
+            break
+    raise ServerProblem(
+        SHELL_SCRIPT,
+        f"the server runs {tokens[0]} without a -c script; start SGLang in command/args",
+    )
+
+
+def _script_tokens(script: str) -> tuple[list[str], dict[str, str]]:
+    """One plain command line of a script, and its leading `VAR=value` assignments."""
+    advice = (
+        "put the launcher and its flags in the container's command/args (exec form), or use "
+        "rollout.mode AnnotateOnly with the table flag written in your script"
+    )
+    if len(script) > MAX_SCRIPT_CHARS:
+        raise ServerProblem(SHELL_SCRIPT, f"the server's shell script is too long; {advice}")
+    body = script.strip().replace("\\\n", " ")
+    feature = _first_shell_feature(body)
+    if feature:
+        raise ServerProblem(
+            SHELL_SCRIPT,
+            f"the server's shell script uses {feature!r} (variables, several "
+            f"commands, pipes, redirections or globs), so its command cannot be read "
+            f"safely; {advice}",
+        )
+    try:
+        words = shlex.split(body, posix=True)
+    except ValueError as exc:
+        raise ServerProblem(SHELL_SCRIPT, f"the server's shell script: {exc}; {advice}") from None
+    env: dict[str, str] = {}
+    while words and _ASSIGNMENT.match(words[0]):
+        name, value = words.pop(0).split("=", 1)
+        env[name] = value
+    if words and words[0] == "exec":
+        words.pop(0)
+    return words, env
+
+
+def _launcher_length(tokens: Sequence[str]) -> int:
+    """How many leading tokens start SGLang's server (0: not SGLang's launcher)."""
+    if not tokens:
+        return 0
+    first = posixpath.basename(tokens[0])
+    if first == "sglang" and len(tokens) > 1 and tokens[1] == "serve":
+        return 2
+    if not _PYTHON.match(first):
+        return 0
+    i = 1
+    while i < len(tokens) and tokens[i].startswith("-") and tokens[i] != "-m":
+        i += 2 if tokens[i] in ("-X", "-W") else 1
+    if i + 1 < len(tokens) and tokens[i] == "-m" and tokens[i + 1] == "sglang.launch_server":
+        return i + 2
+    return 0
+
+
+def parse_server(container: Mapping[str, Any]) -> ServerCommand:
+    """The SGLang DSpark server in `container`, or ServerProblem saying what to change."""
+    env = literal_env(container)
+    tokens = [
+        expand_k8s_vars(str(t), env)
+        for t in [*(container.get("command") or []), *(container.get("args") or [])]
+    ]
+    script = _shell_script(tokens)
+    script_env: dict[str, str] = {}
+    if script is not None:
+        tokens, script_env = _script_tokens(script)
+    n = _launcher_length(tokens)
+    if n == 0:
+        shown = shlex.join(tokens[:4]) + (" ..." if len(tokens) > 4 else "")
+        raise ServerProblem(
+            NOT_SGLANG,
+            f"container {container.get('name')!r} does not start SGLang's server (it runs "
+            f"{shown or 'the image entrypoint'!r}); the launcher must be visible in "
+            "command/args: python3 -m sglang.launch_server ... or sglang serve ...",
+        )
+    args = tuple(tokens[n:])
+    flags, _, _ = parse_server_args(args)
+    if flags.get("speculative_algorithm", "").upper() != "DSPARK":
+        raise ServerProblem(
+            NOT_DSPARK,
+            f"container {container.get('name')!r} does not run DSpark speculative decoding "
+            f"({ALGORITHM_FLAG} is {flags.get('speculative_algorithm', 'unset')!r}); SPS "
+            f"tables are only for servers started with {ALGORITHM_FLAG} DSPARK",
+        )
+    return ServerCommand(tuple(tokens[:n]), args, script_env, script is not None)
+
+
+def server_config(container: Mapping[str, Any], command: ServerCommand) -> ServerConfig:
+    flags, port, table_path = parse_server_args(command.args)
+    env = {**literal_env(container), **command.env}
     return ServerConfig(
         image=str(container.get("image", "")),
         flags=flags,
-        env=env,
+        env={k: v for k, v in sorted(env.items()) if k in COST_ENV},
         port=port,
         table_path=table_path,
     )
@@ -143,8 +333,5 @@ def server_config(container: Mapping[str, Any]) -> ServerConfig:
 def table_fingerprint(server: ServerConfig, table_spec: Mapping[str, Any]) -> str:
     """The key a table is stored under: the server's cost inputs plus the table kind and
     sweep (changing either makes a new table necessary)."""
-    canonical = {
-        "server": server.fingerprint(),
-        "table": table_spec,
-    }
-    return sha16(json.dumps(canonical, sort_keys=True, separators=(",", ":")))
+    canonical = {"server": server.fingerprint(), "table": table_spec}
+    return content_hash(json.dumps(canonical, sort_keys=True, separators=(",", ":")))

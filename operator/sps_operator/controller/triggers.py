@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from croniter import croniter
-
-from sps_operator.api.models import FailureRecord, SpsProfileSpec, TableRef
+from sps_operator.api.cron import next_fire_time
+from sps_operator.api.labels import ANNOTATION_REPROFILE
+from sps_operator.api.models import FailureRecord, SpsProfileSpec, SpsProfileStatus, TableRef
 from sps_operator.controller.conditions import rfc3339
 
 MAX_ATTEMPTS = 3
@@ -32,6 +32,7 @@ class TargetView:
     deployment: str
     gpu_product: str | None  # None: not placed yet, still debouncing, or mixed
     fingerprint: str
+    running: TableRef | None = None  # the profile's table its template runs now, if any
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,6 @@ class RunRequest:
         return f"{self.trigger_key}#{self.attempt}"
 
 
-@dataclass(frozen=True)
-class TargetTableState:
-    table: TableRef | None  # the table for (GPU product, fingerprint), if any
-    stale: bool  # the GPU product has tables, but none for this fingerprint
-    fallback: TableRef | None  # newest table for the GPU product (kept while stale)
-
-
 def parse_time(value: str | None) -> datetime | None:
     if not value:
         return None
@@ -63,15 +57,6 @@ def parse_time(value: str | None) -> datetime | None:
 
 def table_for(tables: Sequence[TableRef], gpu: str, fingerprint: str) -> TableRef | None:
     return next((t for t in tables if t.gpu_product == gpu and t.fingerprint == fingerprint), None)
-
-
-def target_table_state(tables: Sequence[TableRef], gpu: str, fingerprint: str) -> TargetTableState:
-    exact = table_for(tables, gpu, fingerprint)
-    same_gpu = [t for t in tables if t.gpu_product == gpu]
-    newest = max(same_gpu, key=lambda t: t.profiled_at or "", default=None)
-    return TargetTableState(
-        table=exact, stale=exact is None and newest is not None, fallback=newest
-    )
 
 
 def backoff_seconds(attempts: int) -> float:
@@ -99,21 +84,22 @@ def decide_run(
         if key in seen:
             continue
         seen.add(key)
-        state = target_table_state(tables, *key)
+        exact = table_for(tables, *key)
         trigger: str | None = None
         trigger_key = ""
-        if state.table is not None:
-            profiled = parse_time(state.table.profiled_at)
+        if exact is not None:
+            profiled = parse_time(exact.profiled_at)
             if refresh_at is not None and (profiled is None or profiled < refresh_at):
                 trigger = refresh_reason or TOKEN
                 trigger_key = f"refresh@{refresh_requested_at}"
-        elif state.stale:
-            if spec.refresh.on_server_change:
-                trigger, trigger_key = SERVER_CHANGED, "table"
-        elif not tables:
+        elif target.running is None:
+            # Never served by this profile (new, or another model): it needs a table.
             trigger, trigger_key = NO_TABLE, "table"
-        elif spec.refresh.on_gpu_change:
-            trigger, trigger_key = GPU_CHANGED, "table"
+        elif target.running.gpu_product != key[0]:
+            if spec.refresh.on_gpu_change:
+                trigger, trigger_key = GPU_CHANGED, "table"
+        elif spec.refresh.on_server_change:
+            trigger, trigger_key = SERVER_CHANGED, "table"
         if trigger is None:
             continue
         trigger_key = f"{key[0]}/{key[1]}/{trigger_key}"
@@ -150,11 +136,42 @@ def schedule_state(
     if not schedule:
         return ScheduleState(False, None)
     base = parse_time(last_schedule) or parse_time(created) or now
-    upcoming: datetime = croniter(schedule, base).get_next(datetime)
+    upcoming = next_fire_time(schedule, base)
     if upcoming <= now:
-        return ScheduleState(True, croniter(schedule, now).get_next(datetime))
+        return ScheduleState(True, next_fire_time(schedule, now))
     return ScheduleState(False, upcoming)
 
 
 def time_str(value: datetime | None) -> str | None:
     return rfc3339(value) if value is not None else None
+
+
+def note_refresh_requests(
+    status: SpsProfileStatus,
+    spec: SpsProfileSpec,
+    annotations: Mapping[str, str],
+    created: str | None,
+    now: datetime,
+) -> None:
+    """Record in `status` a refresh asked for by a new token, a new reprofile annotation
+    or a due schedule (tables profiled before `refreshRequestedAt` are re-measured)."""
+
+    def request(reason: str) -> None:
+        status.refresh_requested_at = rfc3339(now)
+        status.refresh_reason = reason
+
+    token = spec.refresh.token
+    if token and token != status.observed_token:
+        if status.observed_token is not None or status.tables:
+            request(TOKEN)
+        status.observed_token = token
+    annotation = annotations.get(ANNOTATION_REPROFILE)
+    if annotation and annotation != status.observed_reprofile:
+        request(REPROFILE)
+        status.observed_reprofile = annotation
+    sched = schedule_state(spec.refresh.schedule, status.last_schedule_time, created, now)
+    if sched.due:
+        status.last_schedule_time = rfc3339(now)
+        if status.tables:
+            request(SCHEDULE)
+    status.next_schedule_time = time_str(sched.next_time)

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from sps_operator.controller import names
+from sps_operator.api import labels as L
+from sps_operator.api.result import decode_rounds
 from sps_operator.plugin import diff as diffmod
 from sps_operator.plugin import explain as explainmod
 from sps_operator.plugin import view
@@ -184,9 +185,9 @@ def load_table_ref(ref: str, cluster: Cluster | None, namespace: str) -> tuple[s
 
 def _table_from_config_map(cm: dict[str, Any]) -> SpsTable:
     name = (cm.get("metadata") or {}).get("name")
-    text = (cm.get("data") or {}).get(names.TABLE_KEY)
+    text = (cm.get("data") or {}).get(L.TABLE_KEY)
     if text is None:
-        raise PluginError(f"ConfigMap {name} has no {names.TABLE_KEY} key")
+        raise PluginError(f"ConfigMap {name} has no {L.TABLE_KEY} key")
     try:
         return load_sps_table_text(text)
     except SpsTableError as exc:
@@ -208,7 +209,7 @@ def cmd_table(args: argparse.Namespace, cluster: Cluster) -> int:
     human = view.render_table_header(args.name, entry) + "\n\n" + view.render_table_values(table)
     if args.plot:
         title = f"{args.name}: {entry.get('gpuProduct', '?')} ({view.table_kind(table)})"
-        written, with_points = write_plot(cluster, namespace, entry, table, args.plot, title)
+        written, with_points = write_plot(cm, table, args.plot, title)
         data["plot"] = str(written)
         what = "measured cells, fit and residuals" if with_points else "the table"
         human += f"\n\nPlot ({what}) written to {written}"
@@ -216,31 +217,13 @@ def cmd_table(args: argparse.Namespace, cluster: Cluster) -> int:
     return 0
 
 
-def measured_rounds(cluster: Cluster, namespace: str, run: str) -> list[dict[str, Any]]:
-    """The rounds of a run from its result ConfigMaps (both phases), while they exist."""
-    from sps_operator.controller.results import read_run_result
-
-    rounds: list[dict[str, Any]] = []
-    for phase in (1, 2):
-        try:
-            cm = cluster.get_config_map(namespace, names.result_config_map(run, phase))
-        except PluginError:
-            continue
-        result = read_run_result(cm.get("data"), cm.get("binaryData"))
-        rounds += [dict(r) for r in result.rounds]
-    return rounds
-
-
-def write_plot(
-    cluster: Cluster, namespace: str, entry: dict[str, Any], table: SpsTable, path: Path, title: str
-) -> tuple[Path, bool]:
-    """The fit against the measured cells when the run's raw rounds are still in the cluster
-    (the operator keeps the last run's); otherwise the table alone."""
+def write_plot(cm: dict[str, Any], table: SpsTable, path: Path, title: str) -> tuple[Path, bool]:
+    """The fit against the measured cells the table ConfigMap keeps beside the table;
+    the table alone when it kept none."""
     from sps_operator.tables.fit import cells_from_rounds
 
-    rounds = measured_rounds(cluster, namespace, str(entry["run"])) if entry.get("run") else []
     try:
-        cells = cells_from_rounds(rounds)
+        cells = cells_from_rounds(decode_rounds(cm.get("data"), cm.get("binaryData")))
     except ValueError:
         cells = []
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -288,13 +271,13 @@ def cmd_reprofile(args: argparse.Namespace, cluster: Cluster) -> int:
     data = {
         "name": args.name,
         "namespace": namespace,
-        "annotation": names.ANNOTATION_REPROFILE,
+        "annotation": L.ANNOTATION_REPROFILE,
         "token": token,
     }
     emit(
         args,
         data,
-        f"spsprofile.sps.dev/{args.name} reprofile requested ({names.ANNOTATION_REPROFILE}={token})"
+        f"spsprofile.sps.dev/{args.name} reprofile requested ({L.ANNOTATION_REPROFILE}={token})"
         f"\nFollow it with: kubectl sps get {args.name} -n {namespace} -w",
     )
     return 0

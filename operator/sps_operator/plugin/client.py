@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sps_operator.api import labels as L
 from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
-from sps_operator.controller import names
 from sps_operator.plugin.view import PluginError
 
 
@@ -120,7 +120,7 @@ class Cluster:
 
     def annotate_reprofile(self, namespace: str, name: str, token: str) -> dict[str, Any]:
         """Set the reprofile annotation (metadata only: never the spec)."""
-        body = {"metadata": {"annotations": {names.ANNOTATION_REPROFILE: token}}}
+        body = {"metadata": {"annotations": {L.ANNOTATION_REPROFILE: token}}}
         return dict(
             self._call(
                 f"SpsProfile {namespace}/{name}",

@@ -10,7 +10,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from sps_operator.api.result import clean_text
 from sps_operator.plugin.view import conditions_by_type, profile_state
+
+# Text from the cluster (a Job's message, an event) is shown cleaned and bounded: a Job
+# runs the user's image, and what it writes must not drive the reader's terminal.
+MAX_EVIDENCE = 2000
 
 
 @dataclass(frozen=True)
@@ -20,7 +25,104 @@ class Finding:
     next: str  # the next step
 
     def to_dict(self) -> dict[str, str]:
-        return asdict(self)
+        return {k: clean_text(v, MAX_EVIDENCE) for k, v in asdict(self).items()}
+
+
+# Why the operator leaves a Deployment alone (status.targets[].reason): what it means and
+# what to do.
+TARGET_REASONS: dict[str, tuple[str, str]] = {
+    "Conflict": (
+        "Another SpsProfile serves this Deployment",
+        "A Deployment belongs to one profile (the one recorded on it in sps.dev/owner, else "
+        "the oldest that selects it); this one never writes to it. Narrow spec.selector so "
+        "each Deployment is selected by one profile, or delete the other profile.",
+    ),
+    "NotAnSglangServer": (
+        "The selected Deployment is not an SGLang server the operator can recognise",
+        "Start SGLang visibly in the container's command/args (python3 -m "
+        "sglang.launch_server ... or sglang serve ...), set spec.serverContainer to the right "
+        "container, or narrow spec.selector to SGLang Deployments.",
+    ),
+    "NotADsparkServer": (
+        "The selected server does not run DSpark speculative decoding",
+        "SPS tables are only for servers started with --speculative-algorithm DSPARK; fix the "
+        "server's flags or narrow spec.selector.",
+    ),
+    "UnreadableShellScript": (
+        "The server is started by a shell script the operator cannot read safely",
+        "Put the launcher and its flags in the container's command/args (exec form); a script "
+        "must be one plain command line without variables, pipes or several commands.",
+    ),
+    "ShellWrappedServer": (
+        "rollout.mode Inject cannot add the table flag to a shell script",
+        "Move the launcher and flags to command/args, or use rollout.mode AnnotateOnly and "
+        "write --speculative-dspark-sps-table-path into your script (docs/gitops.md).",
+    ),
+    "TableNotMounted": (
+        "With AnnotateOnly, the Deployment does not read the table where the operator writes it",
+        "Mount spec.rollout.tableConfigMap at the directory of spec.rollout.tablePath and pass "
+        "--speculative-dspark-sps-table-path <tablePath> to the server (docs/gitops.md).",
+    ),
+    "OneTableConfigMapManyServers": (
+        "AnnotateOnly has one table ConfigMap but the Deployments need different tables",
+        "Give each (GPU product, server) its own SpsProfile and tableConfigMap, or use "
+        "rollout.mode Inject (a table per Deployment).",
+    ),
+    "TableNotEligible": (
+        "The table in status does not match what its ConfigMap holds",
+        "The table ConfigMap was changed or removed by hand. `kubectl sps reprofile` to "
+        "measure a new one; the operator will not roll a table it cannot verify.",
+    ),
+    "NoServerContainer": (
+        "spec.serverContainer names no container of the Deployment",
+        "Set spec.serverContainer to the SGLang container's name.",
+    ),
+}
+
+# Failures a run can end with (status.lastFailure.reason), beyond the heuristics below.
+FAILURE_REASONS: dict[str, tuple[str, str]] = {
+    "ResultRefused": (
+        "The profiling Job's result was refused as implausible or malformed",
+        "The Job runs the server's image; a result outside SGLang's physical bounds is never "
+        "fitted. Check the profiler's log (`kubectl logs job/<run> -c profiler`) and that "
+        "spec.job.image is the operator's profiler; then `kubectl sps reprofile {name}`.",
+    ),
+    "DoubtfulMeasurement": (
+        "The measurement is not plausible (more tokens measured as faster)",
+        "Usually a noisy GPU (co-tenants, throttling). Re-profile on an idle GPU "
+        "(`kubectl sps reprofile {name}`), or raise spec.table.sweep.repeats.",
+    ),
+    "SelfCheckFailed": (
+        "The fitted table fails its self-check (non-positive or implausible step times)",
+        "The table was not published. Re-profile (`kubectl sps reprofile {name}`); widen the "
+        "sweep if it keeps failing.",
+    ),
+    "SweepMismatch": (
+        "The profiler measured a sweep this profile did not ask for",
+        "Use the operator's profiler image (remove spec.job.image) and do not edit the sweep "
+        "during a run; then `kubectl sps reprofile {name}`.",
+    ),
+    "JobPolicy": (
+        "spec.job asks for something this operator does not allow",
+        "Remove spec.job.image / spec.job.serviceAccountName, or ask the cluster admin to "
+        "allow them (chart values jobPolicy.allowedImages / allowedServiceAccounts).",
+    ),
+    "NameTaken": (
+        "An object the run needs exists under the same name and is not this profile's",
+        "Delete or rename the object named in the message; the operator never adopts "
+        "objects it does not own.",
+    ),
+    "ReconcileError": (
+        "A step of the operator's pass failed",
+        "The message names the step and the API's answer. Transient errors retry with "
+        "backoff by themselves; a persistent one (403, 422) needs the RBAC or object fixed.",
+    ),
+    "StatusWriteFailed": (
+        "The operator could not write this profile's full status",
+        "The API refused the status (the message says why); report it with `kubectl get sps "
+        "{name} -o yaml` and the operator's log.",
+    ),
+}
 
 
 def _text(*parts: Any) -> str:
@@ -39,6 +141,9 @@ def _failure_finding(name: str, failure: Mapping[str, Any]) -> Finding:
     attempts = failure.get("attempts") or 1
     evidence = f"{reason}: {message} (run {failure.get('run', '?')}, at {failure.get('at', '?')}"
     evidence += f", {attempts} attempts)" if attempts and int(attempts) > 1 else ")"
+    if reason in FAILURE_REASONS:
+        what, next_step = FAILURE_REASONS[reason]
+        return Finding(what=what, why=evidence, next=next_step.format(name=name))
     if reason == "JobCreateFailed":
         return Finding(
             what="The API server refused the profiling Job",
@@ -250,6 +355,18 @@ def explain(
             )
         )
 
+    for target in status.get("targets") or []:
+        reason = str(target.get("reason") or "")
+        if target.get("state") == "Refused" and reason in TARGET_REASONS:
+            what, next_step = TARGET_REASONS[reason]
+            findings.append(
+                Finding(
+                    what=f"{what} (Deployment {target.get('deployment')})",
+                    why=f"{reason}: {target.get('message') or ''}",
+                    next=next_step,
+                )
+            )
+
     failure = status.get("lastFailure")
     if failure:
         findings.append(_failure_finding(name, failure))
@@ -289,12 +406,27 @@ def explain(
             )
         )
 
+    ready = conds.get("Ready") or {}
+    if status and ready.get("status") != "True" and not findings and not status.get("currentRun"):
+        # Never "nothing is wrong" while the profile is not ready.
+        findings.append(
+            Finding(
+                what="The profile is not ready",
+                why=f"{ready.get('reason', 'Unknown')}: {ready.get('message', '')}",
+                next=f"`kubectl describe sps {name}` shows each Deployment's state and message.",
+            )
+        )
+
     return {
         "name": name,
         "namespace": meta.get("namespace"),
         "state": profile_state(profile),
         "conditions": [
-            {k: c.get(k) for k in ("type", "status", "reason", "message")} for c in conds.values()
+            {
+                k: clean_text(c.get(k) or "", MAX_EVIDENCE)
+                for k in ("type", "status", "reason", "message")
+            }
+            for c in conds.values()
         ],
         "findings": [f.to_dict() for f in findings],
     }
@@ -309,7 +441,11 @@ def render_explain(report: Mapping[str, Any]) -> str:
         )
     findings = report.get("findings") or []
     if not findings:
-        lines.append("\nNothing is wrong: the last run succeeded (or none has failed).")
+        lines.append(
+            "\nNothing is wrong: every Deployment runs a table measured for it"
+            if report.get("state") == "Ready"
+            else "\nNothing is wrong: a run is in progress."
+        )
         return "\n".join(lines)
     for i, finding in enumerate(findings, 1):
         lines += [

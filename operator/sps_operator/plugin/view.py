@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from sps_operator.api import labels as L
 from sps_operator.constants import GPU_H100, GPU_H200, LABEL_PREFIX
-from sps_operator.controller import names
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, SpsTable
 
 ANNOTATION_EXPORTED_FROM = f"{LABEL_PREFIX}/exported-from"
@@ -279,18 +279,18 @@ def exportable_config_map(
     """
     meta = config_map.get("metadata") or {}
     labels = dict(meta.get("labels") or {})
-    table_hash = labels.get(names.LABEL_TABLE_HASH, "")
+    table_hash = labels.get(L.LABEL_TABLE_HASH, "")
     name = new_name or f"{profile_name}-pinned-{table_hash[:10] or 'table'}"
     provenance = {
         ANNOTATION_EXPORTED_FROM: f"{meta.get('namespace', '')}/{meta.get('name', '')}",
-        names.ANNOTATION_TABLE_HASH: table_hash,
-        names.LABEL_GPU: (meta.get("annotations") or {}).get(names.LABEL_GPU)
-        or labels.get(names.LABEL_GPU, ""),
-        names.LABEL_FINGERPRINT: labels.get(names.LABEL_FINGERPRINT, ""),
+        L.ANNOTATION_TABLE_HASH: table_hash,
+        L.LABEL_GPU: (meta.get("annotations") or {}).get(L.LABEL_GPU)
+        or labels.get(L.LABEL_GPU, ""),
+        L.LABEL_FINGERPRINT: labels.get(L.LABEL_FINGERPRINT, ""),
     }
     data = dict(config_map.get("data") or {})
-    if names.TABLE_KEY not in data:
-        raise PluginError(f"ConfigMap {meta.get('name')} has no {names.TABLE_KEY} key")
+    if L.TABLE_KEY not in data:
+        raise PluginError(f"ConfigMap {meta.get('name')} has no {L.TABLE_KEY} key")
     out: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",

@@ -92,6 +92,30 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def drop_torn_tail(path: Path) -> int:
+    """Cut a torn last line (a crash mid-append) off a JSONL file, so the next append starts
+    on a line of its own; returns the bytes dropped (0 when the file ends cleanly)."""
+    if not path.exists():
+        return 0
+    data = path.read_bytes()
+    keep = len(data)
+    if data and not data.endswith(b"\n"):
+        keep = data.rfind(b"\n") + 1
+    else:
+        last_start = data.rfind(b"\n", 0, max(len(data) - 1, 0)) + 1
+        try:
+            json.loads(data[last_start:])
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            keep = last_start
+    if keep == len(data):
+        return 0
+    with path.open("r+b") as handle:
+        handle.truncate(keep)
+        handle.flush()
+        os.fsync(handle.fileno())
+    return len(data) - keep
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")

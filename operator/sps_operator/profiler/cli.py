@@ -14,6 +14,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from sps_operator.api import limits
 from sps_operator.profiler import sweep as sw
 
 if TYPE_CHECKING:
@@ -51,7 +52,20 @@ def _add_run(parser: argparse.ArgumentParser) -> None:
         default=sw.DEFAULT_MAX_BATCH_SIZE,
         help="Top of the tapered per-rank sweep (when --batch-size is not given).",
     )
-    parser.add_argument("--input-len", type=int, default=sw.DEFAULT_INPUT_LEN)
+    parser.add_argument(
+        "--input-len",
+        type=int,
+        default=None,
+        help="Prompt tokens per request (default: sized so each round's steady steps are "
+        "centred on --context-len).",
+    )
+    parser.add_argument(
+        "--context-len",
+        type=int,
+        default=limits.DEFAULT_CONTEXT_LEN,
+        help="KV context per request the table describes (default %(default)s, where SGLang's "
+        "profiler's median step sits); step times are measured out to it.",
+    )
     parser.add_argument("--temperature", type=float, default=sw.DEFAULT_TEMPERATURE)
     parser.add_argument(
         "--min-steady-steps",
@@ -168,9 +182,76 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _within(flag: str, value: float | None, low: float, high: float) -> None:
+    if value is not None and not low <= value <= high:
+        raise ValueError(f"{flag} must be in [{low}, {high}], got {value}.")
+
+
+def check_limits(args: argparse.Namespace) -> None:
+    """Refuse what the SpsProfile API refuses, with the same bounds (api/limits.py).
+
+    One exception: `run` may measure a single batch size (debugging, --resume); the API's
+    two-probe minimum is for tables, which the fit enforces."""
+    if args.command not in ("run", "all"):
+        return
+    if args.batch_size is not None:
+        if len(args.batch_size) > limits.BATCH_SIZES_MAX_COUNT:
+            raise ValueError(
+                f"--batch-size takes at most {limits.BATCH_SIZES_MAX_COUNT} values, "
+                f"got {len(args.batch_size)}."
+            )
+        for bs in args.batch_size:
+            _within("--batch-size values", bs, limits.BATCH_SIZE_MIN, limits.BATCH_SIZE_MAX)
+    _within("--max-batch-size", args.max_batch_size, limits.BATCH_SIZE_MIN, limits.BATCH_SIZE_MAX)
+    if args.fracs is not None:
+        if len(args.fracs) > limits.FRACS_MAX_COUNT:
+            raise ValueError(
+                f"--fracs takes at most {limits.FRACS_MAX_COUNT} values, got {len(args.fracs)}."
+            )
+        for frac in args.fracs:
+            if not limits.FRAC_MIN_EXCLUSIVE < frac <= limits.FRAC_MAX:
+                raise ValueError(f"--fracs values must be in (0, 1], got {frac}.")
+    _within("--repeats", args.repeats, limits.REPEATS_MIN, limits.REPEATS_MAX)
+    _within("--input-len", args.input_len, limits.INPUT_LEN_MIN, limits.INPUT_LEN_MAX)
+    _within("--context-len", args.context_len, limits.CONTEXT_LEN_MIN, limits.CONTEXT_LEN_MAX)
+    _within("--ci-rel-width", args.ci_rel_width, limits.CI_REL_WIDTH_MIN, limits.CI_REL_WIDTH_MAX)
+    _within("--vocab-size", args.vocab_size, limits.VOCAB_SIZE_MIN, limits.VOCAB_SIZE_MAX)
+    _within(
+        "--min-steady-steps",
+        args.min_steady_steps,
+        limits.MIN_STEADY_STEPS_MIN,
+        limits.MIN_STEADY_STEPS_MAX,
+    )
+    _within(
+        "--min-steady-seconds",
+        args.min_steady_seconds,
+        limits.MIN_STEADY_SECONDS_MIN,
+        limits.MIN_STEADY_SECONDS_MAX,
+    )
+    _within(
+        "--round-timeout",
+        args.round_timeout,
+        limits.ROUND_TIMEOUT_SECONDS_MIN,
+        limits.ROUND_TIMEOUT_SECONDS_MAX,
+    )
+    batches = (
+        len(args.batch_size)
+        if args.batch_size is not None
+        else limits.tapered_sweep_size(args.max_batch_size)
+    )
+    cells = limits.sweep_cells(batches, len(args.fracs or []), args.repeats)
+    if cells > limits.MAX_SWEEP_CELLS:
+        raise ValueError(
+            f"The sweep has {cells} cells (batch sizes x fracs x repeats), above "
+            f"{limits.MAX_SWEEP_CELLS}: its rounds would not fit the result ConfigMap. "
+            "Measure fewer batch sizes, fracs or repeats."
+        )
+
+
 def _settings(args: argparse.Namespace) -> sw.RoundSettings:
     return sw.RoundSettings(
         input_len=args.input_len,
+        context_len=args.context_len,
         temperature=args.temperature,
         ci_rel_width=args.ci_rel_width,
         min_steady_steps=args.min_steady_steps,
@@ -210,14 +291,19 @@ def _run_config(args: argparse.Namespace) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        check_limits(args)
+    except ValueError as exc:
+        parser.error(str(exc))  # exit status 2, like any bad usage
     level = getattr(logging, str(args.log_level).upper(), None)
     if not isinstance(level, int):
         print(f"sps-profiler: unknown --log-level {args.log_level!r}", file=sys.stderr)
         return 2
     logging.basicConfig(level=level, format="%(message)s")
-    # One line per HTTP poll would drown the progress; keep httpx quiet unless debugging.
-    logging.getLogger("httpx").setLevel(max(level, logging.WARNING))
+    # One line per HTTP poll would drown the progress; keep urllib3 quiet unless debugging.
+    logging.getLogger("urllib3").setLevel(max(level, logging.WARNING))
     _interrupt_on_sigterm()
     publisher = None
     try:

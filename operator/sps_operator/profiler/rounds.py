@@ -6,24 +6,26 @@
   pin in the server's arithmetic, and the replayed tier (`num_verify_tokens`) must be the
   tier for M — a full-width tier where a smaller one was expected is the verify-all
   shortcut swallowing the pin.
-* Stopping rule: the distribution-free confidence interval of the median step time over a
-  steady window; a leading stretch that drifts (clock warm-up) is dropped first.
+* Stopping rule (`steady`): the confidence interval of the step time at the reference
+  context, widened for autocorrelation, over a window that does not drift; a leading
+  stretch that drifts (clock warm-up) is dropped first.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sps_operator.profiler.steady import SteadyStats, steady_stats
 from sps_operator.profiler.sweep import (
     DEFAULT_CI_LEVEL_Z,
     MATCH_FRACTION_ERROR,
     MATCH_FRACTION_WARN,
     ROUND_WARMUP_STEPS,
 )
+from sps_operator.profiler.untrusted import json_int, json_number
 
 
 class RoundError(RuntimeError):
@@ -59,8 +61,15 @@ class StepRow:
         return data
 
 
+# SGLang nulls a step time longer than this (an idle gap, not a step): contract §11.7.
+STEP_CPU_MS_MAX = 1000.0
+
+
 def rows_from_payload(payload: Any, rank: int) -> list[StepRow]:
-    """Decode-step rows of one rank's `dspark_info_record` (records without timing skipped)."""
+    """Decode-step rows of one rank's `dspark_info_record` (records without timing skipped).
+
+    The payload is untrusted: anything SGLang would not send raises RoundError saying what.
+    """
     if not isinstance(payload, Mapping):
         raise RoundError(f"DP rank {rank} stopped reporting dspark_info_record mid-profile.")
     records = payload.get("records", [])
@@ -69,103 +78,72 @@ def rows_from_payload(payload: Any, rank: int) -> list[StepRow]:
     rows: list[StepRow] = []
     for record in records:
         if not isinstance(record, Mapping):
-            raise RoundError(f"DP rank {rank} has a record that is not an object: {record!r}")
+            raise RoundError(f"DP rank {rank} has a record that is not an object: {record!r:.120}")
         step_cpu_ms = record.get("step_cpu_ms")
         if step_cpu_ms is None:
             continue
-        try:
-            budget = record.get("budget")
-            local = record.get("verify_tokens_local")
-            rows.append(
-                StepRow(
-                    forward_ct=int(record["forward_ct"]),
-                    num_running_reqs=int(record.get("num_running_reqs", record.get("bs", -1))),
-                    num_verify_tokens=int(record.get("num_verify_tokens", -1)),
-                    step_time=float(step_cpu_ms) / 1000.0,
-                    budget=int(budget) if budget is not None else None,
-                    verify_tokens_local=int(local) if local is not None and local >= 0 else None,
-                )
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise RoundError(
-                f"DP rank {rank} has a malformed record {dict(record)!r}: {exc}"
-            ) from exc
+        rows.append(_row(record, step_cpu_ms, rank))
     return rows
 
 
-# --- stopping rule ---------------------------------------------------------------------------
+def _row(record: Mapping[str, Any], step_cpu_ms: Any, rank: int) -> StepRow:
+    milliseconds = json_number(step_cpu_ms)
+    if milliseconds is None or not 0 < milliseconds <= STEP_CPU_MS_MAX:
+        raise RoundError(
+            f"DP rank {rank}: the record at forward_ct={record.get('forward_ct')!r:.20} has "
+            f"step_cpu_ms={step_cpu_ms!r:.40}, but SGLang records a step's time in "
+            f"(0, {STEP_CPU_MS_MAX:g}] ms; the server's step timer is broken (or this is not an "
+            "SGLang DSpark server), so no step time from it can be trusted."
+        )
+    fields = {
+        "forward_ct": json_int(record.get("forward_ct")),
+        "num_running_reqs": json_int(record.get("num_running_reqs", record.get("bs"))),
+        "num_verify_tokens": json_int(record.get("num_verify_tokens", -1)),
+    }
+    budget, local = record.get("budget"), record.get("verify_tokens_local")
+    bad = [name for name, value in fields.items() if value is None]
+    if budget is not None and json_int(budget) is None:
+        bad.append("budget")
+    if local is not None and json_int(local) is None:
+        bad.append("verify_tokens_local")
+    if bad:
+        raise RoundError(
+            f"DP rank {rank} has a malformed record (field(s) {bad} missing or not integers): "
+            f"{dict(record)!r:.200}"
+        )
+    local_int = json_int(local)
+    return StepRow(
+        forward_ct=fields["forward_ct"] or 0,
+        num_running_reqs=fields["num_running_reqs"] or 0,
+        num_verify_tokens=fields["num_verify_tokens"] or 0,
+        step_time=milliseconds / 1000.0,
+        budget=json_int(budget),
+        verify_tokens_local=local_int if local_int is not None and local_int >= 0 else None,
+    )
+
+
+# --- stopping rule -------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class SteadyStats:
-    """Median step time over the steady window and its confidence interval."""
+class StoppingRule:
+    """When a round has measured enough, and at which context its step time is reported."""
 
-    done: bool
-    window_start: int  # index into the steady series where the window begins
-    num_steps: int
-    median: float
-    ci_low: float
-    ci_high: float
-    drift: float  # relative difference between the window halves' medians
+    ci_rel_width: float
+    min_steps: int
+    prompt_len: int
+    reference_context: float
+    z: float = DEFAULT_CI_LEVEL_Z
 
-    @property
-    def rel_width(self) -> float:
-        return (self.ci_high - self.ci_low) / self.median if self.median > 0 else math.inf
-
-    @property
-    def se(self) -> float:
-        """Standard error of the median, from the CI (normal approximation)."""
-        return (self.ci_high - self.ci_low) / (2 * DEFAULT_CI_LEVEL_Z)
-
-
-def median_ci(values: Sequence[float], z: float = DEFAULT_CI_LEVEL_Z) -> tuple[float, float, float]:
-    """Median and its distribution-free CI from order statistics (binomial, normal approx)."""
-    ordered = sorted(values)
-    n = len(ordered)
-    med = statistics.median(ordered)
-    if n < 3:
-        return med, ordered[0], ordered[-1]
-    half = z * math.sqrt(n) / 2
-    lo = max(0, math.floor(n / 2 - half))
-    hi = min(n - 1, math.ceil(n / 2 + half))
-    return med, ordered[lo], ordered[hi]
-
-
-def steady_stats(
-    step_times: Sequence[float],
-    *,
-    ci_rel_width: float,
-    min_steps: int,
-    z: float = DEFAULT_CI_LEVEL_Z,
-) -> SteadyStats | None:
-    """Judge the steady series: the longest window from a start on a coarse grid whose
-    halves agree (no warm-up drift) and whose median CI is narrower than `ci_rel_width`.
-
-    `done` is False when no window qualifies yet; the stats then describe the whole series.
-    """
-    n = len(step_times)
-    if n == 0:
-        return None
-    stride = max(1, n // 16)
-    for start in range(0, max(1, n - min_steps + 1), stride):
-        window = step_times[start:]
-        if len(window) < min_steps:
-            break
-        med, lo, hi = median_ci(window, z)
-        mid = len(window) // 2
-        first = statistics.median(window[:mid]) if mid else med
-        second = statistics.median(window[mid:])
-        drift = abs(second - first) / med if med > 0 else math.inf
-        if med > 0 and (hi - lo) / med <= ci_rel_width and drift <= ci_rel_width / 2:
-            return SteadyStats(True, start, len(window), med, lo, hi, drift)
-    med, lo, hi = median_ci(step_times, z)
-    mid = n // 2
-    drift = (
-        abs(statistics.median(step_times[mid:]) - statistics.median(step_times[:mid])) / med
-        if mid and med > 0
-        else 0.0
-    )
-    return SteadyStats(False, 0, n, med, lo, hi, drift)
+    def judge(self, times: Sequence[float], contexts: Sequence[float]) -> SteadyStats | None:
+        return steady_stats(
+            times,
+            contexts,
+            reference_context=self.reference_context,
+            ci_rel_width=self.ci_rel_width,
+            min_steps=min(self.min_steps, len(times)),
+            z=self.z,
+        )
 
 
 # --- alignment -------------------------------------------------------------------------------
@@ -195,10 +173,19 @@ def align(rank_rows: Sequence[Sequence[StepRow]], bs: int) -> Aligned:
     return Aligned(common_cts, aligned, by_ct)
 
 
-def steady_series(aligned: Aligned) -> tuple[list[int], list[float]]:
-    """Steady cts (after warm-up) and their step time, the mean over ranks per step."""
+def steady_series(aligned: Aligned, prompt_len: int) -> tuple[list[int], list[float], list[float]]:
+    """Steady cts (after warm-up), their step time (the mean over ranks per step) and the KV
+    context per request during each step.
+
+    At SGLANG_SIMULATE_ACC_LEN=1.0 every step adds one token to every request, and the
+    round's first record (the first decode step, `prompt_len + 1` tokens in context) carries
+    no step time, so a step `d` forwards after the first timed one holds `prompt_len + 2 + d`.
+    """
     cts = aligned.aligned_cts[ROUND_WARMUP_STEPS:]
-    return cts, [statistics.fmean(r.step_time for r in aligned.rows_at(ct)) for ct in cts]
+    first = min(aligned.by_ct[0]) if aligned.by_ct and aligned.by_ct[0] else 0
+    times = [statistics.fmean(r.step_time for r in aligned.rows_at(ct)) for ct in cts]
+    contexts = [float(prompt_len + 2 + ct - first) for ct in cts]
+    return cts, times, contexts
 
 
 # --- pin checks ------------------------------------------------------------------------------
@@ -328,6 +315,7 @@ class RoundOutcome:
     expected_tier: int | None
     budget: int | None
     load_info: dict[str, Any]
+    context_len: float
     warnings: list[str] = field(default_factory=list)
     graph_tiers: list[int] | None = None
 
@@ -353,6 +341,10 @@ class RoundOutcome:
             "ci_met": self.stats.done,
             "drift": self.stats.drift,
             "dropped_drift_steps": self.stats.window_start,
+            "effective_steps": self.stats.window.ess,
+            "ar1": self.stats.window.ar1,
+            "kv_slope_s_per_token": self.stats.window.kv_slope,
+            "context_len": self.context_len,
             "graph_tier": self.graph_tier,
             "expected_tier": self.expected_tier,
             "budget": self.budget,
@@ -374,8 +366,7 @@ def postprocess_round(
     mode: str,
     tiers: Sequence[int],
     frac: float | None,
-    ci_rel_width: float,
-    min_steps: int,
+    rule: StoppingRule,
     load_info: dict[str, Any],
 ) -> RoundOutcome:
     """Validate a finished round's records and measure it (raises RoundError/PinNotTakenError)."""
@@ -399,7 +390,7 @@ def postprocess_round(
             f"{where}: DP ranks share no common forward_ct, so steps cannot be aligned across "
             "ranks (profiling needs dp-attention lockstep or dp=1)."
         )
-    need = ROUND_WARMUP_STEPS + min_steps
+    need = ROUND_WARMUP_STEPS + rule.min_steps
     if len(aligned.aligned_cts) < need:
         seen = sorted(
             {rank[ct].num_running_reqs for rank in aligned.by_ct for ct in aligned.common_cts}
@@ -424,7 +415,7 @@ def postprocess_round(
             f"{where}: {match_fraction:.0%} of steady-window steps ran at the target batch; "
             "treat this probe with suspicion."
         )
-    cts, times = steady_series(aligned)
+    cts, times, contexts = steady_series(aligned, rule.prompt_len)
     rows = [row for ct in cts for row in aligned.rows_at(ct)]
     budget: int | None = None
     expected_tier: int | None
@@ -440,25 +431,24 @@ def postprocess_round(
     else:
         expect = PinExpectation(frac=frac, bs=bs, gamma=gamma, mode=mode, tiers=tuple(tiers))
         # Steps before the confidence relay resolves carry no budget and run full width.
-        keep = [
-            i for i, ct in enumerate(cts) if all(r.budget is not None for r in aligned.rows_at(ct))
-        ]
+        keep = _pinned_steps(aligned, cts)
         if keep:
             cts = [cts[i] for i in keep]
             times = [times[i] for i in keep]
+            contexts = [contexts[i] for i in keep]
         pinned = [row for ct in cts for row in aligned.rows_at(ct)]
         warnings += check_pin(pinned, expect, where)
         batch_tokens = expect.m
         budget = expect.budget
         expected_tier = expect.expected_tier
-    stats = steady_stats(times, ci_rel_width=ci_rel_width, min_steps=min(min_steps, len(times)))
+    stats = rule.judge(times, contexts)
     if stats is None:
         raise RoundError(f"{where}: no steady steps left after filtering.")
     if not stats.done:
         reason = (
-            f"the median's CI is {stats.rel_width:.1%} wide (target {ci_rel_width:.1%})"
-            if stats.rel_width > ci_rel_width
-            else f"step times still drift by {stats.drift:.1%} between the window halves"
+            f"step times still drift by {stats.drift:.1%} in a way KV growth does not explain"
+            if stats.window.drifting
+            else f"the CI is {stats.rel_width:.1%} wide (target {rule.ci_rel_width:.1%})"
         )
         warnings.append(
             f"{where}: {reason} after {stats.num_steps} steps; kept, flagged ci_met=false "
@@ -481,29 +471,28 @@ def postprocess_round(
         expected_tier=expected_tier,
         budget=budget,
         load_info=load_info,
+        context_len=rule.reference_context,
         warnings=warnings,
         graph_tiers=list(tiers) if mode in ("compact", "static") and tiers else None,
     )
 
 
+def _pinned_steps(aligned: Aligned, cts: Sequence[int]) -> list[int]:
+    """Indices of the steps every rank ran with the pin (the confidence relay resolved)."""
+    return [i for i, ct in enumerate(cts) if all(r.budget is not None for r in aligned.rows_at(ct))]
+
+
 def live_progress(
-    rank_rows: Sequence[Sequence[StepRow]],
-    *,
-    bs: int,
-    ci_rel_width: float,
-    min_steps: int,
-    pinned: bool,
-) -> tuple[int, SteadyStats | None]:
-    """During a round: aligned steps so far and the stopping statistics (None before warm-up)."""
+    rank_rows: Sequence[Sequence[StepRow]], *, bs: int, rule: StoppingRule, pinned: bool
+) -> tuple[int, SteadyStats | None, list[float]]:
+    """During a round: aligned steps so far, the stopping statistics (None before there are
+    `rule.min_steps` steady steps) and the steady step times."""
     aligned = align(rank_rows, bs)
-    cts, times = steady_series(aligned)
+    cts, times, contexts = steady_series(aligned, rule.prompt_len)
     if pinned:
-        keep = [
-            i for i, ct in enumerate(cts) if all(r.budget is not None for r in aligned.rows_at(ct))
-        ]
+        keep = _pinned_steps(aligned, cts)
         times = [times[i] for i in keep]
-    if len(times) < min_steps:
-        return len(aligned.aligned_cts), None
-    return len(aligned.aligned_cts), steady_stats(
-        times, ci_rel_width=ci_rel_width, min_steps=min_steps
-    )
+        contexts = [contexts[i] for i in keep]
+    if len(times) < rule.min_steps:
+        return len(aligned.aligned_cts), None, times
+    return len(aligned.aligned_cts), rule.judge(times, contexts), times

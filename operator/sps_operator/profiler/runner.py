@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import logging
 import random
+import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from sps_operator.dspark_arith import pinned_verify_tokens, round_up
 from sps_operator.profiler import artifacts
@@ -25,12 +26,12 @@ from sps_operator.profiler.rounds import (
     RoundError,
     RoundOutcome,
     StepRow,
+    StoppingRule,
     align,
     check_pin,
     live_progress,
     postprocess_round,
     rows_from_payload,
-    steady_series,
 )
 from sps_operator.profiler.server import (
     INFO_RECORD_PAYLOAD_KEY,
@@ -39,6 +40,7 @@ from sps_operator.profiler.server import (
     server_context_from_info,
     validate_sweep,
 )
+from sps_operator.profiler.steady import SteadyStats, clocks_settled
 from sps_operator.profiler.sweep import (
     PROFILE_SEED,
     RANDOM_TOKEN_HIGH_MARGIN,
@@ -57,6 +59,10 @@ logger = logging.getLogger(__name__)
 LOAD_JOIN_TIMEOUT_SECONDS = 60.0
 POLL_FAILURES_BEFORE_GIVING_UP = 5
 PREFLIGHT_STEADY_STEPS = 8
+# The warm-up round runs until the clocks have settled, but never longer than this.
+MAX_WARMUP_STEPS = 3000
+# Aborting, joining the load and reading the last records after a round's deadline.
+END_OF_ROUND_SECONDS = 30.0
 FALLBACK_VOCAB_SIZE = 32000
 
 ProgressHook = Callable[[int, int], None]
@@ -191,10 +197,13 @@ def _clock(seconds: float) -> str:
 class Session:
     """State kept across rounds: the client, the server context, ring clearing support."""
 
-    def __init__(self, client: DsparkClient, context: ServerContext, vocab_size: int) -> None:
+    def __init__(
+        self, client: DsparkClient, context: ServerContext, vocab_size: int, temperature: float
+    ) -> None:
         self.client = client
         self.context = context
         self.vocab_size = vocab_size
+        self.temperature = temperature
         self.rng = random.Random(PROFILE_SEED)
         self.can_clear: bool | None = None
         self.pinned: float | None = None
@@ -215,13 +224,10 @@ class Session:
         while True:
             try:
                 return self.fetch_rank_rows()
-            except ServerUnavailableError as exc:
+            except ServerUnavailableError:
                 failures += 1
                 if failures >= POLL_FAILURES_BEFORE_GIVING_UP:
-                    raise ServerUnavailableError(
-                        f"The server stopped answering mid-round ({exc}); rounds measured so "
-                        "far are on disk — restart the server and rerun with --resume."
-                    ) from exc
+                    raise
                 time.sleep(0.2 * failures)
 
     def clear_records(self) -> bool:
@@ -264,17 +270,17 @@ class Session:
         )
         return "rejected"
 
-    def load_payload(self, num_requests: int, settings: RoundSettings) -> dict[str, Any]:
+    def load_payload(self, num_requests: int, plan: RoundPlan) -> dict[str, Any]:
         high = self.vocab_size - RANDOM_TOKEN_HIGH_MARGIN
         input_ids = [
-            [self.rng.randrange(RANDOM_TOKEN_LOW, high) for _ in range(settings.input_len)]
+            [self.rng.randrange(RANDOM_TOKEN_LOW, high) for _ in range(plan.rule.prompt_len)]
             for _ in range(num_requests)
         ]
         return {
             "input_ids": input_ids,
             "sampling_params": {
-                "temperature": settings.temperature,
-                "max_new_tokens": round_max_new_tokens(settings),
+                "temperature": self.temperature,
+                "max_new_tokens": plan.max_new_tokens,
                 "ignore_eos": True,
             },
             "stream": False,
@@ -294,7 +300,7 @@ def _pin_early_check(
     if cell.frac is None:
         return
     aligned = align(rank_rows, cell.bs)
-    cts, _ = steady_series(aligned)
+    cts = aligned.aligned_cts[ROUND_WARMUP_STEPS:]
     rows = [r for ct in cts for r in aligned.rows_at(ct) if r.budget is not None]
     if len(rows) < ROUND_WARMUP_STEPS:
         return
@@ -303,103 +309,222 @@ def _pin_early_check(
     check_pin(rows, expect, where)
 
 
-def run_round(
-    session: Session,
-    cell: SweepCell,
-    settings: RoundSettings,
-    *,
-    min_steps: int | None = None,
-) -> MeasuredRound:
-    ctx = session.context
-    client = session.client
-    min_steps = min_steps or settings.min_steps
-    where = f"Round bs={cell.bs} (per rank, dp={ctx.dp_size})" + (
-        f" frac={cell.frac}" if cell.frac is not None else ""
+class RingWatch:
+    """Notices a record ring too small for one round: a rank's records of this round stop
+    growing while its forward_ct moves on (the oldest were evicted)."""
+
+    def __init__(self, where: str, round_steps: int) -> None:
+        self.where = where
+        self.round_steps = round_steps
+        self._seen: list[tuple[int, int]] | None = None
+
+    def check(self, rank_rows: Sequence[Sequence[StepRow]]) -> None:
+        seen = [(len(rows), max((r.forward_ct for r in rows), default=-1)) for rows in rank_rows]
+        if self._seen is not None:
+            for rank, ((count, top), (before, top_before)) in enumerate(
+                zip(seen, self._seen, strict=False)
+            ):
+                if count and count <= before and top > top_before:
+                    raise RoundError(
+                        f"{self.where}: ring too small: DP rank {rank}'s record ring holds only "
+                        f"{count} decode records, and a round needs up to {self.round_steps}; "
+                        "the oldest steps of this round were evicted. Raise the server's record "
+                        "ring (SGLang's INFO_DUMP_MAX_RECORDS; sps-sim --record-ring-size) or "
+                        "lower --max-steady-steps."
+                    )
+        self._seen = seen
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """How one round is driven: its prompts and requests' length, when it stops."""
+
+    rule: StoppingRule
+    max_new_tokens: int
+    step_budget: int
+    # Warm-up only: keep the load running until the clocks have settled.
+    until_settled: bool = False
+
+
+def round_plan(
+    settings: RoundSettings, min_steps: int | None = None, expected_steps: int | None = None
+) -> RoundPlan:
+    """A measuring round; prompts centre `expected_steps` steady steps on `--context-len`."""
+    rule = StoppingRule(
+        ci_rel_width=settings.ci_rel_width,
+        min_steps=min_steps or settings.min_steps,
+        prompt_len=settings.prompt_len_for(expected_steps),
+        reference_context=settings.context_len,
     )
-    if cell.frac is not None:
-        session.pin(cell.frac)
-    cleared = session.clear_records()
-    client.flush_cache()
-    if cleared:
-        # An empty ring: every record from now on belongs to this round.
-        watermarks = [-1] * ctx.dp_size
-    else:
-        watermarks = [
-            max((r.forward_ct for r in rows), default=-1) for rows in session.fetch_rows_retrying()
-        ]
-    started = time.monotonic()
-    load: LoadThread = client.start_load(session.load_payload(cell.bs * ctx.dp_size, settings))
-    steady_started: float | None = None
-    reached = False
-    rank_rows: list[list[StepRow]] = []
-    deadline = started + settings.round_timeout_seconds
-    while time.monotonic() < deadline:
-        time.sleep(settings.poll_interval_seconds)
+    return RoundPlan(rule, round_max_new_tokens(settings), settings.step_budget)
+
+
+def warmup_plan(settings: RoundSettings) -> RoundPlan:
+    rule = StoppingRule(
+        ci_rel_width=settings.ci_rel_width,
+        min_steps=WARMUP_ROUND_STEADY_STEPS,
+        prompt_len=settings.prompt_len,
+        reference_context=settings.context_len,
+    )
+    return RoundPlan(
+        rule, ROUND_WARMUP_STEPS + 2 + MAX_WARMUP_STEPS, MAX_WARMUP_STEPS, until_settled=True
+    )
+
+
+def _round_finished(plan: RoundPlan, stats: SteadyStats | None, times: Sequence[float]) -> bool:
+    if plan.until_settled:
+        return (
+            clocks_settled(times, z=plan.rule.z, tolerance_rel=plan.rule.ci_rel_width / 2)
+            or len(times) >= plan.step_budget
+        )
+    return stats is not None and (stats.done or stats.num_steps >= plan.step_budget)
+
+
+class ActiveRound:
+    """A round from its first request to its last record.
+
+    Started (pin, ring cleared, load sent) on construction; `wait` polls until the stopping
+    rule holds, aborts and reads the records back; `measure` validates them. The driver
+    starts the next round between `wait` and `measure`, so the GPU never idles between
+    rounds while this process does its bookkeeping: idle clocks drop, and a round on
+    cold clocks measures them ramping back up.
+    """
+
+    def __init__(
+        self, session: Session, cell: SweepCell, settings: RoundSettings, plan: RoundPlan
+    ) -> None:
+        self.session, self.cell, self.settings, self.plan = session, cell, settings, plan
+        ctx = session.context
+        self.where = f"Round bs={cell.bs} (per rank, dp={ctx.dp_size})" + (
+            f" frac={cell.frac}" if cell.frac is not None else ""
+        )
+        self.started = time.monotonic()
+        self.deadline = self.started + settings.round_timeout_seconds
+        client = session.client
+        with client.deadline(self.deadline, self.where):
+            if cell.frac is not None:
+                session.pin(cell.frac)
+            cleared = session.clear_records()
+            client.flush_cache()
+            if cleared:
+                # An empty ring: every record from now on belongs to this round.
+                self.watermarks = [-1] * ctx.dp_size
+            else:
+                self.watermarks = [
+                    max((r.forward_ct for r in rows), default=-1)
+                    for rows in session.fetch_rows_retrying()
+                ]
+            payload = session.load_payload(cell.bs * ctx.dp_size, plan)
+            self.load: LoadThread = client.start_load(payload, self.deadline)
+        self.ring = RingWatch(self.where, plan.max_new_tokens)
+        self.reached = False
+        self.settled = False
+        self.steady_steps = 0
+
+    def _new_rows(self, polled: Sequence[Sequence[StepRow]]) -> list[list[StepRow]]:
         rank_rows = [
             [r for r in rows if r.forward_ct > mark]
-            for rows, mark in zip(session.fetch_rows_retrying(), watermarks, strict=False)
+            for rows, mark in zip(polled, self.watermarks, strict=False)
         ]
-        if len(rank_rows) != len(watermarks):
-            raise RoundError(f"{where}: the number of DP ranks changed mid-profile.")
-        _pin_early_check(session, rank_rows, cell, where)
-        aligned_count, stats = live_progress(
+        if len(rank_rows) != len(self.watermarks):
+            raise RoundError(f"{self.where}: the number of DP ranks changed mid-profile.")
+        self.ring.check(rank_rows)
+        return rank_rows
+
+    def wait(self) -> list[list[StepRow]]:
+        """Poll until the round may stop, abort it, and return its records."""
+        session, settings, plan = self.session, self.settings, self.plan
+        client = session.client
+        steady_started: float | None = None
+        with client.deadline(self.deadline, self.where):
+            while time.monotonic() < self.deadline:
+                time.sleep(
+                    min(settings.poll_interval_seconds, max(0.0, self.deadline - time.monotonic()))
+                )
+                try:
+                    polled = session.fetch_rows_retrying()
+                except ServerUnavailableError:
+                    if time.monotonic() >= self.deadline:
+                        break  # the round's time is up: end it with what was measured
+                    raise
+                rank_rows = self._new_rows(polled)
+                _pin_early_check(session, rank_rows, self.cell, self.where)
+                aligned_count, stats, times = live_progress(
+                    rank_rows, bs=self.cell.bs, rule=plan.rule, pinned=self.cell.frac is not None
+                )
+                self.steady_steps = len(times)
+                if aligned_count >= ROUND_WARMUP_STEPS and steady_started is None:
+                    steady_started = time.monotonic()
+                steady_seconds = time.monotonic() - steady_started if steady_started else 0.0
+                seconds_ok = (
+                    settings.min_steady_seconds is None
+                    or steady_seconds >= settings.min_steady_seconds
+                )
+                if seconds_ok and _round_finished(plan, stats, times):
+                    self.reached = stats is not None and stats.done
+                    self.settled = plan.until_settled and len(times) < plan.step_budget
+                    break
+                if not self.load.is_alive():
+                    break  # the batch finished or failed: no more steps will come
+        # Ending the round must happen even past its deadline (a short bound of its own).
+        with client.deadline(time.monotonic() + END_OF_ROUND_SECONDS, self.where):
+            client.abort_all()
+            self.load.join(LOAD_JOIN_TIMEOUT_SECONDS)
+            if self.load.is_alive():
+                logger.warning(
+                    "%s: the load did not return within %.0f s of the abort.",
+                    self.where,
+                    LOAD_JOIN_TIMEOUT_SECONDS,
+                )
+            final = session.fetch_rows_retrying()
+        self.wall = time.monotonic() - self.started
+        return self._new_rows(final)
+
+    def abandon(self) -> None:
+        """Stop this round's load after the run failed (best effort: the server may be gone)."""
+        client = self.session.client
+        try:
+            with client.deadline(time.monotonic() + END_OF_ROUND_SECONDS, self.where):
+                client.abort_all()
+        except Exception as exc:
+            logger.warning("%s: could not abort the next round's load: %s", self.where, exc)
+        self.load.join(LOAD_JOIN_TIMEOUT_SECONDS)
+
+    def measure(self, rank_rows: list[list[StepRow]]) -> MeasuredRound:
+        """Validate the round's records and measure its cell (RoundError & co. on bad data)."""
+        ctx = self.session.context
+        load_info = {
+            "num_requests": self.cell.bs * ctx.dp_size,
+            "input_len": self.plan.rule.prompt_len,
+            "max_new_tokens": self.plan.max_new_tokens,
+            "wall_seconds": round(self.wall, 3),
+            "reached_target": self.reached,
+            "load_error": self.load.error,
+            "decode_seconds": round(
+                sum(r.step_time for r in rank_rows[0]) if rank_rows else 0.0, 6
+            ),
+        }
+        outcome = postprocess_round(
             rank_rows,
-            bs=cell.bs,
-            ci_rel_width=settings.ci_rel_width,
-            min_steps=min_steps,
-            pinned=cell.frac is not None,
+            repeat=self.cell.repeat,
+            bs=self.cell.bs,
+            dp_size=ctx.dp_size,
+            gamma=ctx.gamma,
+            mode=ctx.mode,
+            tiers=ctx.tiers,
+            frac=self.cell.frac,
+            rule=self.plan.rule,
+            load_info=load_info,
         )
-        if aligned_count >= ROUND_WARMUP_STEPS and steady_started is None:
-            steady_started = time.monotonic()
-        steady_seconds = time.monotonic() - steady_started if steady_started else 0.0
-        seconds_ok = (
-            settings.min_steady_seconds is None or steady_seconds >= settings.min_steady_seconds
-        )
-        if (
-            stats is not None
-            and seconds_ok
-            and (stats.done or stats.num_steps >= settings.step_budget)
-        ):
-            reached = stats.done
-            break
-        if not load.is_alive():
-            break  # the batch finished or failed: no more steps will come
-    client.abort_all()
-    load.join(LOAD_JOIN_TIMEOUT_SECONDS)
-    wall = time.monotonic() - started
-    if load.is_alive():
-        logger.warning(
-            "%s: the load did not return within %.0f s of the abort.",
-            where,
-            LOAD_JOIN_TIMEOUT_SECONDS,
-        )
-    final = session.fetch_rows_retrying()
-    rank_rows = [
-        [r for r in rows if r.forward_ct > mark]
-        for rows, mark in zip(final, watermarks, strict=False)
-    ]
-    load_info = {
-        "num_requests": cell.bs * ctx.dp_size,
-        "max_new_tokens": round_max_new_tokens(settings),
-        "wall_seconds": round(wall, 3),
-        "reached_target": reached,
-        "load_error": load.error,
-        "decode_seconds": round(sum(r.step_time for r in rank_rows[0]) if rank_rows else 0.0, 6),
-    }
-    outcome = postprocess_round(
-        rank_rows,
-        repeat=cell.repeat,
-        bs=cell.bs,
-        dp_size=ctx.dp_size,
-        gamma=ctx.gamma,
-        mode=ctx.mode,
-        tiers=ctx.tiers,
-        frac=cell.frac,
-        ci_rel_width=settings.ci_rel_width,
-        min_steps=min_steps,
-        load_info=load_info,
-    )
-    return MeasuredRound(outcome=outcome, rank_rows=rank_rows)
+        return MeasuredRound(outcome=outcome, rank_rows=rank_rows)
+
+
+def run_round(
+    session: Session, cell: SweepCell, settings: RoundSettings, plan: RoundPlan | None = None
+) -> MeasuredRound:
+    """One round on its own (nothing runs after it)."""
+    active = ActiveRound(session, cell, settings, plan or round_plan(settings))
+    return active.measure(active.wait())
 
 
 def record_lines(measured: MeasuredRound) -> list[dict[str, Any]]:
@@ -471,7 +596,7 @@ def run_profile(
         warnings = validate_sweep(
             context,
             cfg.batch_sizes,
-            input_len=cfg.settings.input_len,
+            input_len=cfg.settings.prompt_len,
             max_new_tokens=round_max_new_tokens(cfg.settings),
         )
         for w in warnings:
@@ -502,27 +627,32 @@ def run_profile(
             return data
 
         manifest("running", None)
-        session = Session(client, context, vocab)
+        session = Session(client, context, vocab, cfg.settings.temperature)
         pin_reset: str | None = None
+
+        def record(cell: SweepCell, measured: MeasuredRound) -> None:
+            summary = measured.outcome.to_summary()
+            artifacts.append_lines(paths.records, record_lines(measured))
+            artifacts.append_lines(paths.rounds, [summary])
+            rounds.append(summary)
+            for w in measured.outcome.warnings:
+                logger.warning("%s", w)
+            progress.tick(
+                f"bs={cell.bs} frac={cell.frac}: {summary['steps_per_sec']:.2f} steps/s "
+                f"(CI {summary['ci_rel_width']:.1%}, {summary['num_steady_steps']} steps)"
+            )
+            if on_progress:
+                on_progress(progress.text, rounds)
+
         try:
-            if todo and cfg.warmup:
-                _warmup(session, cfg)
-            if todo and cfg.fracs and cfg.preflight:
-                _preflight(session, cfg)
-            for cell in todo:
-                measured = run_round(session, cell, cfg.settings)
-                summary = measured.outcome.to_summary()
-                artifacts.append_lines(paths.records, record_lines(measured))
-                artifacts.append_lines(paths.rounds, [summary])
-                rounds.append(summary)
-                for w in measured.outcome.warnings:
-                    logger.warning("%s", w)
-                progress.tick(
-                    f"bs={cell.bs} frac={cell.frac}: {summary['steps_per_sec']:.2f} steps/s "
-                    f"(CI {summary['ci_rel_width']:.1%}, {summary['num_steady_steps']} steps)"
-                )
-                if on_progress:
-                    on_progress(progress.text, rounds)
+            try:
+                _drive(session, cfg, _jobs(session, cfg, todo), record)
+            except ServerUnavailableError as exc:
+                raise ServerUnavailableError(
+                    f"The server stopped answering mid-sweep ({exc}); the {len(rounds)} "
+                    f"rounds measured so far are in {paths.rounds} — restart the server "
+                    "and rerun with --resume."
+                ) from exc
         except BaseException as exc:
             if cfg.fracs is not None:
                 pin_reset = _safe_reset(session)
@@ -534,6 +664,118 @@ def run_profile(
             raise ProfilerError("No rounds were measured.")
         data = manifest("succeeded", pin_reset)
         return RunSummary(paths, rounds, data, context, pin_reset, warnings)
+
+
+# What a round is for: settling the clocks, probing the pin, or measuring a cell.
+RoundKind = Literal["warm-up", "pre-flight", "cell"]
+
+
+def _jobs(
+    session: Session, cfg: RunConfig, todo: Sequence[SweepCell]
+) -> list[tuple[RoundKind, SweepCell]]:
+    jobs: list[tuple[RoundKind, SweepCell]] = []
+    if not todo:
+        return jobs
+    if cfg.warmup:
+        frac = max(cfg.fracs) if cfg.fracs else None
+        jobs.append(("warm-up", SweepCell(-1, min(8, max(cfg.batch_sizes)), frac)))
+    if cfg.fracs and cfg.preflight:
+        probe = preflight_cell(session.context, cfg.batch_sizes, cfg.fracs)
+        if probe is None:
+            logger.info(
+                "Pre-flight probe skipped: no bs in the sweep whose pin must shrink the graph."
+            )
+        else:
+            jobs.append(("pre-flight", probe))
+    return jobs + [("cell", cell) for cell in todo]
+
+
+def _drive(
+    session: Session,
+    cfg: RunConfig,
+    jobs: Sequence[tuple[RoundKind, SweepCell]],
+    record: Callable[[SweepCell, MeasuredRound], None],
+) -> None:
+    """Run the rounds back to back: the next one starts as soon as this one's records are
+    read, before they are validated and written, so the GPU does not idle in between."""
+    settings = cfg.settings
+    recent: list[int] = []  # steady steps of the last rounds: the next one's expected length
+
+    def start(index: int) -> ActiveRound | None:
+        if index >= len(jobs):
+            return None
+        kind, cell = jobs[index]
+        if kind == "warm-up":
+            plan = warmup_plan(settings)
+        elif kind == "pre-flight":
+            plan = round_plan(settings, PREFLIGHT_STEADY_STEPS)
+        else:
+            expected = int(statistics.median(recent[-3:])) if recent else None
+            plan = round_plan(settings, expected_steps=expected)
+        return ActiveRound(session, cell, settings, plan)
+
+    active = start(0)
+    for index, (kind, cell) in enumerate(jobs):
+        assert active is not None
+        failure: RoundError | None = None
+        measured: MeasuredRound | None = None
+        rows: list[list[StepRow]] = []
+        try:
+            rows = active.wait()
+        except RoundError as exc:
+            failure = exc
+        if kind == "cell" and active.steady_steps:
+            recent.append(active.steady_steps)
+        following = start(index + 1)
+        try:
+            if failure is None:
+                measured = active.measure(rows)
+        except RoundError as exc:
+            failure = exc
+        try:
+            _conclude(kind, cell, active, measured, failure, record)
+        except BaseException:
+            if following is not None:
+                following.abandon()
+            raise
+        active = following
+
+
+def _conclude(
+    kind: RoundKind,
+    cell: SweepCell,
+    active: ActiveRound,
+    measured: MeasuredRound | None,
+    failure: RoundError | None,
+    record: Callable[[SweepCell, MeasuredRound], None],
+) -> None:
+    """What a finished round means for the run."""
+    if kind == "warm-up":
+        if isinstance(failure, PinNotTakenError):
+            raise failure
+        if failure is not None:
+            logger.warning("Warm-up round failed (%s); continuing.", failure)
+        elif not active.settled:
+            logger.warning(
+                "The clocks were still speeding up after %d warm-up steps; the first rounds "
+                "may measure them warming (their drift check waits it out or widens their CI).",
+                active.steady_steps,
+            )
+        return
+    if kind == "pre-flight":
+        if isinstance(failure, PinNotTakenError):
+            raise PinNotTakenError(
+                f"Pre-flight probe failed, nothing measured. {failure}"
+            ) from failure
+        if failure is not None:
+            logger.warning(
+                "Pre-flight probe inconclusive (%s); the per-round checks still apply.", failure
+            )
+        return
+    if failure is not None:
+        raise failure
+    assert measured is not None
+    record(cell, measured)
 
 
 def _safe_reset(session: Session) -> str:
@@ -550,6 +792,16 @@ def _prepare_raw_files(
     cfg: RunConfig, paths: artifacts.OutPaths, context: ServerContext
 ) -> list[dict[str, Any]]:
     if cfg.resume:
+        for path in paths.raw_files():
+            dropped = artifacts.drop_torn_tail(path)
+            if dropped:
+                logger.warning(
+                    "--resume: %s ended in a torn line (an interrupted write); dropped its %d "
+                    "bytes so new rounds start on a line of their own. That cell is measured "
+                    "again.",
+                    path,
+                    dropped,
+                )
         rounds = artifacts.read_jsonl(paths.rounds)
         if rounds and paths.manifest.exists():
             try:
@@ -574,33 +826,6 @@ def _prepare_raw_files(
     for path in moved:
         logger.warning("Kept the previous run's %s as %s", path.name.split(".")[0], path)
     return []
-
-
-def _warmup(session: Session, cfg: RunConfig) -> None:
-    bs = min(8, max(cfg.batch_sizes))
-    frac = max(cfg.fracs) if cfg.fracs else None
-    try:
-        run_round(
-            session, SweepCell(-1, bs, frac), cfg.settings, min_steps=WARMUP_ROUND_STEADY_STEPS
-        )
-    except (ServerUnavailableError, PinNotTakenError):
-        raise
-    except Exception as exc:
-        logger.warning("Warm-up round failed (%s); continuing.", exc)
-
-
-def _preflight(session: Session, cfg: RunConfig) -> None:
-    assert cfg.fracs is not None
-    cell = preflight_cell(session.context, cfg.batch_sizes, cfg.fracs)
-    if cell is None:
-        logger.info("Pre-flight probe skipped: no bs in the sweep whose pin must shrink the graph.")
-        return
-    try:
-        run_round(session, cell, cfg.settings, min_steps=PREFLIGHT_STEADY_STEPS)
-    except PinNotTakenError as exc:
-        raise PinNotTakenError(f"Pre-flight probe failed, nothing measured. {exc}") from exc
-    except RoundError as exc:
-        logger.warning("Pre-flight probe inconclusive (%s); the per-round checks still apply.", exc)
 
 
 __all__ = [

@@ -16,6 +16,7 @@ from typing import Any
 
 from sps_operator.dspark_arith import compact_tiers, default_decode_capture_bs, runner_capture_bs
 from sps_operator.profiler.sweep import REQUIRED_SIMULATE_ACC_LEN
+from sps_operator.profiler.untrusted import json_int
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +106,12 @@ def _decode_config(state: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return decode if isinstance(decode, Mapping) else None
 
 
+# No DSpark server verifies more tokens per request than this in one step.
+MAX_VERIFY_TOKENS = 1024
+# Larger capture lists than this are no SGLang server's (and would make huge tier lists).
+MAX_CAPTURE_BS = 65_536
+
+
 def resolve_capture_bs(state: Mapping[str, Any]) -> list[int]:
     """The decode capture list: `decode.bs`, else the default list up to `decode.max_bs`."""
     decode = _decode_config(state)
@@ -112,20 +119,27 @@ def resolve_capture_bs(state: Mapping[str, Any]) -> list[int]:
         return []
     bs = decode.get("bs")
     if isinstance(bs, list) and bs:
-        return sorted({int(b) for b in bs})
+        values = [json_int(b) for b in bs]
+        if any(v is None or not 1 <= v <= MAX_CAPTURE_BS for v in values):
+            raise ServerCheckError(
+                f"/server_info cuda_graph_config.decode.bs must list batch sizes in "
+                f"[1, {MAX_CAPTURE_BS}], got {bs[:8]!r}; is this an SGLang DSpark server?"
+            )
+        return sorted({v for v in values if v is not None})
     max_bs = decode.get("max_bs")
     if max_bs is not None:
-        return default_decode_capture_bs(int(max_bs))
+        value = json_int(max_bs)
+        if value is None or not 1 <= value <= MAX_CAPTURE_BS:
+            raise ServerCheckError(
+                f"/server_info cuda_graph_config.decode.max_bs must be an integer in "
+                f"[1, {MAX_CAPTURE_BS}], got {max_bs!r}; is this an SGLang DSpark server?"
+            )
+        return default_decode_capture_bs(value)
     return []
 
 
-def _int_or_none(value: Any) -> int | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def server_context_from_info(
@@ -196,6 +210,11 @@ def server_context_from_info(
                 f"rank {rank}; relaunch with {want}."
             )
         components = payload.get("components") or []
+        if not isinstance(components, list) or not all(isinstance(c, str) for c in components):
+            raise ServerCheckError(
+                f"DP rank {rank} {INFO_RECORD_PAYLOAD_KEY}.components must be a list of names, "
+                f"got {components!r:.80}; is this an SGLang DSpark server?"
+            )
         missing = sorted(REQUIRED_COMPONENTS - set(components))
         if missing:
             raise ServerCheckError(
@@ -210,26 +229,35 @@ def server_context_from_info(
                 "request, so the batch stays put)."
             )
         payloads.append(payload)
-    ks = {_int_or_none(p.get("verify_num_draft_tokens")) for p in payloads}
+    ks = {json_int(p.get("verify_num_draft_tokens")) for p in payloads}
     if len(ks) != 1 or None in ks:
         raise ServerCheckError(
             f"DP ranks disagree on verify_num_draft_tokens: {sorted(map(str, ks))}."
         )
     k = ks.pop()
     assert k is not None
-    if k < 2:
-        raise ServerCheckError(f"verify_num_draft_tokens={k}; DSpark needs at least 2.")
-    gamma = _int_or_none(payloads[0].get("gamma")) or k - 1
+    if not 2 <= k <= MAX_VERIFY_TOKENS:
+        raise ServerCheckError(
+            f"verify_num_draft_tokens={k}; DSpark verifies between 2 and {MAX_VERIFY_TOKENS}."
+        )
+    gamma = json_int(payloads[0].get("gamma"))
+    if gamma is None:
+        gamma = k - 1
+    elif gamma != k - 1:
+        raise ServerCheckError(
+            f"{INFO_RECORD_PAYLOAD_KEY} reports gamma={gamma} with verify_num_draft_tokens={k}; "
+            "DSpark verifies gamma + 1 tokens per request, so the record is inconsistent."
+        )
     modes = {str(p.get("mode")) for p in payloads}
     if len(modes) != 1:
         raise ServerCheckError(f"DP ranks disagree on the ragged verify mode: {sorted(modes)}.")
-    dp_size = _int_or_none(state0.get("dp_size")) or _int_or_none(info.get("dp_size")) or 1
+    dp_size = json_int(state0.get("dp_size")) or json_int(info.get("dp_size")) or 1
     if dp_size != len(states):
         raise ServerCheckError(
             f"/server_info reports dp_size={dp_size} but {len(states)} internal_states; "
             "cannot align DP ranks."
         )
-    max_running = _int_or_none(state0.get("effective_max_running_requests_per_dp"))
+    max_running = json_int(state0.get("effective_max_running_requests_per_dp"))
     if max_running is not None and max_running <= 0:
         max_running = None
     if max_running is None:
@@ -244,7 +272,7 @@ def server_context_from_info(
         capacity += float(cap) if isinstance(cap, int | float) and cap > 0 else 1e9
     vocab = vocab_size
     if vocab is None:
-        vocab = _int_or_none(info.get("vocab_size")) or _int_or_none(state0.get("vocab_size"))
+        vocab = json_int(info.get("vocab_size")) or json_int(state0.get("vocab_size"))
     cost_args = {key: info.get(key, state0.get(key)) for key in COST_RELEVANT_ARGS}
     capture = resolve_capture_bs(state0) or resolve_capture_bs(info)
     cost_args.update(
@@ -260,7 +288,7 @@ def server_context_from_info(
     )
     return ServerContext(
         base_url=base_url,
-        tp_size=_int_or_none(info.get("tp_size")) or 1,
+        tp_size=json_int(info.get("tp_size")) or 1,
         dp_size=dp_size,
         dp_attention=bool(info.get("enable_dp_attention", state0.get("enable_dp_attention"))),
         mode=str(payloads[0].get("mode")),
@@ -271,7 +299,7 @@ def server_context_from_info(
         max_running_per_dp=max_running,
         token_capacity=capacity,
         table_path=str(table_path) if table_path else None,
-        tokenizer_path=tokenizer_path or info.get("tokenizer_path"),
+        tokenizer_path=tokenizer_path or _str_or_none(info.get("tokenizer_path")),
         vocab_size=vocab,
         cost_args=cost_args,
     )

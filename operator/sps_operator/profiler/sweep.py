@@ -7,14 +7,15 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from sps_operator.api import limits
+from sps_operator.tables.quality import ROUND_CI_LEVEL_Z
+
 # Defaults shared with SGLang's dspark_sps_profiler, so its users feel at home.
 DEFAULT_OUT = "dspark_sps.json"
 DEFAULT_MAX_BATCH_SIZE = 256
-DEFAULT_INPUT_LEN = 16
 DEFAULT_TEMPERATURE = 1.0
 DEFAULT_ROUND_TIMEOUT_SECONDS = 300.0
 ROUND_WARMUP_STEPS = 8
-ROUND_STEP_SLACK = 64
 STEP_TIME_FLOOR_SECONDS = 0.02
 WARMUP_ROUND_STEADY_STEPS = 16
 PROFILE_SEED = 42
@@ -26,19 +27,32 @@ REQUIRED_SIMULATE_ACC_LEN = 1.0
 
 # Our stopping rule: stop when the median step time's confidence interval is narrow enough.
 DEFAULT_CI_REL_WIDTH = 0.02
-DEFAULT_CI_LEVEL_Z = 1.96
+DEFAULT_CI_LEVEL_Z = ROUND_CI_LEVEL_Z
 # Never judge a median from fewer steady steps than this, whatever the CI says.
 MIN_STEADY_STEPS_FLOOR = 48
-# A round that has not met the CI after this many steady steps stops anyway (and says so).
-DEFAULT_MAX_STEADY_STEPS = 768
+# A round that has not met the CI after this many steady steps stops anyway (and says so):
+# with the warm-up steps and the prefill, under half of the reference's 572-step request, so a
+# round never costs more GPU time than half of a reference round, however noisy the GPU.
+DEFAULT_MAX_STEADY_STEPS = 240
+# Steps a request may run past the step budget before it ends on its own (the reference
+# allows 64: steps the GPU runs for nothing when a poll comes late).
+STEP_SLACK = 4
 DEFAULT_POLL_INTERVAL_SECONDS = 0.25
+# The KV context per request a table describes: step time grows with it (attention reads
+# every request's KV cache). Shared with the API (spec.table.sweep.contextLen).
+DEFAULT_CONTEXT_LEN = limits.DEFAULT_CONTEXT_LEN
+# Steady steps a round is expected to take at low noise: prompts are sized so that such a
+# window is centred on the context the table describes.
+EXPECTED_STEADY_STEPS = 96
 
 
 @dataclass(frozen=True)
 class RoundSettings:
     """How one round is driven and when it stops."""
 
-    input_len: int = DEFAULT_INPUT_LEN
+    # None: sized so the round's steady window is centred on `context_len`.
+    input_len: int | None = None
+    context_len: int = DEFAULT_CONTEXT_LEN
     temperature: float = DEFAULT_TEMPERATURE
     ci_rel_width: float = DEFAULT_CI_REL_WIDTH
     # The reference's floors, applied only when the user gives them.
@@ -50,8 +64,12 @@ class RoundSettings:
     poll_interval_seconds: float = DEFAULT_POLL_INTERVAL_SECONDS
 
     def __post_init__(self) -> None:
-        if self.input_len < 1:
+        if self.input_len is not None and self.input_len < 1:
             raise ValueError(f"--input-len must be >= 1, got {self.input_len}.")
+        if self.context_len < 1:
+            raise ValueError(f"--context-len must be >= 1, got {self.context_len}.")
+        if self.max_steady_steps < 1:
+            raise ValueError(f"--max-steady-steps must be >= 1, got {self.max_steady_steps}.")
         if not 0 < self.ci_rel_width < 1:
             raise ValueError(f"--ci-rel-width must be in (0, 1), got {self.ci_rel_width}.")
         if self.min_steady_steps is not None and self.min_steady_steps < 1:
@@ -69,6 +87,19 @@ class RoundSettings:
     def min_steps(self) -> int:
         """Fewest steady steps a round may be judged on."""
         return max(MIN_STEADY_STEPS_FLOOR, self.min_steady_steps or 0)
+
+    @property
+    def prompt_len(self) -> int:
+        """Prompt tokens per request for a round of the expected length."""
+        return self.prompt_len_for(None)
+
+    def prompt_len_for(self, expected_steps: int | None) -> int:
+        """Prompt tokens per request: `--input-len`, or sized so a round of `expected_steps`
+        steady steps (default `EXPECTED_STEADY_STEPS`) is centred on `context_len`."""
+        if self.input_len is not None:
+            return self.input_len
+        steps = min(expected_steps or EXPECTED_STEADY_STEPS, self.step_budget)
+        return max(1, self.context_len - (ROUND_WARMUP_STEPS + 2 + steps // 2))
 
     @property
     def step_budget(self) -> int:
@@ -106,7 +137,7 @@ def build_request_count_sweep(max_num_reqs: int) -> list[int]:
 
 def round_max_new_tokens(settings: RoundSettings) -> int:
     """Request lifetime in tokens: 1 token per step at SGLANG_SIMULATE_ACC_LEN=1.0."""
-    return ROUND_WARMUP_STEPS + settings.step_budget + ROUND_STEP_SLACK + settings.ramp_token_slack
+    return ROUND_WARMUP_STEPS + 2 + settings.step_budget + STEP_SLACK + settings.ramp_token_slack
 
 
 def validate_fracs(fracs: Sequence[float] | None) -> list[float] | None:

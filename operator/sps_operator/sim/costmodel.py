@@ -1,14 +1,30 @@
 """Ground-truth cost model of the simulated DSpark server (pure, no I/O but preset files).
 
 Step time of one DP rank for a decode step that replays ``tokens`` verify tokens for ``bs``
-requests:
+requests whose contexts hold ``ctx_i`` KV tokens each:
 
-    T(bs, tokens) = bias + a(bs) + t(tokens) + interaction * bs * tokens   (+ eager overhead)
+    T = bias + a(bs) + t(tokens) + interaction * bs * tokens        (+ eager overhead)
+        + kv_per_token * sum_i (ctx_i - kv_reference_tokens)
 
 with ``a(bs) = per_request * bs`` and ``t`` a two-slope roofline: memory-bound up to
-``knee_tokens``, then compute-bound with the extra ``per_token_above_knee`` slope. ``T`` is the
-noise-free (median) step time; the simulator multiplies it by lognormal noise with median 1 (so
-the median of many steps is ``T``), rare outliers, and a clock warm-up factor after idle gaps.
+``knee_tokens``, then compute-bound with the extra ``per_token_above_knee`` slope. The last
+line is attention reading each request's KV cache: steps get slower as requests age.
+
+The truth (`truth_seconds`, what `sps-sim truth` prints and what a table should hold) is
+``T`` at the reference context, warm clocks, no throttling, no stall, noise median 1. What
+a step really costs is that, times (`NoiseSource`):
+
+* lognormal noise with median 1 and CV ``noise_cv``, autocorrelated from step to step
+  (AR(1) on the log scale with coefficient ``noise_ar1``; the marginal CV stays
+  ``noise_cv``);
+* a rare outlier (``outlier_prob``, × ``outlier_factor_min``–``outlier_factor_max``);
+* a clock ramp after an idle gap longer than ``warmup_idle_threshold_s``: slower by
+  ``warmup_amplitude`` decaying with ``warmup_tau_s``;
+* periodic throttling: every ``throttle_period_s`` of model time, ``throttle_duration_s``
+  of steps slower by ``throttle_amplitude``;
+
+plus, with probability ``stall_prob`` per step, a stall adding ``stall_s_min``–``stall_s_max``
+seconds (a host hiccup). Every effect is a preset field; 0 turns it off.
 """
 
 from __future__ import annotations
@@ -39,12 +55,23 @@ class CostPreset:
     prefill_per_request_s: float
     eager_overhead_s: float
     noise_cv: float = 0.03
+    noise_ar1: float = 0.3
     outlier_prob: float = 0.002
     outlier_factor_min: float = 1.5
     outlier_factor_max: float = 3.0
     warmup_amplitude: float = 0.10
     warmup_tau_s: float = 0.5
     warmup_idle_threshold_s: float = 1.0
+    throttle_amplitude: float = 0.0
+    throttle_period_s: float = 60.0
+    throttle_duration_s: float = 6.0
+    stall_prob: float = 2e-4
+    stall_s_min: float = 0.02
+    stall_s_max: float = 0.2
+    # Attention reading the KV cache: seconds per KV token per request per step, relative
+    # to the context at which the costs above (and the truth) are stated.
+    kv_per_token_s: float = 1.0e-7
+    kv_reference_tokens: int = 300
     token_capacity: int = 812_345
     # Default decode CUDA-graph max bs when the command line gives none: for tp<4 and tp>=4.
     cuda_graph_max_bs_small_tp: int = 256
@@ -63,6 +90,16 @@ class CostPreset:
         if eager:
             seconds += self.eager_overhead_s
         return seconds
+
+    def decode_seconds_at_context(
+        self, bs: int, tokens: int, context_tokens: int, *, eager: bool = False
+    ) -> float:
+        """Noise-free step time when the ``bs`` requests hold ``context_tokens`` KV tokens in
+        all: the truth plus the KV reads beyond (or short of) the reference context."""
+        base = self.decode_seconds(bs, tokens, eager=eager)
+        kv = self.kv_per_token_s * (context_tokens - bs * self.kv_reference_tokens)
+        # Very short contexts cannot make a step cheaper than its weights' reads.
+        return max(base + kv, 0.5 * base)
 
     def prefill_seconds(self, num_requests: int, num_tokens: int) -> float:
         """Noise-free time of one prefill (extend) step."""
@@ -90,6 +127,7 @@ PRESETS: dict[str, CostPreset] = {
         prefill_per_request_s=20e-6,
         eager_overhead_s=0.004,
         token_capacity=812_345,
+        kv_per_token_s=1.0e-7,
     ),
     GPU_H200: CostPreset(
         name=GPU_H200,
@@ -104,6 +142,7 @@ PRESETS: dict[str, CostPreset] = {
         prefill_per_request_s=18e-6,
         eager_overhead_s=0.004,
         token_capacity=1_412_345,
+        kv_per_token_s=0.7e-7,
     ),
     GPU_RTX_PRO_6000: CostPreset(
         name=GPU_RTX_PRO_6000,
@@ -118,6 +157,7 @@ PRESETS: dict[str, CostPreset] = {
         prefill_per_request_s=25e-6,
         eager_overhead_s=0.005,
         token_capacity=912_345,
+        kv_per_token_s=1.8e-7,
         # SGLang has no memory-class rule for this product: the "unknown GPU" default.
         cuda_graph_max_bs_small_tp=160,
         cuda_graph_max_bs_large_tp=160,
@@ -217,13 +257,27 @@ def preset_from_mapping(data: Any, *, source: str = "preset") -> CostPreset:
 def validate_preset(preset: CostPreset, *, source: str = "preset") -> None:
     if preset.bias_s <= 0:
         raise ValueError(f"{source}: bias_s must be > 0")
-    for name in ("per_request_s", "per_token_s", "per_token_above_knee_s", "knee_tokens"):
+    for name in (
+        "per_request_s",
+        "per_token_s",
+        "per_token_above_knee_s",
+        "knee_tokens",
+        "kv_per_token_s",
+        "kv_reference_tokens",
+        "warmup_amplitude",
+        "throttle_amplitude",
+        "stall_s_min",
+    ):
         if getattr(preset, name) < 0:
             raise ValueError(f"{source}: {name} must be >= 0")
-    if not 0 <= preset.noise_cv < 1:
-        raise ValueError(f"{source}: noise_cv must be in [0, 1)")
-    if not 0 <= preset.outlier_prob < 1:
-        raise ValueError(f"{source}: outlier_prob must be in [0, 1)")
+    for name in ("noise_cv", "noise_ar1", "outlier_prob", "stall_prob"):
+        if not 0 <= getattr(preset, name) < 1:
+            raise ValueError(f"{source}: {name} must be in [0, 1)")
+    for low, high in (("outlier_factor_min", "outlier_factor_max"), ("stall_s_min", "stall_s_max")):
+        if getattr(preset, low) > getattr(preset, high):
+            raise ValueError(f"{source}: {low} must be <= {high}")
+    if preset.throttle_amplitude and not 0 < preset.throttle_duration_s <= preset.throttle_period_s:
+        raise ValueError(f"{source}: throttle_duration_s must be in (0, throttle_period_s]")
     if preset.token_capacity < 1:
         raise ValueError(f"{source}: token_capacity must be >= 1")
 
@@ -237,23 +291,41 @@ def with_noise_cv(preset: CostPreset, noise_cv: float | None) -> CostPreset:
 
 
 class NoiseSource:
-    """Multiplicative step-time noise: lognormal (median 1), rare outliers, warm-up drift."""
+    """What separates a step from the truth: autocorrelated lognormal noise (median 1),
+    outliers, the clock ramp after idle, periodic throttling and stalls."""
 
     def __init__(self, preset: CostPreset, seed: int) -> None:
         self._preset = preset
         self._rng = random.Random(seed)
         cv = preset.noise_cv
         self._sigma = math.sqrt(math.log1p(cv * cv)) if cv > 0 else 0.0
+        # AR(1) state of the log-noise, per stream (a DP rank): z ~ N(0, 1) marginally.
+        self._z: dict[int, float] = {}
 
     def gauss(self, mu: float, sigma: float) -> float:
         return self._rng.gauss(mu, sigma)
 
-    def factor(self, seconds_since_warm_start: float) -> float:
+    def _log_noise(self, stream: int) -> float:
+        phi = self._preset.noise_ar1
+        previous = self._z.get(stream)
+        fresh = self._rng.gauss(0.0, 1.0)
+        z = fresh if previous is None else phi * previous + math.sqrt(1 - phi * phi) * fresh
+        self._z[stream] = z
+        return self._sigma * z
+
+    def factor(self, seconds_since_warm_start: float, now: float = 0.0, stream: int = 0) -> float:
+        """Multiplier of the truth for a step starting at model time ``now``."""
         p = self._preset
-        value = math.exp(self._rng.gauss(0.0, self._sigma)) if self._sigma else 1.0
+        value = math.exp(self._log_noise(stream)) if self._sigma else 1.0
         if p.outlier_prob and self._rng.random() < p.outlier_prob:
             value *= self._rng.uniform(p.outlier_factor_min, p.outlier_factor_max)
-        return value * warmup_factor(p, seconds_since_warm_start)
+        return value * warmup_factor(p, seconds_since_warm_start) * throttle_factor(p, now)
+
+    def stall_seconds(self) -> float:
+        p = self._preset
+        if p.stall_prob and self._rng.random() < p.stall_prob:
+            return self._rng.uniform(p.stall_s_min, p.stall_s_max)
+        return 0.0
 
 
 def warmup_factor(preset: CostPreset, seconds_since_warm_start: float) -> float:
@@ -262,3 +334,30 @@ def warmup_factor(preset: CostPreset, seconds_since_warm_start: float) -> float:
         return 1.0
     t = max(0.0, seconds_since_warm_start)
     return 1.0 + preset.warmup_amplitude * math.exp(-t / preset.warmup_tau_s)
+
+
+def throttle_factor(preset: CostPreset, now: float) -> float:
+    """Power/thermal capping: the last ``duration`` of every ``period`` runs slower."""
+    if preset.throttle_amplitude <= 0:
+        return 1.0
+    phase = now % preset.throttle_period_s
+    throttled = phase >= preset.throttle_period_s - preset.throttle_duration_s
+    return 1.0 + preset.throttle_amplitude if throttled else 1.0
+
+
+# The preset fields that, at these values, turn off every effect separating a step from the
+# truth.
+EFFECTS_OFF: dict[str, Any] = {
+    "noise_cv": 0.0,
+    "noise_ar1": 0.0,
+    "outlier_prob": 0.0,
+    "warmup_amplitude": 0.0,
+    "throttle_amplitude": 0.0,
+    "stall_prob": 0.0,
+    "kv_per_token_s": 0.0,
+}
+
+
+def without_effects(preset: CostPreset) -> CostPreset:
+    """The preset with every effect that separates a step from the truth turned off."""
+    return replace(preset, **EFFECTS_OFF)

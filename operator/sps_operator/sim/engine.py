@@ -328,16 +328,16 @@ class Engine:
         global_bs = max((len(reqs) for kind, reqs in kinds.values() if kind == "decode"), default=0)
         plans: dict[int, RankStepPlan] = {}
         for r, (kind, reqs) in kinds.items():
+            record: dict[str, Any] | None = None
             if kind == "prefill":
                 base = self.preset.prefill_seconds(len(reqs), sum(q.input_ids_len for q in reqs))
-                plans[r] = RankStepPlan("prefill", reqs, base * self.noise.factor(since_warm))
             elif kind == "decode":
                 record, base = self._plan_decode(self.ranks[r], reqs, global_bs)
-                plans[r] = RankStepPlan(
-                    "decode", reqs, base * self.noise.factor(since_warm), record
-                )
             else:
                 plans[r] = RankStepPlan("idle", [], 0.0)
+                continue
+            seconds = base * self.noise.factor(since_warm, start, r) + self.noise.stall_seconds()
+            plans[r] = RankStepPlan(kind, reqs, seconds, record)
         seconds = max(p.seconds for p in plans.values())
         return GroupStep(start=start, end=start + seconds, plans=plans)
 
@@ -411,7 +411,8 @@ class Engine:
         if predicted is not None:
             record["predicted_step_ms"] = round(predicted[0], 4)
             record["predicted_theta"] = round(predicted[1], 6)
-        seconds = self.preset.decode_seconds(bs, replay_tokens, eager=eager)
+        context = sum(q.input_ids_len + len(q.output_ids) for q in reqs)
+        seconds = self.preset.decode_seconds_at_context(bs, replay_tokens, context, eager=eager)
         return record, seconds
 
     def _compact_tier(

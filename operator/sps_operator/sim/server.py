@@ -236,6 +236,7 @@ class SimServer:
                     "preset": self.settings.preset.name,
                     "time_scale": self.settings.time_scale,
                     "seed": self.settings.seed,
+                    "seed_given": self.settings.seed_given,
                     "verify_all_bug": self.settings.verify_all_bug_setting,
                     "verify_all_shortcut_active": cfg.is_verify_all and cfg.verify_all_bug,
                 },

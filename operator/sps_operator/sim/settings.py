@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,8 @@ class SimSettings:
     preset: CostPreset
     time_scale: float
     seed: int
+    # False when the seed was drawn at start-up (no --seed / SPS_SIM_SEED).
+    seed_given: bool
     accept_null_pin: bool
     legacy_set_internal_state: bool
     verify_all_bug_setting: str
@@ -227,7 +230,13 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
     )
     if not time_scale > 0:
         raise ConfigError(f"--time-scale must be > 0, got {time_scale}")
-    seed = ns.seed if ns.seed is not None else _int_env(env, "SPS_SIM_SEED", 0)
+    if ns.seed is not None:
+        seed, seed_given = ns.seed, True
+    elif env.get("SPS_SIM_SEED", "").strip():
+        seed, seed_given = _int_env(env, "SPS_SIM_SEED", 0), True
+    else:
+        # A real GPU never measures the same twice: every run draws its own noise.
+        seed, seed_given = secrets.randbits(31), False
     bug_setting = ns.verify_all_bug or env.get("SPS_SIM_VERIFY_ALL_BUG", "auto").strip().lower()
     if bug_setting not in ("on", "off", "auto"):
         raise ConfigError(f"SPS_SIM_VERIFY_ALL_BUG must be on|off|auto, got {bug_setting!r}")
@@ -401,6 +410,7 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
         preset=preset,
         time_scale=time_scale,
         seed=seed,
+        seed_given=seed_given,
         accept_null_pin=accept_null_pin,
         legacy_set_internal_state=legacy,
         verify_all_bug_setting=bug_setting,

@@ -4,6 +4,11 @@ For each per-rank batch size ``bs`` and verify-token count ``M`` in ``[bs, bs*K]
 step time a compact-mode server with this capture configuration really runs (``seconds``: the
 graph tier replayed for M) and the smooth model at exactly M (``seconds_untiered``). The
 diagonal (``M = bs*K``) is what a static-mode server runs.
+
+The truth is the step at the preset's reference context (``kv_reference_tokens`` per
+request), with warm clocks, no throttling, no stall and the noise's median: exact whatever
+the preset's effects, which only ever move a measured step away from it. ``context`` gives
+the noise-free step at another context per request instead.
 """
 
 from __future__ import annotations
@@ -29,8 +34,14 @@ def truth_grid(
     capture_bs: Sequence[int],
     max_running_per_dp: int,
     m_step: int = 1,
+    context: int | None = None,
 ) -> list[dict[str, Any]]:
     """Rows {bs, M, tier, seconds, seconds_untiered, diagonal} (pure)."""
+    per_request = preset.kv_reference_tokens if context is None else context
+
+    def seconds(bs: int, tokens: int, eager: bool = False) -> float:
+        return preset.decode_seconds_at_context(bs, tokens, bs * per_request, eager=eager)
+
     k = gamma + 1
     runner = dspark_arith.runner_capture_bs(capture_bs, max_running_per_dp)
     tiers = dspark_arith.compact_tiers(runner, k)
@@ -49,8 +60,8 @@ def truth_grid(
                     "M": m,
                     "budget": m - bs,
                     "tier": run_tokens,
-                    "seconds": preset.decode_seconds(bs, run_tokens, eager=eager),
-                    "seconds_untiered": preset.decode_seconds(bs, m),
+                    "seconds": seconds(bs, run_tokens, eager),
+                    "seconds_untiered": seconds(bs, m),
                     "diagonal": m == bs * k,
                 }
             )
@@ -66,6 +77,12 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--batch-size", type=int, nargs="+", default=None, help="explicit bs list")
     p.add_argument("--gamma", type=int, default=7, help="draft tokens per request (K-1)")
     p.add_argument("--m-step", type=int, default=1, help="stride of the M axis")
+    p.add_argument(
+        "--context",
+        type=int,
+        default=None,
+        help="KV tokens per request (default: the preset's kv_reference_tokens, the truth)",
+    )
     p.add_argument("--tp-size", type=int, default=1)
     p.add_argument("--cuda-graph-max-bs", type=int, default=None)
     p.add_argument("--cuda-graph-bs-decode", type=int, nargs="+", default=None)
@@ -76,8 +93,16 @@ def main(argv: Sequence[str]) -> int:
     except ValueError as exc:
         print(f"sps-sim truth: error: {exc}", file=sys.stderr)
         return 2
-    if ns.gamma < 1 or ns.max_bs < 1 or ns.m_step < 1:
-        print("sps-sim truth: error: --gamma, --max-bs, --m-step must be >= 1", file=sys.stderr)
+    if (
+        ns.gamma < 1
+        or ns.max_bs < 1
+        or ns.m_step < 1
+        or (ns.context is not None and ns.context < 0)
+    ):
+        print(
+            "sps-sim truth: error: --gamma, --max-bs, --m-step must be >= 1, --context >= 0",
+            file=sys.stderr,
+        )
         return 2
     batch_sizes = ns.batch_size or list(range(1, ns.max_bs + 1))
     max_bs = ns.cuda_graph_max_bs or preset.default_cuda_graph_max_bs(ns.tp_size)
@@ -90,6 +115,7 @@ def main(argv: Sequence[str]) -> int:
         capture_bs=capture,
         max_running_per_dp=pool,
         m_step=ns.m_step,
+        context=ns.context,
     )
     fmt = ns.format or ("csv" if str(ns.out).endswith(".csv") else "json")
     if fmt == "csv":
@@ -106,6 +132,9 @@ def main(argv: Sequence[str]) -> int:
                 "verify_num_draft_tokens": ns.gamma + 1,
                 "capture_bs": list(capture),
                 "units": "seconds per decode step per DP rank (noise-free median)",
+                "context_per_request": ns.context
+                if ns.context is not None
+                else preset.kv_reference_tokens,
                 "rows": rows,
             },
             indent=1,

@@ -32,7 +32,7 @@ from sps_operator.tables.formats import (
     interp_clamped,
     profile_sps_table,
 )
-from sps_operator.tables.quality import Cell, FitQuality, evaluate
+from sps_operator.tables.quality import Cell, FitQuality, evaluate, leave_one_out_rel
 
 FitKind = Literal["diagonal", "additive"]
 FloatArray = npt.NDArray[np.float64]
@@ -41,6 +41,13 @@ FloatArray = npt.NDArray[np.float64]
 MIN_ADDITIVE_CELLS = 4
 REFERENCE_M_BIN_WIDTH = 64
 MAX_EDF_FRACTION = 0.5
+# A cell with leverage this close to 1 decides its own parameter: leaving it out extrapolates.
+MAX_LOO_LEVERAGE = 0.99
+# The additive fit's bounds: knots per axis (more distinct bs or M values are thinned to
+# this many, evenly spread; each smoothing weight costs O(knots³)) and distinct cells
+# (building the normal equations is O(cells); beyond this the input is not a profile).
+MAX_KNOTS_PER_AXIS = 128
+MAX_ADDITIVE_CELLS = 20_000
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,30 @@ def _round_field(round_: Mapping[str, Any], index: int, key: str) -> Any:
     return round_[key]
 
 
+def _optional_number(round_: Mapping[str, Any], index: int, key: str) -> float | None:
+    value = round_.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"round {index} has {key}={value!r}; it must be a finite number.")
+    return float(value)
+
+
+def _ci_rel_half(round_: Mapping[str, Any], index: int) -> float | None:
+    """Relative half-width of the round's CI of its median step time (None when absent)."""
+    low = _optional_number(round_, index, "ci_low")
+    high = _optional_number(round_, index, "ci_high")
+    median = _optional_number(round_, index, "median_step_time")
+    if low is None or high is None or median is None:
+        return None
+    if not (median > 0 and low <= median <= high):
+        raise ValueError(
+            f"round {index} has ci_low={low}, median_step_time={median}, ci_high={high}; the "
+            "median must be positive and inside its CI."
+        )
+    return (high - low) / (2 * median)
+
+
 def cells_from_rounds(rounds: Iterable[Mapping[str, Any]]) -> list[Cell]:
     """One `Cell` per measured round (bs per DP rank, batch_tokens, seconds per step)."""
     cells: list[Cell] = []
@@ -78,14 +109,23 @@ def cells_from_rounds(rounds: Iterable[Mapping[str, Any]]) -> list[Cell]:
                 bs=bs,
                 m=m,
                 t=1.0 / sps,
-                t_se=float(round_.get("step_time_se") or 0.0),
+                t_se=_optional_number(round_, index, "step_time_se") or 0.0,
                 tier=int(tier) if tier is not None else None,
+                ci_rel_half=_ci_rel_half(round_, index),
             )
         )
     return cells
 
 
 # --- diagonal --------------------------------------------------------------------------------
+
+
+ONE_PROBE_ADVICE = (
+    "a diagonal table with a single probe is what SGLang builds when it has no table "
+    "(`is_uninitialized_sps_table`: compact mode then verifies everything), so it would "
+    "silently disable trimming; measure at least two batch sizes (--batch-size 1 8, or "
+    "--max-batch-size 2 or more)"
+)
 
 
 def fit_diagonal(
@@ -100,7 +140,7 @@ def fit_diagonal(
     M tokens replays the smallest tier >= M, so each tier's step time (linear in the tier
     between measured tiers) is put at the probe just above the previous tier, which is
     where SGLang's floor lookup switches. Without `tiers`: the measured probes only, as
-    the reference profiler writes them.
+    the reference profiler writes them. Refuses a single measured probe (`ONE_PROBE_ADVICE`).
     """
     diagonal = [r for r in rounds if r.get("frac") is None]
     if not diagonal:
@@ -108,18 +148,57 @@ def fit_diagonal(
             "No diagonal rounds (frac=null) to fit a diagonal table; these rounds are "
             "off-diagonal — fit them with kind='additive'."
         )
+    cells = cells_from_rounds(diagonal)
     by_tokens: dict[int, list[float]] = {}
-    for index, round_ in enumerate(diagonal):
-        m = int(_round_field(round_, index, "batch_tokens"))
-        by_tokens.setdefault(m, []).append(float(_round_field(round_, index, "steps_per_sec")))
+    bs_at: dict[int, int] = {}
+    for c, round_ in zip(cells, diagonal, strict=True):
+        by_tokens.setdefault(c.m, []).append(float(round_["steps_per_sec"]))
+        bs_at.setdefault(c.m, c.bs)
+    if len(by_tokens) < 2:
+        raise ValueError(f"Only batch_tokens {sorted(by_tokens)} measured: {ONE_PROBE_ADVICE}.")
     probes = [(m, statistics.median(values)) for m, values in sorted(by_tokens.items())]
-    if tiers:
-        table = _diagonal_staircase(probes, sorted(set(tiers)), max_batch_tokens)
-    else:
-        table = profile_sps_table(probes, max_batch_tokens=max_batch_tokens)
-    return FitResult(
-        table=table, quality=evaluate(table, cells_from_rounds(diagonal)), kind="diagonal"
+
+    def build(kept: Sequence[tuple[int, float]]) -> SpsCostTable:
+        if tiers:
+            return _diagonal_staircase(kept, sorted(set(tiers)), max_batch_tokens)
+        return profile_sps_table(kept, max_batch_tokens=max_batch_tokens)
+
+    def predict_without(index: int) -> float | None:
+        if index in (0, len(probes) - 1):
+            return None
+        return build([p for i, p in enumerate(probes) if i != index]).step_seconds(probes[index][0])
+
+    probe_cells = [Cell(bs=bs_at[m], m=m, t=1.0 / sps) for m, sps in probes]
+    loo = leave_one_out_rel(probe_cells, predict_without) if len(probes) >= 3 else None
+    table = build(probes)
+    k = max(1, probes[0][0] // bs_at[probes[0][0]])
+    quality = evaluate(
+        table,
+        cells,
+        loo_rel=loo,
+        probe_seconds=[1.0 / sps for _m, sps in probes],
+        # A measured-probes table's floor steps are what LOO scores already.
+        within_step_rel=_within_step_rel(table, k) if tiers else 0.0,
     )
+    return FitResult(table=table, quality=quality, kind="diagonal")
+
+
+def _within_step_rel(table: SpsCostTable, k: int) -> float:
+    """Largest relative height of a staircase step that holds several batch sizes.
+
+    A step [e₀, e₁) of a diagonal table is looked up for every bs with bs·K in it; they all
+    replay the same tier, but with fewer requests than the tier's full width they cost less
+    than the value the table holds for it — by at most the step's height, since they cost no
+    less than the previous step's full width.
+    """
+    edges = [*table.sample_batch_tokens, table.max_batch_tokens + 1]
+    seconds = [1.0 / sps for sps in table.sample_steps_per_sec]
+    heights = [0.0]
+    for i in range(1, len(seconds)):
+        grid_points = (edges[i + 1] - 1) // k - (edges[i] - 1) // k
+        if grid_points > 1:
+            heights.append((seconds[i] - seconds[i - 1]) / seconds[i - 1])
+    return max(heights)
 
 
 def _diagonal_staircase(
@@ -146,25 +225,34 @@ def _diagonal_staircase(
 # --- additive: hat-basis penalised least squares ---------------------------------------------
 
 
+def hat_weights(
+    knots: Sequence[float], x: Sequence[float]
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], FloatArray]:
+    """Piecewise-linear hat functions on `knots` at `x`, clamped at the ends, as
+    (lower knot index, upper knot index, weight of the upper knot) per point: each point
+    touches at most two knots, so the design stays O(points)."""
+    k = np.asarray(knots, dtype=float)
+    v = np.clip(np.asarray(x, dtype=float), k[0], k[-1])
+    hi = np.clip(np.searchsorted(k, v, side="right"), 1, max(len(k) - 1, 1))
+    lo = hi - 1
+    if len(k) == 1:
+        zeros = np.zeros(len(v), dtype=np.intp)
+        return zeros, zeros, np.zeros(len(v))
+    frac = (v - k[lo]) / (k[hi] - k[lo])
+    return lo.astype(np.intp), hi.astype(np.intp), frac
+
+
 def hat_basis(knots: Sequence[float], x: Sequence[float]) -> FloatArray:
-    """Piecewise-linear hat functions on `knots` at `x`, clamped at the ends.
+    """The hat functions as a dense matrix (for inspection and tests).
 
     Row i holds weights w with sum 1 such that Σ w_k f(knot_k) is SGLang's
     `_interp_clamped(knots, f, x_i)`.
     """
-    k = np.asarray(knots, dtype=float)
-    basis = np.zeros((len(x), len(k)))
-    for row, value in enumerate(x):
-        if value <= k[0]:
-            basis[row, 0] = 1.0
-        elif value >= k[-1]:
-            basis[row, -1] = 1.0
-        else:
-            hi = int(np.searchsorted(k, value, side="right"))
-            lo = hi - 1
-            frac = (value - k[lo]) / (k[hi] - k[lo])
-            basis[row, lo] = 1.0 - frac
-            basis[row, hi] = frac
+    lo, hi, frac = hat_weights(knots, x)
+    basis = np.zeros((len(x), len(knots)))
+    rows = np.arange(len(x))
+    np.add.at(basis, (rows, lo), 1.0 - frac)
+    np.add.at(basis, (rows, hi), frac)
     return basis
 
 
@@ -184,21 +272,122 @@ def second_difference(knots: Sequence[float]) -> FloatArray:
     return rows * scale
 
 
-def _solve_penalised(
-    x: FloatArray, y: FloatArray, w: FloatArray, penalty: FloatArray, lam: float
-) -> tuple[FloatArray, float, float, FloatArray]:
-    """β, weighted RSS, effective degrees of freedom, and A⁻¹ (for covariances)."""
-    xtw = x.T * w
-    gram = xtw @ x
-    # A whisker of ridge keeps A invertible when a knot has no data and no penalty row.
-    ridge = 1e-9 * (np.trace(gram) / max(gram.shape[0], 1))
-    a = gram + lam * (penalty.T @ penalty) + ridge * np.eye(gram.shape[0])
-    a_inv = np.linalg.pinv(a)
-    beta = a_inv @ (xtw @ y)
-    resid = y - x @ beta
-    rss = float(np.sum(w * resid * resid))
-    edf = float(np.trace(a_inv @ gram))
-    return beta, rss, edf, a_inv
+def reduce_knots(values: Iterable[int], max_knots: int | None = None) -> list[int]:
+    """The distinct values, or `max_knots` (default `MAX_KNOTS_PER_AXIS`) of them evenly
+    spread (ends kept) when there are more."""
+    max_knots = max_knots or MAX_KNOTS_PER_AXIS
+    distinct = sorted(set(values))
+    if len(distinct) <= max_knots:
+        return distinct
+    picks = np.unique(np.round(np.linspace(0, len(distinct) - 1, max_knots)).astype(int))
+    return [distinct[i] for i in picks]
+
+
+@dataclass(frozen=True)
+class _SparseDesign:
+    """Each row's (at most 5) nonzero columns and values: bias, two α hats, two θ hats."""
+
+    cols: npt.NDArray[np.intp]
+    vals: FloatArray
+    width: int
+
+    def times(self, beta: FloatArray) -> FloatArray:
+        return np.sum(self.vals * beta[self.cols], axis=1)
+
+    def gram(self, w: FloatArray) -> FloatArray:
+        """XᵀWX in O(rows · 25)."""
+        gram = np.zeros((self.width, self.width))
+        products = w[:, None, None] * self.vals[:, :, None] * self.vals[:, None, :]
+        np.add.at(gram, (self.cols[:, :, None], self.cols[:, None, :]), products)
+        return gram
+
+    def transpose_times(self, v: FloatArray) -> FloatArray:
+        out = np.zeros(self.width)
+        np.add.at(out, self.cols, self.vals * v[:, None])
+        return out
+
+    def quadratic(self, matrix: FloatArray) -> FloatArray:
+        """x_iᵀ M x_i for every row."""
+        block = matrix[self.cols[:, :, None], self.cols[:, None, :]]
+        return np.einsum("ij,ijk,ik->i", self.vals, block, self.vals)
+
+
+def _additive_design(
+    bs: Sequence[int], bs_knots: Sequence[int], x: Sequence[int], x_knots: Sequence[int]
+) -> _SparseDesign:
+    """Columns: bias, α at bs knots 1.. (α(bs₀) = 0), θ at x knots 1.. (θ(x₀) = 0)."""
+    n_alpha = len(bs_knots) - 1
+    a_lo, a_hi, a_f = hat_weights(bs_knots, bs)
+    t_lo, t_hi, t_f = hat_weights(x_knots, x)
+
+    # Knot 0 of each axis has no column: its weight goes to column 0 with value 0.
+    def column(index: npt.NDArray[np.intp], offset: int) -> npt.NDArray[np.intp]:
+        return np.where(index > 0, offset + index - 1, 0).astype(np.intp)
+
+    def value(index: npt.NDArray[np.intp], weight: FloatArray) -> FloatArray:
+        return np.where(index > 0, weight, 0.0)
+
+    n = len(bs)
+    cols = np.stack(
+        [
+            np.zeros(n, dtype=np.intp),
+            column(a_lo, 1),
+            column(a_hi, 1),
+            column(t_lo, 1 + n_alpha),
+            column(t_hi, 1 + n_alpha),
+        ],
+        axis=1,
+    )
+    vals = np.stack(
+        [
+            np.ones(n),
+            value(a_lo, 1.0 - a_f),
+            value(a_hi, a_f),
+            value(t_lo, 1.0 - t_f),
+            value(t_hi, t_f),
+        ],
+        axis=1,
+    )
+    return _SparseDesign(cols, vals, 1 + n_alpha + len(x_knots) - 1)
+
+
+class _PenalisedSystem:
+    """(G + λP)β = XᵀWy for many λ at O(knots³) once and O(knots² + cells) per λ.
+
+    G + εI = LLᵀ (Cholesky, ε a whisker of ridge so knots that only the penalty ties down
+    stay solvable) and L⁻¹PL⁻ᵀ = UDUᵀ, so (G + εI + λP)⁻¹ = L⁻ᵀU(I + λD)⁻¹UᵀL⁻¹ and the
+    effective degrees of freedom tr((G + λP)⁻¹G) ≈ Σ 1/(1 + λd).
+    """
+
+    def __init__(
+        self,
+        design: _SparseDesign,
+        gram: FloatArray,
+        xtwy: FloatArray,
+        y: FloatArray,
+        w: FloatArray,
+        penalty_gram: FloatArray,
+    ) -> None:
+        self.design, self.y, self.w = design, y, w
+        ridge = 1e-9 * (np.trace(gram) / max(gram.shape[0], 1))
+        chol = np.linalg.cholesky(gram + ridge * np.eye(gram.shape[0]))
+        chol_inv = np.linalg.inv(chol)
+        d, u = np.linalg.eigh(chol_inv @ penalty_gram @ chol_inv.T)
+        self.d = np.clip(d, 0.0, None)
+        self.basis = chol_inv.T @ u  # L⁻ᵀU
+        self.projected = self.basis.T @ xtwy  # UᵀL⁻¹XᵀWy
+
+    def solve(self, lam: float) -> tuple[FloatArray, float, float]:
+        """β, weighted RSS and effective degrees of freedom at λ."""
+        shrink = 1.0 / (1.0 + lam * self.d)
+        beta = self.basis @ (shrink * self.projected)
+        resid = self.y - self.design.times(beta)
+        return beta, float(np.sum(self.w * resid * resid)), float(np.sum(shrink))
+
+    def inverse(self, lam: float) -> FloatArray:
+        """(G + λP)⁻¹, for standard errors and leverages."""
+        shrink = 1.0 / (1.0 + lam * self.d)
+        return (self.basis * shrink) @ self.basis.T
 
 
 def _tier_at(tiers: Sequence[int], m: int) -> int | None:
@@ -239,39 +428,46 @@ class _PenalisedFit:
     theta: list[float]
     smoothing: float
     probe_se_ms: dict[str, float]
+    # Per cell: the fitted step time with that cell left out (None where it alone decides
+    # a parameter, i.e. the fit without it would extrapolate).
+    loo_seconds: list[float | None]
 
 
 def _fit_penalised(
     cells: Sequence[Cell], theta_x: Sequence[int], counts: Sequence[int]
 ) -> _PenalisedFit:
-    """bias + alpha(bs) + theta(x) on hat bases, x = M or the replayed tier; λ by GCV."""
-    bs_knots = sorted({c.bs for c in cells})
-    x_knots = sorted(set(theta_x))
-    alpha_basis = hat_basis(bs_knots, [c.bs for c in cells])[:, 1:]  # alpha(bs0) = 0
-    theta_basis = hat_basis(x_knots, list(theta_x))[:, 1:]  # theta(x0) = 0
-    x = np.hstack([np.ones((len(cells), 1)), alpha_basis, theta_basis])
+    """bias + alpha(bs) + theta(x) on hat bases, x = M or the replayed tier; λ by GCV.
+
+    Cost: O(cells) to build the normal equations, O(knots³) per smoothing weight tried.
+    """
+    bs_knots = reduce_knots(c.bs for c in cells)
+    x_knots = reduce_knots(theta_x)
+    design = _additive_design([c.bs for c in cells], bs_knots, theta_x, x_knots)
     d_alpha = second_difference(bs_knots)[:, 1:]
     d_theta = second_difference(x_knots)[:, 1:]
-    n_alpha = alpha_basis.shape[1]
-    penalty = np.zeros((d_alpha.shape[0] + d_theta.shape[0], x.shape[1]))
+    n_alpha = len(bs_knots) - 1
+    penalty = np.zeros((d_alpha.shape[0] + d_theta.shape[0], design.width))
     penalty[: d_alpha.shape[0], 1 : 1 + n_alpha] = d_alpha
     penalty[d_alpha.shape[0] :, 1 + n_alpha :] = d_theta
+    penalty_gram = penalty.T @ penalty
     y = np.array([c.t for c in cells], dtype=float)
     w = np.asarray(counts, dtype=float) / (y * y)
     n = len(cells)
-    gram = (x.T * w) @ x
-    pen_trace = float(np.trace(penalty.T @ penalty)) or 1.0
-    scale = float(np.trace(gram)) / pen_trace
+    gram = design.gram(w)
+    xtwy = design.transpose_times(w * y)
+    scale = float(np.trace(gram)) / (float(np.trace(penalty_gram)) or 1.0)
+    system = _PenalisedSystem(design, gram, xtwy, y, w, penalty_gram)
     candidates: list[tuple[float, float]] = []  # (gcv, λ)
     for lam in scale * np.logspace(-7, 4, 34):
-        _beta, rss, edf, _ = _solve_penalised(x, y, w, penalty, float(lam))
+        _beta, rss, edf = system.solve(float(lam))
         # GCV degenerates as the fit approaches interpolation (edf → n): keep at least
         # half the cells as residual degrees of freedom.
         if edf <= MAX_EDF_FRACTION * n:
             denom = n - edf
             candidates.append((n * rss / (denom * denom), float(lam)))
     lam = min(candidates)[1] if candidates else float(scale * 1e4)
-    beta, rss, edf, a_inv = _solve_penalised(x, y, w, penalty, lam)
+    beta, rss, edf = system.solve(lam)
+    a_inv = system.inverse(lam)
     # Parameter standard errors: σ² A⁻¹ XᵀWX A⁻¹ (σ² relative; W = 1/T² makes it seconds²).
     sigma2 = rss / max(n - edf, 1.0)
     se = np.sqrt(np.clip(np.diag(sigma2 * (a_inv @ gram @ a_inv)), 0.0, None)) * 1e3
@@ -280,6 +476,13 @@ def _fit_penalised(
         probe_se[f"bs={bs}"] = float(se[1 + i])
     for i, value in enumerate(x_knots[1:]):
         probe_se[f"x={value}"] = float(se[1 + n_alpha + i])
+    # Leave-one-out at fixed λ without refitting: e_i = r_i / (1 − h_ii) for a linear smoother.
+    leverage = w * design.quadratic(a_inv)
+    resid = y - design.times(beta)
+    loo_seconds = [
+        float(y[i] - resid[i] / (1.0 - leverage[i])) if leverage[i] < MAX_LOO_LEVERAGE else None
+        for i in range(n)
+    ]
     return _PenalisedFit(
         bias=float(beta[0]),
         bs_knots=bs_knots,
@@ -288,6 +491,7 @@ def _fit_penalised(
         theta=[0.0, *(float(v) for v in beta[1 + n_alpha :])],
         smoothing=lam / scale,
         probe_se_ms=probe_se,
+        loo_seconds=loo_seconds,
     )
 
 
@@ -312,6 +516,12 @@ def fit_additive_cells(
         raise ValueError(
             f"An additive fit needs at least {MIN_ADDITIVE_CELLS} distinct (bs, M) cells, "
             f"got {len(merged)}; add batch sizes or --fracs."
+        )
+    if len(merged) > MAX_ADDITIVE_CELLS:
+        raise ValueError(
+            f"An additive fit takes at most {MAX_ADDITIVE_CELLS} distinct (bs, M) cells, got "
+            f"{len(merged)}; a profile never needs that many: sweep fewer batch sizes or "
+            "--fracs (repeats of a cell are merged and do not count)."
         )
     if tiers:
         # Cells measured without a recorded tier (e.g. by another profiler) in compact mode:
@@ -341,7 +551,13 @@ def fit_additive_cells(
     probe_se = {
         (k.replace("x=", "tier=" if by_tier else "M=")): v for k, v in fit.probe_se_ms.items()
     }
-    quality = evaluate(table, list(cells), probe_se_ms=probe_se)
+    quality = evaluate(
+        table,
+        list(cells),
+        probe_se_ms=probe_se,
+        loo_rel=leave_one_out_rel(merged, lambda i: fit.loo_seconds[i]),
+        probe_seconds=[c.t for c in merged],
+    )
     return FitResult(table=table, quality=quality, kind="additive", smoothing=fit.smoothing)
 
 

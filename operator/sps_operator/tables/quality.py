@@ -3,13 +3,25 @@
 Numbers reported: RMS of the step-time residual in ms, RMS relative residual, R²,
 a per-probe standard error, and the worst cell. They go into the manifest and the
 operator's acceptance gates, never into the table itself.
+
+Residuals alone cannot fail: a diagonal table passes through its medians (RMS 0, R² 1
+with one repeat). So every table also gets figures that predict its error against the
+truth over the whole grid the planner reads:
+
+* leave-one-out (LOO) interpolation error at the probes: refit without a probe and read
+  the table there; it measures what the table does between probes, where the planner
+  reads values nobody measured;
+* each round's confidence interval of its median step time (the stopping rule's), the
+  measurement error at the probes;
+* `error_bound_rel`, one figure from both, bounding |table − truth| / truth over the grid.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -27,6 +39,8 @@ class Cell:
     t_se: float = 0.0
     # CUDA-graph tier the server replayed (observed num_verify_tokens), when known.
     tier: int | None = None
+    # Half-width of the round's confidence interval of its median, relative to `t`.
+    ci_rel_half: float | None = None
 
 
 @dataclass(frozen=True)
@@ -49,6 +63,15 @@ class FitQuality:
     worst_cell: WorstCell | None
     # Probe name ("bs=8", "M=64", "batch_tokens=64") → standard error in ms.
     probe_se_ms: dict[str, float] = field(default_factory=dict)
+    # RMS and largest absolute relative leave-one-out interpolation error over the probes
+    # (None with fewer than 3 probes: nothing to interpolate between).
+    loo_rel_rms: float | None = None
+    loo_rel_max: float | None = None
+    # Largest relative half-width of a round's CI of its median step time (None when the
+    # rounds carry no CI, e.g. another profiler's).
+    ci_rel_max: float | None = None
+    # Predicted bound on |table − truth| / truth over the planner's whole grid.
+    error_bound_rel: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -56,6 +79,69 @@ class FitQuality:
         if not math.isfinite(self.r2):
             data["r2"] = None
         return data
+
+
+# The z of a round's CI of its median (95 %, two-sided); the profiler's stopping rule uses it.
+ROUND_CI_LEVEL_Z = 1.96
+# The error bound holds for the whole grid at once with this probability (when the rounds'
+# CIs are honest): each probe's CI is widened to this family-wise level (Bonferroni).
+BOUND_COVERAGE = 0.95
+
+
+def leave_one_out_rel(
+    probes: Sequence[Cell], predict_without: Callable[[int], float | None]
+) -> list[float]:
+    """Relative error at each probe of the table fitted without that probe.
+
+    `predict_without(i)` is the step time the fit gives at `probes[i]` when probe i is left
+    out, or None where that would extrapolate (an end probe): the planner never reads a
+    table beyond its measured range, so only interpolation is scored.
+    """
+    errors: list[float] = []
+    for index, probe in enumerate(probes):
+        predicted = predict_without(index)
+        if predicted is not None:
+            errors.append((predicted - probe.t) / probe.t)
+    return errors
+
+
+def _family_z(num_probes: int) -> float:
+    tail = (1.0 - BOUND_COVERAGE) / (2 * max(num_probes, 1))
+    return statistics.NormalDist().inv_cdf(1.0 - tail)
+
+
+def error_bound_rel(
+    *,
+    loo_rel_max: float | None,
+    ci_rel_max: float | None,
+    num_probes: int,
+    probe_seconds: Sequence[float],
+    within_step_rel: float = 0.0,
+) -> float:
+    """One figure bounding |table − truth| / truth over the grid.
+
+    Three ways the table can be wrong. At a probe, by the measurement: its CI, widened so
+    all probes are covered at once. Between probes, by interpolation: leave-one-out measures
+    it over twice the spacing the table really interpolates across (erring on the safe side
+    for a curved truth, and including the neighbours' noise); without LOO (two probes)
+    nothing is known between them but that the truth lies near the probes, so the largest
+    relative step between neighbouring probes stands in. Inside one step of a table that
+    holds one value for several grid points (`within_step_rel`, from the fit): the truth
+    moves across the step, by at most the step's height when costs rise with load.
+    """
+    noise = 0.0 if ci_rel_max is None else ci_rel_max * _family_z(num_probes) / ROUND_CI_LEVEL_Z
+    if loo_rel_max is not None:
+        between = loo_rel_max
+    else:
+        ordered = list(probe_seconds)
+        between = max(
+            (abs(b - a) / min(a, b) for a, b in itertools.pairwise(ordered)),
+            default=0.0,
+        )
+    bound = max(noise, between) + within_step_rel
+    if not math.isfinite(bound):
+        raise ValueError(f"fit quality: error bound is {bound}; the cells hold non-finite times.")
+    return bound
 
 
 def predicted_step_seconds(table: SpsTable, bs: int, m: int) -> float:
@@ -72,15 +158,24 @@ def _group_se_ms(residuals: Sequence[float]) -> float:
 
 
 def evaluate(
-    table: SpsTable, cells: Sequence[Cell], probe_se_ms: dict[str, float] | None = None
+    table: SpsTable,
+    cells: Sequence[Cell],
+    probe_se_ms: dict[str, float] | None = None,
+    *,
+    loo_rel: Sequence[float] | None = None,
+    probe_seconds: Sequence[float] = (),
+    within_step_rel: float = 0.0,
 ) -> FitQuality:
-    """Residual statistics of `table` over `cells`.
+    """Residual statistics of `table` over `cells`, and its predicted error against truth.
 
     `probe_se_ms` may come from the fit (parameter standard errors); when absent it is
-    estimated per probe from the residual spread of the cells at that probe.
+    estimated per probe from the residual spread of the cells at that probe. `loo_rel` are
+    the fit's leave-one-out errors (`leave_one_out_rel`), None with fewer than 3 probes;
+    `probe_seconds` the probes' step times in probe order (for the bound without LOO);
+    `within_step_rel` what a table step holding several grid points may be off inside it.
     """
     if not cells:
-        return FitQuality(0, math.nan, math.nan, math.nan, None, {})
+        raise ValueError("fit quality needs at least one measured cell.")
     fitted = [predicted_step_seconds(table, c.bs, c.m) for c in cells]
     residuals = [c.t - f for c, f in zip(cells, fitted, strict=True)]
     rel = [r / c.t for r, c in zip(residuals, cells, strict=True)]
@@ -112,6 +207,10 @@ def evaluate(
             for bs in table.bs_probes:
                 group = [r for r, c in zip(residuals, cells, strict=True) if c.bs == bs]
                 probe_se_ms[f"bs={bs}"] = _group_se_ms(group)
+    loo_rms = math.sqrt(statistics.fmean(e * e for e in loo_rel)) if loo_rel else None
+    loo_max = max(abs(e) for e in loo_rel) if loo_rel else None
+    ci_halves = [c.ci_rel_half for c in cells if c.ci_rel_half is not None]
+    ci_max = max(ci_halves) if ci_halves else None
     return FitQuality(
         num_cells=len(cells),
         rms_ms=rms * 1e3,
@@ -119,4 +218,14 @@ def evaluate(
         r2=r2,
         worst_cell=worst_cell,
         probe_se_ms=dict(probe_se_ms),
+        loo_rel_rms=loo_rms,
+        loo_rel_max=loo_max,
+        ci_rel_max=ci_max,
+        error_bound_rel=error_bound_rel(
+            loo_rel_max=loo_max,
+            ci_rel_max=ci_max,
+            num_probes=len(cells),
+            probe_seconds=probe_seconds,
+            within_step_rel=within_step_rel,
+        ),
     )

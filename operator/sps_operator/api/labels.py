@@ -1,0 +1,43 @@
+"""Label, annotation and key names shared by the operator, the profiler and the plugin.
+
+One place, imported by every part that reads or writes these objects, so the plugin
+never has to import the controller and the two sides cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from sps_operator.constants import LABEL_PREFIX
+
+# Labels on everything the operator creates.
+LABEL_PROFILE = f"{LABEL_PREFIX}/profile"  # the SpsProfile's name (names are ≤ 40 characters)
+LABEL_PROFILE_UID = f"{LABEL_PREFIX}/profile-uid"  # what selections use: names can be reused
+LABEL_COMPONENT = f"{LABEL_PREFIX}/component"
+LABEL_RUN = f"{LABEL_PREFIX}/run"
+LABEL_GPU = f"{LABEL_PREFIX}/gpu-product"
+LABEL_FINGERPRINT = f"{LABEL_PREFIX}/fingerprint"
+LABEL_TABLE_HASH = f"{LABEL_PREFIX}/table-hash"
+LABEL_RELEASED = f"{LABEL_PREFIX}/released"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "sps-operator"
+
+COMPONENT_TABLE = "table"
+COMPONENT_SEED = "seed-table"
+COMPONENT_RESULT = "result"
+COMPONENT_JOB = "profiling-job"
+COMPONENT_POD = "profiling-pod"
+COMPONENT_RBAC = "profiler-rbac"
+COMPONENT_STABLE = "stable-table"
+
+# Annotations.
+ANNOTATION_TABLE_HASH = f"{LABEL_PREFIX}/table-hash"  # pod template and stable ConfigMap
+ANNOTATION_TABLE = f"{LABEL_PREFIX}/table"  # pod template: the table ConfigMap it runs
+ANNOTATION_REPROFILE = f"{LABEL_PREFIX}/reprofile"  # on the SpsProfile: `kubectl sps reprofile`
+ANNOTATION_OWNER = f"{LABEL_PREFIX}/owner"  # on a Deployment: the one SpsProfile that serves it
+ANNOTATION_PLACEHOLDER = f"{LABEL_PREFIX}/placeholder"  # stable ConfigMap: SGLang's "no table"
+ANNOTATION_GPU = f"{LABEL_PREFIX}/gpu-product"  # the unmangled product name (labels mangle it)
+
+# Keys of a table ConfigMap.
+TABLE_KEY = "table.json"
+META_KEY = "meta.json"
+ROUNDS_KEY = "rounds.jsonl"
+ROUNDS_GZ_KEY = "rounds.jsonl.gz"

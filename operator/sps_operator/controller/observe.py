@@ -1,0 +1,178 @@
+"""Step 1 of a pass: what the profile's Deployments are (pure, from the snapshot).
+
+For each selected Deployment: which profile serves it, whether its container is an SGLang
+DSpark server the operator understands (and, for AnnotateOnly, whether it mounts the
+table where its server reads it), its fingerprint, and the GPU product it settled on. A
+target with a problem is reported and never touched.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+from typing import Any
+
+from sps_operator.api.models import RolloutMode, SpsProfileSpec
+from sps_operator.controller.ownership import ProfileSummary, owner_of
+from sps_operator.controller.placement import Debouncer, placement
+from sps_operator.controller.serverconfig import (
+    TABLE_PATH_FLAG,
+    ServerProblem,
+    find_server_container,
+    parse_server,
+    server_config,
+    table_fingerprint,
+)
+from sps_operator.controller.state import Pass, Target
+
+MIXED = "<mixed>"
+
+# Target problem reasons (CamelCase: they become condition reasons).
+CONFLICT = "Conflict"
+NO_CONTAINER = "NoServerContainer"
+SHELL_WRAPPED = "ShellWrappedServer"
+TABLE_NOT_MOUNTED = "TableNotMounted"
+MIXED_GPUS = "MixedGpuProducts"
+ANNOTATE_ONLY_MIXED = "OneTableConfigMapManyServers"
+
+
+def observe(p: Pass, debouncer: Debouncer) -> None:
+    me = ProfileSummary(
+        p.ref.name,
+        p.ref.uid,
+        str((p.body.get("metadata") or {}).get("creationTimestamp") or ""),
+        p.spec.selector.to_k8s(),
+    )
+    profiles = [s for s in p.snapshot.profiles if s.uid != me.uid] + [me]
+    p.targets = []
+    for dep in p.snapshot.deployments:
+        target = Target(deployment=dep, name=dep["metadata"]["name"])
+        p.targets.append(target)
+        target.owner = owner_of(dep, profiles)
+        if target.owner != p.ref.name:
+            target.refuse(
+                CONFLICT,
+                f"served by SpsProfile {target.owner!r} (recorded on the Deployment, or the "
+                f"oldest profile selecting it); {p.ref.name!r} never writes to it: narrow "
+                "spec.selector so one profile selects each Deployment",
+            )
+            continue
+        _understand_server(p.spec, target)
+        if target.problem is not None or target.config is None:
+            continue
+        where = placement(
+            dep.get("spec", {}).get("selector") or {},
+            p.snapshot.pods,
+            p.snapshot.node_labels,
+            p.spec.gpu_product_label,
+        )
+        target.products = where.products
+        raw = MIXED if where.mixed else where.product
+        stable = debouncer.observe(f"{p.ref.uid}/{target.name}", raw, p.now)
+        if stable == MIXED:
+            target.refuse(
+                MIXED_GPUS,
+                f"pods run on several GPU products ({', '.join(sorted(where.products))}); "
+                "pin the Deployment to one product with a nodeSelector on "
+                f"{p.spec.gpu_product_label}",
+            )
+        else:
+            target.gpu = stable
+    debouncer.forget([f"{p.ref.uid}/{t.name}" for t in p.targets], prefix=f"{p.ref.uid}/")
+    if p.spec.rollout.mode == RolloutMode.ANNOTATE_ONLY:
+        _one_table_for_all(p)
+
+
+def _one_table_for_all(p: Pass) -> None:
+    """AnnotateOnly serves every target through one stable ConfigMap, which holds one
+    table: the targets must agree on (GPU product, fingerprint)."""
+    usable = [t for t in p.targets if t.usable]
+    if len({(t.gpu, t.fingerprint) for t in usable}) <= 1:
+        return
+    listing = ", ".join(f"{t.name} ({t.gpu}, {t.fingerprint})" for t in usable)
+    for target in usable:
+        target.refuse(
+            ANNOTATE_ONLY_MIXED,
+            f"AnnotateOnly serves one table through ConfigMap {p.spec.rollout.table_config_map}, "
+            f"but these Deployments need different tables: {listing}; give each its own "
+            "SpsProfile and ConfigMap, or use rollout.mode Inject",
+        )
+
+
+def _understand_server(spec: SpsProfileSpec, target: Target) -> None:
+    pod_spec = target.pod_spec
+    container = find_server_container(pod_spec, spec.server_container)
+    if container is None:
+        names = [c.get("name") for c in pod_spec.get("containers") or []]
+        target.refuse(
+            NO_CONTAINER,
+            f"no container named {spec.server_container!r}; set spec.serverContainer to one "
+            f"of {names}",
+        )
+        return
+    target.container = container
+    try:
+        command = parse_server(container)
+    except ServerProblem as exc:
+        target.refuse(exc.reason, str(exc))
+        return
+    target.command = command
+    target.config = server_config(container, command)
+    target.fingerprint = table_fingerprint(target.config, spec.table.to_k8s())
+    mode = spec.rollout.mode
+    if mode == RolloutMode.INJECT and command.shell:
+        target.refuse(
+            SHELL_WRAPPED,
+            "the server is started by a shell script; Inject cannot add "
+            f"{TABLE_PATH_FLAG} to a script. Put the launcher and its flags in command/args "
+            "(exec form), or use rollout.mode AnnotateOnly with the flag in your script",
+        )
+    elif mode == RolloutMode.ANNOTATE_ONLY:
+        problem = annotate_only_mount_problem(spec, pod_spec, container, target.config.table_path)
+        if problem:
+            target.refuse(TABLE_NOT_MOUNTED, problem)
+
+
+def annotate_only_mount_problem(
+    spec: SpsProfileSpec,
+    pod_spec: Mapping[str, Any],
+    container: Mapping[str, Any],
+    table_path: str | None,
+) -> str | None:
+    """Why the server cannot read the stable ConfigMap's table (None: it can). With
+    AnnotateOnly the Deployment in Git must mount it and pass the flag itself."""
+    rollout = spec.rollout
+    stable, path = str(rollout.table_config_map), rollout.table_path
+    directory, filename = posixpath.split(path)
+    advice = (
+        f"mount ConfigMap {stable} at {directory} in container {container.get('name')!r} and "
+        f"start the server with {TABLE_PATH_FLAG} {path} (see docs/gitops.md)"
+    )
+    volumes = {
+        v.get("name"): v
+        for v in pod_spec.get("volumes") or []
+        if (v.get("configMap") or {}).get("name") == stable
+    }
+    if not volumes:
+        return f"the Deployment does not mount ConfigMap {stable}; {advice}"
+    serves = False
+    for mount in container.get("volumeMounts") or []:
+        volume = volumes.get(mount.get("name"))
+        if volume is None:
+            continue
+        items = (volume.get("configMap") or {}).get("items")
+        key = filename
+        if items:
+            key = next((i.get("path") for i in items if i.get("key") == filename), None) or ""
+        if mount.get("subPath"):
+            serves = serves or (mount.get("mountPath") == path and mount["subPath"] == key)
+        else:
+            serves = serves or (mount.get("mountPath") == directory and key == filename)
+    if not serves:
+        return f"ConfigMap {stable} is not mounted so that {path} is its {filename!r} key; {advice}"
+    if table_path != path:
+        return (
+            f"the server reads its table from {table_path or 'nowhere'} "
+            f"({TABLE_PATH_FLAG}), not {path}; {advice}"
+        )
+    return None

@@ -1,0 +1,128 @@
+"""Step 4–5 of a pass: judge the finished run's measurement and publish its table.
+
+A table becomes an immutable ConfigMap named by its content hash (and the profile's UID)
+and enters `status.tables` for its (GPU product, fingerprint) only when `acceptance.judge`
+accepts it. A refused table is kept for inspection (`status.rejectedTable`) when it can be
+written at all, and never rolled.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sps_operator.api import labels as L
+from sps_operator.api.models import TableKind, TableRef
+from sps_operator.api.result import MAX_MANIFEST_BYTES
+from sps_operator.controller import builders, names
+from sps_operator.controller import conditions as cond
+from sps_operator.controller.acceptance import DOUBTFUL, FIT_FAILED, SELF_CHECK, api_quality, judge
+from sps_operator.controller.outcome import (
+    NAME_TAKEN,
+    NameTaken,
+    create_owned,
+    delete_rbac,
+    end_run,
+    fail_run,
+)
+from sps_operator.controller.state import Pass
+from sps_operator.controller.triggers import table_for
+from sps_operator.tables.formats import SpsTable, load_sps_table_text
+
+EV_PUBLISHED = "TablePublished"
+EV_UNCHANGED = "TableUnchanged"
+# A measurement that went wrong may go right next time; a gate or a mismatched sweep will
+# not change without a new trigger.
+RETRYABLE = frozenset({DOUBTFUL, FIT_FAILED, SELF_CHECK})
+
+
+def table_text(cm: Mapping[str, Any] | None) -> str | None:
+    value = ((cm or {}).get("data") or {}).get(L.TABLE_KEY)
+    return value if isinstance(value, str) else None
+
+
+def load_table(cm: Mapping[str, Any] | None) -> SpsTable | None:
+    text = table_text(cm)
+    if text is None:
+        return None
+    try:
+        return load_sps_table_text(text)
+    except ValueError:
+        return None
+
+
+def _bounded_manifest(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
+    text = json.dumps(manifest, default=str)
+    return manifest if len(text) <= MAX_MANIFEST_BYTES else {"omitted": "manifest too large"}
+
+
+def publish_table(
+    p: Pass, rounds: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]
+) -> None:
+    st = p.status
+    run = st.current_run
+    assert run is not None
+    additive = p.spec.table.kind == TableKind.ADDITIVE
+    live = table_for(st.tables, run.gpu_product, run.fingerprint)
+    live_cm = p.config_map(live.config_map) if live else None
+    verdict = judge(rounds, p.spec, additive=additive, live=load_table(live_cm))
+    if verdict.fit is None or verdict.table_json is None or verdict.table_hash is None:
+        fail_run(p, str(verdict.reason), verdict.message, retryable=verdict.reason in RETRYABLE)
+        return
+    digest = verdict.table_hash
+    cm_name = names.table_config_map(
+        p.ref.name, p.ref.uid, run.gpu_product, run.fingerprint, digest
+    )
+    quality = api_quality(verdict.fit)
+    target = p.target(run.target)
+    meta = {
+        "gpuProduct": run.gpu_product,
+        "fingerprint": run.fingerprint,
+        "run": run.name,
+        "trigger": run.trigger,
+        "target": run.target,
+        "server": target.config.describe() if target and target.config else None,
+        "kind": p.spec.table.kind,
+        "quality": verdict.fit.quality.to_dict(),
+        "profiledAt": cond.rfc3339(p.now),
+        "manifest": _bounded_manifest(manifest),
+    }
+    cm = builders.table_config_map(
+        p.ref, cm_name, verdict.table_json, digest, run.gpu_product, run.fingerprint, meta, rounds
+    )
+    try:
+        create_owned(p, cm)
+    except NameTaken as exc:
+        fail_run(p, NAME_TAKEN, str(exc), retryable=False)
+        return
+    ref = TableRef(
+        gpu_product=run.gpu_product,
+        fingerprint=run.fingerprint,
+        kind=p.spec.table.kind,
+        config_map=cm_name,
+        hash=digest,
+        quality=quality,
+        profiled_at=cond.rfc3339(p.now),
+        run=run.name,
+    )
+    if not verdict.accepted:
+        if live is None or live.hash != digest:
+            st.rejected_table = ref.model_copy(update={"message": verdict.message})
+        fail_run(p, str(verdict.reason), verdict.message, retryable=verdict.reason in RETRYABLE)
+        return
+    unchanged = live is not None and live.hash == digest
+    if live is not None:
+        # An identical re-measurement keeps the chain: it never becomes its own previous.
+        ref.previous = live.previous if unchanged else live.config_map
+    st.tables = [t for t in st.tables if t is not live] + [ref]
+    if st.last_failure is not None and st.last_failure.trigger_key == run.trigger_key:
+        st.last_failure = None
+    delete_rbac(p, run.name)
+    end_run(p, "succeeded")
+    # The finished run's Job and result stay for inspection until the next run starts.
+    if unchanged:
+        p.event("Normal", EV_UNCHANGED, f"re-measured table {cm_name} is identical to the live one")
+    else:
+        rms = f"{quality.rms_ms} ms" if quality.rms_ms is not None else "n/a"
+        p.event("Normal", EV_PUBLISHED, f"table {cm_name} for {run.gpu_product} (RMS {rms})")

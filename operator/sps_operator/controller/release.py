@@ -1,0 +1,60 @@
+"""What deleting an SpsProfile leaves behind (the finalizer's work).
+
+Everything the profile created goes with it (ownerReferences, garbage collection) except
+the table ConfigMaps that a Deployment's pod template mounts: those are released (owner
+dropped, labelled released) so the servers keep running and can restart. Exactly those:
+a table no template mounts goes with the profile. The profile's name is removed from the
+Deployments it served, so another profile may take them over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sps_operator.api import labels as L
+from sps_operator.controller.kube import KubeApi
+from sps_operator.controller.ownership import recorded_owner
+
+
+def mounted_config_maps(deployment: Mapping[str, Any]) -> set[str]:
+    """ConfigMaps the Deployment's pod template mounts (directly or projected)."""
+    pod_spec = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    names: set[str] = set()
+    for volume in pod_spec.get("volumes") or []:
+        sources = [volume.get("configMap") or {}]
+        sources += [
+            s.get("configMap") or {} for s in (volume.get("projected") or {}).get("sources") or []
+        ]
+        names |= {str(s["name"]) for s in sources if s.get("name")}
+    return names
+
+
+def tables_to_release(
+    deployments: Iterable[Mapping[str, Any]], our_tables: Iterable[str]
+) -> set[str]:
+    tables = set(our_tables)
+    mounted: set[str] = set()
+    for dep in deployments:
+        mounted |= mounted_config_maps(dep) & tables
+    return mounted
+
+
+def release(kube: KubeApi, namespace: str, name: str, uid: str) -> list[str]:
+    """Release the mounted tables and the ownership records; raises on any API error (the
+    finalizer stays until this succeeds). Returns the released tables."""
+    deployments = kube.list_deployments(namespace, "")
+    ours = [
+        cm["metadata"]["name"]
+        for cm in kube.list_config_maps(namespace, f"{L.LABEL_PROFILE_UID}={uid}")
+        if (cm["metadata"].get("labels") or {}).get(L.LABEL_COMPONENT) == L.COMPONENT_TABLE
+    ]
+    released = sorted(tables_to_release(deployments, ours))
+    for cm_name in released:
+        patch = {"metadata": {"ownerReferences": None, "labels": {L.LABEL_RELEASED: "true"}}}
+        kube.patch_metadata("ConfigMap", namespace, cm_name, patch)
+    for dep in deployments:
+        if recorded_owner(dep) == name:
+            removal: dict[str, Any] = {"metadata": {"annotations": {L.ANNOTATION_OWNER: None}}}
+            kube.patch_metadata("Deployment", namespace, dep["metadata"]["name"], removal)
+    return released

@@ -1,0 +1,132 @@
+"""Step 7 of a pass: conditions from the status the other steps left (pure).
+
+Every target that is not live says why (its `state`, `reason`, `message`), and the
+conditions summarise them: Ready is True only when every selected Deployment runs a table
+measured for it; anything else names the reason, so `kubectl sps explain` never says
+"nothing is wrong" while something is.
+"""
+
+from __future__ import annotations
+
+from sps_operator.api.models import RolloutMode, TargetState
+from sps_operator.controller import conditions as cond
+from sps_operator.controller.state import Pass
+from sps_operator.controller.triggers import parse_time
+
+
+def _stale_refresh(p: Pass) -> list[str]:
+    """GPU products whose in-use table predates a refresh request (token, annotation,
+    schedule): a refresh is pending for them."""
+    requested = parse_time(p.status.refresh_requested_at)
+    if requested is None:
+        return []
+    in_use = {(t.gpu, t.fingerprint) for t in p.targets if t.usable}
+    return sorted(
+        {
+            t.gpu_product
+            for t in p.status.tables
+            if (t.gpu_product, t.fingerprint) in in_use
+            and (parse_time(t.profiled_at) or requested) < requested
+        }
+    )
+
+
+def report(p: Pass) -> None:
+    st, now, gen = p.status, p.now, p.generation
+
+    def setc(type_: str, status: bool | None, reason: str, message: str) -> None:
+        st.conditions = cond.set_condition(st.conditions, type_, status, reason, message, now, gen)
+
+    targets = st.targets
+    st.gpu_product = ",".join(sorted({t.gpu for t in p.targets if t.gpu})) or None
+    st.live_table = ",".join(sorted({t.table for t in targets if t.table})) or None
+    run = st.current_run
+    if run is not None:
+        setc(
+            cond.PROFILING,
+            True,
+            run.trigger,
+            f"run {run.name} ({run.phase}) for {run.gpu_product} on Job {run.job}"
+            + (f", progress {run.progress}" if run.progress else ""),
+        )
+    else:
+        setc(cond.PROFILING, False, "Idle", "no profiling run in progress")
+
+    refused = [t for t in targets if t.state == TargetState.REFUSED]
+    without = [t for t in targets if t.state in (TargetState.NO_TABLE, TargetState.STALE)]
+    waiting = [t for t in targets if t.state == TargetState.WAITING]
+    if not targets:
+        table = (False, "NoTargets", "the selector matches no Deployment in this namespace")
+    elif without or waiting or refused:
+        reason = "Profiling" if run else ("NoTable" if without else "Waiting")
+        if refused and not without and not waiting:
+            reason = str(refused[0].reason or "TargetProblem")
+        listing = "; ".join(f"{t.deployment}: {t.message}" for t in [*without, *waiting, *refused])
+        table = (False, reason, listing)
+    else:
+        table = (True, "TableLive", f"tables for every target: {st.live_table}")
+    setc(cond.TABLE_READY, *table)
+
+    stale = [t for t in targets if t.state == TargetState.STALE]
+    refresh = _stale_refresh(p)
+    if stale:
+        setc(
+            cond.STALE,
+            True,
+            "ServerChanged",
+            "; ".join(f"{t.deployment}: {t.message}" for t in stale),
+        )
+    elif refresh:
+        setc(
+            cond.STALE,
+            True,
+            st.refresh_reason or "RefreshRequested",
+            f"refresh requested at {st.refresh_requested_at} for: {', '.join(refresh)}",
+        )
+    else:
+        setc(cond.STALE, False, "Current", "every table in use matches its server")
+
+    mode = p.spec.rollout.mode
+    rolling = [t.deployment for t in targets if t.state == TargetState.ROLLING]
+    if mode == RolloutMode.DISABLED:
+        setc(cond.ROLLED_OUT, False, "RolloutDisabled", "spec.rollout.mode is Disabled")
+    elif rolling:
+        setc(cond.ROLLED_OUT, False, "RolloutPending", f"rolling: {', '.join(rolling)}")
+    elif table[0]:
+        setc(cond.ROLLED_OUT, True, "RolledOut", "every target runs its table")
+    else:
+        setc(cond.ROLLED_OUT, False, "NoTable", "no table to roll out to some targets")
+
+    failure = st.last_failure
+    if refused:
+        first = refused[0]
+        setc(
+            cond.DEGRADED,
+            True,
+            str(first.reason or "TargetProblem"),
+            "; ".join(f"{t.deployment}: {t.message}" for t in refused),
+        )
+    elif failure is not None:
+        setc(cond.DEGRADED, True, failure.reason, failure.message)
+    else:
+        setc(cond.DEGRADED, False, "AsExpected", "")
+
+    live = table[0] and (mode == RolloutMode.DISABLED or not rolling)
+    if live:
+        degraded = f"; degraded: {failure.reason}" if failure is not None else ""
+        setc(cond.READY, True, "TableLive", f"tables live{degraded}")
+    elif p.spec.suspend and not table[0]:
+        setc(cond.READY, False, "Suspended", "spec.suspend is true")
+    elif run is not None:
+        setc(cond.READY, False, "Profiling", table[2])
+    elif refused:
+        setc(cond.READY, False, str(refused[0].reason or "TargetProblem"), table[2])
+    elif failure is not None and not table[0]:
+        setc(cond.READY, False, failure.reason, failure.message)
+    elif not table[0]:
+        setc(cond.READY, False, table[1], table[2])
+    else:
+        setc(cond.READY, False, "RolloutPending", "waiting for the Deployments to roll")
+    st.observed_generation = gen
+    for ref in st.tables:
+        p.metrics.table_age(p.ref, ref.gpu_product, ref.profiled_at, now)

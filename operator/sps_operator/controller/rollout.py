@@ -1,0 +1,364 @@
+"""Step 6 of a pass: put each target's table onto its Deployment, watch the rollout, roll
+back a rollout that fails.
+
+The one rule: a table goes onto a Deployment only if it was measured for that
+Deployment's exact (GPU product, server fingerprint). `eligible_table` is the only way to
+obtain what `apply_*` accept, and it checks that rule against the table ConfigMap itself
+(its labels, its content hash, its owner, SGLang's loader and the self-check), not
+against status alone. A table measured for another server may stay where it already runs
+while a new one is profiled; it is never newly rolled. A table is reported live only when
+the Deployment's template makes its server read it and the rollout completed.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from sps_operator.api import labels as L
+from sps_operator.api.hashing import content_hash
+from sps_operator.api.models import (
+    FailureRecord,
+    RolloutMode,
+    TableRef,
+    TargetState,
+    TargetStatus,
+)
+from sps_operator.controller import builders, names
+from sps_operator.controller import conditions as cond
+from sps_operator.controller.kube import owned_by
+from sps_operator.controller.ownership import recorded_owner
+from sps_operator.controller.publish import table_text
+from sps_operator.controller.state import Pass, Target
+from sps_operator.controller.triggers import table_for
+from sps_operator.tables.formats import build_uninitialized_sps_table, load_sps_table_text
+from sps_operator.tables.selfcheck import self_check
+
+EV_ROLLED = "RolloutApplied"
+EV_ROLLOUT_FAILED = "RolloutFailed"
+EV_PLACEHOLDER = "PlaceholderTable"
+NOT_ELIGIBLE = "TableNotEligible"
+# SGLang's own "no table" (build_uninitialized_sps_table): one probe, served as verify-all.
+PLACEHOLDER_JSON = build_uninitialized_sps_table(max_batch_tokens=1).to_json()
+
+
+@dataclass(frozen=True)
+class EligibleTable:
+    """A table checked to have been measured for one target; only `eligible_table` makes
+    one."""
+
+    ref: TableRef
+    text: str
+    deployment: str
+
+
+def eligible_table(p: Pass, target: Target, ref: TableRef) -> EligibleTable | str:
+    """The table, if it may go onto `target`; otherwise why not."""
+    if not target.usable or ref.gpu_product != target.gpu or ref.fingerprint != target.fingerprint:
+        return (
+            f"table {ref.config_map} was measured for ({ref.gpu_product}, {ref.fingerprint}), "
+            f"not for this Deployment's ({target.gpu}, {target.fingerprint})"
+        )
+    cm = p.config_map(ref.config_map)
+    if cm is None or not owned_by(cm, p.ref.uid):
+        return f"table ConfigMap {ref.config_map} is missing or not owned by this profile"
+    labels = cm["metadata"].get("labels") or {}
+    expected = {
+        L.LABEL_GPU: names.label_value(ref.gpu_product),
+        L.LABEL_FINGERPRINT: ref.fingerprint,
+        L.LABEL_TABLE_HASH: ref.hash,
+    }
+    if any(labels.get(k) != v for k, v in expected.items()):
+        return f"table ConfigMap {ref.config_map} is labelled for another server or table"
+    text = table_text(cm)
+    if text is None or content_hash(text) != ref.hash:
+        return f"table ConfigMap {ref.config_map} does not hold the table of hash {ref.hash}"
+    try:
+        problems = self_check(load_sps_table_text(text))
+    except ValueError as exc:
+        problems = [str(exc)]
+    if problems:
+        return f"table {ref.config_map} fails its self-check: {'; '.join(problems)}"
+    return EligibleTable(ref, text, target.name)
+
+
+# --------------------------------------------------------------------------- template facts
+
+
+def inject_serves(target: Target, table: EligibleTable, table_path: str) -> bool:
+    """The template's server reads `table`: annotated with its hash, the injected volume
+    holds its ConfigMap, mounted where the server's table flag points."""
+    if target.running_hash != table.ref.hash or target.config is None:
+        return False
+    if target.config.table_path != table_path:
+        return False
+    directory, filename = posixpath.split(table_path)
+    volume = next(
+        (v for v in target.pod_spec.get("volumes") or [] if v.get("name") == builders.TABLE_VOLUME),
+        None,
+    )
+    source = (volume or {}).get("configMap") or {}
+    items = source.get("items") or [{"key": L.TABLE_KEY, "path": filename}]
+    mounted = any(
+        m.get("name") == builders.TABLE_VOLUME and m.get("mountPath") == directory
+        for m in (target.container or {}).get("volumeMounts") or []
+    )
+    return (
+        source.get("name") == table.ref.config_map
+        and {"key": L.TABLE_KEY, "path": filename} in items
+        and mounted
+    )
+
+
+def deployment_rolled_out(dep: Mapping[str, Any]) -> bool:
+    """Like `kubectl rollout status`: the new template is observed and fully available."""
+    meta, spec, status = dep.get("metadata", {}), dep.get("spec", {}), dep.get("status", {})
+    if status.get("observedGeneration", 0) < meta.get("generation", 0):
+        return False
+    replicas = spec.get("replicas", 1)
+    return (
+        status.get("updatedReplicas", 0) >= replicas
+        and status.get("availableReplicas", 0) >= replicas
+        and status.get("replicas", 0) <= replicas
+    )
+
+
+def rollout_failed(target: Target, table: TableRef) -> bool:
+    """The Deployment runs `table`'s template and its rollout hit the progress deadline."""
+    dep = target.deployment
+    if target.running_hash != table.hash:
+        return False
+    status = dep.get("status", {})
+    if status.get("observedGeneration", 0) < dep.get("metadata", {}).get("generation", 0):
+        return False
+    return any(
+        c.get("type") == "Progressing"
+        and c.get("status") == "False"
+        and c.get("reason") == "ProgressDeadlineExceeded"
+        for c in status.get("conditions") or []
+    )
+
+
+# --------------------------------------------------------------------------- the step
+
+
+def rollout(p: Pass) -> None:
+    st = p.status
+    mode = p.spec.rollout.mode
+    if mode == RolloutMode.ANNOTATE_ONLY:
+        _annotate_only_preflight(p)
+    statuses: list[TargetStatus] = []
+    for target in p.targets:
+        ts = TargetStatus(
+            deployment=target.name,
+            gpu_product=target.gpu or (",".join(sorted(target.products)) or None),
+            fingerprint=target.fingerprint or None,
+            owner=target.owner,
+        )
+        statuses.append(ts)
+        if target.problem is None and target.gpu is None:
+            ts.state = TargetState.WAITING
+            ts.message = "waiting for the pods to settle on one GPU product"
+            continue
+        exact = None
+        if target.problem is None:
+            exact = table_for(st.tables, str(target.gpu), target.fingerprint)
+            if exact is None:
+                _report_stale_or_missing(p, target, ts)
+                continue
+            eligible = eligible_table(p, target, exact)
+            if isinstance(eligible, str):
+                target.refuse(NOT_ELIGIBLE, eligible)
+        if target.problem is not None or exact is None or isinstance(eligible, str):
+            ts.state, ts.reason, ts.message = TargetState.REFUSED, target.reason, target.problem
+            continue
+        ts.table, ts.hash = exact.config_map, exact.hash
+        if mode == RolloutMode.DISABLED:
+            ts.state = TargetState.PUBLISHED
+            continue
+        if rollout_failed(target, exact):
+            restored = _roll_back(p, target, exact)
+            if restored is None:
+                ts.message = "the rollout of this table failed and there is no previous one"
+                continue
+            eligible = restored
+            ts.table, ts.hash = restored.ref.config_map, restored.ref.hash
+            ts.message = "rolled back: the rollout of the new table failed"
+        ts.state = TargetState.ROLLING
+        if not _claim(p, target):
+            ts.message = "the Deployment changed while being claimed; retrying"
+            continue
+        ts.rolled_out = _apply(p, target, eligible)
+        if ts.rolled_out:
+            ts.state = TargetState.LIVE
+    st.targets = statuses
+
+
+def _report_stale_or_missing(p: Pass, target: Target, ts: TargetStatus) -> None:
+    """No table for this exact server: say what runs meanwhile (it stays, untouched)."""
+    ours = {t.config_map: t for t in p.status.tables}
+    running = target.running_config_map
+    if running in ours:
+        old = ours[running]
+        ts.state, ts.table, ts.hash = TargetState.STALE, old.config_map, old.hash
+        what = "GPU product" if old.gpu_product != target.gpu else "server"
+        follow = (
+            "a new table is being profiled"
+            if p.spec.refresh.on_server_change or what == "GPU product"
+            else "refresh.onServerChange is false"
+        )
+        ts.message = (
+            f"stale: the {what} changed since table {old.config_map} was measured "
+            f"({old.gpu_product}); it stays until a table for this one exists ({follow})"
+        )
+    else:
+        ts.state = TargetState.NO_TABLE
+        ts.message = f"no table for {target.gpu} and this server yet"
+
+
+def _claim(p: Pass, target: Target) -> bool:
+    """Record this profile as the Deployment's one owner before writing to it."""
+    if recorded_owner(target.deployment) == p.ref.name:
+        return True
+    try:
+        p.kube.patch_metadata(
+            "Deployment",
+            p.namespace,
+            target.name,
+            builders.owner_patch(target.deployment, p.ref.name),
+        )
+    except ApiException as exc:
+        if exc.status == 409:
+            return False
+        raise
+    return True
+
+
+def _apply(p: Pass, target: Target, table: EligibleTable) -> bool:
+    """Make the template serve `table`; True once it does and the rollout completed."""
+    rollout = p.spec.rollout
+    container = target.container or {}
+    if rollout.mode == RolloutMode.INJECT:
+        serving = inject_serves(target, table, rollout.table_path)
+        body = builders.inject_apply(
+            target.deployment,
+            str(container.get("name")),
+            table.ref.config_map,
+            table.ref.hash,
+            rollout.table_path,
+            [str(a) for a in container.get("args") or []],
+        )
+    else:
+        serving = _stable_holds(p, table.ref.hash) and target.running_hash == table.ref.hash
+        _write_stable(p, table.text, table.ref.hash, placeholder=False)
+        body = builders.annotate_apply(target.deployment, table.ref.config_map, table.ref.hash)
+    if serving:
+        return deployment_rolled_out(target.deployment)
+    if target.running_hash != table.ref.hash or rollout.mode == RolloutMode.INJECT:
+        p.kube.apply(body)
+        p.metrics.rollout(p.ref, str(rollout.mode))
+        p.event(
+            "Normal",
+            EV_ROLLED,
+            f"Deployment {target.name} now runs table {table.ref.config_map} ({rollout.mode})",
+        )
+    return False
+
+
+# --------------------------------------------------------------------------- AnnotateOnly
+
+
+def _stable_holds(p: Pass, table_hash: str) -> bool:
+    stable = p.snapshot.stable
+    if stable is None:
+        return False
+    filename = posixpath.basename(p.spec.rollout.table_path)
+    text = (stable.get("data") or {}).get(filename)
+    annotations = stable["metadata"].get("annotations") or {}
+    return (
+        isinstance(text, str)
+        and content_hash(text) == table_hash
+        and annotations.get(L.ANNOTATION_TABLE_HASH) == table_hash
+    )
+
+
+def _write_stable(p: Pass, text: str, table_hash: str, placeholder: bool) -> None:
+    if _stable_holds(p, table_hash):
+        return
+    p.kube.apply(
+        builders.stable_table_apply(
+            p.ref,
+            str(p.spec.rollout.table_config_map),
+            text,
+            table_hash,
+            posixpath.basename(p.spec.rollout.table_path),
+            placeholder,
+        )
+    )
+
+
+def _annotate_only_preflight(p: Pass) -> None:
+    """The stable ConfigMap exists from day one, holding SGLang's "no table", so the
+    Deployment in Git can start before the first profile."""
+    if p.snapshot.stable is None:
+        _write_stable(p, PLACEHOLDER_JSON, content_hash(PLACEHOLDER_JSON), placeholder=True)
+        p.event(
+            "Normal",
+            EV_PLACEHOLDER,
+            f"created ConfigMap {p.spec.rollout.table_config_map} with SGLang's uninitialized "
+            "table (verify-all) until the first table is measured",
+        )
+
+
+# --------------------------------------------------------------------------- rollback
+
+
+def _roll_back(p: Pass, target: Target, failed: TableRef) -> EligibleTable | None:
+    """Return to the table `failed` replaced (same server, so still eligible); keep
+    `failed` for inspection, say so, and do not profile again for the same trigger."""
+    st = p.status
+    message = (
+        f"Deployment {target.name} did not become available with table "
+        f"{failed.config_map} (ProgressDeadlineExceeded)"
+    )
+    previous_cm = p.config_map(failed.previous) if failed.previous else None
+    restored: EligibleTable | None = None
+    if previous_cm is not None:
+        labels = previous_cm["metadata"].get("labels") or {}
+        meta: dict[str, Any] = {}
+        try:
+            meta = json.loads((previous_cm.get("data") or {}).get(L.META_KEY) or "{}")
+        except ValueError:
+            meta = {}
+        ref = TableRef(
+            gpu_product=failed.gpu_product,
+            fingerprint=failed.fingerprint,
+            kind=failed.kind,
+            config_map=str(failed.previous),
+            hash=labels.get(L.LABEL_TABLE_HASH, ""),
+            profiled_at=meta.get("profiledAt") if isinstance(meta, dict) else None,
+            run=meta.get("run") if isinstance(meta, dict) else None,
+        )
+        candidate = eligible_table(p, target, ref)
+        restored = candidate if isinstance(candidate, EligibleTable) else None
+    st.last_failure = FailureRecord(
+        run=failed.run or "",
+        reason="RolloutFailed",
+        message=message + (f"; rolled back to {failed.previous}" if restored else ""),
+        at=cond.rfc3339(p.now),
+        gpu_product=failed.gpu_product,
+        fingerprint=failed.fingerprint,
+        trigger_key=f"{failed.gpu_product}/{failed.fingerprint}/refresh@{st.refresh_requested_at}",
+        retryable=False,
+    )
+    p.event("Warning", EV_ROLLOUT_FAILED, st.last_failure.message)
+    if restored is None:
+        return None
+    st.rejected_table = failed.model_copy(update={"message": message})
+    st.tables = [t for t in st.tables if t is not failed] + [restored.ref]
+    return restored

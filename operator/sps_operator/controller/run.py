@@ -1,0 +1,297 @@
+"""Steps 2–3 of a pass: start a profiling run, follow its Job, collect its result.
+
+A run is at most one per profile (`status.currentRun`); its objects have deterministic
+names hashed from the profile's UID, so a restarted operator adopts them — but only what
+this profile owns: an object of that name that is not ours stops the run with a message.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+
+from sps_operator.api import labels as L
+from sps_operator.api.models import (
+    RunPhase,
+    RunStatus,
+    ServerSource,
+    TableKind,
+)
+from sps_operator.api.result import STATUS_FAILED, STATUS_SUCCEEDED, ResultError, read_result
+from sps_operator.controller import builders, names
+from sps_operator.controller import conditions as cond
+from sps_operator.controller.acceptance import judge
+from sps_operator.controller.kube import Obj, api_error_detail
+from sps_operator.controller.outcome import (
+    JOB_CREATE_FAILED,
+    JOB_POLICY,
+    NAME_TAKEN,
+    NameTaken,
+    create_owned,
+    fail_run,
+    record_failure,
+)
+from sps_operator.controller.publish import publish_table
+from sps_operator.controller.state import Pass, Target
+from sps_operator.controller.triggers import TargetView, decide_run
+
+EV_RUN_STARTED = "ProfilingStarted"
+EV_PHASE2 = "OffDiagonalPhaseStarted"
+
+# Failure reasons (CamelCase).
+JOB_MISSING = "JobMissing"
+PROFILING_FAILED = "ProfilingFailed"
+RESULT_REFUSED = "ResultRefused"
+RESULT_MISSING = "ResultMissing"
+TARGET_GONE = "TargetGone"
+
+
+def job_policy_problem(p: Pass) -> str | None:
+    """Why spec.job may not be used as written (None: it may)."""
+    job, settings = p.spec.job, p.settings
+    if (
+        job.image
+        and job.image != settings.profiler_image
+        and not any(
+            fnmatch.fnmatchcase(job.image, pattern) for pattern in settings.allowed_job_images
+        )
+    ):
+        return (
+            f"spec.job.image {job.image!r} is not allowed by this operator (it would run with "
+            "the target's volumes and Secrets); remove it to use the operator's own profiler "
+            "image, or ask the cluster admin to allow it (chart value "
+            "jobPolicy.allowedImages, flag --allow-job-image)"
+        )
+    account = job.service_account_name
+    if account and not any(
+        fnmatch.fnmatchcase(account, pattern) for pattern in settings.allowed_service_accounts
+    ):
+        return (
+            f"spec.job.serviceAccountName {account!r} is not allowed by this operator; remove it "
+            "(each run gets its own ServiceAccount that may only write its result), or ask the "
+            "cluster admin to allow it (chart value jobPolicy.allowedServiceAccounts, flag "
+            "--allow-service-account)"
+        )
+    return None
+
+
+def _table_config_maps(p: Pass) -> frozenset[str]:
+    """ConfigMaps holding tables that a target may mount (never mounted by a clone)."""
+    tables = {
+        n
+        for n, cm in p.snapshot.config_maps.items()
+        if (cm["metadata"].get("labels") or {}).get(L.LABEL_COMPONENT) == L.COMPONENT_TABLE
+    }
+    if p.spec.rollout.table_config_map:
+        tables.add(p.spec.rollout.table_config_map)
+    return frozenset(tables)
+
+
+def _plan(
+    p: Pass, target: Target, run: RunStatus, phase: int, seed: str | None
+) -> builders.RunPlan:
+    return builders.RunPlan(
+        profile=p.ref,
+        spec=p.spec,
+        run=run.name,
+        phase=phase,
+        gpu_product=run.gpu_product,
+        fingerprint=run.fingerprint,
+        target_pod_spec=target.pod_spec,
+        server_container=(target.container or {}).get("name"),
+        server=target.command,
+        server_port=target.config.port if target.config else 30000,
+        seed_table_config_map=seed,
+        profiler_image=p.settings.profiler_image,
+        table_config_maps=_table_config_maps(p),
+    )
+
+
+def _create_phase(p: Pass, plan: builders.RunPlan, with_rbac: bool) -> None:
+    # Order matters for restarts: everything the Job needs exists before the Job.
+    if with_rbac and not plan.spec.job.service_account_name:
+        for obj in builders.profiler_rbac(plan):
+            create_owned(p, obj)
+    create_owned(p, builders.result_config_map(plan))
+    create_owned(p, builders.profiling_job(plan))
+
+
+def maybe_start_run(p: Pass) -> None:
+    st = p.status
+    usable = [t for t in p.targets if t.usable]
+    running = {t.config_map: t for t in st.tables}
+    request = decide_run(
+        p.spec,
+        [
+            TargetView(t.name, t.gpu, t.fingerprint, running.get(t.running_config_map or ""))
+            for t in usable
+        ],
+        st.tables,
+        st.refresh_requested_at,
+        st.refresh_reason,
+        st.last_failure,
+        p.now,
+    )
+    if request is None:
+        return
+    target = next(t for t in usable if t.name == request.target)
+    run_name = names.run_name(
+        p.ref.name, p.ref.uid, request.gpu_product, request.fingerprint, request.nonce
+    )
+    run = RunStatus(
+        name=run_name,
+        job=names.job_name(run_name, 1),
+        phase=RunPhase.DIAGONAL,
+        gpu_product=request.gpu_product,
+        fingerprint=request.fingerprint,
+        target=target.name,
+        trigger=request.trigger,
+        started_at=cond.rfc3339(p.now),
+        trigger_key=request.trigger_key,
+        attempt=request.attempt,
+    )
+    policy = job_policy_problem(p)
+    if policy:
+        record_failure(p, run, JOB_POLICY, policy, retryable=False)
+        return
+    cleanup_runs(p, keep=run_name)
+    # An External server cannot be restarted in static mode for a diagonal phase, nor
+    # given a seed table: an Additive profile against it is the off-diagonal phase alone.
+    phase = 1
+    if p.spec.server.source == ServerSource.EXTERNAL and p.spec.table.kind == TableKind.ADDITIVE:
+        phase = 2
+        run.phase, run.job = RunPhase.OFF_DIAGONAL, names.job_name(run_name, 2)
+    plan = _plan(p, target, run, phase, None)
+    try:
+        _create_phase(p, plan, with_rbac=True)
+    except NameTaken as exc:
+        record_failure(p, run, NAME_TAKEN, str(exc), retryable=False)
+        return
+    except Exception as exc:
+        # A Job the API server rejects will not pass on retry without a change; record it
+        # like a failed run (same backoff), so status says why nothing is profiling.
+        message = f"could not create the profiling Job {plan.job_name}: {api_error_detail(exc)}"
+        record_failure(p, run, JOB_CREATE_FAILED, message)
+        return
+    st.current_run = run
+    p.event(
+        "Normal",
+        EV_RUN_STARTED,
+        f"{request.trigger}: profiling {target.name} on {request.gpu_product} "
+        f"(Job {plan.job_name}, attempt {request.attempt})",
+    )
+    p.metrics.run_started(p.ref)
+
+
+def cleanup_runs(p: Pass, keep: str | None) -> None:
+    """Delete the Jobs, result ConfigMaps and seeds of runs other than `keep`."""
+    for name, job in p.snapshot.jobs.items():
+        if (job["metadata"].get("labels") or {}).get(L.LABEL_RUN) != keep:
+            p.kube.delete("Job", p.namespace, name)
+    for name, cm in p.snapshot.config_maps.items():
+        labels = cm["metadata"].get("labels") or {}
+        component = labels.get(L.LABEL_COMPONENT)
+        if component in (L.COMPONENT_RESULT, L.COMPONENT_SEED) and labels.get(L.LABEL_RUN) != keep:
+            p.kube.delete("ConfigMap", p.namespace, name)
+
+
+def _finished(job: Obj) -> dict[str, Obj]:
+    return {
+        c["type"]: c
+        for c in (job.get("status") or {}).get("conditions") or []
+        if c.get("status") == "True"
+    }
+
+
+def progress_run(p: Pass) -> None:
+    run = p.status.current_run
+    assert run is not None
+    phase = 2 if run.phase == RunPhase.OFF_DIAGONAL else 1
+    job = p.snapshot.jobs.get(run.job)
+    result_cm = p.snapshot.config_maps.get(names.result_config_map(run.name, phase)) or {}
+    if job is None:
+        fail_run(p, JOB_MISSING, f"Job {run.job} disappeared before it finished")
+        return
+    finished = _finished(job)
+    try:
+        result = read_result(result_cm.get("data"), result_cm.get("binaryData"))
+    except ResultError as exc:
+        if not finished:
+            return  # the profiler may still be writing; judged when the Job ends
+        fail_run(p, RESULT_REFUSED, f"the result of Job {run.job} was refused: {exc}")
+        return
+    if result.progress:
+        run.progress = result.progress
+    if "Failed" in finished:
+        detail = result.message or finished["Failed"].get("message") or ""
+        why = finished["Failed"].get("reason") or "JobFailed"
+        fail_run(p, PROFILING_FAILED, f"Job {run.job} failed ({why}): {detail}")
+        return
+    if "Complete" not in finished and "SuccessCriteriaMet" not in finished:
+        return
+    if result.status == STATUS_FAILED:
+        fail_run(p, PROFILING_FAILED, f"profiler reported: {result.message}")
+        return
+    if result.status != STATUS_SUCCEEDED or not result.rounds:
+        fail_run(
+            p,
+            RESULT_MISSING,
+            f"Job {run.job} completed but its result ConfigMap has no rounds "
+            f"(status {result.status!r})",
+        )
+        return
+    additive = p.spec.table.kind == TableKind.ADDITIVE
+    if additive and phase == 1:
+        start_phase2(p, result.rounds)
+        return
+    rounds = list(result.rounds)
+    if additive:
+        phase1 = p.snapshot.config_maps.get(names.result_config_map(run.name, 1))
+        if phase1 is not None:
+            try:
+                first = read_result(phase1.get("data"), phase1.get("binaryData"))
+            except ResultError as exc:
+                fail_run(p, RESULT_REFUSED, f"the phase-1 result was refused: {exc}")
+                return
+            rounds = list(first.rounds) + rounds
+    publish_table(p, rounds, result.manifest)
+
+
+def start_phase2(p: Pass, rounds: Sequence[Obj]) -> None:
+    run = p.status.current_run
+    assert run is not None
+    verdict = judge(rounds, p.spec, additive=False, gate=False)
+    if not verdict.accepted or verdict.table_json is None:
+        fail_run(p, verdict.reason or "FitFailed", f"phase 1 (diagonal): {verdict.message}")
+        return
+    target = p.target(run.target)
+    if target is None or target.command is None:
+        fail_run(p, TARGET_GONE, f"Deployment {run.target} is gone or no longer understood")
+        return
+    seed_name = names.seed_table_config_map(run.name)
+    seed = builders.table_config_map(
+        p.ref,
+        seed_name,
+        verdict.table_json,
+        str(verdict.table_hash),
+        run.gpu_product,
+        run.fingerprint,
+        {"run": run.name, "purpose": "phase-2 seed table"},
+        component=L.COMPONENT_SEED,
+    )
+    seed["metadata"]["labels"][L.LABEL_RUN] = run.name
+    plan = _plan(p, target, run, 2, seed_name)
+    try:
+        create_owned(p, seed)
+        _create_phase(p, plan, with_rbac=False)
+    except NameTaken as exc:
+        fail_run(p, NAME_TAKEN, str(exc), retryable=False)
+        return
+    except Exception as exc:
+        fail_run(p, JOB_CREATE_FAILED, f"could not create {plan.job_name}: {api_error_detail(exc)}")
+        return
+    run.phase = RunPhase.OFF_DIAGONAL
+    run.job = plan.job_name
+    run.diagonal_table = seed_name
+    run.progress = None
+    p.event("Normal", EV_PHASE2, f"diagonal phase done; off-diagonal Job {plan.job_name}")

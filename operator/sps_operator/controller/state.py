@@ -1,0 +1,161 @@
+"""The state one reconcile pass works on: what it observed (`Snapshot`, `Target`), what it
+decides (`Pass.status`, handed from step to step) and where it writes (`Pass.kube`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sps_operator.api import labels as L
+from sps_operator.api.models import RolloutMode, SpsProfile, SpsProfileSpec, SpsProfileStatus
+from sps_operator.constants import IMAGE
+from sps_operator.controller.builders import ProfileRef
+from sps_operator.controller.kube import KubeApi, Obj
+from sps_operator.controller.metrics import Metrics
+from sps_operator.controller.ownership import ProfileSummary, profile_summary
+from sps_operator.controller.placement import PodInfo
+from sps_operator.controller.selectors import selector_string
+from sps_operator.controller.serverconfig import ServerCommand, ServerConfig
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Operator-wide settings (flags of `sps-operator run`, values of the chart)."""
+
+    profiler_image: str = IMAGE
+    gpu_debounce_seconds: float = 30.0
+    # spec.job.image and spec.job.serviceAccountName let whoever may create an SpsProfile
+    # run an image with a Deployment's Secrets and volumes, under any ServiceAccount: off
+    # unless the operator's admin allows them (fnmatch patterns; "*" allows all).
+    allowed_job_images: tuple[str, ...] = ()
+    allowed_service_accounts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything a pass reads, taken once at its start. Steps read only this and write
+    through `KubeApi`."""
+
+    deployments: Sequence[Obj]  # selected by spec.selector, by name
+    jobs: Mapping[str, Obj]  # this profile's Jobs, by name
+    config_maps: Mapping[str, Obj]  # this profile's ConfigMaps, by name
+    stable: Obj | None  # AnnotateOnly: the stable ConfigMap the Deployments mount
+    profiles: Sequence[ProfileSummary]  # every SpsProfile in the namespace
+    pods: Sequence[PodInfo] = ()
+    node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls) -> Snapshot:
+        """Before the pass has read anything."""
+        return cls(deployments=(), jobs={}, config_maps={}, stable=None, profiles=())
+
+
+def read_snapshot(
+    kube: KubeApi,
+    ref: ProfileRef,
+    spec: SpsProfileSpec,
+    pods: Sequence[PodInfo],
+    node_labels: Mapping[str, Mapping[str, str]],
+) -> Snapshot:
+    ns = ref.namespace
+    mine = f"{L.LABEL_PROFILE_UID}={ref.uid}"
+    deployments = kube.list_deployments(ns, selector_string(spec.selector.to_k8s()))
+    stable = None
+    if spec.rollout.mode == RolloutMode.ANNOTATE_ONLY and spec.rollout.table_config_map:
+        stable = kube.get("ConfigMap", ns, spec.rollout.table_config_map)
+    return Snapshot(
+        deployments=sorted(deployments, key=lambda d: d["metadata"]["name"]),
+        jobs={j["metadata"]["name"]: j for j in kube.list_jobs(ns, mine)},
+        config_maps={c["metadata"]["name"]: c for c in kube.list_config_maps(ns, mine)},
+        stable=stable,
+        profiles=[profile_summary(b) for b in kube.list_profiles(ns)],
+        pods=pods,
+        node_labels=node_labels,
+    )
+
+
+@dataclass
+class Target:
+    """A Deployment the profile selects, as this pass understood it."""
+
+    deployment: Obj
+    name: str
+    container: Mapping[str, Any] | None = None
+    command: ServerCommand | None = None
+    config: ServerConfig | None = None
+    fingerprint: str = ""
+    gpu: str | None = None  # settled GPU product (None: not placed, moving, or mixed)
+    products: frozenset[str] = frozenset()
+    owner: str | None = None  # the profile that serves it
+    reason: str | None = None  # why the operator leaves it alone (CamelCase)
+    problem: str | None = None  # ... and what to do about it
+
+    def refuse(self, reason: str, problem: str) -> None:
+        if self.problem is None:
+            self.reason, self.problem = reason, problem
+
+    @property
+    def usable(self) -> bool:
+        """Profiled and served: no problem, and settled on one GPU product."""
+        return self.problem is None and self.gpu is not None
+
+    @property
+    def template(self) -> Mapping[str, Any]:
+        return (self.deployment.get("spec") or {}).get("template") or {}
+
+    @property
+    def pod_spec(self) -> Mapping[str, Any]:
+        return self.template.get("spec") or {}
+
+    @property
+    def _template_annotations(self) -> Mapping[str, str]:
+        return (self.template.get("metadata") or {}).get("annotations") or {}
+
+    @property
+    def running_hash(self) -> str | None:
+        """Hash of the table the pod template says it runs (the operator's annotation)."""
+        return self._template_annotations.get(L.ANNOTATION_TABLE_HASH)
+
+    @property
+    def running_config_map(self) -> str | None:
+        return self._template_annotations.get(L.ANNOTATION_TABLE)
+
+
+@dataclass
+class Pass:
+    """One level-triggered pass over an SpsProfile."""
+
+    body: Mapping[str, Any]
+    profile: SpsProfile
+    ref: ProfileRef
+    status: SpsProfileStatus  # the new status, handed from step to step
+    now: datetime
+    generation: int | None
+    kube: KubeApi
+    settings: Settings
+    metrics: Metrics
+    snapshot: Snapshot
+    targets: list[Target] = field(default_factory=list)
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    created: dict[str, Obj] = field(default_factory=dict)  # ConfigMaps created in this pass
+    step: str = "start"  # the step running, for error reports
+
+    @property
+    def spec(self) -> SpsProfileSpec:
+        return self.profile.spec
+
+    @property
+    def namespace(self) -> str:
+        return self.ref.namespace
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.events.append((type_, reason, message))
+
+    def config_map(self, name: str) -> Obj | None:
+        """One of this profile's ConfigMaps: as read at the start, or created since."""
+        return self.snapshot.config_maps.get(name) or self.created.get(name)
+
+    def target(self, name: str) -> Target | None:
+        return next((t for t in self.targets if t.name == name), None)

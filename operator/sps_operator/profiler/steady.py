@@ -1,0 +1,313 @@
+"""What one round measured: the step time at the reference context, and how sure we are (pure).
+
+A round's steps are not independent draws of one number. As its requests age, attention
+reads more KV cache, so steps get slower (KV growth); after an idle gap the clocks ramp up,
+so the first steps are slow (warming); noise is autocorrelated from step to step. The
+estimate here accounts for each:
+
+* **KV growth is measured out.** Step time is taken as linear in the context per request
+  over the window: the slope comes from the medians of the window's two halves (robust to
+  outliers), and the estimate is the median of the detrended steps at the reference
+  context — the context the table describes.
+* **Drift that is not KV growth** — a falling trend (clocks still warming), or a bend the
+  line cannot follow (a throttle step, a ramp's tail) — disqualifies a window; the caller
+  tries later starts (trimming the drift) and otherwise keeps measuring.
+* **Autocorrelation** enters through an effective sample size: the lag-1 correlation of the
+  steps is read from their first differences (blind to trends and steps, which would
+  otherwise read as correlation and hide themselves), and the median's order-statistic
+  interval is widened by the integrated autocorrelation time of the indicator "below the
+  median".
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# A window is judged on halves and thirds: fewer steps than this in one of them says nothing.
+MIN_STEPS_PER_PART = 8
+# Stronger evidence is asked of drift than of the CI: a false alarm costs GPU time.
+DRIFT_Z = 3.0
+# The running sum of residual signs wanders like a Brownian bridge of scale sqrt(n·tau)
+# without drift; P(max excursion > 1.8 sqrt(n·tau)) ≈ 2·exp(-2·1.8²) ≈ 0.3 %.
+DRIFT_EXCURSION = 1.8
+# The lag-1 correlation estimate is raised by this many of its standard errors before use,
+# so a short series does not talk itself into independence.
+AR1_MARGIN_SE = 0.5
+MAX_AR1 = 0.97
+
+
+def _median_rank_bounds(n: int, z: float, tau: float) -> tuple[int, int]:
+    """Order-statistic indices of the median's CI: n/2 ± z·sqrt(n·tau)/2."""
+    half = z * math.sqrt(n * tau) / 2
+    return max(0, math.floor(n / 2 - half)), min(n - 1, math.ceil(n / 2 + half))
+
+
+def median_ci(values: Sequence[float], z: float, tau: float = 1.0) -> tuple[float, float, float]:
+    """Median and its distribution-free CI; `tau` ≥ 1 widens it for autocorrelation."""
+    ordered = sorted(values)
+    med = statistics.median(ordered)
+    if len(ordered) < 3:
+        return med, ordered[0], ordered[-1]
+    lo, hi = _median_rank_bounds(len(ordered), z, tau)
+    return med, ordered[lo], ordered[hi]
+
+
+def ar1_from_differences(values: Sequence[float]) -> tuple[float, float]:
+    """(φ estimate, its standard error) of an AR(1) from its first differences.
+
+    Differences of an AR(1) with coefficient φ have lag-1 correlation (φ − 1)/2 whatever
+    the level: a trend only shifts their mean (removed) and a level step or an outlier
+    touches one or two of them (winsorised), where the series itself would read a trend or
+    a step as strong autocorrelation.
+    """
+    diffs = [b - a for a, b in itertools.pairwise(values)]
+    m = len(diffs) - 1
+    if m < 3:
+        return 0.0, 1.0
+    centre = statistics.median(diffs)
+    spread = 3 * 1.4826 * statistics.median(abs(d - centre) for d in diffs)
+    clipped = [max(-spread, min(spread, d - centre)) for d in diffs]
+    power = sum(d * d for d in clipped)
+    if power == 0:
+        return 0.0, 1.0
+    rho = sum(a * b for a, b in itertools.pairwise(clipped)) / power
+    phi = max(-1.0, min(1.0, 1 + 2 * rho))
+    # Bartlett's variance of a lag-1 correlation of an MA(1), carried through φ = 1 + 2ρ.
+    se = 2 * math.sqrt(max(1 - 3 * rho * rho + 4 * rho**4, 0.1) / m)
+    return phi, se
+
+
+def median_indicator_tau(phi: float) -> float:
+    """Integrated autocorrelation time of 1{x < median} for a Gaussian AR(1) with lag-1 φ:
+    1 + 2 Σ_k (2/π)·asin(φ^k)."""
+    if phi <= 0:
+        return 1.0
+    total, power = 1.0, phi
+    while power > 1e-6:
+        total += 2 * (2 / math.pi) * math.asin(power)
+        power *= phi
+    return total
+
+
+@dataclass(frozen=True)
+class WindowEstimate:
+    """One candidate window's estimate (all times in seconds, relative figures unitless)."""
+
+    start: int
+    num_steps: int
+    median: float  # step time at the reference context
+    half_width: float  # CI half-width (slope and remaining drift included)
+    drift_rel: float  # drift the KV line cannot explain, relative to the median
+    drifting: bool  # that drift is both significant and material
+    tau: float  # integrated autocorrelation time used
+    ar1: float  # estimated lag-1 correlation
+    kv_slope: float  # seconds per context token per request
+
+    @property
+    def ess(self) -> float:
+        return self.num_steps / self.tau
+
+    @property
+    def rel_half_width(self) -> float:
+        return self.half_width / self.median if self.median > 0 else math.inf
+
+
+def _largest_sign_excursion(centred: Sequence[float]) -> tuple[int, float]:
+    """(split index, |running sum of signs| there) at the largest excursion, keeping at
+    least `MIN_STEPS_PER_PART` steps on each side."""
+    total, best, split = 0, 0, len(centred) // 2
+    for index, value in enumerate(centred[:-MIN_STEPS_PER_PART], start=1):
+        total += (value > 0) - (value < 0)
+        if index >= MIN_STEPS_PER_PART and abs(total) > best:
+            best, split = abs(total), index
+    return split, float(best)
+
+
+def _series_tau(values: Sequence[float]) -> tuple[float, float]:
+    """(lag-1 correlation, integrated autocorrelation time of the median indicator)."""
+    phi_hat, phi_se = ar1_from_differences(values)
+    return phi_hat, median_indicator_tau(min(MAX_AR1, max(0.0, phi_hat + AR1_MARGIN_SE * phi_se)))
+
+
+def _parts(values: Sequence[float], k: int) -> list[Sequence[float]]:
+    n = len(values)
+    return [values[i * n // k : (i + 1) * n // k] for i in range(k)]
+
+
+def estimate_window(
+    times: Sequence[float],
+    contexts: Sequence[float],
+    *,
+    reference_context: float,
+    z: float,
+    tolerance_rel: float,
+    start: int = 0,
+) -> WindowEstimate:
+    """The step time at `reference_context` over this window, and whether the window drifts
+    beyond `tolerance_rel` (relative) in a way linear KV growth does not explain."""
+    n = len(times)
+    halves_t, halves_c = _parts(times, 2), _parts(contexts, 2)
+    med_h = [statistics.median(h) for h in halves_t]
+    ctx_h = [statistics.fmean(h) for h in halves_c]
+    span = ctx_h[1] - ctx_h[0]
+    slope = (med_h[1] - med_h[0]) / span if span > 0 else 0.0
+    # A falling step time is never KV growth: keep it in the residuals, where it shows as drift.
+    kv_slope = max(slope, 0.0)
+    residuals = [
+        t - kv_slope * (c - reference_context) for t, c in zip(times, contexts, strict=True)
+    ]
+    phi_hat, tau = _series_tau(residuals)
+    med, lo, hi = median_ci(residuals, z, tau)
+    half = (hi - lo) / 2
+
+    def median_se(part: Sequence[float]) -> float:
+        if len(part) < 3:
+            return math.inf
+        _m, p_lo, p_hi = median_ci(part, z, tau)
+        return (p_hi - p_lo) / (2 * z)
+
+    # Slope uncertainty, carried to the reference context.
+    se_halves = [median_se(h) for h in _parts(residuals, 2)]
+    centre_ctx = statistics.fmean(contexts)
+    if span > 0 and kv_slope > 0:
+        se_slope = math.hypot(*se_halves) / span
+        half = math.hypot(half, z * abs(centre_ctx - reference_context) * se_slope)
+    # Drift the line cannot explain — a fall (clocks warming), a step (throttling), a bend —
+    # leaves runs of same-signed residuals: the largest excursion of their running sum.
+    split, excursion = _largest_sign_excursion([r - med for r in residuals])
+    before, after = residuals[:split], residuals[split:]
+    shift = statistics.median(before) - statistics.median(after)
+    se_shift = math.hypot(median_se(before), median_se(after))
+    drift = abs(shift)
+    significant = excursion > DRIFT_EXCURSION * math.sqrt(n * tau)
+    drifting = significant and drift > tolerance_rel * med
+    # Drift beyond what noise explains widens the interval: the median may sit anywhere
+    # along it (the noise part is in the interval already).
+    excess = max(0.0, drift - z * se_shift) if significant else 0.0
+    return WindowEstimate(
+        start=start,
+        num_steps=n,
+        median=med,
+        half_width=half + excess,
+        drift_rel=drift / med if med > 0 else math.inf,
+        drifting=drifting,
+        tau=tau,
+        ar1=phi_hat,
+        kv_slope=kv_slope,
+    )
+
+
+@dataclass(frozen=True)
+class SteadyStats:
+    """The chosen window of a round and whether it meets the stopping rule."""
+
+    done: bool
+    window: WindowEstimate
+    z: float
+
+    @property
+    def window_start(self) -> int:
+        return self.window.start
+
+    @property
+    def num_steps(self) -> int:
+        return self.window.num_steps
+
+    @property
+    def median(self) -> float:
+        return self.window.median
+
+    @property
+    def ci_low(self) -> float:
+        return self.window.median - self.window.half_width
+
+    @property
+    def ci_high(self) -> float:
+        return self.window.median + self.window.half_width
+
+    @property
+    def rel_width(self) -> float:
+        return 2 * self.window.rel_half_width
+
+    @property
+    def drift(self) -> float:
+        return self.window.drift_rel
+
+    @property
+    def se(self) -> float:
+        """Standard error of the estimate (normal approximation of the CI)."""
+        return self.window.half_width / self.z
+
+
+def steady_stats(
+    step_times: Sequence[float],
+    contexts: Sequence[float],
+    *,
+    reference_context: float,
+    ci_rel_width: float,
+    min_steps: int,
+    z: float,
+) -> SteadyStats | None:
+    """The longest window, from a start on a coarse grid, that does not drift and whose CI is
+    narrower than `ci_rel_width`; `done` is False when none qualifies yet, and the window
+    with the narrowest honest interval is described instead."""
+    n = len(step_times)
+    if n == 0:
+        return None
+    stride = max(1, n // 16)
+    best: WindowEstimate | None = None
+    for start in range(0, max(1, n - min_steps + 1), stride):
+        if n - start < max(min_steps, 1):
+            break
+        estimate = estimate_window(
+            step_times[start:],
+            contexts[start:],
+            reference_context=reference_context,
+            z=z,
+            tolerance_rel=ci_rel_width / 2,
+            start=start,
+        )
+        if not estimate.drifting and estimate.rel_half_width * 2 <= ci_rel_width:
+            return SteadyStats(True, estimate, z)
+        if best is None or estimate.rel_half_width < best.rel_half_width:
+            best = estimate
+    if best is None:
+        best = estimate_window(
+            step_times,
+            contexts,
+            reference_context=reference_context,
+            z=z,
+            tolerance_rel=ci_rel_width / 2,
+        )
+    return SteadyStats(False, best, z)
+
+
+def clocks_settled(times: Sequence[float], *, z: float, tolerance_rel: float) -> bool:
+    """Has a clock ramp after idle died down enough that rounds measure warm clocks?
+
+    Over the whole series so far, in thirds: while the step time still falls from the
+    second third to the last by more than noise, the clocks are warming. A ramp decays
+    geometrically, so from the fall between the first two thirds (d1) and the last two (d2)
+    what is left of it at the end is about d2·r^1.5/(1 − r), r = d2/d1; settled when that is
+    within `tolerance_rel`. Needs at least 48 steps.
+    """
+    if len(times) < 6 * MIN_STEPS_PER_PART:
+        return False
+    parts = _parts(times, 3)
+    _phi, tau = _series_tau(parts[-1])
+    medians, ses = [], []
+    for part in parts:
+        med, lo, hi = median_ci(part, z, tau)
+        medians.append(med)
+        ses.append((hi - lo) / (2 * z))
+    d1, d2 = medians[0] - medians[1], medians[1] - medians[2]
+    if d2 <= DRIFT_Z * math.hypot(ses[1], ses[2]):
+        return True
+    if d1 <= d2:
+        return False  # not decaying yet
+    r = d2 / d1
+    return d2 * r**1.5 / (1 - r) <= tolerance_rel * medians[2]

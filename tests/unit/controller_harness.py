@@ -1,0 +1,205 @@
+"""A test bed for reconcile passes: profiles, Deployments and pods in a `FakeKube`, a
+settable clock, and helpers that play the profiling Job's part."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from fakekube import FakeKube
+
+from sps_operator.api.result import build_patch
+from sps_operator.controller.placement import PodInfo
+from sps_operator.controller.reconcile import Reconciler
+from sps_operator.controller.state import Settings
+
+NS = "serving"
+H100, H200 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-H200"
+NODES = {"n1": {"nvidia.com/gpu.product": H100}, "n2": {"nvidia.com/gpu.product": H200}}
+SERVER_ARGS = [
+    "--model-path",
+    "org/model-8b",
+    "--speculative-algorithm",
+    "DSPARK",
+    "--speculative-dspark-block-size",
+    "3",
+    "--port",
+    "30000",
+]
+
+
+def container(**changes: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "name": "sglang",
+        "image": "lmsysorg/sglang:v1",
+        "command": ["python3", "-m", "sglang.launch_server"],
+        "args": list(SERVER_ARGS),
+    }
+    base.update(changes)
+    return base
+
+
+def deployment(
+    name: str = "server", labels: dict[str, str] | None = None, **container_changes: Any
+) -> dict[str, Any]:
+    pod_labels = {"app": "sglang", "deploy": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": NS, "labels": labels or {"app": "sglang"}},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": pod_labels},
+            "template": {
+                "metadata": {"labels": pod_labels},
+                "spec": {"containers": [container(**container_changes)]},
+            },
+        },
+        "status": {
+            "observedGeneration": 1,
+            "replicas": 1,
+            "updatedReplicas": 1,
+            "availableReplicas": 1,
+        },
+    }
+
+
+def profile_body(name: str = "p", **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "selector": {"matchLabels": {"app": "sglang"}},
+        "table": {"kind": "Diagonal", "sweep": {"batchSizes": [1, 2, 4], "repeats": 2}},
+    }
+    body.update(spec)
+    return {
+        "apiVersion": "sps.dev/v1alpha1",
+        "kind": "SpsProfile",
+        "metadata": {"name": name, "namespace": NS, "generation": 1},
+        "spec": body,
+    }
+
+
+def rounds(
+    scale: float = 1.0, noise: float = 0.0, batch_sizes: tuple[int, ...] = (1, 2, 4), k: int = 4
+) -> list[dict[str, Any]]:
+    out = []
+    for repeat in (0, 1):
+        for bs in batch_sizes:
+            t = (0.010 + 0.001 * bs) * scale * (1 + (noise if repeat else -noise))
+            out.append(
+                {
+                    "repeat": repeat,
+                    "batch_size": bs,
+                    "batch_size_per_rank": bs,
+                    "frac": None,
+                    "batch_tokens": bs * k,
+                    "steps_per_sec": 1.0 / t,
+                }
+            )
+    return out
+
+
+def additive_rounds(fracs: tuple[float, ...] = (0.25, 0.5, 1.0)) -> list[dict[str, Any]]:
+    out = []
+    for bs in (1, 2, 4):
+        for frac in fracs:
+            m = min(bs + int(frac * (bs * 3)), bs * 4)
+            out.append(
+                {
+                    "repeat": 0,
+                    "batch_size": bs,
+                    "batch_size_per_rank": bs,
+                    "frac": frac,
+                    "batch_tokens": m,
+                    "steps_per_sec": 1.0 / (0.010 + 0.0005 * bs + 0.0002 * m),
+                }
+            )
+    return out
+
+
+@dataclass
+class Harness:
+    kube: FakeKube = field(default_factory=FakeKube)
+    now: datetime = field(default_factory=lambda: datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC))
+    settings: Settings = field(default_factory=lambda: Settings(gpu_debounce_seconds=0))
+    pods: list[PodInfo] = field(default_factory=list)
+    reconciler: Reconciler | None = None
+
+    def __post_init__(self) -> None:
+        self.reconciler = Reconciler(self.kube, self.settings, clock=lambda: self.now)
+
+    # ---- the world
+
+    def add(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self.kube.put(copy.deepcopy(obj))
+
+    def place(self, deployment: str = "server", node: str = "n1", count: int = 1) -> None:
+        self.pods = [p for p in self.pods if p.labels.get("deploy") != deployment]
+        for i in range(count):
+            labels = {"app": "sglang", "deploy": deployment}
+            self.pods.append(PodInfo(f"{deployment}-{i}", labels, node))
+
+    def tick(self, seconds: float = 1.0) -> None:
+        self.now += timedelta(seconds=seconds)
+
+    # ---- passes
+
+    def run_pass(self, name: str = "p") -> dict[str, Any]:
+        assert self.reconciler is not None
+        body = copy.deepcopy(self.kube.obj("SpsProfile", name, NS))
+        self.reconciler.reconcile(body, list(self.pods), NODES)
+        return self.status(name)
+
+    def settle(self, name: str = "p", passes: int = 3) -> dict[str, Any]:
+        for _ in range(passes):
+            self.tick()
+            self.run_pass(name)
+        return self.status(name)
+
+    def status(self, name: str = "p") -> dict[str, Any]:
+        return copy.deepcopy(self.kube.obj("SpsProfile", name, NS).get("status") or {})
+
+    def condition(self, type_: str, name: str = "p") -> tuple[str, str, str]:
+        c = next(c for c in self.status(name).get("conditions") or [] if c["type"] == type_)
+        return c["status"], c["reason"], c.get("message", "")
+
+    # ---- the Job's part
+
+    def finish(
+        self,
+        name: str = "p",
+        result: dict[str, Any] | None = None,
+        ok: bool = True,
+        phase: int = 1,
+    ) -> None:
+        """Complete the current run's Job with `result` (a build_patch or raw data)."""
+        run = self.status(name)["currentRun"]
+        job = self.kube.obj("Job", run["job"], NS)
+        job["status"] = {"conditions": [{"type": "Complete" if ok else "Failed", "status": "True"}]}
+        suffix = "-result" if phase == 1 else "-p2-result"
+        cm = self.kube.obj("ConfigMap", run["name"] + suffix, NS)
+        result = result if result is not None else build_patch(status="succeeded", rounds=rounds())
+        cm["data"] = {k: v for k, v in (result.get("data") or {}).items() if v is not None}
+        binary = {k: v for k, v in (result.get("binaryData") or {}).items() if v is not None}
+        if binary:
+            cm["binaryData"] = binary
+
+    def profile_once(self, name: str = "p", result: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Pass → Job → result → pass: one whole run; returns the status after."""
+        self.tick()
+        self.run_pass(name)
+        assert self.status(name).get("currentRun"), self.status(name)
+        self.finish(name, result)
+        return self.settle(name)
+
+    def template(self, deployment: str = "server") -> dict[str, Any]:
+        return self.kube.obj("Deployment", deployment, NS)["spec"]["template"]
+
+    def running_hash(self, deployment: str = "server") -> str | None:
+        annotations = (self.template(deployment).get("metadata") or {}).get("annotations") or {}
+        return annotations.get("sps.dev/table-hash")
+
+    def table_json(self, config_map: str) -> dict[str, Any]:
+        return dict(json.loads(self.kube.obj("ConfigMap", config_map, NS)["data"]["table.json"]))

@@ -1,0 +1,243 @@
+"""An in-memory `KubeApi` for the controller's unit tests and the fuzzing harness.
+
+It keeps objects by (kind, namespace, name), answers label-selector LISTs, honours a
+merge patch's resourceVersion precondition, and plays the Deployment controller and the
+kubelet instantly (an applied template is rolled out and available at once, unless a test
+says otherwise). The end-to-end tests run the same passes against a real control plane.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from sps_operator.controller.kube import KubeApi, Obj
+
+_SET_EXPR = re.compile(r"^([^\s!=]+)\s+(in|notin)\s+\(([^)]*)\)$")
+
+
+def _split_selector(selector: str) -> list[str]:
+    """Selector terms, keeping `k in (a,b)` together."""
+    terms, depth, current = [], 0, ""
+    for char in selector:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            terms.append(current)
+            current = ""
+        else:
+            current += char
+    if current:
+        terms.append(current)
+    return [t.strip() for t in terms if t.strip()]
+
+
+def selector_matches(selector: str, labels: Mapping[str, str]) -> bool:
+    for term in _split_selector(selector):
+        if m := _SET_EXPR.match(term):
+            key, op, values = m.group(1), m.group(2), {v.strip() for v in m.group(3).split(",")}
+            if (op == "in") != (labels.get(key) in values):
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif "=" in term:
+            key, _, value = term.partition("=")
+            if labels.get(key) != value:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    """RFC 7386 JSON merge patch."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+def _merge_named(current: list[dict[str, Any]], applied: list[dict[str, Any]]) -> None:
+    """SSA of a list keyed by name: the applied entries replace or join by name."""
+    for entry in applied:
+        for i, old in enumerate(current):
+            if old.get("name") == entry.get("name"):
+                current[i] = {**old, **copy.deepcopy(entry)}
+                break
+        else:
+            current.append(copy.deepcopy(entry))
+
+
+class FakeKube(KubeApi):
+    """Enough of the API server for reconcile passes, in memory."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], Obj] = {}
+        self.status_patches: list[dict[str, Any]] = []
+        self.applied: list[Obj] = []
+        self.metadata_patches: list[tuple[str, str, Obj]] = []
+        self.events: list[tuple[str, str]] = []
+        self.calls: list[str] = []
+        self.fail: dict[str, ApiException] = {}  # method name -> exception to raise once
+        self.reject_status: ApiException | None = None
+        self.instant_rollout = True
+        self._clock = itertools.count(1)
+
+    # ---- helpers for tests
+
+    def _call(self, name: str) -> None:
+        self.calls.append(name)
+        if name in self.fail:
+            raise self.fail.pop(name)
+
+    def put(self, obj: Obj) -> Obj:
+        """Store `obj` as if created (metadata filled in)."""
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("namespace", "serving")
+        n = next(self._clock)
+        meta.setdefault("uid", f"uid-{obj['kind'].lower()}-{n}")
+        meta.setdefault("creationTimestamp", f"2026-03-01T00:{n // 60:02d}:{n % 60:02d}Z")
+        meta["resourceVersion"] = str(n)
+        meta.setdefault("generation", 1)
+        self.objects[(obj["kind"], meta["namespace"], meta["name"])] = obj
+        return obj
+
+    def obj(self, kind: str, name: str, namespace: str = "serving") -> Obj:
+        return self.objects[(kind, namespace, name)]
+
+    def kinds(self, kind: str) -> list[Obj]:
+        return [o for (k, _, _), o in self.objects.items() if k == kind]
+
+    def _bump(self, obj: Obj) -> None:
+        obj["metadata"]["resourceVersion"] = str(next(self._clock))
+
+    # ---- reads
+
+    def _list(self, kind: str, namespace: str, selector: str) -> list[Obj]:
+        return [
+            copy.deepcopy(o)
+            for (k, ns, _), o in sorted(self.objects.items())
+            if k == kind
+            and ns == namespace
+            and selector_matches(selector, o["metadata"].get("labels") or {})
+        ]
+
+    def list_deployments(self, namespace: str, label_selector: str) -> list[Obj]:
+        self._call("list_deployments")
+        return self._list("Deployment", namespace, label_selector)
+
+    def list_config_maps(self, namespace: str, label_selector: str) -> list[Obj]:
+        self._call("list_config_maps")
+        return self._list("ConfigMap", namespace, label_selector)
+
+    def list_jobs(self, namespace: str, label_selector: str) -> list[Obj]:
+        self._call("list_jobs")
+        return self._list("Job", namespace, label_selector)
+
+    def list_profiles(self, namespace: str) -> list[Obj]:
+        self._call("list_profiles")
+        return self._list("SpsProfile", namespace, "")
+
+    def get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        self._call("get")
+        found = self.objects.get((kind, namespace, name))
+        return copy.deepcopy(found) if found is not None else None
+
+    # ---- writes
+
+    def create(self, obj: Mapping[str, Any]) -> bool:
+        self._call(f"create_{obj['kind']}")
+        meta = obj["metadata"]
+        if (obj["kind"], meta["namespace"], meta["name"]) in self.objects:
+            return False
+        self.put(copy.deepcopy(dict(obj)))
+        return True
+
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        self._call(f"delete_{kind}")
+        self.objects.pop((kind, namespace, name), None)
+
+    def apply(self, body: Obj) -> None:
+        self._call(f"apply_{body['kind']}")
+        meta = body["metadata"]
+        key = (body["kind"], meta["namespace"], meta["name"])
+        self.applied.append(copy.deepcopy(body))
+        if body["kind"] == "ConfigMap":
+            current = self.objects.get(key)
+            if current is None:
+                self.put(copy.deepcopy(body))
+                return
+            merge(current, {k: v for k, v in body.items() if k in ("metadata", "data")})
+            self._bump(current)
+            return
+        dep = self.objects[key]
+        template = dep["spec"]["template"]
+        applied = body["spec"]["template"]
+        before = copy.deepcopy(template)
+        merge(template.setdefault("metadata", {}), applied.get("metadata") or {})
+        pod = applied.get("spec") or {}
+        current_pod = template.setdefault("spec", {})
+        for applied_container in pod.get("containers") or []:
+            for container in current_pod.get("containers") or []:
+                if container["name"] == applied_container["name"]:
+                    container["args"] = list(applied_container.get("args") or [])
+                    _merge_named(
+                        container.setdefault("volumeMounts", []),
+                        applied_container.get("volumeMounts") or [],
+                    )
+        if pod.get("volumes"):
+            _merge_named(current_pod.setdefault("volumes", []), pod["volumes"])
+        if template != before:
+            dep["metadata"]["generation"] += 1
+            self._bump(dep)
+            if self.instant_rollout:
+                self.roll(dep)
+
+    def roll(self, dep: Obj) -> None:
+        """The Deployment controller and the kubelet: the template is rolled and available."""
+        replicas = dep["spec"].get("replicas", 1)
+        dep.setdefault("status", {}).update(
+            {
+                "observedGeneration": dep["metadata"]["generation"],
+                "replicas": replicas,
+                "updatedReplicas": replicas,
+                "availableReplicas": replicas,
+            }
+        )
+
+    def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> None:
+        self._call(f"patch_{kind}")
+        obj = self.objects.get((kind, namespace, name))
+        if obj is None:
+            raise ApiException(status=404, reason="NotFound")
+        wanted = (patch.get("metadata") or {}).get("resourceVersion")
+        if wanted is not None and wanted != obj["metadata"]["resourceVersion"]:
+            raise ApiException(status=409, reason="Conflict")
+        self.metadata_patches.append((kind, name, copy.deepcopy(patch)))
+        body = copy.deepcopy(patch)
+        body.get("metadata", {}).pop("resourceVersion", None)
+        merge(obj, body)
+        self._bump(obj)
+
+    def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        self._call("patch_status")
+        if self.reject_status is not None and "targets" in status:
+            raise self.reject_status
+        self.status_patches.append(copy.deepcopy(dict(status)))
+        profile = self.objects.get(("SpsProfile", namespace, name))
+        if profile is not None:
+            merge(profile.setdefault("status", {}), dict(status))
+
+    def event(
+        self, involved: Mapping[str, Any], type_: str, reason: str, message: str, now: datetime
+    ) -> None:
+        self.events.append((reason, message))

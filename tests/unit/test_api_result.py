@@ -1,0 +1,287 @@
+"""The result ConfigMap contract (`api/result.py`): what the profiler writes, and what the
+operator accepts from a Job that runs the user's image (untrusted input)."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import math
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sps_operator.api.result import (
+    INLINE_ROUNDS_LIMIT,
+    KEY_ROUNDS,
+    KEY_ROUNDS_GZ,
+    MAX_MESSAGE_CHARS,
+    MAX_PROGRESS_CHARS,
+    MAX_ROUNDS_BYTES,
+    ResultError,
+    build_patch,
+    clean_text,
+    read_result,
+)
+
+
+def round_line(bs: int, m: int, sps: float, frac: float | None = None, repeat: int = 0) -> dict:
+    return {
+        "repeat": repeat,
+        "batch_size": bs,
+        "batch_size_per_rank": bs,
+        "frac": frac,
+        "batch_tokens": m,
+        "steps_per_sec": sps,
+        "num_steady_steps": 40,
+    }
+
+
+def to_api(patch: dict) -> tuple[dict, dict]:
+    """What the API server would hold after applying the merge patch to an empty ConfigMap."""
+    data = {k: v for k, v in patch.get("data", {}).items() if v is not None}
+    binary = {k: v for k, v in patch.get("binaryData", {}).items() if v is not None}
+    return data, binary
+
+
+def succeeded(rounds: list[dict[str, Any]]) -> tuple[dict, dict]:
+    return to_api(build_patch(status="succeeded", rounds=rounds))
+
+
+def gz(text: str) -> str:
+    return base64.b64encode(gzip.compress(text.encode())).decode()
+
+
+# --------------------------------------------------------------------------- round trips
+
+
+def test_small_result_round_trips_inline() -> None:
+    rounds = [round_line(1, 8, 90.0), round_line(2, 16, 85.0)]
+    patch = build_patch(
+        status="succeeded",
+        message="ok",
+        progress="2/2",
+        manifest={"fingerprint": "abc", "round_summaries": rounds},
+        rounds=rounds,
+    )
+    assert patch["binaryData"] == {KEY_ROUNDS_GZ: None}  # removes a stale gz
+    result = read_result(*to_api(patch))
+    assert result.status == "succeeded" and result.done
+    assert result.progress == "2/2"
+    assert result.rounds == rounds
+    assert result.manifest == {"fingerprint": "abc"}  # rounds travel once
+
+
+def test_large_result_is_gzipped_and_unknown_round_fields_are_dropped() -> None:
+    rng = random.Random(0)
+    rounds = [
+        {**round_line(bs, bs * 8, 50.0), "noise": [rng.random() for _ in range(30)]}
+        for bs in range(1, 400)
+    ]
+    assert len(json.dumps(rounds)) > INLINE_ROUNDS_LIMIT
+    patch = build_patch(status="succeeded", progress="399/399", rounds=rounds)
+    assert patch["data"][KEY_ROUNDS] is None
+    raw = gzip.decompress(base64.b64decode(patch["binaryData"][KEY_ROUNDS_GZ]))
+    assert raw.decode().count("\n") == len(rounds)
+    result = read_result(*to_api(patch))
+    assert result.rounds == [{k: v for k, v in r.items() if k != "noise"} for r in rounds]
+
+
+def test_a_running_or_failed_result_carries_no_rounds_and_keeps_its_message() -> None:
+    garbage = {"status": "failed", "message": "pin did not take", KEY_ROUNDS: "{oops\n"}
+    failed = read_result(garbage, {})
+    assert failed.done and failed.message == "pin did not take" and failed.rounds == []
+    running = read_result({"status": "running", "progress": "3/9"}, {})
+    assert not running.done and running.progress == "3/9"
+
+
+def test_too_large_to_publish_fails_clearly() -> None:
+    rng = random.Random(1)
+    rounds = [
+        {"x": "".join(rng.choice("abcdef0123456789") for _ in range(4000))} for _ in range(400)
+    ]
+    with pytest.raises(ResultError, match="above the ConfigMap limit"):
+        build_patch(status="succeeded", rounds=rounds)
+    with pytest.raises(ValueError, match="status must be"):
+        build_patch(status="done")
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+@pytest.mark.parametrize(
+    ("data", "binary", "match"),
+    [
+        ({"status": "weird"}, {}, "unknown status"),
+        ({"status": "running", "manifest.json": "{"}, {}, r"manifest\.json is not JSON"),
+        ({"status": "running", "manifest.json": "[1]"}, {}, "not a JSON object"),
+        ({"status": "succeeded", KEY_ROUNDS: '{"a":1}\n{oops\n'}, {}, "line 2 is not JSON"),
+        ({"status": "succeeded"}, {KEY_ROUNDS_GZ: "bm90IGd6aXA="}, "not gzip"),
+        ({"status": "succeeded"}, {KEY_ROUNDS_GZ: "***"}, "not base64"),
+        ({"status": "succeeded", KEY_ROUNDS: "[1,2]\n"}, {}, "line 1 is not a JSON object"),
+        ({"status": "succeeded", KEY_ROUNDS: "[" * 100_00 + "\n"}, {}, "line 1"),
+        ({"status": ["succeeded"]}, {}, "status is not a string"),
+    ],
+)
+def test_malformed_results_are_refused_with_what_is_wrong(
+    data: dict, binary: dict, match: str
+) -> None:
+    with pytest.raises(ResultError, match=match):
+        read_result(data, binary)
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"steps_per_sec": 1e8}, "decode step of 1e-05 ms"),
+        ({"steps_per_sec": 0.0}, "decode step"),
+        ({"steps_per_sec": -5.0}, "decode step"),
+        ({"steps_per_sec": 0.5}, "decode step of 2000 ms"),
+        ({"steps_per_sec": math.inf}, "finite"),
+        ({"steps_per_sec": math.nan}, "finite"),
+        ({"steps_per_sec": "fast"}, "steps_per_sec"),
+        ({"batch_size_per_rank": 0}, "batch_size_per_rank"),
+        ({"batch_tokens": 10**12}, "batch_tokens"),
+        ({"frac": 1.5}, "frac"),
+        ({"median_step_time": 0.5}, "disagrees"),
+        ({"median_step_time": 1e12}, "outside"),
+        ({"step_time_se": 1.0}, "exceeds the step time"),
+        ({"ci_low": 0.02, "ci_high": 0.03}, "outside its own confidence interval"),
+        ({"graph_tiers": [8, 4]}, "strictly increasing"),
+        ({"batch_tokens": 4 * 2000}, "verify tokens per request"),
+    ],
+)
+def test_implausible_rounds_are_refused(change: dict[str, Any], match: str) -> None:
+    bad = {**round_line(4, 16, 80.0), **change}
+    text = json.dumps(round_line(1, 4, 90.0)) + "\n" + json.dumps(bad, allow_nan=True) + "\n"
+    with pytest.raises(ResultError, match=match) as info:
+        read_result({"status": "succeeded", KEY_ROUNDS: text}, {})
+    assert "line 2" in str(info.value)
+
+
+def test_a_decompression_bomb_is_refused_before_it_is_expanded() -> None:
+    bomb = gzip.compress(b"\n" * (MAX_ROUNDS_BYTES * 3), compresslevel=9)
+    packed = base64.b64encode(bomb).decode()
+    assert len(packed) < 64 * 1024  # ~13 KB for 12 MiB of newlines
+    with pytest.raises(ResultError, match="expands beyond"):
+        read_result({"status": "succeeded"}, {KEY_ROUNDS_GZ: packed})
+
+
+def test_truncated_gzip_and_too_many_rounds_are_refused() -> None:
+    whole = base64.b64decode(gz(json.dumps(round_line(1, 4, 90.0)) + "\n"))
+    torn = base64.b64encode(whole[: len(whole) // 2]).decode()
+    with pytest.raises(ResultError, match=r"truncated|not gzip"):
+        read_result({"status": "succeeded"}, {KEY_ROUNDS_GZ: torn})
+    many = "".join(json.dumps(round_line(1, 4, 90.0)) + "\n" for _ in range(5000))
+    with pytest.raises(ResultError, match="more than 4096"):
+        read_result({"status": "succeeded"}, {KEY_ROUNDS_GZ: gz(many)})
+
+
+def test_job_supplied_text_is_cleaned_and_bounded() -> None:
+    evil = "\x1b[2J\x1b]0;pwned\x07ok\r\nnext" + "x" * 50_000
+    result = read_result({"status": "failed", "message": evil, "progress": evil}, {})
+    assert "\x1b" not in result.message and "\r" not in result.message
+    assert result.message.startswith("[2J]0;pwnedok\nnext")
+    assert len(result.message) == MAX_MESSAGE_CHARS and result.message.endswith("…")
+    assert len(result.progress) == MAX_PROGRESS_CHARS
+    assert clean_text("a\tb\u009bc", 10) == "a\tbc"
+
+
+# --------------------------------------------------------------------------- properties
+
+
+json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**20), max_value=10**20),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+round_keys = st.sampled_from(
+    [
+        "repeat",
+        "batch_size_per_rank",
+        "frac",
+        "batch_tokens",
+        "steps_per_sec",
+        "median_step_time",
+        "step_time_se",
+        "ci_low",
+        "ci_high",
+        "graph_tier",
+        "graph_tiers",
+        "warnings",
+        "budget",
+    ]
+)
+fuzzed_rounds = st.lists(
+    st.one_of(
+        st.dictionaries(round_keys, json_values, max_size=8),
+        st.builds(
+            lambda base, extra: {**base, **extra},
+            st.builds(
+                round_line,
+                st.integers(1, 64),
+                st.integers(1, 512),
+                st.floats(0.1, 1e6),
+                st.one_of(st.none(), st.floats(0.01, 1.0)),
+            ),
+            st.dictionaries(round_keys, json_values, max_size=2),
+        ),
+        json_values,
+    ),
+    max_size=6,
+)
+
+
+@given(rounds=fuzzed_rounds, gzipped=st.booleans())
+def test_any_rounds_either_validate_within_bounds_or_are_refused(
+    rounds: list[Any], gzipped: bool
+) -> None:
+    """Whatever a Job writes, `read_result` returns rounds the fit can trust or raises
+    ResultError; never another exception."""
+    text = "".join(json.dumps(r, allow_nan=True) + "\n" for r in rounds)
+    data: dict[str, str] = {"status": "succeeded"}
+    binary: dict[str, str] = {}
+    if gzipped:
+        binary[KEY_ROUNDS_GZ] = gz(text)
+    else:
+        data[KEY_ROUNDS] = text
+    try:
+        result = read_result(data, binary)
+    except ResultError as exc:
+        assert str(exc)
+        return
+    for r in result.rounds:
+        step = 1.0 / r["steps_per_sec"]
+        assert 2e-5 <= step <= 1.0
+        assert 1 <= r["batch_size_per_rank"] <= 4096
+        assert r.get("frac") is None or 0 < r["frac"] <= 1
+
+
+@given(
+    data=st.dictionaries(
+        st.sampled_from(["status", "message", "progress", "manifest.json", "rounds.jsonl"]),
+        st.one_of(st.text(max_size=200), st.sampled_from(["succeeded", "failed", "running"])),
+    ),
+    binary=st.dictionaries(st.just(KEY_ROUNDS_GZ), st.text(max_size=200)),
+)
+def test_any_configmap_content_reads_or_is_refused(
+    data: dict[str, str], binary: dict[str, str]
+) -> None:
+    try:
+        result = read_result(data, binary)
+    except ResultError:
+        return
+    assert len(result.message) <= MAX_MESSAGE_CHARS
+    assert all(ord(c) >= 32 or c in "\t\n" for c in result.message + result.progress)

@@ -1,0 +1,150 @@
+"""The round estimator: KV growth measured out, autocorrelation widened for, drift refused."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from sps_operator.profiler.steady import (
+    ar1_from_differences,
+    clocks_settled,
+    estimate_window,
+    median_ci,
+    median_indicator_tau,
+    steady_stats,
+)
+
+Z = 1.96
+REF = 300.0
+
+
+def ar1_series(n: int, *, cv: float, phi: float, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    sigma = math.sqrt(math.log1p(cv * cv))
+    z = rng.gauss(0, 1)
+    out = []
+    for _ in range(n):
+        out.append(math.exp(sigma * z))
+        z = phi * z + math.sqrt(1 - phi * phi) * rng.gauss(0, 1)
+    return out
+
+
+def contexts(n: int, first: float) -> list[float]:
+    return [first + i for i in range(n)]
+
+
+def judge(times: list[float], ctx: list[float], ci: float = 0.02, min_steps: int = 24):  # type: ignore[no-untyped-def]
+    return steady_stats(
+        times, ctx, reference_context=REF, ci_rel_width=ci, min_steps=min_steps, z=Z
+    )
+
+
+def test_median_ci_covers_the_median_and_narrows() -> None:
+    rng = random.Random(3)
+    small = [1 + rng.gauss(0, 0.05) for _ in range(30)]
+    large = [1 + rng.gauss(0, 0.05) for _ in range(3000)]
+    med_s, lo_s, hi_s = median_ci(small, Z)
+    med_l, lo_l, hi_l = median_ci(large, Z)
+    assert lo_s <= med_s <= hi_s
+    assert lo_l <= med_l <= hi_l
+    assert hi_l - lo_l < (hi_s - lo_s) / 4
+    _m, lo_w, hi_w = median_ci(large, Z, tau=9.0)
+    assert hi_w - lo_w == pytest.approx(3 * (hi_l - lo_l), rel=0.15)
+
+
+def test_differences_estimate_the_lag_one_correlation_despite_trends_and_steps() -> None:
+    for phi in (0.0, 0.5, 0.8):
+        noise = [math.log(x) for x in ar1_series(4000, cv=0.05, phi=phi, seed=1)]
+        estimate, se = ar1_from_differences(noise)
+        assert estimate == pytest.approx(phi, abs=0.06)
+        assert 0 < se < 0.1
+        stepped = [v + 0.02 * i / 4000 + (0.2 if i > 2000 else 0.0) for i, v in enumerate(noise)]
+        assert ar1_from_differences(stepped)[0] == pytest.approx(phi, abs=0.06)
+
+
+def test_integrated_time_of_the_median_indicator() -> None:
+    assert median_indicator_tau(0.0) == 1.0
+    assert median_indicator_tau(-0.3) == 1.0
+    # φ = 0.8: 1 + 2 Σ (2/π) asin(0.8^k) ≈ 6.2
+    assert median_indicator_tau(0.8) == pytest.approx(6.2, abs=0.2)
+    assert median_indicator_tau(0.5) < median_indicator_tau(0.8)
+
+
+def test_autocorrelated_steps_need_more_of_them() -> None:
+    iid = ar1_series(400, cv=0.03, phi=0.0, seed=2)
+    ar1 = ar1_series(400, cv=0.03, phi=0.8, seed=2)
+    flat = contexts(400, REF - 200)
+    e_iid = estimate_window(iid, flat, reference_context=REF, z=Z, tolerance_rel=0.01)
+    e_ar1 = estimate_window(ar1, flat, reference_context=REF, z=Z, tolerance_rel=0.01)
+    assert e_ar1.tau > 3 * e_iid.tau
+    assert e_ar1.ess < e_iid.ess / 3
+    assert e_ar1.half_width > 1.5 * e_iid.half_width
+
+
+def test_kv_growth_is_measured_out_to_the_reference_context() -> None:
+    # Steps slow down 1 µs per context token; the truth at context 300 is 10 ms.
+    ctx = contexts(200, 100)
+    noise = ar1_series(200, cv=0.02, phi=0.0, seed=4)
+    times = [(0.010 + 1e-6 * (c - REF)) * f for c, f in zip(ctx, noise, strict=True)]
+    stats = judge(times, ctx, ci=0.05)
+    assert stats is not None and stats.done
+    assert stats.window.kv_slope == pytest.approx(1e-6, rel=0.3)
+    assert stats.median == pytest.approx(0.010, rel=0.01)
+    assert stats.ci_low <= 0.010 <= stats.ci_high
+    # The plain median of these steps is biased by the growth (the window sits below 300).
+    assert sorted(times)[100] < 0.00993
+
+
+def test_a_falling_trend_is_not_kv_growth_and_is_trimmed() -> None:
+    # Clocks warming: 10 % slow, decaying over the first 150 steps, then flat.
+    ctx = contexts(400, 250)
+    noise = ar1_series(400, cv=0.01, phi=0.0, seed=5)
+    times = [0.01 * (1 + 0.1 * math.exp(-i / 40)) * f for i, f in enumerate(noise)]
+    stats = judge(times, ctx)
+    assert stats is not None and stats.done
+    assert stats.window_start > 0
+    assert stats.window.kv_slope == 0.0
+    assert stats.median == pytest.approx(0.01, rel=0.005)
+
+
+def test_a_step_the_line_cannot_follow_keeps_the_round_going() -> None:
+    # A throttle step in the last third: neither flat nor linear in context.
+    ctx = contexts(300, 250)
+    noise = ar1_series(300, cv=0.005, phi=0.0, seed=6)
+    times = [0.01 * (1.2 if i >= 200 else 1.0) * f for i, f in enumerate(noise)]
+    whole = estimate_window(times, ctx, reference_context=REF, z=Z, tolerance_rel=0.01)
+    assert whole.drifting
+    assert whole.drift_rel > 0.05
+
+
+def test_noise_alone_does_not_look_like_drift() -> None:
+    false_alarms = 0
+    for seed in range(40):
+        times = ar1_series(150, cv=0.03, phi=0.3, seed=100 + seed)
+        e = estimate_window(
+            times, contexts(150, 225), reference_context=REF, z=Z, tolerance_rel=0.01
+        )
+        false_alarms += e.drifting
+    assert false_alarms <= 2
+
+
+def test_the_rule_waits_for_enough_steps_and_reports_the_best_window() -> None:
+    times = ar1_series(30, cv=0.03, phi=0.0, seed=7)
+    stats = judge(times, contexts(30, 285), ci=0.005)
+    assert stats is not None and not stats.done
+    assert stats.ci_low < stats.median < stats.ci_high
+    assert judge([], []) is None
+
+
+def test_clocks_settle_only_when_the_ramp_has_died_down() -> None:
+    noise = ar1_series(3000, cv=0.03, phi=0.0, seed=8)
+    # +30 % decaying with a time constant of 400 steps (5 s at 12.5 ms a step).
+    ramp = [0.0125 * (1 + 0.3 * math.exp(-i / 400)) * f for i, f in enumerate(noise)]
+    assert not clocks_settled(ramp[:600], z=Z, tolerance_rel=0.01)
+    assert not clocks_settled(ramp[:1200], z=Z, tolerance_rel=0.01)
+    assert clocks_settled(ramp[:2700], z=Z, tolerance_rel=0.01)
+    flat = [0.0125 * f for f in noise[:60]]
+    assert clocks_settled(flat, z=Z, tolerance_rel=0.01)
+    assert not clocks_settled(flat[:40], z=Z, tolerance_rel=0.01)  # too few steps to tell
