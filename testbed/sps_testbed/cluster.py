@@ -22,11 +22,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sps_operator.constants import GPU_H100, GPU_H200
+from sps_operator.devcluster.controlplane import DEFAULT_NODES, NodeSpec
 from sps_operator.devcluster.podnet import pid_alive
 from sps_operator.devcluster.processes import cmdline, log_tail, spawn, terminate_group
 from sps_testbed.artifacts import Artifacts, build_artifacts
@@ -39,33 +38,6 @@ class TestbedError(RuntimeError):
     """The bed did not start (or is not running), with the log lines that say why."""
 
     __test__ = False  # not a pytest test class
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    """A simulated GPU node: `NAME=PRODUCT[:GPUS]` on the command line."""
-
-    name: str
-    product: str
-    gpus: int = 8
-
-    @classmethod
-    def parse(cls, text: str) -> NodeSpec:
-        name, sep, rest = text.partition("=")
-        if not sep or not name or not rest:
-            raise ValueError(f"node must be NAME=PRODUCT[:GPUS], got {text!r}")
-        product, _, gpus = rest.partition(":")
-        if not product or (gpus and not gpus.isdigit()):
-            raise ValueError(f"node must be NAME=PRODUCT[:GPUS], got {text!r}")
-        return cls(name=name, product=product, gpus=int(gpus) if gpus else 8)
-
-
-DEFAULT_NODES = (
-    NodeSpec("gpu-h100-0", GPU_H100),
-    NodeSpec("gpu-h100-1", GPU_H100),
-    NodeSpec("gpu-h200-0", GPU_H200),
-    NodeSpec("gpu-h200-1", GPU_H200),
-)
 
 
 def default_state_dir() -> Path:
@@ -221,11 +193,9 @@ class RealNodeCluster:
         env["PATH"] = os.pathsep.join([*(str(b) for b in bins), env.get("PATH", "")])
         return env
 
-    def kubectl(
-        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
-    ) -> str:
+    def _tool(self, argv: list[str], input: str | None, check: bool, timeout: float) -> str:
         proc = subprocess.run(
-            ["kubectl", *args],
+            argv,
             input=input,
             capture_output=True,
             text=True,
@@ -234,21 +204,17 @@ class RealNodeCluster:
             timeout=timeout,
         )
         if check and proc.returncode != 0:
-            raise KubectlError(args, proc.returncode, proc.stdout, proc.stderr)
+            raise KubectlError(argv, proc.returncode, proc.stdout, proc.stderr)
         return proc.stdout
 
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> str:
+        """Run kubectl (the pinned build) against the bed; stdout, KubectlError on failure."""
+        return self._tool(["kubectl", *args], input, check, timeout)
+
     def helm(self, *args: str, check: bool = True, timeout: float = 300) -> str:
-        proc = subprocess.run(
-            ["helm", *args],
-            capture_output=True,
-            text=True,
-            env=self.env(),
-            check=False,
-            timeout=timeout,
-        )
-        if check and proc.returncode != 0:
-            raise KubectlError(("helm", *args), proc.returncode, proc.stdout, proc.stderr)
-        return proc.stdout
+        return self._tool(["helm", *args], None, check, timeout)
 
     def api_client(self) -> Any:
         from kubernetes import client, config

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from typing import Any
 
 from sps_testbed import RealNodeCluster
+
+from waiting import wait_for
 
 RESTRICTED_CONTAINER: dict[str, Any] = {
     "allowPrivilegeEscalation": False,
@@ -15,19 +15,6 @@ RESTRICTED_CONTAINER: dict[str, Any] = {
     "runAsNonRoot": True,
     "seccompProfile": {"type": "RuntimeDefault"},
 }
-
-
-def wait_until(
-    what: str, check: Callable[[], Any], timeout: float = 90.0, interval: float = 0.5
-) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"{what}: not within {timeout:.0f}s (last: {last!r})")
 
 
 def get_json(bed: RealNodeCluster, *args: str) -> dict[str, Any]:
@@ -85,7 +72,7 @@ def pod_phase(bed: RealNodeCluster, namespace: str, name: str) -> str:
 def finished(bed: RealNodeCluster, namespace: str, name: str, timeout: float = 90.0) -> str:
     """Wait until the pod Succeeded or Failed; return the phase."""
     return str(
-        wait_until(
+        wait_for(
             f"pod {namespace}/{name} finished",
             lambda: (p := pod_phase(bed, namespace, name)) in ("Succeeded", "Failed") and p,
             timeout,

@@ -7,8 +7,10 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from realnode_helpers import get_json, wait_until
+from realnode_helpers import get_json
 from sps_testbed import RealNodeCluster
+
+from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,8 +65,8 @@ def test_helm_install_runs_the_operator_from_its_image(realnode_cluster: RealNod
             prof = get_json(bed, "spsprofile", "llama", "-n", work)
             return prof.get("status", {}).get("conditions")
 
-        wait_until("the operator writes the SpsProfile's status", reconciled, timeout=120)
-        wait_until(
+        wait_for("the operator writes the SpsProfile's status", reconciled, timeout=120)
+        wait_for(
             "the SGLang stand-in is Ready",
             lambda: (
                 get_json(bed, "deployment", "llama", "-n", work)

@@ -9,9 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from realnode_helpers import wait_until
 from sps_testbed import RealNodeCluster
 from sps_testbed.cgroups import hierarchies
+
+from waiting import wait_for
 
 
 def _processes(needle: str) -> dict[int, str]:
@@ -62,7 +63,7 @@ def test_kill_9_of_the_supervisor_leaves_nothing(
         "sleep",
         "600",
     )
-    wait_until(
+    wait_for(
         "sleeper running",
         lambda: bed.kubectl("get", "pod", "sleeper", "-o", "jsonpath={.status.phase}") == "Running",
         timeout=60,
@@ -74,10 +75,10 @@ def test_kill_9_of_the_supervisor_leaves_nothing(
 
     os.kill(rec.supervisor_pid, signal.SIGKILL)
 
-    wait_until("the reaper removed the namespace", lambda: not netns.exists(), timeout=60)
-    wait_until("the reaper removed the cgroups", lambda: not _cgroup_dirs(cgroup), timeout=60)
+    wait_for("the reaper removed the namespace", lambda: not netns.exists(), timeout=60)
+    wait_for("the reaper removed the cgroups", lambda: not _cgroup_dirs(cgroup), timeout=60)
     # Processes die asynchronously after SIGKILL; none may stay.
-    wait_until("no process of the bed left", lambda: not _processes(str(state)), timeout=30)
+    wait_for("no process of the bed left", lambda: not _processes(str(state)), timeout=30)
     assert not _processes("sleep\x00600"), _processes("sleep\x00600")
     assert not Path(f"/run/sps-testbed/beds/{rec.bed_id}").exists()
     routes = subprocess.run(["ip", "route"], capture_output=True, text=True, check=True).stdout

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from realnode_helpers import apply, finished, get_json, logs, pod, wait_until
+from realnode_helpers import apply, finished, get_json, logs, pod
 from sps_testbed import RealNodeCluster
 
 from sps_operator.constants import GPU_H100, GPU_H200
+from waiting import wait_for
 
 
 def test_nodes_are_kubelets_with_gpu_labels_and_capacity(realnode_cluster: RealNodeCluster) -> None:
@@ -66,7 +67,7 @@ def test_more_gpus_than_a_node_has_stay_pending(
             c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conds
         )
 
-    assert wait_until("greedy pod reported Unschedulable", unschedulable, timeout=30)
+    assert wait_for("greedy pod reported Unschedulable", unschedulable, timeout=30)
 
 
 def test_kubectl_exec_and_logs_reach_the_container(
@@ -82,7 +83,7 @@ def test_kubectl_exec_and_logs_reach_the_container(
             ["sh", "-c", "echo started; exec sleep 300"],
         ),
     )
-    wait_until(
+    wait_for(
         "shell running",
         lambda: (
             get_json(realnode_cluster, "pod", "shell", "-n", ns)["status"].get("phase") == "Running"
@@ -96,4 +97,4 @@ def test_kubectl_exec_and_logs_reach_the_container(
     )
     assert out.splitlines()[0] == "65532"
     assert "sleep" in out
-    assert wait_until("logs", lambda: "started" in logs(realnode_cluster, ns, "shell"), timeout=20)
+    assert wait_for("logs", lambda: "started" in logs(realnode_cluster, ns, "shell"), timeout=20)

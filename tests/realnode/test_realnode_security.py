@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from realnode_helpers import apply, finished, get_json, logs, pod, wait_until
+from realnode_helpers import apply, finished, get_json, logs, pod
 from sps_testbed import KubectlError, RealNodeCluster
+
+from waiting import wait_for
 
 WRITE_ROOT_FS = ["sh", "-c", "echo probe > /tmp/probe && echo wrote"]
 
@@ -59,7 +61,7 @@ def test_the_kubelet_refuses_root_under_run_as_non_root(
             else ""
         )
 
-    assert "non-root" in wait_until("kubelet refuses the root container", refused, timeout=60)
+    assert "non-root" in wait_for("kubelet refuses the root container", refused, timeout=60)
 
 
 def test_a_root_pod_is_refused_in_a_restricted_namespace(
