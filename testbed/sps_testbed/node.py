@@ -27,6 +27,7 @@ import yaml
 
 from sps_operator.devcluster.processes import log_tail, spawn, terminate_group
 from sps_testbed import cgroups, imagestore
+from sps_testbed.lifecycle import run_until_signalled
 
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 # Host paths that the kubelet, containerd's shims and libcni use whatever they are told.
@@ -309,7 +310,10 @@ class NodeRunner:
         self._wait("kubelet", lambda: (DEVICE_PLUGIN_DIR / "kubelet.sock").exists(), 60)
         cfg.ready_file.write_text(json.dumps({"pid": os.getpid()}))
 
-    def watch(self) -> int:
+    def failed(self, err: Exception) -> None:
+        print(f"node {self.cfg.name} failed: {err}", file=sys.stderr, flush=True)
+
+    def run(self) -> int:
         """Wait for SIGTERM; a component that dies takes the node down (exit 1)."""
         while not self.stopping:
             for name, proc in self.procs.items():
@@ -340,23 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sps_testbed.node")
     parser.add_argument("config", type=Path)
     args = parser.parse_args(argv)
-    runner = NodeRunner(NodeConfig.load(args.config))
-
-    def on_term(signum: int, frame: object) -> None:
-        runner.stopping = True
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
-    code = 0
-    try:
-        runner.start()
-        code = runner.watch()
-    except Exception as err:
-        print(f"node {runner.cfg.name} failed: {err}", file=sys.stderr, flush=True)
-        code = 1
-    finally:
-        runner.stop()
-    return code
+    return run_until_signalled(NodeRunner(NodeConfig.load(args.config)))
 
 
 if __name__ == "__main__":

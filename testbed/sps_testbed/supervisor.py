@@ -31,6 +31,7 @@ from sps_operator.devcluster.controlplane import ControlPlane, kubeconfig_yaml
 from sps_operator.devcluster.processes import log_tail, spawn, terminate_group
 from sps_testbed import cgroups, netns
 from sps_testbed import node as node_mod
+from sps_testbed.lifecycle import run_until_signalled
 from sps_testbed.node import NodeConfig
 from sps_testbed.plan import BedRecord, NodeRecord, teardown
 
@@ -324,6 +325,11 @@ class Supervisor:
             time.sleep(0.5)
         return 0
 
+    def failed(self, err: Exception) -> None:
+        self.record.status = "failed"
+        self.record.error = f"{err}\n{traceback.format_exc()}"
+        self.record.save()
+
     def stop(self) -> None:
         for name, proc in self.procs.items():
             if name.startswith("node/"):
@@ -349,25 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sps_testbed.supervisor")
     parser.add_argument("--state-dir", type=Path, required=True)
     args = parser.parse_args(argv)
-    sup = Supervisor(args.state_dir.resolve())
-
-    def on_term(signum: int, frame: object) -> None:
-        sup.stopping = True
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
-    code = 0
-    try:
-        sup.start()
-        code = sup.run()
-    except Exception as err:
-        sup.record.status = "failed"
-        sup.record.error = f"{err}\n{traceback.format_exc()}"
-        sup.record.save()
-        code = 1
-    finally:
-        sup.stop()
-    return code
+    return run_until_signalled(Supervisor(args.state_dir.resolve()))
 
 
 if __name__ == "__main__":
