@@ -81,6 +81,8 @@ def teardown(record: BedRecord, keep: set[int] | None = None) -> list[str]:
     for node in record.nodes:
         cgroups.kill_all(node.cgroup_root, exclude=keep)
         problems += cgroups.remove(node.cgroup_root)
+        # The images and containers (hundreds of MB); the logs stay for a look afterwards.
+        shutil.rmtree(Path(node.dir) / "containerd", ignore_errors=True)
     if record.bed_id:
         net = netns.BedNet(record.bed_id)
         netns.delete(net)
