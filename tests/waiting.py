@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,3 +20,17 @@ def wait_for(
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+
+
+def wait_crd_established(
+    kubectl: Callable[..., str], name: str = "spsprofiles.sps.dev", timeout: float = 60
+) -> None:
+    """Poll the CRD until it is served (`kubectl wait` errors out while its
+    .status.conditions is still unset)."""
+
+    def established() -> bool:
+        crd = json.loads(kubectl("get", "crd", name, "-o", "json"))
+        conds = (crd.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
+
+    wait_for(f"CRD {name} Established", established, timeout=timeout, interval=0.2)

@@ -7,20 +7,26 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_env import Env, OperatorProcess, install_operator_rbac, uninstall_operator_rbac
+from e2e_env import (
+    Env,
+    OperatorAccount,
+    OperatorProcess,
+    install_operator_rbac,
+    uninstall_operator_rbac,
+)
 from kubernetes.client import ApiClient
 
 from sps_operator.devcluster.pytest_plugin import K8sCluster, NodeAgent
 
 
 @pytest.fixture(scope="module")
-def operator_account(k8s_cluster: K8sCluster) -> Iterator[tuple[str, str]]:
-    """The chart's RBAC in cluster mode; yields (namespace, service account)."""
-    ns, account, rendered = install_operator_rbac(k8s_cluster, [])
+def operator_account(k8s_cluster: K8sCluster) -> Iterator[OperatorAccount]:
+    """The chart's RBAC in cluster mode."""
+    account = install_operator_rbac(k8s_cluster, [])
     try:
-        yield ns, account
+        yield account
     finally:
-        uninstall_operator_rbac(k8s_cluster, ns, rendered)
+        uninstall_operator_rbac(k8s_cluster, account)
 
 
 @pytest.fixture
@@ -29,20 +35,22 @@ def env(
     node_agent: NodeAgent,
     k8s_api: ApiClient,
     namespace: str,
-    operator_account: tuple[str, str],
+    operator_account: OperatorAccount,
     tmp_path: Path,
 ) -> Iterator[Env]:
-    op_ns, account = operator_account
     kubeconfig = k8s_cluster.service_account_kubeconfig(
-        account, op_ns, tmp_path / "operator.kubeconfig"
+        operator_account.service_account,
+        operator_account.namespace,
+        tmp_path / "operator.kubeconfig",
     )
     clock = tmp_path / "clock-offset"
     clock.write_text("0")
     operator = OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log", clock)
-    e = Env(k8s_cluster, node_agent, k8s_api, namespace, operator)
+    e = Env(k8s_cluster, node_agent, k8s_api, namespace, operator, operator_account)
     try:
         yield e
     finally:
         # Shown by pytest only when the test fails.
         print(e.diagnostics())
-        operator.stop()
+        for process in [operator, *e.others]:
+            process.stop()

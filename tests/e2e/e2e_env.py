@@ -15,7 +15,7 @@ import secrets
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from kubernetes.client import ApiClient
 
 from sps_operator.devcluster.controlplane import free_port
 from sps_operator.devcluster.pytest_plugin import K8sCluster, NodeAgent
-from waiting import wait_for
+from waiting import wait_crd_established, wait_for
 
 GROUP, VERSION, PLURAL = "sps.dev", "v1alpha1", "spsprofiles"
 
@@ -48,18 +48,22 @@ class OperatorProcess:
     proc: subprocess.Popen[bytes] | None = None
     metrics_port: int = 0
     liveness_port: int = 0
+    extra_args: list[str] = field(default_factory=list)
+    name: str = "operator"  # POD_NAME: its identity in a leader election
 
     def start(self) -> None:
         exe = Path(sys.executable).with_name("sps-operator")
         self.metrics_port, self.liveness_port = free_port(), free_port()
         argv = [
-            str(exe), "run", "--namespace", self.namespace, "--resync-seconds", "1",
+            str(exe), "run", "--namespace", self.namespace, "--resync-seconds", "60",
             "--gpu-debounce-seconds", "2", "--metrics-port", str(self.metrics_port),
             "--liveness", f"http://127.0.0.1:{self.liveness_port}/healthz", "--verbose",
             "--log-format", "plain", "--clock-offset-file", str(self.clock_file),
+            *self.extra_args,
         ]  # fmt: skip
         env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
         env["KUBECONFIG"] = str(self.kubeconfig)
+        env["POD_NAME"] = self.name
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -96,6 +100,27 @@ class Env:
     api: ApiClient
     namespace: str
     operator: OperatorProcess
+    account: OperatorAccount | None = None
+    others: list[OperatorProcess] = field(default_factory=list)
+
+    def replicas(self, count: int) -> list[OperatorProcess]:
+        """`count` operator processes electing a leader on the chart's Lease (the first is
+        `self.operator`); none started."""
+        assert self.account is not None and self.account.lease
+        election = [
+            "--leader-election",
+            f"--lease-name={self.account.lease}",
+            f"--lease-namespace={self.account.namespace}",
+        ]
+        first = self.operator
+        first.extra_args, first.name = [*first.extra_args, *election], "replica-0"
+        for i in range(1, count):
+            log = first.log_path.with_name(f"operator-{i}.log")
+            self.others.append(
+                OperatorProcess(first.kubeconfig, first.namespace, log, first.clock_file,
+                                extra_args=list(first.extra_args), name=f"replica-{i}")
+            )  # fmt: skip
+        return [first, *self.others]
 
     @property
     def apps(self) -> client.AppsV1Api:
@@ -288,16 +313,23 @@ def serving_pod_info(env: Env, table_hash: str) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- fixtures
 
 
-def install_operator_rbac(cluster: K8sCluster, helm_values: list[str]) -> tuple[str, str, str]:
-    """The CRD, and the chart's ServiceAccount + RBAC in a namespace of its own;
-    returns (namespace, service account, rendered manifests)."""
+@dataclass(frozen=True)
+class OperatorAccount:
+    """The chart's ServiceAccount and RBAC, installed in a namespace of their own."""
+
+    namespace: str
+    service_account: str
+    lease: str  # the one Lease the chart's Role lets it use for leader election
+    rendered: str
+
+
+def install_operator_rbac(cluster: K8sCluster, helm_values: list[str]) -> OperatorAccount:
+    """The CRD, and the chart's ServiceAccount + RBAC in a namespace of its own."""
     cluster.kubectl(
         "apply", "--server-side", "--force-conflicts", "-f",
         str(ROOT / "crds" / "sps.dev_spsprofiles.yaml"),
     )  # fmt: skip
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/spsprofiles.sps.dev", "--timeout=60s"
-    )
+    wait_crd_established(cluster.kubectl)
     suffix = secrets.token_hex(3)
     ns = cluster.create_namespace(f"sps-system-{suffix}")
     helm = cluster.binaries.helm
@@ -331,12 +363,19 @@ def install_operator_rbac(cluster: K8sCluster, helm_values: list[str]) -> tuple[
         if d and d.get("kind") == "ServiceAccount"
     ]
     assert len(accounts) == 1, rendered
-    return ns, accounts[0], rendered
+    leases = [
+        name
+        for d in yaml.safe_load_all(rendered)
+        if d and d.get("kind") == "Role" and d["metadata"]["name"].endswith("-leader")
+        for rule in d["rules"]
+        for name in rule.get("resourceNames") or []
+    ]
+    return OperatorAccount(ns, accounts[0], leases[0] if leases else "", rendered)
 
 
-def uninstall_operator_rbac(cluster: K8sCluster, ns: str, rendered: str) -> None:
-    cluster.kubectl("delete", "-f", "-", "--ignore-not-found", input=rendered, check=False)
-    cluster.delete_namespace(ns)
+def uninstall_operator_rbac(cluster: K8sCluster, account: OperatorAccount) -> None:
+    cluster.kubectl("delete", "-f", "-", "--ignore-not-found", input=account.rendered, check=False)
+    cluster.delete_namespace(account.namespace)
 
 
 def create(env: Env, deployment: dict[str, Any], profile: dict[str, Any]) -> None:

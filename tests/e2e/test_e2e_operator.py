@@ -443,6 +443,11 @@ def test_e2e_server_change_token_annotation_and_schedule_trigger_runs(env: Env) 
     next_time = env.profile()["status"]["nextScheduleTime"]
     due = time.mktime(time.strptime(next_time, "%Y-%m-%dT%H:%M:%SZ")) - time.mktime(time.gmtime())
     env.operator.clock_file.write_text(str(int(due) + 60))
+    # The operator sleeps until the schedule by its (offset) clock; the jump happened
+    # behind its back, so wake the profile with an event (a label nothing reads).
+    env.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, env.namespace, PLURAL, "sps", {"metadata": {"labels": {"tick": "1"}}}
+    )
     wait_for("a Schedule run", trigger_of_current_run("Schedule"), interval=0.2)
     fifth = wait_for("a scheduled table", replaced(fourth), timeout=120)
     status = env.profile()["status"]
@@ -600,9 +605,10 @@ def test_e2e_namespace_mode_rbac_is_enough_and_no_more(
     """The chart in namespaces mode (a Role in the watched namespace + the cluster-scoped
     ClusterRole) runs the whole flow; the operator's account can do nothing elsewhere,
     and kopf leaves no annotations on the Deployment or the Nodes."""
-    op_ns, account, rendered = install_operator_rbac(
+    installed = install_operator_rbac(
         k8s_cluster, ["watch.mode=namespaces", f"watch.namespaces={{{namespace}}}"]
     )
+    op_ns, account, rendered = installed.namespace, installed.service_account, installed.rendered
     try:
         kinds = {
             (d["kind"], d["metadata"].get("namespace")) for d in yaml.safe_load_all(rendered) if d
@@ -653,7 +659,7 @@ def test_e2e_namespace_mode_rbac_is_enough_and_no_more(
                 k for k in (node.metadata.annotations or {}) if "kopf" in k or "sps.dev" in k
             ]
     finally:
-        uninstall_operator_rbac(k8s_cluster, op_ns, rendered)
+        uninstall_operator_rbac(k8s_cluster, installed)
 
 
 def test_e2e_mixed_gpu_products_give_a_condition_not_a_table(env: Env) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from sps_operator.devcluster.binaries import cache_dir
+from waiting import wait_crd_established
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "sps-operator"
@@ -73,24 +74,6 @@ def render(
 
 def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [o for o in objects if o.get("kind") == kind]
-
-
-def wait_crd_established(
-    kubectl: Any, name: str = "spsprofiles.sps.dev", timeout: float = 60
-) -> None:
-    """Poll (kubectl wait errors out while .status.conditions is still unset)."""
-    import json
-    import time
-
-    deadline = time.monotonic() + timeout
-    while True:
-        crd = json.loads(kubectl("get", "crd", name, "-o", "json"))
-        conds = (crd.get("status") or {}).get("conditions") or []
-        if any(c["type"] == "Established" and c["status"] == "True" for c in conds):
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"CRD {name} not Established after {timeout} s: {conds}")
-        time.sleep(0.2)
 
 
 def apply_chart_crd(kubectl: Any) -> None:

@@ -60,8 +60,9 @@ def test_default_render_cluster_mode() -> None:
     objects = render()
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == sorted(
-        ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
-    ), kinds
+        ["ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "Service",
+         "ServiceAccount"]
+    ), kinds  # fmt: skip
     for obj in objects:
         if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
             assert obj["metadata"]["namespace"] == "sps-system", obj["metadata"]
@@ -102,7 +103,20 @@ def test_default_render_cluster_mode() -> None:
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "sps-operator", "namespace": "sps-system"}
         ], binding
-    assert not by_kind(objects, "Role")
+    # The only namespaced Role: leader election on one named Lease in the release namespace.
+    (role,) = by_kind(objects, "Role")
+    assert role["metadata"]["namespace"] == "sps-system"
+    assert rules_grant(role["rules"], "coordination.k8s.io", "leases", "update")
+    assert not rules_grant(role["rules"], "coordination.k8s.io", "leases", "delete")
+    args = operator_container(objects)["args"]
+    assert "--leader-election" in args and "--lease-name=sps-operator" in args
+    (deployment,) = by_kind(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    single = render("replicaCount=1")
+    assert (
+        not by_kind(single, "Role")
+        and "--leader-election" not in operator_container(single)["args"]
+    )
 
 
 def test_service_account_name_matches_bindings() -> None:
@@ -155,8 +169,10 @@ def test_probes_resources_and_metrics_port() -> None:
 
 def test_namespaces_mode_role_per_namespace() -> None:
     objects = render("watch.mode=namespaces", "watch.namespaces={team-a,team-b}")
-    roles = by_kind(objects, "Role")
-    bindings = by_kind(objects, "RoleBinding")
+    roles = [r for r in by_kind(objects, "Role") if not r["metadata"]["name"].endswith("-leader")]
+    bindings = [
+        b for b in by_kind(objects, "RoleBinding") if not b["metadata"]["name"].endswith("-leader")
+    ]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     for binding in bindings:
@@ -240,7 +256,7 @@ def test_include_crds_renders_the_crd() -> None:
     [
         (["watch.mode=namespaces"], "namespaces"),
         (["watch.mode=everywhere"], "mode"),
-        (["replicaCount=2"], "replicaCount"),
+        (["replicaCount=6"], "replicaCount"),
         (["imageTypo=x"], "imageTypo"),
         (["image.pullPolicy=Sometimes"], "pullPolicy"),
     ],

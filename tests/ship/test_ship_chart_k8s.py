@@ -18,10 +18,11 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client import ApiClient
-from ship_helpers import CHART, helm, render, wait_crd_established
+from ship_helpers import CHART, helm, render
 
 from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
 from sps_operator.devcluster.pytest_plugin import K8sCluster, NodeAgent
+from waiting import wait_crd_established
 
 pytestmark = pytest.mark.k8s
 

@@ -14,7 +14,7 @@ from fakekube import FakeKube
 from sps_operator.api.result import build_patch
 from sps_operator.controller.placement import PodInfo
 from sps_operator.controller.reconcile import Reconciler
-from sps_operator.controller.state import Settings
+from sps_operator.controller.state import ApiSnapshot, Settings
 
 NS = "serving"
 H100, H200 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-H200"
@@ -130,6 +130,25 @@ class Harness:
     def __post_init__(self) -> None:
         self.reconciler = Reconciler(self.kube, self.settings, clock=lambda: self.now)
 
+    @classmethod
+    def one_target(cls, **spec: Any) -> Harness:
+        """One SGLang Deployment on H100, selected by profile "p"."""
+        h = cls()
+        h.add(deployment())
+        h.add(profile_body(**spec))
+        h.place()
+        return h
+
+    @classmethod
+    def with_finished_job(cls, **spec: Any) -> Harness:
+        """`one_target` whose first run's Job has completed with a good result, not yet
+        collected."""
+        h = cls.one_target(**spec)
+        h.tick()
+        h.run_pass()
+        h.finish()
+        return h
+
     # ---- the world
 
     def add(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -149,7 +168,7 @@ class Harness:
     def run_pass(self, name: str = "p") -> dict[str, Any]:
         assert self.reconciler is not None
         body = copy.deepcopy(self.kube.obj("SpsProfile", name, NS))
-        self.reconciler.reconcile(body, list(self.pods), NODES)
+        self.reconciler.reconcile(body, ApiSnapshot(self.kube, list(self.pods), NODES))
         return self.status(name)
 
     def settle(self, name: str = "p", passes: int = 3) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from sps_operator.api.result import (
     clean_text,
     read_result,
 )
+from strategies import json_values
 
 
 def round_line(bs: int, m: int, sps: float, frac: float | None = None, repeat: int = 0) -> dict:
@@ -193,20 +194,6 @@ def test_job_supplied_text_is_cleaned_and_bounded() -> None:
 # --------------------------------------------------------------------------- properties
 
 
-json_scalars = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(min_value=-(10**20), max_value=10**20),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=20),
-)
-json_values = st.recursive(
-    json_scalars,
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
-    max_leaves=20,
-)
 round_keys = st.sampled_from(
     [
         "repeat",

@@ -1,4 +1,4 @@
-"""Conditions, gates, history trimming, GPU placement and debounce."""
+"""Conditions, gates, history trimming, GPU placement and how it settles."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 from sps_operator.api.models import FitQuality, GatesSpec
 from sps_operator.controller import conditions as cond
+from sps_operator.controller.deployments import deployment_rolled_out
 from sps_operator.controller.gates import check_gates, relative_change
 from sps_operator.controller.history import PublishedTable, tables_to_delete
-from sps_operator.controller.placement import Debouncer, PodInfo, placement
-from sps_operator.controller.rollout import deployment_rolled_out
+from sps_operator.controller.placement import MIXED, PodInfo, Settled, placement, settle
 from sps_operator.controller.selectors import matches_selector, selector_string
 from sps_operator.tables.formats import SpsCostTable
 
@@ -96,15 +96,32 @@ def test_selector_matching_and_string_form() -> None:
     assert selector_string(sel) == "app=srv,tier in (a,b),!canary"
 
 
-def test_debounce_needs_a_stable_value_for_the_period() -> None:
-    d = Debouncer(timedelta(seconds=30))
-    assert d.observe("dep", "H100", T0) is None
-    assert d.observe("dep", "H100", T0 + timedelta(seconds=29)) is None
-    assert d.observe("dep", "H100", T0 + timedelta(seconds=30)) == "H100"
-    assert d.observe("dep", "H200", T0 + timedelta(seconds=31)) is None  # a flap resets
-    assert d.observe("dep", "H100", T0 + timedelta(seconds=32)) is None
-    assert d.observe("dep", "H100", T0 + timedelta(seconds=62)) == "H100"
-    assert Debouncer(timedelta(0)).observe("x", "H100", T0) == "H100"
+def test_a_moving_placement_counts_after_the_debounce_a_settled_one_at_once() -> None:
+    period = timedelta(seconds=30)
+
+    def at(seconds: float, observed: str | None, prev: Settled | None, done: bool) -> Settled:
+        return settle(
+            observed,
+            prev.observed if prev else None,
+            prev.since if prev else None,
+            T0 + timedelta(seconds=seconds),
+            period,
+            rollout_complete=done,
+        )
+
+    moving = at(0, "H100", None, done=False)
+    assert moving.product is None and moving.since == T0
+    moving = at(29, "H100", moving, done=False)
+    assert moving.product is None and moving.since == T0  # the observation held since T0
+    assert at(30, "H100", moving, done=False).product == "H100"
+    flap = at(31, "H200", moving, done=False)  # a flap restarts the clock
+    assert flap.product is None and flap.since == T0 + timedelta(seconds=31)
+    # A rollout that completed on one product is settled now: no blind wait.
+    assert at(0, "H100", None, done=True).product == "H100"
+    mixed = at(0, MIXED, None, done=True)
+    assert mixed.mixed and mixed.product is None
+    assert not at(0, MIXED, None, done=False).mixed  # still moving: not yet a problem
+    assert at(0, None, None, done=True).product is None
 
 
 def test_rollout_status_like_kubectl() -> None:

@@ -33,6 +33,21 @@ def test_metrics_count_runs_durations_rollouts_and_table_age() -> None:
     )
 
 
+def test_a_deleted_profiles_series_are_removed() -> None:
+    m = Metrics()
+    other = ProfileRef("q", "ns", "uid-2")
+    now = datetime(2026, 3, 1, 12, 0, 10, tzinfo=UTC)
+    for ref in (REF, other):
+        m.run_finished(ref, "succeeded", 1.0)
+        m.rollout(ref, "Inject")
+        m.table_age(ref, "NVIDIA-H200", "2026-03-01T12:00:00Z", now)
+    m.forget("ns", "p")
+    text = generate_latest(m.registry).decode()
+    assert 'profile="p"' not in text
+    assert 'sps_table_age_seconds{gpu_product="NVIDIA-H200",namespace="ns",profile="q"}' in text
+    m.forget("ns", "p")  # twice: nothing left, no error
+
+
 def test_run_flags_and_injectable_clock(tmp_path: Path) -> None:
     args = parse_args(
         ["-n", "a", "--namespace", "b", "--metrics-port", "0", "--resync-seconds", "2"]

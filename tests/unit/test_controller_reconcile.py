@@ -12,6 +12,7 @@ from kubernetes.client.rest import ApiException
 
 from sps_operator.api.result import build_patch
 from sps_operator.controller.reconcile import Reconciler
+from sps_operator.controller.state import Settings
 
 
 def started(h: Harness, name: str = "p") -> dict:
@@ -195,3 +196,31 @@ def test_failed_rollout_returns_to_the_previous_table_and_says_so() -> None:
     h.kube.roll(dep)
     h.tick(3600)
     assert h.run_pass().get("currentRun") is None
+
+
+def test_a_gpu_move_settles_from_status_across_a_restart() -> None:
+    """The debounce applies only while pods move, and lives in status: a restarted
+    operator continues it instead of starting over."""
+    h = Harness(settings=Settings(gpu_debounce_seconds=30))
+    h.add(deployment())
+    h.add(profile_body())
+    h.place(node="n1")
+    h.tick()
+    assert h.run_pass()["currentRun"]["gpuProduct"] == H100  # rolled out: settled at once
+    h.finish()
+    h.settle()
+    # The Deployment moves to H200: a rollout in progress, pods on the new pool.
+    dep = h.kube.obj("Deployment", "server")
+    dep["metadata"]["generation"] += 1
+    h.place(node="n2")
+    h.tick()
+    (target,) = h.run_pass()["targets"]
+    assert target["observedGpu"] == H200 and target["state"] == "Waiting"
+    since = target["observedSince"]
+    h.reconciler = Reconciler(h.kube, h.settings, clock=lambda: h.now)  # a restart
+    h.tick(20)
+    (target,) = h.run_pass()["targets"]
+    assert target["observedSince"] == since and target["state"] == "Waiting"
+    h.tick(10)
+    status = h.run_pass()
+    assert status["currentRun"]["gpuProduct"] == H200  # 30 s after the first sighting

@@ -31,10 +31,7 @@ from sps_operator.controller.state import Settings
 
 def live_harness(**spec: object) -> Harness:
     """One Deployment on H100 with a live table."""
-    h = Harness()
-    h.add(deployment())
-    h.add(profile_body(**spec))
-    h.place()
+    h = Harness.one_target(**spec)
     status = h.profile_once()
     assert status["tables"] and h.condition("Ready")[0] == "True", status
     return h
@@ -147,13 +144,7 @@ def test_the_recorded_owner_keeps_its_deployment_and_a_deleted_one_hands_it_over
 
 
 def test_a_claim_on_a_changed_deployment_is_retried_not_forced() -> None:
-    h = Harness()
-    h.add(deployment())
-    h.add(profile_body())
-    h.place()
-    h.tick()
-    h.run_pass()
-    h.finish()
+    h = Harness.with_finished_job()
     h.kube.fail["patch_Deployment"] = ApiException(status=409, reason="Conflict")
     h.tick()
     status = h.run_pass()
@@ -308,10 +299,7 @@ def test_an_additive_fit_predicting_negative_steps_is_refused() -> None:
 
 
 def test_a_decompression_bomb_is_refused_without_being_expanded() -> None:
-    h = Harness()
-    h.add(deployment())
-    h.add(profile_body())
-    h.place()
+    h = Harness.one_target()
     h.tick()
     h.run_pass()
     bomb = base64.b64encode(gzip.compress(b"\n" * (10 * 1024 * 1024))).decode()
@@ -325,10 +313,7 @@ def test_a_decompression_bomb_is_refused_without_being_expanded() -> None:
 
 
 def test_a_one_probe_measurement_is_refused() -> None:
-    h = Harness()
-    h.add(deployment())
-    h.add(profile_body())
-    h.place()
+    h = Harness.one_target()
     h.tick()
     h.run_pass()
     one = [r for r in rounds() if r["batch_size_per_rank"] == 1]
@@ -358,13 +343,7 @@ def test_quality_reports_the_largest_absolute_error() -> None:
     ],
 )
 def test_an_api_error_anywhere_in_a_pass_becomes_status(method: str, status: int) -> None:
-    h = Harness()
-    h.add(deployment())
-    h.add(profile_body())
-    h.place()
-    h.tick()
-    h.run_pass()
-    h.finish()
+    h = Harness.with_finished_job()
     h.kube.fail[method] = ApiException(status=status, reason="Boom")
     for _ in range(6):
         h.tick(60)
@@ -386,13 +365,7 @@ def test_an_api_error_anywhere_in_a_pass_becomes_status(method: str, status: int
 
 
 def test_an_exception_inside_a_step_ends_the_run_with_a_reason() -> None:
-    h = Harness()
-    h.add(deployment())
-    h.add(profile_body())
-    h.place()
-    h.tick()
-    h.run_pass()
-    h.finish()
+    h = Harness.with_finished_job()
     h.kube.fail["create_ConfigMap"] = ApiException(status=422, reason="Invalid")
     h.tick()
     status = h.run_pass()
@@ -406,10 +379,7 @@ def test_an_exception_inside_a_step_ends_the_run_with_a_reason() -> None:
 
 
 def test_a_huge_progress_string_cannot_wedge_the_status() -> None:
-    h = Harness()
-    h.add(deployment())
-    h.add(profile_body())
-    h.place()
+    h = Harness.one_target()
     h.tick()
     h.run_pass()
     run = h.status()["currentRun"]
@@ -423,10 +393,7 @@ def test_a_huge_progress_string_cannot_wedge_the_status() -> None:
 
 
 def test_a_status_the_api_refuses_is_replaced_by_one_that_says_so() -> None:
-    h = Harness()
-    h.add(deployment())
-    h.add(profile_body())
-    h.place()
+    h = Harness.one_target()
     h.kube.reject_status = ApiException(status=422, reason="Invalid")
     h.tick()
     h.run_pass()
@@ -500,20 +467,18 @@ def test_deletion_releases_exactly_the_tables_a_template_mounts() -> None:
 def test_release_that_fails_keeps_the_finalizer() -> None:
     import kopf
 
-    from sps_operator.controller.handlers import register
+    from sps_operator.controller.handlers import release_or_retry
     from sps_operator.controller.reconcile import Reconciler
 
     h = live_harness()
-    registry = kopf.OperatorRegistry()
-    register(registry, Reconciler(h.kube, Settings()), resync=10)
-    (handler,) = [x for x in registry._spawning.get_all_handlers()
-                  if getattr(x, "id", "") == "sps_release"] or [
-        x for x in registry._changing.get_all_handlers() if x.id == "sps_release"
-    ]  # fmt: skip
     h.kube.fail["patch_ConfigMap"] = ApiException(status=500, reason="Boom")
     meta = h.kube.obj("SpsProfile", "p")["metadata"]
     with pytest.raises(kopf.TemporaryError, match="could not release"):
-        handler.fn(namespace=NS, name="p", uid=meta["uid"])
+        release_or_retry(Reconciler(h.kube, Settings()), NS, "p", meta["uid"])
+    # Retried, it succeeds: the mounted table is released.
+    release_or_retry(Reconciler(h.kube, Settings()), NS, "p", meta["uid"])
+    mounted = h.status()["targets"][0]["table"]
+    assert h.kube.obj("ConfigMap", mounted)["metadata"]["labels"][L.LABEL_RELEASED] == "true"
 
 
 # --------------------------------------------------------------------------- 10. honest state
@@ -547,10 +512,7 @@ def test_an_identical_remeasurement_never_becomes_its_own_previous() -> None:
 
 
 def test_an_object_under_a_derived_name_that_is_not_ours_is_never_adopted() -> None:
-    h = Harness()
-    h.add(deployment())
-    h.add(profile_body())
-    h.place()
+    h = Harness.one_target()
     h.tick()
     h.run_pass()
     run = h.status()["currentRun"]

@@ -24,6 +24,7 @@ from sps_operator.profiler.server import (
     validate_sweep,
 )
 from sps_operator.profiler.untrusted import json_int, json_number
+from strategies import json_values
 
 FUZZ = settings(
     derandomize=True,
@@ -32,20 +33,6 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 
-scalars = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=8),
-)
-json_values = st.recursive(
-    scalars,
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=5), st.dictionaries(st.text(max_size=6), inner, max_size=5)
-    ),
-    max_leaves=20,
-)
 # Values a field may take: mostly plausible, sometimes anything at all.
 plausible_ints = st.one_of(st.integers(min_value=-3, max_value=600), json_values)
 

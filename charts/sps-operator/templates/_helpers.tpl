@@ -122,6 +122,10 @@ or into a Role in each watched namespace (namespaces mode).
 {{- end }}
 {{- end }}
 - --liveness=http://0.0.0.0:{{ .Values.health.port }}{{ .Values.health.path }}
+{{- if gt (int .Values.replicaCount) 1 }}
+- --leader-election
+- --lease-name={{ include "sps-operator.fullname" . }}
+{{- end }}
 {{- if .Values.metrics.enabled }}
 - --metrics-port={{ .Values.metrics.port }}
 {{- end }}

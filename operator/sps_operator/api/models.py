@@ -1082,6 +1082,17 @@ class TargetStatus(StatusModel):
     )
     reason: str | None = Field(default=None, description="Why it is refused (CamelCase).")
     owner: str | None = Field(default=None, description="The SpsProfile that serves it.")
+    observed_gpu: str | None = Field(
+        default=None,
+        max_length=L.MAX_MESSAGE_LENGTH,
+        description="The GPU product its pods were last seen on (<mixed> for several).",
+    )
+    observed_since: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="Since when observedGpu is what it is: while pods move, an observation "
+        "counts once it has held for the operator's GPU debounce period.",
+    )
     message: MessageText | None = None
 
 

@@ -1,42 +1,75 @@
-"""kopf wiring (thin). Only low-level handlers touch Pods and Nodes (indexes: no
-annotations, no API call per event); the SpsProfile gets a resync timer and a deletion
-handler. Everything else is in `reconcile.py`."""
+"""kopf wiring (thin): caches, wake-ups, one daemon per SpsProfile, the deletion handler.
+
+* Indexes (async, so they never wait for a pass) keep what a pass reads: Deployments,
+  the operator's own Jobs and ConfigMaps (by label), SpsProfiles, pods and node labels.
+* Event handlers wake the profiles an event concerns (`kicks.py`).
+* A daemon per SpsProfile runs one pass at a time for it, in a thread pool shared by all
+  profiles (no global lock), when woken or after a jittered resync as a safety net.
+* Deletion releases the tables the Deployments mount, then forgets the profile.
+
+Nothing here writes to Deployments, Pods or Nodes: no kopf annotations on them.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-import threading
+import random
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
 
+from sps_operator.api import labels as L
 from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
+from sps_operator.controller.kicks import Kicks, profiles_selecting
 from sps_operator.controller.kube import api_error_detail
+from sps_operator.controller.ownership import ProfileSummary, profile_summary
 from sps_operator.controller.placement import PodInfo
 from sps_operator.controller.reconcile import Reconciler
 from sps_operator.controller.release import release
+from sps_operator.controller.state import CachedWorld
 
 log = logging.getLogger("sps_operator.handlers")
+OURS = {L.LABEL_MANAGED_BY: L.MANAGED_BY}
+MIN_SLEEP = 0.2  # a pass asking to be woken "now" still yields to the others
+DEPLOYMENTS = ("apps", "v1", "deployments")
 
 
-def _node_labels(index: Any) -> dict[str, Mapping[str, str]]:
-    out: dict[str, Mapping[str, str]] = {}
-    for name, store in index.items():
-        for labels in store:
-            out[name] = labels
-    return out
+@dataclass(frozen=True)
+class Runtime:
+    """How passes are scheduled."""
+
+    resync_seconds: float = 300.0  # the safety net; events do the real work
+    workers: int = 8  # passes running at once (threads: the API client is synchronous)
+    jitter: float = 0.2  # ± this fraction of resync_seconds, so profiles do not pulse
 
 
-def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, resync: float) -> None:
-    lock = threading.Lock()
+def _slim(body: Mapping[str, Any]) -> dict[str, Any]:
+    """An object as a pass needs it: without managedFields (the bulk of most objects)."""
+    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+    return {**dict(body), "metadata": meta}
+
+
+def _values(index: Any, key: Any) -> list[Any]:
+    return list(index.get(key, [])) if index is not None else []
+
+
+def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: Runtime) -> None:
+    kicks = Kicks()
+    pool = ThreadPoolExecutor(max_workers=runtime.workers, thread_name_prefix="sps-pass")
+
+    # ------------------------------------------------------------------ caches
 
     @kopf.index("", "v1", "nodes", id="sps_node_labels", registry=registry)
-    def sps_node_labels(name: str, labels: Mapping[str, str], **_: Any) -> dict[str, Any]:
+    async def sps_node_labels(name: str, labels: Mapping[str, str], **_: Any) -> dict[str, Any]:
         return {name: dict(labels)}
 
     @kopf.index("", "v1", "pods", id="sps_pods", registry=registry)  # type: ignore[arg-type]
-    def sps_pods(
+    async def sps_pods(
         namespace: str,
         name: str,
         labels: Mapping[str, str],
@@ -55,32 +88,147 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, resync: fl
             )
         }
 
-    @kopf.timer(  # type: ignore[arg-type]
+    @kopf.index(*DEPLOYMENTS, id="sps_deployments", registry=registry)
+    async def sps_deployments(namespace: str | None, body: kopf.Body, **_: Any) -> dict[str, Any]:
+        return {namespace or "": _slim(body)}
+
+    @kopf.index("batch", "v1", "jobs", labels=OURS, id="sps_jobs", registry=registry)
+    async def sps_jobs(labels: Mapping[str, str], body: kopf.Body, **_: Any) -> dict[str, Any]:
+        return {labels.get(L.LABEL_PROFILE_UID, ""): _slim(body)}
+
+    @kopf.index("", "v1", "configmaps", labels=OURS, id="sps_config_maps", registry=registry)
+    async def sps_config_maps(
+        namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
+    ) -> dict[str, Any]:
+        # A profile's own by its UID; the stable ones (AnnotateOnly) by namespace.
+        key = labels.get(L.LABEL_PROFILE_UID) or namespace or ""
+        return {key: _slim(body)}
+
+    @kopf.index(API_GROUP, API_VERSION, PLURAL, id="sps_profiles", registry=registry)
+    async def sps_profiles(namespace: str | None, body: kopf.Body, **_: Any) -> dict[str, Any]:
+        return {namespace or "": profile_summary(body)}
+
+    # ------------------------------------------------------------------ wake-ups
+
+    def in_namespace(index: Any, namespace: str) -> list[ProfileSummary]:
+        return list(_values(index, namespace))
+
+    @kopf.on.event(*DEPLOYMENTS, id="sps_wake_deployment", registry=registry)  # type: ignore[arg-type]
+    async def wake_deployment(namespace: str, body: kopf.Body, sps_profiles: Any, **_: Any) -> None:
+        kicks.kick(profiles_selecting(body, in_namespace(sps_profiles, namespace)))
+
+    @kopf.on.event("", "v1", "pods", id="sps_wake_pod", registry=registry)  # type: ignore[arg-type]
+    async def wake_pod(namespace: str, sps_profiles: Any, **_: Any) -> None:
+        kicks.kick(p.uid for p in in_namespace(sps_profiles, namespace))
+
+    @kopf.on.event("batch", "v1", "jobs", labels=OURS, id="sps_wake_job", registry=registry)
+    async def wake_job(labels: Mapping[str, str], **_: Any) -> None:
+        kicks.kick([labels.get(L.LABEL_PROFILE_UID, "")])
+
+    @kopf.on.event("", "v1", "configmaps", labels=OURS, id="sps_wake_cm", registry=registry)
+    async def wake_config_map(labels: Mapping[str, str], **_: Any) -> None:
+        kicks.kick([labels.get(L.LABEL_PROFILE_UID, "")])
+
+    @kopf.on.event("", "v1", "nodes", id="sps_wake_node", registry=registry)  # type: ignore[arg-type]
+    async def wake_node(
+        name: str, type: str | None, labels: Mapping[str, str], sps_pods: Any, sps_profiles: Any,
+        **_: Any,
+    ) -> None:  # fmt: skip
+        gone = type == "DELETED"
+        if not kicks.node_labels_changed(name, None if gone else labels):
+            return
+        namespaces = {ns for ns, store in sps_pods.items() for pod in store if pod.node == name}
+        kicks.kick(p.uid for ns in namespaces for p in in_namespace(sps_profiles, ns))
+
+    @kopf.on.event(API_GROUP, API_VERSION, PLURAL, id="sps_wake_profile", registry=registry)  # type: ignore[arg-type]
+    async def wake_profiles(namespace: str, sps_profiles: Any, **_: Any) -> None:
+        # A profile's change may change who owns a Deployment: its neighbours look too.
+        kicks.kick(p.uid for p in in_namespace(sps_profiles, namespace))
+
+    # ------------------------------------------------------------------ the passes
+
+    @kopf.daemon(  # type: ignore[arg-type]
         API_GROUP,
         API_VERSION,
         PLURAL,
-        id="sps_resync",
-        interval=resync,
-        backoff=resync,
+        id="sps_profile",
+        cancellation_timeout=10.0,
         registry=registry,
     )
-    def sps_resync(
-        body: kopf.Body, namespace: str, sps_node_labels: Any, sps_pods: Any, **_: Any
+    async def sps_profile(
+        body: kopf.Body,
+        namespace: str,
+        uid: str,
+        stopped: kopf.DaemonStopped,
+        sps_deployments: Any,
+        sps_jobs: Any,
+        sps_config_maps: Any,
+        sps_profiles: Any,
+        sps_pods: Any,
+        sps_node_labels: Any,
+        **_: Any,
     ) -> None:
-        pods = list(sps_pods.get(namespace, []))
-        nodes = _node_labels(sps_node_labels)
-        with lock:
-            reconciler.reconcile(dict(body), pods, nodes)
+        loop = asyncio.get_running_loop()
+        woken = kicks.event(uid)
+        try:
+            while not stopped:
+                woken.clear()
+                world = CachedWorld(
+                    kube=reconciler.kube,
+                    deployments=_values(sps_deployments, namespace),
+                    jobs=_values(sps_jobs, uid),
+                    config_maps=_values(sps_config_maps, uid) + _values(sps_config_maps, namespace),
+                    profiles=in_namespace(sps_profiles, namespace),
+                    pods=_values(sps_pods, namespace),
+                    node_labels={n: next(iter(s)) for n, s in sps_node_labels.items() if s},
+                )
+                current = dict(body)  # kopf keeps `body` current; a pass works on a copy
+                wake = await loop.run_in_executor(pool, reconciler.reconcile, current, world)
+                await _sleep(woken, stopped, runtime, wake)
+        finally:
+            kicks.forget(uid)
 
     @kopf.on.delete(API_GROUP, API_VERSION, PLURAL, id="sps_release", registry=registry)  # type: ignore[arg-type]
     def sps_release(namespace: str, name: str, uid: str, **_: Any) -> None:
-        """Keep the finalizer until the tables the Deployments mount are released."""
-        try:
-            released = release(reconciler.kube, namespace, name, uid)
-        except Exception as exc:
-            raise kopf.TemporaryError(
-                f"could not release the tables the Deployments mount: {api_error_detail(exc)}",
-                delay=10,
-            ) from exc
-        if released:
-            log.info("released tables of %s/%s: %s", namespace, name, ", ".join(released))
+        release_or_retry(reconciler, namespace, name, uid)
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_passes(**_: Any) -> None:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def release_or_retry(reconciler: Reconciler, namespace: str, name: str, uid: str) -> None:
+    """Release what the Deployments mount, then forget the profile; on any failure the
+    finalizer stays (kopf retries) and garbage collection cannot take a mounted table."""
+    try:
+        released = release(reconciler.kube, namespace, name, uid)
+    except Exception as exc:
+        raise kopf.TemporaryError(
+            f"could not release the tables the Deployments mount: {api_error_detail(exc)}",
+            delay=10,
+        ) from exc
+    reconciler.metrics.forget(namespace, name)
+    reconciler.forget(uid)
+    if released:
+        log.info("released tables of %s/%s: %s", namespace, name, ", ".join(released))
+
+
+async def _sleep(
+    woken: asyncio.Event, stopped: kopf.DaemonStopped, runtime: Runtime, wake: float | None
+) -> None:
+    """Until woken, stopped, the time the pass asked for, or the jittered resync."""
+    spread = runtime.resync_seconds * runtime.jitter
+    timeout = runtime.resync_seconds + random.uniform(-spread, spread)
+    if wake is not None:
+        timeout = min(timeout, wake + MIN_SLEEP)
+    waits = {
+        asyncio.ensure_future(woken.wait()),
+        asyncio.ensure_future(stopped.wait()),
+    }
+    try:
+        await asyncio.wait(waits, timeout=max(timeout, 0.1), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in waits:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

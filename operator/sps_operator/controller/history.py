@@ -61,6 +61,6 @@ def trim_history(p: Pass) -> None:
     for name in tables_to_delete(published, keep, p.spec.history_limit):
         p.kube.delete("ConfigMap", p.namespace, name)
     # Forget tables whose ConfigMap is gone (deleted by hand): they cannot be reused. A
-    # table published in this pass is not in the snapshot yet.
+    # table published in this pass, or a moment ago, may not be in the snapshot yet.
     existing = set(p.snapshot.config_maps) | set(p.created)
-    st.tables = [t for t in st.tables if t.config_map in existing]
+    st.tables = [t for t in st.tables if t.config_map in existing or p.recent(t.profiled_at)]

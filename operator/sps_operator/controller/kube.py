@@ -16,6 +16,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from sps_operator.constants import API_GROUP, API_VERSION, FIELD_MANAGER, KIND, PLURAL
+from sps_operator.controller.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
 APPLY = "application/apply-patch+yaml"
@@ -43,15 +44,32 @@ class KubeApi(Protocol):
     ) -> None: ...
 
 
+def _limit_requests(api: Any, limit: TokenBucket) -> None:
+    """Every request of this client (reads, writes, events) waits for a token: they all go
+    through its REST client's `request`."""
+    rest = api.rest_client
+    request = rest.request
+
+    def limited(*args: Any, **kwargs: Any) -> Any:
+        limit.take()
+        return request(*args, **kwargs)
+
+    rest.request = limited
+
+
 def _raw(response: Any) -> Obj:
     return dict(json.loads(response.data))
 
 
 class Kube:
-    """`KubeApi` on the `kubernetes` client."""
+    """`KubeApi` on the `kubernetes` client; every request takes a token from `limit`."""
 
-    def __init__(self, api_client: client.ApiClient | None = None) -> None:
+    def __init__(
+        self, api_client: client.ApiClient | None = None, limit: TokenBucket | None = None
+    ) -> None:
         self.api = api_client or client.ApiClient()
+        if limit is not None:
+            _limit_requests(self.api, limit)
         self.core = client.CoreV1Api(self.api)
         self.apps = client.AppsV1Api(self.api)
         self.batch = client.BatchV1Api(self.api)

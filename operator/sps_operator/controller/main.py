@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import functools
 import logging
 import os
-from collections.abc import Callable
+import signal
+import socket
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sps_operator.constants import IMAGE
+
+if TYPE_CHECKING:
+    from sps_operator.controller.leader import LeaseElector
+
+log = logging.getLogger("sps_operator.main")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -28,11 +37,46 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="watch this namespace (repeatable); default: all namespaces",
     )
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace")
-    parser.add_argument("--liveness", default=None, help="kopf liveness endpoint URL")
+    parser.add_argument(
+        "--liveness",
+        default=None,
+        help="health endpoint URL, e.g. http://0.0.0.0:8080/healthz (200 while this process "
+        "works: leading and reconciling, or standing by for the leader's Lease)",
+    )
+    parser.add_argument(
+        "--leader-election",
+        action="store_true",
+        help="run several replicas: the one holding the Lease --lease-name acts, the others "
+        "stand by and take over within ~12 s",
+    )
+    parser.add_argument("--lease-name", default="sps-operator")
+    parser.add_argument(
+        "--lease-namespace",
+        default=os.environ.get("POD_NAMESPACE") or "default",
+        help="default: $POD_NAMESPACE",
+    )
     parser.add_argument("--metrics-port", type=int, default=9090, help="0 disables /metrics")
-    parser.add_argument("--resync-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=300.0,
+        help="a pass per profile at least this often (±20 %%), as a safety net: watch events "
+        "wake the profiles they concern at once",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=8, help="passes running at once, across profiles"
+    )
     parser.add_argument("--gpu-debounce-seconds", type=float, default=30.0)
     parser.add_argument("--profiler-image", default=IMAGE)
+    parser.add_argument(
+        "--kube-qps",
+        type=float,
+        default=20.0,
+        help="client-side limit of API requests per second (reads and writes)",
+    )
+    parser.add_argument(
+        "--kube-burst", type=int, default=40, help="requests allowed at once above --kube-qps"
+    )
     parser.add_argument(
         "--allow-job-image",
         action="append",
@@ -78,9 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     import kopf
     from kubernetes import config
 
-    from sps_operator.controller.handlers import register
+    from sps_operator.controller.handlers import Runtime, register
     from sps_operator.controller.kube import Kube
     from sps_operator.controller.metrics import Metrics
+    from sps_operator.controller.ratelimit import TokenBucket
     from sps_operator.controller.reconcile import Reconciler
     from sps_operator.controller.state import Settings
 
@@ -104,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.metrics_port:
         metrics.serve(args.metrics_port)
     reconciler = Reconciler(
-        Kube(),
+        Kube(limit=TokenBucket(args.kube_qps, args.kube_burst)),
         Settings(
             profiler_image=args.profiler_image,
             gpu_debounce_seconds=args.gpu_debounce_seconds,
@@ -115,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         metrics=metrics,
     )
     registry = kopf.OperatorRegistry()
-    register(registry, reconciler, args.resync_seconds)
+    register(registry, reconciler, Runtime(args.resync_seconds, args.workers))
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -135,13 +180,70 @@ def main(argv: list[str] | None = None) -> int:
         settings.execution.max_workers = 8
 
     namespaces = list(args.namespace)
-    asyncio.run(
-        kopf.operator(
-            registry=registry,
-            standalone=True,
-            clusterwide=not namespaces,
-            namespaces=namespaces,
-            liveness_endpoint=args.liveness,
-        )
+    operator = functools.partial(
+        kopf.operator,
+        registry=registry,
+        standalone=True,
+        clusterwide=not namespaces,
+        namespaces=namespaces,
     )
-    return 0
+    elector = None
+    if args.leader_election:
+        from sps_operator.controller.leader import LeaseElector
+
+        identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+        elector = LeaseElector(args.lease_name, args.lease_namespace, identity)
+    return asyncio.run(run(operator, elector, args.liveness))
+
+
+async def run(
+    operator: Callable[..., Coroutine[Any, Any, None]],
+    elector: LeaseElector | None,
+    liveness: str | None,
+) -> int:
+    """The operator until SIGTERM/SIGINT; with an elector, only while leading. Exit 1 when
+    leadership was lost (the pod restarts and stands by again)."""
+    from sps_operator.controller.health import serve_health
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    state = {"leading": elector is None, "lost": False}
+    health = await serve_health(liveness) if liveness else None
+    try:
+        if elector is not None:
+            if not await _acquire(elector, stop):
+                return 0
+            state["leading"] = True
+            renewing = asyncio.create_task(_renew(elector, stop, state))
+        await operator(stop_flag=stop)
+        if elector is not None:
+            renewing.cancel()
+            await asyncio.to_thread(elector.release)
+    finally:
+        if health is not None:
+            await health.cleanup()
+    return 1 if state["lost"] else 0
+
+
+async def _acquire(elector: LeaseElector, stop: asyncio.Event) -> bool:
+    """Stand by until this process holds the Lease (True) or is told to stop (False)."""
+    log.info("standing by for lease %s/%s", elector.namespace, elector.name)
+    while not stop.is_set():
+        if await asyncio.to_thread(elector.try_once):
+            log.warning("leading: holding lease %s/%s", elector.namespace, elector.name)
+            return True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), elector.timing.retry_period)
+    return False
+
+
+async def _renew(elector: LeaseElector, stop: asyncio.Event, state: dict[str, bool]) -> None:
+    while not stop.is_set():
+        await asyncio.sleep(elector.timing.retry_period)
+        await asyncio.to_thread(elector.try_once)
+        if not elector.is_leader():
+            log.error("lost lease %s/%s: stopping", elector.namespace, elector.name)
+            state["lost"] = True
+            stop.set()

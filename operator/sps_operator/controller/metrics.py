@@ -3,8 +3,10 @@ rollouts."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -19,6 +21,10 @@ class _Ref(Protocol):
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        # Every label set used, per profile: a deleted profile's series are removed, not left
+        # frozen at their last value.
+        self._series: dict[tuple[str, str], set[tuple[Any, tuple[str, ...]]]] = {}
+        self._lock = threading.Lock()
         labels = ["namespace", "profile"]
         self.runs = Counter(
             "sps_profiling_runs_total",
@@ -46,21 +52,35 @@ class Metrics:
             registry=self.registry,
         )
 
+    def _child(self, metric: Any, ref: _Ref, *extra: str) -> Any:
+        labels = (ref.namespace, ref.name, *extra)
+        with self._lock:
+            self._series.setdefault((ref.namespace, ref.name), set()).add((metric, labels))
+        return metric.labels(*labels)
+
     def run_started(self, ref: _Ref) -> None:
-        self.runs.labels(ref.namespace, ref.name, "started").inc()
+        self._child(self.runs, ref, "started").inc()
 
     def run_finished(self, ref: _Ref, outcome: str, seconds: float) -> None:
-        self.runs.labels(ref.namespace, ref.name, outcome).inc()
-        self.duration.labels(ref.namespace, ref.name).observe(max(seconds, 0.0))
+        self._child(self.runs, ref, outcome).inc()
+        self._child(self.duration, ref).observe(max(seconds, 0.0))
 
     def rollout(self, ref: _Ref, mode: str) -> None:
-        self.rollouts.labels(ref.namespace, ref.name, mode).inc()
+        self._child(self.rollouts, ref, mode).inc()
 
     def table_age(self, ref: _Ref, gpu: str, profiled_at: str | None, now: datetime) -> None:
         if not profiled_at:
             return
         then = datetime.fromisoformat(profiled_at.replace("Z", "+00:00"))
-        self.age.labels(ref.namespace, ref.name, gpu).set((now - then).total_seconds())
+        self._child(self.age, ref, gpu).set((now - then).total_seconds())
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Remove every series of a deleted profile."""
+        with self._lock:
+            series = self._series.pop((namespace, name), set())
+        for metric, labels in series:
+            with contextlib.suppress(KeyError):
+                metric.remove(*labels)
 
     def serve(self, port: int) -> None:
         start_http_server(port, registry=self.registry)

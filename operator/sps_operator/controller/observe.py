@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
-from sps_operator.api.models import RolloutMode, SpsProfileSpec
+from sps_operator.api.models import RolloutMode, SpsProfileSpec, TargetStatus
+from sps_operator.controller.deployments import deployment_rolled_out
 from sps_operator.controller.ownership import ProfileSummary, owner_of
-from sps_operator.controller.placement import Debouncer, placement
+from sps_operator.controller.placement import MIXED, placement, settle
 from sps_operator.controller.serverconfig import (
     TABLE_PATH_FLAG,
     ServerProblem,
@@ -24,8 +26,7 @@ from sps_operator.controller.serverconfig import (
     table_fingerprint,
 )
 from sps_operator.controller.state import Pass, Target
-
-MIXED = "<mixed>"
+from sps_operator.controller.triggers import parse_time
 
 # Target problem reasons (CamelCase: they become condition reasons).
 CONFLICT = "Conflict"
@@ -36,7 +37,7 @@ MIXED_GPUS = "MixedGpuProducts"
 ANNOTATE_ONLY_MIXED = "OneTableConfigMapManyServers"
 
 
-def observe(p: Pass, debouncer: Debouncer) -> None:
+def observe(p: Pass) -> None:
     me = ProfileSummary(
         p.ref.name,
         p.ref.uid,
@@ -44,6 +45,7 @@ def observe(p: Pass, debouncer: Debouncer) -> None:
         p.spec.selector.to_k8s(),
     )
     profiles = [s for s in p.snapshot.profiles if s.uid != me.uid] + [me]
+    previous = {t.deployment: t for t in p.status.targets}
     p.targets = []
     for dep in p.snapshot.deployments:
         target = Target(deployment=dep, name=dep["metadata"]["name"])
@@ -60,25 +62,7 @@ def observe(p: Pass, debouncer: Debouncer) -> None:
         _understand_server(p.spec, target)
         if target.problem is not None or target.config is None:
             continue
-        where = placement(
-            dep.get("spec", {}).get("selector") or {},
-            p.snapshot.pods,
-            p.snapshot.node_labels,
-            p.spec.gpu_product_label,
-        )
-        target.products = where.products
-        raw = MIXED if where.mixed else where.product
-        stable = debouncer.observe(f"{p.ref.uid}/{target.name}", raw, p.now)
-        if stable == MIXED:
-            target.refuse(
-                MIXED_GPUS,
-                f"pods run on several GPU products ({', '.join(sorted(where.products))}); "
-                "pin the Deployment to one product with a nodeSelector on "
-                f"{p.spec.gpu_product_label}",
-            )
-        else:
-            target.gpu = stable
-    debouncer.forget([f"{p.ref.uid}/{t.name}" for t in p.targets], prefix=f"{p.ref.uid}/")
+        _place(p, target, previous.get(target.name))
     if p.spec.rollout.mode == RolloutMode.ANNOTATE_ONLY:
         _one_table_for_all(p)
 
@@ -96,6 +80,36 @@ def _one_table_for_all(p: Pass) -> None:
             f"AnnotateOnly serves one table through ConfigMap {p.spec.rollout.table_config_map}, "
             f"but these Deployments need different tables: {listing}; give each its own "
             "SpsProfile and ConfigMap, or use rollout.mode Inject",
+        )
+
+
+def _place(p: Pass, target: Target, previous: TargetStatus | None) -> None:
+    """The GPU product the target's pods settled on (from status, so a restart continues
+    a debounce where it was)."""
+    dep = target.deployment
+    where = placement(
+        dep.get("spec", {}).get("selector") or {},
+        p.snapshot.pods,
+        p.snapshot.node_labels,
+        p.spec.gpu_product_label,
+    )
+    target.products = where.products
+    settled = settle(
+        MIXED if where.mixed else where.product,
+        previous.observed_gpu if previous else None,
+        parse_time(previous.observed_since) if previous else None,
+        p.now,
+        timedelta(seconds=p.settings.gpu_debounce_seconds),
+        rollout_complete=deployment_rolled_out(dep) and where.pods > 0,
+    )
+    target.observed_gpu, target.observed_since = settled.observed, settled.since
+    target.gpu = settled.product
+    if settled.mixed:
+        target.refuse(
+            MIXED_GPUS,
+            f"pods run on several GPU products ({', '.join(sorted(where.products))}); "
+            "pin the Deployment to one product with a nodeSelector on "
+            f"{p.spec.gpu_product_label}",
         )
 
 

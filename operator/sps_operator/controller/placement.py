@@ -1,14 +1,17 @@
 """The GPU product a Deployment runs on, from the pod→node and node→labels indexes (pure).
 
-A label that flaps (GPU feature discovery does that on some nodes) or a rollout that
-briefly spans two GPU products must not make the table flap: a product counts only
-after it has been observed, alone, for the debounce period.
+A Deployment whose rollout is complete and whose pods all run on one GPU product is
+settled at once. Only while its pods are moving (a rollout spanning two pools, a label
+that flaps: GPU feature discovery does that on some nodes) must an observation stay the
+same for the debounce period before it counts. What was observed, and since when, lives in
+status (`status.targets[].observedGpu`, `.observedSince`): a restarted operator continues
+where it was.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -63,25 +66,33 @@ def placement(
     return Placement(frozenset(products), counted, unlabelled)
 
 
-@dataclass
-class Debouncer:
-    """Per-key stable value: a value counts once it has been observed for `period`."""
+MIXED = "<mixed>"
 
-    period: timedelta
-    _seen: dict[str, tuple[str | None, datetime]] = field(default_factory=dict)
 
-    def observe(self, key: str, value: str | None, now: datetime) -> str | None:
-        previous = self._seen.get(key)
-        if previous is None or previous[0] != value:
-            self._seen[key] = (value, now)
-            return value if self.period <= timedelta(0) else None
-        if now - previous[1] >= self.period:
-            return value
-        return None
+@dataclass(frozen=True)
+class Settled:
+    """What a Deployment's placement counts as now."""
 
-    def forget(self, keep: Sequence[str], prefix: str = "") -> None:
-        """Drop the keys under `prefix` that are not in `keep` (gone Deployments)."""
-        kept = set(keep)
-        for key in list(self._seen):
-            if key.startswith(prefix) and key not in kept:
-                del self._seen[key]
+    observed: str | None  # product, MIXED, or None (no pod on a labelled node)
+    since: datetime  # when `observed` last changed
+    product: str | None  # the settled product (None: moving, mixed or not placed)
+    mixed: bool  # settled on several products
+
+
+def settle(
+    observed: str | None,
+    previous: str | None,
+    previous_since: datetime | None,
+    now: datetime,
+    debounce: timedelta,
+    rollout_complete: bool,
+) -> Settled:
+    """Settle an observation: at once when the rollout is complete, else after it has
+    stayed the same for `debounce`."""
+    since = previous_since if observed == previous and previous_since is not None else now
+    stable = rollout_complete or now - since >= debounce
+    if observed is None or not stable:
+        return Settled(observed, since, None, False)
+    if observed == MIXED:
+        return Settled(observed, since, None, True)
+    return Settled(observed, since, observed, False)

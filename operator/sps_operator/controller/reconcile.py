@@ -10,7 +10,8 @@ next pass of this profile waits out a backoff too.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,12 +26,12 @@ from sps_operator.controller.kube import KubeApi, api_error_detail, is_transient
 from sps_operator.controller.metrics import Metrics
 from sps_operator.controller.observe import observe
 from sps_operator.controller.outcome import fail_run
-from sps_operator.controller.placement import Debouncer, PodInfo
 from sps_operator.controller.report import report
 from sps_operator.controller.rollout import rollout
 from sps_operator.controller.run import maybe_start_run, progress_run
-from sps_operator.controller.state import Pass, Settings, Snapshot, read_snapshot
+from sps_operator.controller.state import Pass, Settings, Snapshot, SnapshotSource
 from sps_operator.controller.triggers import backoff_seconds, note_refresh_requests
+from sps_operator.controller.wakeups import next_wake
 
 log = logging.getLogger("sps_operator.reconcile")
 
@@ -56,30 +57,31 @@ class Reconciler:
         self.settings = settings or Settings()
         self.clock = clock or (lambda: datetime.now(UTC))
         self.metrics = metrics or Metrics()
-        self.debouncer = Debouncer(timedelta(seconds=self.settings.gpu_debounce_seconds))
         self._backoff: dict[str, _Backoff] = {}
+        # The status this process last wrote per profile, and the resourceVersion of the
+        # object it was computed from: a cache that has not yet seen the write hands the
+        # next pass that same resourceVersion, and the pass must not act on the old status.
+        self._written: dict[str, tuple[str, dict[str, Any]]] = {}
 
     # ------------------------------------------------------------------ entry
 
-    def reconcile(
-        self,
-        body: Mapping[str, Any],
-        pods: Sequence[PodInfo],
-        node_labels: Mapping[str, Mapping[str, str]],
-    ) -> None:
+    def reconcile(self, body: Mapping[str, Any], world: SnapshotSource) -> float | None:
+        """One pass; returns the seconds until the profile next needs one although nothing
+        changes (a schedule, a retry, a settling placement), or None."""
         now = self.clock().replace(microsecond=0)
         meta = body.get("metadata") or {}
         if meta.get("deletionTimestamp"):
-            return
+            return None
         uid = str(meta.get("uid", ""))
         waiting = self._backoff.get(uid)
         if waiting is not None and now < waiting.until:
-            return
+            return (waiting.until - now).total_seconds()
+        body = self._with_written_status(uid, body)
         try:
             profile = SpsProfile.model_validate(body)
         except ValidationError as exc:
             self._report_invalid(body, exc, now)
-            return
+            return None
         before = _status_dict(profile.status)
         p = Pass(
             body=body,
@@ -95,7 +97,7 @@ class Reconciler:
         )
         failed = False
         try:
-            self._steps(p, meta, pods, node_labels)
+            self._steps(p, meta, world)
         except Exception as exc:  # every failure becomes status, never a wedge
             failed = True
             self._record_error(p, exc)
@@ -106,26 +108,25 @@ class Reconciler:
             failed = True
             log.exception("report of %s/%s failed", p.namespace, p.ref.name)
             p.status.last_failure = _failure(p, PASS_FAILED, f"report: {api_error_detail(exc)}")
-        self._write_status(p, before)
+        self._write_status(p, before, str(meta.get("resourceVersion") or ""))
         for type_, reason, message in p.events:
             self.kube.event(body, type_, reason, message, now)
         self._note_outcome(uid, failed, now)
+        wake = next_wake(p, timedelta(seconds=self.settings.gpu_debounce_seconds))
+        backoff = self._backoff.get(uid)
+        if backoff is not None:
+            wake = min(wake or math.inf, (backoff.until - now).total_seconds())
+        return wake
 
-    def _steps(
-        self,
-        p: Pass,
-        meta: Mapping[str, Any],
-        pods: Sequence[PodInfo],
-        node_labels: Mapping[str, Mapping[str, str]],
-    ) -> None:
+    def _steps(self, p: Pass, meta: Mapping[str, Any], world: SnapshotSource) -> None:
         p.step = "read"
-        p.snapshot = read_snapshot(self.kube, p.ref, p.spec, pods, node_labels)
+        p.snapshot = world.read(p.ref, p.spec)
         p.step = "trigger"
         note_refresh_requests(
             p.status, p.spec, meta.get("annotations") or {}, meta.get("creationTimestamp"), p.now
         )
         p.step = "observe"
-        observe(p, self.debouncer)
+        observe(p)
         if p.status.current_run is not None:
             p.step = "run"
             progress_run(p)
@@ -157,12 +158,26 @@ class Reconciler:
         count = self._backoff[uid].failures + 1 if uid in self._backoff else 1
         self._backoff[uid] = _Backoff(count, now + timedelta(seconds=backoff_seconds(count) / 3))
 
-    def _write_status(self, p: Pass, before: dict[str, Any]) -> None:
+    def _with_written_status(self, uid: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        written = self._written.get(uid)
+        meta = body.get("metadata") or {}
+        if written is None or written[0] != str(meta.get("resourceVersion") or ""):
+            return body
+        return {**body, "status": written[1]}
+
+    def forget(self, uid: str) -> None:
+        """A deleted profile: drop what this process remembers of it."""
+        self._written.pop(uid, None)
+        self._backoff.pop(uid, None)
+
+    def _write_status(self, p: Pass, before: dict[str, Any], read_at: str) -> None:
         after = _status_dict(p.status)
         if after == before:
             return
         try:
             self.kube.patch_status(p.namespace, p.ref.name, after)
+            if read_at:
+                self._written[p.ref.uid] = (read_at, p.status.to_k8s())
             return
         except Exception as exc:
             detail = api_error_detail(exc)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import posixpath
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +30,7 @@ from sps_operator.api.models import (
 )
 from sps_operator.controller import builders, names
 from sps_operator.controller import conditions as cond
+from sps_operator.controller.deployments import deployment_rolled_out
 from sps_operator.controller.kube import owned_by
 from sps_operator.controller.ownership import recorded_owner
 from sps_operator.controller.publish import table_text
@@ -115,19 +115,6 @@ def inject_serves(target: Target, table: EligibleTable, table_path: str) -> bool
     )
 
 
-def deployment_rolled_out(dep: Mapping[str, Any]) -> bool:
-    """Like `kubectl rollout status`: the new template is observed and fully available."""
-    meta, spec, status = dep.get("metadata", {}), dep.get("spec", {}), dep.get("status", {})
-    if status.get("observedGeneration", 0) < meta.get("generation", 0):
-        return False
-    replicas = spec.get("replicas", 1)
-    return (
-        status.get("updatedReplicas", 0) >= replicas
-        and status.get("availableReplicas", 0) >= replicas
-        and status.get("replicas", 0) <= replicas
-    )
-
-
 def rollout_failed(target: Target, table: TableRef) -> bool:
     """The Deployment runs `table`'s template and its rollout hit the progress deadline."""
     dep = target.deployment
@@ -159,6 +146,8 @@ def rollout(p: Pass) -> None:
             gpu_product=target.gpu or (",".join(sorted(target.products)) or None),
             fingerprint=target.fingerprint or None,
             owner=target.owner,
+            observed_gpu=target.observed_gpu,
+            observed_since=cond.rfc3339(target.observed_since) if target.observed_since else None,
         )
         statuses.append(ts)
         if target.problem is None and target.gpu is None:
@@ -170,6 +159,10 @@ def rollout(p: Pass) -> None:
             exact = table_for(st.tables, str(target.gpu), target.fingerprint)
             if exact is None:
                 _report_stale_or_missing(p, target, ts)
+                continue
+            if p.config_map(exact.config_map) is None and p.recent(exact.profiled_at):
+                ts.state, ts.message = TargetState.ROLLING, "the new table is being published"
+                p.wake_within(1.0)
                 continue
             eligible = eligible_table(p, target, exact)
             if isinstance(eligible, str):

@@ -210,6 +210,9 @@ def progress_run(p: Pass) -> None:
     job = p.snapshot.jobs.get(run.job)
     result_cm = p.snapshot.config_maps.get(names.result_config_map(run.name, phase)) or {}
     if job is None:
+        if p.recent(run.started_at):
+            p.wake_within(1.0)  # created a moment ago: not in the cache yet
+            return
         fail_run(p, JOB_MISSING, f"Job {run.job} disappeared before it finished")
         return
     finished = _finished(job)

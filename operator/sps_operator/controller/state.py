@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, Protocol
 
 from sps_operator.api import labels as L
 from sps_operator.api.models import RolloutMode, SpsProfile, SpsProfileSpec, SpsProfileStatus
@@ -16,8 +16,12 @@ from sps_operator.controller.kube import KubeApi, Obj
 from sps_operator.controller.metrics import Metrics
 from sps_operator.controller.ownership import ProfileSummary, profile_summary
 from sps_operator.controller.placement import PodInfo
-from sps_operator.controller.selectors import selector_string
+from sps_operator.controller.selectors import matches_selector, selector_string
 from sps_operator.controller.serverconfig import ServerCommand, ServerConfig
+
+
+def _parse(stamp: str | None) -> datetime | None:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
 
 
 @dataclass(frozen=True)
@@ -52,28 +56,89 @@ class Snapshot:
         return cls(deployments=(), jobs={}, config_maps={}, stable=None, profiles=())
 
 
-def read_snapshot(
-    kube: KubeApi,
-    ref: ProfileRef,
-    spec: SpsProfileSpec,
-    pods: Sequence[PodInfo],
-    node_labels: Mapping[str, Mapping[str, str]],
-) -> Snapshot:
-    ns = ref.namespace
-    mine = f"{L.LABEL_PROFILE_UID}={ref.uid}"
-    deployments = kube.list_deployments(ns, selector_string(spec.selector.to_k8s()))
-    stable = None
-    if spec.rollout.mode == RolloutMode.ANNOTATE_ONLY and spec.rollout.table_config_map:
-        stable = kube.get("ConfigMap", ns, spec.rollout.table_config_map)
-    return Snapshot(
-        deployments=sorted(deployments, key=lambda d: d["metadata"]["name"]),
-        jobs={j["metadata"]["name"]: j for j in kube.list_jobs(ns, mine)},
-        config_maps={c["metadata"]["name"]: c for c in kube.list_config_maps(ns, mine)},
-        stable=stable,
-        profiles=[profile_summary(b) for b in kube.list_profiles(ns)],
-        pods=pods,
-        node_labels=node_labels,
-    )
+# The operator's caches follow the API by watches: an object it created a moment ago may
+# not be in them yet. For this long, an object the status names but the snapshot lacks is
+# "not seen yet", not "gone".
+CACHE_GRACE = timedelta(seconds=60)
+
+
+class SnapshotSource(Protocol):
+    """Where a pass reads the world from: the API (tests, the first pass) or the caches
+    the operator keeps current from watches."""
+
+    def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot: ...
+
+
+def _stable_name(spec: SpsProfileSpec) -> str | None:
+    rollout = spec.rollout
+    return rollout.table_config_map if rollout.mode == RolloutMode.ANNOTATE_ONLY else None
+
+
+@dataclass(frozen=True)
+class ApiSnapshot:
+    """The world read with LISTs through `KubeApi` (what the unit tests' fake answers)."""
+
+    kube: KubeApi
+    pods: Sequence[PodInfo] = ()
+    node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot:
+        ns, kube = ref.namespace, self.kube
+        mine = f"{L.LABEL_PROFILE_UID}={ref.uid}"
+        deployments = kube.list_deployments(ns, selector_string(spec.selector.to_k8s()))
+        stable = _stable_name(spec)
+        return Snapshot(
+            deployments=sorted(deployments, key=lambda d: d["metadata"]["name"]),
+            jobs={j["metadata"]["name"]: j for j in kube.list_jobs(ns, mine)},
+            config_maps={c["metadata"]["name"]: c for c in kube.list_config_maps(ns, mine)},
+            stable=kube.get("ConfigMap", ns, stable) if stable else None,
+            profiles=[profile_summary(b) for b in kube.list_profiles(ns)],
+            pods=self.pods,
+            node_labels=self.node_labels,
+        )
+
+
+@dataclass(frozen=True)
+class CachedWorld:
+    """What the operator's caches (kopf indexes) hold for one profile's namespace, copied
+    on the event loop: a pass then reads it from any thread and calls the API only to
+    change something (and to read an AnnotateOnly stable ConfigMap not yet labelled as
+    the operator's, once)."""
+
+    kube: KubeApi
+    deployments: Sequence[Obj]  # every Deployment of the namespace
+    jobs: Sequence[Obj]  # the profile's
+    config_maps: Sequence[Obj]  # the profile's, and the namespace's stable ones
+    profiles: Sequence[ProfileSummary]
+    pods: Sequence[PodInfo] = ()
+    node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot:
+        selector = spec.selector.to_k8s()
+        selected = [
+            d
+            for d in self.deployments
+            if matches_selector(selector, (d.get("metadata") or {}).get("labels") or {})
+        ]
+        by_name = {c["metadata"]["name"]: c for c in self.config_maps}
+        stable_name = _stable_name(spec)
+        stable = by_name.get(stable_name) if stable_name else None
+        if stable_name and stable is None:
+            stable = self.kube.get("ConfigMap", ref.namespace, stable_name)
+        mine = {
+            n: c
+            for n, c in by_name.items()
+            if (c["metadata"].get("labels") or {}).get(L.LABEL_PROFILE_UID) == ref.uid
+        }
+        return Snapshot(
+            deployments=sorted(selected, key=lambda d: d["metadata"]["name"]),
+            jobs={j["metadata"]["name"]: j for j in self.jobs},
+            config_maps=mine,
+            stable=stable,
+            profiles=self.profiles,
+            pods=self.pods,
+            node_labels=self.node_labels,
+        )
 
 
 @dataclass
@@ -88,6 +153,8 @@ class Target:
     fingerprint: str = ""
     gpu: str | None = None  # settled GPU product (None: not placed, moving, or mixed)
     products: frozenset[str] = frozenset()
+    observed_gpu: str | None = None  # what the pods run on now (placement.MIXED for several)
+    observed_since: datetime | None = None
     owner: str | None = None  # the profile that serves it
     reason: str | None = None  # why the operator leaves it alone (CamelCase)
     problem: str | None = None  # ... and what to do about it
@@ -140,6 +207,7 @@ class Pass:
     targets: list[Target] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)
     created: dict[str, Obj] = field(default_factory=dict)  # ConfigMaps created in this pass
+    wake: float | None = None  # seconds until this profile needs its next pass
     step: str = "start"  # the step running, for error reports
 
     @property
@@ -156,6 +224,15 @@ class Pass:
     def config_map(self, name: str) -> Obj | None:
         """One of this profile's ConfigMaps: as read at the start, or created since."""
         return self.snapshot.config_maps.get(name) or self.created.get(name)
+
+    def wake_within(self, seconds: float) -> None:
+        """Ask for the next pass no later than `seconds` from now."""
+        self.wake = seconds if self.wake is None else min(self.wake, seconds)
+
+    def recent(self, stamp: str | None) -> bool:
+        """`stamp` (RFC 3339) lies within the cache grace period."""
+        when = _parse(stamp)
+        return when is not None and self.now - when < CACHE_GRACE
 
     def target(self, name: str) -> Target | None:
         return next((t for t in self.targets if t.name == name), None)

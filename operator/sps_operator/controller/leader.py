@@ -1,0 +1,159 @@
+"""Leader election on a coordination.k8s.io Lease, as client-go's leaderelection does it.
+
+Several replicas run; one holds the Lease and runs the operator, the others wait. The
+holder renews the Lease every `retry_period`; a candidate takes it over once it has seen
+the same Lease record, unrenewed, for `lease_duration` by its own clock (no comparison of
+clocks across machines). A holder that cannot renew within `renew_deadline` stops
+leading at once, before any candidate may take over: there is never a moment with two
+leaders acting, short of a clock that runs `lease_duration - renew_deadline` slow.
+
+`decide` is the pure rule; `LeaseElector` does the I/O (synchronous client, run in a
+thread) and the timing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Timing:
+    lease_duration: float = 10.0  # a candidate waits this long on an unrenewed Lease
+    renew_deadline: float = 7.0  # a leader that cannot renew for this long steps down
+    retry_period: float = 2.0  # how often the leader renews and candidates look
+
+
+@dataclass(frozen=True)
+class Observed:
+    """A Lease record, and when this process first saw it (its own monotonic clock)."""
+
+    holder: str | None
+    version: str  # resourceVersion, the record's identity
+    seen_at: float
+
+
+def decide(me: str, lease: Mapping[str, Any] | None, last: Observed | None, now: float,
+           timing: Timing) -> tuple[bool, Observed | None]:  # fmt: skip
+    """Whether to (try to) hold the Lease now, and the observation to keep.
+
+    Take it when there is none, when it is ours, when its holder released it, or when its
+    record has not changed for a whole lease duration."""
+    if lease is None:
+        return True, None
+    spec = lease.get("spec") or {}
+    holder = spec.get("holderIdentity") or None
+    version = str((lease.get("metadata") or {}).get("resourceVersion") or "")
+    if last is None or last.version != version:
+        last = Observed(holder, version, now)
+    if holder in (None, me):
+        return True, last
+    return now - last.seen_at >= timing.lease_duration, last
+
+
+def _micro_time() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaseElector:
+    """Acquire and renew one Lease; `is_leader()` says whether this process may act."""
+
+    def __init__(
+        self,
+        name: str,
+        namespace: str,
+        identity: str,
+        api: client.CoordinationV1Api | None = None,
+        timing: Timing = Timing(),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name, self.namespace, self.identity = name, namespace, identity
+        self.api = api or client.CoordinationV1Api()
+        self.timing, self.clock = timing, clock
+        self._observed: Observed | None = None
+        self._renewed_at: float | None = None
+
+    def is_leader(self) -> bool:
+        renewed = self._renewed_at
+        return renewed is not None and self.clock() - renewed < self.timing.renew_deadline
+
+    def try_once(self) -> bool:
+        """One round of acquire-or-renew; True when this process holds the Lease now."""
+        now = self.clock()
+        try:
+            lease = self._get()
+            take, self._observed = decide(self.identity, lease, self._observed, now, self.timing)
+            if not take:
+                return self.is_leader()
+            if lease is None:
+                self._create()
+            else:
+                self._update(lease)
+            self._renewed_at = now
+        except ApiException as exc:
+            # 409: another candidate won this round; anything else: try again next round.
+            log.debug("lease %s/%s: %s", self.namespace, self.name, exc.reason)
+        return self.is_leader()
+
+    def release(self) -> None:
+        """Hand the Lease over at shutdown, so a candidate need not wait it out."""
+        if not self.is_leader():
+            return
+        try:
+            lease = self._get()
+            if lease and (lease.get("spec") or {}).get("holderIdentity") == self.identity:
+                lease["spec"]["holderIdentity"] = None
+                body: Any = lease
+                self.api.replace_namespaced_lease(self.name, self.namespace, body)
+        except ApiException as exc:
+            log.warning("could not release lease %s/%s: %s", self.namespace, self.name, exc)
+        self._renewed_at = None
+
+    # ---- I/O
+
+    def _get(self) -> dict[str, Any] | None:
+        try:
+            obj = self.api.read_namespaced_lease(self.name, self.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(client.ApiClient().sanitize_for_serialization(obj))
+
+    def _spec(self, previous: Mapping[str, Any] | None) -> dict[str, Any]:
+        spec = dict((previous or {}).get("spec") or {})
+        stamp = _micro_time()
+        if spec.get("holderIdentity") != self.identity:
+            spec["acquireTime"] = stamp
+            spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (
+                1 if previous else 0
+            )
+        spec.update(
+            holderIdentity=self.identity,
+            leaseDurationSeconds=int(self.timing.lease_duration),
+            renewTime=stamp,
+        )
+        return spec
+
+    def _create(self) -> None:
+        body: Any = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": self._spec(None),
+        }
+        self.api.create_namespaced_lease(self.namespace, body)
+
+    def _update(self, lease: dict[str, Any]) -> None:
+        # A replace carries the resourceVersion read: a concurrent taker makes it a 409.
+        body: Any = {**lease, "spec": self._spec(lease)}
+        self.api.replace_namespaced_lease(self.name, self.namespace, body)

@@ -1,0 +1,138 @@
+"""The event-driven, restart-safe core (issue 10) end to end: a leader killed mid-run, a
+restart during a GPU move, fifty profiles at once."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from e2e_env import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    Env,
+    create,
+    rolled_to,
+    server_deployment,
+    sps_profile,
+    table_for,
+    tables,
+    wait_ready,
+)
+from kubernetes import client
+from waiting import wait_for
+
+from sps_operator.constants import GPU_H100, GPU_H200
+
+pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
+
+
+def lease_holder(env: Env) -> str | None:
+    assert env.account is not None
+    lease = client.CoordinationV1Api(env.api).read_namespaced_lease(
+        env.account.lease, env.account.namespace
+    )
+    return str(lease.spec.holder_identity) if lease.spec.holder_identity else None
+
+
+def test_e2e_killing_the_leader_mid_run_loses_nothing_and_duplicates_nothing(env: Env) -> None:
+    replicas = env.replicas(2)
+    for replica in replicas:
+        replica.start()
+    create(env, server_deployment(GPU_H100), sps_profile())
+    run = wait_for(
+        "a profiling run",
+        lambda: (env.profile().get("status") or {}).get("currentRun"),
+        timeout=90,
+        interval=0.2,
+    )
+    leader_name = wait_for("a leader", lambda: lease_holder(env), timeout=30)
+    leader = next(r for r in replicas if r.name == leader_name)
+    standby = next(r for r in replicas if r is not leader)
+    leader.kill()
+    killed_at = time.monotonic()
+    wait_for("the standby leads", lambda: lease_holder(env) == standby.name, timeout=30)
+    failover = time.monotonic() - killed_at
+    assert failover < 15, f"failover took {failover:.1f} s"
+    env.operator = standby  # diagnostics and waits follow the new leader
+    wait_ready(env)
+    (table,) = tables(env)
+    assert table["run"] == run["name"]  # the run was finished, not started again
+    jobs = env.jobs()
+    assert [j["metadata"]["name"] for j in jobs] == [run["job"]]
+    wait_for("rolled", lambda: rolled_to(env, table["hash"]), timeout=60)
+    print(f"failover after SIGKILL of the leader: {failover:.1f} s")
+
+
+def test_e2e_a_restart_during_a_gpu_move_continues_the_debounce(env: Env) -> None:
+    debounce = 20
+    env.operator.extra_args = ["--gpu-debounce-seconds", str(debounce)]
+    dep = server_deployment(GPU_H100)
+    # New pods count as available only after a minute: the move's rollout stays incomplete
+    # (pods moving) long enough for the debounce to matter.
+    dep["spec"]["minReadySeconds"] = 60
+    create(env, dep, sps_profile())
+    env.operator.start()
+    wait_ready(env, timeout=300)
+    assert table_for(env, GPU_H100) is not None
+
+    patch = {"spec": {"template": {"spec": {"nodeSelector": {"nvidia.com/gpu.product": GPU_H200}}}}}
+    env.apps.patch_namespaced_deployment("server", env.namespace, patch)
+
+    def observed_h200() -> dict[str, Any] | None:
+        targets = (env.profile().get("status") or {}).get("targets") or []
+        return next((t for t in targets if t.get("observedGpu") == GPU_H200), None)
+
+    seen = wait_for("the move observed", observed_h200, timeout=60, interval=0.2)
+    assert seen["state"] == "Waiting"
+    env.operator.stop()
+    time.sleep(3)
+    env.operator.start()
+
+    def run_for_h200() -> dict[str, Any] | None:
+        run = (env.profile().get("status") or {}).get("currentRun") or {}
+        return run if run.get("gpuProduct") == GPU_H200 else None
+
+    run = wait_for("a run for the new product", run_for_h200, timeout=90, interval=0.2)
+    status = env.profile()["status"]
+    (target,) = status["targets"]
+    assert target["observedSince"] == seen["observedSince"]  # continued, not restarted
+    started = time.mktime(time.strptime(run["startedAt"], "%Y-%m-%dT%H:%M:%SZ"))
+    since = time.mktime(time.strptime(seen["observedSince"], "%Y-%m-%dT%H:%M:%SZ"))
+    assert debounce - 1 <= started - since <= debounce + 15
+
+
+def test_e2e_fifty_profiles_created_at_once_all_become_ready(env: Env) -> None:
+    count = 50
+    for i in range(count):
+        dep = server_deployment(GPU_H100 if i % 2 else GPU_H200, name=f"server-{i}")
+        dep["metadata"]["labels"] = {"app": f"fleet-{i}"}
+        pod = dep["spec"]["template"]["spec"]
+        # No GPU request: fifty servers and fifty Jobs at once exceed the simulated pools;
+        # the GPU product still comes from the node labels.
+        pod["containers"][0].pop("resources", None)
+        pod["containers"][0]["env"] = [
+            e for e in pod["containers"][0]["env"] if e["name"] != "SPS_SIM_TIME_SCALE"
+        ] + [{"name": "SPS_SIM_TIME_SCALE", "value": "200"}]
+        env.apps.create_namespaced_deployment(env.namespace, dep)
+    for i in range(count):
+        profile = sps_profile(name=f"fleet-{i}", selector={"matchLabels": {"app": f"fleet-{i}"}})
+        profile["spec"]["table"]["sweep"]["batchSizes"] = [1, 2]
+        env.custom.create_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, profile)
+    started = time.monotonic()
+    env.operator.start()
+
+    def not_ready() -> list[str]:
+        items = env.custom.list_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL)
+        return sorted(
+            p["metadata"]["name"]
+            for p in items["items"]
+            if not any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in (p.get("status") or {}).get("conditions") or []
+            )
+        )
+
+    wait_for("all fifty Ready", lambda: not not_ready(), timeout=900, interval=2)
+    print(f"{count} profiles Ready {time.monotonic() - started:.0f} s after the operator started")

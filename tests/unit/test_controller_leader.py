@@ -1,0 +1,35 @@
+"""Leader election: the pure rule, with an injected clock (the k8s test runs two
+electors against the real API server)."""
+
+from __future__ import annotations
+
+from sps_operator.controller.leader import Observed, Timing, decide
+
+T = Timing(lease_duration=10, renew_deadline=7, retry_period=2)
+
+
+def lease(holder: str | None, version: str) -> dict:
+    return {"metadata": {"resourceVersion": version}, "spec": {"holderIdentity": holder}}
+
+
+def test_no_lease_ours_or_released_is_taken_at_once() -> None:
+    assert decide("a", None, None, 0.0, T)[0]
+    assert decide("a", lease("a", "5"), None, 0.0, T)[0]
+    assert decide("a", lease(None, "6"), None, 0.0, T)[0]
+
+
+def test_anothers_lease_is_taken_only_after_a_whole_unrenewed_duration() -> None:
+    take, seen = decide("b", lease("a", "5"), None, 100.0, T)
+    assert not take and seen == Observed("a", "5", 100.0)
+    take, seen = decide("b", lease("a", "5"), seen, 109.9, T)
+    assert not take
+    # Renewed (a new record): the clock starts again, by this process's own clock.
+    take, seen = decide("b", lease("a", "7"), seen, 109.95, T)
+    assert not take and seen is not None and seen.seen_at == 109.95
+    take, _ = decide("b", lease("a", "7"), seen, 119.95, T)
+    assert take
+
+
+def test_a_leader_steps_down_before_a_candidate_may_take_over() -> None:
+    assert T.renew_deadline < T.lease_duration
+    assert T.lease_duration + T.retry_period <= 15  # failover within the issue's 15 s
