@@ -35,18 +35,19 @@ def test_helm_install_runs_the_operator_from_its_image(realnode_cluster: RealNod
             bed, "deployment", "-n", release_ns, "-l", "app.kubernetes.io/name=sps-operator"
         )
         (item,) = deploy["items"]
-        assert item["status"].get("readyReplicas") == 1, item["status"]
+        replicas = item["spec"]["replicas"]
+        assert item["status"].get("readyReplicas") == replicas, item["status"]
         pods = get_json(bed, "pods", "-n", release_ns)["items"]
-        (operator_pod,) = [p for p in pods if p["status"].get("phase") == "Running"]
-        container = operator_pod["spec"]["containers"][0]
-        assert container["image"] == bed.image("operator")
-        assert container["securityContext"]["readOnlyRootFilesystem"] is True
-        status = operator_pod["status"]["containerStatuses"][0]
-        assert status["ready"] is True and status["restartCount"] == 0, status
-        # Running from the image, not a host process: the runtime reports the image it ran.
-        assert status["imageID"].startswith("sha256:") or "@sha256:" in status["imageID"], status[
-            "imageID"
-        ]
+        running = [p for p in pods if p["status"].get("phase") == "Running"]
+        assert len(running) == replicas, [p["metadata"]["name"] for p in pods]
+        for operator_pod in running:
+            container = operator_pod["spec"]["containers"][0]
+            assert container["image"] == bed.image("operator")
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True
+            status = operator_pod["status"]["containerStatuses"][0]
+            assert status["ready"] is True and status["restartCount"] == 0, status
+            # Run from the image, not a host process: the runtime reports the image it ran.
+            assert "sha256:" in status["imageID"], status["imageID"]
 
         # It reconciles: a profile for an SGLang stand-in Deployment gets a status.
         work = f"serving-{uuid.uuid4().hex[:5]}"
