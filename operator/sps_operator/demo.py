@@ -114,7 +114,6 @@ def local_operator_args(
         f"--metrics-port={metrics_port}",
         "--log-format=plain",
         "--verbose",
-        "--resync-seconds=2",
         "--gpu-debounce-seconds=5",
     ]
 

@@ -21,9 +21,9 @@ from e2e_env import (
     wait_ready,
 )
 from kubernetes import client
-from waiting import wait_for
 
 from sps_operator.constants import GPU_H100, GPU_H200
+from waiting import wait_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
 

@@ -123,7 +123,9 @@ def additive_rounds(fracs: tuple[float, ...] = (0.25, 0.5, 1.0)) -> list[dict[st
 class Harness:
     kube: FakeKube = field(default_factory=FakeKube)
     now: datetime = field(default_factory=lambda: datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC))
-    settings: Settings = field(default_factory=lambda: Settings(gpu_debounce_seconds=0))
+    settings: Settings = field(
+        default_factory=lambda: Settings(gpu_debounce_seconds=0, isolate_fits=False)
+    )
     pods: list[PodInfo] = field(default_factory=list)
     reconciler: Reconciler | None = None
 
@@ -131,9 +133,9 @@ class Harness:
         self.reconciler = Reconciler(self.kube, self.settings, clock=lambda: self.now)
 
     @classmethod
-    def one_target(cls, **spec: Any) -> Harness:
+    def one_target(cls, settings: Settings | None = None, **spec: Any) -> Harness:
         """One SGLang Deployment on H100, selected by profile "p"."""
-        h = cls()
+        h = cls(settings=settings) if settings is not None else cls()
         h.add(deployment())
         h.add(profile_body(**spec))
         h.place()

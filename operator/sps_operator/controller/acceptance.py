@@ -12,15 +12,19 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sps_operator.api.hashing import content_hash
 from sps_operator.api.limits import MAX_SWEEP_CELLS
 from sps_operator.api.models import DEFAULT_ADDITIVE_FRACS, FitQuality, SpsProfileSpec
+from sps_operator.controller.bounded import BoundExceeded, CallFailed, call_bounded
 from sps_operator.controller.gates import check_gates
 from sps_operator.tables.fit import FitResult, fit_from_rounds
 from sps_operator.tables.formats import SpsTable
 from sps_operator.tables.selfcheck import doubtful_cells, self_check
+
+if TYPE_CHECKING:
+    from sps_operator.controller.state import Settings
 
 # The fit's cost grows with the distinct cells: at most a sweep's cells, twice for an
 # Additive run (its diagonal phase, then its off-diagonal one).
@@ -143,3 +147,47 @@ def judge(
         if not verdict.passed:
             return Verdict(verdict.reason, verdict.message, fit, table_json)
     return Verdict(None, "accepted", fit, table_json)
+
+
+def _judge(
+    rounds: list[Mapping[str, Any]],
+    spec: SpsProfileSpec,
+    additive: bool,
+    live: SpsTable | None,
+    gate: bool,
+) -> Verdict:
+    return judge(rounds, spec, additive=additive, live=live, gate=gate)
+
+
+def judge_bounded(
+    rounds: Sequence[Mapping[str, Any]],
+    spec: SpsProfileSpec,
+    *,
+    additive: bool,
+    live: SpsTable | None = None,
+    gate: bool = True,
+    limits: Settings | None = None,
+) -> Verdict:
+    """`judge` in a child process bounded in time and memory (`limits`), or in-process
+    when `limits` is None or says not to isolate."""
+    if limits is None or not limits.isolate_fits:
+        return judge(rounds, spec, additive=additive, live=live, gate=gate)
+    try:
+        return call_bounded(
+            _judge,
+            list(rounds),
+            spec,
+            additive,
+            live,
+            gate,
+            seconds=limits.fit_seconds,
+            memory_bytes=limits.fit_memory_mib * 2**20,
+        )
+    except BoundExceeded as exc:
+        return Verdict(
+            FIT_FAILED,
+            f"the fit of {len(rounds)} rounds {exc}; measure fewer cells "
+            "(spec.table.sweep), or raise the operator's fit limits",
+        )
+    except CallFailed as exc:
+        return Verdict(FIT_FAILED, f"the fit failed: {exc}")

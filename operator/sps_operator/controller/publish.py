@@ -17,7 +17,13 @@ from sps_operator.api.models import TableKind, TableRef
 from sps_operator.api.result import MAX_MANIFEST_BYTES
 from sps_operator.controller import builders, names
 from sps_operator.controller import conditions as cond
-from sps_operator.controller.acceptance import DOUBTFUL, FIT_FAILED, SELF_CHECK, api_quality, judge
+from sps_operator.controller.acceptance import (
+    DOUBTFUL,
+    FIT_FAILED,
+    SELF_CHECK,
+    api_quality,
+    judge_bounded,
+)
 from sps_operator.controller.outcome import (
     NAME_TAKEN,
     NameTaken,
@@ -66,7 +72,9 @@ def publish_table(
     additive = p.spec.table.kind == TableKind.ADDITIVE
     live = table_for(st.tables, run.gpu_product, run.fingerprint)
     live_cm = p.config_map(live.config_map) if live else None
-    verdict = judge(rounds, p.spec, additive=additive, live=load_table(live_cm))
+    verdict = judge_bounded(
+        rounds, p.spec, additive=additive, live=load_table(live_cm), limits=p.settings
+    )
     if verdict.fit is None or verdict.table_json is None or verdict.table_hash is None:
         fail_run(p, str(verdict.reason), verdict.message, retryable=verdict.reason in RETRYABLE)
         return

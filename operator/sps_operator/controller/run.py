@@ -20,7 +20,7 @@ from sps_operator.api.models import (
 from sps_operator.api.result import STATUS_FAILED, STATUS_SUCCEEDED, ResultError, read_result
 from sps_operator.controller import builders, names
 from sps_operator.controller import conditions as cond
-from sps_operator.controller.acceptance import judge
+from sps_operator.controller.acceptance import judge_bounded
 from sps_operator.controller.kube import Obj, api_error_detail
 from sps_operator.controller.outcome import (
     JOB_CREATE_FAILED,
@@ -263,7 +263,7 @@ def progress_run(p: Pass) -> None:
 def start_phase2(p: Pass, rounds: Sequence[Obj]) -> None:
     run = p.status.current_run
     assert run is not None
-    verdict = judge(rounds, p.spec, additive=False, gate=False)
+    verdict = judge_bounded(rounds, p.spec, additive=False, gate=False, limits=p.settings)
     if not verdict.accepted or verdict.table_json is None:
         fail_run(p, verdict.reason or "FitFailed", f"phase 1 (diagonal): {verdict.message}")
         return

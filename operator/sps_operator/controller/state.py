@@ -35,6 +35,11 @@ class Settings:
     # unless the operator's admin allows them (fnmatch patterns; "*" allows all).
     allowed_job_images: tuple[str, ...] = ()
     allowed_service_accounts: tuple[str, ...] = ()
+    # A fit runs in a child process with these bounds (its cost depends on what a Job
+    # published); in-process only where a test wants speed.
+    isolate_fits: bool = True
+    fit_seconds: float = 120.0
+    fit_memory_mib: int = 1024
 
 
 @dataclass(frozen=True)

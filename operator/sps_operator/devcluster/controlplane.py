@@ -222,9 +222,12 @@ class ControlPlane:
         state_dir: Path | None = None,
         binaries: Binaries | None = None,
         detached: bool = False,
+        apiserver_args: Sequence[str] = (),
     ) -> None:
         self.state_dir = (state_dir or default_state_dir()).resolve()
         self._binaries = binaries
+        # More kube-apiserver flags (e.g. an audit log for a benchmark).
+        self.apiserver_args = list(apiserver_args)
         # Detached: processes outlive this Python process (`dev-cluster up`); otherwise
         # they die with it and are stopped at exit (tests).
         self.detached = detached
@@ -421,6 +424,7 @@ class ControlPlane:
                 # `kubectl logs` reaches a node agent at its InternalIP (no DNS for node names).
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--v=1",
+                *self.apiserver_args,
             ],
         )
         admin_ctx = _ssl_context(p.ca_cert, p.admin)

@@ -1,0 +1,424 @@
+"""The operator at scale, on the local control plane (issue 10).
+
+Prints a table: with 0, 500 and 2,000 idle SpsProfiles, the operator's CPU, RSS and the
+rate of its requests to the API server (counted by the API server's own audit log, watches
+included); the latency of each hop of a real profile (apply → Job, Job finished → table,
+table → Deployment patched, rolled out → Ready), p50/p99 over repeated runs, with 0 and
+2,000 profiles around; and the time to delete 500 profiles.
+
+    .venv/bin/python bench/operator_scale.py                      # this checkout's operator
+    .venv/bin/python bench/operator_scale.py --operator /tmp/old/.venv/bin/sps-operator \
+        --label before --flags=--resync-seconds=10               # another build, side by side
+
+An idle profile selects no Deployment (it has a status and nothing to do). The hop runs
+use a one-replica SGLang Deployment (sps-sim at 40x) and a two-probe Diagonal sweep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from sps_operator.constants import API_GROUP, API_VERSION, GPU_H100, PLURAL
+from sps_operator.demo import chart_operator, repo_root, split_rendered, token_kubeconfig
+from sps_operator.devcluster.binaries import find_binaries
+from sps_operator.devcluster.controlplane import ControlPlane
+
+SYSTEM_NS, IDLE_NS, HOP_NS = "sps-system", "bench-idle", "bench-hops"
+RELEASE = "sps-bench"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [{"level": "Metadata"}],
+}
+
+
+@dataclass
+class Cluster:
+    cp: ControlPlane
+    api: client.ApiClient
+    audit_log: Path
+    kubectl: Callable[..., str]
+
+
+@contextmanager
+def cluster(workdir: Path) -> Iterator[Cluster]:
+    policy = workdir / "audit-policy.yaml"
+    policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+    audit_log = workdir / "audit.log"
+    cp = ControlPlane(
+        workdir / "cluster",
+        apiserver_args=[
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-maxsize=0",
+        ],
+    )
+    cp.start()
+    cp.start_node_agent()
+    binaries = find_binaries(build=False)
+
+    def kubectl(*args: str, input: str | None = None) -> str:
+        return subprocess.run(
+            [str(binaries.kubectl), f"--kubeconfig={cp.kubeconfig}", *args],
+            input=input, capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+
+    try:
+        api = config.new_client_from_config(str(cp.kubeconfig))
+        yield Cluster(cp, api, audit_log, kubectl)
+    finally:
+        cp.stop()
+
+
+def install(c: Cluster, helm: Path) -> tuple[str, str]:
+    """The CRD and the chart's RBAC (namespaces mode, both bench namespaces); returns the
+    operator's (service account, its namespace)."""
+    for ns in (SYSTEM_NS, IDLE_NS, HOP_NS):
+        c.kubectl("create", "namespace", ns)
+    rendered = subprocess.run(
+        [str(helm), "template", RELEASE, str(repo_root() / "charts" / "sps-operator"),
+         "--namespace", SYSTEM_NS, "--kube-version", "v1.36.3", "--include-crds",
+         "--set", "watch.mode=namespaces", "--set", f"watch.namespaces={{{IDLE_NS},{HOP_NS}}}",
+         "--set", "replicaCount=0"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    crds, rest = split_rendered(rendered)
+    c.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(crds))
+    c.kubectl("wait", "--for=condition=Established", "crd/spsprofiles.sps.dev", "--timeout=60s")
+    c.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(rest))
+    account, ns, _ = chart_operator(rest)
+    return account, ns
+
+
+def start_operator(
+    c: Cluster, account: str, ns: str, exe: str, flags: list[str], workdir: Path
+) -> subprocess.Popen[bytes]:
+    token = json.loads(
+        c.kubectl("create", "token", account, "-n", ns, "--duration=24h", "-o", "json")
+    )["status"]["token"]
+    admin = yaml.safe_load(c.cp.kubeconfig.read_text())
+    kubeconfig = workdir / "operator.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(token_kubeconfig(admin, token, account)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    env["KUBECONFIG"] = str(kubeconfig)
+    argv = [exe, "run", "-n", IDLE_NS, "-n", HOP_NS, "--metrics-port", "0", *flags]
+    log = (workdir / "operator.log").open("ab")
+    return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime, all threads
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def operator_requests(audit_log: Path, user: str, since: float, until: float) -> int:
+    """Requests the operator's user made, received within [since, until] (epoch seconds)."""
+    seen: set[str] = set()
+    with audit_log.open() as lines:
+        for line in lines:
+            if f'"{user}"' not in line:
+                continue
+            event = json.loads(line)
+            if (event.get("user") or {}).get("username") != user:
+                continue
+            stamp = str(event["requestReceivedTimestamp"]).replace("Z", "+00:00")
+            if since <= datetime.fromisoformat(stamp).timestamp() <= until:
+                seen.add(event["auditID"])
+    return len(seen)
+
+
+def idle_profile(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": "SpsProfile",
+        "metadata": {"name": name, "namespace": IDLE_NS},
+        "spec": {"selector": {"matchLabels": {"bench": name}}},
+    }
+
+
+def create_idle(custom: client.CustomObjectsApi, start: int, stop: int) -> None:
+    def one(i: int) -> None:
+        custom.create_namespaced_custom_object(
+            API_GROUP, API_VERSION, IDLE_NS, PLURAL, idle_profile(f"idle-{i:05d}")
+        )
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, range(start, stop)))
+
+
+def wait_all_observed(custom: client.CustomObjectsApi, count: int, timeout: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        items: Any = custom.list_namespaced_custom_object(API_GROUP, API_VERSION, IDLE_NS, PLURAL)
+        done = sum(1 for p in items["items"] if (p.get("status") or {}).get("observedGeneration"))
+        if done >= count:
+            return time.monotonic() - started
+        time.sleep(1)
+    return float("nan")
+
+
+@dataclass
+class Hops:
+    apply_to_job: list[float] = field(default_factory=list)
+    job_to_table: list[float] = field(default_factory=list)
+    table_to_patch: list[float] = field(default_factory=list)
+    rolled_to_ready: list[float] = field(default_factory=list)
+
+
+def server_deployment(name: str) -> dict[str, Any]:
+    labels = {"app": name}
+    args = ["--model-path", "sim/dspark-8b", "--speculative-algorithm", "DSPARK",
+            "--speculative-dspark-block-size", "3", "--cuda-graph-max-bs", "16",
+            "--max-running-requests", "16", "--port", "30000"]  # fmt: skip
+    container = {
+        "name": "sglang",
+        "image": "lmsysorg/sglang:v0.5.16",
+        "command": ["python3", "-m", "sglang.launch_server"],
+        "args": args,
+        "env": [{"name": "SPS_SIM_TIME_SCALE", "value": "40"}],
+        "readinessProbe": {"httpGet": {"path": "/health", "port": 30000}, "periodSeconds": 1},
+        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 1}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeSelector": {"nvidia.com/gpu.product": GPU_H100},
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [container],
+                },
+            },
+        },
+    }
+
+
+def raw(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """A client call's JSON body as plain dicts."""
+    return json.loads(call(*args, _preload_content=False, **kwargs).data)
+
+
+def rolled(dep: dict[str, Any]) -> bool:
+    status = dep.get("status") or {}
+    return (
+        status.get("observedGeneration", 0) >= dep["metadata"]["generation"]
+        and status.get("updatedReplicas", 0) >= 1
+        and status.get("availableReplicas", 0) >= 1
+        and status.get("replicas", 0) <= 1
+    )
+
+
+def one_hop_run(api: client.ApiClient, name: str, hops: Hops, timeout: float = 180) -> None:
+    """Create a settled Deployment, then its profile; time each hop until Ready."""
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    batch, custom = client.BatchV1Api(api), client.CustomObjectsApi(api)
+    body: Any = server_deployment(name)
+    apps.create_namespaced_deployment(HOP_NS, body)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:  # settled first: placement is then immediate
+        dep = raw(apps.read_namespaced_deployment, name, HOP_NS)
+        if (dep.get("status") or {}).get("availableReplicas", 0) >= 1:
+            break
+        time.sleep(0.2)
+    profile = {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": "SpsProfile",
+        "metadata": {"name": name, "namespace": HOP_NS},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "table": {"kind": "Diagonal", "sweep": {"batchSizes": [1, 2], "vocabSize": 32000}},
+        },
+    }
+    t: dict[str, float] = {"apply": time.monotonic()}
+    custom.create_namespaced_custom_object(API_GROUP, API_VERSION, HOP_NS, PLURAL, profile)
+    mine = f"sps.dev/profile={name}"
+    while time.monotonic() < deadline and "ready" not in t:
+        now = time.monotonic()
+        jobs = raw(batch.list_namespaced_job, HOP_NS, label_selector=mine)["items"]
+        if jobs:
+            t.setdefault("job", now)
+        conditions = [c for j in jobs for c in (j.get("status") or {}).get("conditions") or []]
+        if any(c["type"] == "Complete" and c["status"] == "True" for c in conditions):
+            t.setdefault("job_done", now)
+        tables = raw(
+            core.list_namespaced_config_map,
+            HOP_NS,
+            label_selector=f"{mine},sps.dev/component=table",
+        )["items"]
+        if tables:
+            t.setdefault("table", now)
+        dep = raw(apps.read_namespaced_deployment, name, HOP_NS)
+        annotations = dep["spec"]["template"].get("metadata", {}).get("annotations") or {}
+        if annotations.get("sps.dev/table-hash"):
+            t.setdefault("patch", now)
+        if "patch" in t and rolled(dep):
+            t.setdefault("rolled", now)
+        obj = raw(custom.get_namespaced_custom_object, API_GROUP, API_VERSION, HOP_NS, PLURAL, name)
+        conds = (obj.get("status") or {}).get("conditions") or []
+        if "rolled" in t and any(c["type"] == "Ready" and c["status"] == "True" for c in conds):
+            t["ready"] = now
+        time.sleep(0.05)
+    if "ready" not in t:
+        raise RuntimeError(f"hop run {name} did not become Ready: {sorted(t)}")
+    hops.apply_to_job.append(t["job"] - t["apply"])
+    hops.job_to_table.append(t["table"] - t["job_done"])
+    hops.table_to_patch.append(t["patch"] - t["table"])
+    hops.rolled_to_ready.append(t["ready"] - t["rolled"])
+    custom.delete_namespaced_custom_object(API_GROUP, API_VERSION, HOP_NS, PLURAL, name)
+    apps.delete_namespaced_deployment(name, HOP_NS)
+
+
+def delete_all_idle(custom: client.CustomObjectsApi, count: int, timeout: float) -> float:
+    names = [f"idle-{i:05d}" for i in range(count)]
+    started = time.monotonic()
+
+    def one(name: str) -> None:
+        try:
+            custom.delete_namespaced_custom_object(API_GROUP, API_VERSION, IDLE_NS, PLURAL, name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, names))
+    wanted = set(names)
+    while time.monotonic() - started < timeout:
+        items: Any = custom.list_namespaced_custom_object(API_GROUP, API_VERSION, IDLE_NS, PLURAL)
+        if not wanted & {p["metadata"]["name"] for p in items["items"]}:
+            return time.monotonic() - started
+        time.sleep(0.2)
+    return float("nan")
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+Rows = list[tuple[str, str]]
+
+
+def measure_idle(c: Cluster, pid: int, user: str, size: int, seconds: float) -> Rows:
+    time.sleep(10)  # settle after the creations
+    cpu0, t0, w0 = cpu_seconds(pid), time.monotonic(), time.time()
+    time.sleep(seconds)
+    cpu1, t1, w1 = cpu_seconds(pid), time.monotonic(), time.time()
+    requests = operator_requests(c.audit_log, user, w0, w1)
+    return [
+        (f"{size} idle profiles: operator CPU", f"{(cpu1 - cpu0) / (t1 - t0):.1%} of a core"),
+        (f"{size} idle profiles: RSS", f"{rss_mib(pid):.0f} MiB"),
+        (f"{size} idle profiles: API requests", f"{requests / (w1 - w0):.2f} req/s"),
+    ]
+
+
+def measure_hops(c: Cluster, size: int, runs: int) -> Rows:
+    hops = Hops()
+    for i in range(runs):
+        one_hop_run(c.api, f"hop-{size}-{i}", hops)
+    return [
+        (f"{size} profiles: {label} p50 / p99", f"{pct(v, 0.5):.2f} s / {pct(v, 0.99):.2f} s")
+        for label, v in (
+            ("apply → Job", hops.apply_to_job),
+            ("Job finished → table", hops.job_to_table),
+            ("table → Deployment patched", hops.table_to_patch),
+            ("rolled out → Ready", hops.rolled_to_ready),
+        )
+    ]
+
+
+def run(args: argparse.Namespace, workdir: Path) -> Rows:
+    binaries = find_binaries(build=True)
+    assert binaries.helm is not None
+    rows: Rows = []
+    with cluster(workdir) as c:
+        account, account_ns = install(c, binaries.helm)
+        user = f"system:serviceaccount:{account_ns}:{account}"
+        proc = start_operator(c, account, account_ns, args.operator, args.flags, workdir)
+        custom = client.CustomObjectsApi(c.api)
+        created = 0
+        try:
+            for size in args.sizes:
+                if size > created:
+                    create_idle(custom, created, size)
+                    took = wait_all_observed(custom, size, timeout=1800)
+                    rows.append(
+                        (f"{size} profiles: all reconciled after creation", f"{took:.0f} s")
+                    )
+                    created = size
+                rows += measure_idle(c, proc.pid, user, size, args.idle_seconds)
+                if size in args.hop_sizes:
+                    rows += measure_hops(c, size, args.hops)
+            if args.delete:
+                count = min(args.delete, created)
+                rows.append(
+                    (f"deleting {count} profiles", f"{delete_all_idle(custom, count, 600):.1f} s")
+                )
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[0, 500, 2000])
+    parser.add_argument("--idle-seconds", type=float, default=60.0)
+    parser.add_argument("--hop-sizes", type=int, nargs="*", default=[0, 2000])
+    parser.add_argument("--hops", type=int, default=5, help="hop runs per size")
+    parser.add_argument("--delete", type=int, default=500)
+    parser.add_argument("--operator", default=str(Path(sys.executable).with_name("sps-operator")))
+    parser.add_argument("--flags", action="append", default=[], help="more operator flags")
+    parser.add_argument("--label", default="this checkout")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="sps-scale-") as tmp:
+        rows = run(args, Path(tmp))
+    width = max(len(r[0]) for r in rows)
+    print(f"\noperator: {args.label} ({args.operator} {' '.join(args.flags)})")
+    for what, value in rows:
+        print(f"  {what:<{width}}  {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

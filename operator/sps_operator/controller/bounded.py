@@ -1,0 +1,66 @@
+"""CPU work with a time and a memory bound: a call in a child process (forkserver: no fork
+of the threaded operator) under RLIMIT_AS, killed when it runs out of time.
+
+A fit's cost depends on what a profiling Job published; the operator must not hang a
+pass, nor be OOM-killed, because of it. The child returns the result or the exception's
+text; a child that dies (killed, out of memory) becomes `BoundExceeded`.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import resource
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+_CONTEXT = multiprocessing.get_context("forkserver")
+
+
+class BoundExceeded(RuntimeError):
+    """The call ran out of time or memory, or its process died."""
+
+
+class CallFailed(RuntimeError):
+    """The call raised; the message is the child's exception."""
+
+
+def _child(conn: Connection, fn: Callable[..., Any], args: tuple[Any, ...], memory: int) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    try:
+        conn.send(("ok", fn(*args)))
+    except MemoryError:
+        conn.send(("memory", "out of memory"))
+    except BaseException as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+def call_bounded(fn: Callable[..., T], *args: Any, seconds: float, memory_bytes: int) -> T:
+    """`fn(*args)` in a child process with at most `seconds` and `memory_bytes` of address
+    space. `fn`, its arguments and its result must pickle."""
+    receive, send = _CONTEXT.Pipe(duplex=False)
+    process = _CONTEXT.Process(
+        target=_child, args=(send, fn, args, memory_bytes), daemon=True, name="sps-bounded"
+    )
+    process.start()
+    send.close()
+    try:
+        if not receive.poll(seconds):
+            raise BoundExceeded(f"took more than {seconds:g} s")
+        try:
+            status, value = receive.recv()
+        except EOFError:
+            raise BoundExceeded(f"its process died (exit code {process.exitcode})") from None
+    finally:
+        receive.close()
+        if process.is_alive():
+            process.kill()
+        process.join(5)
+    if status == "ok":
+        return value
+    if status == "memory":
+        raise BoundExceeded(f"needed more than {memory_bytes // 2**20} MiB")
+    raise CallFailed(str(value))

@@ -1,0 +1,60 @@
+"""CPU work bounded in time and memory (a child process), as the operator runs its fits."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from controller_harness import Harness
+
+from sps_operator.controller.bounded import BoundExceeded, CallFailed, call_bounded
+from sps_operator.controller.state import Settings
+
+MIB = 2**20
+
+
+def _sleep(seconds: float) -> str:
+    time.sleep(seconds)
+    return "woke"
+
+
+def _allocate(mib: int) -> int:
+    return len(bytearray(mib * MIB))
+
+
+def _fail() -> None:
+    raise ValueError("no cells")
+
+
+def test_a_call_returns_its_result_or_its_error() -> None:
+    assert call_bounded(_sleep, 0.0, seconds=30, memory_bytes=512 * MIB) == "woke"
+    with pytest.raises(CallFailed, match="ValueError: no cells"):
+        call_bounded(_fail, seconds=30, memory_bytes=512 * MIB)
+
+
+def test_a_call_past_its_time_is_killed() -> None:
+    started = time.monotonic()
+    with pytest.raises(BoundExceeded, match=r"more than 0\.5 s"):
+        call_bounded(_sleep, 30.0, seconds=0.5, memory_bytes=512 * MIB)
+    assert time.monotonic() - started < 20  # it did not wait the 30 s out
+
+
+def test_a_call_past_its_memory_fails_without_touching_the_caller() -> None:
+    with pytest.raises(BoundExceeded, match="more than 600 MiB"):
+        call_bounded(_allocate, 2048, seconds=30, memory_bytes=600 * MIB)
+
+
+def test_a_whole_run_publishes_through_an_isolated_fit() -> None:
+    h = Harness.one_target(Settings(gpu_debounce_seconds=0, isolate_fits=True, fit_seconds=60))
+    status = h.profile_once()
+    assert status["tables"] and h.condition("Ready")[0] == "True"
+
+
+def test_a_fit_past_its_bound_is_a_failed_run_with_a_reason() -> None:
+    h = Harness.one_target(Settings(gpu_debounce_seconds=0, isolate_fits=True, fit_seconds=1e-3))
+    h.tick()
+    h.run_pass()
+    h.finish()
+    status = h.settle()
+    assert status["lastFailure"]["reason"] == "FitFailed"
+    assert "took more than" in status["lastFailure"]["message"]
