@@ -3,30 +3,42 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test setup controlplane lint typecheck crds unit clean
+.PHONY: demo test setup controlplane testbed realnode lint typecheck crds unit clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# Installs the package with its test tools into $(VENV).
+# Installs the package with its test tools into $(VENV), and the real-node test bed
+# (testbed/, distribution sps-testbed) beside it.
 setup: $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev]' -e ./testbed
 
 # Builds (or reuses from the cache) the pinned control-plane binaries.
 controlplane:
 	bash tests/controlplane/setup-host.sh
 	bash tests/controlplane/build.sh
 
+# The real-node test bed's host packages, node binaries (kubelet, kube-proxy, CoreDNS,
+# device plugin) and images (operator from the Dockerfile, SGLang stand-in), all cached.
+testbed: setup controlplane
+	bash tests/controlplane/setup-host.sh --nodes
+	$(BIN)/sps-testbed build
+
+# Only the tests on real nodes (tests/realnode).
+realnode: testbed
+	$(BIN)/pytest tests/realnode
+
 # The main job on the embedded default: local control plane, simulated GPU nodes.
 demo: setup controlplane
 	$(BIN)/sps-operator demo
 
 lint: setup
-	$(BIN)/ruff check operator tests bench
-	$(BIN)/ruff format --check operator tests bench
+	$(BIN)/ruff check operator tests bench testbed
+	$(BIN)/ruff format --check operator tests bench testbed
 	$(BIN)/mypy
 	$(BIN)/mypy bench
+	$(BIN)/mypy testbed/sps_testbed
 
 crds: setup
 	$(BIN)/sps-operator crd > crds/sps.dev_spsprofiles.yaml
@@ -34,8 +46,9 @@ crds: setup
 unit: setup
 	$(BIN)/pytest -m "not k8s and not e2e"
 
-# Every test: lint and types, unit, simulator and profiler, control plane, end to end.
-test: setup controlplane lint
+# Every test: lint and types, unit, simulator and profiler, control plane, real nodes,
+# end to end.
+test: setup controlplane testbed lint
 	$(BIN)/pytest
 
 clean:

@@ -1,10 +1,23 @@
 #!/usr/bin/env bash
 # Installs the host packages the tests need (iproute2 for pod network namespaces).
+# --nodes: also what the real-node test bed needs (sps_testbed): containerd, runc, the CNI
+# plugins, iptables and conntrack (kube-proxy), mmdebstrap and buildah (images).
 set -euo pipefail
 missing=()
 command -v ip >/dev/null || missing+=(iproute2)
 command -v unshare >/dev/null || missing+=(util-linux)
 command -v nsenter >/dev/null || missing+=(util-linux)
+if [ "${1:-}" = "--nodes" ]; then
+  PATH=$PATH:/usr/sbin:/sbin
+  command -v containerd >/dev/null || missing+=(containerd)
+  command -v runc >/dev/null || missing+=(runc)
+  [ -x /usr/lib/cni/bridge ] || [ -x /opt/cni/bin/bridge ] || missing+=(containernetworking-plugins)
+  command -v iptables >/dev/null || missing+=(iptables)
+  command -v conntrack >/dev/null || missing+=(conntrack)
+  command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
+  command -v buildah >/dev/null || missing+=(buildah)
+  command -v flock >/dev/null || missing+=(util-linux)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then echo "need root to install: ${missing[*]}" >&2; exit 1; fi
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Builds the test bed's container images from the repo's own files, with no registry:
+#   base       mmdebstrap (Debian bookworm minbase + python3, pip) imported into buildah
+#   operator   the project's Dockerfile, FROM that base (ghcr.io/sps-dev/sps-operator:<appVersion>)
+#   sglang     testbed/images/sglang/Containerfile FROM the operator image (lmsysorg/sglang:<tag>)
+#   pause      the pod sandbox (registry.k8s.io/pause:3.10) from nodetools/pause
+#   coredns    cluster DNS from the CoreDNS built by build-nodes.sh
+# Each is exported as an OCI archive named by a hash of its inputs, under
+# ${SPS_IMAGES_CACHE:-~/.cache/sps-operator/images}; nothing is rebuilt when cached.
+# Usage: build.sh NODE_BIN_DIR   (prints the path of a JSON manifest {ref: archive})
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+nodebin=${1:?usage: build.sh NODE_BIN_DIR}
+cache=${SPS_IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sps-operator/images}
+mkdir -p "$cache/containers"
+exec 9>"$cache/.lock"
+flock 9
+# buildah's own configuration, not the host's: runc with cgroupfs (crun cannot run on
+# hybrid cgroups), no default ulimits (the hard RLIMIT_NOFILE may be below podman's).
+export CONTAINERS_CONF="$cache/containers/containers.conf" CONTAINERS_STORAGE_CONF="$cache/containers/storage.conf"
+cat > "$CONTAINERS_CONF" <<CONF
+[containers]
+default_ulimits = []
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+CONF
+cat > "$CONTAINERS_STORAGE_CONF" <<CONF
+[storage]
+driver = "overlay"
+graphroot = "$cache/containers/storage"
+runroot = "${SPS_IMAGES_RUNROOT:-/run/sps-testbed-buildah-$(printf %s "$cache" | sha256sum | cut -c1-8)}"
+CONF
+nice=(nice -n "${SPS_BUILD_NICE:-10}")
+hash_files() { (cd "$repo" && find "$@" -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' -print0 \
+  | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16); }
+hash_str() { printf '%s' "$*" | sha256sum | cut -c1-16; }
+have() { buildah inspect --type image "$1" >/dev/null 2>&1; }
+export_image() {  # ref archive
+  [ -s "$2" ] && return 0
+  buildah push -q "$1" "oci-archive:$2.tmp:$1" && mv "$2.tmp" "$2"
+}
+
+app_version=$(awk '/^appVersion:/ {gsub(/"/, "", $2); print $2}' "$repo/charts/sps-operator/Chart.yaml")
+operator_ref="ghcr.io/sps-dev/sps-operator:$app_version"
+sglang_ref="docker.io/lmsysorg/sglang:${SPS_SGLANG_TAG:-v0.5.16}"
+pause_ref="registry.k8s.io/pause:3.10"
+coredns_version=$("$nodebin/coredns" -version 2>/dev/null | awk -F'[-]' '/CoreDNS/ {print $2; exit}')
+coredns_ref="registry.k8s.io/coredns/coredns:v${coredns_version:-unknown}"
+
+# ---- base ------------------------------------------------------------------------
+base_pkgs="python3,python3-pip,python3-venv,python-is-python3,ca-certificates,passwd"
+base_key=$(hash_str "bookworm minbase $base_pkgs")
+base_ref="localhost/sps-testbed/base:$base_key"
+if ! have "$base_ref"; then
+  tar="$cache/base-$base_key.tar"
+  if [ ! -s "$tar" ]; then
+    echo "mmdebstrap: Debian bookworm base ($base_key)" >&2
+    "${nice[@]}" mmdebstrap --quiet --variant=minbase --format=tar --include="$base_pkgs" bookworm "$tar.tmp" >&2
+    mv "$tar.tmp" "$tar"
+  fi
+  c=$(buildah from scratch)
+  buildah add "$c" "$tar" / >/dev/null
+  # Debian marks its Python externally managed; the image installs the wheels system-wide.
+  buildah config --env PIP_BREAK_SYSTEM_PACKAGES=1 --cmd python3 "$c"
+  buildah commit -q --rm "$c" "$base_ref" >/dev/null
+fi
+
+# ---- operator: the project's Dockerfile ------------------------------------------
+op_key=$(hash_str "$base_key $(hash_files Dockerfile pyproject.toml README.md operator)")
+op_tar="$cache/sps-operator-$op_key.tar"
+if [ ! -s "$op_tar" ]; then
+  echo "buildah: $operator_ref from Dockerfile ($op_key)" >&2
+  # pip inside the build reaches PyPI through the host's CA bundle.
+  "${nice[@]}" buildah bud --quiet --isolation=chroot --network=host --layers=false \
+    -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
+    --build-arg PYTHON_IMAGE="$base_ref" --build-arg VERSION="$app_version" \
+    --build-arg REVISION="$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+    -t "$operator_ref" -f "$repo/Dockerfile" "$repo" >&2
+  export_image "$operator_ref" "$op_tar"
+fi
+
+# ---- SGLang stand-in -------------------------------------------------------------
+sg_key=$(hash_str "$op_key $(hash_files testbed/images/sglang)")
+sg_tar="$cache/sglang-$sg_key.tar"
+if [ ! -s "$sg_tar" ]; then
+  have "$operator_ref" || buildah pull -q "oci-archive:$op_tar" >/dev/null
+  echo "buildah: $sglang_ref ($sg_key)" >&2
+  "${nice[@]}" buildah bud --quiet --isolation=chroot --network=host --layers=false \
+    --build-arg OPERATOR_IMAGE="$operator_ref" -t "$sglang_ref" "$here/sglang" >&2
+  export_image "$sglang_ref" "$sg_tar"
+fi
+
+# ---- pause and coredns: one static binary each -----------------------------------
+scratch_image() {  # ref binary archive user
+  [ -s "$3" ] && return 0
+  c=$(buildah from scratch)
+  buildah copy "$c" "$2" "/$(basename "$2")" >/dev/null
+  buildah config --entrypoint "[\"/$(basename "$2")\"]" --user "$4" "$c"
+  buildah commit -q --rm "$c" "$1" >/dev/null
+  export_image "$1" "$3"
+}
+scratch_image "$pause_ref" "$nodebin/pause" "$cache/pause-$(sha256sum "$nodebin/pause" | cut -c1-16).tar" 65535:65535
+scratch_image "$coredns_ref" "$nodebin/coredns" "$cache/coredns-$(sha256sum "$nodebin/coredns" | cut -c1-16).tar" 65532:65532
+
+# Every source change makes a new operator image: keep the newest few of each kind.
+prune() { ls -1t "$cache"/$1-*.tar 2>/dev/null | tail -n +$(( ${SPS_IMAGES_KEEP:-4} + 1 )) | xargs -r rm -f; }
+prune sps-operator; prune sglang
+buildah rmi --prune >/dev/null 2>&1 || true
+
+manifest="$cache/manifest-$(hash_str "$op_key $sg_key $(sha256sum "$nodebin/pause" "$nodebin/coredns")").json"
+cat > "$manifest" <<JSON
+{
+  "operator": {"ref": "$operator_ref", "archive": "$op_tar"},
+  "sglang": {"ref": "$sglang_ref", "archive": "$sg_tar"},
+  "pause": {"ref": "$pause_ref", "archive": "$cache/pause-$(sha256sum "$nodebin/pause" | cut -c1-16).tar"},
+  "coredns": {"ref": "$coredns_ref", "archive": "$cache/coredns-$(sha256sum "$nodebin/coredns" | cut -c1-16).tar"}
+}
+JSON
+echo "$manifest"

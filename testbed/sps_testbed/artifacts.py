@@ -1,0 +1,152 @@
+"""What a test bed runs, built from the repo's own files and cached outside it.
+
+- node binaries (kubelet, kube-proxy, CoreDNS, the GPU device plugin, pause):
+  `tests/controlplane/build-nodes.sh`, cached by version in ~/.cache/sps-operator/nodes
+- images (operator from the Dockerfile, the SGLang stand-in, pause, CoreDNS):
+  `testbed/images/build.sh`, OCI archives cached by a hash of their inputs in
+  ~/.cache/sps-operator/images
+- the control plane: `sps_operator.devcluster.binaries.find_binaries` (build.sh)
+
+containerd, runc and the CNI plugins are Debian's (`tests/controlplane/setup-host.sh --nodes`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from sps_operator.devcluster.binaries import Binaries, find_binaries
+from sps_testbed.imagestore import ImageStoreError, ensure_store
+
+HOST_TOOLS = ("containerd", "ctr", "runc", "iptables", "ip", "unshare", "nsenter", "mount")
+CNI_PLUGIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
+
+
+class ArtifactError(RuntimeError):
+    """A binary or image could not be built or found; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Image:
+    ref: str
+    archive: Path
+
+
+@dataclass(frozen=True)
+class Artifacts:
+    controlplane: Binaries
+    node_bin: Path
+    images: dict[str, Image]
+    cni_bin: Path
+    host_tools: dict[str, Path]
+    image_store: Path  # a containerd root with every image imported (imagestore.py)
+
+    def node_binary(self, name: str) -> Path:
+        return self.node_bin / name
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "node_bin": str(self.node_bin),
+            "cni_bin": str(self.cni_bin),
+            "images": {
+                k: {"ref": v.ref, "archive": str(v.archive)} for k, v in self.images.items()
+            },
+            "host_tools": {k: str(v) for k, v in self.host_tools.items()},
+            "image_store": str(self.image_store),
+        }
+
+
+def repo_root() -> Path:
+    """The repository this package was installed from (editable install or a checkout)."""
+    env = os.environ.get("SPS_TESTBED_REPO")
+    if env:
+        return Path(env).resolve()
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "tests" / "controlplane" / "build-nodes.sh").is_file():
+            return parent
+    raise ArtifactError(
+        f"cannot find the sps-operator repository above {here}; set SPS_TESTBED_REPO"
+    )
+
+
+def _run_script(argv: list[str], what: str) -> str:
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-30:])
+        raise ArtifactError(
+            f"building {what} failed ({' '.join(argv)}, exit {proc.returncode}):\n{tail}"
+        )
+    lines = proc.stdout.strip().splitlines()
+    if not lines:
+        raise ArtifactError(f"{' '.join(argv)} printed nothing")
+    return lines[-1]
+
+
+def host_tools() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    missing: list[str] = []
+    for tool in HOST_TOOLS:
+        path = shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+        if path is None:
+            missing.append(tool)
+        else:
+            found[tool] = Path(path)
+    if missing:
+        raise ArtifactError(
+            f"missing host tools: {', '.join(missing)}; "
+            "run `bash tests/controlplane/setup-host.sh --nodes`"
+        )
+    return found
+
+
+def cni_bin_dir() -> Path:
+    for d in CNI_PLUGIN_DIRS:
+        if (Path(d) / "bridge").is_file() and (Path(d) / "host-local").is_file():
+            return Path(d)
+    raise ArtifactError(
+        "no CNI plugins (bridge, host-local) in "
+        + " or ".join(CNI_PLUGIN_DIRS)
+        + "; run `bash tests/controlplane/setup-host.sh --nodes`"
+    )
+
+
+def build_artifacts() -> Artifacts:
+    """Build (or find in the cache) everything a test bed needs; raise ArtifactError if not."""
+    repo = repo_root()
+    tools = host_tools()
+    cni = cni_bin_dir()
+    try:
+        cp = find_binaries(build=True)
+    except Exception as err:  # find_binaries raises its own error types
+        raise ArtifactError(f"control-plane binaries: {err}") from err
+    node_bin = Path(
+        _run_script(["bash", str(repo / "tests/controlplane/build-nodes.sh")], "node binaries")
+    )
+    manifest = Path(
+        _run_script(["bash", str(repo / "testbed/images/build.sh"), str(node_bin)], "images")
+    )
+    data = json.loads(manifest.read_text())
+    images = {k: Image(ref=v["ref"], archive=Path(v["archive"])) for k, v in data.items()}
+    for name in ("kubelet", "kube-proxy", "coredns", "sps-gpu-device-plugin", "pause"):
+        if not (node_bin / name).is_file():
+            raise ArtifactError(f"{node_bin / name} missing after build-nodes.sh")
+    for image in images.values():
+        if not image.archive.is_file():
+            raise ArtifactError(f"image archive {image.archive} missing after images/build.sh")
+    try:
+        store = ensure_store(images)
+    except ImageStoreError as err:
+        raise ArtifactError(f"image store: {err}") from err
+    return Artifacts(
+        controlplane=cp,
+        node_bin=node_bin,
+        images=images,
+        cni_bin=cni,
+        host_tools=tools,
+        image_store=store,
+    )

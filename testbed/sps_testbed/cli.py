@@ -1,0 +1,114 @@
+"""`sps-testbed build|up|down|status|env`: the real-node test bed from the shell."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from sps_testbed.artifacts import ArtifactError, build_artifacts
+from sps_testbed.cluster import (
+    DEFAULT_NODES,
+    NodeSpec,
+    RealNodeCluster,
+    TestbedError,
+    default_state_dir,
+)
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    t0 = time.monotonic()
+    art = build_artifacts()
+    print(f"node binaries: {art.node_bin}")
+    for role, image in art.images.items():
+        print(f"image {role}: {image.ref} ({image.archive})")
+    print(f"built in {time.monotonic() - t0:.1f}s")
+    return 0
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    nodes = [NodeSpec.parse(n) for n in args.node] or list(DEFAULT_NODES)
+    bed = RealNodeCluster(args.state_dir, nodes=nodes, detached=True)
+    if bed.running():
+        print(f"test bed already running in {bed.state_dir}")
+        return 0
+    bed.build()
+    bed.start(timeout=args.timeout)
+    rec = bed.record()
+    print(
+        f"built/checked artifacts in {bed.build_seconds:.1f}s; "
+        f"bed ready in {bed.start_seconds:.1f}s"
+    )
+    print(f"  timings (s since supervisor start): {rec.timings}")
+    print(f"  API server {rec.server}, network namespace spstb-{rec.bed_id}")
+    for node in rec.nodes:
+        print(f"  node {node.name}: {node.product} x{node.gpus} at {node.node_ip}")
+    print(f"export KUBECONFIG={bed.kubeconfig}")
+    return 0
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    try:
+        bed = RealNodeCluster.attach(args.state_dir)
+    except TestbedError as err:
+        print(err)
+        return 0
+    bed.stop()
+    print(f"test bed in {bed.state_dir} stopped")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    bed = RealNodeCluster.attach(args.state_dir)
+    rec = bed.record()
+    alive = bed.running()
+    print(f"status: {rec.status if alive else 'not running'} ({bed.state_dir})")
+    if rec.error:
+        print(f"error: {rec.error}")
+    if alive:
+        print(bed.kubectl("get", "nodes", "-o", "wide", "-L", "nvidia.com/gpu.product"), end="")
+    return 0 if alive and rec.status == "ready" else 1
+
+
+def _cmd_env(args: argparse.Namespace) -> int:
+    bed = RealNodeCluster.attach(args.state_dir)
+    from sps_operator.devcluster.binaries import find_binaries
+
+    dirs = ":".join(str(d) for d in find_binaries(build=False).path_dirs())
+    print(f"export KUBECONFIG={bed.kubeconfig}")
+    if dirs:
+        print(f"export PATH={dirs}:$PATH")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sps-testbed", description=__doc__)
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help=f"default: $SPS_TESTBED_DIR or {default_state_dir()}",
+    )
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("build", help="build (or find cached) binaries and images").set_defaults(
+        fn=_cmd_build
+    )
+    up = sub.add_parser("up", help="start a bed, detached")
+    up.add_argument("--node", action="append", default=[], help="NAME=PRODUCT[:GPUS], repeatable")
+    up.add_argument("--timeout", type=float, default=420.0)
+    up.set_defaults(fn=_cmd_up)
+    sub.add_parser("down", help="stop the bed and remove what it made").set_defaults(fn=_cmd_down)
+    sub.add_parser("status", help="is it running; its nodes").set_defaults(fn=_cmd_status)
+    sub.add_parser("env", help="print KUBECONFIG and PATH exports").set_defaults(fn=_cmd_env)
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.fn(args)
+    except (TestbedError, ArtifactError, ValueError) as err:
+        print(f"sps-testbed: {err}", file=sys.stderr)
+        return 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

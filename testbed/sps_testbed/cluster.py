@@ -1,0 +1,244 @@
+"""Starting, reaching and stopping a real-node test bed from Python.
+
+    bed = RealNodeCluster(state_dir)   # detached=False: dies with this process
+    bed.start()                        # builds what is missing, then ~1 min to Ready
+    bed.kubectl("get", "nodes")
+    bed.stop()
+
+The work happens in a supervisor process (sps_testbed.supervisor) inside the bed's own
+network namespace; this side writes the request, waits for `bed.json` to say `ready`,
+and talks to the API server at the pod network's gateway, which the host routes into
+the bed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sps_operator.devcluster.controlplane import DEFAULT_NODES, NodeSpec
+from sps_operator.devcluster.podnet import pid_alive
+from sps_operator.devcluster.processes import cmdline, log_tail, spawn, terminate_group
+from sps_testbed.artifacts import Artifacts, build_artifacts
+from sps_testbed.plan import BED_FILE, BedRecord, teardown
+
+DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "sps-testbed" / "default"
+
+
+class TestbedError(RuntimeError):
+    """The bed did not start (or is not running), with the log lines that say why."""
+
+    __test__ = False  # not a pytest test class
+
+
+def default_state_dir() -> Path:
+    env = os.environ.get("SPS_TESTBED_DIR")
+    return Path(env) if env else DEFAULT_STATE_DIR
+
+
+class RealNodeCluster:
+    """One bed rooted at `state_dir` (bed.json, kubeconfig, logs, nodes/<name>/...)."""
+
+    def __init__(
+        self,
+        state_dir: Path | None = None,
+        nodes: Sequence[NodeSpec] = DEFAULT_NODES,
+        detached: bool = False,
+    ) -> None:
+        self.state_dir = (state_dir or default_state_dir()).resolve()
+        self.nodes = list(nodes)
+        self.detached = detached
+        self.artifacts: Artifacts | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.build_seconds = 0.0
+        self.start_seconds = 0.0
+
+    # -- paths and records -------------------------------------------------------------
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def supervisor_log(self) -> Path:
+        return self.state_dir / "logs" / "supervisor.log"
+
+    def record(self) -> BedRecord:
+        try:
+            return BedRecord.load(self.state_dir)
+        except (OSError, ValueError) as err:
+            raise TestbedError(f"no test bed in {self.state_dir}: {err}") from err
+
+    @classmethod
+    def attach(cls, state_dir: Path | None = None) -> RealNodeCluster:
+        bed = cls(state_dir, detached=True)
+        rec = bed.record()
+        bed.nodes = [NodeSpec(n.name, n.product, n.gpus) for n in rec.nodes]
+        return bed
+
+    def running(self) -> bool:
+        try:
+            rec = self.record()
+        except TestbedError:
+            return False
+        return pid_alive(rec.supervisor_pid) and "sps_testbed.supervisor" in cmdline(
+            rec.supervisor_pid
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def build(self) -> Artifacts:
+        t0 = time.monotonic()
+        self.artifacts = build_artifacts()
+        self.build_seconds = time.monotonic() - t0
+        return self.artifacts
+
+    def start(self, timeout: float = 420.0) -> None:
+        if os.geteuid() != 0:
+            raise TestbedError("the real-node test bed needs root (namespaces, cgroups, mounts)")
+        if self.running():
+            raise TestbedError(f"a test bed is already running in {self.state_dir}; stop it first")
+        if not self.nodes:
+            raise ValueError("a test bed needs at least one node")
+        names = [n.name for n in self.nodes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate node names in {names}")
+        artifacts = self.artifacts or self.build()
+        t0 = time.monotonic()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        for stale in (BED_FILE, "kubeconfig"):
+            (self.state_dir / stale).unlink(missing_ok=True)
+        request = {
+            "nodes": [{"name": n.name, "product": n.product, "gpus": n.gpus} for n in self.nodes],
+            "artifacts": artifacts.to_json(),
+        }
+        (self.state_dir / "request.json").write_text(json.dumps(request, indent=2) + "\n")
+        env = dict(os.environ)
+        # Children (node runners, reaper) import sps_testbed from the same interpreter.
+        env["PATH"] = os.pathsep.join(
+            [str(Path(sys.executable).parent), "/usr/sbin", "/sbin", env.get("PATH", "")]
+        )
+        self._proc = spawn(
+            [sys.executable, "-m", "sps_testbed.supervisor", f"--state-dir={self.state_dir}"],
+            self.supervisor_log,
+            env=env,
+            parent_death_signal=None if self.detached else signal.SIGTERM,
+        )
+        if not self.detached:
+            atexit.register(self.stop)
+        deadline = time.monotonic() + timeout
+        while True:
+            status, error = self._status()
+            if status == "ready":
+                break
+            if status in ("failed", "stopped") or self._proc.poll() is not None:
+                self.stop()
+                raise TestbedError(self._failure(error))
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TestbedError(self._failure(f"not ready within {timeout:.0f}s"))
+            time.sleep(0.25)
+        self.start_seconds = time.monotonic() - t0
+
+    def _status(self) -> tuple[str, str]:
+        try:
+            rec = BedRecord.load(self.state_dir)
+        except (OSError, ValueError):
+            return "starting", ""
+        return rec.status, rec.error
+
+    def _failure(self, error: str) -> str:
+        parts = [f"test bed in {self.state_dir} did not start: {error.strip()}"]
+        parts.append(f"supervisor log {self.supervisor_log}:\n{log_tail(self.supervisor_log, 30)}")
+        for node in self.nodes:
+            for log in ("runner", "logs/kubelet", "logs/containerd"):
+                path = self.state_dir / "nodes" / node.name / f"{log}.log"
+                if path.exists():
+                    parts.append(f"{path}:\n{log_tail(path, 15)}")
+            break  # one node's logs say enough; the rest are in the state directory
+        return "\n\n".join(parts)
+
+    def stop(self, timeout: float = 90.0) -> None:
+        """Stop the bed and remove everything it made; idempotent."""
+        try:
+            rec = BedRecord.load(self.state_dir)
+        except (OSError, ValueError):
+            return
+        ours = self._proc is not None or "sps_testbed.supervisor" in cmdline(rec.supervisor_pid)
+        if rec.supervisor_pid and pid_alive(rec.supervisor_pid) and ours:
+            terminate_group(rec.supervisor_pid, grace=timeout)
+        if self._proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=5)
+        deadline = time.monotonic() + 30
+        while rec.reaper_pid and pid_alive(rec.reaper_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with contextlib.suppress(OSError, ValueError):
+            rec = BedRecord.load(self.state_dir)
+        # Normally the supervisor and the reaper have done this already.
+        teardown(rec)
+
+    # -- using it ------------------------------------------------------------------------
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["KUBECONFIG"] = str(self.kubeconfig)
+        bins = self.artifacts.controlplane.path_dirs() if self.artifacts else []
+        env["PATH"] = os.pathsep.join([*(str(b) for b in bins), env.get("PATH", "")])
+        return env
+
+    def _tool(self, argv: list[str], input: str | None, check: bool, timeout: float) -> str:
+        proc = subprocess.run(
+            argv,
+            input=input,
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            check=False,
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise KubectlError(argv, proc.returncode, proc.stdout, proc.stderr)
+        return proc.stdout
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> str:
+        """Run kubectl (the pinned build) against the bed; stdout, KubectlError on failure."""
+        return self._tool(["kubectl", *args], input, check, timeout)
+
+    def helm(self, *args: str, check: bool = True, timeout: float = 300) -> str:
+        return self._tool(["helm", *args], None, check, timeout)
+
+    def api_client(self) -> Any:
+        from kubernetes import client, config
+
+        configuration = client.Configuration()
+        config.load_kube_config(
+            config_file=str(self.kubeconfig), client_configuration=configuration
+        )
+        return client.ApiClient(configuration)
+
+    def image(self, role: str) -> str:
+        """The reference of a loaded image: operator, sglang, pause, coredns."""
+        if self.artifacts is None:
+            req = json.loads((self.state_dir / "request.json").read_text())
+            return str(req["artifacts"]["images"][role]["ref"])
+        return self.artifacts.images[role].ref
+
+    def logs(self, node: str, component: str = "kubelet") -> Path:
+        return self.state_dir / "nodes" / node / "logs" / f"{component}.log"
+
+
+class KubectlError(RuntimeError):
+    def __init__(self, args: Sequence[str], code: int, stdout: str, stderr: str) -> None:
+        super().__init__(f"{' '.join(args)} failed ({code}): {stderr.strip() or stdout.strip()}")
+        self.stdout = stdout
+        self.stderr = stderr
+        self.code = code

@@ -1,0 +1,351 @@
+"""One real node: containerd (with runc and the CNI bridge), the kubelet and the GPU
+device plugin, run by `python -m sps_testbed.node CONFIG.json`.
+
+The supervisor starts it as `unshare --mount --propagation private`, inside the bed's
+network namespace, so each node has a mount namespace of its own: the kubelet's secret
+and projected-volume mounts, containerd's overlay mounts and the device-plugin
+directory (whose path, /var/lib/kubelet/device-plugins, is fixed in the kubelet) are
+private to the node and vanish with it. The runner joins the node's cgroup
+(`<cgroup_root>/system`), so everything it starts is found again at teardown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sps_operator.devcluster.processes import log_tail, spawn, terminate_group
+from sps_testbed import cgroups, imagestore
+from sps_testbed.lifecycle import run_until_signalled
+
+DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+# Host paths that the kubelet, containerd's shims and libcni use whatever they are told.
+FIXED_DIRS = (
+    DEVICE_PLUGIN_DIR,  # the kubelet's device-plugin registration socket
+    Path("/var/log/containers"),  # the kubelet's container-log symlinks
+    Path("/var/lib/cni"),  # libcni's result cache
+    Path("/run/containerd"),  # containerd 1.6 shims' sockets (/run/containerd/s)
+)
+
+
+def private_dirs(cfg: NodeConfig) -> dict[Path, Path]:
+    """Each fixed host path, and the node's own directory bound over it."""
+    d, r = Path(cfg.dir), Path(cfg.run_dir)
+    return {
+        DEVICE_PLUGIN_DIR: d / "device-plugins",
+        Path("/var/log/containers"): d / "container-logs",
+        Path("/var/lib/cni"): d / "cni-cache",
+        Path("/run/containerd"): r / "shims",
+    }
+
+
+@dataclass
+class NodeConfig:
+    """Everything one node runner needs (written as JSON by the supervisor)."""
+
+    name: str
+    product: str
+    gpus: int
+    node_ip: str
+    gateway: str
+    pod_subnet: str
+    range_start: str
+    range_end: str
+    dir: str  # persistent: containerd root, kubelet root-dir, logs
+    run_dir: str  # /run/...: sockets, containerd state, runc state
+    cgroup_root: str
+    kubeconfig: str
+    cluster_dns: str
+    node_bin: str
+    cni_bin: str
+    images: list[dict[str, str]] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    bridge: str = "tb0"
+    image_store: str = ""  # template containerd root (imagestore.py); empty: import archives
+
+    @classmethod
+    def load(cls, path: Path) -> NodeConfig:
+        return cls(**json.loads(path.read_text()))
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+    @property
+    def socket(self) -> Path:
+        return Path(self.run_dir) / "containerd.sock"
+
+    @property
+    def ready_file(self) -> Path:
+        return Path(self.dir) / "ready"
+
+    @property
+    def logs(self) -> Path:
+        return Path(self.dir) / "logs"
+
+
+def containerd_toml(cfg: NodeConfig) -> str:
+    d, r = Path(cfg.dir), Path(cfg.run_dir)
+    return f"""version = 2
+root = "{d / "containerd"}"
+state = "{r / "containerd"}"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing",
+  "io.containerd.internal.v1.opt"]
+[grpc]
+  address = "{cfg.socket}"
+[ttrpc]
+  address = "{cfg.socket}.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{_pause_ref(cfg)}"
+  # Non-root containers may bind ports below 1024 (CoreDNS on 53) without capabilities.
+  enable_unprivileged_ports = true
+  enable_unprivileged_icmp = true
+  # The pods' network namespaces stay under this node's state, not in /run/netns.
+  netns_mounts_under_state_dir = true
+  # Inside a container the runtime may not lower oom_score_adj below its own.
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  disable_hugetlb_controller = true
+  tolerate_missing_hugetlb_controller = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{cfg.cni_bin}"
+    conf_dir = "{d / "cni"}"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        Root = "{r / "runc"}"
+        SystemdCgroup = false
+"""
+
+
+def _pause_ref(cfg: NodeConfig) -> str:
+    for image in cfg.images:
+        if image.get("role") == "pause":
+            return image["ref"]
+    return "registry.k8s.io/pause:3.10"
+
+
+def cni_conflist(cfg: NodeConfig) -> dict[str, Any]:
+    """One bridge shared by every node of the bed; each node allocates from its own range."""
+    return {
+        "cniVersion": "0.4.0",
+        "name": "sps-testbed",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": cfg.bridge,
+                "isGateway": True,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [
+                        [
+                            {
+                                "subnet": cfg.pod_subnet,
+                                "rangeStart": cfg.range_start,
+                                "rangeEnd": cfg.range_end,
+                                "gateway": cfg.gateway,
+                            }
+                        ]
+                    ],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "dataDir": str(Path(cfg.dir) / "cni-ipam"),
+                },
+            },
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+        ],
+    }
+
+
+def kubelet_config(cfg: NodeConfig) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        # The hosts this runs on (containers, CI) may still have cgroup v1 (hybrid).
+        "failCgroupV1": False,
+        "cgroupDriver": "cgroupfs",
+        "cgroupRoot": cfg.cgroup_root,
+        "containerRuntimeEndpoint": f"unix://{cfg.socket}",
+        "address": cfg.node_ip,
+        "port": 10250,
+        "readOnlyPort": 0,
+        "healthzBindAddress": cfg.node_ip,
+        "healthzPort": 10248,
+        # The API server reaches the kubelet (logs, exec) without a client certificate.
+        "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
+        "authorization": {"mode": "AlwaysAllow"},
+        "clusterDNS": [cfg.cluster_dns],
+        "clusterDomain": "cluster.local",
+        "resolvConf": str(Path(cfg.dir) / "resolv.conf"),
+        # Container logs stay with the node, not in the host's /var/log/pods.
+        "podLogsDir": str(Path(cfg.dir) / "pod-logs"),
+        "failSwapOn": False,
+        # Images are loaded once at start; nothing may garbage-collect them.
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "serializeImagePulls": False,
+        "evictionHard": {
+            "memory.available": "100Mi",
+            "nodefs.available": "1%",
+            "imagefs.available": "1%",
+        },
+        "nodeStatusUpdateFrequency": "5s",
+        "syncFrequency": "10s",
+        "fileCheckFrequency": "5s",
+        "registerNode": True,
+    }
+
+
+class NodeRunner:
+    def __init__(self, cfg: NodeConfig) -> None:
+        self.cfg = cfg
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.stopping = False
+
+    def _ctr(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["ctr", "-a", str(self.cfg.socket), "-n", "k8s.io", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        self.procs[name] = spawn(
+            argv, self.cfg.logs / f"{name}.log", parent_death_signal=signal.SIGKILL
+        )
+
+    def _wait(self, name: str, check: Any, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            proc = self.procs.get(name)
+            if proc is not None and proc.poll() is not None:
+                log = self.cfg.logs / f"{name}.log"
+                raise RuntimeError(f"{name} exited ({proc.returncode}):\n{log_tail(log)}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name} not ready in {timeout:.0f}s")
+            time.sleep(0.1)
+
+    def start(self) -> None:
+        cfg = self.cfg
+        d, r = Path(cfg.dir), Path(cfg.run_dir)
+        for sub in ("cni", "containerd", "device-plugins", "logs", "pod-logs"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        (r / "kubelet").mkdir(parents=True, exist_ok=True)
+        cgroups.create(cfg.cgroup_root)
+        cgroups.join(cfg.cgroup_root + "/system", os.getpid())
+        # Paths fixed in the kubelet, containerd's shims and libcni: each node binds its own
+        # directory there, in its own mount namespace, so nothing lands on the host's.
+        for fixed, own in private_dirs(cfg).items():
+            own.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["mount", "--bind", str(own), str(fixed)], check=True)
+
+        (d / "containerd.toml").write_text(containerd_toml(cfg))
+        (d / "cni" / "10-sps-testbed.conflist").write_text(json.dumps(cni_conflist(cfg), indent=1))
+        (d / "kubelet.yaml").write_text(yaml.safe_dump(kubelet_config(cfg), sort_keys=False))
+        # Pods with dnsPolicy Default get this; the bed has no upstream resolver.
+        (d / "resolv.conf").write_text(f"nameserver {cfg.cluster_dns}\n")
+
+        if cfg.image_store and not any((d / "containerd").iterdir()):
+            t0 = time.monotonic()
+            imagestore.clone(Path(cfg.image_store), d / "containerd")
+            print(f"image store cloned in {time.monotonic() - t0:.1f}s", flush=True)
+        self._spawn("containerd", ["containerd", "--config", str(d / "containerd.toml")])
+        self._wait("containerd", lambda: self._ctr("version").returncode == 0, 30)
+        present = set(self._ctr("images", "ls", "-q").stdout.split())
+        for image in cfg.images:
+            if image["ref"] in present:
+                continue
+            t0 = time.monotonic()
+            out = self._ctr("images", "import", image["archive"])
+            if out.returncode != 0:
+                raise RuntimeError(f"importing {image['archive']}: {out.stderr.strip()}")
+            print(f"imported {image['ref']} in {time.monotonic() - t0:.1f}s", flush=True)
+
+        labels = ",".join(f"{k}={v}" for k, v in cfg.labels.items())
+        bin_dir = Path(cfg.node_bin)
+        self._spawn(
+            "kubelet",
+            [
+                str(bin_dir / "kubelet"),
+                f"--config={d / 'kubelet.yaml'}",
+                f"--kubeconfig={cfg.kubeconfig}",
+                # Under /run: the kubelet's unix sockets need a short path.
+                f"--root-dir={r / 'kubelet'}",
+                f"--cert-dir={r / 'kubelet' / 'pki'}",
+                f"--hostname-override={cfg.name}",
+                f"--node-ip={cfg.node_ip}",
+                f"--node-labels={labels}",
+                "--v=1",
+            ],
+        )
+        self._spawn(
+            "device-plugin",
+            [
+                str(bin_dir / "sps-gpu-device-plugin"),
+                f"--node={cfg.name}",
+                f"--product={cfg.product}",
+                f"--count={cfg.gpus}",
+                f"--device-plugin-dir={DEVICE_PLUGIN_DIR}",
+            ],
+        )
+        self._wait("kubelet", lambda: (DEVICE_PLUGIN_DIR / "kubelet.sock").exists(), 60)
+        cfg.ready_file.write_text(json.dumps({"pid": os.getpid()}))
+
+    def failed(self, err: Exception) -> None:
+        print(f"node {self.cfg.name} failed: {err}", file=sys.stderr, flush=True)
+
+    def run(self) -> int:
+        """Wait for SIGTERM; a component that dies takes the node down (exit 1)."""
+        while not self.stopping:
+            for name, proc in self.procs.items():
+                if proc.poll() is not None:
+                    print(f"{name} exited with {proc.returncode}", file=sys.stderr, flush=True)
+                    return 1
+            time.sleep(0.5)
+        return 0
+
+    def stop(self) -> None:
+        for name in ("device-plugin", "kubelet"):
+            proc = self.procs.get(name)
+            if proc is not None:
+                terminate_group(proc.pid, grace=5.0)
+        # Containers, shims and whatever else the node started; then containerd itself.
+        me = {os.getpid()}
+        containerd = self.procs.get("containerd")
+        keep = me | ({containerd.pid} if containerd is not None else set())
+        cgroups.kill_all(self.cfg.cgroup_root, exclude=keep)
+        if containerd is not None:
+            terminate_group(containerd.pid, grace=5.0)
+        cgroups.kill_all(self.cfg.cgroup_root, exclude=me)
+        with contextlib.suppress(OSError):
+            self.cfg.ready_file.unlink()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sps_testbed.node")
+    parser.add_argument("config", type=Path)
+    args = parser.parse_args(argv)
+    return run_until_signalled(NodeRunner(NodeConfig.load(args.config)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

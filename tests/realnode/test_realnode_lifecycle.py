@@ -1,0 +1,85 @@
+"""A second bed beside the session's: it starts, and a `kill -9` of its supervisor leaves
+nothing behind (containers, cgroups, network namespace, reservations)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from sps_testbed import RealNodeCluster
+from sps_testbed.cgroups import hierarchies
+
+from waiting import wait_for
+
+
+def _processes(needle: str) -> dict[int, str]:
+    """Live (non-zombie) processes whose command line contains `needle`."""
+    found: dict[int, str] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().decode(errors="replace")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if needle in cmd and state != "Z":
+            found[int(proc.name)] = cmd.replace("\x00", " ")
+    return found
+
+
+def _cgroup_dirs(name: str) -> list[Path]:
+    return [p for h in hierarchies() for p in h.rglob(name)]
+
+
+def test_kill_9_of_the_supervisor_leaves_nothing(
+    realnode_cluster: RealNodeCluster, tmp_path: Path
+) -> None:
+    state = tmp_path / "bed"
+    cli = [sys.executable, "-m", "sps_testbed.cli", f"--state-dir={state}"]
+    out = subprocess.run(
+        [*cli, "up", "--node=solo=NVIDIA-H200:2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    bed = RealNodeCluster.attach(state)
+    rec = bed.record()
+    # Both beds run at once, on different ids and pod networks.
+    assert rec.bed_id != realnode_cluster.record().bed_id
+    assert rec.pod_network_index != realnode_cluster.record().pod_network_index
+    bed.kubectl(
+        "run",
+        "sleeper",
+        f"--image={realnode_cluster.image('operator')}",
+        "--restart=Never",
+        "--command",
+        "--",
+        "sleep",
+        "600",
+    )
+    wait_for(
+        "sleeper running",
+        lambda: bed.kubectl("get", "pod", "sleeper", "-o", "jsonpath={.status.phase}") == "Running",
+        timeout=60,
+    )
+    cgroup = f"spstb-{rec.bed_id}-solo"
+    assert _cgroup_dirs(cgroup)
+    netns = Path("/run/netns") / f"spstb-{rec.bed_id}"
+    assert netns.exists()
+
+    os.kill(rec.supervisor_pid, signal.SIGKILL)
+
+    wait_for("the reaper removed the namespace", lambda: not netns.exists(), timeout=60)
+    wait_for("the reaper removed the cgroups", lambda: not _cgroup_dirs(cgroup), timeout=60)
+    # Processes die asynchronously after SIGKILL; none may stay.
+    wait_for("no process of the bed left", lambda: not _processes(str(state)), timeout=30)
+    assert not _processes("sleep\x00600"), _processes("sleep\x00600")
+    assert not Path(f"/run/sps-testbed/beds/{rec.bed_id}").exists()
+    routes = subprocess.run(["ip", "route"], capture_output=True, text=True, check=True).stdout
+    assert f"spstb-{rec.bed_id}" not in routes

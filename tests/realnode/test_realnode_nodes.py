@@ -1,0 +1,100 @@
+"""The bed's nodes are real kubelets with simulated GPUs from the device plugin."""
+
+from __future__ import annotations
+
+from realnode_helpers import apply, finished, get_json, logs, pod
+from sps_testbed import RealNodeCluster
+
+from sps_operator.constants import GPU_H100, GPU_H200
+from waiting import wait_for
+
+
+def test_nodes_are_kubelets_with_gpu_labels_and_capacity(realnode_cluster: RealNodeCluster) -> None:
+    nodes = get_json(realnode_cluster, "nodes")["items"]
+    by_product: dict[str, list[str]] = {}
+    for node in nodes:
+        labels = node["metadata"]["labels"]
+        status = node["status"]
+        assert status["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://"), status[
+            "nodeInfo"
+        ]
+        assert status["nodeInfo"]["kubeletVersion"] == "v1.36.3"
+        assert status["capacity"]["nvidia.com/gpu"] == "8"
+        assert labels["nvidia.com/gpu.count"] == "8"
+        ready = [c for c in status["conditions"] if c["type"] == "Ready"]
+        assert ready and ready[0]["status"] == "True", node["metadata"]["name"]
+        by_product.setdefault(labels["nvidia.com/gpu.product"], []).append(node["metadata"]["name"])
+    assert sorted(by_product) == sorted([GPU_H100, GPU_H200])
+    assert all(len(v) == 2 for v in by_product.values()), by_product
+
+
+def test_device_plugin_hands_out_gpus_and_the_product(
+    realnode_cluster: RealNodeCluster, realnode_namespace: str
+) -> None:
+    ns = realnode_namespace
+    image = realnode_cluster.image("operator")
+    apply(
+        realnode_cluster,
+        ns,
+        pod(
+            "gpus",
+            image,
+            ["sh", "-c", 'echo "ids=$NVIDIA_VISIBLE_DEVICES product=$SPS_SIM_GPU_PRODUCT"'],
+            node_selector={"nvidia.com/gpu.product": GPU_H200},
+            gpus=3,
+        ),
+    )
+    assert finished(realnode_cluster, ns, "gpus") == "Succeeded", logs(realnode_cluster, ns, "gpus")
+    out = logs(realnode_cluster, ns, "gpus").strip()
+    ids = out.split("ids=", 1)[1].split(" ", 1)[0].split(",")
+    assert len(ids) == 3 and all(i.startswith("GPU-gpu-h200-") for i in ids), out
+    assert out.endswith(f"product={GPU_H200}"), out
+
+
+def test_more_gpus_than_a_node_has_stay_pending(
+    realnode_cluster: RealNodeCluster, realnode_namespace: str
+) -> None:
+    ns = realnode_namespace
+    apply(realnode_cluster, ns, pod("greedy", realnode_cluster.image("operator"), ["true"], gpus=9))
+
+    def unschedulable() -> bool:
+        conds = (
+            get_json(realnode_cluster, "pod", "greedy", "-n", ns)
+            .get("status", {})
+            .get("conditions", [])
+        )
+        return any(
+            c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conds
+        )
+
+    assert wait_for("greedy pod reported Unschedulable", unschedulable, timeout=30)
+
+
+def test_kubectl_exec_and_logs_reach_the_container(
+    realnode_cluster: RealNodeCluster, realnode_namespace: str
+) -> None:
+    ns = realnode_namespace
+    apply(
+        realnode_cluster,
+        ns,
+        pod(
+            "shell",
+            realnode_cluster.image("operator"),
+            ["sh", "-c", "echo started; exec sleep 300"],
+        ),
+    )
+    wait_for(
+        "shell running",
+        lambda: (
+            get_json(realnode_cluster, "pod", "shell", "-n", ns)["status"].get("phase") == "Running"
+        ),
+        timeout=60,
+    )
+    # Through the API server to the kubelet and containerd's streaming server: the node
+    # agent had no exec at all.
+    out = realnode_cluster.kubectl(
+        "exec", "-n", ns, "shell", "--", "sh", "-c", "id -u; cat /proc/1/cmdline"
+    )
+    assert out.splitlines()[0] == "65532"
+    assert "sleep" in out
+    assert wait_for("logs", lambda: "started" in logs(realnode_cluster, ns, "shell"), timeout=20)
