@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -391,6 +392,12 @@ def run(args: argparse.Namespace, workdir: Path) -> Rows:
                 rows.append(
                     (f"deleting {count} profiles", f"{delete_all_idle(custom, count, 600):.1f} s")
                 )
+        except Exception:
+            proc.send_signal(signal.SIGUSR1)  # the operator prints its threads' stacks
+            time.sleep(1)
+            log = (workdir / "operator.log").read_text(errors="replace").splitlines()
+            print("--- operator log (tail) ---\n" + "\n".join(log[-150:]), file=sys.stderr)
+            raise
         finally:
             proc.terminate()
             try:
@@ -410,9 +417,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--operator", default=str(Path(sys.executable).with_name("sps-operator")))
     parser.add_argument("--flags", action="append", default=[], help="more operator flags")
     parser.add_argument("--label", default="this checkout")
+    parser.add_argument("--workdir", type=Path, help="keep the cluster's files and logs here")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="sps-scale-") as tmp:
-        rows = run(args, Path(tmp))
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        rows = run(args, args.workdir)
+    else:
+        with tempfile.TemporaryDirectory(prefix="sps-scale-") as tmp:
+            rows = run(args, Path(tmp))
     width = max(len(r[0]) for r in rows)
     print(f"\noperator: {args.label} ({args.operator} {' '.join(args.flags)})")
     for what, value in rows:

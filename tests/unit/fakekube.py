@@ -85,6 +85,7 @@ class FakeKube(KubeApi):
         self.status_patches: list[dict[str, Any]] = []
         self.applied: list[Obj] = []
         self.metadata_patches: list[tuple[str, str, Obj]] = []
+        self.scales: list[tuple[str, int]] = []
         self.events: list[tuple[str, str]] = []
         self.calls: list[str] = []
         self.fail: dict[str, ApiException] = {}  # method name -> exception to raise once
@@ -146,6 +147,14 @@ class FakeKube(KubeApi):
     def list_profiles(self, namespace: str) -> list[Obj]:
         self._call("list_profiles")
         return self._list("SpsProfile", namespace, "")
+
+    def list_pdbs(self, namespace: str) -> list[Obj]:
+        self._call("list_pdbs")
+        return self._list("PodDisruptionBudget", namespace, "")
+
+    def list_hpas(self, namespace: str) -> list[Obj]:
+        self._call("list_hpas")
+        return self._list("HorizontalPodAutoscaler", namespace, "")
 
     def get(self, kind: str, namespace: str, name: str) -> Obj | None:
         self._call("get")
@@ -211,6 +220,7 @@ class FakeKube(KubeApi):
                 "replicas": replicas,
                 "updatedReplicas": replicas,
                 "availableReplicas": replicas,
+                "readyReplicas": replicas,
             }
         )
 
@@ -227,6 +237,17 @@ class FakeKube(KubeApi):
         body.get("metadata", {}).pop("resourceVersion", None)
         merge(obj, body)
         self._bump(obj)
+
+    def scale(self, namespace: str, deployment: str, replicas: int) -> None:
+        self._call("scale")
+        dep = self.objects[("Deployment", namespace, deployment)]
+        self.scales.append((deployment, replicas))
+        if dep["spec"].get("replicas") != replicas:
+            dep["spec"]["replicas"] = replicas
+            dep["metadata"]["generation"] += 1
+            self._bump(dep)
+            if self.instant_rollout:
+                self.roll(dep)
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         self._call("patch_status")

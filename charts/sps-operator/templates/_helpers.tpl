@@ -72,6 +72,18 @@ or into a Role in each watched namespace (namespaces mode).
   # patch = server-side apply under the field manager sps-operator.
   resources: [deployments]
   verbs: [get, list, watch, patch]
+- apiGroups: [apps]
+  # capacity.mode BorrowReplica: one replica lent to a run, given back after it.
+  resources: [deployments/scale]
+  verbs: [patch]
+- apiGroups: [policy]
+  # BorrowReplica never borrows against a PodDisruptionBudget.
+  resources: [poddisruptionbudgets]
+  verbs: [get, list, watch]
+- apiGroups: [autoscaling]
+  # ... nor from a Deployment whose replicas a HorizontalPodAutoscaler manages.
+  resources: [horizontalpodautoscalers]
+  verbs: [get, list, watch]
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch]

@@ -41,3 +41,7 @@ TABLE_KEY = "table.json"
 META_KEY = "meta.json"
 ROUNDS_KEY = "rounds.jsonl"
 ROUNDS_GZ_KEY = "rounds.jsonl.gz"
+ANNOTATION_BORROWED = f"{LABEL_PREFIX}/borrowed"  # on a Deployment: a replica lent to a run
+
+# Kueue: a Job naming a queue is created suspended; Kueue admits (unsuspends) it.
+LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"

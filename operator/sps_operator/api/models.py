@@ -153,6 +153,11 @@ MSG_EXPRESSION_VALUE = (
     f"selector.matchExpressions: every value must be a label value ({_LABEL_VALUE_RULE})"
 )
 MSG_NODE_SELECTOR_KEY = f"job.nodeSelector: every key must be a label key: {_LABEL_KEY_RULE}"
+MSG_JOB_LABEL_KEY = f"job.labels: every key must be a label key: {_LABEL_KEY_RULE}"
+MSG_JOB_LABEL_VALUE = (
+    f"job.labels: every value must be a label value ({_LABEL_VALUE_RULE}) or empty"
+)
+MSG_PRIORITY_CLASS = "job.priorityClassName must be a PriorityClass name (a DNS subdomain)"
 MSG_NODE_SELECTOR_VALUE = (
     f"job.nodeSelector: every value must be a label value ({_LABEL_VALUE_RULE}) or empty"
 )
@@ -705,6 +710,12 @@ class JobOverrides(ApiModel):
                     MSG_SERVICE_ACCOUNT,
                 ),
                 *_cel_map_rules("nodeSelector", MSG_NODE_SELECTOR_KEY, MSG_NODE_SELECTOR_VALUE),
+                *_cel_map_rules("labels", MSG_JOB_LABEL_KEY, MSG_JOB_LABEL_VALUE),
+                _cel(
+                    "!has(self.priorityClassName) || "
+                    f"self.priorityClassName.matches({_raw(DNS_SUBDOMAIN_PATTERN)})",
+                    MSG_PRIORITY_CLASS,
+                ),
             ]
         }
     )
@@ -731,6 +742,21 @@ class JobOverrides(ApiModel):
         description="Run the Job under this ServiceAccount instead of the per-run one the "
         "operator creates (it then needs write access to the run's result ConfigMap).",
     )
+    labels: LabelMap | None = Field(
+        default=None,
+        description="Labels for the Job and its pod (e.g. kueue.x-k8s.io/queue-name: a Job "
+        "naming a Kueue queue is created suspended, and Kueue admits it). The operator's own "
+        "sps.dev/* labels cannot be overridden.",
+    )
+    annotations: dict[str, Annotated[str, Field(max_length=4096)]] | None = Field(
+        default=None, max_length=64, description="Annotations for the Job and its pod."
+    )
+    priority_class_name: str | None = Field(
+        default=None,
+        max_length=253,
+        description="PriorityClass of the Job's pod (default: the target's), for preemption "
+        "policies and Kueue's priorities.",
+    )
 
     @model_validator(mode="after")
     def _checks(self) -> JobOverrides:
@@ -741,7 +767,57 @@ class JobOverrides(ApiModel):
             MSG_SERVICE_ACCOUNT,
         )
         _check_map(self.node_selector, MSG_NODE_SELECTOR_KEY, MSG_NODE_SELECTOR_VALUE)
+        _check_map(self.labels, MSG_JOB_LABEL_KEY, MSG_JOB_LABEL_VALUE)
+        _check(
+            self.priority_class_name is None
+            or _full(DNS_SUBDOMAIN_PATTERN, self.priority_class_name),
+            MSG_PRIORITY_CLASS,
+        )
         return self
+
+
+class CapacityMode(StrEnum):
+    WAIT = "Wait"
+    BORROW_REPLICA = "BorrowReplica"
+
+
+class CapacitySpec(ApiModel):
+    """How a Clone profiling Job gets GPUs of the target's product when none is free."""
+
+    mode: CapacityMode = Field(
+        default=CapacityMode.WAIT,
+        description="Wait: the Job waits for a free GPU (at most waitTimeoutSeconds), and "
+        "status says why. BorrowReplica: when the Job cannot be scheduled for "
+        "borrowAfterSeconds, the operator takes one replica out of the target Deployment for "
+        "the run (scale subresource) and gives it back when the run ends, whatever the "
+        "outcome; never below minAvailable ready replicas, against a PodDisruptionBudget, "
+        "while the Deployment rolls out, when a HorizontalPodAutoscaler or another "
+        "server-side-apply manager owns its replicas, or twice at once on one GPU product.",
+    )
+    wait_timeout_seconds: int = Field(
+        default=3600,
+        ge=60,
+        le=7 * 24 * 3600,
+        description="A run whose Job has waited this long for GPUs fails (WaitingForGPUs).",
+    )
+    borrow_after_seconds: int = Field(
+        default=60,
+        ge=0,
+        le=24 * 3600,
+        description="BorrowReplica: how long the Job may wait before a replica is borrowed.",
+    )
+    min_available: int | None = Field(
+        default=None,
+        ge=0,
+        le=100000,
+        description="BorrowReplica: ready replicas that must remain while one is borrowed "
+        "(default: replicas - 1, never below 1).",
+    )
+    allow_downtime: bool = Field(
+        default=False,
+        description="BorrowReplica: a single-replica Deployment may be scaled to zero for the "
+        "run (the server is down meanwhile; the event says how long).",
+    )
 
 
 class RolloutMode(StrEnum):
@@ -922,6 +998,9 @@ class SpsProfileSpec(ApiModel):
     table: TableSpec = Field(default_factory=TableSpec, description="Table kind and sweep.")
     server: ServerSpec = Field(default_factory=ServerSpec, description="Profiling server.")
     job: JobOverrides = Field(default_factory=JobOverrides, description="Profiling Job overrides.")
+    capacity: CapacitySpec = Field(
+        default_factory=CapacitySpec, description="How the profiling Job gets its GPUs."
+    )
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="How tables go live.")
     refresh: RefreshSpec = Field(default_factory=RefreshSpec, description="When to re-profile.")
     gates: GatesSpec = Field(default_factory=GatesSpec, description="Acceptance gates.")
@@ -1046,6 +1125,27 @@ class RunStatus(StatusModel):
     )
     trigger_key: str | None = Field(default=None, description="Identifies the trigger.")
     attempt: int = Field(default=1, ge=1, description="Attempt number for this trigger.")
+    waiting: RunWaiting | None = Field(
+        default=None, description="Why the Job does not run yet, and since when."
+    )
+    borrow: BorrowRecord | None = Field(
+        default=None, description="The replica taken out of the target for this run."
+    )
+
+
+class RunWaiting(StatusModel):
+    reason: str = Field(
+        description="WaitingForGPUs (no node has free GPUs of the product), QueuedInKueue (the "
+        "Job is suspended until Kueue admits it), BorrowBlocked (BorrowReplica cannot borrow)."
+    )
+    message: MessageText = Field(description="The scheduler's, Kueue's or the operator's words.")
+    since: str = Field(json_schema_extra={"format": "date-time"})
+
+
+class BorrowRecord(StatusModel):
+    deployment: str
+    replicas: int = Field(ge=0, description="Its replicas before the borrow (restored after).")
+    at: str = Field(json_schema_extra={"format": "date-time"})
 
 
 class TargetState(StrEnum):

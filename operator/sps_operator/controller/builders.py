@@ -116,6 +116,16 @@ def object_meta(
 
 
 @dataclass(frozen=True)
+class JobDefaults:
+    """What the operator's admin sets for every profiling Job (chart values); a profile's
+    spec.job overrides them."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    priority_class: str | None = None
+
+
+@dataclass(frozen=True)
 class RunPlan:
     """Everything needed to build one phase of a profiling run."""
 
@@ -134,6 +144,7 @@ class RunPlan:
     # ConfigMaps that hold tables the target mounts (ours, or the AnnotateOnly stable one):
     # the clone never mounts them, so it never depends on the table it is about to produce.
     table_config_maps: frozenset[str] = frozenset()
+    defaults: JobDefaults = field(default_factory=lambda: JobDefaults())
 
     @property
     def job_name(self) -> str:
@@ -379,21 +390,28 @@ def profiling_job(plan: RunPlan) -> dict[str, Any]:
         pod["nodeSelector"] = node_selector
     if tolerations:
         pod["tolerations"] = tolerations
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": object_meta(plan.profile, plan.job_name, L.COMPONENT_JOB, plan.labels()),
-        "spec": {
-            "backoffLimit": 0,
-            "activeDeadlineSeconds": spec.job.active_deadline_seconds,
-            "template": {
-                "metadata": {
-                    "labels": {**base_labels(plan.profile, L.COMPONENT_POD), **plan.labels()}
-                },
-                "spec": pod,
-            },
-        },
+    priority = spec.job.priority_class_name or plan.defaults.priority_class
+    if priority:
+        pod["priorityClassName"] = priority
+    # The user's labels and annotations (and the operator's defaults) first: the operator's
+    # own sps.dev/* labels, which it selects by, always win.
+    extra_labels = {**plan.defaults.labels, **(spec.job.labels or {})}
+    extra_annotations = {**plan.defaults.annotations, **(spec.job.annotations or {})}
+    job_labels = {**extra_labels, **plan.labels()}
+    pod_labels = {**extra_labels, **base_labels(plan.profile, L.COMPONENT_POD), **plan.labels()}
+    meta = object_meta(plan.profile, plan.job_name, L.COMPONENT_JOB, job_labels)
+    template_meta: dict[str, Any] = {"labels": pod_labels}
+    if extra_annotations:
+        meta["annotations"] = {**extra_annotations, **(meta.get("annotations") or {})}
+        template_meta["annotations"] = dict(extra_annotations)
+    job_spec: dict[str, Any] = {
+        "backoffLimit": 0,
+        "activeDeadlineSeconds": spec.job.active_deadline_seconds,
+        "template": {"metadata": template_meta, "spec": pod},
     }
+    if extra_labels.get(L.LABEL_KUEUE_QUEUE):
+        job_spec["suspend"] = True  # Kueue admits it (and unsuspends it) when quota allows
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}
 
 
 def result_config_map(plan: RunPlan) -> dict[str, Any]:

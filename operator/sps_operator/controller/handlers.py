@@ -28,7 +28,7 @@ from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
 from sps_operator.controller.kicks import Kicks, profiles_selecting
 from sps_operator.controller.kube import api_error_detail
 from sps_operator.controller.ownership import ProfileSummary, profile_summary
-from sps_operator.controller.placement import PodInfo
+from sps_operator.controller.placement import pod_info
 from sps_operator.controller.reconcile import Reconciler
 from sps_operator.controller.release import release
 from sps_operator.controller.state import CachedWorld
@@ -49,8 +49,15 @@ class Runtime:
 
 
 def _slim(body: Mapping[str, Any]) -> dict[str, Any]:
-    """An object as a pass needs it: without managedFields (the bulk of most objects)."""
-    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+    """An object as a pass needs it: without managedFields (the bulk of most objects),
+    except the entries that own spec.replicas (BorrowReplica must know who scales it)."""
+    meta = dict(body.get("metadata") or {})
+    meta["managedFields"] = [
+        {"manager": m.get("manager"), "operation": m.get("operation"),
+         "fieldsV1": {"f:spec": {"f:replicas": {}}}}
+        for m in meta.get("managedFields") or []
+        if "f:replicas" in ((m.get("fieldsV1") or {}).get("f:spec") or {})
+    ]  # fmt: skip
     return {**dict(body), "metadata": meta}
 
 
@@ -78,18 +85,29 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
         meta: Mapping[str, Any],
         **_: Any,
     ) -> dict[str, Any]:
-        return {
-            namespace: PodInfo(
-                name=name,
-                labels=dict(labels),
-                node=spec.get("nodeName"),
-                deleting=bool(meta.get("deletionTimestamp")),
-                phase=status.get("phase"),
-            )
-        }
+        return {namespace: pod_info(name, labels, spec, status, meta)}
 
     @kopf.index(*DEPLOYMENTS, id="sps_deployments", registry=registry)
     async def sps_deployments(namespace: str | None, body: kopf.Body, **_: Any) -> dict[str, Any]:
+        return {namespace or "": _slim(body)}
+
+    # Deployments of every namespace lending a replica: one borrow per GPU product. (A
+    # filter, not a None result: an object that stops matching leaves the index.)
+    @kopf.index(
+        *DEPLOYMENTS,
+        annotations={L.ANNOTATION_BORROWED: kopf.PRESENT},
+        id="sps_borrowed",
+        registry=registry,
+    )
+    async def sps_borrowed(body: kopf.Body, **_: Any) -> dict[str, Any]:
+        return {"all": _slim(body)}
+
+    @kopf.index("policy", "v1", "poddisruptionbudgets", id="sps_pdbs", registry=registry)
+    async def sps_pdbs(namespace: str | None, body: kopf.Body, **_: Any) -> dict[str, Any]:
+        return {namespace or "": _slim(body)}
+
+    @kopf.index("autoscaling", "v2", "horizontalpodautoscalers", id="sps_hpas", registry=registry)
+    async def sps_hpas(namespace: str | None, body: kopf.Body, **_: Any) -> dict[str, Any]:
         return {namespace or "": _slim(body)}
 
     @kopf.index("batch", "v1", "jobs", labels=OURS, id="sps_jobs", registry=registry)
@@ -119,6 +137,10 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
 
     @kopf.on.event("", "v1", "pods", id="sps_wake_pod", registry=registry)  # type: ignore[arg-type]
     async def wake_pod(namespace: str, sps_profiles: Any, **_: Any) -> None:
+        kicks.kick(p.uid for p in in_namespace(sps_profiles, namespace))
+
+    @kopf.on.event("policy", "v1", "poddisruptionbudgets", id="sps_wake_pdb", registry=registry)  # type: ignore[arg-type]
+    async def wake_pdb(namespace: str, sps_profiles: Any, **_: Any) -> None:
         kicks.kick(p.uid for p in in_namespace(sps_profiles, namespace))
 
     @kopf.on.event("batch", "v1", "jobs", labels=OURS, id="sps_wake_job", registry=registry)
@@ -172,6 +194,9 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
         sps_profiles: Any,
         sps_pods: Any,
         sps_node_labels: Any,
+        sps_pdbs: Any,
+        sps_hpas: Any,
+        sps_borrowed: Any,
         **_: Any,
     ) -> None:
         loop = asyncio.get_running_loop()
@@ -187,6 +212,9 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
                     profiles=in_namespace(sps_profiles, namespace),
                     pods=_values(sps_pods, namespace),
                     node_labels={n: next(iter(s)) for n, s in sps_node_labels.items() if s},
+                    pdbs=_values(sps_pdbs, namespace),
+                    hpas=_values(sps_hpas, namespace),
+                    borrowed=_values(sps_borrowed, "all"),
                 )
                 current = dict(body)  # kopf keeps `body` current; a pass works on a copy
                 wake = await loop.run_in_executor(pool, reconciler.reconcile, current, world)

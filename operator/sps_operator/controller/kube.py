@@ -31,6 +31,8 @@ class KubeApi(Protocol):
     def list_config_maps(self, namespace: str, label_selector: str) -> list[Obj]: ...
     def list_jobs(self, namespace: str, label_selector: str) -> list[Obj]: ...
     def list_profiles(self, namespace: str) -> list[Obj]: ...
+    def list_pdbs(self, namespace: str) -> list[Obj]: ...
+    def list_hpas(self, namespace: str) -> list[Obj]: ...
     def get(self, kind: str, namespace: str, name: str) -> Obj | None: ...
 
     # Writes.
@@ -38,6 +40,7 @@ class KubeApi(Protocol):
     def delete(self, kind: str, namespace: str, name: str) -> None: ...
     def apply(self, body: Obj) -> None: ...
     def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> None: ...
+    def scale(self, namespace: str, deployment: str, replicas: int) -> None: ...
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None: ...
     def event(
         self, involved: Mapping[str, Any], type_: str, reason: str, message: str, now: datetime
@@ -92,6 +95,14 @@ class Kube:
             API_GROUP, API_VERSION, namespace, PLURAL, _preload_content=False
         )
         return list(_raw(resp).get("items", []))
+
+    def list_pdbs(self, namespace: str) -> list[Obj]:
+        api = client.PolicyV1Api(self.api)
+        return self._items(api.list_namespaced_pod_disruption_budget, namespace, "")
+
+    def list_hpas(self, namespace: str) -> list[Obj]:
+        api = client.AutoscalingV2Api(self.api)
+        return self._items(api.list_namespaced_horizontal_pod_autoscaler, namespace, "")
 
     @staticmethod
     def _items(call: Callable[..., Any], namespace: str, label_selector: str) -> list[Obj]:
@@ -189,6 +200,13 @@ class Kube:
             patch,
             field_manager=FIELD_MANAGER,
             _content_type="application/merge-patch+json",
+        )
+
+    def scale(self, namespace: str, deployment: str, replicas: int) -> None:
+        """Set a Deployment's replicas through its scale subresource (the field HPAs and
+        `kubectl scale` use), under the operator's field manager."""
+        self.apps.patch_namespaced_deployment_scale(
+            deployment, namespace, {"spec": {"replicas": replicas}}, field_manager=FIELD_MANAGER
         )
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import faulthandler
 import functools
 import logging
 import os
@@ -69,6 +70,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--gpu-debounce-seconds", type=float, default=30.0)
     parser.add_argument("--profiler-image", default=IMAGE)
     parser.add_argument(
+        "--job-label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a label for every profiling Job and its pod (repeatable; a profile's "
+        "spec.job.labels wins), e.g. kueue.x-k8s.io/queue-name=gpu-profiling",
+    )
+    parser.add_argument(
+        "--job-annotation",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an annotation for every profiling Job and its pod (repeatable)",
+    )
+    parser.add_argument(
+        "--job-priority-class",
+        default=None,
+        help="PriorityClass of every profiling Job's pod (a profile's spec.job wins)",
+    )
+    parser.add_argument(
         "--kube-qps",
         type=float,
         default=20.0,
@@ -105,6 +126,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def key_values(items: list[str], flag: str) -> dict[str, str]:
+    """KEY=VALUE arguments as a dict; a malformed one is a usage error."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"sps-operator run: {flag} needs KEY=VALUE, got {item!r}")
+        out[key] = value
+    return out
+
+
 def make_clock(offset_file: Path | None) -> Callable[[], datetime]:
     def clock() -> datetime:
         now = datetime.now(UTC)
@@ -119,9 +151,12 @@ def make_clock(offset_file: Path | None) -> Callable[[], datetime]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: a stuck pass says where.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     import kopf
     from kubernetes import config
 
+    from sps_operator.controller.builders import JobDefaults
     from sps_operator.controller.handlers import Runtime, register
     from sps_operator.controller.kube import Kube
     from sps_operator.controller.metrics import Metrics
@@ -155,6 +190,11 @@ def main(argv: list[str] | None = None) -> int:
             gpu_debounce_seconds=args.gpu_debounce_seconds,
             allowed_job_images=tuple(args.allow_job_image),
             allowed_service_accounts=tuple(args.allow_service_account),
+            job_defaults=JobDefaults(
+                labels=key_values(args.job_label, "--job-label"),
+                annotations=key_values(args.job_annotation, "--job-annotation"),
+                priority_class=args.job_priority_class,
+            ),
         ),
         clock=make_clock(args.clock_offset_file),
         metrics=metrics,

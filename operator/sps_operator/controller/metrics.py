@@ -45,6 +45,13 @@ class Metrics:
             [*labels, "gpu_product"],
             registry=self.registry,
         )
+        self.waits = Histogram(
+            "sps_gpu_wait_seconds",
+            "Time a profiling Job waited for GPUs (or for Kueue) before it ran or gave up.",
+            labels,
+            buckets=(1, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600),
+            registry=self.registry,
+        )
         self.rollouts = Counter(
             "sps_rollouts_total",
             "Deployment rollouts applied by mode.",
@@ -57,6 +64,9 @@ class Metrics:
         with self._lock:
             self._series.setdefault((ref.namespace, ref.name), set()).add((metric, labels))
         return metric.labels(*labels)
+
+    def gpu_wait(self, ref: _Ref, seconds: float) -> None:
+        self._child(self.waits, ref).observe(max(seconds, 0.0))
 
     def run_started(self, ref: _Ref) -> None:
         self._child(self.runs, ref, "started").inc()

@@ -8,6 +8,7 @@ import logging
 from sps_operator.api.models import FailureRecord, RunStatus
 from sps_operator.controller import conditions as cond
 from sps_operator.controller import names
+from sps_operator.controller.capacity import return_for_run
 from sps_operator.controller.kube import Obj, owned_by
 from sps_operator.controller.state import Pass
 from sps_operator.controller.triggers import parse_time
@@ -75,6 +76,7 @@ def delete_rbac(p: Pass, run: str) -> None:
 def end_run(p: Pass, outcome: str) -> None:
     run = p.status.current_run
     assert run is not None
+    return_for_run(p, run)  # whatever the outcome, a borrowed replica goes back
     started = parse_time(run.started_at) or p.now
     p.metrics.run_finished(p.ref, outcome, (p.now - started).total_seconds())
     p.status.current_run = None

@@ -27,6 +27,28 @@ class PodInfo:
     node: str | None
     deleting: bool = False
     phase: str | None = None
+    unschedulable: str | None = None  # the scheduler's message while it cannot place the pod
+
+
+def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
+             status: Mapping[str, Any], meta: Mapping[str, Any]) -> PodInfo:  # fmt: skip
+    """What the operator keeps of a pod (the pod index's value)."""
+    unschedulable = next(
+        (
+            str(c.get("message") or c.get("reason") or "unschedulable")
+            for c in status.get("conditions") or []
+            if c.get("type") == "PodScheduled" and c.get("status") == "False"
+        ),
+        None,
+    )
+    return PodInfo(
+        name=name,
+        labels=dict(labels),
+        node=spec.get("nodeName"),
+        deleting=bool(meta.get("deletionTimestamp")),
+        phase=status.get("phase"),
+        unschedulable=unschedulable,
+    )
 
 
 @dataclass(frozen=True)

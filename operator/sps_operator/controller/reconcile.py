@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from sps_operator.api.models import FailureRecord, SpsProfile, SpsProfileStatus
 from sps_operator.controller import builders
 from sps_operator.controller import conditions as cond
+from sps_operator.controller.capacity import return_orphans
 from sps_operator.controller.history import trim_history
 from sps_operator.controller.kube import KubeApi, api_error_detail, is_transient
 from sps_operator.controller.metrics import Metrics
@@ -133,6 +134,8 @@ class Reconciler:
         if p.status.current_run is None:
             p.step = "start"
             maybe_start_run(p)
+        p.step = "capacity"
+        return_orphans(p)
         p.step = "rollout"
         rollout(p)
         p.step = "history"

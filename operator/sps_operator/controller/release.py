@@ -1,7 +1,8 @@
 """What deleting an SpsProfile leaves behind (the finalizer's work).
 
 Everything the profile created goes with it (ownerReferences, garbage collection) except
-the table ConfigMaps that a Deployment's pod template mounts: those are released (owner
+the table ConfigMaps that a Deployment's pod template mounts, and a replica a run of it
+borrowed goes back to its Deployment: those are released (owner
 dropped, labelled released) so the servers keep running and can restart. Exactly those:
 a table no template mounts goes with the profile. The profile's name is removed from the
 Deployments it served, so another profile may take them over.
@@ -13,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sps_operator.api import labels as L
+from sps_operator.controller.borrow import give_back, read_tag
 from sps_operator.controller.kube import KubeApi
 from sps_operator.controller.ownership import recorded_owner
 
@@ -54,6 +56,14 @@ def release(kube: KubeApi, namespace: str, name: str, uid: str) -> list[str]:
         patch = {"metadata": {"ownerReferences": None, "labels": {L.LABEL_RELEASED: "true"}}}
         kube.patch_metadata("ConfigMap", namespace, cm_name, patch)
     for dep in deployments:
+        tag = read_tag(dep)
+        if tag is not None and tag.profile_uid == uid:
+            # A run of the deleted profile borrowed a replica: it goes back first.
+            action = give_back(dep, tag)
+            if action.replicas is not None:
+                kube.scale(namespace, dep["metadata"]["name"], action.replicas)
+            unmark: dict[str, Any] = {"metadata": {"annotations": {L.ANNOTATION_BORROWED: None}}}
+            kube.patch_metadata("Deployment", namespace, dep["metadata"]["name"], unmark)
         if recorded_owner(dep) == name:
             removal: dict[str, Any] = {"metadata": {"annotations": {L.ANNOTATION_OWNER: None}}}
             kube.patch_metadata("Deployment", namespace, dep["metadata"]["name"], removal)

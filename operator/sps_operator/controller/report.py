@@ -41,13 +41,22 @@ def report(p: Pass) -> None:
     st.gpu_product = ",".join(sorted({t.gpu for t in p.targets if t.gpu})) or None
     st.live_table = ",".join(sorted({t.table for t in targets if t.table})) or None
     run = st.current_run
-    if run is not None:
+    if run is not None and run.waiting is not None:
+        waited = (now - (parse_time(run.waiting.since) or now)).total_seconds()
+        setc(
+            cond.PROFILING,
+            False,
+            run.waiting.reason,
+            f"run {run.name} for {run.gpu_product} waiting {waited:.0f} s: {run.waiting.message}",
+        )
+    elif run is not None:
         setc(
             cond.PROFILING,
             True,
             run.trigger,
             f"run {run.name} ({run.phase}) for {run.gpu_product} on Job {run.job}"
-            + (f", progress {run.progress}" if run.progress else ""),
+            + (f", progress {run.progress}" if run.progress else "")
+            + (f"; borrowing a replica of {run.borrow.deployment}" if run.borrow else ""),
         )
     else:
         setc(cond.PROFILING, False, "Idle", "no profiling run in progress")
@@ -118,7 +127,8 @@ def report(p: Pass) -> None:
     elif p.spec.suspend and not table[0]:
         setc(cond.READY, False, "Suspended", "spec.suspend is true")
     elif run is not None:
-        setc(cond.READY, False, "Profiling", table[2])
+        why = run.waiting.reason if run.waiting is not None else "Profiling"
+        setc(cond.READY, False, why, table[2])
     elif refused:
         setc(cond.READY, False, str(refused[0].reason or "TargetProblem"), table[2])
     elif failure is not None and not table[0]:

@@ -21,6 +21,8 @@ from sps_operator.api.result import STATUS_FAILED, STATUS_SUCCEEDED, ResultError
 from sps_operator.controller import builders, names
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.acceptance import judge_bounded
+from sps_operator.controller.borrow import WAITING_FOR_GPUS
+from sps_operator.controller.capacity import follow_wait
 from sps_operator.controller.kube import Obj, api_error_detail
 from sps_operator.controller.outcome import (
     JOB_CREATE_FAILED,
@@ -104,6 +106,7 @@ def _plan(
         seed_table_config_map=seed,
         profiler_image=p.settings.profiler_image,
         table_config_maps=_table_config_maps(p),
+        defaults=p.settings.job_defaults,
     )
 
 
@@ -216,6 +219,11 @@ def progress_run(p: Pass) -> None:
         fail_run(p, JOB_MISSING, f"Job {run.job} disappeared before it finished")
         return
     finished = _finished(job)
+    if not finished:
+        too_long = follow_wait(p, run, job)
+        if too_long is not None:
+            fail_run(p, run.waiting.reason if run.waiting else WAITING_FOR_GPUS, too_long)
+            return
     try:
         result = read_result(result_cm.get("data"), result_cm.get("binaryData"))
     except ResultError as exc:

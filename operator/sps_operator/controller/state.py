@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from sps_operator.api import labels as L
 from sps_operator.api.models import RolloutMode, SpsProfile, SpsProfileSpec, SpsProfileStatus
 from sps_operator.constants import IMAGE
-from sps_operator.controller.builders import ProfileRef
+from sps_operator.controller.builders import JobDefaults, ProfileRef
 from sps_operator.controller.kube import KubeApi, Obj
 from sps_operator.controller.metrics import Metrics
 from sps_operator.controller.ownership import ProfileSummary, profile_summary
@@ -37,6 +37,8 @@ class Settings:
     allowed_service_accounts: tuple[str, ...] = ()
     # A fit runs in a child process with these bounds (its cost depends on what a Job
     # published); in-process only where a test wants speed.
+    # Labels, annotations and a PriorityClass for every profiling Job (a Kueue queue, say).
+    job_defaults: JobDefaults = field(default_factory=JobDefaults)
     isolate_fits: bool = True
     fit_seconds: float = 120.0
     fit_memory_mib: int = 1024
@@ -54,6 +56,9 @@ class Snapshot:
     profiles: Sequence[ProfileSummary]  # every SpsProfile in the namespace
     pods: Sequence[PodInfo] = ()
     node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    pdbs: Sequence[Obj] = ()  # PodDisruptionBudgets of the namespace
+    hpas: Sequence[Obj] = ()  # HorizontalPodAutoscalers of the namespace
+    borrowed: Sequence[Obj] = ()  # Deployments (any namespace) lending a replica to a run
 
     @classmethod
     def empty(cls) -> Snapshot:
@@ -100,7 +105,14 @@ class ApiSnapshot:
             profiles=[profile_summary(b) for b in kube.list_profiles(ns)],
             pods=self.pods,
             node_labels=self.node_labels,
+            pdbs=kube.list_pdbs(ns),
+            hpas=kube.list_hpas(ns),
+            borrowed=[d for d in kube.list_deployments(ns, "") if _borrowed(d)],
         )
+
+
+def _borrowed(deployment: Obj) -> bool:
+    return L.ANNOTATION_BORROWED in ((deployment.get("metadata") or {}).get("annotations") or {})
 
 
 @dataclass(frozen=True)
@@ -117,6 +129,9 @@ class CachedWorld:
     profiles: Sequence[ProfileSummary]
     pods: Sequence[PodInfo] = ()
     node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    pdbs: Sequence[Obj] = ()
+    hpas: Sequence[Obj] = ()
+    borrowed: Sequence[Obj] = ()  # every namespace's
 
     def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot:
         selector = spec.selector.to_k8s()
@@ -143,6 +158,9 @@ class CachedWorld:
             profiles=self.profiles,
             pods=self.pods,
             node_labels=self.node_labels,
+            pdbs=self.pdbs,
+            hpas=self.hpas,
+            borrowed=self.borrowed,
         )
 
 
@@ -213,6 +231,7 @@ class Pass:
     events: list[tuple[str, str, str]] = field(default_factory=list)
     created: dict[str, Obj] = field(default_factory=dict)  # ConfigMaps created in this pass
     wake: float | None = None  # seconds until this profile needs its next pass
+    returned: set[str] = field(default_factory=set)  # Deployments given their replica back
     step: str = "start"  # the step running, for error reports
 
     @property
