@@ -188,7 +188,8 @@ def test_ship_chart_operator_runs_under_the_chart_rbac(
     apps.create_namespaced_deployment(watched, _sglang_deployment())
     _create_llama_profile(k8s_api, watched, target="llama")
     log = tmp_path / "operator.log"
-    env = dict(os.environ, KUBECONFIG=str(kubeconfig))
+    # The environment the chart's Deployment gives the pod: the Lease lives in its namespace.
+    env = dict(os.environ, KUBECONFIG=str(kubeconfig), POD_NAMESPACE=system, POD_NAME="ship-0")
     env.pop("KUBERNETES_SERVICE_HOST", None)
     # Exactly the arguments the chart renders (minus ports, which may be taken here).
     (deployment,) = [

@@ -3,7 +3,12 @@ electors against the real API server)."""
 
 from __future__ import annotations
 
-from sps_operator.controller.leader import Observed, Timing, decide
+import logging
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from sps_operator.controller.leader import LeaseElector, Observed, Timing, decide
 
 T = Timing(lease_duration=10, renew_deadline=7, retry_period=2)
 
@@ -33,3 +38,21 @@ def test_anothers_lease_is_taken_only_after_a_whole_unrenewed_duration() -> None
 def test_a_leader_steps_down_before_a_candidate_may_take_over() -> None:
     assert T.renew_deadline < T.lease_duration
     assert T.lease_duration + T.retry_period <= 15  # failover within the issue's 15 s
+
+
+class _ForbiddenLeases:
+    """A CoordinationV1Api whose every Lease read is refused, as without a Role."""
+
+    def read_namespaced_lease(self, name: str, namespace: str) -> None:
+        raise ApiException(status=403, reason="Forbidden")
+
+
+def test_a_forbidden_lease_is_said_once_with_what_to_fix(caplog: pytest.LogCaptureFixture) -> None:
+    elector = LeaseElector("ops", "elsewhere", "me", api=_ForbiddenLeases(), timing=T)  # type: ignore[arg-type]
+    with caplog.at_level(logging.DEBUG, logger="sps_operator.controller.leader"):
+        assert not elector.try_once()
+        assert not elector.try_once()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1, caplog.text
+    assert "elsewhere/ops" in errors[0].getMessage()
+    assert "--lease-namespace" in errors[0].getMessage()

@@ -81,6 +81,7 @@ class LeaseElector:
         self.timing, self.clock = timing, clock
         self._observed: Observed | None = None
         self._renewed_at: float | None = None
+        self._last_error: int | None = None
 
     def is_leader(self) -> bool:
         renewed = self._renewed_at
@@ -100,8 +101,21 @@ class LeaseElector:
                 self._update(lease)
             self._renewed_at = now
         except ApiException as exc:
-            # 409: another candidate won this round; anything else: try again next round.
-            log.debug("lease %s/%s: %s", self.namespace, self.name, exc.reason)
+            # 409: another candidate won this round (normal). Anything else (403 above all:
+            # the Lease's namespace has no Role for us) would keep this replica a silent
+            # standby forever, so it is said once per distinct cause, with what to fix.
+            if exc.status == 409:
+                log.debug("lease %s/%s: %s", self.namespace, self.name, exc.reason)
+            elif exc.status != self._last_error:
+                log.error(
+                    "cannot hold the Lease %s/%s (HTTP %s %s); this replica stays standby. "
+                    "Check --lease-namespace (default $POD_NAMESPACE) and that the operator's "
+                    "Role there grants get/create/update on leases.",
+                    self.namespace, self.name, exc.status, exc.reason,
+                )
+            self._last_error = exc.status
+            return self.is_leader()
+        self._last_error = None
         return self.is_leader()
 
     def release(self) -> None:
