@@ -194,13 +194,15 @@ class Hops:
     job_to_table: list[float] = field(default_factory=list)
     table_to_patch: list[float] = field(default_factory=list)
     rolled_to_ready: list[float] = field(default_factory=list)
+    apply_to_ready: list[float] = field(default_factory=list)
+    job_running: list[float] = field(default_factory=list)  # real work: the Job itself
 
 
 def server_deployment(name: str) -> dict[str, Any]:
     labels = {"app": name}
     args = ["--model-path", "sim/dspark-8b", "--speculative-algorithm", "DSPARK",
             "--speculative-dspark-block-size", "3", "--cuda-graph-max-bs", "16",
-            "--max-running-requests", "16", "--port", "30000"]  # fmt: skip
+            "--max-running-requests", "16", "--host", "0.0.0.0", "--port", "30000"]  # fmt: skip
     container = {
         "name": "sglang",
         "image": "lmsysorg/sglang:v0.5.16",
@@ -257,6 +259,8 @@ def one_hop_run(api: client.ApiClient, name: str, hops: Hops, timeout: float = 1
         if (dep.get("status") or {}).get("availableReplicas", 0) >= 1:
             break
         time.sleep(0.2)
+    else:
+        raise RuntimeError(f"the server Deployment {name} never became available")
     profile = {
         "apiVersion": f"{API_GROUP}/{API_VERSION}",
         "kind": "SpsProfile",
@@ -301,6 +305,8 @@ def one_hop_run(api: client.ApiClient, name: str, hops: Hops, timeout: float = 1
     hops.job_to_table.append(t["table"] - t["job_done"])
     hops.table_to_patch.append(t["patch"] - t["table"])
     hops.rolled_to_ready.append(t["ready"] - t["rolled"])
+    hops.apply_to_ready.append(t["ready"] - t["apply"])
+    hops.job_running.append(t["job_done"] - t["job"])
     custom.delete_namespaced_custom_object(API_GROUP, API_VERSION, HOP_NS, PLURAL, name)
     apps.delete_namespaced_deployment(name, HOP_NS)
 
@@ -361,6 +367,8 @@ def measure_hops(c: Cluster, size: int, runs: int) -> Rows:
             ("Job finished → table", hops.job_to_table),
             ("table → Deployment patched", hops.table_to_patch),
             ("rolled out → Ready", hops.rolled_to_ready),
+            ("apply → Ready (whole run)", hops.apply_to_ready),
+            ("of which the Job ran", hops.job_running),
         )
     ]
 

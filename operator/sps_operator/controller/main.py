@@ -164,17 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     from sps_operator.controller.reconcile import Reconciler
     from sps_operator.controller.state import Settings
 
-    level = logging.DEBUG if args.debug else (logging.INFO if args.verbose else logging.WARNING)
-    kopf.configure(
-        debug=args.debug,
-        verbose=args.verbose,
-        log_format={
-            "plain": kopf.LogFormat.PLAIN,
-            "full": kopf.LogFormat.FULL,
-            "json": kopf.LogFormat.JSON,
-        }[args.log_format],
-    )
-    logging.getLogger("sps_operator").setLevel(min(level, logging.INFO))
+    configure_logging(debug=args.debug, verbose=args.verbose, log_format=args.log_format)
     if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
         config.load_incluster_config()
     else:
@@ -234,6 +224,25 @@ def main(argv: list[str] | None = None) -> int:
         identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
         elector = LeaseElector(args.lease_name, args.lease_namespace, identity)
     return asyncio.run(run(operator, elector, args.liveness))
+
+
+def configure_logging(*, debug: bool, verbose: bool, log_format: str) -> None:
+    """kopf's loggers at WARNING by default (kopf's own default, INFO, is a line per
+    handler run, i.e. per watch event); the operator's own at INFO or finer."""
+    import kopf
+
+    level = logging.DEBUG if debug else (logging.INFO if verbose else logging.WARNING)
+    kopf.configure(
+        debug=debug,
+        verbose=verbose,
+        quiet=not (debug or verbose),
+        log_format={
+            "plain": kopf.LogFormat.PLAIN,
+            "full": kopf.LogFormat.FULL,
+            "json": kopf.LogFormat.JSON,
+        }[log_format],
+    )
+    logging.getLogger("sps_operator").setLevel(min(level, logging.INFO))
 
 
 async def run(
