@@ -559,3 +559,14 @@ def test_job_image_and_service_account_are_an_operator_level_decision(
         return
     assert not h.kube.kinds("Job") and status["lastFailure"]["reason"] == "JobPolicy"
     assert "ask the cluster admin" in status["lastFailure"]["message"]
+
+
+def test_release_skips_a_deployment_deleted_meanwhile() -> None:
+    """A Deployment deleted between the list and the patch (deleted with its profile, as a
+    GitOps prune does) mounts nothing any more: release goes on, the finalizer goes."""
+    h = live_harness()
+    h.kube.fail["patch_Deployment"] = ApiException(status=404, reason="Not Found")
+    h.kube.fail["patch_ConfigMap"] = ApiException(status=404, reason="Not Found")
+    meta = h.kube.obj("SpsProfile", "p")["metadata"]
+    assert release(h.kube, NS, "p", meta["uid"]) == []
+    assert not h.kube.fail  # both the table's and the Deployment's patch met the 404

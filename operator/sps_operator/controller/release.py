@@ -10,8 +10,10 @@ Deployments it served, so another profile may take them over.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+from kubernetes.client.exceptions import ApiException
 
 from sps_operator.api import labels as L
 from sps_operator.controller.borrow import give_back, read_tag
@@ -51,20 +53,39 @@ def release(kube: KubeApi, namespace: str, name: str, uid: str) -> list[str]:
         for cm in kube.list_config_maps(namespace, f"{L.LABEL_PROFILE_UID}={uid}")
         if (cm["metadata"].get("labels") or {}).get(L.LABEL_COMPONENT) == L.COMPONENT_TABLE
     ]
-    released = sorted(tables_to_release(deployments, ours))
-    for cm_name in released:
+    released = []
+    for cm_name in sorted(tables_to_release(deployments, ours)):
         patch = {"metadata": {"ownerReferences": None, "labels": {L.LABEL_RELEASED: "true"}}}
-        kube.patch_metadata("ConfigMap", namespace, cm_name, patch)
+        if _unless_gone(kube.patch_metadata, "ConfigMap", namespace, cm_name, patch):
+            released.append(cm_name)
     for dep in deployments:
-        tag = read_tag(dep)
-        if tag is not None and tag.profile_uid == uid:
-            # A run of the deleted profile borrowed a replica: it goes back first.
-            action = give_back(dep, tag)
-            if action.replicas is not None:
-                kube.scale(namespace, dep["metadata"]["name"], action.replicas)
-            unmark: dict[str, Any] = {"metadata": {"annotations": {L.ANNOTATION_BORROWED: None}}}
-            kube.patch_metadata("Deployment", namespace, dep["metadata"]["name"], unmark)
-        if recorded_owner(dep) == name:
-            removal: dict[str, Any] = {"metadata": {"annotations": {L.ANNOTATION_OWNER: None}}}
-            kube.patch_metadata("Deployment", namespace, dep["metadata"]["name"], removal)
+        _unless_gone(_release_deployment, kube, namespace, name, uid, dep)
     return released
+
+
+def _unless_gone(call: Callable[..., object], *args: Any) -> bool:
+    """Run `call`; False when its object was deleted since the list (a gone Deployment
+    mounts nothing and a gone ConfigMap needs no release: nothing to keep the finalizer for)."""
+    try:
+        call(*args)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def _release_deployment(
+    kube: KubeApi, namespace: str, name: str, uid: str, dep: Mapping[str, Any]
+) -> None:
+    tag = read_tag(dep)
+    if tag is not None and tag.profile_uid == uid:
+        # A run of the deleted profile borrowed a replica: it goes back first.
+        action = give_back(dep, tag)
+        if action.replicas is not None:
+            kube.scale(namespace, dep["metadata"]["name"], action.replicas)
+        unmark: dict[str, Any] = {"metadata": {"annotations": {L.ANNOTATION_BORROWED: None}}}
+        kube.patch_metadata("Deployment", namespace, dep["metadata"]["name"], unmark)
+    if recorded_owner(dep) == name:
+        removal: dict[str, Any] = {"metadata": {"annotations": {L.ANNOTATION_OWNER: None}}}
+        kube.patch_metadata("Deployment", namespace, dep["metadata"]["name"], removal)
