@@ -25,7 +25,7 @@ from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
 from sps_operator.api.result import build_patch
-from sps_operator.controller.release import release
+from sps_operator.controller.release import nothing_to_release, release
 from sps_operator.controller.state import Settings
 
 
@@ -570,3 +570,22 @@ def test_release_skips_a_deployment_deleted_meanwhile() -> None:
     meta = h.kube.obj("SpsProfile", "p")["metadata"]
     assert release(h.kube, NS, "p", meta["uid"]) == []
     assert not h.kube.fail  # both the table's and the Deployment's patch met the 404
+
+
+def test_an_idle_profile_is_released_without_a_call_and_a_serving_one_never_is() -> None:
+    """Deleting an idle profile costs no API call; a profile whose table, ownership record or
+    ConfigMap is known to either its status or the caches always goes through `release`."""
+    h = live_harness()
+    meta = h.kube.obj("SpsProfile", "p")["metadata"]
+    name, uid = meta["name"], meta["uid"]
+    deployments = h.kube.list_deployments(NS, "")
+    config_maps = h.kube.list_config_maps(NS, "")
+    assert not nothing_to_release(name, uid, h.status(), deployments, config_maps)
+    # Status forgotten (a crash before the write): the caches still say there is work.
+    assert not nothing_to_release(name, uid, {}, deployments, config_maps)
+    assert not nothing_to_release(name, uid, {}, deployments, [])  # the owner record
+    assert not nothing_to_release(name, uid, {}, [], config_maps)  # the tables
+    # Caches empty (very new objects): the status says there is work.
+    assert not nothing_to_release(name, uid, h.status(), [], [])
+    assert nothing_to_release(name, uid, {"targets": [], "tables": []}, [], [])
+    assert nothing_to_release("other", "uid-other", {}, deployments, config_maps)

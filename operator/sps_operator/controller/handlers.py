@@ -25,12 +25,18 @@ import kopf
 
 from sps_operator.api import labels as L
 from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
-from sps_operator.controller.kicks import Kicks, profiles_selecting
+from sps_operator.controller.kicks import (
+    Kicks,
+    profile_neighbours,
+    profiles_for_pdb,
+    profiles_for_pod,
+    profiles_selecting,
+)
 from sps_operator.controller.kube import api_error_detail
 from sps_operator.controller.ownership import ProfileSummary, profile_summary
 from sps_operator.controller.placement import pod_info
 from sps_operator.controller.reconcile import Reconciler
-from sps_operator.controller.release import release
+from sps_operator.controller.release import nothing_to_release, release
 from sps_operator.controller.state import CachedWorld
 
 log = logging.getLogger("sps_operator.handlers")
@@ -136,12 +142,19 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
         kicks.kick(profiles_selecting(body, in_namespace(sps_profiles, namespace)))
 
     @kopf.on.event("", "v1", "pods", id="sps_wake_pod", registry=registry)  # type: ignore[arg-type]
-    async def wake_pod(namespace: str, sps_profiles: Any, **_: Any) -> None:
-        kicks.kick(p.uid for p in in_namespace(sps_profiles, namespace))
+    async def wake_pod(
+        namespace: str, labels: Mapping[str, str], sps_deployments: Any, sps_profiles: Any,
+        **_: Any,
+    ) -> None:  # fmt: skip
+        deployments = _values(sps_deployments, namespace)
+        kicks.kick(profiles_for_pod(labels, deployments, in_namespace(sps_profiles, namespace)))
 
     @kopf.on.event("policy", "v1", "poddisruptionbudgets", id="sps_wake_pdb", registry=registry)  # type: ignore[arg-type]
-    async def wake_pdb(namespace: str, sps_profiles: Any, **_: Any) -> None:
-        kicks.kick(p.uid for p in in_namespace(sps_profiles, namespace))
+    async def wake_pdb(
+        namespace: str, body: kopf.Body, sps_deployments: Any, sps_profiles: Any, **_: Any
+    ) -> None:
+        deployments = _values(sps_deployments, namespace)
+        kicks.kick(profiles_for_pdb(body, deployments, in_namespace(sps_profiles, namespace)))
 
     @kopf.on.event("batch", "v1", "jobs", labels=OURS, id="sps_wake_job", registry=registry)
     async def wake_job(labels: Mapping[str, str], **_: Any) -> None:
@@ -164,12 +177,16 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
 
     @kopf.on.event(API_GROUP, API_VERSION, PLURAL, id="sps_wake_profile", registry=registry)  # type: ignore[arg-type]
     async def wake_profiles(
-        namespace: str, uid: str, type: str | None, body: kopf.Body, sps_profiles: Any, **_: Any
-    ) -> None:
+        namespace: str, uid: str, type: str | None, body: kopf.Body, sps_deployments: Any,
+        sps_profiles: Any, **_: Any,
+    ) -> None:  # fmt: skip
+        before = kicks.selector_seen(uid)
         own, shared = kicks.profile_changed(body)
         if shared or type == "DELETED":
             # Who owns a Deployment may have changed: the neighbours look too.
-            kicks.kick(p.uid for p in in_namespace(sps_profiles, namespace))
+            deployments = _values(sps_deployments, namespace)
+            neighbours = in_namespace(sps_profiles, namespace)
+            kicks.kick([uid, *profile_neighbours(body, before, deployments, neighbours)])
         elif own:
             kicks.kick([uid])
 
@@ -223,19 +240,27 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
             kicks.forget(uid)
 
     @kopf.on.delete(API_GROUP, API_VERSION, PLURAL, id="sps_release", registry=registry)  # type: ignore[arg-type]
-    def sps_release(namespace: str, name: str, uid: str, **_: Any) -> None:
-        release_or_retry(reconciler, namespace, name, uid)
+    def sps_release(
+        namespace: str, name: str, uid: str, status: Mapping[str, Any], sps_deployments: Any,
+        sps_config_maps: Any, **_: Any,
+    ) -> None:  # fmt: skip
+        deployments = _values(sps_deployments, namespace)
+        idle = nothing_to_release(name, uid, status, deployments, _values(sps_config_maps, uid))
+        release_or_retry(reconciler, namespace, name, uid, lists_needed=not idle)
 
     @kopf.on.cleanup(registry=registry)
     async def stop_passes(**_: Any) -> None:
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def release_or_retry(reconciler: Reconciler, namespace: str, name: str, uid: str) -> None:
+def release_or_retry(
+    reconciler: Reconciler, namespace: str, name: str, uid: str, *, lists_needed: bool = True
+) -> None:
     """Release what the Deployments mount, then forget the profile; on any failure the
-    finalizer stays (kopf retries) and garbage collection cannot take a mounted table."""
+    finalizer stays (kopf retries) and garbage collection cannot take a mounted table.
+    Without `lists_needed` (nothing_to_release said so) no API call is made."""
     try:
-        released = release(reconciler.kube, namespace, name, uid)
+        released = release(reconciler.kube, namespace, name, uid) if lists_needed else []
     except Exception as exc:
         raise kopf.TemporaryError(
             f"could not release the tables the Deployments mount: {api_error_detail(exc)}",

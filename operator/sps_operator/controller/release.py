@@ -44,6 +44,31 @@ def tables_to_release(
     return mounted
 
 
+def nothing_to_release(
+    name: str,
+    uid: str,
+    status: Mapping[str, Any],
+    deployments: Iterable[Mapping[str, Any]],
+    config_maps: Iterable[Mapping[str, Any]],
+) -> bool:
+    """True when neither the profile's status nor the caches know anything of it to
+    release: no table it published, no target, no borrowed replica, no table ConfigMap of
+    its UID, no Deployment recording it as owner or lender. Deleting an idle profile then
+    costs no API call (`release` lists Deployments and ConfigMaps otherwise). Both sources
+    must be empty: the status misses what a crash cut short, the cache what is very new."""
+    run = status.get("currentRun") or {}
+    if status.get("tables") or status.get("targets") or run.get("borrow"):
+        return False
+    for cm in config_maps:
+        if ((cm.get("metadata") or {}).get("labels") or {}).get(L.LABEL_PROFILE_UID) == uid:
+            return False
+    for dep in deployments:
+        tag = read_tag(dep)
+        if recorded_owner(dep) == name or (tag is not None and tag.profile_uid == uid):
+            return False
+    return True
+
+
 def release(kube: KubeApi, namespace: str, name: str, uid: str) -> list[str]:
     """Release the mounted tables and the ownership records; raises on any API error (the
     finalizer stays until this succeeds). Returns the released tables."""
