@@ -333,6 +333,31 @@ def delete_all_idle(custom: client.CustomObjectsApi, count: int, timeout: float)
     return float("nan")
 
 
+def finalizer_latency(audit_log: Path, user: str, namespace: str) -> list[float]:
+    """Per deleted profile: seconds from its DELETE's response to the operator's last write
+    to it (the finalizer's removal), from the API server's audit log."""
+    deleted: dict[str, float] = {}
+    written: dict[str, float] = {}
+    with audit_log.open() as lines:
+        for line in lines:
+            if '"spsprofiles"' not in line or '"ResponseComplete"' not in line:
+                continue
+            event = json.loads(line)
+            ref = event.get("objectRef") or {}
+            if ref.get("namespace") != namespace or not ref.get("name"):
+                continue
+            received = str(event["requestReceivedTimestamp"]).replace("Z", "+00:00")
+            answered = str(event["stageTimestamp"]).replace("Z", "+00:00")
+            if event["verb"] == "delete":
+                deleted[ref["name"]] = datetime.fromisoformat(answered).timestamp()
+            elif (event.get("user") or {}).get("username") == user and event["verb"] in (
+                "patch",
+                "update",
+            ):
+                written[ref["name"]] = datetime.fromisoformat(received).timestamp()
+    return [written[n] - t for n, t in deleted.items() if written.get(n, 0) >= t]
+
+
 def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -397,8 +422,15 @@ def run(args: argparse.Namespace, workdir: Path) -> Rows:
                     rows += measure_hops(c, size, args.hops)
             if args.delete:
                 count = min(args.delete, created)
+                took = delete_all_idle(custom, count, 600)
+                rows.append((f"deleting {count} profiles: all gone after", f"{took:.1f} s"))
+                time.sleep(2)  # the audit log is written asynchronously
+                latency = finalizer_latency(c.audit_log, user, IDLE_NS)
                 rows.append(
-                    (f"deleting {count} profiles", f"{delete_all_idle(custom, count, 600):.1f} s")
+                    (
+                        f"deleting {count} profiles: DELETE → finalizer removed p50 / p99",
+                        f"{pct(latency, 0.5):.2f} s / {pct(latency, 0.99):.2f} s",
+                    )
                 )
         except Exception:
             proc.send_signal(signal.SIGUSR1)  # the operator prints its threads' stacks
