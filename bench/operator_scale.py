@@ -8,7 +8,7 @@ table → Deployment patched, rolled out → Ready), p50/p99 over repeated runs,
 
     .venv/bin/python bench/operator_scale.py                      # this checkout's operator
     .venv/bin/python bench/operator_scale.py --operator /tmp/old/.venv/bin/sps-operator \
-        --label before --flags=--resync-seconds=10               # another build, side by side
+        --chart /tmp/old/charts/sps-operator --label before      # another build, side by side
 
 An idle profile selects no Deployment (it has a status and nothing to do). The hop runs
 use a one-replica SGLang Deployment (sps-sim at 40x) and a two-probe Diagonal sweep.
@@ -91,13 +91,13 @@ def cluster(workdir: Path) -> Iterator[Cluster]:
         cp.stop()
 
 
-def install(c: Cluster, helm: Path) -> tuple[str, str]:
+def install(c: Cluster, helm: Path, chart: Path) -> tuple[str, str]:
     """The CRD and the chart's RBAC (namespaces mode, both bench namespaces); returns the
     operator's (service account, its namespace)."""
     for ns in (SYSTEM_NS, IDLE_NS, HOP_NS):
         c.kubectl("create", "namespace", ns)
     rendered = subprocess.run(
-        [str(helm), "template", RELEASE, str(repo_root() / "charts" / "sps-operator"),
+        [str(helm), "template", RELEASE, str(chart),
          "--namespace", SYSTEM_NS, "--kube-version", "v1.36.3", "--include-crds",
          "--set", "watch.mode=namespaces", "--set", f"watch.namespaces={{{IDLE_NS},{HOP_NS}}}",
          "--set", "replicaCount=0"],
@@ -403,7 +403,7 @@ def run(args: argparse.Namespace, workdir: Path) -> Rows:
     assert binaries.helm is not None
     rows: Rows = []
     with cluster(workdir) as c:
-        account, account_ns = install(c, binaries.helm)
+        account, account_ns = install(c, binaries.helm, args.chart)
         user = f"system:serviceaccount:{account_ns}:{account}"
         proc = start_operator(c, account, account_ns, args.operator, args.flags, workdir)
         custom = client.CustomObjectsApi(c.api)
@@ -457,6 +457,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--operator", default=str(Path(sys.executable).with_name("sps-operator")))
     parser.add_argument("--flags", action="append", default=[], help="more operator flags")
     parser.add_argument("--label", default="this checkout")
+    parser.add_argument(
+        "--chart",
+        type=Path,
+        default=repo_root() / "charts" / "sps-operator",
+        help="the chart (CRD and RBAC) matching --operator's build",
+    )
     parser.add_argument("--workdir", type=Path, help="keep the cluster's files and logs here")
     args = parser.parse_args(argv)
     if args.workdir is not None:
