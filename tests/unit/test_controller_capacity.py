@@ -222,3 +222,23 @@ def test_a_deleted_profile_gives_back_and_someone_elses_scale_wins() -> None:
     dep = h.kube.obj("Deployment", "server")
     assert dep["spec"]["replicas"] == 5 and L.ANNOTATION_BORROWED not in dep["metadata"][
         "annotations"]  # fmt: skip
+
+
+def test_the_wait_ends_when_the_job_runs_and_status_no_longer_says_it_waits() -> None:
+    # The status is written as a JSON merge patch: a field of currentRun that is dropped
+    # must be sent as null, or the API keeps it (and the run "waits" forever).
+    h = harness(**BORROW)
+    start_waiting(h)
+    assert h.status()["currentRun"]["waiting"]["reason"] == "WaitingForGPUs"
+    job_pod(h, unschedulable=None)  # scheduled
+    for _ in range(3):
+        h.tick()
+        run = h.run_pass()["currentRun"]
+        assert "waiting" not in run, run
+        assert h.condition("Profiling")[:2] == ("True", "NoTable")
+    assert h.reconciler is not None
+    registry = h.reconciler.metrics.registry
+    assert (
+        registry.get_sample_value("sps_gpu_wait_seconds_count", {"namespace": NS, "profile": "p"})
+        == 1.0
+    )  # one wait, observed once
