@@ -32,6 +32,7 @@ import pytest
 from e2e_env import (
     GROUP,
     PLURAL,
+    SIM_TIME_SCALE,
     VERSION,
     Env,
     server_deployment,
@@ -48,6 +49,9 @@ from waiting import wait_for
 pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
 
 POOL = GPU_H200
+# The simulator's time scale (e2e default 40x faster than a GPU). Set it to 1 to measure how
+# long a borrow lasts at the simulated GPU's own speed (docs/capacity.md).
+TIME_SCALE = os.environ.get("SPS_E2E_CAPACITY_TIME_SCALE")
 BORROWED = "sps.dev/borrowed"
 GPU = "nvidia.com/gpu"
 
@@ -89,7 +93,7 @@ def full_pool_deployment(env: Env) -> dict[str, Any]:
         timeout=180,
         interval=1,
     )
-    dep = server_deployment(POOL)
+    dep = server_deployment(POOL, env={"SPS_SIM_TIME_SCALE": TIME_SCALE} if TIME_SCALE else None)
     dep["spec"]["replicas"] = len(nodes)
     dep["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {GPU: str(per_node)}}
     env.apps.create_namespaced_deployment(env.namespace, dep)
@@ -289,7 +293,8 @@ def test_e2e_borrow_replica_profiles_rolls_and_gives_the_replica_back(env: Env) 
     assert waits == [1.0]
     below_seconds = (below[-1] - below[0]) if below else 0.0
     print(
-        f"borrow: lent {lent_at:%H:%M:%S}, given back {back_at:%H:%M:%S} = {borrow_seconds:.0f} s "
+        f"borrow (simulator time scale {TIME_SCALE or SIM_TIME_SCALE}): "
+        f"lent {lent_at:%H:%M:%S}, given back {back_at:%H:%M:%S} = {borrow_seconds:.0f} s "
         f"with one replica (events); fewer than 2 ready replicas for ~{below_seconds:.0f} s of "
         f"{time.monotonic() - started:.0f} s (borrow + rolling update)"
     )

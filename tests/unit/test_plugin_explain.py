@@ -316,6 +316,9 @@ def test_operator_failure_reasons_get_specific_advice() -> None:
         "RolloutFailed": "rolled back",  # its message names ProgressDeadlineExceeded
         "FitFailed": "could not be fitted",
         "ProfilingFailed": "The last profiling run failed",
+        "WaitingForGPUs": "waited longer than capacity.waitTimeoutSeconds",
+        "QueuedInKueue": "Kueue did not admit its Job",
+        "BorrowBlocked": "borrowing a replica stayed refused",
     }
     for reason, what in cases.items():
         message = (

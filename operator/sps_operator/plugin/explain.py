@@ -118,6 +118,25 @@ FAILURE_REASONS: dict[str, tuple[str, str]] = {
         "The message names the step and the API's answer. Transient errors retry with "
         "backoff by themselves; a persistent one (403, 422) needs the RBAC or object fixed.",
     ),
+    "WaitingForGPUs": (
+        "The last run gave up: its Job waited longer than capacity.waitTimeoutSeconds for GPUs",
+        "Every GPU of the product was busy for the whole wait. Let the operator lend the run "
+        "one replica (spec.capacity.mode: BorrowReplica, docs/capacity.md), add a node to the "
+        "pool, or raise spec.capacity.waitTimeoutSeconds; the run is retried with backoff, "
+        "or now with `kubectl sps reprofile {name}`.",
+    ),
+    "QueuedInKueue": (
+        "The last run gave up: Kueue did not admit its Job within capacity.waitTimeoutSeconds",
+        "Check the queue (`kubectl get workloads`, the ClusterQueue's quota for the GPU "
+        "product), give the Job a higher priority (spec.job.priorityClassName or a "
+        "WorkloadPriorityClass label), or raise spec.capacity.waitTimeoutSeconds.",
+    ),
+    "BorrowBlocked": (
+        "The last run gave up: no GPU was free and borrowing a replica stayed refused",
+        "The message names what refused the borrow (a PodDisruptionBudget, minAvailable, an "
+        "HPA or a GitOps owner of replicas, a rollout, another borrow on the product); see "
+        "docs/capacity.md. Fix that or add a node, then `kubectl sps reprofile {name}`.",
+    ),
     "StatusWriteFailed": (
         "The operator could not write this profile's full status",
         "The API refused the status (the message says why); report it with `kubectl get sps "
