@@ -242,3 +242,21 @@ def test_the_wait_ends_when_the_job_runs_and_status_no_longer_says_it_waits() ->
         registry.get_sample_value("sps_gpu_wait_seconds_count", {"namespace": NS, "profile": "p"})
         == 1.0
     )  # one wait, observed once
+
+
+def test_a_deployment_no_longer_selected_mid_borrow_still_gets_its_replica_back() -> None:
+    # The lender is found by its borrow record, not among the profile's current targets: a
+    # relabelled (or otherwise dropped) Deployment is not left scaled down.
+    h = harness(**BORROW)
+    start_waiting(h)
+    h.tick(30)
+    h.run_pass()
+    assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 1
+    h.kube.obj("Deployment", "server")["metadata"]["labels"] = {"app": "something-else"}
+    job_pod(h, unschedulable=None)
+    h.finish()
+    h.settle()
+    dep = h.kube.obj("Deployment", "server")
+    assert dep["spec"]["replicas"] == 2
+    assert L.ANNOTATION_BORROWED not in (dep["metadata"].get("annotations") or {})
+    assert [m for r, m in h.kube.events if r == "ReplicaReturned"]
