@@ -260,3 +260,22 @@ def test_a_deployment_no_longer_selected_mid_borrow_still_gets_its_replica_back(
     assert dep["spec"]["replicas"] == 2
     assert L.ANNOTATION_BORROWED not in (dep["metadata"].get("annotations") or {})
     assert [m for r, m in h.kube.events if r == "ReplicaReturned"]
+
+
+def test_a_suspended_job_with_the_job_controllers_condition_is_queued_not_finished() -> None:
+    # The Job controller marks a suspended Job with the condition Suspended=True: that is
+    # not an end of the Job (the run once ignored the Job and never said it was queued).
+    h = harness(job={"labels": {L.LABEL_KUEUE_QUEUE: "gpu-profiling"}})
+    h.tick()
+    h.run_pass()
+    (job,) = h.kube.kinds("Job")
+    job["status"] = {
+        "conditions": [
+            {"type": "Suspended", "status": "True", "reason": "JobSuspended",
+             "message": "Job suspended"}
+        ]
+    }  # fmt: skip
+    h.tick()
+    run = h.run_pass()["currentRun"]
+    assert run["waiting"]["reason"] == "QueuedInKueue", run
+    assert h.condition("Profiling")[:2] == ("False", "QueuedInKueue")
