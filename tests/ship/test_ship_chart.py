@@ -11,6 +11,8 @@ import pytest
 import yaml
 from ship_helpers import CHART, ROOT, by_kind, helm, render
 
+from sps_operator.controller.main import key_values, parse_args
+
 GENERATED_CRD = ROOT / "crds" / "sps.dev_spsprofiles.yaml"
 CHART_CRD = CHART / "crds" / "sps.dev_spsprofiles.yaml"
 
@@ -216,6 +218,32 @@ def test_operator_arguments_follow_values() -> None:
     assert args[-1] == "--resync-seconds=5"
 
 
+def test_job_defaults_become_operator_flags_it_parses() -> None:
+    args = operator_container(render())["args"]
+    assert not any(a.startswith(("--job-label", "--job-annotation", "--job-prio")) for a in args)
+    args = operator_container(
+        render(
+            r"jobDefaults.labels.kueue\.x-k8s\.io/queue-name=gpu-profiling",
+            "jobDefaults.labels.team=ml",
+            r"jobDefaults.annotations.example\.com/owner=ml team\, on call: 42",
+            "jobDefaults.priorityClassName=profiling-low",
+        )
+    )["args"]
+    assert "--job-label=kueue.x-k8s.io/queue-name=gpu-profiling" in args
+    assert "--job-label=team=ml" in args
+    assert "--job-priority-class=profiling-low" in args
+    # What the chart renders is what the operator reads: its own parser, its defaults.
+    parsed = parse_args(args[1:])
+    assert key_values(parsed.job_label, "--job-label") == {
+        "kueue.x-k8s.io/queue-name": "gpu-profiling",
+        "team": "ml",
+    }
+    assert key_values(parsed.job_annotation, "--job-annotation") == {
+        "example.com/owner": "ml team, on call: 42"
+    }
+    assert parsed.job_priority_class == "profiling-low"
+
+
 def test_service_monitor_optional_and_selects_the_metrics_service() -> None:
     assert not by_kind(render(), "ServiceMonitor")
     objects = render(
@@ -259,6 +287,7 @@ def test_include_crds_renders_the_crd() -> None:
         (["replicaCount=6"], "replicaCount"),
         (["imageTypo=x"], "imageTypo"),
         (["image.pullPolicy=Sometimes"], "pullPolicy"),
+        (["jobDefaults.priorityClass=x"], "priorityClass"),
     ],
 )
 def test_schema_rejects_bad_values(values: list[str], message: str) -> None:

@@ -191,13 +191,16 @@ def test_ship_chart_operator_runs_under_the_chart_rbac(
     # The environment the chart's Deployment gives the pod: the Lease lives in its namespace.
     env = dict(os.environ, KUBECONFIG=str(kubeconfig), POD_NAMESPACE=system, POD_NAME="ship-0")
     env.pop("KUBERNETES_SERVICE_HOST", None)
-    # Exactly the arguments the chart renders (minus ports, which may be taken here).
+    # Exactly the arguments the chart renders (minus ports, which may be taken here), for
+    # one replica: `installed` has no operator pod (replicaCount 0), hence no leader-election
+    # Role; with the default replicaCount 2 the process would ask for a Lease it may not use.
     (deployment,) = [
         o
         for o in render(
             "watch.mode=namespaces",
             f"watch.namespaces={{{watched}}}",
             "metrics.enabled=false",
+            "replicaCount=1",
             release=release,
             namespace=system,
         )

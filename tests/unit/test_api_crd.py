@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,17 @@ def test_committed_crd_matches_models() -> None:
 def test_committed_api_docs_match_models() -> None:
     committed = (ROOT / "docs" / "api.md").read_text()
     assert committed == render_api_docs(), "run: .venv/bin/sps-operator crd --docs > docs/api.md"
+
+
+def test_api_docs_link_only_to_sections_they_have() -> None:
+    # Every model a field refers to has its own section, and every type is resolved (a model
+    # defined after the one using it once rendered as "ForwardRef('...')").
+    text = render_api_docs()
+    assert "ForwardRef" not in text
+    anchors = {line[4:].strip().lower() for line in text.splitlines() if line.startswith("### ")}
+    links = set(re.findall(r"\]\(#([a-z0-9-]+)\)", text))
+    assert links, "no links found: the test no longer reads the docs"
+    assert links <= anchors, f"links without a section: {sorted(links - anchors)}"
 
 
 def test_schema_is_structural() -> None:

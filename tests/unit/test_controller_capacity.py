@@ -222,3 +222,60 @@ def test_a_deleted_profile_gives_back_and_someone_elses_scale_wins() -> None:
     dep = h.kube.obj("Deployment", "server")
     assert dep["spec"]["replicas"] == 5 and L.ANNOTATION_BORROWED not in dep["metadata"][
         "annotations"]  # fmt: skip
+
+
+def test_the_wait_ends_when_the_job_runs_and_status_no_longer_says_it_waits() -> None:
+    # The status is written as a JSON merge patch: a field of currentRun that is dropped
+    # must be sent as null, or the API keeps it (and the run "waits" forever).
+    h = harness(**BORROW)
+    start_waiting(h)
+    assert h.status()["currentRun"]["waiting"]["reason"] == "WaitingForGPUs"
+    job_pod(h, unschedulable=None)  # scheduled
+    for _ in range(3):
+        h.tick()
+        run = h.run_pass()["currentRun"]
+        assert "waiting" not in run, run
+        assert h.condition("Profiling")[:2] == ("True", "NoTable")
+    assert h.reconciler is not None
+    registry = h.reconciler.metrics.registry
+    assert (
+        registry.get_sample_value("sps_gpu_wait_seconds_count", {"namespace": NS, "profile": "p"})
+        == 1.0
+    )  # one wait, observed once
+
+
+def test_a_deployment_no_longer_selected_mid_borrow_still_gets_its_replica_back() -> None:
+    # The lender is found by its borrow record, not among the profile's current targets: a
+    # relabelled (or otherwise dropped) Deployment is not left scaled down.
+    h = harness(**BORROW)
+    start_waiting(h)
+    h.tick(30)
+    h.run_pass()
+    assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 1
+    h.kube.obj("Deployment", "server")["metadata"]["labels"] = {"app": "something-else"}
+    job_pod(h, unschedulable=None)
+    h.finish()
+    h.settle()
+    dep = h.kube.obj("Deployment", "server")
+    assert dep["spec"]["replicas"] == 2
+    assert L.ANNOTATION_BORROWED not in (dep["metadata"].get("annotations") or {})
+    assert [m for r, m in h.kube.events if r == "ReplicaReturned"]
+
+
+def test_a_suspended_job_with_the_job_controllers_condition_is_queued_not_finished() -> None:
+    # The Job controller marks a suspended Job with the condition Suspended=True: that is
+    # not an end of the Job (the run once ignored the Job and never said it was queued).
+    h = harness(job={"labels": {L.LABEL_KUEUE_QUEUE: "gpu-profiling"}})
+    h.tick()
+    h.run_pass()
+    (job,) = h.kube.kinds("Job")
+    job["status"] = {
+        "conditions": [
+            {"type": "Suspended", "status": "True", "reason": "JobSuspended",
+             "message": "Job suspended"}
+        ]
+    }  # fmt: skip
+    h.tick()
+    run = h.run_pass()["currentRun"]
+    assert run["waiting"]["reason"] == "QueuedInKueue", run
+    assert h.condition("Profiling")[:2] == ("False", "QueuedInKueue")

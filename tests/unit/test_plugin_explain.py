@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from sps_operator.plugin.explain import explain, render_explain
@@ -142,7 +143,150 @@ def test_pending_job_without_gpus() -> None:
     (finding,) = report["findings"]
     assert finding["what"] == "The profiling Job is Pending: no GPU is free"
     assert "Insufficient nvidia.com/gpu" in finding["why"]
-    assert "scale the Deployment down" in finding["next"]
+    # Not the hand-made runbook (scale down, profile, scale up): the operator's own borrow.
+    assert "capacity.mode: BorrowReplica" in finding["next"]
+    assert "scale the Deployment down" not in finding["next"]
+
+
+NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
+SCHEDULER = (
+    "0/4 nodes are available: 2 Insufficient nvidia.com/gpu, 2 node(s) didn't match Pod's "
+    "node affinity/selector."
+)
+
+
+def waiting_profile(reason: str, message: str, mode: str = "Wait") -> dict[str, Any]:
+    p = profile(
+        {
+            "observedGeneration": 1,
+            "currentRun": {
+                "name": "llama-0a1b2c3d4e",
+                "job": "llama-0a1b2c3d4e",
+                "phase": "Diagonal",
+                "gpuProduct": "NVIDIA-H100-80GB-HBM3",
+                "waiting": {"reason": reason, "message": message, "since": "2026-12-02T11:56:40Z"},
+            },
+            "conditions": [
+                {"type": "Profiling", "status": "False", "reason": reason, "message": message},
+                {"type": "Ready", "status": "False", "reason": reason, "message": ""},
+            ],
+        }
+    )
+    p["spec"]["capacity"] = {"mode": mode, "waitTimeoutSeconds": 1800}
+    return p
+
+
+def unschedulable_pod() -> dict[str, Any]:
+    return {
+        "metadata": {"name": "llama-0a1b2c3d4e-xyz"},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": SCHEDULER,
+                }
+            ],
+        },
+    }
+
+
+def test_waiting_for_gpus_says_why_and_for_how_long() -> None:
+    report = explain(
+        waiting_profile("WaitingForGPUs", f"no node can take it now: {SCHEDULER}"),
+        job={"metadata": {}},
+        pods=[unschedulable_pod()],
+        now=NOW,
+    )
+    # One finding: the pod's Pending condition is the same news, not a second finding.
+    (finding,) = report["findings"]
+    assert finding["what"] == (
+        "The profiling Job is waiting for GPUs of NVIDIA-H100-80GB-HBM3 "
+        "for 3m20s (since 2026-12-02T11:56:40Z)"
+    )
+    assert finding["why"].startswith("WaitingForGPUs: no node can take it now: 0/4 nodes")
+    assert "capacity.mode: BorrowReplica" in finding["next"]
+    assert "waits 1800 s" in finding["next"]
+    assert report["state"] == "WaitingForGPUs"
+    assert report["run"] == {
+        "name": "llama-0a1b2c3d4e",
+        "phase": "Diagonal",
+        "waiting": "WaitingForGPUs",
+        "waitingFor": "3m20s",
+        "waitingSince": "2026-12-02T11:56:40Z",
+    }
+    text = render_explain(report)
+    assert "SpsProfile serving/llama: WaitingForGPUs" in text
+    assert (
+        "  Run llama-0a1b2c3d4e (Diagonal): WaitingForGPUs for 3m20s "
+        "(since 2026-12-02T11:56:40Z)" in text
+    )
+    assert "1. The profiling Job is waiting for GPUs" in text
+
+
+def test_waiting_with_borrow_replica_says_when_it_borrows() -> None:
+    p = waiting_profile(
+        "WaitingForGPUs", "no node can take it now: 1 Insufficient", "BorrowReplica"
+    )
+    p["spec"]["capacity"]["borrowAfterSeconds"] = 300
+    (finding,) = explain(p, now=NOW)["findings"]
+    assert "borrows one replica of the target after 300 s" in finding["next"]
+
+
+def test_waiting_on_a_pin_that_matches_no_node() -> None:
+    message = (
+        "no node can take it now: 0/2 nodes are available: 2 node(s) didn't match Pod's "
+        "node affinity/selector."
+    )
+    (finding,) = explain(waiting_profile("WaitingForGPUs", message), now=NOW)["findings"]
+    assert finding["what"].startswith(
+        "No node matches the profiling Job's GPU product pin for 3m20s"
+    )
+    assert "spec.gpuProductLabel" in finding["next"]
+
+
+def test_queued_in_kueue() -> None:
+    message = "Job llama-0a1b2c3d4e is suspended until Kueue queue gpu-profiling admits it"
+    report = explain(waiting_profile("QueuedInKueue", message), now=NOW)
+    (finding,) = report["findings"]
+    assert finding["what"] == (
+        "The profiling Job is queued in Kueue for 3m20s (since 2026-12-02T11:56:40Z)"
+    )
+    assert "gpu-profiling" in finding["why"]
+    assert "kubectl get workloads" in finding["next"]
+    assert report["state"] == "QueuedInKueue"
+
+
+def test_borrow_blocked_by_a_pdb() -> None:
+    message = (
+        "PodDisruptionBudget llama-pdb allows no disruption of llama now (no node can take "
+        f"it now: {SCHEDULER})"
+    )
+    report = explain(waiting_profile("BorrowBlocked", message, "BorrowReplica"), now=NOW)
+    (finding,) = report["findings"]
+    assert finding["what"].startswith("The profiling Job waits for GPUs and borrowing a replica")
+    assert "for 3m20s" in finding["what"]
+    assert "PodDisruptionBudget llama-pdb" in finding["why"]
+    assert "PodDisruptionBudget" in finding["next"] and "docs/capacity.md" in finding["next"]
+
+
+def test_a_run_on_a_borrowed_replica_is_shown() -> None:
+    status = {
+        "observedGeneration": 1,
+        "currentRun": {
+            "name": "llama-0a1b2c3d4e",
+            "job": "llama-0a1b2c3d4e",
+            "phase": "Diagonal",
+            "borrow": {"deployment": "llama", "replicas": 2, "at": "2026-12-02T11:59:00Z"},
+        },
+    }
+    report = explain(profile(status), now=NOW)
+    assert report["findings"] == []
+    text = render_explain(report)
+    assert "  Run llama-0a1b2c3d4e (Diagonal); borrowed 1 of 2 replicas of llama for 60s" in text
+    assert "Nothing is wrong: a run is in progress." in text
 
 
 def test_no_targets_and_render() -> None:
@@ -172,6 +316,9 @@ def test_operator_failure_reasons_get_specific_advice() -> None:
         "RolloutFailed": "rolled back",  # its message names ProgressDeadlineExceeded
         "FitFailed": "could not be fitted",
         "ProfilingFailed": "The last profiling run failed",
+        "WaitingForGPUs": "waited longer than capacity.waitTimeoutSeconds",
+        "QueuedInKueue": "Kueue did not admit its Job",
+        "BorrowBlocked": "borrowing a replica stayed refused",
     }
     for reason, what in cases.items():
         message = (

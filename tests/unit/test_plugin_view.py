@@ -239,3 +239,52 @@ def test_watch_lines_line_up_with_the_header() -> None:
     for column, value in (("STATE", "Profiling/OffDiagonal"), ("AGE", "3m20s")):
         assert header.index(column) == line1.index(value)
     assert header.index("STATE") == line0.index("Pending")
+
+
+def waiting_run(reason: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": "llama-abc",
+        "phase": "Diagonal",
+        "waiting": {
+            "reason": reason,
+            "message": "no node can take it now: 0/2 nodes are available: 2 Insufficient "
+            "nvidia.com/gpu.",
+            "since": "2026-12-02T11:58:00Z",
+        },
+        **extra,
+    }
+
+
+@pytest.mark.parametrize("reason", ["WaitingForGPUs", "QueuedInKueue", "BorrowBlocked"])
+def test_get_shows_why_a_run_waits_and_for_how_long(reason: str) -> None:
+    row = view.get_row(profile({"gpuProduct": H100, "currentRun": waiting_run(reason)}), NOW)
+    assert row["state"] == reason
+    assert row["progress"] == "waiting 2m"
+    # -o json/yaml: the scheduler's (or Kueue's, or the refusal's) words and since when.
+    assert row["waitingSince"] == "2026-12-02T11:58:00Z"
+    assert row["waitingMessage"].startswith("no node can take it now: 0/2 nodes")
+    line = view.render_get([row], all_namespaces=False).splitlines()[1].split()
+    assert line[4:7] == [reason, "waiting", "2m"]
+
+
+def test_get_shows_a_borrowed_replica() -> None:
+    run = {
+        "phase": "Diagonal",
+        "progress": "7/19 rounds",
+        "borrow": {"deployment": "llama", "replicas": 2, "at": "2026-12-02T11:59:00Z"},
+    }
+    row = view.get_row(profile({"currentRun": run}), NOW)
+    assert row["state"] == "Profiling/Diagonal"
+    assert row["progress"] == "7/19 rounds (borrowed 1 of 2 from llama)"
+    assert "waitingSince" not in row
+
+
+def test_watch_key_ignores_the_wait_clock_ticking() -> None:
+    early = view.get_row(profile({"currentRun": waiting_run("WaitingForGPUs")}), NOW)
+    later = view.get_row(
+        profile({"currentRun": waiting_run("WaitingForGPUs")}), NOW.replace(minute=5)
+    )
+    assert early["progress"] != later["progress"]
+    assert view.watch_key(early) == view.watch_key(later)
+    blocked = view.get_row(profile({"currentRun": waiting_run("BorrowBlocked")}), NOW)
+    assert view.watch_key(blocked) != view.watch_key(early)

@@ -158,6 +158,15 @@ or into a Role in each watched namespace (namespaces mode).
 {{- range .Values.jobPolicy.allowedServiceAccounts }}
 - --allow-service-account={{ . }}
 {{- end }}
+{{- range $key, $value := .Values.jobDefaults.labels }}
+- {{ printf "--job-label=%s=%s" $key $value | quote }}
+{{- end }}
+{{- range $key, $value := .Values.jobDefaults.annotations }}
+- {{ printf "--job-annotation=%s=%s" $key $value | quote }}
+{{- end }}
+{{- with .Values.jobDefaults.priorityClassName }}
+- {{ printf "--job-priority-class=%s" . | quote }}
+{{- end }}
 {{- with .Values.operator.extraArgs }}
 {{ toYaml . }}
 {{- end }}

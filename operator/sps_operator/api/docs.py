@@ -28,6 +28,7 @@ SPEC_MODELS: list[type[BaseModel]] = [
     models.JobOverrides,
     models.Toleration,
     models.ResourceRequirements,
+    models.CapacitySpec,
     models.RolloutSpec,
     models.RefreshSpec,
     models.GatesSpec,
@@ -38,6 +39,8 @@ STATUS_MODELS: list[type[BaseModel]] = [
     models.TableRef,
     models.FitQuality,
     models.RunStatus,
+    models.RunWaiting,
+    models.BorrowRecord,
     models.TargetStatus,
     models.FailureRecord,
 ]

@@ -1106,6 +1106,31 @@ class RunPhase(StrEnum):
     OFF_DIAGONAL = "OffDiagonal"
 
 
+class RunWaiting(StatusModel):
+    """Why a run's Job does not run yet (status.currentRun.waiting)."""
+
+    reason: str = Field(
+        description="WaitingForGPUs (no node has free GPUs of the product), QueuedInKueue (the "
+        "Job is suspended until Kueue admits it), BorrowBlocked (BorrowReplica cannot borrow)."
+    )
+    message: MessageText = Field(description="The scheduler's, Kueue's or the operator's words.")
+    since: str = Field(
+        description="When the wait began (the run fails after capacity.waitTimeoutSeconds).",
+        json_schema_extra={"format": "date-time"},
+    )
+
+
+class BorrowRecord(StatusModel):
+    """A replica taken out of the target Deployment for a run (capacity.mode BorrowReplica)."""
+
+    deployment: str = Field(description="The Deployment lending the replica.")
+    replicas: int = Field(ge=0, description="Its replicas before the borrow (restored after).")
+    at: str = Field(
+        description="When it was borrowed (serving capacity is reduced since).",
+        json_schema_extra={"format": "date-time"},
+    )
+
+
 class RunStatus(StatusModel):
     """The profiling run in progress (at most one per SpsProfile)."""
 
@@ -1131,21 +1156,6 @@ class RunStatus(StatusModel):
     borrow: BorrowRecord | None = Field(
         default=None, description="The replica taken out of the target for this run."
     )
-
-
-class RunWaiting(StatusModel):
-    reason: str = Field(
-        description="WaitingForGPUs (no node has free GPUs of the product), QueuedInKueue (the "
-        "Job is suspended until Kueue admits it), BorrowBlocked (BorrowReplica cannot borrow)."
-    )
-    message: MessageText = Field(description="The scheduler's, Kueue's or the operator's words.")
-    since: str = Field(json_schema_extra={"format": "date-time"})
-
-
-class BorrowRecord(StatusModel):
-    deployment: str
-    replicas: int = Field(ge=0, description="Its replicas before the borrow (restored after).")
-    at: str = Field(json_schema_extra={"format": "date-time"})
 
 
 class TargetState(StrEnum):

@@ -148,12 +148,23 @@ def _return(p: Pass, deployment: Mapping[str, Any], tag: BorrowTag) -> None:
     p.event("Normal", EV_RETURNED, note)
 
 
+def _lenders(p: Pass) -> dict[str, Mapping[str, Any]]:
+    """Deployments of the profile's namespace that carry a borrow record, by name, whether
+    or not the profile still selects them (a relabelled lender must get its replica back),
+    plus the current targets."""
+    lenders: dict[str, Mapping[str, Any]] = {t.name: t.deployment for t in p.targets}
+    for dep in p.snapshot.borrowed:
+        meta = dep.get("metadata") or {}
+        if meta.get("namespace") in (None, p.namespace) and meta.get("name"):
+            lenders[str(meta["name"])] = dep
+    return lenders
+
+
 def return_for_run(p: Pass, run: RunStatus) -> None:
     """The run ends (whatever the outcome): give back what it borrowed."""
     if run.borrow is None:
         return
-    target = p.target(run.borrow.deployment)
-    dep = target.deployment if target is not None else None
+    dep = _lenders(p).get(run.borrow.deployment)
     tag = read_tag(dep) if dep is not None else None
     if dep is not None and tag is not None and tag.run == run.name:
         _return(p, dep, tag)
@@ -171,12 +182,12 @@ def return_orphans(p: Pass) -> None:
     runs; re-attach a borrow of the current run that status lost (a restart between the
     record and the status write)."""
     run = p.status.current_run
-    for target in p.targets:
-        tag = read_tag(target.deployment)
+    for name, dep in sorted(_lenders(p).items()):
+        tag = read_tag(dep)
         if tag is None or tag.profile_uid != p.ref.uid:
             continue
         if run is not None and tag.run == run.name:
             if run.borrow is None:
-                run.borrow = BorrowRecord(deployment=target.name, replicas=tag.replicas, at=tag.at)
+                run.borrow = BorrowRecord(deployment=name, replicas=tag.replicas, at=tag.at)
             continue
-        _return(p, target.deployment, tag)
+        _return(p, dep, tag)

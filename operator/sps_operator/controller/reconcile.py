@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from sps_operator.api.models import FailureRecord, SpsProfile, SpsProfileStatus
 from sps_operator.controller import builders
@@ -237,8 +237,20 @@ def _failure(p: Pass, reason: str, message: str) -> FailureRecord:
 
 
 def _status_dict(status: SpsProfileStatus) -> dict[str, Any]:
-    wire = status.to_k8s()
-    # A merge patch removes a field only when it is sent as null.
-    return {
-        (f.alias or n): wire.get(f.alias or n) for n, f in SpsProfileStatus.model_fields.items()
-    }
+    """The status as a JSON merge patch that replaces the stored one: a merge patch removes
+    a field only when it is sent as null, at every level of nested objects (lists are
+    replaced whole). Without the nested nulls, `currentRun.waiting` outlived the wait, and
+    a new run or failure kept the old one's fields it does not set."""
+    return _with_nulls(status)
+
+
+def _with_nulls(model: BaseModel) -> dict[str, Any]:
+    wire: dict[str, Any] = model.model_dump(by_alias=True, exclude_none=True, mode="json")
+    for name, field in type(model).model_fields.items():
+        key = field.alias or name
+        value = getattr(model, name)
+        if value is None:
+            wire[key] = None
+        elif isinstance(value, BaseModel) and isinstance(wire.get(key), dict):
+            wire[key] = _with_nulls(value)
+    return wire

@@ -198,11 +198,16 @@ def cleanup_runs(p: Pass, keep: str | None) -> None:
             p.kube.delete("ConfigMap", p.namespace, name)
 
 
+# Conditions that end a Job (or announce its end). Not `Suspended`: a Job created suspended
+# for Kueue carries Suspended=True until it is admitted.
+JOB_ENDING = ("Complete", "Failed", "SuccessCriteriaMet", "FailureTarget")
+
+
 def _finished(job: Obj) -> dict[str, Obj]:
     return {
         c["type"]: c
         for c in (job.get("status") or {}).get("conditions") or []
-        if c.get("status") == "True"
+        if c.get("status") == "True" and c.get("type") in JOB_ENDING
     }
 
 

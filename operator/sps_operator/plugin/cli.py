@@ -131,9 +131,8 @@ def watch_rows(
     out: Callable[[str], None] = lambda line: print(line, flush=True),
 ) -> list[dict[str, str]]:
     """`kubectl get -w` by polling: a line each time a row's state or progress changes."""
-    keys = ("state", "progress", "gpu", "table")
     first = snapshot()
-    seen = {(r["namespace"], r["name"]): tuple(r[k] for k in keys) for r in first}
+    seen = {(r["namespace"], r["name"]): view.watch_key(r) for r in first}
     layout = view.watch_layout(first)
     deadline = time.monotonic() + timeout if timeout else None
     rows: list[dict[str, str]] = []
@@ -143,7 +142,7 @@ def watch_rows(
             rows = snapshot()
             for row in rows:
                 key = (row["namespace"], row["name"])
-                now = tuple(row[k] for k in keys)
+                now = view.watch_key(row)
                 if seen.get(key) != now:
                     seen[key] = now
                     layout.append(row)  # widths only grow: earlier lines stay aligned

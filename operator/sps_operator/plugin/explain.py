@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from sps_operator.api.result import clean_text
-from sps_operator.plugin.view import conditions_by_type, profile_state
+from sps_operator.plugin.view import age, conditions_by_type, profile_state
 
 # Text from the cluster (a Job's message, an event) is shown cleaned and bounded: a Job
 # runs the user's image, and what it writes must not drive the reader's terminal.
@@ -116,6 +117,25 @@ FAILURE_REASONS: dict[str, tuple[str, str]] = {
         "A step of the operator's pass failed",
         "The message names the step and the API's answer. Transient errors retry with "
         "backoff by themselves; a persistent one (403, 422) needs the RBAC or object fixed.",
+    ),
+    "WaitingForGPUs": (
+        "The last run gave up: its Job waited longer than capacity.waitTimeoutSeconds for GPUs",
+        "Every GPU of the product was busy for the whole wait. Let the operator lend the run "
+        "one replica (spec.capacity.mode: BorrowReplica, docs/capacity.md), add a node to the "
+        "pool, or raise spec.capacity.waitTimeoutSeconds; the run is retried with backoff, "
+        "or now with `kubectl sps reprofile {name}`.",
+    ),
+    "QueuedInKueue": (
+        "The last run gave up: Kueue did not admit its Job within capacity.waitTimeoutSeconds",
+        "Check the queue (`kubectl get workloads`, the ClusterQueue's quota for the GPU "
+        "product), give the Job a higher priority (spec.job.priorityClassName or a "
+        "WorkloadPriorityClass label), or raise spec.capacity.waitTimeoutSeconds.",
+    ),
+    "BorrowBlocked": (
+        "The last run gave up: no GPU was free and borrowing a replica stayed refused",
+        "The message names what refused the borrow (a PodDisruptionBudget, minAvailable, an "
+        "HPA or a GitOps owner of replicas, a rollout, another borrow on the product); see "
+        "docs/capacity.md. Fix that or add a node, then `kubectl sps reprofile {name}`.",
     ),
     "StatusWriteFailed": (
         "The operator could not write this profile's full status",
@@ -244,14 +264,113 @@ def _gate_finding(name: str, evidence: str) -> Finding:
 def _gpu_next_step(name: str) -> str:
     return (
         "The profiling Job needs as many GPUs of the same product as one server pod, on one "
-        "node. Free them (scale the Deployment down by one replica while profiling), add a "
-        "node to that GPU pool, or profile a server already in profiling mode "
-        "(spec.server.source: External). The run resumes by itself; check with "
-        f"`kubectl sps get {name}`."
+        "node. Let the operator lend it one replica of the target for the run "
+        "(spec.capacity.mode: BorrowReplica, docs/capacity.md), add a node to that GPU pool, "
+        "or profile a server already in profiling mode (spec.server.source: External). The "
+        f"run resumes by itself; check with `kubectl sps get {name}`."
     )
 
 
-def _pod_findings(name: str, pods: Sequence[Mapping[str, Any]]) -> list[Finding]:
+def _pin_mismatch(message: str) -> bool:
+    """The scheduler says no node has the pinned GPU product (not merely: none is free)."""
+    pinned = "didn't match" in message or "affinity" in message or "selector" in message
+    return pinned and "insufficient" not in message.lower()
+
+
+_PIN_NEXT = (
+    "The Job is pinned to the GPU product the target runs on (node label "
+    "spec.gpuProductLabel). Check the label on your nodes (`kubectl get nodes -L "
+    "nvidia.com/gpu.product`); if the GPU product label differs, set spec.gpuProductLabel."
+)
+
+
+def _waiting_finding(
+    name: str, spec: Mapping[str, Any], run: Mapping[str, Any], now: datetime
+) -> Finding | None:
+    """Why the current run's Job does not run yet (status.currentRun.waiting), since when,
+    and what lets it run."""
+    waiting = run.get("waiting") or {}
+    reason = str(waiting.get("reason") or "")
+    if not reason:
+        return None
+    message = str(waiting.get("message") or "")
+    capacity = spec.get("capacity") or {}
+    mode = str(capacity.get("mode") or "Wait")
+    timeout = int(capacity.get("waitTimeoutSeconds") or 3600)
+    since = str(waiting.get("since") or "?")
+    how_long = f"for {age(waiting.get('since'), now)} (since {since})"
+    why = f"{reason}: {message} (run {run.get('name', '?')}, Job {run.get('job', '?')})"
+    bound = f"The run fails if it waits {timeout} s in all (spec.capacity.waitTimeoutSeconds)."
+    gpu = run.get("gpuProduct") or "its GPU product"
+    if reason == "QueuedInKueue":
+        return Finding(
+            what=f"The profiling Job is queued in Kueue {how_long}",
+            why=why,
+            next=(
+                "Kueue admits the Job (unsuspends it) when its ClusterQueue has quota for "
+                f"{gpu}: `kubectl get workloads -n <namespace>` shows why it is not admitted "
+                "yet; give the queue quota, or a higher priority "
+                f"(spec.job.priorityClassName / a WorkloadPriorityClass). {bound}"
+            ),
+        )
+    if reason == "BorrowBlocked":
+        return Finding(
+            what=f"The profiling Job waits for GPUs and borrowing a replica is refused {how_long}",
+            why=why,
+            next=(
+                "capacity.mode BorrowReplica never borrows below minAvailable ready replicas, "
+                "against a PodDisruptionBudget that allows no disruption, during a rollout, from "
+                "a Deployment whose replicas an HPA or a GitOps apply owns, or twice at once on "
+                "one GPU product (docs/capacity.md). Remove what the message names, free a "
+                f"GPU of {gpu}, or add a node; the operator retries by itself. {bound}"
+            ),
+        )
+    if _pin_mismatch(message):
+        return Finding(
+            what=f"No node matches the profiling Job's GPU product pin {how_long}",
+            why=why,
+            next=f"{_PIN_NEXT} {bound}",
+        )
+    if mode == "BorrowReplica":
+        after = int(capacity.get("borrowAfterSeconds") or 60)
+        next_step = (
+            f"The operator borrows one replica of the target after {after} s of waiting "
+            f"(spec.capacity.borrowAfterSeconds); free a GPU of {gpu} or add a node to make it "
+            f"run sooner. {bound}"
+        )
+    else:
+        next_step = f"{_gpu_next_step(name)} {bound}"
+    return Finding(
+        what=f"The profiling Job is waiting for GPUs of {gpu} {how_long}",
+        why=why,
+        next=next_step,
+    )
+
+
+def _run_line(run: Mapping[str, Any], now: datetime) -> dict[str, str] | None:
+    """The current run in one line: what it does, how long it has waited, what it borrowed."""
+    if not run:
+        return None
+    line = {"name": str(run.get("name") or "?"), "phase": str(run.get("phase") or "?")}
+    waiting = run.get("waiting") or {}
+    if waiting.get("reason"):
+        line["waiting"] = str(waiting["reason"])
+        line["waitingFor"] = age(waiting.get("since"), now)
+        line["waitingSince"] = str(waiting.get("since") or "")
+    borrow = run.get("borrow") or {}
+    if borrow.get("deployment"):
+        line["borrowed"] = (
+            f"1 of {borrow.get('replicas', '?')} replicas of {borrow['deployment']} "
+            f"for {age(borrow.get('at'), now)}"
+        )
+    return line
+
+
+def _pod_findings(
+    name: str, pods: Sequence[Mapping[str, Any]], scheduling: bool = True
+) -> list[Finding]:
+    """Problems of the run's pods; `scheduling` False when status already says why the Job
+    waits (the scheduler's message is in that finding)."""
     findings = []
     for pod in pods:
         status = pod.get("status") or {}
@@ -259,16 +378,11 @@ def _pod_findings(name: str, pods: Sequence[Mapping[str, Any]]) -> list[Finding]
         if status.get("phase") != "Pending":
             continue
         for cond in status.get("conditions") or []:
-            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            if scheduling and cond.get("type") == "PodScheduled" and cond.get("status") == "False":
                 message = str(cond.get("message") or "")
                 if "didn't match" in message or "affinity" in message or "selector" in message:
                     what = "No node matches the profiling Job's GPU product pin"
-                    next_step = (
-                        "The Job is pinned to the GPU product the target runs on "
-                        "(node label spec.gpuProductLabel). Check the label on your nodes "
-                        "(`kubectl get nodes -L nvidia.com/gpu.product`); if the GPU product "
-                        "label differs, set spec.gpuProductLabel."
-                    )
+                    next_step = _PIN_NEXT
                     if "insufficient" in message.lower():
                         next_step = _gpu_next_step(name)
                 else:
@@ -300,7 +414,9 @@ def explain(
     job: Mapping[str, Any] | None = None,
     pods: Sequence[Mapping[str, Any]] = (),
     events: Sequence[Mapping[str, Any]] = (),
+    now: datetime | None = None,
 ) -> dict[str, Any]:
+    now = now or datetime.now(UTC)
     meta = profile.get("metadata") or {}
     name = str(meta.get("name", "?"))
     status = profile.get("status") or {}
@@ -382,8 +498,12 @@ def explain(
             )
         )
 
+    run = status.get("currentRun") or {}
+    waiting = _waiting_finding(name, profile.get("spec") or {}, run, now)
+    if waiting is not None:
+        findings.append(waiting)
     if job is not None:
-        findings.extend(_pod_findings(name, pods))
+        findings.extend(_pod_findings(name, pods, scheduling=waiting is None))
 
     for event in events:
         if event.get("type") == "Warning" and not findings:
@@ -428,6 +548,7 @@ def explain(
             }
             for c in conds.values()
         ],
+        "run": _run_line(run, now),
         "findings": [f.to_dict() for f in findings],
     }
 
@@ -439,6 +560,14 @@ def render_explain(report: Mapping[str, Any]) -> str:
             f"  {cond['type']:<11} {cond['status']:<7} {cond.get('reason') or ''}"
             + (f" - {cond['message']}" if cond.get("message") else "")
         )
+    run = report.get("run")
+    if run:
+        text = f"  Run {run['name']} ({run['phase']})"
+        if run.get("waiting"):
+            text += f": {run['waiting']} for {run['waitingFor']} (since {run['waitingSince']})"
+        if run.get("borrowed"):
+            text += f"; borrowed {run['borrowed']}"
+        lines.append(clean_text(text, MAX_EVIDENCE))
     findings = report.get("findings") or []
     if not findings:
         lines.append(

@@ -79,6 +79,9 @@ def profile_state(profile: Mapping[str, Any]) -> str:
         return "Suspended"
     run = status.get("currentRun")
     if run:
+        waiting = run.get("waiting") or {}
+        if waiting.get("reason"):
+            return str(waiting["reason"])  # WaitingForGPUs, QueuedInKueue, BorrowBlocked
         return f"Profiling/{run.get('phase', '?')}"
     ready = conds.get("Ready")
     if ready and ready.get("status") == "True":
@@ -117,21 +120,42 @@ def table_for_gpu(profile: Mapping[str, Any], gpu: str | None) -> dict[str, Any]
     raise PluginError(f"profile {name} has tables for several GPUs ({gpus}); pick one with --gpu")
 
 
+def run_progress(run: Mapping[str, Any], now: datetime) -> str:
+    """The PROGRESS column: how long a run has waited for its GPUs, else the profiler's
+    progress, and whether it runs on a borrowed replica."""
+    if not run:
+        return "-"
+    waiting = run.get("waiting") or {}
+    if waiting.get("reason"):
+        return f"waiting {age(waiting.get('since'), now)}"
+    progress = str(run.get("progress") or "starting")
+    borrow = run.get("borrow") or {}
+    if borrow.get("deployment"):
+        progress += f" (borrowed 1 of {borrow.get('replicas', '?')} from {borrow['deployment']})"
+    return progress
+
+
 def get_row(profile: Mapping[str, Any], now: datetime) -> dict[str, str]:
     meta = profile.get("metadata") or {}
     spec = profile.get("spec") or {}
     status = profile.get("status") or {}
     run = status.get("currentRun") or {}
-    return {
+    row = {
         "namespace": str(meta.get("namespace", "")),
         "name": str(meta.get("name", "")),
         "kind": str((spec.get("table") or {}).get("kind", "Diagonal")),
         "gpu": str(status.get("gpuProduct") or "<none>"),
         "table": str(status.get("liveTable") or "<none>"),
         "state": profile_state(profile),
-        "progress": str(run.get("progress") or ("-" if not run else "starting")),
+        "progress": run_progress(run, now),
         "age": age(meta.get("creationTimestamp"), now),
     }
+    waiting = run.get("waiting") or {}
+    if waiting.get("reason"):
+        # Not a column (too long): -o json/yaml carry why and since when.
+        row["waitingSince"] = str(waiting.get("since") or "")
+        row["waitingMessage"] = str(waiting.get("message") or "")
+    return row
 
 
 def render_columns(
@@ -165,6 +189,13 @@ def render_get(
         [[r[k] for k in keys] for r in rows],
         [[r.get(k, "") for k in keys] for r in layout],
     )
+
+
+def watch_key(row: Mapping[str, str]) -> tuple[str, ...]:
+    """What `get -w` prints a new line for: a change of state, progress, GPU or table (not
+    the wait's clock ticking)."""
+    progress = "waiting" if row.get("waitingSince") is not None else row["progress"]
+    return (row["state"], progress, row["gpu"], row["table"])
 
 
 def watch_layout(rows: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:

@@ -1,0 +1,379 @@
+"""Profiling where GPUs are scarce (issue 12), end to end on the local control plane.
+
+The pool: the two H200 nodes, every GPU of them used by the target Deployment (two
+replicas, each requesting all the GPUs of one node). A Clone Job asks for as many GPUs as
+one replica, so it can only run if a replica makes room:
+- `Wait`: the profile says WaitingForGPUs with the scheduler's words, and `kubectl sps get`
+  / `explain` show it;
+- `BorrowReplica`: one replica is lent to the run, the table is profiled, published and
+  rolled, and the Deployment ends with both replicas ready on the new table;
+- a PodDisruptionBudget that allows no disruption blocks the borrow (BorrowBlocked), and
+  the borrow goes ahead once the PDB is gone;
+- an operator killed mid-borrow gives the replica back after its restart;
+- a profile deleted mid-borrow gives it back before it goes.
+
+Tests of this file run one after the other on the same pool: each first waits until no
+other test's pods hold its GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from e2e_env import (
+    GROUP,
+    PLURAL,
+    SIM_TIME_SCALE,
+    VERSION,
+    Env,
+    server_deployment,
+    sps_profile,
+    wait_ready,
+)
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from prometheus_client.parser import text_string_to_metric_families
+
+from sps_operator.constants import GPU_H200
+from waiting import wait_for
+
+pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
+
+POOL = GPU_H200
+# The simulator's time scale (e2e default 40x faster than a GPU). Set it to 1 to measure how
+# long a borrow lasts at the simulated GPU's own speed (docs/capacity.md).
+TIME_SCALE = os.environ.get("SPS_E2E_CAPACITY_TIME_SCALE")
+BORROWED = "sps.dev/borrowed"
+GPU = "nvidia.com/gpu"
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def pool_gpus(env: Env) -> tuple[list[str], int]:
+    """The pool's nodes and the GPUs of each (the node agent gives them all the same)."""
+    nodes = env.agent.nodes_with_product(POOL)
+    counts = {int(env.core.read_node(n).status.allocatable[GPU]) for n in nodes}
+    assert len(nodes) == 2 and len(counts) == 1, (nodes, counts)
+    return nodes, counts.pop()
+
+
+def gpus_held(env: Env, nodes: list[str]) -> dict[str, int]:
+    """GPUs requested by pods bound to `nodes` that still hold them (any namespace)."""
+    held: dict[str, int] = {}
+    for node in nodes:
+        pods = env.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+        for pod in pods:
+            if pod.status.phase in ("Succeeded", "Failed"):
+                continue
+            for c in [*(pod.spec.containers or []), *(pod.spec.init_containers or [])]:
+                limits = (c.resources.limits if c.resources else None) or {}
+                if GPU in limits:
+                    key = f"{pod.metadata.namespace}/{pod.metadata.name}"
+                    held[key] = held.get(key, 0) + int(limits[GPU])
+    return held
+
+
+def full_pool_deployment(env: Env) -> dict[str, Any]:
+    """Two replicas that take every GPU of the pool, created once the pool is free; returns
+    the Deployment when both serve."""
+    nodes, per_node = pool_gpus(env)
+    wait_for(
+        "the H200 pool free of other tests' pods",
+        lambda: not gpus_held(env, nodes),
+        timeout=180,
+        interval=1,
+    )
+    dep = server_deployment(POOL, env={"SPS_SIM_TIME_SCALE": TIME_SCALE} if TIME_SCALE else None)
+    dep["spec"]["replicas"] = len(nodes)
+    dep["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {GPU: str(per_node)}}
+    env.apps.create_namespaced_deployment(env.namespace, dep)
+    return wait_serving(env, len(nodes), "both replicas serving (the pool full)")
+
+
+def wait_serving(env: Env, replicas: int, what: str, timeout: float = 180) -> dict[str, Any]:
+    def serving() -> dict[str, Any] | None:
+        dep = env.deployment()
+        st = dep.get("status") or {}
+        ok = (
+            dep["spec"]["replicas"] == replicas
+            and st.get("observedGeneration", 0) >= dep["metadata"]["generation"]
+            and st.get("readyReplicas", 0) == replicas
+            and st.get("updatedReplicas", 0) == replicas
+            and st.get("replicas", 0) == replicas
+        )
+        return dep if ok else None
+
+    result: dict[str, Any] = wait_for(what, serving, timeout=timeout)
+    return result
+
+
+def borrow_tag(dep: dict[str, Any]) -> dict[str, Any] | None:
+    text = ((dep.get("metadata") or {}).get("annotations") or {}).get(BORROWED)
+    return json.loads(text) if text else None
+
+
+def wait_borrowed(env: Env, timeout: float = 120) -> dict[str, Any]:
+    """The borrow in effect: recorded on the Deployment, scaled to one, and in status."""
+
+    def borrowed() -> dict[str, Any] | None:
+        dep = env.deployment()
+        tag = borrow_tag(dep)
+        run = (env.profile().get("status") or {}).get("currentRun") or {}
+        if tag and dep["spec"]["replicas"] == 1 and run.get("borrow"):
+            return {"tag": tag, "run": run}
+        return None
+
+    try:
+        result: dict[str, Any] = wait_for("a replica borrowed", borrowed, timeout=timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{env.diagnostics()}") from None
+    return result
+
+
+def profiling(env: Env, reason: str, timeout: float = 120) -> dict[str, Any]:
+    """Wait for Profiling=False with `reason` (the run waits)."""
+
+    def seen() -> dict[str, Any] | None:
+        c = env.condition("Profiling")
+        return c if c.get("status") == "False" and c.get("reason") == reason else None
+
+    try:
+        result: dict[str, Any] = wait_for(f"Profiling=False {reason}", seen, timeout=timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{env.diagnostics()}") from None
+    return result
+
+
+def create_profile(env: Env, capacity: dict[str, Any]) -> None:
+    profile = sps_profile(capacity=capacity)
+    env.custom.create_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, profile)
+
+
+def kubectl_sps(env: Env, *args: str) -> str:
+    """`kubectl sps ...` as a user runs it: kubectl finds the plugin on PATH."""
+    run_env = env.cluster.env()
+    run_env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), run_env["PATH"]])
+    proc = subprocess.run(
+        [str(env.cluster.binaries.kubectl), "sps", *args, "-n", env.namespace],
+        capture_output=True,
+        text=True,
+        env=run_env,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def events(env: Env, reason: str) -> list[client.CoreV1Event]:
+    items = env.core.list_namespaced_event(
+        env.namespace, field_selector=f"involvedObject.kind=SpsProfile,reason={reason}"
+    ).items
+    return list(items)
+
+
+def stamp(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def given_back(env: Env, replicas: int = 2) -> dict[str, Any]:
+    """Both replicas back and serving, the borrow record gone."""
+    dep = wait_serving(env, replicas, f"{replicas} replicas ready again", timeout=240)
+    assert borrow_tag(dep) is None, dep["metadata"].get("annotations")
+    return dep
+
+
+# ----------------------------------------------------------------------------- tests
+
+
+def test_e2e_wait_says_waiting_for_gpus_with_the_schedulers_words(env: Env) -> None:
+    full_pool_deployment(env)
+    create_profile(env, {"mode": "Wait", "waitTimeoutSeconds": 600})
+    env.operator.start()
+    cond = profiling(env, "WaitingForGPUs")
+    assert f"Insufficient {GPU}" in cond["message"], cond
+    status = env.profile()["status"]
+    run = status["currentRun"]
+    assert run["waiting"]["reason"] == "WaitingForGPUs"
+    assert f"Insufficient {GPU}" in run["waiting"]["message"]
+    assert run["waiting"]["since"]
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "WaitingForGPUs")
+    # Wait borrows nothing.
+    dep = env.deployment()
+    assert dep["spec"]["replicas"] == 2 and borrow_tag(dep) is None
+    assert "borrow" not in run
+
+    # What a user sees.
+    (row,) = json.loads(kubectl_sps(env, "get", "-o", "json"))
+    assert row["state"] == "WaitingForGPUs"
+    assert row["progress"].startswith("waiting ")
+    assert row["waitingSince"] == run["waiting"]["since"]
+    assert f"Insufficient {GPU}" in row["waitingMessage"]
+    _header, line = kubectl_sps(env, "get").splitlines()
+    assert line.split()[4:6] == ["WaitingForGPUs", "waiting"], line
+    explained = kubectl_sps(env, "explain", "sps")
+    assert f"The profiling Job is waiting for GPUs of {POOL} for " in explained, explained
+    assert f"Insufficient {GPU}" in explained
+    assert "capacity.mode: BorrowReplica" in explained
+    assert f"Run {run['name']} (Diagonal): WaitingForGPUs for " in explained
+
+
+def test_e2e_borrow_replica_profiles_rolls_and_gives_the_replica_back(env: Env) -> None:
+    full_pool_deployment(env)
+    create_profile(env, {"mode": "BorrowReplica", "borrowAfterSeconds": 5})
+    env.operator.start()
+    # Serving capacity, sampled while the run goes: when fewer than 2 replicas are ready.
+    below: list[float] = []
+    started = time.monotonic()
+
+    def ready_with_samples() -> dict[str, Any] | None:
+        dep = env.deployment()
+        if (dep.get("status") or {}).get("readyReplicas", 0) < 2:
+            below.append(time.monotonic())
+        c = env.condition("Ready")
+        return c if c.get("status") == "True" else None
+
+    borrowed = wait_borrowed(env)
+    assert borrowed["tag"]["replicas"] == 2 and borrowed["tag"]["product"] == POOL
+    assert borrowed["run"]["borrow"]["deployment"] == "server"
+    wait_for("Ready=True", ready_with_samples, timeout=420, interval=0.5)
+    wait_ready(env, timeout=10)  # and the operator is still running
+
+    status = env.profile()["status"]
+    (table,) = status["tables"]
+    assert table["gpuProduct"] == POOL and table["run"] == borrowed["run"]["name"]
+    assert status.get("currentRun") is None
+    # Both replicas back, serving the new table, the record gone.
+    dep = given_back(env)
+    assert dep["spec"]["template"]["metadata"]["annotations"]["sps.dev/table-hash"] == table["hash"]
+    pods = [
+        p
+        for p in env.pods("deploy=server")
+        if not p["metadata"].get("deletionTimestamp")
+        and any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in (p.get("status") or {}).get("conditions") or []
+        )
+    ]
+    assert len(pods) == 2
+    assert {p["metadata"]["annotations"]["sps.dev/table-hash"] for p in pods} == {table["hash"]}
+    # The Job ran in the pool, on the GPUs the borrowed replica freed.
+    (job,) = env.jobs()
+    assert job["status"].get("succeeded") == 1
+    (job_pod,) = env.pods(f"job-name={job['metadata']['name']}")
+    assert job_pod["spec"]["nodeName"] in env.agent.nodes_with_product(POOL)
+
+    # The events say when the replica was lent and given back.
+    (lent,) = events(env, "ReplicaBorrowed")
+    (back,) = events(env, "ReplicaReturned")
+    assert "borrowed one of 2 replicas of server" in lent.message
+    assert "gave the borrowed replica back to server" in back.message
+    lent_at, back_at = lent.first_timestamp, back.first_timestamp
+    borrow_seconds = (back_at - lent_at).total_seconds()
+    assert borrow_seconds >= 0
+    # The wait is a metric.
+    text = httpx.get(f"http://127.0.0.1:{env.operator.metrics_port}/metrics").text
+    waits = [
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "sps_gpu_wait_seconds_count" and s.labels.get("namespace") == env.namespace
+    ]
+    assert waits == [1.0]
+    below_seconds = (below[-1] - below[0]) if below else 0.0
+    print(
+        f"borrow (simulator time scale {TIME_SCALE or SIM_TIME_SCALE}): "
+        f"lent {lent_at:%H:%M:%S}, given back {back_at:%H:%M:%S} = {borrow_seconds:.0f} s "
+        f"with one replica (events); fewer than 2 ready replicas for ~{below_seconds:.0f} s of "
+        f"{time.monotonic() - started:.0f} s (borrow + rolling update)"
+    )
+
+
+def test_e2e_a_pdb_that_allows_no_disruption_blocks_the_borrow(env: Env) -> None:
+    full_pool_deployment(env)
+    policy = client.PolicyV1Api(env.api)
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "server-pdb"},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"deploy": "server"}}},
+    }
+    policy.create_namespaced_pod_disruption_budget(env.namespace, pdb)
+
+    def no_disruption() -> bool:
+        st = policy.read_namespaced_pod_disruption_budget("server-pdb", env.namespace).status
+        return st is not None and st.expected_pods == 2 and st.disruptions_allowed == 0
+
+    wait_for("the PDB computed (0 disruptions allowed)", no_disruption, timeout=60)
+    create_profile(env, {"mode": "BorrowReplica", "borrowAfterSeconds": 0})
+    env.operator.start()
+    cond = profiling(env, "BorrowBlocked")
+    assert "PodDisruptionBudget server-pdb allows no disruption of server" in cond["message"]
+    assert f"Insufficient {GPU}" in cond["message"]  # and why it wanted to borrow
+    ready = env.condition("Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "BorrowBlocked")
+    dep = env.deployment()
+    assert dep["spec"]["replicas"] == 2 and borrow_tag(dep) is None
+    explained = kubectl_sps(env, "explain", "sps")
+    assert "borrowing a replica is refused" in explained, explained
+    assert "PodDisruptionBudget server-pdb" in explained
+
+    # Without the PDB, the borrow goes ahead.
+    policy.delete_namespaced_pod_disruption_budget("server-pdb", env.namespace)
+    borrowed = wait_borrowed(env)
+    assert borrowed["tag"]["replicas"] == 2
+
+
+def test_e2e_an_operator_killed_mid_borrow_gives_the_replica_back_after_restart(
+    env: Env,
+) -> None:
+    full_pool_deployment(env)
+    create_profile(env, {"mode": "BorrowReplica", "borrowAfterSeconds": 0})
+    env.operator.start()
+    borrowed = wait_borrowed(env)
+    env.operator.kill()
+    # The run finishes while nobody watches: its Job completes, the replica stays lent.
+    job_name = borrowed["run"]["job"]
+
+    def job_done() -> bool:
+        job = env.batch.read_namespaced_job(job_name, env.namespace)
+        return bool(job.status.succeeded or job.status.failed)
+
+    wait_for("the Job finished with the operator down", job_done, timeout=300, interval=1)
+    dep = env.deployment()
+    assert dep["spec"]["replicas"] == 1 and borrow_tag(dep) is not None
+
+    env.operator.start()
+    wait_ready(env, timeout=300)
+    given_back(env)
+    (back,) = events(env, "ReplicaReturned")
+    assert "gave the borrowed replica back to server" in back.message
+
+
+def test_e2e_a_profile_deleted_mid_borrow_gives_the_replica_back(env: Env) -> None:
+    full_pool_deployment(env)
+    create_profile(env, {"mode": "BorrowReplica", "borrowAfterSeconds": 0})
+    env.operator.start()
+    wait_borrowed(env)
+    env.custom.delete_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, "sps")
+
+    def gone() -> bool:
+        try:
+            env.profile()
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for("the profile gone (its finalizer done)", gone, timeout=120)
+    given_back(env)
