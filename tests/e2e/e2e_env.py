@@ -23,12 +23,11 @@ import httpx
 import yaml
 from kubernetes import client
 from kubernetes.client import ApiClient
+from kubernetes.client.rest import ApiException
 
 from sps_operator.devcluster.controlplane import free_port
 from sps_operator.devcluster.pytest_plugin import K8sCluster, NodeAgent
 from waiting import wait_crd_established, wait_for
-
-GROUP, VERSION, PLURAL = "sps.dev", "v1alpha1", "spsprofiles"
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUP, VERSION, PLURAL = "sps.dev", "v1alpha1", "spsprofiles"
@@ -143,6 +142,19 @@ class Env:
             GROUP, VERSION, self.namespace, PLURAL, name
         )
         return obj
+
+    def delete_profile(self, name: str = "sps", timeout: float = 120) -> None:
+        """Delete the SpsProfile and wait until it is gone (its finalizer done)."""
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+
+        def gone() -> bool:
+            try:
+                self.profile(name)
+            except ApiException as exc:
+                return exc.status == 404
+            return False
+
+        wait_for(f"the SpsProfile {name} gone (its finalizer done)", gone, timeout=timeout)
 
     def condition(self, type_: str, name: str = "sps") -> dict[str, Any]:
         status = self.profile(name).get("status") or {}

@@ -40,7 +40,6 @@ from e2e_env import (
     wait_ready,
 )
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from sps_operator.constants import GPU_H200
@@ -366,14 +365,5 @@ def test_e2e_a_profile_deleted_mid_borrow_gives_the_replica_back(env: Env) -> No
     create_profile(env, {"mode": "BorrowReplica", "borrowAfterSeconds": 0})
     env.operator.start()
     wait_borrowed(env)
-    env.custom.delete_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, "sps")
-
-    def gone() -> bool:
-        try:
-            env.profile()
-        except ApiException as exc:
-            return exc.status == 404
-        return False
-
-    wait_for("the profile gone (its finalizer done)", gone, timeout=120)
+    env.delete_profile()
     given_back(env)

@@ -561,16 +561,7 @@ def test_e2e_delete_profile_cleans_up_and_leaves_deployment_serving(env: Env) ->
     template = env.deployment()["spec"]["template"]
     assert env.jobs()
 
-    env.custom.delete_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, "sps")
-
-    def gone() -> bool:
-        try:
-            env.profile()
-        except ApiException as exc:
-            return exc.status == 404
-        return False
-
-    wait_for("the SpsProfile deleted", gone, timeout=60)
+    env.delete_profile(timeout=60)
 
     def owned_left() -> list[str]:
         names = [j["metadata"]["name"] for j in env.jobs()]

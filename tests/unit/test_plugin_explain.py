@@ -124,20 +124,7 @@ def test_mixed_gpu_pool_from_a_target_message() -> None:
 
 
 def test_pending_job_without_gpus() -> None:
-    pod = {
-        "metadata": {"name": "llama-0a1b2c3d4e-xyz"},
-        "status": {
-            "phase": "Pending",
-            "conditions": [
-                {
-                    "type": "PodScheduled",
-                    "status": "False",
-                    "reason": "Unschedulable",
-                    "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
-                }
-            ],
-        },
-    }
+    pod = unschedulable_pod("0/2 nodes are available: 2 Insufficient nvidia.com/gpu.")
     status = {"observedGeneration": 1, "currentRun": {"job": "llama-0a1b2c3d4e"}}
     report = explain(profile(status), job={"metadata": {}}, pods=[pod])
     (finding,) = report["findings"]
@@ -176,7 +163,7 @@ def waiting_profile(reason: str, message: str, mode: str = "Wait") -> dict[str, 
     return p
 
 
-def unschedulable_pod() -> dict[str, Any]:
+def unschedulable_pod(message: str = SCHEDULER) -> dict[str, Any]:
     return {
         "metadata": {"name": "llama-0a1b2c3d4e-xyz"},
         "status": {
@@ -186,7 +173,7 @@ def unschedulable_pod() -> dict[str, Any]:
                     "type": "PodScheduled",
                     "status": "False",
                     "reason": "Unschedulable",
-                    "message": SCHEDULER,
+                    "message": message,
                 }
             ],
         },
