@@ -1,21 +1,40 @@
 """The README's install path for real: the chart, `helm install`, the image built from
 the project's Dockerfile; the operator runs as the chart's Deployment under restricted
-pod security, which the runtime enforces, and reconciles a profile."""
+pod security, which the runtime enforces, and profiles SGLang stand-in servers end to end:
+a Clone profile (the Job runs the images, the table is published, the Deployment rolled
+onto it and served) and an External profile that reaches its server by Service DNS name."""
 
 from __future__ import annotations
 
+import copy
+import json
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-from realnode_helpers import get_json
+import pytest
+import yaml
+from realnode_helpers import apply, get_json
 from sps_testbed import RealNodeCluster
 
+from sps_operator.api.hashing import content_hash
+from sps_operator.constants import GPU_H100
+from sps_operator.tables.formats import SpsCostTable, load_sps_table_text
 from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+TABLE_PATH = "/etc/sps/table/table.json"
+# Model seconds per wall second in the simulated servers (the pods' env, cloned into Jobs).
+SIM_TIME_SCALE = "40"
+# A quick sweep: four batch sizes, one round each.
+QUICK_SWEEP = {"batchSizes": [1, 2, 4, 8], "ciRelWidth": 0.05, "repeats": 1}
 
 
-def test_helm_install_runs_the_operator_from_its_image(realnode_cluster: RealNodeCluster) -> None:
+@pytest.fixture(scope="module")
+def release(realnode_cluster: RealNodeCluster) -> Iterator[str]:
+    """`helm install charts/sps-operator` into a namespace that enforces `restricted`."""
     bed = realnode_cluster
     release_ns = f"sps-system-{uuid.uuid4().hex[:5]}"
     bed.kubectl("create", "namespace", release_ns)
@@ -29,52 +48,321 @@ def test_helm_install_runs_the_operator_from_its_image(realnode_cluster: RealNod
             release_ns,
             "--wait",
             "--timeout",
-            "180s",
+            "300s",
         )
-        deploy = get_json(
-            bed, "deployment", "-n", release_ns, "-l", "app.kubernetes.io/name=sps-operator"
-        )
-        (item,) = deploy["items"]
-        replicas = item["spec"]["replicas"]
-        assert item["status"].get("readyReplicas") == replicas, item["status"]
-        pods = get_json(bed, "pods", "-n", release_ns)["items"]
-        running = [p for p in pods if p["status"].get("phase") == "Running"]
-        assert len(running) == replicas, [p["metadata"]["name"] for p in pods]
-        for operator_pod in running:
-            container = operator_pod["spec"]["containers"][0]
-            assert container["image"] == bed.image("operator")
-            assert container["securityContext"]["readOnlyRootFilesystem"] is True
-            status = operator_pod["status"]["containerStatuses"][0]
-            assert status["ready"] is True and status["restartCount"] == 0, status
-            # Run from the image, not a host process: the runtime reports the image it ran.
-            assert "sha256:" in status["imageID"], status["imageID"]
-
-        # It reconciles: a profile for an SGLang stand-in Deployment gets a status.
-        work = f"serving-{uuid.uuid4().hex[:5]}"
-        bed.kubectl("create", "namespace", work)
-        bed.kubectl(
-            "apply",
-            "-n",
-            work,
-            "-f",
-            str(REPO / "examples" / "sglang-deployment.yaml"),
-            "-f",
-            str(REPO / "examples" / "diagonal.yaml"),
-        )
-
-        def reconciled() -> object:
-            prof = get_json(bed, "spsprofile", "llama", "-n", work)
-            return prof.get("status", {}).get("conditions")
-
-        wait_for("the operator writes the SpsProfile's status", reconciled, timeout=120)
-        wait_for(
-            "the SGLang stand-in is Ready",
-            lambda: (
-                get_json(bed, "deployment", "llama", "-n", work)
-                .get("status", {})
-                .get("readyReplicas")
-            ),
-            timeout=120,
-        )
+        yield release_ns
     finally:
         bed.helm("uninstall", "sps-operator", "--namespace", release_ns, check=False)
+        bed.kubectl("delete", "namespace", release_ns, "--wait=false", check=False)
+
+
+def test_helm_install_runs_the_operator_from_its_image(
+    realnode_cluster: RealNodeCluster, release: str
+) -> None:
+    bed = realnode_cluster
+
+    def operator_deployment() -> dict[str, Any]:
+        deploy = get_json(
+            bed, "deployment", "-n", release, "-l", "app.kubernetes.io/name=sps-operator"
+        )
+        (item,) = deploy["items"]
+        return dict(item)
+
+    # `helm install --wait` returns once replicas - maxUnavailable are Ready (the chart's
+    # maxUnavailable is 1): the second replica may still be starting; wait for it.
+    item = wait_for(
+        "every operator replica Ready",
+        lambda: (
+            (d := operator_deployment())["status"].get("readyReplicas") == d["spec"]["replicas"]
+            and d
+        ),
+        timeout=300,
+    )
+    replicas = item["spec"]["replicas"]
+    pods = get_json(bed, "pods", "-n", release)["items"]
+    running = [p for p in pods if p["status"].get("phase") == "Running"]
+    assert len(running) == replicas, [p["metadata"]["name"] for p in pods]
+    for operator_pod in running:
+        container = operator_pod["spec"]["containers"][0]
+        assert container["image"] == bed.image("operator")
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        status = operator_pod["status"]["containerStatuses"][0]
+        assert status["ready"] is True and status["restartCount"] == 0, status
+        # Run from the image, not a host process: the runtime reports the image it ran.
+        assert "sha256:" in status["imageID"], status["imageID"]
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _load(name: str) -> dict[str, Any]:
+    return dict(yaml.safe_load((EXAMPLES / name).read_text()))
+
+
+def _with_env(deployment: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+    out = copy.deepcopy(deployment)
+    (container,) = out["spec"]["template"]["spec"]["containers"]
+    kept = [e for e in container.get("env") or [] if e["name"] not in env]
+    container["env"] = kept + [{"name": k, "value": v} for k, v in env.items()]
+    return out
+
+
+def _quick(profile: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(profile)
+    sweep = out["spec"]["table"]["sweep"]
+    sweep.pop("maxBatchSize", None)
+    sweep.update(QUICK_SWEEP)
+    sweep.setdefault("vocabSize", 128256)
+    out["spec"]["job"] = {"activeDeadlineSeconds": 900}
+    return out
+
+
+def _ref(image: str) -> str:
+    """An image reference without the default registry (what the runtime adds)."""
+    return image.removeprefix("docker.io/")
+
+
+def _conditions(profile: dict[str, Any]) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in (profile.get("status") or {}).get("conditions") or []}
+
+
+def _diagnostics(bed: RealNodeCluster, release_ns: str, ns: str, profile: str) -> str:
+    parts = []
+    for args in (
+        ("get", "spsprofile", profile, "-n", ns, "-o", "yaml"),
+        ("get", "pods,jobs,configmaps", "-n", ns, "-o", "wide"),
+        ("logs", "-n", release_ns, "-l", "app.kubernetes.io/name=sps-operator", "--tail=80"),
+        ("logs", "-n", ns, "-l", f"sps.dev/profile={profile}", "--all-containers", "--tail=40"),
+    ):
+        parts.append(f"--- kubectl {' '.join(args)} ---\n{bed.kubectl(*args, check=False)}")
+    return "\n".join(parts)
+
+
+def _wait_ready(bed: RealNodeCluster, release_ns: str, ns: str, profile: str) -> dict[str, Any]:
+    def ready() -> dict[str, Any] | None:
+        prof = get_json(bed, "spsprofile", profile, "-n", ns)
+        conds = _conditions(prof)
+        # Degraded=True is terminal enough to stop waiting and show why.
+        return prof if conds.get("Ready") == "True" or conds.get("Degraded") == "True" else None
+
+    try:
+        prof: dict[str, Any] = wait_for(f"SpsProfile {ns}/{profile} Ready", ready, timeout=600)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{_diagnostics(bed, release_ns, ns, profile)}") from None
+    assert _conditions(prof).get("Ready") == "True", _diagnostics(bed, release_ns, ns, profile)
+    return prof
+
+
+def _rolled_out(dep: dict[str, Any]) -> bool:
+    status, replicas = dep.get("status", {}), dep["spec"].get("replicas", 1)
+    return bool(
+        status.get("observedGeneration", 0) >= dep["metadata"]["generation"]
+        and status.get("updatedReplicas", 0) == replicas
+        and status.get("availableReplicas", 0) == replicas
+        and status.get("replicas", 0) == replicas
+    )
+
+
+def _ready_pod_with(bed: RealNodeCluster, ns: str, app: str, table_hash: str) -> Any:
+    """A Ready, not terminating pod of `app` whose template carries `table_hash`."""
+    for p in get_json(bed, "pods", "-n", ns, "-l", f"app={app}")["items"]:
+        ready = any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in p.get("status", {}).get("conditions") or []
+        )
+        ann = p["metadata"].get("annotations") or {}
+        if (
+            ready
+            and ann.get("sps.dev/table-hash") == table_hash
+            and not p["metadata"].get("deletionTimestamp")
+        ):
+            return dict(p)
+    return None
+
+
+def _served_table(bed: RealNodeCluster, ns: str, pod: str, container: str) -> dict[str, Any]:
+    """The sps_table section of the server's /server_info, asked inside its pod."""
+    info = json.loads(_in_pod(bed, ns, pod, container, SERVER_INFO))
+    return dict(info["sps_table"])
+
+
+def _in_pod(bed: RealNodeCluster, ns: str, pod: str, container: str, code: str) -> str:
+    return bed.kubectl("exec", "-n", ns, pod, "-c", container, "--", "python3", "-c", code)
+
+
+SERVER_INFO = (
+    "import urllib.request; "
+    "print(urllib.request.urlopen('http://127.0.0.1:30000/server_info', timeout=10).read()"
+    ".decode())"
+)
+
+
+# ----------------------------------------------------------------------------- profiles
+
+
+def test_a_profile_runs_its_job_from_the_images_publishes_and_rolls(
+    realnode_cluster: RealNodeCluster, release: str, realnode_namespace: str
+) -> None:
+    """examples/sglang-deployment.yaml + examples/diagonal.yaml (a shorter sweep): the
+    profiling Job runs the SGLang stand-in image (cloned server) and the operator image
+    (profiler), the table is published in a ConfigMap, the Deployment is rolled onto it,
+    its new pod mounts and serves exactly that table, and the profile is Ready."""
+    bed, ns = realnode_cluster, realnode_namespace
+    server = _with_env(_load("sglang-deployment.yaml"), {"SPS_SIM_TIME_SCALE": SIM_TIME_SCALE})
+    apply(bed, ns, server, _quick(_load("diagonal.yaml")))
+    prof = _wait_ready(bed, release, ns, "llama")
+    # Ready says every target runs its table: the Deployment's rollout is complete.
+    assert _rolled_out(get_json(bed, "deployment", "llama", "-n", ns)), _diagnostics(
+        bed, release, ns, "llama"
+    )
+
+    status = prof["status"]
+    assert prof["status"]["observedGeneration"] == prof["metadata"]["generation"]
+    (table,) = status["tables"]
+    assert table["gpuProduct"] == GPU_H100 and table["kind"] == "Diagonal"
+    assert status["liveTable"] == table["configMap"]
+    conds = _conditions(prof)
+    assert conds["TableReady"] == "True" and conds["RolledOut"] == "True", conds
+
+    # The Job ran on an H100 node, from the images: the cloned server from the stand-in,
+    # the profiler from the operator's image.
+    job = get_json(bed, "job", table["run"], "-n", ns)
+    assert job["status"].get("succeeded") == 1, job["status"]
+    (job_pod,) = get_json(bed, "pods", "-n", ns, "-l", f"job-name={table['run']}")["items"]
+    statuses = {
+        s["name"]: s
+        for s in job_pod["status"].get("initContainerStatuses", [])
+        + job_pod["status"].get("containerStatuses", [])
+    }
+    images = {
+        c["name"]: c["image"]
+        for c in job_pod["spec"].get("initContainers", []) + job_pod["spec"]["containers"]
+    }
+    (sidecar,) = (c["name"] for c in job_pod["spec"]["initContainers"] if c["name"] != "profiler")
+    assert _ref(images[sidecar]) == _ref(bed.image("sglang")), images
+    assert images["profiler"] == bed.image("operator"), images
+    for name in (sidecar, "profiler"):
+        assert "sha256:" in statuses[name]["imageID"], statuses[name]
+    assert statuses["profiler"]["state"]["terminated"]["exitCode"] == 0, statuses["profiler"]
+    node = get_json(bed, "node", job_pod["spec"]["nodeName"])
+    assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == GPU_H100
+
+    # The table ConfigMap: immutable, loadable by SGLang's rules, named by its content hash.
+    cm = get_json(bed, "configmap", table["configMap"], "-n", ns)
+    assert cm["immutable"] is True
+    text = cm["data"]["table.json"]
+    assert isinstance(load_sps_table_text(text), SpsCostTable)
+    assert content_hash(text) == table["hash"]
+
+    # The Deployment rolled onto it: a Ready pod with the table's hash, from the stand-in
+    # image, the ConfigMap mounted at the table path, the flag passed.
+    serving = wait_for(
+        "a Ready pod of the rolled Deployment",
+        lambda: _ready_pod_with(bed, ns, "llama", table["hash"]),
+        timeout=300,
+    )
+    (container,) = serving["spec"]["containers"]
+    assert _ref(container["image"]) == _ref(bed.image("sglang"))
+    (cstatus,) = serving["status"]["containerStatuses"]
+    assert "sha256:" in cstatus["imageID"], cstatus
+    i = container["args"].index("--speculative-dspark-sps-table-path")
+    assert container["args"][i + 1] == TABLE_PATH
+    mount = next(m for m in container["volumeMounts"] if TABLE_PATH.startswith(m["mountPath"]))
+    volume = next(v for v in serving["spec"]["volumes"] if v["name"] == mount["name"])
+    assert volume["configMap"]["name"] == table["configMap"]
+
+    # What the container sees at the path is the ConfigMap's text, and the server loaded it.
+    name = serving["metadata"]["name"]
+    mounted = bed.kubectl("exec", "-n", ns, name, "-c", "sglang", "--", "cat", TABLE_PATH)
+    assert mounted == text
+    served = _served_table(bed, ns, name, "sglang")
+    assert served["path"] == TABLE_PATH and served["loaded"] is True, served
+    assert served["kind"] == "diagonal" and served["sha256"] == table["hash"], served
+
+
+def test_an_external_profile_reaches_its_server_by_service_dns_name(
+    realnode_cluster: RealNodeCluster, release: str, realnode_namespace: str
+) -> None:
+    """examples/external.yaml: the server in profiling mode is a Deployment of its own behind
+    a Service; the profile names it by its cluster DNS name. The Job (the profiler alone)
+    reaches it through CoreDNS and kube-proxy, the table is published and rolled into the
+    Deployment the profile selects."""
+    bed, ns = realnode_cluster, realnode_namespace
+    example = _load("sglang-deployment.yaml")
+    fast = {"SPS_SIM_TIME_SCALE": SIM_TIME_SCALE}
+
+    def named(dep: dict[str, Any], name: str, labels: dict[str, str]) -> dict[str, Any]:
+        out = copy.deepcopy(dep)
+        out["metadata"] = {"name": name, "labels": labels}
+        out["spec"]["selector"] = {"matchLabels": {"app": name}}
+        out["spec"]["template"]["metadata"] = {"labels": {"app": name}}
+        return out
+
+    # The profiling server: same image, model and flags, in profiling mode (what the
+    # example's comment asks for), not selected by the profile.
+    profiling = named(
+        _with_env(
+            example,
+            {
+                **fast,
+                "SGLANG_DSPARK_ENABLE_SPS_RECORD": "1",
+                "SGLANG_SIMULATE_ACC_LEN": "1.0",
+                "SGLANG_RAGGED_VERIFY_MODE": "static",
+            },
+        ),
+        "sglang-profiling",
+        {"app": "sglang-profiling"},
+    )
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "sglang-profiling"},
+        "spec": {
+            "selector": {"app": "sglang-profiling"},
+            "ports": [{"name": "http", "port": 30000, "targetPort": "http"}],
+        },
+    }
+    target = named(
+        _with_env(example, fast),
+        "llama-external",
+        {"app": "llama-external", "sps.dev/profile-target": "llama-external"},
+    )
+    url = f"http://sglang-profiling.{ns}.svc.cluster.local:30000"
+    profile = _quick(_load("external.yaml"))
+    profile["spec"]["server"]["url"] = url
+    apply(bed, ns, profiling, service, target, profile)
+    prof = _wait_ready(bed, release, ns, "llama-external")
+    assert _rolled_out(get_json(bed, "deployment", "llama-external", "-n", ns))
+
+    status = prof["status"]
+    (table,) = status["tables"]
+    assert table["gpuProduct"] == GPU_H100 and table["kind"] == "Diagonal"
+    assert status["liveTable"] == table["configMap"]
+
+    # The Job: only the profiler (no cloned server), pointed at the Service's DNS name.
+    job = get_json(bed, "job", table["run"], "-n", ns)
+    assert job["status"].get("succeeded") == 1, job["status"]
+    pod_spec = job["spec"]["template"]["spec"]
+    assert not pod_spec.get("initContainers"), pod_spec.get("initContainers")
+    (profiler,) = pod_spec["containers"]
+    assert profiler["image"] == bed.image("operator")
+    assert url in " ".join(profiler["args"]), profiler["args"]
+
+    # The profiling server was driven: its engine stepped (through the Service, the only
+    # way the Job knows it).
+    (server_pod,) = get_json(bed, "pods", "-n", ns, "-l", "app=sglang-profiling")["items"]
+    info = json.loads(_in_pod(bed, ns, server_pod["metadata"]["name"], "sglang", SERVER_INFO))
+    assert info["sim_stats"]["decode_steps"] > 0, info["sim_stats"]
+
+    # Published and served by the selected Deployment.
+    cm = get_json(bed, "configmap", table["configMap"], "-n", ns)
+    text = cm["data"]["table.json"]
+    assert isinstance(load_sps_table_text(text), SpsCostTable)
+    assert content_hash(text) == table["hash"]
+    serving = wait_for(
+        "a Ready pod of the rolled Deployment",
+        lambda: _ready_pod_with(bed, ns, "llama-external", table["hash"]),
+        timeout=300,
+    )
+    served = _served_table(bed, ns, serving["metadata"]["name"], "sglang")
+    assert served["loaded"] is True and served["sha256"] == table["hash"], served
