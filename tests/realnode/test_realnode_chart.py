@@ -279,6 +279,78 @@ def test_a_profile_runs_its_job_from_the_images_publishes_and_rolls(
     assert served["path"] == TABLE_PATH and served["loaded"] is True, served
     assert served["kind"] == "diagonal" and served["sha256"] == table["hash"], served
 
+    # Deleting the profile (the chart's RBAC removes the finalizer) removes the run's
+    # objects and leaves the Deployment serving its table.
+    bed.kubectl("delete", "spsprofile", "llama", "-n", ns, "--timeout=180s")
+    assert not get_json(bed, "jobs", "-n", ns, "-l", "sps.dev/profile=llama")["items"]
+    assert get_json(bed, "configmap", table["configMap"], "-n", ns)
+    assert _rolled_out(get_json(bed, "deployment", "llama", "-n", ns))
+
+
+def _hardened(dep: dict[str, Any]) -> dict[str, Any]:
+    """What a `restricted` namespace admits, with a read-only root file system."""
+    out = copy.deepcopy(dep)
+    spec = out["spec"]["template"]["spec"]
+    spec["securityContext"] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    for container in spec["containers"]:
+        container["securityContext"] = {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        }
+    return out
+
+
+def test_a_profile_in_a_restricted_namespace_runs_with_read_only_root_file_systems(
+    realnode_cluster: RealNodeCluster, release: str, realnode_namespace: str
+) -> None:
+    """The server hardened for `restricted` (non-root, no capabilities, read-only root file
+    system): the Job's pod is admitted there, its cloned server and its profiler run under
+    the enforced contexts, and the rolled pod serves the table."""
+    bed, ns = realnode_cluster, realnode_namespace
+    bed.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
+    server = _hardened(
+        _with_env(_load("sglang-deployment.yaml"), {"SPS_SIM_TIME_SCALE": SIM_TIME_SCALE})
+    )
+    apply(bed, ns, server, _quick(_load("diagonal.yaml")))
+    prof = _wait_ready(bed, release, ns, "llama")
+    (table,) = prof["status"]["tables"]
+    (job_pod,) = get_json(bed, "pods", "-n", ns, "-l", f"job-name={table['run']}")["items"]
+    for container in job_pod["spec"]["initContainers"] + job_pod["spec"]["containers"]:
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True, container
+    serving = wait_for(
+        "a Ready pod of the rolled Deployment",
+        lambda: _ready_pod_with(bed, ns, "llama", table["hash"]),
+        timeout=300,
+    )
+    served = _served_table(bed, ns, serving["metadata"]["name"], "sglang")
+    assert served["loaded"] is True and served["sha256"] == table["hash"], served
+
+
+def test_gitops_annotate_only_fills_the_mounted_config_map(
+    realnode_cluster: RealNodeCluster, release: str, realnode_namespace: str
+) -> None:
+    """examples/gitops: the Deployment as Git has it mounts a ConfigMap that does not exist
+    yet; the operator fills it and bumps the pod-template annotation, and the kubelet's
+    mount of it is what the server loads."""
+    bed, ns = realnode_cluster, realnode_namespace
+    server = _with_env(_load("gitops/deployment.yaml"), {"SPS_SIM_TIME_SCALE": SIM_TIME_SCALE})
+    apply(bed, ns, server, _quick(_load("gitops/spsprofile.yaml")))
+    prof = _wait_ready(bed, release, ns, "llama-gitops")
+    (table,) = prof["status"]["tables"]
+    stable = prof["spec"]["rollout"]["tableConfigMap"]
+    text = get_json(bed, "configmap", stable, "-n", ns)["data"]["table.json"]
+    assert content_hash(text) == table["hash"]
+    serving = wait_for(
+        "a Ready pod of the annotated Deployment",
+        lambda: _ready_pod_with(bed, ns, "llama-gitops", table["hash"]),
+        timeout=300,
+    )
+    name = serving["metadata"]["name"]
+    assert bed.kubectl("exec", "-n", ns, name, "-c", "sglang", "--", "cat", TABLE_PATH) == text
+    served = _served_table(bed, ns, name, "sglang")
+    assert served["loaded"] is True and served["sha256"] == table["hash"], served
+
 
 def test_an_external_profile_reaches_its_server_by_service_dns_name(
     realnode_cluster: RealNodeCluster, release: str, realnode_namespace: str
