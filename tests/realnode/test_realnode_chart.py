@@ -91,6 +91,16 @@ def test_helm_install_runs_the_operator_from_its_image(
         # Run from the image, not a host process: the runtime reports the image it ran.
         assert "sha256:" in status["imageID"], status["imageID"]
 
+    # The chart's metrics Service answers by its DNS name (asked from an operator pod).
+    url = f"http://sps-operator-metrics.{release}.svc.cluster.local:9090/metrics"
+    fetch = (
+        f"import urllib.request; print(urllib.request.urlopen({url!r}, timeout=10).read().decode())"
+    )
+    metrics = bed.kubectl(
+        "exec", "-n", release, running[0]["metadata"]["name"], "--", "python3", "-c", fetch
+    )
+    assert "sps_" in metrics, metrics[:2000]
+
 
 # ----------------------------------------------------------------------------- helpers
 
