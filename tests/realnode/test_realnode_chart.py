@@ -14,8 +14,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from realnode_helpers import apply, get_json
+from realnode_profiles import (
+    SERVER_INFO,
+    SIM_TIME_SCALE,
+    TABLE_PATH,
+    conditions,
+    diagnostics,
+    in_pod,
+    load,
+    quick,
+    ready_pod_with,
+    ref,
+    rolled_out,
+    served_table,
+    wait_ready,
+    with_env,
+)
 from sps_testbed import RealNodeCluster
 
 from sps_operator.api.hashing import content_hash
@@ -24,12 +39,6 @@ from sps_operator.tables.formats import SpsCostTable, load_sps_table_text
 from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples"
-TABLE_PATH = "/etc/sps/table/table.json"
-# Model seconds per wall second in the simulated servers (the pods' env, cloned into Jobs).
-SIM_TIME_SCALE = "40"
-# A quick sweep: four batch sizes, one round each.
-QUICK_SWEEP = {"batchSizes": [1, 2, 4, 8], "ciRelWidth": 0.05, "repeats": 1}
 
 
 @pytest.fixture(scope="module")
@@ -102,111 +111,6 @@ def test_helm_install_runs_the_operator_from_its_image(
     assert "sps_" in metrics, metrics[:2000]
 
 
-# ----------------------------------------------------------------------------- helpers
-
-
-def _load(name: str) -> dict[str, Any]:
-    return dict(yaml.safe_load((EXAMPLES / name).read_text()))
-
-
-def _with_env(deployment: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
-    out = copy.deepcopy(deployment)
-    (container,) = out["spec"]["template"]["spec"]["containers"]
-    kept = [e for e in container.get("env") or [] if e["name"] not in env]
-    container["env"] = kept + [{"name": k, "value": v} for k, v in env.items()]
-    return out
-
-
-def _quick(profile: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(profile)
-    sweep = out["spec"]["table"]["sweep"]
-    sweep.pop("maxBatchSize", None)
-    sweep.update(QUICK_SWEEP)
-    sweep.setdefault("vocabSize", 128256)
-    out["spec"]["job"] = {"activeDeadlineSeconds": 900}
-    return out
-
-
-def _ref(image: str) -> str:
-    """An image reference without the default registry (what the runtime adds)."""
-    return image.removeprefix("docker.io/")
-
-
-def _conditions(profile: dict[str, Any]) -> dict[str, str]:
-    return {c["type"]: c["status"] for c in (profile.get("status") or {}).get("conditions") or []}
-
-
-def _diagnostics(bed: RealNodeCluster, release_ns: str, ns: str, profile: str) -> str:
-    parts = []
-    for args in (
-        ("get", "spsprofile", profile, "-n", ns, "-o", "yaml"),
-        ("get", "pods,jobs,configmaps", "-n", ns, "-o", "wide"),
-        ("logs", "-n", release_ns, "-l", "app.kubernetes.io/name=sps-operator", "--tail=80"),
-        ("logs", "-n", ns, "-l", f"sps.dev/profile={profile}", "--all-containers", "--tail=40"),
-    ):
-        parts.append(f"--- kubectl {' '.join(args)} ---\n{bed.kubectl(*args, check=False)}")
-    return "\n".join(parts)
-
-
-def _wait_ready(bed: RealNodeCluster, release_ns: str, ns: str, profile: str) -> dict[str, Any]:
-    def ready() -> dict[str, Any] | None:
-        prof = get_json(bed, "spsprofile", profile, "-n", ns)
-        conds = _conditions(prof)
-        # Degraded=True is terminal enough to stop waiting and show why.
-        return prof if conds.get("Ready") == "True" or conds.get("Degraded") == "True" else None
-
-    try:
-        prof: dict[str, Any] = wait_for(f"SpsProfile {ns}/{profile} Ready", ready, timeout=600)
-    except AssertionError as err:
-        raise AssertionError(f"{err}\n{_diagnostics(bed, release_ns, ns, profile)}") from None
-    assert _conditions(prof).get("Ready") == "True", _diagnostics(bed, release_ns, ns, profile)
-    return prof
-
-
-def _rolled_out(dep: dict[str, Any]) -> bool:
-    status, replicas = dep.get("status", {}), dep["spec"].get("replicas", 1)
-    return bool(
-        status.get("observedGeneration", 0) >= dep["metadata"]["generation"]
-        and status.get("updatedReplicas", 0) == replicas
-        and status.get("availableReplicas", 0) == replicas
-        and status.get("replicas", 0) == replicas
-    )
-
-
-def _ready_pod_with(bed: RealNodeCluster, ns: str, app: str, table_hash: str) -> Any:
-    """A Ready, not terminating pod of `app` whose template carries `table_hash`."""
-    for p in get_json(bed, "pods", "-n", ns, "-l", f"app={app}")["items"]:
-        ready = any(
-            c["type"] == "Ready" and c["status"] == "True"
-            for c in p.get("status", {}).get("conditions") or []
-        )
-        ann = p["metadata"].get("annotations") or {}
-        if (
-            ready
-            and ann.get("sps.dev/table-hash") == table_hash
-            and not p["metadata"].get("deletionTimestamp")
-        ):
-            return dict(p)
-    return None
-
-
-def _served_table(bed: RealNodeCluster, ns: str, pod: str, container: str) -> dict[str, Any]:
-    """The sps_table section of the server's /server_info, asked inside its pod."""
-    info = json.loads(_in_pod(bed, ns, pod, container, SERVER_INFO))
-    return dict(info["sps_table"])
-
-
-def _in_pod(bed: RealNodeCluster, ns: str, pod: str, container: str, code: str) -> str:
-    return bed.kubectl("exec", "-n", ns, pod, "-c", container, "--", "python3", "-c", code)
-
-
-SERVER_INFO = (
-    "import urllib.request; "
-    "print(urllib.request.urlopen('http://127.0.0.1:30000/server_info', timeout=10).read()"
-    ".decode())"
-)
-
-
 # ----------------------------------------------------------------------------- profiles
 
 
@@ -218,11 +122,11 @@ def test_a_profile_runs_its_job_from_the_images_publishes_and_rolls(
     (profiler), the table is published in a ConfigMap, the Deployment is rolled onto it,
     its new pod mounts and serves exactly that table, and the profile is Ready."""
     bed, ns = realnode_cluster, realnode_namespace
-    server = _with_env(_load("sglang-deployment.yaml"), {"SPS_SIM_TIME_SCALE": SIM_TIME_SCALE})
-    apply(bed, ns, server, _quick(_load("diagonal.yaml")))
-    prof = _wait_ready(bed, release, ns, "llama")
+    server = with_env(load("sglang-deployment.yaml"), {"SPS_SIM_TIME_SCALE": SIM_TIME_SCALE})
+    apply(bed, ns, server, quick(load("diagonal.yaml")))
+    prof = wait_ready(bed, release, ns, "llama")
     # Ready says every target runs its table: the Deployment's rollout is complete.
-    assert _rolled_out(get_json(bed, "deployment", "llama", "-n", ns)), _diagnostics(
+    assert rolled_out(get_json(bed, "deployment", "llama", "-n", ns)), diagnostics(
         bed, release, ns, "llama"
     )
 
@@ -231,7 +135,7 @@ def test_a_profile_runs_its_job_from_the_images_publishes_and_rolls(
     (table,) = status["tables"]
     assert table["gpuProduct"] == GPU_H100 and table["kind"] == "Diagonal"
     assert status["liveTable"] == table["configMap"]
-    conds = _conditions(prof)
+    conds = conditions(prof)
     assert conds["TableReady"] == "True" and conds["RolledOut"] == "True", conds
 
     # The Job ran on an H100 node, from the images: the cloned server from the stand-in,
@@ -249,7 +153,7 @@ def test_a_profile_runs_its_job_from_the_images_publishes_and_rolls(
         for c in job_pod["spec"].get("initContainers", []) + job_pod["spec"]["containers"]
     }
     (sidecar,) = (c["name"] for c in job_pod["spec"]["initContainers"] if c["name"] != "profiler")
-    assert _ref(images[sidecar]) == _ref(bed.image("sglang")), images
+    assert ref(images[sidecar]) == ref(bed.image("sglang")), images
     assert images["profiler"] == bed.image("operator"), images
     for name in (sidecar, "profiler"):
         assert "sha256:" in statuses[name]["imageID"], statuses[name]
@@ -268,11 +172,11 @@ def test_a_profile_runs_its_job_from_the_images_publishes_and_rolls(
     # image, the ConfigMap mounted at the table path, the flag passed.
     serving = wait_for(
         "a Ready pod of the rolled Deployment",
-        lambda: _ready_pod_with(bed, ns, "llama", table["hash"]),
+        lambda: ready_pod_with(bed, ns, "llama", table["hash"]),
         timeout=300,
     )
     (container,) = serving["spec"]["containers"]
-    assert _ref(container["image"]) == _ref(bed.image("sglang"))
+    assert ref(container["image"]) == ref(bed.image("sglang"))
     (cstatus,) = serving["status"]["containerStatuses"]
     assert "sha256:" in cstatus["imageID"], cstatus
     i = container["args"].index("--speculative-dspark-sps-table-path")
@@ -285,7 +189,7 @@ def test_a_profile_runs_its_job_from_the_images_publishes_and_rolls(
     name = serving["metadata"]["name"]
     mounted = bed.kubectl("exec", "-n", ns, name, "-c", "sglang", "--", "cat", TABLE_PATH)
     assert mounted == text
-    served = _served_table(bed, ns, name, "sglang")
+    served = served_table(bed, ns, name, "sglang")
     assert served["path"] == TABLE_PATH and served["loaded"] is True, served
     assert served["kind"] == "diagonal" and served["sha256"] == table["hash"], served
 
@@ -294,7 +198,7 @@ def test_a_profile_runs_its_job_from_the_images_publishes_and_rolls(
     bed.kubectl("delete", "spsprofile", "llama", "-n", ns, "--timeout=180s")
     assert not get_json(bed, "jobs", "-n", ns, "-l", "sps.dev/profile=llama")["items"]
     assert get_json(bed, "configmap", table["configMap"], "-n", ns)
-    assert _rolled_out(get_json(bed, "deployment", "llama", "-n", ns))
+    assert rolled_out(get_json(bed, "deployment", "llama", "-n", ns))
 
 
 def _hardened(dep: dict[str, Any]) -> dict[str, Any]:
@@ -320,20 +224,20 @@ def test_a_profile_in_a_restricted_namespace_runs_with_read_only_root_file_syste
     bed, ns = realnode_cluster, realnode_namespace
     bed.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
     server = _hardened(
-        _with_env(_load("sglang-deployment.yaml"), {"SPS_SIM_TIME_SCALE": SIM_TIME_SCALE})
+        with_env(load("sglang-deployment.yaml"), {"SPS_SIM_TIME_SCALE": SIM_TIME_SCALE})
     )
-    apply(bed, ns, server, _quick(_load("diagonal.yaml")))
-    prof = _wait_ready(bed, release, ns, "llama")
+    apply(bed, ns, server, quick(load("diagonal.yaml")))
+    prof = wait_ready(bed, release, ns, "llama")
     (table,) = prof["status"]["tables"]
     (job_pod,) = get_json(bed, "pods", "-n", ns, "-l", f"job-name={table['run']}")["items"]
     for container in job_pod["spec"]["initContainers"] + job_pod["spec"]["containers"]:
         assert container["securityContext"]["readOnlyRootFilesystem"] is True, container
     serving = wait_for(
         "a Ready pod of the rolled Deployment",
-        lambda: _ready_pod_with(bed, ns, "llama", table["hash"]),
+        lambda: ready_pod_with(bed, ns, "llama", table["hash"]),
         timeout=300,
     )
-    served = _served_table(bed, ns, serving["metadata"]["name"], "sglang")
+    served = served_table(bed, ns, serving["metadata"]["name"], "sglang")
     assert served["loaded"] is True and served["sha256"] == table["hash"], served
 
 
@@ -344,21 +248,21 @@ def test_gitops_annotate_only_fills_the_mounted_config_map(
     yet; the operator fills it and bumps the pod-template annotation, and the kubelet's
     mount of it is what the server loads."""
     bed, ns = realnode_cluster, realnode_namespace
-    server = _with_env(_load("gitops/deployment.yaml"), {"SPS_SIM_TIME_SCALE": SIM_TIME_SCALE})
-    apply(bed, ns, server, _quick(_load("gitops/spsprofile.yaml")))
-    prof = _wait_ready(bed, release, ns, "llama-gitops")
+    server = with_env(load("gitops/deployment.yaml"), {"SPS_SIM_TIME_SCALE": SIM_TIME_SCALE})
+    apply(bed, ns, server, quick(load("gitops/spsprofile.yaml")))
+    prof = wait_ready(bed, release, ns, "llama-gitops")
     (table,) = prof["status"]["tables"]
     stable = prof["spec"]["rollout"]["tableConfigMap"]
     text = get_json(bed, "configmap", stable, "-n", ns)["data"]["table.json"]
     assert content_hash(text) == table["hash"]
     serving = wait_for(
         "a Ready pod of the annotated Deployment",
-        lambda: _ready_pod_with(bed, ns, "llama-gitops", table["hash"]),
+        lambda: ready_pod_with(bed, ns, "llama-gitops", table["hash"]),
         timeout=300,
     )
     name = serving["metadata"]["name"]
     assert bed.kubectl("exec", "-n", ns, name, "-c", "sglang", "--", "cat", TABLE_PATH) == text
-    served = _served_table(bed, ns, name, "sglang")
+    served = served_table(bed, ns, name, "sglang")
     assert served["loaded"] is True and served["sha256"] == table["hash"], served
 
 
@@ -370,7 +274,7 @@ def test_an_external_profile_reaches_its_server_by_service_dns_name(
     reaches it through CoreDNS and kube-proxy, the table is published and rolled into the
     Deployment the profile selects."""
     bed, ns = realnode_cluster, realnode_namespace
-    example = _load("sglang-deployment.yaml")
+    example = load("sglang-deployment.yaml")
     fast = {"SPS_SIM_TIME_SCALE": SIM_TIME_SCALE}
 
     def named(dep: dict[str, Any], name: str, labels: dict[str, str]) -> dict[str, Any]:
@@ -383,7 +287,7 @@ def test_an_external_profile_reaches_its_server_by_service_dns_name(
     # The profiling server: same image, model and flags, in profiling mode (what the
     # example's comment asks for), not selected by the profile.
     profiling = named(
-        _with_env(
+        with_env(
             example,
             {
                 **fast,
@@ -405,16 +309,16 @@ def test_an_external_profile_reaches_its_server_by_service_dns_name(
         },
     }
     target = named(
-        _with_env(example, fast),
+        with_env(example, fast),
         "llama-external",
         {"app": "llama-external", "sps.dev/profile-target": "llama-external"},
     )
     url = f"http://sglang-profiling.{ns}.svc.cluster.local:30000"
-    profile = _quick(_load("external.yaml"))
+    profile = quick(load("external.yaml"))
     profile["spec"]["server"]["url"] = url
     apply(bed, ns, profiling, service, target, profile)
-    prof = _wait_ready(bed, release, ns, "llama-external")
-    assert _rolled_out(get_json(bed, "deployment", "llama-external", "-n", ns))
+    prof = wait_ready(bed, release, ns, "llama-external")
+    assert rolled_out(get_json(bed, "deployment", "llama-external", "-n", ns))
 
     status = prof["status"]
     (table,) = status["tables"]
@@ -433,7 +337,7 @@ def test_an_external_profile_reaches_its_server_by_service_dns_name(
     # The profiling server was driven: its engine stepped (through the Service, the only
     # way the Job knows it).
     (server_pod,) = get_json(bed, "pods", "-n", ns, "-l", "app=sglang-profiling")["items"]
-    info = json.loads(_in_pod(bed, ns, server_pod["metadata"]["name"], "sglang", SERVER_INFO))
+    info = json.loads(in_pod(bed, ns, server_pod["metadata"]["name"], "sglang", SERVER_INFO))
     assert info["sim_stats"]["decode_steps"] > 0, info["sim_stats"]
 
     # Published and served by the selected Deployment.
@@ -443,8 +347,40 @@ def test_an_external_profile_reaches_its_server_by_service_dns_name(
     assert content_hash(text) == table["hash"]
     serving = wait_for(
         "a Ready pod of the rolled Deployment",
-        lambda: _ready_pod_with(bed, ns, "llama-external", table["hash"]),
+        lambda: ready_pod_with(bed, ns, "llama-external", table["hash"]),
         timeout=300,
     )
-    served = _served_table(bed, ns, serving["metadata"]["name"], "sglang")
+    served = served_table(bed, ns, serving["metadata"]["name"], "sglang")
     assert served["loaded"] is True and served["sha256"] == table["hash"], served
+
+
+def test_the_standby_takes_over_when_the_leader_pod_goes(
+    realnode_cluster: RealNodeCluster, release: str, realnode_namespace: str
+) -> None:
+    """Two replicas elect a leader on a Lease: deleting the leader's pod (the kubelet stops
+    its container) hands the Lease to the other replica, which then profiles and rolls."""
+    bed, ns = realnode_cluster, realnode_namespace
+
+    def holder() -> str:
+        lease = get_json(bed, "lease", "sps-operator", "-n", release)
+        return str(lease["spec"].get("holderIdentity") or "")
+
+    leader = wait_for("a leader holds the Lease", holder, timeout=120)
+    bed.kubectl("delete", "pod", leader, "-n", release, "--timeout=120s")
+    replicas = {p["metadata"]["name"] for p in get_json(bed, "pods", "-n", release)["items"]}
+    new_leader = wait_for(
+        "another replica takes the Lease",
+        lambda: (h := holder()) and h != leader and h in replicas and h,
+        timeout=180,
+    )
+    assert new_leader != leader
+
+    server = with_env(load("sglang-deployment.yaml"), {"SPS_SIM_TIME_SCALE": SIM_TIME_SCALE})
+    apply(bed, ns, server, quick(load("diagonal.yaml")))
+    prof = wait_ready(bed, release, ns, "llama")
+    (table,) = prof["status"]["tables"]
+    wait_for(
+        "a Ready pod of the rolled Deployment",
+        lambda: ready_pod_with(bed, ns, "llama", table["hash"]),
+        timeout=300,
+    )
