@@ -384,3 +384,39 @@ def test_the_standby_takes_over_when_the_leader_pod_goes(
         lambda: ready_pod_with(bed, ns, "llama", table["hash"]),
         timeout=300,
     )
+
+
+def test_killing_the_leader_pod_mid_run_adopts_the_job(
+    realnode_cluster: RealNodeCluster, release: str, realnode_namespace: str
+) -> None:
+    """The leader's pod is force-deleted while its profiling Job runs (no chance to release
+    the Lease): the standby takes the Lease when it expires, adopts the running Job (no
+    second Job), publishes its table and rolls the Deployment."""
+    bed, ns = realnode_cluster, realnode_namespace
+    # A slower simulated server, so the run is still going when the leader goes.
+    server = with_env(load("sglang-deployment.yaml"), {"SPS_SIM_TIME_SCALE": "5"})
+    apply(bed, ns, server, quick(load("diagonal.yaml")))
+
+    def running_job() -> str | None:
+        for job in get_json(bed, "jobs", "-n", ns, "-l", "sps.dev/profile=llama")["items"]:
+            if job.get("status", {}).get("active"):
+                return str(job["metadata"]["name"])
+        return None
+
+    job = wait_for("the profiling Job running", running_job, timeout=300)
+    leader = str(get_json(bed, "lease", "sps-operator", "-n", release)["spec"]["holderIdentity"])
+    bed.kubectl("delete", "pod", leader, "-n", release, "--grace-period=0", "--force")
+    prof = wait_ready(bed, release, ns, "llama")
+    (table,) = prof["status"]["tables"]
+    assert table["run"] == job
+    jobs = get_json(bed, "jobs", "-n", ns, "-l", "sps.dev/profile=llama")["items"]
+    assert [j["metadata"]["name"] for j in jobs] == [job]
+    assert (
+        str(get_json(bed, "lease", "sps-operator", "-n", release)["spec"]["holderIdentity"])
+        != leader
+    )
+    wait_for(
+        "a Ready pod of the rolled Deployment",
+        lambda: ready_pod_with(bed, ns, "llama", table["hash"]),
+        timeout=300,
+    )
