@@ -34,7 +34,7 @@ from realnode_profiles import (
 from sps_testbed import RealNodeCluster
 
 from sps_operator.api.hashing import content_hash
-from sps_operator.constants import GPU_H100
+from sps_operator.constants import GPU_H100, GPU_H200
 from sps_operator.tables.formats import SpsCostTable, load_sps_table_text
 from waiting import wait_for
 
@@ -420,3 +420,48 @@ def test_killing_the_leader_pod_mid_run_adopts_the_job(
         lambda: ready_pod_with(bed, ns, "llama", table["hash"]),
         timeout=300,
     )
+
+
+def test_a_gpu_move_profiles_the_new_product_from_its_device_plugin(
+    realnode_cluster: RealNodeCluster, release: str, realnode_namespace: str
+) -> None:
+    """The Deployment moves from H100 to H200 nodes: the device plugin hands the new pods
+    their product (the simulator's cost preset follows it), the operator waits out its GPU
+    debounce, profiles on H200 and rolls that table; the H100 table stays recorded."""
+    bed, ns = realnode_cluster, realnode_namespace
+    server = with_env(load("sglang-deployment.yaml"), {"SPS_SIM_TIME_SCALE": SIM_TIME_SCALE})
+    apply(bed, ns, server, quick(load("diagonal.yaml")))
+    first = wait_ready(bed, release, ns, "llama")
+    (h100,) = first["status"]["tables"]
+    assert h100["gpuProduct"] == GPU_H100
+
+    patch = {"spec": {"template": {"spec": {"nodeSelector": {"nvidia.com/gpu.product": GPU_H200}}}}}
+    bed.kubectl("patch", "deployment", "llama", "-n", ns, "--type=merge", "-p", json.dumps(patch))
+
+    def on_h200() -> dict[str, Any] | None:
+        prof = get_json(bed, "spsprofile", "llama", "-n", ns)
+        tables = {t["gpuProduct"]: t for t in prof.get("status", {}).get("tables") or []}
+        live = prof.get("status", {}).get("liveTable")
+        h200 = tables.get(GPU_H200)
+        ready = conditions(prof).get("Ready") == "True"
+        return prof if h200 and ready and live == h200["configMap"] else None
+
+    try:
+        prof = wait_for("a Ready H200 table", on_h200, timeout=600)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{diagnostics(bed, release, ns, 'llama')}") from None
+    tables = {t["gpuProduct"]: t for t in prof["status"]["tables"]}
+    assert tables[GPU_H100]["configMap"] == h100["configMap"]
+    h200 = tables[GPU_H200]
+    assert h200["hash"] != h100["hash"]
+
+    serving = wait_for(
+        "a Ready H200 pod with the H200 table",
+        lambda: ready_pod_with(bed, ns, "llama", h200["hash"]),
+        timeout=300,
+    )
+    node = get_json(bed, "node", serving["spec"]["nodeName"])
+    assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == GPU_H200
+    info = json.loads(in_pod(bed, ns, serving["metadata"]["name"], "sglang", SERVER_INFO))
+    assert info["sps_sim"]["preset"] == GPU_H200, info["sps_sim"]
+    assert info["sps_table"]["sha256"] == h200["hash"], info["sps_table"]
