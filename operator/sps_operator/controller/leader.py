@@ -111,7 +111,10 @@ class LeaseElector:
                     "cannot hold the Lease %s/%s (HTTP %s %s); this replica stays standby. "
                     "Check --lease-namespace (default $POD_NAMESPACE) and that the operator's "
                     "Role there grants get/create/update on leases.",
-                    self.namespace, self.name, exc.status, exc.reason,
+                    self.namespace,
+                    self.name,
+                    exc.status,
+                    exc.reason,
                 )
             self._last_error = exc.status
             return self.is_leader()
