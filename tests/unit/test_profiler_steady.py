@@ -145,6 +145,35 @@ def test_clocks_settle_only_when_the_ramp_has_died_down() -> None:
     assert not clocks_settled(ramp[:600], z=Z, tolerance_rel=0.01)
     assert not clocks_settled(ramp[:1200], z=Z, tolerance_rel=0.01)
     assert clocks_settled(ramp[:2700], z=Z, tolerance_rel=0.01)
-    flat = [0.0125 * f for f in noise[:60]]
-    assert clocks_settled(flat, z=Z, tolerance_rel=0.01)
+    flat = [0.0125 * f for f in noise[:300]]  # 3.75 s of steps
+    assert any(clocks_settled(flat[:n], z=Z, tolerance_rel=0.01) for n in range(240, 300, 10))
     assert not clocks_settled(flat[:40], z=Z, tolerance_rel=0.01)  # too few steps to tell
+    # 2.5 s: too short a span for a slow ramp to show under the noise.
+    assert not clocks_settled(flat[:200], z=Z, tolerance_rel=0.01)
+
+
+@pytest.mark.parametrize("cv", [0.03, 0.10])
+def test_a_slow_ramp_is_not_called_settled_in_its_first_seconds(cv: float) -> None:
+    # The matrix's clock ramp: +30 % decaying over 5 s (400 steps of 12.5 ms). Its fall over
+    # the first 48 steps is under the noise, which once read as "settled": every round of the
+    # sweep then measured the ramp (+22 % at the first probe). Polled as the warm-up does,
+    # every 20 steps, it must keep warming while more than 2 % of the ramp is left.
+    for seed in range(3):
+        noise = ar1_series(3000, cv=cv, phi=0.0, seed=20 + seed)
+        ramp = [0.0125 * (1 + 0.3 * math.exp(-i / 400)) * f for i, f in enumerate(noise)]
+        settled_at = next(
+            (n for n in range(48, 3000, 20) if clocks_settled(ramp[:n], z=Z, tolerance_rel=0.01)),
+            3000,
+        )
+        assert 0.3 * math.exp(-settled_at / 400) < 0.02, (seed, settled_at)
+
+
+def test_quiet_noisy_clocks_settle_within_seconds() -> None:
+    # No ramp at 10 % noise: the warm-up ends once the series could have shown one.
+    for seed in range(3):
+        flat = [0.0125 * f for f in ar1_series(3000, cv=0.10, phi=0.0, seed=30 + seed)]
+        settled_at = next(
+            (n for n in range(48, 3000, 20) if clocks_settled(flat[:n], z=Z, tolerance_rel=0.01)),
+            3000,
+        )
+        assert settled_at * 0.0125 <= 8.0, (seed, settled_at)

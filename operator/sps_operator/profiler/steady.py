@@ -38,6 +38,12 @@ DRIFT_EXCURSION = 1.8
 # so a short series does not talk itself into independence.
 AR1_MARGIN_SE = 0.5
 MAX_AR1 = 0.97
+# The warm-up judges the clocks settled only over at least this much step time (model
+# seconds): a ramp decaying over seconds is invisible under noise in a shorter span.
+MIN_SETTLE_SECONDS = 3.0
+# ... and, when no fall is significant, only if the fall's confidence bound is within this
+# many tolerances: "no evidence of a ramp" from a noisy series is not "no ramp".
+QUIET_FALL_TOLERANCES = 6.0
 
 
 def _median_rank_bounds(n: int, z: float, tau: float) -> tuple[int, int]:
@@ -286,16 +292,29 @@ def steady_stats(
     return SteadyStats(False, best, z)
 
 
-def clocks_settled(times: Sequence[float], *, z: float, tolerance_rel: float) -> bool:
+def clocks_settled(
+    times: Sequence[float],
+    *,
+    z: float,
+    tolerance_rel: float,
+    min_seconds: float = MIN_SETTLE_SECONDS,
+) -> bool:
     """Has a clock ramp after idle died down enough that rounds measure warm clocks?
 
-    Over the whole series so far, in thirds: while the step time still falls from the
-    second third to the last by more than noise, the clocks are warming. A ramp decays
-    geometrically, so from the fall between the first two thirds (d1) and the last two (d2)
-    what is left of it at the end is about d2·r^1.5/(1 − r), r = d2/d1; settled when that is
-    within `tolerance_rel`. Needs at least 48 steps.
+    Over the whole series so far, in thirds: while the step time falls from the second third
+    to the last, or from the first to the last, by more than noise, the clocks are warming.
+    A ramp decays geometrically, so from the fall between the first two thirds (d1) and the
+    last two (d2) what is left of it at the end is about d2·r^1.5/(1 − r), r = d2/d1; settled
+    when that is within `tolerance_rel`, with d2 taken at the top of its confidence interval
+    (a noisy small d2 must not talk a live ramp into "settled").
+
+    "No fall beyond noise" is only evidence over a span a ramp can show in: a ramp that
+    decays over seconds falls by a fraction of the noise in the first second, so the series
+    must cover at least `min_seconds` of step time (and 48 steps) before it is judged, and
+    the fall from the first third to the last must also be bounded (top of its interval)
+    by a few tolerances, so a noisy series keeps warming until it could have shown a ramp.
     """
-    if len(times) < 6 * MIN_STEPS_PER_PART:
+    if len(times) < 6 * MIN_STEPS_PER_PART or math.fsum(times) < min_seconds:
         return False
     parts = _parts(times, 3)
     _phi, tau = _series_tau(parts[-1])
@@ -305,9 +324,16 @@ def clocks_settled(times: Sequence[float], *, z: float, tolerance_rel: float) ->
         medians.append(med)
         ses.append((hi - lo) / (2 * z))
     d1, d2 = medians[0] - medians[1], medians[1] - medians[2]
-    if d2 <= DRIFT_Z * math.hypot(ses[1], ses[2]):
+    late_noise = math.hypot(ses[1], ses[2])
+    fall, fall_noise = d1 + d2, math.hypot(ses[0], ses[2])
+    if (
+        d2 <= z * late_noise
+        and fall <= z * fall_noise
+        and max(fall, 0.0) + z * fall_noise <= QUIET_FALL_TOLERANCES * tolerance_rel * medians[2]
+    ):
         return True
-    if d1 <= d2:
-        return False  # not decaying yet
-    r = d2 / d1
-    return d2 * r**1.5 / (1 - r) <= tolerance_rel * medians[2]
+    d2_high = max(d2, 0.0) + z * late_noise
+    if d1 <= d2_high:
+        return False  # not decaying yet, or too noisy to tell how fast
+    r = d2_high / d1
+    return d2_high * r**1.5 / (1 - r) <= tolerance_rel * medians[2]
