@@ -196,7 +196,12 @@ def test_a_profile_runs_its_job_from_the_images_publishes_and_rolls(
     # Deleting the profile (the chart's RBAC removes the finalizer) removes the run's
     # objects and leaves the Deployment serving its table.
     bed.kubectl("delete", "spsprofile", "llama", "-n", ns, "--timeout=180s")
-    assert not get_json(bed, "jobs", "-n", ns, "-l", "sps.dev/profile=llama")["items"]
+    # The Job goes by garbage collection (its ownerReference), which follows the profile.
+    wait_for(
+        "the run's Job garbage-collected",
+        lambda: not get_json(bed, "jobs", "-n", ns, "-l", "sps.dev/profile=llama")["items"],
+        timeout=120,
+    )
     assert get_json(bed, "configmap", table["configMap"], "-n", ns)
     assert rolled_out(get_json(bed, "deployment", "llama", "-n", ns))
 
