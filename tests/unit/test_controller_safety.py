@@ -589,3 +589,28 @@ def test_an_idle_profile_is_released_without_a_call_and_a_serving_one_never_is()
     assert not nothing_to_release(name, uid, h.status(), [], [])
     assert nothing_to_release(name, uid, {"targets": [], "tables": []}, [], [])
     assert nothing_to_release("other", "uid-other", {}, deployments, config_maps)
+
+
+def test_a_pass_that_starts_or_ends_a_run_asks_for_another_at_once() -> None:
+    """Status writes wake nobody: a pass that starts or ends a run asks for the next pass
+    now, so a request that came while the run was busy (a reprofile annotation) is not left
+    to the resync minutes later."""
+    from controller_harness import NODES
+
+    from sps_operator.controller.state import ApiSnapshot
+
+    h = Harness.one_target()
+
+    def one_pass() -> float | None:
+        h.tick()
+        body = copy.deepcopy(h.kube.obj("SpsProfile", "p", NS))
+        assert h.reconciler is not None
+        return h.reconciler.reconcile(body, ApiSnapshot(h.kube, list(h.pods), NODES))
+
+    assert one_pass() == 0  # started a run
+    assert h.status().get("currentRun")
+    h.finish()
+    woke = [one_pass() for _ in range(4)]
+    assert not h.status().get("currentRun")
+    assert 0 in woke  # the pass that ended it
+    assert woke[-1] != 0  # and nothing more once it rests

@@ -113,6 +113,12 @@ class Reconciler:
         for type_, reason, message in p.events:
             self.kube.event(body, type_, reason, message, now)
         self._note_outcome(uid, failed, now)
+        run_after = p.status.current_run.name if p.status.current_run else None
+        if (before.get("currentRun") or {}).get("name") != run_after:
+            # A run started or ended. Status writes wake nobody, so look again at once: a
+            # request that came while the run was busy (a reprofile annotation, a token)
+            # starts now, not at the next resync.
+            p.wake_within(0)
         wake = next_wake(p, timedelta(seconds=self.settings.gpu_debounce_seconds))
         backoff = self._backoff.get(uid)
         if backoff is not None:
