@@ -42,6 +42,7 @@ lint: setup
 
 crds: setup
 	$(BIN)/sps-operator crd > crds/sps.dev_spsprofiles.yaml
+	$(BIN)/sps-operator crd --docs > docs/api.md
 
 unit: setup
 	$(BIN)/pytest -m "not k8s and not e2e"

@@ -4,6 +4,7 @@ server, and every failure says why. Each test failed on the operator before the 
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import gzip
 import json
@@ -506,6 +507,53 @@ def test_an_identical_remeasurement_never_becomes_its_own_previous() -> None:
     assert again.get("previous") == first.get("previous")
     assert "TableUnchanged" in [e[0] for e in h.kube.events]
     assert h.status().get("rejectedTable") is None
+
+
+def annotate_reprofile(h: Harness, value: str) -> None:
+    meta = h.kube.obj("SpsProfile", "p")["metadata"]
+    meta["annotations"] = {**(meta.get("annotations") or {}), "sps.dev/reprofile": value}
+
+
+def triggers_over(h: Harness, passes: int) -> list[str]:
+    seen: list[str] = []
+    for _ in range(passes):
+        h.tick()
+        run = h.run_pass().get("currentRun") or {}
+        if run.get("trigger") and run["trigger"] not in seen[-1:]:
+            seen.append(run["trigger"])
+        if run:
+            with contextlib.suppress(KeyError):
+                h.finish()
+    return seen
+
+
+def test_a_reprofile_asked_in_the_second_a_table_was_published_is_not_lost() -> None:
+    """Seen in CI: `kubectl sps reprofile` right after a table was published, in the same
+    second, was recorded (observedReprofile) and never run: timestamps of one-second
+    resolution said the table was not older than the request."""
+    h = Harness.one_target()
+    h.tick()
+    h.run_pass()
+    h.finish()
+    assert h.run_pass()["tables"]  # published at this very second
+    annotate_reprofile(h, "r-1")
+    h.run_pass()  # the same second
+    assert "ReprofileRequested" in triggers_over(h, 6)
+
+
+def test_a_refresh_asked_while_a_run_measures_is_not_answered_by_that_run() -> None:
+    """A run that started before a request measured the server as it was before it: its
+    table does not answer the request, another run does."""
+    h = live_harness(refresh={"token": "a"})
+    h.kube.obj("SpsProfile", "p")["spec"]["refresh"] = {"token": "b"}
+    h.tick()
+    assert h.run_pass()["currentRun"]["trigger"] == "RefreshToken"
+    h.tick()
+    annotate_reprofile(h, "r-1")
+    h.run_pass()
+    h.finish()
+    assert "ReprofileRequested" in triggers_over(h, 6)
+    assert h.condition("Stale")[:2] == ("False", "Current")
 
 
 # --------------------------------------------------------------------------- 11. names

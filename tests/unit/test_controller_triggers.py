@@ -19,10 +19,10 @@ def spec(**refresh: Any) -> SpsProfileSpec:
     )
 
 
-def table(gpu: str, fp: str, at: str = "2026-03-01T10:00:00Z") -> TableRef:
+def table(gpu: str, fp: str, refresh_count: int | None = None) -> TableRef:
     return TableRef(
         gpu_product=gpu, fingerprint=fp, kind="Diagonal", config_map=f"t-{gpu}-{fp}",
-        hash="h", profiled_at=at,
+        hash="h", profiled_at="2026-03-01T10:00:00Z", refresh_count=refresh_count,
     )  # fmt: skip
 
 
@@ -30,11 +30,11 @@ def decide(
     targets: list[TargetView],
     tables: list[TableRef],
     s: SpsProfileSpec | None = None,
-    refresh_at: str | None = None,
+    refresh_count: int = 0,
     failure: FailureRecord | None = None,
     now: datetime = NOW,
 ) -> triggers.RunRequest | None:
-    return decide_run(s or spec(), targets, tables, refresh_at, "RefreshToken", failure, now)
+    return decide_run(s or spec(), targets, tables, refresh_count, "RefreshToken", failure, now)
 
 
 def test_no_table_triggers_a_first_run() -> None:
@@ -78,11 +78,15 @@ def test_a_server_never_served_is_profiled_whatever_the_other_tables() -> None:
     assert req is not None and req.trigger == "NoTable" and req.fingerprint == "fp9"
 
 
-def test_refresh_request_reprofiles_tables_older_than_it() -> None:
-    t = [table(H100, "fp1", at="2026-03-01T10:00:00Z")]
-    req = decide([TargetView("d", H100, "fp1")], t, refresh_at="2026-03-01T11:00:00Z")
+def test_refresh_request_reprofiles_tables_whose_run_started_before_it() -> None:
+    d = [TargetView("d", H100, "fp1")]
+    req = decide(d, [table(H100, "fp1", refresh_count=1)], refresh_count=2)
     assert req is not None and req.trigger == "RefreshToken"
-    assert decide([TargetView("d", H100, "fp1")], t, refresh_at="2026-03-01T09:00:00Z") is None
+    assert req.trigger_key == f"{H100}/fp1/refresh#2"
+    assert decide(d, [table(H100, "fp1", refresh_count=2)], refresh_count=2) is None
+    # Tables from before the counter (none recorded) answer no request but the zeroth.
+    assert decide(d, [table(H100, "fp1")], refresh_count=0) is None
+    assert decide(d, [table(H100, "fp1")], refresh_count=1) is not None
 
 
 def test_suspend_starts_nothing() -> None:

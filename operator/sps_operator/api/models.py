@@ -1095,6 +1095,14 @@ class TableRef(StatusModel):
     quality: FitQuality | None = None
     profiled_at: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
     run: str | None = Field(default=None, description="The run that measured it.")
+    refresh_count: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "status.refreshCount when the run that measured it started: the table answers"
+            " the refresh requests up to that one, not later ones."
+        ),
+    )
     previous: str | None = Field(
         default=None, description="The table it replaced (rollback target on a failed rollout)."
     )
@@ -1150,6 +1158,9 @@ class RunStatus(StatusModel):
     )
     trigger_key: str | None = Field(default=None, description="Identifies the trigger.")
     attempt: int = Field(default=1, ge=1, description="Attempt number for this trigger.")
+    refresh_count: int | None = Field(
+        default=None, ge=0, description="status.refreshCount when the run started."
+    )
     waiting: RunWaiting | None = Field(
         default=None, description="Why the Job does not run yet, and since when."
     )
@@ -1246,7 +1257,16 @@ class SpsProfileStatus(StatusModel):
     refresh_requested_at: str | None = Field(
         default=None,
         json_schema_extra={"format": "date-time"},
-        description="Tables profiled before this time are refreshed (token, annotation, schedule).",
+        description="When the latest refresh was requested (token, annotation, schedule).",
+    )
+    refresh_count: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Refresh requests so far. A table whose run started before the latest one"
+            " (tables[].refreshCount lower) is measured again; a counter, not a time, so a"
+            " request in the second a table was published, or during its run, is not lost."
+        ),
     )
     refresh_reason: str | None = Field(default=None, description="Why a refresh was requested.")
     observed_token: str | None = Field(default=None, description="refresh.token last acted on.")

@@ -113,6 +113,7 @@ def publish_table(
         quality=quality,
         profiled_at=cond.rfc3339(p.now),
         run=run.name,
+        refresh_count=run.refresh_count,
     )
     if not verdict.accepted:
         if live is None or live.hash != digest:

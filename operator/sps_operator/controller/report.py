@@ -11,22 +11,19 @@ from __future__ import annotations
 from sps_operator.api.models import RolloutMode, TargetState
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.state import Pass
-from sps_operator.controller.triggers import parse_time
+from sps_operator.controller.triggers import parse_time, refresh_pending
 
 
 def _stale_refresh(p: Pass) -> list[str]:
     """GPU products whose in-use table predates a refresh request (token, annotation,
     schedule): a refresh is pending for them."""
-    requested = parse_time(p.status.refresh_requested_at)
-    if requested is None:
-        return []
     in_use = {(t.gpu, t.fingerprint) for t in p.targets if t.usable}
     return sorted(
         {
             t.gpu_product
             for t in p.status.tables
             if (t.gpu_product, t.fingerprint) in in_use
-            and (parse_time(t.profiled_at) or requested) < requested
+            and refresh_pending(t, p.status.refresh_count)
         }
     )
 

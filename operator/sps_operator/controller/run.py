@@ -130,7 +130,7 @@ def maybe_start_run(p: Pass) -> None:
             for t in usable
         ],
         st.tables,
-        st.refresh_requested_at,
+        st.refresh_count,
         st.refresh_reason,
         st.last_failure,
         p.now,
@@ -152,6 +152,7 @@ def maybe_start_run(p: Pass) -> None:
         started_at=cond.rfc3339(p.now),
         trigger_key=request.trigger_key,
         attempt=request.attempt,
+        refresh_count=st.refresh_count,
     )
     policy = job_policy_problem(p)
     if policy:

@@ -59,6 +59,17 @@ def table_for(tables: Sequence[TableRef], gpu: str, fingerprint: str) -> TableRe
     return next((t for t in tables if t.gpu_product == gpu and t.fingerprint == fingerprint), None)
 
 
+def refresh_pending(table: TableRef, refresh_count: int) -> bool:
+    """Whether a refresh was requested after the run that measured `table` started.
+    Counted, not timed: a request in the second a table was published, or while its run
+    measured the server as it was before, still gets its own run."""
+    return (table.refresh_count or 0) < refresh_count
+
+
+def refresh_trigger_key(gpu_product: str, fingerprint: str, refresh_count: int) -> str:
+    return f"{gpu_product}/{fingerprint}/refresh#{refresh_count}"
+
+
 def backoff_seconds(attempts: int) -> float:
     return min(BACKOFF_BASE_SECONDS * 2 ** max(attempts - 1, 0), BACKOFF_MAX_SECONDS)
 
@@ -67,7 +78,7 @@ def decide_run(
     spec: SpsProfileSpec,
     targets: Sequence[TargetView],
     tables: Sequence[TableRef],
-    refresh_requested_at: str | None,
+    refresh_count: int,
     refresh_reason: str | None,
     last_failure: FailureRecord | None,
     now: datetime,
@@ -75,7 +86,6 @@ def decide_run(
     """The next run to start, or None. Targets are visited in order (deterministic)."""
     if spec.suspend:
         return None
-    refresh_at = parse_time(refresh_requested_at)
     seen: set[tuple[str, str]] = set()
     for target in targets:
         if target.gpu_product is None:
@@ -86,23 +96,21 @@ def decide_run(
         seen.add(key)
         exact = table_for(tables, *key)
         trigger: str | None = None
-        trigger_key = ""
+        trigger_key = f"{key[0]}/{key[1]}/table"
         if exact is not None:
-            profiled = parse_time(exact.profiled_at)
-            if refresh_at is not None and (profiled is None or profiled < refresh_at):
+            if refresh_pending(exact, refresh_count):
                 trigger = refresh_reason or TOKEN
-                trigger_key = f"refresh@{refresh_requested_at}"
+                trigger_key = refresh_trigger_key(*key, refresh_count)
         elif target.running is None:
             # Never served by this profile (new, or another model): it needs a table.
-            trigger, trigger_key = NO_TABLE, "table"
+            trigger = NO_TABLE
         elif target.running.gpu_product != key[0]:
             if spec.refresh.on_gpu_change:
-                trigger, trigger_key = GPU_CHANGED, "table"
+                trigger = GPU_CHANGED
         elif spec.refresh.on_server_change:
-            trigger, trigger_key = SERVER_CHANGED, "table"
+            trigger = SERVER_CHANGED
         if trigger is None:
             continue
-        trigger_key = f"{key[0]}/{key[1]}/{trigger_key}"
         attempt = 1
         if last_failure is not None and last_failure.trigger_key == trigger_key:
             if not last_failure.retryable or last_failure.attempts >= MAX_ATTEMPTS:
@@ -154,11 +162,12 @@ def note_refresh_requests(
     now: datetime,
 ) -> None:
     """Record in `status` a refresh asked for by a new token, a new reprofile annotation
-    or a due schedule (tables profiled before `refreshRequestedAt` are re-measured)."""
+    or a due schedule (tables whose run started before it are measured again)."""
 
     def request(reason: str) -> None:
         status.refresh_requested_at = rfc3339(now)
         status.refresh_reason = reason
+        status.refresh_count += 1
 
     token = spec.refresh.token
     if token and token != status.observed_token:
