@@ -1,4 +1,4 @@
-"""`sps-testbed build|up|down|status|env`: the real-node test bed from the shell."""
+"""`sps-testbed build|up|down|status|env|demo`: the real-node test bed from the shell."""
 
 from __future__ import annotations
 
@@ -83,6 +83,11 @@ def _cmd_env(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["demo"]:  # its own arguments: `sps-testbed demo --help`
+        from sps_testbed.demo import main as demo
+
+        return demo(argv[1:])
     parser = argparse.ArgumentParser(prog="sps-testbed", description=__doc__)
     parser.add_argument(
         "--state-dir",
@@ -101,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("down", help="stop the bed and remove what it made").set_defaults(fn=_cmd_down)
     sub.add_parser("status", help="is it running; its nodes").set_defaults(fn=_cmd_status)
     sub.add_parser("env", help="print KUBECONFIG and PATH exports").set_defaults(fn=_cmd_env)
+    sub.add_parser("demo", help="the embedded-default demo on a bed of its own (make demo)")
     args = parser.parse_args(argv)
     try:
         code: int = args.fn(args)

@@ -11,6 +11,7 @@ from controller_harness import H100, H200, NS, Harness, deployment, profile_body
 from kubernetes.client.rest import ApiException
 
 from sps_operator.api.result import build_patch
+from sps_operator.controller.placement import PodInfo
 from sps_operator.controller.reconcile import Reconciler
 from sps_operator.controller.state import Settings
 
@@ -224,3 +225,43 @@ def test_a_gpu_move_settles_from_status_across_a_restart() -> None:
     h.tick(10)
     status = h.run_pass()
     assert status["currentRun"]["gpuProduct"] == H200  # 30 s after the first sighting
+
+
+def test_the_profiles_own_rollout_reads_as_rolling_while_its_pods_are_replaced() -> None:
+    """Seen in the demo: between Profiling and Ready, `kubectl sps get` showed `Waiting`
+    with no GPU and no table, because the rollout's pods were for a moment on no node.
+    That is the rollout going on, and says so; a move the user makes still waits."""
+    h = Harness(settings=Settings(gpu_debounce_seconds=30))
+    h.add(deployment())
+    h.add(profile_body())
+    h.place()
+    h.kube.instant_rollout = False
+    h.tick()
+    h.run_pass()
+    h.finish()
+    h.tick()
+    rolling = h.run_pass()
+    (target,) = rolling["targets"]
+    assert target["state"] == "Rolling", target
+    # The Deployment controller replaces the pod: the old one goes, the new one waits for
+    # a node.
+    h.pods = [PodInfo("server-1", {"app": "sglang", "deploy": "server"}, None)]
+    h.tick()
+    status = h.run_pass()
+    (target,) = status["targets"]
+    assert (target["state"], target["table"]) == ("Rolling", rolling["targets"][0]["table"])
+    assert status["gpuProduct"] == H100 and status["liveTable"] == target["table"]
+    assert h.condition("Ready")[:2] == ("False", "RolloutPending")
+    # The new pod lands and the rollout completes: Live.
+    h.place()
+    h.kube.roll(h.kube.obj("Deployment", "server"))
+    h.tick()
+    (target,) = h.run_pass()["targets"]
+    assert target["state"] == "Live"
+    # The user moves it: pods on no node is a move to wait for, not a rollout of ours.
+    dep = h.kube.obj("Deployment", "server")
+    dep["metadata"]["generation"] += 1
+    h.pods = [PodInfo("server-2", {"app": "sglang", "deploy": "server"}, None)]
+    h.tick()
+    (target,) = h.run_pass()["targets"]
+    assert target["state"] == "Waiting"

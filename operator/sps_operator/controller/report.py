@@ -35,7 +35,10 @@ def report(p: Pass) -> None:
         st.conditions = cond.set_condition(st.conditions, type_, status, reason, message, now, gen)
 
     targets = st.targets
-    st.gpu_product = ",".join(sorted({t.gpu for t in p.targets if t.gpu})) or None
+    products = {t.gpu for t in p.targets if t.gpu}
+    # A target whose pods the rollout is replacing keeps the product it is rolled for.
+    products |= {t.gpu_product for t in targets if t.state == TargetState.ROLLING and t.gpu_product}
+    st.gpu_product = ",".join(sorted(products)) or None
     st.live_table = ",".join(sorted({t.table for t in targets if t.table})) or None
     run = st.current_run
     if run is not None and run.waiting is not None:

@@ -151,6 +151,8 @@ def rollout(p: Pass) -> None:
         )
         statuses.append(ts)
         if target.problem is None and target.gpu is None:
+            if _own_rollout_moving(p, target, ts):
+                continue
             ts.state = TargetState.WAITING
             ts.message = "waiting for the pods to settle on one GPU product"
             continue
@@ -190,6 +192,24 @@ def rollout(p: Pass) -> None:
         if ts.rolled_out:
             ts.state = TargetState.LIVE
     st.targets = statuses
+
+
+def _own_rollout_moving(p: Pass, target: Target, ts: TargetStatus) -> bool:
+    """A rollout this profile started replaces the pods, so for a moment none (or old and
+    new) run on a settled product: that is the rollout going on, not a GPU move to wait
+    for. Said only while the template still carries the table being rolled."""
+    before = next((t for t in p.status.targets if t.deployment == target.name), None)
+    if (
+        before is None
+        or before.state != TargetState.ROLLING
+        or not before.hash
+        or before.hash != target.running_hash
+    ):
+        return False
+    ts.state, ts.table, ts.hash = TargetState.ROLLING, before.table, before.hash
+    ts.gpu_product = ts.gpu_product or before.gpu_product
+    ts.message = f"rolling onto table {before.table}: its new pods are starting"
+    return True
 
 
 def _report_stale_or_missing(p: Pass, target: Target, ts: TargetStatus) -> None:
