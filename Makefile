@@ -29,9 +29,11 @@ testbed: setup controlplane
 realnode: testbed
 	$(BIN)/pytest tests/realnode
 
-# The main job on the embedded default: local control plane, simulated GPU nodes.
-demo: setup controlplane
-	$(BIN)/sps-operator demo
+# The main job on the embedded default: the real-node test bed (the pinned control plane,
+# kubelets with containerd and runc, simulated GPUs), the chart installed with helm from
+# the image the Dockerfile builds, a profile, a GPU move.
+demo: setup controlplane testbed
+	$(BIN)/sps-testbed demo
 
 lint: setup
 	$(BIN)/ruff check operator tests bench testbed

@@ -37,7 +37,6 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from sps_operator.constants import API_GROUP, API_VERSION, GPU_H100, PLURAL
-from sps_operator.demo import chart_operator, repo_root, split_rendered, token_kubeconfig
 from sps_operator.devcluster.binaries import find_binaries
 from sps_operator.devcluster.controlplane import ControlPlane
 
@@ -91,6 +90,40 @@ def cluster(workdir: Path) -> Iterator[Cluster]:
         cp.stop()
 
 
+# --------------------------------------------------------------------------- the chart
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[1]
+
+
+def split_rendered(text: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(CRDs, everything else) from `helm template` output."""
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    crds = [d for d in docs if d.get("kind") == "CustomResourceDefinition"]
+    return crds, [d for d in docs if d.get("kind") != "CustomResourceDefinition"]
+
+
+def chart_operator(objects: list[dict[str, Any]]) -> tuple[str, str]:
+    """(service account, its namespace) of the chart's Deployment."""
+    (deployment,) = [o for o in objects if o.get("kind") == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    return str(pod["serviceAccountName"]), str(deployment["metadata"]["namespace"])
+
+
+def token_kubeconfig(admin: dict[str, Any], token: str, user: str) -> dict[str, Any]:
+    """A kubeconfig for the admin's cluster that authenticates with a bearer token."""
+    cluster = admin["clusters"][0]
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": user, "context": {"cluster": cluster["name"], "user": user}}],
+        "current-context": user,
+    }
+
+
 def install(c: Cluster, helm: Path, chart: Path) -> tuple[str, str]:
     """The CRD and the chart's RBAC (namespaces mode, both bench namespaces); returns the
     operator's (service account, its namespace)."""
@@ -107,7 +140,7 @@ def install(c: Cluster, helm: Path, chart: Path) -> tuple[str, str]:
     c.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(crds))
     c.kubectl("wait", "--for=condition=Established", "crd/spsprofiles.sps.dev", "--timeout=60s")
     c.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(rest))
-    account, ns, _ = chart_operator(rest)
+    account, ns = chart_operator(rest)
     return account, ns
 
 

@@ -23,7 +23,6 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
         "main",
         "the test node agent (kubelet stand-in) for the local control plane",
     ),
-    "demo": ("sps_operator.demo", "main", "the embedded-default demo, end to end"),
 }
 
 

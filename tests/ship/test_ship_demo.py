@@ -3,58 +3,56 @@
 from __future__ import annotations
 
 import yaml
-from ship_helpers import CHART, helm
+from ship_helpers import CHART, KUBE_VERSION, helm
+from sps_testbed import demo
 
-from sps_operator import demo
+from sps_operator.plugin.view import get_row
 
-
-def rendered() -> str:
-    args = demo.helm_template_args(CHART, demo.SYSTEM_NAMESPACE, demo.NAMESPACE)
-    return helm(*args).stdout
+EXAMPLE = CHART.parents[1] / "examples" / "sglang-deployment.yaml"
 
 
-def test_demo_renders_the_chart_in_namespaces_mode_with_zero_replicas() -> None:
-    crds, rest = demo.split_rendered(rendered())
-    assert [c["metadata"]["name"] for c in crds] == ["spsprofiles.sps.dev"]
-    (deployment,) = [o for o in rest if o["kind"] == "Deployment"]
-    assert deployment["spec"]["replicas"] == 0
-    roles = [o for o in rest if o["kind"] == "Role"]
-    assert [r["metadata"]["namespace"] for r in roles] == [demo.NAMESPACE]
-    sa, sa_ns, args = demo.chart_operator(rest)
-    assert (sa, sa_ns) == ("sps-operator", demo.SYSTEM_NAMESPACE)
-    assert args[0] == "run" and f"--namespace={demo.NAMESPACE}" in args
-
-
-def test_local_operator_args_keep_the_chart_scope_and_replace_ports() -> None:
-    chart_args = [
-        "run",
-        "--namespace=sps-demo",
-        "--liveness=http://0.0.0.0:8080/healthz",
-        "--metrics-port=9090",
-        "--log-format=json",
-        "--profiler-image=img:1",
+def test_demo_installs_the_chart_in_namespaces_mode() -> None:
+    args = demo.helm_install_args(CHART, demo.SYSTEM_NAMESPACE, demo.NAMESPACE)
+    assert args[:3] == ["install", demo.RELEASE, str(CHART)] and "--wait" in args
+    # The same values, rendered: the operator's rights are a Role in the demo namespace.
+    values = [a for i, a in enumerate(args) if i and args[i - 1] == "--set"]
+    sets = [x for v in values for x in ("--set", v)]
+    rendered = helm(
+        "template", demo.RELEASE, str(CHART), "--namespace", demo.SYSTEM_NAMESPACE,
+        "--kube-version", KUBE_VERSION, *sets,
+    ).stdout  # fmt: skip
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    roles = [d for d in docs if d["kind"] == "Role"]
+    assert demo.NAMESPACE in [r["metadata"]["namespace"] for r in roles]
+    assert not [
+        d for d in docs if d["kind"] == "ClusterRole" and "deployments" in yaml.safe_dump(d)
     ]
-    args = demo.local_operator_args(chart_args, 1234, 5678)
-    assert args[:2] == ["run", "--namespace=sps-demo"]
-    assert "--profiler-image=img:1" in args
-    assert "--liveness=http://127.0.0.1:1234/healthz" in args
-    assert "--metrics-port=5678" in args
-    assert "--metrics-port=9090" not in args and "--log-format=json" not in args
-    assert args.count("--log-format=plain") == 1
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert f"--namespace={demo.NAMESPACE}" in container["args"]
 
 
-def test_token_kubeconfig_uses_the_admin_cluster_and_a_bearer_token() -> None:
-    admin = {
-        "clusters": [{"name": "sps-dev", "cluster": {"server": "https://127.0.0.1:1"}}],
-        "users": [{"name": "admin", "user": {"client-certificate-data": "x"}}],
-    }
-    config = demo.token_kubeconfig(admin, "tok", "system:serviceaccount:a:b")
-    assert config["clusters"] == admin["clusters"]
-    assert config["users"] == [{"name": "system:serviceaccount:a:b", "user": {"token": "tok"}}]
-    (context,) = config["contexts"]
-    assert context["context"]["cluster"] == "sps-dev"
-    assert config["current-context"] == context["name"]
-    assert "client-certificate-data" not in yaml.safe_dump(config)
+def test_the_time_scale_is_the_only_change_to_the_example() -> None:
+    example = yaml.safe_load(EXAMPLE.read_text())
+    fast = demo.with_time_scale(example, 100)
+    (server,) = fast["spec"]["template"]["spec"]["containers"]
+    assert {"name": demo.TIME_SCALE_ENV, "value": "100"} in server["env"]
+    server["env"] = [e for e in server["env"] if e["name"] != demo.TIME_SCALE_ENV]
+    assert fast == example
+    again = demo.with_time_scale(fast, 40)  # replaces, never duplicates
+    (server,) = again["spec"]["template"]["spec"]["containers"]
+    assert [e["value"] for e in server["env"] if e["name"] == demo.TIME_SCALE_ENV] == ["40"]
+
+
+def test_table_flag_in_both_spellings() -> None:
+    assert demo.table_flag(["a", "--speculative-dspark-sps-table-path", "/t"]) == [
+        "--speculative-dspark-sps-table-path",
+        "/t",
+    ]
+    assert demo.table_flag(["--speculative-dspark-sps-table-path=/t"]) == [
+        "--speculative-dspark-sps-table-path=/t"
+    ]
+    assert demo.table_flag(["--port=1"]) == []
 
 
 def row(state: str, gpu: str = "G", table: str = "t") -> dict[str, str]:
@@ -76,15 +74,20 @@ def test_profile_done_and_failed() -> None:
     assert demo.profile_failed([row("ResultMissing")]) == "ResultMissing"
 
 
+def test_profile_done_reads_what_kubectl_sps_get_shows() -> None:
+    profile = {
+        "metadata": {"name": demo.PROFILE, "namespace": demo.NAMESPACE},
+        "spec": {"table": {"kind": "Diagonal"}},
+        "status": {
+            "gpuProduct": "G",
+            "liveTable": "llama-table-1",
+            "conditions": [{"type": "Ready", "status": "True", "reason": "TableLive"}],
+        },
+    }
+    from datetime import UTC, datetime
+
+    assert demo.profile_done([get_row(profile, datetime.now(UTC))], "G")
+
+
 def test_demo_cli_rejects_a_bad_time_scale() -> None:
     assert demo.main(["--time-scale", "0"]) == 2
-
-
-def test_table_flag_with_its_value() -> None:
-    flag = "--speculative-dspark-sps-table-path"
-    assert demo.table_flag(["--port", "1", flag, "/etc/sps/table/table.json"]) == [
-        flag,
-        "/etc/sps/table/table.json",
-    ]
-    assert demo.table_flag([f"{flag}=/t.json", "--x"]) == [f"{flag}=/t.json"]
-    assert demo.table_flag(["--port", "1"]) == []

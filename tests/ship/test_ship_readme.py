@@ -23,8 +23,8 @@ def test_the_first_code_block_is_the_two_commands() -> None:
     commands = [line.split("#")[0].strip() for line in block[1].splitlines() if line.strip()]
     assert commands == ["make demo", "make test"]
     makefile = (ROOT / "Makefile").read_text()
-    assert re.search(r"^demo:.*\bsetup\b.*\bcontrolplane\b", makefile, re.M)
-    assert "sps-operator demo" in makefile
+    assert re.search(r"^demo:.*\bsetup\b.*\bcontrolplane\b.*\btestbed\b", makefile, re.M)
+    assert "sps-testbed demo" in makefile
     assert re.search(r"^test:", makefile, re.M)
     assert "make test" in (ROOT / ".ci" / "run").read_text()
 
