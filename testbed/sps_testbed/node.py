@@ -70,6 +70,7 @@ class NodeConfig:
     node_bin: str
     cni_bin: str
     images: list[dict[str, str]] = field(default_factory=list)
+    image_aliases: dict[str, str] = field(default_factory=dict)  # alias -> loaded ref
     labels: dict[str, str] = field(default_factory=dict)
     bridge: str = "tb0"
     image_store: str = ""  # template containerd root (imagestore.py); empty: import archives
@@ -279,6 +280,10 @@ class NodeRunner:
             if out.returncode != 0:
                 raise RuntimeError(f"importing {image['archive']}: {out.stderr.strip()}")
             print(f"imported {image['ref']} in {time.monotonic() - t0:.1f}s", flush=True)
+        for alias, ref in cfg.image_aliases.items():
+            out = self._ctr("images", "tag", "--force", ref, alias)
+            if out.returncode != 0:
+                raise RuntimeError(f"tagging {ref} as {alias}: {out.stderr.strip()}")
 
         labels = ",".join(f"{k}={v}" for k, v in cfg.labels.items())
         bin_dir = Path(cfg.node_bin)

@@ -56,6 +56,21 @@ def pod_ranges(cidr: str, nodes: int) -> list[tuple[str, str]]:
     ]
 
 
+def image_aliases(refs: dict[str, str]) -> dict[str, str]:
+    """More names for loaded images ({alias: ref}): the SGLang stand-in also answers to the
+    next SGLang version, so a test can upgrade a server's image (a server change) without a
+    second build."""
+    sglang = refs.get("sglang", "")
+    repo, _, tag = sglang.rpartition(":")
+    if not repo or not tag.startswith("v"):
+        return {}
+    parts = tag[1:].split(".")
+    if not parts[-1].isdigit():
+        return {}
+    parts[-1] = str(int(parts[-1]) + 1)
+    return {f"{repo}:v{'.'.join(parts)}": sglang}
+
+
 class Supervisor:
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
@@ -165,6 +180,7 @@ class Supervisor:
             {"role": role, "ref": img["ref"], "archive": img["archive"]}
             for role, img in art["images"].items()
         ]
+        aliases = image_aliases({i["role"]: i["ref"] for i in images})
         ranges = pod_ranges(cidr, len(nodes))
         base_cg = cgroups.own_path("memory", str(self.record.reaper_pid)).rstrip("/")
         # Mount points for the nodes' own directories (empty on the host; see node.py).
@@ -192,6 +208,7 @@ class Supervisor:
                 node_bin=art["node_bin"],
                 cni_bin=art["cni_bin"],
                 images=images,
+                image_aliases=aliases,
                 labels={
                     "nvidia.com/gpu.product": node["product"],
                     "nvidia.com/gpu.count": str(node["gpus"]),

@@ -1,12 +1,15 @@
-"""Fixtures of the end-to-end tests: the chart's RBAC once per module, and an `Env` (the
-operator process, not yet started, in a fresh namespace) per test."""
+"""Fixtures of the end-to-end tests: the real-node test bed (once per session, shared with
+tests/realnode), the chart's RBAC once per module, and an `Env` (the operator process, not
+yet started, in a fresh namespace) per test."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from e2e_cluster import E2eCluster, short_name
 from e2e_env import (
     Env,
     OperatorAccount,
@@ -15,38 +18,56 @@ from e2e_env import (
     uninstall_operator_rbac,
 )
 from kubernetes.client import ApiClient
+from sps_testbed import RealNodeCluster
 
-from sps_operator.devcluster.pytest_plugin import K8sCluster, NodeAgent
+
+@pytest.fixture(scope="session")
+def e2e_cluster(realnode_cluster: RealNodeCluster) -> E2eCluster:
+    return E2eCluster(realnode_cluster)
+
+
+@pytest.fixture(scope="session")
+def e2e_api(realnode_api: Any) -> ApiClient:
+    api: ApiClient = realnode_api
+    return api
+
+
+@pytest.fixture
+def e2e_namespace(e2e_cluster: E2eCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    name = e2e_cluster.create_namespace(short_name(request.node.nodeid))
+    try:
+        yield name
+    finally:
+        e2e_cluster.delete_namespace(name)
 
 
 @pytest.fixture(scope="module")
-def operator_account(k8s_cluster: K8sCluster) -> Iterator[OperatorAccount]:
+def operator_account(e2e_cluster: E2eCluster) -> Iterator[OperatorAccount]:
     """The chart's RBAC in cluster mode."""
-    account = install_operator_rbac(k8s_cluster, [])
+    account = install_operator_rbac(e2e_cluster, [])
     try:
         yield account
     finally:
-        uninstall_operator_rbac(k8s_cluster, account)
+        uninstall_operator_rbac(e2e_cluster, account)
 
 
 @pytest.fixture
 def env(
-    k8s_cluster: K8sCluster,
-    node_agent: NodeAgent,
-    k8s_api: ApiClient,
-    namespace: str,
+    e2e_cluster: E2eCluster,
+    e2e_api: ApiClient,
+    e2e_namespace: str,
     operator_account: OperatorAccount,
     tmp_path: Path,
 ) -> Iterator[Env]:
-    kubeconfig = k8s_cluster.service_account_kubeconfig(
+    kubeconfig = e2e_cluster.service_account_kubeconfig(
         operator_account.service_account,
         operator_account.namespace,
         tmp_path / "operator.kubeconfig",
     )
     clock = tmp_path / "clock-offset"
     clock.write_text("0")
-    operator = OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log", clock)
-    e = Env(k8s_cluster, node_agent, k8s_api, namespace, operator, operator_account)
+    operator = OperatorProcess(kubeconfig, e2e_namespace, tmp_path / "operator.log", clock)
+    e = Env(e2e_cluster, e2e_api, e2e_namespace, operator, operator_account)
     try:
         yield e
     finally:

@@ -1,9 +1,12 @@
 """The end-to-end test bed: the operator as a subprocess under the chart's RBAC, and
 helpers that build SGLang Deployments and SpsProfiles and read their state.
 
-The operator runs with a real token of the chart's ServiceAccount (ClusterRole rendered
-with helm). The node agent runs `sps-sim` for SGLang images (fast: SPS_SIM_TIME_SCALE in
-the pod) and the project image's entry points (the profiler) for profiling Jobs.
+Pods run on the real-node test bed (kubelets, containerd, runc): SGLang Deployments from
+the stand-in image (`sps-sim`, fast: SPS_SIM_TIME_SCALE in the pod), profiling Jobs from
+the operator's image. The operator runs as a local process with a real token of the
+chart's ServiceAccount (RBAC rendered with helm), so a test can set its flags, move its
+clock, read its log and kill it; the chart's own Deployment of it is tested in
+tests/realnode.
 """
 
 from __future__ import annotations
@@ -21,12 +24,11 @@ from typing import Any
 
 import httpx
 import yaml
+from e2e_cluster import E2eCluster, free_port
 from kubernetes import client
 from kubernetes.client import ApiClient
 from kubernetes.client.rest import ApiException
 
-from sps_operator.devcluster.controlplane import free_port
-from sps_operator.devcluster.pytest_plugin import K8sCluster, NodeAgent
 from waiting import wait_crd_established, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,8 +96,7 @@ class OperatorProcess:
 
 @dataclass
 class Env:
-    cluster: K8sCluster
-    agent: NodeAgent
+    cluster: E2eCluster
     api: ApiClient
     namespace: str
     operator: OperatorProcess
@@ -335,7 +336,7 @@ class OperatorAccount:
     rendered: str
 
 
-def install_operator_rbac(cluster: K8sCluster, helm_values: list[str]) -> OperatorAccount:
+def install_operator_rbac(cluster: E2eCluster, helm_values: list[str]) -> OperatorAccount:
     """The CRD, and the chart's ServiceAccount + RBAC in a namespace of its own."""
     cluster.kubectl(
         "apply", "--server-side", "--force-conflicts", "-f",
@@ -344,30 +345,13 @@ def install_operator_rbac(cluster: K8sCluster, helm_values: list[str]) -> Operat
     wait_crd_established(cluster.kubectl)
     suffix = secrets.token_hex(3)
     ns = cluster.create_namespace(f"sps-system-{suffix}")
-    helm = cluster.binaries.helm
-    assert helm is not None, "helm binary missing from the control-plane build"
     server = json.loads(cluster.kubectl("version", "-o", "json"))["serverVersion"]
     values = [arg for value in helm_values for arg in ("--set", value)]
-    rendered = subprocess.run(
-        [
-            str(helm),
-            "template",
-            f"sps-e2e-{suffix}",
-            str(ROOT / "charts" / "sps-operator"),
-            "--kube-version",
-            server["gitVersion"],
-            "--namespace",
-            ns,
-            *values,
-            "--show-only",
-            "templates/rbac.yaml",
-            "--show-only",
-            "templates/serviceaccount.yaml",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    rendered = cluster.helm(
+        "template", f"sps-e2e-{suffix}", str(ROOT / "charts" / "sps-operator"),
+        "--kube-version", server["gitVersion"], "--namespace", ns, *values,
+        "--show-only", "templates/rbac.yaml", "--show-only", "templates/serviceaccount.yaml",
+    )  # fmt: skip
     cluster.kubectl("apply", "-f", "-", input=rendered)
     accounts = [
         d["metadata"]["name"]
@@ -385,7 +369,7 @@ def install_operator_rbac(cluster: K8sCluster, helm_values: list[str]) -> Operat
     return OperatorAccount(ns, accounts[0], leases[0] if leases else "", rendered)
 
 
-def uninstall_operator_rbac(cluster: K8sCluster, account: OperatorAccount) -> None:
+def uninstall_operator_rbac(cluster: E2eCluster, account: OperatorAccount) -> None:
     cluster.kubectl("delete", "-f", "-", "--ignore-not-found", input=account.rendered, check=False)
     cluster.delete_namespace(account.namespace)
 

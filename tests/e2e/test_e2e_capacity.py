@@ -59,8 +59,8 @@ GPU = "nvidia.com/gpu"
 
 
 def pool_gpus(env: Env) -> tuple[list[str], int]:
-    """The pool's nodes and the GPUs of each (the node agent gives them all the same)."""
-    nodes = env.agent.nodes_with_product(POOL)
+    """The pool's nodes and the GPUs of each (the test bed gives them all the same)."""
+    nodes = env.cluster.nodes_with_product(POOL)
     counts = {int(env.core.read_node(n).status.allocatable[GPU]) for n in nodes}
     assert len(nodes) == 2 and len(counts) == 1, (nodes, counts)
     return nodes, counts.pop()
@@ -163,7 +163,7 @@ def kubectl_sps(env: Env, *args: str) -> str:
     run_env = env.cluster.env()
     run_env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), run_env["PATH"]])
     proc = subprocess.run(
-        [str(env.cluster.binaries.kubectl), "sps", *args, "-n", env.namespace],
+        ["kubectl", "sps", *args, "-n", env.namespace],
         capture_output=True,
         text=True,
         env=run_env,
@@ -271,7 +271,7 @@ def test_e2e_borrow_replica_profiles_rolls_and_gives_the_replica_back(env: Env) 
     (job,) = env.jobs()
     assert job["status"].get("succeeded") == 1
     (job_pod,) = env.pods(f"job-name={job['metadata']['name']}")
-    assert job_pod["spec"]["nodeName"] in env.agent.nodes_with_product(POOL)
+    assert job_pod["spec"]["nodeName"] in env.cluster.nodes_with_product(POOL)
 
     # The events say when the replica was lent and given back.
     (lent,) = events(env, "ReplicaBorrowed")

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from e2e_cluster import E2eCluster
 from e2e_env import (
     GROUP,
     PLURAL,
@@ -38,7 +39,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sps_operator.api.hashing import content_hash
 from sps_operator.constants import GPU_H100, GPU_H200
-from sps_operator.devcluster.pytest_plugin import K8sCluster, NodeAgent
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, load_sps_table_text
 from waiting import wait_for
 
@@ -110,13 +110,13 @@ def test_e2e_diagonal_profile_publish_and_roll(env: Env) -> None:
     # it at start-up and refuses to start on a bad table).
     served = serving_pod_info(env, table["hash"])
     assert served["info"]["speculative_dspark_sps_table_path"] == TABLE_PATH
-    assert served["pod"]["spec"]["nodeName"] in env.agent.nodes_with_product(GPU_H100)
+    assert served["pod"]["spec"]["nodeName"] in env.cluster.nodes_with_product(GPU_H100)
     text_sha = content_hash(cm["data"]["table.json"])
     assert table["hash"] == text_sha
     pod_name = served["pod"]["metadata"]["name"]
 
     def loaded_line() -> str | None:
-        logs = env.agent.pod_logs(env.namespace)
+        logs = env.cluster.pod_logs(env.namespace)
         section = logs.split(pod_name, 1)[-1].split("==>", 1)[0] if pod_name in logs else ""
         return next((ln for ln in section.splitlines() if "loaded SPS table" in ln), None)
 
@@ -180,7 +180,7 @@ def test_e2e_gpu_change_profiles_new_product_and_reuses_old_table(env: Env) -> N
     assert status.get("currentRun") is None
     assert {t["gpuProduct"] for t in status["tables"]} == {GPU_H100, GPU_H200}
     served = serving_pod_info(env, h100["hash"])
-    assert served["pod"]["spec"]["nodeName"] in env.agent.nodes_with_product(GPU_H100)
+    assert served["pod"]["spec"]["nodeName"] in env.cluster.nodes_with_product(GPU_H100)
 
 
 def test_e2e_operator_restart_adopts_running_job(env: Env) -> None:
@@ -254,10 +254,10 @@ def test_e2e_gate_failure_keeps_the_live_table(env: Env) -> None:
 
 
 def test_e2e_crd_rejects_what_cannot_work(
-    k8s_api: ApiClient, namespace: str, operator_account: tuple[str, str]
+    e2e_api: ApiClient, e2e_namespace: str, operator_account: tuple[str, str]
 ) -> None:
     """CEL rules answer with what to fix (admission, before the operator sees anything)."""
-    custom = client.CustomObjectsApi(k8s_api)
+    custom, namespace = client.CustomObjectsApi(e2e_api), e2e_namespace
     cases = [
         ({"server": {"source": "External"}}, "server.url is required"),
         ({"refresh": {"schedule": "every day"}}, "cron expression"),
@@ -328,7 +328,7 @@ def test_e2e_additive_two_phases_and_verify_all_failure_keeps_table(env: Env) ->
     seed_table = load_sps_table_text(seed["data"]["table.json"])
     assert isinstance(seed_table, SpsCostTable) and len(seed_table.sample_batch_tokens) > 1
     seed_sha = content_hash(seed["data"]["table.json"])
-    logs = env.agent.pod_logs(env.namespace)
+    logs = env.cluster.pod_logs(env.namespace)
     assert f"/etc/sps/seed/table.json (diagonal, sha256={seed_sha})" in logs
 
     live = env.config_map(table["configMap"])
@@ -587,17 +587,17 @@ def test_e2e_delete_profile_cleans_up_and_leaves_deployment_serving(env: Env) ->
 
 
 def test_e2e_namespace_mode_rbac_is_enough_and_no_more(
-    k8s_cluster: K8sCluster,
-    node_agent: NodeAgent,
-    k8s_api: ApiClient,
-    namespace: str,
+    e2e_cluster: E2eCluster,
+    e2e_api: ApiClient,
+    e2e_namespace: str,
     tmp_path: Path,
 ) -> None:
     """The chart in namespaces mode (a Role in the watched namespace + the cluster-scoped
     ClusterRole) runs the whole flow; the operator's account can do nothing elsewhere,
     and kopf leaves no annotations on the Deployment or the Nodes."""
+    namespace = e2e_namespace
     installed = install_operator_rbac(
-        k8s_cluster, ["watch.mode=namespaces", f"watch.namespaces={{{namespace}}}"]
+        e2e_cluster, ["watch.mode=namespaces", f"watch.namespaces={{{namespace}}}"]
     )
     op_ns, account, rendered = installed.namespace, installed.service_account, installed.rendered
     try:
@@ -611,7 +611,7 @@ def test_e2e_namespace_mode_rbac_is_enough_and_no_more(
             ("patch", "deployments", namespace),
             ("list", "nodes", namespace),
         ]:
-            out = k8s_cluster.kubectl(
+            out = e2e_cluster.kubectl(
                 "auth", "can-i", verb, resource, "-n", where, as_operator, check=False
             )
             assert out.strip() == "yes", (verb, resource, where)
@@ -622,17 +622,17 @@ def test_e2e_namespace_mode_rbac_is_enough_and_no_more(
             ("get", "secrets", namespace),
             ("update", "spsprofiles", namespace),
         ]:
-            out = k8s_cluster.kubectl(
+            out = e2e_cluster.kubectl(
                 "auth", "can-i", verb, resource, "-n", where, as_operator, check=False
             )
             assert out.strip() == "no", (verb, resource, where)
 
-        kubeconfig = k8s_cluster.service_account_kubeconfig(
+        kubeconfig = e2e_cluster.service_account_kubeconfig(
             account, op_ns, tmp_path / "operator.kubeconfig"
         )
         clock = tmp_path / "clock-offset"
         operator = OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log", clock)
-        env = Env(k8s_cluster, node_agent, k8s_api, namespace, operator)
+        env = Env(e2e_cluster, e2e_api, namespace, operator)
         try:
             create(env, server_deployment(GPU_H100), sps_profile())
             operator.start()
@@ -644,13 +644,13 @@ def test_e2e_namespace_mode_rbac_is_enough_and_no_more(
             operator.stop()
         dep_annotations = env.deployment()["metadata"].get("annotations") or {}
         assert not [k for k in dep_annotations if "kopf" in k or k.startswith("sps.dev/last")]
-        nodes = client.CoreV1Api(k8s_api).list_node().items
+        nodes = client.CoreV1Api(e2e_api).list_node().items
         for node in nodes:
             assert not [
                 k for k in (node.metadata.annotations or {}) if "kopf" in k or "sps.dev" in k
             ]
     finally:
-        uninstall_operator_rbac(k8s_cluster, installed)
+        uninstall_operator_rbac(e2e_cluster, installed)
 
 
 def test_e2e_mixed_gpu_products_give_a_condition_not_a_table(env: Env) -> None:
@@ -678,8 +678,8 @@ def test_e2e_mixed_gpu_products_give_a_condition_not_a_table(env: Env) -> None:
     assert cond["reason"] == "MixedGpuProducts"
     assert "several GPU products" in cond["message"] and "nodeSelector" in cond["message"]
     placed = {p["spec"].get("nodeName") for p in env.pods("deploy=server")}
-    assert placed & set(env.agent.nodes_with_product(GPU_H100))
-    assert placed & set(env.agent.nodes_with_product(GPU_H200))
+    assert placed & set(env.cluster.nodes_with_product(GPU_H100))
+    assert placed & set(env.cluster.nodes_with_product(GPU_H200))
     time.sleep(3)
     status = env.profile()["status"]
     assert status.get("currentRun") is None and not status.get("tables")

@@ -86,3 +86,14 @@ def test_node_spec_parsing() -> None:
     for bad in ("a", "=P", "a=", "a=P:x"):
         with pytest.raises(ValueError):
             NodeSpec.parse(bad)
+
+
+def test_the_sglang_stand_in_also_answers_to_the_next_version() -> None:
+    from sps_testbed.supervisor import image_aliases
+
+    refs = {"sglang": "docker.io/lmsysorg/sglang:v0.5.16", "pause": "registry.k8s.io/pause:3.10"}
+    assert image_aliases(refs) == {
+        "docker.io/lmsysorg/sglang:v0.5.17": "docker.io/lmsysorg/sglang:v0.5.16"
+    }
+    assert image_aliases({"sglang": "localhost/sglang:latest"}) == {}
+    assert image_aliases({}) == {}
