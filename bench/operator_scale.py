@@ -35,10 +35,9 @@ from typing import Any
 import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
+from sps_testbed import RealNodeCluster
 
 from sps_operator.constants import API_GROUP, API_VERSION, GPU_H100, PLURAL
-from sps_operator.devcluster.binaries import find_binaries
-from sps_operator.devcluster.controlplane import ControlPlane
 
 SYSTEM_NS, IDLE_NS, HOP_NS = "sps-system", "bench-idle", "bench-hops"
 RELEASE = "sps-bench"
@@ -53,10 +52,11 @@ AUDIT_POLICY = {
 
 @dataclass
 class Cluster:
-    cp: ControlPlane
+    kubeconfig: Path
     api: client.ApiClient
     audit_log: Path
     kubectl: Callable[..., str]
+    helm: Callable[..., str]
 
 
 @contextmanager
@@ -64,8 +64,9 @@ def cluster(workdir: Path) -> Iterator[Cluster]:
     policy = workdir / "audit-policy.yaml"
     policy.write_text(yaml.safe_dump(AUDIT_POLICY))
     audit_log = workdir / "audit.log"
-    cp = ControlPlane(
-        workdir / "cluster",
+    # The real-node test bed: pods run on kubelets from the images `make testbed` built.
+    bed = RealNodeCluster(
+        workdir / "bed",
         apiserver_args=[
             f"--audit-policy-file={policy}",
             f"--audit-log-path={audit_log}",
@@ -73,21 +74,16 @@ def cluster(workdir: Path) -> Iterator[Cluster]:
             "--audit-log-maxsize=0",
         ],
     )
-    cp.start()
-    cp.start_node_agent()
-    binaries = find_binaries(build=False)
+    bed.start()
 
     def kubectl(*args: str, input: str | None = None) -> str:
-        return subprocess.run(
-            [str(binaries.kubectl), f"--kubeconfig={cp.kubeconfig}", *args],
-            input=input, capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
+        return bed.kubectl(*args, input=input)
 
     try:
-        api = config.new_client_from_config(str(cp.kubeconfig))
-        yield Cluster(cp, api, audit_log, kubectl)
+        api = config.new_client_from_config(str(bed.kubeconfig))
+        yield Cluster(bed.kubeconfig, api, audit_log, kubectl, bed.helm)
     finally:
-        cp.stop()
+        bed.stop()
 
 
 # --------------------------------------------------------------------------- the chart
@@ -124,18 +120,17 @@ def token_kubeconfig(admin: dict[str, Any], token: str, user: str) -> dict[str, 
     }
 
 
-def install(c: Cluster, helm: Path, chart: Path) -> tuple[str, str]:
+def install(c: Cluster, chart: Path) -> tuple[str, str]:
     """The CRD and the chart's RBAC (namespaces mode, both bench namespaces); returns the
     operator's (service account, its namespace)."""
     for ns in (SYSTEM_NS, IDLE_NS, HOP_NS):
         c.kubectl("create", "namespace", ns)
-    rendered = subprocess.run(
-        [str(helm), "template", RELEASE, str(chart),
-         "--namespace", SYSTEM_NS, "--kube-version", "v1.36.3", "--include-crds",
-         "--set", "watch.mode=namespaces", "--set", f"watch.namespaces={{{IDLE_NS},{HOP_NS}}}",
-         "--set", "replicaCount=0"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+    rendered = c.helm(
+        "template", RELEASE, str(chart),
+        "--namespace", SYSTEM_NS, "--kube-version", "v1.36.3", "--include-crds",
+        "--set", "watch.mode=namespaces", "--set", f"watch.namespaces={{{IDLE_NS},{HOP_NS}}}",
+        "--set", "replicaCount=0",
+    )  # fmt: skip
     crds, rest = split_rendered(rendered)
     c.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(crds))
     c.kubectl("wait", "--for=condition=Established", "crd/spsprofiles.sps.dev", "--timeout=60s")
@@ -150,7 +145,7 @@ def start_operator(
     token = json.loads(
         c.kubectl("create", "token", account, "-n", ns, "--duration=24h", "-o", "json")
     )["status"]["token"]
-    admin = yaml.safe_load(c.cp.kubeconfig.read_text())
+    admin = yaml.safe_load(c.kubeconfig.read_text())
     kubeconfig = workdir / "operator.kubeconfig"
     kubeconfig.write_text(yaml.safe_dump(token_kubeconfig(admin, token, account)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
@@ -432,11 +427,9 @@ def measure_hops(c: Cluster, size: int, runs: int) -> Rows:
 
 
 def run(args: argparse.Namespace, workdir: Path) -> Rows:
-    binaries = find_binaries(build=True)
-    assert binaries.helm is not None
     rows: Rows = []
     with cluster(workdir) as c:
-        account, account_ns = install(c, binaries.helm, args.chart)
+        account, account_ns = install(c, args.chart)
         user = f"system:serviceaccount:{account_ns}:{account}"
         proc = start_operator(c, account, account_ns, args.operator, args.flags, workdir)
         custom = client.CustomObjectsApi(c.api)

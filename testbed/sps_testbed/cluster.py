@@ -53,10 +53,13 @@ class RealNodeCluster:
         state_dir: Path | None = None,
         nodes: Sequence[NodeSpec] = DEFAULT_NODES,
         detached: bool = False,
+        apiserver_args: Sequence[str] = (),
     ) -> None:
         self.state_dir = (state_dir or default_state_dir()).resolve()
         self.nodes = list(nodes)
         self.detached = detached
+        # More kube-apiserver flags (e.g. an audit log for a benchmark).
+        self.apiserver_args = list(apiserver_args)
         self.artifacts: Artifacts | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self.build_seconds = 0.0
@@ -118,6 +121,7 @@ class RealNodeCluster:
         request = {
             "nodes": [{"name": n.name, "product": n.product, "gpus": n.gpus} for n in self.nodes],
             "artifacts": artifacts.to_json(),
+            "apiserver_args": self.apiserver_args,
         }
         (self.state_dir / "request.json").write_text(json.dumps(request, indent=2) + "\n")
         env = dict(os.environ)

@@ -107,7 +107,11 @@ class Supervisor:
             netns.set_sysctl("net.bridge.bridge-nf-call-iptables", "1")
         self.mark("netns")
 
-        self.cp = ControlPlane(self.state_dir / "cp", detached=False)
+        self.cp = ControlPlane(
+            self.state_dir / "cp",
+            detached=False,
+            apiserver_args=list(self.request.get("apiserver_args") or []),
+        )
         self.cp.start()
         rec = self.cp.record
         assert rec is not None

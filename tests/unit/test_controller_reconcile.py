@@ -252,6 +252,15 @@ def test_the_profiles_own_rollout_reads_as_rolling_while_its_pods_are_replaced()
     assert (target["state"], target["table"]) == ("Rolling", rolling["targets"][0]["table"])
     assert status["gpuProduct"] == H100 and status["liveTable"] == target["table"]
     assert h.condition("Ready")[:2] == ("False", "RolloutPending")
+    # A pod of it on another product while it rolls: that is a move, to wait for.
+    h.pods = [PodInfo("server-1", {"app": "sglang", "deploy": "server"}, "n2")]
+    h.tick()
+    (target,) = h.run_pass()["targets"]
+    assert target["state"] == "Waiting", target
+    h.pods = [PodInfo("server-1", {"app": "sglang", "deploy": "server"}, None)]
+    h.tick()
+    (target,) = h.run_pass()["targets"]
+    assert target["state"] == "Waiting", target  # the Rolling it came from is gone
     # The new pod lands and the rollout completes: Live.
     h.place()
     h.kube.roll(h.kube.obj("Deployment", "server"))

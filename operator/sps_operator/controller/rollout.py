@@ -197,13 +197,15 @@ def rollout(p: Pass) -> None:
 def _own_rollout_moving(p: Pass, target: Target, ts: TargetStatus) -> bool:
     """A rollout this profile started replaces the pods, so for a moment none (or old and
     new) run on a settled product: that is the rollout going on, not a GPU move to wait
-    for. Said only while the template still carries the table being rolled."""
+    for. Said only while the template still carries the table being rolled and no pod
+    runs on another product than the one it was rolled for (that is a move)."""
     before = next((t for t in p.status.targets if t.deployment == target.name), None)
     if (
         before is None
         or before.state != TargetState.ROLLING
         or not before.hash
         or before.hash != target.running_hash
+        or target.observed_gpu not in (None, before.gpu_product)
     ):
         return False
     ts.state, ts.table, ts.hash = TargetState.ROLLING, before.table, before.hash
