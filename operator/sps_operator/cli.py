@@ -16,12 +16,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "dev-cluster": (
         "sps_operator.devcluster.cli",
         "main",
-        "local control plane with simulated GPU nodes: up | down | env | status",
-    ),
-    "node-agent": (
-        "sps_operator.devcluster.nodeagent",
-        "main",
-        "the test node agent (kubelet stand-in) for the local control plane",
+        "local control plane (no nodes): up | down | env | status",
     ),
 }
 

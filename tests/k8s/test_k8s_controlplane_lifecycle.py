@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -48,7 +47,7 @@ def _wait_gone(pids: dict[str, int], timeout: float = 30.0) -> list[str]:
 def test_k8s_controlplane_cli_up_status_env_down(k8s_cluster: K8sCluster, tmp_path: Path) -> None:
     # k8s_cluster: binaries are built (or found) once, by the session fixture.
     state = tmp_path / "cluster"
-    up = _cli(state, "up", "--no-node-agent")
+    up = _cli(state, "up")
     assert up.returncode == 0, up.stderr
     pids = _pids(state)
     try:
@@ -68,7 +67,7 @@ def test_k8s_controlplane_cli_up_status_env_down(k8s_cluster: K8sCluster, tmp_pa
         )
         assert shell.stdout.strip() == "namespace/kube-system", shell.stderr
 
-        again = _cli(state, "up", "--no-node-agent")
+        again = _cli(state, "up")
         assert again.returncode == 0 and "already running" in again.stderr
         assert _pids(state) == pids
     finally:
@@ -81,44 +80,24 @@ def test_k8s_controlplane_cli_up_status_env_down(k8s_cluster: K8sCluster, tmp_pa
 
 
 _HOLDER = """
-import subprocess, sys, time
+import sys, time
 from pathlib import Path
-from sps_operator.devcluster.controlplane import ControlPlane, NodeSpec, start_node_agent
+from sps_operator.devcluster.controlplane import ControlPlane
 cp = ControlPlane(Path(sys.argv[1]))
 cp.start()
-start_node_agent(cp, [NodeSpec("solo", "NVIDIA-H200", 8)])
-subprocess.run(
-    [str(cp.binaries.kubectl), f"--kubeconfig={cp.kubeconfig}", "run", "sleeper",
-     "--image=busybox:1.36", "--restart=Never", "--", "sleep", sys.argv[2]],
-    check=True, capture_output=True,
-)
 print("ready", flush=True)
 time.sleep(600)
 """
 
 
-def _processes_with(token: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if token.encode() in argv and podnet.pid_alive(int(entry.name)):
-                found.append(int(entry.name))
-    return found
-
-
 def test_k8s_controlplane_dies_with_the_process_that_started_it(
     k8s_cluster: K8sCluster, tmp_path: Path
 ) -> None:
-    """kill -9 of the starting process: no atexit, no cleanup code runs in it, yet the
-    control plane, the node agent, its pods and its network all go."""
+    """kill -9 of the starting process: no atexit, no cleanup code runs in it, yet every
+    process of the control plane goes."""
     state = tmp_path / "cluster"
-    token = str(4000 + secrets.randbelow(5000))  # the pod's `sleep` argument, to find it
     holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, str(state), token],
+        [sys.executable, "-c", _HOLDER, str(state)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -128,42 +107,8 @@ def test_k8s_controlplane_dies_with_the_process_that_started_it(
         line = holder.stdout.readline()
         assert line.strip() == "ready", holder.stderr.read() if holder.stderr else ""
         pids = _pids(state)
-        assert len(pids) == 5 and all(podnet.pid_alive(p) for p in pids.values())
-        record = json.loads((state / "cluster.json").read_text())
-        bridge = f"spsbr{record['pod_network_index']}"
-        deadline = time.monotonic() + 60
-        while not _processes_with(token):
-            assert time.monotonic() < deadline, "the pod's process never started"
-            time.sleep(0.2)
+        assert len(pids) == 4 and all(podnet.pid_alive(p) for p in pids.values())
     finally:
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait()
     assert _wait_gone(pids) == []
-    assert _processes_with(token) == []
-    assert not _link_exists(bridge)
-
-
-def _link_exists(name: str) -> bool:
-    proc = subprocess.run(["ip", "link", "show", name], capture_output=True, check=False)
-    return proc.returncode == 0
-
-
-def test_k8s_controlplane_cli_with_node_agent_leaves_nothing_behind(
-    k8s_cluster: K8sCluster, tmp_path: Path
-) -> None:
-    state = tmp_path / "cluster"
-    up = _cli(state, "up", "--node", "solo=NVIDIA-H200:2")
-    assert up.returncode == 0, up.stderr
-    pids = _pids(state)
-    bridge = f"spsbr{json.loads((state / 'cluster.json').read_text())['pod_network_index']}"
-    try:
-        assert "node-agent" in pids
-        status = _cli(state, "status")
-        assert status.returncode == 0, status.stdout
-        assert "node solo" in status.stdout and "Ready" in status.stdout
-        assert _link_exists(bridge)
-    finally:
-        down = _cli(state, "down")
-    assert down.returncode == 0, down.stderr
-    assert _wait_gone(pids, timeout=5) == []
-    assert not _link_exists(bridge)

@@ -21,7 +21,7 @@ from kubernetes.client import ApiClient
 from ship_helpers import CHART, helm, render
 
 from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
-from sps_operator.devcluster.pytest_plugin import K8sCluster, NodeAgent
+from sps_operator.devcluster.pytest_plugin import K8sCluster
 from waiting import wait_crd_established
 
 pytestmark = pytest.mark.k8s
@@ -103,15 +103,9 @@ def install(cluster: K8sCluster, namespace: str, replicas: int) -> Iterator[tupl
 
 @pytest.fixture
 def installed(k8s_cluster: K8sCluster, namespace: str) -> Iterator[tuple[str, str, str]]:
-    # No operator pod: when the node agent runs (other tests), it must not act here.
+    # No operator pod: the control plane has no nodes (the operator runs from its image
+    # on real nodes in tests/realnode).
     yield from install(k8s_cluster, namespace, replicas=0)
-
-
-@pytest.fixture
-def installed_running(
-    k8s_cluster: K8sCluster, node_agent: NodeAgent, namespace: str
-) -> Iterator[tuple[str, str, str]]:
-    yield from install(k8s_cluster, namespace, replicas=1)
 
 
 def test_ship_chart_applies_server_side_with_its_objects(
@@ -297,57 +291,3 @@ def _sglang_deployment() -> dict[str, Any]:
             },
         },
     }
-
-
-def test_ship_chart_operator_pod_runs_and_stays_live(
-    k8s_cluster: K8sCluster,
-    k8s_api: ApiClient,
-    node_agent: NodeAgent,
-    installed_running: tuple[str, str, str],
-) -> None:
-    """The chart's own Deployment, run by the node agent (the image maps to the package's
-    entry point): in-cluster config from the ServiceAccount token, the liveness probe on
-    kopf's endpoint, and a profile reconciled under the chart's RBAC."""
-    release, system, watched = installed_running
-    fullname = f"{release}-sps-operator"
-    rollout = subprocess.run(
-        [
-            str(k8s_cluster.binaries.kubectl),
-            f"--kubeconfig={k8s_cluster.kubeconfig}",
-            "rollout",
-            "status",
-            f"deployment/{fullname}",
-            "-n",
-            system,
-            "--timeout=90s",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    if rollout.returncode != 0:
-        pods = k8s_cluster.kubectl("get", "pods", "-n", system, "-o", "yaml", check=False)
-        pytest.fail(
-            f"the operator pod did not become ready: {rollout.stderr}\n{pods[-4000:]}\n"
-            f"--- container logs ---\n{node_agent.pod_logs(system)[-4000:]}"
-        )
-    _create_llama_profile(k8s_api, watched, target="none")
-    custom = client.CustomObjectsApi(k8s_api)
-    deadline = time.monotonic() + 90
-    status: dict[str, Any] = {}
-    while time.monotonic() < deadline and not status.get("observedGeneration"):
-        obj = custom.get_namespaced_custom_object(API_GROUP, API_VERSION, watched, PLURAL, "llama")
-        status = obj.get("status") or {}
-        time.sleep(0.5)
-    pods = json.loads(
-        k8s_cluster.kubectl(
-            "get", "pods", "-n", system, "-l", "app.kubernetes.io/name=sps-operator", "-o", "json"
-        )
-    )["items"]
-    assert len(pods) == 1
-    (container,) = pods[0]["status"]["containerStatuses"]
-    logs = k8s_cluster.kubectl("logs", pods[0]["metadata"]["name"], "-n", system, check=False)
-    assert status.get("observedGeneration") == 1, logs[-3000:]
-    assert container["ready"] is True and container["restartCount"] == 0, container
-    assert "Forbidden" not in logs and "403" not in logs, logs[-3000:]

@@ -166,20 +166,12 @@ def test_kubeconfig_embeds_credentials(tmp_path: Path) -> None:
     assert doc["current-context"] == doc["contexts"][0]["name"]
 
 
-def test_cli_parser_nodes() -> None:
-    args = build_parser().parse_args(
-        ["up", "--node", "a=NVIDIA-H200:4", "--nodes", "b=X", "c=Y:2", "--agent-arg=--k=v"]
-    )
-    assert [n.arg() for n in args.nodes] == ["a=NVIDIA-H200:4", "b=X:8", "c=Y:2"]
-    assert args.agent_arg == ["--k=v"]
-    assert build_parser().parse_args(["up"]).nodes is None
-
-
-def test_cli_parser_rejects_bad_node(capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_parser_has_no_node_flags_any_more(capsys: pytest.CaptureFixture[str]) -> None:
+    """Nodes are the test bed's (`sps-testbed up --node`); the control plane has none."""
+    assert build_parser().parse_args(["up"]).command == "up"
     with pytest.raises(SystemExit) as exit_info:
-        build_parser().parse_args(["up", "--node", "nonsense"])
+        build_parser().parse_args(["up", "--node", "a=NVIDIA-H200:4"])
     assert exit_info.value.code == 2
-    assert "NAME=PRODUCT" in capsys.readouterr().err
 
 
 def test_fixture_fails_not_skips_without_binaries(tmp_path: Path) -> None:

@@ -9,27 +9,14 @@ import time
 from pathlib import Path
 
 from sps_operator.devcluster.binaries import BinariesError
-from sps_operator.devcluster.controlplane import (
-    DEFAULT_NODES,
-    ControlPlane,
-    ControlPlaneError,
-    NodeSpec,
-    default_state_dir,
-    start_node_agent,
-)
-
-
-def _node(text: str) -> NodeSpec:
-    try:
-        return NodeSpec.parse(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from err
+from sps_operator.devcluster.controlplane import ControlPlane, ControlPlaneError, default_state_dir
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sps-operator dev-cluster",
-        description="A local Kubernetes control plane with simulated GPU nodes.",
+        description="A local Kubernetes control plane, no nodes (for a cluster with real "
+        "GPU nodes: `sps-testbed up`).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -42,31 +29,13 @@ def build_parser() -> argparse.ArgumentParser:
             "~/.local/state/sps-operator/dev-cluster)",
         )
 
-    up = sub.add_parser("up", help="start the control plane and the node agent (detached)")
+    up = sub.add_parser("up", help="start the control plane (detached)")
     with_state_dir(up)
-    up.add_argument(
-        "--node",
-        "--nodes",
-        dest="nodes",
-        type=_node,
-        nargs="+",
-        action="extend",
-        metavar="NAME=PRODUCT[:GPUS]",
-        help="a GPU node (repeatable; default: two H100 and two H200 nodes, 8 GPUs each)",
-    )
-    up.add_argument("--no-node-agent", action="store_true", help="control plane only")
-    up.add_argument(
-        "--agent-arg",
-        action="append",
-        default=[],
-        metavar="ARG",
-        help="extra argument for the node agent, e.g. --agent-arg=--sim-time-scale=50",
-    )
     up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for readiness")
     for name, text in (
         ("down", "stop every process of the cluster"),
         ("env", "print shell exports: KUBECONFIG and PATH with kubectl and helm"),
-        ("status", "show whether the cluster is running and its nodes Ready"),
+        ("status", "show whether the control plane is running"),
     ):
         with_state_dir(sub.add_parser(name, help=text))
     return parser
@@ -91,19 +60,11 @@ def cmd_up(args: argparse.Namespace) -> int:
             )
             return 1
     cp = ControlPlane(state_dir, detached=True)
-    nodes = args.nodes or list(DEFAULT_NODES)
     started = time.monotonic()
     try:
         cp.start(timeout=args.timeout)
         control_plane_s = time.monotonic() - started
         print(f"control plane ready in {control_plane_s:.1f}s at {cp.server}", file=sys.stderr)
-        if not args.no_node_agent:
-            start_node_agent(cp, nodes, extra_args=args.agent_arg, timeout=args.timeout)
-            print(
-                f"{len(nodes)} nodes Ready in {time.monotonic() - started - control_plane_s:.1f}s: "
-                + ", ".join(n.arg() for n in nodes),
-                file=sys.stderr,
-            )
     except (ControlPlaneError, BinariesError, OSError, ValueError) as err:
         cp.stop()
         print(f"dev-cluster up failed: {err}", file=sys.stderr)
@@ -157,9 +118,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     ready = cp.ready()
     print(f"{'api server':<24} {cp.server} {'ready' if ready else 'NOT READY'}")
     print(f"{'pod network':<24} {cp.record.pod_cidr} (gateway {cp.record.gateway})")
-    if ready and cp.record.nodes:
-        for name, node_ready in cp.nodes_ready(cp.record.nodes).items():
-            print(f"node {name:<19} {'Ready' if node_ready else 'NotReady'}")
     healthy = ready and all(components.values())
     return 0 if healthy else 1
 

@@ -1,6 +1,6 @@
 """A real Kubernetes control plane on this machine: etcd, kube-apiserver,
-kube-controller-manager and kube-scheduler, plus the node agent that stands in
-for the kubelet.
+kube-controller-manager and kube-scheduler. It has no nodes of its own: the real-node
+test bed (`sps_testbed`) runs it with kubelets beside it.
 
 `ControlPlane(state_dir).start()` brings it up and writes `<state>/kubeconfig`;
 `stop()` tears every process group down. The layout of the state directory:
@@ -10,8 +10,7 @@ for the kubelet.
     env.sh         KUBECONFIG and PATH (kubectl, helm)
     pki/           CA, serving and client certificates, service-account key
     etcd/          etcd data
-    logs/          one log per component, node-agent.log
-    nodeagent/     the node agent's state (pod directories, container logs)
+    logs/          one log per component
 """
 
 from __future__ import annotations
@@ -26,12 +25,11 @@ import signal
 import socket
 import ssl
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +85,7 @@ CONTROLLERS = (
 )
 
 # The order components stop in: the node agent first (it kills pod processes), etcd last.
-STOP_ORDER = ("node-agent", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
+STOP_ORDER = ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
 
 DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "sps-operator" / "dev-cluster"
 
@@ -158,11 +156,12 @@ class ClusterRecord:
     gateway: str
     path_dirs: list[str]
     pids: dict[str, int] = field(default_factory=dict)
-    nodes: list[str] = field(default_factory=list)
 
     @classmethod
     def load(cls, path: Path) -> ClusterRecord:
-        return cls(**json.loads(path.read_text()))
+        data = json.loads(path.read_text())
+        known = {f.name for f in fields(cls)}  # a record from an older build may say more
+        return cls(**{k: v for k, v in data.items() if k in known})
 
     def save(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
@@ -254,10 +253,6 @@ class ControlPlane:
         return self.state_dir / "logs"
 
     @property
-    def node_agent_dir(self) -> Path:
-        return self.state_dir / "nodeagent"
-
-    @property
     def ca_file(self) -> Path:
         return self.state_dir / "pki" / "ca.crt"
 
@@ -321,7 +316,7 @@ class ControlPlane:
 
     def _reset_state_dir(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        for name in ("pki", "etcd", "logs", "nodeagent", "certs"):
+        for name in ("pki", "etcd", "logs", "certs"):
             shutil.rmtree(self.state_dir / name, ignore_errors=True)
         for name in ("cluster.json", "kubeconfig", "env.sh"):
             (self.state_dir / name).unlink(missing_ok=True)
@@ -502,10 +497,7 @@ class ControlPlane:
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         assert self.record is not None
-        if self.detached:
-            death_signal = None
-        else:
-            death_signal = signal.SIGTERM if name == "node-agent" else signal.SIGKILL
+        death_signal = None if self.detached else signal.SIGKILL
         proc = spawn(argv, self.logs_dir / f"{name}.log", env=env, parent_death_signal=death_signal)
         self._procs[name] = proc
         self.record.pids[name] = proc.pid
@@ -569,109 +561,18 @@ class ControlPlane:
         for name in names:
             pid = self.record.pids[name]
             proc = self._procs.get(name)
-            expect = None if proc is not None else _expected_cmd(name)
-            terminate_group(pid, expect=expect, grace=15.0 if name == "node-agent" else 10.0)
+            expect = None if proc is not None else name
+            terminate_group(pid, expect=expect, grace=10.0)
             if proc is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=1)
         podnet.release(podnet.PodNetwork.for_index(self.record.pod_network_index), self.state_dir)
         self.record.pids = {}
-        self.record.nodes = []
         with contextlib.suppress(OSError):
             self.record.save(self.record_file)
         self._procs.clear()
-
-    # -- node agent ----------------------------------------------------------
-    def start_node_agent(
-        self,
-        nodes: Sequence[NodeSpec] = DEFAULT_NODES,
-        extra_args: Sequence[str] = (),
-        timeout: float = 90.0,
-    ) -> None:
-        """Start the node agent for `nodes` and wait until every node is Ready."""
-        start_node_agent(self, nodes, extra_args=extra_args, timeout=timeout)
-
-    def nodes_ready(self, names: Sequence[str]) -> dict[str, bool]:
-        data = self.get("/api/v1/nodes") or {}
-        ready: dict[str, bool] = dict.fromkeys(names, False)
-        for item in data.get("items", []):
-            name = item.get("metadata", {}).get("name")
-            if name not in ready:
-                continue
-            for cond in item.get("status", {}).get("conditions", []) or []:
-                if cond.get("type") == "Ready":
-                    ready[name] = cond.get("status") == "True"
-        return ready
 
 
 def _healthz_check(port: int, context: ssl.SSLContext) -> Callable[[], bool]:
     url = f"https://127.0.0.1:{port}/healthz"
     return lambda: http_get(url, context) == b"ok"
-
-
-def _expected_cmd(name: str) -> str:
-    return "node-agent" if name == "node-agent" else name
-
-
-def node_agent_argv(cp: ControlPlane, nodes: Sequence[NodeSpec], extra: Sequence[str]) -> list[str]:
-    """The node agent's command line (the contract is in /work/coord/INTERFACES.md)."""
-    assert cp.record is not None
-    argv = [
-        sys.executable,
-        "-m",
-        "sps_operator.cli",
-        "node-agent",
-        f"--kubeconfig={cp.kubeconfig}",
-        f"--state-dir={cp.node_agent_dir}",
-        f"--pod-cidr={cp.record.pod_cidr}",
-        f"--gateway={cp.record.gateway}",
-        f"--api-server-host={cp.record.gateway}",
-        f"--api-server-port={cp.record.api_server_port}",
-        f"--ca-file={cp.ca_file}",
-    ]
-    for node in nodes:
-        argv.append(f"--node={node.arg()}")
-    return argv + list(extra)
-
-
-def start_node_agent(
-    cp: ControlPlane,
-    nodes: Sequence[NodeSpec] = DEFAULT_NODES,
-    extra_args: Sequence[str] = (),
-    timeout: float = 90.0,
-) -> None:
-    """Launch `sps-operator node-agent` for `nodes` against `cp`; wait until all are Ready."""
-    if cp.record is None:
-        raise ControlPlaneError("start the control plane before the node agent")
-    if not nodes:
-        raise ValueError("the node agent needs at least one node")
-    names = [n.name for n in nodes]
-    if len(set(names)) != len(names):
-        raise ValueError(f"duplicate node names in {names}")
-    if "node-agent" in cp.record.pids and podnet.pid_alive(cp.record.pids["node-agent"]):
-        raise ControlPlaneError("a node agent is already running for this cluster")
-    deadline = time.monotonic() + timeout
-    cp.node_agent_dir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    # The agent's children (pods running sps-sim, the profiler) need the same interpreter.
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    cp._spawn("node-agent", node_agent_argv(cp, nodes, extra_args), env=env)
-    cp.record.nodes = names
-    cp.record.save(cp.record_file)
-    cp._wait("node-agent", deadline, lambda: all(cp.nodes_ready(names).values()))
-
-
-def stop_node_agent(cp: ControlPlane) -> None:
-    if cp.record is None or "node-agent" not in cp.record.pids:
-        return
-    proc = cp._procs.pop("node-agent", None)
-    terminate_group(
-        cp.record.pids.pop("node-agent"),
-        expect=None if proc is not None else "node-agent",
-        grace=15.0,
-    )
-    if proc is not None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=1)
-    cp.record.nodes = []
-    cp.record.save(cp.record_file)

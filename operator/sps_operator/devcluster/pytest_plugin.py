@@ -9,8 +9,9 @@ Load with `pytest_plugins = ["sps_operator.devcluster.pytest_plugin"]`.
 - `namespace`: a fresh namespace per test, deleted afterwards.
 - `impersonate(service_account, namespace)`: an ApiClient acting as that service
   account (Impersonate-User), so a test runs with the RBAC a chart grants, not as admin.
-- `node_agent` (session): the simulated GPU nodes (two H100, two H200); when a test
-  that uses it fails, its pods' container logs are attached to the report.
+
+Pods need nodes: tests that run pods use the real-node test bed (`sps_testbed`'s
+`realnode_cluster`), which runs this control plane with kubelets beside it.
 """
 
 from __future__ import annotations
@@ -32,13 +33,7 @@ import pytest
 import yaml
 
 from sps_operator.devcluster.binaries import Binaries, BinariesError, find_binaries
-from sps_operator.devcluster.controlplane import (
-    DEFAULT_NODES,
-    ControlPlane,
-    ControlPlaneError,
-    NodeSpec,
-    start_node_agent,
-)
+from sps_operator.devcluster.controlplane import ControlPlane, ControlPlaneError
 from sps_operator.devcluster.processes import log_tail
 
 if TYPE_CHECKING:
@@ -175,49 +170,6 @@ class K8sCluster:
         self._clients.clear()
 
 
-@dataclass
-class NodeAgent:
-    """The running node agent and its nodes."""
-
-    cluster: K8sCluster
-    nodes: tuple[NodeSpec, ...]
-    started_in_seconds: float
-
-    @property
-    def state_dir(self) -> Path:
-        return self.cluster.control_plane.node_agent_dir
-
-    @property
-    def log_file(self) -> Path:
-        return self.cluster.control_plane.logs_dir / "node-agent.log"
-
-    def nodes_with_product(self, product: str) -> list[str]:
-        return [n.name for n in self.nodes if n.product == product]
-
-    def pod_logs(self, namespace: str | None = None, tail: int = 200) -> str:
-        """Container logs of the agent's pods (all, or one namespace's), newest attempt last."""
-        return format_pod_logs(self.state_dir, namespace, tail)
-
-
-def format_pod_logs(state_dir: Path, namespace: str | None = None, tail: int = 200) -> str:
-    """The node agent's own formatter when it has one; else read its kubelet-style layout."""
-    try:
-        from sps_operator.devcluster.nodeagent import format_pod_logs as agent_format
-    except ImportError:
-        return _read_pod_logs(state_dir, namespace, tail)
-    text: str = agent_format(state_dir, namespace=namespace, tail=tail)
-    return text
-
-
-def _read_pod_logs(state_dir: Path, namespace: str | None, tail: int) -> str:
-    chunks: list[str] = []
-    pattern = f"{namespace}_*/*/*.log" if namespace else "*/*/*.log"
-    for log in sorted((state_dir / "pods").glob(pattern)):
-        lines = log.read_text(errors="replace").splitlines()[-tail:]
-        chunks.append(f"--- {log.relative_to(state_dir)} ---\n" + "\n".join(lines))
-    return "\n".join(chunks)
-
-
 # Start-up times of this session's cluster, shown in the terminal summary.
 _timings: dict[str, float] = {}
 
@@ -289,47 +241,12 @@ def impersonate(k8s_cluster: K8sCluster) -> Callable[[str, str], ApiClient]:
     return k8s_cluster.impersonate
 
 
-def _agent_extra_args() -> list[str]:
-    return shlex.split(os.environ.get("SPS_NODE_AGENT_ARGS", ""))
-
-
-@pytest.fixture(scope="session")
-def node_agent(k8s_cluster: K8sCluster) -> Iterator[NodeAgent]:
-    """Two H100 and two H200 nodes (8 GPUs each), kept Ready by the node agent.
-
-    Extra agent flags come from `SPS_NODE_AGENT_ARGS` (e.g. `--sim-time-scale=50`).
-    """
-    cp = k8s_cluster.control_plane
-    started = time.monotonic()
-    try:
-        start_node_agent(cp, DEFAULT_NODES, extra_args=_agent_extra_args())
-    except (ControlPlaneError, OSError, ValueError) as err:
-        from sps_operator.devcluster.controlplane import stop_node_agent
-
-        stop_node_agent(cp)
-        pytest.fail(f"node agent did not start: {err}", pytrace=False)
-    agent = NodeAgent(k8s_cluster, DEFAULT_NODES, time.monotonic() - started)
-    _timings["node agent (4 nodes Ready)"] = agent.started_in_seconds
-    try:
-        yield agent
-    finally:
-        from sps_operator.devcluster.controlplane import stop_node_agent
-
-        stop_node_agent(cp)
-
-
 def _failure_sections(item: pytest.Item) -> list[tuple[str, str]]:
     funcargs: dict[str, Any] = getattr(item, "funcargs", {})
     cluster = funcargs.get("k8s_cluster")
-    agent = funcargs.get("node_agent")
     ns = funcargs.get("namespace")
     ns = ns if isinstance(ns, str) else None
     sections: list[tuple[str, str]] = []
-    if isinstance(agent, NodeAgent):
-        with contextlib.suppress(Exception):
-            logs = agent.pod_logs(ns)
-            sections.append((f"pod logs{f' ({ns})' if ns else ''}", logs or "(no pod logs)"))
-        sections.append(("node agent log (tail)", log_tail(agent.log_file, 60)))
     if isinstance(cluster, K8sCluster):
         cp = cluster.control_plane
         for name, alive in cp.running_components().items():
