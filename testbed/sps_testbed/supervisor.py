@@ -300,8 +300,13 @@ class Supervisor:
 
     def _nodes_ready(self) -> bool:
         assert self.cp is not None
-        names = [n["name"] for n in self.request["nodes"]]
-        return all(self.cp.nodes_ready(names).values())
+        names = {n["name"] for n in self.request["nodes"]}
+        ready = set()
+        for item in (self.cp.get("/api/v1/nodes") or {}).get("items", []):
+            conditions = item.get("status", {}).get("conditions") or []
+            if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+                ready.add(item.get("metadata", {}).get("name"))
+        return names <= ready
 
     def _coredns_available(self) -> bool:
         assert self.cp is not None
