@@ -1,15 +1,15 @@
-"""Root conftest: the local-control-plane fixtures for every test directory.
+"""Root conftest: Hypothesis profiles.
 
-The fixtures (`k8s_cluster`, `kubeconfig`, `k8s_api`, `kubectl`, `namespace`,
-`impersonate`) are documented in sps_operator/devcluster/pytest_plugin.py
-and docs/dev-cluster.md. The cluster starts only when a test asks for it.
+The cluster fixtures come from the test bed's pytest plugins, registered by installing
+`testbed/` (entry points): `k8s_cluster`, `kubeconfig`, `k8s_api`, `kubectl`, `namespace`,
+`impersonate` (the control plane alone, sps_testbed/controlplane_fixtures.py) and
+`realnode_cluster`, ... (with real nodes, sps_testbed/pytest_plugin.py); docs/dev-cluster.md.
+A cluster starts only when a test asks for it.
 """
 
 import os
 
 from hypothesis import HealthCheck, settings
-
-pytest_plugins = ["sps_operator.devcluster.pytest_plugin"]
 
 # Property-based tests: a fixed seed and budget in `make test` (reproducible, bounded);
 # `HYPOTHESIS_PROFILE=long` searches much longer and randomly, for a fuzzing session.

@@ -1,7 +1,7 @@
 """`sps-operator`: one entry point, a subcommand per part.
 
 Each subcommand lives with its part and is imported lazily, so `sps-operator crd`
-does not pay for kopf and `dev-cluster` does not pay for numpy.
+does not pay for kopf.
 """
 
 from __future__ import annotations
@@ -13,11 +13,6 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "run": ("sps_operator.controller.main", "main", "run the operator (kopf) against a cluster"),
     "crd": ("sps_operator.api.crd", "main", "print the SpsProfile CRD generated from the models"),
-    "dev-cluster": (
-        "sps_operator.devcluster.cli",
-        "main",
-        "local control plane (no nodes): up | down | env | status",
-    ),
 }
 
 

@@ -5,7 +5,7 @@
 - images (operator from the Dockerfile, the SGLang stand-in, pause, CoreDNS):
   `testbed/images/build.sh`, OCI archives cached by a hash of their inputs in
   ~/.cache/sps-operator/images
-- the control plane: `sps_operator.devcluster.binaries.find_binaries` (build.sh)
+- the control plane: `sps_testbed.binaries.find_binaries` (build.sh)
 
 containerd, runc and the CNI plugins are Debian's (`tests/controlplane/setup-host.sh --nodes`).
 """
@@ -19,7 +19,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from sps_operator.devcluster.binaries import Binaries, find_binaries
+from sps_testbed.binaries import Binaries, find_binaries
 from sps_testbed.imagestore import ImageStoreError, ensure_store
 
 HOST_TOOLS = ("containerd", "ctr", "runc", "iptables", "ip", "unshare", "nsenter", "mount")

@@ -1,4 +1,4 @@
-"""`sps-testbed build|up|down|status|env|demo`: the real-node test bed from the shell."""
+"""`sps-testbed build|up|down|status|env|demo|controlplane`: the test bed from the shell."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _cmd_env(args: argparse.Namespace) -> int:
     bed = RealNodeCluster.attach(args.state_dir)
-    from sps_operator.devcluster.binaries import find_binaries
+    from sps_testbed.binaries import find_binaries
 
     dirs = ":".join(str(d) for d in find_binaries(build=False).path_dirs())
     print(f"export KUBECONFIG={bed.kubeconfig}")
@@ -84,10 +84,15 @@ def _cmd_env(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["demo"]:  # its own arguments: `sps-testbed demo --help`
+    # Subcommands with arguments of their own (`sps-testbed demo --help`).
+    if argv[:1] == ["demo"]:
         from sps_testbed.demo import main as demo
 
         return demo(argv[1:])
+    if argv[:1] == ["controlplane"]:
+        from sps_testbed.controlplane_cli import main as controlplane
+
+        return controlplane(argv[1:])
     parser = argparse.ArgumentParser(prog="sps-testbed", description=__doc__)
     parser.add_argument(
         "--state-dir",
@@ -107,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("status", help="is it running; its nodes").set_defaults(fn=_cmd_status)
     sub.add_parser("env", help="print KUBECONFIG and PATH exports").set_defaults(fn=_cmd_env)
     sub.add_parser("demo", help="the embedded-default demo on a bed of its own (make demo)")
+    sub.add_parser("controlplane", help="the control plane alone, no nodes: up|down|env|status")
     args = parser.parse_args(argv)
     try:
         code: int = args.fn(args)

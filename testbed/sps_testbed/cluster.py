@@ -25,11 +25,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sps_operator.devcluster.controlplane import DEFAULT_NODES, NodeSpec
-from sps_operator.devcluster.podnet import pid_alive
-from sps_operator.devcluster.processes import cmdline, log_tail, spawn, terminate_group
 from sps_testbed.artifacts import Artifacts, build_artifacts
+from sps_testbed.controlplane import DEFAULT_NODES, NodeSpec
 from sps_testbed.plan import BED_FILE, BedRecord, teardown
+from sps_testbed.podnet import pid_alive
+from sps_testbed.processes import cmdline, log_tail, spawn, terminate_group
 
 DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "sps-testbed" / "default"
 

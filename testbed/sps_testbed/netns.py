@@ -18,7 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from sps_operator.devcluster.podnet import pid_alive
+from sps_testbed.podnet import pid_alive
 
 CLONE_NEWNET = 0x40000000
 MAX_BEDS = 60

@@ -25,9 +25,9 @@ from typing import Any
 
 import yaml
 
-from sps_operator.devcluster.processes import log_tail, spawn, terminate_group
 from sps_testbed import cgroups, imagestore
 from sps_testbed.lifecycle import run_until_signalled
+from sps_testbed.processes import log_tail, spawn, terminate_group
 
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 # Host paths that the kubelet, containerd's shims and libcni use whatever they are told.

@@ -15,8 +15,7 @@ import signal
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sps_operator.devcluster import podnet
-from sps_testbed import cgroups, netns
+from sps_testbed import cgroups, netns, podnet
 
 BED_FILE = "bed.json"
 

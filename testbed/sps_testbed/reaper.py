@@ -13,7 +13,7 @@ import contextlib
 import sys
 from pathlib import Path
 
-from sps_operator.devcluster.controlplane import ControlPlane, ControlPlaneError
+from sps_testbed.controlplane import ControlPlane, ControlPlaneError
 from sps_testbed.plan import BedRecord, teardown
 
 

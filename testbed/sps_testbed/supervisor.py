@@ -27,13 +27,13 @@ from typing import Any
 
 import yaml
 
-from sps_operator.devcluster.controlplane import ControlPlane, kubeconfig_yaml
-from sps_operator.devcluster.processes import log_tail, spawn, terminate_group
 from sps_testbed import cgroups, netns
 from sps_testbed import node as node_mod
+from sps_testbed.controlplane import ControlPlane, kubeconfig_yaml
 from sps_testbed.lifecycle import run_until_signalled
 from sps_testbed.node import NodeConfig
 from sps_testbed.plan import BedRecord, NodeRecord, teardown
+from sps_testbed.processes import log_tail, spawn, terminate_group
 
 CLUSTER_DNS = "10.96.0.10"
 BRIDGE = "tb0"
@@ -299,14 +299,23 @@ class Supervisor:
         self._kubectl("apply", "-f", "-", input=text)
 
     def _nodes_ready(self) -> bool:
+        """Every node Ready, with its GPUs advertised by the device plugin (a pod that asks
+        for `nvidia.com/gpu` right after start-up must not find none)."""
         assert self.cp is not None
-        names = {n["name"] for n in self.request["nodes"]}
+        gpus = {n["name"]: str(n["gpus"]) for n in self.request["nodes"]}
         ready = set()
         for item in (self.cp.get("/api/v1/nodes") or {}).get("items", []):
-            conditions = item.get("status", {}).get("conditions") or []
-            if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
-                ready.add(item.get("metadata", {}).get("name"))
-        return names <= ready
+            name = item.get("metadata", {}).get("name")
+            status = item.get("status", {})
+            conditions = status.get("conditions") or []
+            advertised = (status.get("capacity") or {}).get("nvidia.com/gpu", "0")
+            if (
+                name in gpus
+                and advertised == gpus[name]
+                and any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+            ):
+                ready.add(name)
+        return set(gpus) <= ready
 
     def _coredns_available(self) -> bool:
         assert self.cp is not None

@@ -1,5 +1,5 @@
-"""Starting and stopping whole clusters: `dev-cluster up/status/env/down`, and no process
-left behind, even when the Python process that started a cluster is killed."""
+"""Starting and stopping control planes: `sps-testbed controlplane up/status/env/down`,
+and no process left behind, even when the Python process that started one is killed."""
 
 from __future__ import annotations
 
@@ -12,17 +12,16 @@ import time
 from pathlib import Path
 
 import pytest
-
-from sps_operator.devcluster import podnet
-from sps_operator.devcluster.processes import group_alive
-from sps_operator.devcluster.pytest_plugin import K8sCluster
+from sps_testbed import podnet
+from sps_testbed.controlplane_fixtures import K8sCluster
+from sps_testbed.processes import group_alive
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
 
 
 def _cli(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "sps_operator.cli", "dev-cluster", *args, f"--state-dir={state}"],
+        [sys.executable, "-m", "sps_testbed.cli", "controlplane", *args, f"--state-dir={state}"],
         capture_output=True,
         text=True,
         timeout=180,
@@ -82,7 +81,7 @@ def test_k8s_controlplane_cli_up_status_env_down(k8s_cluster: K8sCluster, tmp_pa
 _HOLDER = """
 import sys, time
 from pathlib import Path
-from sps_operator.devcluster.controlplane import ControlPlane
+from sps_testbed.controlplane import ControlPlane
 cp = ControlPlane(Path(sys.argv[1]))
 cp.start()
 print("ready", flush=True)

@@ -15,10 +15,9 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
-
-from sps_operator.devcluster import binaries, pki, podnet
-from sps_operator.devcluster.cli import build_parser
-from sps_operator.devcluster.controlplane import DEFAULT_NODES, NodeSpec, kubeconfig_yaml
+from sps_testbed import binaries, pki, podnet
+from sps_testbed.controlplane import DEFAULT_NODES, NodeSpec, kubeconfig_yaml
+from sps_testbed.controlplane_cli import build_parser
 
 
 @pytest.mark.parametrize(
@@ -189,8 +188,7 @@ def test_fixture_fails_not_skips_without_binaries(tmp_path: Path) -> None:
             os.devnull,
             "--rootdir",
             str(tmp_path),
-            "-p",
-            "sps_operator.devcluster.pytest_plugin",
+            # The plugin comes from its entry point (installing sps-testbed is enough).
             "-p",
             "no:cacheprovider",
             "-rA",
@@ -212,8 +210,8 @@ def test_fixture_fails_not_skips_without_binaries(tmp_path: Path) -> None:
 def test_failure_report_names_a_crashed_component(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from sps_operator.devcluster.controlplane import ClusterRecord, ControlPlane
-    from sps_operator.devcluster.pytest_plugin import K8sCluster, _failure_sections
+    from sps_testbed.controlplane import ClusterRecord, ControlPlane
+    from sps_testbed.controlplane_fixtures import K8sCluster, _failure_sections
 
     dead = subprocess.Popen(["true"])
     dead.wait()

@@ -54,7 +54,7 @@ def recipe_dir() -> Path:
     override = os.environ.get("SPS_CONTROLPLANE_RECIPE")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[3] / "tests" / "controlplane"
+    return Path(__file__).resolve().parents[2] / "tests" / "controlplane"
 
 
 def _pin(go_mod: Path, module: str) -> str:

@@ -1,6 +1,6 @@
 """pytest fixtures for tests against the local control plane.
 
-Load with `pytest_plugins = ["sps_operator.devcluster.pytest_plugin"]`.
+Registered through the `pytest11` entry point of sps-testbed (installing it is enough).
 
 - `k8s_cluster` (session): one control plane for the whole run, started the first
   time a test asks for it. A missing binary is built with build.sh; if that or the
@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from sps_operator.devcluster.binaries import Binaries, BinariesError, find_binaries
-from sps_operator.devcluster.controlplane import ControlPlane, ControlPlaneError
-from sps_operator.devcluster.processes import log_tail
+from sps_testbed.binaries import Binaries, BinariesError, find_binaries
+from sps_testbed.controlplane import ControlPlane, ControlPlaneError
+from sps_testbed.processes import log_tail
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient

@@ -5,7 +5,7 @@ test bed (`sps_testbed`) runs it with kubelets beside it.
 `ControlPlane(state_dir).start()` brings it up and writes `<state>/kubeconfig`;
 `stop()` tears every process group down. The layout of the state directory:
 
-    cluster.json   ports, pids, pod network (what `dev-cluster down/status` reads)
+    cluster.json   ports, pids, pod network (what `sps-testbed controlplane down/status` reads)
     kubeconfig     admin (system:masters) kubeconfig, certificates embedded
     env.sh         KUBECONFIG and PATH (kubectl, helm)
     pki/           CA, serving and client certificates, service-account key
@@ -36,10 +36,10 @@ from typing import Any
 import yaml
 
 from sps_operator.constants import GPU_H100, GPU_H200
-from sps_operator.devcluster import pki as pki_mod
-from sps_operator.devcluster import podnet
-from sps_operator.devcluster.binaries import Binaries, find_binaries
-from sps_operator.devcluster.processes import log_tail, spawn, terminate_group
+from sps_testbed import pki as pki_mod
+from sps_testbed import podnet
+from sps_testbed.binaries import Binaries, find_binaries
+from sps_testbed.processes import log_tail, spawn, terminate_group
 
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/12"
 KUBERNETES_SERVICE_IP = "10.96.0.1"
@@ -227,7 +227,7 @@ class ControlPlane:
         self._binaries = binaries
         # More kube-apiserver flags (e.g. an audit log for a benchmark).
         self.apiserver_args = list(apiserver_args)
-        # Detached: processes outlive this Python process (`dev-cluster up`); otherwise
+        # Detached: processes outlive this Python process (`sps-testbed controlplane up`); otherwise
         # they die with it and are stopped at exit (tests).
         self.detached = detached
         self.record: ClusterRecord | None = None
@@ -298,7 +298,7 @@ class ControlPlane:
             if any(podnet.pid_alive(p) for p in old.pids.values()):
                 raise ControlPlaneError(
                     f"a dev cluster is already running in {self.state_dir}; stop it first "
-                    "(`sps-operator dev-cluster down`)"
+                    "(`sps-testbed controlplane down`)"
                 )
         binaries = self.binaries  # build before the clock starts
         for attempt in range(1, attempts + 1):

@@ -1,4 +1,4 @@
-"""`sps-operator dev-cluster up | down | env | status`."""
+"""`sps-testbed controlplane up | down | env | status`."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import sys
 import time
 from pathlib import Path
 
-from sps_operator.devcluster.binaries import BinariesError
-from sps_operator.devcluster.controlplane import ControlPlane, ControlPlaneError, default_state_dir
+from sps_testbed.binaries import BinariesError
+from sps_testbed.controlplane import ControlPlane, ControlPlaneError, default_state_dir
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="sps-operator dev-cluster",
+        prog="sps-testbed controlplane",
         description="A local Kubernetes control plane, no nodes (for a cluster with real "
         "GPU nodes: `sps-testbed up`).",
     )
@@ -55,7 +55,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         if any(existing.running_components().values()):
             print(
                 f"a partly running dev cluster is in {existing.state_dir}; "
-                "run `sps-operator dev-cluster down` first",
+                "run `sps-testbed controlplane down` first",
                 file=sys.stderr,
             )
             return 1
@@ -67,7 +67,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"control plane ready in {control_plane_s:.1f}s at {cp.server}", file=sys.stderr)
     except (ControlPlaneError, BinariesError, OSError, ValueError) as err:
         cp.stop()
-        print(f"dev-cluster up failed: {err}", file=sys.stderr)
+        print(f"sps-testbed controlplane up failed: {err}", file=sys.stderr)
         return 1
     except BaseException:
         cp.stop()  # Ctrl-C while waiting: a detached half-cluster would outlive us
@@ -92,7 +92,7 @@ def cmd_env(args: argparse.Namespace) -> int:
     try:
         cp = ControlPlane.attach(args.state_dir)
     except ControlPlaneError as err:
-        print(f"{err}; run `sps-operator dev-cluster up`", file=sys.stderr)
+        print(f"{err}; run `sps-testbed controlplane up`", file=sys.stderr)
         return 1
     assert cp.record is not None
     print(f"export KUBECONFIG={shlex.quote(str(cp.kubeconfig))}")

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sps_operator.devcluster.podnet import pid_alive
+from sps_testbed.podnet import pid_alive
 
 _PR_SET_PDEATHSIG = 1
 

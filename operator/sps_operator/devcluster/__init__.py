@@ -1,1 +1,0 @@
-"""A local Kubernetes control plane with simulated GPU nodes, for tests and the demo."""
