@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
-# One image runs everything: the operator (`sps-operator run`), the profiler inside
-# profiling Jobs (`sps-profiler`) and, for demos and tests, the simulator (`sps-sim`).
+# One image runs the operator (`sps-operator run`), the profiler inside profiling Jobs
+# (`sps-profiler`) and the kubectl plugin (`kubectl-sps`). The simulator (sim/, `sps-sim`)
+# is not in it: testbed/images/sglang builds an SGLang stand-in image on top of it.
 #
 #   docker build -t ghcr.io/sps-dev/sps-operator:0.1.0 .
 #
@@ -21,7 +22,7 @@ FROM ${PYTHON_IMAGE} AS runtime
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 LABEL org.opencontainers.image.title="sps-operator" \
-      org.opencontainers.image.description="Kubernetes operator that keeps SGLang DSpark SPS cost tables current (operator, profiler, simulator)" \
+      org.opencontainers.image.description="Kubernetes operator that keeps SGLang DSpark SPS cost tables current (operator, profiler, kubectl plugin)" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.source="https://github.com/sps-dev/sps-operator" \
@@ -37,7 +38,6 @@ RUN pip install --no-index --find-links /wheels sps-operator \
     && rm -rf /wheels \
     && sps-operator --help >/dev/null \
     && sps-profiler --help >/dev/null \
-    && sps-sim --help >/dev/null \
     && kubectl-sps --help >/dev/null
 # A numeric UID so Kubernetes can verify runAsNonRoot without a passwd lookup.
 RUN groupadd --gid 65532 sps && useradd --uid 65532 --gid 65532 --no-create-home --shell /usr/sbin/nologin sps

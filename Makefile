@@ -9,10 +9,10 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# Installs the package with its test tools into $(VENV), and the real-node test bed
-# (testbed/, distribution sps-testbed) beside it.
+# Installs the package with its test tools into $(VENV), and beside it the simulator
+# (sim/, distribution sps-sim) and the test bed (testbed/, distribution sps-testbed).
 setup: $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev]' -e ./testbed
+	$(BIN)/pip install -q -e '.[dev]' -e ./sim -e ./testbed
 
 # Builds (or reuses from the cache) the pinned control-plane binaries.
 controlplane:
@@ -36,11 +36,12 @@ demo: setup controlplane testbed
 	$(BIN)/sps-testbed demo
 
 lint: setup
-	$(BIN)/ruff check operator tests bench testbed
-	$(BIN)/ruff format --check operator tests bench testbed
+	$(BIN)/ruff check operator sim tests bench testbed
+	$(BIN)/ruff format --check operator sim tests bench testbed
 	$(BIN)/mypy
 	$(BIN)/mypy bench
 	$(BIN)/mypy testbed/sps_testbed
+	$(BIN)/mypy sim/sps_sim
 
 crds: setup
 	$(BIN)/sps-operator crd > crds/sps.dev_spsprofiles.yaml

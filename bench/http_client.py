@@ -33,7 +33,7 @@ def sim_process() -> Iterator[str]:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = {**os.environ, "SGLANG_DSPARK_ENABLE_SPS_RECORD": "1", "SGLANG_SIMULATE_ACC_LEN": "1.0"}
-    cmd = [sys.executable, "-m", "sps_operator.sim", "--speculative-algorithm", "DSPARK"]
+    cmd = [sys.executable, "-m", "sps_sim", "--speculative-algorithm", "DSPARK"]
     cmd += ["--port", str(port), "--time-scale", "1e5", "--seed", "0"]
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"

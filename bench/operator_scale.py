@@ -35,9 +35,9 @@ from typing import Any
 import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
-from sps_testbed import RealNodeCluster
 
 from sps_operator.constants import API_GROUP, API_VERSION, GPU_H100, PLURAL
+from sps_testbed import RealNodeCluster
 
 SYSTEM_NS, IDLE_NS, HOP_NS = "sps-system", "bench-idle", "bench-hops"
 RELEASE = "sps-bench"

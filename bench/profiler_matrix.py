@@ -55,9 +55,6 @@ from sps_operator.constants import GPU_H100, GPU_H200, GPU_RTX_PRO_6000
 from sps_operator.dspark_arith import default_decode_capture_bs
 from sps_operator.profiler.runner import RunConfig, run_profile
 from sps_operator.profiler.sweep import RoundSettings, build_request_count_sweep
-from sps_operator.sim.costmodel import EFFECTS_OFF, PRESETS, CostPreset
-from sps_operator.sim.testing import running_sim
-from sps_operator.sim.truth import truth_grid
 from sps_operator.tables.fit import (
     cells_from_rounds,
     fit_additive_binned_reference,
@@ -65,6 +62,9 @@ from sps_operator.tables.fit import (
 )
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsTable, load_sps_table_text
 from sps_operator.tables.quality import predicted_step_seconds
+from sps_sim.costmodel import EFFECTS_OFF, PRESETS, CostPreset
+from sps_sim.testing import running_sim
+from sps_sim.truth import truth_grid
 
 MAX_BS = 48
 GAMMA = 7

@@ -20,9 +20,9 @@ import time
 import httpx
 
 from sps_operator import dspark_arith
-from sps_operator.sim.costmodel import PRESETS
-from sps_operator.sim.engine import Engine, EngineConfig
-from sps_operator.sim.testing import running_sim
+from sps_sim.costmodel import PRESETS
+from sps_sim.engine import Engine, EngineConfig
+from sps_sim.testing import running_sim
 
 PRESET = PRESETS["NVIDIA-H100-80GB-HBM3"]
 

@@ -2,7 +2,8 @@
 # Builds the test bed's container images from the repo's own files, with no registry:
 #   base       mmdebstrap (Debian bookworm minbase + python3, pip) imported into buildah
 #   operator   the project's Dockerfile, FROM that base (ghcr.io/sps-dev/sps-operator:<appVersion>)
-#   sglang     testbed/images/sglang/Containerfile FROM the operator image (lmsysorg/sglang:<tag>)
+#   sglang     testbed/images/sglang/Containerfile FROM the operator image, with the
+#              simulator from sim/ (lmsysorg/sglang:<tag>)
 #   pause      the pod sandbox (registry.k8s.io/pause:3.10) from nodetools/pause
 #   coredns    cluster DNS from the CoreDNS built by build-nodes.sh
 # Each is exported as an OCI archive named by a hash of its inputs, under
@@ -82,13 +83,14 @@ if [ ! -s "$op_tar" ]; then
 fi
 
 # ---- SGLang stand-in -------------------------------------------------------------
-sg_key=$(hash_str "$op_key $(hash_files testbed/images/sglang)")
+sg_key=$(hash_str "$op_key $(hash_files testbed/images/sglang sim/sps_sim)")
 sg_tar="$cache/sglang-$sg_key.tar"
 if [ ! -s "$sg_tar" ]; then
   have "$operator_ref" || buildah pull -q "oci-archive:$op_tar" >/dev/null
   echo "buildah: $sglang_ref ($sg_key)" >&2
   "${nice[@]}" buildah bud --quiet --isolation=chroot --network=host --layers=false \
-    --build-arg OPERATOR_IMAGE="$operator_ref" -t "$sglang_ref" "$here/sglang" >&2
+    --build-arg OPERATOR_IMAGE="$operator_ref" -t "$sglang_ref" \
+    -f "$here/sglang/Containerfile" "$repo/sim" >&2
   export_image "$sglang_ref" "$sg_tar"
 fi
 

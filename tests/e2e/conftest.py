@@ -18,6 +18,7 @@ from e2e_env import (
     uninstall_operator_rbac,
 )
 from kubernetes.client import ApiClient
+
 from sps_testbed import RealNodeCluster
 
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import yaml
+
 from sps_testbed import RealNodeCluster
 
 

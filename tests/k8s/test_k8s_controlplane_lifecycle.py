@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from sps_testbed import podnet
 from sps_testbed.controlplane_fixtures import K8sCluster
 from sps_testbed.processes import group_alive

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 from kubernetes.client import ApiClient
+
 from sps_testbed.controlplane_fixtures import K8sCluster, KubectlError
 
 pytestmark = pytest.mark.k8s

@@ -12,8 +12,8 @@ import requests
 
 from sps_operator.profiler.artifacts import OutPaths, drop_torn_tail, read_jsonl
 from sps_operator.profiler.cli import main
-from sps_operator.sim.testing import running_sim
 from sps_operator.tables.formats import SpsCostTable, load_sps_table_text
+from sps_sim.testing import running_sim
 
 FAST = ["--vocab-size", "32000", "--poll-interval", "0.02", "--max-steady-steps", "120"]
 

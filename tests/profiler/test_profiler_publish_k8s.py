@@ -10,8 +10,8 @@ from kubernetes import client
 
 from sps_operator.profiler.cli import main
 from sps_operator.profiler.publish import read_result
-from sps_operator.sim.testing import running_sim
 from sps_operator.tables.fit import fit_from_rounds
+from sps_sim.testing import running_sim
 
 pytestmark = pytest.mark.k8s
 

@@ -14,9 +14,9 @@ import pytest
 
 from sps_operator.profiler.artifacts import OutPaths, read_jsonl, sha256_file
 from sps_operator.profiler.cli import main
-from sps_operator.sim.costmodel import PRESETS
-from sps_operator.sim.testing import running_sim
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, load_sps_table_text
+from sps_sim.costmodel import PRESETS
+from sps_sim.testing import running_sim
 
 K = 8
 COMPACT = {"SGLANG_RAGGED_VERIFY_MODE": "compact"}

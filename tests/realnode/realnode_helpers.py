@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 from sps_testbed import RealNodeCluster
-
 from waiting import wait_for
 
 RESTRICTED_CONTAINER: dict[str, Any] = {

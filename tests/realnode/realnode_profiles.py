@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 from realnode_helpers import get_json
-from sps_testbed import RealNodeCluster
 
+from sps_testbed import RealNodeCluster
 from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]

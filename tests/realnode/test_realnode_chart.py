@@ -31,11 +31,11 @@ from realnode_profiles import (
     wait_ready,
     with_env,
 )
-from sps_testbed import RealNodeCluster
 
 from sps_operator.api.hashing import content_hash
 from sps_operator.constants import GPU_H100, GPU_H200
 from sps_operator.tables.formats import SpsCostTable, load_sps_table_text
+from sps_testbed import RealNodeCluster
 from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,8 +17,8 @@ from realnode_profiles import (
     wait_ready,
     with_env,
 )
-from sps_testbed import RealNodeCluster
 
+from sps_testbed import RealNodeCluster
 from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
+
 from sps_testbed import NodeSpec
 from sps_testbed.node import NodeConfig, cni_conflist, containerd_toml, kubelet_config
 from sps_testbed.supervisor import pod_ranges

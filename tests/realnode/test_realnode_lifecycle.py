@@ -11,7 +11,6 @@ from pathlib import Path
 
 from sps_testbed import RealNodeCluster
 from sps_testbed.cgroups import hierarchies
-
 from waiting import wait_for
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from realnode_helpers import apply, finished, logs, pod
-from sps_testbed import RealNodeCluster
 
 from sps_operator.constants import GPU_H100, GPU_H200
+from sps_testbed import RealNodeCluster
 
 CLIENT = """
 import sys, time, urllib.request

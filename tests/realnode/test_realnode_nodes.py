@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from realnode_helpers import apply, finished, get_json, logs, pod
-from sps_testbed import RealNodeCluster
 
 from sps_operator.constants import GPU_H100, GPU_H200
+from sps_testbed import RealNodeCluster
 from waiting import wait_for
 
 

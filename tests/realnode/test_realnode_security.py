@@ -6,8 +6,8 @@ import json
 
 import pytest
 from realnode_helpers import apply, finished, get_json, logs, pod
-from sps_testbed import KubectlError, RealNodeCluster
 
+from sps_testbed import KubectlError, RealNodeCluster
 from waiting import wait_for
 
 WRITE_ROOT_FS = ["sh", "-c", "echo probe > /tmp/probe && echo wrote"]

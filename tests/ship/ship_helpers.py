@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from sps_testbed.binaries import cache_dir
 
+from sps_testbed.binaries import cache_dir
 from waiting import wait_crd_established
 
 ROOT = Path(__file__).resolve().parents[2]

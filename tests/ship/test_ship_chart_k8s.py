@@ -19,9 +19,9 @@ import yaml
 from kubernetes import client
 from kubernetes.client import ApiClient
 from ship_helpers import CHART, helm, render
-from sps_testbed.controlplane_fixtures import K8sCluster
 
 from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
+from sps_testbed.controlplane_fixtures import K8sCluster
 from waiting import wait_crd_established
 
 pytestmark = pytest.mark.k8s

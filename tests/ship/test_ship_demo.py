@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import yaml
 from ship_helpers import CHART, KUBE_VERSION, helm
-from sps_testbed import demo
 
 from sps_operator.plugin.view import get_row
+from sps_testbed import demo
 
 EXAMPLE = CHART.parents[1] / "examples" / "sglang-deployment.yaml"
 

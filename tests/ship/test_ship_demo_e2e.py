@@ -10,9 +10,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from sps_testbed import RealNodeCluster, TestbedError
 
 from sps_operator.constants import GPU_H100, GPU_H200
+from sps_testbed import RealNodeCluster, TestbedError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.k8s]
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 from ship_helpers import ROOT, apply_chart_crd
-from sps_testbed.controlplane_fixtures import K8sCluster
 
 from sps_operator.api.models import SpsProfileSpec
+from sps_testbed.controlplane_fixtures import K8sCluster
 
 EXAMPLES = ROOT / "examples"
 

@@ -15,13 +15,13 @@ import httpx
 import pytest
 
 from sps_operator.constants import GPU_H100, GPU_H200, GPU_RTX_PRO_6000
-from sps_operator.sim import costmodel
-from sps_operator.sim.cli import strip_launcher
-from sps_operator.sim.settings import ConfigError, build_settings
-from sps_operator.sim.truth import truth_grid
+from sps_sim import costmodel
+from sps_sim.cli import strip_launcher
+from sps_sim.settings import ConfigError, build_settings
+from sps_sim.truth import truth_grid
 
 REPO = Path(__file__).resolve().parents[2]
-SHIM = REPO / "operator" / "sps_operator" / "sim" / "sglang_shim"
+SHIM = REPO / "sim" / "sps_sim" / "sglang_shim"
 PY = sys.executable
 DSPARK = ["--speculative-algorithm", "DSPARK"]
 
@@ -152,15 +152,13 @@ def test_truth_grid_and_cli(tmp_path: Path) -> None:
     assert by_m[44]["tier"] == 48 and by_m[128]["diagonal"]
     assert by_m[44]["seconds"] == pytest.approx(preset.decode_seconds(16, 48))
     out = tmp_path / "truth.csv"
-    truth_cmd = [PY, "-m", "sps_operator.sim", "truth", "--preset", GPU_H200, "--max-bs", "4"]
+    truth_cmd = [PY, "-m", "sps_sim", "truth", "--preset", GPU_H200, "--max-bs", "4"]
     subprocess.run([*truth_cmd, "--out", str(out)], check=True)
     with out.open() as fh:
         table = list(csv.DictReader(fh))
     assert len(table) == sum(b * 7 + 1 for b in range(1, 5))
     jout = tmp_path / "truth.json"
-    subprocess.run(
-        [PY, "-m", "sps_operator.sim", "truth", "--out", str(jout), "--max-bs", "2"], check=True
-    )
+    subprocess.run([PY, "-m", "sps_sim", "truth", "--out", str(jout), "--max-bs", "2"], check=True)
     assert json.loads(jout.read_text())["preset"] == GPU_H100
 
 
@@ -226,7 +224,7 @@ def test_bad_start_exits_non_zero_with_message(tmp_path: Path) -> None:
         ' "m_probes": [1], "theta_seconds": [0]}'
     )
     env = dict(os.environ, SGLANG_RAGGED_VERIFY_MODE="compact")
-    cmd = [PY, "-m", "sps_operator.sim", *DSPARK, "--speculative-dspark-sps-table-path", str(table)]
+    cmd = [PY, "-m", "sps_sim", *DSPARK, "--speculative-dspark-sps-table-path", str(table)]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=30)
     assert result.returncode == 2
     assert "bias_seconds must be > 0" in result.stderr
@@ -250,7 +248,7 @@ def test_port_in_use_and_sigterm() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        cmd = [PY, "-m", "sps_operator.sim", *DSPARK, "--port", str(port)]
+        cmd = [PY, "-m", "sps_sim", *DSPARK, "--port", str(port)]
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     assert result.returncode == 1
     assert f"cannot serve on 127.0.0.1:{port}" in result.stderr
@@ -258,7 +256,7 @@ def test_port_in_use_and_sigterm() -> None:
 
     port = _free_port()
     proc = subprocess.Popen(
-        [PY, "-m", "sps_operator.sim", *DSPARK, "--port", str(port), "--served-model-name", "x"],
+        [PY, "-m", "sps_sim", *DSPARK, "--port", str(port), "--served-model-name", "x"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -23,7 +23,7 @@ from sim_contract_helpers import (
     set_pin,
 )
 
-from sps_operator.sim.testing import running_sim
+from sps_sim.testing import running_sim
 
 SCALE = 400.0
 K = 8
@@ -245,8 +245,8 @@ def test_first_decode_step_after_prefill_has_no_budget_and_runs_full_width() -> 
 
 
 def test_step_cpu_ms_is_in_model_units_whatever_the_time_scale() -> None:
-    from sps_operator.sim.costmodel import PRESETS
-    from sps_operator.sim.truth import truth_grid
+    from sps_sim.costmodel import PRESETS
+    from sps_sim.truth import truth_grid
 
     bs = 8
     truth = truth_grid(

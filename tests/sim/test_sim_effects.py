@@ -11,11 +11,11 @@ import pytest
 
 from sps_operator import dspark_arith
 from sps_operator.constants import GPU_H100
-from sps_operator.sim import costmodel
-from sps_operator.sim.costmodel import PRESETS, NoiseSource, without_effects
-from sps_operator.sim.engine import Engine, EngineConfig
-from sps_operator.sim.settings import build_settings
-from sps_operator.sim.truth import truth_grid
+from sps_sim import costmodel
+from sps_sim.costmodel import PRESETS, NoiseSource, without_effects
+from sps_sim.engine import Engine, EngineConfig
+from sps_sim.settings import build_settings
+from sps_sim.truth import truth_grid
 
 H100 = PRESETS[GPU_H100]
 QUIET = without_effects(H100)

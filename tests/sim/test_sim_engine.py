@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 
 from sps_operator import dspark_arith
-from sps_operator.sim.costmodel import PRESETS, without_effects
-from sps_operator.sim.engine import Engine, EngineConfig
-from sps_operator.sim.tableload import load_table_text
+from sps_sim.costmodel import PRESETS, without_effects
+from sps_sim.engine import Engine, EngineConfig
+from sps_sim.tableload import load_table_text
 
 QUIET = replace(without_effects(PRESETS["NVIDIA-H100-80GB-HBM3"]), warmup_amplitude=0.10)
 CAPTURE = tuple(dspark_arith.default_decode_capture_bs(256))

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from sps_operator.sim.settings import build_settings
+from sps_sim.settings import build_settings
 
 PROFILING_ENV = {"SGLANG_DSPARK_ENABLE_SPS_RECORD": "1", "SGLANG_SIMULATE_ACC_LEN": "1.0"}
 DEFAULT_ARGS = ["--speculative-algorithm", "DSPARK"]
@@ -48,7 +48,7 @@ def running_sim(
     **kw: Any,
 ) -> Iterator[str]:
     """Start sps-sim in a thread with its own event loop; yield its base URL; stop it."""
-    from sps_operator.sim.server import SimServer
+    from sps_sim.server import SimServer
 
     argv = list(args) if args is not None else []
     if not any(a.startswith("--speculative-algorithm") for a in argv):

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sps_operator import dspark_arith
-from sps_operator.sim.costmodel import DEFAULT_PRESET, CostPreset, load_preset
+from sps_sim.costmodel import DEFAULT_PRESET, CostPreset, load_preset
 
 
 def truth_grid(

@@ -19,11 +19,11 @@ from typing import Any
 from aiohttp import web
 
 from sps_operator import __version__
-from sps_operator.sim import protocol
-from sps_operator.sim.engine import Engine, Request
-from sps_operator.sim.settings import SimSettings
+from sps_sim import protocol
+from sps_sim.engine import Engine, Request
+from sps_sim.settings import SimSettings
 
-log = logging.getLogger("sps_operator.sim")
+log = logging.getLogger("sps_sim")
 
 FLUSH_OK_TEXT = (
     "Cache flushed.\nPlease check backend logs for more details. "

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from sps_operator.sim.engine import Request
+from sps_sim.engine import Request
 
 DEFAULT_MAX_NEW_TOKENS = 128
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from sps_operator.sim.cli import main
+from sps_sim.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

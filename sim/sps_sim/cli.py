@@ -13,9 +13,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from sps_operator.sim.settings import ConfigError, SimSettings, build_settings
+from sps_sim.settings import ConfigError, SimSettings, build_settings
 
-log = logging.getLogger("sps_operator.sim")
+log = logging.getLogger("sps_sim")
 
 _PYTHON_NAMES = ("python", "python3")
 
@@ -45,7 +45,7 @@ def strip_launcher(argv: Sequence[str]) -> list[str]:
             in (
                 "sglang.launch_server",
                 "sglang",
-                "sps_operator.sim",
+                "sps_sim",
             )
         ):
             tail = rest[i + 2 :]
@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if args[:1] == ["truth"]:
-        from sps_operator.sim.truth import main as truth_main
+        from sps_sim.truth import main as truth_main
 
         return truth_main(args[1:])
     if args[:1] == ["serve"]:
@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"sps-sim: error: {exc}", file=sys.stderr)
         return 2
-    from sps_operator.sim.server import serve_forever
+    from sps_sim.server import serve_forever
 
     try:
         asyncio.run(serve_forever(settings))

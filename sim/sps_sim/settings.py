@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sps_operator import dspark_arith
-from sps_operator.sim.costmodel import (
+from sps_sim.costmodel import (
     DEFAULT_PRESET,
     PRESETS,
     CostPreset,
@@ -24,8 +24,8 @@ from sps_operator.sim.costmodel import (
     load_preset,
     with_noise_cv,
 )
-from sps_operator.sim.engine import KNOWN_COMPONENTS, MODES, EngineConfig
-from sps_operator.sim.tableload import LoadedTable, load_table_file
+from sps_sim.engine import KNOWN_COMPONENTS, MODES, EngineConfig
+from sps_sim.tableload import LoadedTable, load_table_file
 
 DEFAULT_GAMMA = 7
 DSPARK_DEFAULT_MAX_RUNNING_REQUESTS = 48

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sps_operator import dspark_arith
-from sps_operator.sim.costmodel import CostPreset, NoiseSource
-from sps_operator.sim.tableload import LoadedTable
+from sps_sim.costmodel import CostPreset, NoiseSource
+from sps_sim.tableload import LoadedTable
 
 MODES = ("static", "cap-accept", "compact")
 KNOWN_COMPONENTS = (
