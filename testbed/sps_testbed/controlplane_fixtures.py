@@ -17,7 +17,6 @@ Pods need nodes: tests that run pods use the real-node test bed (`sps_testbed`'s
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import secrets
@@ -30,8 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import yaml
 
+from sps_testbed.accounts import service_account_kubeconfig
 from sps_testbed.binaries import Binaries, BinariesError, find_binaries
 from sps_testbed.controlplane import ControlPlane, ControlPlaneError
 from sps_testbed.processes import log_tail
@@ -116,38 +115,10 @@ class K8sCluster:
     def service_account_kubeconfig(
         self, service_account: str, namespace: str, path: Path, expiration_seconds: int = 3600
     ) -> Path:
-        """Write a kubeconfig that authenticates with a real token of the service account.
-
-        For programs (the operator under test, kubectl) that should run with exactly the
-        RBAC of that account, the way a pod would.
-        """
-        request = {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": expiration_seconds},
-        }
-        out = self.kubectl(
-            "create",
-            "--raw",
-            f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
-            "-f",
-            "-",
-            input=json.dumps(request),
+        """A kubeconfig with a real token of the service account (sps_testbed.accounts)."""
+        return service_account_kubeconfig(
+            self.kubectl, self.kubeconfig, service_account, namespace, path, expiration_seconds
         )
-        token = json.loads(out)["status"]["token"]
-        admin = yaml.safe_load(self.kubeconfig.read_text())
-        user = f"{namespace}:{service_account}"
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": admin["clusters"],
-            "users": [{"name": user, "user": {"token": token}}],
-            "contexts": [{"name": "sa", "context": {"cluster": "sps-dev", "user": user}}],
-            "current-context": "sa",
-        }
-        path.write_text(yaml.safe_dump(config, sort_keys=False))
-        path.chmod(0o600)
-        return path
 
     def create_namespace(self, name: str, timeout: float = 60.0) -> str:
         """Create `name` and wait until pods can be created in it (default SA exists)."""

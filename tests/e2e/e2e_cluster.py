@@ -9,9 +9,8 @@ import socket
 import time
 from pathlib import Path
 
-import yaml
-
 from sps_testbed import RealNodeCluster
+from sps_testbed.accounts import service_account_kubeconfig
 
 
 def free_port() -> int:
@@ -52,31 +51,9 @@ class E2eCluster:
     ) -> Path:
         """A kubeconfig with a real token of the ServiceAccount: for programs (the operator
         under test, kubectl) that must run with exactly its RBAC, the way a pod would."""
-        request = {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": expiration_seconds},
-        }
-        out = self.kubectl(
-            "create", "--raw",
-            f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
-            "-f", "-", input=json.dumps(request),
-        )  # fmt: skip
-        token = json.loads(out)["status"]["token"]
-        admin = yaml.safe_load(self.kubeconfig.read_text())
-        (cluster,) = admin["clusters"]
-        user = f"{namespace}:{service_account}"
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [cluster],
-            "users": [{"name": user, "user": {"token": token}}],
-            "contexts": [{"name": "sa", "context": {"cluster": cluster["name"], "user": user}}],
-            "current-context": "sa",
-        }
-        path.write_text(yaml.safe_dump(config, sort_keys=False))
-        path.chmod(0o600)
-        return path
+        return service_account_kubeconfig(
+            self.kubectl, self.kubeconfig, service_account, namespace, path, expiration_seconds
+        )
 
     def create_namespace(self, name: str, timeout: float = 60.0) -> str:
         """Create `name` and wait until pods can be created in it (its default SA exists)."""
