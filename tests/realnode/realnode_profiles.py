@@ -3,8 +3,10 @@ a pod serves (shared by the chart tests)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,24 @@ TABLE_PATH = "/etc/sps/table/table.json"
 SIM_TIME_SCALE = "40"
 # A quick sweep: four batch sizes, one round each.
 QUICK_SWEEP = {"batchSizes": [1, 2, 4, 8], "ciRelWidth": 0.05, "repeats": 1}
+
+
+@contextlib.contextmanager
+def chart_installed(bed: RealNodeCluster, namespace: str, *values: str) -> Iterator[str]:
+    """`helm install charts/sps-operator` (with `--set` `values`) into `namespace`, created
+    to enforce `restricted` pod security; uninstalled and deleted afterwards."""
+    bed.kubectl("create", "namespace", namespace)
+    bed.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
+    sets = [arg for value in values for arg in ("--set", value)]
+    try:
+        bed.helm(
+            "install", "sps-operator", str(REPO / "charts" / "sps-operator"),
+            "--namespace", namespace, *sets, "--wait", "--timeout", "300s",
+        )  # fmt: skip
+        yield namespace
+    finally:
+        bed.helm("uninstall", "sps-operator", "--namespace", namespace, check=False)
+        bed.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 def load(name: str) -> dict[str, Any]:
@@ -106,6 +126,24 @@ def ready_pod_with(bed: RealNodeCluster, ns: str, app: str, table_hash: str) -> 
         ):
             return dict(p)
     return None
+
+
+def rolled_pod(bed: RealNodeCluster, ns: str, app: str, table_hash: str) -> dict[str, Any]:
+    """Wait for a Ready pod of `app` rolled onto the table `table_hash`."""
+    pod: dict[str, Any] = wait_for(
+        "a Ready pod of the rolled Deployment",
+        lambda: ready_pod_with(bed, ns, app, table_hash),
+        timeout=300,
+    )
+    return pod
+
+
+def serves(bed: RealNodeCluster, ns: str, app: str, table_hash: str) -> dict[str, Any]:
+    """A rolled pod of `app` whose server says it loaded the table `table_hash`; the pod."""
+    pod = rolled_pod(bed, ns, app, table_hash)
+    served = served_table(bed, ns, pod["metadata"]["name"], "sglang")
+    assert served["loaded"] is True and served["sha256"] == table_hash, served
+    return pod
 
 
 def served_table(bed: RealNodeCluster, ns: str, pod: str, container: str) -> dict[str, Any]:

@@ -10,7 +10,6 @@ import copy
 import json
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +18,7 @@ from realnode_profiles import (
     SERVER_INFO,
     SIM_TIME_SCALE,
     TABLE_PATH,
+    chart_installed,
     conditions,
     diagnostics,
     in_pod,
@@ -27,7 +27,9 @@ from realnode_profiles import (
     ready_pod_with,
     ref,
     rolled_out,
+    rolled_pod,
     served_table,
+    serves,
     wait_ready,
     with_env,
 )
@@ -38,31 +40,12 @@ from sps_operator.tables.formats import SpsCostTable, load_sps_table_text
 from sps_testbed import RealNodeCluster
 from waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
 def release(realnode_cluster: RealNodeCluster) -> Iterator[str]:
     """`helm install charts/sps-operator` into a namespace that enforces `restricted`."""
-    bed = realnode_cluster
-    release_ns = f"sps-system-{uuid.uuid4().hex[:5]}"
-    bed.kubectl("create", "namespace", release_ns)
-    bed.kubectl("label", "namespace", release_ns, "pod-security.kubernetes.io/enforce=restricted")
-    try:
-        bed.helm(
-            "install",
-            "sps-operator",
-            str(REPO / "charts" / "sps-operator"),
-            "--namespace",
-            release_ns,
-            "--wait",
-            "--timeout",
-            "300s",
-        )
+    with chart_installed(realnode_cluster, f"sps-system-{uuid.uuid4().hex[:5]}") as release_ns:
         yield release_ns
-    finally:
-        bed.helm("uninstall", "sps-operator", "--namespace", release_ns, check=False)
-        bed.kubectl("delete", "namespace", release_ns, "--wait=false", check=False)
 
 
 def test_helm_install_runs_the_operator_from_its_image(
@@ -170,11 +153,7 @@ def test_a_profile_runs_its_job_from_the_images_publishes_and_rolls(
 
     # The Deployment rolled onto it: a Ready pod with the table's hash, from the stand-in
     # image, the ConfigMap mounted at the table path, the flag passed.
-    serving = wait_for(
-        "a Ready pod of the rolled Deployment",
-        lambda: ready_pod_with(bed, ns, "llama", table["hash"]),
-        timeout=300,
-    )
+    serving = rolled_pod(bed, ns, "llama", table["hash"])
     (container,) = serving["spec"]["containers"]
     assert ref(container["image"]) == ref(bed.image("sglang"))
     (cstatus,) = serving["status"]["containerStatuses"]
@@ -237,13 +216,7 @@ def test_a_profile_in_a_restricted_namespace_runs_with_read_only_root_file_syste
     (job_pod,) = get_json(bed, "pods", "-n", ns, "-l", f"job-name={table['run']}")["items"]
     for container in job_pod["spec"]["initContainers"] + job_pod["spec"]["containers"]:
         assert container["securityContext"]["readOnlyRootFilesystem"] is True, container
-    serving = wait_for(
-        "a Ready pod of the rolled Deployment",
-        lambda: ready_pod_with(bed, ns, "llama", table["hash"]),
-        timeout=300,
-    )
-    served = served_table(bed, ns, serving["metadata"]["name"], "sglang")
-    assert served["loaded"] is True and served["sha256"] == table["hash"], served
+    serves(bed, ns, "llama", table["hash"])
 
 
 def test_gitops_annotate_only_fills_the_mounted_config_map(
@@ -350,13 +323,7 @@ def test_an_external_profile_reaches_its_server_by_service_dns_name(
     text = cm["data"]["table.json"]
     assert isinstance(load_sps_table_text(text), SpsCostTable)
     assert content_hash(text) == table["hash"]
-    serving = wait_for(
-        "a Ready pod of the rolled Deployment",
-        lambda: ready_pod_with(bed, ns, "llama-external", table["hash"]),
-        timeout=300,
-    )
-    served = served_table(bed, ns, serving["metadata"]["name"], "sglang")
-    assert served["loaded"] is True and served["sha256"] == table["hash"], served
+    serves(bed, ns, "llama-external", table["hash"])
 
 
 def test_the_standby_takes_over_when_the_leader_pod_goes(
@@ -384,11 +351,7 @@ def test_the_standby_takes_over_when_the_leader_pod_goes(
     apply(bed, ns, server, quick(load("diagonal.yaml")))
     prof = wait_ready(bed, release, ns, "llama")
     (table,) = prof["status"]["tables"]
-    wait_for(
-        "a Ready pod of the rolled Deployment",
-        lambda: ready_pod_with(bed, ns, "llama", table["hash"]),
-        timeout=300,
-    )
+    rolled_pod(bed, ns, "llama", table["hash"])
 
 
 def test_killing_the_leader_pod_mid_run_adopts_the_job(
@@ -420,11 +383,7 @@ def test_killing_the_leader_pod_mid_run_adopts_the_job(
         str(get_json(bed, "lease", "sps-operator", "-n", release)["spec"]["holderIdentity"])
         != leader
     )
-    wait_for(
-        "a Ready pod of the rolled Deployment",
-        lambda: ready_pod_with(bed, ns, "llama", table["hash"]),
-        timeout=300,
-    )
+    rolled_pod(bed, ns, "llama", table["hash"])
 
 
 def test_a_gpu_move_profiles_the_new_product_from_its_device_plugin(
