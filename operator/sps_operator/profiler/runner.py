@@ -24,6 +24,7 @@ from sps_operator.profiler.rounds import (
     PinExpectation,
     PinNotTakenError,
     RoundError,
+    RoundGoal,
     RoundOutcome,
     StepRow,
     StoppingRule,
@@ -31,6 +32,7 @@ from sps_operator.profiler.rounds import (
     check_pin,
     live_progress,
     postprocess_round,
+    round_finished,
     rows_from_payload,
 )
 from sps_operator.profiler.server import (
@@ -40,7 +42,6 @@ from sps_operator.profiler.server import (
     server_context_from_info,
     validate_sweep,
 )
-from sps_operator.profiler.steady import SteadyStats, clocks_settled
 from sps_operator.profiler.sweep import (
     PROFILE_SEED,
     RANDOM_TOKEN_HIGH_MARGIN,
@@ -342,12 +343,20 @@ class RoundPlan:
     rule: StoppingRule
     max_new_tokens: int
     step_budget: int
-    # Warm-up only: keep the load running until the clocks have settled.
-    until_settled: bool = False
+    # "settle" (the warm-up): keep the load running until the clocks have settled;
+    # "probe" (the pre-flight): stop once the pin is seen on enough steps.
+    goal: RoundGoal = "measure"
+
+    @property
+    def until_settled(self) -> bool:
+        return self.goal == "settle"
 
 
 def round_plan(
-    settings: RoundSettings, min_steps: int | None = None, expected_steps: int | None = None
+    settings: RoundSettings,
+    min_steps: int | None = None,
+    expected_steps: int | None = None,
+    goal: RoundGoal = "measure",
 ) -> RoundPlan:
     """A measuring round; prompts centre `expected_steps` steady steps on `--context-len`."""
     rule = StoppingRule(
@@ -356,7 +365,7 @@ def round_plan(
         prompt_len=settings.prompt_len_for(expected_steps),
         reference_context=settings.context_len,
     )
-    return RoundPlan(rule, round_max_new_tokens(settings), settings.step_budget)
+    return RoundPlan(rule, round_max_new_tokens(settings), settings.step_budget, goal)
 
 
 def warmup_plan(settings: RoundSettings) -> RoundPlan:
@@ -367,17 +376,8 @@ def warmup_plan(settings: RoundSettings) -> RoundPlan:
         reference_context=settings.context_len,
     )
     return RoundPlan(
-        rule, ROUND_WARMUP_STEPS + 2 + MAX_WARMUP_STEPS, MAX_WARMUP_STEPS, until_settled=True
+        rule, ROUND_WARMUP_STEPS + 2 + MAX_WARMUP_STEPS, MAX_WARMUP_STEPS, goal="settle"
     )
-
-
-def _round_finished(plan: RoundPlan, stats: SteadyStats | None, times: Sequence[float]) -> bool:
-    if plan.until_settled:
-        return (
-            clocks_settled(times, z=plan.rule.z, tolerance_rel=plan.rule.ci_rel_width / 2)
-            or len(times) >= plan.step_budget
-        )
-    return stats is not None and (stats.done or stats.num_steps >= plan.step_budget)
 
 
 class ActiveRound:
@@ -456,11 +456,15 @@ class ActiveRound:
                 if aligned_count >= ROUND_WARMUP_STEPS and steady_started is None:
                     steady_started = time.monotonic()
                 steady_seconds = time.monotonic() - steady_started if steady_started else 0.0
+                # The reference's seconds floor is for measurements: a probe's is thrown away.
                 seconds_ok = (
                     settings.min_steady_seconds is None
+                    or plan.goal == "probe"
                     or steady_seconds >= settings.min_steady_seconds
                 )
-                if seconds_ok and _round_finished(plan, stats, times):
+                if seconds_ok and round_finished(
+                    plan.goal, plan.rule, stats, times, plan.step_budget
+                ):
                     self.reached = stats is not None and stats.done
                     self.settled = plan.until_settled and len(times) < plan.step_budget
                     break
@@ -708,7 +712,7 @@ def _drive(
         if kind == "warm-up":
             plan = warmup_plan(settings)
         elif kind == "pre-flight":
-            plan = round_plan(settings, PREFLIGHT_STEADY_STEPS)
+            plan = round_plan(settings, PREFLIGHT_STEADY_STEPS, goal="probe")
         else:
             expected = int(statistics.median(recent[-3:])) if recent else None
             plan = round_plan(settings, expected_steps=expected)
