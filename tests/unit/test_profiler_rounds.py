@@ -251,3 +251,15 @@ def test_a_pin_probe_stops_once_the_pin_is_seen_not_at_a_ci() -> None:
     assert round_finished("measure", RULE, stats, times, step_budget=24)
     assert not round_finished("settle", RULE, stats, times, step_budget=240)
     assert round_finished("settle", RULE, stats, times, step_budget=24)
+
+
+def test_the_warm_up_judges_the_clocks_over_all_its_rounds() -> None:
+    # The warm-up runs the first cell's round again until the clocks settle: the settling
+    # test reads the earlier rounds' steps and this one's as one series.
+    rng = random.Random(4)
+    flat = [0.0125 * rng.lognormvariate(0, 0.03) for _ in range(400)]  # 5 s of quiet clocks
+    earlier, now = flat[:300], flat[300:]
+    assert not round_finished("settle", RULE, None, now, step_budget=3000)
+    assert round_finished("settle", RULE, None, now, step_budget=3000, history=earlier)
+    # The warm-up's step cap counts every round's steps.
+    assert round_finished("settle", RULE, None, now[:10], step_budget=300, history=earlier)

@@ -157,21 +157,25 @@ def round_finished(
     stats: SteadyStats | None,
     times: Sequence[float],
     step_budget: int,
+    history: Sequence[float] = (),
 ) -> bool:
     """May the round stop now, given its steady steps so far (`stats` is None before
     `rule.min_steps` of them)?
 
     * measure: the stopping rule holds, or the step budget is spent;
-    * settle: the clocks have settled (`clocks_settled`), or the budget is spent;
+    * settle: the clocks have settled (`clocks_settled`) over the earlier warm-up rounds'
+      steady steps (`history`) and this round's, read as one series, or the budget is spent
+      over them all;
     * probe: `rule.min_steps` pinned steady steps exist. A probe's records are checked for
       the pin (every row: budget, verify tokens, tier) and its step time is thrown away, so
       running it on to a CI — up to the step budget on a noisy GPU — was GPU time bought
       for nothing.
     """
     if goal == "settle":
+        series = [*history, *times]
         return (
-            clocks_settled(times, z=rule.z, tolerance_rel=rule.ci_rel_width / 2)
-            or len(times) >= step_budget
+            clocks_settled(series, z=rule.z, tolerance_rel=rule.ci_rel_width / 2)
+            or len(series) >= step_budget
         )
     if stats is None:
         return False
