@@ -16,6 +16,7 @@ from sps_operator.profiler.rounds import (
     check_pin,
     live_progress,
     postprocess_round,
+    round_finished,
     rows_from_payload,
 )
 
@@ -231,3 +232,34 @@ def test_rows_from_payload() -> None:
         rows_from_payload(None, 1)
     with pytest.raises(RoundError, match="malformed record"):
         rows_from_payload({"records": [{"step_cpu_ms": 1}]}, 0)
+
+
+def test_a_pin_probe_stops_once_the_pin_is_seen_not_at_a_ci() -> None:
+    # 10 % noise: a measuring round runs to its step budget (the CI is not met), a probe —
+    # whose step time is thrown away — stops as soon as it has its few pinned steps.
+    rng = random.Random(3)
+    times = [0.01 * rng.lognormvariate(0, 0.1) for _ in range(24)]
+    contexts = [300.0 + i for i in range(24)]
+    stats = RULE.judge(times, contexts)
+    assert stats is not None and not stats.done
+    assert not round_finished("measure", RULE, stats, times, step_budget=240)
+    assert round_finished("probe", RULE, stats, times, step_budget=240)
+    # Before the rule's minimum of steps there is nothing to stop on, for either.
+    assert not round_finished("probe", RULE, None, times[:5], step_budget=240)
+    assert not round_finished("measure", RULE, None, times[:5], step_budget=240)
+    # The budget ends a measuring round; too few steps to judge the clocks keep warming.
+    assert round_finished("measure", RULE, stats, times, step_budget=24)
+    assert not round_finished("settle", RULE, stats, times, step_budget=240)
+    assert round_finished("settle", RULE, stats, times, step_budget=24)
+
+
+def test_the_warm_up_judges_the_clocks_over_all_its_rounds() -> None:
+    # The warm-up runs the first cell's round again until the clocks settle: the settling
+    # test reads the earlier rounds' steps and this one's as one series.
+    rng = random.Random(4)
+    flat = [0.0125 * rng.lognormvariate(0, 0.03) for _ in range(400)]  # 5 s of quiet clocks
+    earlier, now = flat[:300], flat[300:]
+    assert not round_finished("settle", RULE, None, now, step_budget=3000)
+    assert round_finished("settle", RULE, None, now, step_budget=3000, history=earlier)
+    # The warm-up's step cap counts every round's steps.
+    assert round_finished("settle", RULE, None, now[:10], step_budget=300, history=earlier)

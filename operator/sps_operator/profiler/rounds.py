@@ -16,9 +16,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from sps_operator.profiler.steady import SteadyStats, steady_stats
+from sps_operator.profiler.steady import SteadyStats, clocks_settled, steady_stats
 from sps_operator.profiler.sweep import (
     DEFAULT_CI_LEVEL_Z,
     MATCH_FRACTION_ERROR,
@@ -144,6 +144,44 @@ class StoppingRule:
             min_steps=min(self.min_steps, len(times)),
             z=self.z,
         )
+
+
+# What a round is for: measuring a cell, settling the clocks (the warm-up), or only checking
+# that the pin takes (the pre-flight probe, whose step time is never used).
+RoundGoal = Literal["measure", "settle", "probe"]
+
+
+def round_finished(
+    goal: RoundGoal,
+    rule: StoppingRule,
+    stats: SteadyStats | None,
+    times: Sequence[float],
+    step_budget: int,
+    history: Sequence[float] = (),
+) -> bool:
+    """May the round stop now, given its steady steps so far (`stats` is None before
+    `rule.min_steps` of them)?
+
+    * measure: the stopping rule holds, or the step budget is spent;
+    * settle: the clocks have settled (`clocks_settled`) over the earlier warm-up rounds'
+      steady steps (`history`) and this round's, read as one series, or the budget is spent
+      over them all;
+    * probe: `rule.min_steps` pinned steady steps exist. A probe's records are checked for
+      the pin (every row: budget, verify tokens, tier) and its step time is thrown away, so
+      running it on to a CI — up to the step budget on a noisy GPU — was GPU time bought
+      for nothing.
+    """
+    if goal == "settle":
+        series = [*history, *times]
+        return (
+            clocks_settled(series, z=rule.z, tolerance_rel=rule.ci_rel_width / 2)
+            or len(series) >= step_budget
+        )
+    if stats is None:
+        return False
+    if goal == "probe":
+        return True
+    return stats.done or stats.num_steps >= step_budget
 
 
 # --- alignment -------------------------------------------------------------------------------

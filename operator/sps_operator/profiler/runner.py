@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, TextIO
 
 from sps_operator.dspark_arith import pinned_verify_tokens, round_up
 from sps_operator.profiler import artifacts
@@ -24,6 +24,7 @@ from sps_operator.profiler.rounds import (
     PinExpectation,
     PinNotTakenError,
     RoundError,
+    RoundGoal,
     RoundOutcome,
     StepRow,
     StoppingRule,
@@ -31,6 +32,7 @@ from sps_operator.profiler.rounds import (
     check_pin,
     live_progress,
     postprocess_round,
+    round_finished,
     rows_from_payload,
 )
 from sps_operator.profiler.server import (
@@ -40,16 +42,18 @@ from sps_operator.profiler.server import (
     server_context_from_info,
     validate_sweep,
 )
-from sps_operator.profiler.steady import SteadyStats, clocks_settled
 from sps_operator.profiler.sweep import (
     PROFILE_SEED,
     RANDOM_TOKEN_HIGH_MARGIN,
     RANDOM_TOKEN_LOW,
     ROUND_WARMUP_STEPS,
-    WARMUP_ROUND_STEADY_STEPS,
+    Job,
+    RoundKind,
     RoundSettings,
     SweepCell,
+    after_warmup_round,
     build_cells,
+    build_jobs,
     cell_key_of_round,
     round_max_new_tokens,
 )
@@ -59,7 +63,8 @@ logger = logging.getLogger(__name__)
 LOAD_JOIN_TIMEOUT_SECONDS = 60.0
 POLL_FAILURES_BEFORE_GIVING_UP = 5
 PREFLIGHT_STEADY_STEPS = 8
-# The warm-up round runs until the clocks have settled, but never longer than this.
+# The warm-up rounds run until the clocks have settled, but never longer than this (steady
+# steps over all of them).
 MAX_WARMUP_STEPS = 3000
 # Aborting, joining the load and reading the last records after a round's deadline.
 END_OF_ROUND_SECONDS = 30.0
@@ -342,12 +347,16 @@ class RoundPlan:
     rule: StoppingRule
     max_new_tokens: int
     step_budget: int
-    # Warm-up only: keep the load running until the clocks have settled.
-    until_settled: bool = False
+    # "settle" (the warm-up): keep the load running until the clocks have settled;
+    # "probe" (the pre-flight): stop once the pin is seen on enough steps.
+    goal: RoundGoal = "measure"
 
 
 def round_plan(
-    settings: RoundSettings, min_steps: int | None = None, expected_steps: int | None = None
+    settings: RoundSettings,
+    min_steps: int | None = None,
+    expected_steps: int | None = None,
+    goal: RoundGoal = "measure",
 ) -> RoundPlan:
     """A measuring round; prompts centre `expected_steps` steady steps on `--context-len`."""
     rule = StoppingRule(
@@ -356,28 +365,14 @@ def round_plan(
         prompt_len=settings.prompt_len_for(expected_steps),
         reference_context=settings.context_len,
     )
-    return RoundPlan(rule, round_max_new_tokens(settings), settings.step_budget)
+    return RoundPlan(rule, round_max_new_tokens(settings), settings.step_budget, goal)
 
 
 def warmup_plan(settings: RoundSettings) -> RoundPlan:
-    rule = StoppingRule(
-        ci_rel_width=settings.ci_rel_width,
-        min_steps=WARMUP_ROUND_STEADY_STEPS,
-        prompt_len=settings.prompt_len,
-        reference_context=settings.context_len,
-    )
-    return RoundPlan(
-        rule, ROUND_WARMUP_STEPS + 2 + MAX_WARMUP_STEPS, MAX_WARMUP_STEPS, until_settled=True
-    )
-
-
-def _round_finished(plan: RoundPlan, stats: SteadyStats | None, times: Sequence[float]) -> bool:
-    if plan.until_settled:
-        return (
-            clocks_settled(times, z=plan.rule.z, tolerance_rel=plan.rule.ci_rel_width / 2)
-            or len(times) >= plan.step_budget
-        )
-    return stats is not None and (stats.done or stats.num_steps >= plan.step_budget)
+    """The first cell's own round, kept going until the clocks have settled (then on as
+    that cell's measuring round): its requests are the cell's, so the steps it measures
+    sit at the context the table describes, however long the clocks took."""
+    return round_plan(settings, goal="settle")
 
 
 class ActiveRound:
@@ -391,9 +386,16 @@ class ActiveRound:
     """
 
     def __init__(
-        self, session: Session, cell: SweepCell, settings: RoundSettings, plan: RoundPlan
+        self,
+        session: Session,
+        cell: SweepCell,
+        settings: RoundSettings,
+        plan: RoundPlan,
+        history: Sequence[float] = (),
     ) -> None:
         self.session, self.cell, self.settings, self.plan = session, cell, settings, plan
+        # Warm-up only: the steady step times of the warm-up rounds before this one.
+        self.history = list(history)
         ctx = session.context
         self.where = f"Round bs={cell.bs} (per rank, dp={ctx.dp_size})" + (
             f" frac={cell.frac}" if cell.frac is not None else ""
@@ -418,8 +420,16 @@ class ActiveRound:
             self.load: LoadThread = client.start_load(payload, self.deadline)
         self.ring = RingWatch(self.where, plan.max_new_tokens)
         self.reached = False
+        # Warm-up only: the clocks settled (`settled`) or the warm-up ran out of steps
+        # (`capped`) during this round, which then went on as its cell's round.
         self.settled = False
+        self.capped = False
         self.steady_steps = 0
+        self.steady_times: list[float] = []
+
+    @property
+    def warmup_done(self) -> bool:
+        return self.settled or self.capped
 
     def _new_rows(self, polled: Sequence[Sequence[StepRow]]) -> list[list[StepRow]]:
         rank_rows = [
@@ -436,6 +446,7 @@ class ActiveRound:
         session, settings, plan = self.session, self.settings, self.plan
         client = session.client
         steady_started: float | None = None
+        goal = plan.goal
         with client.deadline(self.deadline, self.where):
             while time.monotonic() < self.deadline:
                 time.sleep(
@@ -453,16 +464,28 @@ class ActiveRound:
                     rank_rows, bs=self.cell.bs, rule=plan.rule, pinned=self.cell.frac is not None
                 )
                 self.steady_steps = len(times)
+                self.steady_times = times
+                if goal == "settle" and round_finished(
+                    "settle", plan.rule, stats, times, MAX_WARMUP_STEPS, self.history
+                ):
+                    self.capped = len(self.history) + len(times) >= MAX_WARMUP_STEPS
+                    self.settled = not self.capped
+                    goal = "measure"  # on as the cell's round, judged from its first step
                 if aligned_count >= ROUND_WARMUP_STEPS and steady_started is None:
                     steady_started = time.monotonic()
                 steady_seconds = time.monotonic() - steady_started if steady_started else 0.0
+                # The reference's seconds floor is for measurements: a probe's is thrown away.
                 seconds_ok = (
                     settings.min_steady_seconds is None
+                    or goal == "probe"
                     or steady_seconds >= settings.min_steady_seconds
                 )
-                if seconds_ok and _round_finished(plan, stats, times):
+                if (
+                    goal != "settle"
+                    and seconds_ok
+                    and round_finished(goal, plan.rule, stats, times, plan.step_budget)
+                ):
                     self.reached = stats is not None and stats.done
-                    self.settled = plan.until_settled and len(times) < plan.step_budget
                     break
                 if not self.load.is_alive():
                     break  # the batch finished or failed: no more steps will come
@@ -666,56 +689,47 @@ def run_profile(
         return RunSummary(paths, rounds, data, context, pin_reset, warnings)
 
 
-# What a round is for: settling the clocks, probing the pin, or measuring a cell.
-RoundKind = Literal["warm-up", "pre-flight", "cell"]
-
-
-def _jobs(
-    session: Session, cfg: RunConfig, todo: Sequence[SweepCell]
-) -> list[tuple[RoundKind, SweepCell]]:
-    jobs: list[tuple[RoundKind, SweepCell]] = []
-    if not todo:
-        return jobs
-    if cfg.warmup:
-        frac = max(cfg.fracs) if cfg.fracs else None
-        jobs.append(("warm-up", SweepCell(-1, min(8, max(cfg.batch_sizes)), frac)))
-    if cfg.fracs and cfg.preflight:
+def _jobs(session: Session, cfg: RunConfig, todo: Sequence[SweepCell]) -> list[Job]:
+    probe: SweepCell | None = None
+    if todo and cfg.fracs and cfg.preflight:
         probe = preflight_cell(session.context, cfg.batch_sizes, cfg.fracs)
         if probe is None:
             logger.info(
                 "Pre-flight probe skipped: no bs in the sweep whose pin must shrink the graph."
             )
-        else:
-            jobs.append(("pre-flight", probe))
-    return jobs + [("cell", cell) for cell in todo]
+    return build_jobs(todo, warmup=cfg.warmup, probe=probe)
 
 
 def _drive(
     session: Session,
     cfg: RunConfig,
-    jobs: Sequence[tuple[RoundKind, SweepCell]],
+    jobs: Sequence[Job],
     record: Callable[[SweepCell, MeasuredRound], None],
 ) -> None:
     """Run the rounds back to back: the next one starts as soon as this one's records are
     read, before they are validated and written, so the GPU does not idle in between."""
     settings = cfg.settings
     recent: list[int] = []  # steady steps of the last rounds: the next one's expected length
+    queue: list[Job] = list(jobs)
+    warmup_history: list[float] = []  # steady step times of the warm-up rounds so far
 
     def start(index: int) -> ActiveRound | None:
-        if index >= len(jobs):
+        if index >= len(queue):
             return None
-        kind, cell = jobs[index]
+        kind, cell = queue[index]
         if kind == "warm-up":
-            plan = warmup_plan(settings)
-        elif kind == "pre-flight":
-            plan = round_plan(settings, PREFLIGHT_STEADY_STEPS)
+            return ActiveRound(session, cell, settings, warmup_plan(settings), warmup_history)
+        if kind == "pre-flight":
+            plan = round_plan(settings, PREFLIGHT_STEADY_STEPS, goal="probe")
         else:
             expected = int(statistics.median(recent[-3:])) if recent else None
             plan = round_plan(settings, expected_steps=expected)
         return ActiveRound(session, cell, settings, plan)
 
     active = start(0)
-    for index, (kind, cell) in enumerate(jobs):
+    index = 0
+    while index < len(queue):
+        kind, cell = queue[index]
         assert active is not None
         failure: RoundError | None = None
         measured: MeasuredRound | None = None
@@ -724,14 +738,23 @@ def _drive(
             rows = active.wait()
         except RoundError as exc:
             failure = exc
-        if kind == "cell" and active.steady_steps:
+        measures = kind != "warm-up" or active.warmup_done
+        # A settled warm-up round stands for its cell: the cell's own round is dropped.
+        stands_for_cell = kind == "warm-up" and failure is None and active.warmup_done
+        if kind == "warm-up" and failure is None:
+            if not active.warmup_done:
+                warmup_history.extend(active.steady_times)
+            queue = after_warmup_round(queue, index, settled=active.warmup_done)
+        if measures and kind != "pre-flight" and active.steady_steps:
             recent.append(active.steady_steps)
         following = start(index + 1)
         try:
-            if failure is None:
+            if failure is None and measures:
                 measured = active.measure(rows)
         except RoundError as exc:
             failure = exc
+        if stands_for_cell and measured is None and not isinstance(failure, PinNotTakenError):
+            queue.append(("cell", cell))  # measured on a round of its own after all
         try:
             _conclude(kind, cell, active, measured, failure, record)
         except BaseException:
@@ -739,6 +762,7 @@ def _drive(
                 following.abandon()
             raise
         active = following
+        index += 1
 
 
 def _conclude(
@@ -754,13 +778,19 @@ def _conclude(
         if isinstance(failure, PinNotTakenError):
             raise failure
         if failure is not None:
-            logger.warning("Warm-up round failed (%s); continuing.", failure)
-        elif not active.settled:
+            logger.warning(
+                "Warm-up round failed (%s); continuing (the cell gets a round of its own).",
+                failure,
+            )
+            return
+        if active.capped:
             logger.warning(
                 "The clocks were still speeding up after %d warm-up steps; the first rounds "
                 "may measure them warming (their drift check waits it out or widens their CI).",
-                active.steady_steps,
+                len(active.history) + active.steady_steps,
             )
+        if measured is not None:
+            record(cell, measured)
         return
     if kind == "pre-flight":
         if isinstance(failure, PinNotTakenError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 from sps_operator.api import limits
 from sps_operator.tables.quality import ROUND_CI_LEVEL_Z
@@ -17,7 +17,6 @@ DEFAULT_TEMPERATURE = 1.0
 DEFAULT_ROUND_TIMEOUT_SECONDS = 300.0
 ROUND_WARMUP_STEPS = 8
 STEP_TIME_FLOOR_SECONDS = 0.02
-WARMUP_ROUND_STEADY_STEPS = 16
 PROFILE_SEED = 42
 RANDOM_TOKEN_LOW = 1000
 RANDOM_TOKEN_HIGH_MARGIN = 1000
@@ -196,3 +195,47 @@ def cell_key_of_round(round_: dict[str, Any]) -> tuple[int, int, float | None]:
         int(round_["batch_size_per_rank"]),
         float(frac) if frac is not None else None,
     )
+
+
+# What a round is for: settling the clocks, probing the pin, or measuring a cell.
+RoundKind = Literal["warm-up", "pre-flight", "cell"]
+Job = tuple[RoundKind, SweepCell]
+
+
+def build_jobs(todo: Sequence[SweepCell], *, warmup: bool, probe: SweepCell | None) -> list[Job]:
+    """The rounds of a run, in order: the pin probe (it checks the pin and nothing else, so
+    it may run on cold clocks, and a failure costs no measurement), the warm-up — on the
+    first cell, so once the clocks have settled it goes on as that cell's round (see
+    `after_warmup_round`) — then the cells."""
+    jobs: list[Job] = []
+    if not todo:
+        return jobs
+    if probe is not None:
+        jobs.append(("pre-flight", probe))
+    if warmup:
+        jobs.append(("warm-up", todo[0]))
+    return jobs + [("cell", cell) for cell in todo]
+
+
+def after_warmup_round(jobs: Sequence[Job], index: int, *, settled: bool) -> list[Job]:
+    """The jobs after the warm-up round at `index` has ended.
+
+    The warm-up runs the first cell's own round (its prompts, its request length), so the
+    load it puts on the GPU while the clocks ramp up is not thrown away:
+
+    * not settled when its requests ran out: another warm-up round of the same cell follows
+      (the settling test reads all of them as one series);
+    * settled (or out of warm-up steps): the round went on as the cell's measuring round,
+      so the cell's own round is dropped. Its steps from before the settling point are in
+      that measurement: what is left of a ramp there is within a few tolerances of the
+      settled value, and the round's drift check trims a stretch that still falls.
+    """
+    kind, cell = jobs[index]
+    if kind != "warm-up":
+        raise ValueError(f"job {index} is a {kind} round, not the warm-up")
+    head, tail = list(jobs[: index + 1]), list(jobs[index + 1 :])
+    if not settled:
+        return [*head, ("warm-up", cell), *tail]
+    if ("cell", cell) in tail:
+        tail.remove(("cell", cell))
+    return head + tail

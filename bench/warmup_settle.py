@@ -1,0 +1,84 @@
+"""When does the warm-up call the clocks settled, and how much of a ramp is left then?
+
+Offline (no server, no profiler run): step times are drawn from the simulator's own noise
+model (`sps_operator.sim.costmodel.NoiseSource`) for the matrix's effects at one fixed step
+time, polled every `--poll-steps` steps as the warm-up polls, and judged with
+`sps_operator.profiler.steady.clocks_settled` until it says settled. Per effect: the model
+seconds the warm-up took (its GPU time) and the clock ramp left at that point, over
+`--seeds` seeds.
+
+    .venv/bin/python bench/warmup_settle.py --seeds 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import replace
+
+from sps_operator.constants import GPU_H100
+from sps_operator.profiler.steady import clocks_settled
+from sps_operator.profiler.sweep import DEFAULT_CI_LEVEL_Z, DEFAULT_CI_REL_WIDTH
+from sps_operator.sim.costmodel import EFFECTS_OFF, PRESETS, CostPreset, NoiseSource
+
+QUIET = {key: value for key, value in EFFECTS_OFF.items() if key != "noise_cv"}
+RAMP = {"warmup_amplitude": 0.30, "warmup_tau_s": 5.0}
+CASES: dict[str, tuple[float, dict[str, float]]] = {
+    "3% none": (0.03, {}),
+    "10% none": (0.10, {}),
+    "10% outliers": (0.10, {"outlier_prob": 0.03}),
+    "3% AR(1)": (0.03, {"noise_ar1": 0.8}),
+    "10% AR(1)": (0.10, {"noise_ar1": 0.8}),
+    "3% clock ramp": (0.03, RAMP),
+    "10% clock ramp": (0.10, RAMP),
+    "10% ramp + outliers": (0.10, {**RAMP, "outlier_prob": 0.03}),
+    "10% ramp + AR(1)": (0.10, {**RAMP, "noise_ar1": 0.8}),
+}
+MAX_STEPS = 3000
+
+
+def case_preset(noise: float, effects: dict[str, float]) -> CostPreset:
+    fields: dict[str, float] = {**QUIET, "noise_cv": noise, **effects}
+    return replace(PRESETS[GPU_H100], **fields)  # type: ignore[arg-type]
+
+
+def settle(preset: CostPreset, seed: int, step_s: float, poll_steps: int) -> tuple[float, float]:
+    """(model seconds until settled, ramp left then, relative)."""
+    noise = NoiseSource(preset, seed)
+    now = 0.0
+    times: list[float] = []
+    while len(times) < MAX_STEPS:
+        for _ in range(poll_steps):
+            step = step_s * noise.factor(now, now, 0)
+            now += step
+            times.append(step)
+        if clocks_settled(times, z=DEFAULT_CI_LEVEL_Z, tolerance_rel=DEFAULT_CI_REL_WIDTH / 2):
+            break
+    left = preset.warmup_amplitude * math.exp(-now / preset.warmup_tau_s)
+    return now, left if preset.warmup_amplitude else 0.0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--seeds", type=int, default=40)
+    p.add_argument("--step-ms", type=float, default=10.64, help="H100 bs 1 diagonal step")
+    p.add_argument("--poll-steps", type=int, default=23, help="steps between polls (0.25 s)")
+    ns = p.parse_args(argv)
+    print("| effect | warm-up s mean [min, max] | ramp left: mean, max |")
+    print("|---|---|---|")
+    for name, (noise, effects) in CASES.items():
+        preset = case_preset(noise, effects)
+        runs = [settle(preset, seed, ns.step_ms / 1e3, ns.poll_steps) for seed in range(ns.seeds)]
+        took = [r[0] for r in runs]
+        left = [r[1] for r in runs]
+        print(
+            f"| {name} | {statistics.fmean(took):.1f} [{min(took):.1f}, {max(took):.1f}] | "
+            f"{statistics.fmean(left):.2%}, {max(left):.2%} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,46 @@
+"""The order of a run's rounds: the pin probe, the warm-up on the first cell, the cells."""
+
+from __future__ import annotations
+
+import pytest
+
+from sps_operator.profiler.sweep import SweepCell, after_warmup_round, build_jobs
+
+CELLS = [SweepCell(0, bs, None) for bs in (1, 2, 4)]
+PROBE = SweepCell(-1, 2, 0.25)
+
+
+def test_the_warm_up_runs_on_the_first_cell_after_the_probe() -> None:
+    jobs = build_jobs(CELLS, warmup=True, probe=PROBE)
+    assert jobs == [
+        ("pre-flight", PROBE),
+        ("warm-up", CELLS[0]),
+        ("cell", CELLS[0]),
+        ("cell", CELLS[1]),
+        ("cell", CELLS[2]),
+    ]
+    assert build_jobs(CELLS, warmup=False, probe=None) == [("cell", c) for c in CELLS]
+    assert build_jobs([], warmup=True, probe=PROBE) == []
+
+
+def test_a_settled_warm_up_stands_for_its_cell() -> None:
+    # The warm-up's load is the first cell's round: once the clocks have settled it goes
+    # on as that cell's measurement, and the cell is not measured again.
+    jobs = build_jobs(CELLS, warmup=True, probe=PROBE)
+    after = after_warmup_round(jobs, 1, settled=True)
+    assert after == [("pre-flight", PROBE), ("warm-up", CELLS[0])] + [
+        ("cell", c) for c in CELLS[1:]
+    ]
+
+
+def test_a_warm_up_not_settled_when_its_requests_end_is_followed_by_another() -> None:
+    jobs = build_jobs(CELLS, warmup=True, probe=None)
+    after = after_warmup_round(jobs, 0, settled=False)
+    assert after[:3] == [("warm-up", CELLS[0]), ("warm-up", CELLS[0]), ("cell", CELLS[0])]
+    assert after_warmup_round(after, 1, settled=True) == [
+        ("warm-up", CELLS[0]),
+        ("warm-up", CELLS[0]),
+        *[("cell", c) for c in CELLS[1:]],
+    ]
+    with pytest.raises(ValueError):
+        after_warmup_round(jobs, 1, settled=True)
