@@ -1,7 +1,7 @@
 """When does the warm-up call the clocks settled, and how much of a ramp is left then?
 
 Offline (no server, no profiler run): step times are drawn from the simulator's own noise
-model (`sps_operator.sim.costmodel.NoiseSource`) for the matrix's effects at one fixed step
+model (`sps_sim.costmodel.NoiseSource`) for the matrix's effects at one fixed step
 time, polled every `--poll-steps` steps as the warm-up polls, and judged with
 `sps_operator.profiler.steady.clocks_settled` until it says settled. Per effect: the model
 seconds the warm-up took (its GPU time) and the clock ramp left at that point, over
@@ -21,7 +21,7 @@ from dataclasses import replace
 from sps_operator.constants import GPU_H100
 from sps_operator.profiler.steady import clocks_settled
 from sps_operator.profiler.sweep import DEFAULT_CI_LEVEL_Z, DEFAULT_CI_REL_WIDTH
-from sps_operator.sim.costmodel import EFFECTS_OFF, PRESETS, CostPreset, NoiseSource
+from sps_sim.costmodel import EFFECTS_OFF, PRESETS, CostPreset, NoiseSource
 
 QUIET = {key: value for key, value in EFFECTS_OFF.items() if key != "noise_cv"}
 RAMP = {"warmup_amplitude": 0.30, "warmup_tau_s": 5.0}
@@ -41,7 +41,7 @@ MAX_STEPS = 3000
 
 def case_preset(noise: float, effects: dict[str, float]) -> CostPreset:
     fields: dict[str, float] = {**QUIET, "noise_cv": noise, **effects}
-    return replace(PRESETS[GPU_H100], **fields)  # type: ignore[arg-type]
+    return replace(PRESETS[GPU_H100], **fields)
 
 
 def settle(preset: CostPreset, seed: int, step_s: float, poll_steps: int) -> tuple[float, float]:
