@@ -43,6 +43,7 @@ import yaml
 from sps_operator.constants import GPU_H100, GPU_H200
 from sps_operator.plugin.cli import watch_rows
 from sps_operator.plugin.view import get_row, render_get, watch_layout
+from sps_testbed.binaries import find_binaries
 from sps_testbed.cluster import KubectlError, RealNodeCluster, TestbedError
 
 NAMESPACE = "sps-demo"
@@ -528,16 +529,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def print_env(state_dir: Path) -> int:
+    """Shell exports to look around: KUBECONFIG, and on PATH the pinned kubectl and helm
+    (found, never built) and kubectl-sps next to this interpreter."""
     bed = RealNodeCluster.attach(bed_dir(state_dir))
     if not bed.running():
         print(f"no demo running in {state_dir}", file=sys.stderr)
         return 1
-    bed.build()  # finds the cached binaries (kubectl, helm) without building anything new
-    env = bed.env()
-    print(f"export KUBECONFIG={shlex.quote(env['KUBECONFIG'])}")
-    # kubectl and helm (the pinned builds), and kubectl-sps next to this interpreter.
-    path = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
-    print(f"export PATH={shlex.quote(path)}")
+    dirs = [str(Path(sys.executable).parent)]
+    dirs += [str(d) for d in find_binaries(build=False).path_dirs()]
+    print(f"export KUBECONFIG={shlex.quote(str(bed.kubeconfig))}")
+    print(f'export PATH={shlex.quote(os.pathsep.join(dirs))}:"$PATH"')
     return 0
 
 

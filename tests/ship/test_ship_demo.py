@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import yaml
 from ship_helpers import CHART, KUBE_VERSION, helm
 
@@ -91,3 +94,12 @@ def test_profile_done_reads_what_kubectl_sps_get_shows() -> None:
 
 def test_demo_cli_rejects_a_bad_time_scale() -> None:
     assert demo.main(["--time-scale", "0"]) == 2
+
+
+def test_demo_env_and_down_without_a_demo_say_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert demo.main(["env", "--state-dir", str(tmp_path)]) == 1
+    assert "no test bed" in capsys.readouterr().err
+    assert demo.main(["down", "--state-dir", str(tmp_path)]) == 0
+    assert "no demo running" in capsys.readouterr().out
