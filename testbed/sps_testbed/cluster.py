@@ -217,6 +217,16 @@ class RealNodeCluster:
         """Run kubectl (the pinned build) against the bed; stdout, KubectlError on failure."""
         return self._tool(["kubectl", *args], input, check, timeout)
 
+    def create_namespace(self, name: str, timeout: float = 60.0) -> str:
+        """Create `name` and wait until pods can be created in it (its default SA exists)."""
+        self.kubectl("create", "namespace", name)
+        deadline = time.monotonic() + timeout
+        while not self.kubectl("get", "serviceaccount", "default", "-n", name, check=False):
+            if time.monotonic() > deadline:
+                raise TestbedError(f"namespace {name}: no default service account in time")
+            time.sleep(0.2)
+        return name
+
     def helm(self, *args: str, check: bool = True, timeout: float = 300) -> str:
         return self._tool(["helm", *args], None, check, timeout)
 

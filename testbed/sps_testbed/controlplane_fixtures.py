@@ -192,7 +192,8 @@ def kubectl(k8s_cluster: K8sCluster) -> Callable[..., str]:
     return k8s_cluster.kubectl
 
 
-def _namespace_name(nodeid: str) -> str:
+def namespace_name(nodeid: str) -> str:
+    """A fresh namespace name for a test: its name, shortened, and a random suffix."""
     test = nodeid.rsplit("::", 1)[-1]
     base = re.sub(r"[^a-z0-9-]+", "-", test.lower()).strip("-")[:40].strip("-") or "t"
     return f"{base}-{secrets.token_hex(3)}"
@@ -200,7 +201,7 @@ def _namespace_name(nodeid: str) -> str:
 
 @pytest.fixture
 def namespace(k8s_cluster: K8sCluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    name = k8s_cluster.create_namespace(_namespace_name(request.node.nodeid))
+    name = k8s_cluster.create_namespace(namespace_name(request.node.nodeid))
     try:
         yield name
     finally:

@@ -6,7 +6,7 @@ point of sps-testbed, so installing the package is enough).
 | `realnode_cluster`  | session  | a started RealNodeCluster (two H100 + two H200 nodes)       |
 | `realnode_kubectl`  | session  | `kubectl(*args, input=, check=) -> stdout` against the bed  |
 | `realnode_api`      | session  | an admin `kubernetes.client.ApiClient`                      |
-| `realnode_namespace`| function | a fresh namespace, deleted afterwards                       |
+| `realnode_namespace`| function | a fresh namespace (its default SA exists), deleted afterwards |
 
 A test that uses any of them gets the `realnode` marker. If the bed cannot be built or
 started, the test fails with the reason (it never skips). `SPS_TESTBED_TEST_DIR` fixes the
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ import pytest
 
 from sps_testbed.artifacts import ArtifactError
 from sps_testbed.cluster import DEFAULT_NODES, NodeSpec, RealNodeCluster, TestbedError
+from sps_testbed.controlplane_fixtures import namespace_name
 
 FIXTURES = ("realnode_cluster", "realnode_kubectl", "realnode_api", "realnode_namespace")
 Kubectl = Callable[..., str]
@@ -127,9 +127,7 @@ def realnode_api(realnode_cluster: RealNodeCluster) -> Any:
 def realnode_namespace(
     realnode_cluster: RealNodeCluster, request: pytest.FixtureRequest
 ) -> Iterator[str]:
-    base = request.node.name.lower().replace("_", "-")[:40].strip("-")
-    name = f"{base}-{uuid.uuid4().hex[:5]}"
-    realnode_cluster.kubectl("create", "namespace", name)
+    name = realnode_cluster.create_namespace(namespace_name(request.node.nodeid))
     try:
         yield name
     finally:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_cluster import E2eCluster, short_name
+from e2e_cluster import E2eCluster
 from e2e_env import (
     Env,
     OperatorAccount,
@@ -33,15 +33,6 @@ def e2e_api(realnode_api: Any) -> ApiClient:
     return api
 
 
-@pytest.fixture
-def e2e_namespace(e2e_cluster: E2eCluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    name = e2e_cluster.create_namespace(short_name(request.node.nodeid))
-    try:
-        yield name
-    finally:
-        e2e_cluster.delete_namespace(name)
-
-
 @pytest.fixture(scope="module")
 def operator_account(e2e_cluster: E2eCluster) -> Iterator[OperatorAccount]:
     """The chart's RBAC in cluster mode."""
@@ -56,7 +47,7 @@ def operator_account(e2e_cluster: E2eCluster) -> Iterator[OperatorAccount]:
 def env(
     e2e_cluster: E2eCluster,
     e2e_api: ApiClient,
-    e2e_namespace: str,
+    realnode_namespace: str,
     operator_account: OperatorAccount,
     tmp_path: Path,
 ) -> Iterator[Env]:
@@ -67,8 +58,8 @@ def env(
     )
     clock = tmp_path / "clock-offset"
     clock.write_text("0")
-    operator = OperatorProcess(kubeconfig, e2e_namespace, tmp_path / "operator.log", clock)
-    e = Env(e2e_cluster, e2e_api, e2e_namespace, operator, operator_account)
+    operator = OperatorProcess(kubeconfig, realnode_namespace, tmp_path / "operator.log", clock)
+    e = Env(e2e_cluster, e2e_api, realnode_namespace, operator, operator_account)
     try:
         yield e
     finally:

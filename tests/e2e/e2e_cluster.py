@@ -4,19 +4,10 @@ ServiceAccount, namespaces, the nodes of a GPU product, pod logs."""
 from __future__ import annotations
 
 import json
-import os
-import socket
-import time
 from pathlib import Path
 
 from sps_testbed import RealNodeCluster
 from sps_testbed.accounts import service_account_kubeconfig
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class E2eCluster:
@@ -55,15 +46,8 @@ class E2eCluster:
             self.kubectl, self.kubeconfig, service_account, namespace, path, expiration_seconds
         )
 
-    def create_namespace(self, name: str, timeout: float = 60.0) -> str:
-        """Create `name` and wait until pods can be created in it (its default SA exists)."""
-        self.kubectl("create", "namespace", name)
-        deadline = time.monotonic() + timeout
-        while not self.kubectl("get", "serviceaccount", "default", "-n", name, check=False):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"namespace {name}: no default service account in time")
-            time.sleep(0.2)
-        return name
+    def create_namespace(self, name: str) -> str:
+        return self.bed.create_namespace(name)
 
     def delete_namespace(self, name: str) -> None:
         self.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
@@ -85,9 +69,3 @@ class E2eCluster:
                 )
                 sections.append(f"==> {namespace}/{name} [{c['name']}] <==\n{text.rstrip()}")
         return "\n".join(sections)
-
-
-def short_name(nodeid: str) -> str:
-    """A namespace name for a test: its name, shortened, and a random suffix."""
-    base = nodeid.split("::")[-1].lower().replace("_", "-")[:40].strip("-")
-    return f"{base}-{os.urandom(3).hex()}"

@@ -24,11 +24,12 @@ from typing import Any
 
 import httpx
 import yaml
-from e2e_cluster import E2eCluster, free_port
+from e2e_cluster import E2eCluster
 from kubernetes import client
 from kubernetes.client import ApiClient
 from kubernetes.client.rest import ApiException
 
+from sps_testbed.controlplane import free_port
 from waiting import wait_crd_established, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -254,10 +254,10 @@ def test_e2e_gate_failure_keeps_the_live_table(env: Env) -> None:
 
 
 def test_e2e_crd_rejects_what_cannot_work(
-    e2e_api: ApiClient, e2e_namespace: str, operator_account: tuple[str, str]
+    e2e_api: ApiClient, realnode_namespace: str, operator_account: tuple[str, str]
 ) -> None:
     """CEL rules answer with what to fix (admission, before the operator sees anything)."""
-    custom, namespace = client.CustomObjectsApi(e2e_api), e2e_namespace
+    custom, namespace = client.CustomObjectsApi(e2e_api), realnode_namespace
     cases = [
         ({"server": {"source": "External"}}, "server.url is required"),
         ({"refresh": {"schedule": "every day"}}, "cron expression"),
@@ -586,16 +586,16 @@ def test_e2e_delete_profile_cleans_up_and_leaves_deployment_serving(env: Env) ->
     serving_pod_info(env, table["hash"])
 
 
-def test_e2e_namespace_mode_rbac_is_enough_and_no_more(
+def test_realnode_namespace_mode_rbac_is_enough_and_no_more(
     e2e_cluster: E2eCluster,
     e2e_api: ApiClient,
-    e2e_namespace: str,
+    realnode_namespace: str,
     tmp_path: Path,
 ) -> None:
     """The chart in namespaces mode (a Role in the watched namespace + the cluster-scoped
     ClusterRole) runs the whole flow; the operator's account can do nothing elsewhere,
     and kopf leaves no annotations on the Deployment or the Nodes."""
-    namespace = e2e_namespace
+    namespace = realnode_namespace
     installed = install_operator_rbac(
         e2e_cluster, ["watch.mode=namespaces", f"watch.namespaces={{{namespace}}}"]
     )
