@@ -27,6 +27,7 @@ from typing import Any
 
 from sps_testbed.artifacts import Artifacts, build_artifacts
 from sps_testbed.controlplane import DEFAULT_NODES, NodeSpec
+from sps_testbed.node import NodeConfig
 from sps_testbed.plan import BED_FILE, BedRecord, teardown
 from sps_testbed.podnet import pid_alive
 from sps_testbed.processes import cmdline, log_tail, spawn, terminate_group
@@ -226,6 +227,28 @@ class RealNodeCluster:
                 raise TestbedError(f"namespace {name}: no default service account in time")
             time.sleep(0.2)
         return name
+
+    def kill_pod_containers(self, namespace: str, pod: str, sig: str = "SIGKILL") -> list[str]:
+        """Signal every running container of `pod` through its node's containerd, behind
+        the kubelet's back: a crash or an OOM kill as Kubernetes sees one (the kubelet
+        restarts the container unless the pod is deleted). Returns the container names."""
+        obj = json.loads(self.kubectl("get", "pod", pod, "-n", namespace, "-o", "json"))
+        node = next((n for n in self.record().nodes if n.name == obj["spec"].get("nodeName")), None)
+        if node is None:
+            raise TestbedError(f"pod {namespace}/{pod} is on no node of this bed")
+        socket = NodeConfig.load(Path(node.dir) / "node.json").socket
+        killed = []
+        for status in (obj.get("status") or {}).get("containerStatuses") or []:
+            runtime, _, container_id = str(status.get("containerID", "")).partition("://")
+            if runtime != "containerd" or "running" not in (status.get("state") or {}):
+                continue
+            subprocess.run(
+                ["ctr", "-a", str(socket), "-n", "k8s.io", "task", "kill", "-s", sig,
+                 container_id],
+                capture_output=True, text=True, check=True, timeout=30,
+            )  # fmt: skip
+            killed.append(str(status["name"]))
+        return killed
 
     def helm(self, *args: str, check: bool = True, timeout: float = 300) -> str:
         return self._tool(["helm", *args], None, check, timeout)

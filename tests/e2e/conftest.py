@@ -1,22 +1,17 @@
 """Fixtures of the end-to-end tests: the real-node test bed (once per session, shared with
-tests/realnode), the chart's RBAC once per module, and an `Env` (the operator process, not
-yet started, in a fresh namespace) per test."""
+tests/realnode), the CRD and a namespace for the operator's releases once per module, and
+an `Env` (the chart's release, not yet installed, watching a fresh namespace) per test."""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from e2e_cluster import E2eCluster
-from e2e_env import (
-    Env,
-    OperatorAccount,
-    OperatorProcess,
-    install_operator_rbac,
-    uninstall_operator_rbac,
-)
+from e2e_env import Env, OperatorRelease, install_crd
 from kubernetes.client import ApiClient
 
 from sps_testbed import RealNodeCluster
@@ -34,13 +29,14 @@ def e2e_api(realnode_api: Any) -> ApiClient:
 
 
 @pytest.fixture(scope="module")
-def operator_account(e2e_cluster: E2eCluster) -> Iterator[OperatorAccount]:
-    """The chart's RBAC in cluster mode."""
-    account = install_operator_rbac(e2e_cluster, [])
+def operator_namespace(e2e_cluster: E2eCluster) -> Iterator[str]:
+    """The CRD, and the namespace the tests' operator releases are installed in."""
+    install_crd(e2e_cluster)
+    ns = e2e_cluster.create_namespace(f"sps-system-{secrets.token_hex(3)}")
     try:
-        yield account
+        yield ns
     finally:
-        uninstall_operator_rbac(e2e_cluster, account)
+        e2e_cluster.delete_namespace(ns)
 
 
 @pytest.fixture
@@ -48,22 +44,15 @@ def env(
     e2e_cluster: E2eCluster,
     e2e_api: ApiClient,
     realnode_namespace: str,
-    operator_account: OperatorAccount,
+    operator_namespace: str,
     tmp_path: Path,
 ) -> Iterator[Env]:
-    kubeconfig = e2e_cluster.service_account_kubeconfig(
-        operator_account.service_account,
-        operator_account.namespace,
-        tmp_path / "operator.kubeconfig",
-    )
-    clock = tmp_path / "clock-offset"
-    clock.write_text("0")
-    operator = OperatorProcess(kubeconfig, realnode_namespace, tmp_path / "operator.log", clock)
-    e = Env(e2e_cluster, e2e_api, realnode_namespace, operator, operator_account)
+    operator = OperatorRelease(e2e_cluster, operator_namespace, realnode_namespace,
+                               tmp_path / "clock")  # fmt: skip
+    e = Env(e2e_cluster, e2e_api, realnode_namespace, operator)
     try:
         yield e
     finally:
         # Shown by pytest only when the test fails.
         print(e.diagnostics())
-        for process in [operator, *e.others]:
-            process.stop()
+        operator.uninstall()

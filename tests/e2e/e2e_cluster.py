@@ -1,5 +1,5 @@
-"""The real-node test bed as the end-to-end tests use it: kubectl and helm as admin or as a
-ServiceAccount, namespaces, the nodes of a GPU product, pod logs."""
+"""The real-node test bed as the end-to-end tests use it: kubectl and helm, namespaces,
+the nodes of a GPU product, pod logs, killing a pod's containers."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 from sps_testbed import RealNodeCluster
-from sps_testbed.accounts import service_account_kubeconfig
 
 
 class E2eCluster:
@@ -34,17 +33,8 @@ class E2eCluster:
             args = (f"--kubeconfig={kubeconfig}", *args)
         return self.bed.kubectl(*args, input=input, check=check)
 
-    def helm(self, *args: str) -> str:
-        return self.bed.helm(*args)
-
-    def service_account_kubeconfig(
-        self, service_account: str, namespace: str, path: Path, expiration_seconds: int = 3600
-    ) -> Path:
-        """A kubeconfig with a real token of the ServiceAccount: for programs (the operator
-        under test, kubectl) that must run with exactly its RBAC, the way a pod would."""
-        return service_account_kubeconfig(
-            self.kubectl, self.kubeconfig, service_account, namespace, path, expiration_seconds
-        )
+    def helm(self, *args: str, check: bool = True) -> str:
+        return self.bed.helm(*args, check=check)
 
     def create_namespace(self, name: str) -> str:
         return self.bed.create_namespace(name)

@@ -1,23 +1,21 @@
-"""The end-to-end test bed: the operator as a subprocess under the chart's RBAC, and
+"""The end-to-end test bed: the operator as the chart's Deployment from its image, and
 helpers that build SGLang Deployments and SpsProfiles and read their state.
 
-Pods run on the real-node test bed (kubelets, containerd, runc): SGLang Deployments from
-the stand-in image (`sps-sim`, fast: SPS_SIM_TIME_SCALE in the pod), profiling Jobs from
-the operator's image. The operator runs as a local process with a real token of the
-chart's ServiceAccount (RBAC rendered with helm), so a test can set its flags, move its
-clock, read its log and kill it; the chart's own Deployment of it is tested in
-tests/realnode.
+Everything runs on the real-node test bed (kubelets, containerd, runc): the operator is
+`helm install`ed per test (namespaces mode, watching the test's namespace, its own
+release in the module's operator namespace), SGLang Deployments run the stand-in image
+(`sps-sim`, fast: SPS_SIM_TIME_SCALE in the pod), profiling Jobs the operator's image. A
+test sets the operator's flags (`operator.extraArgs`), moves its clock (a host directory
+mounted through `extraVolumes`, read by `--clock-offset-file`), reads its log
+(`kubectl logs`) and metrics (its pod's port), scales it, and kills it (SIGKILL through
+the node's containerd, then the pod force-deleted).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import secrets
-import signal
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,70 +27,166 @@ from kubernetes import client
 from kubernetes.client import ApiClient
 from kubernetes.client.rest import ApiException
 
-from sps_testbed.controlplane import free_port
 from waiting import wait_crd_established, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "sps-operator"
 GROUP, VERSION, PLURAL = "sps.dev", "v1alpha1", "spsprofiles"
 SIM_TIME_SCALE = "40"
 TABLE_PATH = "/etc/sps/table/table.json"
+CLOCK_MOUNT = "/var/run/sps-clock"
+# The flags every test's operator starts with: a short GPU debounce, a verbose plain log,
+# the clock the test can move. A test's own `extra_args` come after (the last one wins).
+BASE_ARGS = (
+    "--resync-seconds=60",
+    "--gpu-debounce-seconds=2",
+    f"--clock-offset-file={CLOCK_MOUNT}/offset",
+)
 
 
 # ----------------------------------------------------------------------------- helpers
 
 
 @dataclass
-class OperatorProcess:
-    kubeconfig: Path
-    namespace: str
-    log_path: Path
-    clock_file: Path
-    proc: subprocess.Popen[bytes] | None = None
-    metrics_port: int = 0
-    liveness_port: int = 0
+class OperatorRelease:
+    """The chart installed (on the first `start`) as release `name` in `namespace`,
+    watching `watched` only (namespaces mode)."""
+
+    cluster: E2eCluster
+    namespace: str  # the release's namespace (its pods, ServiceAccount, Lease)
+    watched: str
+    clock_dir: Path  # on the host; mounted into the operator's pods
+    name: str = field(default_factory=lambda: f"sps-operator-{secrets.token_hex(3)}")
+    replicas: int = 1
     extra_args: list[str] = field(default_factory=list)
-    name: str = "operator"  # POD_NAME: its identity in a leader election
+    installed: bool = False
+    killed_logs: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.clock_dir.mkdir(parents=True, exist_ok=True)
+        self.clock_dir.chmod(0o755)  # the operator runs as 65532
+        self.set_clock_offset(0)
+
+    @property
+    def selector(self) -> str:
+        return f"app.kubernetes.io/instance={self.name}"
+
+    @property
+    def lease(self) -> str:
+        """The Lease its replicas elect a leader on (the chart's fullname)."""
+        return self.name
+
+    def set_clock_offset(self, seconds: float) -> None:
+        """Seconds the operator adds to its wall clock from its next pass on."""
+        path = self.clock_dir / "offset"
+        path.write_text(str(seconds))
+        path.chmod(0o644)
+
+    def values(self) -> list[str]:
+        args = [*BASE_ARGS, *self.extra_args]
+        return [
+            f"replicaCount={self.replicas}",
+            "watch.mode=namespaces",
+            f"watch.namespaces={{{self.watched}}}",
+            "operator.logLevel=verbose",
+            "operator.logFormat=plain",
+            f"operator.extraArgs={{{','.join(args)}}}",
+            "extraVolumes[0].name=clock",
+            f"extraVolumes[0].hostPath.path={self.clock_dir}",
+            "extraVolumes[0].hostPath.type=Directory",
+            "extraVolumeMounts[0].name=clock",
+            f"extraVolumeMounts[0].mountPath={CLOCK_MOUNT}",
+            "extraVolumeMounts[0].readOnly=true",
+        ]
 
     def start(self) -> None:
-        exe = Path(sys.executable).with_name("sps-operator")
-        self.metrics_port, self.liveness_port = free_port(), free_port()
-        argv = [
-            str(exe), "run", "--namespace", self.namespace, "--resync-seconds", "60",
-            "--gpu-debounce-seconds", "2", "--metrics-port", str(self.metrics_port),
-            "--liveness", f"http://127.0.0.1:{self.liveness_port}/healthz", "--verbose",
-            "--log-format", "plain", "--clock-offset-file", str(self.clock_file),
-            *self.extra_args,
-        ]  # fmt: skip
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
-        env["KUBECONFIG"] = str(self.kubeconfig)
-        env["POD_NAME"] = self.name
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-        log.close()
+        """Install the release, or scale it back to `replicas` after `stop`/`kill`."""
+        if not self.installed:
+            sets = [arg for value in self.values() for arg in ("--set", value)]
+            self.cluster.helm(
+                "install", self.name, str(CHART), "--namespace", self.namespace, *sets
+            )
+            self.installed = True
+        else:
+            self.scale(self.replicas)
 
-    def kill(self) -> None:
-        """SIGKILL: an operator that dies mid-run, with no chance to clean up."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-        self.proc = None
+    def scale(self, replicas: int) -> None:
+        self.cluster.kubectl(
+            "scale", "deployment", self.name, "-n", self.namespace, f"--replicas={replicas}"
+        )
+
+    def pods(self) -> list[dict[str, Any]]:
+        out = self.cluster.kubectl("get", "pods", "-n", self.namespace, "-l", self.selector,
+                                   "-o", "json")  # fmt: skip
+        return [p for p in json.loads(out)["items"] if not p["metadata"].get("deletionTimestamp")]
+
+    def wait_gone(self, pods: list[str], timeout: float = 60) -> None:
+        def gone() -> bool:
+            out = self.cluster.kubectl("get", "pods", "-n", self.namespace, "-l", self.selector,
+                                       "-o", "name")  # fmt: skip
+            return not {line.removeprefix("pod/") for line in out.split()} & set(pods)
+
+        wait_for(f"operator pods {pods} gone", gone, timeout=timeout)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        self.proc = None
+        """Scale to zero and wait until its pods are gone (SIGTERM: a clean shutdown)."""
+        if not self.installed:
+            return
+        names = [p["metadata"]["name"] for p in self.pods()]
+        self.scale(0)
+        self.wait_gone(names, timeout=90)
+
+    def kill(self, pod: str | None = None) -> None:
+        """SIGKILL an operator with no chance to clean up, and delete its pod at once.
+        `pod` None: every replica, and the release stays down until `start`; a pod name:
+        that replica only (the Deployment replaces it, as after a node failure)."""
+        pods = [p["metadata"]["name"] for p in self.pods()]
+        targets = pods if pod is None else [pod]
+        for name in targets:
+            self.killed_logs.append(self.pod_log(name))
+            self.cluster.bed.kill_pod_containers(self.namespace, name)
+        if pod is None:
+            self.scale(0)
+        self.cluster.kubectl("delete", "pod", "-n", self.namespace, *targets, "--force",
+                             "--grace-period=0", "--wait=false", check=False)  # fmt: skip
+        self.wait_gone(targets)
+
+    def uninstall(self) -> None:
+        if self.installed:
+            self.cluster.helm("uninstall", self.name, "--namespace", self.namespace,
+                              check=False)  # fmt: skip
+            self.installed = False
+
+    def failure(self) -> str | None:
+        """Why its pods cannot run (a container that crashed or cannot start), if so."""
+        for pod in self.pods():
+            for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                waiting = (status.get("state") or {}).get("waiting") or {}
+                if status.get("restartCount") or waiting.get("reason") in {
+                    "CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff",
+                    "CreateContainerConfigError", "CreateContainerError",
+                }:  # fmt: skip
+                    return f"operator pod {pod['metadata']['name']}: {status}"
+        return None
+
+    def get(self, port: int, path: str, pod: str | None = None) -> httpx.Response:
+        """GET `path` on `port` of `pod` (default: the only running replica)."""
+        pods = [p for p in self.pods() if pod in (None, p["metadata"]["name"])]
+        assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
+        return httpx.get(f"http://{pods[0]['status']['podIP']}:{port}{path}", timeout=10)
+
+    def metrics(self, pod: str | None = None) -> str:
+        return self.get(9090, "/metrics", pod).text
+
+    def pod_log(self, pod: str, tail: int = 300) -> str:
+        text = self.cluster.kubectl("logs", "-n", self.namespace, pod, "-c", "operator",
+                                    "--timestamps", f"--tail={tail}", check=False)  # fmt: skip
+        return f"==> {pod} <==\n{text.rstrip()}"
 
     def log(self, tail: int = 120) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-tail:])
+        """The log of every replica (and of those killed), newest last."""
+        running = [self.pod_log(p["metadata"]["name"], tail) for p in self.pods()]
+        return "\n".join([*self.killed_logs, *running])
 
 
 @dataclass
@@ -100,28 +194,7 @@ class Env:
     cluster: E2eCluster
     api: ApiClient
     namespace: str
-    operator: OperatorProcess
-    account: OperatorAccount | None = None
-    others: list[OperatorProcess] = field(default_factory=list)
-
-    def replicas(self, count: int) -> list[OperatorProcess]:
-        """`count` operator processes electing a leader on the chart's Lease (the first is
-        `self.operator`); none started."""
-        assert self.account is not None and self.account.lease
-        election = [
-            "--leader-election",
-            f"--lease-name={self.account.lease}",
-            f"--lease-namespace={self.account.namespace}",
-        ]
-        first = self.operator
-        first.extra_args, first.name = [*first.extra_args, *election], "replica-0"
-        for i in range(1, count):
-            log = first.log_path.with_name(f"operator-{i}.log")
-            self.others.append(
-                OperatorProcess(first.kubeconfig, first.namespace, log, first.clock_file,
-                                extra_args=list(first.extra_args), name=f"replica-{i}")
-            )  # fmt: skip
-        return [first, *self.others]
+    operator: OperatorRelease
 
     @property
     def apps(self) -> client.AppsV1Api:
@@ -327,52 +400,13 @@ def serving_pod_info(env: Env, table_hash: str) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- fixtures
 
 
-@dataclass(frozen=True)
-class OperatorAccount:
-    """The chart's ServiceAccount and RBAC, installed in a namespace of their own."""
-
-    namespace: str
-    service_account: str
-    lease: str  # the one Lease the chart's Role lets it use for leader election
-    rendered: str
-
-
-def install_operator_rbac(cluster: E2eCluster, helm_values: list[str]) -> OperatorAccount:
-    """The CRD, and the chart's ServiceAccount + RBAC in a namespace of its own."""
+def install_crd(cluster: E2eCluster) -> None:
+    """The CRD as `make crds` generates it (server-side, so a newer one replaces the old)."""
     cluster.kubectl(
         "apply", "--server-side", "--force-conflicts", "-f",
         str(ROOT / "crds" / "sps.dev_spsprofiles.yaml"),
     )  # fmt: skip
     wait_crd_established(cluster.kubectl)
-    suffix = secrets.token_hex(3)
-    ns = cluster.create_namespace(f"sps-system-{suffix}")
-    server = json.loads(cluster.kubectl("version", "-o", "json"))["serverVersion"]
-    values = [arg for value in helm_values for arg in ("--set", value)]
-    rendered = cluster.helm(
-        "template", f"sps-e2e-{suffix}", str(ROOT / "charts" / "sps-operator"),
-        "--kube-version", server["gitVersion"], "--namespace", ns, *values,
-        "--show-only", "templates/rbac.yaml", "--show-only", "templates/serviceaccount.yaml",
-    )  # fmt: skip
-    cluster.kubectl("apply", "-f", "-", input=rendered)
-    accounts = [
-        d["metadata"]["name"]
-        for d in yaml.safe_load_all(rendered)
-        if d and d.get("kind") == "ServiceAccount"
-    ]
-    assert len(accounts) == 1, rendered
-    leases = [
-        name
-        for d in yaml.safe_load_all(rendered)
-        if d and d.get("kind") == "Role" and d["metadata"]["name"].endswith("-leader")
-        for rule in d["rules"]
-        for name in rule.get("resourceNames") or []
-    ]
-    return OperatorAccount(ns, accounts[0], leases[0] if leases else "", rendered)
-
-
-def uninstall_operator_rbac(cluster: E2eCluster, account: OperatorAccount) -> None:
-    cluster.kubectl("delete", "-f", "-", "--ignore-not-found", input=account.rendered, check=False)
-    cluster.delete_namespace(account.namespace)
 
 
 def create(env: Env, deployment: dict[str, Any], profile: dict[str, Any]) -> None:
@@ -382,9 +416,9 @@ def create(env: Env, deployment: dict[str, Any], profile: dict[str, Any]) -> Non
 
 def wait_ready(env: Env, timeout: float = 240.0) -> dict[str, Any]:
     def ready() -> dict[str, Any] | None:
-        proc = env.operator.proc
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the operator exited ({proc.returncode})")
+        failure = env.operator.failure()
+        if failure:
+            raise AssertionError(failure)
         c = env.condition("Ready")
         return c if c.get("status") == "True" else None
 

@@ -27,7 +27,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from e2e_env import (
     GROUP,
@@ -282,7 +281,7 @@ def test_e2e_borrow_replica_profiles_rolls_and_gives_the_replica_back(env: Env) 
     borrow_seconds = (back_at - lent_at).total_seconds()
     assert borrow_seconds >= 0
     # The wait is a metric.
-    text = httpx.get(f"http://127.0.0.1:{env.operator.metrics_port}/metrics").text
+    text = env.operator.metrics()
     waits = [
         s.value
         for family in text_string_to_metric_families(text)

@@ -6,22 +6,17 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
-from e2e_cluster import E2eCluster
 from e2e_env import (
     GROUP,
     PLURAL,
     TABLE_PATH,
     VERSION,
     Env,
-    OperatorProcess,
     create,
-    install_operator_rbac,
     rolled_to,
     running_table_hash,
     server_deployment,
@@ -29,7 +24,6 @@ from e2e_env import (
     sps_profile,
     table_for,
     tables,
-    uninstall_operator_rbac,
     wait_ready,
 )
 from kubernetes import client
@@ -129,7 +123,7 @@ def test_e2e_diagonal_profile_publish_and_roll(env: Env) -> None:
     ).items
     reasons = {e.reason for e in events}
     assert {"ProfilingStarted", "TablePublished", "RolloutApplied"} <= reasons
-    text = httpx.get(f"http://127.0.0.1:{env.operator.metrics_port}/metrics").text
+    text = env.operator.metrics()
     samples = {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in text_string_to_metric_families(text)
@@ -146,7 +140,7 @@ def test_e2e_diagonal_profile_publish_and_roll(env: Env) -> None:
     assert metric("sps_rollouts_total", mode="Inject") == 1.0
     age = metric("sps_table_age_seconds", gpu_product=GPU_H100)
     assert age is not None and 0 <= age < 600
-    health = httpx.get(f"http://127.0.0.1:{env.operator.liveness_port}/healthz")
+    health = env.operator.get(8080, "/healthz")
     assert health.status_code == 200
 
 
@@ -254,7 +248,7 @@ def test_e2e_gate_failure_keeps_the_live_table(env: Env) -> None:
 
 
 def test_e2e_crd_rejects_what_cannot_work(
-    e2e_api: ApiClient, realnode_namespace: str, operator_account: tuple[str, str]
+    e2e_api: ApiClient, realnode_namespace: str, operator_namespace: str
 ) -> None:
     """CEL rules answer with what to fix (admission, before the operator sees anything)."""
     custom, namespace = client.CustomObjectsApi(e2e_api), realnode_namespace
@@ -442,7 +436,7 @@ def test_e2e_server_change_token_annotation_and_schedule_trigger_runs(env: Env) 
     # The schedule: move the operator's clock past the next 03:00.
     next_time = env.profile()["status"]["nextScheduleTime"]
     due = time.mktime(time.strptime(next_time, "%Y-%m-%dT%H:%M:%SZ")) - time.mktime(time.gmtime())
-    env.operator.clock_file.write_text(str(int(due) + 60))
+    env.operator.set_clock_offset(int(due) + 60)
     # The operator sleeps until the schedule by its (offset) clock; the jump happened
     # behind its back, so wake the profile with an event (a label nothing reads).
     env.custom.patch_namespaced_custom_object(
@@ -586,71 +580,41 @@ def test_e2e_delete_profile_cleans_up_and_leaves_deployment_serving(env: Env) ->
     serving_pod_info(env, table["hash"])
 
 
-def test_realnode_namespace_mode_rbac_is_enough_and_no_more(
-    e2e_cluster: E2eCluster,
-    e2e_api: ApiClient,
-    realnode_namespace: str,
-    tmp_path: Path,
-) -> None:
-    """The chart in namespaces mode (a Role in the watched namespace + the cluster-scoped
-    ClusterRole) runs the whole flow; the operator's account can do nothing elsewhere,
-    and kopf leaves no annotations on the Deployment or the Nodes."""
-    namespace = realnode_namespace
-    installed = install_operator_rbac(
-        e2e_cluster, ["watch.mode=namespaces", f"watch.namespaces={{{namespace}}}"]
-    )
-    op_ns, account, rendered = installed.namespace, installed.service_account, installed.rendered
-    try:
-        kinds = {
-            (d["kind"], d["metadata"].get("namespace")) for d in yaml.safe_load_all(rendered) if d
-        }
-        assert ("Role", namespace) in kinds and ("ClusterRole", None) in kinds
-        as_operator = f"--as=system:serviceaccount:{op_ns}:{account}"
-        for verb, resource, where in [
-            ("create", "jobs", namespace),
-            ("patch", "deployments", namespace),
-            ("list", "nodes", namespace),
-        ]:
-            out = e2e_cluster.kubectl(
-                "auth", "can-i", verb, resource, "-n", where, as_operator, check=False
-            )
-            assert out.strip() == "yes", (verb, resource, where)
-        for verb, resource, where in [
-            ("create", "jobs", op_ns),
-            ("list", "pods", "default"),
-            ("patch", "deployments", "default"),
-            ("get", "secrets", namespace),
-            ("update", "spsprofiles", namespace),
-        ]:
-            out = e2e_cluster.kubectl(
-                "auth", "can-i", verb, resource, "-n", where, as_operator, check=False
-            )
-            assert out.strip() == "no", (verb, resource, where)
-
-        kubeconfig = e2e_cluster.service_account_kubeconfig(
-            account, op_ns, tmp_path / "operator.kubeconfig"
+def test_e2e_namespace_mode_rbac_is_enough_and_no_more(env: Env) -> None:
+    """The chart in namespaces mode (every e2e test's operator: a Role in the watched
+    namespace + the cluster-scoped ClusterRole) runs the whole flow; the operator's account
+    can do nothing elsewhere, and kopf leaves no annotations on the Deployment or Nodes."""
+    namespace, op_ns = env.namespace, env.operator.namespace
+    create(env, server_deployment(GPU_H100), sps_profile())
+    env.operator.start()
+    manifest = env.cluster.helm("get", "manifest", env.operator.name, "--namespace", op_ns)
+    objects = [d for d in yaml.safe_load_all(manifest) if d]
+    kinds = {(d["kind"], d["metadata"].get("namespace")) for d in objects}
+    assert ("Role", namespace) in kinds and ("ClusterRole", None) in kinds
+    (account,) = [d["metadata"]["name"] for d in objects if d["kind"] == "ServiceAccount"]
+    as_operator = f"--as=system:serviceaccount:{op_ns}:{account}"
+    for verb, resource, where, allowed in [
+        ("create", "jobs", namespace, "yes"),
+        ("patch", "deployments", namespace, "yes"),
+        ("list", "nodes", namespace, "yes"),
+        ("create", "jobs", op_ns, "no"),
+        ("list", "pods", "default", "no"),
+        ("patch", "deployments", "default", "no"),
+        ("get", "secrets", namespace, "no"),
+        ("update", "spsprofiles", namespace, "no"),
+    ]:
+        out = env.cluster.kubectl(
+            "auth", "can-i", verb, resource, "-n", where, as_operator, check=False
         )
-        clock = tmp_path / "clock-offset"
-        operator = OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log", clock)
-        env = Env(e2e_cluster, e2e_api, namespace, operator)
-        try:
-            create(env, server_deployment(GPU_H100), sps_profile())
-            operator.start()
-            wait_ready(env)
-            (table,) = tables(env)
-            wait_for("rolled", lambda: rolled_to(env, table["hash"]), timeout=90)
-            print(env.diagnostics())
-        finally:
-            operator.stop()
-        dep_annotations = env.deployment()["metadata"].get("annotations") or {}
-        assert not [k for k in dep_annotations if "kopf" in k or k.startswith("sps.dev/last")]
-        nodes = client.CoreV1Api(e2e_api).list_node().items
-        for node in nodes:
-            assert not [
-                k for k in (node.metadata.annotations or {}) if "kopf" in k or "sps.dev" in k
-            ]
-    finally:
-        uninstall_operator_rbac(e2e_cluster, installed)
+        assert out.strip() == allowed, (verb, resource, where)
+
+    wait_ready(env)
+    (table,) = tables(env)
+    wait_for("rolled", lambda: rolled_to(env, table["hash"]), timeout=90)
+    dep_annotations = env.deployment()["metadata"].get("annotations") or {}
+    assert not [k for k in dep_annotations if "kopf" in k or k.startswith("sps.dev/last")]
+    for node in env.core.list_node().items:
+        assert not [k for k in (node.metadata.annotations or {}) if "kopf" in k or "sps.dev" in k]
 
 
 def test_e2e_mixed_gpu_products_give_a_condition_not_a_table(env: Env) -> None:

@@ -151,6 +151,22 @@ def test_restricted_pod_security() -> None:
     assert "emptyDir" in volumes[mounts["/tmp"]]
 
 
+def test_extra_volumes_are_added_beside_the_scratch_dir() -> None:
+    objects = render(
+        "extraVolumes[0].name=ca",
+        "extraVolumes[0].configMap.name=corp-ca",
+        "extraVolumeMounts[0].name=ca",
+        "extraVolumeMounts[0].mountPath=/etc/ssl/corp",
+        "extraVolumeMounts[0].readOnly=true",
+    )
+    (deployment,) = by_kind(objects, "Deployment")
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["ca"] == {"name": "ca", "configMap": {"name": "corp-ca"}}
+    assert "emptyDir" in volumes["tmp"]
+    mounts = {m["mountPath"]: m for m in operator_container(objects)["volumeMounts"]}
+    assert mounts["/etc/ssl/corp"] == {"name": "ca", "mountPath": "/etc/ssl/corp", "readOnly": True}
+    assert mounts["/tmp"]["name"] == "tmp"
+
 def test_probes_resources_and_metrics_port() -> None:
     objects = render("health.port=8181", "metrics.port=9191")
     container = operator_container(objects)
@@ -288,6 +304,7 @@ def test_include_crds_renders_the_crd() -> None:
         (["imageTypo=x"], "imageTypo"),
         (["image.pullPolicy=Sometimes"], "pullPolicy"),
         (["jobDefaults.priorityClass=x"], "priorityClass"),
+        (["extraVolumeMounts[0].name=ca"], "mountPath"),
     ],
 )
 def test_schema_rejects_bad_values(values: list[str], message: str) -> None:
