@@ -68,16 +68,19 @@ def test_e2e_killing_the_leader_mid_run_loses_nothing_and_duplicates_nothing(env
 def test_e2e_a_restart_during_a_gpu_move_continues_the_debounce(env: Env) -> None:
     debounce = 20
     env.operator.extra_args = [f"--gpu-debounce-seconds={debounce}"]
-    dep = server_deployment(GPU_H100)
-    # New pods count as available only after a minute: the move's rollout stays incomplete
-    # (pods moving) long enough for the debounce to matter.
-    dep["spec"]["minReadySeconds"] = 60
-    create(env, dep, sps_profile())
+    create(env, server_deployment(GPU_H100), sps_profile())
     env.operator.start()
-    wait_ready(env, timeout=300)
+    wait_ready(env)
     assert table_for(env, GPU_H100) is not None
 
-    patch = {"spec": {"template": {"spec": {"nodeSelector": {"nvidia.com/gpu.product": GPU_H200}}}}}
+    # With the move, new pods count as available only after a minute: the move's rollout
+    # stays incomplete (pods moving) long enough for the debounce to matter.
+    patch = {
+        "spec": {
+            "minReadySeconds": 60,
+            "template": {"spec": {"nodeSelector": {"nvidia.com/gpu.product": GPU_H200}}},
+        }
+    }
     env.apps.patch_namespaced_deployment("server", env.namespace, patch)
 
     def observed_h200() -> dict[str, Any] | None:

@@ -159,6 +159,10 @@ def test_e2e_gpu_change_profiles_new_product_and_reuses_old_table(env: Env) -> N
     h200 = wait_for("an H200 table", lambda: table_for(env, GPU_H200), timeout=240)
     assert h200["fingerprint"] == h100["fingerprint"] and h200["hash"] != h100["hash"]
     wait_for("rolled to the H200 table", lambda: rolled_to(env, h200["hash"]), timeout=90)
+    # The device plugin handed the new pod its product; the simulator's cost follows it.
+    served = serving_pod_info(env, h200["hash"])
+    assert served["pod"]["spec"]["nodeName"] in env.cluster.nodes_with_product(GPU_H200)
+    assert served["info"]["sps_sim"]["preset"] == GPU_H200, served["info"]
     runs = {j["metadata"]["labels"]["sps.dev/run"] for j in env.jobs()}
     assert h200["run"] in runs
     job = next(j for j in env.jobs() if j["metadata"]["name"] == h200["run"])
@@ -585,6 +589,12 @@ def test_e2e_namespace_mode_rbac_is_enough_and_no_more(env: Env) -> None:
     namespace + the cluster-scoped ClusterRole) runs the whole flow; the operator's account
     can do nothing elsewhere, and kopf leaves no annotations on the Deployment or Nodes."""
     namespace, op_ns = env.namespace, env.operator.namespace
+    # The same server and profile in a namespace it does not watch, created first: by the
+    # time the watched profile is Ready, an operator that saw this one would have acted.
+    other = env.cluster.create_namespace(f"{namespace[:50]}-unwatched")
+    apps, custom = env.apps, env.custom
+    apps.create_namespaced_deployment(other, server_deployment(GPU_H100))
+    custom.create_namespaced_custom_object(GROUP, VERSION, other, PLURAL, sps_profile())
     create(env, server_deployment(GPU_H100), sps_profile())
     env.operator.start()
     manifest = env.cluster.helm("get", "manifest", env.operator.name, "--namespace", op_ns)
@@ -598,6 +608,9 @@ def test_e2e_namespace_mode_rbac_is_enough_and_no_more(env: Env) -> None:
         ("patch", "deployments", namespace, "yes"),
         ("list", "nodes", namespace, "yes"),
         ("create", "jobs", op_ns, "no"),
+        ("list", "deployments", other, "no"),
+        ("patch", "deployments", other, "no"),
+        ("create", "jobs", other, "no"),
         ("list", "pods", "default", "no"),
         ("patch", "deployments", "default", "no"),
         ("get", "secrets", namespace, "no"),
@@ -613,6 +626,14 @@ def test_e2e_namespace_mode_rbac_is_enough_and_no_more(env: Env) -> None:
     wait_for("rolled", lambda: rolled_to(env, table["hash"]), timeout=90)
     dep_annotations = env.deployment()["metadata"].get("annotations") or {}
     assert not [k for k in dep_annotations if "kopf" in k or k.startswith("sps.dev/last")]
+    try:
+        unwatched = custom.get_namespaced_custom_object(GROUP, VERSION, other, PLURAL, "sps")
+        assert not unwatched.get("status") and not unwatched["metadata"].get("finalizers")
+        assert not env.batch.list_namespaced_job(other).items
+        template = apps.read_namespaced_deployment("server", other).spec.template
+        assert "sps.dev/table-hash" not in (template.metadata.annotations or {})
+    finally:
+        env.cluster.delete_namespace(other)
     for node in env.core.list_node().items:
         assert not [k for k in (node.metadata.annotations or {}) if "kopf" in k or "sps.dev" in k]
 

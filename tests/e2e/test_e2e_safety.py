@@ -16,6 +16,7 @@ from e2e_env import (
     create,
     rolled_to,
     server_deployment,
+    serving_pod_info,
     sps_profile,
     table_for,
     wait_ready,
@@ -34,6 +35,7 @@ RESTRICTED_POD = {
 RESTRICTED_CONTAINER = {
     "allowPrivilegeEscalation": False,
     "capabilities": {"drop": ["ALL"]},
+    "readOnlyRootFilesystem": True,
 }
 
 
@@ -101,9 +103,10 @@ def test_e2e_foreign_and_shell_wrapped_deployments_are_never_touched(env: Env) -
 
 
 def test_e2e_profiling_runs_in_a_restricted_namespace(env: Env) -> None:
-    """The API server enforces Pod Security `restricted`: the profiling Job's pod is
-    admitted only if the profiler runs restricted and the clone keeps the server's own
-    (restricted) security context."""
+    """The API server enforces Pod Security `restricted` and the runtime enforces the
+    contexts: the profiling Job's pod is admitted only if the profiler runs restricted and
+    the clone keeps the server's own (non-root, no capabilities, read-only root file
+    system); both run under them, and the rolled pod serves the table."""
     env.core.patch_namespace(
         env.namespace,
         {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}},
@@ -123,6 +126,10 @@ def test_e2e_profiling_runs_in_a_restricted_namespace(env: Env) -> None:
     assert spec["automountServiceAccountToken"] is False
     profiler = spec["containers"][0]["securityContext"]
     assert profiler["runAsNonRoot"] and profiler["readOnlyRootFilesystem"]
+    (job_pod,) = env.pods(f"job-name={job['metadata']['name']}")
+    for container in job_pod["spec"].get("initContainers", []) + job_pod["spec"]["containers"]:
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True, container
+    serving_pod_info(env, table["hash"])
 
 
 def test_e2e_gitops_first_run_serves_at_once_and_profiles(env: Env) -> None:

@@ -35,7 +35,7 @@ from realnode_profiles import (
 )
 
 from sps_operator.api.hashing import content_hash
-from sps_operator.constants import GPU_H100, GPU_H200
+from sps_operator.constants import GPU_H100
 from sps_operator.tables.formats import SpsCostTable, load_sps_table_text
 from sps_testbed import RealNodeCluster
 from waiting import wait_for
@@ -185,40 +185,6 @@ def test_a_profile_runs_its_job_from_the_images_publishes_and_rolls(
     assert rolled_out(get_json(bed, "deployment", "llama", "-n", ns))
 
 
-def _hardened(dep: dict[str, Any]) -> dict[str, Any]:
-    """What a `restricted` namespace admits, with a read-only root file system."""
-    out = copy.deepcopy(dep)
-    spec = out["spec"]["template"]["spec"]
-    spec["securityContext"] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
-    for container in spec["containers"]:
-        container["securityContext"] = {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        }
-    return out
-
-
-def test_a_profile_in_a_restricted_namespace_runs_with_read_only_root_file_systems(
-    realnode_cluster: RealNodeCluster, release: str, realnode_namespace: str
-) -> None:
-    """The server hardened for `restricted` (non-root, no capabilities, read-only root file
-    system): the Job's pod is admitted there, its cloned server and its profiler run under
-    the enforced contexts, and the rolled pod serves the table."""
-    bed, ns = realnode_cluster, realnode_namespace
-    bed.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
-    server = _hardened(
-        with_env(load("sglang-deployment.yaml"), {"SPS_SIM_TIME_SCALE": SIM_TIME_SCALE})
-    )
-    apply(bed, ns, server, quick(load("diagonal.yaml")))
-    prof = wait_ready(bed, release, ns, "llama")
-    (table,) = prof["status"]["tables"]
-    (job_pod,) = get_json(bed, "pods", "-n", ns, "-l", f"job-name={table['run']}")["items"]
-    for container in job_pod["spec"]["initContainers"] + job_pod["spec"]["containers"]:
-        assert container["securityContext"]["readOnlyRootFilesystem"] is True, container
-    serves(bed, ns, "llama", table["hash"])
-
-
 def test_gitops_annotate_only_fills_the_mounted_config_map(
     realnode_cluster: RealNodeCluster, release: str, realnode_namespace: str
 ) -> None:
@@ -352,80 +318,3 @@ def test_the_standby_takes_over_when_the_leader_pod_goes(
     prof = wait_ready(bed, release, ns, "llama")
     (table,) = prof["status"]["tables"]
     rolled_pod(bed, ns, "llama", table["hash"])
-
-
-def test_killing_the_leader_pod_mid_run_adopts_the_job(
-    realnode_cluster: RealNodeCluster, release: str, realnode_namespace: str
-) -> None:
-    """The leader's pod is force-deleted while its profiling Job runs (no chance to release
-    the Lease): the standby takes the Lease when it expires, adopts the running Job (no
-    second Job), publishes its table and rolls the Deployment."""
-    bed, ns = realnode_cluster, realnode_namespace
-    # A slower simulated server, so the run is still going when the leader goes.
-    server = with_env(load("sglang-deployment.yaml"), {"SPS_SIM_TIME_SCALE": "5"})
-    apply(bed, ns, server, quick(load("diagonal.yaml")))
-
-    def running_job() -> str | None:
-        for job in get_json(bed, "jobs", "-n", ns, "-l", "sps.dev/profile=llama")["items"]:
-            if job.get("status", {}).get("active"):
-                return str(job["metadata"]["name"])
-        return None
-
-    job = wait_for("the profiling Job running", running_job, timeout=300)
-    leader = str(get_json(bed, "lease", "sps-operator", "-n", release)["spec"]["holderIdentity"])
-    bed.kubectl("delete", "pod", leader, "-n", release, "--grace-period=0", "--force")
-    prof = wait_ready(bed, release, ns, "llama")
-    (table,) = prof["status"]["tables"]
-    assert table["run"] == job
-    jobs = get_json(bed, "jobs", "-n", ns, "-l", "sps.dev/profile=llama")["items"]
-    assert [j["metadata"]["name"] for j in jobs] == [job]
-    assert (
-        str(get_json(bed, "lease", "sps-operator", "-n", release)["spec"]["holderIdentity"])
-        != leader
-    )
-    rolled_pod(bed, ns, "llama", table["hash"])
-
-
-def test_a_gpu_move_profiles_the_new_product_from_its_device_plugin(
-    realnode_cluster: RealNodeCluster, release: str, realnode_namespace: str
-) -> None:
-    """The Deployment moves from H100 to H200 nodes: the device plugin hands the new pods
-    their product (the simulator's cost preset follows it), the operator waits out its GPU
-    debounce, profiles on H200 and rolls that table; the H100 table stays recorded."""
-    bed, ns = realnode_cluster, realnode_namespace
-    server = with_env(load("sglang-deployment.yaml"), {"SPS_SIM_TIME_SCALE": SIM_TIME_SCALE})
-    apply(bed, ns, server, quick(load("diagonal.yaml")))
-    first = wait_ready(bed, release, ns, "llama")
-    (h100,) = first["status"]["tables"]
-    assert h100["gpuProduct"] == GPU_H100
-
-    patch = {"spec": {"template": {"spec": {"nodeSelector": {"nvidia.com/gpu.product": GPU_H200}}}}}
-    bed.kubectl("patch", "deployment", "llama", "-n", ns, "--type=merge", "-p", json.dumps(patch))
-
-    def on_h200() -> dict[str, Any] | None:
-        prof = get_json(bed, "spsprofile", "llama", "-n", ns)
-        tables = {t["gpuProduct"]: t for t in prof.get("status", {}).get("tables") or []}
-        live = prof.get("status", {}).get("liveTable")
-        h200 = tables.get(GPU_H200)
-        ready = conditions(prof).get("Ready") == "True"
-        return prof if h200 and ready and live == h200["configMap"] else None
-
-    try:
-        prof = wait_for("a Ready H200 table", on_h200, timeout=600)
-    except AssertionError as err:
-        raise AssertionError(f"{err}\n{diagnostics(bed, release, ns, 'llama')}") from None
-    tables = {t["gpuProduct"]: t for t in prof["status"]["tables"]}
-    assert tables[GPU_H100]["configMap"] == h100["configMap"]
-    h200 = tables[GPU_H200]
-    assert h200["hash"] != h100["hash"]
-
-    serving = wait_for(
-        "a Ready H200 pod with the H200 table",
-        lambda: ready_pod_with(bed, ns, "llama", h200["hash"]),
-        timeout=300,
-    )
-    node = get_json(bed, "node", serving["spec"]["nodeName"])
-    assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == GPU_H200
-    info = json.loads(in_pod(bed, ns, serving["metadata"]["name"], "sglang", SERVER_INFO))
-    assert info["sps_sim"]["preset"] == GPU_H200, info["sps_sim"]
-    assert info["sps_table"]["sha256"] == h200["hash"], info["sps_table"]

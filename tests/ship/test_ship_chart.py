@@ -167,6 +167,7 @@ def test_extra_volumes_are_added_beside_the_scratch_dir() -> None:
     assert mounts["/etc/ssl/corp"] == {"name": "ca", "mountPath": "/etc/ssl/corp", "readOnly": True}
     assert mounts["/tmp"]["name"] == "tmp"
 
+
 def test_probes_resources_and_metrics_port() -> None:
     objects = render("health.port=8181", "metrics.port=9191")
     container = operator_container(objects)
