@@ -56,3 +56,57 @@ def test_a_forbidden_lease_is_said_once_with_what_to_fix(caplog: pytest.LogCaptu
     assert len(errors) == 1, caplog.text
     assert "elsewhere/ops" in errors[0].getMessage()
     assert "--lease-namespace" in errors[0].getMessage()
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Leases:
+    """A CoordinationV1Api that refuses or lets through, as the test says."""
+
+    def __init__(self) -> None:
+        self.status = 403
+
+    def read_namespaced_lease(self, name: str, namespace: str) -> dict:
+        if self.status:
+            raise ApiException(status=self.status, reason="Refused")
+        return lease("someone-else", "1")
+
+
+def test_a_lease_refused_for_a_minute_makes_the_replica_unhealthy_with_why() -> None:
+    clock, api = _Clock(), _Leases()
+    elector = LeaseElector("ops", "elsewhere", "me", api=api, timing=T, clock=clock)  # type: ignore[arg-type]
+    assert not elector.try_once()
+    assert elector.problem() is None  # a refusal may be passing
+    clock.now = T.refused_unhealthy_after - 1
+    assert not elector.try_once()
+    assert elector.problem() is None
+    clock.now = T.refused_unhealthy_after
+    assert not elector.try_once()
+    problem = elector.problem()
+    assert problem is not None
+    assert "elsewhere/ops" in problem and "HTTP 403" in problem
+    assert "--lease-namespace" in problem
+    # Answered again (another holds it: a plain standby), and the count starts over.
+    api.status = 0
+    assert not elector.try_once()
+    assert elector.problem() is None
+    api.status = 500
+    clock.now += 1
+    assert not elector.try_once()
+    assert elector.problem() is None
+
+
+def test_losing_a_race_is_never_a_problem() -> None:
+    clock, api = _Clock(), _Leases()
+    api.status = 409
+    elector = LeaseElector("ops", "ns", "me", api=api, timing=T, clock=clock)  # type: ignore[arg-type]
+    for step in range(100):
+        clock.now = step * T.retry_period
+        elector.try_once()
+    assert elector.problem() is None

@@ -2,21 +2,26 @@
 
 A standby replica must look alive (it is waiting for the Lease, not stuck), so this is
 the operator's own endpoint rather than kopf's, which exists only while kopf runs. A
-wedged event loop does not answer, and the kubelet restarts the pod."""
+wedged event loop does not answer, and the kubelet restarts the pod; a replica that says
+it cannot work (`problem`: e.g. its Lease refused for a minute) answers 503 with why."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
 
-async def serve_health(url: str) -> web.AppRunner:
+async def serve_health(url: str, problem: Callable[[], str | None] | None = None) -> web.AppRunner:
     """Serve GET <path of url> on its host and port; returns the runner to clean up."""
     parts = urlsplit(url)
     app = web.Application()
 
     async def healthy(_: web.Request) -> web.Response:
+        reason = problem() if problem is not None else None
+        if reason:
+            return web.Response(status=503, text=f"{reason}\n")
         return web.Response(text="ok\n")
 
     app.router.add_get(parts.path or "/healthz", healthy)

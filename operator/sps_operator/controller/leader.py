@@ -31,6 +31,9 @@ class Timing:
     lease_duration: float = 10.0  # a candidate waits this long on an unrenewed Lease
     renew_deadline: float = 7.0  # a leader that cannot renew for this long steps down
     retry_period: float = 2.0  # how often the leader renews and candidates look
+    # A replica refused the Lease (403, 404: not a lost race) this long fails its liveness
+    # probe: a standby that can never lead is misconfigured, not healthy.
+    refused_unhealthy_after: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,8 @@ class LeaseElector:
         self._observed: Observed | None = None
         self._renewed_at: float | None = None
         self._last_error: int | None = None
+        self._refused_since: float | None = None  # first of the refusals in a row
+        self._refusal = ""
 
     def is_leader(self) -> bool:
         renewed = self._renewed_at
@@ -94,6 +99,7 @@ class LeaseElector:
             lease = self._get()
             take, self._observed = decide(self.identity, lease, self._observed, now, self.timing)
             if not take:
+                self._answered()
                 return self.is_leader()
             if lease is None:
                 self._create()
@@ -106,7 +112,12 @@ class LeaseElector:
             # standby forever, so it is said once per distinct cause, with what to fix.
             if exc.status == 409:
                 log.debug("lease %s/%s: %s", self.namespace, self.name, exc.reason)
-            elif exc.status != self._last_error:
+                self._refused_since = None
+            else:
+                if self._refused_since is None:
+                    self._refused_since = now
+                self._refusal = f"HTTP {exc.status} {exc.reason}"
+            if exc.status != 409 and exc.status != self._last_error:
                 log.error(
                     "cannot hold the Lease %s/%s (HTTP %s %s); this replica stays standby. "
                     "Check --lease-namespace (default $POD_NAMESPACE) and that the operator's "
@@ -118,8 +129,26 @@ class LeaseElector:
                 )
             self._last_error = exc.status
             return self.is_leader()
-        self._last_error = None
+        self._answered()
         return self.is_leader()
+
+    def _answered(self) -> None:
+        """The API server let this round through: no refusal in a row any more."""
+        self._last_error = None
+        self._refused_since = None
+
+    def problem(self) -> str | None:
+        """Why this replica cannot work, once the Lease has been refused (not lost to
+        another candidate) for `refused_unhealthy_after` seconds in a row; else None."""
+        since = self._refused_since
+        if since is None or self.clock() - since < self.timing.refused_unhealthy_after:
+            return None
+        return (
+            f"the Lease {self.namespace}/{self.name} has been refused for "
+            f"{self.clock() - since:.0f} s ({self._refusal}): this replica can never lead. "
+            "Check --lease-namespace (default $POD_NAMESPACE) and that the operator's Role "
+            "there grants get/create/update on leases."
+        )
 
     def release(self) -> None:
         """Hand the Lease over at shutdown, so a candidate need not wait it out."""

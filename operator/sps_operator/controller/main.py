@@ -259,7 +259,8 @@ async def run(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     state = {"leading": elector is None, "lost": False}
-    health = await serve_health(liveness) if liveness else None
+    problem = elector.problem if elector is not None else None
+    health = await serve_health(liveness, problem) if liveness else None
     try:
         if elector is not None:
             if not await _acquire(elector, stop):
