@@ -41,6 +41,13 @@ REGION_CHI2 = 5.991
 # A run of same-signed residuals longer than this many √(n·τ) says the model does not fit
 # (the drift check's threshold, `profiler.steady.DRIFT_EXCURSION`).
 MISFIT_EXCURSION = 1.8
+# The lag-1 correlation of chunk residuals is read from a few dozen chunks: capped, so a
+# noisy estimate cannot inflate the region until it says nothing. Chunks of 16 steps of an
+# AR(1) with φ = 0.8 correlate by ≈ 0.2.
+MAX_CHUNK_AR1 = 0.5
+MISFIT_Z = 2.33
+# A model error below this (relative, per chunk) is no misfit worth refusing the model for.
+MISFIT_FLOOR = 0.002
 # Fewest chunks on each side before a model is fitted.
 MIN_CHUNKS = 4
 WINDOW_POINTS = 16
@@ -77,16 +84,19 @@ def step_clocks(start: float, times: Sequence[float]) -> list[float]:
 
 
 def _chunk_tau(residuals: npt.NDArray[np.float64]) -> float:
-    """Integrated autocorrelation time of the residuals from their lag-1 correlation."""
-    if len(residuals) < 4:
+    """Integrated autocorrelation time of a series of residuals, from the lag-1 correlation
+    of its first differences (φ = 1 + 2ρ for an AR(1)): blind to a level step or a trend the
+    model missed, which would otherwise read as correlation and excuse itself."""
+    if len(residuals) < 5:
         return 1.0
-    centred = residuals - residuals.mean()
-    power = float(centred @ centred)
+    diffs = np.diff(residuals)
+    diffs = diffs - diffs.mean()
+    power = float(diffs @ diffs)
     if power <= 0:
         return 1.0
-    rho = float(centred[:-1] @ centred[1:]) / power
-    rho = min(max(rho, 0.0), 0.9)
-    return (1 + rho) / (1 - rho)
+    phi = 1 + 2 * float(diffs[:-1] @ diffs[1:]) / power
+    phi = min(max(phi, 0.0), MAX_CHUNK_AR1)
+    return (1 + phi) / (1 - phi)
 
 
 def _largest_excursion(signs: npt.NDArray[np.float64]) -> float:
@@ -139,22 +149,34 @@ def fit_ramp(probe: Sequence[Chunk], anchor: Sequence[Chunk]) -> RampModel | Non
     data = np.array([*probe, *anchor], dtype=float)
     t, j, y = data[:, 0], data[:, 1], data[:, 2]
     n = len(y)
-    design = np.column_stack([np.ones(n), j - j.mean()])
-    gram_inv = np.linalg.pinv(design.T @ design)
-    hat = design @ gram_inv @ design.T
     taus = np.array(TAU_GRID_S)
     amps = np.array(AMPLITUDE_GRID)
     decay = np.exp(-t[None, :] / taus[:, None])  # τ × n
     ramp = np.log1p(amps[:, None, None] * decay[None, :, :])  # A × τ × n
-    resid = y[None, None, :] - ramp
-    resid = resid - resid @ hat  # the level and KV slope fitted for every (A, τ)
+    # The level and the KV slope (per step index) by least squares for every (A, τ); a
+    # falling slope is never KV growth (a ramp's fall must not hide in it): level only then.
+    rest = y[None, None, :] - ramp
+    centred_j = j - j.mean()
+    jj = float(centred_j @ centred_j)
+    level = rest.mean(axis=-1, keepdims=True)
+    slope = (rest @ centred_j) / jj if jj > 0 else np.zeros(rest.shape[:2])
+    slope = np.maximum(slope, 0.0)[..., None]
+    resid = rest - level - slope * centred_j
     sse = np.einsum("atn,atn->at", resid, resid)
     best_a, best_t = np.unravel_index(int(np.argmin(sse)), sse.shape)
     best_resid = resid[best_a, best_t]
     dof = max(n - 4, 1)
+    # Correlation of the chunks, from each series on its own (a jump between them is none).
     tau_chunks = _chunk_tau(best_resid)
     threshold = sse[best_a, best_t] * (1 + REGION_CHI2 * tau_chunks / dof)
-    inside = np.argwhere(sse <= threshold)
+    # Grown by one grid step each way: the grid's own resolution is uncertainty too.
+    mask = sse <= threshold
+    grown = mask.copy()
+    grown[1:, :] |= mask[:-1, :]
+    grown[:-1, :] |= mask[1:, :]
+    grown[:, 1:] |= mask[:, :-1]
+    grown[:, :-1] |= mask[:, 1:]
+    inside = np.argwhere(grown)
     region = tuple((float(amps[a]), float(taus[k])) for a, k in inside)
     # Misfit: the residuals of each series, in time order, must not run to one side.
     fits = True
@@ -163,6 +185,14 @@ def fit_ramp(probe: Sequence[Chunk], anchor: Sequence[Chunk]) -> RampModel | Non
             continue
         signs = np.sign(series - np.median(series))
         if _largest_excursion(signs) > MISFIT_EXCURSION * math.sqrt(len(series) * tau_chunks):
+            fits = False
+    # ... and the probe's scatter about the model must be the anchor's (warm clocks: the
+    # noise alone), up to a one-sided 1 % F test (log F ≈ normal, variance 2/d₁ + 2/d₂).
+    if len(anchor) >= MIN_CHUNKS:
+        var_probe = float(np.var(best_resid[: len(probe)]))
+        var_anchor = float(np.var(best_resid[len(probe) :]))
+        spread = MISFIT_Z * math.sqrt(2 / (len(probe) - 1) + 2 / (len(anchor) - 1))
+        if var_probe > (var_anchor + MISFIT_FLOOR**2) * math.exp(spread):
             fits = False
     # The probe's last quarter against the shared level (anchor level at the same step
     # index): what was left of a ramp when the sweep began, at the top of its interval.
