@@ -39,6 +39,7 @@ def series(
     seed: int = 0,
     kv: float = 0.0,
     amplitude: float = 0.30,
+    tau: float = 5.0,
     jump_at: float | None = None,
 ) -> tuple[list[float], list[float]]:
     """(step times, clocks) of one round from clock `start`: the ramp, a KV slope per step,
@@ -47,7 +48,7 @@ def series(
     rng = random.Random(seed)
     times, clocks, now = [], [], start
     for i in range(n):
-        factor = ramp(now, amplitude) * (1 + kv * i) * math.exp(rng.gauss(0, noise))
+        factor = ramp(now, amplitude, tau) * (1 + kv * i) * math.exp(rng.gauss(0, noise))
         if jump_at is not None and now < jump_at:
             factor *= 1.15
         times.append(step * factor)
@@ -123,9 +124,12 @@ def test_the_corrections_interval_covers_the_truth_at_ten_percent_noise(seed: in
 def test_a_ramp_is_evident_in_a_noisy_warm_up_and_quiet_clocks_are_not(seed: int) -> None:
     # 5 s of a +30 % ramp (τ 5 s) at 10 % noise; the same without the ramp.
     probe, _anchor, _end = probe_and_anchor(5.0, noise=0.10, seed=seed * 1000)
-    assert ramp_evident(probe)
+    assert ramp_evident(probe, 0.01)
     quiet, _anchor, _end = probe_and_anchor(5.0, noise=0.10, seed=seed * 1000, amplitude=0.0)
-    assert not ramp_evident(quiet)
+    assert not ramp_evident(quiet, 0.01)
+    # A short ramp (τ 0.5 s) that is over when the warm-up is judged: nothing to model.
+    over, _anchor, _end = probe_and_anchor(5.0, noise=0.03, seed=seed * 1000, tau=0.5)
+    assert not ramp_evident(over, 0.01)
 
 
 def test_clocks_that_jump_to_speed_are_no_ramp_the_model_may_use() -> None:

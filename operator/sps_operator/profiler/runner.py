@@ -462,7 +462,8 @@ class ActiveRound:
         """Warm-up: has it covered `MIN_SETTLE_SECONDS` with a ramp the model describes?"""
         if sum(self.history) + sum(times) < MIN_SETTLE_SECONDS:
             return False
-        return ramp_evident([*self.probe, *self.chunks(rank_rows)])
+        tolerance = self.plan.rule.ci_rel_width / 2
+        return ramp_evident([*self.probe, *self.chunks(rank_rows)], tolerance)
 
     def _new_rows(self, polled: Sequence[Sequence[StepRow]]) -> list[list[StepRow]]:
         rank_rows = [

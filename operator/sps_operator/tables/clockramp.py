@@ -210,18 +210,23 @@ def fit_ramp(probe: Sequence[Chunk], anchor: Sequence[Chunk]) -> RampModel | Non
     )
 
 
-def ramp_evident(probe: Sequence[Chunk]) -> bool:
-    """Does the warm-up so far show a decaying ramp that the model describes: one whose
-    amplitude is above zero everywhere in its confidence region, with residuals that do not
-    drift? Then the sweep may start on the ramp and be corrected for it (the warm-up's cell
-    measured again at the end as the anchor). Otherwise the warm-up keeps waiting."""
+def ramp_evident(probe: Sequence[Chunk], tolerance_rel: float) -> bool:
+    """Does the warm-up so far show a decaying ramp that the model describes: no ramp at
+    all is outside its confidence region, its residuals do not drift, and at the best fit
+    more than `tolerance_rel` of it is left at the probe's end? Then the sweep may start on
+    the ramp and be corrected for it (the warm-up's cell measured again at the end as the
+    anchor). Otherwise the warm-up keeps waiting: a ramp that is over, or that noise may
+    hide, is the settling test's to judge.
+
+    Without the anchor, how much is left is the least certain thing about the fit (the
+    settled level and the ramp's tail trade off), so it only decides whether modelling is
+    worth it; what the rounds are corrected by comes from the anchored fit."""
     model = fit_ramp(probe, [])
-    return (
-        model is not None
-        and model.fits
-        and bool(model.region)
-        and min(a for a, _ in model.region) > 0
-    )
+    if model is None or not model.fits or not model.region:
+        return False
+    if min(a for a, _ in model.region) <= 0:
+        return False
+    return model.amplitude * math.exp(-probe[-1][0] / model.tau_s) > tolerance_rel
 
 
 def _chunks_of(value: Any, where: str) -> list[Chunk]:
