@@ -36,8 +36,9 @@ import numpy.typing as npt
 CHUNK_STEPS = 16
 TAU_GRID_S = tuple(float(x) for x in np.exp(np.linspace(math.log(0.3), math.log(60.0), 48)))
 AMPLITUDE_GRID = tuple(float(x) for x in np.linspace(0.0, 1.0, 101))
-# χ²(2) at 95 %: the (A, τ) region's threshold, as an F test on the residual sum of squares.
-REGION_CHI2 = 5.991
+# χ²(1) at 95 %: the profile-likelihood threshold on the residual sum of squares for one
+# figure at a time (a round's correction is one function of (A, τ)).
+REGION_CHI2 = 3.841
 # A run of same-signed residuals longer than this many √(n·τ) says the model does not fit
 # (the drift check's threshold, `profiler.steady.DRIFT_EXCURSION`).
 MISFIT_EXCURSION = 1.8
@@ -139,11 +140,30 @@ class RampModel:
         }
 
 
-def fit_ramp(probe: Sequence[Chunk], anchor: Sequence[Chunk]) -> RampModel | None:
+def chunk_tau_from_step_ar1(phi: float, chunk: int = CHUNK_STEPS) -> float:
+    """(1 + ρ)/(1 − ρ) for ρ the correlation of neighbouring chunk means of an AR(1) with
+    lag-1 correlation φ (≈ 0.18 for chunks of 16 steps at φ = 0.8)."""
+    phi = min(max(phi, 0.0), 0.99)
+    if phi == 0:
+        return 1.0
+    m = chunk
+    tail = 1 - phi**m
+    cov = phi * tail * tail / (1 - phi) ** 2
+    var = m * (1 + phi) / (1 - phi) - 2 * phi * tail / (1 - phi) ** 2
+    rho = min(max(cov / var, 0.0), MAX_CHUNK_AR1)
+    return (1 + rho) / (1 - rho)
+
+
+def fit_ramp(
+    probe: Sequence[Chunk], anchor: Sequence[Chunk], step_ar1: float | None = None
+) -> RampModel | None:
     """The clock ramp from the warm-up's chunks (`probe`) and the same cell's chunks on warm
     clocks (`anchor`); None with fewer than `MIN_CHUNKS` probe chunks, or some anchor chunks
     but fewer than `MIN_CHUNKS`. Without an anchor the fit says whether there is a ramp at
-    all (`ramp_evident`), not how much of it is left."""
+    all (`ramp_evident`), not how much of it is left. `step_ar1`: the steps' lag-1
+    correlation measured on many steps (the anchor round's `ar1`), for the chunks'
+    correlation; without it, that is read from the chunks themselves (few, so noisily, and
+    capped)."""
     if len(probe) < MIN_CHUNKS or 0 < len(anchor) < MIN_CHUNKS:
         return None
     data = np.array([*probe, *anchor], dtype=float)
@@ -167,7 +187,10 @@ def fit_ramp(probe: Sequence[Chunk], anchor: Sequence[Chunk]) -> RampModel | Non
     best_resid = resid[best_a, best_t]
     dof = max(n - 4, 1)
     # Correlation of the chunks, from each series on its own (a jump between them is none).
-    tau_chunks = _chunk_tau(best_resid)
+    if step_ar1 is not None and math.isfinite(step_ar1):
+        tau_chunks = chunk_tau_from_step_ar1(step_ar1)
+    else:
+        tau_chunks = _chunk_tau(best_resid)
     threshold = sse[best_a, best_t] * (1 + REGION_CHI2 * tau_chunks / dof)
     # Grown by one grid step each way: the grid's own resolution is uncertainty too.
     mask = sse <= threshold
@@ -275,7 +298,11 @@ def model_from_rounds(rounds: Sequence[Mapping[str, Any]]) -> RampModel | None:
             raise ValueError(f"round {index} has clock_ramp={ramp!r}; it must be an object")
         probe = _chunks_of(ramp.get("probe"), f"round {index} clock_ramp.probe")
         anchor = _chunks_of(ramp.get("anchor"), f"round {index} clock_ramp.anchor")
-        return fit_ramp(probe, anchor)
+        ar1 = round_.get("ar1")
+        step_ar1 = (
+            float(ar1) if isinstance(ar1, int | float) and not isinstance(ar1, bool) else None
+        )
+        return fit_ramp(probe, anchor, step_ar1)
     return None
 
 
