@@ -55,7 +55,13 @@ def rows(
     ]
 
 
-def process(rank_rows: list[list[StepRow]], bs: int, frac: float | None = None, dp: int = 1):
+def process(
+    rank_rows: list[list[StepRow]],
+    bs: int,
+    frac: float | None = None,
+    dp: int = 1,
+    clock_start: float | None = None,
+):
     return postprocess_round(
         rank_rows,
         repeat=0,
@@ -67,6 +73,7 @@ def process(rank_rows: list[list[StepRow]], bs: int, frac: float | None = None, 
         frac=frac,
         rule=RULE,
         load_info={},
+        clock_start=clock_start,
     )
 
 
@@ -86,19 +93,7 @@ def test_a_round_places_its_window_on_the_run_clock() -> None:
     # 8 warm-up steps of 50 ms then 60 of 10 ms, the round starting at clock 100 s: the
     # window's first step starts after the warm-up's 0.4 s, its last 59 steps later.
     data = rows(8, 4, 32, t=0.05) + rows(60, 4, 32, t=0.01, first_ct=8)
-    outcome = postprocess_round(
-        [data],
-        repeat=0,
-        bs=4,
-        dp_size=1,
-        gamma=GAMMA,
-        mode="static",
-        tiers=TIERS,
-        frac=None,
-        rule=RULE,
-        load_info={},
-        clock_start=100.0,
-    )
+    outcome = process([data], bs=4, clock_start=100.0)
     start, end = outcome.to_summary()["clock_s"]
     assert start == pytest.approx(100.4)
     assert end == pytest.approx(100.4 + 59 * 0.01)

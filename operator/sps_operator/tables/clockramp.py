@@ -252,19 +252,25 @@ def ramp_evident(probe: Sequence[Chunk], tolerance_rel: float) -> bool:
     return model.amplitude * math.exp(-probe[-1][0] / model.tau_s) > tolerance_rel
 
 
+def _is_number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _numbers(value: Any, length: int) -> bool:
+    """Is `value` a list of `length` finite JSON numbers?"""
+    return (
+        isinstance(value, list | tuple)
+        and len(value) == length
+        and all(_is_number(x) for x in value)
+    )
+
+
 def _chunks_of(value: Any, where: str) -> list[Chunk]:
     if not isinstance(value, list):
         raise ValueError(f"{where} must be a list of [clock, step, log step time] chunks")
     out: list[Chunk] = []
     for item in value:
-        if (
-            not isinstance(item, list | tuple)
-            or len(item) != 3
-            or not all(
-                isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-                for x in item
-            )
-        ):
+        if not _numbers(item, 3):
             raise ValueError(f"{where} holds {item!r}, not a [clock, step, log step time] chunk")
         out.append((float(item[0]), float(item[1]), float(item[2])))
     return out
@@ -274,15 +280,7 @@ def _clock_window(round_: Mapping[str, Any], index: int) -> tuple[float, float] 
     value = round_.get("clock_s")
     if value is None:
         return None
-    if (
-        not isinstance(value, list | tuple)
-        or len(value) != 2
-        or not all(
-            isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-            for x in value
-        )
-        or value[0] > value[1]
-    ):
+    if not _numbers(value, 2) or value[0] > value[1]:
         raise ValueError(f"round {index} has clock_s={value!r}; it must be [start, end] seconds")
     return float(value[0]), float(value[1])
 
@@ -299,9 +297,7 @@ def model_from_rounds(rounds: Sequence[Mapping[str, Any]]) -> RampModel | None:
         probe = _chunks_of(ramp.get("probe"), f"round {index} clock_ramp.probe")
         anchor = _chunks_of(ramp.get("anchor"), f"round {index} clock_ramp.anchor")
         ar1 = round_.get("ar1")
-        step_ar1 = (
-            float(ar1) if isinstance(ar1, int | float) and not isinstance(ar1, bool) else None
-        )
+        step_ar1 = float(ar1) if ar1 is not None and _is_number(ar1) else None
         return fit_ramp(probe, anchor, step_ar1)
     return None
 
