@@ -21,7 +21,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from sps_operator.constants import GPU_H100
-from sps_operator.profiler.steady import MIN_SETTLE_SECONDS, clocks_settled
+from sps_operator.profiler.steady import (
+    AR1_MARGIN_SE,
+    MIN_SETTLE_SECONDS,
+    ar1_from_differences,
+    clocks_settled,
+    still_falling,
+)
 from sps_operator.profiler.sweep import DEFAULT_CI_LEVEL_Z, DEFAULT_CI_REL_WIDTH
 from sps_operator.tables.clockramp import CHUNK_STEPS, chunk_series, ramp_evident
 from sps_sim.costmodel import EFFECTS_OFF, PRESETS, CostPreset, NoiseSource
@@ -34,6 +40,7 @@ CASES: dict[str, tuple[float, dict[str, float]]] = {
     "10% outliers": (0.10, {"outlier_prob": 0.03}),
     "3% AR(1)": (0.03, {"noise_ar1": 0.8}),
     "10% AR(1)": (0.10, {"noise_ar1": 0.8}),
+    "3% short ramp (sim default)": (0.03, {"warmup_amplitude": 0.10, "warmup_tau_s": 0.5}),
     "3% clock ramp": (0.03, RAMP),
     "10% clock ramp": (0.10, RAMP),
     "10% ramp + outliers": (0.10, {**RAMP, "outlier_prob": 0.03}),
@@ -66,14 +73,16 @@ def settle(
             times.append(step)
         if clocks_settled(times, z=DEFAULT_CI_LEVEL_Z, tolerance_rel=tolerance):
             break
-        if model and now >= MIN_SETTLE_SECONDS:
+        if model and now >= MIN_SETTLE_SECONDS and still_falling(times, z=DEFAULT_CI_LEVEL_Z):
             chunks = []
             for start in range(0, len(times), ROUND_STEPS):
                 part = chunk_series(
                     times[start : start + ROUND_STEPS], clocks[start : start + ROUND_STEPS]
                 )
                 chunks += [(c[0], c[1], c[2]) for c in part]
-            if len(times) >= CHUNK_STEPS and ramp_evident(chunks, tolerance):
+            phi, phi_se = ar1_from_differences(times)
+            step_ar1 = phi + AR1_MARGIN_SE * phi_se
+            if len(times) >= CHUNK_STEPS and ramp_evident(chunks, tolerance, step_ar1):
                 on_ramp = True
                 break
     left = preset.warmup_amplitude * math.exp(-now / preset.warmup_tau_s)

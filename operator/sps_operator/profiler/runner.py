@@ -43,7 +43,12 @@ from sps_operator.profiler.server import (
     server_context_from_info,
     validate_sweep,
 )
-from sps_operator.profiler.steady import MIN_SETTLE_SECONDS
+from sps_operator.profiler.steady import (
+    AR1_MARGIN_SE,
+    MIN_SETTLE_SECONDS,
+    ar1_from_differences,
+    still_falling,
+)
 from sps_operator.profiler.sweep import (
     PROFILE_SEED,
     RANDOM_TOKEN_HIGH_MARGIN,
@@ -459,11 +464,15 @@ class ActiveRound:
         return chunk_series(times, clocks)
 
     def _ramp_probed(self, rank_rows: Sequence[Sequence[StepRow]], times: Sequence[float]) -> bool:
-        """Warm-up: has it covered `MIN_SETTLE_SECONDS` with a ramp the model describes?"""
-        if sum(self.history) + sum(times) < MIN_SETTLE_SECONDS:
+        """Warm-up: has it covered `MIN_SETTLE_SECONDS`, do its steps still fall (the ramp is
+        live), and does the model describe them (`ramp_evident`)?"""
+        series = [*self.history, *times]
+        if sum(series) < MIN_SETTLE_SECONDS or not still_falling(series, z=self.plan.rule.z):
             return False
         tolerance = self.plan.rule.ci_rel_width / 2
-        return ramp_evident([*self.probe, *self.chunks(rank_rows)], tolerance)
+        phi, phi_se = ar1_from_differences(series)
+        step_ar1 = phi + AR1_MARGIN_SE * phi_se
+        return ramp_evident([*self.probe, *self.chunks(rank_rows)], tolerance, step_ar1)
 
     def _new_rows(self, polled: Sequence[Sequence[StepRow]]) -> list[list[StepRow]]:
         rank_rows = [

@@ -39,6 +39,9 @@ AMPLITUDE_GRID = tuple(float(x) for x in np.linspace(0.0, 1.0, 101))
 # χ²(1) at 95 %: the profile-likelihood threshold on the residual sum of squares for one
 # figure at a time (a round's correction is one function of (A, τ)).
 REGION_CHI2 = 3.841
+# χ²(1) at 99.9 %: the evidence the warm-up asks before it starts the sweep on a ramp. It
+# asks at every poll, so a 95 % region would start it on noise in one warm-up of several.
+EVIDENCE_CHI2 = 10.83
 # A run of same-signed residuals longer than this many √(n·τ) says the model does not fit
 # (the drift check's threshold, `profiler.steady.DRIFT_EXCURSION`).
 MISFIT_EXCURSION = 1.8
@@ -155,7 +158,10 @@ def chunk_tau_from_step_ar1(phi: float, chunk: int = CHUNK_STEPS) -> float:
 
 
 def fit_ramp(
-    probe: Sequence[Chunk], anchor: Sequence[Chunk], step_ar1: float | None = None
+    probe: Sequence[Chunk],
+    anchor: Sequence[Chunk],
+    step_ar1: float | None = None,
+    chi2: float = REGION_CHI2,
 ) -> RampModel | None:
     """The clock ramp from the warm-up's chunks (`probe`) and the same cell's chunks on warm
     clocks (`anchor`); None with fewer than `MIN_CHUNKS` probe chunks, or some anchor chunks
@@ -163,7 +169,8 @@ def fit_ramp(
     all (`ramp_evident`), not how much of it is left. `step_ar1`: the steps' lag-1
     correlation measured on many steps (the anchor round's `ar1`), for the chunks'
     correlation; without it, that is read from the chunks themselves (few, so noisily, and
-    capped)."""
+    capped). `chi2`: the region's threshold (`REGION_CHI2`; `EVIDENCE_CHI2` for the
+    warm-up's decision)."""
     if len(probe) < MIN_CHUNKS or 0 < len(anchor) < MIN_CHUNKS:
         return None
     data = np.array([*probe, *anchor], dtype=float)
@@ -191,7 +198,7 @@ def fit_ramp(
         tau_chunks = chunk_tau_from_step_ar1(step_ar1)
     else:
         tau_chunks = _chunk_tau(best_resid)
-    threshold = sse[best_a, best_t] * (1 + REGION_CHI2 * tau_chunks / dof)
+    threshold = sse[best_a, best_t] * (1 + chi2 * tau_chunks / dof)
     # Grown by one grid step each way: the grid's own resolution is uncertainty too.
     mask = sse <= threshold
     grown = mask.copy()
@@ -233,7 +240,9 @@ def fit_ramp(
     )
 
 
-def ramp_evident(probe: Sequence[Chunk], tolerance_rel: float) -> bool:
+def ramp_evident(
+    probe: Sequence[Chunk], tolerance_rel: float, step_ar1: float | None = None
+) -> bool:
     """Does the warm-up so far show a decaying ramp that the model describes: no ramp at
     all is outside its confidence region, its residuals do not drift, and at the best fit
     more than `tolerance_rel` of it is left at the probe's end? Then the sweep may start on
@@ -243,8 +252,9 @@ def ramp_evident(probe: Sequence[Chunk], tolerance_rel: float) -> bool:
 
     Without the anchor, how much is left is the least certain thing about the fit (the
     settled level and the ramp's tail trade off), so it only decides whether modelling is
-    worth it; what the rounds are corrected by comes from the anchored fit."""
-    model = fit_ramp(probe, [])
+    worth it; what the rounds are corrected by comes from the anchored fit. `step_ar1`: the
+    warm-up steps' lag-1 correlation (see `fit_ramp`)."""
+    model = fit_ramp(probe, [], step_ar1, EVIDENCE_CHI2)
     if model is None or not model.fits or not model.region:
         return False
     if min(a for a, _ in model.region) <= 0:
