@@ -206,6 +206,17 @@ def test_a_model_that_does_not_fit_keeps_raw_medians_and_widens_their_interval()
     assert corrected[3] == rounds[3]
 
 
+def test_rounds_of_another_run_are_not_corrected_with_this_runs_clock() -> None:
+    # A --resume: the first run measured bs 2 and 4, the resumed one bs 8 and the anchor.
+    rounds = ramp_rounds()
+    for round_, run in zip(rounds, ["first", "first", "resumed", "resumed"], strict=True):
+        round_["clock_run"] = run
+    corrected, model = correct_rounds(rounds)
+    assert model is not None
+    assert corrected[:2] == rounds[:2]
+    assert corrected[2]["median_step_time"] < rounds[2]["median_step_time"]
+
+
 def test_rounds_without_a_ramp_probe_are_left_alone() -> None:
     rounds = [round_line(bs, STEP * (1 + 0.02 * bs), (bs, bs + 1.0)) for bs in (1, 2, 4)]
     corrected, model = correct_rounds(rounds)

@@ -679,6 +679,7 @@ def run_profile(
         todo = [c for c in cells if c.key not in done]
         progress = Progress(len(cells), len(cells) - len(todo), cfg.progress)
         started_at = time.time()
+        run_id = f"{started_at:.6f}"
         server_dict = context.to_dict()
 
         def manifest(
@@ -704,6 +705,9 @@ def run_profile(
 
         def record(cell: SweepCell, measured: MeasuredRound) -> None:
             summary = measured.outcome.to_summary() | measured.extra
+            if "clock_s" in summary:
+                # Which run's clock: a resumed run starts a clock of its own.
+                summary["clock_run"] = run_id
             artifacts.append_lines(paths.records, record_lines(measured))
             artifacts.append_lines(paths.rounds, [summary])
             rounds.append(summary)

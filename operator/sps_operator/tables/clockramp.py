@@ -295,6 +295,10 @@ def _clock_window(round_: Mapping[str, Any], index: int) -> tuple[float, float] 
     return float(value[0]), float(value[1])
 
 
+def _anchor(rounds: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    return next((r for r in rounds if r.get("clock_ramp") is not None), None)
+
+
 def model_from_rounds(rounds: Sequence[Mapping[str, Any]]) -> RampModel | None:
     """The ramp model of a run whose warm-up ended on a live ramp (a round carrying
     `clock_ramp`, the anchor), else None."""
@@ -321,16 +325,21 @@ def correct_rounds(
     divided by the model's mean slow-down over that window, and its CI widened by the
     model's uncertainty there (`clock_factor`, `clock_factor_low`/`_high` record it). When
     the model does not fit, medians stay raw and every round up to the anchor is widened by
-    what the probe still showed at its end. Without a model the rounds come back unchanged.
+    what the probe still showed at its end. Without a model the rounds come back unchanged,
+    and so do rounds of another run (`clock_run`: a `--resume` starts a clock of its own).
     """
     model = model_from_rounds(rounds)
     out = [dict(r) for r in rounds]
     if model is None:
         return out, None
+    anchor = _anchor(rounds)
+    run = anchor.get("clock_run") if anchor is not None else None
     for index, round_ in enumerate(out):
         window = _clock_window(round_, index)
         if window is None or "median_step_time" not in round_:
             continue
+        if round_.get("clock_run") != run:
+            continue  # measured by another run (before a --resume): another clock
         if model.fits:
             point, low, high = model.correction(*window)
         else:
