@@ -9,7 +9,9 @@ worker process per profiler run), and reports:
 * grid RMS and max relative error of the table against `sps-sim truth` over every per-rank
   bs in 1..48 (additive: every M in [bs, 8·bs]; diagonal: M = 8·bs);
 * ours only: the table's predicted bound `error_bound_rel` (FitQuality) against its real
-  max error — "understated" when the bound is below it.
+  max error — "understated" when the bound is below it — and, in the --json file, the
+  clock-ramp model its rounds were corrected with (`clock_ramp`, None when the warm-up
+  waited the clocks out).
 
 The reference side is SGLang's own `dspark_sps_profiler.py` loading SGLang's real
 `dspark_sps.py` when `--sglang PATH` (a local SGLang checkout) is given; otherwise the
@@ -154,6 +156,7 @@ def run_job(job: Job) -> dict[str, Any]:
             env = {"SGLANG_RAGGED_VERIFY_MODE": "compact"}
         started = time.monotonic()
         quality: dict[str, Any] | None = None
+        clock_ramp: dict[str, Any] | None = None
         with running_sim(sim_args, env=env, time_scale=scale) as url:
             if job.tool == "ours":
                 settings = RoundSettings(
@@ -171,6 +174,7 @@ def run_job(job: Job) -> dict[str, Any]:
                 fit = fit_from_rounds(rounds, job.kind)  # type: ignore[arg-type]
                 table: SpsTable = fit.table
                 quality = fit.quality.to_dict()
+                clock_ramp = fit.clock_ramp
             elif job.sglang:
                 rounds, text = run_reference_script(
                     Path(job.sglang), url, batch_sizes, fracs, workdir
@@ -197,6 +201,9 @@ def run_job(job: Job) -> dict[str, Any]:
         "rms_rel_error": rms,
         "max_rel_error": worst,
         "quality": quality,
+        # ours: the clock-ramp model the rounds were corrected with (None: the warm-up
+        # waited the clocks out)
+        "clock_ramp": clock_ramp,
         "table": table.to_dict(),
     }
 

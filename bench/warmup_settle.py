@@ -2,10 +2,12 @@
 
 Offline (no server, no profiler run): step times are drawn from the simulator's own noise
 model (`sps_sim.costmodel.NoiseSource`) for the matrix's effects at one fixed step
-time, polled every `--poll-steps` steps as the warm-up polls, and judged with
-`sps_operator.profiler.steady.clocks_settled` until it says settled. Per effect: the model
-seconds the warm-up took (its GPU time) and the clock ramp left at that point, over
-`--seeds` seeds.
+time, polled every `--poll-steps` steps as the warm-up polls, and judged as the warm-up
+judges them: `sps_operator.profiler.steady.clocks_settled` (settled), or — after 3 s — a
+ramp the model describes (`sps_operator.tables.clockramp.ramp_evident`: the sweep starts on
+the ramp and the fit corrects it). Per effect: the model seconds the warm-up took (its GPU
+time), the clock ramp left at that point, and how many seeds ended on a ramp, over
+`--seeds` seeds (`--no-model`: settling only, as before the ramp model).
 
     .venv/bin/python bench/warmup_settle.py --seeds 40
 """
@@ -19,8 +21,15 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from sps_operator.constants import GPU_H100
-from sps_operator.profiler.steady import clocks_settled
+from sps_operator.profiler.steady import (
+    AR1_MARGIN_SE,
+    MIN_SETTLE_SECONDS,
+    ar1_from_differences,
+    clocks_settled,
+    still_falling,
+)
 from sps_operator.profiler.sweep import DEFAULT_CI_LEVEL_Z, DEFAULT_CI_REL_WIDTH
+from sps_operator.tables.clockramp import CHUNK_STEPS, chunk_series, ramp_evident
 from sps_sim.costmodel import EFFECTS_OFF, PRESETS, CostPreset, NoiseSource
 
 QUIET = {key: value for key, value in EFFECTS_OFF.items() if key != "noise_cv"}
@@ -31,12 +40,14 @@ CASES: dict[str, tuple[float, dict[str, float]]] = {
     "10% outliers": (0.10, {"outlier_prob": 0.03}),
     "3% AR(1)": (0.03, {"noise_ar1": 0.8}),
     "10% AR(1)": (0.10, {"noise_ar1": 0.8}),
+    "3% short ramp (sim default)": (0.03, {"warmup_amplitude": 0.10, "warmup_tau_s": 0.5}),
     "3% clock ramp": (0.03, RAMP),
     "10% clock ramp": (0.10, RAMP),
     "10% ramp + outliers": (0.10, {**RAMP, "outlier_prob": 0.03}),
     "10% ramp + AR(1)": (0.10, {**RAMP, "noise_ar1": 0.8}),
 }
 MAX_STEPS = 3000
+ROUND_STEPS = 240  # a warm-up round's steady steps: the step index restarts with each
 
 
 def case_preset(noise: float, effects: dict[str, float]) -> CostPreset:
@@ -44,20 +55,38 @@ def case_preset(noise: float, effects: dict[str, float]) -> CostPreset:
     return replace(PRESETS[GPU_H100], **fields)
 
 
-def settle(preset: CostPreset, seed: int, step_s: float, poll_steps: int) -> tuple[float, float]:
-    """(model seconds until settled, ramp left then, relative)."""
+def settle(
+    preset: CostPreset, seed: int, step_s: float, poll_steps: int, model: bool = True
+) -> tuple[float, float, bool]:
+    """(model seconds until the warm-up ends, ramp left then (relative), ended on a ramp)."""
     noise = NoiseSource(preset, seed)
     now = 0.0
     times: list[float] = []
+    clocks: list[float] = []
+    tolerance = DEFAULT_CI_REL_WIDTH / 2
+    on_ramp = False
     while len(times) < MAX_STEPS:
         for _ in range(poll_steps):
             step = step_s * noise.factor(now, now, 0)
+            clocks.append(now)
             now += step
             times.append(step)
-        if clocks_settled(times, z=DEFAULT_CI_LEVEL_Z, tolerance_rel=DEFAULT_CI_REL_WIDTH / 2):
+        if clocks_settled(times, z=DEFAULT_CI_LEVEL_Z, tolerance_rel=tolerance):
             break
+        if model and now >= MIN_SETTLE_SECONDS and still_falling(times, z=DEFAULT_CI_LEVEL_Z):
+            chunks = []
+            for start in range(0, len(times), ROUND_STEPS):
+                part = chunk_series(
+                    times[start : start + ROUND_STEPS], clocks[start : start + ROUND_STEPS]
+                )
+                chunks += [(c[0], c[1], c[2]) for c in part]
+            phi, phi_se = ar1_from_differences(times)
+            step_ar1 = phi + AR1_MARGIN_SE * phi_se
+            if len(times) >= CHUNK_STEPS and ramp_evident(chunks, tolerance, step_ar1):
+                on_ramp = True
+                break
     left = preset.warmup_amplitude * math.exp(-now / preset.warmup_tau_s)
-    return now, left if preset.warmup_amplitude else 0.0
+    return now, left if preset.warmup_amplitude else 0.0, on_ramp
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,17 +94,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=40)
     p.add_argument("--step-ms", type=float, default=10.64, help="H100 bs 1 diagonal step")
     p.add_argument("--poll-steps", type=int, default=23, help="steps between polls (0.25 s)")
+    p.add_argument("--no-model", action="store_true", help="settling only (no ramp model)")
     ns = p.parse_args(argv)
-    print("| effect | warm-up s mean [min, max] | ramp left: mean, max |")
-    print("|---|---|---|")
+    print("| effect | warm-up s mean [min, max] | ramp left: mean, max | ended on a ramp |")
+    print("|---|---|---|---|")
     for name, (noise, effects) in CASES.items():
         preset = case_preset(noise, effects)
-        runs = [settle(preset, seed, ns.step_ms / 1e3, ns.poll_steps) for seed in range(ns.seeds)]
+        runs = [
+            settle(preset, seed, ns.step_ms / 1e3, ns.poll_steps, not ns.no_model)
+            for seed in range(ns.seeds)
+        ]
         took = [r[0] for r in runs]
         left = [r[1] for r in runs]
         print(
             f"| {name} | {statistics.fmean(took):.1f} [{min(took):.1f}, {max(took):.1f}] | "
-            f"{statistics.fmean(left):.2%}, {max(left):.2%} |"
+            f"{statistics.fmean(left):.2%}, {max(left):.2%} | "
+            f"{sum(r[2] for r in runs)}/{len(runs)} |"
         )
     return 0
 

@@ -44,3 +44,17 @@ def test_a_warm_up_not_settled_when_its_requests_end_is_followed_by_another() ->
     ]
     with pytest.raises(ValueError):
         after_warmup_round(jobs, 1, settled=True)
+
+
+def test_a_warm_up_on_a_modelled_ramp_moves_its_cell_to_the_end_as_the_anchor() -> None:
+    # The sweep starts on the ramp; the warm-up's cell is measured again on warm clocks,
+    # last, with the warm-up's own prompts (the ramp model's anchor).
+    jobs = build_jobs(CELLS, warmup=True, probe=PROBE)
+    after = after_warmup_round(jobs, 1, settled=False, probed=True)
+    assert after == [
+        ("pre-flight", PROBE),
+        ("warm-up", CELLS[0]),
+        ("cell", CELLS[1]),
+        ("cell", CELLS[2]),
+        ("anchor", CELLS[0]),
+    ]

@@ -18,6 +18,7 @@ from sps_operator.profiler.rounds import (
     postprocess_round,
     round_finished,
     rows_from_payload,
+    steady_with_clocks,
 )
 
 K = 8
@@ -54,7 +55,13 @@ def rows(
     ]
 
 
-def process(rank_rows: list[list[StepRow]], bs: int, frac: float | None = None, dp: int = 1):
+def process(
+    rank_rows: list[list[StepRow]],
+    bs: int,
+    frac: float | None = None,
+    dp: int = 1,
+    clock_start: float | None = None,
+):
     return postprocess_round(
         rank_rows,
         repeat=0,
@@ -66,6 +73,7 @@ def process(rank_rows: list[list[StepRow]], bs: int, frac: float | None = None, 
         frac=frac,
         rule=RULE,
         load_info={},
+        clock_start=clock_start,
     )
 
 
@@ -79,6 +87,20 @@ def test_diagonal_round_measures_median_after_warmup() -> None:
     assert summary["num_steady_steps"] == 60
     assert summary["frac"] is None
     assert summary["graph_tiers"] == TIERS  # static: the capture list's tiers, for the fit
+
+
+def test_a_round_places_its_window_on_the_run_clock() -> None:
+    # 8 warm-up steps of 50 ms then 60 of 10 ms, the round starting at clock 100 s: the
+    # window's first step starts after the warm-up's 0.4 s, its last 59 steps later.
+    data = rows(8, 4, 32, t=0.05) + rows(60, 4, 32, t=0.01, first_ct=8)
+    outcome = process([data], bs=4, clock_start=100.0)
+    start, end = outcome.to_summary()["clock_s"]
+    assert start == pytest.approx(100.4)
+    assert end == pytest.approx(100.4 + 59 * 0.01)
+    assert "clock_s" not in process([data], bs=4).to_summary()  # no clock kept: no field
+    times, clocks = steady_with_clocks([data], bs=4, prompt_len=250, pinned=False, clock_start=5.0)
+    assert len(times) == len(clocks) == 60
+    assert clocks[0] == pytest.approx(5.4) and clocks[1] == pytest.approx(5.41)
 
 
 def test_dp_ranks_are_averaged_and_off_target_steps_dropped() -> None:

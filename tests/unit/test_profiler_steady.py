@@ -14,6 +14,7 @@ from sps_operator.profiler.steady import (
     median_ci,
     median_indicator_tau,
     steady_stats,
+    still_falling,
 )
 
 Z = 1.96
@@ -177,3 +178,20 @@ def test_quiet_noisy_clocks_settle_within_seconds() -> None:
             3000,
         )
         assert settled_at * 0.0125 <= 8.0, (seed, settled_at)
+
+
+def test_a_live_ramp_still_falls_and_one_that_is_over_does_not() -> None:
+    # 3 s of 10 ms steps at 3 % noise: a +30 % ramp decaying over 5 s still falls from the
+    # middle third to the last; one decaying over 0.3 s was over before the middle third.
+    def steps(tau: float, seed: int) -> list[float]:
+        rng = random.Random(seed)
+        out, now = [], 0.0
+        while now < 3.0:
+            out.append(0.01 * (1 + 0.3 * math.exp(-now / tau)) * math.exp(rng.gauss(0, 0.03)))
+            now += out[-1]
+        return out
+
+    for seed in range(5):
+        assert still_falling(steps(5.0, seed), z=1.96)
+        assert not still_falling(steps(0.3, seed), z=1.96)
+    assert not still_falling([0.01] * 20, z=1.96)  # too few steps to judge

@@ -123,6 +123,8 @@ def _update_manifest(paths: artifacts.OutPaths, result: FitResult) -> None:
         "quality": result.quality.to_dict(),
         "smoothing": result.smoothing,
     }
+    if result.clock_ramp is not None:
+        manifest["fit"]["clock_ramp"] = result.clock_ramp
     hashes = manifest.setdefault("artifacts_sha256", {})
     for path in (paths.rounds, paths.records, paths.table):
         if path.exists():

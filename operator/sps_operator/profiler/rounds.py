@@ -226,6 +226,36 @@ def steady_series(aligned: Aligned, prompt_len: int) -> tuple[list[int], list[fl
     return cts, times, contexts
 
 
+def step_clocks_at(aligned: Aligned, cts: Sequence[int], clock_start: float) -> list[float]:
+    """The run clock (seconds of decode steps since the run's first) at the start of each
+    step in `cts`: `clock_start` plus the first rank's step times of this round before it."""
+    rows = sorted(aligned.by_ct[0].values(), key=lambda r: r.forward_ct) if aligned.by_ct else []
+    before: dict[int, float] = {}
+    now = clock_start
+    for row in rows:
+        before[row.forward_ct] = now
+        now += row.step_time
+    return [before.get(ct, now) for ct in cts]
+
+
+def steady_with_clocks(
+    rank_rows: Sequence[Sequence[StepRow]],
+    *,
+    bs: int,
+    prompt_len: int,
+    pinned: bool,
+    clock_start: float,
+) -> tuple[list[float], list[float]]:
+    """A round's steady step times (pinned steps only when pinned) and their run clocks."""
+    aligned = align(rank_rows, bs)
+    cts, times, _contexts = steady_series(aligned, prompt_len)
+    if pinned:
+        keep = _pinned_steps(aligned, cts)
+        cts = [cts[i] for i in keep]
+        times = [times[i] for i in keep]
+    return times, step_clocks_at(aligned, cts, clock_start)
+
+
 # --- pin checks ------------------------------------------------------------------------------
 
 
@@ -356,6 +386,8 @@ class RoundOutcome:
     context_len: float
     warnings: list[str] = field(default_factory=list)
     graph_tiers: list[int] | None = None
+    # The run clock at each steady step (None when the driver keeps no clock).
+    clocks: list[float] | None = None
 
     def to_summary(self) -> dict[str, Any]:
         summary: dict[str, Any] = {
@@ -389,6 +421,9 @@ class RoundOutcome:
         }
         if self.graph_tiers is not None:
             summary["graph_tiers"] = self.graph_tiers
+        if self.clocks:
+            # The run clock over the measured window: what a clock-ramp model corrects.
+            summary["clock_s"] = [self.clocks[self.stats.window_start], self.clocks[-1]]
         if self.warnings:
             summary["warnings"] = self.warnings
         return summary
@@ -406,8 +441,11 @@ def postprocess_round(
     frac: float | None,
     rule: StoppingRule,
     load_info: dict[str, Any],
+    clock_start: float | None = None,
 ) -> RoundOutcome:
-    """Validate a finished round's records and measure it (raises RoundError/PinNotTakenError)."""
+    """Validate a finished round's records and measure it (raises RoundError/PinNotTakenError).
+
+    `clock_start`: the run clock at the round's first record, to place its steps in time."""
     k = gamma + 1
     where = f"Round bs={bs} (per rank, dp={dp_size})" + (
         f" frac={frac}" if frac is not None else ""
@@ -512,6 +550,7 @@ def postprocess_round(
         context_len=rule.reference_context,
         warnings=warnings,
         graph_tiers=list(tiers) if mode in ("compact", "static") and tiers else None,
+        clocks=step_clocks_at(aligned, cts, clock_start) if clock_start is not None else None,
     )
 
 

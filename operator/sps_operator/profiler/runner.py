@@ -34,6 +34,7 @@ from sps_operator.profiler.rounds import (
     postprocess_round,
     round_finished,
     rows_from_payload,
+    steady_with_clocks,
 )
 from sps_operator.profiler.server import (
     INFO_RECORD_PAYLOAD_KEY,
@@ -41,6 +42,12 @@ from sps_operator.profiler.server import (
     ServerContext,
     server_context_from_info,
     validate_sweep,
+)
+from sps_operator.profiler.steady import (
+    AR1_MARGIN_SE,
+    MIN_SETTLE_SECONDS,
+    ar1_from_differences,
+    still_falling,
 )
 from sps_operator.profiler.sweep import (
     PROFILE_SEED,
@@ -57,6 +64,7 @@ from sps_operator.profiler.sweep import (
     cell_key_of_round,
     round_max_new_tokens,
 )
+from sps_operator.tables.clockramp import Chunk, chunk_series, ramp_evident
 
 logger = logging.getLogger(__name__)
 
@@ -296,6 +304,8 @@ class Session:
 class MeasuredRound:
     outcome: RoundOutcome
     rank_rows: list[list[StepRow]]
+    # Fields added to the round's rounds.jsonl line (the anchor's `clock_ramp`).
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _pin_early_check(
@@ -392,10 +402,18 @@ class ActiveRound:
         settings: RoundSettings,
         plan: RoundPlan,
         history: Sequence[float] = (),
+        *,
+        clock_start: float = 0.0,
+        probe: Sequence[Chunk] = (),
     ) -> None:
         self.session, self.cell, self.settings, self.plan = session, cell, settings, plan
-        # Warm-up only: the steady step times of the warm-up rounds before this one.
+        # Warm-up only: the steady step times of the warm-up rounds before this one, and
+        # their chunks on the run clock (the ramp model's probe).
         self.history = list(history)
+        self.probe = list(probe)
+        # The run clock (seconds of decode steps since the run's first) at this round's start.
+        self.clock_start = clock_start
+        self.clock_end = clock_start
         ctx = session.context
         self.where = f"Round bs={cell.bs} (per rank, dp={ctx.dp_size})" + (
             f" frac={cell.frac}" if cell.frac is not None else ""
@@ -424,12 +442,37 @@ class ActiveRound:
         # (`capped`) during this round, which then went on as its cell's round.
         self.settled = False
         self.capped = False
+        # Warm-up only: the clocks are still ramping, but evidently and as the ramp model
+        # describes: the sweep may start, corrected for it (`tables.clockramp`).
+        self.probed = False
         self.steady_steps = 0
         self.steady_times: list[float] = []
 
     @property
     def warmup_done(self) -> bool:
         return self.settled or self.capped
+
+    def chunks(self, rank_rows: Sequence[Sequence[StepRow]]) -> list[Chunk]:
+        """This round's steady steps as the ramp model's chunks on the run clock."""
+        times, clocks = steady_with_clocks(
+            rank_rows,
+            bs=self.cell.bs,
+            prompt_len=self.plan.rule.prompt_len,
+            pinned=self.cell.frac is not None,
+            clock_start=self.clock_start,
+        )
+        return chunk_series(times, clocks)
+
+    def _ramp_probed(self, rank_rows: Sequence[Sequence[StepRow]], times: Sequence[float]) -> bool:
+        """Warm-up: has it covered `MIN_SETTLE_SECONDS`, do its steps still fall (the ramp is
+        live), and does the model describe them (`ramp_evident`)?"""
+        series = [*self.history, *times]
+        if sum(series) < MIN_SETTLE_SECONDS or not still_falling(series, z=self.plan.rule.z):
+            return False
+        tolerance = self.plan.rule.ci_rel_width / 2
+        phi, phi_se = ar1_from_differences(series)
+        step_ar1 = phi + AR1_MARGIN_SE * phi_se
+        return ramp_evident([*self.probe, *self.chunks(rank_rows)], tolerance, step_ar1)
 
     def _new_rows(self, polled: Sequence[Sequence[StepRow]]) -> list[list[StepRow]]:
         rank_rows = [
@@ -471,6 +514,9 @@ class ActiveRound:
                     self.capped = len(self.history) + len(times) >= MAX_WARMUP_STEPS
                     self.settled = not self.capped
                     goal = "measure"  # on as the cell's round, judged from its first step
+                elif goal == "settle" and self._ramp_probed(rank_rows, times):
+                    self.probed = True
+                    break  # the sweep starts; this cell is measured again at the end
                 if aligned_count >= ROUND_WARMUP_STEPS and steady_started is None:
                     steady_started = time.monotonic()
                 steady_seconds = time.monotonic() - steady_started if steady_started else 0.0
@@ -501,7 +547,9 @@ class ActiveRound:
                 )
             final = session.fetch_rows_retrying()
         self.wall = time.monotonic() - self.started
-        return self._new_rows(final)
+        rows = self._new_rows(final)
+        self.clock_end = self.clock_start + (sum(r.step_time for r in rows[0]) if rows else 0.0)
+        return rows
 
     def abandon(self) -> None:
         """Stop this round's load after the run failed (best effort: the server may be gone)."""
@@ -538,6 +586,7 @@ class ActiveRound:
             frac=self.cell.frac,
             rule=self.plan.rule,
             load_info=load_info,
+            clock_start=self.clock_start,
         )
         return MeasuredRound(outcome=outcome, rank_rows=rank_rows)
 
@@ -630,6 +679,7 @@ def run_profile(
         todo = [c for c in cells if c.key not in done]
         progress = Progress(len(cells), len(cells) - len(todo), cfg.progress)
         started_at = time.time()
+        run_id = f"{started_at:.6f}"
         server_dict = context.to_dict()
 
         def manifest(
@@ -654,7 +704,10 @@ def run_profile(
         pin_reset: str | None = None
 
         def record(cell: SweepCell, measured: MeasuredRound) -> None:
-            summary = measured.outcome.to_summary()
+            summary = measured.outcome.to_summary() | measured.extra
+            if "clock_s" in summary:
+                # Which run's clock: a resumed run starts a clock of its own.
+                summary["clock_run"] = run_id
             artifacts.append_lines(paths.records, record_lines(measured))
             artifacts.append_lines(paths.rounds, [summary])
             rounds.append(summary)
@@ -712,19 +765,31 @@ def _drive(
     recent: list[int] = []  # steady steps of the last rounds: the next one's expected length
     queue: list[Job] = list(jobs)
     warmup_history: list[float] = []  # steady step times of the warm-up rounds so far
+    probe: list[Chunk] = []  # the same, as the clock-ramp model's chunks
+    clock = 0.0  # seconds of decode steps since the run's first: the ramp's time axis
 
     def start(index: int) -> ActiveRound | None:
         if index >= len(queue):
             return None
         kind, cell = queue[index]
         if kind == "warm-up":
-            return ActiveRound(session, cell, settings, warmup_plan(settings), warmup_history)
+            return ActiveRound(
+                session,
+                cell,
+                settings,
+                warmup_plan(settings),
+                warmup_history,
+                clock_start=clock,
+                probe=probe,
+            )
         if kind == "pre-flight":
             plan = round_plan(settings, PREFLIGHT_STEADY_STEPS, goal="probe")
+        elif kind == "anchor":
+            plan = round_plan(settings)  # the warm-up's prompts: the same KV context per step
         else:
             expected = int(statistics.median(recent[-3:])) if recent else None
             plan = round_plan(settings, expected_steps=expected)
-        return ActiveRound(session, cell, settings, plan)
+        return ActiveRound(session, cell, settings, plan, clock_start=clock)
 
     active = start(0)
     index = 0
@@ -738,19 +803,29 @@ def _drive(
             rows = active.wait()
         except RoundError as exc:
             failure = exc
+        clock = active.clock_end
         measures = kind != "warm-up" or active.warmup_done
         # A settled warm-up round stands for its cell: the cell's own round is dropped.
         stands_for_cell = kind == "warm-up" and failure is None and active.warmup_done
         if kind == "warm-up" and failure is None:
             if not active.warmup_done:
                 warmup_history.extend(active.steady_times)
-            queue = after_warmup_round(queue, index, settled=active.warmup_done)
+                probe.extend(active.chunks(rows))
+            queue = after_warmup_round(
+                queue, index, settled=active.warmup_done, probed=active.probed
+            )
         if measures and kind != "pre-flight" and active.steady_steps:
             recent.append(active.steady_steps)
         following = start(index + 1)
         try:
             if failure is None and measures:
                 measured = active.measure(rows)
+                if kind == "anchor":
+                    anchor = active.chunks(rows)
+                    measured.extra["clock_ramp"] = {
+                        "probe": [list(c) for c in probe],
+                        "anchor": [list(c) for c in anchor],
+                    }
         except RoundError as exc:
             failure = exc
         if stands_for_cell and measured is None and not isinstance(failure, PinNotTakenError):

@@ -292,6 +292,28 @@ def steady_stats(
     return SteadyStats(False, best, z)
 
 
+def _third_medians(times: Sequence[float], z: float) -> tuple[list[float], list[float]]:
+    """The medians of the series' thirds and their standard errors (autocorrelation from
+    the last third)."""
+    parts = _parts(times, 3)
+    _phi, tau = _series_tau(parts[-1])
+    medians, ses = [], []
+    for part in parts:
+        med, lo, hi = median_ci(part, z, tau)
+        medians.append(med)
+        ses.append((hi - lo) / (2 * z))
+    return medians, ses
+
+
+def still_falling(times: Sequence[float], *, z: float) -> bool:
+    """Do the step times still fall, beyond noise, from the series' middle third to its
+    last? (What a live clock ramp shows, and one that is over does not.)"""
+    if len(times) < 6 * MIN_STEPS_PER_PART:
+        return False
+    medians, ses = _third_medians(times, z)
+    return medians[1] - medians[2] > z * math.hypot(ses[1], ses[2])
+
+
 def clocks_settled(
     times: Sequence[float],
     *,
@@ -316,13 +338,7 @@ def clocks_settled(
     """
     if len(times) < 6 * MIN_STEPS_PER_PART or math.fsum(times) < min_seconds:
         return False
-    parts = _parts(times, 3)
-    _phi, tau = _series_tau(parts[-1])
-    medians, ses = [], []
-    for part in parts:
-        med, lo, hi = median_ci(part, z, tau)
-        medians.append(med)
-        ses.append((hi - lo) / (2 * z))
+    medians, ses = _third_medians(times, z)
     d1, d2 = medians[0] - medians[1], medians[1] - medians[2]
     late_noise = math.hypot(ses[1], ses[2])
     fall, fall_noise = d1 + d2, math.hypot(ses[0], ses[2])

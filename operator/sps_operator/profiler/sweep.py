@@ -197,8 +197,10 @@ def cell_key_of_round(round_: dict[str, Any]) -> tuple[int, int, float | None]:
     )
 
 
-# What a round is for: settling the clocks, probing the pin, or measuring a cell.
-RoundKind = Literal["warm-up", "pre-flight", "cell"]
+# What a round is for: settling the clocks, probing the pin, measuring a cell, or measuring
+# the warm-up's cell again on warm clocks after the warm-up ended on a live clock ramp (the
+# anchor of the ramp model, `tables.clockramp`).
+RoundKind = Literal["warm-up", "pre-flight", "cell", "anchor"]
 Job = tuple[RoundKind, SweepCell]
 
 
@@ -217,7 +219,9 @@ def build_jobs(todo: Sequence[SweepCell], *, warmup: bool, probe: SweepCell | No
     return jobs + [("cell", cell) for cell in todo]
 
 
-def after_warmup_round(jobs: Sequence[Job], index: int, *, settled: bool) -> list[Job]:
+def after_warmup_round(
+    jobs: Sequence[Job], index: int, *, settled: bool, probed: bool = False
+) -> list[Job]:
     """The jobs after the warm-up round at `index` has ended.
 
     The warm-up runs the first cell's own round (its prompts, its request length), so the
@@ -228,12 +232,19 @@ def after_warmup_round(jobs: Sequence[Job], index: int, *, settled: bool) -> lis
     * settled (or out of warm-up steps): the round went on as the cell's measuring round,
       so the cell's own round is dropped. Its steps from before the settling point are in
       that measurement: what is left of a ramp there is within a few tolerances of the
-      settled value, and the round's drift check trims a stretch that still falls.
+      settled value, and the round's drift check trims a stretch that still falls;
+    * `probed`: the clocks are still ramping but the ramp is evident and modelled
+      (`tables.clockramp`): the sweep starts now, and the warm-up's cell moves to the end
+      as the anchor, measured on warm clocks with the warm-up's own prompts.
     """
     kind, cell = jobs[index]
     if kind != "warm-up":
         raise ValueError(f"job {index} is a {kind} round, not the warm-up")
     head, tail = list(jobs[: index + 1]), list(jobs[index + 1 :])
+    if probed:
+        if ("cell", cell) in tail:
+            tail.remove(("cell", cell))
+        return [*head, *tail, ("anchor", cell)]
     if not settled:
         return [*head, ("warm-up", cell), *tail]
     if ("cell", cell) in tail:

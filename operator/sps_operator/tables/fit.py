@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,6 +25,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from sps_operator.tables import clockramp
 from sps_operator.tables.formats import (
     SpsAdditiveCostTable,
     SpsCostTable,
@@ -59,6 +61,8 @@ class FitResult:
     kind: FitKind
     # Smoothing weight chosen by GCV (additive only).
     smoothing: float | None = None
+    # The clock-ramp model the rounds were corrected with (`clockramp.RampModel.to_dict`).
+    clock_ramp: dict[str, Any] | None = None
 
 
 # --- rounds → cells --------------------------------------------------------------------------
@@ -595,18 +599,25 @@ def fit_from_rounds(
     """
     if not rounds:
         raise ValueError("No rounds to fit; run the profiler first.")
+    # A run whose sweep began on a live clock ramp: its rounds' medians carry the ramp's
+    # slow-down, taken out here (and its uncertainty added to their CIs).
+    rounds, ramp = clockramp.correct_rounds(rounds)
     try:
         if kind == "diagonal":
             if tiers is None and diagonal_probes == "tiers":
                 tiers = _tiers_from_rounds(rounds)
             if diagonal_probes == "measured":
                 tiers = None
-            return fit_diagonal(rounds, max_batch_tokens=max_batch_tokens, tiers=tiers)
-        if kind == "additive":
-            return fit_additive(rounds, tiers=tiers)
+            result = fit_diagonal(rounds, max_batch_tokens=max_batch_tokens, tiers=tiers)
+        elif kind == "additive":
+            result = fit_additive(rounds, tiers=tiers)
+        else:
+            raise ValueError(f"kind must be 'diagonal' or 'additive', got {kind!r}.")
     except SpsTableError as exc:
         raise ValueError(f"The fitted table is not valid for SGLang: {exc}") from exc
-    raise ValueError(f"kind must be 'diagonal' or 'additive', got {kind!r}.")
+    if ramp is None:
+        return result
+    return dataclasses.replace(result, clock_ramp=ramp.to_dict())
 
 
 # --- the reference profiler's additive fit, for comparison only -------------------------------

@@ -1,0 +1,252 @@
+"""The clock-ramp model: a warm-up on a live ramp, the same cell again on warm clocks, and the
+correction of every round measured in between (`sps_operator.tables.clockramp`)."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sps_operator.tables.clockramp import (
+    Chunk,
+    chunk_series,
+    correct_rounds,
+    fit_ramp,
+    model_from_rounds,
+    ramp_evident,
+    step_clocks,
+)
+from sps_operator.tables.fit import fit_from_rounds
+from strategies import json_values
+
+STEP = 0.0106  # an H100 bs-1 step
+
+
+def ramp(t: float, amplitude: float = 0.30, tau: float = 5.0) -> float:
+    return 1 + amplitude * math.exp(-t / tau)
+
+
+def series(
+    start: float,
+    n: int,
+    *,
+    step: float = STEP,
+    noise: float = 0.0,
+    seed: int = 0,
+    kv: float = 0.0,
+    amplitude: float = 0.30,
+    tau: float = 5.0,
+    jump_at: float | None = None,
+) -> tuple[list[float], list[float]]:
+    """(step times, clocks) of one round from clock `start`: the ramp, a KV slope per step,
+    lognormal noise, and optionally clocks 15 % slow that jump to full speed at `jump_at`
+    (a warm-up that is no exponential ramp)."""
+    rng = random.Random(seed)
+    times, clocks, now = [], [], start
+    for i in range(n):
+        factor = ramp(now, amplitude, tau) * (1 + kv * i) * math.exp(rng.gauss(0, noise))
+        if jump_at is not None and now < jump_at:
+            factor *= 1.15
+        times.append(step * factor)
+        clocks.append(now)
+        now += times[-1]
+    return times, clocks
+
+
+def probe_and_anchor(
+    probe_seconds: float, *, noise: float = 0.0, seed: int = 0, kv: float = 0.0, **kw: Any
+) -> tuple[list[Chunk], list[Chunk], float]:
+    """Warm-up rounds of 240 steps until `probe_seconds`, then the anchor at clock 40 s."""
+    probe: list[Chunk] = []
+    now, round_ = 0.0, 0
+    while now < probe_seconds:
+        n = min(240, max(16, int((probe_seconds - now) / STEP)))
+        times, clocks = series(now, n, noise=noise, seed=seed + round_, kv=kv, **kw)
+        probe += chunk_series(times, clocks)
+        now = clocks[-1] + times[-1]
+        round_ += 1
+    times, clocks = series(40.0, 240, noise=noise, seed=seed + 99, kv=kv, **kw)
+    return probe, chunk_series(times, clocks), now
+
+
+def test_chunks_are_medians_on_the_clock_and_a_short_tail_is_dropped() -> None:
+    times = [0.01 * (1 + i % 3) for i in range(40)]
+    clocks = step_clocks(5.0, times)
+    assert clocks[0] == 5.0 and clocks[1] == pytest.approx(5.01)
+    chunks = chunk_series(times, clocks, chunk=16)
+    assert len(chunks) == 2
+    clock_mid, index_mid, log_median = chunks[0]
+    assert index_mid == 7.5
+    assert clock_mid == pytest.approx(sum(clocks[:16]) / 16)
+    assert log_median == pytest.approx(math.log(0.02))
+    with pytest.raises(ValueError):
+        chunk_series(times, clocks[:-1])
+
+
+def test_a_noiseless_ramp_is_recovered() -> None:
+    probe, anchor, _end = probe_and_anchor(3.0)
+    model = fit_ramp(probe, anchor)
+    assert model is not None and model.fits
+    assert model.amplitude == pytest.approx(0.30, abs=0.02)
+    assert model.tau_s == pytest.approx(5.0, rel=0.15)
+    point, low, high = model.correction(5.0, 8.0)
+    truth = sum(math.log(ramp(5.0 + 3.0 * k / 99)) for k in range(100)) / 100
+    assert point == pytest.approx(truth, abs=0.005)
+    assert low <= point <= high
+
+
+def test_the_kv_slope_shared_by_probe_and_anchor_is_not_read_as_ramp() -> None:
+    # Step time grows 10 % over a round with the context; probe and anchor share it by step
+    # index, so no ramp is invented from it.
+    probe, anchor, _end = probe_and_anchor(3.0, kv=0.1 / 240, amplitude=0.0)
+    model = fit_ramp(probe, anchor)
+    assert model is not None
+    _point, _low, high = model.correction(3.0, 6.0)
+    assert high < 0.01
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_corrections_interval_covers_the_truth_at_ten_percent_noise(seed: int) -> None:
+    probe, anchor, end = probe_and_anchor(3.0, noise=0.10, seed=seed * 1000)
+    model = fit_ramp(probe, anchor)
+    assert model is not None
+    for t0 in (end, end + 3, end + 8):
+        truth = sum(math.log(ramp(t0 + 3.0 * k / 99)) for k in range(100)) / 100
+        _point, low, high = model.correction(t0, t0 + 3.0)
+        assert low <= truth <= high
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_ramp_is_evident_in_a_noisy_warm_up_and_quiet_clocks_are_not(seed: int) -> None:
+    # 5 s of a +30 % ramp (τ 5 s) at 10 % noise; the same without the ramp.
+    probe, _anchor, _end = probe_and_anchor(5.0, noise=0.10, seed=seed * 1000)
+    assert ramp_evident(probe, 0.01)
+    quiet, _anchor, _end = probe_and_anchor(5.0, noise=0.10, seed=seed * 1000, amplitude=0.0)
+    assert not ramp_evident(quiet, 0.01)
+    # A short ramp (τ 0.5 s) that is over when the warm-up is judged: nothing to model.
+    over, _anchor, _end = probe_and_anchor(5.0, noise=0.03, seed=seed * 1000, tau=0.5)
+    assert not ramp_evident(over, 0.01)
+
+
+def test_clocks_that_jump_to_speed_are_no_ramp_the_model_may_use() -> None:
+    # The warm-up alone cannot tell a jump from a fast ramp (both fall); against the anchor
+    # the probe scatters far beyond the noise, so the model is refused.
+    probe, anchor, _end = probe_and_anchor(3.0, noise=0.01, amplitude=0.0, jump_at=1.5)
+    model = fit_ramp(probe, anchor)
+    assert model is not None and not model.fits
+    assert model.probe_end_excess < 0.02  # the jump is over when the probe ends
+    ramped, anchor, _end = probe_and_anchor(3.0, noise=0.01)
+    model = fit_ramp(ramped, anchor)
+    assert model is not None and model.fits
+
+
+def round_line(bs: int, seconds: float, clock: tuple[float, float], **extra: Any) -> dict[str, Any]:
+    return {
+        "repeat": 0,
+        "batch_size": bs,
+        "batch_size_per_rank": bs,
+        "frac": None,
+        "batch_tokens": 8 * bs,
+        "steps_per_sec": 1 / seconds,
+        "median_step_time": seconds,
+        "step_time_se": seconds * 0.004,
+        "ci_low": seconds * 0.99,
+        "ci_high": seconds * 1.01,
+        "clock_s": list(clock),
+        **extra,
+    }
+
+
+def ramp_rounds(jump: bool = False) -> list[dict[str, Any]]:
+    """A diagonal sweep of bs 2..8 on the ramp after a 3 s warm-up, then bs 1 as the anchor:
+    each median is the truth (bs-linear) times the ramp's mean over its clock window."""
+    kw: dict[str, Any] = {"amplitude": 0.0, "jump_at": 1.5} if jump else {}
+    probe, anchor, end = probe_and_anchor(3.0, noise=0.01, **kw)
+    rounds, now = [], end
+    for bs in (2, 4, 8):
+        truth = STEP * (1 + 0.02 * bs)
+        slow = 1.0 if jump else sum(ramp(now + 2.6 * k / 99) for k in range(100)) / 100
+        rounds.append(round_line(bs, truth * slow, (now, now + 2.6)))
+        now += 2.7
+    clock_ramp = {"probe": [list(c) for c in probe], "anchor": [list(c) for c in anchor]}
+    rounds.append(round_line(1, STEP * 1.02, (40.0, 42.6), clock_ramp=clock_ramp))
+    return rounds
+
+
+def test_rounds_on_the_ramp_are_corrected_and_their_interval_holds_the_truth() -> None:
+    rounds = ramp_rounds()
+    corrected, model = correct_rounds(rounds)
+    assert model is not None and model.fits
+    for before, after in zip(rounds[:3], corrected[:3], strict=True):
+        truth = STEP * (1 + 0.02 * before["batch_size_per_rank"])
+        assert before["median_step_time"] > truth * 1.04  # the ramp was in it
+        assert after["median_step_time"] == pytest.approx(truth, rel=0.01)
+        assert after["ci_low"] <= truth <= after["ci_high"]
+        assert after["clock_factor"] > 1.04
+        assert after["steps_per_sec"] == pytest.approx(1 / after["median_step_time"])
+    assert corrected[3]["median_step_time"] == pytest.approx(STEP * 1.02, rel=0.001)
+    fit = fit_from_rounds(rounds, "diagonal", diagonal_probes="measured")
+    assert fit.clock_ramp is not None and fit.clock_ramp["fits"]
+    assert fit.table.to_dict()["sample_steps_per_sec"][1] == pytest.approx(
+        1 / (STEP * 1.04), rel=0.01
+    )
+
+
+def test_a_model_that_does_not_fit_keeps_raw_medians_and_widens_their_interval() -> None:
+    rounds = ramp_rounds(jump=True)
+    corrected, model = correct_rounds(rounds)
+    assert model is not None and not model.fits
+    for before, after in zip(rounds[:3], corrected[:3], strict=True):
+        assert after["median_step_time"] == before["median_step_time"]
+        assert after["ci_low"] < before["ci_low"]
+    assert corrected[3] == rounds[3]
+
+
+def test_rounds_of_another_run_are_not_corrected_with_this_runs_clock() -> None:
+    # A --resume: the first run measured bs 2 and 4, the resumed one bs 8 and the anchor.
+    rounds = ramp_rounds()
+    for round_, run in zip(rounds, ["first", "first", "resumed", "resumed"], strict=True):
+        round_["clock_run"] = run
+    corrected, model = correct_rounds(rounds)
+    assert model is not None
+    assert corrected[:2] == rounds[:2]
+    assert corrected[2]["median_step_time"] < rounds[2]["median_step_time"]
+
+
+def test_rounds_without_a_ramp_probe_are_left_alone() -> None:
+    rounds = [round_line(bs, STEP * (1 + 0.02 * bs), (bs, bs + 1.0)) for bs in (1, 2, 4)]
+    corrected, model = correct_rounds(rounds)
+    assert model is None and corrected == rounds
+
+
+@settings(max_examples=200, deadline=None)
+@given(ramp_payload=json_values, clock=json_values)
+def test_untrusted_clock_fields_fail_with_a_value_error(ramp_payload: Any, clock: Any) -> None:
+    rounds = ramp_rounds()
+    rounds[0]["clock_s"] = clock
+    rounds[3]["clock_ramp"] = ramp_payload
+    try:
+        model_from_rounds(rounds)
+        correct_rounds(rounds)
+    except ValueError:
+        pass
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    chunks=st.lists(
+        st.tuples(st.floats(0, 100), st.floats(0, 300), st.floats(-8, 0, allow_subnormal=False)),
+        min_size=0,
+        max_size=30,
+    )
+)
+def test_any_finite_chunks_fit_or_are_too_few(chunks: list[Chunk]) -> None:
+    half = len(chunks) // 2
+    model = fit_ramp(chunks[:half], chunks[half:])
+    if model is not None:
+        point, low, high = model.correction(1.0, 2.0)
+        assert low <= point <= high and math.isfinite(point)
