@@ -139,6 +139,52 @@ def test_the_rule_waits_for_enough_steps_and_reports_the_best_window() -> None:
     assert judge([], []) is None
 
 
+def test_an_unfinished_round_keeps_every_quiet_step() -> None:
+    # 240 steps at 10 % noise and φ = 0.8 never meet a 2 % CI. Describing the window with
+    # the narrowest interval picked later starts by their noise (9 of these 20 seeds) and
+    # threw the earlier steps away; the longest window that does not drift is kept instead.
+    for seed in range(20):
+        times = [0.01 * f for f in ar1_series(240, cv=0.1, phi=0.8, seed=300 + seed)]
+        stats = judge(times, contexts(240, REF - 120), min_steps=48)
+        assert stats is not None and not stats.done
+        whole = estimate_window(
+            times, contexts(240, REF - 120), reference_context=REF, z=Z, tolerance_rel=0.01
+        )
+        if not whole.drifting:
+            assert stats.window_start == 0, seed
+
+
+def test_an_unfinished_round_still_trims_a_falling_head() -> None:
+    # Clocks warming (+30 %, decaying over 40 steps) under noise too strong for the CI.
+    for seed in range(10):
+        noise = ar1_series(240, cv=0.1, phi=0.0, seed=seed)
+        times = [0.01 * (1 + 0.3 * math.exp(-i / 40)) * f for i, f in enumerate(noise)]
+        stats = judge(times, contexts(240, REF - 120), ci=0.005, min_steps=48)
+        assert stats is not None and not stats.done
+        assert stats.window_start > 0, seed
+        assert not stats.window.drifting, seed
+
+
+def test_a_round_that_stops_early_on_kv_growth_still_covers_the_truth() -> None:
+    # KV growth (+0.016 % a token) in a round whose prompts were sized for 240 steps, judged
+    # every 16 steps as the runner does: the rounds that stop early sit below the reference
+    # context. Windows whose slope came out negative (clipped to 0) dropped the slope's
+    # uncertainty, looked narrowest and stopped first, reading low: 60 % coverage.
+    covered, rounds = 0, 120
+    for seed in range(rounds):
+        noise = ar1_series(240, cv=0.03, phi=0.0, seed=1000 + seed)
+        ctx = contexts(240, REF - 120)
+        times = [0.01 * (1 + 0.00016 * (c - REF)) * f for c, f in zip(ctx, noise, strict=True)]
+        stats = None
+        for m in range(48, 241, 16):
+            stats = judge(times[:m], ctx[:m], min_steps=48)
+            if stats is not None and stats.done:
+                break
+        assert stats is not None
+        covered += stats.ci_low <= 0.01 <= stats.ci_high
+    assert covered / rounds >= 0.9
+
+
 def test_clocks_settle_only_when_the_ramp_has_died_down() -> None:
     noise = ar1_series(3000, cv=0.03, phi=0.0, seed=8)
     # +30 % decaying with a time constant of 400 steps (5 s at 12.5 ms a step).

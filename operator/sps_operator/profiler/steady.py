@@ -176,10 +176,13 @@ def estimate_window(
         _m, p_lo, p_hi = median_ci(part, z, tau)
         return (p_hi - p_lo) / (2 * z)
 
-    # Slope uncertainty, carried to the reference context.
+    # Slope uncertainty, carried to the reference context — also when the slope came out
+    # negative and was clipped to 0: dropping the term there made those windows look
+    # narrowest, so the stopping rule took them first (a window below the reference
+    # context then read low: 60 % coverage for rounds that stopped early on KV growth).
     se_halves = [median_se(h) for h in _parts(residuals, 2)]
     centre_ctx = statistics.fmean(contexts)
-    if span > 0 and kv_slope > 0:
+    if span > 0:
         se_slope = math.hypot(*se_halves) / span
         half = math.hypot(half, z * abs(centre_ctx - reference_context) * se_slope)
     # Drift the line cannot explain — a fall (clocks warming), a step (throttling), a bend —
@@ -265,6 +268,7 @@ def steady_stats(
     if n == 0:
         return None
     stride = max(1, n // 16)
+    longest_quiet: WindowEstimate | None = None
     best: WindowEstimate | None = None
     for start in range(0, max(1, n - min_steps + 1), stride):
         if n - start < max(min_steps, 1):
@@ -279,8 +283,15 @@ def steady_stats(
         )
         if not estimate.drifting and estimate.rel_half_width * 2 <= ci_rel_width:
             return SteadyStats(True, estimate, z)
+        if longest_quiet is None and not estimate.drifting:
+            longest_quiet = estimate
         if best is None or estimate.rel_half_width < best.rel_half_width:
             best = estimate
+    # No window meets the CI: describe the longest one that does not drift. Picking the
+    # narrowest interval instead would pick a window by its noise (a later start whose
+    # steps happen to agree) and throw the rest away: 15 % more error at φ = 0.8.
+    if longest_quiet is not None:
+        return SteadyStats(False, longest_quiet, z)
     if best is None:
         best = estimate_window(
             step_times,
