@@ -53,7 +53,9 @@ MAX_CONFIGMAP_BYTES = 1024 * 1024 - 16 * 1024
 # Bounds on what the operator accepts (the profiler never writes more for a sweep the
 # API admits; anything larger is refused before it is decoded).
 MAX_ROUNDS_BYTES = 4 * 1024 * 1024  # uncompressed rounds.jsonl
-MAX_ROUND_LINE_BYTES = 16 * 1024
+# A round's line: the anchor of a run on a clock ramp carries the warm-up's chunks (up to
+# 3,000 warm-up steps / 16 a chunk ≈ 190 of ~50 characters each) and its own.
+MAX_ROUND_LINE_BYTES = 64 * 1024
 MAX_ROUNDS = 4096
 MAX_MANIFEST_BYTES = 64 * 1024
 MAX_MESSAGE_CHARS = limits.MAX_MESSAGE_LENGTH
@@ -67,6 +69,10 @@ MAX_BATCH_TOKENS = 1 << 20
 MAX_GRAPH_TIERS = 1024
 MAX_STEADY_STEPS = 10_000_000
 MAX_WARNINGS = 32
+# The clock-ramp record (`tables.clockramp`): chunks per list, and the run clock's range.
+MAX_RAMP_CHUNKS = 1024
+MAX_RUN_CLOCK_SECONDS = 1e6
+MAX_CLOCK_RUN_ID = 64
 
 
 class ResultError(ValueError):
@@ -97,6 +103,33 @@ def _finite(name: str, value: float) -> float:
     return value
 
 
+RampChunk = tuple[float, float, float]  # `tables.clockramp.Chunk`
+
+
+class ClockRampRecord(BaseModel):
+    """The anchor round's record of its run's clock ramp: the warm-up's chunks (the probe,
+    cold clocks) and the anchor's own (warm clocks), each [run clock s, step index, log of
+    the chunk's median step time]."""
+
+    model_config = ConfigDict(extra="ignore", strict=False, allow_inf_nan=False)
+
+    probe: list[RampChunk] = Field(max_length=MAX_RAMP_CHUNKS)
+    anchor: list[RampChunk] = Field(max_length=MAX_RAMP_CHUNKS)
+
+    @field_validator("probe", "anchor")
+    @classmethod
+    def _chunks_in_range(cls, value: list[RampChunk]) -> list[RampChunk]:
+        low, high = math.log(MIN_STEP_SECONDS), math.log(MAX_STEP_SECONDS)
+        for clock, step, log_time in value:
+            if not 0 <= clock <= MAX_RUN_CLOCK_SECONDS:
+                raise ValueError(f"a chunk's run clock {clock:g} s is outside 0–1e6 s")
+            if not 0 <= step <= MAX_STEADY_STEPS:
+                raise ValueError(f"a chunk's step index {step:g} is out of range")
+            if not low <= log_time <= high:
+                raise ValueError(f"a chunk's log step time {log_time:g} is outside a step's range")
+        return value
+
+
 class MeasuredRound(BaseModel):
     """One rounds.jsonl line as far as the fit reads it, with plausibility bounds."""
 
@@ -120,6 +153,28 @@ class MeasuredRound(BaseModel):
     budget: int | None = Field(default=None, ge=0, le=MAX_BATCH_TOKENS)
     graph_tiers: list[int] | None = Field(default=None, max_length=MAX_GRAPH_TIERS)
     warnings: list[str] | None = Field(default=None, max_length=MAX_WARNINGS)
+    # What the clock-ramp correction reads (`tables.clockramp.correct_rounds`): the run
+    # clock over the measured window, which run's clock it is (a --resume starts another),
+    # whether the round was measured on a live ramp, the steps' lag-1 correlation, and on
+    # the anchor round the ramp's record. Dropping them would fit the raw, ramp-slowed
+    # medians with intervals that do not know about the ramp.
+    clock_s: tuple[float, float] | None = None
+    clock_run: str | None = Field(default=None, max_length=MAX_CLOCK_RUN_ID)
+    clock_on_ramp: bool | None = None
+    ar1: float | None = Field(default=None, ge=-1.0, le=1.0)
+    clock_ramp: ClockRampRecord | None = None
+
+    @field_validator("clock_s")
+    @classmethod
+    def _clock_window(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
+        if value is None:
+            return None
+        start, end = value
+        if not (0 <= start <= end <= MAX_RUN_CLOCK_SECONDS):
+            raise ValueError(
+                f"clock_s {list(value)} must be [start, end] seconds, 0 <= start <= end"
+            )
+        return value
 
     @field_validator("warnings")
     @classmethod
