@@ -14,8 +14,9 @@ import pytest
 
 from sps_operator.profiler.artifacts import OutPaths, read_jsonl, sha256_file
 from sps_operator.profiler.cli import main
+from sps_operator.tables.clockramp import stranded_rounds
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, load_sps_table_text
-from sps_sim.costmodel import PRESETS
+from sps_sim.costmodel import EFFECTS_OFF, PRESETS
 from sps_sim.testing import running_sim
 
 K = 8
@@ -264,6 +265,59 @@ def test_server_dies_mid_sweep_then_resume(
     assert [r["batch_size_per_rank"] for r in rounds] == [1, 2, 4, 8]
     assert rounds[: len(kept)] == kept  # nothing measured was redone or lost
     assert isinstance(load_sps_table_text(out.read_text()), SpsCostTable)
+
+
+def test_rounds_on_a_ramp_whose_run_was_cut_before_its_anchor_are_measured_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A GPU whose clocks ramp up over seconds: the warm-up ends on the ramp and the sweep
+    # starts, to be corrected by the anchor at its end. The run is cut before the anchor:
+    # its rounds are slow by the ramp and nothing can correct them.
+    preset = tmp_path / "ramp.json"
+    preset.write_text(
+        json.dumps(
+            {
+                "base": H100.name,
+                **EFFECTS_OFF,
+                "noise_cv": 0.03,
+                "warmup_amplitude": 0.3,
+                "warmup_tau_s": 5.0,
+            }
+        )
+    )
+    out = tmp_path / "ramp-sps.json"
+    paths = OutPaths.for_out(out)
+    args = ["--batch-size", "1", "2", "4", "8", "16"]
+    result: dict[str, int] = {}
+    with running_sim(seed=3, time_scale=10.0, preset=str(preset)) as url:
+        worker = threading.Thread(
+            target=lambda: result.setdefault("rc", profile(url, out, *args, command="run"))
+        )
+        worker.start()
+        for _ in range(1200):
+            if paths.rounds.exists() and read_jsonl(paths.rounds):
+                break
+            worker.join(0.05)
+    worker.join(60)
+    assert result["rc"] == 1
+    kept = read_jsonl(paths.rounds)
+    assert kept and all(r.get("clock_on_ramp") is True for r in kept)
+    assert not any("clock_ramp" in r for r in kept)
+    caplog.clear()
+    with running_sim(seed=4, time_scale=10.0, preset=str(preset)) as url:
+        assert profile(url, out, *args, "--resume") == 0
+    assert "measured again" in caplog.text
+    rounds = read_jsonl(paths.rounds)
+    assert rounds[: len(kept)] == kept
+    stranded = stranded_rounds(rounds)
+    assert stranded == list(range(len(kept)))
+    used = [r["batch_size_per_rank"] for i, r in enumerate(rounds) if i not in stranded]
+    assert sorted(used) == [1, 2, 4, 8, 16]  # every cell once, from the resumed run
+    table = load_sps_table_text(out.read_text())
+    assert isinstance(table, SpsCostTable)
+    for bs in (2, 4, 8, 16):
+        truth = H100.decode_seconds(bs, bs * K)
+        assert 1 / table.lookup(bs * K) == pytest.approx(truth, rel=0.05)
 
 
 def test_fresh_run_sets_old_rounds_aside(tmp_path: Path) -> None:

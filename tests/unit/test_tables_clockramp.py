@@ -19,6 +19,7 @@ from sps_operator.tables.clockramp import (
     model_from_rounds,
     ramp_evident,
     step_clocks,
+    stranded_rounds,
 )
 from sps_operator.tables.fit import fit_from_rounds
 from strategies import json_values
@@ -215,6 +216,24 @@ def test_rounds_of_another_run_are_not_corrected_with_this_runs_clock() -> None:
     assert model is not None
     assert corrected[:2] == rounds[:2]
     assert corrected[2]["median_step_time"] < rounds[2]["median_step_time"]
+
+
+def test_rounds_on_a_ramp_of_a_run_without_its_anchor_are_never_fitted() -> None:
+    # A --resume after a run cut on the ramp before its anchor: the first run's rounds
+    # cannot be corrected; the resumed run measured bs 2 again, then bs 8 and its anchor.
+    rounds = ramp_rounds()
+    first = [dict(r, clock_run="first", clock_on_ramp=True) for r in rounds[:2]]
+    again = dict(rounds[0], clock_run="resumed", clock_on_ramp=True)
+    resumed = [again] + [dict(r, clock_run="resumed") for r in rounds[1:]]
+    resumed[2]["clock_on_ramp"] = True
+    all_rounds = first + resumed
+    assert stranded_rounds(all_rounds) == [0, 1]
+    assert stranded_rounds(resumed) == []
+    fit = fit_from_rounds(all_rounds, "diagonal", diagonal_probes="measured")
+    clean = fit_from_rounds(resumed, "diagonal", diagonal_probes="measured")
+    assert fit.table.to_dict() == clean.table.to_dict()
+    with pytest.raises(ValueError, match="--resume"):
+        fit_from_rounds(first, "diagonal")
 
 
 def test_rounds_without_a_ramp_probe_are_left_alone() -> None:

@@ -64,7 +64,7 @@ from sps_operator.profiler.sweep import (
     cell_key_of_round,
     round_max_new_tokens,
 )
-from sps_operator.tables.clockramp import Chunk, chunk_series, ramp_evident
+from sps_operator.tables.clockramp import Chunk, chunk_series, ramp_evident, stranded_rounds
 
 logger = logging.getLogger(__name__)
 
@@ -674,7 +674,15 @@ def run_profile(
         for w in warnings:
             logger.warning("%s", w)
         rounds = _prepare_raw_files(cfg, paths, context)
-        done = {cell_key_of_round(r) for r in rounds}
+        stranded = set(stranded_rounds(rounds))
+        if stranded:
+            logger.warning(
+                "--resume: %d rounds were measured on a clock ramp by a run interrupted "
+                "before its anchor round; their slow-down cannot be taken out, so their "
+                "cells are measured again.",
+                len(stranded),
+            )
+        done = {cell_key_of_round(r) for i, r in enumerate(rounds) if i not in stranded}
         cells = build_cells(cfg.batch_sizes, cfg.fracs, cfg.repeats)
         todo = [c for c in cells if c.key not in done]
         progress = Progress(len(cells), len(cells) - len(todo), cfg.progress)
@@ -765,6 +773,8 @@ def _drive(
     recent: list[int] = []  # steady steps of the last rounds: the next one's expected length
     queue: list[Job] = list(jobs)
     warmup_history: list[float] = []  # steady step times of the warm-up rounds so far
+    # The warm-up ended on a live ramp: the rounds until the anchor are measured on it.
+    on_ramp = False
     probe: list[Chunk] = []  # the same, as the clock-ramp model's chunks
     clock = 0.0  # seconds of decode steps since the run's first: the ramp's time axis
 
@@ -814,12 +824,16 @@ def _drive(
             queue = after_warmup_round(
                 queue, index, settled=active.warmup_done, probed=active.probed
             )
+            on_ramp = on_ramp or active.probed
         if measures and kind != "pre-flight" and active.steady_steps:
             recent.append(active.steady_steps)
         following = start(index + 1)
         try:
             if failure is None and measures:
                 measured = active.measure(rows)
+                if kind == "cell" and on_ramp:
+                    # Usable only with this run's anchor (`clockramp.stranded_rounds`).
+                    measured.extra["clock_on_ramp"] = True
                 if kind == "anchor":
                     anchor = active.chunks(rows)
                     measured.extra["clock_ramp"] = {

@@ -316,6 +316,19 @@ def model_from_rounds(rounds: Sequence[Mapping[str, Any]]) -> RampModel | None:
     return None
 
 
+def stranded_rounds(rounds: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Indices of rounds measured on a live clock ramp (`clock_on_ramp`) by a run that never
+    measured its anchor — it was interrupted, and a `--resume` goes on with a clock of its
+    own. Without that run's anchor their slow-down cannot be taken out, and their raw
+    medians are slow by up to the ramp's amplitude: they are measured again, never fitted."""
+    anchored = {r.get("clock_run") for r in rounds if r.get("clock_ramp") is not None}
+    return [
+        i
+        for i, r in enumerate(rounds)
+        if r.get("clock_on_ramp") is True and r.get("clock_run") not in anchored
+    ]
+
+
 def correct_rounds(
     rounds: Sequence[Mapping[str, Any]],
 ) -> tuple[list[dict[str, Any]], RampModel | None]:
