@@ -304,8 +304,8 @@ def steady_stats(
     z: float,
 ) -> SteadyStats | None:
     """The longest window, from a start on a coarse grid, that does not drift and whose CI is
-    narrower than `ci_rel_width`; `done` is False when none qualifies yet, and the window
-    with the narrowest honest interval is described instead."""
+    narrower than `ci_rel_width`; `done` is False when none qualifies yet, and the longest
+    window that does not drift (else the one with the narrowest interval) is described."""
     n = len(step_times)
     if n == 0:
         return None
