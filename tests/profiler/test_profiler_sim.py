@@ -235,25 +235,31 @@ def test_garbage_json(tmp_path: Path, capsys: pytest.CaptureFixture[str], garbag
     assert "not JSON" in capsys.readouterr().err
 
 
+def cut_after_first_round(out: Path, args: list[str], **sim: Any) -> int:
+    """Profile `args` on a simulator that is stopped (under the profiler's feet) once the
+    first round is written; the run's exit code."""
+    paths = OutPaths.for_out(out)
+    result: dict[str, int] = {}
+    with running_sim(time_scale=10.0, **sim) as url:
+        worker = threading.Thread(
+            target=lambda: result.setdefault("rc", profile(url, out, *args, command="run"))
+        )
+        worker.start()
+        for _ in range(1200):
+            if paths.rounds.exists() and read_jsonl(paths.rounds):
+                break
+            worker.join(0.05)
+    worker.join(60)
+    return result["rc"]
+
+
 def test_server_dies_mid_sweep_then_resume(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "resume.json"
     paths = OutPaths.for_out(out)
     args = ["--batch-size", "1", "2", "4", "8", "--max-steady-steps", "400"]
-    result: dict[str, int] = {}
-    with running_sim(seed=7, time_scale=10.0) as url:
-        worker = threading.Thread(
-            target=lambda: result.setdefault("rc", profile(url, out, *args, command="run"))
-        )
-        worker.start()
-        for _ in range(600):
-            if paths.rounds.exists() and read_jsonl(paths.rounds):
-                break
-            worker.join(0.05)
-    # The context exit stopped the server under the profiler's feet.
-    worker.join(60)
-    assert result["rc"] == 1
+    assert cut_after_first_round(out, args, seed=7) == 1
     err = capsys.readouterr().err
     assert "stopped answering" in err
     kept = read_jsonl(paths.rounds)
@@ -288,18 +294,7 @@ def test_rounds_on_a_ramp_whose_run_was_cut_before_its_anchor_are_measured_again
     out = tmp_path / "ramp-sps.json"
     paths = OutPaths.for_out(out)
     args = ["--batch-size", "1", "2", "4", "8", "16"]
-    result: dict[str, int] = {}
-    with running_sim(seed=3, time_scale=10.0, preset=str(preset)) as url:
-        worker = threading.Thread(
-            target=lambda: result.setdefault("rc", profile(url, out, *args, command="run"))
-        )
-        worker.start()
-        for _ in range(1200):
-            if paths.rounds.exists() and read_jsonl(paths.rounds):
-                break
-            worker.join(0.05)
-    worker.join(60)
-    assert result["rc"] == 1
+    assert cut_after_first_round(out, args, seed=3, preset=str(preset)) == 1
     kept = read_jsonl(paths.rounds)
     assert kept and all(r.get("clock_on_ramp") is True for r in kept)
     assert not any("clock_ramp" in r for r in kept)
