@@ -9,10 +9,13 @@ the reference context. Prompts are sized as the runner sizes them: the window is
 the reference context for a round as long as the median of the last three (96 steps for
 the first, `sweep.EXPECTED_STEADY_STEPS`).
 
-Per case: rounds that met the CI, mean steps, grid-free error (RMS and bias, relative) and
-how often the reported 95 % interval held the truth. With `--alternatives`, also the error
-of other statistics over the whole window (a trimmed mean of log step times, the
-Hodges–Lehmann estimate), to see what changing the round's statistic would buy.
+Per case: rounds that met the CI, mean steps, grid-free error (RMS and bias, relative), how
+often the reported 95 % interval held the truth, and how wide the intervals are (the widest
+of a run is what the table's error bound carries). `--pool` pools the steps' lag-1
+correlation over a run's earlier rounds (`steady.Ar1Prior`), as the runner does. With
+`--alternatives`, also the error of other statistics over the whole window (a trimmed mean
+of log step times, the Hodges–Lehmann estimate): what changing the round's statistic would
+buy.
 
     .venv/bin/python bench/round_estimator.py --rounds 400
 """
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sps_operator.profiler.steady import SteadyStats, estimate_window, steady_stats
+from sps_operator.profiler.steady import Ar1Prior, SteadyStats, estimate_window, steady_stats
 from sps_operator.profiler.sweep import (
     DEFAULT_CI_LEVEL_Z,
     DEFAULT_CI_REL_WIDTH,
@@ -38,6 +41,9 @@ from sps_operator.profiler.sweep import (
 )
 
 REFERENCE_CONTEXT = 300.0
+# Rounds of one run (the matrix's additive sweep: 9 batch sizes × 4 fracs): the widest
+# interval of a run is what the table's error bound carries.
+RUN_ROUNDS = 36
 STEP_SECONDS = 0.01
 
 
@@ -77,7 +83,11 @@ def draw_round(
 
 
 def judge_as_the_runner(
-    times: Sequence[float], contexts: Sequence[float], poll: int, max_steps: int
+    times: Sequence[float],
+    contexts: Sequence[float],
+    poll: int,
+    max_steps: int,
+    prior: Ar1Prior | None = None,
 ) -> tuple[SteadyStats, int]:
     stats: SteadyStats | None = None
     seen = MIN_STEADY_STEPS_FLOOR
@@ -90,6 +100,7 @@ def judge_as_the_runner(
             ci_rel_width=DEFAULT_CI_REL_WIDTH,
             min_steps=MIN_STEADY_STEPS_FLOOR,
             z=DEFAULT_CI_LEVEL_Z,
+            ar1_prior=prior,
         )
         assert stats is not None
         if stats.done or seen >= max_steps:
@@ -131,8 +142,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--poll-steps", type=int, default=16)
     p.add_argument("--max-steps", type=int, default=DEFAULT_MAX_STEADY_STEPS)
     p.add_argument("--alternatives", action="store_true")
+    p.add_argument(
+        "--pool",
+        action="store_true",
+        help="pool the step correlation over a run's earlier rounds, as the runner does",
+    )
     ns = p.parse_args(argv)
-    head = "| case | CI met | steps | error RMS (bias) | 95 % CI held |"
+    head = (
+        "| case | CI met | steps | error RMS (bias) | 95 % CI held | CI width median "
+        f"| widest CI of a run of {RUN_ROUNDS} (mean) |"
+    )
     if ns.alternatives:
         head += " trimmed log mean RMS | Hodges–Lehmann RMS |"
     print(head)
@@ -144,11 +163,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         steps: list[int] = []
         trimmed: list[float] = []
         hl: list[float] = []
-        for _ in range(ns.rounds):
+        widths: list[float] = []
+        correlations: list[tuple[float, float]] = []
+        for index in range(ns.rounds):
+            if index % RUN_ROUNDS == 0:
+                correlations = []  # a new run
             expected = int(statistics.median(steps[-3:])) if steps else EXPECTED_STEADY_STEPS
             first_context = REFERENCE_CONTEXT - expected // 2
             times, contexts = draw_round(case, rng, ns.max_steps, first_context)
-            stats, seen = judge_as_the_runner(times, contexts, ns.poll_steps, ns.max_steps)
+            prior = Ar1Prior.pooled(correlations) if ns.pool else None
+            stats, seen = judge_as_the_runner(times, contexts, ns.poll_steps, ns.max_steps, prior)
+            correlations.append((stats.window.ar1, stats.window.ar1_se))
+            widths.append(stats.rel_width)
             errors.append(stats.median / STEP_SECONDS - 1)
             held += stats.ci_low <= STEP_SECONDS <= stats.ci_high
             met += stats.done
@@ -156,9 +182,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             if ns.alternatives:
                 trimmed.append(trimmed_log_mean(times[:seen], contexts[:seen]) / STEP_SECONDS - 1)
                 hl.append(hodges_lehmann(times[:seen], contexts[:seen]) / STEP_SECONDS - 1)
+        runs = [widths[i : i + RUN_ROUNDS] for i in range(0, len(widths), RUN_ROUNDS)]
+        widest = statistics.fmean(max(run) for run in runs)
         row = (
             f"| {case.name} | {met / ns.rounds:.0%} | {statistics.fmean(steps):.0f} | "
-            f"{rms(errors):.2%} ({statistics.fmean(errors):+.2%}) | {held / ns.rounds:.1%} |"
+            f"{rms(errors):.2%} ({statistics.fmean(errors):+.2%}) | {held / ns.rounds:.1%} | "
+            f"{statistics.median(widths):.1%} | {widest:.1%} |"
         )
         if ns.alternatives:
             row += f" {rms(trimmed):.2%} | {rms(hl):.2%} |"

@@ -8,6 +8,8 @@ import random
 import pytest
 
 from sps_operator.profiler.steady import (
+    AR1_PRIOR_MIN_SE,
+    Ar1Prior,
     ar1_from_differences,
     clocks_settled,
     estimate_window,
@@ -215,6 +217,61 @@ def test_a_round_that_stops_early_on_kv_growth_still_covers_the_truth() -> None:
         assert stats is not None
         covered += stats.ci_low <= 0.01 <= stats.ci_high
     assert covered / rounds >= 0.9
+
+
+def test_the_runs_step_correlation_is_pooled_by_inverse_variance() -> None:
+    assert Ar1Prior.pooled([]) is None
+    prior = Ar1Prior.pooled([(0.7, 0.1), (0.9, 0.1), (0.8, 0.05)])
+    assert prior is not None
+    assert prior.phi == pytest.approx((7 + 9 + 32) / 60)
+    assert prior.se == pytest.approx(max(AR1_PRIOR_MIN_SE, 1 / math.sqrt(600)))
+    many = Ar1Prior.pooled([(0.8, 0.05)] * 1000)
+    assert many is not None and many.se == AR1_PRIOR_MIN_SE  # cells may differ a little
+
+
+def test_a_pooled_correlation_keeps_every_rounds_interval_honest_and_no_wider_than_needed() -> None:
+    # 36 rounds of 240 steps at φ = 0.8: each round's own φ scatters (0.63–0.95), and with it
+    # its interval; the widest sets the table's error bound. Pooled over the earlier rounds,
+    # as the runner does, the intervals are as wide as the noise makes them.
+    def run(pool: bool) -> tuple[float, int]:
+        correlations: list[tuple[float, float]] = []
+        widest, held = 0.0, 0
+        for seed in range(36):
+            times = [0.01 * f for f in ar1_series(240, cv=0.1, phi=0.8, seed=500 + seed)]
+            stats = steady_stats(
+                times,
+                contexts(240, REF - 120),
+                reference_context=REF,
+                ci_rel_width=0.02,
+                min_steps=48,
+                z=Z,
+                ar1_prior=Ar1Prior.pooled(correlations) if pool else None,
+            )
+            assert stats is not None
+            correlations.append((stats.window.ar1, stats.window.ar1_se))
+            widest = max(widest, stats.rel_width)
+            held += stats.ci_low <= 0.01 <= stats.ci_high
+        return widest, held
+
+    widest_own, held_own = run(pool=False)
+    widest_pooled, held_pooled = run(pool=True)
+    assert widest_pooled < 0.6 * widest_own
+    assert held_pooled >= 32 and held_own >= 32
+
+
+def test_a_prior_the_round_disagrees_with_is_not_used() -> None:
+    # The GPU's noise changed (or the prior came from elsewhere): the round's own φ stands.
+    times = [0.01 * f for f in ar1_series(400, cv=0.05, phi=0.8, seed=11)]
+    ctx = contexts(400, REF - 200)
+    own = estimate_window(times, ctx, reference_context=REF, z=Z, tolerance_rel=0.01)
+    wrong = estimate_window(
+        times, ctx, reference_context=REF, z=Z, tolerance_rel=0.01, ar1_prior=Ar1Prior(0.0, 0.01)
+    )
+    agreeing = estimate_window(
+        times, ctx, reference_context=REF, z=Z, tolerance_rel=0.01, ar1_prior=Ar1Prior(0.8, 0.05)
+    )
+    assert wrong.tau == own.tau
+    assert agreeing.tau != own.tau
 
 
 def test_clocks_settle_only_when_the_ramp_has_died_down() -> None:

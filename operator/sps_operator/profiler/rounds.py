@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sps_operator.profiler.steady import SteadyStats, clocks_settled, steady_stats
+from sps_operator.profiler.steady import Ar1Prior, SteadyStats, clocks_settled, steady_stats
 from sps_operator.profiler.sweep import (
     DEFAULT_CI_LEVEL_Z,
     MATCH_FRACTION_ERROR,
@@ -134,6 +134,8 @@ class StoppingRule:
     prompt_len: int
     reference_context: float
     z: float = DEFAULT_CI_LEVEL_Z
+    # The step correlation of the run's earlier rounds, pooled (`steady.Ar1Prior`).
+    ar1_prior: Ar1Prior | None = None
 
     def judge(self, times: Sequence[float], contexts: Sequence[float]) -> SteadyStats | None:
         return steady_stats(
@@ -143,6 +145,7 @@ class StoppingRule:
             ci_rel_width=self.ci_rel_width,
             min_steps=min(self.min_steps, len(times)),
             z=self.z,
+            ar1_prior=self.ar1_prior,
         )
 
 
@@ -413,6 +416,7 @@ class RoundOutcome:
             "dropped_drift_steps": self.stats.window_start,
             "effective_steps": self.stats.window.ess,
             "ar1": self.stats.window.ar1,
+            "ar1_se": self.stats.window.ar1_se,
             "kv_slope_s_per_token": self.stats.window.kv_slope,
             "context_len": self.context_len,
             "graph_tier": self.graph_tier,

@@ -46,6 +46,7 @@ from sps_operator.profiler.server import (
 from sps_operator.profiler.steady import (
     AR1_MARGIN_SE,
     MIN_SETTLE_SECONDS,
+    Ar1Prior,
     ar1_from_differences,
     still_falling,
 )
@@ -367,13 +368,16 @@ def round_plan(
     min_steps: int | None = None,
     expected_steps: int | None = None,
     goal: RoundGoal = "measure",
+    ar1_prior: Ar1Prior | None = None,
 ) -> RoundPlan:
-    """A measuring round; prompts centre `expected_steps` steady steps on `--context-len`."""
+    """A measuring round; prompts centre `expected_steps` steady steps on `--context-len`;
+    `ar1_prior`: the step correlation the run's rounds have shown so far."""
     rule = StoppingRule(
         ci_rel_width=settings.ci_rel_width,
         min_steps=min_steps or settings.min_steps,
         prompt_len=settings.prompt_len_for(expected_steps),
         reference_context=settings.context_len,
+        ar1_prior=ar1_prior,
     )
     return RoundPlan(rule, round_max_new_tokens(settings), settings.step_budget, goal)
 
@@ -771,6 +775,7 @@ def _drive(
     read, before they are validated and written, so the GPU does not idle in between."""
     settings = cfg.settings
     recent: list[int] = []  # steady steps of the last rounds: the next one's expected length
+    correlations: list[tuple[float, float]] = []  # measured rounds' step (φ, se): the prior
     queue: list[Job] = list(jobs)
     warmup_history: list[float] = []  # steady step times of the warm-up rounds so far
     # The warm-up ended on a live ramp: the rounds until the anchor are measured on it.
@@ -795,10 +800,13 @@ def _drive(
         if kind == "pre-flight":
             plan = round_plan(settings, PREFLIGHT_STEADY_STEPS, goal="probe")
         elif kind == "anchor":
-            plan = round_plan(settings)  # the warm-up's prompts: the same KV context per step
+            # The warm-up's prompts: the same KV context per step.
+            plan = round_plan(settings, ar1_prior=Ar1Prior.pooled(correlations))
         else:
             expected = int(statistics.median(recent[-3:])) if recent else None
-            plan = round_plan(settings, expected_steps=expected)
+            plan = round_plan(
+                settings, expected_steps=expected, ar1_prior=Ar1Prior.pooled(correlations)
+            )
         return ActiveRound(session, cell, settings, plan, clock_start=clock)
 
     active = start(0)
@@ -831,6 +839,8 @@ def _drive(
         try:
             if failure is None and measures:
                 measured = active.measure(rows)
+                window = measured.outcome.stats.window
+                correlations.append((window.ar1, window.ar1_se))
                 if kind == "cell" and on_ramp:
                     # Usable only with this run's anchor (`clockramp.stranded_rounds`).
                     measured.extra["clock_on_ramp"] = True

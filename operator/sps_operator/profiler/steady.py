@@ -49,6 +49,13 @@ MIN_SETTLE_SECONDS = 3.0
 QUIET_FALL_TOLERANCES = 6.0
 # The KV slope's pairwise slopes are taken over at most this many points (block means).
 SEN_MAX_POINTS = 300
+# A round's own lag-1 correlation is pooled with the run's earlier rounds' (`Ar1Prior`)
+# unless the two differ by more than this many standard errors (then the GPU's noise is
+# not what it was, and the round's own estimate stands).
+AR1_POOL_Z = 2.0
+# The pooled estimate's standard error is never taken below this: cells may differ a
+# little in how their noise correlates.
+AR1_PRIOR_MIN_SE = 0.05
 
 
 def _median_rank_bounds(n: int, z: float, tau: float) -> tuple[int, int]:
@@ -146,7 +153,8 @@ class WindowEstimate:
     drift_rel: float  # drift the KV line cannot explain, relative to the median
     drifting: bool  # that drift is both significant and material
     tau: float  # integrated autocorrelation time used
-    ar1: float  # estimated lag-1 correlation
+    ar1: float  # the window's own estimate of the steps' lag-1 correlation
+    ar1_se: float  # its standard error
     kv_slope: float  # seconds per context token per request
 
     @property
@@ -180,10 +188,46 @@ def _largest_sign_excursion(centred: Sequence[float]) -> tuple[int, float]:
     return split, float(best)
 
 
-def _series_tau(values: Sequence[float]) -> tuple[float, float]:
-    """(lag-1 correlation, integrated autocorrelation time of the median indicator)."""
+@dataclass(frozen=True)
+class Ar1Prior:
+    """The steps' lag-1 correlation as the run's earlier rounds measured it, pooled.
+
+    How step noise correlates from step to step is the GPU's (clock and power management,
+    the host), not the cell's. One round of 240 steps at φ = 0.8 reads φ anywhere from 0.63
+    to 0.95, its autocorrelation time from 4 to 45: pooled over the run's rounds, every
+    round's interval is as wide as the noise makes it, not as its own estimate scatters."""
+
+    phi: float
+    se: float
+
+    @staticmethod
+    def pooled(estimates: Sequence[tuple[float, float]]) -> Ar1Prior | None:
+        """Inverse-variance mean of (φ, standard error) pairs; None without any."""
+        weights = [(phi, 1.0 / (se * se)) for phi, se in estimates if se > 0 and math.isfinite(se)]
+        total = math.fsum(w for _, w in weights)
+        if not weights or total <= 0:
+            return None
+        phi = math.fsum(p * w for p, w in weights) / total
+        return Ar1Prior(phi, max(AR1_PRIOR_MIN_SE, 1.0 / math.sqrt(total)))
+
+
+@dataclass(frozen=True)
+class _Correlation:
+    own: float  # the series' own lag-1 correlation
+    own_se: float
+    used: float  # pooled with the run's prior when the two agree
+    tau: float  # integrated autocorrelation time of the median indicator, from `used`
+
+
+def _series_tau(values: Sequence[float], prior: Ar1Prior | None = None) -> _Correlation:
     phi_hat, phi_se = ar1_from_differences(values)
-    return phi_hat, median_indicator_tau(min(MAX_AR1, max(0.0, phi_hat + AR1_MARGIN_SE * phi_se)))
+    phi, se = phi_hat, phi_se
+    if prior is not None and abs(phi_hat - prior.phi) <= AR1_POOL_Z * math.hypot(phi_se, prior.se):
+        w_own, w_prior = 1.0 / (phi_se * phi_se), 1.0 / (prior.se * prior.se)
+        phi = (w_own * phi_hat + w_prior * prior.phi) / (w_own + w_prior)
+        se = 1.0 / math.sqrt(w_own + w_prior)
+    tau = median_indicator_tau(min(MAX_AR1, max(0.0, phi + AR1_MARGIN_SE * se)))
+    return _Correlation(phi_hat, phi_se, phi, tau)
 
 
 def _parts(values: Sequence[float], k: int) -> list[Sequence[float]]:
@@ -199,13 +243,15 @@ def estimate_window(
     z: float,
     tolerance_rel: float,
     start: int = 0,
+    ar1_prior: Ar1Prior | None = None,
 ) -> WindowEstimate:
     """The step time at `reference_context` over this window, and whether the window drifts
     beyond `tolerance_rel` (relative) in a way linear KV growth does not explain."""
     n = len(times)
     # The noise's autocorrelation, read from differences: a line only shifts their mean.
-    phi_hat, tau = _series_tau(times)
-    slope, se_slope = sen_slope(contexts, times, z, rank_tau(phi_hat))
+    correlation = _series_tau(times, ar1_prior)
+    tau = correlation.tau
+    slope, se_slope = sen_slope(contexts, times, z, rank_tau(correlation.used))
     # A falling step time is never KV growth: keep it in the residuals, where it shows as drift.
     kv_slope = max(slope, 0.0)
     residuals = [
@@ -247,7 +293,8 @@ def estimate_window(
         drift_rel=drift / med if med > 0 else math.inf,
         drifting=drifting,
         tau=tau,
-        ar1=phi_hat,
+        ar1=correlation.own,
+        ar1_se=correlation.own_se,
         kv_slope=kv_slope,
     )
 
@@ -302,10 +349,12 @@ def steady_stats(
     ci_rel_width: float,
     min_steps: int,
     z: float,
+    ar1_prior: Ar1Prior | None = None,
 ) -> SteadyStats | None:
     """The longest window, from a start on a coarse grid, that does not drift and whose CI is
     narrower than `ci_rel_width`; `done` is False when none qualifies yet, and the longest
-    window that does not drift (else the one with the narrowest interval) is described."""
+    window that does not drift (else the one with the narrowest interval) is described.
+    `ar1_prior`: the run's earlier rounds' step correlation, pooled with the window's own."""
     n = len(step_times)
     if n == 0:
         return None
@@ -322,6 +371,7 @@ def steady_stats(
             z=z,
             tolerance_rel=ci_rel_width / 2,
             start=start,
+            ar1_prior=ar1_prior,
         )
         if not estimate.drifting and estimate.rel_half_width * 2 <= ci_rel_width:
             return SteadyStats(True, estimate, z)
@@ -341,6 +391,7 @@ def steady_stats(
             reference_context=reference_context,
             z=z,
             tolerance_rel=ci_rel_width / 2,
+            ar1_prior=ar1_prior,
         )
     return SteadyStats(False, best, z)
 
@@ -349,7 +400,7 @@ def _third_medians(times: Sequence[float], z: float) -> tuple[list[float], list[
     """The medians of the series' thirds and their standard errors (autocorrelation from
     the last third)."""
     parts = _parts(times, 3)
-    _phi, tau = _series_tau(parts[-1])
+    tau = _series_tau(parts[-1]).tau
     medians, ses = [], []
     for part in parts:
         med, lo, hi = median_ci(part, z, tau)
