@@ -3,6 +3,7 @@ correction of every round measured in between (`sps_operator.tables.clockramp`).
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from typing import Any
@@ -11,6 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sps_operator.api.models import SpsProfileSpec
+from sps_operator.api.result import MAX_RAMP_CHUNKS, MAX_ROUND_LINE_BYTES, validate_rounds
+from sps_operator.controller.acceptance import judge
 from sps_operator.tables.clockramp import (
     Chunk,
     chunk_series,
@@ -20,8 +24,10 @@ from sps_operator.tables.clockramp import (
     ramp_evident,
     step_clocks,
     stranded_rounds,
+    thinned,
 )
 from sps_operator.tables.fit import fit_from_rounds
+from sps_operator.tables.selfcheck import doubtful_cells
 from strategies import json_values
 
 STEP = 0.0106  # an H100 bs-1 step
@@ -171,7 +177,7 @@ def ramp_rounds(jump: bool = False) -> list[dict[str, Any]]:
     for bs in (2, 4, 8):
         truth = STEP * (1 + 0.02 * bs)
         slow = 1.0 if jump else sum(ramp(now + 2.6 * k / 99) for k in range(100)) / 100
-        rounds.append(round_line(bs, truth * slow, (now, now + 2.6)))
+        rounds.append(round_line(bs, truth * slow, (now, now + 2.6), clock_on_ramp=True))
         now += 2.7
     clock_ramp = {"probe": [list(c) for c in probe], "anchor": [list(c) for c in anchor]}
     rounds.append(round_line(1, STEP * 1.02, (40.0, 42.6), clock_ramp=clock_ramp))
@@ -269,3 +275,91 @@ def test_any_finite_chunks_fit_or_are_too_few(chunks: list[Chunk]) -> None:
     if model is not None:
         point, low, high = model.correction(1.0, 2.0)
         assert low <= point <= high and math.isfinite(point)
+
+
+# --- what the operator judges: found by a review that played the Job --------------------
+
+
+def _spec(batch_sizes: list[int]) -> SpsProfileSpec:
+    return SpsProfileSpec.model_validate(
+        {
+            "selector": {"matchLabels": {"app": "sglang"}},
+            "table": {"kind": "Diagonal", "sweep": {"batchSizes": batch_sizes}},
+        }
+    )
+
+
+def test_an_anchor_too_short_for_a_model_strands_its_runs_rounds() -> None:
+    # An anchor of 48-63 steps makes 3 chunks, fewer than a model needs: the run counted as
+    # anchored, so its rounds on the ramp were fitted with their raw medians.
+    rounds = [dict(r, clock_run="r") for r in ramp_rounds()]
+    rounds[3]["clock_ramp"]["anchor"] = rounds[3]["clock_ramp"]["anchor"][:3]
+    assert stranded_rounds(rounds) == [0, 1, 2]
+    corrected, model = correct_rounds(rounds)
+    assert model is None and corrected == rounds
+
+
+def test_every_anchored_run_corrects_its_own_rounds() -> None:
+    # A --resume that also started on a ramp measured its own anchor: only the first run's
+    # model was used, so the second run's rounds were neither corrected nor stranded.
+    first = [dict(r, clock_run="a") for r in ramp_rounds()]
+    second = [dict(r, clock_run="b") for r in ramp_rounds()]
+    corrected, model = correct_rounds(first + second)
+    assert model is not None
+    for index in (0, 1, 2, 4, 5, 6):
+        assert "clock_factor" in corrected[index], index
+
+
+def test_an_honest_run_on_a_ramp_is_judged_as_fitted_not_as_measured() -> None:
+    # A +50 % ramp over rounds of nearly flat step times: the raw medians fall with the
+    # batch (the ramp decays), which read as "more tokens, faster" and was refused.
+    amplitude, tau = 0.5, 5.0
+    probe, anchor, now = probe_and_anchor(3.0, noise=0.01, amplitude=amplitude, tau=tau)
+    rounds = []
+    for bs in (2, 4, 8, 16, 24, 32):
+        truth = STEP * (1 + 0.002 * bs)
+        slow = sum(ramp(now + 2.6 * k / 99, amplitude, tau) for k in range(100)) / 100
+        rounds.append(
+            round_line(bs, truth * slow, (now, now + 2.6), clock_run="r", clock_on_ramp=True)
+        )
+        now += 2.7
+    record = {"probe": [list(c) for c in probe], "anchor": [list(c) for c in anchor]}
+    rounds.append(round_line(1, STEP * 1.002, (40.0, 42.6), clock_ramp=record, clock_run="r"))
+    validated = validate_rounds(rounds)
+    assert doubtful_cells(validated)  # as measured
+    verdict = judge(validated, _spec([1, 2, 4, 8, 16, 24, 32]), additive=False, gate=False)
+    assert verdict.accepted, verdict.message
+
+
+def test_a_crafted_clock_window_cannot_bend_the_table() -> None:
+    # Equal raw medians and a +100 % ramp record; the largest cell claims a clock window
+    # inside the warm-up, where the record's ramp would halve its step time (64 tokens
+    # twice as fast as 32). Not on the ramp: left alone; on it: refused.
+    probe, anchor, _ = probe_and_anchor(3.0, noise=0.01, amplitude=1.0, tau=5.0)
+    record = {"probe": [list(c) for c in probe], "anchor": [list(c) for c in anchor]}
+    rounds = [round_line(bs, STEP, (100.0, 101.0)) for bs in (1, 2, 4)]
+    rounds.append(round_line(8, STEP, (0.0, 0.0)))
+    rounds[0]["clock_ramp"] = record
+    verdict = judge(validate_rounds(rounds), _spec([1, 2, 4, 8]), additive=False)
+    if verdict.accepted and verdict.fit is not None:
+        sps = verdict.fit.table.to_dict()["sample_steps_per_sec"]
+        assert max(sps) <= min(sps) * 1.10, sps
+    rounds[3]["clock_on_ramp"] = True
+    verdict = judge(validate_rounds(rounds), _spec([1, 2, 4, 8]), additive=False)
+    assert not verdict.accepted
+    assert "before its run's warm-up ended" in verdict.message
+
+
+def test_a_long_warm_up_and_anchor_are_recorded_within_the_line_limit() -> None:
+    # spec.table.sweep.minSteadySteps admits 100,000: an anchor of 20,000 steps makes 1,250
+    # chunks. The profiler records them thinned, so the operator accepts the line.
+    probe = [(0.048 * i + 0.02, 16 * i + 7.5, math.log(0.0106) - 0.001 * i) for i in range(187)]
+    anchor = [(500.0 + 0.17 * i, 16 * i + 7.5, math.log(0.0106)) for i in range(20_000 // 16)]
+    line = round_line(1, STEP, (500.0, 712.0), clock_run="1700000000.123456")
+    line["clock_ramp"] = {
+        "probe": [list(c) for c in thinned(probe)],
+        "anchor": [list(c) for c in thinned(anchor)],
+    }
+    assert len(json.dumps(line).encode()) <= MAX_ROUND_LINE_BYTES
+    assert validate_rounds([line])[0]["clock_ramp"]["anchor"]
+    assert len(thinned(anchor)) <= MAX_RAMP_CHUNKS and thinned(anchor)[-1] == anchor[-1]

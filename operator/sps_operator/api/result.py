@@ -53,8 +53,8 @@ MAX_CONFIGMAP_BYTES = 1024 * 1024 - 16 * 1024
 # Bounds on what the operator accepts (the profiler never writes more for a sweep the
 # API admits; anything larger is refused before it is decoded).
 MAX_ROUNDS_BYTES = 4 * 1024 * 1024  # uncompressed rounds.jsonl
-# A round's line: the anchor of a run on a clock ramp carries the warm-up's chunks (up to
-# 3,000 warm-up steps / 16 a chunk ≈ 190 of ~50 characters each) and its own.
+# A round's line: the anchor of a run on a clock ramp carries two lists of at most
+# `MAX_RAMP_CHUNKS` chunks of ~52 characters each (≈ 27 KB) besides the usual fields.
 MAX_ROUND_LINE_BYTES = 64 * 1024
 MAX_ROUNDS = 4096
 MAX_MANIFEST_BYTES = 64 * 1024
@@ -69,8 +69,10 @@ MAX_BATCH_TOKENS = 1 << 20
 MAX_GRAPH_TIERS = 1024
 MAX_STEADY_STEPS = 10_000_000
 MAX_WARNINGS = 32
-# The clock-ramp record (`tables.clockramp`): chunks per list, and the run clock's range.
-MAX_RAMP_CHUNKS = 1024
+# The clock-ramp record (`tables.clockramp`): chunks per list (the profiler thins longer
+# series to this many, evenly: a warm-up of 3,000 steps makes ≈ 190), and the run clock's
+# range.
+MAX_RAMP_CHUNKS = 256
 MAX_RUN_CLOCK_SECONDS = 1e6
 MAX_CLOCK_RUN_ID = 64
 

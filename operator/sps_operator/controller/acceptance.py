@@ -19,6 +19,7 @@ from sps_operator.api.limits import MAX_SWEEP_CELLS
 from sps_operator.api.models import DEFAULT_ADDITIVE_FRACS, FitQuality, SpsProfileSpec
 from sps_operator.controller.bounded import BoundExceeded, CallFailed, call_bounded
 from sps_operator.controller.gates import check_gates
+from sps_operator.tables.clockramp import usable_rounds
 from sps_operator.tables.fit import FitResult, fit_from_rounds
 from sps_operator.tables.formats import SpsTable
 from sps_operator.tables.selfcheck import doubtful_cells, self_check
@@ -122,7 +123,12 @@ def judge(
             + "; ".join(problems)
             + " (a Job image that is not sps-profiler, or a spec changed mid-run)",
         )
-    doubtful = doubtful_cells(rounds)
+    try:
+        # Judged as fitted: without rounds nothing can correct, and corrected for a clock ramp.
+        usable, _ramp = usable_rounds(rounds)
+    except ValueError as exc:
+        return Verdict(FIT_FAILED, f"the rounds cannot be fitted into a table: {exc}")
+    doubtful = doubtful_cells(usable)
     if doubtful:
         return Verdict(
             DOUBTFUL,

@@ -65,7 +65,15 @@ from sps_operator.profiler.sweep import (
     cell_key_of_round,
     round_max_new_tokens,
 )
-from sps_operator.tables.clockramp import Chunk, chunk_series, ramp_evident, stranded_rounds
+from sps_operator.tables.clockramp import (
+    CHUNK_STEPS,
+    MIN_CHUNKS,
+    Chunk,
+    chunk_series,
+    ramp_evident,
+    stranded_rounds,
+    thinned,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -800,8 +808,13 @@ def _drive(
         if kind == "pre-flight":
             plan = round_plan(settings, PREFLIGHT_STEADY_STEPS, goal="probe")
         elif kind == "anchor":
-            # The warm-up's prompts: the same KV context per step.
-            plan = round_plan(settings, ar1_prior=Ar1Prior.pooled(correlations))
+            # The warm-up's prompts: the same KV context per step; enough steps for the
+            # ramp model's chunks (`clockramp.MIN_CHUNKS`).
+            plan = round_plan(
+                settings,
+                min_steps=max(settings.min_steps, MIN_CHUNKS * CHUNK_STEPS),
+                ar1_prior=Ar1Prior.pooled(correlations),
+            )
         else:
             expected = int(statistics.median(recent[-3:])) if recent else None
             plan = round_plan(
@@ -847,8 +860,8 @@ def _drive(
                 if kind == "anchor":
                     anchor = active.chunks(rows)
                     measured.extra["clock_ramp"] = {
-                        "probe": [list(c) for c in probe],
-                        "anchor": [list(c) for c in anchor],
+                        "probe": [list(c) for c in thinned(probe)],
+                        "anchor": [list(c) for c in thinned(anchor)],
                     }
         except RoundError as exc:
             failure = exc

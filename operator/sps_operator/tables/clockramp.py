@@ -33,6 +33,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from sps_operator.api.result import MAX_RAMP_CHUNKS, MAX_STEP_SECONDS, MIN_STEP_SECONDS
+
 CHUNK_STEPS = 16
 TAU_GRID_S = tuple(float(x) for x in np.exp(np.linspace(math.log(0.3), math.log(60.0), 48)))
 AMPLITUDE_GRID = tuple(float(x) for x in np.linspace(0.0, 1.0, 101))
@@ -262,6 +264,16 @@ def ramp_evident(
     return model.amplitude * math.exp(-probe[-1][0] / model.tau_s) > tolerance_rel
 
 
+def thinned(chunks: Sequence[Chunk], limit: int = MAX_RAMP_CHUNKS) -> list[Chunk]:
+    """At most `limit` of the chunks, evenly spread (every k-th, the last kept): what a
+    round's line records of a very long warm-up or anchor (`--min-steady-steps`)."""
+    step = max(1, math.ceil(len(chunks) / limit))
+    if step == 1:
+        return list(chunks)
+    kept = list(chunks[len(chunks) - 1 :: -step])[::-1]
+    return kept[-limit:]
+
+
 def _is_number(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
@@ -295,70 +307,98 @@ def _clock_window(round_: Mapping[str, Any], index: int) -> tuple[float, float] 
     return float(value[0]), float(value[1])
 
 
-def _anchor(rounds: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    return next((r for r in rounds if r.get("clock_ramp") is not None), None)
+@dataclass(frozen=True)
+class RunRamp:
+    """One run's clock-ramp model and where its warm-up (the probe) ended on its clock."""
+
+    model: RampModel
+    probe_end_s: float
 
 
-def model_from_rounds(rounds: Sequence[Mapping[str, Any]]) -> RampModel | None:
-    """The ramp model of a run whose warm-up ended on a live ramp (a round carrying
-    `clock_ramp`, the anchor), else None."""
+def _run_of(round_: Mapping[str, Any]) -> Any:
+    return round_.get("clock_run")
+
+
+def ramps_by_run(rounds: Sequence[Mapping[str, Any]]) -> dict[Any, RunRamp]:
+    """Each run's ramp model (`clock_run` → model), from the run's first anchor round (a
+    round carrying `clock_ramp`); runs whose record is too short for a model are absent."""
+    out: dict[Any, RunRamp] = {}
+    seen: set[Any] = set()
     for index, round_ in enumerate(rounds):
         ramp = round_.get("clock_ramp")
-        if ramp is None:
+        if ramp is None or _run_of(round_) in seen:
             continue
+        seen.add(_run_of(round_))
         if not isinstance(ramp, Mapping):
             raise ValueError(f"round {index} has clock_ramp={ramp!r}; it must be an object")
         probe = _chunks_of(ramp.get("probe"), f"round {index} clock_ramp.probe")
         anchor = _chunks_of(ramp.get("anchor"), f"round {index} clock_ramp.anchor")
         ar1 = round_.get("ar1")
         step_ar1 = float(ar1) if ar1 is not None and _is_number(ar1) else None
-        return fit_ramp(probe, anchor, step_ar1)
-    return None
+        model = fit_ramp(probe, anchor, step_ar1)
+        if model is not None:
+            out[_run_of(round_)] = RunRamp(model, max(c[0] for c in probe))
+    return out
+
+
+def model_from_rounds(rounds: Sequence[Mapping[str, Any]]) -> RampModel | None:
+    """The ramp model of the first run whose warm-up ended on a live ramp, else None."""
+    ramps = ramps_by_run(rounds)
+    return next(iter(ramps.values())).model if ramps else None
 
 
 def stranded_rounds(rounds: Sequence[Mapping[str, Any]]) -> list[int]:
-    """Indices of rounds measured on a live clock ramp (`clock_on_ramp`) by a run that never
-    measured its anchor — it was interrupted, and a `--resume` goes on with a clock of its
-    own. Without that run's anchor their slow-down cannot be taken out, and their raw
-    medians are slow by up to the ramp's amplitude: they are measured again, never fitted."""
-    anchored = {r.get("clock_run") for r in rounds if r.get("clock_ramp") is not None}
+    """Indices of rounds measured on a live clock ramp (`clock_on_ramp`) by a run without a
+    ramp model: interrupted before its anchor (a `--resume` goes on with a clock of its
+    own), or an anchor too short to fit one. Their slow-down cannot be taken out and their
+    raw medians are slow by up to the ramp's amplitude: they are measured again, never
+    fitted."""
+    ramps = ramps_by_run(rounds)
     return [
         i
         for i, r in enumerate(rounds)
-        if r.get("clock_on_ramp") is True and r.get("clock_run") not in anchored
+        if r.get("clock_on_ramp") is True and _run_of(r) not in ramps
     ]
 
 
 def correct_rounds(
     rounds: Sequence[Mapping[str, Any]],
 ) -> tuple[list[dict[str, Any]], RampModel | None]:
-    """Rounds with the clock ramp taken out of their step times, and the model used.
+    """Rounds with the clock ramp taken out of their step times, and the model used (the one
+    that corrected the most rounds when several runs have one).
 
-    Each round with a clock window (`clock_s`) that was measured on the ramp gets its median
-    divided by the model's mean slow-down over that window, and its CI widened by the
-    model's uncertainty there (`clock_factor`, `clock_factor_low`/`_high` record it). When
-    the model does not fit, medians stay raw and every round up to the anchor is widened by
-    what the probe still showed at its end. Without a model the rounds come back unchanged,
-    and so do rounds of another run (`clock_run`: a `--resume` starts a clock of its own).
+    Each round measured on the ramp (`clock_on_ramp`, a clock window `clock_s`) of a run with
+    a model gets its median divided by the model's mean slow-down over that window, and its
+    CI widened by the model's uncertainty there (`clock_factor`, `clock_factor_low`/`_high`
+    record it). When the model does not fit, medians stay raw and the CIs are widened by
+    what the probe still showed at its end. Other rounds come back unchanged: those of a
+    run without a model too (`stranded_rounds`: the fit leaves them out). A round on the
+    ramp whose window starts before its run's warm-up ended is refused (ValueError): the
+    sweep starts after the warm-up, and a window inside it would take a correction the
+    warm-up's own steps never showed.
     """
-    model = model_from_rounds(rounds)
+    ramps = ramps_by_run(rounds)
     out = [dict(r) for r in rounds]
-    if model is None:
-        return out, None
-    anchor = _anchor(rounds)
-    run = anchor.get("clock_run") if anchor is not None else None
+    used: dict[Any, int] = {}
     for index, round_ in enumerate(out):
-        window = _clock_window(round_, index)
-        if window is None or "median_step_time" not in round_:
+        if round_.get("clock_on_ramp") is not True or "median_step_time" not in round_:
             continue
-        if round_.get("clock_run") != run:
-            continue  # measured by another run (before a --resume): another clock
+        ramp = ramps.get(_run_of(round_))
+        window = _clock_window(round_, index)
+        if ramp is None or window is None:
+            continue
+        if window[0] < ramp.probe_end_s:
+            raise ValueError(
+                f"round {index} was measured on the clock ramp from {window[0]:g} s, before "
+                f"its run's warm-up ended ({ramp.probe_end_s:g} s on the run clock); the "
+                "rounds do not come from one sps-profiler run."
+            )
+        model = ramp.model
         if model.fits:
             point, low, high = model.correction(*window)
         else:
-            if round_.get("clock_ramp") is not None:
-                continue  # the anchor itself ran on warm clocks
             point, low, high = 0.0, 0.0, math.log1p(model.probe_end_excess)
+        used[_run_of(round_)] = used.get(_run_of(round_), 0) + 1
         if high <= 0 and low >= 0:
             continue
         median = float(round_["median_step_time"]) / math.exp(point)
@@ -376,4 +416,33 @@ def correct_rounds(
         se = round_.get("step_time_se")
         if isinstance(se, int | float) and not isinstance(se, bool):
             round_["step_time_se"] = math.hypot(float(se), median * (high - low) / 2)
-    return out, model
+    if not ramps:
+        return out, None
+    main = max(used, key=lambda run: used[run]) if used else next(iter(ramps))
+    return out, ramps[main].model
+
+
+def usable_rounds(
+    rounds: Sequence[Mapping[str, Any]],
+) -> tuple[list[dict[str, Any]], RampModel | None]:
+    """What a fit may use: the rounds without the stranded ones, ramp-corrected, and the
+    model; ValueError when nothing is left or the rounds contradict their ramp record."""
+    stranded = set(stranded_rounds(rounds))
+    kept = [r for i, r in enumerate(rounds) if i not in stranded]
+    if stranded and not kept:
+        raise ValueError(
+            f"All {len(stranded)} rounds were measured on a clock ramp by a run that was "
+            "interrupted before its anchor round, so their slow-down cannot be taken out; "
+            "rerun the profiler with --resume to measure them again."
+        )
+    corrected, model = correct_rounds(kept)
+    for index, round_ in enumerate(corrected):
+        if "clock_factor" not in round_:
+            continue
+        seconds = float(round_["median_step_time"])
+        if not MIN_STEP_SECONDS <= seconds <= MAX_STEP_SECONDS:
+            raise ValueError(
+                f"round {index}'s step time corrected for the clock ramp is {seconds:g} s, "
+                "outside a decode step's range; the ramp record does not fit the rounds."
+            )
+    return corrected, model

@@ -599,18 +599,10 @@ def fit_from_rounds(
     """
     if not rounds:
         raise ValueError("No rounds to fit; run the profiler first.")
-    stranded = set(clockramp.stranded_rounds(rounds))
-    if stranded:
-        rounds = [r for i, r in enumerate(rounds) if i not in stranded]
-        if not rounds:
-            raise ValueError(
-                f"All {len(stranded)} rounds were measured on a clock ramp by a run that was "
-                "interrupted before its anchor round, so their slow-down cannot be taken out; "
-                "rerun the profiler with --resume to measure them again."
-            )
     # A run whose sweep began on a live clock ramp: its rounds' medians carry the ramp's
-    # slow-down, taken out here (and its uncertainty added to their CIs).
-    rounds, ramp = clockramp.correct_rounds(rounds)
+    # slow-down, taken out here (and its uncertainty added to their CIs); rounds on a ramp
+    # nothing can correct are left out.
+    rounds, ramp = clockramp.usable_rounds(rounds)
     try:
         if kind == "diagonal":
             if tiers is None and diagonal_probes == "tiers":
