@@ -20,8 +20,8 @@ from sps_operator.tables.clockramp import (
     chunk_series,
     correct_rounds,
     fit_ramp,
-    model_from_rounds,
     ramp_evident,
+    ramps_by_run,
     step_clocks,
     stranded_rounds,
     thinned,
@@ -255,7 +255,7 @@ def test_untrusted_clock_fields_fail_with_a_value_error(ramp_payload: Any, clock
     rounds[0]["clock_s"] = clock
     rounds[3]["clock_ramp"] = ramp_payload
     try:
-        model_from_rounds(rounds)
+        ramps_by_run(rounds)
         correct_rounds(rounds)
     except ValueError:
         pass
@@ -341,9 +341,9 @@ def test_a_crafted_clock_window_cannot_bend_the_table() -> None:
     rounds.append(round_line(8, STEP, (0.0, 0.0)))
     rounds[0]["clock_ramp"] = record
     verdict = judge(validate_rounds(rounds), _spec([1, 2, 4, 8]), additive=False)
-    if verdict.accepted and verdict.fit is not None:
-        sps = verdict.fit.table.to_dict()["sample_steps_per_sec"]
-        assert max(sps) <= min(sps) * 1.10, sps
+    assert verdict.accepted and verdict.fit is not None, verdict.message
+    sps = verdict.fit.table.to_dict()["sample_steps_per_sec"]
+    assert max(sps) <= min(sps) * 1.10, sps
     rounds[3]["clock_on_ramp"] = True
     verdict = judge(validate_rounds(rounds), _spec([1, 2, 4, 8]), additive=False)
     assert not verdict.accepted

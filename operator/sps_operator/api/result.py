@@ -105,7 +105,8 @@ def _finite(name: str, value: float) -> float:
     return value
 
 
-RampChunk = tuple[float, float, float]  # `tables.clockramp.Chunk`
+# One chunk of a clock-ramp record (`tables.clockramp.Chunk`).
+RampChunk = tuple[float, float, float]
 
 
 class ClockRampRecord(BaseModel):

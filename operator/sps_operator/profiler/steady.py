@@ -219,7 +219,7 @@ class _Correlation:
     tau: float  # integrated autocorrelation time of the median indicator, from `used`
 
 
-def _series_tau(values: Sequence[float], prior: Ar1Prior | None = None) -> _Correlation:
+def _step_correlation(values: Sequence[float], prior: Ar1Prior | None = None) -> _Correlation:
     phi_hat, phi_se = ar1_from_differences(values)
     phi, se = phi_hat, phi_se
     if prior is not None and abs(phi_hat - prior.phi) <= AR1_POOL_Z * math.hypot(phi_se, prior.se):
@@ -249,7 +249,7 @@ def estimate_window(
     beyond `tolerance_rel` (relative) in a way linear KV growth does not explain."""
     n = len(times)
     # The noise's autocorrelation, read from differences: a line only shifts their mean.
-    correlation = _series_tau(times, ar1_prior)
+    correlation = _step_correlation(times, ar1_prior)
     tau = correlation.tau
     slope, se_slope = sen_slope(contexts, times, z, rank_tau(correlation.used))
     # A falling step time is never KV growth: keep it in the residuals, where it shows as drift.
@@ -400,7 +400,7 @@ def _third_medians(times: Sequence[float], z: float) -> tuple[list[float], list[
     """The medians of the series' thirds and their standard errors (autocorrelation from
     the last third)."""
     parts = _parts(times, 3)
-    tau = _series_tau(parts[-1]).tau
+    tau = _step_correlation(parts[-1]).tau
     medians, ses = [], []
     for part in parts:
         med, lo, hi = median_ci(part, z, tau)

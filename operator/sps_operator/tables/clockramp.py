@@ -33,7 +33,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sps_operator.api.result import MAX_RAMP_CHUNKS, MAX_STEP_SECONDS, MIN_STEP_SECONDS
+from sps_operator.api.result import (
+    MAX_RAMP_CHUNKS,
+    MAX_STEP_SECONDS,
+    MIN_STEP_SECONDS,
+    RampChunk,
+)
 
 CHUNK_STEPS = 16
 TAU_GRID_S = tuple(float(x) for x in np.exp(np.linspace(math.log(0.3), math.log(60.0), 48)))
@@ -58,8 +63,9 @@ MISFIT_FLOOR = 0.002
 MIN_CHUNKS = 4
 WINDOW_POINTS = 16
 
-Chunk = tuple[float, float, float]  # (clock seconds at its middle, step index at its middle,
-# log of the median step time)
+# (clock seconds at its middle, step index at its middle, log of the median step time): the
+# result contract's type, which the operator validates.
+Chunk = RampChunk
 
 
 def chunk_series(
@@ -341,19 +347,16 @@ def ramps_by_run(rounds: Sequence[Mapping[str, Any]]) -> dict[Any, RunRamp]:
     return out
 
 
-def model_from_rounds(rounds: Sequence[Mapping[str, Any]]) -> RampModel | None:
-    """The ramp model of the first run whose warm-up ended on a live ramp, else None."""
-    ramps = ramps_by_run(rounds)
-    return next(iter(ramps.values())).model if ramps else None
-
-
-def stranded_rounds(rounds: Sequence[Mapping[str, Any]]) -> list[int]:
+def stranded_rounds(
+    rounds: Sequence[Mapping[str, Any]], ramps: Mapping[Any, RunRamp] | None = None
+) -> list[int]:
     """Indices of rounds measured on a live clock ramp (`clock_on_ramp`) by a run without a
     ramp model: interrupted before its anchor (a `--resume` goes on with a clock of its
     own), or an anchor too short to fit one. Their slow-down cannot be taken out and their
     raw medians are slow by up to the ramp's amplitude: they are measured again, never
-    fitted."""
-    ramps = ramps_by_run(rounds)
+    fitted. `ramps`: `ramps_by_run(rounds)`, when the caller has it."""
+    if ramps is None:
+        ramps = ramps_by_run(rounds)
     return [
         i
         for i, r in enumerate(rounds)
@@ -362,7 +365,7 @@ def stranded_rounds(rounds: Sequence[Mapping[str, Any]]) -> list[int]:
 
 
 def correct_rounds(
-    rounds: Sequence[Mapping[str, Any]],
+    rounds: Sequence[Mapping[str, Any]], ramps: Mapping[Any, RunRamp] | None = None
 ) -> tuple[list[dict[str, Any]], RampModel | None]:
     """Rounds with the clock ramp taken out of their step times, and the model used (the one
     that corrected the most rounds when several runs have one).
@@ -375,9 +378,10 @@ def correct_rounds(
     run without a model too (`stranded_rounds`: the fit leaves them out). A round on the
     ramp whose window starts before its run's warm-up ended is refused (ValueError): the
     sweep starts after the warm-up, and a window inside it would take a correction the
-    warm-up's own steps never showed.
+    warm-up's own steps never showed. `ramps`: `ramps_by_run(rounds)`, when the caller has it.
     """
-    ramps = ramps_by_run(rounds)
+    if ramps is None:
+        ramps = ramps_by_run(rounds)
     out = [dict(r) for r in rounds]
     used: dict[Any, int] = {}
     for index, round_ in enumerate(out):
@@ -427,7 +431,8 @@ def usable_rounds(
 ) -> tuple[list[dict[str, Any]], RampModel | None]:
     """What a fit may use: the rounds without the stranded ones, ramp-corrected, and the
     model; ValueError when nothing is left or the rounds contradict their ramp record."""
-    stranded = set(stranded_rounds(rounds))
+    ramps = ramps_by_run(rounds)  # each run's model fitted once
+    stranded = set(stranded_rounds(rounds, ramps))
     kept = [r for i, r in enumerate(rounds) if i not in stranded]
     if stranded and not kept:
         raise ValueError(
@@ -435,7 +440,7 @@ def usable_rounds(
             "interrupted before its anchor round, so their slow-down cannot be taken out; "
             "rerun the profiler with --resume to measure them again."
         )
-    corrected, model = correct_rounds(kept)
+    corrected, model = correct_rounds(kept, ramps)
     for index, round_ in enumerate(corrected):
         if "clock_factor" not in round_:
             continue
