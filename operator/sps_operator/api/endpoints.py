@@ -12,6 +12,7 @@ record that changes between the check and the connect).
 from __future__ import annotations
 
 import ipaddress
+import socket
 
 # Platform endpoints outside the link-local range: Alibaba Cloud's metadata service, Azure's
 # WireServer, AWS's IPv6 instance metadata service.
@@ -21,10 +22,18 @@ METADATA_ADDRESSES = frozenset(
 
 
 def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The IP address `text` names, in any form a resolver takes for one: also the
+    shorthand, octal, hex and decimal IPv4 forms (`2852039166`, `0251.0376.0251.0376`,
+    `169.254.43518`) that inet_aton accepts and ipaddress does not."""
     try:
         ip = ipaddress.ip_address(text.split("%", 1)[0])  # an IPv6 zone index is not the address
     except ValueError:
-        return None
+        if not text or not text.isascii() or len(text) > 64:
+            return None
+        try:
+            ip = ipaddress.IPv4Address(socket.inet_aton(text))
+        except (OSError, ValueError):
+            return None
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         return ip.ipv4_mapped
     return ip

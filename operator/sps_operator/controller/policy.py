@@ -100,8 +100,8 @@ class JobPolicy:
     label_keys: NameRule = NameRule(ALLOWED_KEYS, RESERVED_KEYS)
     annotation_keys: NameRule = NameRule(ALLOWED_KEYS, RESERVED_KEYS)
     max_active_deadline_seconds: int = 86_400
-    # Hosts an External server.url may name; `*` stands for one DNS label, {namespace} for
-    # the profile's namespace.
+    # Hosts an External server.url may name; `*` stands for one DNS label (alone: any
+    # host), {namespace} for the profile's namespace.
     allowed_server_hosts: tuple[str, ...] = (f"*.{NAMESPACE_PLACEHOLDER}.svc.cluster.local",)
 
     def queues(self, default_queue: str | None) -> tuple[str, ...]:
@@ -198,7 +198,10 @@ def _keys_refusal(
 
 def host_matches(host: str, pattern: str) -> bool:
     """A host name against a pattern, label by label: `*` never spans a dot, so
-    `*.team.svc.cluster.local` is a Service of namespace `team`, not `a.other.svc.team...`."""
+    `*.team.svc.cluster.local` is a Service of namespace `team`, not `a.other.svc.team...`.
+    The pattern `*` alone admits every host."""
+    if pattern == "*":
+        return True
     labels, wanted = host.split("."), pattern.lower().split(".")
     return len(labels) == len(wanted) and all(map(fnmatchcase, labels, wanted))
 
