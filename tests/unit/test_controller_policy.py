@@ -34,8 +34,13 @@ GPU = "nvidia.com/gpu.product"
 QUEUE = L.LABEL_KUEUE_QUEUE
 
 
-def settings(**policy_fields: Any) -> Settings:
-    return Settings(gpu_debounce_seconds=0, isolate_fits=False, policy=JobPolicy(**policy_fields))
+def settings(defaults: builders.JobDefaults | None = None, **policy_fields: Any) -> Settings:
+    """The harness's settings with these job defaults and policy fields (the default policy
+    when none are given)."""
+    fields: dict[str, Any] = {"policy": JobPolicy(**policy_fields)} if policy_fields else {}
+    if defaults is not None:
+        fields["job_defaults"] = defaults
+    return Settings(gpu_debounce_seconds=0, isolate_fits=False, **fields)
 
 
 def first_pass(h: Harness) -> dict[str, Any]:
@@ -268,9 +273,10 @@ def test_a_profiling_pod_never_counts_as_a_replica_of_the_target() -> None:
     labels = {"app": "sglang", "deploy": "server"}
     by_labels = PodInfo("run-p", {**labels, L.LABEL_MANAGED_BY: L.MANAGED_BY,
                                   L.LABEL_COMPONENT: L.COMPONENT_POD}, "n2")  # fmt: skip
-    by_owner = PodInfo("run-q", labels, "n2", controller="Job")
-    where = placement(selector, [server, by_labels, by_owner], nodes, GPU)
+    where = placement(selector, [server, by_labels], nodes, GPU)
     assert where.products == {H100} and where.pods == 1
+    by_owner = PodInfo("run-q", labels, "n2", controller="Job")
+    assert placement(selector, [server, by_owner], nodes, GPU).products == {H100}
 
 
 def test_the_pod_index_keeps_the_controller_kind() -> None:
@@ -299,8 +305,7 @@ def test_the_pod_index_keeps_the_controller_kind() -> None:
 def test_the_admins_queue_cannot_be_escaped(
     policy_fields: dict[str, Any], defaults: dict[str, str], job_labels: dict[str, str], ok: bool
 ) -> None:
-    s = settings(**policy_fields)
-    s = Settings(**{**s.__dict__, "job_defaults": builders.JobDefaults(labels=defaults)})
+    s = settings(builders.JobDefaults(labels=defaults), **policy_fields)
     h = Harness.one_target(s, job={"labels": job_labels})
     if ok:
         started(h)
@@ -321,12 +326,7 @@ def test_the_admins_queue_cannot_be_escaped(
 def test_system_priority_classes_are_refused_wherever_they_come_from(
     job: dict[str, Any], target_priority: str | None, default_priority: str | None, where: str
 ) -> None:
-    s = Settings(
-        gpu_debounce_seconds=0,
-        isolate_fits=False,
-        job_defaults=builders.JobDefaults(priority_class=default_priority),
-    )
-    h = Harness(settings=s)
+    h = Harness(settings=settings(builders.JobDefaults(priority_class=default_priority)))
     dep = deployment()
     if target_priority:
         dep["spec"]["template"]["spec"]["priorityClassName"] = target_priority
