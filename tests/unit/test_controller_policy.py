@@ -124,7 +124,10 @@ def _affinity(*terms: list[dict[str, Any]]) -> dict[str, Any]:
         (
             _affinity(
                 [{"key": GPU, "operator": "In", "values": [H200]}],
-                [{"key": GPU, "operator": "In", "values": [H100]}, {"key": "z", "operator": "Exists"}],
+                [
+                    {"key": GPU, "operator": "In", "values": [H100]},
+                    {"key": "z", "operator": "Exists"},
+                ],
             ),
             True,
         ),
@@ -154,7 +157,9 @@ def test_a_target_affinity_that_admits_no_node_of_its_gpu_product_creates_no_job
 # --------------------------------------------------------------------------- 6. phase 2
 
 
-ADDITIVE = {"table": {"kind": "Additive", "sweep": {"batchSizes": [1, 2, 4], "fracs": [0.25, 0.5, 1.0]}}}  # fmt: skip
+ADDITIVE = {
+    "table": {"kind": "Additive", "sweep": {"batchSizes": [1, 2, 4], "fracs": [0.25, 0.5, 1.0]}}
+}
 
 
 def _phase_one_done(h: Harness) -> dict[str, Any]:
@@ -200,7 +205,8 @@ def test_phase_two_runs_when_the_server_is_the_same() -> None:
 def test_phase_two_is_checked_against_the_policy_again() -> None:
     """The spec changed between the phases (a label that escapes the queue): no phase-2
     Job; the run ends with the refusal, and no new run starts while it holds."""
-    h = Harness.one_target(settings(allowed_queues=("gpu",)), **ADDITIVE, job={"labels": {QUEUE: "gpu"}})  # fmt: skip
+    queued = {"job": {"labels": {QUEUE: "gpu"}}}
+    h = Harness.one_target(settings(allowed_queues=("gpu",)), **ADDITIVE, **queued)
     _phase_one_done(h)
     body = h.kube.obj("SpsProfile", "p")
     body["spec"]["job"]["labels"][QUEUE] = ""
@@ -240,7 +246,11 @@ def _pdb(name: str, selector: dict[str, Any]) -> dict[str, Any]:
     [
         ({"app": "sglang", "deploy": "server"}, None, "Deployment server"),
         ({"app": "web"}, _service("web", {"app": "web"}), "Service web"),
-        ({"tier": "gpu"}, _pdb("gpus", {"matchLabels": {"tier": "gpu"}}), "PodDisruptionBudget gpus"),
+        (
+            {"tier": "gpu"},
+            _pdb("gpus", {"matchLabels": {"tier": "gpu"}}),
+            "PodDisruptionBudget gpus",
+        ),
     ],
     ids=["target-selector", "service", "pdb"],
 )
@@ -349,7 +359,14 @@ def test_an_allowed_priority_class_runs_and_the_admin_may_lift_a_system_one() ->
         ({"labels": {"sps.dev/borrowed": "x"}}, False),
         ({"labels": {"batch.kubernetes.io/job-name": "x"}}, False),
         ({"labels": {"kueue.x-k8s.io/prebuilt-workload-name": "w"}}, False),
-        ({"annotations": {"container.apparmor.security.beta.kubernetes.io/sglang-server": "unconfined"}}, False),  # fmt: skip
+        (
+            {
+                "annotations": {
+                    "container.apparmor.security.beta.kubernetes.io/sglang-server": "unconfined"
+                }
+            },
+            False,
+        ),
         ({"annotations": {QUEUE: "other"}}, False),  # as an annotation, Kueue's key is reserved
         ({"labels": {"app.kubernetes.io/name": "sps", "team": "ml"}}, True),
         ({"annotations": {"example.com/owner": "ml"}}, True),
@@ -372,7 +389,8 @@ def test_a_deadline_beyond_the_admins_maximum_is_refused() -> None:
     )
     h = Harness.one_target(settings(max_active_deadline_seconds=1800))
     assert "(its default)" in refused(h, "JobPolicy")["message"]
-    started(Harness.one_target(settings(max_active_deadline_seconds=1800), job={"activeDeadlineSeconds": 1800}))  # fmt: skip
+    shorter = {"activeDeadlineSeconds": 1800}
+    started(Harness.one_target(settings(max_active_deadline_seconds=1800), job=shorter))
 
 
 def test_a_refusal_is_said_once_and_a_fixed_spec_runs_at_the_next_pass() -> None:
@@ -392,8 +410,11 @@ def test_a_refusal_is_said_once_and_a_fixed_spec_runs_at_the_next_pass() -> None
 
 
 def test_job_image_and_account_rules_are_the_policys() -> None:
-    refused(Harness.one_target(job={"image": "evil/miner:1"}), "JobPolicy", "jobPolicy.allowedImages")
-    refused(Harness.one_target(job={"serviceAccountName": "admin"}), "JobPolicy", "allowedServiceAccounts")  # fmt: skip
+    refused(
+        Harness.one_target(job={"image": "evil/miner:1"}), "JobPolicy", "jobPolicy.allowedImages"
+    )
+    admin = {"serviceAccountName": "admin"}
+    refused(Harness.one_target(job=admin), "JobPolicy", "jobPolicy.allowedServiceAccounts")
 
 
 # --------------------------------------------------------------------------- 22. External
@@ -419,7 +440,9 @@ def external(url: str) -> dict[str, Any]:
         ("http://sglang.serving.svc.cluster.local:notaport", ("not a usable URL",)),
     ],
 )
-def test_an_external_url_outside_the_policy_creates_no_job(url: str, words: tuple[str, ...]) -> None:
+def test_an_external_url_outside_the_policy_creates_no_job(
+    url: str, words: tuple[str, ...]
+) -> None:
     refused(Harness.one_target(**external(url)), "JobPolicy", *words)
 
 

@@ -100,15 +100,19 @@ def checked_session() -> requests.Session:
     return session
 
 
-_MEDIA_TYPE = re.compile(
-    r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}"
-)
+# Media types a message may name; any other is "another media type" (a header is the
+# server's text too).
+KNOWN_MEDIA_TYPES = frozenset(
+    {"application/json", "application/xml", "application/octet-stream", "text/html",
+     "text/plain", "text/xml", "text/event-stream"}
+)  # fmt: skip
 
 
 def describe(response: requests.Response) -> str:
     """An answer as a message may show it: HTTP status, media type, size; never the body."""
-    found = _MEDIA_TYPE.match((response.headers.get("Content-Type") or "").strip())
-    media = found.group(0) if found else "no media type"
+    media = (response.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+    if media not in KNOWN_MEDIA_TYPES:
+        media = "another media type" if media else "no media type"
     return f"HTTP {response.status_code}, {media}, {len(response.content)} bytes"
 
 
