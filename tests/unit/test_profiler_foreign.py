@@ -7,17 +7,22 @@ from __future__ import annotations
 import http.server
 import json
 import logging
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sps_operator.profiler import client as client_module
 from sps_operator.profiler.cli import main
 from sps_operator.profiler.client import DsparkClient, ServerResponseError, ServerUnavailableError
 from sps_operator.profiler.runner import Session
+from sps_operator.profiler.server import ServerCheckError, server_context_from_info
+from sps_operator.profiler.untrusted import shown
 
 SECRET = "AKIAIOSFODNN7EXAMPLE-instance-role-token"
 
@@ -133,3 +138,57 @@ def test_a_connection_to_a_forbidden_peer_is_refused_before_a_request_is_sent(
     assert "refused to talk to 127.0.0.1 is forbidden" in str(info.value)
     assert not client.health()
     assert _Foreign.seen == []
+
+
+def _dspark_info(where: str, key: str, value: Any) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "mode": "static",
+        "verify_num_draft_tokens": 8,
+        "components": ["core", "step_cpu_time"],
+        "simulate_acc_len": 1.0,
+    }
+    decode: dict[str, Any] = {"bs": [1, 2]}
+    state = {"dspark_info_record": payload, "cuda_graph_config": {"decode": decode}}
+    info: dict[str, Any] = {"speculative_algorithm": "DSPARK", "internal_states": [state]}
+    {"info": info, "record": payload, "decode": decode}[where][key] = value
+    return info
+
+
+@pytest.mark.parametrize(
+    ("where", "key", "value", "described"),
+    [
+        ("info", "speculative_algorithm", SECRET, "a text of 40 characters"),
+        ("record", "mode", SECRET, "a text of 40 characters"),
+        ("record", "components", SECRET, "a text of 40 characters"),
+        ("record", "simulate_acc_len", SECRET, "a text of 40 characters"),
+        ("decode", "bs", [SECRET], "a text of 40 characters"),
+        ("decode", "max_bs", {"k": SECRET}, "an object of 1 keys"),
+    ],
+)
+def test_server_info_values_are_described_not_quoted(
+    where: str, key: str, value: Any, described: str
+) -> None:
+    """What /server_info says is quoted only when it is a number or a word SGLang uses."""
+    info = _dspark_info(where, key, value)
+    if key == "max_bs":
+        del info["internal_states"][0]["cuda_graph_config"]["decode"]["bs"]
+    with pytest.raises(ServerCheckError) as raised:
+        server_context_from_info(info, base_url="http://x", offdiagonal=False)
+    message = str(raised.value)
+    assert SECRET not in message and described in message, message
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers() | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+SHOWN = re.compile(
+    r"None|True|False|[-+0-9.e]+|inf|-inf|nan|'(static|compact)'"
+    r"|a text of \d+ characters|a list of \d+ items|an object of \d+ keys"
+)
+
+
+@given(JSON)
+def test_shown_is_a_number_a_known_word_or_a_size(value: Any) -> None:
+    assert SHOWN.fullmatch(shown(value, ("static", "compact"))), shown(value)
