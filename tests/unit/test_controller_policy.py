@@ -552,3 +552,10 @@ def test_services_are_read_from_the_namespace() -> None:
 
 def _spec() -> SpsProfileSpec:
     return SpsProfileSpec.model_validate(copy.deepcopy(profile_body()["spec"]))
+
+
+def test_every_refusal_and_the_phase_change_are_explained() -> None:
+    from sps_operator.controller.run import TARGET_CHANGED
+    from sps_operator.plugin.explain import FAILURE_REASONS
+
+    assert policy.REFUSAL_REASONS | {TARGET_CHANGED} <= FAILURE_REASONS.keys()
