@@ -154,6 +154,24 @@ def test_a_target_affinity_that_admits_no_node_of_its_gpu_product_creates_no_job
         refused(h, "GpuPinConflict", "required node affinity", H100)
 
 
+def test_a_refusal_for_one_server_does_not_hold_back_another() -> None:
+    h = Harness()
+    moving = deployment("moving")
+    moving["spec"]["template"]["spec"]["affinity"] = _affinity(
+        [{"key": GPU, "operator": "In", "values": [H200]}]
+    )
+    h.add(moving)
+    h.add(deployment("other", args=["--model-path", "org/other", "--speculative-algorithm",
+                                    "DSPARK", "--port", "30000"]))  # fmt: skip
+    h.add(profile_body())
+    h.place("moving")
+    h.place("other")
+    status = first_pass(h)
+    assert status["currentRun"]["target"] == "other"
+    (job,) = h.kube.kinds("Job")
+    assert "affinity" not in job["spec"]["template"]["spec"]
+
+
 # --------------------------------------------------------------------------- 6. phase 2
 
 

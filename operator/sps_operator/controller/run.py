@@ -36,7 +36,7 @@ from sps_operator.controller.outcome import (
 )
 from sps_operator.controller.publish import publish_table
 from sps_operator.controller.state import Pass, Target
-from sps_operator.controller.triggers import TargetView, decide_run
+from sps_operator.controller.triggers import RunRequest, TargetView, decide_run
 
 EV_RUN_STARTED = "ProfilingStarted"
 EV_PHASE2 = "OffDiagonalPhaseStarted"
@@ -157,58 +157,75 @@ def maybe_start_run(p: Pass) -> None:
     st = p.status
     usable = [t for t in p.targets if t.usable]
     running = {t.config_map: t for t in st.tables}
-    request = decide_run(
-        p.spec,
-        [
-            TargetView(t.name, t.gpu, t.fingerprint, running.get(t.running_config_map or ""))
-            for t in usable
-        ],
-        st.tables,
-        st.refresh_count,
-        st.refresh_reason,
-        st.last_failure,
-        p.now,
-    )
-    if request is None:
-        if is_refusal(st.last_failure):
-            st.last_failure = None  # no run is wanted any more: nothing is refused
-        return
-    target = next(t for t in usable if t.name == request.target)
-    run_name = names.run_name(
+    views = [
+        TargetView(t.name, t.gpu, t.fingerprint, running.get(t.running_config_map or ""))
+        for t in usable
+    ]
+    refused: tuple[RunStatus, policy.Refusal] | None = None
+    while True:
+        request = decide_run(
+            p.spec, views, st.tables, st.refresh_count, st.refresh_reason, st.last_failure, p.now
+        )
+        if request is None:
+            break
+        target = next(t for t in usable if t.name == request.target)
+        run = _new_run(p, request)
+        # An External server cannot be restarted in static mode for a diagonal phase, nor
+        # given a seed table: an Additive profile against it is the off-diagonal phase alone.
+        phase = 1
+        if (
+            p.spec.server.source == ServerSource.EXTERNAL
+            and p.spec.table.kind == TableKind.ADDITIVE
+        ):
+            phase = 2
+            run.phase, run.job = RunPhase.OFF_DIAGONAL, names.job_name(run.name, 2)
+        plan = _plan(p, target, run, phase, None)
+        try:
+            job = builders.profiling_job(plan)
+        except ValueError as exc:
+            record_failure(p, run, JOB_CREATE_FAILED, f"could not build the profiling Job: {exc}")
+            return
+        refusal = run_refusal(p, plan, job)
+        if refusal is None:
+            _start(p, run, plan, job)
+            return
+        refused = refused or (run, refusal)
+        # A refusal may concern this server alone (its node affinity): another may run.
+        views = [
+            v
+            for v in views
+            if (v.gpu_product, v.fingerprint) != (request.gpu_product, request.fingerprint)
+        ]
+    if refused is not None:
+        refuse_run(p, *refused)
+    elif is_refusal(st.last_failure):
+        st.last_failure = None  # no run is wanted any more: nothing is refused
+
+
+def _new_run(p: Pass, request: RunRequest) -> RunStatus:
+    name = names.run_name(
         p.ref.name, p.ref.uid, request.gpu_product, request.fingerprint, request.nonce
     )
-    run = RunStatus(
-        name=run_name,
-        job=names.job_name(run_name, 1),
+    return RunStatus(
+        name=name,
+        job=names.job_name(name, 1),
         phase=RunPhase.DIAGONAL,
         gpu_product=request.gpu_product,
         fingerprint=request.fingerprint,
-        target=target.name,
+        target=request.target,
         trigger=request.trigger,
         started_at=cond.rfc3339(p.now),
         trigger_key=request.trigger_key,
         attempt=request.attempt,
-        refresh_count=st.refresh_count,
+        refresh_count=p.status.refresh_count,
     )
-    # An External server cannot be restarted in static mode for a diagonal phase, nor
-    # given a seed table: an Additive profile against it is the off-diagonal phase alone.
-    phase = 1
-    if p.spec.server.source == ServerSource.EXTERNAL and p.spec.table.kind == TableKind.ADDITIVE:
-        phase = 2
-        run.phase, run.job = RunPhase.OFF_DIAGONAL, names.job_name(run_name, 2)
-    plan = _plan(p, target, run, phase, None)
-    try:
-        job = builders.profiling_job(plan)
-    except ValueError as exc:
-        record_failure(p, run, JOB_CREATE_FAILED, f"could not build the profiling Job: {exc}")
-        return
-    refusal = run_refusal(p, plan, job)
-    if refusal is not None:
-        refuse_run(p, run, refusal)
-        return
+
+
+def _start(p: Pass, run: RunStatus, plan: builders.RunPlan, job: Obj) -> None:
+    st = p.status
     if is_refusal(st.last_failure):
         st.last_failure = None  # fixed: the run starts
-    cleanup_runs(p, keep=run_name)
+    cleanup_runs(p, keep=run.name)
     try:
         _create_phase(p, plan, job, with_rbac=True)
     except NameTaken as exc:
@@ -224,8 +241,8 @@ def maybe_start_run(p: Pass) -> None:
     p.event(
         "Normal",
         EV_RUN_STARTED,
-        f"{request.trigger}: profiling {target.name} on {request.gpu_product} "
-        f"(Job {plan.job_name}, attempt {request.attempt})",
+        f"{run.trigger}: profiling {run.target} on {run.gpu_product} "
+        f"(Job {plan.job_name}, attempt {run.attempt})",
     )
     p.metrics.run_started(p.ref)
 
