@@ -300,15 +300,9 @@ def buggy_server_pod(env: Env) -> str:
         return p.status.pod_ip if ok else None
 
     wait_for("the buggy server Ready", ready_ip, timeout=60)
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": "buggy"},
-        "spec": {
-            "selector": {"role": "buggy-profiling-server"},
-            "ports": [{"name": "http", "port": 30000, "targetPort": 30000}],
-        },
-    }
+    ports = [{"port": 30000, "targetPort": 30000}]
+    spec = {"selector": {"role": "buggy-profiling-server"}, "ports": ports}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "buggy"}, "spec": spec}
     env.core.create_namespaced_service(env.namespace, service)
     return f"http://buggy.{env.namespace}.svc.cluster.local:30000"
 

@@ -8,7 +8,6 @@ import http.server
 import json
 import logging
 import re
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -17,6 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from loopback import serving
 from sps_operator.profiler import client as client_module
 from sps_operator.profiler.cli import main
 from sps_operator.profiler.client import DsparkClient, ServerResponseError, ServerUnavailableError
@@ -52,14 +52,8 @@ class _Foreign(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def foreign() -> Iterator[str]:
     _Foreign.answers, _Foreign.seen = {}, []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Foreign)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Foreign) as url:
+        yield url
 
 
 @pytest.mark.parametrize(
