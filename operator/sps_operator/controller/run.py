@@ -8,6 +8,7 @@ this profile owns: an object of that name that is not ours stops the run with a 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeGuard
 
 from sps_operator.api import labels as L
 from sps_operator.api.models import (
@@ -94,7 +95,7 @@ def refuse_run(p: Pass, run: RunStatus, refusal: policy.Refusal) -> None:
         run=run.name, reason=refusal.reason, message=message, at=cond.rfc3339(p.now)
     )
     last = p.status.last_failure
-    if is_refusal(last) and last is not None and (last.run, last.reason, last.message) == (
+    if is_refusal(last) and (last.run, last.reason, last.message) == (
         said.run, said.reason, said.message
     ):  # fmt: skip
         return
@@ -103,7 +104,8 @@ def refuse_run(p: Pass, run: RunStatus, refusal: policy.Refusal) -> None:
     p.status.last_failure.trigger_key = None
 
 
-def is_refusal(failure: FailureRecord | None) -> bool:
+def is_refusal(failure: FailureRecord | None) -> TypeGuard[FailureRecord]:
+    """`failure` records a refusal (no run was created), not a failed run."""
     return (
         failure is not None
         and failure.trigger_key is None
