@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from sps_operator.api import labels as L
 from sps_operator.api.endpoints import forbidden_peer
-from sps_operator.api.models import SpsProfileSpec
+from sps_operator.api.models import JobOverrides, ServerSpec, SpsProfileSpec
 from sps_operator.api.result import build_patch
 from sps_operator.controller import builders, policy
 from sps_operator.controller.placement import PodInfo, placement
@@ -516,14 +516,9 @@ def test_an_allowed_pattern_lifts_a_reservation_only_from_inside_it() -> None:
 @given(st.text(max_size=300))
 def test_any_url_is_refused_or_admitted_never_an_exception(url: str) -> None:
     spec = SpsProfileSpec.model_construct(
-        server=SpsProfileSpec.model_fields["server"].annotation.model_construct(  # type: ignore[union-attr]
-            source="External", url=url
-        ),
-        job=SpsProfileSpec.model_fields["job"].annotation.model_construct(  # type: ignore[union-attr]
-            image=None, service_account_name=None, labels=None, annotations=None,
-            active_deadline_seconds=60,
-        ),
-    )  # fmt: skip
+        server=ServerSpec.model_construct(source="External", url=url),
+        job=JobOverrides.model_construct(active_deadline_seconds=60),
+    )
     found = policy.spec_refusal(
         JobPolicy(allowed_server_hosts=("*",)), spec, namespace=NS, profiler_image="i"
     )
