@@ -276,8 +276,9 @@ def test_e2e_crd_rejects_what_cannot_work(
 
 
 def buggy_server_pod(env: Env) -> str:
-    """A compact-mode server with no SPS table (the verify-all shortcut swallows pins);
-    returns its base URL."""
+    """A compact-mode server with no SPS table (the verify-all shortcut swallows pins),
+    behind a Service (the operator's default policy admits External servers by Service
+    DNS name of the profile's namespace only); returns its base URL."""
     dep = server_deployment(GPU_H100)
     pod_spec = dep["spec"]["template"]["spec"]
     container = pod_spec["containers"][0]
@@ -298,8 +299,12 @@ def buggy_server_pod(env: Env) -> str:
         ok = any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
         return p.status.pod_ip if ok else None
 
-    ip = wait_for("the buggy server Ready", ready_ip, timeout=60)
-    return f"http://{ip}:30000"
+    wait_for("the buggy server Ready", ready_ip, timeout=60)
+    ports = [{"port": 30000, "targetPort": 30000}]
+    spec = {"selector": {"role": "buggy-profiling-server"}, "ports": ports}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "buggy"}, "spec": spec}
+    env.core.create_namespaced_service(env.namespace, service)
+    return f"http://buggy.{env.namespace}.svc.cluster.local:30000"
 
 
 def test_e2e_additive_two_phases_and_verify_all_failure_keeps_table(env: Env) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from loopback import serving
 from sps_operator.profiler.artifacts import OutPaths, read_jsonl, sha256_file
 from sps_operator.profiler.cli import main
 from sps_operator.tables.clockramp import stranded_rounds
@@ -220,14 +221,8 @@ class _Garbage(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def garbage_url() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Garbage)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Garbage) as url:
+        yield url
 
 
 def test_garbage_json(tmp_path: Path, capsys: pytest.CaptureFixture[str], garbage_url: str) -> None:

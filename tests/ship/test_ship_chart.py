@@ -11,7 +11,8 @@ import pytest
 import yaml
 from ship_helpers import CHART, ROOT, by_kind, helm, render
 
-from sps_operator.controller.main import key_values, parse_args
+from sps_operator.controller.main import job_policy, key_values, parse_args
+from sps_operator.controller.policy import JobPolicy, NameRule
 
 GENERATED_CRD = ROOT / "crds" / "sps.dev_spsprofiles.yaml"
 CHART_CRD = CHART / "crds" / "sps.dev_spsprofiles.yaml"
@@ -84,6 +85,7 @@ def test_default_render_cluster_mode() -> None:
         ("", "configmaps", "create"),
         ("apps", "deployments", "patch"),
         ("", "pods", "list"),
+        ("", "services", "watch"),  # a profiling pod must never be selected by a Service
         ("", "events", "create"),
         ("events.k8s.io", "events", "create"),
         # the per-run profiler ServiceAccount and its Role
@@ -98,6 +100,7 @@ def test_default_render_cluster_mode() -> None:
     # Least privilege: no wildcards, no secrets, never delete Deployments, never update a spec.
     assert not any("*" in r["verbs"] or "*" in r["resources"] for r in rules)
     assert not rules_grant(rules, "", "secrets", "get")
+    assert not rules_grant(rules, "", "services", "create")
     assert not rules_grant(rules, "apps", "deployments", "delete")
     assert not rules_grant(rules, "sps.dev", "spsprofiles", "update")
     assert not rules_grant(rules, "", "configmaps", "update")  # tables are immutable; SSA patches
@@ -259,6 +262,56 @@ def test_job_defaults_become_operator_flags_it_parses() -> None:
         "example.com/owner": "ml team, on call: 42"
     }
     assert parsed.job_priority_class == "profiling-low"
+
+
+def test_the_admin_policy_becomes_flags_the_operator_parses_to_its_own_defaults(
+    tmp_path: Path,
+) -> None:
+    """The chart's default policy is the operator's (they cannot drift), and every value
+    reaches the operator as the rule it names."""
+    args = operator_container(render())["args"]
+    assert job_policy(parse_args(args[1:])) == JobPolicy()
+    values = {
+        "jobPolicy": {
+            "allowedImages": ["registry.example.com/sps/*"],
+            "allowedQueues": ["team-a", "team-b"],
+            "priorityClasses": {"allowed": ["*", "system-cluster-critical"], "reserved": []},
+            "labelKeys": {"allowed": ["team", "app.kubernetes.io/*"], "reserved": ["x.io/*"]},
+            "annotationKeys": {"allowed": ["*"], "reserved": []},
+            "maxActiveDeadlineSeconds": 7200,
+            "allowedServerHosts": ["*.{namespace}.svc.cluster.local", "gpu-*.example.com"],
+        }
+    }
+    (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
+    out = helm("template", "x", str(CHART), "--kube-version", "1.36.0",
+               "-f", str(tmp_path / "values.yaml")).stdout  # fmt: skip
+    args = operator_container([d for d in yaml.safe_load_all(out) if d])["args"]
+    assert job_policy(parse_args(args[1:])) == JobPolicy(
+        allowed_images=("registry.example.com/sps/*",),
+        allowed_queues=("team-a", "team-b"),
+        priority_classes=NameRule(("*", "system-cluster-critical"), ()),
+        label_keys=NameRule(("team", "app.kubernetes.io/*"), ("x.io/*",)),
+        annotation_keys=NameRule(("*",), ()),
+        max_active_deadline_seconds=7200,
+        allowed_server_hosts=("*.{namespace}.svc.cluster.local", "gpu-*.example.com"),
+    )
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "jobPolicy.maxActiveDeadlineSeconds=30",
+        "jobPolicy.allowedQueues={a b}",
+        "jobPolicy.labelKeys.allowed={a,,b}",
+        "jobPolicy.allowedServerHosts={a;b c}",
+        "jobPolicy.priorityClasses.unknown=1",
+    ],
+)
+def test_the_schema_refuses_a_policy_the_operator_could_not_read(value: str) -> None:
+    result = helm(
+        "template", "x", str(CHART), "--kube-version", "1.36.0", "--set", value, check=False
+    )
+    assert result.returncode != 0 and "jobPolicy" in result.stderr, result.stderr
 
 
 def test_service_monitor_optional_and_selects_the_metrics_service() -> None:

@@ -156,6 +156,10 @@ class FakeKube(KubeApi):
         self._call("list_hpas")
         return self._list("HorizontalPodAutoscaler", namespace, "")
 
+    def list_services(self, namespace: str) -> list[Obj]:
+        self._call("list_services")
+        return self._list("Service", namespace, "")
+
     def get(self, kind: str, namespace: str, name: str) -> Obj | None:
         self._call("get")
         found = self.objects.get((kind, namespace, name))

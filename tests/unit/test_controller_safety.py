@@ -26,6 +26,7 @@ from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
 from sps_operator.api.result import build_patch
+from sps_operator.controller.policy import JobPolicy
 from sps_operator.controller.release import nothing_to_release, release
 from sps_operator.controller.state import Settings
 
@@ -588,7 +589,10 @@ def test_an_object_under_a_derived_name_that_is_not_ours_is_never_adopted() -> N
         ({"serviceAccountName": "admin"}, Settings(gpu_debounce_seconds=0), False),
         (
             {"image": "registry.example.com/sps/profiler:2"},
-            Settings(gpu_debounce_seconds=0, allowed_job_images=("registry.example.com/sps/*",)),
+            Settings(
+                gpu_debounce_seconds=0,
+                policy=JobPolicy(allowed_images=("registry.example.com/sps/*",)),
+            ),
             True,
         ),
     ],

@@ -1,7 +1,8 @@
 """kopf wiring (thin): caches, wake-ups, one daemon per SpsProfile, the deletion handler.
 
 * Indexes (async, so they never wait for a pass) keep what a pass reads: Deployments,
-  the operator's own Jobs and ConfigMaps (by label), SpsProfiles, pods and node labels.
+  the operator's own Jobs and ConfigMaps (by label), SpsProfiles, pods, node labels and
+  Services' selectors.
 * Event handlers wake the profiles an event concerns (`kicks.py`).
 * A daemon per SpsProfile runs one pass at a time for it, in a thread pool shared by all
   profiles (no global lock), when woken or after a jittered resync as a safety net.
@@ -35,6 +36,7 @@ from sps_operator.controller.kicks import (
 from sps_operator.controller.kube import api_error_detail
 from sps_operator.controller.ownership import ProfileSummary, profile_summary
 from sps_operator.controller.placement import pod_info
+from sps_operator.controller.policy import service_info
 from sps_operator.controller.reconcile import Reconciler
 from sps_operator.controller.release import nothing_to_release, release
 from sps_operator.controller.state import CachedWorld
@@ -115,6 +117,13 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
     @kopf.index("autoscaling", "v2", "horizontalpodautoscalers", id="sps_hpas", registry=registry)
     async def sps_hpas(namespace: str | None, body: kopf.Body, **_: Any) -> dict[str, Any]:
         return {namespace or "": _slim(body)}
+
+    # Services' selectors: a profiling pod must never be one a Service sends traffic to.
+    @kopf.index("", "v1", "services", id="sps_services", registry=registry)  # type: ignore[arg-type]
+    async def sps_services(
+        namespace: str, name: str, spec: Mapping[str, Any], **_: Any
+    ) -> dict[str, Any]:
+        return {namespace: service_info(name, spec)}
 
     @kopf.index("batch", "v1", "jobs", labels=OURS, id="sps_jobs", registry=registry)
     async def sps_jobs(labels: Mapping[str, str], body: kopf.Body, **_: Any) -> dict[str, Any]:
@@ -214,6 +223,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
         sps_pdbs: Any,
         sps_hpas: Any,
         sps_borrowed: Any,
+        sps_services: Any,
         **_: Any,
     ) -> None:
         loop = asyncio.get_running_loop()
@@ -232,6 +242,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
                     pdbs=_values(sps_pdbs, namespace),
                     hpas=_values(sps_hpas, namespace),
                     borrowed=_values(sps_borrowed, "all"),
+                    services=_values(sps_services, namespace),
                 )
                 current = dict(body)  # kopf keeps `body` current; a pass works on a copy
                 wake = await loop.run_in_executor(pool, reconciler.reconcile, current, world)

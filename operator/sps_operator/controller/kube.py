@@ -33,6 +33,7 @@ class KubeApi(Protocol):
     def list_profiles(self, namespace: str) -> list[Obj]: ...
     def list_pdbs(self, namespace: str) -> list[Obj]: ...
     def list_hpas(self, namespace: str) -> list[Obj]: ...
+    def list_services(self, namespace: str) -> list[Obj]: ...
     def get(self, kind: str, namespace: str, name: str) -> Obj | None: ...
 
     # Writes.
@@ -103,6 +104,9 @@ class Kube:
     def list_hpas(self, namespace: str) -> list[Obj]:
         api = client.AutoscalingV2Api(self.api)
         return self._items(api.list_namespaced_horizontal_pod_autoscaler, namespace, "")
+
+    def list_services(self, namespace: str) -> list[Obj]:
+        return self._items(self.core.list_namespaced_service, namespace, "")
 
     @staticmethod
     def _items(call: Callable[..., Any], namespace: str, label_selector: str) -> list[Obj]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sps_operator.constants import IMAGE
+from sps_operator.controller.policy import JobPolicy, NameRule
 
 if TYPE_CHECKING:
     from sps_operator.controller.leader import LeaseElector
@@ -114,6 +115,47 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="allow spec.job.serviceAccountName values matching this pattern (repeatable; "
         "default: none, each run gets its own ServiceAccount)",
     )
+    parser.add_argument(
+        "--allow-queue",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="Kueue queues a profiling Job may name (repeatable); a Job naming none of them, "
+        "or no queue, is refused. Default: the queue of --job-label "
+        "kueue.x-k8s.io/queue-name, if given, is required",
+    )
+    policy = JobPolicy()
+    lists = (
+        ("--allowed-priority-classes", policy.priority_classes.allowed,
+         "PriorityClasses (and Kueue WorkloadPriorityClasses) a Job may use"),
+        ("--reserved-priority-classes", policy.priority_classes.reserved,
+         "PriorityClasses refused unless an allowed pattern inside them names them"),
+        ("--allowed-label-keys", policy.label_keys.allowed, "keys spec.job.labels may set"),
+        ("--reserved-label-keys", policy.label_keys.reserved,
+         "label keys refused unless an allowed pattern inside them names them"),
+        ("--allowed-annotation-keys", policy.annotation_keys.allowed,
+         "keys spec.job.annotations may set"),
+        ("--reserved-annotation-keys", policy.annotation_keys.reserved,
+         "annotation keys refused unless an allowed pattern inside them names them"),
+        ("--allowed-server-hosts", policy.allowed_server_hosts,
+         "hosts an External spec.server.url may name (* is one DNS label, {namespace} the "
+         "profile's namespace)"),
+    )  # fmt: skip
+    for flag, default, what in lists:
+        parser.add_argument(
+            flag,
+            type=pattern_list,
+            default=default,
+            metavar="PATTERN,...",
+            help=f"{what} (comma-separated fnmatch patterns, empty for none; default: "
+            f"{','.join(default) or 'none'})",
+        )
+    parser.add_argument(
+        "--max-active-deadline-seconds",
+        type=int,
+        default=policy.max_active_deadline_seconds,
+        help="the largest spec.job.activeDeadlineSeconds a profile may ask for",
+    )
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--debug", action="store_true")
     parser.add_argument("--log-format", choices=["plain", "full", "json"], default="full")
@@ -124,6 +166,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="testing: seconds to add to the wall clock, re-read on every pass",
     )
     return parser.parse_args(argv)
+
+
+def pattern_list(text: str) -> tuple[str, ...]:
+    """A comma-separated list of patterns ("" is the empty list)."""
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+def job_policy(args: argparse.Namespace) -> JobPolicy:
+    """The admin's policy for profiling Jobs, from the flags."""
+    return JobPolicy(
+        allowed_images=tuple(args.allow_job_image),
+        allowed_service_accounts=tuple(args.allow_service_account),
+        allowed_queues=tuple(args.allow_queue),
+        priority_classes=NameRule(args.allowed_priority_classes, args.reserved_priority_classes),
+        label_keys=NameRule(args.allowed_label_keys, args.reserved_label_keys),
+        annotation_keys=NameRule(args.allowed_annotation_keys, args.reserved_annotation_keys),
+        max_active_deadline_seconds=args.max_active_deadline_seconds,
+        allowed_server_hosts=args.allowed_server_hosts,
+    )
 
 
 def key_values(items: list[str], flag: str) -> dict[str, str]:
@@ -178,8 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         Settings(
             profiler_image=args.profiler_image,
             gpu_debounce_seconds=args.gpu_debounce_seconds,
-            allowed_job_images=tuple(args.allow_job_image),
-            allowed_service_accounts=tuple(args.allow_service_account),
+            policy=job_policy(args),
             job_defaults=JobDefaults(
                 labels=key_values(args.job_label, "--job-label"),
                 annotations=key_values(args.job_annotation, "--job-annotation"),

@@ -16,6 +16,7 @@ from sps_operator.controller.kube import KubeApi, Obj
 from sps_operator.controller.metrics import Metrics
 from sps_operator.controller.ownership import ProfileSummary, profile_summary
 from sps_operator.controller.placement import PodInfo
+from sps_operator.controller.policy import JobPolicy, ServiceInfo, service_info
 from sps_operator.controller.selectors import matches_selector, selector_string
 from sps_operator.controller.serverconfig import ServerCommand, ServerConfig
 
@@ -30,15 +31,12 @@ class Settings:
 
     profiler_image: str = IMAGE
     gpu_debounce_seconds: float = 30.0
-    # spec.job.image and spec.job.serviceAccountName let whoever may create an SpsProfile
-    # run an image with a Deployment's Secrets and volumes, under any ServiceAccount: off
-    # unless the operator's admin allows them (fnmatch patterns; "*" allows all).
-    allowed_job_images: tuple[str, ...] = ()
-    allowed_service_accounts: tuple[str, ...] = ()
-    # A fit runs in a child process with these bounds (its cost depends on what a Job
-    # published); in-process only where a test wants speed.
+    # What profile authors may ask of a profiling Job (the admin's jobPolicy).
+    policy: JobPolicy = field(default_factory=JobPolicy)
     # Labels, annotations and a PriorityClass for every profiling Job (a Kueue queue, say).
     job_defaults: JobDefaults = field(default_factory=JobDefaults)
+    # A fit runs in a child process with these bounds (its cost depends on what a Job
+    # published); in-process only where a test wants speed.
     isolate_fits: bool = True
     fit_seconds: float = 120.0
     fit_memory_mib: int = 1024
@@ -59,6 +57,9 @@ class Snapshot:
     pdbs: Sequence[Obj] = ()  # PodDisruptionBudgets of the namespace
     hpas: Sequence[Obj] = ()  # HorizontalPodAutoscalers of the namespace
     borrowed: Sequence[Obj] = ()  # Deployments (any namespace) lending a replica to a run
+    # Whatever selects pods in the namespace: a profiling pod must never pass for one of them.
+    namespace_deployments: Sequence[Obj] = ()  # every Deployment of the namespace
+    services: Sequence[ServiceInfo] = ()
 
     @classmethod
     def empty(cls) -> Snapshot:
@@ -96,6 +97,7 @@ class ApiSnapshot:
         ns, kube = ref.namespace, self.kube
         mine = f"{L.LABEL_PROFILE_UID}={ref.uid}"
         deployments = kube.list_deployments(ns, selector_string(spec.selector.to_k8s()))
+        every = kube.list_deployments(ns, "")
         stable = _stable_name(spec)
         return Snapshot(
             deployments=sorted(deployments, key=lambda d: d["metadata"]["name"]),
@@ -107,7 +109,12 @@ class ApiSnapshot:
             node_labels=self.node_labels,
             pdbs=kube.list_pdbs(ns),
             hpas=kube.list_hpas(ns),
-            borrowed=[d for d in kube.list_deployments(ns, "") if _borrowed(d)],
+            borrowed=[d for d in every if _borrowed(d)],
+            namespace_deployments=every,
+            services=[
+                service_info(s["metadata"]["name"], s.get("spec") or {})
+                for s in kube.list_services(ns)
+            ],
         )
 
 
@@ -132,6 +139,7 @@ class CachedWorld:
     pdbs: Sequence[Obj] = ()
     hpas: Sequence[Obj] = ()
     borrowed: Sequence[Obj] = ()  # every namespace's
+    services: Sequence[ServiceInfo] = ()
 
     def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot:
         selector = spec.selector.to_k8s()
@@ -161,6 +169,8 @@ class CachedWorld:
             pdbs=self.pdbs,
             hpas=self.hpas,
             borrowed=self.borrowed,
+            namespace_deployments=self.deployments,
+            services=self.services,
         )
 
 

@@ -104,9 +104,30 @@ FAILURE_REASONS: dict[str, tuple[str, str]] = {
         "during a run; then `kubectl sps reprofile {name}`.",
     ),
     "JobPolicy": (
-        "spec.job asks for something this operator does not allow",
-        "Remove spec.job.image / spec.job.serviceAccountName, or ask the cluster admin to "
-        "allow them (chart values jobPolicy.allowedImages / allowedServiceAccounts).",
+        "spec.job or spec.server asks for something the cluster admin's policy does not allow",
+        "The message starts with the rule (a chart value jobPolicy.*, or spec.server.url) and "
+        "says what to change. Change that field of spec.job or spec.server, or ask the cluster "
+        "admin to allow it; no Job was created, and the run starts at the next pass after the "
+        "fix (docs/operator.md, Admin policy).",
+    ),
+    "GpuPinConflict": (
+        "The profiling Job would not run on the GPU product its table is for",
+        "The Job is pinned to the product the target's pods run on. Remove "
+        "spec.gpuProductLabel from spec.job.nodeSelector, or make the Deployment's required "
+        "node affinity admit that product (while the Deployment moves to another pool, the "
+        "run starts once its pods have moved). No Job was created.",
+    ),
+    "JobLabelsSelectPods": (
+        "spec.job.labels would make the profiling pod pass for a server pod",
+        "A Service would send user traffic to the profiling server, or a Deployment or "
+        "PodDisruptionBudget would count it as a replica. Remove or rename the labels the "
+        "message names in spec.job.labels; no Job was created.",
+    ),
+    "TargetChanged": (
+        "The Deployment changed between the two phases of an Additive run",
+        "Phase 2 would have measured another server than phase 1, so the run ended. A new "
+        "run profiles the server as it is now, by itself; if it keeps happening, avoid "
+        "changing the Deployment while it is being profiled.",
     ),
     "NameTaken": (
         "An object the run needs exists under the same name and is not this profile's",
