@@ -321,7 +321,10 @@ def test_a_one_probe_measurement_is_refused() -> None:
     h.finish(result=build_patch(status="succeeded", rounds=one))
     status = h.settle()
     assert not status.get("tables") and h.running_hash() is None
-    assert "single probe" in status["lastFailure"]["message"]
+    # The sweep asked for three batch sizes twice: the one probe is an incomplete sweep
+    # (the fit's own one-probe refusal stays behind it, `test_tables_selfcheck`).
+    assert status["lastFailure"]["reason"] == "IncompleteSweep"
+    assert "cover 2 of the 6 cells" in status["lastFailure"]["message"]
 
 
 def test_quality_reports_the_largest_absolute_error() -> None:

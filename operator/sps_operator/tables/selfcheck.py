@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sps_operator.api.result import MAX_STEP_SECONDS, MIN_STEP_SECONDS
+from sps_operator.api.limits import MAX_STEP_SECONDS, MIN_STEP_SECONDS
 from sps_operator.tables.formats import (
     SpsAdditiveCostTable,
     SpsTable,
