@@ -138,9 +138,11 @@ sweeps = st.fixed_dictionaries(
         "fracs": st.lists(st.sampled_from([0.1, 0.25, 1 / 3, 0.5, 1.0]), min_size=1, max_size=3),
     },
 ).flatmap(
-    lambda s: st.just(s)
-    if "batchSizes" in s
-    else st.one_of(st.just(s), st.integers(2, 600).map(lambda m: {**s, "maxBatchSize": m}))
+    lambda s: (
+        st.just(s)
+        if "batchSizes" in s
+        else st.one_of(st.just(s), st.integers(2, 600).map(lambda m: {**s, "maxBatchSize": m}))
+    )
 )
 
 
