@@ -279,6 +279,24 @@ def test_a_result_that_covers_part_of_the_sweep_never_becomes_the_live_table() -
     assert h.condition("Degraded")[:2] == ("True", "IncompleteSweep")
 
 
+def test_a_short_first_phase_is_refused_like_a_short_table_not_retried() -> None:
+    # An Additive run's diagonal phase is judged on its own before phase 2 is seeded with it:
+    # a short one ends the run, and like any sweep that is not the asked one it waits for a
+    # new trigger instead of re-running the same Job on backoff.
+    h = Harness.one_target(table={"kind": "Additive", "sweep": {"batchSizes": [1, 2, 4]}})
+    h.tick()
+    first = h.run_pass()["currentRun"]["name"]
+    h.finish(result=build_patch(status="succeeded", rounds=rounds()[:2]))
+    status = h.settle()
+    assert status["lastFailure"]["reason"] == "IncompleteSweep"
+    assert status["lastFailure"]["message"].startswith("phase 1 (diagonal): ")
+    for _ in range(5):
+        h.tick(3600)
+        h.run_pass()
+    assert h.status().get("currentRun") is None, "the same sweep was run again"
+    assert len(h.kube.kinds("Job")) == 1 and h.kube.kinds("Job")[0]["metadata"]["name"] == first
+
+
 def test_copies_of_one_round_never_outvote_the_real_repeats() -> None:
     # Issue 18 #8: the (repeat 0, bs 4) cell reported five times, four of them 11 % fast
     # (still slower than bs 2, so nothing looks doubtful): they outvoted the two real
