@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 from test_controller_builders import plan
 from test_tables_clockramp import ramp_rounds
 
