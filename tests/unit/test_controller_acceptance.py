@@ -9,6 +9,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from test_api_result import round_line
 from test_controller_builders import plan
 from test_tables_clockramp import ramp_rounds
 
@@ -34,26 +35,13 @@ def spec(sweep: dict[str, Any], kind: str = "Diagonal") -> SpsProfileSpec:
 
 
 def diagonal_round(bs: int, repeat: int = 0, scale: float = 1.0) -> dict[str, Any]:
-    return {
-        "repeat": repeat,
-        "batch_size": bs,
-        "batch_size_per_rank": bs,
-        "frac": None,
-        "batch_tokens": bs * (GAMMA + 1),
-        "steps_per_sec": 1.0 / ((0.010 + 0.0001 * bs) * scale),
-    }
+    sps = 1.0 / ((0.010 + 0.0001 * bs) * scale)
+    return round_line(bs, bs * (GAMMA + 1), sps, repeat=repeat)
 
 
 def additive_round(bs: int, frac: float, repeat: int = 0) -> dict[str, Any]:
     m = min(bs + int(frac * bs * GAMMA), bs * (GAMMA + 1))
-    return {
-        "repeat": repeat,
-        "batch_size": bs,
-        "batch_size_per_rank": bs,
-        "frac": frac,
-        "batch_tokens": m,
-        "steps_per_sec": 1.0 / (0.010 + 0.0001 * bs + 0.00002 * m),
-    }
+    return round_line(bs, m, 1.0 / (0.010 + 0.0001 * bs + 0.00002 * m), frac, repeat)
 
 
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128]
