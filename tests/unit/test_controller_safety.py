@@ -393,7 +393,8 @@ def test_a_one_probe_measurement_is_refused() -> None:
     status = h.settle()
     assert not status.get("tables") and h.running_hash() is None
     # The sweep asked for three batch sizes twice: the one probe is an incomplete sweep
-    # (the fit's own one-probe refusal stays behind it, `test_tables_selfcheck`).
+    # (the self-check's one-probe refusal stays behind it:
+    # `test_tables_selfcheck.py::test_a_one_probe_table_is_sglangs_verify_all`).
     assert status["lastFailure"]["reason"] == "IncompleteSweep"
     assert "cover 2 of the 6 cells" in status["lastFailure"]["message"]
 

@@ -12,10 +12,13 @@ the run's ServiceAccount) patches these keys:
 
 The profiler runs inside the user's image, so for the operator everything here is
 untrusted input: `read_result` bounds every size before it decodes (a decompression bomb
-stops at `MAX_ROUNDS_BYTES`), and `MeasuredRound` checks every field the fit reads against
-the physical bounds of a decode step (`limits.MIN_STEP_SECONDS` to `MAX_STEP_SECONDS`: 0.1
-ms to SGLang's 1000 ms recording cap). Whatever does not pass raises `ResultError` with
-what is wrong; unknown round fields are dropped.
+stops at `MAX_ROUNDS_BYTES`), parses JSON only through `parse_json` (deep nesting and
+Python's int-string limit become ResultError, never a bare ValueError), and
+`MeasuredRound` checks every field the fit reads against the physical bounds of a decode
+step (`limits.MIN_STEP_SECONDS` to `MAX_STEP_SECONDS`: 0.1 ms to SGLang's 1000 ms
+recording cap). Whatever does not pass raises `ResultError` with what is wrong; unknown
+round fields are dropped. Whether the rounds are the sweep that was asked for, each cell
+once, is `controller.acceptance`'s to judge.
 """
 
 from __future__ import annotations
