@@ -27,7 +27,7 @@ from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
 from sps_operator.api import labels as L
-from sps_operator.api.limits import DEFAULT_MAX_BATCH_SIZE
+from sps_operator.api.limits import DEFAULT_MAX_BATCH_SIZE, MIN_STEP_SECONDS
 from sps_operator.api.models import SpsProfileSpec
 from sps_operator.controller.serverconfig import (
     ServerProblem,
@@ -140,10 +140,13 @@ def hostile_result(draw: st.DrawFn, honest: list[Line], kind: str) -> list[Line]
         field = draw(st.sampled_from(["warnings", "graph_tiers", "clock_ramp", "load_info"]))
         out[at] = json.dumps(out[at])[:-1] + f', "{field}": ' + "[" * depth + "]" * depth + "}"
         return out
-    assert kind == "sub-physical"  # steps in seconds where SGLang writes ms: all, or one
+    # Steps in seconds where SGLang writes ms (a 10 ms step as 0.01 "ms"): all, or one. Only
+    # steps under 100 ms fall below the floor that way, so the step is drawn below it.
+    assert kind == "sub-physical"
     which = range(len(out)) if draw(st.booleans()) else [at]
     for i in which:
-        out[i] = {**out[i], "steps_per_sec": out[i]["steps_per_sec"] * 1000}  # type: ignore[index, dict-item]
+        seconds = draw(st.floats(1e-6, MIN_STEP_SECONDS, exclude_max=True))
+        out[i] = {**out[i], "steps_per_sec": 1 / seconds}  # type: ignore[dict-item]
     return out
 
 
