@@ -310,6 +310,28 @@ def test_rounds_on_a_ramp_whose_run_was_cut_before_its_anchor_are_measured_again
         assert 1 / table.lookup(bs * K) == pytest.approx(truth, rel=0.05)
 
 
+def test_a_server_recording_seconds_as_milliseconds_gets_no_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 18 #8: records whose step_cpu_ms is 1000x too small (0.0105 for an H100's
+    # 10.5 ms step) gave `sps-profiler all` a table of 95,000 steps/s. Simulated as a GPU
+    # whose every cost is 1000x smaller, run slow enough (time scale 0.02) that its 10 µs
+    # steps take 0.5 ms of real time.
+    costs = [
+        "bias_s", "per_request_s", "per_token_s", "per_token_above_knee_s", "interaction_s",
+        "prefill_base_s", "prefill_per_token_s", "prefill_per_request_s", "eager_overhead_s",
+    ]  # fmt: skip
+    preset = tmp_path / "seconds.json"
+    scaled = {name: getattr(H100, name) / 1000 for name in costs}
+    preset.write_text(json.dumps({"base": H100.name, **EFFECTS_OFF, **scaled}))
+    out = tmp_path / "seconds-sps.json"
+    with running_sim(seed=5, time_scale=0.02, preset=str(preset)) as url:
+        assert profile(url, out, "--batch-size", "1", "4") == 1
+    err = capsys.readouterr().err
+    assert "below the 0.1 ms" in err and "not in milliseconds (seconds?)" in err
+    assert not out.exists()
+
+
 def test_fresh_run_sets_old_rounds_aside(tmp_path: Path) -> None:
     out = tmp_path / "again.json"
     paths = OutPaths.for_out(out)

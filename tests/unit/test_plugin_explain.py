@@ -310,6 +310,8 @@ def test_operator_failure_reasons_get_specific_advice() -> None:
         "GpuPinConflict": "would not run on the GPU product",
         "JobLabelsSelectPods": "pass for a server pod",
         "TargetChanged": "changed between the two phases",
+        "SweepMismatch": "a cell more than once",
+        "IncompleteSweep": "did not cover every cell",
     }
     for reason, what in cases.items():
         message = (

@@ -89,6 +89,21 @@ VECTORS: list[tuple[str, str, str | None]] = [
         "Number out of range - at `$.sample_steps_per_sec[1]`",
     ),
     (
+        "an integer too large for a double",
+        '{"sample_batch_tokens":[8,16],"sample_steps_per_sec":[1,1'
+        + "0" * 400
+        + '],"max_batch_tokens":16}',
+        "Number out of range - at `$.sample_steps_per_sec[1]`",
+    ),
+    (
+        "an integer past the int-string limit",
+        '{"sample_batch_tokens":[8,'
+        + "1" * 5000
+        + '],"sample_steps_per_sec":[1,2],"max_batch_tokens":16}',
+        "JSON is malformed: a number has more than 4300 digits",
+    ),
+    ("nested too deeply", "[" * 100_000 + "]" * 100_000, "JSON is malformed: nested too deeply"),
+    (
         "not strictly increasing",
         '{"sample_batch_tokens":[16,8],"sample_steps_per_sec":[1,2],"max_batch_tokens":16}',
         "sample_batch_tokens must be strictly increasing (monotone-sorted invariant), got [16, 8].",

@@ -35,7 +35,7 @@ from sps_operator.controller.outcome import (
     fail_run,
     record_failure,
 )
-from sps_operator.controller.publish import publish_table
+from sps_operator.controller.publish import RETRYABLE, publish_table
 from sps_operator.controller.state import Pass, Target
 from sps_operator.controller.triggers import RunRequest, TargetView, decide_run
 
@@ -351,7 +351,9 @@ def start_phase2(p: Pass, rounds: Sequence[Obj]) -> None:
     assert run is not None
     verdict = judge_bounded(rounds, p.spec, additive=False, gate=False, limits=p.settings)
     if not verdict.accepted or verdict.table_json is None:
-        fail_run(p, verdict.reason or "FitFailed", f"phase 1 (diagonal): {verdict.message}")
+        reason = verdict.reason or "FitFailed"
+        message = f"phase 1 (diagonal): {verdict.message}"
+        fail_run(p, reason, message, retryable=reason in RETRYABLE)
         return
     target = p.target(run.target)
     if target is None or target.command is None:

@@ -99,9 +99,16 @@ FAILURE_REASONS: dict[str, tuple[str, str]] = {
         "sweep if it keeps failing.",
     ),
     "SweepMismatch": (
-        "The profiler measured a sweep this profile did not ask for",
+        "The profiler measured a sweep this profile did not ask for (or a cell more than once)",
         "Use the operator's profiler image (remove spec.job.image) and do not edit the sweep "
         "during a run; then `kubectl sps reprofile {name}`.",
+    ),
+    "IncompleteSweep": (
+        "The profiler's result did not cover every cell of spec.table.sweep; no table was made",
+        "sps-profiler measures every cell or fails the run, so a short result comes from a "
+        "Job image that is not sps-profiler (remove spec.job.image) or a sweep edited during "
+        "the run; cells measured only on an uncorrectable clock ramp are named in the "
+        "message. Then `kubectl sps reprofile {name}`.",
     ),
     "JobPolicy": (
         "spec.job or spec.server asks for something the cluster admin's policy does not allow",
