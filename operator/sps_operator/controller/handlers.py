@@ -25,6 +25,7 @@ import kopf
 
 from sps_operator.api import labels as L
 from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
+from sps_operator.controller import indexes as ix
 from sps_operator.controller.kicks import (
     Kicks,
     profile_neighbours,
@@ -33,11 +34,9 @@ from sps_operator.controller.kicks import (
     profiles_selecting,
 )
 from sps_operator.controller.kube import api_error_detail
-from sps_operator.controller.ownership import ProfileSummary, profile_summary
-from sps_operator.controller.placement import pod_info
+from sps_operator.controller.ownership import ProfileSummary
 from sps_operator.controller.reconcile import Reconciler
 from sps_operator.controller.release import nothing_to_release, release
-from sps_operator.controller.state import CachedWorld
 
 log = logging.getLogger("sps_operator.handlers")
 OURS = {L.LABEL_MANAGED_BY: L.MANAGED_BY}
@@ -54,19 +53,6 @@ class Runtime:
     jitter: float = 0.2  # ± this fraction of resync_seconds, so profiles do not pulse
 
 
-def _slim(body: Mapping[str, Any]) -> dict[str, Any]:
-    """An object as a pass needs it: without managedFields (the bulk of most objects),
-    except the entries that own spec.replicas (BorrowReplica must know who scales it)."""
-    meta = dict(body.get("metadata") or {})
-    meta["managedFields"] = [
-        {"manager": m.get("manager"), "operation": m.get("operation"),
-         "fieldsV1": {"f:spec": {"f:replicas": {}}}}
-        for m in meta.get("managedFields") or []
-        if "f:replicas" in ((m.get("fieldsV1") or {}).get("f:spec") or {})
-    ]  # fmt: skip
-    return {**dict(body), "metadata": meta}
-
-
 def _values(index: Any, key: Any) -> list[Any]:
     return list(index.get(key, [])) if index is not None else []
 
@@ -78,24 +64,16 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
     # ------------------------------------------------------------------ caches
 
     @kopf.index("", "v1", "nodes", id="sps_node_labels", registry=registry)
-    async def sps_node_labels(name: str, labels: Mapping[str, str], **_: Any) -> dict[str, Any]:
-        return {name: dict(labels)}
+    async def sps_node_labels(body: kopf.Body, **_: Any) -> dict[str, Any]:
+        return ix.node_entries(body)
 
-    @kopf.index("", "v1", "pods", id="sps_pods", registry=registry)  # type: ignore[arg-type]
-    async def sps_pods(
-        namespace: str,
-        name: str,
-        labels: Mapping[str, str],
-        spec: Mapping[str, Any],
-        status: Mapping[str, Any],
-        meta: Mapping[str, Any],
-        **_: Any,
-    ) -> dict[str, Any]:
-        return {namespace: pod_info(name, labels, spec, status, meta)}
+    @kopf.index("", "v1", "pods", id="sps_pods", registry=registry)
+    async def sps_pods(body: kopf.Body, **_: Any) -> dict[str, Any]:
+        return ix.pod_entries(body)
 
     @kopf.index(*DEPLOYMENTS, id="sps_deployments", registry=registry)
-    async def sps_deployments(namespace: str | None, body: kopf.Body, **_: Any) -> dict[str, Any]:
-        return {namespace or "": _slim(body)}
+    async def sps_deployments(body: kopf.Body, **_: Any) -> dict[str, Any]:
+        return ix.deployment_entries(body)
 
     # Deployments of every namespace lending a replica: one borrow per GPU product. (A
     # filter, not a None result: an object that stops matching leaves the index.)
@@ -106,31 +84,27 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
         registry=registry,
     )
     async def sps_borrowed(body: kopf.Body, **_: Any) -> dict[str, Any]:
-        return {"all": _slim(body)}
+        return ix.borrowed_entries(body)
 
     @kopf.index("policy", "v1", "poddisruptionbudgets", id="sps_pdbs", registry=registry)
-    async def sps_pdbs(namespace: str | None, body: kopf.Body, **_: Any) -> dict[str, Any]:
-        return {namespace or "": _slim(body)}
+    async def sps_pdbs(body: kopf.Body, **_: Any) -> dict[str, Any]:
+        return ix.namespaced_entries(body)
 
     @kopf.index("autoscaling", "v2", "horizontalpodautoscalers", id="sps_hpas", registry=registry)
-    async def sps_hpas(namespace: str | None, body: kopf.Body, **_: Any) -> dict[str, Any]:
-        return {namespace or "": _slim(body)}
+    async def sps_hpas(body: kopf.Body, **_: Any) -> dict[str, Any]:
+        return ix.namespaced_entries(body)
 
     @kopf.index("batch", "v1", "jobs", labels=OURS, id="sps_jobs", registry=registry)
-    async def sps_jobs(labels: Mapping[str, str], body: kopf.Body, **_: Any) -> dict[str, Any]:
-        return {labels.get(L.LABEL_PROFILE_UID, ""): _slim(body)}
+    async def sps_jobs(body: kopf.Body, **_: Any) -> dict[str, Any]:
+        return ix.job_entries(body)
 
     @kopf.index("", "v1", "configmaps", labels=OURS, id="sps_config_maps", registry=registry)
-    async def sps_config_maps(
-        namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
-    ) -> dict[str, Any]:
-        # A profile's own by its UID; the stable ones (AnnotateOnly) by namespace.
-        key = labels.get(L.LABEL_PROFILE_UID) or namespace or ""
-        return {key: _slim(body)}
+    async def sps_config_maps(body: kopf.Body, **_: Any) -> dict[str, Any]:
+        return ix.config_map_entries(body)
 
     @kopf.index(API_GROUP, API_VERSION, PLURAL, id="sps_profiles", registry=registry)
-    async def sps_profiles(namespace: str | None, body: kopf.Body, **_: Any) -> dict[str, Any]:
-        return {namespace or "": profile_summary(body)}
+    async def sps_profiles(body: kopf.Body, **_: Any) -> dict[str, Any]:
+        return ix.profile_entries(body)
 
     # ------------------------------------------------------------------ wake-ups
 
@@ -221,17 +195,20 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
         try:
             while not stopped:
                 woken.clear()
-                world = CachedWorld(
-                    kube=reconciler.kube,
-                    deployments=_values(sps_deployments, namespace),
-                    jobs=_values(sps_jobs, uid),
-                    config_maps=_values(sps_config_maps, uid) + _values(sps_config_maps, namespace),
-                    profiles=in_namespace(sps_profiles, namespace),
-                    pods=_values(sps_pods, namespace),
-                    node_labels={n: next(iter(s)) for n, s in sps_node_labels.items() if s},
-                    pdbs=_values(sps_pdbs, namespace),
-                    hpas=_values(sps_hpas, namespace),
-                    borrowed=_values(sps_borrowed, "all"),
+                world = ix.world_for(
+                    reconciler.kube,
+                    body,
+                    ix.Indexes(
+                        deployments=sps_deployments,
+                        jobs=sps_jobs,
+                        config_maps=sps_config_maps,
+                        profiles=sps_profiles,
+                        pods=sps_pods,
+                        node_labels=sps_node_labels,
+                        pdbs=sps_pdbs,
+                        hpas=sps_hpas,
+                        borrowed=sps_borrowed,
+                    ),
                 )
                 current = dict(body)  # kopf keeps `body` current; a pass works on a copy
                 wake = await loop.run_in_executor(pool, reconciler.reconcile, current, world)
