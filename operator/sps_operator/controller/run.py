@@ -189,14 +189,14 @@ def maybe_start_run(p: Pass) -> None:
 
 def cleanup_runs(p: Pass, keep: str | None) -> None:
     """Delete the Jobs, result ConfigMaps and seeds of runs other than `keep`."""
-    for name, job in p.snapshot.jobs.items():
+    for job in p.snapshot.jobs.values():
         if (job["metadata"].get("labels") or {}).get(L.LABEL_RUN) != keep:
-            p.kube.delete("Job", p.namespace, name)
-    for name, cm in p.snapshot.config_maps.items():
+            p.delete_own("Job", job)
+    for cm in p.snapshot.config_maps.values():
         labels = cm["metadata"].get("labels") or {}
         component = labels.get(L.LABEL_COMPONENT)
         if component in (L.COMPONENT_RESULT, L.COMPONENT_SEED) and labels.get(L.LABEL_RUN) != keep:
-            p.kube.delete("ConfigMap", p.namespace, name)
+            p.delete_own("ConfigMap", cm)
 
 
 # Conditions that end a Job (or announce its end). Not `Suspended`: a Job created suspended
