@@ -257,6 +257,7 @@ class Harness:
 
 # --------------------------------------------------------------------------- the caches
 
+
 # What each kopf index of handlers.py watches: (kind, its filter, its entries function).
 def _ours(obj: dict[str, Any]) -> bool:
     return (obj["metadata"].get("labels") or {}).get(L.LABEL_MANAGED_BY) == L.MANAGED_BY

@@ -88,8 +88,12 @@ def test_node_events_count_only_when_labels_change() -> None:
 
 
 def test_a_deployment_event_wakes_its_selectors_and_its_recorded_owner() -> None:
-    idx = profiles(summary("a", "ua", "t0", "x"), summary("b", "ub", "t1", "y"),
-                   summary("c", "uc", "t2", "z"), summary("a2", "ua2", "t0", "x", "other"))  # fmt: skip
+    idx = profiles(
+        summary("a", "ua", "t0", "x"),
+        summary("b", "ub", "t1", "y"),
+        summary("c", "uc", "t2", "z"),
+        summary("a2", "ua2", "t0", "x", "other"),
+    )
     dep = {"metadata": {"labels": {"app": "x"}, "annotations": {"sps.dev/owner": "b"}}}
     assert profiles_selecting(dep, idx, NS) == ["ua", "ub"]
 
