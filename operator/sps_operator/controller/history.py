@@ -82,5 +82,9 @@ def trim_history(p: Pass) -> None:
         p.delete_own("ConfigMap", tables[name])
     # Forget tables whose ConfigMap is gone (deleted here or by hand): they cannot be
     # reused. One published in this pass, or a moment ago, may not be in the snapshot yet.
-    existing = (set(p.snapshot.config_maps) - set(doomed)) | set(p.created)
-    st.tables = [t for t in st.tables if t.config_map in existing or p.recent(t.profiled_at)]
+    existing = set(p.snapshot.config_maps) | set(p.created)
+    st.tables = [
+        t
+        for t in st.tables
+        if t.config_map not in doomed and (t.config_map in existing or p.recent(t.profiled_at))
+    ]
