@@ -175,8 +175,11 @@ class FakeKube(KubeApi):
         self.put(copy.deepcopy(dict(obj)))
         return True
 
-    def delete(self, kind: str, namespace: str, name: str) -> None:
+    def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
         self._call(f"delete_{kind}")
+        found = self.objects.get((kind, namespace, name))
+        if found is not None and uid is not None and found["metadata"].get("uid") != uid:
+            return  # the precondition failed (409), which `Kube.delete` takes as done
         self.objects.pop((kind, namespace, name), None)
 
     def apply(self, body: Obj) -> None:

@@ -26,6 +26,7 @@ from sps_operator.api.endpoints import forbidden_peer
 from sps_operator.api.models import JobOverrides, ServerSpec, SpsProfileSpec
 from sps_operator.api.result import build_patch
 from sps_operator.controller import builders, policy
+from sps_operator.controller.names import label_value as names_label
 from sps_operator.controller.placement import PodInfo, placement
 from sps_operator.controller.policy import JobPolicy, NameRule, ServiceInfo
 from sps_operator.controller.state import Settings
@@ -281,6 +282,44 @@ def test_job_labels_that_select_server_pods_are_refused(
     if extra is not None:
         h.add(extra)
     refused(h, "JobLabelsSelectPods", names, "spec.job.labels")
+
+
+@pytest.mark.parametrize(
+    ("labels", "extra", "names"),
+    [
+        ({"app": "sglang", "deploy": "server"}, None, "Deployment server"),
+        ({"app": "web"}, _service("web", {"app": "web"}), "Service web"),
+        (
+            {"team": "ml"},
+            _service("gpu-team", {"team": "ml", L.LABEL_GPU: names_label(H100)}),
+            "Service gpu-team",
+        ),
+    ],
+    ids=["target-selector", "service", "service-on-an-operator-key"],
+)
+def test_the_cached_pass_finds_what_selects_the_profiling_pod(
+    labels: dict[str, str], extra: dict[str, Any] | None, names: str
+) -> None:
+    """The operator's pass reads the candidates from its indexes, not the namespace: a
+    selector filed under a label the run adds (its GPU product) is found too."""
+    h = Harness.one_target(job={"labels": labels})
+    if extra is not None:
+        h.add(extra)
+    h.tick()
+    status = h.run_cached_pass()
+    assert not h.kube.kinds("Job"), "a refused run"
+    failure = status["lastFailure"]
+    assert failure["reason"] == "JobLabelsSelectPods" and names in failure["message"], failure
+
+
+def test_a_selector_in_another_namespace_refuses_nothing() -> None:
+    h = Harness.one_target(job={"labels": {"app": "web"}})
+    elsewhere = _service("web", {"app": "web"})
+    elsewhere["metadata"]["namespace"] = "other"
+    h.add(elsewhere)
+    h.tick()
+    status = h.run_cached_pass()
+    assert status.get("currentRun"), status.get("lastFailure")
 
 
 def test_what_selects_the_operators_own_labels_alone_refuses_nothing() -> None:
@@ -560,7 +599,7 @@ def test_services_are_read_from_the_namespace() -> None:
 
     snap = ApiSnapshot(h.kube).read(builders.ProfileRef("p", NS, "uid"), _spec())
     assert list(snap.services) == [ServiceInfo("web", {"app": "web"}, "NodePort")]
-    assert [d["metadata"]["name"] for d in snap.namespace_deployments] == ["server"]
+    assert [d["metadata"]["name"] for d in snap.pod_selecting_deployments] == ["server"]
 
 
 def _spec() -> SpsProfileSpec:

@@ -1020,7 +1020,16 @@ class SpsProfileSpec(ApiModel):
     refresh: RefreshSpec = Field(default_factory=RefreshSpec, description="When to re-profile.")
     gates: GatesSpec = Field(default_factory=GatesSpec, description="Acceptance gates.")
     history_limit: int = Field(
-        default=3, ge=1, le=50, description="Tables kept per GPU product (live one included)."
+        default=3,
+        ge=1,
+        le=50,
+        description=(
+            "Tables kept per GPU product, across server fingerprints (image upgrades "
+            "included), newest first. Never deleted, and counted within the limit: a table "
+            "a target runs or is being given, the one it would roll back to, the table of "
+            "each fingerprint a target has now, the rejected table, and any table a "
+            "Deployment of the namespace mounts."
+        ),
     )
     suspend: bool = Field(
         default=False, description="Start no new profiling run (a running one finishes)."

@@ -38,7 +38,7 @@ class KubeApi(Protocol):
 
     # Writes.
     def create(self, obj: Mapping[str, Any]) -> bool: ...
-    def delete(self, kind: str, namespace: str, name: str) -> None: ...
+    def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None: ...
     def apply(self, body: Obj) -> None: ...
     def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> None: ...
     def scale(self, namespace: str, deployment: str, replicas: int) -> None: ...
@@ -160,11 +160,14 @@ class Kube:
             raise
         return True
 
-    def delete(self, kind: str, namespace: str, name: str) -> None:
-        body = client.V1DeleteOptions(propagation_policy="Background")
+    def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
+        """Delete; with `uid`, only that very object (a precondition: one created since
+        under the same name is left alone)."""
+        preconditions = client.V1Preconditions(uid=uid) if uid else None
+        body = client.V1DeleteOptions(propagation_policy="Background", preconditions=preconditions)
         calls = {
             "Job": lambda: self.batch.delete_namespaced_job(name, namespace, body=body),
-            "ConfigMap": lambda: self.core.delete_namespaced_config_map(name, namespace),
+            "ConfigMap": lambda: self.core.delete_namespaced_config_map(name, namespace, body=body),
             "ServiceAccount": lambda: self.core.delete_namespaced_service_account(name, namespace),
             "Role": lambda: self.rbac.delete_namespaced_role(name, namespace),
             "RoleBinding": lambda: self.rbac.delete_namespaced_role_binding(name, namespace),
@@ -172,6 +175,9 @@ class Kube:
         try:
             calls[kind]()
         except ApiException as exc:
+            if exc.status == 409 and uid:
+                log.info("%s %s/%s is another object now: not deleted", kind, namespace, name)
+                return
             if exc.status != 404:
                 raise
 

@@ -270,7 +270,8 @@ def _apply(p: Pass, target: Target, table: EligibleTable) -> bool:
         )
     else:
         serving = _stable_holds(p, table.ref.hash) and target.running_hash == table.ref.hash
-        _write_stable(p, table.text, table.ref.hash, placeholder=False)
+        if not _write_stable(p, table.text, table.ref.hash, placeholder=False):
+            return False  # the pods restart only once the stable ConfigMap holds the table
         body = builders.annotate_apply(target.deployment, table.ref.config_map, table.ref.hash)
     if serving:
         return deployment_rolled_out(target.deployment)
@@ -302,9 +303,39 @@ def _stable_holds(p: Pass, table_hash: str) -> bool:
     )
 
 
-def _write_stable(p: Pass, text: str, table_hash: str, placeholder: bool) -> None:
+def _claim_stable(p: Pass) -> bool:
+    """Record this profile as the stable ConfigMap's one writer (and take back one released
+    by a deleted profile) before writing it: a merge patch with the resourceVersion the
+    decision was made on, so two profiles deciding at once cannot both write."""
+    stable = p.snapshot.stable
+    if stable is None:
+        return True  # created by this pass's apply; recorded at the next
+    meta = stable["metadata"]
+    released = L.LABEL_RELEASED in (meta.get("labels") or {})
+    if recorded_owner(stable) == p.ref.name and not released:
+        return True
+    claim = {
+        "metadata": {
+            "resourceVersion": meta.get("resourceVersion"),
+            "annotations": {L.ANNOTATION_OWNER: p.ref.name},
+            "labels": {L.LABEL_RELEASED: None},
+        }
+    }
+    try:
+        p.kube.patch_metadata("ConfigMap", p.namespace, str(meta["name"]), claim)
+    except ApiException as exc:
+        if exc.status in (404, 409):
+            return False  # changed or gone since it was read: decided again next pass
+        raise
+    return True
+
+
+def _write_stable(p: Pass, text: str, table_hash: str, placeholder: bool) -> bool:
+    """Make the stable ConfigMap hold `text`; False when this pass may not write it."""
+    if p.stable_conflict is not None or not _claim_stable(p):
+        return False
     if _stable_holds(p, table_hash):
-        return
+        return True
     p.kube.apply(
         builders.stable_table_apply(
             p.ref,
@@ -315,12 +346,13 @@ def _write_stable(p: Pass, text: str, table_hash: str, placeholder: bool) -> Non
             placeholder,
         )
     )
+    return True
 
 
 def _annotate_only_preflight(p: Pass) -> None:
     """The stable ConfigMap exists from day one, holding SGLang's "no table", so the
     Deployment in Git can start before the first profile."""
-    if p.snapshot.stable is None:
+    if p.snapshot.stable is None and p.stable_conflict is None:
         _write_stable(p, PLACEHOLDER_JSON, content_hash(PLACEHOLDER_JSON), placeholder=True)
         p.event(
             "Normal",

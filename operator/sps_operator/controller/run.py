@@ -81,7 +81,9 @@ def run_refusal(p: Pass, plan: builders.RunPlan, job: Obj) -> policy.Refusal | N
         or policy.selector_refusal(
             pod_labels,
             builders.pod_own_labels(plan),
-            policy.pod_selectors(snapshot.namespace_deployments, snapshot.services, snapshot.pdbs),
+            policy.pod_selectors(
+                snapshot.pod_selecting_deployments, snapshot.services, snapshot.pdbs
+            ),
         )
     )
 
@@ -251,14 +253,14 @@ def _start(p: Pass, run: RunStatus, plan: builders.RunPlan, job: Obj) -> None:
 
 def cleanup_runs(p: Pass, keep: str | None) -> None:
     """Delete the Jobs, result ConfigMaps and seeds of runs other than `keep`."""
-    for name, job in p.snapshot.jobs.items():
+    for job in p.snapshot.jobs.values():
         if (job["metadata"].get("labels") or {}).get(L.LABEL_RUN) != keep:
-            p.kube.delete("Job", p.namespace, name)
-    for name, cm in p.snapshot.config_maps.items():
+            p.delete_own("Job", job)
+    for cm in p.snapshot.config_maps.values():
         labels = cm["metadata"].get("labels") or {}
         component = labels.get(L.LABEL_COMPONENT)
         if component in (L.COMPONENT_RESULT, L.COMPONENT_SEED) and labels.get(L.LABEL_RUN) != keep:
-            p.kube.delete("ConfigMap", p.namespace, name)
+            p.delete_own("ConfigMap", cm)
 
 
 # Conditions that end a Job (or announce its end). Not `Suspended`: a Job created suspended

@@ -3,7 +3,7 @@ decides (`Pass.status`, handed from step to step) and where it writes (`Pass.kub
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -12,11 +12,12 @@ from sps_operator.api import labels as L
 from sps_operator.api.models import RolloutMode, SpsProfile, SpsProfileSpec, SpsProfileStatus
 from sps_operator.constants import IMAGE
 from sps_operator.controller.builders import JobDefaults, ProfileRef
-from sps_operator.controller.kube import KubeApi, Obj
+from sps_operator.controller.kube import KubeApi, Obj, owned_by
 from sps_operator.controller.metrics import Metrics
 from sps_operator.controller.ownership import ProfileSummary, profile_summary
 from sps_operator.controller.placement import PodInfo
 from sps_operator.controller.policy import JobPolicy, ServiceInfo, service_info
+from sps_operator.controller.release import mounted_config_maps
 from sps_operator.controller.selectors import matches_selector, selector_string
 from sps_operator.controller.serverconfig import ServerCommand, ServerConfig
 
@@ -48,18 +49,24 @@ class Snapshot:
     through `KubeApi`."""
 
     deployments: Sequence[Obj]  # selected by spec.selector, by name
-    jobs: Mapping[str, Obj]  # this profile's Jobs, by name
-    config_maps: Mapping[str, Obj]  # this profile's ConfigMaps, by name
+    jobs: Mapping[str, Obj]  # this profile's Jobs (`belongs_to`), by name
+    config_maps: Mapping[str, Obj]  # this profile's ConfigMaps (`belongs_to`), by name
     stable: Obj | None  # AnnotateOnly: the stable ConfigMap the Deployments mount
-    profiles: Sequence[ProfileSummary]  # every SpsProfile in the namespace
+    # The SpsProfiles of the namespace that select (or are recorded on) one of the selected
+    # Deployments or name the stable ConfigMap: all that ownership must weigh.
+    profiles: Sequence[ProfileSummary]
     pods: Sequence[PodInfo] = ()
     node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     pdbs: Sequence[Obj] = ()  # PodDisruptionBudgets of the namespace
     hpas: Sequence[Obj] = ()  # HorizontalPodAutoscalers of the namespace
     borrowed: Sequence[Obj] = ()  # Deployments (any namespace) lending a replica to a run
-    # Whatever selects pods in the namespace: a profiling pod must never pass for one of them.
-    namespace_deployments: Sequence[Obj] = ()  # every Deployment of the namespace
-    services: Sequence[ServiceInfo] = ()
+    # Which of this profile's ConfigMaps (and its stable one) a Deployment of the namespace
+    # mounts, selected or not: nothing mounted is ever deleted.
+    mounted: frozenset[str] = frozenset()
+    # What selects pods in the namespace and may select this profile's profiling pod (a
+    # superset: the policy matches them): it must never pass for one of their pods.
+    pod_selecting_deployments: Sequence[Obj] = ()
+    services: Sequence[ServiceInfo] = ()  # those, and the one spec.server.url names
 
     @classmethod
     def empty(cls) -> Snapshot:
@@ -85,6 +92,25 @@ def _stable_name(spec: SpsProfileSpec) -> str | None:
     return rollout.table_config_map if rollout.mode == RolloutMode.ANNOTATE_ONLY else None
 
 
+def in_namespace(obj: Mapping[str, Any] | None, namespace: str) -> bool:
+    return ((obj or {}).get("metadata") or {}).get("namespace") == namespace
+
+
+def belongs_to(obj: Mapping[str, Any] | None, ref: ProfileRef) -> bool:
+    """The one rule of what is a profile's: in its namespace and owned by it (controller
+    ownerReference to its UID). Labels and UIDs identify; they never authorize."""
+    return in_namespace(obj, ref.namespace) and owned_by(obj, ref.uid)
+
+
+def _by_name(objects: Iterable[Obj], ref: ProfileRef) -> dict[str, Obj]:
+    return {o["metadata"]["name"]: o for o in objects if belongs_to(o, ref)}
+
+
+def _mounted(deployments: Iterable[Obj], names: Iterable[str | None]) -> frozenset[str]:
+    every = set().union(*(mounted_config_maps(d) for d in deployments))
+    return frozenset(n for n in names if n and n in every)
+
+
 @dataclass(frozen=True)
 class ApiSnapshot:
     """The world read with LISTs through `KubeApi` (what the unit tests' fake answers)."""
@@ -99,10 +125,11 @@ class ApiSnapshot:
         deployments = kube.list_deployments(ns, selector_string(spec.selector.to_k8s()))
         every = kube.list_deployments(ns, "")
         stable = _stable_name(spec)
+        config_maps = _by_name(kube.list_config_maps(ns, mine), ref)
         return Snapshot(
             deployments=sorted(deployments, key=lambda d: d["metadata"]["name"]),
-            jobs={j["metadata"]["name"]: j for j in kube.list_jobs(ns, mine)},
-            config_maps={c["metadata"]["name"]: c for c in kube.list_config_maps(ns, mine)},
+            jobs=_by_name(kube.list_jobs(ns, mine), ref),
+            config_maps=config_maps,
             stable=kube.get("ConfigMap", ns, stable) if stable else None,
             profiles=[profile_summary(b) for b in kube.list_profiles(ns)],
             pods=self.pods,
@@ -110,7 +137,8 @@ class ApiSnapshot:
             pdbs=kube.list_pdbs(ns),
             hpas=kube.list_hpas(ns),
             borrowed=[d for d in every if _borrowed(d)],
-            namespace_deployments=every,
+            mounted=_mounted(every, [*config_maps, stable]),
+            pod_selecting_deployments=every,
             services=[
                 service_info(s["metadata"]["name"], s.get("spec") or {})
                 for s in kube.list_services(ns)
@@ -124,21 +152,25 @@ def _borrowed(deployment: Obj) -> bool:
 
 @dataclass(frozen=True)
 class CachedWorld:
-    """What the operator's caches (kopf indexes) hold for one profile's namespace, copied
-    on the event loop: a pass then reads it from any thread and calls the API only to
-    change something (and to read an AnnotateOnly stable ConfigMap not yet labelled as
-    the operator's, once)."""
+    """What the operator's caches (kopf indexes) hold for one profile, copied on the event
+    loop (`indexes.world_for`): a pass then reads it from any thread and calls the API only
+    to change something (and to read an AnnotateOnly stable ConfigMap not yet labelled as
+    the operator's, once). `read` applies the same rules as the LIST snapshot, whatever
+    the caches handed over."""
 
     kube: KubeApi
-    deployments: Sequence[Obj]  # every Deployment of the namespace
+    deployments: Sequence[Obj]  # candidates for the profile's selector
     jobs: Sequence[Obj]  # the profile's
-    config_maps: Sequence[Obj]  # the profile's, and the namespace's stable ones
+    config_maps: Sequence[Obj]  # the profile's
     profiles: Sequence[ProfileSummary]
+    stable: Obj | None = None  # the stable ConfigMap, if the caches hold it
     pods: Sequence[PodInfo] = ()
     node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     pdbs: Sequence[Obj] = ()
     hpas: Sequence[Obj] = ()
     borrowed: Sequence[Obj] = ()  # every namespace's
+    mounted: frozenset[str] = frozenset()
+    pod_selecting_deployments: Sequence[Obj] = ()
     services: Sequence[ServiceInfo] = ()
 
     def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot:
@@ -146,22 +178,23 @@ class CachedWorld:
         selected = [
             d
             for d in self.deployments
-            if matches_selector(selector, (d.get("metadata") or {}).get("labels") or {})
+            if in_namespace(d, ref.namespace)
+            and matches_selector(selector, (d.get("metadata") or {}).get("labels") or {})
         ]
-        by_name = {c["metadata"]["name"]: c for c in self.config_maps}
         stable_name = _stable_name(spec)
-        stable = by_name.get(stable_name) if stable_name else None
-        if stable_name and stable is None:
-            stable = self.kube.get("ConfigMap", ref.namespace, stable_name)
-        mine = {
-            n: c
-            for n, c in by_name.items()
-            if (c["metadata"].get("labels") or {}).get(L.LABEL_PROFILE_UID) == ref.uid
-        }
+        stable = None
+        if stable_name:
+            stable = self.stable
+            if (
+                stable is None
+                or not in_namespace(stable, ref.namespace)
+                or stable["metadata"].get("name") != stable_name
+            ):
+                stable = self.kube.get("ConfigMap", ref.namespace, stable_name)
         return Snapshot(
             deployments=sorted(selected, key=lambda d: d["metadata"]["name"]),
-            jobs={j["metadata"]["name"]: j for j in self.jobs},
-            config_maps=mine,
+            jobs=_by_name(self.jobs, ref),
+            config_maps=_by_name(self.config_maps, ref),
             stable=stable,
             profiles=self.profiles,
             pods=self.pods,
@@ -169,7 +202,10 @@ class CachedWorld:
             pdbs=self.pdbs,
             hpas=self.hpas,
             borrowed=self.borrowed,
-            namespace_deployments=self.deployments,
+            mounted=self.mounted,
+            pod_selecting_deployments=[
+                d for d in self.pod_selecting_deployments if in_namespace(d, ref.namespace)
+            ],
             services=self.services,
         )
 
@@ -242,6 +278,7 @@ class Pass:
     created: dict[str, Obj] = field(default_factory=dict)  # ConfigMaps created in this pass
     wake: float | None = None  # seconds until this profile needs its next pass
     returned: set[str] = field(default_factory=set)  # Deployments given their replica back
+    stable_conflict: str | None = None  # AnnotateOnly: why another profile writes the stable
     step: str = "start"  # the step running, for error reports
 
     @property
@@ -258,6 +295,17 @@ class Pass:
     def config_map(self, name: str) -> Obj | None:
         """One of this profile's ConfigMaps: as read at the start, or created since."""
         return self.snapshot.config_maps.get(name) or self.created.get(name)
+
+    def delete_own(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """Delete one of this profile's objects: exactly the one read (its UID is the
+        delete's precondition), in its own namespace, and only if it `belongs_to` it."""
+        meta = obj.get("metadata") or {}
+        if not belongs_to(obj, self.ref):
+            raise RuntimeError(
+                f"refused to delete {kind} {meta.get('namespace')}/{meta.get('name')}: "
+                f"it does not belong to SpsProfile {self.ref.name}"
+            )
+        self.kube.delete(kind, self.namespace, str(meta["name"]), uid=meta.get("uid"))
 
     def wake_within(self, seconds: float) -> None:
         """Ask for the next pass no later than `seconds` from now."""

@@ -34,9 +34,10 @@ class Finding:
 TARGET_REASONS: dict[str, tuple[str, str]] = {
     "Conflict": (
         "Another SpsProfile serves this Deployment",
-        "A Deployment belongs to one profile (the one recorded on it in sps.dev/owner, else "
-        "the oldest that selects it); this one never writes to it. Narrow spec.selector so "
-        "each Deployment is selected by one profile, or delete the other profile.",
+        "A Deployment, and an AnnotateOnly rollout.tableConfigMap, belong to one profile (the "
+        "one recorded on it in sps.dev/owner, else the oldest); this one never writes to it. "
+        "Narrow spec.selector so each Deployment is selected by one profile, give each "
+        "AnnotateOnly profile its own rollout.tableConfigMap, or delete the other profile.",
     ),
     "NotAnSglangServer": (
         "The selected Deployment is not an SGLang server the operator can recognise",
