@@ -16,6 +16,7 @@ from sps_operator.constants import FIELD_MANAGER
 from sps_operator.controller import builders
 from sps_operator.controller.builders import owner_patch
 from sps_operator.controller.kube import Kube
+from waiting import wait_for
 
 pytestmark = pytest.mark.k8s
 
@@ -102,9 +103,24 @@ def _server_deployment(namespace: str) -> dict[str, Any]:
     }
 
 
-def _args(apps: client.AppsV1Api, namespace: str) -> list[str]:
-    dep = apps.read_namespaced_deployment("server", namespace)
-    return list(dep.spec.template.spec.containers[0].args)
+def _create_settled(kube: Kube, apps: client.AppsV1Api, namespace: str) -> None:
+    """Create the Deployment and wait until the Deployment controller has written its
+    revision and status: later writes by the controller would change the resourceVersion
+    and make the writes under test conflict for another reason than the one tested."""
+    apps.create_namespaced_deployment(namespace, _server_deployment(namespace))
+
+    def settled() -> bool:
+        dep = kube.get("Deployment", namespace, "server") or {}
+        meta, status = dep.get("metadata") or {}, dep.get("status") or {}
+        revision = (meta.get("annotations") or {}).get("deployment.kubernetes.io/revision")
+        return bool(revision) and status.get("observedGeneration") == meta.get("generation")
+
+    wait_for("the Deployment controller to observe the Deployment", settled, timeout=30)
+
+
+def _args(kube: Kube, namespace: str) -> list[str]:
+    dep = kube.get("Deployment", namespace, "server") or {}
+    return list(dep["spec"]["template"]["spec"]["containers"][0]["args"])
 
 
 def _inject(read: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +139,7 @@ def test_k8s_controlplane_an_apply_never_reverts_an_edit_made_after_the_read(
     must make the API server refuse it, not be overwritten."""
     apps = client.AppsV1Api(k8s_api)
     kube = Kube(k8s_api)
-    apps.create_namespaced_deployment(namespace, _server_deployment(namespace))
+    _create_settled(kube, apps, namespace)
     read = kube.get("Deployment", namespace, "server")
     assert read is not None
 
@@ -138,13 +154,13 @@ def test_k8s_controlplane_an_apply_never_reverts_an_edit_made_after_the_read(
     with pytest.raises(client.ApiException) as conflict:
         kube.apply(_inject(read))
     assert conflict.value.status == 409
-    assert _args(apps, namespace) == edited  # not reverted, and no table flag written
+    assert _args(kube, namespace) == edited  # not reverted, and no table flag written
 
     # From the Deployment as it is now, the same write goes through and keeps the edit.
     fresh = kube.get("Deployment", namespace, "server")
     assert fresh is not None
     kube.apply(_inject(fresh))
-    assert _args(apps, namespace) == [*edited, *TABLE_FLAG]
+    assert _args(kube, namespace) == [*edited, *TABLE_FLAG]
 
 
 def test_k8s_controlplane_a_claim_then_an_apply_in_one_pass(
@@ -155,17 +171,17 @@ def test_k8s_controlplane_a_claim_then_an_apply_in_one_pass(
     claim decided on an older read is refused."""
     apps = client.AppsV1Api(k8s_api)
     kube = Kube(k8s_api)
-    apps.create_namespaced_deployment(namespace, _server_deployment(namespace))
+    _create_settled(kube, apps, namespace)
     read = kube.get("Deployment", namespace, "server")
     assert read is not None
     claimed = kube.patch_metadata("Deployment", namespace, "server", owner_patch(read, "p"))
     assert claimed["metadata"]["annotations"][L.ANNOTATION_OWNER] == "p"
     assert claimed["metadata"]["resourceVersion"] != read["metadata"]["resourceVersion"]
     kube.apply(_inject(claimed))
-    assert _args(apps, namespace) == [*SERVER_ARGS, *TABLE_FLAG]
+    assert _args(kube, namespace) == [*SERVER_ARGS, *TABLE_FLAG]
 
     with pytest.raises(client.ApiException) as stale:
         kube.patch_metadata("Deployment", namespace, "server", owner_patch(read, "q"))
     assert stale.value.status == 409
-    now = apps.read_namespaced_deployment("server", namespace)
-    assert now.metadata.annotations[L.ANNOTATION_OWNER] == "p"
+    now = kube.get("Deployment", namespace, "server") or {}
+    assert now["metadata"]["annotations"][L.ANNOTATION_OWNER] == "p"
