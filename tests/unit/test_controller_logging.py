@@ -8,6 +8,7 @@ import importlib
 import inspect
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import kopf
 import pytest
@@ -161,3 +162,22 @@ def test_a_throttled_lease_is_a_warning_and_a_forbidden_one_an_error(
     (error,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert "429" in warning.getMessage() and "--lease-namespace" not in warning.getMessage()
     assert "403" in error.getMessage() and "--lease-namespace" in error.getMessage()
+
+
+@pytest.mark.parametrize(("status", "level"), [(429, logging.WARNING), (422, logging.ERROR)])
+def test_a_status_write_the_next_pass_retries_is_a_warning(
+    caplog: pytest.LogCaptureFixture, status: int, level: int
+) -> None:
+    from controller_harness import Harness
+    from kubernetes.client.rest import ApiException
+
+    h = Harness.one_target()
+
+    def refuse(*_: Any) -> None:
+        raise ApiException(status=status, reason="Refused")
+
+    h.kube.patch_status = refuse  # type: ignore[method-assign]
+    with caplog.at_level(logging.DEBUG, logger="sps_operator"):
+        h.run_pass()
+    lines = [r for r in caplog.records if "not written" in r.getMessage()]
+    assert lines and max(r.levelno for r in lines) == level, caplog.text
