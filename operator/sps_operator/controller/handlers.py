@@ -2,7 +2,8 @@
 
 * Indexes (async, so they never wait for a pass) keep what a pass reads: Deployments,
   the operator's own Jobs and ConfigMaps (by label), SpsProfiles, pods and node labels.
-* Event handlers wake the profiles an event concerns (`kicks.py`).
+* Event handlers wake the profiles an event concerns (`kicks.py`); a ConfigMap that a
+  server reads env from is kept current in `envsources.EnvSources`.
 * A daemon per SpsProfile runs one pass at a time for it, in a thread pool shared by all
   profiles (no global lock), when woken or after a jittered resync as a safety net.
 * Deletion releases the tables the Deployments mount, then forgets the profile.
@@ -25,6 +26,7 @@ import kopf
 
 from sps_operator.api import labels as L
 from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
+from sps_operator.controller.envsources import EnvSources, referenced_config_maps
 from sps_operator.controller.kicks import (
     Kicks,
     profile_neighbours,
@@ -73,6 +75,7 @@ def _values(index: Any, key: Any) -> list[Any]:
 
 def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: Runtime) -> None:
     kicks = Kicks()
+    env_sources = EnvSources()
     pool = ThreadPoolExecutor(max_workers=runtime.workers, thread_name_prefix="sps-pass")
 
     # ------------------------------------------------------------------ caches
@@ -164,6 +167,22 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
     async def wake_config_map(labels: Mapping[str, str], **_: Any) -> None:
         kicks.kick([labels.get(L.LABEL_PROFILE_UID, "")])
 
+    # ConfigMaps a server reads env from (anyone's, so no label filter): a changed model
+    # behind `$(MODEL)` changes the server's fingerprint.
+    @kopf.on.event("", "v1", "configmaps", id="sps_wake_env_cm", registry=registry)  # type: ignore[arg-type]
+    async def wake_env_config_map(
+        namespace: str, name: str, type: str | None, labels: Mapping[str, str],
+        body: kopf.Body, sps_deployments: Any, sps_profiles: Any, **_: Any,
+    ) -> None:  # fmt: skip
+        if labels.get(L.LABEL_MANAGED_BY) == L.MANAGED_BY:
+            return  # the operator's own: tables, results (sps_wake_cm)
+        deployments = _values(sps_deployments, namespace)
+        readers = [d for d in deployments if name in referenced_config_maps([d])]
+        gone = type == "DELETED"
+        if env_sources.observe(namespace, name, None if gone else body, bool(readers)):
+            profiles = in_namespace(sps_profiles, namespace)
+            kicks.kick(uid for d in readers for uid in profiles_selecting(d, profiles))
+
     @kopf.on.event("", "v1", "nodes", id="sps_wake_node", registry=registry)  # type: ignore[arg-type]
     async def wake_node(
         name: str, type: str | None, labels: Mapping[str, str], sps_pods: Any, sps_profiles: Any,
@@ -232,6 +251,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
                     pdbs=_values(sps_pdbs, namespace),
                     hpas=_values(sps_hpas, namespace),
                     borrowed=_values(sps_borrowed, "all"),
+                    env_sources=env_sources,
                 )
                 current = dict(body)  # kopf keeps `body` current; a pass works on a copy
                 wake = await loop.run_in_executor(pool, reconciler.reconcile, current, world)

@@ -12,10 +12,12 @@ from sps_operator.api import labels as L
 from sps_operator.api.models import RolloutMode, SpsProfile, SpsProfileSpec, SpsProfileStatus
 from sps_operator.constants import IMAGE
 from sps_operator.controller.builders import JobDefaults, ProfileRef
+from sps_operator.controller.envsources import EnvSources, read_env_config_maps
 from sps_operator.controller.kube import KubeApi, Obj
 from sps_operator.controller.metrics import Metrics
 from sps_operator.controller.ownership import ProfileSummary, profile_summary
 from sps_operator.controller.placement import PodInfo
+from sps_operator.controller.podenv import ConfigMapEnv
 from sps_operator.controller.selectors import matches_selector, selector_string
 from sps_operator.controller.serverconfig import ServerCommand, ServerConfig
 
@@ -59,6 +61,8 @@ class Snapshot:
     pdbs: Sequence[Obj] = ()  # PodDisruptionBudgets of the namespace
     hpas: Sequence[Obj] = ()  # HorizontalPodAutoscalers of the namespace
     borrowed: Sequence[Obj] = ()  # Deployments (any namespace) lending a replica to a run
+    # The ConfigMaps the selected Deployments read env from, by name (None: missing).
+    env_config_maps: Mapping[str, ConfigMapEnv | None] = field(default_factory=dict)
 
     @classmethod
     def empty(cls) -> Snapshot:
@@ -108,6 +112,7 @@ class ApiSnapshot:
             pdbs=kube.list_pdbs(ns),
             hpas=kube.list_hpas(ns),
             borrowed=[d for d in kube.list_deployments(ns, "") if _borrowed(d)],
+            env_config_maps=read_env_config_maps(kube, ns, deployments),
         )
 
 
@@ -132,6 +137,7 @@ class CachedWorld:
     pdbs: Sequence[Obj] = ()
     hpas: Sequence[Obj] = ()
     borrowed: Sequence[Obj] = ()  # every namespace's
+    env_sources: EnvSources | None = None  # the ConfigMaps servers read env from
 
     def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot:
         selector = spec.selector.to_k8s()
@@ -161,6 +167,9 @@ class CachedWorld:
             pdbs=self.pdbs,
             hpas=self.hpas,
             borrowed=self.borrowed,
+            env_config_maps=read_env_config_maps(
+                self.kube, ref.namespace, selected, self.env_sources
+            ),
         )
 
 
