@@ -295,3 +295,40 @@ def test_the_cache_is_bounded() -> None:
     for i in range(10):
         cache.read(kube, "a", [f"cm{i}"])  # type: ignore[arg-type]
     assert len(cache) == 3
+
+
+def test_a_pass_from_the_caches_reads_the_configmaps_its_servers_use() -> None:
+    """The operator's own path (CachedWorld): a change of the ConfigMap wakes the profiles
+    selecting its readers, and the next pass reads the changed one from the cache."""
+    from controller_harness import NS, deployment, profile_body
+    from fakekube import FakeKube
+
+    from sps_operator.api.models import SpsProfileSpec
+    from sps_operator.controller.builders import ProfileRef
+    from sps_operator.controller.envsources import readers_of
+    from sps_operator.controller.kicks import profiles_selecting
+    from sps_operator.controller.ownership import profile_summary
+    from sps_operator.controller.state import CachedWorld
+
+    kube = FakeKube()
+    kube.put({"kind": "ConfigMap", "metadata": {"name": "models"}, "data": {"m": "llama"}})
+    reader = kube.put(
+        deployment(env=_reads("models")["spec"]["template"]["spec"]["containers"][0]["env"])
+    )
+    other = kube.put(deployment("other", labels={"app": "other"}))
+    profile = kube.put(profile_body())
+    cache = EnvSources()
+    spec = SpsProfileSpec.model_validate(profile["spec"])
+    ref = ProfileRef("p", NS, profile["metadata"]["uid"])
+
+    def world() -> CachedWorld:
+        return CachedWorld(kube, [reader, other], [], [], [], env_sources=cache)
+
+    assert world().read(ref, spec).env_config_maps == {"models": cm(m="llama")}
+    gets = kube.calls.count("get")
+    assert readers_of("models", [reader, other]) == [reader]
+    assert cache.observe(NS, "models", {"data": {"m": "mistral"}}, referenced=True)
+    summaries = [profile_summary(profile)]
+    assert profiles_selecting(reader, summaries) == [profile["metadata"]["uid"]]
+    assert world().read(ref, spec).env_config_maps == {"models": cm(m="mistral")}
+    assert kube.calls.count("get") == gets  # from the cache, not the API

@@ -39,6 +39,11 @@ def referenced_config_maps(deployments: Iterable[Mapping[str, Any]]) -> set[str]
     return names
 
 
+def readers_of(name: str, deployments: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The Deployments (of one namespace) whose pods read env from ConfigMap `name`."""
+    return [d for d in deployments if name in referenced_config_maps([d])]
+
+
 class EnvSources:
     """(namespace, name) -> ConfigMapEnv (None: the ConfigMap does not exist). Safe to use
     from the event loop and from the passes' threads at once."""

@@ -26,7 +26,7 @@ import kopf
 
 from sps_operator.api import labels as L
 from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
-from sps_operator.controller.envsources import EnvSources, referenced_config_maps
+from sps_operator.controller.envsources import EnvSources, readers_of
 from sps_operator.controller.kicks import (
     Kicks,
     profile_neighbours,
@@ -177,7 +177,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
         if labels.get(L.LABEL_MANAGED_BY) == L.MANAGED_BY:
             return  # the operator's own: tables, results (sps_wake_cm)
         deployments = _values(sps_deployments, namespace)
-        readers = [d for d in deployments if name in referenced_config_maps([d])]
+        readers = readers_of(name, deployments)
         gone = type == "DELETED"
         if env_sources.observe(namespace, name, None if gone else body, bool(readers)):
             profiles = in_namespace(sps_profiles, namespace)
