@@ -359,23 +359,28 @@ def _hidden_cost_input(words: Sequence[Expansion]) -> str | None:
         ref = word.hidden[0] if word.hidden else None
         if word.seen.startswith("-"):
             flag, inline = split_flag(word.seen)
-            if ref is not None and (word.hidden_before(len(flag)) or flag in READ_FLAGS):
-                what = "its name" if word.hidden_before(len(flag)) else "its value"
+            if ref is not None and word.hidden_before(len(flag)):
                 return (
-                    f"argument {word.seen!r} takes {what} from $({ref.name}), "
-                    f"{ref.value.source}: {advice}"
+                    f"the flag {_shown(flag)!r} takes its name from $({ref.name}), "
+                    f"{ref.value.source}: it could be any flag; {advice}"
                 )
+            if ref is not None and flag in READ_FLAGS:
+                return f"{flag} takes its value from $({ref.name}), {ref.value.source}: {advice}"
             waiting = None if inline is not None or flag in COST_SWITCHES else flag
             continue
         if ref is not None and waiting is None:
             return (
-                f"argument {word.seen!r} stands where a flag would (it could be any flag) and "
-                f"comes from $({ref.name}), {ref.value.source}: {advice}"
+                f"the argument {_shown(word.seen)!r} comes from $({ref.name}), "
+                f"{ref.value.source}, where a flag would be: it could be any flag; {advice}"
             )
         if ref is not None and waiting in READ_FLAGS:
             return f"{waiting} takes its value from $({ref.name}), {ref.value.source}: {advice}"
         waiting = None
     return None
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _flag_sources(words: Sequence[Expansion]) -> dict[str, str]:
