@@ -134,6 +134,16 @@ def expand(text: str, lookup: Lookup) -> Expansion:
 # --------------------------------------------------------------------------- ConfigMaps
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _mappings(value: Any) -> list[Mapping[str, Any]]:
+    """The entries of a list field that are objects (the API server validates them; a
+    malformed one is skipped rather than trusted)."""
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
 @dataclass(frozen=True)
 class ConfigMapEnv:
     """What the operator keeps of a ConfigMap a server reads env from (bounded): the `data`
@@ -164,16 +174,14 @@ class ConfigMapEnv:
 def env_config_maps(pod_spec: Mapping[str, Any]) -> set[str]:
     """Every ConfigMap the containers of a pod spec read env from (keys or envFrom)."""
     names: set[str] = set()
-    containers = [*(pod_spec.get("initContainers") or []), *(pod_spec.get("containers") or [])]
+    containers = _mappings(pod_spec.get("initContainers")) + _mappings(pod_spec.get("containers"))
     for container in containers:
-        if not isinstance(container, Mapping):
-            continue
-        for entry in container.get("env") or []:
-            ref = ((entry or {}).get("valueFrom") or {}).get("configMapKeyRef") or {}
+        for entry in _mappings(container.get("env")):
+            ref = _mapping(_mapping(entry.get("valueFrom")).get("configMapKeyRef"))
             if ref.get("name"):
                 names.add(str(ref["name"]))
-        for source in container.get("envFrom") or []:
-            ref = (source or {}).get("configMapRef") or {}
+        for source in _mappings(container.get("envFrom")):
+            ref = _mapping(source.get("configMapRef"))
             if ref.get("name"):
                 names.add(str(ref["name"]))
     return names
@@ -255,8 +263,7 @@ def resolve_env(
     """The environment of `container` in a pod of `namespace`, with the ConfigMaps it
     reads (by name; None: missing; a name not in `config_maps` is treated as unread)."""
     sources: list[_EnvFrom] = []
-    for entry in container.get("envFrom") or []:
-        entry = entry or {}
+    for entry in _mappings(container.get("envFrom")):
         prefix = str(entry.get("prefix") or "")
         for kind, key in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
             ref = entry.get(key)
@@ -270,8 +277,8 @@ def resolve_env(
     def current(name: str) -> EnvValue | None:
         return explicit[name] if name in explicit else _from_sources(sources, name)
 
-    for entry in container.get("env") or []:
-        if not isinstance(entry, Mapping) or not entry.get("name"):
+    for entry in _mappings(container.get("env")):
+        if not entry.get("name"):
             continue
         name = str(entry["name"])
         literal = entry.get("value")
