@@ -104,10 +104,14 @@ def _server_deployment(namespace: str) -> dict[str, Any]:
 
 
 def _create_settled(kube: Kube, apps: client.AppsV1Api, namespace: str) -> None:
-    """Create the Deployment and wait until the Deployment controller has written its
-    revision and status: later writes by the controller would change the resourceVersion
-    and make the writes under test conflict for another reason than the one tested."""
     apps.create_namespaced_deployment(namespace, _server_deployment(namespace))
+    _wait_settled(kube, namespace)
+
+
+def _wait_settled(kube: Kube, namespace: str) -> None:
+    """Until the Deployment controller has written its revision and observed the latest
+    generation: its later status writes would change the resourceVersion and make a write
+    under test conflict for another reason than the one tested."""
 
     def settled() -> bool:
         dep = kube.get("Deployment", namespace, "server") or {}
@@ -151,6 +155,7 @@ def test_k8s_controlplane_an_apply_never_reverts_an_edit_made_after_the_read(
         {"spec": {"template": {"spec": {"containers": [{"name": "sglang", "args": edited}]}}}},
         field_manager="kubectl-edit",
     )
+    _wait_settled(kube, namespace)
     with pytest.raises(client.ApiException) as conflict:
         kube.apply(_inject(read))
     assert conflict.value.status == 409
