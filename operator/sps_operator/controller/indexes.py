@@ -24,6 +24,7 @@ from typing import Any
 from sps_operator.api import labels as L
 from sps_operator.constants import API_GROUP, KIND, LABEL_PREFIX
 from sps_operator.controller.builders import ProfileRef, base_labels
+from sps_operator.controller.envsources import EnvSources, referenced_config_maps
 from sps_operator.controller.kube import KubeApi, Obj
 from sps_operator.controller.ownership import (
     ProfileSummary,
@@ -46,6 +47,7 @@ LABEL = "label"  # (LABEL, ns, key, value): objects carrying that label
 TEMPLATE = "template"  # (TEMPLATE, ns, key, value): Deployments whose pods carry it
 PODS = "pods"  # (PODS, ns, key, value | ANY): Deployments whose pod selector needs it
 MOUNTS = "mounts"  # (MOUNTS, ns, configmap): Deployments whose pod template mounts it
+ENV = "env"  # (ENV, ns, configmap): Deployments whose containers read env from it
 RECORDED = "recorded"  # (RECORDED, ns, profile): Deployments recording that owner
 OWNER = "owner"  # (OWNER, ns, uid): objects whose controller is that SpsProfile
 NAME = "name"  # (NAME, ns, name): a ConfigMap, a profile, by name
@@ -182,6 +184,7 @@ def deployment_entries(body: Mapping[str, Any]) -> dict[Key, Any]:
     keys += [(TEMPLATE, ns, k, v) for k, v in _template_labels(body).items()]
     keys += pod_selector_keys(ns, _pod_selector(body))
     keys += [(MOUNTS, ns, name) for name in sorted(mounted_config_maps(body))]
+    keys += [(ENV, ns, name) for name in sorted(referenced_config_maps([body]))]
     owner = recorded_owner(body)
     if owner:
         keys.append((RECORDED, ns, owner))
@@ -357,6 +360,7 @@ def world_for(
     body: Mapping[str, Any],
     idx: Indexes,
     job_labels: Mapping[str, str] | None = None,
+    env_sources: EnvSources | None = None,
 ) -> CachedWorld:
     """What one profile's pass reads, copied from the caches on the event loop (a pass
     then reads it from any thread): its selected Deployments, the profiles that select or
@@ -398,4 +402,5 @@ def world_for(
         mounted=frozenset(n for n in names if n and (MOUNTS, ns, n) in idx.deployments),
         pod_selecting_deployments=pod_selecting,
         services=services,
+        env_sources=env_sources,
     )

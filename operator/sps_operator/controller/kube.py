@@ -40,7 +40,7 @@ class KubeApi(Protocol):
     def create(self, obj: Mapping[str, Any]) -> bool: ...
     def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None: ...
     def apply(self, body: Obj) -> None: ...
-    def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> None: ...
+    def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj: ...
     def scale(self, namespace: str, deployment: str, replicas: int) -> None: ...
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None: ...
     def event(
@@ -183,7 +183,12 @@ class Kube:
 
     def apply(self, body: Obj) -> None:
         """Server-side apply of `body` (a Deployment or a ConfigMap) as the operator's
-        field manager; it owns exactly the fields in `body`."""
+        field manager; it owns exactly the fields in `body`.
+
+        Forced, because the operator must co-own the atomic `args` list with whoever wrote
+        it. A Deployment body carries the resourceVersion its content was read at
+        (`builders.inject_apply`, `annotate_apply`): the API server refuses it (409) when the object
+        changed since, so a force never writes stale values over a newer edit."""
         patch = {
             "Deployment": self.apps.patch_namespaced_deployment,
             "ConfigMap": self.core.patch_namespaced_config_map,
@@ -198,19 +203,22 @@ class Kube:
             _content_type=APPLY,
         )
 
-    def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> None:
-        """A JSON merge patch (of metadata) under the operator's field manager."""
+    def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj:
+        """A JSON merge patch (of metadata) under the operator's field manager; returns the
+        object as patched (a later conditional write in the same pass starts from it)."""
         call = {
             "Deployment": self.apps.patch_namespaced_deployment,
             "ConfigMap": self.core.patch_namespaced_config_map,
         }[kind]
-        call(
+        response = call(
             name,
             namespace,
             patch,
             field_manager=FIELD_MANAGER,
             _content_type="application/merge-patch+json",
+            _preload_content=False,
         )
+        return _raw(response)
 
     def scale(self, namespace: str, deployment: str, replicas: int) -> None:
         """Set a Deployment's replicas through its scale subresource (the field HPAs and

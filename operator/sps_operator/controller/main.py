@@ -286,9 +286,39 @@ def main(argv: list[str] | None = None) -> int:
     return asyncio.run(run(operator, elector, args.liveness))
 
 
+class RetriedIsWarning(logging.Filter):
+    """kopf logs at ERROR what it retries by itself: a request attempt it will repeat (an
+    API server throttling the start-up's burst of LISTs with 429 above all), a watch
+    stream whose 429 escalated (the stream is always restarted), a handler's temporary
+    failure. Those become WARNING, so an ERROR line stays worth paging on: something
+    nothing will retry. The wording is kopf's; a test pins it to the kopf installed."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and retried_by_kopf(record):
+            record.levelno, record.levelname = (
+                logging.WARNING,
+                logging.getLevelName(logging.WARNING),
+            )
+        return True
+
+
+def retried_by_kopf(record: logging.LogRecord) -> bool:
+    if not record.name.startswith("kopf"):
+        return False
+    message = record.getMessage()
+    if " failed; will retry: " in message or " failed temporarily: " in message:
+        return True
+    # An escalated 429 of a watch stream's LIST or WATCH: kopf restarts the stream anyway.
+    return record.name == KOPF_WATCHING_LOGGER and "APITooManyRequestsError" in message
+
+
+KOPF_WATCHING_LOGGER = "kopf._cogs.clients.watching"
+
+
 def configure_logging(*, debug: bool, verbose: bool, log_format: str) -> None:
     """kopf's loggers at WARNING by default (kopf's own default, INFO, is a line per
-    handler run, i.e. per watch event); the operator's own at INFO or finer."""
+    handler run, i.e. per watch event); the operator's own at INFO or finer. What kopf
+    retries by itself is logged as WARNING, not ERROR (`RetriedIsWarning`)."""
     import kopf
 
     level = logging.DEBUG if debug else (logging.INFO if verbose else logging.WARNING)
@@ -303,6 +333,10 @@ def configure_logging(*, debug: bool, verbose: bool, log_format: str) -> None:
         }[log_format],
     )
     logging.getLogger("sps_operator").setLevel(min(level, logging.INFO))
+    for handler in logging.getLogger().handlers:  # kopf's own: the one that prints
+        kopfs = type(handler).__module__.startswith("kopf")
+        if kopfs and not any(isinstance(f, RetriedIsWarning) for f in handler.filters):
+            handler.addFilter(RetriedIsWarning())
 
 
 async def run(

@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from sps_operator.api import labels as L
 from sps_operator.constants import FIELD_MANAGER
 from sps_operator.controller.borrow import give_back, read_tag
+from sps_operator.controller.builders import owner_patch
 from sps_operator.controller.kube import KubeApi, Obj, owned_by
 from sps_operator.controller.ownership import profile_summary, recorded_owner
 
@@ -168,5 +169,10 @@ def _release_deployment(
         unmark: dict[str, Any] = {"metadata": {"annotations": {L.ANNOTATION_BORROWED: None}}}
         kube.patch_metadata("Deployment", namespace, dep["metadata"]["name"], unmark)
     if recorded_owner(dep) == name:
-        removal: dict[str, Any] = {"metadata": {"annotations": {L.ANNOTATION_OWNER: None}}}
-        kube.patch_metadata("Deployment", namespace, dep["metadata"]["name"], removal)
+        # Conditional on the Deployment as read (re-read if the give-back above changed
+        # it): a profile that claimed it meanwhile keeps its record (409: retried).
+        lent = tag is not None and tag.profile_uid == uid
+        current = kube.get("Deployment", namespace, dep["metadata"]["name"]) if lent else dep
+        if current is not None and recorded_owner(current) == name:
+            removal = owner_patch(current, None)
+            kube.patch_metadata("Deployment", namespace, dep["metadata"]["name"], removal)

@@ -43,6 +43,9 @@ EV_ROLLED = "RolloutApplied"
 EV_ROLLOUT_FAILED = "RolloutFailed"
 EV_PLACEHOLDER = "PlaceholderTable"
 NOT_ELIGIBLE = "TableNotEligible"
+CHANGED_SINCE_READ = "the Deployment changed since this pass read it; retrying from the new version"
+# The watch event of the change wakes the profile at once; this is the safety net.
+RETRY_AFTER_CONFLICT_SECONDS = 5.0
 # SGLang's own "no table" (build_uninitialized_sps_table): one probe, served as verify-all.
 PLACEHOLDER_JSON = build_uninitialized_sps_table(max_batch_tokens=1).to_json()
 
@@ -188,7 +191,11 @@ def rollout(p: Pass) -> None:
         if not _claim(p, target):
             ts.message = "the Deployment changed while being claimed; retrying"
             continue
-        ts.rolled_out = _apply(p, target, eligible)
+        rolled_out = _apply(p, target, eligible)
+        if rolled_out is None:
+            ts.message = CHANGED_SINCE_READ
+            continue
+        ts.rolled_out = rolled_out
         if ts.rolled_out:
             ts.state = TargetState.LIVE
     st.targets = statuses
@@ -237,11 +244,13 @@ def _report_stale_or_missing(p: Pass, target: Target, ts: TargetStatus) -> None:
 
 
 def _claim(p: Pass, target: Target) -> bool:
-    """Record this profile as the Deployment's one owner before writing to it."""
+    """Record this profile as the Deployment's one owner before writing to it. The claim
+    is conditional on the Deployment as read; the object it returns (what was read plus
+    the record) is what the apply that follows is conditional on."""
     if recorded_owner(target.deployment) == p.ref.name:
         return True
     try:
-        p.kube.patch_metadata(
+        target.deployment = p.kube.patch_metadata(
             "Deployment",
             p.namespace,
             target.name,
@@ -254,8 +263,11 @@ def _claim(p: Pass, target: Target) -> bool:
     return True
 
 
-def _apply(p: Pass, target: Target, table: EligibleTable) -> bool:
-    """Make the template serve `table`; True once it does and the rollout completed."""
+def _apply(p: Pass, target: Target, table: EligibleTable) -> bool | None:
+    """Make the template serve `table`; True once it does and the rollout completed, None
+    when the Deployment changed since this pass read it (the apply carries the args as
+    read, so it is refused rather than written over a newer edit; the next pass, woken by
+    that change, starts from it)."""
     rollout = p.spec.rollout
     container = target.container or {}
     if rollout.mode == RolloutMode.INJECT:
@@ -276,7 +288,13 @@ def _apply(p: Pass, target: Target, table: EligibleTable) -> bool:
     if serving:
         return deployment_rolled_out(target.deployment)
     if target.running_hash != table.ref.hash or rollout.mode == RolloutMode.INJECT:
-        p.kube.apply(body)
+        try:
+            p.kube.apply(body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            p.wake_within(RETRY_AFTER_CONFLICT_SECONDS)
+            return None
         p.metrics.rollout(p.ref, str(rollout.mode))
         p.event(
             "Normal",

@@ -12,10 +12,12 @@ from sps_operator.api import labels as L
 from sps_operator.api.models import RolloutMode, SpsProfile, SpsProfileSpec, SpsProfileStatus
 from sps_operator.constants import IMAGE
 from sps_operator.controller.builders import JobDefaults, ProfileRef
+from sps_operator.controller.envsources import EnvSources, read_env_config_maps
 from sps_operator.controller.kube import KubeApi, Obj, owned_by
 from sps_operator.controller.metrics import Metrics
 from sps_operator.controller.ownership import ProfileSummary, profile_summary
 from sps_operator.controller.placement import PodInfo
+from sps_operator.controller.podenv import ConfigMapEnv
 from sps_operator.controller.policy import JobPolicy, ServiceInfo, service_info
 from sps_operator.controller.release import mounted_config_maps
 from sps_operator.controller.selectors import matches_selector, selector_string
@@ -67,6 +69,8 @@ class Snapshot:
     # superset: the policy matches them): it must never pass for one of their pods.
     pod_selecting_deployments: Sequence[Obj] = ()
     services: Sequence[ServiceInfo] = ()  # those, and the one spec.server.url names
+    # The ConfigMaps the selected Deployments read env from, by name (None: missing).
+    env_config_maps: Mapping[str, ConfigMapEnv | None] = field(default_factory=dict)
 
     @classmethod
     def empty(cls) -> Snapshot:
@@ -143,6 +147,7 @@ class ApiSnapshot:
                 service_info(s["metadata"]["name"], s.get("spec") or {})
                 for s in kube.list_services(ns)
             ],
+            env_config_maps=read_env_config_maps(kube, ns, deployments),
         )
 
 
@@ -172,6 +177,7 @@ class CachedWorld:
     mounted: frozenset[str] = frozenset()
     pod_selecting_deployments: Sequence[Obj] = ()
     services: Sequence[ServiceInfo] = ()
+    env_sources: EnvSources | None = None  # the ConfigMaps servers read env from
 
     def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot:
         selector = spec.selector.to_k8s()
@@ -207,6 +213,9 @@ class CachedWorld:
                 d for d in self.pod_selecting_deployments if in_namespace(d, ref.namespace)
             ],
             services=self.services,
+            env_config_maps=read_env_config_maps(
+                self.kube, ref.namespace, selected, self.env_sources
+            ),
         )
 
 

@@ -55,6 +55,13 @@ TARGET_REASONS: dict[str, tuple[str, str]] = {
         "Put the launcher and its flags in the container's command/args (exec form); a script "
         "must be one plain command line without variables, pipes or several commands.",
     ),
+    "HiddenCostInput": (
+        "A cost input of the server comes from something the operator cannot read",
+        "The message names the reference (a Secret key, a per-pod field, a missing or too "
+        "large ConfigMap) that feeds a flag or variable the table depends on: a change there "
+        "would go unseen and leave a wrong table live. Write the value in args or env, or take "
+        "it from a ConfigMap key, which the operator reads (it never reads Secrets).",
+    ),
     "ShellWrappedServer": (
         "rollout.mode Inject cannot add the table flag to a shell script",
         "Move the launcher and flags to command/args, or use rollout.mode AnnotateOnly and "
