@@ -138,6 +138,24 @@ def test_bug_server_with_a_non_flat_table_succeeds(tmp_path: Path) -> None:
     _assert_additive_tracks_truth(table, [2, 16])
 
 
+def test_capture_derived_server_off_diagonal_succeeds_without_a_seed(tmp_path: Path) -> None:
+    """PR #35413's server installs its own table at start-up: no path, yet not flat, so the
+    pin is honoured without a seed table (and it still has the verify-all bug switch on)."""
+    out = tmp_path / "derived.json"
+    env = {**COMPACT, "SGLANG_DSPARK_ENABLE_CAPTURE_DERIVED_SPS": "1"}
+    with running_sim(
+        ["--max-running-requests", "128"],
+        env=env,
+        seed=6,
+        verify_all_bug="on",
+        sglang_flavor="capture-derived",
+    ) as url:
+        assert profile(url, out, "--batch-size", "2", "16", "--fracs", "0.25", "1.0") == 0
+    table = load_sps_table_text(out.read_text())
+    assert isinstance(table, SpsAdditiveCostTable)
+    _assert_additive_tracks_truth(table, [2, 16])
+
+
 def test_dp_attention_two_ranks(tmp_path: Path) -> None:
     out = tmp_path / "dp2.json"
     with running_sim(
