@@ -431,8 +431,12 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
         "context_length": ns.context_length,
         "enable_lora": True if enable_lora else ns.enable_lora,
         "lora_paths": ns.lora_paths,
-        "cuda_graph_max_bs": max_bs,
-        "cuda_graph_bs": decode_bs,
+        # The per-phase flags as given (SGLang has no `cuda_graph_max_bs` field since
+        # #23906); the resolved capture list is cuda_graph_config.decode.
+        "cuda_graph_max_bs_decode": ns.cuda_graph_max_bs_decode or ns.cuda_graph_max_bs,
+        "cuda_graph_bs_decode": ns.cuda_graph_bs_decode or ns.cuda_graph_bs,
+        "cuda_graph_backend_decode": ns.cuda_graph_backend_decode,
+        "disable_decode_cuda_graph": bool(ns.disable_decode_cuda_graph),
         "cuda_graph_config": {
             "decode": {
                 "backend": backend,

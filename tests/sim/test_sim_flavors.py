@@ -178,7 +178,7 @@ def test_capture_derived_installs_an_additive_table_and_reports_no_path() -> Non
     assert isinstance(derived, SpsAdditiveCostTable)
     assert s.table_info["table"] == derived.to_dict()
     assert derived.bias_seconds == capture_derived.DERIVED_BIAS_SECONDS
-    runner = dspark_arith.runner_capture_bs(s.server_args["cuda_graph_bs"], 128)
+    runner = dspark_arith.runner_capture_bs(s.server_args["cuda_graph_config"]["decode"]["bs"], 128)
     assert derived.m_probes[-1] == dspark_arith.compact_tiers(runner, K)[-1]
     assert list(derived.theta_seconds) == sorted(derived.theta_seconds)
     assert any(n.startswith("DSpark SPS table derived from") for n in s.notices)
