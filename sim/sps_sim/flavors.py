@@ -17,8 +17,10 @@ from its source (docs/compatibility.md lists them with the commits):
   ``SGLANG_DSPARK_ENABLE_CAPTURE_DERIVED_SPS=1`` a compact server with no (or a flat) table
   derives an additive table from its captured CUDA graphs (`sps_sim.capture_derived`).
 
-The DSpark + LoRA rule (upstream ``arg_groups/lora_hook.py``
-``check_lora_speculative_compatibility``) applies to every flavor.
+The DSpark + LoRA rule (upstream #34337, 2026-08-21: ``server_args.py``
+``_check_lora_speculative_compatibility`` at 15a43983, later ``arg_groups/lora_hook.py``)
+applies to every flavor. (Releases up to v0.5.17 refuse LoRA with any speculative
+algorithm but NGRAM; not modelled.)
 """
 
 from __future__ import annotations

@@ -303,7 +303,8 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
             f"{flavors.FLAVOR_ENV}={flavor!r} is invalid; expected one of {list(flavors.FLAVORS)}"
         )
     mode = env.get("SGLANG_RAGGED_VERIFY_MODE", "static").strip() or "static"
-    # Server-argument checks run before the worker reads the mode (upstream lora_hook.py).
+    # Server-argument checks run before the worker reads the mode (upstream
+    # ServerArgs._check_lora_speculative_compatibility).
     enable_lora = bool(ns.enable_lora) or bool(ns.lora_paths)
     if dspark and enable_lora and mode != "static":
         raise ConfigError(flavors.lora_refusal(mode))
