@@ -137,6 +137,7 @@ TWO_PROBE_SEED = (
             {"SGLANG_DSPARK_ENABLE_CAPTURE_DERIVED_SPS": "1"},
         ),
     ],
+    ids=["seeded", "capture-derived"],
 )
 def test_bug_server_that_is_not_flat_honours_the_pin(
     tmp_path: Path, server: str, flavor: str, extra_env: dict[str, str]
