@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sps_operator import dspark_arith
-from sps_operator.tables.formats import build_uninitialized_sps_table
+from sps_operator.tables.formats import SpsAdditiveCostTable, build_uninitialized_sps_table
 from sps_sim import capture_derived, flavors
 from sps_sim.costmodel import (
     DEFAULT_PRESET,
@@ -362,31 +362,17 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
         and (table is None or table.uninitialized)
         and not (simulate_acc_len is not None and simulate_acc_len != 1.0)
     ):
-        runner_bs = dspark_arith.runner_capture_bs(decode_bs, max_running_per_dp)
-        tiers = dspark_arith.compact_tiers(runner_bs, gamma + 1)
-        if backend == "disabled" or not tiers:
-            capture_status = "skipped"
-            notices.append(capture_derived.SKIPPED_NO_GRAPHS)
-        else:
-            derivation = capture_derived.derive(
-                preset,
-                tiers=tiers,
-                draft_batch_sizes=runner_bs,
-                verify_num_draft_tokens=gamma + 1,
-                seed=seed,
+        capture_status, derived, message = _derive_at_capture(
+            preset, decode_bs, max_running_per_dp, gamma + 1, backend, seed
+        )
+        (warnings if capture_status == "refused" else notices).append(message)
+        if derived is not None:
+            table = built_table(derived)
+            table_info = _table_info(
+                ns.speculative_dspark_sps_table_path, table, source="capture-derived"
             )
-            if derivation.table is None:
-                capture_status = "refused"
-                warnings.append(derivation.log_line())
-            else:
-                capture_status = "installed"
-                notices.append(derivation.log_line())
-                table = built_table(derivation.table)
-                table_info = _table_info(
-                    ns.speculative_dspark_sps_table_path, table, source="capture-derived"
-                )
-                table_info["table"] = derivation.table.to_dict()
-                min_predicted_gain = capture_derived.MIN_PREDICTED_GAIN
+            table_info["table"] = derived.to_dict()
+            min_predicted_gain = capture_derived.MIN_PREDICTED_GAIN
 
     verify_all_bug = bug_setting in ("on", "auto")
     engine = EngineConfig(
@@ -488,6 +474,30 @@ def _table_info(path: str | None, table: LoadedTable, *, source: str) -> dict[st
         "uninitialized": table.uninitialized,
         "source": source,
     }
+
+
+def _derive_at_capture(
+    preset: CostPreset,
+    decode_bs: list[int],
+    max_running_per_dp: int,
+    verify_num_draft_tokens: int,
+    backend: str,
+    seed: int,
+) -> tuple[str, SpsAdditiveCostTable | None, str]:
+    """PR #35413 at start-up: (installed|skipped|refused, the table, the line it logs)."""
+    runner_bs = dspark_arith.runner_capture_bs(decode_bs, max_running_per_dp)
+    tiers = dspark_arith.compact_tiers(runner_bs, verify_num_draft_tokens)
+    if backend == "disabled" or not tiers:
+        return "skipped", None, capture_derived.SKIPPED_NO_GRAPHS
+    derivation = capture_derived.derive(
+        preset,
+        tiers=tiers,
+        draft_batch_sizes=runner_bs,
+        verify_num_draft_tokens=verify_num_draft_tokens,
+        seed=seed,
+    )
+    status = "refused" if derivation.table is None else "installed"
+    return status, derivation.table, derivation.log_line()
 
 
 def _startup_table(
