@@ -1,0 +1,168 @@
+"""Crash points (issue 18, item 13): the operator SIGKILLed at each write of a borrow and
+of a rollout, restarted, and what is left is as if it had never crashed.
+
+One run of a BorrowReplica profile (`allowDowntime`, so nothing but the run's own record
+stops a second borrow) on the full H200 pool reaches the writes in the order of
+CRASH_POINTS (`controller/faults.py` names them). The operator starts with
+`--pause-before-write` at the first: when that write is about to be sent it logs a marker
+and writes nothing more; the test kills it through containerd (SIGKILL, as a node failure
+or an OOM kill would) and starts it again paused at the next point, and so on; the last
+restart runs free. Then: exactly one replica was ever lent (the Deployment went 2 → 1 → 2,
+never to 0), one table was published, and the template changed exactly once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from e2e_env import GROUP, PLURAL, VERSION, Env, sps_profile, wait_ready
+from e2e_pool import BORROWED, borrow_tag, full_pool_deployment, wait_serving
+from e2e_tenants import Passes
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+from sps_operator.controller.faults import MARKER
+from waiting import wait_for
+
+pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
+
+# (point, where the operator dies), in the order one borrowed run reaches them.
+CRASH_POINTS = [
+    ("borrow-record", "before the Deployment records the borrow"),
+    ("scale@borrow-record", "after the borrow record, before the scale-down"),
+    ("status@scale", "after the scale-down, before status records the borrow"),
+    ("claim", "before the rollout claims the Deployment"),
+    ("apply-deployment", "after the claim, before the template is applied"),
+    ("status@apply-deployment", "after the apply, before status records the rollout"),
+]
+
+
+@dataclass
+class History:
+    """Every version of one Deployment from a watch: its replicas and borrow records."""
+
+    api: client.ApiClient
+    namespace: str
+    name: str
+    replicas: list[int] = field(default_factory=list)
+    tags: list[tuple[Any, ...]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._follow, name="history", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _follow(self) -> None:
+        apps = client.AppsV1Api(self.api)
+        selector = f"metadata.name={self.name}"
+        version = ""
+        while not self._stop.is_set():
+            stream = watch.Watch().stream(
+                apps.list_namespaced_deployment, self.namespace, field_selector=selector,
+                resource_version=version, timeout_seconds=5,
+            )  # fmt: skip
+            with contextlib.suppress(Exception):  # a watch that expired starts again
+                for event in stream:
+                    dep: Any = event["object"]
+                    version = dep.metadata.resource_version
+                    self._seen(dep.spec.replicas, (dep.metadata.annotations or {}))
+
+    def _seen(self, replicas: int, annotations: dict[str, str]) -> None:
+        if not self.replicas or self.replicas[-1] != replicas:
+            self.replicas.append(replicas)
+        text = annotations.get(BORROWED)
+        if text:
+            # A record written again for the same borrow (a new time) is the same borrow.
+            tag = json.loads(text)
+            key = (tag.get("profile_uid"), tag.get("run"), tag.get("replicas"))
+            if key not in self.tags:
+                self.tags.append(key)
+
+
+HOLD = "e2e.sps.dev/hold"  # a finalizer: the pod stays Terminating, its GPUs taken
+
+
+def hold_pods(env: Env, selector: str, hold: bool) -> None:
+    """Keep every pod of `selector` from going away (its GPUs stay taken while it is
+    Terminating, as while a server drains its requests), or let them go."""
+    for pod in env.pods(selector):
+        finalizers = [f for f in pod["metadata"].get("finalizers") or [] if f != HOLD]
+        if hold:
+            finalizers.append(HOLD)
+        patch = {"metadata": {"finalizers": finalizers}}
+        try:
+            env.core.patch_namespaced_pod(pod["metadata"]["name"], env.namespace, patch)
+        except ApiException as exc:
+            if exc.status != 404:  # gone meanwhile
+                raise
+
+
+def restart(env: Env, point: str | None) -> None:
+    """Start the operator (again), paused before `point` (None: not paused)."""
+    env.operator.extra_args = [f"--pause-before-write={point}"] if point else []
+    if env.operator.installed:
+        env.operator.upgrade()
+    env.operator.start()
+
+
+def test_e2e_killed_at_every_write_of_a_borrow_and_a_rollout_it_borrows_once_and_rolls_once(
+    env: Env,
+) -> None:
+    full_pool_deployment(env)
+    # A replica taken away drains for as long as the test says: the run's Job cannot start
+    # on its GPUs meanwhile, so an operator restarted right after the scale-down still sees
+    # a run waiting for GPUs (where a second borrow would come from).
+    hold_pods(env, "deploy=server", hold=True)
+    history = History(env.api, env.namespace, "server")
+    history.start()
+    crashes: list[str] = []
+    try:
+        capacity = {"mode": "BorrowReplica", "borrowAfterSeconds": 0, "allowDowntime": True}
+        profile = sps_profile(capacity=capacity)
+        env.custom.create_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, profile)
+        for point, where in CRASH_POINTS:
+            restart(env, point)
+            if point == "claim":
+                # Restarted after the scale-down, before the status of the borrow: its
+                # passes see the Job still waiting; then the drained replica goes.
+                Passes(env.api, env.operator).settle([(env.namespace, "sps")])
+                hold_pods(env, "deploy=server", hold=False)
+            line = env.operator.wait_log(f"{MARKER} {point} ", timeout=240)
+            crashes.append(f"{point} ({where}): {line.split(MARKER, 1)[1].strip()}")
+            env.operator.kill()
+        restart(env, None)
+        wait_ready(env, timeout=300)
+        wait_for("the borrow given back", lambda: borrow_tag(env.deployment()) is None)
+    finally:
+        hold_pods(env, "deploy=server", hold=False)
+        history.stop()
+    print("\n".join(["killed:", *crashes]))
+    # Exactly one borrow: one record of one run, one replica lent, and given back.
+    assert len(history.tags) == 1, history.tags
+    assert history.replicas == [2, 1, 2], history.replicas
+    wait_serving(env, 2, "both replicas serving", timeout=240)
+    # One run, one Job, one table, and the template changed once (revision 1 → 2).
+    status = env.profile()["status"]
+    (table,) = status["tables"]
+    (job,) = env.jobs()
+    assert job["metadata"]["name"] == table["run"]
+    dep = env.deployment()
+    assert dep["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "2"
+    template = dep["spec"]["template"]["metadata"]["annotations"]
+    assert template["sps.dev/table-hash"] == table["hash"]
+    for reason in ("RolloutApplied", "ReplicaBorrowed"):
+        events = env.core.list_namespaced_event(
+            env.namespace, field_selector=f"involvedObject.kind=SpsProfile,reason={reason}"
+        ).items
+        assert len(events) <= 1, [e.message for e in events]
