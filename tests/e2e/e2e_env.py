@@ -134,7 +134,7 @@ class OperatorRelease:
             log = self.pod_log(pods[0]["metadata"]["name"], tail=2000) if pods else ""
             return next((ln for ln in log.splitlines() if text in ln), None)
 
-        found: str = wait_for(f"{text!r} in the operator's log", line, timeout=timeout)
+        found: str = wait_for(f"{text!r} in the operator's log", line, timeout, interval=1)
         return found
 
     def scale(self, replicas: int) -> None:

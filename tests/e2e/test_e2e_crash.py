@@ -13,7 +13,6 @@ never to 0), one table was published, and the template changed exactly once.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 from dataclasses import dataclass, field
@@ -72,11 +71,13 @@ class History:
                 apps.list_namespaced_deployment, self.namespace, field_selector=selector,
                 resource_version=version, timeout_seconds=5,
             )  # fmt: skip
-            with contextlib.suppress(Exception):  # a watch that expired starts again
+            try:
                 for event in stream:
                     dep: Any = event["object"]
                     version = dep.metadata.resource_version
                     self._seen(dep.spec.replicas, (dep.metadata.annotations or {}))
+            except Exception:  # an expired watch starts again from a list
+                version = ""
 
     def _seen(self, replicas: int, annotations: dict[str, str]) -> None:
         if not self.replicas or self.replicas[-1] != replicas:

@@ -260,12 +260,13 @@ def wait_ready_named(env: Env, name: str, timeout: float = 120) -> None:
 
 @dataclass
 class Outcome:
-    """What an attack did and saw: the objects B planted (`(kind, name)`; its SpsProfiles
-    are checked by what they report, not here), what A's owner changed meanwhile (keys of
-    `Tenancy.world` that may differ), and what went wrong that the generic checks do not
-    see."""
+    """What an attack did and saw: the objects B planted (`(kind, name)`: the operator
+    must not write them), B's own servers and profiles (the profiles are checked by what
+    they report), what A's owner changed meanwhile (keys of `Tenancy.world` that may
+    differ), and what went wrong that the generic checks do not see."""
 
     planted: list[tuple[str, str]] = field(default_factory=list)
+    own: list[tuple[str, str]] = field(default_factory=list)  # B's servers for its profiles
     profiles: list[str] = field(default_factory=list)  # B's SpsProfiles it created
     allowed: Callable[[str], bool] = nothing_else
     problems: list[str] = field(default_factory=list)
@@ -483,7 +484,8 @@ def annotate_only_writers(t: Tenancy, out: Outcome) -> None:
         dep["spec"]["replicas"] = 0
         args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
         args[args.index("--model-path") + 1] = model
-        plant(t, out, dep)
+        t.tenant.create(dep)
+        out.own.append(("Deployment", f"model-{n}"))
         rollout = {"mode": "AnnotateOnly", "tableConfigMap": STABLE}
         writer = sps_profile(name=f"writer-{n}", selector=selecting(f"model-{n}"), rollout=rollout)
         t.tenant.create(writer)
@@ -672,7 +674,7 @@ def clean(t: Tenancy, out: Outcome) -> None:
     for name in out.profiles:
         t.wait_gone(t.b, name)
     kinds: dict[str, list[str]] = {}
-    for kind, name in out.planted:
+    for kind, name in [*out.planted, *out.own]:
         kinds.setdefault(kind.lower(), []).append(name)
     for kind, names in kinds.items():
         t.tenant.delete(kind, *names)
