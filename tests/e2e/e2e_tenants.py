@@ -15,7 +15,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -202,37 +202,38 @@ class Passes:
 # ----------------------------------------------------------------------------- Kueue's part
 
 
-@dataclass
-class Admission:
+class Background:
+    """A daemon thread running `loop(stopped)` from `start` until `stop`."""
+
+    def __init__(self, name: str, loop: Callable[[threading.Event], None]) -> None:
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=loop, args=(self.stopped,), name=name, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=10)
+
+
+class Admission(Background):
     """Kueue's part for the trusted tenant: the admin's queue label makes every profiling
     Job start suspended; this admits (unsuspends) the Jobs of `profiles` in `namespace`,
     and no other Job, the way Kueue does when the queue has room. (No Kueue runs on this
     bed; with one, a LocalQueue with quota in `namespace` does this.)"""
 
-    api: ApiClient
-    namespace: str
-    profiles: set[str]
-    admitted: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    def __init__(self, api: ApiClient, namespace: str, profiles: set[str]) -> None:
+        super().__init__("admission", self._admit)
+        self.api, self.namespace, self.profiles = api, namespace, profiles
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="admission", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
-    def _loop(self) -> None:
+    def _admit(self, stopped: threading.Event) -> None:
         batch = client.BatchV1Api(self.api)
         selector = f"sps.dev/profile in ({','.join(sorted(self.profiles))}),{KUEUE_QUEUE}"
-        while not self._stop.wait(0.5):
+        while not stopped.wait(0.5):
             with contextlib.suppress(Exception):  # the bed going away at the end
                 for job in batch.list_namespaced_job(self.namespace, label_selector=selector).items:
                     if job.spec.suspend:
-                        batch.patch_namespaced_job(
-                            job.metadata.name, self.namespace, {"spec": {"suspend": False}}
-                        )
-                        self.admitted.append(job.metadata.name)
+                        patch = {"spec": {"suspend": False}}
+                        batch.patch_namespaced_job(job.metadata.name, self.namespace, patch)

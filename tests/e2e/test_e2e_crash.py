@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from e2e_env import GROUP, PLURAL, VERSION, Env, sps_profile, wait_ready
 from e2e_pool import BORROWED, borrow_tag, full_pool_deployment, wait_serving
-from e2e_tenants import Passes
+from e2e_tenants import Background, Passes
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
@@ -41,32 +40,20 @@ CRASH_POINTS = [
 ]
 
 
-@dataclass
-class History:
+class History(Background):
     """Every version of one Deployment from a watch: its replicas and borrow records."""
 
-    api: client.ApiClient
-    namespace: str
-    name: str
-    replicas: list[int] = field(default_factory=list)
-    tags: list[tuple[Any, ...]] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    def __init__(self, api: client.ApiClient, namespace: str, name: str) -> None:
+        super().__init__("history", self._follow)
+        self.api, self.namespace, self.name = api, namespace, name
+        self.replicas: list[int] = []
+        self.tags: list[tuple[Any, ...]] = []
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._follow, name="history", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
-    def _follow(self) -> None:
+    def _follow(self, stopped: threading.Event) -> None:
         apps = client.AppsV1Api(self.api)
         selector = f"metadata.name={self.name}"
         version = ""
-        while not self._stop.is_set():
+        while not stopped.is_set():
             stream = watch.Watch().stream(
                 apps.list_namespaced_deployment, self.namespace, field_selector=selector,
                 resource_version=version, timeout_seconds=5,
