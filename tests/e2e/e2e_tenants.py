@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 from e2e_cluster import E2eCluster
 from e2e_env import GROUP, PLURAL, VERSION, OperatorRelease
 from kubernetes import client
@@ -129,15 +129,20 @@ def namespace_objects(api: ApiClient, namespace: str) -> dict[str, Obj]:
     return found
 
 
-def _paths(a: Any, b: Any, prefix: str = "") -> list[str]:
-    """Where two JSON values differ (leaf paths)."""
+def _changes(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """Where two JSON values differ: (leaf path, before, after)."""
     if isinstance(a, dict) and isinstance(b, dict):
-        return [p for k in sorted(set(a) | set(b)) for p in _paths(a.get(k), b.get(k),
-                                                                   f"{prefix}.{k}")]  # fmt: skip
+        keys = sorted(set(a) | set(b))
+        return [c for k in keys for c in _changes(a.get(k), b.get(k), f"{prefix}.{k}")]
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [p for i, (x, y) in enumerate(zip(a, b, strict=True))
-                for p in _paths(x, y, f"{prefix}[{i}]")]  # fmt: skip
-    return [] if a == b else [prefix or "."]
+        pairs = enumerate(zip(a, b, strict=True))
+        return [c for i, (x, y) in pairs for c in _changes(x, y, f"{prefix}[{i}]")]
+    return [] if a == b else [(prefix or ".", a, b)]
+
+
+def _short(value: Any, limit: int = 100) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def damage(
@@ -154,8 +159,11 @@ def damage(
         elif key not in before:
             found.append(f"{key} created")
         elif before[key] != after[key]:
-            changed = _paths(before[key], after[key])
-            found.append(f"{key} changed at {', '.join(changed[:6])}")
+            # What changed before when: a condition's reason says more than its time.
+            changes = sorted(_changes(before[key], after[key]), key=lambda c: "Time" in c[0])
+            shown = "; ".join(f"{p}: {_short(x)} -> {_short(y)}" for p, x, y in changes[:4])
+            more = f" (and {len(changes) - 4} more)" if len(changes) > 4 else ""
+            found.append(f"{key} changed: {shown}{more}")
     return found
 
 
@@ -184,56 +192,28 @@ class Passes:
                 GROUP, VERSION, namespace, PLURAL, name, patch
             )
 
+    def counts(self) -> dict[tuple[str, str], float]:
+        """The operator's pass counts, once its replica answers (it may be starting)."""
+
+        def answer() -> dict[tuple[str, str], float] | None:
+            try:
+                return self.operator.passes()
+            except (KeyError, AssertionError, httpx.HTTPError):  # no pod IP, no pod, not up
+                return None
+
+        counts: dict[tuple[str, str], float] = wait_for("the operator's metrics", answer, 120)
+        return counts
+
     def settle(self, profiles: Iterable[tuple[str, str]], timeout: float = 60) -> None:
         wanted = list(profiles)
-        base = self.operator.passes()
+        base = self.counts()
         deadline = time.monotonic() + timeout
         pending = wanted
         while pending:
             for namespace, name in pending:
                 self.tick(namespace, name)
             time.sleep(0.5)
-            counts = self.operator.passes()
+            counts = self.counts()
             pending = [p for p in wanted if counts.get(p, 0) < base.get(p, 0) + 2]
             if time.monotonic() > deadline:
                 raise AssertionError(f"the operator did not pass {pending} twice in {timeout}s")
-
-
-# ----------------------------------------------------------------------------- Kueue's part
-
-
-class Background:
-    """A daemon thread running `loop(stopped)` from `start` until `stop`."""
-
-    def __init__(self, name: str, loop: Callable[[threading.Event], None]) -> None:
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=loop, args=(self.stopped,), name=name, daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.stopped.set()
-        if self.thread.is_alive():
-            self.thread.join(timeout=10)
-
-
-class Admission(Background):
-    """Kueue's part for the trusted tenant: the admin's queue label makes every profiling
-    Job start suspended; this admits (unsuspends) the Jobs of `profiles` in `namespace`,
-    and no other Job, the way Kueue does when the queue has room. (No Kueue runs on this
-    bed; with one, a LocalQueue with quota in `namespace` does this.)"""
-
-    def __init__(self, api: ApiClient, namespace: str, profiles: set[str]) -> None:
-        super().__init__("admission", self._admit)
-        self.api, self.namespace, self.profiles = api, namespace, profiles
-
-    def _admit(self, stopped: threading.Event) -> None:
-        batch = client.BatchV1Api(self.api)
-        selector = f"sps.dev/profile in ({','.join(sorted(self.profiles))}),{KUEUE_QUEUE}"
-        while not stopped.wait(0.5):
-            with contextlib.suppress(Exception):  # the bed going away at the end
-                for job in batch.list_namespaced_job(self.namespace, label_selector=selector).items:
-                    if job.spec.suspend:
-                        patch = {"spec": {"suspend": False}}
-                        batch.patch_namespaced_job(job.metadata.name, self.namespace, patch)
