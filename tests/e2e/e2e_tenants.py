@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -217,3 +218,43 @@ class Passes:
             pending = [p for p in wanted if counts.get(p, 0) < base.get(p, 0) + 2]
             if time.monotonic() > deadline:
                 raise AssertionError(f"the operator did not pass {pending} twice in {timeout}s")
+
+
+# ----------------------------------------------------------------------------- Kueue's part
+
+
+class Background:
+    """A daemon thread running `loop(stopped)` from `start` until `stop`."""
+
+    def __init__(self, name: str, loop: Callable[[threading.Event], None]) -> None:
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=loop, args=(self.stopped,), name=name, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=10)
+
+
+class Admission(Background):
+    """Kueue's part for the trusted tenant: the admin's queue label makes every profiling
+    Job start suspended; this admits (unsuspends) the Jobs of `profiles` in `namespace`,
+    and no other Job, the way Kueue does when the queue has room. (No Kueue runs on this
+    bed; with one, a LocalQueue with quota in `namespace` does this.)"""
+
+    def __init__(self, api: ApiClient, namespace: str, profiles: set[str]) -> None:
+        super().__init__("admission", self._admit)
+        self.api, self.namespace, self.profiles = api, namespace, profiles
+
+    def _admit(self, stopped: threading.Event) -> None:
+        batch = client.BatchV1Api(self.api)
+        selector = f"sps.dev/profile in ({','.join(sorted(self.profiles))}),{KUEUE_QUEUE}"
+        while not stopped.wait(0.5):
+            with contextlib.suppress(Exception):  # the bed going away at the end
+                for job in batch.list_namespaced_job(self.namespace, label_selector=selector).items:
+                    if job.spec.suspend:
+                        patch = {"spec": {"suspend": False}}
+                        batch.patch_namespaced_job(job.metadata.name, self.namespace, patch)
