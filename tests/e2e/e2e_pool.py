@@ -4,6 +4,7 @@ every GPU of the pool's nodes, and what a borrow leaves on it."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from e2e_env import Env, server_deployment
@@ -41,10 +42,13 @@ def gpus_held(env: Env, nodes: list[str]) -> dict[str, int]:
 
 
 def create_full_pool_deployment(
-    env: Env, name: str = "server", time_scale: str | None = None
+    env: Env,
+    name: str = "server",
+    time_scale: str | None = None,
+    change: Callable[[dict[str, Any]], None] | None = None,
 ) -> int:
     """Once the pool is free, a Deployment `name` of one replica per pool node, each taking
-    every GPU of its node; returns the replicas."""
+    every GPU of its node (`change` edits it first); returns the replicas."""
     nodes, per_node = pool_gpus(env)
     wait_for(
         "the H200 pool free of other tests' pods",
@@ -57,15 +61,20 @@ def create_full_pool_deployment(
     )
     dep["spec"]["replicas"] = len(nodes)
     dep["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {GPU: str(per_node)}}
+    if change is not None:
+        change(dep)
     env.apps.create_namespaced_deployment(env.namespace, dep)
     return len(nodes)
 
 
 def full_pool_deployment(
-    env: Env, name: str = "server", time_scale: str | None = None
+    env: Env,
+    name: str = "server",
+    time_scale: str | None = None,
+    change: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """`create_full_pool_deployment`; returns the Deployment when every replica serves."""
-    replicas = create_full_pool_deployment(env, name, time_scale)
+    replicas = create_full_pool_deployment(env, name, time_scale, change)
     return wait_serving(env, replicas, "both replicas serving (the pool full)", name=name)
 
 

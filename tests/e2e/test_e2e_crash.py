@@ -7,7 +7,8 @@ CRASH_POINTS (`controller/faults.py` names them). The operator starts with
 `--pause-before-write` at the first: when that write is about to be sent it logs a marker
 and writes nothing more; the test kills it through containerd (SIGKILL, as a node failure
 or an OOM kill would) and starts it again paused at the next point, and so on; the last
-restart runs free. Then: exactly one replica was ever lent (the Deployment went 2 → 1 → 2,
+restart runs free. A replica taken away drains (a preStop hook) until the operator
+restarted after the scale-down has looked: the run still waits for GPUs then. Then: exactly one replica was ever lent (the Deployment went 2 → 1 → 2,
 never to 0), one table was published, and the template changed exactly once.
 """
 
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +25,6 @@ from e2e_env import GROUP, PLURAL, VERSION, Env, sps_profile, wait_ready
 from e2e_pool import BORROWED, borrow_tag, full_pool_deployment, wait_serving
 from e2e_tenants import Background, Passes
 from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
 
 from sps_operator.controller.faults import MARKER
 from waiting import wait_for
@@ -78,22 +80,36 @@ class History(Background):
                 self.tags.append(key)
 
 
-HOLD = "e2e.sps.dev/hold"  # a finalizer: the pod stays Terminating, its GPUs taken
+DRAIN_MOUNT = "/var/run/e2e-drain"
 
 
-def hold_pods(env: Env, selector: str, hold: bool) -> None:
-    """Keep every pod of `selector` from going away (its GPUs stay taken while it is
-    Terminating, as while a server drains its requests), or let them go."""
-    for pod in env.pods(selector):
-        finalizers = [f for f in pod["metadata"].get("finalizers") or [] if f != HOLD]
-        if hold:
-            finalizers.append(HOLD)
-        patch = {"metadata": {"finalizers": finalizers}}
-        try:
-            env.core.patch_namespaced_pod(pod["metadata"]["name"], env.namespace, patch)
-        except ApiException as exc:
-            if exc.status != 404:  # gone meanwhile
-                raise
+@dataclass
+class Drain:
+    """Replicas that drain until the test says so: a preStop hook waits while a file on
+    the host exists (a server finishing its requests), so a replica taken away keeps its
+    GPUs and the run's Job cannot start on them meanwhile."""
+
+    directory: Path
+
+    def __post_init__(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.chmod(0o755)
+
+    def add_to(self, deployment: dict[str, Any]) -> None:
+        pod = deployment["spec"]["template"]["spec"]
+        pod["terminationGracePeriodSeconds"] = 300
+        pod["volumes"] = [{"name": "drain", "hostPath": {"path": str(self.directory),
+                                                         "type": "Directory"}}]  # fmt: skip
+        container = pod["containers"][0]
+        container["volumeMounts"] = [{"name": "drain", "mountPath": DRAIN_MOUNT}]
+        wait = f"while [ -e {DRAIN_MOUNT}/hold ]; do sleep 0.2; done"
+        container["lifecycle"] = {"preStop": {"exec": {"command": ["sh", "-c", wait]}}}
+
+    def hold(self) -> None:
+        (self.directory / "hold").touch()
+
+    def release(self) -> None:
+        (self.directory / "hold").unlink(missing_ok=True)
 
 
 def restart(env: Env, point: str | None) -> None:
@@ -105,13 +121,14 @@ def restart(env: Env, point: str | None) -> None:
 
 
 def test_e2e_killed_at_every_write_of_a_borrow_and_a_rollout_it_borrows_once_and_rolls_once(
-    env: Env,
+    env: Env, tmp_path: Path
 ) -> None:
-    full_pool_deployment(env)
-    # A replica taken away drains for as long as the test says: the run's Job cannot start
-    # on its GPUs meanwhile, so an operator restarted right after the scale-down still sees
-    # a run waiting for GPUs (where a second borrow would come from).
-    hold_pods(env, "deploy=server", hold=True)
+    # A replica taken away drains for as long as the test says: an operator restarted
+    # right after the scale-down still sees the run waiting for GPUs (where a second
+    # borrow would come from).
+    drain = Drain(tmp_path / "drain")
+    full_pool_deployment(env, change=drain.add_to)
+    drain.hold()
     history = History(env.api, env.namespace, "server")
     history.start()
     crashes: list[str] = []
@@ -125,7 +142,7 @@ def test_e2e_killed_at_every_write_of_a_borrow_and_a_rollout_it_borrows_once_and
                 # Restarted after the scale-down, before the status of the borrow: its
                 # passes see the Job still waiting; then the drained replica goes.
                 Passes(env.api, env.operator).settle([(env.namespace, "sps")])
-                hold_pods(env, "deploy=server", hold=False)
+                drain.release()
             line = env.operator.wait_log(f"{MARKER} {point} ", timeout=240)
             crashes.append(f"{point} ({where}): {line.split(MARKER, 1)[1].strip()}")
             env.operator.kill()
@@ -133,7 +150,7 @@ def test_e2e_killed_at_every_write_of_a_borrow_and_a_rollout_it_borrows_once_and
         wait_ready(env, timeout=300)
         wait_for("the borrow given back", lambda: borrow_tag(env.deployment()) is None)
     finally:
-        hold_pods(env, "deploy=server", hold=False)
+        drain.release()
         history.stop()
     print("\n".join(["killed:", *crashes]))
     # Exactly one borrow: one record of one run, one replica lent, and given back.
