@@ -8,8 +8,9 @@ CRASH_POINTS (`controller/faults.py` names them). The operator starts with
 and writes nothing more; the test kills it through containerd (SIGKILL, as a node failure
 or an OOM kill would) and starts it again paused at the next point, and so on; the last
 restart runs free. A replica taken away drains (a preStop hook) until the operator
-restarted after the scale-down has looked: the run still waits for GPUs then. Then: exactly one replica was ever lent (the Deployment went 2 → 1 → 2,
-never to 0), one table was published, and the template changed exactly once.
+restarted after the scale-down has looked, so the run still waits for GPUs then. Then:
+exactly one replica was ever lent (the Deployment went 2 → 1 → 2, never to 0), one table
+was published, and the template changed exactly once.
 """
 
 from __future__ import annotations
