@@ -494,7 +494,7 @@ def annotate_only_writers(t: Tenancy, out: Outcome) -> None:
     t.settle(*out.profiles)
     conflicts = [n for n in out.profiles if reports(t.status(n, t.b), STABLE, reason="Conflict")]
     if len(conflicts) != 1:
-        statuses = {n: t.status(n, t.b).get("conditions") for n in out.profiles}
+        statuses = {n: ready(t.status(n, t.b)) for n in out.profiles}
         out.problems.append(f"two AnnotateOnly profiles write B/{STABLE}; {len(conflicts)} of "
                             f"them report Conflict: {statuses}")  # fmt: skip
     if t.tenant.get("configmap", STABLE) is None:
@@ -574,14 +574,30 @@ def refused_profile(t: Tenancy, out: Outcome, name: str, words: tuple[str, ...],
     if jobs:
         made = jobs[0]
         pod = made.spec.template
+        theirs = {k: v for k, v in (pod.metadata.labels or {}).items() if k not in OPERATOR_LABELS}
         out.problems.append(
             f"Job {t.b}/{made.metadata.name} created (suspend={made.spec.suspend}, pod labels "
-            f"{pod.metadata.labels}, priorityClassName {pod.spec.priority_class_name!r})"
+            f"beside the operator's {theirs}, priorityClassName "
+            f"{pod.spec.priority_class_name!r})"
         )
     status = t.status(name, t.b)
     if reports(status, *words) is None:
-        out.problems.append(f"B's profile {name} does not say why it is refused ({words}): "
-                            f"{status.get('conditions')} {status.get('lastFailure')}")  # fmt: skip
+        out.problems.append(f"B's profile {name} does not say why it is refused (no message "
+                            f"with {words}): Ready is {ready(status)}")  # fmt: skip
+
+
+# Labels on every profiling pod that come from the operator or the Job controller.
+OPERATOR_LABELS = {
+    L.LABEL_MANAGED_BY, L.LABEL_COMPONENT, L.LABEL_FINGERPRINT, L.LABEL_GPU, L.LABEL_PROFILE,
+    L.LABEL_PROFILE_UID, L.LABEL_RUN, "batch.kubernetes.io/controller-uid",
+    "batch.kubernetes.io/job-name", "controller-uid", "job-name",
+}  # fmt: skip
+
+
+def ready(status: Obj) -> tuple[str, str, str] | None:
+    """The Ready condition as (status, reason, message)."""
+    c = next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), None)
+    return (c["status"], c.get("reason", ""), c.get("message", "")) if c else None
 
 
 def a_server_url(t: Tenancy) -> str:
