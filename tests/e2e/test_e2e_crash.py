@@ -155,8 +155,8 @@ def test_e2e_killed_at_every_write_of_a_borrow_and_a_rollout_it_borrows_once_and
         history.stop()
     print("\n".join(["killed:", *crashes]))
     # Exactly one borrow: one record of one run, one replica lent, and given back.
-    assert len(history.tags) == 1, history.tags
-    assert history.replicas == [2, 1, 2], history.replicas
+    seen = f"borrow records {history.tags}, replicas {history.replicas}"
+    assert (len(history.tags), history.replicas) == (1, [2, 1, 2]), seen
     wait_serving(env, 2, "both replicas serving", timeout=240)
     # One run, one Job, one table, and the template changed once (revision 1 → 2).
     status = env.profile()["status"]
