@@ -165,7 +165,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="testing: seconds to add to the wall clock, re-read on every pass",
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--pause-before-write",
+        default=None,
+        metavar="KIND[@AFTER]",
+        help="testing only (crash-point tests): when the first write of KIND (after one of "
+        "AFTER) is about to be sent, log a marker line and block every write from then on "
+        "(controller/faults.py)",
+    )
+    args = parser.parse_args(argv)
+    if args.pause_before_write:
+        from sps_operator.controller.faults import parse_point
+
+        try:
+            parse_point(args.pause_before_write)
+        except ValueError as exc:
+            parser.error(f"--pause-before-write: {exc}")
+    return args
 
 
 def pattern_list(text: str) -> tuple[str, ...]:
@@ -234,8 +250,14 @@ def main(argv: list[str] | None = None) -> int:
     metrics = Metrics()
     if args.metrics_port:
         metrics.serve(args.metrics_port)
+    kube = Kube(limit=TokenBucket(args.kube_qps, args.kube_burst))
+    if args.pause_before_write:
+        from sps_operator.controller.faults import pause_before_write
+
+        pause_before_write(kube, args.pause_before_write)
+        log.warning("testing: will pause before write %s", args.pause_before_write)
     reconciler = Reconciler(
-        Kube(limit=TokenBucket(args.kube_qps, args.kube_burst)),
+        kube,
         Settings(
             profiler_image=args.profiler_image,
             gpu_debounce_seconds=args.gpu_debounce_seconds,

@@ -113,6 +113,7 @@ class Reconciler:
         for type_, reason, message in p.events:
             self.kube.event(body, type_, reason, message, now)
         self._note_outcome(uid, failed, now)
+        self.metrics.passed(p.ref)
         run_after = p.status.current_run.name if p.status.current_run else None
         if (before.get("currentRun") or {}).get("name") != run_after:
             # A run started or ended. Status writes wake nobody, so look again at once: a
