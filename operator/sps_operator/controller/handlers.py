@@ -54,16 +54,26 @@ class Runtime:
     jitter: float = 0.2  # ± this fraction of resync_seconds, so profiles do not pulse
 
 
+_BORROWED_KEY = f"f:{L.ANNOTATION_BORROWED}"
+
+
 def _slim(body: Mapping[str, Any]) -> dict[str, Any]:
     """An object as a pass needs it: without managedFields (the bulk of most objects),
-    except the entries that own spec.replicas (BorrowReplica must know who scales it)."""
+    except who owns spec.replicas (BorrowReplica must know who scales it) and who wrote the
+    borrow record (only the operator's own is trusted)."""
     meta = dict(body.get("metadata") or {})
-    meta["managedFields"] = [
-        {"manager": m.get("manager"), "operation": m.get("operation"),
-         "fieldsV1": {"f:spec": {"f:replicas": {}}}}
-        for m in meta.get("managedFields") or []
-        if "f:replicas" in ((m.get("fieldsV1") or {}).get("f:spec") or {})
-    ]  # fmt: skip
+    kept = []
+    for m in meta.get("managedFields") or []:
+        fields = m.get("fieldsV1") or {}
+        slim: dict[str, Any] = {}
+        if "f:replicas" in (fields.get("f:spec") or {}):
+            slim["f:spec"] = {"f:replicas": {}}
+        if _BORROWED_KEY in ((fields.get("f:metadata") or {}).get("f:annotations") or {}):
+            slim["f:metadata"] = {"f:annotations": {_BORROWED_KEY: {}}}
+        if slim:
+            kept.append({"manager": m.get("manager"), "operation": m.get("operation"),
+                         "fieldsV1": slim})  # fmt: skip
+    meta["managedFields"] = kept
     return {**dict(body), "metadata": meta}
 
 

@@ -33,14 +33,15 @@ class KubeApi(Protocol):
     def list_profiles(self, namespace: str) -> list[Obj]: ...
     def list_pdbs(self, namespace: str) -> list[Obj]: ...
     def list_hpas(self, namespace: str) -> list[Obj]: ...
+    def list_leases(self, namespace: str, label_selector: str) -> list[Obj]: ...
     def get(self, kind: str, namespace: str, name: str) -> Obj | None: ...
 
     # Writes.
     def create(self, obj: Mapping[str, Any]) -> bool: ...
-    def delete(self, kind: str, namespace: str, name: str) -> None: ...
+    def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None: ...
     def apply(self, body: Obj) -> None: ...
     def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> None: ...
-    def scale(self, namespace: str, deployment: str, replicas: int) -> None: ...
+    def patch_deployment(self, namespace: str, name: str, patch: Obj) -> None: ...
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None: ...
     def event(
         self, involved: Mapping[str, Any], type_: str, reason: str, message: str, now: datetime
@@ -104,6 +105,10 @@ class Kube:
         api = client.AutoscalingV2Api(self.api)
         return self._items(api.list_namespaced_horizontal_pod_autoscaler, namespace, "")
 
+    def list_leases(self, namespace: str, label_selector: str) -> list[Obj]:
+        api = client.CoordinationV1Api(self.api)
+        return self._items(api.list_namespaced_lease, namespace, label_selector)
+
     @staticmethod
     def _items(call: Callable[..., Any], namespace: str, label_selector: str) -> list[Obj]:
         resp = call(namespace, label_selector=label_selector, _preload_content=False)
@@ -124,6 +129,12 @@ class Kube:
             "Role": lambda: self.rbac.read_namespaced_role(name, namespace, _preload_content=False),
             "RoleBinding": lambda: self.rbac.read_namespaced_role_binding(
                 name, namespace, _preload_content=False
+            ),
+            "Lease": lambda: client.CoordinationV1Api(self.api).read_namespaced_lease(
+                name, namespace, _preload_content=False
+            ),
+            "SpsProfile": lambda: self.custom.get_namespaced_custom_object(
+                API_GROUP, API_VERSION, namespace, PLURAL, name, _preload_content=False
             ),
         }
         try:
@@ -147,6 +158,7 @@ class Kube:
             "ServiceAccount": lambda: self.core.create_namespaced_service_account(ns, body),
             "Role": lambda: self.rbac.create_namespaced_role(ns, body),
             "RoleBinding": lambda: self.rbac.create_namespaced_role_binding(ns, body),
+            "Lease": lambda: client.CoordinationV1Api(self.api).create_namespaced_lease(ns, body),
         }
         try:
             calls[kind]()
@@ -156,14 +168,22 @@ class Kube:
             raise
         return True
 
-    def delete(self, kind: str, namespace: str, name: str) -> None:
-        body = client.V1DeleteOptions(propagation_policy="Background")
+    def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
+        """Delete (gone already is fine); with `uid`, only that object, not one created
+        under the same name since."""
+        body = client.V1DeleteOptions(
+            propagation_policy="Background",
+            preconditions=client.V1Preconditions(uid=uid) if uid else None,
+        )
         calls = {
             "Job": lambda: self.batch.delete_namespaced_job(name, namespace, body=body),
             "ConfigMap": lambda: self.core.delete_namespaced_config_map(name, namespace),
             "ServiceAccount": lambda: self.core.delete_namespaced_service_account(name, namespace),
             "Role": lambda: self.rbac.delete_namespaced_role(name, namespace),
             "RoleBinding": lambda: self.rbac.delete_namespaced_role_binding(name, namespace),
+            "Lease": lambda: client.CoordinationV1Api(self.api).delete_namespaced_lease(
+                name, namespace, body=body
+            ),
         }
         try:
             calls[kind]()
@@ -202,11 +222,16 @@ class Kube:
             _content_type="application/merge-patch+json",
         )
 
-    def scale(self, namespace: str, deployment: str, replicas: int) -> None:
-        """Set a Deployment's replicas through its scale subresource (the field HPAs and
-        `kubectl scale` use), under the operator's field manager."""
-        self.apps.patch_namespaced_deployment_scale(
-            deployment, namespace, {"spec": {"replicas": replicas}}, field_manager=FIELD_MANAGER
+    def patch_deployment(self, namespace: str, name: str, patch: Obj) -> None:
+        """A JSON merge patch of a Deployment's annotations and replicas in one write
+        (BorrowReplica's record and scale), under the operator's field manager; a
+        metadata.resourceVersion in it is a precondition (409 when the Deployment changed)."""
+        self.apps.patch_namespaced_deployment(
+            name,
+            namespace,
+            patch,
+            field_manager=FIELD_MANAGER,
+            _content_type="application/merge-patch+json",
         )
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:

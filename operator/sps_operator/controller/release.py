@@ -16,7 +16,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from sps_operator.api import labels as L
-from sps_operator.controller.borrow import give_back, read_tag
+from sps_operator.controller.borrow import borrow_patch, give_back, trusted_tag
 from sps_operator.controller.kube import KubeApi
 from sps_operator.controller.ownership import recorded_owner
 
@@ -57,13 +57,18 @@ def nothing_to_release(
     costs no API call (`release` lists Deployments and ConfigMaps otherwise). Both sources
     must be empty: the status misses what a crash cut short, the cache what is very new."""
     run = status.get("currentRun") or {}
-    if status.get("tables") or status.get("targets") or run.get("borrow"):
+    if (
+        status.get("tables")
+        or status.get("targets")
+        or run.get("borrow")
+        or status.get("rolloutBorrow")
+    ):
         return False
     for cm in config_maps:
         if ((cm.get("metadata") or {}).get("labels") or {}).get(L.LABEL_PROFILE_UID) == uid:
             return False
     for dep in deployments:
-        tag = read_tag(dep)
+        tag = trusted_tag(dep)
         if recorded_owner(dep) == name or (tag is not None and tag.profile_uid == uid):
             return False
     return True
@@ -103,14 +108,14 @@ def _unless_gone(call: Callable[..., object], *args: Any) -> bool:
 def _release_deployment(
     kube: KubeApi, namespace: str, name: str, uid: str, dep: Mapping[str, Any]
 ) -> None:
-    tag = read_tag(dep)
+    tag = trusted_tag(dep)
     if tag is not None and tag.profile_uid == uid:
-        # A run of the deleted profile borrowed a replica: it goes back first.
+        # A run of the deleted profile borrowed a replica: it goes back first (record and
+        # replicas in one write; a 409 keeps the finalizer and kopf retries). Its pool
+        # Lease is left to the sweep, which finds the profile gone.
         action = give_back(dep, tag)
-        if action.replicas is not None:
-            kube.scale(namespace, dep["metadata"]["name"], action.replicas)
-        unmark: dict[str, Any] = {"metadata": {"annotations": {L.ANNOTATION_BORROWED: None}}}
-        kube.patch_metadata("Deployment", namespace, dep["metadata"]["name"], unmark)
+        kube.patch_deployment(namespace, dep["metadata"]["name"],
+                              borrow_patch(dep, None, action.replicas))  # fmt: skip
     if recorded_owner(dep) == name:
         removal: dict[str, Any] = {"metadata": {"annotations": {L.ANNOTATION_OWNER: None}}}
         kube.patch_metadata("Deployment", namespace, dep["metadata"]["name"], removal)
