@@ -1334,6 +1334,11 @@ class SpsProfileStatus(StatusModel):
     last_failure: FailureRecord | None = None
     last_schedule_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
     next_schedule_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    schedule_held_back: MessageText | None = Field(
+        default=None,
+        description="Set while refresh.schedule fires more often than the minimum interval "
+        "between scheduled runs: which fire times are skipped, and when the next run is.",
+    )
     refresh_requested_at: str | None = Field(
         default=None,
         json_schema_extra={"format": "date-time"},

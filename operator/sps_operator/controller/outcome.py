@@ -11,7 +11,7 @@ from sps_operator.controller import names
 from sps_operator.controller.capacity import return_for_run
 from sps_operator.controller.kube import Obj, owned_by
 from sps_operator.controller.state import Pass
-from sps_operator.controller.triggers import parse_time
+from sps_operator.controller.triggers import parse_time, run_spec_hash
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,7 @@ def record_failure(
         attempts=run.attempt or 1,
         trigger_key=run.trigger_key,
         retryable=retryable,
+        spec_hash=run_spec_hash(p.spec),
     )
     event = EV_RUN_FAILED if retryable else EV_REJECTED
     if reason in (JOB_CREATE_FAILED, JOB_POLICY, NAME_TAKEN):

@@ -18,7 +18,6 @@ from typing import Any
 from sps_operator.api import labels as L
 from sps_operator.controller.selectors import matches_selector
 
-
 # What the pod index keeps of the scheduler's and the kubelet's words, per pod (bounded:
 # the index holds every pod of the watched namespaces).
 MAX_POD_TEXT = 300

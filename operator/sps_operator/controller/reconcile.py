@@ -27,8 +27,8 @@ from sps_operator.controller.history import trim_history
 from sps_operator.controller.kube import KubeApi, api_error_detail, is_transient
 from sps_operator.controller.metrics import Metrics
 from sps_operator.controller.observe import observe
-from sps_operator.controller.ratelimit import Periodic
 from sps_operator.controller.outcome import fail_run
+from sps_operator.controller.ratelimit import Periodic
 from sps_operator.controller.report import report
 from sps_operator.controller.rollout import rollout
 from sps_operator.controller.run import maybe_start_run, progress_run
@@ -137,8 +137,9 @@ class Reconciler:
         p.snapshot = world.read(p.ref, p.spec)
         p.step = "trigger"
         note_refresh_requests(
-            p.status, p.spec, meta.get("annotations") or {}, meta.get("creationTimestamp"), p.now
-        )
+            p.status, p.spec, meta.get("annotations") or {}, meta.get("creationTimestamp"), p.now,
+            p.min_interval_seconds,
+        )  # fmt: skip
         p.step = "observe"
         observe(p)
         if p.status.current_run is not None:

@@ -44,7 +44,7 @@ from sps_operator.controller.kube import owned_by
 from sps_operator.controller.ownership import recorded_owner
 from sps_operator.controller.publish import table_text
 from sps_operator.controller.state import Pass, Target
-from sps_operator.controller.triggers import refresh_trigger_key, table_for
+from sps_operator.controller.triggers import refresh_trigger_key, run_spec_hash, table_for
 from sps_operator.tables.formats import build_uninitialized_sps_table, load_sps_table_text
 from sps_operator.tables.selfcheck import self_check
 
@@ -470,6 +470,7 @@ def _roll_back(p: Pass, target: Target, failed: TableRef) -> EligibleTable | Non
         fingerprint=failed.fingerprint,
         trigger_key=refresh_trigger_key(failed.gpu_product, failed.fingerprint, st.refresh_count),
         retryable=False,
+        spec_hash=run_spec_hash(p.spec),
     )
     p.event("Warning", EV_ROLLOUT_FAILED, st.last_failure.message)
     if restored is None:
