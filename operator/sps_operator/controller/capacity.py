@@ -295,10 +295,14 @@ def return_for_run(p: Pass, run: RunStatus, table: TableRef | None = None, why: 
     borrow = run.borrow
     dep = _lenders(p).get(borrow.deployment)
     tag = _own_tag(p, dep, run.name)
-    if table is not None and dep is not None and tag is not None:
-        if _hold_for_rollout(p, run, dep, tag, table):
-            run.borrow = None
-            return
+    if (
+        table is not None
+        and dep is not None
+        and tag is not None
+        and _hold_for_rollout(p, run, dep, tag, table)
+    ):
+        run.borrow = None
+        return
     returned = True
     if dep is not None:
         # Without our record on it (removed by hand, or never seen): trust status, and
