@@ -176,8 +176,8 @@ def _own_tag(p: Pass, dep: Mapping[str, Any] | None, run: str) -> BorrowTag | No
 def reattach_borrow(p: Pass, run: RunStatus) -> None:
     """The record on the Deployment is the truth: a borrow written just before a crash
     (status never said so) is this run's borrow, never a reason to borrow again."""
-    if run.borrow is not None:
-        return
+    if run.borrow is not None or run.target in p.returned:
+        return  # (a record this pass removed is still in its snapshot)
     tag = _own_tag(p, _lenders(p).get(run.target), run.name)
     if tag is not None and not tag.hold:
         run.borrow = BorrowRecord(deployment=run.target, replicas=tag.replicas, at=tag.at)
