@@ -40,6 +40,7 @@ from sps_operator.controller.selectors import matches_selector
 Obj = dict[str, Any]
 MAX_TAG_BYTES = 4096  # a borrow record is ~250 bytes; anything much larger is not ours
 MAX_HOLDER = 253
+MAX_REPLICAS = 100_000
 
 WAITING_FOR_GPUS = "WaitingForGPUs"
 QUEUED_IN_KUEUE = "QueuedInKueue"
@@ -72,11 +73,14 @@ def read_tag(deployment: Mapping[str, Any]) -> BorrowTag | None:
         return None
     try:
         data = json.loads(text)
+        replicas = data["replicas"]
+        if type(replicas) is not int or not 0 < replicas <= MAX_REPLICAS:
+            return None  # a count the operator never wrote (Infinity, 1e30, "3", true)
         return BorrowTag(
             profile_uid=str(data["profile_uid"]),
             profile=str(data["profile"]),
             run=str(data["run"]),
-            replicas=int(data["replicas"]),
+            replicas=replicas,
             product=str(data["product"]),
             at=str(data["at"]),
             hold=str(data.get("hold") or ""),
