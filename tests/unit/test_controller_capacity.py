@@ -363,8 +363,8 @@ def test_an_operator_killed_at_any_write_of_a_borrow_lends_one_replica_once() ->
 
 
 def forged(profile_uid: str, run: str, replicas: int) -> str:
-    return json.dumps({"profile_uid": profile_uid, "profile": "p", "run": run,
-                       "replicas": replicas, "product": H100, "at": "2026-03-01T00:00:00Z"})  # fmt: skip
+    record = {"profile_uid": profile_uid, "profile": "p", "run": run, "replicas": replicas}
+    return json.dumps({**record, "product": H100, "at": "2026-03-01T00:00:00Z"})
 
 
 def test_a_forged_borrow_record_blocks_nothing_and_is_never_acted_on() -> None:
@@ -563,8 +563,8 @@ def test_a_borrow_undone_by_someone_else_is_noticed_and_reported() -> None:
     # A GitOps self-heal puts replicas back to what Git says.
     dep = h.kube.obj("Deployment", "server")
     dep["spec"]["replicas"] = 2
-    dep["metadata"]["managedFields"].append({"manager": "argocd-controller", "operation":
-                                             "Update", "fieldsV1": {"f:spec": {"f:replicas": {}}}})  # fmt: skip
+    git = {"manager": "argocd-controller", "operation": "Update"}
+    dep["metadata"]["managedFields"].append({**git, "fieldsV1": {"f:spec": {"f:replicas": {}}}})
     h.tick()
     run = h.run_pass()["currentRun"]
     assert "borrow" not in run and "argocd-controller" in run["borrowUndone"]

@@ -115,8 +115,10 @@ def test_what_blocks_a_rollout_is_named_pod_by_pod_and_bounded() -> None:
     assert text is not None and text.count("cannot be scheduled") == 3
     assert text.endswith("(and 2 more)") and "not ours" not in text
     failing = dep()
-    failing["status"]["conditions"] = [{"type": "ReplicaFailure", "status": "True",
-                                        "message": 'pods "x" is forbidden: exceeded quota'}]  # fmt: skip
+    quota = 'pods "x" is forbidden: exceeded quota'
+    failing["status"]["conditions"] = [
+        {"type": "ReplicaFailure", "status": "True", "message": quota}
+    ]
     assert "exceeded quota" in str(rollout_blockers(failing, [], "new"))
     assert rollout_blockers(dep(), [], "new") is None
 
@@ -163,8 +165,11 @@ def test_a_pool_claim_round_trips_through_its_lease() -> None:
 
 annotation_text = st.one_of(
     st.text(max_size=300),
-    st.dictionaries(st.text(max_size=12), st.one_of(st.none(), st.integers(), st.text(max_size=20),
-                    st.floats(allow_nan=True), st.lists(st.integers(), max_size=3))).map(json.dumps),
+    st.dictionaries(
+        st.text(max_size=12),
+        st.one_of(st.none(), st.integers(), st.text(max_size=20), st.floats(allow_nan=True),
+                  st.lists(st.integers(), max_size=3)),
+    ).map(json.dumps),
     st.fixed_dictionaries({k: st.one_of(st.text(max_size=10), st.integers(-(10**30), 10**30),
                                         st.floats())
         for k in ("profile_uid", "profile", "run", "replicas", "product", "at")}).map(json.dumps),
