@@ -462,10 +462,8 @@ def _roll_back(p: Pass, target: Target, failed: TableRef) -> EligibleTable | Non
         candidate = eligible_table(p, target, ref)
         restored = candidate if isinstance(candidate, EligibleTable) else None
     said = st.last_failure
-    if restored is None and said is not None and (said.reason, said.run) == (
-        "RolloutFailed",
-        failed.run or "",
-    ):
+    already = said is not None and (said.reason, said.run) == ("RolloutFailed", failed.run or "")
+    if restored is None and already:
         return None  # nothing to return to, and already said (not once per pass)
     st.last_failure = FailureRecord(
         run=failed.run or "",
