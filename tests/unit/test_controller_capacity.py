@@ -192,8 +192,10 @@ def test_a_deleted_profile_gives_back_and_someone_elses_scale_wins() -> None:
     h.tick(30)
     h.run_pass()
     uid = h.kube.obj("SpsProfile", "p")["metadata"]["uid"]
-    release(h.kube, NS, "p", uid)
+    assert h.kube.kinds("Lease")
+    release(h.kube, NS, "p", uid, h.settings.pool_namespace)
     assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 2
+    assert not h.kube.kinds("Lease")  # the pool is free at once
 
     h = harness(**BORROW)
     start_waiting(h)

@@ -508,7 +508,14 @@ def _orphaned(p: Pass, claim: PoolClaim) -> str | None:
         mine = {st.current_run.name if st.current_run else None}
         mine.add(st.rollout_borrow.run if st.rollout_borrow else None)
         return None if claim.run in mine else f"run {claim.run} of {claim.holder} is over"
-    body = p.kube.get("SpsProfile", claim.namespace, claim.profile)
+    try:
+        body = p.kube.get("SpsProfile", claim.namespace, claim.profile)
+    except ApiException as exc:
+        if exc.status != 403:
+            raise
+        # Not a namespace this operator serves (its Roles are in the ones it watches): a
+        # borrow there is no run of this operator's.
+        return f"SpsProfile {claim.holder} is in a namespace this operator does not serve"
     if body is None or (body.get("metadata") or {}).get("uid") != claim.profile_uid:
         return f"SpsProfile {claim.holder} (uid {claim.profile_uid}) no longer exists"
     if claim.run in _alive_runs(body.get("status") or {}):
@@ -522,7 +529,12 @@ def _sweep_one(p: Pass, lease: Mapping[str, Any], claim: PoolClaim, why: str) ->
     """Give back an orphaned borrow (the Deployment's record must be the operator's and
     name the same run) and delete its pool Lease; False when the Deployment changed since
     it was read."""
-    dep = p.kube.get("Deployment", claim.namespace, claim.deployment)
+    try:
+        dep = p.kube.get("Deployment", claim.namespace, claim.deployment)
+    except ApiException as exc:
+        if exc.status != 403:
+            raise
+        dep = None  # not ours to give back: only the record goes
     tag = trusted_tag(dep)
     if tag is not None and (tag.profile_uid, tag.run) == (claim.profile_uid, claim.run):
         assert dep is not None

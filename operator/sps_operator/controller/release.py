@@ -16,7 +16,13 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from sps_operator.api import labels as L
-from sps_operator.controller.borrow import borrow_patch, give_back, trusted_tag
+from sps_operator.controller.borrow import (
+    COMPONENT_POOL,
+    borrow_patch,
+    give_back,
+    read_claim,
+    trusted_tag,
+)
 from sps_operator.controller.kube import KubeApi
 from sps_operator.controller.ownership import recorded_owner
 
@@ -74,8 +80,11 @@ def nothing_to_release(
     return True
 
 
-def release(kube: KubeApi, namespace: str, name: str, uid: str) -> list[str]:
-    """Release the mounted tables and the ownership records; raises on any API error (the
+def release(
+    kube: KubeApi, namespace: str, name: str, uid: str, pool_namespace: str | None = None
+) -> list[str]:
+    """Release the mounted tables and the ownership records, give back a borrowed replica
+    and its GPU pool (the Leases in `pool_namespace`); raises on any API error (the
     finalizer stays until this succeeds). Returns the released tables."""
     deployments = kube.list_deployments(namespace, "")
     ours = [
@@ -90,6 +99,12 @@ def release(kube: KubeApi, namespace: str, name: str, uid: str) -> list[str]:
             released.append(cm_name)
     for dep in deployments:
         _unless_gone(_release_deployment, kube, namespace, name, uid, dep)
+    if pool_namespace:
+        for lease in kube.list_leases(pool_namespace, f"{L.LABEL_COMPONENT}={COMPONENT_POOL}"):
+            claim = read_claim(lease)
+            if claim is not None and claim.profile_uid == uid:
+                meta = lease["metadata"]
+                _unless_gone(kube.delete, "Lease", pool_namespace, meta["name"], meta.get("uid"))
     return released
 
 
