@@ -10,6 +10,7 @@ from typing import Any
 
 from capacity_harness import BORROW, NO_GPU, harness, job_pod, start_waiting
 from controller_harness import H100, NODES, NS, Harness, deployment, profile_body
+from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
 from sps_operator.api.models import SpsProfile
@@ -578,3 +579,24 @@ def test_a_borrow_undone_by_someone_else_is_noticed_and_reported() -> None:
     waiting = h.run_pass()["currentRun"]["waiting"]
     assert waiting["reason"] == "BorrowBlocked" and "borrows no more" in waiting["message"]
     assert h.kube.scales == [("server", 1)]  # never borrowed again this run
+
+
+def test_a_pool_claim_from_a_namespace_this_operator_does_not_serve_is_not_honoured() -> None:
+    """Namespaces mode: the operator may not read profiles elsewhere (403). A claim it
+    cannot check is not one of its runs: the pool is taken over, nothing else touched."""
+    h = harness(**BORROW)
+    claim = PoolClaim("elsewhere", "q", "uid-q", "q-1", "lender", H100, "2026-03-01T12:00:00Z")
+    h.add(pool_lease(claim, h.settings.pool_namespace))
+    read = h.kube.get
+
+    def get(kind: str, namespace: str, name: str) -> Any:
+        if namespace == "elsewhere":
+            raise ApiException(status=403, reason="Forbidden")
+        return read(kind, namespace, name)
+
+    h.kube.get = get  # type: ignore[method-assign]
+    start_waiting(h)
+    h.tick(30)
+    assert h.run_pass()["currentRun"]["borrow"]["replicas"] == 2
+    (lease,) = h.kube.kinds("Lease")
+    assert lease["spec"]["holderIdentity"] == "serving/p"
