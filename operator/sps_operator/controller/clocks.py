@@ -11,8 +11,8 @@ reported; an unreadable one likewise. Within the bound, durations are clamped at
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 from sps_operator.api.models import SpsProfileStatus
 from sps_operator.controller.conditions import rfc3339
@@ -49,16 +49,51 @@ def elapsed(stamp: str | None, now: datetime) -> float:
     return max((now - when).total_seconds(), 0.0) if when is not None else 0.0
 
 
+def _recorded(status: SpsProfileStatus) -> list[tuple[str, Any, str]]:
+    """(where, object, attribute) of every time status recorded in the past."""
+    found: list[tuple[str, Any, str]] = []
+    run = status.current_run
+    if run is not None:
+        found += [
+            ("currentRun.startedAt", run, "started_at"),
+            ("currentRun.runningSince", run, "running_since"),
+            ("currentRun.resultWaitSince", run, "result_wait_since"),
+        ]
+        if run.waiting is not None:
+            found.append(("currentRun.waiting.since", run.waiting, "since"))
+        if run.borrow is not None:
+            found.append(("currentRun.borrow.at", run.borrow, "at"))
+    if status.rollout_borrow is not None:
+        found += [
+            ("rolloutBorrow.at", status.rollout_borrow, "at"),
+            ("rolloutBorrow.heldSince", status.rollout_borrow, "held_since"),
+        ]
+    if status.last_failure is not None:
+        found.append(("lastFailure.at", status.last_failure, "at"))
+    found += [
+        ("lastScheduleTime", status, "last_schedule_time"),
+        ("refreshRequestedAt", status, "refresh_requested_at"),
+    ]
+    found += [(f"tables[{t.config_map}].profiledAt", t, "profiled_at") for t in status.tables]
+    for target in status.targets:
+        name = f"targets[{target.deployment}]"
+        found += [
+            (f"{name}.observedSince", target, "observed_since"),
+            (f"{name}.rolledAt", target, "rolled_at"),
+            (f"{name}.blockedSince", target, "blocked_since"),
+        ]
+    return found
+
+
 def bound_recorded_times(status: SpsProfileStatus, now: datetime) -> list[str]:
     """Replace every recorded time of `status` that lies beyond the skew bound ahead of
     `now` (or cannot be read) by `now`; returns what was replaced, for the report. Times
     that are in the future by design (nextScheduleTime, heldUntil) are left alone."""
     found: list[str] = []
-    stamp = rfc3339(now)
-
-    def check(where: str, value: str | None, put: Callable[[str], None]) -> None:
+    for where, owner, attribute in _recorded(status):
+        value = getattr(owner, attribute)
         if value is None:
-            return
+            continue
         when = parse(value)
         if when is None:
             found.append(f"{where} {value!r} is not a time")
@@ -66,42 +101,6 @@ def bound_recorded_times(status: SpsProfileStatus, now: datetime) -> list[str]:
             ahead = (when - now).total_seconds()
             found.append(f"{where} {value} was {ahead:.0f} s ahead of this replica's clock")
         else:
-            return
-        put(stamp)
-
-    run = status.current_run
-    if run is not None:
-        check("currentRun.startedAt", run.started_at, lambda v: setattr(run, "started_at", v))
-        check("currentRun.runningSince", run.running_since,
-              lambda v: setattr(run, "running_since", v))  # fmt: skip
-        check("currentRun.resultWaitSince", run.result_wait_since,
-              lambda v: setattr(run, "result_wait_since", v))  # fmt: skip
-        if run.waiting is not None:
-            waiting = run.waiting
-            check("currentRun.waiting.since", waiting.since, lambda v: setattr(waiting, "since", v))
-        if run.borrow is not None:
-            borrow = run.borrow
-            check("currentRun.borrow.at", borrow.at, lambda v: setattr(borrow, "at", v))
-    held = status.rollout_borrow
-    if held is not None:
-        check("rolloutBorrow.at", held.at, lambda v: setattr(held, "at", v))
-        check("rolloutBorrow.heldSince", held.held_since, lambda v: setattr(held, "held_since", v))
-    failure = status.last_failure
-    if failure is not None:
-        check("lastFailure.at", failure.at, lambda v: setattr(failure, "at", v))
-    check("lastScheduleTime", status.last_schedule_time,
-          lambda v: setattr(status, "last_schedule_time", v))  # fmt: skip
-    check("refreshRequestedAt", status.refresh_requested_at,
-          lambda v: setattr(status, "refresh_requested_at", v))  # fmt: skip
-    for table in status.tables:
-        check(f"tables[{table.config_map}].profiledAt", table.profiled_at,
-              lambda v, t=table: setattr(t, "profiled_at", v))  # type: ignore[misc]  # fmt: skip
-    for target in status.targets:
-        name = target.deployment
-        check(f"targets[{name}].observedSince", target.observed_since,
-              lambda v, t=target: setattr(t, "observed_since", v))  # type: ignore[misc]  # fmt: skip
-        check(f"targets[{name}].rolledAt", target.rolled_at,
-              lambda v, t=target: setattr(t, "rolled_at", v))  # type: ignore[misc]  # fmt: skip
-        check(f"targets[{name}].blockedSince", target.blocked_since,
-              lambda v, t=target: setattr(t, "blocked_since", v))  # type: ignore[misc]  # fmt: skip
+            continue
+        setattr(owner, attribute, rfc3339(now))
     return found
