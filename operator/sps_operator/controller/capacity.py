@@ -421,8 +421,8 @@ def return_orphans(p: Pass) -> None:
     alive = {s.uid for s in p.snapshot.profiles}
     for name, dep in sorted(_lenders(p).items()):
         tag = trusted_tag(dep)
-        if tag is None:
-            continue
+        if tag is None or name in p.returned:
+            continue  # (a record this pass removed is still in its snapshot)
         if tag.profile_uid == p.ref.uid:
             if run is not None and tag.run == run.name:
                 reattach_borrow(p, run)
