@@ -34,9 +34,9 @@ pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
 
 # (point, where the operator dies), in the order one borrowed run reaches them.
 CRASH_POINTS = [
-    ("borrow-record", "before the Deployment records the borrow"),
-    ("scale@borrow-record", "after the borrow record, before the scale-down"),
-    ("status@scale", "after the scale-down, before status records the borrow"),
+    ("create-lease", "before the run claims the GPU pool's Lease"),
+    ("borrow-record", "after the pool claim, before the borrow record and the scale-down"),
+    ("status@borrow-record", "after the record and the scale-down, before status has them"),
     ("claim", "before the rollout claims the Deployment"),
     ("apply-deployment", "after the claim, before the template is applied"),
     ("status@apply-deployment", "after the apply, before status records the rollout"),

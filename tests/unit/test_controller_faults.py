@@ -40,7 +40,11 @@ def block() -> None:
         ("apply", ({"kind": "Deployment", "metadata": {}},), "apply-deployment"),
         ("create", ({"kind": "Job", "metadata": {}},), "create-job"),
         ("delete", ("RoleBinding", "ns", "r"), "delete-rolebinding"),
-        ("scale", ("ns", "d", 1), "scale"),
+        ("patch_deployment", ("ns", "d", {"metadata": {"annotations": {
+            L.ANNOTATION_BORROWED: "{}"}}, "spec": {"replicas": 1}}), "borrow-record"),
+        ("patch_deployment", ("ns", "d", {"metadata": {"annotations": {
+            L.ANNOTATION_BORROWED: None}}, "spec": {"replicas": 2}}), "borrow-return"),
+        ("create", ({"kind": "Lease", "metadata": {}},), "create-lease"),
         ("patch_status", ("ns", "p", {}), "status"),
     ],
 )  # fmt: skip
@@ -52,7 +56,7 @@ def test_each_write_has_a_kind_a_point_can_name(
 
 
 def test_an_unknown_point_is_refused_with_the_known_ones() -> None:
-    assert parse_point("status@scale") == ("status", "scale")
+    assert parse_point("status@borrow-record") == ("status", "borrow-record")
     with pytest.raises(ValueError, match=r"unknown write 'scal'.*borrow-record"):
         parse_point("status@scal")
     with pytest.raises(SystemExit):
@@ -69,20 +73,21 @@ def borrowing() -> Harness:
     return h
 
 
-def test_a_pass_stops_between_the_borrow_record_and_the_scale(
+def test_a_pass_stops_before_the_borrow_which_writes_record_and_scale_at_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     h = borrowing()
-    pause = pause_before_write(h.kube, "scale@borrow-record", block)
+    pause = pause_before_write(h.kube, "borrow-record", block)
     with caplog.at_level(logging.WARNING), pytest.raises(Paused):
         h.run_pass()
     assert pause.paused
     dep = h.kube.obj("Deployment", "server")
-    assert L.ANNOTATION_BORROWED in dep["metadata"]["annotations"]
+    # One write carries both: stopped before it, neither the record nor the scale is there.
+    assert L.ANNOTATION_BORROWED not in (dep["metadata"].get("annotations") or {})
     assert dep["spec"]["replicas"] == 2 and not h.kube.scales
     assert "borrow" not in h.status()["currentRun"]
     (line,) = [r.getMessage() for r in caplog.records if MARKER in r.getMessage()]
-    assert "scale@borrow-record" in line and "scale serving server" in line
+    assert "borrow-record" in line and "patch_deployment serving server" in line
     # From now on every write blocks; reads go on.
     assert h.kube.get("Deployment", "serving", "server") is not None
     with pytest.raises(Paused):
@@ -94,15 +99,15 @@ def test_a_pass_stops_between_the_borrow_record_and_the_scale(
 def test_a_point_after_a_write_that_never_comes_never_pauses() -> None:
     h = borrowing()
     pause = pause_before_write(h.kube, "status@apply-deployment", block)
-    status = h.run_pass()  # borrows: record, scale, status; no apply
+    status = h.run_pass()  # borrows: pool Lease, record and scale, status; no apply
     assert not pause.paused
     assert status["currentRun"]["borrow"]["replicas"] == 2
     assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 1
 
 
-def test_the_status_write_after_the_scale_is_a_point() -> None:
+def test_the_status_write_after_the_borrow_is_a_point() -> None:
     h = borrowing()
-    pause_before_write(h.kube, "status@scale", block)
+    pause_before_write(h.kube, "status@borrow-record", block)
     with pytest.raises(Paused):
         h.run_pass()
     dep = h.kube.obj("Deployment", "server")

@@ -5,7 +5,7 @@ never set it in production.
 Every write of a pass goes through `KubeApi`; `pause_before_write` wraps those methods of
 one client. Each write has a kind (`write_kind`); the point `KIND` names the first write
 of that kind, `KIND@AFTER` the first one after a write of kind AFTER went through (in this
-process: `status@scale` is the status write that follows a scale). When the point is
+process: `status@borrow-record` is the status write that follows a borrow). When the point is
 reached, before the write is sent, the process logs `FAULT INJECTION: paused before write
 ...` and from then on every write of that client blocks forever (reads go on), so nothing
 it does afterwards can blur the crash the test then causes (SIGKILL).
@@ -22,14 +22,15 @@ from sps_operator.api import labels as L
 
 log = logging.getLogger("sps_operator.faults")
 MARKER = "FAULT INJECTION: paused before write"
-WRITES = ("create", "delete", "apply", "patch_metadata", "scale", "patch_status", "event")
+WRITES = (
+    "create", "delete", "apply", "patch_metadata", "patch_deployment", "patch_status", "event",
+)  # fmt: skip
 # The kinds a point may name (the `<kind>` ones for every object kind the operator writes).
 KINDS = (
-    "borrow-record",  # a Deployment's sps.dev/borrowed annotation set
-    "borrow-return",  # ... removed
+    "borrow-record",  # a Deployment's sps.dev/borrowed annotation set (and its replicas)
+    "borrow-return",  # ... removed (and the replica given back)
     "claim",  # a Deployment's sps.dev/owner annotation set
     "unclaim",
-    "scale",
     "status",
     "event",
     "apply-deployment",
@@ -37,12 +38,14 @@ KINDS = (
     "patch-deployment",
     "patch-configmap",
     *(f"{verb}-{kind}" for verb in ("create", "delete") for kind in
-      ("job", "configmap", "serviceaccount", "role", "rolebinding")),
+      ("job", "configmap", "serviceaccount", "role", "rolebinding", "lease")),
 )  # fmt: skip
 
 
 def write_kind(method: str, args: tuple[Any, ...]) -> str:
     """The kind of the write `method(*args)` of `KubeApi`."""
+    if method == "patch_deployment":  # BorrowReplica: the record and the scale in one write
+        method, args = "patch_metadata", ("Deployment", *args)
     if method == "patch_metadata":
         kind, _namespace, _name, patch = args
         annotations = (patch.get("metadata") or {}).get("annotations") or {}

@@ -69,6 +69,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--workers", type=int, default=8, help="passes running at once, across profiles"
     )
     parser.add_argument("--gpu-debounce-seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--min-refresh-interval-seconds",
+        type=float,
+        default=3600.0,
+        help="minimum seconds between two scheduled runs of a profile, and between two "
+        "rollouts of a new table onto a Deployment that already runs one measured for it (a "
+        "profile's spec.refresh.minIntervalSeconds may only lengthen it)",
+    )
     parser.add_argument("--profiler-image", default=IMAGE)
     parser.add_argument(
         "--job-label",
@@ -262,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
             profiler_image=args.profiler_image,
             gpu_debounce_seconds=args.gpu_debounce_seconds,
             policy=job_policy(args),
+            min_refresh_interval_seconds=args.min_refresh_interval_seconds,
+            pool_namespace=args.lease_namespace,
             job_defaults=JobDefaults(
                 labels=key_values(args.job_label, "--job-label"),
                 annotations=key_values(args.job_annotation, "--job-annotation"),
