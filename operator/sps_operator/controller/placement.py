@@ -18,6 +18,10 @@ from typing import Any
 from sps_operator.api import labels as L
 from sps_operator.controller.selectors import matches_selector
 
+# A container's termination message is at most 4 KiB (the kubelet's bound); its tail
+# carries the error.
+MAX_EXIT_MESSAGE = 2048
+
 
 @dataclass(frozen=True)
 class PodInfo:
@@ -30,6 +34,9 @@ class PodInfo:
     phase: str | None = None
     unschedulable: str | None = None  # the scheduler's message while it cannot place the pod
     controller: str | None = None  # the kind of its controlling owner (ReplicaSet, Job, ...)
+    # (container, its last words) for each container that exited with an error: its
+    # termination message (the log's tail under FallbackToLogsOnError), bounded.
+    exits: tuple[tuple[str, str], ...] = ()
 
     @property
     def profiling(self) -> bool:
@@ -55,6 +62,17 @@ def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
         (str(o.get("kind")) for o in meta.get("ownerReferences") or [] if o.get("controller")),
         None,
     )
+    exits = []
+    for cs in [
+        *(status.get("initContainerStatuses") or []),
+        *(status.get("containerStatuses") or []),
+    ]:
+        state = (cs.get("state") or {}).get("terminated") or {}
+        last = (cs.get("lastState") or {}).get("terminated") or {}
+        ended = state if state.get("exitCode") else last
+        if ended.get("exitCode"):
+            words = str(ended.get("message") or ended.get("reason") or "")
+            exits.append((str(cs.get("name")), words[-MAX_EXIT_MESSAGE:]))
     return PodInfo(
         name=name,
         labels=dict(labels),
@@ -63,6 +81,7 @@ def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
         phase=status.get("phase"),
         unschedulable=unschedulable,
         controller=controller,
+        exits=tuple(exits),
     )
 
 

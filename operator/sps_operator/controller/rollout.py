@@ -151,6 +151,7 @@ def rollout(p: Pass) -> None:
             owner=target.owner,
             observed_gpu=target.observed_gpu,
             observed_since=cond.rfc3339(target.observed_since) if target.observed_since else None,
+            **target.server_report(),
         )
         statuses.append(ts)
         if target.problem is None and target.gpu is None:
