@@ -31,6 +31,7 @@ from sps_operator.api.models import (
 from sps_operator.controller import builders, names
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.deployments import deployment_rolled_out
+from sps_operator.controller.fingerprint_v1 import is_v1
 from sps_operator.controller.kube import owned_by
 from sps_operator.controller.ownership import recorded_owner
 from sps_operator.controller.publish import table_text
@@ -73,10 +74,14 @@ def eligible_table(p: Pass, target: Target, ref: TableRef) -> EligibleTable | st
     labels = cm["metadata"].get("labels") or {}
     expected = {
         L.LABEL_GPU: names.label_value(ref.gpu_product),
-        L.LABEL_FINGERPRINT: ref.fingerprint,
         L.LABEL_TABLE_HASH: ref.hash,
     }
-    if any(labels.get(k) != v for k, v in expected.items()):
+    # A table re-keyed by an upgrade keeps the fingerprint (version 1) it was stored under.
+    measured_for = {ref.fingerprint, ref.adopted_from} - {None}
+    if (
+        any(labels.get(k) != v for k, v in expected.items())
+        or labels.get(L.LABEL_FINGERPRINT) not in measured_for
+    ):
         return f"table ConfigMap {ref.config_map} is labelled for another server or table"
     text = table_text(cm)
     if text is None or content_hash(text) != ref.hash:
@@ -239,6 +244,8 @@ def _report_stale_or_missing(p: Pass, target: Target, ts: TargetStatus) -> None:
             f"stale: the {what} changed since table {old.config_map} was measured "
             f"({old.gpu_product}); it stays until a table for this one exists ({follow})"
         )
+        if target.changes and what == "server":
+            ts.message += "; changed: " + "; ".join(target.changes)
     else:
         ts.state = TargetState.NO_TABLE
         ts.message = f"no table for {target.gpu} and this server yet"
@@ -401,6 +408,10 @@ def _roll_back(p: Pass, target: Target, failed: TableRef) -> EligibleTable | Non
             meta = json.loads((previous_cm.get("data") or {}).get(L.META_KEY) or "{}")
         except ValueError:
             meta = {}
+        # `previous` is the table this key had before: if an upgrade re-keyed it, it keeps
+        # its version-1 label, which must still be this server's version-1 fingerprint.
+        label = labels.get(L.LABEL_FINGERPRINT)
+        adopted = label if is_v1(label or "") and label == target.legacy_fingerprint else None
         ref = TableRef(
             gpu_product=failed.gpu_product,
             fingerprint=failed.fingerprint,
@@ -409,6 +420,7 @@ def _roll_back(p: Pass, target: Target, failed: TableRef) -> EligibleTable | Non
             hash=labels.get(L.LABEL_TABLE_HASH, ""),
             profiled_at=meta.get("profiledAt") if isinstance(meta, dict) else None,
             run=meta.get("run") if isinstance(meta, dict) else None,
+            adopted_from=adopted,
         )
         candidate = eligible_table(p, target, ref)
         restored = candidate if isinstance(candidate, EligibleTable) else None
