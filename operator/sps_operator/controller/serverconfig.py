@@ -191,6 +191,7 @@ class ServerConfig:
             "fingerprintVersion": F.FINGERPRINT_VERSION,
             "sglangVersion": self.version.describe(),
             "inputs": {r.label: _cut(r.value) for r in self.read if r.counted},
+            "notCounted": {r.label: _cut(r.value) for r in self.read if not r.counted},
             "notFingerprinted": list(self.unfingerprinted),
             "port": self.port,
             "tablePath": self.table_path,
@@ -668,10 +669,10 @@ def legacy_table_fingerprint(server: ServerConfig, table_spec: Mapping[str, Any]
 MAX_CHANGES = 12
 
 
-def _shown_value(value: Any) -> str:
-    if value is None:
-        return "unset"
-    return _cut(str(value), 80)
+def _shown_value(value: Any, ignored: Any = None) -> str:
+    if value is not None:
+        return _cut(str(value), 80)
+    return "unset" if ignored is None else f"{_cut(str(ignored), 80)} (not counted)"
 
 
 def server_changes(before: Mapping[str, Any] | None, after: ServerConfig) -> list[str]:
@@ -684,14 +685,21 @@ def server_changes(before: Mapping[str, Any] | None, after: ServerConfig) -> lis
     if isinstance(before.get("inputs"), Mapping):
         old = {str(k): v for k, v in before["inputs"].items()}
         new = {r.label: r.value for r in after.read if r.counted}
+        ignored = before.get("notCounted")
+        old_ignored = (
+            {str(k): v for k, v in ignored.items()} if isinstance(ignored, Mapping) else {}
+        )
+        new_ignored = {r.label: r.value for r in after.read if not r.counted}
     else:  # version 1: {image, flags, env}
         old = {"image": before.get("image"), **(before.get("flags") or {}),
                **(before.get("env") or {})}  # fmt: skip
         new = {"image": after.image, **after.legacy["flags"], **after.legacy["env"]}
+        old_ignored, new_ignored = {}, {}
     lines = []
     for key in sorted(set(old) | set(new), key=lambda k: (k != "image", k)):
         if str(old.get(key)) != str(new.get(key)) or (key in old) != (key in new):
-            lines.append(f"{key}: {_shown_value(old.get(key))} -> {_shown_value(new.get(key))}")
+            was = _shown_value(old.get(key), old_ignored.get(key))
+            lines.append(f"{key}: {was} -> {_shown_value(new.get(key), new_ignored.get(key))}")
     if len(lines) > MAX_CHANGES:
         lines = [*lines[:MAX_CHANGES], f"and {len(lines) - MAX_CHANGES} more"]
     return lines
