@@ -481,7 +481,7 @@ def fingerprint_doc(entries: Iterable[CostInput] = COST_INPUTS) -> str:
     lines = [
         DOC_BEGIN,
         "",
-        "| input | where | spellings | matters | why |",
+        "| input | where | spellings (flags) or default (env) | matters | why |",
         "|---|---|---|---|---|",
     ]
     for e in counted:

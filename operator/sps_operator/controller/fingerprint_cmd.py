@@ -3,6 +3,7 @@
     sps-operator fingerprint -f deployment.yaml [-f more.yaml] [--container NAME]
                              [--name DEPLOYMENT] [--sglang-version V] [--against OLD.yaml]
                              [-o text|json]
+    sps-operator fingerprint --write-doc docs/fingerprint.md   (regenerate its input table)
 
 Answers "why did my server reprofile?" and "will this change reprofile?" with the same
 reading and the same words as the operator (`kubectl sps explain`): the fingerprint, every
@@ -26,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from sps_operator.api.fingerprint import DOC_BEGIN, DOC_END, fingerprint_doc
 from sps_operator.api.models import SpsProfileSpec, TableKind
 from sps_operator.controller import compat
 from sps_operator.controller.podenv import ConfigMapEnv, env_config_maps, resolve_env
@@ -189,13 +191,28 @@ def render(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def with_doc(text: str) -> str:
+    """`text` (docs/fingerprint.md) with its generated section replaced by the list's."""
+    begin, end = text.index(DOC_BEGIN), text.index(DOC_END) + len(DOC_END)
+    return text[:begin] + fingerprint_doc() + text[end:]
+
+
+def _write_doc(path: Path) -> int:
+    try:
+        path.write_text(with_doc(path.read_text(encoding="utf-8")), encoding="utf-8")
+    except (OSError, ValueError) as exc:
+        print(f"sps-operator fingerprint: cannot update {path}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="sps-operator fingerprint",
         description="What the operator reads from a Deployment: its fingerprint, each input "
         "and where from, and the cost-looking inputs it does not fingerprint.",
     )
-    parser.add_argument("-f", "--filename", action="append", required=True,
+    parser.add_argument("-f", "--filename", action="append",
                         help="YAML with the Deployment (and its ConfigMaps, an SpsProfile); "
                         "repeatable; - for stdin")  # fmt: skip
     parser.add_argument("--container", help="the SGLang container (default: the profile's "
@@ -205,7 +222,12 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--against", action="append", metavar="OLD.yaml",
                         help="compare with these files: what changed; a new table?")  # fmt: skip
     parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    parser.add_argument("--write-doc", metavar="FILE", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(list(argv))
+    if args.write_doc:
+        return _write_doc(args.write_doc)
+    if not args.filename:
+        parser.error("-f FILE is required")
     try:
         reading = read(args.filename, args.container, args.name, args.sglang_version)
         report = reading.report()
