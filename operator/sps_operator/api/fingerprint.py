@@ -362,7 +362,7 @@ _VERSION = re.compile(
 )
 # A release tag of SGLang's image may carry a build variant: v0.5.17-cu129, -cu126-amd64.
 _IMAGE_VARIANT = re.compile(r"^(?P<version>[^-]+)(-(?P<variant>[A-Za-z0-9_.-]+))?$")
-_MOVING_WORDS = ("dev", "nightly", "latest", "main")
+_MOVING_WORDS = ("dev", "nightly", "latest", "main", "master", "edge")
 
 
 def parse_release(text: str) -> Release:
@@ -417,11 +417,13 @@ def version_from_image(image: str) -> ServerVersion:
 
 
 def moving_tag(image: str) -> bool:
-    """The image reference may name other code tomorrow: no digest and no release tag."""
+    """The image reference is one that moves by design (no tag, `latest`, `dev`,
+    `nightly`, `main`) and has no digest: the code behind it changes under the same
+    reference. (Any tag can be moved; these are the ones that are.)"""
     _, tag, digest = image_parts(image)
     if digest:
         return False
-    return not version_from_image(image).known if tag else True
+    return tag is None or any(word in tag.lower() for word in _MOVING_WORDS)
 
 
 def server_version(image: str, stated: str | None) -> ServerVersion:

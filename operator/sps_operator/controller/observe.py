@@ -137,12 +137,18 @@ def _changes(p: Pass, target: Target) -> list[str]:
     except ValueError:
         meta = {}
     server = meta.get("server") if isinstance(meta, dict) else None
-    lines = server_changes(server if isinstance(server, Mapping) else None, target.config)
-    if lines:
+    if not isinstance(server, Mapping):
+        return []
+    lines = server_changes(server, target.config)
+    if lines or running.gpu_product != target.gpu:
         return lines
-    if server is not None and running.gpu_product == target.gpu:
-        return ["spec.table (the table kind or sweep) changed"]
-    return []
+    if "inputs" not in server:
+        return [
+            "an input that fingerprint version 1 did not record changed (the table was "
+            "measured before the upgrade): `sps-operator fingerprint` lists the server's "
+            "inputs now"
+        ]
+    return ["spec.table (the table kind or sweep) changed"]
 
 
 def _one_writer(p: Pass, profiles: list[ProfileSummary]) -> None:

@@ -622,8 +622,8 @@ def server_config(
     unfingerprinted = list(command.unfingerprinted)
     if F.moving_tag(image):
         unfingerprinted.append(
-            f"image {image}: a tag that may name other code tomorrow; pin a digest or a "
-            "release tag, or the table stays after the image behind the tag changed"
+            f"image {image}: a tag that moves, so the code behind it may change unseen; pin "
+            "a digest or a release tag, or the table stays after the image changed"
         )
     env_v1 = {r.name: r.value for r in command.envs if r.name in fingerprint_v1.ENV}
     return ServerConfig(
