@@ -287,8 +287,7 @@ def test_a_moving_image_tag_is_reported_and_a_digest_or_release_tag_is_not() -> 
         for u in config(container(image="lmsysorg/sglang:latest")).unfingerprinted
     )
     assert any(
-        "a tag that moves" in u
-        for u in config(container(image="lmsysorg/sglang")).unfingerprinted
+        "a tag that moves" in u for u in config(container(image="lmsysorg/sglang")).unfingerprinted
     )
     for pinned in ("lmsysorg/sglang:v0.5.17", "lmsysorg/sglang:latest@sha256:" + "b" * 64):
         assert not config(container(image=pinned)).unfingerprinted  # fmt: skip
