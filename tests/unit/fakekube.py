@@ -18,6 +18,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
+from sps_operator.constants import FIELD_MANAGER
 from sps_operator.controller.kube import KubeApi, Obj
 
 _SET_EXPR = re.compile(r"^([^\s!=]+)\s+(in|notin)\s+\(([^)]*)\)$")
@@ -76,6 +77,33 @@ def _merge_named(current: list[dict[str, Any]], applied: list[dict[str, Any]]) -
                 break
         else:
             current.append(copy.deepcopy(entry))
+
+
+def _own(obj: Obj, patch: Mapping[str, Any]) -> None:
+    """The operator's managedFields entry after a merge patch: it owns the annotation keys
+    it set (and no longer those it removed), and spec.replicas once it set them."""
+    meta = obj["metadata"]
+    entries = meta.setdefault("managedFields", [])
+    entry = next(
+        (
+            e
+            for e in entries
+            if e.get("manager") == FIELD_MANAGER and e.get("operation") == "Update"
+        ),
+        None,
+    )
+    if entry is None:
+        entry = {"manager": FIELD_MANAGER, "operation": "Update", "fieldsV1": {}}
+        entries.append(entry)
+    fields = entry["fieldsV1"]
+    for key, value in ((patch.get("metadata") or {}).get("annotations") or {}).items():
+        owned = fields.setdefault("f:metadata", {}).setdefault("f:annotations", {})
+        if value is None:
+            owned.pop(f"f:{key}", None)
+        else:
+            owned[f"f:{key}"] = {}
+    if "replicas" in (patch.get("spec") or {}):
+        fields.setdefault("f:spec", {})["f:replicas"] = {}
 
 
 class FakeKube(KubeApi):
@@ -179,6 +207,10 @@ class FakeKube(KubeApi):
         self._call("list_services")
         return self._list("Service", namespace, "")
 
+    def list_leases(self, namespace: str, label_selector: str) -> list[Obj]:
+        self._call("list_leases")
+        return self._list("Lease", namespace, label_selector)
+
     def get(self, kind: str, namespace: str, name: str) -> Obj | None:
         self._call("get")
         found = self.objects.get((kind, namespace, name))
@@ -252,27 +284,37 @@ class FakeKube(KubeApi):
             }
         )
 
-    def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj:
-        self._call(f"patch_{kind}")
+    def _merge_patch(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj:
+        """A JSON merge patch under the field manager sps-operator (recorded in
+        managedFields as the API server does), honouring a resourceVersion precondition."""
         obj = self.objects.get((kind, namespace, name))
         if obj is None:
             raise ApiException(status=404, reason="NotFound")
         self._precondition(obj, patch)
-        self.metadata_patches.append((kind, name, copy.deepcopy(patch)))
         body = copy.deepcopy(patch)
         body.get("metadata", {}).pop("resourceVersion", None)
         merge(obj, body)
+        _own(obj, body)
         self._bump(obj)
+        return obj
+
+    def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj:
+        self._call(f"patch_{kind}")
+        obj = self._merge_patch(kind, namespace, name, patch)
+        self.metadata_patches.append((kind, name, copy.deepcopy(patch)))
         return copy.deepcopy(obj)
 
-    def scale(self, namespace: str, deployment: str, replicas: int) -> None:
-        self._call("scale")
-        dep = self.objects[("Deployment", namespace, deployment)]
-        self.scales.append((deployment, replicas))
-        if dep["spec"].get("replicas") != replicas:
-            dep["spec"]["replicas"] = replicas
+    def patch_deployment(self, namespace: str, name: str, patch: Obj) -> None:
+        self._call("patch_deployment")
+        dep = self.objects.get(("Deployment", namespace, name))
+        before = dep["spec"].get("replicas") if dep is not None else None
+        dep = self._merge_patch("Deployment", namespace, name, patch)
+        self.metadata_patches.append(("Deployment", name, copy.deepcopy(patch)))
+        replicas = (patch.get("spec") or {}).get("replicas")
+        if replicas is not None:
+            self.scales.append((name, replicas))
+        if dep["spec"].get("replicas") != before:
             dep["metadata"]["generation"] += 1
-            self._bump(dep)
             if self.instant_rollout:
                 self.roll(dep)
 

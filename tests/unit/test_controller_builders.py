@@ -170,7 +170,9 @@ def test_job_external_mode_has_no_sidecar_and_job_overrides_apply() -> None:
     assert pod["nodeSelector"] == {"zone": "a"}
     assert pod["tolerations"] == [{"key": "k", "operator": "Exists"}]
     assert pod["serviceAccountName"] == "mine"
-    assert job["spec"]["activeDeadlineSeconds"] == 600
+    # The run's own deadline counts from when the Job runs (the operator enforces it); the
+    # Job's bound adds the longest wait for GPUs (capacity.waitTimeoutSeconds, default 3600).
+    assert job["spec"]["activeDeadlineSeconds"] == 600 + 3600
     profiler = pod["containers"][0]
     assert profiler["image"] == "my/profiler:1"
     assert profiler["resources"] == {"limits": {"cpu": "1"}}

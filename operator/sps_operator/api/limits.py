@@ -125,3 +125,6 @@ MAX_CONDITION_MESSAGE_LENGTH = 32768
 # fingerprinted): how many, and how long each.
 MAX_REPORT_LINES = 16
 MAX_REPORT_LINE_LENGTH = 256
+
+# refresh.minIntervalSeconds: at most 30 days between scheduled runs / rollouts.
+MAX_REFRESH_INTERVAL_SECONDS = 30 * 24 * 3600

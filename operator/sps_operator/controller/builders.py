@@ -422,7 +422,10 @@ def profiling_job(plan: RunPlan) -> dict[str, Any]:
         template_meta["annotations"] = dict(extra_annotations)
     job_spec: dict[str, Any] = {
         "backoffLimit": 0,
-        "activeDeadlineSeconds": spec.job.active_deadline_seconds,
+        # The run's own deadline counts from when the Job runs (the operator enforces it);
+        # the Job's bound adds the longest wait for GPUs, so it holds with the operator down.
+        "activeDeadlineSeconds": spec.job.active_deadline_seconds
+        + spec.capacity.wait_timeout_seconds,
         "template": {"metadata": template_meta, "spec": pod},
     }
     if extra_labels.get(L.LABEL_KUEUE_QUEUE):

@@ -269,7 +269,12 @@ def release_or_retry(
     finalizer stays (kopf retries) and garbage collection cannot take a mounted table.
     Without `lists_needed` (nothing_to_release said so) no API call is made."""
     try:
-        released = release(reconciler.kube, namespace, name, uid, stable) if lists_needed else []
+        pools = reconciler.settings.pool_namespace
+        released = (
+            release(reconciler.kube, namespace, name, uid, stable, pool_namespace=pools)
+            if lists_needed
+            else []
+        )
     except Exception as exc:
         raise kopf.TemporaryError(
             f"could not release the tables the Deployments mount: {api_error_detail(exc)}",

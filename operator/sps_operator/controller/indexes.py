@@ -58,18 +58,26 @@ ANY = "*"  # a selector that needs no particular label
 # (PODS, ns, OPERATOR_KEYS): pod selectors that name one of the operator's own label keys
 # (a run's labels on a profiling pod are not known before the run starts).
 OPERATOR_KEYS = f"{LABEL_PREFIX}/*"
+_BORROWED_KEY = f"f:{L.ANNOTATION_BORROWED}"
 
 
 def slim(body: Mapping[str, Any]) -> dict[str, Any]:
     """An object as a pass needs it: without managedFields (the bulk of most objects),
-    except the entries that own spec.replicas (BorrowReplica must know who scales it)."""
+    except who owns spec.replicas (BorrowReplica must know who scales it) and who wrote the
+    borrow record (only the operator's own is trusted)."""
     meta = dict(body.get("metadata") or {})
-    meta["managedFields"] = [
-        {"manager": m.get("manager"), "operation": m.get("operation"),
-         "fieldsV1": {"f:spec": {"f:replicas": {}}}}
-        for m in meta.get("managedFields") or []
-        if "f:replicas" in ((m.get("fieldsV1") or {}).get("f:spec") or {})
-    ]  # fmt: skip
+    kept = []
+    for m in meta.get("managedFields") or []:
+        fields = m.get("fieldsV1") or {}
+        slimmed: dict[str, Any] = {}
+        if "f:replicas" in (fields.get("f:spec") or {}):
+            slimmed["f:spec"] = {"f:replicas": {}}
+        if _BORROWED_KEY in ((fields.get("f:metadata") or {}).get("f:annotations") or {}):
+            slimmed["f:metadata"] = {"f:annotations": {_BORROWED_KEY: {}}}
+        if slimmed:
+            kept.append({"manager": m.get("manager"), "operation": m.get("operation"),
+                         "fieldsV1": slimmed})  # fmt: skip
+    meta["managedFields"] = kept
     return {**dict(body), "metadata": meta}
 
 

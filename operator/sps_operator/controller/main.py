@@ -69,6 +69,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--workers", type=int, default=8, help="passes running at once, across profiles"
     )
     parser.add_argument("--gpu-debounce-seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--min-refresh-interval-seconds",
+        type=float,
+        default=3600.0,
+        help="minimum seconds between two scheduled runs of a profile, and between two "
+        "rollouts of a new table onto a Deployment that already runs one measured for it (a "
+        "profile's spec.refresh.minIntervalSeconds may only lengthen it)",
+    )
     parser.add_argument("--profiler-image", default=IMAGE)
     parser.add_argument(
         "--job-label",
@@ -165,7 +173,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="testing: seconds to add to the wall clock, re-read on every pass",
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--pause-before-write",
+        default=None,
+        metavar="KIND[@AFTER]",
+        help="testing only (crash-point tests): when the first write of KIND (after one of "
+        "AFTER) is about to be sent, log a marker line and block every write from then on "
+        "(controller/faults.py)",
+    )
+    args = parser.parse_args(argv)
+    if args.pause_before_write:
+        from sps_operator.controller.faults import parse_point
+
+        try:
+            parse_point(args.pause_before_write)
+        except ValueError as exc:
+            parser.error(f"--pause-before-write: {exc}")
+    return args
 
 
 def pattern_list(text: str) -> tuple[str, ...]:
@@ -234,12 +258,20 @@ def main(argv: list[str] | None = None) -> int:
     metrics = Metrics()
     if args.metrics_port:
         metrics.serve(args.metrics_port)
+    kube = Kube(limit=TokenBucket(args.kube_qps, args.kube_burst))
+    if args.pause_before_write:
+        from sps_operator.controller.faults import pause_before_write
+
+        pause_before_write(kube, args.pause_before_write)
+        log.warning("testing: will pause before write %s", args.pause_before_write)
     reconciler = Reconciler(
-        Kube(limit=TokenBucket(args.kube_qps, args.kube_burst)),
+        kube,
         Settings(
             profiler_image=args.profiler_image,
             gpu_debounce_seconds=args.gpu_debounce_seconds,
             policy=job_policy(args),
+            min_refresh_interval_seconds=args.min_refresh_interval_seconds,
+            pool_namespace=args.lease_namespace,
             job_defaults=JobDefaults(
                 labels=key_values(args.job_label, "--job-label"),
                 annotations=key_values(args.job_annotation, "--job-annotation"),
