@@ -107,8 +107,10 @@ def test_e2e_the_fork_const_server_additive_refused_diagonal_replaces_const_upgr
 
     # Diagonal: profiled (the clone runs static, which needs no table), and the table
     # replaces `const`; the fork's diagonal-only loader starts with it.
-    patch = {"spec": {"table": {"kind": "Diagonal", "sweep": {"fracs": None}}}}
-    env.custom.patch_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, "sps", patch)
+    diagonal = {"spec": {"table": {"kind": "Diagonal", "sweep": {"fracs": None}}}}
+    env.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, env.namespace, PLURAL, "sps", diagonal
+    )
     wait_ready(env)
     (table,) = tables(env)
     assert table["kind"] == "Diagonal"
@@ -124,10 +126,34 @@ def test_e2e_the_fork_const_server_additive_refused_diagonal_replaces_const_upgr
     assert isinstance(load_sps_table_text(text, diagonal_only=True), SpsCostTable)
     assert "tableSource" not in target(env)
 
+    # The Deployment no longer shows `const`, but the operator remembers the fork: an
+    # Additive profile is refused again before any Job, the Deployment left alone.
+    jobs = {j["metadata"]["name"] for j in env.jobs()}
+    generation = env.deployment()["metadata"]["generation"]
+    additive = {"spec": {"table": {"kind": "Additive", "sweep": {"fracs": [0.25, 0.5, 1.0]}}}}
+    env.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, env.namespace, PLURAL, "sps", additive
+    )
+    refused = diagnosed(
+        env,
+        "the target refused again",
+        lambda: target(env) if target(env).get("state") == "Refused" else None,
+        timeout=60,
+    )
+    assert refused["reason"] == "DiagonalOnlyServer" and "const" in refused["message"], refused
+    assert {j["metadata"]["name"] for j in env.jobs()} == jobs
+    assert env.deployment()["metadata"]["generation"] == generation
+    # Back to Diagonal: its table is the one measured, still live; no new Job.
+    env.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, env.namespace, PLURAL, "sps", diagonal
+    )
+    wait_ready(env, timeout=60)
+    assert {j["metadata"]["name"] for j in env.jobs()} == jobs
+
     # An operator upgrade from fingerprint version 1: the status and the table's label as
     # the operator before issue 20 left them (its ConfigMap's data is immutable, and only
-    # says what changed). The new operator re-keys the table, starts no run, restarts
-    # no server.
+    # says what changed; that operator knew no diagonal-only servers). The new operator
+    # re-keys the table, starts no run, restarts no server.
     env.operator.stop()
     pod = served["pod"]["metadata"]["uid"]
     generation = env.deployment()["metadata"]["generation"]
@@ -145,7 +171,8 @@ def test_e2e_the_fork_const_server_additive_refused_diagonal_replaces_const_upgr
     status["targets"][0]["fingerprint"] = v1
     env.custom.patch_namespaced_custom_object_status(
         GROUP, VERSION, env.namespace, PLURAL, "sps",
-        {"status": {"tables": status["tables"], "targets": status["targets"]}},
+        {"status": {"tables": status["tables"], "targets": status["targets"],
+                    "diagonalOnlyServers": None}},
     )  # fmt: skip
     env.operator.start()
 

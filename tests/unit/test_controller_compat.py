@@ -12,6 +12,7 @@ from controller_harness import NS, SERVER_ARGS, Harness, container, deployment, 
 from controller_harness import profile_body as body
 
 from sps_operator.api import labels as L
+from sps_operator.api import limits
 from sps_operator.api.models import SpsProfile
 from sps_operator.api.result import build_patch
 from sps_operator.controller import compat
@@ -82,6 +83,32 @@ def test_an_additive_profile_against_the_fork_is_refused_before_any_job() -> Non
     assert h.condition("Ready")[:2] == ("False", compat.DIAGONAL_ONLY)
     assert compat.DIAGONAL_ONLY in TARGET_REASONS
     assert any("Diagonal" in f["next"] for f in findings(h))
+
+
+def test_the_fork_stays_known_after_its_table_replaced_const() -> None:
+    """Once Inject replaced `const` by the table's path, nothing in the Deployment says it
+    is the fork; Additive is still refused before any Job (not after a wasted phase 1)."""
+    h = harness(args=[*SERVER_ARGS, f"{TABLE_PATH_FLAG}=const"], env=COMPACT)
+    assert h.profile_once()["targets"][0]["state"] == "Live"
+    assert "const" not in " ".join(server_args(h))
+    jobs = len(h.kube.kinds("Job"))
+    h.kube.edit("SpsProfile", "p", lambda p: p["spec"].update(table=additive()["spec"]["table"]))
+    status = h.settle()
+    (target,) = status["targets"]
+    assert (target["state"], target["reason"]) == ("Refused", compat.DIAGONAL_ONLY), target
+    assert "const" in target["message"] and "table.kind: Diagonal" in target["message"]
+    assert len(h.kube.kinds("Job")) == jobs and status.get("currentRun") is None
+
+
+def test_diagonal_only_servers_are_remembered_once_and_bounded() -> None:
+    c = container()
+    config = server_config(c, parse_server(c))
+    server = config.fingerprint()
+    assert compat.remembered([], config) == [server]
+    assert compat.remembered(["a", server, "b"], config) == ["a", server, "b"]
+    full = [f"s{i}" for i in range(40)]
+    learned = compat.remembered(full, config)
+    assert len(learned) == limits.MAX_REPORT_LINES and learned[-1] == server
 
 
 # --------------------------------------------------------------------------- the clone's refusal

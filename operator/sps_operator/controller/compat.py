@@ -12,7 +12,8 @@ that would then fail, and says why in a condition:
   a table; Inject replaces `const` with the table's path; an Additive profile is refused.
 * A server whose profiling clone refused the phase-2 additive seed with the diagonal-only
   loader's message (msgspec's ``Object missing required field `sample_batch_tokens```) is
-  recorded (status.diagonalOnlyServers) and refused the same way.
+  recorded (status.diagonalOnlyServers) and refused the same way; so is a server seen
+  with `const`, which its injected table path no longer shows.
 * `SGLANG_DSPARK_ENABLE_CAPTURE_DERIVED_SPS` on a compact server without a table (upstream
   PR #35413, in no release yet): the server derives a table from its CUDA graphs at start;
   reported, and the profiled table replaces it (an injected path wins).
@@ -25,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from sps_operator.api import labels as L
+from sps_operator.api import limits
 from sps_operator.api.fingerprint import Position, ServerVersion
 from sps_operator.api.models import TableKind
 from sps_operator.controller.placement import PodInfo
@@ -91,10 +93,21 @@ def diagonal_only_evidence(config: ServerConfig, learned: Collection[str]) -> st
         )
     if config.fingerprint() in learned:
         return (
-            "its profiling clone refused an additive table at start-up "
-            f"({ADDITIVE_REFUSED}: a loader that reads only the diagonal format)"
+            "this same server was seen started with const (the fzyzcjy/sglang fork) before "
+            "its table replaced it, or its profiling clone refused an additive table at "
+            f"start-up ({ADDITIVE_REFUSED}): status.diagonalOnlyServers"
         )
     return None
+
+
+def remembered(learned: Sequence[str], config: ServerConfig) -> list[str]:
+    """status.diagonalOnlyServers with this server in it (newest last, bounded): a server
+    once known diagonal-only stays so after Inject replaced its `const`, and until it
+    changes (another fingerprint)."""
+    server = config.fingerprint()
+    if server in learned:
+        return list(learned)
+    return [*learned[-(limits.MAX_REPORT_LINES - 1) :], server]
 
 
 def refusal(kind: str, config: ServerConfig, learned: Collection[str]) -> tuple[str, str] | None:

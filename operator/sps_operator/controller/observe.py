@@ -86,6 +86,11 @@ def observe(p: Pass) -> None:
             p.snapshot.env_config_maps,
             p.status.diagonal_only_servers,
         )
+        if target.config is not None and target.table_source == compat.SOURCE_CONST:
+            # Inject replaces `const`: remember the fork while it still shows.
+            p.status.diagonal_only_servers = compat.remembered(
+                p.status.diagonal_only_servers, target.config
+            )
         if target.problem is not None or target.config is None:
             continue
         _place(p, target, previous.get(target.name))

@@ -379,9 +379,9 @@ def clone_refused(p: Pass, run: RunStatus) -> bool:
     target = p.target(run.target)
     same_server = target is not None and target.fingerprint == run.fingerprint
     if reason == compat.DIAGONAL_ONLY and same_server and target and target.config:
-        server = target.config.fingerprint()
-        learned = [s for s in p.status.diagonal_only_servers if s != server] + [server]
-        p.status.diagonal_only_servers = learned[-limits.MAX_REPORT_LINES :]
+        p.status.diagonal_only_servers = compat.remembered(
+            p.status.diagonal_only_servers, target.config
+        )
     fail_run(
         p,
         reason,
