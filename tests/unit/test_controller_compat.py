@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from controller_harness import NS, SERVER_ARGS, Harness, container, deployment, rounds
 from controller_harness import profile_body as body
 
@@ -25,6 +26,7 @@ from sps_operator.controller.serverconfig import (
 )
 from sps_operator.plugin.explain import FAILURE_REASONS, TARGET_REASONS, explain, render_explain
 from sps_operator.plugin.view import get_row
+from sps_sim import flavors
 
 TABLE_PATH = "/etc/sps/table/table.json"
 COMPACT = [{"name": "SGLANG_RAGGED_VERIFY_MODE", "value": "compact"}]
@@ -170,6 +172,34 @@ def test_a_crash_the_operator_does_not_know_keeps_the_run_waiting() -> None:
     refuse_in_clone(h, "CUDA error: an illegal memory access was encountered")
     h.tick()
     assert h.run_pass().get("currentRun") is not None  # may be transient: the Job decides
+
+
+@pytest.mark.parametrize(
+    ("words", "reason"),
+    [
+        (flavors.REQUIRE_PATH_MESSAGE, compat.SERVER_REFUSED),
+        (flavors.lora_refusal("compact"), compat.LORA_NEEDS_STATIC),
+        ("Currently LoRA is only compatible with NGRAM speculative decoding.",
+         compat.LORA_NEEDS_STATIC),
+        (f"msgspec.ValidationError: {compat.ADDITIVE_REFUSED}", compat.DIAGONAL_ONLY),
+    ],
+)  # fmt: skip
+def test_the_clone_s_start_up_refusals_end_the_run_with_their_reason(
+    words: str, reason: str
+) -> None:
+    """SGLang's words as the simulator plays them verbatim: each ends the run at once."""
+    h = harness(env=COMPACT)
+    h.tick()
+    h.run_pass()
+    refuse_in_clone(h, words)
+    h.tick()
+    status = h.run_pass()
+    assert status.get("currentRun") is None
+    failure = status["lastFailure"]
+    assert (failure["reason"], failure["retryable"]) == (reason, False)
+    assert reason in FAILURE_REASONS
+    if reason == compat.SERVER_REFUSED:
+        assert f"{TABLE_PATH_FLAG}=const" in failure["message"]
 
 
 # --------------------------------------------------------------------------- LoRA
