@@ -226,3 +226,37 @@ def test_e2e_a_capture_derived_server_is_reported_and_compared_with_the_profiled
     assert out["new"] == f"configmap/{table['configMap']}"
     assert out["summary"]["points"] > 0 and out["summary"]["meanAbsChange"] > 0
     assert target(env)["tableSource"] == "capture-derived"
+
+
+def test_e2e_a_diagonal_only_loader_refuses_the_additive_seed_in_the_clone_never_in_production(
+    env: Env,
+) -> None:
+    """Nothing in the pod spec tells this loader: phase 2's clone starts with the phase-1
+    measurement in the additive format, the real kubelet keeps the refusal's words as the
+    sidecar's termination message, and the run ends on them at once."""
+    create(
+        env, server_deployment(GPU_H100, env={FLAVOR_ENV: "diagonal-only"}), sps_profile("Additive")
+    )
+    env.operator.start()
+
+    def failed() -> dict[str, Any] | None:
+        status = env.profile().get("status") or {}
+        return status if (status.get("lastFailure") or {}).get("reason") else None
+
+    status = diagnosed(env, "the run failed", failed, 300)
+    failure = status["lastFailure"]
+    assert (failure["reason"], failure["retryable"]) == ("DiagonalOnlyServer", False), failure
+    assert "Object missing required field `sample_batch_tokens`" in failure["message"]
+    assert status.get("currentRun") is None and len(status["diagonalOnlyServers"]) == 1
+    refused = diagnosed(
+        env,
+        "the target refused",
+        lambda: target(env) if target(env).get("state") == "Refused" else None,
+        timeout=60,
+    )
+    assert refused["reason"] == "DiagonalOnlyServer", refused
+    # Nothing went onto the server; only the refused run's two Jobs exist.
+    assert TABLE_FLAG not in " ".join(server_args(env))
+    assert not (env.deployment()["spec"]["template"]["metadata"].get("annotations") or {})
+    run = failure["run"]
+    assert {j["metadata"]["name"] for j in env.jobs()} <= {run, f"{run}-p2"}
