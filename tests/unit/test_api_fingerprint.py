@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from sps_operator.api import fingerprint as F
 from sps_operator.api.fingerprint import Kind, Position, Where
 from sps_operator.controller.fingerprint_cmd import with_doc
+from sps_operator.controller.podenv import ConfigMapEnv, resolve_env
 from sps_operator.controller.serverconfig import (
     AMBIGUOUS_FLAG,
     CONFIG_FILE,
@@ -340,6 +341,35 @@ def test_the_version_1_function_is_frozen() -> None:
     table = {"kind": "Diagonal", "sweep": {"batchSizes": [1, 2, 4]}}
     assert legacy_table_fingerprint(cfg, table) == "9201b8fde7ad7619"
     assert table_fingerprint(cfg, table).startswith("v2-")
+
+
+def test_the_version_1_function_is_frozen_over_what_the_server_gets() -> None:
+    """Version 1 hashed the values after `$(VAR)` expansion and ConfigMap resolution
+    (main at m-cap, podenv): values computed by that code, for a server whose cost inputs
+    come from a ConfigMap key, envFrom and a literal variable (a Secret only where no cost
+    is read)."""
+    c = {
+        "name": "sglang", "image": "lmsysorg/sglang:v0.5.17",
+        "command": ["python3", "-m", "sglang.launch_server"],
+        "args": ["--model-path", "$(MODEL)", "--tp-size", "2", "--speculative-algorithm",
+                 "DSPARK", "--speculative-dspark-block-size=$(K)", "--attention-backend",
+                 "$(ATTN)", "--port", "30001", "--api-key", "$(KEY)"],
+        "env": [{"name": "MODEL", "valueFrom": {"configMapKeyRef": {"name": "site",
+                                                                     "key": "model"}}},
+                {"name": "K", "value": "5"},
+                {"name": "KEY", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+                {"name": "SGLANG_PREP_IN_CUDA_GRAPH",
+                 "valueFrom": {"configMapKeyRef": {"name": "site", "key": "prep"}}}],
+        "envFrom": [{"configMapRef": {"name": "modes"}}],
+    }  # fmt: skip
+    maps = {
+        "site": ConfigMapEnv.of({"data": {"model": "org/m-8b", "prep": "0"}}),
+        "modes": ConfigMapEnv.of({"data": {"SGLANG_RAGGED_VERIFY_MODE": "compact", "ATTN": "fa3"}}),
+    }
+    cfg = server_config(c, parse_server(c, resolve_env(c, "ns", maps)))
+    assert cfg.legacy_fingerprint() == "04359a37e13db268"
+    table = {"kind": "Diagonal", "sweep": {"batchSizes": [1, 2, 4]}}
+    assert legacy_table_fingerprint(cfg, table) == "e96a60c275ced0c3"
 
 
 def test_what_changed_is_said_in_the_fingerprint_command_s_words() -> None:
