@@ -17,7 +17,7 @@ from sps_operator.api import limits
 from sps_operator.api.models import SpsProfile
 from sps_operator.api.result import build_patch
 from sps_operator.controller import compat
-from sps_operator.controller.placement import PodInfo
+from sps_operator.controller.placement import MAX_EXIT_MESSAGE, PodInfo, pod_info
 from sps_operator.controller.serverconfig import (
     TABLE_PATH_FLAG,
     legacy_table_fingerprint,
@@ -163,6 +163,24 @@ def test_a_diagonal_only_loader_refuses_the_additive_seed_in_the_clone_never_in_
     # The same server with a Diagonal profile is profiled as usual.
     h.kube.edit("SpsProfile", "p", lambda p: p["spec"].update(table=body()["spec"]["table"]))
     assert h.profile_once()["targets"][0]["state"] == "Live"
+
+
+def test_the_pod_index_keeps_a_profiling_pod_s_last_words_only() -> None:
+    """What the kubelet reports for a native sidecar that exited and restarts: its
+    termination message (the log's tail under FallbackToLogsOnError) in lastState."""
+    words = "x" * 5000 + compat.ADDITIVE_REFUSED
+    sidecar = {
+        "name": "sglang-server",
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+        "lastState": {"terminated": {"exitCode": 1, "message": words}},
+    }
+    done = {"name": "profiler", "state": {"terminated": {"exitCode": 0, "message": "ok"}}}
+    status = {"initContainerStatuses": [sidecar], "containerStatuses": [done]}
+    run = {L.LABEL_RUN: "r1"}
+    ((container_name, last_words),) = pod_info("r1-x", run, {}, status, {}).exits
+    assert container_name == "sglang-server" and last_words.endswith(compat.ADDITIVE_REFUSED)
+    assert len(last_words) == MAX_EXIT_MESSAGE
+    assert pod_info("server-x", {"app": "sglang"}, {}, status, {}).exits == ()
 
 
 def test_a_crash_the_operator_does_not_know_keeps_the_run_waiting() -> None:

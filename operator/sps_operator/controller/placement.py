@@ -113,10 +113,15 @@ def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
     )
     table_hash = (meta.get("annotations") or {}).get(L.ANNOTATION_TABLE_HASH)
     exits = []
+    # Only a profiling pod's last words are read (a clone's refusal to start); the index
+    # keeps no more of other pods.
+    profiling_run = L.LABEL_RUN in labels
     for cs in [
         *(status.get("initContainerStatuses") or []),
         *(status.get("containerStatuses") or []),
     ]:
+        if not profiling_run:
+            break
         state = (cs.get("state") or {}).get("terminated") or {}
         last = (cs.get("lastState") or {}).get("terminated") or {}
         ended = state if state.get("exitCode") else last
