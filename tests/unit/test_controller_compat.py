@@ -382,3 +382,32 @@ def test_a_run_started_before_the_upgrade_finishes_under_the_new_key() -> None:
     status = h.settle()
     assert status["tables"][0]["fingerprint"] == run["fingerprint"]
     assert status["targets"][0]["state"] == "Live"
+
+
+def test_a_failed_rollout_returns_to_a_table_adopted_from_version_1() -> None:
+    """The table a failed rollout replaced still carries its version-1 label: the
+    rollback vouches for it the same way (`adoptedFrom`), or the Deployment would stay on
+    the table that failed."""
+    h = harness(body(refresh={"token": "a"}))
+    h.profile_once()
+    v1, _ = as_version_1(h)
+    (first,) = h.settle()["tables"]
+    assert first["adoptedFrom"] == v1
+    h.kube.obj("SpsProfile", "p")["spec"]["refresh"] = {"token": "b"}
+    h.kube.instant_rollout = False
+    h.tick()
+    assert h.run_pass().get("currentRun")
+    h.finish(result=build_patch(status="succeeded", rounds=rounds(scale=1.5)))
+    (second,) = h.settle()["tables"]
+    assert second["previous"] == first["configMap"] and h.running_hash() == second["hash"]
+    dep = h.kube.obj("Deployment", "server")
+    dep["status"]["observedGeneration"] = dep["metadata"]["generation"]
+    dep["status"]["conditions"] = [
+        {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}
+    ]
+    h.tick()
+    status = h.run_pass()
+    assert "rolled back to" in status["lastFailure"]["message"], status["lastFailure"]
+    (restored,) = status["tables"]
+    assert (restored["hash"], restored["adoptedFrom"]) == (first["hash"], v1)
+    assert h.running_hash() == first["hash"]
