@@ -86,6 +86,35 @@ TARGET_REASONS: dict[str, tuple[str, str]] = {
         "spec.serverContainer names no container of the Deployment",
         "Set spec.serverContainer to the SGLang container's name.",
     ),
+    "AmbiguousFlag": (
+        "A flag of the server is an abbreviation of several flags",
+        "SGLang's parser refuses it too (the server does not start). Write the flag in full.",
+    ),
+    "ConfigFileFlags": (
+        "The server reads flags from a --config file the operator cannot see",
+        "A cost flag in the file would change without making the table stale. Write the "
+        "flags in the container's args (`sps-operator fingerprint -f deployment.yaml` shows "
+        "what the operator reads).",
+    ),
+    "DiagonalOnlyServer": (
+        "The server's table loader reads only diagonal tables; an Additive table would stop it",
+        "Set spec.table.kind: Diagonal. The message says how the operator knows: "
+        "--speculative-dspark-sps-table-path const (the fzyzcjy/sglang fork), or a profiling "
+        "clone that refused an additive table at start-up (status.diagonalOnlyServers; a "
+        "changed server is judged again). docs/compatibility.md lists the builds.",
+    ),
+    "LoraNeedsStaticMode": (
+        "DSpark with LoRA runs only in static mode, which reads no table",
+        "SGLang refuses LoRA with DSpark outside static mode (#34337), so the operator puts no "
+        "table onto such a server and profiles none in compact mode. Run the server in "
+        "static mode with table.kind Diagonal, or without LoRA (docs/compatibility.md).",
+    ),
+    "LoraUnsupported": (
+        "This SGLang release refuses LoRA with DSpark at start-up",
+        "Releases up to v0.5.17 run LoRA only with NGRAM speculative decoding: the server "
+        "cannot start. Use a later SGLang in static mode, or run without LoRA; if the image "
+        "tag misleads, set spec.server.sglangVersion.",
+    ),
 }
 
 # Failures a run can end with (status.lastFailure.reason), beyond the heuristics below.
@@ -172,6 +201,23 @@ FAILURE_REASONS: dict[str, tuple[str, str]] = {
         "The message names what refused the borrow (a PodDisruptionBudget, minAvailable, an "
         "HPA or a GitOps owner of replicas, a rollout, another borrow on the product); see "
         "docs/capacity.md. Fix that or add a node, then `kubectl sps reprofile {name}`.",
+    ),
+    "DiagonalOnlyServer": (
+        "The profiling clone refused the additive seed table: its loader reads only diagonal",
+        "Nothing was rolled out, and the operator now refuses Additive for this server (a "
+        "production server would not have started with an additive table). Set "
+        "spec.table.kind: Diagonal; the message has the server's last words.",
+    ),
+    "ServerRefusedToStart": (
+        "The profiling clone refused to start",
+        "The message has the server's last words and what they mean (e.g. the fzyzcjy fork "
+        "needs --speculative-dspark-sps-table-path=const in compact mode). Fix the "
+        "Deployment, then `kubectl sps reprofile {name}`.",
+    ),
+    "LoraNeedsStaticMode": (
+        "The profiling clone refused LoRA in its mode",
+        "DSpark with LoRA runs only in static mode; use table.kind Diagonal, or run without "
+        "LoRA (docs/compatibility.md).",
     ),
     "DeadlineExceeded": (
         "The profiling Job ran longer than spec.job.activeDeadlineSeconds",
@@ -530,6 +576,10 @@ def _run_line(run: Mapping[str, Any], now: datetime) -> dict[str, str] | None:
             f"1 of {borrow.get('replicas', '?')} replicas of {borrow['deployment']} "
             f"for {age(borrow.get('at'), now)}"
         )
+    changes = [str(c) for c in run.get("changes") or []]
+    if changes:
+        line["trigger"] = str(run.get("trigger") or "")
+        line["changes"] = "; ".join(changes)
     return line
 
 
@@ -650,6 +700,24 @@ def explain(
                 )
             )
 
+    for target in status.get("targets") or []:
+        unseen = [str(u) for u in target.get("unfingerprinted") or []]
+        if unseen:
+            findings.append(
+                Finding(
+                    what="Inputs that look like cost inputs are not in the fingerprint "
+                    f"(Deployment {target.get('deployment')})",
+                    why="; ".join(unseen),
+                    next=(
+                        "A change of these reprofiles nothing, so a table could outlive the "
+                        "cost it measured. Pin the image by digest or release tag; write "
+                        "cost flags in args, not in a Secret; after changing one of the "
+                        f"others, `kubectl sps reprofile {name}`. docs/fingerprint.md lists "
+                        "what is fingerprinted."
+                    ),
+                )
+            )
+
     failure = status.get("lastFailure")
     if failure:
         findings.append(_failure_finding(name, failure))
@@ -751,6 +819,9 @@ def render_explain(report: Mapping[str, Any]) -> str:
         if run.get("borrowed"):
             text += f"; borrowed {run['borrowed']}"
         lines.append(clean_text(text, MAX_EVIDENCE))
+        if run.get("changes"):
+            why = f"  {run.get('trigger') or 'ServerChanged'}: the server changed: {run['changes']}"
+            lines.append(clean_text(why, MAX_EVIDENCE))
     findings = report.get("findings") or []
     if not findings:
         lines.append(
