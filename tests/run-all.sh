@@ -1,54 +1,65 @@
 #!/usr/bin/env bash
 # `make test`: every check and every test, in two lanes at once.
 #
-#   bed lane    the tests on a real-node test bed (markers `realnode`, `e2e`): the longest
-#               lane, and mostly waiting on kubelets, pods and the simulator, so it leaves
-#               CPU idle; its output goes to the terminal as it comes.
-#   other lane  beside it: lint and types, the control-plane tests (`k8s`, no nodes), then
-#               the CPU-bound unit, simulator and profiler tests. Lint and the CPU-bound
-#               tests run under `nice` so that the bed's pods keep the CPU they need; the
-#               control-plane tests do not (their leader-election timings want a fair share).
-#               Its output is kept in $SPS_TEST_LOGS/other.log and printed after the bed
-#               lane's.
+# bed lane (the longest; its output goes to the terminal as it comes): the tests on the
+#   real-node test bed (markers `realnode`, `e2e`), which mostly wait on kubelets, pods
+#   and the simulator:
+#   1. one bed (`sps-testbed run`), and on it the tests marked `bed_shared` in two
+#      pytest-xdist workers, then every other test of the bed one at a time (those that
+#      fill a GPU pool, load every node, run a cluster-wide operator or bound a time);
+#   2. then the tests that start beds of their own (`e2e`, not `realnode`: the demo).
+# other lane (beside it; output kept in $SPS_TEST_LOGS/other.log and printed at the
+#   end): lint and types, the control-plane tests (`k8s`, no nodes), then the CPU-bound
+#   unit, simulator and profiler tests. Lint and the CPU-bound tests run under `nice`, so
+#   the bed's pods keep the CPU they need; the control-plane tests run above the bed's
+#   priority (their leader-election test bounds lease hand-over times).
 #
-# Exits non-zero when any step of either lane fails. Arguments go to both pytest runs of
-# tests (e.g. `-x`, `--durations=20`); PYTEST_ADDOPTS works too.
+# Exits non-zero when any step of either lane fails. Arguments go to every pytest run
+# (e.g. `-x`, `--durations=20`); PYTEST_ADDOPTS works too. SPS_TEST_WORKERS sets the
+# number of workers for the shared tests (default 2; 0 runs them in one process).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${SPS_TEST_BIN:-.venv/bin}
 logs=${SPS_TEST_LOGS:-.test-logs}
-nice_other=(nice -n "${SPS_TEST_NICE:-10}")
+workers=${SPS_TEST_WORKERS:-2}
+low=(nice -n "${SPS_TEST_NICE:-10}")
+high=(nice -n -5)
 
-other_lane() {
-  local failed=0
-  step() {  # name command...
-    local name=$1 started=$SECONDS rc=0
-    shift
-    echo "==== $name: $*"
-    "$@" || rc=$?
-    if [ "$rc" -ne 0 ]; then
-      failed=1
-      echo "$name" >> "$logs/other.failed"
-    fi
-    echo "==== $name: exit $rc after $((SECONDS - started)) s"
-  }
-  step lint "${nice_other[@]}" make --no-print-directory lint-checks
-  # A cache directory of its own: two pytest processes share the checkout.
-  step control-plane "$bin/pytest" -m "k8s and not realnode and not e2e" \
-    -o cache_dir=.pytest_cache/other "$@"
-  step unit "${nice_other[@]}" "$bin/pytest" -m "not k8s and not e2e" \
-    -o cache_dir=.pytest_cache/other "$@"
-  return $failed
+# Runs a step, records its failure and time; `pytest` finding no test (exit 5) is no failure.
+step() {  # lane name command...
+  local lane=$1 name=$2 started=$SECONDS rc=0
+  shift 2
+  echo "==== $name: $*"
+  "$@" || rc=$?
+  [ "$rc" -eq 5 ] && rc=0
+  [ "$rc" -ne 0 ] && echo "$name (exit $rc)" >> "$logs/$lane.failed"
+  echo "==== $name: exit $rc after $((SECONDS - started)) s"
+  return "$rc"
 }
 
-if [ "${1:-}" = "--other-lane" ]; then
-  shift
-  other_lane "$@"
-  exit
-fi
+case "${1:-}" in
+  --other-lane)
+    shift
+    step other lint "${low[@]}" make --no-print-directory lint-checks
+    # A cache directory of its own: two pytest processes share the checkout.
+    step other control-plane "${high[@]}" "$bin/pytest" -m "k8s and not realnode and not e2e" \
+      -o cache_dir=.pytest_cache/other "$@"
+    step other unit "${low[@]}" "$bin/pytest" -m "not k8s and not e2e" \
+      -o cache_dir=.pytest_cache/other "$@"
+    exit 0
+    ;;
+  --on-the-bed)  # inside `sps-testbed run`, SPS_TESTBED_ATTACH set
+    shift
+    dist=(-n "$workers")
+    [ "$workers" -eq 0 ] && dist=()
+    step bed "bed, shared" "$bin/pytest" "${dist[@]}" -m "realnode and bed_shared" "$@"
+    step bed "bed, one at a time" "$bin/pytest" -m "realnode and not bed_shared" "$@"
+    exit 0
+    ;;
+esac
 
 mkdir -p "$logs"
-rm -f "$logs"/other.*
+rm -f "$logs"/other.* "$logs"/bed.*
 start=$SECONDS
 # Its own session (process group), so that it can be ended as a whole.
 setsid bash "$0" --other-lane "$@" > "$logs/other.log" 2>&1 &
@@ -57,20 +68,20 @@ trap 'kill -TERM -- -$other_pid 2>/dev/null' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-echo "==== bed lane: $bin/pytest -m 'realnode or e2e' $*  (the other lane: $logs/other.log)"
-"$bin/pytest" -m "realnode or e2e" "$@"
-bed_rc=$?
+echo "==== bed lane (the other lane's log: $logs/other.log)"
+step bed "the bed" "$bin/sps-testbed" run -- bash "$0" --on-the-bed "$@"
+step bed "beds of their own" "$bin/pytest" -m "e2e and not realnode" "$@"
 bed_seconds=$((SECONDS - start))
 wait "$other_pid"
-other_rc=$?
 
 echo
 echo "==== the other lane (lint, control plane, unit, simulator, profiler): $logs/other.log"
 cat "$logs/other.log"
 echo
-echo "==== bed lane: exit $bed_rc after $bed_seconds s; other lane: exit $other_rc; " \
-  "both done after $((SECONDS - start)) s"
-if [ -s "$logs/other.failed" ]; then
-  echo "==== failed in the other lane: $(tr '\n' ' ' < "$logs/other.failed")"
+echo "==== bed lane done after $bed_seconds s, both lanes after $((SECONDS - start)) s"
+failed=$(cat "$logs"/bed.failed "$logs"/other.failed 2>/dev/null)
+if [ -n "$failed" ]; then
+  echo "==== FAILED: $(echo "$failed" | paste -sd ';' -)"
+  exit 1
 fi
-[ "$bed_rc" -eq 0 ] && [ "$other_rc" -eq 0 ]
+echo "==== all passed"
