@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
 # `make test`: every check and every test, in two lanes at once.
 #
-# bed lane (the longest; its output goes to the terminal as it comes): the tests on the
-#   real-node test bed (markers `realnode`, `e2e`), which mostly wait on kubelets, pods
-#   and the simulator:
-#   1. one bed (`sps-testbed run`), and on it the tests marked `bed_shared` in two
-#      pytest-xdist workers, then every other test of the bed one at a time (those that
-#      fill a GPU pool, load every node, run a cluster-wide operator or bound a time);
-#   2. then the tests that start beds of their own (`e2e`, not `realnode`: the demo).
-# other lane (beside it; output kept in $SPS_TEST_LOGS/other.log and printed at the
-#   end): lint and types, the control-plane tests (`k8s`, no nodes), then the CPU-bound
-#   unit, simulator and profiler tests. Lint and the CPU-bound tests run under `nice`, so
-#   the bed's pods keep the CPU they need; the control-plane tests run above the bed's
-#   priority (their leader-election test bounds lease hand-over times).
+# bed lane (the longest; its output goes to the terminal as it comes): one real-node test
+#   bed (`sps-testbed run`) and on it the tests that use it (marker `realnode`): first
+#   those marked `bed_shared` in two pytest-xdist workers (their own namespaces, an
+#   operator in namespaces mode, a few GPUs, no bound on time), then every other one
+#   alone (those that fill a GPU pool, load every node, run a cluster-wide operator or
+#   bound a time, and every test not marked: alone is the safe default).
+# other lane (beside it; its output is kept in $SPS_TEST_LOGS/other.log and printed at
+#   the end): the tests that start beds of their own (`e2e`, not `realnode`: the demo),
+#   lint and types, the control-plane tests (`k8s`, no nodes), the profiler's tests
+#   against a live simulator, then the unit and simulator tests. Lint and the unit tests
+#   run under `nice`, so that the beds keep the CPU they need; the control-plane and
+#   profiler tests run above the beds' priority, because they measure real time (lease
+#   hand-over times; tables within 5-10 % of the simulator's truth, which a starved
+#   simulator misses).
 #
 # Exits non-zero when any step of either lane fails. Arguments go to every pytest run
-# (e.g. `-x`, `--durations=20`); PYTEST_ADDOPTS works too. SPS_TEST_WORKERS sets the
-# number of workers for the shared tests (default 2; 0 runs them in one process).
+# (e.g. `-x`); PYTEST_ADDOPTS works too. SPS_TEST_WORKERS sets the number of workers for
+# the shared tests (default 2; 0: one process).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${SPS_TEST_BIN:-.venv/bin}
@@ -40,11 +42,17 @@ step() {  # lane name command...
 case "${1:-}" in
   --other-lane)
     shift
+    # First: the beds of its own (the demo) start while the bed lane runs the tests that
+    # bound no time; a second bed beside the first is fine.
+    step other "beds of their own" "$bin/pytest" -m "e2e and not realnode" \
+      -o cache_dir=.pytest_cache/other "$@"
     step other lint "${low[@]}" make --no-print-directory lint-checks
     # A cache directory of its own: two pytest processes share the checkout.
     step other control-plane "${high[@]}" "$bin/pytest" -m "k8s and not realnode and not e2e" \
       -o cache_dir=.pytest_cache/other "$@"
-    step other unit "${low[@]}" "$bin/pytest" -m "not k8s and not e2e" \
+    step other profiler "${high[@]}" "$bin/pytest" -m "not k8s and not e2e" tests/profiler \
+      -o cache_dir=.pytest_cache/other "$@"
+    step other unit "${low[@]}" "$bin/pytest" -m "not k8s and not e2e" --ignore=tests/profiler \
       -o cache_dir=.pytest_cache/other "$@"
     exit 0
     ;;
@@ -52,8 +60,10 @@ case "${1:-}" in
     shift
     dist=(-n "$workers")
     [ "$workers" -eq 0 ] && dist=()
-    step bed "bed, shared" "$bin/pytest" "${dist[@]}" -m "realnode and bed_shared" "$@"
-    step bed "bed, one at a time" "$bin/pytest" -m "realnode and not bed_shared" "$@"
+    step bed "bed, shared" "$bin/pytest" "${dist[@]}" -m "realnode and bed_shared" \
+      --durations=10 "$@"
+    step bed "bed, one at a time" "$bin/pytest" -m "realnode and not bed_shared" \
+      --durations=10 "$@"
     exit 0
     ;;
 esac
@@ -70,7 +80,6 @@ trap 'exit 143' TERM
 
 echo "==== bed lane (the other lane's log: $logs/other.log)"
 step bed "the bed" "$bin/sps-testbed" run -- bash "$0" --on-the-bed "$@"
-step bed "beds of their own" "$bin/pytest" -m "e2e and not realnode" "$@"
 bed_seconds=$((SECONDS - start))
 wait "$other_pid"
 
