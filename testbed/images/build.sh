@@ -69,16 +69,23 @@ if ! have "$base_ref"; then
 fi
 
 # ---- operator: the project's Dockerfile ------------------------------------------
+# With --layers: the Dockerfile installs the dependencies from pyproject.toml before it
+# copies any source, so after a change under operator/ buildah reuses those layers from
+# its storage and builds only the operator's own wheel and layer. The dependencies'
+# stage is tagged by what it is built from, so that the prune at the end keeps it.
 op_key=$(hash_str "$base_key $(hash_files Dockerfile pyproject.toml README.md operator)")
 op_tar="$cache/sps-operator-$op_key.tar"
+deps_ref="localhost/sps-testbed/operator-deps:$(hash_str "$base_key $(hash_files Dockerfile pyproject.toml)")"
 if [ ! -s "$op_tar" ]; then
   echo "buildah: $operator_ref from Dockerfile ($op_key)" >&2
   # pip inside the build reaches PyPI through the host's CA bundle.
-  "${nice[@]}" buildah bud --quiet --isolation=chroot --network=host --layers=false \
-    -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
-    --build-arg PYTHON_IMAGE="$base_ref" --build-arg VERSION="$app_version" \
+  bud=("${nice[@]}" buildah bud --quiet --isolation=chroot --network=host --layers
+    -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro
+    --build-arg PYTHON_IMAGE="$base_ref" -f "$repo/Dockerfile")
+  have "$deps_ref" || "${bud[@]}" --target deps -t "$deps_ref" "$repo" >&2
+  "${bud[@]}" --build-arg VERSION="$app_version" \
     --build-arg REVISION="$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)" \
-    -t "$operator_ref" -f "$repo/Dockerfile" "$repo" >&2
+    -t "$operator_ref" "$repo" >&2
   export_image "$operator_ref" "$op_tar"
 fi
 
@@ -109,6 +116,12 @@ scratch_image "$coredns_ref" "$nodebin/coredns" "$cache/coredns-$(sha256sum "$no
 # Every source change makes a new operator image: keep the newest few of each kind.
 prune() { ls -1t "$cache"/$1-*.tar 2>/dev/null | tail -n +$(( ${SPS_IMAGES_KEEP:-4} + 1 )) | xargs -r rm -f; }
 prune sps-operator; prune sglang
+# The dependency stages of the newest few pyproject.toml/Dockerfile versions stay (other
+# checkouts share this cache); then every image without a name goes, except the layers
+# of the named ones.
+buildah images --noheading --format '{{.CreatedAtRaw}}|{{.Name}}:{{.Tag}}' \
+  | grep -F '|localhost/sps-testbed/operator-deps:' | sort -r | cut -d'|' -f2 \
+  | tail -n +$(( ${SPS_IMAGES_KEEP:-4} + 1 )) | xargs -r buildah rmi >/dev/null 2>&1 || true
 buildah rmi --prune >/dev/null 2>&1 || true
 
 manifest="$cache/manifest-$(hash_str "$op_key $sg_key $(sha256sum "$nodebin/pause" "$nodebin/coredns")").json"

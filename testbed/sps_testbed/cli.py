@@ -1,9 +1,12 @@
-"""`sps-testbed build|up|down|status|env|demo|controlplane`: the test bed from the shell."""
+"""`sps-testbed build|up|down|status|env|run|demo|controlplane`: the test bed from the shell."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -82,6 +85,32 @@ def _cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    """Start a bed, run the command with SPS_TESTBED_ATTACH set to it, stop the bed.
+
+    The bed is not detached: it stops with this process, however that ends. What the
+    command returns is what this returns; a bed that does not start returns 1."""
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        print("sps-testbed run: no command (sps-testbed run -- pytest ...)", file=sys.stderr)
+        return 2
+    nodes = [NodeSpec.parse(n) for n in args.node] or list(DEFAULT_NODES)
+    with tempfile.TemporaryDirectory(prefix="sps-testbed-") as tmp:
+        bed = RealNodeCluster(args.state_dir or Path(tmp), nodes=nodes)
+        try:
+            bed.build()
+            bed.start(timeout=args.timeout)
+            print(
+                f"sps-testbed run: artifacts checked/built in {bed.build_seconds:.1f}s, bed "
+                f"ready in {bed.start_seconds:.1f}s ({bed.record().timings}); {bed.state_dir}",
+                flush=True,
+            )
+            env = dict(os.environ, SPS_TESTBED_ATTACH=str(bed.state_dir))
+            return subprocess.run(command, env=env, check=False).returncode
+        finally:
+            bed.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # Subcommands with arguments of their own (`sps-testbed demo --help`).
@@ -111,6 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("down", help="stop the bed and remove what it made").set_defaults(fn=_cmd_down)
     sub.add_parser("status", help="is it running; its nodes").set_defaults(fn=_cmd_status)
     sub.add_parser("env", help="print KUBECONFIG and PATH exports").set_defaults(fn=_cmd_env)
+    run = sub.add_parser(
+        "run", help="start a bed, run a command that uses it (SPS_TESTBED_ATTACH), stop it"
+    )
+    run.add_argument("--node", action="append", default=[], help="NAME=PRODUCT[:GPUS], repeatable")
+    run.add_argument("--timeout", type=float, default=420.0)
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
+    run.set_defaults(fn=_cmd_run)
     sub.add_parser("demo", help="the embedded-default demo on a bed of its own (make demo)")
     sub.add_parser("controlplane", help="the control plane alone, no nodes: up|down|env|status")
     args = parser.parse_args(argv)

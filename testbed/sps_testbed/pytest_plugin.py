@@ -11,7 +11,9 @@ point of sps-testbed, so installing the package is enough).
 A test that uses any of them gets the `realnode` marker. If the bed cannot be built or
 started, the test fails with the reason (it never skips). `SPS_TESTBED_TEST_DIR` fixes the
 state directory (to look at logs after a run); `SPS_TESTBED_NODES` overrides the nodes
-(`name=PRODUCT:GPUS,...`).
+(`name=PRODUCT:GPUS,...`). `SPS_TESTBED_ATTACH=<state dir>` uses the bed running there
+instead of starting one, and leaves it running: what `sps-testbed run -- pytest ...`
+sets, so that several pytest processes (pytest-xdist's workers) share one bed.
 """
 
 from __future__ import annotations
@@ -53,13 +55,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     # Four kubelets are not free on two cores: the bed stops after the last test that uses
     # it, not at the end of the whole session.
-    if item.nodeid == _holder.last and _holder.bed is not None:
+    if item.nodeid == _holder.last and _holder.bed is not None and not _holder.attached:
         _holder.bed.stop()
 
 
 class _BedHolder:
     def __init__(self) -> None:
         self.bed: RealNodeCluster | None = None
+        self.attached = False  # started by another process (SPS_TESTBED_ATTACH): not ours to stop
         self.error: str | None = None
         self.tmp: tempfile.TemporaryDirectory[str] | None = None
         self.summary = ""
@@ -76,6 +79,15 @@ def _nodes() -> list[NodeSpec]:
     return [NodeSpec.parse(n.strip()) for n in env.split(",") if n.strip()]
 
 
+def _attach(state: Path) -> RealNodeCluster:
+    """The bed another process started in `state` (its binaries found for kubectl, helm)."""
+    bed = RealNodeCluster.attach(state)
+    if not bed.running() or bed.record().status != "ready":
+        raise TestbedError(f"SPS_TESTBED_ATTACH={state}: no ready test bed there")
+    bed.build()
+    return bed
+
+
 @pytest.fixture(scope="session")
 def realnode_cluster() -> Iterator[RealNodeCluster]:
     if _holder.error is not None:
@@ -83,6 +95,18 @@ def realnode_cluster() -> Iterator[RealNodeCluster]:
             f"real-node test bed failed to start earlier in this session:\n{_holder.error}",
             pytrace=False,
         )
+    attach = os.environ.get("SPS_TESTBED_ATTACH")
+    if attach:
+        try:
+            _holder.bed, _holder.attached = _attach(Path(attach)), True
+        except (TestbedError, ArtifactError, OSError, ValueError) as err:
+            _holder.error = str(err)
+            pytest.fail(f"real-node test bed not reachable:\n{err}", pytrace=False)
+        try:
+            yield _holder.bed
+        finally:
+            _holder.bed = None  # whoever started it stops it
+        return
     fixed = os.environ.get("SPS_TESTBED_TEST_DIR")
     if fixed:
         state = Path(fixed)
