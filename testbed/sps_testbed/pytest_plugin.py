@@ -7,11 +7,16 @@ point of sps-testbed, so installing the package is enough).
 | `realnode_kubectl`  | session  | `kubectl(*args, input=, check=) -> stdout` against the bed  |
 | `realnode_api`      | session  | an admin `kubernetes.client.ApiClient`                      |
 | `realnode_namespace`| function | a fresh namespace (its default SA exists), deleted afterwards |
+| `realnode_kueue`    | session  | Kueue installed on that bed (sps_testbed.kueue): KueueSetup  |
+| `realnode_kueue_namespace` | function | a fresh namespace, its LocalQueue `gpu` -> CQ `gpu` |
 
 A test that uses any of them gets the `realnode` marker. If the bed cannot be built or
 started, the test fails with the reason (it never skips). `SPS_TESTBED_TEST_DIR` fixes the
 state directory (to look at logs after a run); `SPS_TESTBED_NODES` overrides the nodes
 (`name=PRODUCT:GPUS,...`).
+
+Kueue is installed the first time a test asks for it and removed after the last test that
+uses it (like the bed itself), so the tests after it see a bed without Kueue.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import pytest
 from sps_testbed.artifacts import ArtifactError
 from sps_testbed.cluster import DEFAULT_NODES, NodeSpec, RealNodeCluster, TestbedError
 from sps_testbed.controlplane_fixtures import namespace_name
+from sps_testbed.kueue import KueueError, KueueSetup, create_local_queue
 
 FIXTURES = ("realnode_cluster", "realnode_kubectl", "realnode_api", "realnode_namespace")
 Kubectl = Callable[..., str]
@@ -41,12 +47,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     _holder.last = None
+    _holder.last_kueue = None
     for item in items:
         if any(f in getattr(item, "fixturenames", ()) for f in FIXTURES):
             item.add_marker("realnode")
             # Like every test that starts a cluster: `-m "not k8s"` leaves it out.
             item.add_marker("k8s")
             _holder.last = item.nodeid
+        if "realnode_kueue" in getattr(item, "fixturenames", ()):
+            _holder.last_kueue = item.nodeid
 
 
 @pytest.hookimpl(trylast=True)
@@ -55,6 +64,9 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     # it, not at the end of the whole session.
     if item.nodeid == _holder.last and _holder.bed is not None:
         _holder.bed.stop()
+        _holder.kueue = None
+    elif item.nodeid == _holder.last_kueue:
+        _uninstall_kueue()
 
 
 class _BedHolder:
@@ -64,6 +76,9 @@ class _BedHolder:
         self.tmp: tempfile.TemporaryDirectory[str] | None = None
         self.summary = ""
         self.last: str | None = None
+        self.kueue: KueueSetup | None = None
+        self.kueue_error: str | None = None
+        self.last_kueue: str | None = None
 
 
 _holder = _BedHolder()
@@ -132,6 +147,42 @@ def realnode_namespace(
         yield name
     finally:
         realnode_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="session")
+def realnode_kueue(realnode_cluster: RealNodeCluster) -> Iterator[KueueSetup]:
+    """Kueue on the session's bed, with the ClusterQueue `gpu` (a flavor per GPU product)."""
+    if _holder.kueue_error is not None:
+        pytest.fail(f"Kueue failed to install earlier in this session:\n{_holder.kueue_error}")
+    try:
+        setup = realnode_cluster.install_kueue()
+    except (KueueError, TestbedError, OSError) as err:
+        _holder.kueue_error = str(err)
+        pytest.fail(f"Kueue did not install on the test bed:\n{err}", pytrace=False)
+    _holder.kueue = setup
+    _holder.summary += (
+        f"\nKueue {setup.version}: installed and serving in "
+        f"{setup.timings['visibility_available']:.1f}s ({setup.timings})"
+    )
+    try:
+        yield setup
+    finally:
+        _uninstall_kueue()
+
+
+def _uninstall_kueue() -> None:
+    if _holder.kueue is not None and _holder.bed is not None:
+        _holder.kueue = None
+        _holder.bed.uninstall_kueue()
+
+
+@pytest.fixture()
+def realnode_kueue_namespace(
+    realnode_cluster: RealNodeCluster, realnode_kueue: KueueSetup, realnode_namespace: str
+) -> str:
+    """A fresh namespace whose LocalQueue `gpu` points at the ClusterQueue `gpu`."""
+    create_local_queue(realnode_cluster, realnode_namespace, realnode_kueue.cluster_queue)
+    return realnode_namespace
 
 
 @pytest.hookimpl(hookwrapper=True)
