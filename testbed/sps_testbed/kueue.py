@@ -350,3 +350,13 @@ def uninstall(bed: _Bed, kueue_dir: Path, timeout: float = 180.0) -> None:
         "delete", "--ignore-not-found", f"--timeout={timeout:.0f}s", "-f", "-",
         input=_dump(rest), timeout=timeout + 10,
     )  # fmt: skip
+    # Test namespaces may have "kueue" in their names: look for Kueue's own names only.
+    left = [
+        name
+        for kind in ("crd", "apiservice", "mutatingwebhookconfiguration",
+                     "validatingwebhookconfiguration", "namespace")
+        for name in bed.kubectl("get", kind, "-o", "name").split()
+        if name.endswith(".kueue.x-k8s.io") or name.split("/")[-1].startswith("kueue-")
+    ]  # fmt: skip
+    if left:
+        raise KueueError(f"Kueue uninstalled, but these are left: {', '.join(left)}")

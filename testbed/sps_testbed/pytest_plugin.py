@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -173,7 +174,9 @@ def realnode_kueue(realnode_cluster: RealNodeCluster) -> Iterator[KueueSetup]:
 def _uninstall_kueue() -> None:
     if _holder.kueue is not None and _holder.bed is not None:
         _holder.kueue = None
+        t0 = time.monotonic()
         _holder.bed.uninstall_kueue()
+        _holder.summary += f"; removed in {time.monotonic() - t0:.1f}s"
 
 
 @pytest.fixture()
