@@ -59,13 +59,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             _holder.last_kueue = item.nodeid
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    last_bed_user = item.nodeid == _holder.last
+    if last_bed_user:
+        _holder.kueue = None  # the bed stops next: nothing of Kueue to remove first
+    yield  # the fixtures' own teardown
     # Four kubelets are not free on two cores: the bed stops after the last test that uses
-    # it, not at the end of the whole session.
-    if item.nodeid == _holder.last and _holder.bed is not None:
+    # it, not at the end of the whole session; Kueue goes after the last test that uses it.
+    if last_bed_user and _holder.bed is not None:
         _holder.bed.stop()
-        _holder.kueue = None
     elif item.nodeid == _holder.last_kueue:
         _uninstall_kueue()
 
