@@ -1,4 +1,4 @@
-"""The operator at scale, on the local control plane (issue 10).
+"""The operator at scale, on the local control plane (issues 10 and 18).
 
 Prints a table: with 0, 500 and 2,000 idle SpsProfiles, the operator's CPU, RSS and the
 rate of its requests to the API server (counted by the API server's own audit log, watches
@@ -10,8 +10,12 @@ table → Deployment patched, rolled out → Ready), p50/p99 over repeated runs,
     .venv/bin/python bench/operator_scale.py --operator /tmp/old/.venv/bin/sps-operator \
         --chart /tmp/old/charts/sps-operator --label before      # another build, side by side
 
-An idle profile selects no Deployment (it has a status and nothing to do). The hop runs
-use a one-replica SGLang Deployment (sps-sim at 40x) and a two-probe Diagonal sweep.
+An idle fleet is what an idle cluster looks like: each profile selects one SGLang
+Deployment of its own, scaled to zero (scale-to-zero serving), except `--pending` whose
+pod cannot be scheduled, `--crashing` whose server exits at start (CrashLoopBackOff) and
+`--rolling` stuck mid-rollout (the new pods' image cannot be pulled, the old pod serves);
+`--fleet none` is the old fleet, profiles that select nothing. The hop runs use a
+one-replica SGLang Deployment (sps-sim at 40x) and a two-probe Diagonal sweep.
 """
 
 from __future__ import annotations
@@ -195,14 +199,89 @@ def idle_profile(name: str) -> dict[str, Any]:
     }
 
 
-def create_idle(custom: client.CustomObjectsApi, start: int, stop: int) -> None:
-    def one(i: int) -> None:
+@dataclass(frozen=True)
+class Fleet:
+    """What the idle profiles select: `kind` "targets" (a Deployment each: `pending`,
+    `crashing` and `rolling` of them so, the rest scaled to zero) or "none"."""
+
+    kind: str = "targets"
+    pending: int = 10
+    crashing: int = 5
+    rolling: int = 5
+
+    def state(self, i: int) -> str:
+        if self.kind == "none":
+            return "none"
+        for state, upto in (
+            ("pending", self.pending),
+            ("crashing", self.pending + self.crashing),
+            ("rolling", self.pending + self.crashing + self.rolling),
+        ):
+            if i < upto:
+                return state
+        return "zero"
+
+
+NO_SUCH_PRODUCT = "NVIDIA-B200"  # no node of the bed has it: the pod stays Pending
+MISSING_IMAGE = "lmsysorg/sglang:no-such-tag"  # the rollout to it never completes
+
+
+def fleet_deployment(name: str, state: str) -> dict[str, Any]:
+    """The Deployment idle profile `name` selects, in `state`."""
+    dep = server_deployment(name)
+    dep["metadata"]["labels"] = {"bench": name}
+    dep["spec"]["selector"] = {"matchLabels": {"bench": name}}
+    pod = dep["spec"]["template"]
+    pod["metadata"]["labels"] = {"bench": name}
+    container = pod["spec"]["containers"][0]
+    container.pop("resources")  # no GPU taken: the bed has 32 and the fleet is idle
+    dep["spec"]["strategy"] = {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    if state == "zero":
+        dep["spec"]["replicas"] = 0
+    elif state == "pending":
+        pod["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": NO_SUCH_PRODUCT}
+    elif state == "crashing":
+        container["env"] = [{"name": "SPS_SIM_TIME_SCALE", "value": "not-a-number"}]
+    return dep
+
+
+def create_idle(api: client.ApiClient, fleet: Fleet, start: int, stop: int) -> None:
+    """Profiles `start`..`stop` and, for a fleet of targets, their Deployments first (a
+    rolling one settled on its first image, then moved to an image that does not exist)."""
+    apps, custom = client.AppsV1Api(api), client.CustomObjectsApi(api)
+
+    def deployment(i: int) -> None:
+        name, state = f"idle-{i:05d}", fleet.state(i)
+        if state != "none":
+            body: Any = fleet_deployment(name, state)
+            apps.create_namespaced_deployment(IDLE_NS, body)
+
+    def roll(i: int) -> None:
+        name = f"idle-{i:05d}"
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            dep = raw(apps.read_namespaced_deployment, name, IDLE_NS)
+            if (dep.get("status") or {}).get("availableReplicas", 0) >= 1:
+                break
+            time.sleep(1)
+        else:
+            raise RuntimeError(f"the rolling Deployment {name} never became available")
+        patch: Any = {
+            "spec": {
+                "template": {"spec": {"containers": [{"name": "sglang", "image": MISSING_IMAGE}]}}
+            }
+        }
+        apps.patch_namespaced_deployment(name, IDLE_NS, patch)
+
+    def profile(i: int) -> None:
         custom.create_namespaced_custom_object(
             API_GROUP, API_VERSION, IDLE_NS, PLURAL, idle_profile(f"idle-{i:05d}")
         )
 
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(one, range(start, stop)))
+        list(pool.map(deployment, range(start, stop)))
+        list(pool.map(roll, [i for i in range(start, stop) if fleet.state(i) == "rolling"]))
+        list(pool.map(profile, range(start, stop)))
 
 
 def wait_all_observed(custom: client.CustomObjectsApi, count: int, timeout: float) -> float:
@@ -396,14 +475,16 @@ def pct(values: list[float], q: float) -> float:
 Rows = list[tuple[str, str]]
 
 
-def measure_idle(c: Cluster, pid: int, user: str, size: int, seconds: float) -> Rows:
-    time.sleep(10)  # settle after the creations
+def measure_idle(c: Cluster, pid: int, user: str, size: int, seconds: float, settle: float) -> Rows:
+    time.sleep(settle)  # after the creations: debounces, the first runs of the fleet
     cpu0, t0, w0 = cpu_seconds(pid), time.monotonic(), time.time()
     time.sleep(seconds)
     cpu1, t1, w1 = cpu_seconds(pid), time.monotonic(), time.time()
     requests = operator_requests(c.audit_log, user, w0, w1)
+    cpu = (cpu1 - cpu0) / (t1 - t0)
+    per_profile = f" ({cpu / size * 1000:.3f} ‰ per profile)" if size else ""
     return [
-        (f"{size} idle profiles: operator CPU", f"{(cpu1 - cpu0) / (t1 - t0):.1%} of a core"),
+        (f"{size} idle profiles: operator CPU", f"{cpu:.1%} of a core{per_profile}"),
         (f"{size} idle profiles: RSS", f"{rss_mib(pid):.0f} MiB"),
         (f"{size} idle profiles: API requests", f"{requests / (w1 - w0):.2f} req/s"),
     ]
@@ -433,17 +514,20 @@ def run(args: argparse.Namespace, workdir: Path) -> Rows:
         user = f"system:serviceaccount:{account_ns}:{account}"
         proc = start_operator(c, account, account_ns, args.operator, args.flags, workdir)
         custom = client.CustomObjectsApi(c.api)
+        fleet = Fleet(args.fleet, args.pending, args.crashing, args.rolling)
         created = 0
         try:
             for size in args.sizes:
                 if size > created:
-                    create_idle(custom, created, size)
+                    create_idle(c.api, fleet, created, size)
                     took = wait_all_observed(custom, size, timeout=1800)
                     rows.append(
                         (f"{size} profiles: all reconciled after creation", f"{took:.0f} s")
                     )
                     created = size
-                rows += measure_idle(c, proc.pid, user, size, args.idle_seconds)
+                rows += measure_idle(
+                    c, proc.pid, user, size, args.idle_seconds, args.settle_seconds
+                )
                 if size in args.hop_sizes:
                     rows += measure_hops(c, size, args.hops)
             if args.delete:
@@ -478,6 +562,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[0, 500, 2000])
     parser.add_argument("--idle-seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--settle-seconds",
+        type=float,
+        default=60.0,
+        help="wait after the creations before measuring (past the GPU debounce)",
+    )
+    parser.add_argument(
+        "--fleet",
+        choices=("targets", "none"),
+        default="targets",
+        help="idle profiles select a Deployment each (scaled to zero, pending, crash-looping, "
+        "mid-rollout) or nothing",
+    )
+    parser.add_argument("--pending", type=int, default=10, help="targets with a Pending pod")
+    parser.add_argument("--crashing", type=int, default=5, help="crash-looping targets")
+    parser.add_argument("--rolling", type=int, default=5, help="targets stuck mid-rollout")
     parser.add_argument("--hop-sizes", type=int, nargs="*", default=[0, 2000])
     parser.add_argument("--hops", type=int, default=5, help="hop runs per size")
     parser.add_argument("--delete", type=int, default=500)
@@ -500,6 +600,11 @@ def main(argv: list[str] | None = None) -> int:
             rows = run(args, Path(tmp))
     width = max(len(r[0]) for r in rows)
     print(f"\noperator: {args.label} ({args.operator} {' '.join(args.flags)})")
+    if args.fleet == "targets":
+        print(
+            f"  fleet: each profile selects a Deployment; {args.pending} pending, "
+            f"{args.crashing} crash-looping, {args.rolling} mid-rollout, the rest scaled to zero"
+        )
     for what, value in rows:
         print(f"  {what:<{width}}  {value}")
     return 0

@@ -27,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import e2e_pool
 import pytest
 from e2e_env import (
     GROUP,
@@ -34,90 +35,27 @@ from e2e_env import (
     SIM_TIME_SCALE,
     VERSION,
     Env,
-    server_deployment,
     sps_profile,
     wait_ready,
 )
+from e2e_pool import GPU, POOL, borrow_tag, wait_serving
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from sps_operator.constants import GPU_H200
 from waiting import wait_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
 
-POOL = GPU_H200
 # The simulator's time scale (e2e default 40x faster than a GPU). Set it to 1 to measure how
 # long a borrow lasts at the simulated GPU's own speed (docs/capacity.md).
 TIME_SCALE = os.environ.get("SPS_E2E_CAPACITY_TIME_SCALE")
-BORROWED = "sps.dev/borrowed"
-GPU = "nvidia.com/gpu"
 
 
 # ----------------------------------------------------------------------------- helpers
 
 
-def pool_gpus(env: Env) -> tuple[list[str], int]:
-    """The pool's nodes and the GPUs of each (the test bed gives them all the same)."""
-    nodes = env.cluster.nodes_with_product(POOL)
-    counts = {int(env.core.read_node(n).status.allocatable[GPU]) for n in nodes}
-    assert len(nodes) == 2 and len(counts) == 1, (nodes, counts)
-    return nodes, counts.pop()
-
-
-def gpus_held(env: Env, nodes: list[str]) -> dict[str, int]:
-    """GPUs requested by pods bound to `nodes` that still hold them (any namespace)."""
-    held: dict[str, int] = {}
-    for node in nodes:
-        pods = env.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
-        for pod in pods:
-            if pod.status.phase in ("Succeeded", "Failed"):
-                continue
-            for c in [*(pod.spec.containers or []), *(pod.spec.init_containers or [])]:
-                limits = (c.resources.limits if c.resources else None) or {}
-                if GPU in limits:
-                    key = f"{pod.metadata.namespace}/{pod.metadata.name}"
-                    held[key] = held.get(key, 0) + int(limits[GPU])
-    return held
-
-
 def full_pool_deployment(env: Env) -> dict[str, Any]:
-    """Two replicas that take every GPU of the pool, created once the pool is free; returns
-    the Deployment when both serve."""
-    nodes, per_node = pool_gpus(env)
-    wait_for(
-        "the H200 pool free of other tests' pods",
-        lambda: not gpus_held(env, nodes),
-        timeout=180,
-        interval=1,
-    )
-    dep = server_deployment(POOL, env={"SPS_SIM_TIME_SCALE": TIME_SCALE} if TIME_SCALE else None)
-    dep["spec"]["replicas"] = len(nodes)
-    dep["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {GPU: str(per_node)}}
-    env.apps.create_namespaced_deployment(env.namespace, dep)
-    return wait_serving(env, len(nodes), "both replicas serving (the pool full)")
-
-
-def wait_serving(env: Env, replicas: int, what: str, timeout: float = 180) -> dict[str, Any]:
-    def serving() -> dict[str, Any] | None:
-        dep = env.deployment()
-        st = dep.get("status") or {}
-        ok = (
-            dep["spec"]["replicas"] == replicas
-            and st.get("observedGeneration", 0) >= dep["metadata"]["generation"]
-            and st.get("readyReplicas", 0) == replicas
-            and st.get("updatedReplicas", 0) == replicas
-            and st.get("replicas", 0) == replicas
-        )
-        return dep if ok else None
-
-    result: dict[str, Any] = wait_for(what, serving, timeout=timeout)
-    return result
-
-
-def borrow_tag(dep: dict[str, Any]) -> dict[str, Any] | None:
-    text = ((dep.get("metadata") or {}).get("annotations") or {}).get(BORROWED)
-    return json.loads(text) if text else None
+    return e2e_pool.full_pool_deployment(env, time_scale=TIME_SCALE)
 
 
 def wait_borrowed(env: Env, timeout: float = 120) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from loopback import serving
 from sps_operator.profiler.artifacts import OutPaths, read_jsonl, sha256_file
 from sps_operator.profiler.cli import main
 from sps_operator.tables.clockramp import stranded_rounds
@@ -119,17 +120,36 @@ def test_fixed_server_off_diagonal_succeeds(tmp_path: Path) -> None:
     assert by_cell[(16, 0.25)]["graph_tier"] == 48
 
 
-def test_bug_server_with_a_non_flat_table_succeeds(tmp_path: Path) -> None:
-    seed_table = tmp_path / "two-probe.json"
-    seed_table.write_text(
-        '{"sample_batch_tokens":[1,2],"sample_steps_per_sec":[1.0,1.0],"max_batch_tokens":2}'
-    )
-    out = tmp_path / "seeded.json"
+TWO_PROBE_SEED = (
+    '{"sample_batch_tokens":[1,2],"sample_steps_per_sec":[1.0,1.0],"max_batch_tokens":2}'
+)
+
+
+@pytest.mark.parametrize(
+    ("server", "flavor", "extra_env"),
+    [
+        # Any non-flat table turns the shortcut off (the operator's phase-2 seed).
+        ("seeded", "upstream", {}),
+        # PR #35413 installs its own table at start-up: no path, yet not flat.
+        (
+            "capture-derived",
+            "capture-derived",
+            {"SGLANG_DSPARK_ENABLE_CAPTURE_DERIVED_SPS": "1"},
+        ),
+    ],
+    ids=["seeded", "capture-derived"],
+)
+def test_bug_server_that_is_not_flat_honours_the_pin(
+    tmp_path: Path, server: str, flavor: str, extra_env: dict[str, str]
+) -> None:
+    args = ["--max-running-requests", "128"]
+    if server == "seeded":
+        seed_table = tmp_path / "two-probe.json"
+        seed_table.write_text(TWO_PROBE_SEED)
+        args += ["--speculative-dspark-sps-table-path", str(seed_table)]
+    out = tmp_path / f"{server}.json"
     with running_sim(
-        ["--speculative-dspark-sps-table-path", str(seed_table)],
-        env=COMPACT,
-        seed=5,
-        verify_all_bug="on",
+        args, env={**COMPACT, **extra_env}, seed=5, verify_all_bug="on", sglang_flavor=flavor
     ) as url:
         assert profile(url, out, "--batch-size", "2", "16", "--fracs", "0.25", "1.0") == 0
     table = load_sps_table_text(out.read_text())
@@ -220,14 +240,8 @@ class _Garbage(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def garbage_url() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Garbage)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Garbage) as url:
+        yield url
 
 
 def test_garbage_json(tmp_path: Path, capsys: pytest.CaptureFixture[str], garbage_url: str) -> None:
@@ -313,6 +327,28 @@ def test_rounds_on_a_ramp_whose_run_was_cut_before_its_anchor_are_measured_again
     for bs in (2, 4, 8, 16):
         truth = H100.decode_seconds(bs, bs * K)
         assert 1 / table.lookup(bs * K) == pytest.approx(truth, rel=0.05)
+
+
+def test_a_server_recording_seconds_as_milliseconds_gets_no_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 18 #8: records whose step_cpu_ms is 1000x too small (0.0105 for an H100's
+    # 10.5 ms step) gave `sps-profiler all` a table of 95,000 steps/s. Simulated as a GPU
+    # whose every cost is 1000x smaller, run slow enough (time scale 0.02) that its 10 µs
+    # steps take 0.5 ms of real time.
+    costs = [
+        "bias_s", "per_request_s", "per_token_s", "per_token_above_knee_s", "interaction_s",
+        "prefill_base_s", "prefill_per_token_s", "prefill_per_request_s", "eager_overhead_s",
+    ]  # fmt: skip
+    preset = tmp_path / "seconds.json"
+    scaled = {name: getattr(H100, name) / 1000 for name in costs}
+    preset.write_text(json.dumps({"base": H100.name, **EFFECTS_OFF, **scaled}))
+    out = tmp_path / "seconds-sps.json"
+    with running_sim(seed=5, time_scale=0.02, preset=str(preset)) as url:
+        assert profile(url, out, "--batch-size", "1", "4") == 1
+    err = capsys.readouterr().err
+    assert "below the 0.1 ms" in err and "not in milliseconds (seconds?)" in err
+    assert not out.exists()
 
 
 def test_fresh_run_sets_old_rounds_aside(tmp_path: Path) -> None:

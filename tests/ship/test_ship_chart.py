@@ -11,7 +11,8 @@ import pytest
 import yaml
 from ship_helpers import CHART, ROOT, by_kind, helm, render
 
-from sps_operator.controller.main import key_values, parse_args
+from sps_operator.controller.main import job_policy, key_values, parse_args
+from sps_operator.controller.policy import JobPolicy, NameRule
 
 GENERATED_CRD = ROOT / "crds" / "sps.dev_spsprofiles.yaml"
 CHART_CRD = CHART / "crds" / "sps.dev_spsprofiles.yaml"
@@ -24,6 +25,18 @@ def rules_grant(rules: list[dict[str, Any]], group: str, resource: str, verb: st
         and (verb in r.get("verbs", []) or "*" in r.get("verbs", []))
         for r in rules
     )
+
+
+AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
+
+
+def operator_cluster_roles(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The operator's own ClusterRoles (not those aggregated into the user roles)."""
+    return [
+        r
+        for r in by_kind(objects, "ClusterRole")
+        if not any(k.startswith(AGGREGATE) for k in r["metadata"]["labels"])
+    ]
 
 
 def operator_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
@@ -62,8 +75,8 @@ def test_default_render_cluster_mode() -> None:
     objects = render()
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == sorted(
-        ["ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "Service",
-         "ServiceAccount"]
+        ["ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment", "Role",
+         "RoleBinding", "Service", "ServiceAccount"]
     ), kinds  # fmt: skip
     for obj in objects:
         if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
@@ -74,7 +87,7 @@ def test_default_render_cluster_mode() -> None:
     assert "--all-namespaces" in container["args"]
     assert not any(a.startswith("--namespace") for a in container["args"])
 
-    (cluster_role,) = by_kind(objects, "ClusterRole")
+    (cluster_role,) = operator_cluster_roles(objects)
     assert cluster_role["metadata"]["name"] == "sps-operator"
     rules = cluster_role["rules"]
     for group, resource, verb in [
@@ -84,6 +97,7 @@ def test_default_render_cluster_mode() -> None:
         ("", "configmaps", "create"),
         ("apps", "deployments", "patch"),
         ("", "pods", "list"),
+        ("", "services", "watch"),  # a profiling pod must never be selected by a Service
         ("", "events", "create"),
         ("events.k8s.io", "events", "create"),
         # the per-run profiler ServiceAccount and its Role
@@ -98,6 +112,7 @@ def test_default_render_cluster_mode() -> None:
     # Least privilege: no wildcards, no secrets, never delete Deployments, never update a spec.
     assert not any("*" in r["verbs"] or "*" in r["resources"] for r in rules)
     assert not rules_grant(rules, "", "secrets", "get")
+    assert not rules_grant(rules, "", "services", "create")
     assert not rules_grant(rules, "apps", "deployments", "delete")
     assert not rules_grant(rules, "sps.dev", "spsprofiles", "update")
     assert not rules_grant(rules, "", "configmaps", "update")  # tables are immutable; SSA patches
@@ -119,6 +134,24 @@ def test_default_render_cluster_mode() -> None:
         not by_kind(single, "Role")
         and "--leader-election" not in operator_container(single)["args"]
     )
+
+
+def test_user_roles_let_edit_use_profiles_but_never_write_their_status() -> None:
+    roles = {r["metadata"]["name"]: r for r in by_kind(render(), "ClusterRole")}
+    edit, view = roles["sps-operator-edit"], roles["sps-operator-view"]
+    aggregated = {
+        name: sorted(k.removeprefix(AGGREGATE) for k in r["metadata"]["labels"] if AGGREGATE in k)
+        for name, r in (("edit", edit), ("view", view))
+    }
+    assert aggregated == {"edit": ["admin", "edit"], "view": ["view"]}
+    for verb in ("create", "update", "patch", "delete"):
+        assert rules_grant(edit["rules"], "sps.dev", "spsprofiles", verb)
+        assert not rules_grant(view["rules"], "sps.dev", "spsprofiles", verb)
+    assert rules_grant(view["rules"], "sps.dev", "spsprofiles", "list")
+    for role in (edit, view):
+        assert [r["resources"] for r in role["rules"]] == [["spsprofiles"]]  # not status
+    without = by_kind(render("rbac.userRoles=false"), "ClusterRole")
+    assert [r["metadata"]["name"] for r in without] == ["sps-operator"]
 
 
 def test_service_account_name_matches_bindings() -> None:
@@ -201,7 +234,7 @@ def test_namespaces_mode_role_per_namespace() -> None:
         assert rules_grant(role["rules"], "sps.dev", "spsprofiles", "watch")
         assert rules_grant(role["rules"], "batch", "jobs", "create")
     # Only the cluster-scoped reads remain in a ClusterRole.
-    (cluster_role,) = by_kind(objects, "ClusterRole")
+    (cluster_role,) = operator_cluster_roles(objects)
     assert cluster_role["metadata"]["name"] == "sps-operator-cluster"
     for rule in cluster_role["rules"]:
         assert set(rule["resources"]) <= {"nodes", "namespaces", "customresourcedefinitions"}
@@ -213,7 +246,7 @@ def test_namespaces_mode_role_per_namespace() -> None:
 
 
 def test_node_access_can_be_dropped() -> None:
-    (role,) = by_kind(render("rbac.nodeAccess=false"), "ClusterRole")
+    (role,) = operator_cluster_roles(render("rbac.nodeAccess=false"))
     assert not rules_grant(role["rules"], "", "nodes", "list")
     assert rules_grant(role["rules"], "sps.dev", "spsprofiles", "watch")
 
@@ -259,6 +292,56 @@ def test_job_defaults_become_operator_flags_it_parses() -> None:
         "example.com/owner": "ml team, on call: 42"
     }
     assert parsed.job_priority_class == "profiling-low"
+
+
+def test_the_admin_policy_becomes_flags_the_operator_parses_to_its_own_defaults(
+    tmp_path: Path,
+) -> None:
+    """The chart's default policy is the operator's (they cannot drift), and every value
+    reaches the operator as the rule it names."""
+    args = operator_container(render())["args"]
+    assert job_policy(parse_args(args[1:])) == JobPolicy()
+    values = {
+        "jobPolicy": {
+            "allowedImages": ["registry.example.com/sps/*"],
+            "allowedQueues": ["team-a", "team-b"],
+            "priorityClasses": {"allowed": ["*", "system-cluster-critical"], "reserved": []},
+            "labelKeys": {"allowed": ["team", "app.kubernetes.io/*"], "reserved": ["x.io/*"]},
+            "annotationKeys": {"allowed": ["*"], "reserved": []},
+            "maxActiveDeadlineSeconds": 7200,
+            "allowedServerHosts": ["*.{namespace}.svc.cluster.local", "gpu-*.example.com"],
+        }
+    }
+    (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
+    out = helm("template", "x", str(CHART), "--kube-version", "1.36.0",
+               "-f", str(tmp_path / "values.yaml")).stdout  # fmt: skip
+    args = operator_container([d for d in yaml.safe_load_all(out) if d])["args"]
+    assert job_policy(parse_args(args[1:])) == JobPolicy(
+        allowed_images=("registry.example.com/sps/*",),
+        allowed_queues=("team-a", "team-b"),
+        priority_classes=NameRule(("*", "system-cluster-critical"), ()),
+        label_keys=NameRule(("team", "app.kubernetes.io/*"), ("x.io/*",)),
+        annotation_keys=NameRule(("*",), ()),
+        max_active_deadline_seconds=7200,
+        allowed_server_hosts=("*.{namespace}.svc.cluster.local", "gpu-*.example.com"),
+    )
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "jobPolicy.maxActiveDeadlineSeconds=30",
+        "jobPolicy.allowedQueues={a b}",
+        "jobPolicy.labelKeys.allowed={a,,b}",
+        "jobPolicy.allowedServerHosts={a;b c}",
+        "jobPolicy.priorityClasses.unknown=1",
+    ],
+)
+def test_the_schema_refuses_a_policy_the_operator_could_not_read(value: str) -> None:
+    result = helm(
+        "template", "x", str(CHART), "--kube-version", "1.36.0", "--set", value, check=False
+    )
+    assert result.returncode != 0 and "jobPolicy" in result.stderr, result.stderr
 
 
 def test_service_monitor_optional_and_selects_the_metrics_service() -> None:

@@ -11,6 +11,7 @@ import yaml
 from ship_helpers import ROOT, apply_chart_crd
 
 from sps_operator.api.models import SpsProfileSpec
+from sps_operator.controller.policy import JobPolicy, spec_refusal
 from sps_testbed.controlplane_fixtures import K8sCluster
 
 EXAMPLES = ROOT / "examples"
@@ -49,6 +50,16 @@ def test_the_examples_the_issue_asks_for_exist() -> None:
 def test_profiles_validate_against_the_api_models(doc: dict[str, Any]) -> None:
     spec = SpsProfileSpec.model_validate(doc["spec"])
     assert spec.to_k8s()["selector"] == doc["spec"]["selector"]
+
+
+@pytest.mark.parametrize(
+    "doc", [d for _, d in by_kind("SpsProfile")], ids=lambda d: d["metadata"]["name"]
+)
+def test_profiles_pass_the_default_admin_policy(doc: dict[str, Any]) -> None:
+    """What a user copies runs under the chart's default policy (namespace `serving`, as
+    the External example's URL says)."""
+    spec = SpsProfileSpec.model_validate(doc["spec"])
+    assert spec_refusal(JobPolicy(), spec, namespace="serving", profiler_image="x") is None
 
 
 def test_each_selector_matches_exactly_one_example_deployment_or_none() -> None:

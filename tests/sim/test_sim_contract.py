@@ -613,6 +613,7 @@ def test_loaded_table_and_gpu_use_are_observable(tmp_path: Path) -> None:
         "kind": "diagonal",
         "sha256": hashlib.sha256(NON_FLAT_TABLE.encode()).hexdigest()[:16],
         "uninitialized": False,
+        "source": "path",
     }
     assert before["sim_stats"]["decode_steps"] == 0
     stats = after["sim_stats"]
@@ -660,3 +661,18 @@ def test_disabled_decode_graphs_run_eager_and_report_it(flag: str, legacy: bool)
     eager_ms = statistics.median(r["step_cpu_ms"] for r in eager[10:])
     graphed_ms = statistics.median(r["step_cpu_ms"] for r in graphed[10:])
     assert eager_ms > graphed_ms * 1.2
+
+
+def test_step_times_are_model_time_whatever_the_time_scale() -> None:
+    # The e2e suite runs the simulator 40x faster than model time (SPS_SIM_TIME_SCALE=40):
+    # the records still carry model milliseconds, so the profiler's and the operator's
+    # physical floor on a step (api/limits.py MIN_STEP_SECONDS) holds there too.
+    from sps_operator.api.limits import MIN_STEP_SECONDS
+    from sps_sim.costmodel import DEFAULT_PRESET, PRESETS
+
+    truth_ms = 1000 * PRESETS[DEFAULT_PRESET].decode_seconds(4, 4 * K)
+    with running_sim(["--noise-cv", "0"], time_scale=SCALE) as url:
+        rows = run_round(url, bs_per_rank=4).aligned(4)[0]
+    ms = statistics.median(r["step_cpu_ms"] for r in rows[10:])
+    assert ms == pytest.approx(truth_ms, rel=0.1)  # not truth / 400
+    assert ms / 1000 > 20 * MIN_STEP_SECONDS

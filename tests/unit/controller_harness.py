@@ -11,7 +11,9 @@ from typing import Any
 
 from fakekube import FakeKube
 
+from sps_operator.api import labels as L
 from sps_operator.api.result import build_patch
+from sps_operator.controller import indexes as ix
 from sps_operator.controller.placement import PodInfo
 from sps_operator.controller.reconcile import Reconciler
 from sps_operator.controller.state import ApiSnapshot, Settings
@@ -173,6 +175,33 @@ class Harness:
         self.reconciler.reconcile(body, ApiSnapshot(self.kube, list(self.pods), NODES))
         return self.status(name)
 
+    def cluster_objects(self) -> list[dict[str, Any]]:
+        """Every object, with the pods and nodes as the API would hold them."""
+        objects = [o for _, o in sorted(self.kube.objects.items())]
+        for pod in self.pods:
+            objects.append(
+                {
+                    "kind": "Pod",
+                    "metadata": {"name": pod.name, "namespace": NS, "labels": dict(pod.labels)},
+                    "spec": {"nodeName": pod.node} if pod.node else {},
+                    "status": {"phase": pod.phase or "Running"},
+                }
+            )
+        objects += [
+            {"kind": "Node", "metadata": {"name": n, "labels": dict(labels)}}
+            for n, labels in NODES.items()
+        ]
+        return objects
+
+    def run_cached_pass(self, name: str = "p", namespace: str = NS) -> dict[str, Any]:
+        """A pass as the operator runs it: on what its kopf indexes hold (every namespace's
+        objects through the same index functions), not on LISTs of one namespace."""
+        assert self.reconciler is not None
+        body = copy.deepcopy(self.kube.obj("SpsProfile", name, namespace))
+        world = ix.world_for(self.kube, body, indexes_of(self.cluster_objects()))
+        self.reconciler.reconcile(body, world)
+        return copy.deepcopy(self.kube.obj("SpsProfile", name, namespace).get("status") or {})
+
     def settle(self, name: str = "p", passes: int = 3) -> dict[str, Any]:
         for _ in range(passes):
             self.tick()
@@ -224,3 +253,43 @@ class Harness:
 
     def table_json(self, config_map: str) -> dict[str, Any]:
         return dict(json.loads(self.kube.obj("ConfigMap", config_map, NS)["data"]["table.json"]))
+
+
+# --------------------------------------------------------------------------- the caches
+
+
+# What each kopf index of handlers.py watches: (kind, its filter, its entries function).
+def _ours(obj: dict[str, Any]) -> bool:
+    return (obj["metadata"].get("labels") or {}).get(L.LABEL_MANAGED_BY) == L.MANAGED_BY
+
+
+def _borrowing(obj: dict[str, Any]) -> bool:
+    return L.ANNOTATION_BORROWED in (obj["metadata"].get("annotations") or {})
+
+
+INDEXED = {
+    "deployments": ("Deployment", None, ix.deployment_entries),
+    "borrowed": ("Deployment", _borrowing, ix.borrowed_entries),
+    "jobs": ("Job", _ours, ix.job_entries),
+    "config_maps": ("ConfigMap", _ours, ix.config_map_entries),
+    "profiles": ("SpsProfile", None, ix.profile_entries),
+    "pods": ("Pod", None, ix.pod_entries),
+    "node_labels": ("Node", None, ix.node_entries),
+    "pdbs": ("PodDisruptionBudget", None, ix.namespaced_entries),
+    "hpas": ("HorizontalPodAutoscaler", None, ix.namespaced_entries),
+    "services": ("Service", None, ix.service_entries),
+}
+
+
+def indexes_of(objects: list[dict[str, Any]]) -> ix.Indexes:
+    """The operator's kopf indexes over `objects` (of every namespace), built with the same
+    entries functions kopf calls (key → values, in the order given)."""
+    built: dict[str, dict[Any, list[Any]]] = {name: {} for name in INDEXED}
+    for obj in objects:
+        kind = obj["kind"]
+        for name, (indexed_kind, wanted, entries) in INDEXED.items():
+            if kind != indexed_kind or (wanted is not None and not wanted(obj)):
+                continue
+            for key, value in entries(copy.deepcopy(obj)).items():
+                built[name].setdefault(key, []).append(value)
+    return ix.Indexes(**built)

@@ -1,7 +1,8 @@
 """An in-memory `KubeApi` for the controller's unit tests and the fuzzing harness.
 
-It keeps objects by (kind, namespace, name), answers label-selector LISTs, honours a
-merge patch's resourceVersion precondition, and plays the Deployment controller and the
+It keeps objects by (kind, namespace, name), answers label-selector LISTs, honours the
+resourceVersion precondition of a merge patch and of an apply body (409 when the object
+changed since), and plays the Deployment controller and the
 kubelet instantly (an applied template is rolled out and available at once, unless a test
 says otherwise). The end-to-end tests run the same passes against a real control plane.
 """
@@ -121,6 +122,24 @@ class FakeKube(KubeApi):
     def _bump(self, obj: Obj) -> None:
         obj["metadata"]["resourceVersion"] = str(next(self._clock))
 
+    def edit(self, kind: str, name: str, change: Any, namespace: str = "serving") -> Obj:
+        """Someone else's update (`kubectl edit`): `change(obj)` mutates the object, which
+        gets a new resourceVersion (and generation, for a Deployment's spec)."""
+        obj = self.objects[(kind, namespace, name)]
+        spec = copy.deepcopy(obj.get("spec"))
+        change(obj)
+        if kind == "Deployment" and obj.get("spec") != spec:
+            obj["metadata"]["generation"] += 1
+            if self.instant_rollout:
+                self.roll(obj)
+        self._bump(obj)
+        return obj
+
+    def _precondition(self, obj: Obj, body: Mapping[str, Any]) -> None:
+        wanted = (body.get("metadata") or {}).get("resourceVersion")
+        if wanted is not None and wanted != obj["metadata"]["resourceVersion"]:
+            raise ApiException(status=409, reason="Conflict")
+
     # ---- reads
 
     def _list(self, kind: str, namespace: str, selector: str) -> list[Obj]:
@@ -156,6 +175,10 @@ class FakeKube(KubeApi):
         self._call("list_hpas")
         return self._list("HorizontalPodAutoscaler", namespace, "")
 
+    def list_services(self, namespace: str) -> list[Obj]:
+        self._call("list_services")
+        return self._list("Service", namespace, "")
+
     def get(self, kind: str, namespace: str, name: str) -> Obj | None:
         self._call("get")
         found = self.objects.get((kind, namespace, name))
@@ -171,14 +194,19 @@ class FakeKube(KubeApi):
         self.put(copy.deepcopy(dict(obj)))
         return True
 
-    def delete(self, kind: str, namespace: str, name: str) -> None:
+    def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
         self._call(f"delete_{kind}")
+        found = self.objects.get((kind, namespace, name))
+        if found is not None and uid is not None and found["metadata"].get("uid") != uid:
+            return  # the precondition failed (409), which `Kube.delete` takes as done
         self.objects.pop((kind, namespace, name), None)
 
     def apply(self, body: Obj) -> None:
         self._call(f"apply_{body['kind']}")
         meta = body["metadata"]
         key = (body["kind"], meta["namespace"], meta["name"])
+        if key in self.objects:
+            self._precondition(self.objects[key], body)
         self.applied.append(copy.deepcopy(body))
         if body["kind"] == "ConfigMap":
             current = self.objects.get(key)
@@ -224,19 +252,18 @@ class FakeKube(KubeApi):
             }
         )
 
-    def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> None:
+    def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj:
         self._call(f"patch_{kind}")
         obj = self.objects.get((kind, namespace, name))
         if obj is None:
             raise ApiException(status=404, reason="NotFound")
-        wanted = (patch.get("metadata") or {}).get("resourceVersion")
-        if wanted is not None and wanted != obj["metadata"]["resourceVersion"]:
-            raise ApiException(status=409, reason="Conflict")
+        self._precondition(obj, patch)
         self.metadata_patches.append((kind, name, copy.deepcopy(patch)))
         body = copy.deepcopy(patch)
         body.get("metadata", {}).pop("resourceVersion", None)
         merge(obj, body)
         self._bump(obj)
+        return copy.deepcopy(obj)
 
     def scale(self, namespace: str, deployment: str, replicas: int) -> None:
         self._call("scale")

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_tables_clockramp import ramp_rounds
 
+from sps_operator.api.limits import MAX_STEP_SECONDS, MIN_STEP_SECONDS
 from sps_operator.api.result import (
     INLINE_ROUNDS_LIMIT,
     KEY_ROUNDS,
@@ -57,6 +58,9 @@ def succeeded(rounds: list[dict[str, Any]]) -> tuple[dict, dict]:
 
 def gz(text: str) -> str:
     return base64.b64encode(gzip.compress(text.encode())).decode()
+
+
+HUGE_INT_LINE = '{"batch_size_per_rank":1,"batch_tokens":8,"steps_per_sec":' + "7" * 5000 + "}\n"
 
 
 # --------------------------------------------------------------------------- round trips
@@ -128,6 +132,16 @@ def test_too_large_to_publish_fails_clearly() -> None:
         ({"status": "succeeded", KEY_ROUNDS: "[1,2]\n"}, {}, "line 1 is not a JSON object"),
         ({"status": "succeeded", KEY_ROUNDS: "[" * 100_00 + "\n"}, {}, "line 1"),
         ({"status": ["succeeded"]}, {}, "status is not a string"),
+        # Issue 18 #23: Python's int-string limit raises a bare ValueError inside json.loads.
+        ({"status": "succeeded", KEY_ROUNDS: HUGE_INT_LINE}, {}, "line 1 .* 4300 digits"),
+        ({"status": "succeeded"}, {KEY_ROUNDS_GZ: gz(HUGE_INT_LINE)}, "4300 digits"),
+        ({"status": "running", "manifest.json": '{"a":' + "1" * 5000 + "}"}, {}, "manifest"),
+        (
+            {"status": "failed", "manifest.json": '{"a":' + "[" * 2000 + "]" * 2000 + "}"},
+            {},
+            "deep",
+        ),
+        ({"status": "succeeded", KEY_ROUNDS: '{"w":' + "[" * 40 + "]" * 40 + "}\n"}, {}, "deep"),
     ],
 )
 def test_malformed_results_are_refused_with_what_is_wrong(
@@ -141,6 +155,10 @@ def test_malformed_results_are_refused_with_what_is_wrong(
     ("change", "match"),
     [
         ({"steps_per_sec": 1e8}, "decode step of 1e-05 ms"),
+        # Issue 18 #8: step_cpu_ms in seconds (0.0105 "ms" for a 10.5 ms step).
+        ({"steps_per_sec": 95_000.0}, "decode step of 0.0105263 ms; a real step takes 0.1"),
+        ({"median_step_time": 1.0 / 95_000, "steps_per_sec": 95_000.0}, "decode step"),
+        ({"steps_per_sec": 20_000.0}, "decode step of 0.05 ms"),  # a 50 ms step, in seconds
         ({"steps_per_sec": 0.0}, "decode step"),
         ({"steps_per_sec": -5.0}, "decode step"),
         ({"steps_per_sec": 0.5}, "decode step of 2000 ms"),
@@ -257,24 +275,22 @@ round_keys = st.sampled_from(
         "ar1",
     ]
 )
-fuzzed_rounds = st.lists(
-    st.one_of(
-        st.dictionaries(round_keys, json_values, max_size=8),
+fuzzed_round = st.one_of(
+    st.dictionaries(round_keys, json_values, max_size=8),
+    st.builds(
+        lambda base, extra: {**base, **extra},
         st.builds(
-            lambda base, extra: {**base, **extra},
-            st.builds(
-                round_line,
-                st.integers(1, 64),
-                st.integers(1, 512),
-                st.floats(0.1, 1e6),
-                st.one_of(st.none(), st.floats(0.01, 1.0)),
-            ),
-            st.dictionaries(round_keys, json_values, max_size=2),
+            round_line,
+            st.integers(1, 64),
+            st.integers(1, 512),
+            st.floats(0.1, 1e6),
+            st.one_of(st.none(), st.floats(0.01, 1.0)),
         ),
-        json_values,
+        st.dictionaries(round_keys, json_values, max_size=2),
     ),
-    max_size=6,
+    json_values,
 )
+fuzzed_rounds = st.lists(fuzzed_round, max_size=6)
 
 
 @given(rounds=fuzzed_rounds, gzipped=st.booleans())
@@ -297,9 +313,48 @@ def test_any_rounds_either_validate_within_bounds_or_are_refused(
         return
     for r in result.rounds:
         step = 1.0 / r["steps_per_sec"]
-        assert 2e-5 <= step <= 1.0
+        assert MIN_STEP_SECONDS <= step <= MAX_STEP_SECONDS
         assert 1 <= r["batch_size_per_rank"] <= 4096
         assert r.get("frac") is None or 0 < r["frac"] <= 1
+
+
+# Text no json.dumps writes: integers past Python's int-string limit, nesting past the
+# result's bound and past the parser's recursion limit, and torn or foreign lines.
+hostile_lines = st.one_of(
+    st.integers(4000, 6000).map(lambda n: '{"steps_per_sec":' + "9" * n + "}"),
+    st.integers(4000, 6000).map(lambda n: '{"repeat":-' + "1" * n + "}"),
+    st.integers(1, 3000).map(lambda d: '{"warnings":' + "[" * d + "]" * d + "}"),
+    st.integers(1, 3000).map(lambda d: "{" + '"a":{' * d + "}" * (d + 1)),
+    st.text(max_size=60),
+)
+
+
+@given(
+    lines=st.lists(
+        st.one_of(hostile_lines, fuzzed_round.map(lambda r: json.dumps(r, allow_nan=True))),
+        max_size=6,
+    ),
+    manifest=st.one_of(st.none(), hostile_lines),
+    gzipped=st.booleans(),
+)
+def test_any_text_in_the_result_reads_or_is_refused(
+    lines: list[str], manifest: str | None, gzipped: bool
+) -> None:
+    """Huge integers and deep nesting anywhere in what a Job writes end as ResultError
+    with a message; never a bare ValueError or RecursionError."""
+    text = "".join(line.replace("\n", " ").replace("\r", " ") + "\n" for line in lines)
+    data: dict[str, str] = {"status": "succeeded"}
+    binary: dict[str, str] = {}
+    if manifest is not None:
+        data["manifest.json"] = manifest
+    if gzipped:
+        binary[KEY_ROUNDS_GZ] = gz(text)
+    else:
+        data[KEY_ROUNDS] = text
+    try:
+        read_result(data, binary)
+    except ResultError as exc:
+        assert str(exc)
 
 
 finite = st.floats(allow_nan=False, allow_infinity=False)

@@ -10,7 +10,9 @@ from controller_harness import NS, Harness, deployment, profile_body
 
 from sps_operator.api import labels as L
 from sps_operator.controller.placement import PodInfo
+from sps_operator.controller.policy import JobPolicy, NameRule
 from sps_operator.controller.release import release
+from sps_operator.controller.state import Settings
 
 NO_GPU = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
 BORROW = {"capacity": {"mode": "BorrowReplica", "borrowAfterSeconds": 30}}
@@ -76,7 +78,15 @@ def test_a_named_kueue_queue_creates_the_job_suspended_and_says_it_is_queued() -
 
 
 def test_the_operators_own_labels_cannot_be_overridden() -> None:
-    h = harness(job={"labels": {L.LABEL_RUN: "evil", "team": "a"}})
+    labels = {L.LABEL_RUN: "evil", "team": "a"}
+    refused = harness(job={"labels": labels})
+    refused.tick()
+    failure = refused.run_pass()["lastFailure"]
+    assert failure["reason"] == "JobPolicy" and "jobPolicy.labelKeys" in failure["message"]
+    # Even where the admin lifts the reservation, the operator's own labels win.
+    lifted = JobPolicy(label_keys=NameRule(("*", "sps.dev/*")))
+    h = Harness.one_target(Settings(gpu_debounce_seconds=0, isolate_fits=False, policy=lifted))
+    h.add(profile_body(job={"labels": labels}))
     h.tick()
     h.run_pass()
     (job,) = h.kube.kinds("Job")

@@ -57,9 +57,9 @@ def test_history_keeps_live_and_newest_per_gpu() -> None:
         PublishedTable("h100-c", "H100", "2026-01-03T00:00:00Z"),
         PublishedTable("h200-a", "H200", "2026-01-01T00:00:00Z"),
     ]
-    assert tables_to_delete(tables, live=["h100-c"], limit=2) == ["h100-a"]
-    assert tables_to_delete(tables, live=["h100-a"], limit=1) == ["h100-b", "h100-c"]
-    assert tables_to_delete(tables, live=[], limit=5) == []
+    assert tables_to_delete(tables, keep=["h100-c"], limit=2) == ["h100-a"]
+    assert tables_to_delete(tables, keep=["h100-a"], limit=1) == ["h100-b", "h100-c"]
+    assert tables_to_delete(tables, keep=[], limit=5) == []
 
 
 def pod(name: str, node: str | None, deleting: bool = False, app: str = "srv") -> PodInfo:

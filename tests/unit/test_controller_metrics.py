@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+from controller_harness import Harness
 from prometheus_client import generate_latest
 
 from sps_operator.controller.builders import ProfileRef
@@ -22,7 +23,10 @@ def test_metrics_count_runs_durations_rollouts_and_table_age() -> None:
     m.rollout(REF, "Inject")
     now = datetime(2026, 3, 1, 12, 0, 10, tzinfo=UTC)
     m.table_age(REF, "NVIDIA-H200", "2026-03-01T12:00:00Z", now)
+    m.passed(REF)
+    m.passed(REF)
     text = generate_latest(m.registry).decode()
+    assert 'sps_reconcile_passes_total{namespace="ns",profile="p"} 2.0' in text
     assert 'sps_profiling_runs_total{namespace="ns",outcome="succeeded",profile="p"} 1.0' in text
     assert 'sps_profiling_runs_total{namespace="ns",outcome="failed",profile="p"} 1.0' in text
     assert 'sps_profiling_duration_seconds_count{namespace="ns",profile="p"} 2.0' in text
@@ -41,6 +45,7 @@ def test_a_deleted_profiles_series_are_removed() -> None:
         m.run_finished(ref, "succeeded", 1.0)
         m.rollout(ref, "Inject")
         m.table_age(ref, "NVIDIA-H200", "2026-03-01T12:00:00Z", now)
+        m.passed(ref)
     m.forget("ns", "p")
     text = generate_latest(m.registry).decode()
     assert 'profile="p"' not in text
@@ -61,3 +66,13 @@ def test_run_flags_and_injectable_clock(tmp_path: Path) -> None:
     assert (clock() - before).total_seconds() >= 3600
     offset.write_text("")
     assert (clock() - before).total_seconds() < 60
+
+
+def test_every_pass_that_reads_the_world_is_counted() -> None:
+    h = Harness.one_target()
+    assert h.reconciler is not None
+    for _ in range(3):
+        h.tick()
+        h.run_pass()
+    text = generate_latest(h.reconciler.metrics.registry).decode()
+    assert 'sps_reconcile_passes_total{namespace="serving",profile="p"} 3.0' in text

@@ -26,6 +26,7 @@ from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
 from sps_operator.api.result import build_patch
+from sps_operator.controller.policy import JobPolicy
 from sps_operator.controller.release import nothing_to_release, release
 from sps_operator.controller.state import Settings
 
@@ -259,6 +260,77 @@ def test_an_implausible_result_never_becomes_a_table(change: dict, reason: str) 
     assert h.condition("Degraded")[:2] == ("True", reason)
 
 
+def _rerun(h: Harness) -> None:
+    """A new run on a profile with a live table (its refresh token changed)."""
+    h.kube.obj("SpsProfile", "p")["spec"]["refresh"] = {"token": "b"}
+    h.tick()
+    h.run_pass()
+
+
+def test_a_result_that_covers_part_of_the_sweep_never_becomes_the_live_table() -> None:
+    # Issue 18 #7: bs 1 and 2 of a sweep of bs 1, 2, 4 (x 2 repeats) became the live table.
+    h = live_harness(refresh={"token": "a"})
+    live = h.running_hash()
+    _rerun(h)
+    h.finish(result=build_patch(status="succeeded", rounds=rounds()[:2]))
+    status = h.settle()
+    assert status["lastFailure"]["reason"] == "IncompleteSweep", status["lastFailure"]
+    assert "cover 2 of the 6 cells" in status["lastFailure"]["message"]
+    assert len(status["tables"]) == 1 and h.running_hash() == live
+    assert h.condition("Degraded")[:2] == ("True", "IncompleteSweep")
+
+
+def test_a_short_first_phase_is_refused_like_a_short_table_not_retried() -> None:
+    # An Additive run's diagonal phase is judged on its own before phase 2 is seeded with it:
+    # a short one ends the run, and like any sweep that is not the asked one it waits for a
+    # new trigger instead of re-running the same Job on backoff.
+    h = Harness.one_target(table={"kind": "Additive", "sweep": {"batchSizes": [1, 2, 4]}})
+    h.tick()
+    first = h.run_pass()["currentRun"]["name"]
+    h.finish(result=build_patch(status="succeeded", rounds=rounds()[:2]))
+    status = h.settle()
+    assert status["lastFailure"]["reason"] == "IncompleteSweep"
+    assert status["lastFailure"]["message"].startswith("phase 1 (diagonal): ")
+    for _ in range(5):
+        h.tick(3600)
+        h.run_pass()
+    assert h.status().get("currentRun") is None, "the same sweep was run again"
+    assert len(h.kube.kinds("Job")) == 1 and h.kube.kinds("Job")[0]["metadata"]["name"] == first
+
+
+def test_copies_of_one_round_never_outvote_the_real_repeats() -> None:
+    # Issue 18 #8: the (repeat 0, bs 4) cell reported five times, four of them 11 % fast
+    # (still slower than bs 2, so nothing looks doubtful): they outvoted the two real
+    # repeats of bs 4, and the table said 12.5 ms where the GPU takes 14.
+    h = live_harness(refresh={"token": "a"})
+    live = h.running_hash()
+    _rerun(h)
+    honest = rounds()
+    forged = {**honest[2], "steps_per_sec": 1 / 0.0125}
+    h.finish(result=build_patch(status="succeeded", rounds=[*honest, *[forged] * 4]))
+    status = h.settle()
+    assert status["lastFailure"]["reason"] == "SweepMismatch"
+    assert "repeat 0 bs 4 5 times" in status["lastFailure"]["message"]
+    assert len(status["tables"]) == 1 and h.running_hash() == live
+
+
+def test_a_huge_integer_in_a_running_jobs_result_does_not_end_the_run() -> None:
+    # Issue 18 #23: a 5000-digit integer raised a bare ValueError out of the result's
+    # reader; the run ended while its Job still ran.
+    h = Harness.one_target()
+    h.tick()
+    run = h.run_pass()["currentRun"]
+    cm = h.kube.obj("ConfigMap", run["name"] + "-result", NS)
+    huge = '{"batch_size_per_rank":1,"batch_tokens":4,"steps_per_sec":' + "9" * 5000 + "}\n"
+    cm["data"] = {"status": "succeeded", "rounds.jsonl": huge, "manifest.json": "{}"}
+    status = h.settle()
+    assert status["currentRun"]["name"] == run["name"] and not status.get("lastFailure")
+    h.finish(result={"data": cm["data"]})  # the Job ends: now the result is judged
+    status = h.settle()
+    assert status["lastFailure"]["reason"] == "ResultRefused"
+    assert "more than 4300 digits" in status["lastFailure"]["message"]
+
+
 def test_a_result_that_claims_faster_steps_at_more_tokens_is_doubtful() -> None:
     h = live_harness(refresh={"token": "a"})
     h.kube.obj("SpsProfile", "p")["spec"]["refresh"] = {"token": "b"}
@@ -321,7 +393,11 @@ def test_a_one_probe_measurement_is_refused() -> None:
     h.finish(result=build_patch(status="succeeded", rounds=one))
     status = h.settle()
     assert not status.get("tables") and h.running_hash() is None
-    assert "single probe" in status["lastFailure"]["message"]
+    # The sweep asked for three batch sizes twice: the one probe is an incomplete sweep
+    # (the self-check's one-probe refusal stays behind it:
+    # `test_tables_selfcheck.py::test_a_one_probe_table_is_sglangs_verify_all`).
+    assert status["lastFailure"]["reason"] == "IncompleteSweep"
+    assert "cover 2 of the 6 cells" in status["lastFailure"]["message"]
 
 
 def test_quality_reports_the_largest_absolute_error() -> None:
@@ -588,7 +664,10 @@ def test_an_object_under_a_derived_name_that_is_not_ours_is_never_adopted() -> N
         ({"serviceAccountName": "admin"}, Settings(gpu_debounce_seconds=0), False),
         (
             {"image": "registry.example.com/sps/profiler:2"},
-            Settings(gpu_debounce_seconds=0, allowed_job_images=("registry.example.com/sps/*",)),
+            Settings(
+                gpu_debounce_seconds=0,
+                policy=JobPolicy(allowed_images=("registry.example.com/sps/*",)),
+            ),
             True,
         ),
     ],

@@ -27,6 +27,7 @@ from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
 from sps_operator.api import labels as L
+from sps_operator.api.limits import DEFAULT_MAX_BATCH_SIZE, MIN_STEP_SECONDS
 from sps_operator.api.models import SpsProfileSpec
 from sps_operator.controller.serverconfig import (
     ServerProblem,
@@ -34,6 +35,7 @@ from sps_operator.controller.serverconfig import (
     server_config,
     table_fingerprint,
 )
+from sps_operator.profiler.sweep import build_request_count_sweep
 from sps_operator.tables.formats import load_sps_table_text
 from sps_operator.tables.selfcheck import self_check
 
@@ -85,10 +87,73 @@ results = st.one_of(
     plausible,
     st.tuples(plausible, round_dicts).map(lambda t: [*t[0], t[1]]),
 )
+# A result line: a round, or raw text no json.dumps of a round writes.
+Line = dict[str, Any] | str
+# What a hostile Job makes of an honest result (issue 18: #7, #8, #23, #24), and the reason
+# the run must end with; "complete" is the honest result itself.
+HOSTILE = {
+    "partial": "IncompleteSweep",
+    "duplicated": "SweepMismatch",
+    "huge integer": "ResultRefused",
+    "nested": "ResultRefused",
+    "sub-physical": "ResultRefused",
+}
 
 
-def encode(rounds: list[dict[str, Any]], how: str) -> tuple[dict[str, str], dict[str, str]]:
-    text = "".join(json.dumps(r, allow_nan=True) + "\n" for r in rounds)
+def complete_result(spec: dict[str, Any], scale: float, noise: list[float]) -> list[Line]:
+    """Every cell of the (first phase of the) sweep the spec asks for once, on one plausible
+    GPU, as sps-profiler would measure it (its own sweep expansion); [] for a spec the API
+    refuses (no run)."""
+    try:
+        sweep = SpsProfileSpec.model_validate(profile_body(**spec)["spec"]).table.sweep
+    except ValidationError:
+        return []
+    batch_sizes = (
+        sorted(set(sweep.batch_sizes))
+        if sweep.batch_sizes
+        else build_request_count_sweep(sweep.max_batch_size or DEFAULT_MAX_BATCH_SIZE)
+    )
+    cells = [(bs, repeat) for repeat in range(sweep.repeats) for bs in batch_sizes]
+    return [
+        sane_round(bs, scale * (1 + noise[i % len(noise)]), repeat)
+        for i, (bs, repeat) in enumerate(cells)
+    ]
+
+
+def hostile_result(draw: st.DrawFn, honest: list[Line], kind: str) -> list[Line]:
+    out = list(honest)
+    at = draw(st.integers(0, len(out) - 1))
+    if kind == "partial":
+        keep = draw(st.lists(st.integers(0, len(out) - 1), min_size=1, max_size=len(out) - 1))
+        return [out[i] for i in sorted(set(keep))]
+    if kind == "duplicated":
+        copy = dict(out[at])  # type: ignore[arg-type]
+        copy["steps_per_sec"] *= draw(st.sampled_from([1.0, 0.9, 1.1]))
+        return out + [copy] * draw(st.integers(1, 4))
+    if kind == "huge integer":
+        field = draw(st.sampled_from(["steps_per_sec", "repeat", "batch_tokens", "budget"]))
+        digits = "9" * draw(st.integers(4301, 6000))
+        out[at] = json.dumps(out[at])[:-1] + f', "{field}": {digits}}}'
+        return out
+    if kind == "nested":
+        depth = draw(st.one_of(st.integers(33, 200), st.integers(2000, 20_000)))
+        field = draw(st.sampled_from(["warnings", "graph_tiers", "clock_ramp", "load_info"]))
+        out[at] = json.dumps(out[at])[:-1] + f', "{field}": ' + "[" * depth + "]" * depth + "}"
+        return out
+    # Steps in seconds where SGLang writes ms (a 10 ms step as 0.01 "ms"): all, or one. Only
+    # steps under 100 ms fall below the floor that way, so the step is drawn below it.
+    assert kind == "sub-physical"
+    which = range(len(out)) if draw(st.booleans()) else [at]
+    for i in which:
+        seconds = draw(st.floats(1e-6, MIN_STEP_SECONDS, exclude_max=True))
+        out[i] = {**out[i], "steps_per_sec": 1 / seconds}  # type: ignore[dict-item]
+    return out
+
+
+def encode(rounds: list[Line], how: str) -> tuple[dict[str, str], dict[str, str]]:
+    text = "".join(
+        (r if isinstance(r, str) else json.dumps(r, allow_nan=True)) + "\n" for r in rounds
+    )
     if how == "gzip":
         return {"status": "succeeded"}, {
             "rounds.jsonl.gz": base64.b64encode(gzip.compress(text.encode())).decode()
@@ -192,17 +257,30 @@ def check_invariants(h: Harness) -> None:
 @given(
     spec=specs,
     container=containers,
-    result=results,
+    random_result=results,
+    kind=st.sampled_from(["random", "complete", *HOSTILE]),
+    scale=st.floats(0.2, 3.0),  # bs 256 at 3x: 0.8 s, inside a step's range
+    noise=st.lists(st.floats(-0.02, 0.02), min_size=1, max_size=4),
     how=st.sampled_from(["inline", "gzip", "torn", "failed"]),
     fault=faults,
+    data=st.data(),
 )
 def test_no_input_breaks_the_safety_contract(
     spec: dict[str, Any],
     container: dict[str, Any],
-    result: list[dict[str, Any]],
+    random_result: list[dict[str, Any]],
+    kind: str,
+    scale: float,
+    noise: list[float],
     how: str,
     fault: tuple[str, int] | None,
+    data: st.DataObject,
 ) -> None:
+    result: list[Line] = list(random_result)
+    if kind != "random":
+        result = complete_result(spec, scale, noise)
+        if kind in HOSTILE and result:
+            result = hostile_result(data.draw, result, kind)
     h = Harness()
     dep = deployment(**container)
     if spec.get("rollout", {}).get("mode") == "AnnotateOnly":
@@ -231,4 +309,20 @@ def test_no_input_breaks_the_safety_contract(
     if run and how == "failed":
         failure = h.status().get("lastFailure") or {}
         assert failure.get("reason"), "a failed run left no reason"
+    if run and kind in HOSTILE:
+        # Short, duplicated, unparsable or sub-physical: never a table, always a reason.
+        assert not h.status().get("tables"), f"a {kind} result became a table"
+        failure = h.status().get("lastFailure") or {}
+        if fault is None and how != "failed":
+            # A torn result may also end mid-line (not JSON) or on a line boundary (short).
+            expected = {HOSTILE[kind]}
+            if how == "torn":
+                expected |= {"ResultRefused", "IncompleteSweep"}
+            assert failure.get("reason") in expected, (kind, failure)
+    if run and kind == "complete" and how in ("inline", "gzip") and fault is None:
+        # The honest result is accepted (so the refusals above are not vacuous): a table,
+        # or for an Additive profile the off-diagonal phase it seeds.
+        status = h.status()
+        phase = (status.get("currentRun") or {}).get("phase")
+        assert status.get("tables") or phase == "OffDiagonal", status.get("lastFailure")
     json.dumps(h.status(), allow_nan=False)  # the API server would refuse NaN or infinity

@@ -118,3 +118,56 @@ def test_diagonal_fit_plot_with_cells(tmp_path: Path) -> None:
     cells = [Cell(1, 8, 0.00101, 0.00001), Cell(2, 16, 0.00199), Cell(4, 32, 0.0039)]
     out = plot_diagonal_fit(table, cells, tmp_path / "fit.png", "t")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# Issue 18 #24: what a table file or a table ConfigMap may hold that json.loads or float()
+# turn into a RecursionError, a bare ValueError or an OverflowError.
+HOSTILE_TABLES = {
+    "nested": ("[" * 100_000 + "]" * 100_000).encode(),
+    "5000 digits": DIAG.replace("[8,16]", "[8," + "1" * 5000 + "]").encode(),
+    "too large for a double": DIAG.replace("1000.0", "1" + "0" * 400).encode(),
+    "not UTF-8": b"\xff\xfe{" + DIAG.encode(),
+}
+
+
+@pytest.mark.parametrize("content", HOSTILE_TABLES.values(), ids=HOSTILE_TABLES.keys())
+def test_diff_of_hostile_json_is_refused_without_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes
+) -> None:
+    (tmp_path / "a.json").write_text(DIAG)
+    (tmp_path / "bad.json").write_bytes(content)
+    assert cli.main(["diff", str(tmp_path / "a.json"), str(tmp_path / "bad.json")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "bad.json is not" in err
+    assert "Traceback" not in err and len(err) < 400
+
+
+class OneTableCluster:
+    """What `kubectl sps table` reads: a profile with one live table, and its ConfigMap."""
+
+    default_namespace = "serving"
+
+    def __init__(self, table_text: str) -> None:
+        self.table_text = table_text
+
+    def get_profile(self, namespace: str, name: str) -> dict[str, object]:
+        entry = {"gpuProduct": "NVIDIA-H100-80GB-HBM3", "configMap": "p-table"}
+        return {"metadata": {"name": name}, "status": {"tables": [entry]}}
+
+    def get_config_map(self, namespace: str, name: str) -> dict[str, object]:
+        return {"metadata": {"name": name}, "data": {"table.json": self.table_text}}
+
+
+@pytest.mark.parametrize(
+    "content",
+    [v for k, v in HOSTILE_TABLES.items() if k != "not UTF-8"],
+    ids=list(HOSTILE_TABLES)[:3],
+)
+def test_table_of_a_hostile_config_map_is_refused_without_a_traceback(
+    capsys: pytest.CaptureFixture[str], content: bytes
+) -> None:
+    args = cli.build_parser().parse_args(["table", "p"])
+    with pytest.raises(cli.PluginError, match="ConfigMap p-table holds no table SGLang would load"):
+        cli.cmd_table(args, OneTableCluster(content.decode()))
+    assert cli.cmd_table(args, OneTableCluster(DIAG)) == 0
+    assert "1000" in capsys.readouterr().out

@@ -306,6 +306,12 @@ def test_operator_failure_reasons_get_specific_advice() -> None:
         "WaitingForGPUs": "waited longer than capacity.waitTimeoutSeconds",
         "QueuedInKueue": "Kueue did not admit its Job",
         "BorrowBlocked": "borrowing a replica stayed refused",
+        "JobPolicy": "the cluster admin's policy does not allow",
+        "GpuPinConflict": "would not run on the GPU product",
+        "JobLabelsSelectPods": "pass for a server pod",
+        "TargetChanged": "changed between the two phases",
+        "SweepMismatch": "a cell more than once",
+        "IncompleteSweep": "did not cover every cell",
     }
     for reason, what in cases.items():
         message = (

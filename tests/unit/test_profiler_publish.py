@@ -104,3 +104,18 @@ def test_fit_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         '{"sample_batch_tokens":[8,16],"sample_steps_per_sec":[10.0,20.0],"max_batch_tokens":16}'
     )
     assert warnings and "rises by more than 10%" in warnings[0]
+
+
+def test_a_fit_of_steps_recorded_in_seconds_writes_no_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 18 #8: a server writing step_cpu_ms in seconds (0.0105 for a 10.5 ms step) gave
+    # `sps-profiler all` a table of 95,000 steps/s. Refused even with --no-self-check.
+    out = tmp_path / "sps.json"
+    seconds = [round_line(bs, 8 * bs, 1 / (0.0105e-3 * (1 + 0.01 * bs))) for bs in (1, 2, 4, 8)]
+    artifacts.append_lines(artifacts.OutPaths.for_out(out).rounds, seconds)
+    assert main(["fit", "--out", str(out), "--no-plot", "--no-self-check"]) == 1
+    err = capsys.readouterr().err
+    assert "not a decode step of a real model" in err and "batch_tokens=8 is 0.0106" in err
+    assert "seconds where SGLang writes milliseconds" in err
+    assert not out.exists()

@@ -89,6 +89,15 @@ def test_diagonal_round_measures_median_after_warmup() -> None:
     assert summary["graph_tiers"] == TIERS  # static: the capture list's tiers, for the fit
 
 
+def test_a_round_of_steps_recorded_in_seconds_fails() -> None:
+    # Issue 18 #8: step_cpu_ms 0.0105 is a 10.5 ms step written in seconds (10.5 µs).
+    data = rows(70, 4, 32, t=0.0105e-3, noise=0.01)
+    with pytest.raises(RoundError, match=r"0\.01\d* ms, below the 0\.1 ms") as info:
+        process([data], bs=4)
+    assert "not in milliseconds (seconds?)" in str(info.value)
+    assert process([rows(70, 4, 32, t=0.2e-3)], bs=4).stats.median == pytest.approx(0.2e-3)
+
+
 def test_a_round_places_its_window_on_the_run_clock() -> None:
     # 8 warm-up steps of 50 ms then 60 of 10 ms, the round starting at clock 100 s: the
     # window's first step starts after the warm-up's 0.4 s, its last 59 steps later.

@@ -89,6 +89,21 @@ VECTORS: list[tuple[str, str, str | None]] = [
         "Number out of range - at `$.sample_steps_per_sec[1]`",
     ),
     (
+        "an integer too large for a double",
+        '{"sample_batch_tokens":[8,16],"sample_steps_per_sec":[1,1'
+        + "0" * 400
+        + '],"max_batch_tokens":16}',
+        "Number out of range - at `$.sample_steps_per_sec[1]`",
+    ),
+    (
+        "an integer past the int-string limit",
+        '{"sample_batch_tokens":[8,'
+        + "1" * 5000
+        + '],"sample_steps_per_sec":[1,2],"max_batch_tokens":16}',
+        "JSON is malformed: a number has more than 4300 digits",
+    ),
+    ("nested too deeply", "[" * 100_000 + "]" * 100_000, "JSON is malformed: nested too deeply"),
+    (
         "not strictly increasing",
         '{"sample_batch_tokens":[16,8],"sample_steps_per_sec":[1,2],"max_batch_tokens":16}',
         "sample_batch_tokens must be strictly increasing (monotone-sorted invariant), got [16, 8].",
@@ -232,6 +247,25 @@ def test_vectors_agree_with_msgspec_typed_decode(name: str, text: str, error: st
     assert accepted == (error is None), message
     if error is not None and "JSON is malformed" not in error:
         assert error in message
+
+
+@pytest.mark.parametrize(("name", "text", "error"), VECTORS, ids=[v[0] for v in VECTORS])
+def test_diagonal_only_loader_agrees_with_msgspec(name: str, text: str, error: str | None) -> None:
+    """The fork's loader decodes every text as SpsCostTable: an additive one included."""
+    try:
+        msgspec.json.decode(text.encode(), type=_MsgDiag)
+        expected: str | None = None
+    except (msgspec.DecodeError, ValueError) as exc:
+        expected = str(exc)
+    try:
+        table = load_sps_table_text(text, diagonal_only=True)
+    except SpsTableError as exc:
+        assert expected is not None, f"msgspec accepts it: {exc}"
+        if "JSON is malformed" not in str(exc):
+            assert str(exc) == expected
+    else:
+        assert expected is None, expected
+        assert isinstance(table, SpsCostTable)
 
 
 def test_to_json_is_compact_with_ints_as_ints() -> None:

@@ -87,6 +87,11 @@ or into a Role in each watched namespace (namespaces mode).
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch]
+- apiGroups: [""]
+  # Services' selectors: a profiling pod's labels must never make it one a Service sends
+  # traffic to; an External server.url must not name an ExternalName Service.
+  resources: [services]
+  verbs: [list, watch]
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [get, list, watch, create, delete]
@@ -152,11 +157,24 @@ or into a Role in each watched namespace (namespaces mode).
 {{- else }}
 - --profiler-image={{ include "sps-operator.image" $ }}
 {{- end }}
-{{- range .Values.jobPolicy.allowedImages }}
-- --allow-job-image={{ . }}
+{{- with .Values.jobPolicy }}
+{{- range .allowedImages }}
+- {{ printf "--allow-job-image=%s" . | quote }}
 {{- end }}
-{{- range .Values.jobPolicy.allowedServiceAccounts }}
-- --allow-service-account={{ . }}
+{{- range .allowedServiceAccounts }}
+- {{ printf "--allow-service-account=%s" . | quote }}
+{{- end }}
+{{- range .allowedQueues }}
+- {{ printf "--allow-queue=%s" . | quote }}
+{{- end }}
+- {{ printf "--allowed-priority-classes=%s" (join "," .priorityClasses.allowed) | quote }}
+- {{ printf "--reserved-priority-classes=%s" (join "," .priorityClasses.reserved) | quote }}
+- {{ printf "--allowed-label-keys=%s" (join "," .labelKeys.allowed) | quote }}
+- {{ printf "--reserved-label-keys=%s" (join "," .labelKeys.reserved) | quote }}
+- {{ printf "--allowed-annotation-keys=%s" (join "," .annotationKeys.allowed) | quote }}
+- {{ printf "--reserved-annotation-keys=%s" (join "," .annotationKeys.reserved) | quote }}
+- {{ printf "--max-active-deadline-seconds=%d" (int .maxActiveDeadlineSeconds) | quote }}
+- {{ printf "--allowed-server-hosts=%s" (join "," .allowedServerHosts) | quote }}
 {{- end }}
 {{- range $key, $value := .Values.jobDefaults.labels }}
 - {{ printf "--job-label=%s=%s" $key $value | quote }}

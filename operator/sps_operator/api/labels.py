@@ -45,3 +45,4 @@ ANNOTATION_BORROWED = f"{LABEL_PREFIX}/borrowed"  # on a Deployment: a replica l
 
 # Kueue: a Job naming a queue is created suspended; Kueue admits (unsuspends) it.
 LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+LABEL_KUEUE_PRIORITY = "kueue.x-k8s.io/priority-class"  # a WorkloadPriorityClass

@@ -77,20 +77,39 @@ TAPERED_SWEEP_BELOW_256 = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 
 TAPERED_SWEEP_STEP_FROM_256 = 64
 
 
+def tapered_sweep(max_batch_size: int) -> list[int]:
+    """The batch sizes `--max-batch-size M` measures (M >= 1): what the profiler runs and
+    what the operator expects a run to cover."""
+    m = max_batch_size
+    sweep = [v for v in TAPERED_SWEEP_BELOW_256 if v <= m]
+    sweep += range(256, m + 1, TAPERED_SWEEP_STEP_FROM_256)
+    return sweep if sweep[-1] == m else [*sweep, m]
+
+
 def tapered_sweep_size(max_batch_size: int) -> int:
     """How many batch sizes `--max-batch-size M` measures (the CRD's CEL computes the same)."""
-    m = max_batch_size
-    if m >= 256:
-        count = len(TAPERED_SWEEP_BELOW_256) + (m - 256) // TAPERED_SWEEP_STEP_FROM_256 + 1
-        return count + (0 if (m - 256) % TAPERED_SWEEP_STEP_FROM_256 == 0 else 1)
-    below = sum(1 for v in TAPERED_SWEEP_BELOW_256 if v <= m)
-    return below + (0 if m in TAPERED_SWEEP_BELOW_256 else 1)
+    return len(tapered_sweep(max_batch_size))
 
 
 def sweep_cells(batch_sizes: int, fracs: int, repeats: int) -> int:
     """Cells of a sweep from its counts (fracs: 1 for a diagonal sweep)."""
     return batch_sizes * max(fracs, 1) * repeats
 
+
+# --- one decode step (plausibility: the profiler's rounds and fit, the operator's check of a
+# Job's result, a table's self-check) --------------------------------------------------------
+# Upper: SGLang records `step_cpu_ms` only when the gap is in (0, 1000] ms (contract §11.7).
+MAX_STEP_SECONDS = 1.0
+# Lower: 0.1 ms. `step_cpu_ms` is the wall time between two decode steps' observes, so a step
+# holds at least (a) one forward of the target plus DSpark's draft and verify, each a chain
+# of >= ~8 kernels per layer, and even inside a CUDA graph a kernel costs >= ~1 µs: >= 100
+# kernels for the smallest real LLM (12+ layers) is >= 100 µs on its own; (b) every weight
+# read from HBM once: 1 GB for a 0.5 B-parameter bf16 model is 125 µs at B200's 8 TB/s; (c)
+# a pass of SGLang's Python scheduler loop (batch, sample, process results). Real decode
+# steps take >= ~1 ms on the smallest models and 5-100 ms on served ones (the simulator's
+# presets: >= 4.6 ms). A server writing seconds where SGLang writes milliseconds reports
+# 0.005-0.1 "ms" for such steps: below this bound, never a table.
+MIN_STEP_SECONDS = 1e-4
 
 # --- names and text -----------------------------------------------------------------------
 # metadata.name of an SpsProfile. Derived names must stay valid: a profiling Job is

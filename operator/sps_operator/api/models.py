@@ -615,7 +615,10 @@ class ServerSpec(ApiModel):
         default=None,
         max_length=2048,
         pattern=r"^https?://",
-        description="External only: base URL of a DSpark server already in profiling mode.",
+        description="External only: base URL of a DSpark server already in profiling mode. "
+        "The operator's policy decides which hosts (default: a Service of this namespace, "
+        "http://<service>.<namespace>.svc.cluster.local:<port>); never a link-local, "
+        "metadata or loopback address.",
     )
 
     @model_validator(mode="after")
@@ -731,10 +734,16 @@ class JobOverrides(ApiModel):
         default=None, max_length=64, description="Added to the tolerations copied from the target."
     )
     node_selector: LabelMap | None = Field(
-        default=None, description="Added to the target's nodeSelector and the GPU-product pin."
+        default=None,
+        description="Added to the target's nodeSelector; the GPU-product pin always wins (a "
+        "different value for spec.gpuProductLabel is refused: GpuPinConflict).",
     )
     active_deadline_seconds: int = Field(
-        default=3600, ge=60, le=7 * 24 * 3600, description="Deadline of one profiling Job."
+        default=3600,
+        ge=60,
+        le=7 * 24 * 3600,
+        description="Deadline of one profiling Job (at most the operator's policy maximum, "
+        "by default one day).",
     )
     service_account_name: str | None = Field(
         default=None,
@@ -745,17 +754,23 @@ class JobOverrides(ApiModel):
     labels: LabelMap | None = Field(
         default=None,
         description="Labels for the Job and its pod (e.g. kueue.x-k8s.io/queue-name: a Job "
-        "naming a Kueue queue is created suspended, and Kueue admits it). The operator's own "
-        "sps.dev/* labels cannot be overridden.",
+        "naming a Kueue queue is created suspended, and Kueue admits it). Keys and queues "
+        "are subject to the operator's policy (by default no sps.dev, kubernetes.io, k8s.io "
+        "or other kueue.x-k8s.io keys); labels that a Deployment's, Service's or "
+        "PodDisruptionBudget's selector would match are refused.",
     )
     annotations: dict[str, Annotated[str, Field(max_length=4096)]] | None = Field(
-        default=None, max_length=64, description="Annotations for the Job and its pod."
+        default=None,
+        max_length=64,
+        description="Annotations for the Job and its pod (keys subject to the operator's "
+        "policy, as for labels).",
     )
     priority_class_name: str | None = Field(
         default=None,
         max_length=253,
         description="PriorityClass of the Job's pod (default: the target's), for preemption "
-        "policies and Kueue's priorities.",
+        "policies and Kueue's priorities; the operator's policy refuses system-* classes "
+        "unless the cluster admin allows them.",
     )
 
     @model_validator(mode="after")
@@ -1005,7 +1020,16 @@ class SpsProfileSpec(ApiModel):
     refresh: RefreshSpec = Field(default_factory=RefreshSpec, description="When to re-profile.")
     gates: GatesSpec = Field(default_factory=GatesSpec, description="Acceptance gates.")
     history_limit: int = Field(
-        default=3, ge=1, le=50, description="Tables kept per GPU product (live one included)."
+        default=3,
+        ge=1,
+        le=50,
+        description=(
+            "Tables kept per GPU product, across server fingerprints (image upgrades "
+            "included), newest first. Never deleted, and counted within the limit: a table "
+            "a target runs or is being given, the one it would roll back to, the table of "
+            "each fingerprint a target has now, the rejected table, and any table a "
+            "Deployment of the namespace mounts."
+        ),
     )
     suspend: bool = Field(
         default=False, description="Start no new profiling run (a running one finishes)."

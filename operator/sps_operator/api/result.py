@@ -12,9 +12,13 @@ the run's ServiceAccount) patches these keys:
 
 The profiler runs inside the user's image, so for the operator everything here is
 untrusted input: `read_result` bounds every size before it decodes (a decompression bomb
-stops at `MAX_ROUNDS_BYTES`), and `MeasuredRound` checks every field the fit reads against
-the physical bounds of SGLang's contract (`step_cpu_ms` in (0, 1000]). Whatever does not
-pass raises `ResultError` with what is wrong; unknown round fields are dropped.
+stops at `MAX_ROUNDS_BYTES`), parses JSON only through `parse_json` (deep nesting and
+Python's int-string limit become ResultError, never a bare ValueError), and
+`MeasuredRound` checks every field the fit reads against the physical bounds of a decode
+step (`limits.MIN_STEP_SECONDS` to `MAX_STEP_SECONDS`: 0.1 ms to SGLang's 1000 ms
+recording cap). Whatever does not pass raises `ResultError` with what is wrong; unknown
+round fields are dropped. Whether the rounds are the sweep that was asked for, each cell
+once, is `controller.acceptance`'s to judge.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import itertools
 import json
 import math
 import re
+import sys
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +39,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sps_operator.api import limits
+from sps_operator.api.limits import MAX_STEP_SECONDS, MIN_STEP_SECONDS
 
 STATUS_RUNNING = "running"
 STATUS_SUCCEEDED = "succeeded"
@@ -58,12 +64,13 @@ MAX_ROUNDS_BYTES = 4 * 1024 * 1024  # uncompressed rounds.jsonl
 MAX_ROUND_LINE_BYTES = 64 * 1024
 MAX_ROUNDS = 4096
 MAX_MANIFEST_BYTES = 64 * 1024
+# Nesting of arrays and objects in one line or the manifest: the profiler's deepest is a
+# round's clock-ramp chunks (4) and the manifest's fit quality (< 8). Deeper values are not
+# its output, and would take code that recurses over them (json.dumps, pydantic) towards
+# Python's recursion limit.
+MAX_JSON_DEPTH = 32
 MAX_MESSAGE_CHARS = limits.MAX_MESSAGE_LENGTH
 MAX_PROGRESS_CHARS = limits.MAX_PROGRESS_LENGTH
-# Physical bounds of one decode step. SGLang records `step_cpu_ms` only when it is in
-# (0, 1000] ms; below 20 µs no GPU forward pass of an LLM completes.
-MIN_STEP_SECONDS = 2e-5
-MAX_STEP_SECONDS = 1.0
 MAX_BATCH_SIZE_PER_RANK = 4096
 MAX_BATCH_TOKENS = 1 << 20
 MAX_GRAPH_TIERS = 1024
@@ -340,6 +347,46 @@ def _bounded_gunzip(packed: str, limit: int) -> bytes:
     return out
 
 
+def _nesting(value: Any) -> int:
+    """How deeply arrays and objects nest in a parsed JSON value (iterative: no recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = (
+            item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        )
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth + 1 > MAX_JSON_DEPTH:
+                    return depth + 1
+                stack.append((child, depth + 1))
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def parse_json(text: str, what: str) -> Any:
+    """`json.loads` of untrusted text, every failure a ResultError naming `what`: malformed
+    text, nesting past `MAX_JSON_DEPTH` (or the parser's own recursion limit), and an
+    integer beyond Python's int-string limit (4300 digits: a plain ValueError)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ResultError(f"{what} is not JSON: {exc.msg}") from None
+    except RecursionError:
+        raise ResultError(f"{what} is not JSON: nested too deeply") from None
+    except ValueError:
+        raise ResultError(
+            f"{what} is not JSON the profiler writes: a number has more than "
+            f"{sys.get_int_max_str_digits()} digits"
+        ) from None
+    if isinstance(value, dict | list) and _nesting(value) > MAX_JSON_DEPTH:
+        raise ResultError(
+            f"{what} nests arrays and objects more than {MAX_JSON_DEPTH} deep; the profiler "
+            "never does"
+        )
+    return value
+
+
 def parse_jsonl(text: str, source: str) -> list[Any]:
     lines: list[Any] = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -349,11 +396,7 @@ def parse_jsonl(text: str, source: str) -> list[Any]:
             raise ResultError(f"{source} line {number} is {len(line)} characters; too long")
         if len(lines) >= MAX_ROUNDS:
             raise ResultError(f"{source} has more than {MAX_ROUNDS} lines")
-        try:
-            lines.append(json.loads(line))
-        except (json.JSONDecodeError, RecursionError) as exc:
-            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
-            raise ResultError(f"{source} line {number} is not JSON: {reason}") from None
+        lines.append(parse_json(line, f"{source} line {number}"))
     return lines
 
 
@@ -398,10 +441,7 @@ def read_result(
     if manifest_text:
         if len(manifest_text) > MAX_MANIFEST_BYTES:
             raise ResultError(f"{KEY_MANIFEST} is larger than {MAX_MANIFEST_BYTES} bytes")
-        try:
-            parsed = json.loads(manifest_text)
-        except (json.JSONDecodeError, RecursionError):
-            raise ResultError(f"{KEY_MANIFEST} is not JSON") from None
+        parsed = parse_json(manifest_text, KEY_MANIFEST)
         if not isinstance(parsed, dict):
             raise ResultError(f"{KEY_MANIFEST} is not a JSON object")
         manifest = parsed

@@ -2,9 +2,19 @@
 
 The rounds come from a Job that runs the user's image: `api.result.read_result` already
 checked every field against the physical bounds; here the measurement is checked as a
-whole (it is the sweep that was asked for, more tokens are not faster), fitted under a
-cost bound, the table self-checked over its whole domain and gated. Every refusal names
-what is wrong and what to do; a refused table is kept for inspection, never rolled.
+whole (it is the sweep that was asked for: nothing else, each cell once, every cell; more
+tokens are not faster), fitted under a cost bound, the table self-checked over its whole
+domain and gated. Every refusal names what is wrong and what to do; a refused table is kept
+for inspection, never rolled.
+
+Coverage is defined against what sps-profiler measures for the spec's sweep (`asked_cells`):
+every (repeat, batch size, fraction) once. It never leaves a cell out on its own: a batch
+size above the server's caps (`--max-running-requests`, the CUDA-graph max bs, the KV
+capacity) fails the whole run before anything is measured (`profiler.server.validate_sweep`),
+and a round that fails fails the run. The one round a fit legitimately drops is one
+stranded on a clock ramp it cannot correct (`tables.clockramp.stranded_rounds`); it covers
+nothing, and the cell counts only when measured again (so a stranded round and its
+re-measurement are not duplicates).
 """
 
 from __future__ import annotations
@@ -15,11 +25,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sps_operator.api.hashing import content_hash
-from sps_operator.api.limits import MAX_SWEEP_CELLS
-from sps_operator.api.models import DEFAULT_ADDITIVE_FRACS, FitQuality, SpsProfileSpec
+from sps_operator.api.limits import DEFAULT_MAX_BATCH_SIZE, MAX_SWEEP_CELLS, tapered_sweep
+from sps_operator.api.models import DEFAULT_ADDITIVE_FRACS, FitQuality, SpsProfileSpec, SweepSpec
 from sps_operator.controller.bounded import BoundExceeded, CallFailed, call_bounded
 from sps_operator.controller.gates import check_gates
-from sps_operator.tables.clockramp import usable_rounds
+from sps_operator.tables.clockramp import ramps_by_run, stranded_rounds, usable_rounds
 from sps_operator.tables.fit import FitResult, fit_from_rounds
 from sps_operator.tables.formats import SpsTable
 from sps_operator.tables.selfcheck import doubtful_cells, self_check
@@ -31,9 +41,12 @@ if TYPE_CHECKING:
 # Additive run (its diagonal phase, then its off-diagonal one).
 MAX_FIT_CELLS = 2 * MAX_SWEEP_CELLS
 FRAC_TOLERANCE = 1e-6
+# Cells named in a refusal; the rest are counted.
+MAX_CELLS_NAMED = 6
 
 # Refusal reasons (CamelCase: conditions and events).
 SWEEP_MISMATCH = "SweepMismatch"
+INCOMPLETE_SWEEP = "IncompleteSweep"
 DOUBTFUL = "DoubtfulMeasurement"
 FIT_FAILED = "FitFailed"
 SELF_CHECK = "SelfCheckFailed"
@@ -80,30 +93,155 @@ def api_quality(fit: FitResult) -> FitQuality:
     )
 
 
+# A cell of a sweep: (repeat, batch size per DP rank, forced fraction or None on the diagonal).
+Cell = tuple[int, int, float | None]
+
+
+def asked_batch_sizes(sweep: SweepSpec) -> list[int]:
+    """The batch sizes per DP rank sps-profiler measures for this sweep (builders passes
+    `--batch-size` or `--max-batch-size`; the profiler sorts and deduplicates the list)."""
+    if sweep.batch_sizes:
+        return sorted(set(sweep.batch_sizes))
+    return tapered_sweep(sweep.max_batch_size or DEFAULT_MAX_BATCH_SIZE)
+
+
+def asked_fracs(sweep: SweepSpec) -> list[float]:
+    """The fractions of an Additive run's off-diagonal phase (`--fracs`)."""
+    return sorted({float(f) for f in sweep.fracs or DEFAULT_ADDITIVE_FRACS})
+
+
+def asked_cells(spec: SpsProfileSpec, additive: bool) -> set[Cell]:
+    """Every cell a run must cover: the diagonal (each repeat, each batch size), and for an
+    Additive table (`additive`: both phases' rounds) each fraction of those too."""
+    sweep = spec.table.sweep
+    fracs: list[float | None] = [None, *(asked_fracs(sweep) if additive else [])]
+    return {
+        (repeat, bs, frac)
+        for repeat in range(sweep.repeats)
+        for bs in asked_batch_sizes(sweep)
+        for frac in fracs
+    }
+
+
+def _cell_of(round_: Mapping[str, Any], fracs: Sequence[float]) -> Cell:
+    """A validated round's cell, its fraction snapped to the asked one it matches."""
+    frac = round_.get("frac")
+    if frac is not None:
+        frac = next((f for f in fracs if abs(frac - f) <= FRAC_TOLERANCE), float(frac))
+    return (int(round_.get("repeat", 0)), int(round_["batch_size_per_rank"]), frac)
+
+
+def describe_cell(cell: Cell) -> str:
+    repeat, bs, frac = cell
+    return f"repeat {repeat} bs {bs}" + ("" if frac is None else f" frac {frac:g}")
+
+
+def _named(cells: Sequence[Cell]) -> str:
+    named = ", ".join(describe_cell(c) for c in cells[:MAX_CELLS_NAMED])
+    more = len(cells) - MAX_CELLS_NAMED
+    return named + (f" and {more} more" if more > 0 else "")
+
+
 def sweep_problems(
     rounds: Sequence[Mapping[str, Any]], spec: SpsProfileSpec, additive: bool
 ) -> list[str]:
     """Rounds the sweep did not ask for: a Job that measured something else (or lies)."""
     sweep = spec.table.sweep
+    batch_sizes = set(asked_batch_sizes(sweep))
+    fracs = asked_fracs(sweep)
     problems: dict[str, None] = {}  # ordered, without repeats
     cells = {(r["batch_size_per_rank"], r["batch_tokens"], r.get("frac")) for r in rounds}
     if len(cells) > MAX_FIT_CELLS:
         problems[f"{len(cells)} distinct cells; at most {MAX_FIT_CELLS} are fitted"] = None
     for r in rounds:
         bs, frac, repeat = r["batch_size_per_rank"], r.get("frac"), r.get("repeat", 0)
-        if sweep.batch_sizes and bs not in sweep.batch_sizes:
-            problems[f"batch size {bs} is not in spec.table.sweep.batchSizes"] = None
-        if sweep.max_batch_size and bs > sweep.max_batch_size:
-            problems[f"batch size {bs} exceeds spec.table.sweep.maxBatchSize"] = None
+        if bs not in batch_sizes:
+            where = "batchSizes" if sweep.batch_sizes else "the tapered sweep of maxBatchSize"
+            problems[f"batch size {bs} is not in spec.table.sweep's {where}"] = None
         if repeat >= sweep.repeats:
             problems[f"repeat {repeat} but spec.table.sweep.repeats is {sweep.repeats}"] = None
-        if frac is not None:
-            allowed = sweep.fracs or DEFAULT_ADDITIVE_FRACS
-            if not additive or not any(abs(frac - f) <= FRAC_TOLERANCE for f in allowed):
-                problems[f"fraction {frac} was not asked for"] = None
+        if frac is not None and (
+            not additive or not any(abs(frac - f) <= FRAC_TOLERANCE for f in fracs)
+        ):
+            problems[f"fraction {frac} was not asked for"] = None
         if len(problems) >= 3:
             break
     return list(problems)
+
+
+def duplicate_cells(rounds: Sequence[Mapping[str, Any]], spec: SpsProfileSpec) -> list[str]:
+    """Cells reported more than once (stranded rounds aside, see the module): sps-profiler
+    measures each (repeat, cell) once, and the fit takes a median over a cell's rounds, so
+    copies of one round would outvote the real repeats."""
+    fracs = asked_fracs(spec.table.sweep)
+    counts: dict[Cell, int] = {}
+    for round_ in rounds:
+        cell = _cell_of(round_, fracs)
+        counts[cell] = counts.get(cell, 0) + 1
+    return [
+        f"{describe_cell(c)} {counts[c]} times" for c in sorted(counts, key=_order) if counts[c] > 1
+    ]
+
+
+def _order(cell: Cell) -> tuple[int, int, float]:
+    """Sweep order: repeat, batch size, the diagonal before the fractions."""
+    repeat, bs, frac = cell
+    return (repeat, bs, -1.0 if frac is None else frac)
+
+
+def missing_cells(
+    rounds: Sequence[Mapping[str, Any]], spec: SpsProfileSpec, additive: bool
+) -> list[Cell]:
+    """The asked cells no (usable) round covers, in sweep order."""
+    fracs = asked_fracs(spec.table.sweep)
+    covered = {_cell_of(r, fracs) for r in rounds}
+    missing = asked_cells(spec, additive) - covered
+    return sorted(missing, key=_order)
+
+
+def coverage_verdict(
+    rounds: Sequence[Mapping[str, Any]],
+    spec: SpsProfileSpec,
+    additive: bool,
+    stranded: frozenset[int] = frozenset(),
+) -> Verdict | None:
+    """A refusal when the rounds (those at the `stranded` indices aside) report a cell
+    twice or leave an asked cell out; None when they cover the sweep exactly."""
+    usable = [r for i, r in enumerate(rounds) if i not in stranded]
+    duplicates = duplicate_cells(usable, spec)
+    if duplicates:
+        return Verdict(
+            SWEEP_MISMATCH,
+            "the profiler's rounds report the same cell more than once: "
+            + "; ".join(duplicates[:MAX_CELLS_NAMED])
+            + ". sps-profiler measures each (repeat, cell) once, and copies would outvote "
+            "the real repeats (a Job image that is not sps-profiler, or a result written twice)",
+        )
+    missing = missing_cells(usable, spec, additive)
+    if not missing:
+        return None
+    asked = len(asked_cells(spec, additive))
+    fracs = asked_fracs(spec.table.sweep)
+    on_ramp = {_cell_of(rounds[i], fracs) for i in stranded} & set(missing)
+    message = (
+        f"the profiler's rounds cover {asked - len(missing)} of the {asked} cells "
+        f"spec.table.sweep asks for; missing: {_named(missing)}"
+    )
+    if on_ramp:
+        message += (
+            f". {len(on_ramp)} of them were measured only on a clock ramp the run could not "
+            "model, so their step times cannot be corrected: `kubectl sps reprofile` "
+            "measures them again"
+        )
+    if len(on_ramp) < len(missing):
+        message += (
+            ". sps-profiler measures every cell or fails the run (a batch size above the "
+            "server's --max-running-requests or CUDA-graph max bs fails it before measuring), "
+            "so a short result is a Job that is not sps-profiler or a sweep changed during "
+            "the run: use the operator's profiler image (remove spec.job.image), then "
+            "`kubectl sps reprofile`"
+        )
+    return Verdict(INCOMPLETE_SWEEP, message)
 
 
 def judge(
@@ -124,8 +262,13 @@ def judge(
             + " (a Job image that is not sps-profiler, or a spec changed mid-run)",
         )
     try:
+        ramps = ramps_by_run(rounds)  # each run's clock-ramp model, fitted once here
+        stranded = frozenset(stranded_rounds(rounds, ramps))
+        incomplete = coverage_verdict(rounds, spec, additive, stranded)
+        if incomplete is not None:
+            return incomplete
         # Judged as fitted: without rounds nothing can correct, and corrected for a clock ramp.
-        usable, _ramp = usable_rounds(rounds)
+        usable, _ramp = usable_rounds(rounds, ramps)
     except ValueError as exc:
         return Verdict(FIT_FAILED, f"the rounds cannot be fitted into a table: {exc}")
     doubtful = doubtful_cells(usable)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sps_operator.api import labels as L
-from sps_operator.api.models import DEFAULT_ADDITIVE_FRACS, SpsProfileSpec, TableKind
+from sps_operator.api.models import DEFAULT_ADDITIVE_FRACS, ServerSource, SpsProfileSpec, TableKind
 from sps_operator.api.result import MAX_CONFIGMAP_BYTES, encode_rounds, object_size
 from sps_operator.constants import API_GROUP, API_VERSION, IMAGE, KIND
 from sps_operator.controller import names
@@ -324,6 +324,11 @@ def token_volume() -> dict[str, Any]:
     }
 
 
+def pod_own_labels(plan: RunPlan) -> dict[str, str]:
+    """The labels the operator itself puts on a profiling pod."""
+    return {**base_labels(plan.profile, L.COMPONENT_POD), **plan.labels()}
+
+
 def profiling_job(plan: RunPlan) -> dict[str, Any]:
     """The profiling Job: backoffLimit 0 (profiling failures are rarely transient and GPU
     time is expensive; the operator decides about retries)."""
@@ -334,7 +339,7 @@ def profiling_job(plan: RunPlan) -> dict[str, Any]:
     node_selector: dict[str, str] = {}
     tolerations: list[dict[str, Any]] = []
     pod: dict[str, Any] = {"restartPolicy": "Never", "automountServiceAccountToken": False}
-    if spec.server.source == "External":
+    if spec.server.source == ServerSource.EXTERNAL:
         base_url = str(spec.server.url).rstrip("/")
         containers = [profiler_container(plan, base_url)]
     else:
@@ -361,7 +366,6 @@ def profiling_job(plan: RunPlan) -> dict[str, Any]:
         server_view = {**dict(container), "volumeMounts": _mounts_without(container, dropped)}
         containers = [profiler_container(plan, base_url, server_view)]
         node_selector.update(pod_spec.get("nodeSelector") or {})
-        node_selector[spec.gpu_product_label] = plan.gpu_product
         tolerations += [copy.deepcopy(dict(t)) for t in pod_spec.get("tolerations") or []]
         # The pod keeps the target's own security context (the server needs it).
         for key in (
@@ -376,6 +380,10 @@ def profiling_job(plan: RunPlan) -> dict[str, Any]:
         if plan.phase == 2 and plan.seed_table_config_map:
             volumes.append({"name": SEED_VOLUME, "configMap": {"name": plan.seed_table_config_map}})
     node_selector.update(spec.job.node_selector or {})
+    if spec.server.source != ServerSource.EXTERNAL:
+        # Last, so it always wins: a clone measures the GPU product its table is labelled
+        # with (a spec.job.nodeSelector naming another one is refused: policy.pin_refusal).
+        node_selector[spec.gpu_product_label] = plan.gpu_product
     tolerations += [t.to_k8s() for t in spec.job.tolerations or []]
     pod.update(
         {
@@ -398,7 +406,7 @@ def profiling_job(plan: RunPlan) -> dict[str, Any]:
     extra_labels = {**plan.defaults.labels, **(spec.job.labels or {})}
     extra_annotations = {**plan.defaults.annotations, **(spec.job.annotations or {})}
     job_labels = {**extra_labels, **plan.labels()}
-    pod_labels = {**extra_labels, **base_labels(plan.profile, L.COMPONENT_POD), **plan.labels()}
+    pod_labels = {**extra_labels, **pod_own_labels(plan)}
     meta = object_meta(plan.profile, plan.job_name, L.COMPONENT_JOB, job_labels)
     template_meta: dict[str, Any] = {"labels": pod_labels}
     if extra_annotations:
@@ -597,12 +605,17 @@ def _table_annotations(table_config_map: str, table_hash: str) -> dict[str, Any]
 
 
 def _deployment_apply(deployment: Mapping[str, Any], template: dict[str, Any]) -> dict[str, Any]:
-    """A Deployment apply body naming `deployment` and carrying only `template`."""
+    """A Deployment apply body naming `deployment` and carrying only `template`, made
+    conditional on the resourceVersion `deployment` was read at: the body repeats what was
+    read (the args), so the API server must refuse it (409) once anyone changed the object."""
     meta = deployment.get("metadata") or {}
+    name = {"name": meta.get("name"), "namespace": meta.get("namespace")}
+    if not meta.get("resourceVersion"):
+        raise ValueError(f"Deployment {name} has no resourceVersion to apply against")
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+        "metadata": {**name, "resourceVersion": meta["resourceVersion"]},
         "spec": {"template": template},
     }
 

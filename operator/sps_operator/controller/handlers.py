@@ -1,8 +1,10 @@
 """kopf wiring (thin): caches, wake-ups, one daemon per SpsProfile, the deletion handler.
 
 * Indexes (async, so they never wait for a pass) keep what a pass reads: Deployments,
-  the operator's own Jobs and ConfigMaps (by label), SpsProfiles, pods and node labels.
-* Event handlers wake the profiles an event concerns (`kicks.py`).
+  the operator's own Jobs and ConfigMaps (by owner), SpsProfiles, pods, node labels and
+  Services' selectors.
+* Event handlers wake the profiles an event concerns (`kicks.py`); a ConfigMap that a
+  server reads env from is kept current in `envsources.EnvSources`.
 * A daemon per SpsProfile runs one pass at a time for it, in a thread pool shared by all
   profiles (no global lock), when woken or after a jittered resync as a safety net.
 * Deletion releases the tables the Deployments mount, then forgets the profile.
@@ -25,19 +27,21 @@ import kopf
 
 from sps_operator.api import labels as L
 from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
+from sps_operator.controller import indexes as ix
+from sps_operator.controller.envsources import EnvSources
 from sps_operator.controller.kicks import (
     Kicks,
     profile_neighbours,
+    profiles_for_config_map,
     profiles_for_pdb,
     profiles_for_pod,
+    profiles_in,
     profiles_selecting,
 )
 from sps_operator.controller.kube import api_error_detail
-from sps_operator.controller.ownership import ProfileSummary, profile_summary
-from sps_operator.controller.placement import pod_info
+from sps_operator.controller.ownership import stable_config_map
 from sps_operator.controller.reconcile import Reconciler
 from sps_operator.controller.release import nothing_to_release, release
-from sps_operator.controller.state import CachedWorld
 
 log = logging.getLogger("sps_operator.handlers")
 OURS = {L.LABEL_MANAGED_BY: L.MANAGED_BY}
@@ -54,48 +58,24 @@ class Runtime:
     jitter: float = 0.2  # ± this fraction of resync_seconds, so profiles do not pulse
 
 
-def _slim(body: Mapping[str, Any]) -> dict[str, Any]:
-    """An object as a pass needs it: without managedFields (the bulk of most objects),
-    except the entries that own spec.replicas (BorrowReplica must know who scales it)."""
-    meta = dict(body.get("metadata") or {})
-    meta["managedFields"] = [
-        {"manager": m.get("manager"), "operation": m.get("operation"),
-         "fieldsV1": {"f:spec": {"f:replicas": {}}}}
-        for m in meta.get("managedFields") or []
-        if "f:replicas" in ((m.get("fieldsV1") or {}).get("f:spec") or {})
-    ]  # fmt: skip
-    return {**dict(body), "metadata": meta}
-
-
-def _values(index: Any, key: Any) -> list[Any]:
-    return list(index.get(key, [])) if index is not None else []
-
-
 def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: Runtime) -> None:
     kicks = Kicks()
+    env_sources = EnvSources()
     pool = ThreadPoolExecutor(max_workers=runtime.workers, thread_name_prefix="sps-pass")
 
     # ------------------------------------------------------------------ caches
 
     @kopf.index("", "v1", "nodes", id="sps_node_labels", registry=registry)
-    async def sps_node_labels(name: str, labels: Mapping[str, str], **_: Any) -> dict[str, Any]:
-        return {name: dict(labels)}
+    async def sps_node_labels(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return ix.node_entries(body)
 
-    @kopf.index("", "v1", "pods", id="sps_pods", registry=registry)  # type: ignore[arg-type]
-    async def sps_pods(
-        namespace: str,
-        name: str,
-        labels: Mapping[str, str],
-        spec: Mapping[str, Any],
-        status: Mapping[str, Any],
-        meta: Mapping[str, Any],
-        **_: Any,
-    ) -> dict[str, Any]:
-        return {namespace: pod_info(name, labels, spec, status, meta)}
+    @kopf.index("", "v1", "pods", id="sps_pods", registry=registry)
+    async def sps_pods(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return ix.pod_entries(body)
 
     @kopf.index(*DEPLOYMENTS, id="sps_deployments", registry=registry)
-    async def sps_deployments(namespace: str | None, body: kopf.Body, **_: Any) -> dict[str, Any]:
-        return {namespace or "": _slim(body)}
+    async def sps_deployments(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return ix.deployment_entries(body)
 
     # Deployments of every namespace lending a replica: one borrow per GPU product. (A
     # filter, not a None result: an object that stops matching leaves the index.)
@@ -105,64 +85,75 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
         id="sps_borrowed",
         registry=registry,
     )
-    async def sps_borrowed(body: kopf.Body, **_: Any) -> dict[str, Any]:
-        return {"all": _slim(body)}
+    async def sps_borrowed(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return ix.borrowed_entries(body)
 
     @kopf.index("policy", "v1", "poddisruptionbudgets", id="sps_pdbs", registry=registry)
-    async def sps_pdbs(namespace: str | None, body: kopf.Body, **_: Any) -> dict[str, Any]:
-        return {namespace or "": _slim(body)}
+    async def sps_pdbs(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return ix.namespaced_entries(body)
 
     @kopf.index("autoscaling", "v2", "horizontalpodautoscalers", id="sps_hpas", registry=registry)
-    async def sps_hpas(namespace: str | None, body: kopf.Body, **_: Any) -> dict[str, Any]:
-        return {namespace or "": _slim(body)}
+    async def sps_hpas(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return ix.namespaced_entries(body)
+
+    # Services' selectors: a profiling pod must never be one a Service sends traffic to.
+    @kopf.index("", "v1", "services", id="sps_services", registry=registry)
+    async def sps_services(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return ix.service_entries(body)
 
     @kopf.index("batch", "v1", "jobs", labels=OURS, id="sps_jobs", registry=registry)
-    async def sps_jobs(labels: Mapping[str, str], body: kopf.Body, **_: Any) -> dict[str, Any]:
-        return {labels.get(L.LABEL_PROFILE_UID, ""): _slim(body)}
+    async def sps_jobs(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return ix.job_entries(body)
 
     @kopf.index("", "v1", "configmaps", labels=OURS, id="sps_config_maps", registry=registry)
-    async def sps_config_maps(
-        namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
-    ) -> dict[str, Any]:
-        # A profile's own by its UID; the stable ones (AnnotateOnly) by namespace.
-        key = labels.get(L.LABEL_PROFILE_UID) or namespace or ""
-        return {key: _slim(body)}
+    async def sps_config_maps(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return ix.config_map_entries(body)
 
     @kopf.index(API_GROUP, API_VERSION, PLURAL, id="sps_profiles", registry=registry)
-    async def sps_profiles(namespace: str | None, body: kopf.Body, **_: Any) -> dict[str, Any]:
-        return {namespace or "": profile_summary(body)}
+    async def sps_profiles(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return ix.profile_entries(body)
 
     # ------------------------------------------------------------------ wake-ups
 
-    def in_namespace(index: Any, namespace: str) -> list[ProfileSummary]:
-        return list(_values(index, namespace))
-
     @kopf.on.event(*DEPLOYMENTS, id="sps_wake_deployment", registry=registry)  # type: ignore[arg-type]
     async def wake_deployment(namespace: str, body: kopf.Body, sps_profiles: Any, **_: Any) -> None:
-        kicks.kick(profiles_selecting(body, in_namespace(sps_profiles, namespace)))
+        kicks.kick(namespace, profiles_selecting(body, sps_profiles, namespace))
 
     @kopf.on.event("", "v1", "pods", id="sps_wake_pod", registry=registry)  # type: ignore[arg-type]
     async def wake_pod(
         namespace: str, labels: Mapping[str, str], sps_deployments: Any, sps_profiles: Any,
         **_: Any,
     ) -> None:  # fmt: skip
-        deployments = _values(sps_deployments, namespace)
-        kicks.kick(profiles_for_pod(labels, deployments, in_namespace(sps_profiles, namespace)))
+        kicks.kick(namespace, profiles_for_pod(labels, namespace, sps_deployments, sps_profiles))
 
     @kopf.on.event("policy", "v1", "poddisruptionbudgets", id="sps_wake_pdb", registry=registry)  # type: ignore[arg-type]
     async def wake_pdb(
         namespace: str, body: kopf.Body, sps_deployments: Any, sps_profiles: Any, **_: Any
     ) -> None:
-        deployments = _values(sps_deployments, namespace)
-        kicks.kick(profiles_for_pdb(body, deployments, in_namespace(sps_profiles, namespace)))
+        kicks.kick(namespace, profiles_for_pdb(body, namespace, sps_deployments, sps_profiles))
 
-    @kopf.on.event("batch", "v1", "jobs", labels=OURS, id="sps_wake_job", registry=registry)
-    async def wake_job(labels: Mapping[str, str], **_: Any) -> None:
-        kicks.kick([labels.get(L.LABEL_PROFILE_UID, "")])
+    @kopf.on.event("batch", "v1", "jobs", labels=OURS, id="sps_wake_job", registry=registry)  # type: ignore[arg-type]
+    async def wake_job(namespace: str, body: kopf.Body, **_: Any) -> None:
+        kicks.kick(namespace, [ix.controller_profile(body)])
 
-    @kopf.on.event("", "v1", "configmaps", labels=OURS, id="sps_wake_cm", registry=registry)
-    async def wake_config_map(labels: Mapping[str, str], **_: Any) -> None:
-        kicks.kick([labels.get(L.LABEL_PROFILE_UID, "")])
+    @kopf.on.event("", "v1", "configmaps", labels=OURS, id="sps_wake_cm", registry=registry)  # type: ignore[arg-type]
+    async def wake_config_map(namespace: str, body: kopf.Body, sps_profiles: Any, **_: Any) -> None:
+        kicks.kick(namespace, profiles_for_config_map(body, sps_profiles))
+
+    # ConfigMaps a server reads env from (anyone's, so no label filter): a changed model
+    # behind `$(MODEL)` changes the server's fingerprint.
+    @kopf.on.event("", "v1", "configmaps", id="sps_wake_env_cm", registry=registry)  # type: ignore[arg-type]
+    async def wake_env_config_map(
+        namespace: str, name: str, type: str | None, labels: Mapping[str, str],
+        body: kopf.Body, sps_deployments: Any, sps_profiles: Any, **_: Any,
+    ) -> None:  # fmt: skip
+        if labels.get(L.LABEL_MANAGED_BY) == L.MANAGED_BY:
+            return  # the operator's own: tables, results (sps_wake_cm)
+        readers = ix.values(sps_deployments, (ix.ENV, namespace, name))
+        gone = type == "DELETED"
+        if env_sources.observe(namespace, name, None if gone else body, bool(readers)):
+            uids = [u for d in readers for u in profiles_selecting(d, sps_profiles, namespace)]
+            kicks.kick(namespace, uids)
 
     @kopf.on.event("", "v1", "nodes", id="sps_wake_node", registry=registry)  # type: ignore[arg-type]
     async def wake_node(
@@ -172,23 +163,24 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
         gone = type == "DELETED"
         if not kicks.node_labels_changed(name, None if gone else labels):
             return
-        namespaces = {ns for ns, store in sps_pods.items() for pod in store if pod.node == name}
-        kicks.kick(p.uid for ns in namespaces for p in in_namespace(sps_profiles, ns))
+        namespaces = set(ix.values(sps_pods, (ix.NODE, name)))
+        for namespace, uids in profiles_in(namespaces, sps_profiles).items():
+            kicks.kick(namespace, uids)
 
     @kopf.on.event(API_GROUP, API_VERSION, PLURAL, id="sps_wake_profile", registry=registry)  # type: ignore[arg-type]
     async def wake_profiles(
         namespace: str, uid: str, type: str | None, body: kopf.Body, sps_deployments: Any,
         sps_profiles: Any, **_: Any,
     ) -> None:  # fmt: skip
-        before = kicks.selector_seen(uid)
+        before = kicks.seen(uid)
         own, shared = kicks.profile_changed(body)
         if shared or type == "DELETED":
-            # Who owns a Deployment may have changed: the neighbours look too.
-            deployments = _values(sps_deployments, namespace)
-            neighbours = in_namespace(sps_profiles, namespace)
-            kicks.kick([uid, *profile_neighbours(body, before, deployments, neighbours)])
+            # Who owns a Deployment or writes a stable ConfigMap may have changed: the
+            # neighbours look too.
+            neighbours = profile_neighbours(body, before, namespace, sps_deployments, sps_profiles)
+            kicks.kick(namespace, [uid, *neighbours])
         elif own:
-            kicks.kick([uid])
+            kicks.kick(namespace, [uid])
 
     # ------------------------------------------------------------------ the passes
 
@@ -214,24 +206,31 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
         sps_pdbs: Any,
         sps_hpas: Any,
         sps_borrowed: Any,
+        sps_services: Any,
         **_: Any,
     ) -> None:
         loop = asyncio.get_running_loop()
-        woken = kicks.event(uid)
+        woken = kicks.event(uid, namespace)
         try:
             while not stopped:
                 woken.clear()
-                world = CachedWorld(
-                    kube=reconciler.kube,
-                    deployments=_values(sps_deployments, namespace),
-                    jobs=_values(sps_jobs, uid),
-                    config_maps=_values(sps_config_maps, uid) + _values(sps_config_maps, namespace),
-                    profiles=in_namespace(sps_profiles, namespace),
-                    pods=_values(sps_pods, namespace),
-                    node_labels={n: next(iter(s)) for n, s in sps_node_labels.items() if s},
-                    pdbs=_values(sps_pdbs, namespace),
-                    hpas=_values(sps_hpas, namespace),
-                    borrowed=_values(sps_borrowed, "all"),
+                world = ix.world_for(
+                    reconciler.kube,
+                    body,
+                    ix.Indexes(
+                        deployments=sps_deployments,
+                        jobs=sps_jobs,
+                        config_maps=sps_config_maps,
+                        profiles=sps_profiles,
+                        pods=sps_pods,
+                        node_labels=sps_node_labels,
+                        pdbs=sps_pdbs,
+                        hpas=sps_hpas,
+                        borrowed=sps_borrowed,
+                        services=sps_services,
+                    ),
+                    job_labels=reconciler.settings.job_defaults.labels,
+                    env_sources=env_sources,
                 )
                 current = dict(body)  # kopf keeps `body` current; a pass works on a copy
                 wake = await loop.run_in_executor(pool, reconciler.reconcile, current, world)
@@ -241,12 +240,16 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
 
     @kopf.on.delete(API_GROUP, API_VERSION, PLURAL, id="sps_release", registry=registry)  # type: ignore[arg-type]
     def sps_release(
-        namespace: str, name: str, uid: str, status: Mapping[str, Any], sps_deployments: Any,
-        sps_config_maps: Any, **_: Any,
+        namespace: str, name: str, uid: str, spec: Mapping[str, Any], status: Mapping[str, Any],
+        sps_deployments: Any, sps_config_maps: Any, sps_borrowed: Any, **_: Any,
     ) -> None:  # fmt: skip
-        deployments = _values(sps_deployments, namespace)
-        idle = nothing_to_release(name, uid, status, deployments, _values(sps_config_maps, uid))
-        release_or_retry(reconciler, namespace, name, uid, lists_needed=not idle)
+        stable = stable_config_map(spec)
+        deployments = ix.values(sps_deployments, (ix.RECORDED, namespace, name)) + [
+            d for d in ix.values(sps_borrowed, "all") if d["metadata"].get("namespace") == namespace
+        ]
+        owned = ix.values(sps_config_maps, (ix.OWNER, namespace, uid))
+        idle = nothing_to_release(name, uid, status, deployments, owned, stable)
+        release_or_retry(reconciler, namespace, name, uid, stable, lists_needed=not idle)
 
     @kopf.on.cleanup(registry=registry)
     async def stop_passes(**_: Any) -> None:
@@ -254,13 +257,19 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
 
 
 def release_or_retry(
-    reconciler: Reconciler, namespace: str, name: str, uid: str, *, lists_needed: bool = True
+    reconciler: Reconciler,
+    namespace: str,
+    name: str,
+    uid: str,
+    stable: str | None = None,
+    *,
+    lists_needed: bool = True,
 ) -> None:
     """Release what the Deployments mount, then forget the profile; on any failure the
     finalizer stays (kopf retries) and garbage collection cannot take a mounted table.
     Without `lists_needed` (nothing_to_release said so) no API call is made."""
     try:
-        released = release(reconciler.kube, namespace, name, uid) if lists_needed else []
+        released = release(reconciler.kube, namespace, name, uid, stable) if lists_needed else []
     except Exception as exc:
         raise kopf.TemporaryError(
             f"could not release the tables the Deployments mount: {api_error_detail(exc)}",

@@ -33,13 +33,14 @@ class KubeApi(Protocol):
     def list_profiles(self, namespace: str) -> list[Obj]: ...
     def list_pdbs(self, namespace: str) -> list[Obj]: ...
     def list_hpas(self, namespace: str) -> list[Obj]: ...
+    def list_services(self, namespace: str) -> list[Obj]: ...
     def get(self, kind: str, namespace: str, name: str) -> Obj | None: ...
 
     # Writes.
     def create(self, obj: Mapping[str, Any]) -> bool: ...
-    def delete(self, kind: str, namespace: str, name: str) -> None: ...
+    def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None: ...
     def apply(self, body: Obj) -> None: ...
-    def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> None: ...
+    def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj: ...
     def scale(self, namespace: str, deployment: str, replicas: int) -> None: ...
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None: ...
     def event(
@@ -104,6 +105,9 @@ class Kube:
         api = client.AutoscalingV2Api(self.api)
         return self._items(api.list_namespaced_horizontal_pod_autoscaler, namespace, "")
 
+    def list_services(self, namespace: str) -> list[Obj]:
+        return self._items(self.core.list_namespaced_service, namespace, "")
+
     @staticmethod
     def _items(call: Callable[..., Any], namespace: str, label_selector: str) -> list[Obj]:
         resp = call(namespace, label_selector=label_selector, _preload_content=False)
@@ -156,11 +160,14 @@ class Kube:
             raise
         return True
 
-    def delete(self, kind: str, namespace: str, name: str) -> None:
-        body = client.V1DeleteOptions(propagation_policy="Background")
+    def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
+        """Delete; with `uid`, only that very object (a precondition: one created since
+        under the same name is left alone)."""
+        preconditions = client.V1Preconditions(uid=uid) if uid else None
+        body = client.V1DeleteOptions(propagation_policy="Background", preconditions=preconditions)
         calls = {
             "Job": lambda: self.batch.delete_namespaced_job(name, namespace, body=body),
-            "ConfigMap": lambda: self.core.delete_namespaced_config_map(name, namespace),
+            "ConfigMap": lambda: self.core.delete_namespaced_config_map(name, namespace, body=body),
             "ServiceAccount": lambda: self.core.delete_namespaced_service_account(name, namespace),
             "Role": lambda: self.rbac.delete_namespaced_role(name, namespace),
             "RoleBinding": lambda: self.rbac.delete_namespaced_role_binding(name, namespace),
@@ -168,12 +175,20 @@ class Kube:
         try:
             calls[kind]()
         except ApiException as exc:
+            if exc.status == 409 and uid:
+                log.info("%s %s/%s is another object now: not deleted", kind, namespace, name)
+                return
             if exc.status != 404:
                 raise
 
     def apply(self, body: Obj) -> None:
         """Server-side apply of `body` (a Deployment or a ConfigMap) as the operator's
-        field manager; it owns exactly the fields in `body`."""
+        field manager; it owns exactly the fields in `body`.
+
+        Forced, because the operator must co-own the atomic `args` list with whoever wrote
+        it. A Deployment body carries the resourceVersion its content was read at
+        (`builders.inject_apply`, `annotate_apply`): the API server refuses it (409) when the object
+        changed since, so a force never writes stale values over a newer edit."""
         patch = {
             "Deployment": self.apps.patch_namespaced_deployment,
             "ConfigMap": self.core.patch_namespaced_config_map,
@@ -188,19 +203,22 @@ class Kube:
             _content_type=APPLY,
         )
 
-    def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> None:
-        """A JSON merge patch (of metadata) under the operator's field manager."""
+    def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj:
+        """A JSON merge patch (of metadata) under the operator's field manager; returns the
+        object as patched (a later conditional write in the same pass starts from it)."""
         call = {
             "Deployment": self.apps.patch_namespaced_deployment,
             "ConfigMap": self.core.patch_namespaced_config_map,
         }[kind]
-        call(
+        response = call(
             name,
             namespace,
             patch,
             field_manager=FIELD_MANAGER,
             _content_type="application/merge-patch+json",
+            _preload_content=False,
         )
+        return _raw(response)
 
     def scale(self, namespace: str, deployment: str, replicas: int) -> None:
         """Set a Deployment's replicas through its scale subresource (the field HPAs and

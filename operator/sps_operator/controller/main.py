@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sps_operator.constants import IMAGE
+from sps_operator.controller.policy import JobPolicy, NameRule
 
 if TYPE_CHECKING:
     from sps_operator.controller.leader import LeaseElector
@@ -114,6 +115,47 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="allow spec.job.serviceAccountName values matching this pattern (repeatable; "
         "default: none, each run gets its own ServiceAccount)",
     )
+    parser.add_argument(
+        "--allow-queue",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="Kueue queues a profiling Job may name (repeatable); a Job naming none of them, "
+        "or no queue, is refused. Default: the queue of --job-label "
+        "kueue.x-k8s.io/queue-name, if given, is required",
+    )
+    policy = JobPolicy()
+    lists = (
+        ("--allowed-priority-classes", policy.priority_classes.allowed,
+         "PriorityClasses (and Kueue WorkloadPriorityClasses) a Job may use"),
+        ("--reserved-priority-classes", policy.priority_classes.reserved,
+         "PriorityClasses refused unless an allowed pattern inside them names them"),
+        ("--allowed-label-keys", policy.label_keys.allowed, "keys spec.job.labels may set"),
+        ("--reserved-label-keys", policy.label_keys.reserved,
+         "label keys refused unless an allowed pattern inside them names them"),
+        ("--allowed-annotation-keys", policy.annotation_keys.allowed,
+         "keys spec.job.annotations may set"),
+        ("--reserved-annotation-keys", policy.annotation_keys.reserved,
+         "annotation keys refused unless an allowed pattern inside them names them"),
+        ("--allowed-server-hosts", policy.allowed_server_hosts,
+         "hosts an External spec.server.url may name (* is one DNS label, {namespace} the "
+         "profile's namespace)"),
+    )  # fmt: skip
+    for flag, default, what in lists:
+        parser.add_argument(
+            flag,
+            type=pattern_list,
+            default=default,
+            metavar="PATTERN,...",
+            help=f"{what} (comma-separated fnmatch patterns, empty for none; default: "
+            f"{','.join(default) or 'none'})",
+        )
+    parser.add_argument(
+        "--max-active-deadline-seconds",
+        type=int,
+        default=policy.max_active_deadline_seconds,
+        help="the largest spec.job.activeDeadlineSeconds a profile may ask for",
+    )
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--debug", action="store_true")
     parser.add_argument("--log-format", choices=["plain", "full", "json"], default="full")
@@ -123,7 +165,42 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="testing: seconds to add to the wall clock, re-read on every pass",
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--pause-before-write",
+        default=None,
+        metavar="KIND[@AFTER]",
+        help="testing only (crash-point tests): when the first write of KIND (after one of "
+        "AFTER) is about to be sent, log a marker line and block every write from then on "
+        "(controller/faults.py)",
+    )
+    args = parser.parse_args(argv)
+    if args.pause_before_write:
+        from sps_operator.controller.faults import parse_point
+
+        try:
+            parse_point(args.pause_before_write)
+        except ValueError as exc:
+            parser.error(f"--pause-before-write: {exc}")
+    return args
+
+
+def pattern_list(text: str) -> tuple[str, ...]:
+    """A comma-separated list of patterns ("" is the empty list)."""
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+def job_policy(args: argparse.Namespace) -> JobPolicy:
+    """The admin's policy for profiling Jobs, from the flags."""
+    return JobPolicy(
+        allowed_images=tuple(args.allow_job_image),
+        allowed_service_accounts=tuple(args.allow_service_account),
+        allowed_queues=tuple(args.allow_queue),
+        priority_classes=NameRule(args.allowed_priority_classes, args.reserved_priority_classes),
+        label_keys=NameRule(args.allowed_label_keys, args.reserved_label_keys),
+        annotation_keys=NameRule(args.allowed_annotation_keys, args.reserved_annotation_keys),
+        max_active_deadline_seconds=args.max_active_deadline_seconds,
+        allowed_server_hosts=args.allowed_server_hosts,
+    )
 
 
 def key_values(items: list[str], flag: str) -> dict[str, str]:
@@ -173,13 +250,18 @@ def main(argv: list[str] | None = None) -> int:
     metrics = Metrics()
     if args.metrics_port:
         metrics.serve(args.metrics_port)
+    kube = Kube(limit=TokenBucket(args.kube_qps, args.kube_burst))
+    if args.pause_before_write:
+        from sps_operator.controller.faults import pause_before_write
+
+        pause_before_write(kube, args.pause_before_write)
+        log.warning("testing: will pause before write %s", args.pause_before_write)
     reconciler = Reconciler(
-        Kube(limit=TokenBucket(args.kube_qps, args.kube_burst)),
+        kube,
         Settings(
             profiler_image=args.profiler_image,
             gpu_debounce_seconds=args.gpu_debounce_seconds,
-            allowed_job_images=tuple(args.allow_job_image),
-            allowed_service_accounts=tuple(args.allow_service_account),
+            policy=job_policy(args),
             job_defaults=JobDefaults(
                 labels=key_values(args.job_label, "--job-label"),
                 annotations=key_values(args.job_annotation, "--job-annotation"),
@@ -226,9 +308,39 @@ def main(argv: list[str] | None = None) -> int:
     return asyncio.run(run(operator, elector, args.liveness))
 
 
+class RetriedIsWarning(logging.Filter):
+    """kopf logs at ERROR what it retries by itself: a request attempt it will repeat (an
+    API server throttling the start-up's burst of LISTs with 429 above all), a watch
+    stream whose 429 escalated (the stream is always restarted), a handler's temporary
+    failure. Those become WARNING, so an ERROR line stays worth paging on: something
+    nothing will retry. The wording is kopf's; a test pins it to the kopf installed."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and retried_by_kopf(record):
+            record.levelno, record.levelname = (
+                logging.WARNING,
+                logging.getLevelName(logging.WARNING),
+            )
+        return True
+
+
+def retried_by_kopf(record: logging.LogRecord) -> bool:
+    if not record.name.startswith("kopf"):
+        return False
+    message = record.getMessage()
+    if " failed; will retry: " in message or " failed temporarily: " in message:
+        return True
+    # An escalated 429 of a watch stream's LIST or WATCH: kopf restarts the stream anyway.
+    return record.name == KOPF_WATCHING_LOGGER and "APITooManyRequestsError" in message
+
+
+KOPF_WATCHING_LOGGER = "kopf._cogs.clients.watching"
+
+
 def configure_logging(*, debug: bool, verbose: bool, log_format: str) -> None:
     """kopf's loggers at WARNING by default (kopf's own default, INFO, is a line per
-    handler run, i.e. per watch event); the operator's own at INFO or finer."""
+    handler run, i.e. per watch event); the operator's own at INFO or finer. What kopf
+    retries by itself is logged as WARNING, not ERROR (`RetriedIsWarning`)."""
     import kopf
 
     level = logging.DEBUG if debug else (logging.INFO if verbose else logging.WARNING)
@@ -243,6 +355,10 @@ def configure_logging(*, debug: bool, verbose: bool, log_format: str) -> None:
         }[log_format],
     )
     logging.getLogger("sps_operator").setLevel(min(level, logging.INFO))
+    for handler in logging.getLogger().handlers:  # kopf's own: the one that prints
+        kopfs = type(handler).__module__.startswith("kopf")
+        if kopfs and not any(isinstance(f, RetriedIsWarning) for f in handler.filters):
+            handler.addFilter(RetriedIsWarning())
 
 
 async def run(

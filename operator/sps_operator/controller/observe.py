@@ -15,8 +15,9 @@ from typing import Any
 
 from sps_operator.api.models import RolloutMode, SpsProfileSpec, TargetStatus
 from sps_operator.controller.deployments import deployment_rolled_out
-from sps_operator.controller.ownership import ProfileSummary, owner_of
+from sps_operator.controller.ownership import ProfileSummary, owner_of, stable_writer
 from sps_operator.controller.placement import MIXED, placement, settle
+from sps_operator.controller.podenv import ConfigMapEnv, resolve_env
 from sps_operator.controller.serverconfig import (
     TABLE_PATH_FLAG,
     ServerProblem,
@@ -38,11 +39,13 @@ ANNOTATE_ONLY_MIXED = "OneTableConfigMapManyServers"
 
 
 def observe(p: Pass) -> None:
+    annotate_only = p.spec.rollout.mode == RolloutMode.ANNOTATE_ONLY
     me = ProfileSummary(
         p.ref.name,
         p.ref.uid,
         str((p.body.get("metadata") or {}).get("creationTimestamp") or ""),
         p.spec.selector.to_k8s(),
+        stable=str(p.spec.rollout.table_config_map) if annotate_only else None,
     )
     profiles = [s for s in p.snapshot.profiles if s.uid != me.uid] + [me]
     previous = {t.deployment: t for t in p.status.targets}
@@ -59,12 +62,30 @@ def observe(p: Pass) -> None:
                 "spec.selector so one profile selects each Deployment",
             )
             continue
-        _understand_server(p.spec, target)
+        _understand_server(p.spec, target, p.namespace, p.snapshot.env_config_maps)
         if target.problem is not None or target.config is None:
             continue
         _place(p, target, previous.get(target.name))
-    if p.spec.rollout.mode == RolloutMode.ANNOTATE_ONLY:
+    if annotate_only:
+        _one_writer(p, profiles)
         _one_table_for_all(p)
+
+
+def _one_writer(p: Pass, profiles: list[ProfileSummary]) -> None:
+    """Several AnnotateOnly profiles may name one stable ConfigMap; one writes it (the one
+    recorded on it, else the oldest). The others refuse their targets (their servers read
+    that profile's table, never theirs) and never write it."""
+    stable = str(p.spec.rollout.table_config_map)
+    writer = stable_writer(p.snapshot.stable, stable, profiles)
+    if writer == p.ref.name:
+        return
+    p.stable_conflict = (
+        f"ConfigMap {stable} is written by SpsProfile {writer!r} (recorded on it, or the "
+        f"oldest AnnotateOnly profile naming it); {p.ref.name!r} never writes it and its "
+        "servers read that profile's table: give each profile its own rollout.tableConfigMap"
+    )
+    for target in p.targets:
+        target.refuse(CONFLICT, p.stable_conflict)
 
 
 def _one_table_for_all(p: Pass) -> None:
@@ -113,7 +134,12 @@ def _place(p: Pass, target: Target, previous: TargetStatus | None) -> None:
         )
 
 
-def _understand_server(spec: SpsProfileSpec, target: Target) -> None:
+def _understand_server(
+    spec: SpsProfileSpec,
+    target: Target,
+    namespace: str,
+    env_config_maps: Mapping[str, ConfigMapEnv | None],
+) -> None:
     pod_spec = target.pod_spec
     container = find_server_container(pod_spec, spec.server_container)
     if container is None:
@@ -126,7 +152,7 @@ def _understand_server(spec: SpsProfileSpec, target: Target) -> None:
         return
     target.container = container
     try:
-        command = parse_server(container)
+        command = parse_server(container, resolve_env(container, namespace, env_config_maps))
     except ServerProblem as exc:
         target.refuse(exc.reason, str(exc))
         return

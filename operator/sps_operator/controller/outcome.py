@@ -10,6 +10,7 @@ from sps_operator.controller import conditions as cond
 from sps_operator.controller import names
 from sps_operator.controller.capacity import return_for_run
 from sps_operator.controller.kube import Obj, owned_by
+from sps_operator.controller.policy import REFUSAL_REASONS
 from sps_operator.controller.state import Pass
 from sps_operator.controller.triggers import parse_time
 
@@ -21,7 +22,6 @@ EV_JOB_CREATE_FAILED = "JobCreateFailed"
 
 # Failure reasons (CamelCase) that mean the Job was never created.
 JOB_CREATE_FAILED = "JobCreateFailed"
-JOB_POLICY = "JobPolicy"
 NAME_TAKEN = "NameTaken"
 
 
@@ -62,7 +62,7 @@ def record_failure(
         retryable=retryable,
     )
     event = EV_RUN_FAILED if retryable else EV_REJECTED
-    if reason in (JOB_CREATE_FAILED, JOB_POLICY, NAME_TAKEN):
+    if reason in (JOB_CREATE_FAILED, NAME_TAKEN) or reason in REFUSAL_REASONS:
         event = EV_JOB_CREATE_FAILED
     p.event("Warning", event, message)
 

@@ -10,6 +10,9 @@ at most one profile, decided without any negotiation:
 2. otherwise the oldest profile that selects it (creation time, then name) takes it.
 
 Every other profile reports `Conflict` naming the owner and never writes to it.
+
+The same rule gives an AnnotateOnly stable ConfigMap (which several profiles may name)
+its one writer: the profile recorded on it, else the oldest naming it.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class ProfileSummary:
     created: str  # RFC 3339; sorts chronologically
     selector: Mapping[str, Any] | None  # None: the spec cannot be read
     deleting: bool = False
+    stable: str | None = None  # AnnotateOnly: the ConfigMap it writes the table into
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         return self.selector is not None and matches_selector(self.selector, labels)
@@ -46,11 +50,22 @@ def profile_summary(body: Mapping[str, Any]) -> ProfileSummary:
         created=str(meta.get("creationTimestamp") or ""),
         selector=selector if isinstance(selector, Mapping) else None,
         deleting=bool(meta.get("deletionTimestamp")),
+        stable=stable_config_map(spec) if isinstance(spec, Mapping) else None,
     )
 
 
-def recorded_owner(deployment: Mapping[str, Any]) -> str | None:
-    annotations = (deployment.get("metadata") or {}).get("annotations") or {}
+def stable_config_map(spec: Mapping[str, Any]) -> str | None:
+    """The ConfigMap an AnnotateOnly spec (as stored, camelCase) writes its table into."""
+    rollout = spec.get("rollout")
+    if not isinstance(rollout, Mapping) or rollout.get("mode") != "AnnotateOnly":
+        return None
+    name = rollout.get("tableConfigMap")
+    return str(name) if isinstance(name, str) and name else None
+
+
+def recorded_owner(obj: Mapping[str, Any] | None) -> str | None:
+    """The profile recorded on a Deployment or a stable ConfigMap (`sps.dev/owner`)."""
+    annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
     value = annotations.get(ANNOTATION_OWNER)
     return str(value) if value else None
 
@@ -64,4 +79,18 @@ def owner_of(deployment: Mapping[str, Any], profiles: Iterable[ProfileSummary]) 
         if profile.name == recorded and (profile.selector is None or profile.selects(labels)):
             return profile.name
     candidates = sorted((p for p in alive if p.selects(labels)), key=lambda p: (p.created, p.name))
+    return candidates[0].name if candidates else None
+
+
+def stable_writer(
+    config_map: Mapping[str, Any] | None, name: str, profiles: Iterable[ProfileSummary]
+) -> str | None:
+    """The name of the one profile that writes the AnnotateOnly ConfigMap `name` (None:
+    no profile names it): the one recorded on it while that profile exists, is not being
+    deleted and still names it, else the oldest naming it."""
+    alive = [p for p in profiles if not p.deleting and p.stable == name]
+    recorded = recorded_owner(config_map)
+    if any(p.name == recorded for p in alive):
+        return recorded
+    candidates = sorted(alive, key=lambda p: (p.created, p.name))
     return candidates[0].name if candidates else None

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from sps_operator.api import labels as L
 from sps_operator.controller.selectors import matches_selector
 
 
@@ -28,6 +29,15 @@ class PodInfo:
     deleting: bool = False
     phase: str | None = None
     unschedulable: str | None = None  # the scheduler's message while it cannot place the pod
+    controller: str | None = None  # the kind of its controlling owner (ReplicaSet, Job, ...)
+
+    @property
+    def profiling(self) -> bool:
+        """A profiling Job's pod (never a Deployment's replica, whatever its labels say)."""
+        ours = self.labels.get(L.LABEL_MANAGED_BY) == L.MANAGED_BY
+        return self.controller == "Job" or (
+            ours and self.labels.get(L.LABEL_COMPONENT) == L.COMPONENT_POD
+        )
 
 
 def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
@@ -41,6 +51,10 @@ def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
         ),
         None,
     )
+    controller = next(
+        (str(o.get("kind")) for o in meta.get("ownerReferences") or [] if o.get("controller")),
+        None,
+    )
     return PodInfo(
         name=name,
         labels=dict(labels),
@@ -48,6 +62,7 @@ def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
         deleting=bool(meta.get("deletionTimestamp")),
         phase=status.get("phase"),
         unschedulable=unschedulable,
+        controller=controller,
     )
 
 
@@ -76,6 +91,8 @@ def placement(
     counted = unlabelled = 0
     for pod in pods:
         if pod.deleting or not pod.node or pod.phase in ("Succeeded", "Failed"):
+            continue
+        if pod.profiling:  # a clone runs where it is pinned, not where the server runs
             continue
         if not matches_selector(pod_selector, pod.labels):
             continue

@@ -113,6 +113,7 @@ class Reconciler:
         for type_, reason, message in p.events:
             self.kube.event(body, type_, reason, message, now)
         self._note_outcome(uid, failed, now)
+        self.metrics.passed(p.ref)
         run_after = p.status.current_run.name if p.status.current_run else None
         if (before.get("currentRun") or {}).get("name") != run_after:
             # A run started or ended. Status writes wake nobody, so look again at once: a
@@ -204,7 +205,9 @@ class Reconciler:
         try:
             self.kube.patch_status(p.namespace, p.ref.name, minimal)
         except Exception as exc:
-            log.error("status of %s/%s not written: %s", p.namespace, p.ref.name, exc)
+            # The next pass writes it again: a throttled or busy API server is a WARNING.
+            level = logging.WARNING if is_transient(exc) else logging.ERROR
+            log.log(level, "status of %s/%s not written: %s", p.namespace, p.ref.name, exc)
 
     def _report_invalid(self, body: Mapping[str, Any], exc: ValidationError, now: datetime) -> None:
         meta = body["metadata"]
@@ -226,7 +229,9 @@ class Reconciler:
             try:
                 self.kube.patch_status(meta["namespace"], meta["name"], after)
             except Exception as err:
-                log.error("status of %s/%s not written: %s", meta["namespace"], meta["name"], err)
+                level = logging.WARNING if is_transient(err) else logging.ERROR
+                log.log(level, "status of %s/%s not written: %s", meta["namespace"], meta["name"],
+                        err)  # fmt: skip
 
 
 def _failure(p: Pass, reason: str, message: str) -> FailureRecord:

@@ -6,19 +6,29 @@ borrowed goes back to its Deployment: those are released (owner
 dropped, labelled released) so the servers keep running and can restart. Exactly those:
 a table no template mounts goes with the profile. The profile's name is removed from the
 Deployments it served, so another profile may take them over.
+
+An AnnotateOnly stable ConfigMap has no owner (it must outlive a profile re-created by
+GitOps). The profile recorded on it as its writer releases it the same way when a
+Deployment mounts it or another profile names it (which then takes it over), and
+otherwise deletes it if the operator alone wrote it (one Git created stays, released).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from sps_operator.api import labels as L
+from sps_operator.constants import FIELD_MANAGER
 from sps_operator.controller.borrow import give_back, read_tag
-from sps_operator.controller.kube import KubeApi
-from sps_operator.controller.ownership import recorded_owner
+from sps_operator.controller.builders import owner_patch
+from sps_operator.controller.kube import KubeApi, Obj, owned_by
+from sps_operator.controller.ownership import profile_summary, recorded_owner
+
+log = logging.getLogger(__name__)
 
 
 def mounted_config_maps(deployment: Mapping[str, Any]) -> set[str]:
@@ -50,18 +60,19 @@ def nothing_to_release(
     status: Mapping[str, Any],
     deployments: Iterable[Mapping[str, Any]],
     config_maps: Iterable[Mapping[str, Any]],
+    stable: str | None = None,
 ) -> bool:
     """True when neither the profile's status nor the caches know anything of it to
-    release: no table it published, no target, no borrowed replica, no table ConfigMap of
-    its UID, no Deployment recording it as owner or lender. Deleting an idle profile then
-    costs no API call (`release` lists Deployments and ConfigMaps otherwise). Both sources
-    must be empty: the status misses what a crash cut short, the cache what is very new."""
+    release: no table it published, no target, no borrowed replica, no stable ConfigMap
+    (AnnotateOnly), no ConfigMap it owns, no Deployment recording it as owner or lender.
+    Deleting an idle profile then costs no API call (`release` lists Deployments and
+    ConfigMaps otherwise). Both sources must be empty: the status misses what a crash cut
+    short, the cache what is very new."""
     run = status.get("currentRun") or {}
-    if status.get("tables") or status.get("targets") or run.get("borrow"):
+    if stable or status.get("tables") or status.get("targets") or run.get("borrow"):
         return False
-    for cm in config_maps:
-        if ((cm.get("metadata") or {}).get("labels") or {}).get(L.LABEL_PROFILE_UID) == uid:
-            return False
+    if any(owned_by(cm, uid) for cm in config_maps):
+        return False
     for dep in deployments:
         tag = read_tag(dep)
         if recorded_owner(dep) == name or (tag is not None and tag.profile_uid == uid):
@@ -69,23 +80,69 @@ def nothing_to_release(
     return True
 
 
-def release(kube: KubeApi, namespace: str, name: str, uid: str) -> list[str]:
-    """Release the mounted tables and the ownership records; raises on any API error (the
-    finalizer stays until this succeeds). Returns the released tables."""
+def release(
+    kube: KubeApi, namespace: str, name: str, uid: str, stable: str | None = None
+) -> list[str]:
+    """Release the mounted tables, the stable ConfigMap (`stable`, AnnotateOnly) and the
+    ownership records; raises on any API error (the finalizer stays until this succeeds).
+    Returns the released ConfigMaps."""
     deployments = kube.list_deployments(namespace, "")
     ours = [
         cm["metadata"]["name"]
         for cm in kube.list_config_maps(namespace, f"{L.LABEL_PROFILE_UID}={uid}")
         if (cm["metadata"].get("labels") or {}).get(L.LABEL_COMPONENT) == L.COMPONENT_TABLE
+        and cm["metadata"].get("namespace") == namespace
+        and owned_by(cm, uid)
     ]
     released = []
     for cm_name in sorted(tables_to_release(deployments, ours)):
         patch = {"metadata": {"ownerReferences": None, "labels": {L.LABEL_RELEASED: "true"}}}
         if _unless_gone(kube.patch_metadata, "ConfigMap", namespace, cm_name, patch):
             released.append(cm_name)
+    if stable:
+        released += _release_stable(kube, namespace, name, stable, deployments)
     for dep in deployments:
         _unless_gone(_release_deployment, kube, namespace, name, uid, dep)
     return released
+
+
+def _release_stable(
+    kube: KubeApi, namespace: str, name: str, stable: str, deployments: Iterable[Obj]
+) -> list[str]:
+    """Release or delete the stable ConfigMap `stable` if this profile is its writer."""
+    cm = kube.get("ConfigMap", namespace, stable)
+    labels = ((cm or {}).get("metadata") or {}).get("labels") or {}
+    if cm is None or labels.get(L.LABEL_COMPONENT) != L.COMPONENT_STABLE:
+        return []  # the operator never wrote it
+    others = [
+        s
+        for s in (profile_summary(b) for b in kube.list_profiles(namespace))
+        if s.name != name and not s.deleting and s.stable == stable
+    ]
+    recorded = recorded_owner(cm)
+    if recorded != name and (recorded is not None or others):
+        return []  # another profile writes it
+    meta = cm["metadata"]
+    mounted = any(stable in mounted_config_maps(d) for d in deployments)
+    if not mounted and not others and _only_ours(cm):
+        kube.delete("ConfigMap", namespace, stable, uid=meta.get("uid"))
+        log.info("deleted ConfigMap %s/%s: nothing mounts it any more", namespace, stable)
+        return []
+    patch = {
+        "metadata": {
+            "resourceVersion": meta.get("resourceVersion"),
+            "labels": {L.LABEL_RELEASED: "true"},
+            "annotations": {L.ANNOTATION_OWNER: None},
+        }
+    }
+    released = _unless_gone(kube.patch_metadata, "ConfigMap", namespace, stable, patch)
+    return [stable] if released else []
+
+
+def _only_ours(obj: Mapping[str, Any]) -> bool:
+    """Every field of `obj` was written by the operator (none by Git, kubectl, ...)."""
+    managers = {m.get("manager") for m in (obj.get("metadata") or {}).get("managedFields") or []}
+    return managers <= {FIELD_MANAGER}
 
 
 def _unless_gone(call: Callable[..., object], *args: Any) -> bool:
@@ -112,5 +169,10 @@ def _release_deployment(
         unmark: dict[str, Any] = {"metadata": {"annotations": {L.ANNOTATION_BORROWED: None}}}
         kube.patch_metadata("Deployment", namespace, dep["metadata"]["name"], unmark)
     if recorded_owner(dep) == name:
-        removal: dict[str, Any] = {"metadata": {"annotations": {L.ANNOTATION_OWNER: None}}}
-        kube.patch_metadata("Deployment", namespace, dep["metadata"]["name"], removal)
+        # Conditional on the Deployment as read (re-read if the give-back above changed
+        # it): a profile that claimed it meanwhile keeps its record (409: retried).
+        lent = tag is not None and tag.profile_uid == uid
+        current = kube.get("Deployment", namespace, dep["metadata"]["name"]) if lent else dep
+        if current is not None and recorded_owner(current) == name:
+            removal = owner_patch(current, None)
+            kube.patch_metadata("Deployment", namespace, dep["metadata"]["name"], removal)

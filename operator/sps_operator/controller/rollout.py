@@ -43,6 +43,9 @@ EV_ROLLED = "RolloutApplied"
 EV_ROLLOUT_FAILED = "RolloutFailed"
 EV_PLACEHOLDER = "PlaceholderTable"
 NOT_ELIGIBLE = "TableNotEligible"
+CHANGED_SINCE_READ = "the Deployment changed since this pass read it; retrying from the new version"
+# The watch event of the change wakes the profile at once; this is the safety net.
+RETRY_AFTER_CONFLICT_SECONDS = 5.0
 # SGLang's own "no table" (build_uninitialized_sps_table): one probe, served as verify-all.
 PLACEHOLDER_JSON = build_uninitialized_sps_table(max_batch_tokens=1).to_json()
 
@@ -188,7 +191,11 @@ def rollout(p: Pass) -> None:
         if not _claim(p, target):
             ts.message = "the Deployment changed while being claimed; retrying"
             continue
-        ts.rolled_out = _apply(p, target, eligible)
+        rolled_out = _apply(p, target, eligible)
+        if rolled_out is None:
+            ts.message = CHANGED_SINCE_READ
+            continue
+        ts.rolled_out = rolled_out
         if ts.rolled_out:
             ts.state = TargetState.LIVE
     st.targets = statuses
@@ -237,11 +244,13 @@ def _report_stale_or_missing(p: Pass, target: Target, ts: TargetStatus) -> None:
 
 
 def _claim(p: Pass, target: Target) -> bool:
-    """Record this profile as the Deployment's one owner before writing to it."""
+    """Record this profile as the Deployment's one owner before writing to it. The claim
+    is conditional on the Deployment as read; the object it returns (what was read plus
+    the record) is what the apply that follows is conditional on."""
     if recorded_owner(target.deployment) == p.ref.name:
         return True
     try:
-        p.kube.patch_metadata(
+        target.deployment = p.kube.patch_metadata(
             "Deployment",
             p.namespace,
             target.name,
@@ -254,8 +263,11 @@ def _claim(p: Pass, target: Target) -> bool:
     return True
 
 
-def _apply(p: Pass, target: Target, table: EligibleTable) -> bool:
-    """Make the template serve `table`; True once it does and the rollout completed."""
+def _apply(p: Pass, target: Target, table: EligibleTable) -> bool | None:
+    """Make the template serve `table`; True once it does and the rollout completed, None
+    when the Deployment changed since this pass read it (the apply carries the args as
+    read, so it is refused rather than written over a newer edit; the next pass, woken by
+    that change, starts from it)."""
     rollout = p.spec.rollout
     container = target.container or {}
     if rollout.mode == RolloutMode.INJECT:
@@ -270,12 +282,19 @@ def _apply(p: Pass, target: Target, table: EligibleTable) -> bool:
         )
     else:
         serving = _stable_holds(p, table.ref.hash) and target.running_hash == table.ref.hash
-        _write_stable(p, table.text, table.ref.hash, placeholder=False)
+        if not _write_stable(p, table.text, table.ref.hash, placeholder=False):
+            return False  # the pods restart only once the stable ConfigMap holds the table
         body = builders.annotate_apply(target.deployment, table.ref.config_map, table.ref.hash)
     if serving:
         return deployment_rolled_out(target.deployment)
     if target.running_hash != table.ref.hash or rollout.mode == RolloutMode.INJECT:
-        p.kube.apply(body)
+        try:
+            p.kube.apply(body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            p.wake_within(RETRY_AFTER_CONFLICT_SECONDS)
+            return None
         p.metrics.rollout(p.ref, str(rollout.mode))
         p.event(
             "Normal",
@@ -302,9 +321,39 @@ def _stable_holds(p: Pass, table_hash: str) -> bool:
     )
 
 
-def _write_stable(p: Pass, text: str, table_hash: str, placeholder: bool) -> None:
+def _claim_stable(p: Pass) -> bool:
+    """Record this profile as the stable ConfigMap's one writer (and take back one released
+    by a deleted profile) before writing it: a merge patch with the resourceVersion the
+    decision was made on, so two profiles deciding at once cannot both write."""
+    stable = p.snapshot.stable
+    if stable is None:
+        return True  # created by this pass's apply; recorded at the next
+    meta = stable["metadata"]
+    released = L.LABEL_RELEASED in (meta.get("labels") or {})
+    if recorded_owner(stable) == p.ref.name and not released:
+        return True
+    claim = {
+        "metadata": {
+            "resourceVersion": meta.get("resourceVersion"),
+            "annotations": {L.ANNOTATION_OWNER: p.ref.name},
+            "labels": {L.LABEL_RELEASED: None},
+        }
+    }
+    try:
+        p.kube.patch_metadata("ConfigMap", p.namespace, str(meta["name"]), claim)
+    except ApiException as exc:
+        if exc.status in (404, 409):
+            return False  # changed or gone since it was read: decided again next pass
+        raise
+    return True
+
+
+def _write_stable(p: Pass, text: str, table_hash: str, placeholder: bool) -> bool:
+    """Make the stable ConfigMap hold `text`; False when this pass may not write it."""
+    if p.stable_conflict is not None or not _claim_stable(p):
+        return False
     if _stable_holds(p, table_hash):
-        return
+        return True
     p.kube.apply(
         builders.stable_table_apply(
             p.ref,
@@ -315,12 +364,13 @@ def _write_stable(p: Pass, text: str, table_hash: str, placeholder: bool) -> Non
             placeholder,
         )
     )
+    return True
 
 
 def _annotate_only_preflight(p: Pass) -> None:
     """The stable ConfigMap exists from day one, holding SGLang's "no table", so the
     Deployment in Git can start before the first profile."""
-    if p.snapshot.stable is None:
+    if p.snapshot.stable is None and p.stable_conflict is None:
         _write_stable(p, PLACEHOLDER_JSON, content_hash(PLACEHOLDER_JSON), placeholder=True)
         p.event(
             "Normal",

@@ -7,18 +7,19 @@ this profile owns: an object of that name that is not ours stops the run with a 
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Sequence
+from typing import TypeGuard
 
 from sps_operator.api import labels as L
 from sps_operator.api.models import (
+    FailureRecord,
     RunPhase,
     RunStatus,
     ServerSource,
     TableKind,
 )
 from sps_operator.api.result import STATUS_FAILED, STATUS_SUCCEEDED, ResultError, read_result
-from sps_operator.controller import builders, names
+from sps_operator.controller import builders, names, policy
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.acceptance import judge_bounded
 from sps_operator.controller.borrow import WAITING_FOR_GPUS
@@ -26,16 +27,17 @@ from sps_operator.controller.capacity import follow_wait
 from sps_operator.controller.kube import Obj, api_error_detail
 from sps_operator.controller.outcome import (
     JOB_CREATE_FAILED,
-    JOB_POLICY,
     NAME_TAKEN,
     NameTaken,
     create_owned,
+    delete_rbac,
+    end_run,
     fail_run,
     record_failure,
 )
-from sps_operator.controller.publish import publish_table
+from sps_operator.controller.publish import RETRYABLE, publish_table
 from sps_operator.controller.state import Pass, Target
-from sps_operator.controller.triggers import TargetView, decide_run
+from sps_operator.controller.triggers import RunRequest, TargetView, decide_run
 
 EV_RUN_STARTED = "ProfilingStarted"
 EV_PHASE2 = "OffDiagonalPhaseStarted"
@@ -46,35 +48,71 @@ PROFILING_FAILED = "ProfilingFailed"
 RESULT_REFUSED = "ResultRefused"
 RESULT_MISSING = "ResultMissing"
 TARGET_GONE = "TargetGone"
+TARGET_CHANGED = "TargetChanged"
 
 
-def job_policy_problem(p: Pass) -> str | None:
-    """Why spec.job may not be used as written (None: it may)."""
-    job, settings = p.spec.job, p.settings
-    if (
-        job.image
-        and job.image != settings.profiler_image
-        and not any(
-            fnmatch.fnmatchcase(job.image, pattern) for pattern in settings.allowed_job_images
+def run_refusal(p: Pass, plan: builders.RunPlan, job: Obj) -> policy.Refusal | None:
+    """Why the Job `plan` built may not be created (None: it may): the admin's policy, the
+    GPU-product pin, the pod selectors of the namespace."""
+    settings, spec = p.settings, p.spec
+    clone = spec.server.source != ServerSource.EXTERNAL
+    pod_labels = ((job["spec"]["template"].get("metadata") or {}).get("labels")) or {}
+    snapshot = p.snapshot
+    return (
+        policy.spec_refusal(
+            settings.policy,
+            spec,
+            namespace=p.namespace,
+            profiler_image=settings.profiler_image,
+            services=snapshot.services,
         )
-    ):
-        return (
-            f"spec.job.image {job.image!r} is not allowed by this operator (it would run with "
-            "the target's volumes and Secrets); remove it to use the operator's own profiler "
-            "image, or ask the cluster admin to allow it (chart value "
-            "jobPolicy.allowedImages, flag --allow-job-image)"
+        or policy.job_refusal(
+            settings.policy,
+            job,
+            spec=spec,
+            default_labels=settings.job_defaults.labels,
+            default_priority_class=settings.job_defaults.priority_class,
         )
-    account = job.service_account_name
-    if account and not any(
-        fnmatch.fnmatchcase(account, pattern) for pattern in settings.allowed_service_accounts
-    ):
-        return (
-            f"spec.job.serviceAccountName {account!r} is not allowed by this operator; remove it "
-            "(each run gets its own ServiceAccount that may only write its result), or ask the "
-            "cluster admin to allow it (chart value jobPolicy.allowedServiceAccounts, flag "
-            "--allow-service-account)"
+        or (
+            policy.pin_refusal(spec, job, spec.gpu_product_label, plan.gpu_product)
+            if clone
+            else None
         )
-    return None
+        or policy.selector_refusal(
+            pod_labels,
+            builders.pod_own_labels(plan),
+            policy.pod_selectors(
+                snapshot.pod_selecting_deployments, snapshot.services, snapshot.pdbs
+            ),
+        )
+    )
+
+
+def refuse_run(p: Pass, run: RunStatus, refusal: policy.Refusal) -> None:
+    """Record why a run creates nothing. The record carries no trigger: every pass checks
+    again (said once: no new event while the refusal stays the same), and the run starts at
+    the first pass after the cause is fixed."""
+    message = str(refusal)[:4000]
+    said = FailureRecord(
+        run=run.name, reason=refusal.reason, message=message, at=cond.rfc3339(p.now)
+    )
+    last = p.status.last_failure
+    if is_refusal(last) and (last.run, last.reason, last.message) == (
+        said.run, said.reason, said.message
+    ):  # fmt: skip
+        return
+    record_failure(p, run, refusal.reason, message, retryable=False)
+    assert p.status.last_failure is not None
+    p.status.last_failure.trigger_key = None
+
+
+def is_refusal(failure: FailureRecord | None) -> TypeGuard[FailureRecord]:
+    """`failure` records a refusal (no run was created), not a failed run."""
+    return (
+        failure is not None
+        and failure.trigger_key is None
+        and failure.reason in policy.REFUSAL_REASONS
+    )
 
 
 def _table_config_maps(p: Pass) -> frozenset[str]:
@@ -110,64 +148,90 @@ def _plan(
     )
 
 
-def _create_phase(p: Pass, plan: builders.RunPlan, with_rbac: bool) -> None:
+def _create_phase(p: Pass, plan: builders.RunPlan, job: Obj, with_rbac: bool) -> None:
     # Order matters for restarts: everything the Job needs exists before the Job.
     if with_rbac and not plan.spec.job.service_account_name:
         for obj in builders.profiler_rbac(plan):
             create_owned(p, obj)
     create_owned(p, builders.result_config_map(plan))
-    create_owned(p, builders.profiling_job(plan))
+    create_owned(p, job)
 
 
 def maybe_start_run(p: Pass) -> None:
     st = p.status
     usable = [t for t in p.targets if t.usable]
     running = {t.config_map: t for t in st.tables}
-    request = decide_run(
-        p.spec,
-        [
-            TargetView(t.name, t.gpu, t.fingerprint, running.get(t.running_config_map or ""))
-            for t in usable
-        ],
-        st.tables,
-        st.refresh_count,
-        st.refresh_reason,
-        st.last_failure,
-        p.now,
-    )
-    if request is None:
-        return
-    target = next(t for t in usable if t.name == request.target)
-    run_name = names.run_name(
+    views = [
+        TargetView(t.name, t.gpu, t.fingerprint, running.get(t.running_config_map or ""))
+        for t in usable
+    ]
+    refused: tuple[RunStatus, policy.Refusal] | None = None
+    while True:
+        request = decide_run(
+            p.spec, views, st.tables, st.refresh_count, st.refresh_reason, st.last_failure, p.now
+        )
+        if request is None:
+            break
+        target = next(t for t in usable if t.name == request.target)
+        run = _new_run(p, request)
+        # An External server cannot be restarted in static mode for a diagonal phase, nor
+        # given a seed table: an Additive profile against it is the off-diagonal phase alone.
+        phase = 1
+        if (
+            p.spec.server.source == ServerSource.EXTERNAL
+            and p.spec.table.kind == TableKind.ADDITIVE
+        ):
+            phase = 2
+            run.phase, run.job = RunPhase.OFF_DIAGONAL, names.job_name(run.name, 2)
+        plan = _plan(p, target, run, phase, None)
+        try:
+            job = builders.profiling_job(plan)
+        except ValueError as exc:
+            record_failure(p, run, JOB_CREATE_FAILED, f"could not build the profiling Job: {exc}")
+            return
+        refusal = run_refusal(p, plan, job)
+        if refusal is None:
+            _start(p, run, plan, job)
+            return
+        refused = refused or (run, refusal)
+        # A refusal may concern this server alone (its node affinity): another may run.
+        views = [
+            v
+            for v in views
+            if (v.gpu_product, v.fingerprint) != (request.gpu_product, request.fingerprint)
+        ]
+    if refused is not None:
+        refuse_run(p, *refused)
+    elif is_refusal(st.last_failure):
+        st.last_failure = None  # no run is wanted any more: nothing is refused
+
+
+def _new_run(p: Pass, request: RunRequest) -> RunStatus:
+    name = names.run_name(
         p.ref.name, p.ref.uid, request.gpu_product, request.fingerprint, request.nonce
     )
-    run = RunStatus(
-        name=run_name,
-        job=names.job_name(run_name, 1),
+    return RunStatus(
+        name=name,
+        job=names.job_name(name, 1),
         phase=RunPhase.DIAGONAL,
         gpu_product=request.gpu_product,
         fingerprint=request.fingerprint,
-        target=target.name,
+        target=request.target,
         trigger=request.trigger,
         started_at=cond.rfc3339(p.now),
         trigger_key=request.trigger_key,
         attempt=request.attempt,
-        refresh_count=st.refresh_count,
+        refresh_count=p.status.refresh_count,
     )
-    policy = job_policy_problem(p)
-    if policy:
-        record_failure(p, run, JOB_POLICY, policy, retryable=False)
-        return
-    cleanup_runs(p, keep=run_name)
-    # An External server cannot be restarted in static mode for a diagonal phase, nor
-    # given a seed table: an Additive profile against it is the off-diagonal phase alone.
-    phase = 1
-    if p.spec.server.source == ServerSource.EXTERNAL and p.spec.table.kind == TableKind.ADDITIVE:
-        phase = 2
-        run.phase, run.job = RunPhase.OFF_DIAGONAL, names.job_name(run_name, 2)
-    plan = _plan(p, target, run, phase, None)
+
+
+def _start(p: Pass, run: RunStatus, plan: builders.RunPlan, job: Obj) -> None:
+    st = p.status
+    if is_refusal(st.last_failure):
+        st.last_failure = None  # fixed: the run starts
+    cleanup_runs(p, keep=run.name)
     try:
-        _create_phase(p, plan, with_rbac=True)
+        _create_phase(p, plan, job, with_rbac=True)
     except NameTaken as exc:
         record_failure(p, run, NAME_TAKEN, str(exc), retryable=False)
         return
@@ -181,22 +245,22 @@ def maybe_start_run(p: Pass) -> None:
     p.event(
         "Normal",
         EV_RUN_STARTED,
-        f"{request.trigger}: profiling {target.name} on {request.gpu_product} "
-        f"(Job {plan.job_name}, attempt {request.attempt})",
+        f"{run.trigger}: profiling {run.target} on {run.gpu_product} "
+        f"(Job {plan.job_name}, attempt {run.attempt})",
     )
     p.metrics.run_started(p.ref)
 
 
 def cleanup_runs(p: Pass, keep: str | None) -> None:
     """Delete the Jobs, result ConfigMaps and seeds of runs other than `keep`."""
-    for name, job in p.snapshot.jobs.items():
+    for job in p.snapshot.jobs.values():
         if (job["metadata"].get("labels") or {}).get(L.LABEL_RUN) != keep:
-            p.kube.delete("Job", p.namespace, name)
-    for name, cm in p.snapshot.config_maps.items():
+            p.delete_own("Job", job)
+    for cm in p.snapshot.config_maps.values():
         labels = cm["metadata"].get("labels") or {}
         component = labels.get(L.LABEL_COMPONENT)
         if component in (L.COMPONENT_RESULT, L.COMPONENT_SEED) and labels.get(L.LABEL_RUN) != keep:
-            p.kube.delete("ConfigMap", p.namespace, name)
+            p.delete_own("ConfigMap", cm)
 
 
 # Conditions that end a Job (or announce its end). Not `Suspended`: a Job created suspended
@@ -274,16 +338,40 @@ def progress_run(p: Pass) -> None:
     publish_table(p, rounds, result.manifest)
 
 
+def target_change(run: RunStatus, target: Target) -> str | None:
+    """How the target's server differs from the one the run started for (None: it is the
+    same: the same fingerprint, on the same GPU product once its pods have settled)."""
+    if target.fingerprint != run.fingerprint:
+        return f"server fingerprint {run.fingerprint} -> {target.fingerprint or 'unknown'}"
+    if target.gpu is not None and target.gpu != run.gpu_product:
+        return f"GPU product {run.gpu_product} -> {target.gpu}"
+    return None
+
+
 def start_phase2(p: Pass, rounds: Sequence[Obj]) -> None:
     run = p.status.current_run
     assert run is not None
     verdict = judge_bounded(rounds, p.spec, additive=False, gate=False, limits=p.settings)
     if not verdict.accepted or verdict.table_json is None:
-        fail_run(p, verdict.reason or "FitFailed", f"phase 1 (diagonal): {verdict.message}")
+        reason = verdict.reason or "FitFailed"
+        message = f"phase 1 (diagonal): {verdict.message}"
+        fail_run(p, reason, message, retryable=reason in RETRYABLE)
         return
     target = p.target(run.target)
     if target is None or target.command is None:
         fail_run(p, TARGET_GONE, f"Deployment {run.target} is gone or no longer understood")
+        return
+    changed = target_change(run, target)
+    if changed:
+        # Phase 2 clones the Deployment as it is now: it must be the server phase 1 measured,
+        # or the table would be stored (and rolled) under a server it was not measured on.
+        fail_run(
+            p,
+            TARGET_CHANGED,
+            f"Deployment {run.target} changed between the phases ({changed}): phase 2 would "
+            "measure another server than phase 1. This run ends; the next one profiles the "
+            "server as it is now",
+        )
         return
     seed_name = names.seed_table_config_map(run.name)
     seed = builders.table_config_map(
@@ -299,8 +387,19 @@ def start_phase2(p: Pass, rounds: Sequence[Obj]) -> None:
     seed["metadata"]["labels"][L.LABEL_RUN] = run.name
     plan = _plan(p, target, run, 2, seed_name)
     try:
+        job = builders.profiling_job(plan)
+    except ValueError as exc:
+        fail_run(p, JOB_CREATE_FAILED, f"could not build {plan.job_name}: {exc}")
+        return
+    refusal = run_refusal(p, plan, job)
+    if refusal is not None:
+        refuse_run(p, run, refusal)
+        delete_rbac(p, run.name)
+        end_run(p, "rejected")
+        return
+    try:
         create_owned(p, seed)
-        _create_phase(p, plan, with_rbac=False)
+        _create_phase(p, plan, job, with_rbac=False)
     except NameTaken as exc:
         fail_run(p, NAME_TAKEN, str(exc), retryable=False)
         return

@@ -3,7 +3,7 @@ decides (`Pass.status`, handed from step to step) and where it writes (`Pass.kub
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -12,10 +12,14 @@ from sps_operator.api import labels as L
 from sps_operator.api.models import RolloutMode, SpsProfile, SpsProfileSpec, SpsProfileStatus
 from sps_operator.constants import IMAGE
 from sps_operator.controller.builders import JobDefaults, ProfileRef
-from sps_operator.controller.kube import KubeApi, Obj
+from sps_operator.controller.envsources import EnvSources, read_env_config_maps
+from sps_operator.controller.kube import KubeApi, Obj, owned_by
 from sps_operator.controller.metrics import Metrics
 from sps_operator.controller.ownership import ProfileSummary, profile_summary
 from sps_operator.controller.placement import PodInfo
+from sps_operator.controller.podenv import ConfigMapEnv
+from sps_operator.controller.policy import JobPolicy, ServiceInfo, service_info
+from sps_operator.controller.release import mounted_config_maps
 from sps_operator.controller.selectors import matches_selector, selector_string
 from sps_operator.controller.serverconfig import ServerCommand, ServerConfig
 
@@ -30,15 +34,12 @@ class Settings:
 
     profiler_image: str = IMAGE
     gpu_debounce_seconds: float = 30.0
-    # spec.job.image and spec.job.serviceAccountName let whoever may create an SpsProfile
-    # run an image with a Deployment's Secrets and volumes, under any ServiceAccount: off
-    # unless the operator's admin allows them (fnmatch patterns; "*" allows all).
-    allowed_job_images: tuple[str, ...] = ()
-    allowed_service_accounts: tuple[str, ...] = ()
-    # A fit runs in a child process with these bounds (its cost depends on what a Job
-    # published); in-process only where a test wants speed.
+    # What profile authors may ask of a profiling Job (the admin's jobPolicy).
+    policy: JobPolicy = field(default_factory=JobPolicy)
     # Labels, annotations and a PriorityClass for every profiling Job (a Kueue queue, say).
     job_defaults: JobDefaults = field(default_factory=JobDefaults)
+    # A fit runs in a child process with these bounds (its cost depends on what a Job
+    # published); in-process only where a test wants speed.
     isolate_fits: bool = True
     fit_seconds: float = 120.0
     fit_memory_mib: int = 1024
@@ -50,15 +51,26 @@ class Snapshot:
     through `KubeApi`."""
 
     deployments: Sequence[Obj]  # selected by spec.selector, by name
-    jobs: Mapping[str, Obj]  # this profile's Jobs, by name
-    config_maps: Mapping[str, Obj]  # this profile's ConfigMaps, by name
+    jobs: Mapping[str, Obj]  # this profile's Jobs (`belongs_to`), by name
+    config_maps: Mapping[str, Obj]  # this profile's ConfigMaps (`belongs_to`), by name
     stable: Obj | None  # AnnotateOnly: the stable ConfigMap the Deployments mount
-    profiles: Sequence[ProfileSummary]  # every SpsProfile in the namespace
+    # The SpsProfiles of the namespace that select (or are recorded on) one of the selected
+    # Deployments or name the stable ConfigMap: all that ownership must weigh.
+    profiles: Sequence[ProfileSummary]
     pods: Sequence[PodInfo] = ()
     node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     pdbs: Sequence[Obj] = ()  # PodDisruptionBudgets of the namespace
     hpas: Sequence[Obj] = ()  # HorizontalPodAutoscalers of the namespace
     borrowed: Sequence[Obj] = ()  # Deployments (any namespace) lending a replica to a run
+    # Which of this profile's ConfigMaps (and its stable one) a Deployment of the namespace
+    # mounts, selected or not: nothing mounted is ever deleted.
+    mounted: frozenset[str] = frozenset()
+    # What selects pods in the namespace and may select this profile's profiling pod (a
+    # superset: the policy matches them): it must never pass for one of their pods.
+    pod_selecting_deployments: Sequence[Obj] = ()
+    services: Sequence[ServiceInfo] = ()  # those, and the one spec.server.url names
+    # The ConfigMaps the selected Deployments read env from, by name (None: missing).
+    env_config_maps: Mapping[str, ConfigMapEnv | None] = field(default_factory=dict)
 
     @classmethod
     def empty(cls) -> Snapshot:
@@ -84,6 +96,25 @@ def _stable_name(spec: SpsProfileSpec) -> str | None:
     return rollout.table_config_map if rollout.mode == RolloutMode.ANNOTATE_ONLY else None
 
 
+def in_namespace(obj: Mapping[str, Any] | None, namespace: str) -> bool:
+    return ((obj or {}).get("metadata") or {}).get("namespace") == namespace
+
+
+def belongs_to(obj: Mapping[str, Any] | None, ref: ProfileRef) -> bool:
+    """The one rule of what is a profile's: in its namespace and owned by it (controller
+    ownerReference to its UID). Labels and UIDs identify; they never authorize."""
+    return in_namespace(obj, ref.namespace) and owned_by(obj, ref.uid)
+
+
+def _by_name(objects: Iterable[Obj], ref: ProfileRef) -> dict[str, Obj]:
+    return {o["metadata"]["name"]: o for o in objects if belongs_to(o, ref)}
+
+
+def _mounted(deployments: Iterable[Obj], names: Iterable[str | None]) -> frozenset[str]:
+    every = set().union(*(mounted_config_maps(d) for d in deployments))
+    return frozenset(n for n in names if n and n in every)
+
+
 @dataclass(frozen=True)
 class ApiSnapshot:
     """The world read with LISTs through `KubeApi` (what the unit tests' fake answers)."""
@@ -96,18 +127,27 @@ class ApiSnapshot:
         ns, kube = ref.namespace, self.kube
         mine = f"{L.LABEL_PROFILE_UID}={ref.uid}"
         deployments = kube.list_deployments(ns, selector_string(spec.selector.to_k8s()))
+        every = kube.list_deployments(ns, "")
         stable = _stable_name(spec)
+        config_maps = _by_name(kube.list_config_maps(ns, mine), ref)
         return Snapshot(
             deployments=sorted(deployments, key=lambda d: d["metadata"]["name"]),
-            jobs={j["metadata"]["name"]: j for j in kube.list_jobs(ns, mine)},
-            config_maps={c["metadata"]["name"]: c for c in kube.list_config_maps(ns, mine)},
+            jobs=_by_name(kube.list_jobs(ns, mine), ref),
+            config_maps=config_maps,
             stable=kube.get("ConfigMap", ns, stable) if stable else None,
             profiles=[profile_summary(b) for b in kube.list_profiles(ns)],
             pods=self.pods,
             node_labels=self.node_labels,
             pdbs=kube.list_pdbs(ns),
             hpas=kube.list_hpas(ns),
-            borrowed=[d for d in kube.list_deployments(ns, "") if _borrowed(d)],
+            borrowed=[d for d in every if _borrowed(d)],
+            mounted=_mounted(every, [*config_maps, stable]),
+            pod_selecting_deployments=every,
+            services=[
+                service_info(s["metadata"]["name"], s.get("spec") or {})
+                for s in kube.list_services(ns)
+            ],
+            env_config_maps=read_env_config_maps(kube, ns, deployments),
         )
 
 
@@ -117,43 +157,50 @@ def _borrowed(deployment: Obj) -> bool:
 
 @dataclass(frozen=True)
 class CachedWorld:
-    """What the operator's caches (kopf indexes) hold for one profile's namespace, copied
-    on the event loop: a pass then reads it from any thread and calls the API only to
-    change something (and to read an AnnotateOnly stable ConfigMap not yet labelled as
-    the operator's, once)."""
+    """What the operator's caches (kopf indexes) hold for one profile, copied on the event
+    loop (`indexes.world_for`): a pass then reads it from any thread and calls the API only
+    to change something (and to read an AnnotateOnly stable ConfigMap not yet labelled as
+    the operator's, once). `read` applies the same rules as the LIST snapshot, whatever
+    the caches handed over."""
 
     kube: KubeApi
-    deployments: Sequence[Obj]  # every Deployment of the namespace
+    deployments: Sequence[Obj]  # candidates for the profile's selector
     jobs: Sequence[Obj]  # the profile's
-    config_maps: Sequence[Obj]  # the profile's, and the namespace's stable ones
+    config_maps: Sequence[Obj]  # the profile's
     profiles: Sequence[ProfileSummary]
+    stable: Obj | None = None  # the stable ConfigMap, if the caches hold it
     pods: Sequence[PodInfo] = ()
     node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     pdbs: Sequence[Obj] = ()
     hpas: Sequence[Obj] = ()
     borrowed: Sequence[Obj] = ()  # every namespace's
+    mounted: frozenset[str] = frozenset()
+    pod_selecting_deployments: Sequence[Obj] = ()
+    services: Sequence[ServiceInfo] = ()
+    env_sources: EnvSources | None = None  # the ConfigMaps servers read env from
 
     def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot:
         selector = spec.selector.to_k8s()
         selected = [
             d
             for d in self.deployments
-            if matches_selector(selector, (d.get("metadata") or {}).get("labels") or {})
+            if in_namespace(d, ref.namespace)
+            and matches_selector(selector, (d.get("metadata") or {}).get("labels") or {})
         ]
-        by_name = {c["metadata"]["name"]: c for c in self.config_maps}
         stable_name = _stable_name(spec)
-        stable = by_name.get(stable_name) if stable_name else None
-        if stable_name and stable is None:
-            stable = self.kube.get("ConfigMap", ref.namespace, stable_name)
-        mine = {
-            n: c
-            for n, c in by_name.items()
-            if (c["metadata"].get("labels") or {}).get(L.LABEL_PROFILE_UID) == ref.uid
-        }
+        stable = None
+        if stable_name:
+            stable = self.stable
+            if (
+                stable is None
+                or not in_namespace(stable, ref.namespace)
+                or stable["metadata"].get("name") != stable_name
+            ):
+                stable = self.kube.get("ConfigMap", ref.namespace, stable_name)
         return Snapshot(
             deployments=sorted(selected, key=lambda d: d["metadata"]["name"]),
-            jobs={j["metadata"]["name"]: j for j in self.jobs},
-            config_maps=mine,
+            jobs=_by_name(self.jobs, ref),
+            config_maps=_by_name(self.config_maps, ref),
             stable=stable,
             profiles=self.profiles,
             pods=self.pods,
@@ -161,6 +208,14 @@ class CachedWorld:
             pdbs=self.pdbs,
             hpas=self.hpas,
             borrowed=self.borrowed,
+            mounted=self.mounted,
+            pod_selecting_deployments=[
+                d for d in self.pod_selecting_deployments if in_namespace(d, ref.namespace)
+            ],
+            services=self.services,
+            env_config_maps=read_env_config_maps(
+                self.kube, ref.namespace, selected, self.env_sources
+            ),
         )
 
 
@@ -232,6 +287,7 @@ class Pass:
     created: dict[str, Obj] = field(default_factory=dict)  # ConfigMaps created in this pass
     wake: float | None = None  # seconds until this profile needs its next pass
     returned: set[str] = field(default_factory=set)  # Deployments given their replica back
+    stable_conflict: str | None = None  # AnnotateOnly: why another profile writes the stable
     step: str = "start"  # the step running, for error reports
 
     @property
@@ -248,6 +304,17 @@ class Pass:
     def config_map(self, name: str) -> Obj | None:
         """One of this profile's ConfigMaps: as read at the start, or created since."""
         return self.snapshot.config_maps.get(name) or self.created.get(name)
+
+    def delete_own(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """Delete one of this profile's objects: exactly the one read (its UID is the
+        delete's precondition), in its own namespace, and only if it `belongs_to` it."""
+        meta = obj.get("metadata") or {}
+        if not belongs_to(obj, self.ref):
+            raise RuntimeError(
+                f"refused to delete {kind} {meta.get('namespace')}/{meta.get('name')}: "
+                f"it does not belong to SpsProfile {self.ref.name}"
+            )
+        self.kube.delete(kind, self.namespace, str(meta["name"]), uid=meta.get("uid"))
 
     def wake_within(self, seconds: float) -> None:
         """Ask for the next pass no later than `seconds` from now."""

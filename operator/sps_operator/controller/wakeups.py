@@ -1,7 +1,12 @@
 """When a profile needs its next pass although nothing it watches changes (pure): a
 schedule falls due, a retry's backoff ends, a moving placement settles. The daemon sleeps
 until then (or the resync, or an event), so time-driven work happens on time without
-polling."""
+polling.
+
+A time already past asks for nothing: the pass that just ran could act on it and did not
+(a retry whose target is scaled to zero, pods that cannot be scheduled or sit on
+unlabelled nodes), so only an event can change that, and the event wakes the profile.
+Asking for "now" instead had an idle fleet pass back to back forever."""
 
 from __future__ import annotations
 
@@ -28,9 +33,10 @@ def next_wake(p: Pass, debounce: timedelta) -> float | None:
         due.append(failed + timedelta(seconds=backoff_seconds(failure.attempts)))
     for target in st.targets:
         since = parse_time(target.observed_since)
-        if target.state == TargetState.WAITING and since is not None:
+        # Only a product seen and not yet stable for the debounce settles with time alone.
+        if target.state == TargetState.WAITING and target.observed_gpu and since is not None:
             due.append(since + debounce)
-    seconds = [max((when - now).total_seconds(), 0.0) for when in due]
+    seconds = [(when - now).total_seconds() for when in due if when > now]
     if p.wake is not None:
         seconds.append(p.wake)
     return min(seconds) if seconds else None

@@ -159,9 +159,13 @@ def load_table_ref(ref: str, cluster: Cluster | None, namespace: str) -> tuple[s
     path = Path(ref)
     if ref.endswith(".json") or path.is_file():
         try:
-            return str(path), load_sps_table_text(path.read_text())
+            return str(path), load_sps_table_text(path.read_text(encoding="utf-8"))
         except OSError as exc:
             raise PluginError(f"cannot read {path}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise PluginError(
+                f"{path} is not UTF-8 text, so not a table SGLang would load"
+            ) from None
         except SpsTableError as exc:
             raise PluginError(f"{path} is not a table SGLang would load: {exc}") from None
     if cluster is None:

@@ -34,9 +34,10 @@ class Finding:
 TARGET_REASONS: dict[str, tuple[str, str]] = {
     "Conflict": (
         "Another SpsProfile serves this Deployment",
-        "A Deployment belongs to one profile (the one recorded on it in sps.dev/owner, else "
-        "the oldest that selects it); this one never writes to it. Narrow spec.selector so "
-        "each Deployment is selected by one profile, or delete the other profile.",
+        "A Deployment, and an AnnotateOnly rollout.tableConfigMap, belong to one profile (the "
+        "one recorded on it in sps.dev/owner, else the oldest); this one never writes to it. "
+        "Narrow spec.selector so each Deployment is selected by one profile, give each "
+        "AnnotateOnly profile its own rollout.tableConfigMap, or delete the other profile.",
     ),
     "NotAnSglangServer": (
         "The selected Deployment is not an SGLang server the operator can recognise",
@@ -53,6 +54,13 @@ TARGET_REASONS: dict[str, tuple[str, str]] = {
         "The server is started by a shell script the operator cannot read safely",
         "Put the launcher and its flags in the container's command/args (exec form); a script "
         "must be one plain command line without variables, pipes or several commands.",
+    ),
+    "HiddenCostInput": (
+        "A cost input of the server comes from something the operator cannot read",
+        "The message names the reference (a Secret key, a per-pod field, a missing or too "
+        "large ConfigMap) that feeds a flag or variable the table depends on: a change there "
+        "would go unseen and leave a wrong table live. Write the value in args or env, or take "
+        "it from a ConfigMap key, which the operator reads (it never reads Secrets).",
     ),
     "ShellWrappedServer": (
         "rollout.mode Inject cannot add the table flag to a shell script",
@@ -99,14 +107,42 @@ FAILURE_REASONS: dict[str, tuple[str, str]] = {
         "sweep if it keeps failing.",
     ),
     "SweepMismatch": (
-        "The profiler measured a sweep this profile did not ask for",
+        "The profiler measured a sweep this profile did not ask for (or a cell more than once)",
         "Use the operator's profiler image (remove spec.job.image) and do not edit the sweep "
         "during a run; then `kubectl sps reprofile {name}`.",
     ),
+    "IncompleteSweep": (
+        "The profiler's result did not cover every cell of spec.table.sweep; no table was made",
+        "sps-profiler measures every cell or fails the run, so a short result comes from a "
+        "Job image that is not sps-profiler (remove spec.job.image) or a sweep edited during "
+        "the run; cells measured only on an uncorrectable clock ramp are named in the "
+        "message. Then `kubectl sps reprofile {name}`.",
+    ),
     "JobPolicy": (
-        "spec.job asks for something this operator does not allow",
-        "Remove spec.job.image / spec.job.serviceAccountName, or ask the cluster admin to "
-        "allow them (chart values jobPolicy.allowedImages / allowedServiceAccounts).",
+        "spec.job or spec.server asks for something the cluster admin's policy does not allow",
+        "The message starts with the rule (a chart value jobPolicy.*, or spec.server.url) and "
+        "says what to change. Change that field of spec.job or spec.server, or ask the cluster "
+        "admin to allow it; no Job was created, and the run starts at the next pass after the "
+        "fix (docs/operator.md, Admin policy).",
+    ),
+    "GpuPinConflict": (
+        "The profiling Job would not run on the GPU product its table is for",
+        "The Job is pinned to the product the target's pods run on. Remove "
+        "spec.gpuProductLabel from spec.job.nodeSelector, or make the Deployment's required "
+        "node affinity admit that product (while the Deployment moves to another pool, the "
+        "run starts once its pods have moved). No Job was created.",
+    ),
+    "JobLabelsSelectPods": (
+        "spec.job.labels would make the profiling pod pass for a server pod",
+        "A Service would send user traffic to the profiling server, or a Deployment or "
+        "PodDisruptionBudget would count it as a replica. Remove or rename the labels the "
+        "message names in spec.job.labels; no Job was created.",
+    ),
+    "TargetChanged": (
+        "The Deployment changed between the two phases of an Additive run",
+        "Phase 2 would have measured another server than phase 1, so the run ended. A new "
+        "run profiles the server as it is now, by itself; if it keeps happening, avoid "
+        "changing the Deployment while it is being profiled.",
     ),
     "NameTaken": (
         "An object the run needs exists under the same name and is not this profile's",

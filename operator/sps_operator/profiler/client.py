@@ -4,6 +4,13 @@
 second httpx's 0.4–0.7 ms less per call is noise). Every call is bounded: by
 `--http-timeout`, and inside a round by the time left before `--round-timeout`, so a server
 that accepts and never answers holds a round for at most its timeout.
+
+The URL may be a profile author's (`server.source: External`) and what a profiler says
+lands in the profile's status and in the pod's log, both of which that author reads. So an
+answer is described, never quoted: its HTTP status, media type and size, never its body
+(a URL pointing at a service the author cannot reach must not become a way to read it).
+And no connection is kept whose peer is a metadata or link-local address, whatever name
+led there (`api/endpoints.py`).
 """
 
 from __future__ import annotations
@@ -11,12 +18,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import socket
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import requests
+import urllib3
+from requests.adapters import HTTPAdapter
+
+from sps_operator.api.endpoints import forbidden_peer
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +43,77 @@ class ServerUnavailableError(RuntimeError):
 
 class ServerResponseError(RuntimeError):
     """The server answered with something a DSpark server would not send."""
+
+
+class ForbiddenPeerError(RuntimeError):
+    """The connection reached an address a profiler never talks to. Not an OSError, so
+    urllib3 neither retries nor wraps it."""
+
+
+class _CheckedPeer:
+    """Mixed into urllib3's connections: checks the address actually connected to (after
+    DNS, so a name that resolves differently at connect time changes nothing)."""
+
+    def _new_conn(self) -> socket.socket:
+        sock: socket.socket = super()._new_conn()  # type: ignore[misc]
+        try:
+            peer = str(sock.getpeername()[0])
+        except (OSError, IndexError):
+            return sock
+        why = forbidden_peer(peer)
+        if why:
+            sock.close()
+            raise ForbiddenPeerError(f"refused to talk to {why}")
+        return sock
+
+
+class _CheckedHTTPConnection(_CheckedPeer, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _CheckedHTTPSConnection(_CheckedPeer, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class _CheckedHTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _CheckedHTTPConnection
+
+
+class _CheckedHTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _CheckedHTTPSConnection
+
+
+class _CheckedAdapter(HTTPAdapter):
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": _CheckedHTTPPool,
+            "https": _CheckedHTTPSPool,
+        }
+
+
+def checked_session() -> requests.Session:
+    """A session whose connections never reach a forbidden peer."""
+    session = requests.Session()
+    for scheme in ("http://", "https://"):
+        session.mount(scheme, _CheckedAdapter())
+    return session
+
+
+# Media types a message may name; any other is "another media type" (a header is the
+# server's text too).
+KNOWN_MEDIA_TYPES = frozenset(
+    {"application/json", "application/xml", "application/octet-stream", "text/html",
+     "text/plain", "text/xml", "text/event-stream"}
+)  # fmt: skip
+
+
+def describe(response: requests.Response) -> str:
+    """An answer as a message may show it: HTTP status, media type, size; never the body."""
+    media = (response.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+    if media not in KNOWN_MEDIA_TYPES:
+        media = "another media type" if media else "no media type"
+    return f"HTTP {response.status_code}, {media}, {len(response.content)} bytes"
 
 
 def _root_cause(exc: BaseException) -> str:
@@ -54,10 +137,10 @@ class DsparkClient:
             raise ValueError(f"--http-timeout must be > 0, got {timeout}.")
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
-        self._http = requests.Session()
+        self._http = checked_session()
         # The load gets its own keep-alive session, created once: a new connection per round
         # costs tens of ms, during which the GPU idles and its clocks may drop.
-        self._load_http = requests.Session()
+        self._load_http = checked_session()
         self._deadline: float | None = None
         self._deadline_what = ""
 
@@ -99,6 +182,8 @@ class DsparkClient:
         seconds = self.seconds_left(timeout)
         try:
             return self._http.request(method, self.base_url + path, timeout=seconds, **kwargs)
+        except ForbiddenPeerError as exc:
+            raise ServerUnavailableError(f"{self.base_url}{path}: {exc}") from exc
         except requests.Timeout as exc:
             raise ServerUnavailableError(
                 f"{self.base_url}{path} did not answer within {seconds:.1f} s"
@@ -118,10 +203,9 @@ class DsparkClient:
         try:
             return response.json()
         except ValueError as exc:  # requests' JSONDecodeError, or undecodable bytes
-            snippet = response.text[:120].replace("\n", " ")
             raise ServerResponseError(
-                f"{what} returned HTTP {response.status_code} with a body that is not JSON: "
-                f"{snippet!r}"
+                f"{what} answered with a body that is not JSON ({describe(response)}); is "
+                "this a DSpark server?"
             ) from exc
 
     def health(self) -> bool:
@@ -146,26 +230,29 @@ class DsparkClient:
     def server_info(self) -> Any:
         response = self._request("GET", "/server_info")
         if response.status_code != 200:
-            raise ServerResponseError(
-                f"GET /server_info returned HTTP {response.status_code}: {response.text[:200]!r}"
-            )
+            raise ServerResponseError(f"GET /server_info answered {describe(response)}")
         return self._json(response, "GET /server_info")
 
-    def set_internal_state(self, server_args: dict[str, Any]) -> tuple[bool, Any]:
-        """(accepted on every rank, raw body). Accepts `[bool]` and `{"updated": bool}` forms."""
+    def set_internal_state(self, server_args: dict[str, Any]) -> tuple[bool, str]:
+        """(accepted on every rank, what the server answered, described). Accepts the
+        `[bool]` and `{"updated": bool}` forms; the description shows each rank's yes or
+        no, nothing else of the body."""
         response = self._request("POST", "/set_internal_state", json={"server_args": server_args})
         try:
             body = response.json()
         except ValueError:
-            return False, response.text[:200]
+            return False, f"{describe(response)}, not JSON"
         if response.status_code != 200:
-            return False, body
+            return False, describe(response)
         outs = body if isinstance(body, list) else [body]
 
         def ok(out: Any) -> bool:
             return bool(out.get("updated")) if isinstance(out, dict) else bool(out)
 
-        return bool(outs) and all(ok(o) for o in outs), body
+        answers = [ok(o) for o in outs]
+        shown = ", ".join("yes" if a else "no" for a in answers[:16])
+        more = f" and {len(answers) - 16} more" if len(answers) > 16 else ""
+        return bool(outs) and all(answers), f"accepted per rank: {shown or 'none'}{more}"
 
     def flush_cache(self) -> None:
         # Advisory, as in the reference: a busy server answers 400; only unreachability counts.
@@ -174,9 +261,7 @@ class DsparkClient:
     def abort_all(self) -> None:
         response = self._request("POST", "/abort_request", json={"abort_all": True})
         if response.status_code >= 400:
-            raise ServerResponseError(
-                f"POST /abort_request returned HTTP {response.status_code}: {response.text[:200]!r}"
-            )
+            raise ServerResponseError(f"POST /abort_request answered {describe(response)}")
 
     def start_load(self, payload: dict[str, Any], deadline: float | None = None) -> LoadThread:
         """POST /generate in a thread (one load at a time shares the load session); it gives

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from sps_operator.profiler import artifacts
 from sps_operator.tables.fit import FitKind, FitResult, cells_from_rounds, fit_from_rounds
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsTable, load_sps_table_text
+from sps_operator.tables.selfcheck import step_range_problems
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +77,15 @@ def fit_profile(
         )
     except ValueError as exc:
         raise FitError(str(exc)) from exc
+    # Physics, not a warning: checked even with --no-self-check, never written otherwise.
+    implausible = step_range_problems(result.table)
+    if implausible:
+        raise FitError(
+            "The fitted table is not a decode step of a real model on a real GPU: "
+            + "; ".join(implausible[:3])
+            + f". Were the step times recorded in {paths.rounds.name} seconds where SGLang "
+            "writes milliseconds (step_cpu_ms)? No table was written."
+        )
     text = result.table.to_json()
     if run_self_check:
         for warning in self_check(text):

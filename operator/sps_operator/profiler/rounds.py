@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sps_operator.api.limits import MAX_STEP_SECONDS, MIN_STEP_SECONDS
 from sps_operator.profiler.steady import Ar1Prior, SteadyStats, clocks_settled, steady_stats
 from sps_operator.profiler.sweep import (
     DEFAULT_CI_LEVEL_Z,
@@ -62,7 +63,7 @@ class StepRow:
 
 
 # SGLang nulls a step time longer than this (an idle gap, not a step): contract §11.7.
-STEP_CPU_MS_MAX = 1000.0
+STEP_CPU_MS_MAX = MAX_STEP_SECONDS * 1000.0
 
 
 def rows_from_payload(payload: Any, rank: int) -> list[StepRow]:
@@ -524,6 +525,14 @@ def postprocess_round(
     stats = rule.judge(times, contexts)
     if stats is None:
         raise RoundError(f"{where}: no steady steps left after filtering.")
+    if stats.median < MIN_STEP_SECONDS:
+        raise RoundError(
+            f"{where}: the median decode step took {stats.median * 1e3:.4g} ms, below the "
+            f"{MIN_STEP_SECONDS * 1e3:g} ms that no decode step of a real model on a real GPU "
+            "undercuts (kernel launches and a forward pass: docs/profiler.md). The server's "
+            "step_cpu_ms is not in milliseconds (seconds?) or its step timer is broken; no "
+            "table can be made from it."
+        )
     if not stats.done:
         reason = (
             f"step times still drift by {stats.drift:.1%} in a way KV growth does not explain"

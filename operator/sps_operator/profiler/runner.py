@@ -256,12 +256,12 @@ class Session:
         """Empty the record ring so every poll ships only this round's steps."""
         if self.can_clear is False:
             return False
-        ok, body = self.client.set_internal_state({"dspark_clear_info_records": True})
+        ok, answer = self.client.set_internal_state({"dspark_clear_info_records": True})
         if not ok and self.can_clear is None:
             logger.warning(
                 "The server does not accept dspark_clear_info_records (%s); polling the full "
                 "record ring instead (slower on long runs).",
-                body,
+                answer,
             )
         self.can_clear = ok
         return ok
@@ -269,25 +269,24 @@ class Session:
     def pin(self, frac: float) -> None:
         if self.pinned == frac:
             return
-        ok, body = self.client.set_internal_state({"dspark_force_budget_frac": frac})
+        ok, answer = self.client.set_internal_state({"dspark_force_budget_frac": frac})
         if not ok:
             raise PinNotTakenError(
-                f"The server rejected dspark_force_budget_frac={frac}: {body}. Off-diagonal "
+                f"The server rejected dspark_force_budget_frac={frac} ({answer}). Off-diagonal "
                 "profiling needs a DSpark server in compact mode that accepts the pin."
             )
         self.pinned = frac
 
     def reset_pin(self) -> str:
-        ok, body = self.client.set_internal_state({"dspark_force_budget_frac": None})
+        ok, answer = self.client.set_internal_state({"dspark_force_budget_frac": None})
         if ok:
             self.pinned = None
             return "reset"
-        detail = body.get("message", body) if isinstance(body, dict) else body
         logger.warning(
             "This server cannot reset the budget pin (it rejected dspark_force_budget_frac=null: "
-            "%.100s); it stays pinned at frac=%s until the server restarts. Restart it before it "
+            "%s); it stays pinned at frac=%s until the server restarts. Restart it before it "
             "serves traffic.",
-            str(detail).splitlines()[0] if str(detail) else detail,
+            answer,
             self.pinned,
         )
         return "rejected"

@@ -16,7 +16,7 @@ from typing import Any
 
 from sps_operator.dspark_arith import compact_tiers, default_decode_capture_bs, runner_capture_bs
 from sps_operator.profiler.sweep import REQUIRED_SIMULATE_ACC_LEN
-from sps_operator.profiler.untrusted import json_int
+from sps_operator.profiler.untrusted import json_int, shown
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +24,9 @@ INFO_RECORD_PAYLOAD_KEY = "dspark_info_record"
 REQUIRED_COMPONENTS = frozenset({"core", "step_cpu_time"})
 DIAGONAL_MODES = ("static",)
 OFFDIAGONAL_MODES = ("compact",)
+# Words a message may quote from /server_info (anything else it describes: untrusted.shown).
+KNOWN_MODES = ("static", "compact", "cap-accept")
+SPECULATIVE_ALGORITHMS = ("DSPARK", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "LOOKAHEAD")
 ENABLE_HINT = (
     "SGLANG_DSPARK_ENABLE_SPS_RECORD=1 (or SGLANG_DSPARK_DEBUG_DUMP=core,step_cpu_time) and "
     "SGLANG_SIMULATE_ACC_LEN=1.0"
@@ -123,7 +126,8 @@ def resolve_capture_bs(state: Mapping[str, Any]) -> list[int]:
         if any(v is None or not 1 <= v <= MAX_CAPTURE_BS for v in values):
             raise ServerCheckError(
                 f"/server_info cuda_graph_config.decode.bs must list batch sizes in "
-                f"[1, {MAX_CAPTURE_BS}], got {bs[:8]!r}; is this an SGLang DSpark server?"
+                f"[1, {MAX_CAPTURE_BS}], got {', '.join(shown(b) for b in bs[:8])}; is this an "
+                "SGLang DSpark server?"
             )
         return sorted({v for v in values if v is not None})
     max_bs = decode.get("max_bs")
@@ -132,7 +136,7 @@ def resolve_capture_bs(state: Mapping[str, Any]) -> list[int]:
         if value is None or not 1 <= value <= MAX_CAPTURE_BS:
             raise ServerCheckError(
                 f"/server_info cuda_graph_config.decode.max_bs must be an integer in "
-                f"[1, {MAX_CAPTURE_BS}], got {max_bs!r}; is this an SGLang DSpark server?"
+                f"[1, {MAX_CAPTURE_BS}], got {shown(max_bs)}; is this an SGLang DSpark server?"
             )
         return default_decode_capture_bs(value)
     return []
@@ -160,7 +164,8 @@ def server_context_from_info(
     if algorithm != "DSPARK":
         raise ServerCheckError(
             f"Profile against a DSpark server: {base_url} reports speculative_algorithm="
-            f"{algorithm!r}. Relaunch with --speculative-algorithm DSPARK."
+            f"{shown(algorithm, SPECULATIVE_ALGORITHMS)}. Relaunch with --speculative-algorithm "
+            "DSPARK."
         )
     if info.get("disable_cuda_graph"):
         raise ServerCheckError(
@@ -206,14 +211,14 @@ def server_context_from_info(
                 else "SGLANG_RAGGED_VERIFY_MODE=static for a diagonal sweep (or pass --fracs)"
             )
             raise ServerCheckError(
-                f"{INFO_RECORD_PAYLOAD_KEY}.mode must be one of {allowed}, got {mode!r} on DP "
-                f"rank {rank}; relaunch with {want}."
+                f"{INFO_RECORD_PAYLOAD_KEY}.mode must be one of {allowed}, got "
+                f"{shown(mode, KNOWN_MODES)} on DP rank {rank}; relaunch with {want}."
             )
         components = payload.get("components") or []
         if not isinstance(components, list) or not all(isinstance(c, str) for c in components):
             raise ServerCheckError(
                 f"DP rank {rank} {INFO_RECORD_PAYLOAD_KEY}.components must be a list of names, "
-                f"got {components!r:.80}; is this an SGLang DSpark server?"
+                f"got {shown(components)}; is this an SGLang DSpark server?"
             )
         missing = sorted(REQUIRED_COMPONENTS - set(components))
         if missing:
@@ -223,7 +228,8 @@ def server_context_from_info(
             )
         if payload.get("simulate_acc_len") != REQUIRED_SIMULATE_ACC_LEN:
             raise ServerCheckError(
-                f"DP rank {rank} reports simulate_acc_len={payload.get('simulate_acc_len')!r}, "
+                f"DP rank {rank} reports simulate_acc_len="
+                f"{shown(payload.get('simulate_acc_len'))}, "
                 f"but profiling requires exactly SGLANG_SIMULATE_ACC_LEN="
                 f"{REQUIRED_SIMULATE_ACC_LEN} (every step then commits exactly one token per "
                 "request, so the batch stays put)."

@@ -118,20 +118,7 @@ def build_request_count_sweep(max_num_reqs: int) -> list[int]:
     """The tapered per-rank batch-size sweep of the reference profiler (same values)."""
     if max_num_reqs < 1:
         raise ValueError(f"--max-batch-size must be >= 1, got {max_num_reqs}.")
-    raw = [
-        1,
-        2,
-        4,
-        8,
-        *range(16, 64, 8),
-        *range(64, 128, 16),
-        *range(128, 256, 32),
-        *range(256, max_num_reqs + 1, 64),
-    ]
-    sweep = sorted({v for v in raw if 1 <= v <= max_num_reqs})
-    if sweep[-1] != max_num_reqs:
-        sweep.append(max_num_reqs)
-    return sweep
+    return limits.tapered_sweep(max_num_reqs)
 
 
 def round_max_new_tokens(settings: RoundSettings) -> int:

@@ -1,4 +1,5 @@
-"""Numbers read from a server's JSON, which is untrusted input (pure).
+"""Numbers read from a server's JSON, which is untrusted input, and how a message may
+show a value it sent (pure).
 
 JSON gives integers as ints, but a foreign or broken server may send strings, booleans,
 floats, Infinity or NaN; Python's `int()` would turn some into exceptions of the wrong kind
@@ -10,6 +11,7 @@ error and message.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from typing import Any
 
 
@@ -30,3 +32,21 @@ def json_number(value: Any) -> float | None:
         return None
     number = float(value)
     return number if math.isfinite(number) else None
+
+
+def shown(value: Any, known: Collection[str] = ()) -> str:
+    """A value from a server's answer as a message may show it: a number, a boolean, null,
+    or one of the `known` words; anything else only by its type and size. Messages reach
+    the profile's status and the pod's log, and the server may be one the profile's author
+    cannot otherwise read (an External URL): its text is never quoted."""
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    if json_number(value) is not None:
+        return repr(value)
+    if isinstance(value, str):
+        return repr(value) if value in known else f"a text of {len(value)} characters"
+    if isinstance(value, list | tuple):
+        return f"a list of {len(value)} items"
+    if isinstance(value, dict):
+        return f"an object of {len(value)} keys"
+    return f"a {type(value).__name__}"

@@ -33,12 +33,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sps_operator.api.result import (
-    MAX_RAMP_CHUNKS,
-    MAX_STEP_SECONDS,
-    MIN_STEP_SECONDS,
-    RampChunk,
-)
+from sps_operator.api.limits import MAX_STEP_SECONDS, MIN_STEP_SECONDS
+from sps_operator.api.result import MAX_RAMP_CHUNKS, RampChunk
 
 CHUNK_STEPS = 16
 TAU_GRID_S = tuple(float(x) for x in np.exp(np.linspace(math.log(0.3), math.log(60.0), 48)))
@@ -427,11 +423,13 @@ def correct_rounds(
 
 
 def usable_rounds(
-    rounds: Sequence[Mapping[str, Any]],
+    rounds: Sequence[Mapping[str, Any]], ramps: Mapping[Any, RunRamp] | None = None
 ) -> tuple[list[dict[str, Any]], RampModel | None]:
     """What a fit may use: the rounds without the stranded ones, ramp-corrected, and the
-    model; ValueError when nothing is left or the rounds contradict their ramp record."""
-    ramps = ramps_by_run(rounds)  # each run's model fitted once
+    model; ValueError when nothing is left or the rounds contradict their ramp record.
+    `ramps`: `ramps_by_run(rounds)`, when the caller has it."""
+    if ramps is None:
+        ramps = ramps_by_run(rounds)  # each run's model fitted once
     stranded = set(stranded_rounds(rounds, ramps))
     kept = [r for i, r in enumerate(rounds) if i not in stranded]
     if stranded and not kept:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -232,7 +233,10 @@ def _decode_int(value: Any, path: str) -> int:
 def _decode_float(value: Any, path: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise SpsTableError(f"Expected `float`, got `{_json_type_name(value)}` - at `{path}`")
-    result = float(value)
+    try:
+        result = float(value)
+    except OverflowError:  # an integer too large for a double
+        raise SpsTableError(f"Number out of range - at `{path}`") from None
     if not math.isfinite(result):
         raise SpsTableError(f"Number out of range - at `{path}`")
     return result
@@ -289,16 +293,26 @@ def _parse_json(text: str) -> Any:
         return json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise SpsTableError(f"JSON is malformed: {exc.msg} (char {exc.pos})") from None
+    except SpsTableError:
+        raise
+    except RecursionError:
+        raise SpsTableError("JSON is malformed: nested too deeply") from None
+    except ValueError:  # an integer beyond Python's int-string limit, not a JSONDecodeError
+        raise SpsTableError(
+            f"JSON is malformed: a number has more than {sys.get_int_max_str_digits()} digits"
+        ) from None
 
 
-def load_sps_table_text(text: str) -> SpsTable:
+def load_sps_table_text(text: str, *, diagonal_only: bool = False) -> SpsTable:
     """Decode a table text exactly as SGLang's `load_sps_table_from_path` would.
 
     Raises `SpsTableError` (a `ValueError`) with a loader-like message on any input
-    SGLang would refuse.
+    SGLang would refuse. `diagonal_only` is the loader of builds that know only
+    `SpsCostTable` (the fzyzcjy/sglang fork's `dspark_sps_table.py`): every text is decoded
+    as a diagonal table, so an additive one fails on its first missing field.
     """
     obj = _parse_json(text)
-    if '"bias_seconds"' in text:
+    if not diagonal_only and '"bias_seconds"' in text:
         fields = _decode_fields(obj, _ADDITIVE_FIELDS)
         return SpsAdditiveCostTable(**fields)
     fields = _decode_fields(obj, _DIAGONAL_FIELDS)

@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sps_operator.api.result import MAX_STEP_SECONDS, MIN_STEP_SECONDS
+from sps_operator.api.limits import MAX_STEP_SECONDS, MIN_STEP_SECONDS
 from sps_operator.tables.formats import (
     SpsAdditiveCostTable,
     SpsTable,
@@ -55,6 +55,13 @@ def self_check(table: SpsTable) -> list[str]:
             "the table has a single probe, which SGLang treats as uninitialized "
             "(verify-all); a sweep needs at least two batch sizes"
         ]
+    return step_range_problems(table)
+
+
+def step_range_problems(table: SpsTable) -> list[str]:
+    """Where `table` predicts a step time outside a decode step's physical range
+    (`limits.MIN_STEP_SECONDS`–`MAX_STEP_SECONDS`), over its whole domain; the profiler's
+    fit refuses such a table too."""
     problems: list[str] = []
     if isinstance(table, SpsAdditiveCostTable):
         if max(len(table.bs_probes), len(table.m_probes)) > MAX_PROBES:
