@@ -3,7 +3,11 @@ them, and the queues it makes for the bed's GPU products (sps_testbed.kueue)."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -137,3 +141,40 @@ def test_condition_by_type() -> None:
     assert condition(obj, "A") == {"type": "A", "status": "False"}
     assert condition(obj, "C") == {}
     assert condition({}, "A") == {}
+
+
+INNER_CONFTEST = """
+import pytest
+from sps_testbed.kueue import KueueError
+
+
+class Bed:
+    def install_kueue(self):
+        raise KueueError("Deployment kueue-system/kueue-controller-manager available: "
+                         "not within 300s")
+
+
+@pytest.fixture(scope="session")
+def realnode_cluster():
+    return Bed()
+"""
+
+
+def test_the_kueue_fixtures_fail_never_skip_when_kueue_does_not_install(tmp_path: Path) -> None:
+    """A Kueue that does not come up fails every test that asks for it, with Kueue's words,
+    in a session run as CI runs it (the plugin from its entry point); nothing is skipped."""
+    (tmp_path / "conftest.py").write_text(INNER_CONFTEST)
+    (tmp_path / "test_inner.py").write_text(
+        "def test_a(realnode_kueue):\n    pass\n\ndef test_b(realnode_kueue_namespace):\n    pass\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", os.devnull, "--rootdir", str(tmp_path),
+         "-p", "no:cacheprovider", "-rA", str(tmp_path / "test_inner.py")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "2 errors" in proc.stdout and "skipped" not in proc.stdout, out
+    assert "Kueue did not install on the test bed" in proc.stdout, out
+    assert "kueue-controller-manager available: not within 300s" in proc.stdout, out
