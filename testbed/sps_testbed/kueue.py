@@ -49,6 +49,9 @@ CPU_QUOTA = "1000"
 MEMORY_QUOTA = "4Ti"
 # The shipped Deployment reserves 500m; the bed's nodes share two cores, so it asks for less.
 MANAGER_CPU_REQUEST = "100m"
+# The shipped readiness probe (first after 5 s, then every 10 s) leaves a ready manager
+# unnoticed for up to 10 s; every `make test` waits for it, so the bed probes every second.
+MANAGER_READINESS_PERIOD_SECONDS = 1
 FIELD_MANAGER = "sps-testbed"
 # Errors while Kueue's webhooks are not serving yet: no endpoints, no caBundle, CRDs not
 # established.
@@ -87,7 +90,8 @@ def flavor_name(product: str) -> str:
 
 def bed_manifests(rendered: str, image: str) -> list[dict[str, Any]]:
     """Kueue's rendered config/default, with the manager running `image` from the nodes'
-    own image stores (no registry) and a smaller CPU request; everything else as shipped."""
+    own image stores (no registry), a smaller CPU request and a readiness probe that looks
+    every second (the same check, the same endpoint); everything else as shipped."""
     docs = [d for d in yaml.safe_load_all(rendered) if d]
     for doc in docs:
         meta = doc.get("metadata") or {}
@@ -99,6 +103,10 @@ def bed_manifests(rendered: str, image: str) -> list[dict[str, Any]]:
                 container["imagePullPolicy"] = "IfNotPresent"
                 requests = container.setdefault("resources", {}).setdefault("requests", {})
                 requests["cpu"] = MANAGER_CPU_REQUEST
+                probe = container.get("readinessProbe")
+                if probe:
+                    probe["initialDelaySeconds"] = 0
+                    probe["periodSeconds"] = MANAGER_READINESS_PERIOD_SECONDS
                 return docs
     raise KueueError(
         f"no Deployment {DEPLOYMENT} with a container {CONTAINER!r} in Kueue's rendered "

@@ -50,6 +50,14 @@ spec:
         resources:
           limits: {cpu: "2", memory: 512Mi}
           requests: {cpu: 500m, memory: 512Mi}
+        readinessProbe:
+          httpGet: {path: /readyz, port: 8081}
+          initialDelaySeconds: 5
+          periodSeconds: 10
+        livenessProbe:
+          httpGet: {path: /healthz, port: 8081}
+          initialDelaySeconds: 15
+          periodSeconds: 20
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingWebhookConfiguration
@@ -72,6 +80,13 @@ def test_the_manager_runs_the_bed_image_without_a_registry_everything_else_as_sh
         "limits": {"cpu": "2", "memory": "512Mi"},
         "requests": {"cpu": "100m", "memory": "512Mi"},
     }
+    shipped_manager = shipped[1]["spec"]["template"]["spec"]["containers"][0]
+    assert container["readinessProbe"] == {
+        **shipped_manager["readinessProbe"],
+        "initialDelaySeconds": 0,
+        "periodSeconds": 1,
+    }
+    assert container["livenessProbe"] == shipped_manager["livenessProbe"]
     assert docs[0] == shipped[0] and docs[2] == shipped[2]
 
 
