@@ -337,9 +337,16 @@ def uninstall(bed: _Bed, kueue_dir: Path, timeout: float = 180.0) -> None:
     callers = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "APIService")
     front = [d for d in docs if d.get("kind") in callers]
     bed.kubectl("delete", "--ignore-not-found", "-f", "-", input=_dump(front), timeout=timeout)
+    bed.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
+    # Nothing is left for the manager to finish: it need not take its 10 s of grace (the
+    # namespace is Terminating, so no new pod replaces it).
     bed.kubectl(
-        "delete", "namespace", NAMESPACE, "--ignore-not-found", f"--timeout={timeout:.0f}s",
-        timeout=timeout + 10,
+        "delete", "pods", "-n", NAMESPACE, "--all", "--grace-period=1", "--wait=false",
+        check=False,
+    )  # fmt: skip
+    bed.kubectl(
+        "wait", "--for=delete", f"namespace/{NAMESPACE}", f"--timeout={timeout:.0f}s",
+        check=False, timeout=timeout + 10,
     )  # fmt: skip
     crds = [d for d in docs if d.get("kind") == "CustomResourceDefinition"]
     for crd in crds:
