@@ -15,8 +15,10 @@ started, the test fails with the reason (it never skips). `SPS_TESTBED_TEST_DIR`
 state directory (to look at logs after a run); `SPS_TESTBED_NODES` overrides the nodes
 (`name=PRODUCT:GPUS,...`).
 
-Kueue is installed the first time a test asks for it and removed after the last test that
-uses it (like the bed itself), so the tests after it see a bed without Kueue.
+Kueue is installed the first time a test asks for it. The modules of the tests that use it
+run after every other test that uses the bed (kueue_modules_last), so the bed stops right
+after them; should a bed test still follow (a reordering plugin), Kueue is removed after the
+last test that uses it, so that test sees a bed without Kueue.
 """
 
 from __future__ import annotations
@@ -46,16 +48,36 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def _uses_kueue(item: pytest.Item) -> bool:
+    return "realnode_kueue" in getattr(item, "fixturenames", ())
+
+
+def _uses_bed(item: pytest.Item) -> bool:
+    return any(f in getattr(item, "fixturenames", ()) for f in FIXTURES)
+
+
+def kueue_modules_last(items: list[pytest.Item]) -> list[pytest.Item]:
+    """`items` with every module that has a test using Kueue moved, whole and in order,
+    to just after the last other test that uses the bed: the bed then stops right after
+    them, and Kueue's removal (half a minute) is never needed."""
+    modules = {item.nodeid.split("::")[0] for item in items if _uses_kueue(item)}
+    moved = [item for item in items if item.nodeid.split("::")[0] in modules]
+    rest = [item for item in items if item.nodeid.split("::")[0] not in modules]
+    after = max((i + 1 for i, item in enumerate(rest) if _uses_bed(item)), default=0)
+    return [*rest[:after], *moved, *rest[after:]]
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items[:] = kueue_modules_last(items)
     _holder.last = None
     _holder.last_kueue = None
     for item in items:
-        if any(f in getattr(item, "fixturenames", ()) for f in FIXTURES):
+        if _uses_bed(item):
             item.add_marker("realnode")
             # Like every test that starts a cluster: `-m "not k8s"` leaves it out.
             item.add_marker("k8s")
             _holder.last = item.nodeid
-        if "realnode_kueue" in getattr(item, "fixturenames", ()):
+        if _uses_kueue(item):
             _holder.last_kueue = item.nodeid
 
 

@@ -193,3 +193,38 @@ def test_the_kueue_fixtures_fail_never_skip_when_kueue_does_not_install(tmp_path
     assert "2 errors" in proc.stdout and "skipped" not in proc.stdout, out
     assert "Kueue did not install on the test bed" in proc.stdout, out
     assert "kueue-controller-manager available: not within 300s" in proc.stdout, out
+
+
+def test_the_kueue_modules_run_after_every_other_bed_test(tmp_path: Path) -> None:
+    """Kueue's modules, whole and in order, move behind the last other test using the bed
+    (the bed then stops right after them: no removal); tests without the bed keep their
+    place."""
+    files = {
+        "test_a.py": "def test_bed(realnode_cluster): pass\ndef test_pure(): pass\n",
+        "test_kueue.py": (
+            "def test_queued(realnode_kueue): pass\n"
+            "def test_plain(realnode_namespace): pass\n"
+            "def test_ns(realnode_kueue_namespace): pass\n"
+        ),
+        "test_m.py": "def test_bed(realnode_kubectl): pass\n",
+        "test_z.py": "def test_pure(): pass\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", os.devnull, "--rootdir", str(tmp_path),
+         "-p", "no:cacheprovider", "--collect-only", "-q", str(tmp_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    order = [line for line in proc.stdout.splitlines() if "::" in line]
+    assert order == [
+        "test_a.py::test_bed",
+        "test_a.py::test_pure",
+        "test_m.py::test_bed",
+        "test_kueue.py::test_queued",
+        "test_kueue.py::test_plain",
+        "test_kueue.py::test_ns",
+        "test_z.py::test_pure",
+    ], proc.stdout
