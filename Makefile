@@ -20,7 +20,8 @@ controlplane:
 	bash tests/controlplane/build.sh
 
 # The real-node test bed's host packages, node binaries (kubelet, kube-proxy, CoreDNS,
-# device plugin) and images (operator from the Dockerfile, SGLang stand-in), all cached.
+# device plugin), Kueue (its manager and config/) and images (operator from the
+# Dockerfile, SGLang stand-in, Kueue), all cached.
 testbed: setup controlplane
 	bash tests/controlplane/setup-host.sh --nodes
 	$(BIN)/sps-testbed build

@@ -10,6 +10,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
+from sps_testbed import kueue
 from sps_testbed.artifacts import ArtifactError, build_artifacts
 from sps_testbed.cluster import (
     DEFAULT_NODES,
@@ -24,10 +27,24 @@ def _cmd_build(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     art = build_artifacts()
     print(f"node binaries: {art.node_bin}")
+    print(f"kueue: {art.kueue_dir}")
     for role, image in art.images.items():
         print(f"image {role}: {image.ref} ({image.archive})")
     print(f"built in {time.monotonic() - t0:.1f}s")
     return 0
+
+
+def _install_addons(bed: RealNodeCluster, addons: list[str]) -> None:
+    if "kueue" in addons:
+        setup = bed.install_kueue()
+        print(
+            f"Kueue {setup.version} in kueue-system ({setup.image}), ready in "
+            f"{setup.timings['visibility_available']:.1f}s ({setup.timings}); ClusterQueue "
+            f"{setup.cluster_queue!r}: flavors {setup.flavors}, priority classes "
+            f"{setup.priority_classes}"
+        )
+        print("  a namespace needs only a LocalQueue (kubectl apply -n NS -f -):")
+        print(yaml.safe_dump(kueue.local_queue("NS"), sort_keys=False), end="")
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
@@ -35,6 +52,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
     bed = RealNodeCluster(args.state_dir, nodes=nodes, detached=True)
     if bed.running():
         print(f"test bed already running in {bed.state_dir}")
+        _install_addons(RealNodeCluster.attach(args.state_dir), args.with_)
         return 0
     bed.build()
     bed.start(timeout=args.timeout)
@@ -47,6 +65,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
     print(f"  API server {rec.server}, network namespace spstb-{rec.bed_id}")
     for node in rec.nodes:
         print(f"  node {node.name}: {node.product} x{node.gpus} at {node.node_ip}")
+    _install_addons(bed, args.with_)
     print(f"export KUBECONFIG={bed.kubeconfig}")
     return 0
 
@@ -136,6 +155,14 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", help="start a bed, detached")
     up.add_argument("--node", action="append", default=[], help="NAME=PRODUCT[:GPUS], repeatable")
     up.add_argument("--timeout", type=float, default=420.0)
+    up.add_argument(
+        "--with",
+        dest="with_",
+        action="append",
+        choices=["kueue"],
+        default=[],
+        help="also install: kueue (Kueue with a ClusterQueue `gpu`, a flavor per GPU product)",
+    )
     up.set_defaults(fn=_cmd_up)
     sub.add_parser("down", help="stop the bed and remove what it made").set_defaults(fn=_cmd_down)
     sub.add_parser("status", help="is it running; its nodes").set_defaults(fn=_cmd_status)
@@ -152,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.fn(args)
-    except (TestbedError, ArtifactError, ValueError) as err:
+    except (TestbedError, ArtifactError, kueue.KueueError, ValueError) as err:
         print(f"sps-testbed: {err}", file=sys.stderr)
         return 1
     return code
