@@ -85,13 +85,20 @@ def owned_workload(
 
 
 def _condition(workload: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
-    conditions = (workload.get("status") or {}).get("conditions")
+    status = workload.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
     if not isinstance(conditions, list):
         return None
     for c in conditions:
         if isinstance(c, Mapping) and c.get("type") == type_:
             return c
     return None
+
+
+def _one_line(value: Any, limit: int) -> str:
+    """`value` as one printable line (a newline in status could pass for another line of
+    `kubectl sps explain`) of at most `limit` characters; "" for no text."""
+    return clean_text(" ".join(value.split()), limit) if isinstance(value, str) else ""
 
 
 def kueue_words(workload: Mapping[str, Any] | None) -> str | None:
@@ -109,11 +116,7 @@ def kueue_words(workload: Mapping[str, Any] | None) -> str | None:
         if c is not None and c.get("status") != "True":
             found.append((type_, c))
     for what, c in found:
-        message = c.get("message")
-        text = clean_text(message, WORDS_LIMIT).strip() if isinstance(message, str) else ""
-        if not text:
-            reason = c.get("reason")
-            text = clean_text(reason, 64).strip() if isinstance(reason, str) else ""
+        text = _one_line(c.get("message"), WORDS_LIMIT) or _one_line(c.get("reason"), 64)
         if text:
             return f"{what}: {text}"
     return None
