@@ -51,7 +51,7 @@ from sps_operator.controller.deployments import max_unavailable, progress_deadli
 from sps_operator.controller.kube import Obj, api_error_detail
 from sps_operator.controller.kueue import (
     KUEUE_NOT_INSTALLED,
-    KUEUE_READ_SECONDS,
+    KUEUE_RECHECK_SECONDS,
     KueueState,
     kueue_words,
     owned_workload,
@@ -124,8 +124,7 @@ def _waiting_now(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> tuple[str, 
         queue = ((job.get("metadata") or {}).get("labels") or {}).get(L.LABEL_KUEUE_QUEUE)
         if not queue:
             return QUEUED_IN_KUEUE, f"Job {run.job} is suspended until its suspension admits it"
-        # Kueue's words change without an event the operator watches: look again soon.
-        p.wake_within(KUEUE_READ_SECONDS)
+        p.wake_within(KUEUE_RECHECK_SECONDS)
         return queued_message(run.job, str(queue), _read_kueue(p, job, str(queue)))
     pods = _run_pods(p, run)
     if pods and all(pod.unschedulable for pod in pods):

@@ -35,6 +35,9 @@ LOCAL_QUEUE_MISSING = "LocalQueueMissing"
 
 WORDS_LIMIT = 512  # characters of Kueue's message kept in status
 KUEUE_READ_SECONDS = 15.0  # a Job's Workload is read at most this often
+# A queued run's profile is looked at again this often: Kueue's words change without an
+# event the operator watches (a Job's unsuspension is one: that wakes it at once).
+KUEUE_RECHECK_SECONDS = 30.0
 CACHE_ENTRIES = 1024  # Jobs remembered; the oldest is forgotten first
 
 
