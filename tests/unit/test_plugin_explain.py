@@ -266,13 +266,6 @@ def test_a_missing_local_queue_is_explained() -> None:
     assert report["state"] == "LocalQueueMissing"
 
 
-def test_kueue_not_installed_is_explained() -> None:
-    message = "Job llama-0a1b2c3d4e names Kueue queue gpu-profiling, but the API group"
-    (finding,) = explain(waiting_profile("KueueNotInstalled", message), now=NOW)["findings"]
-    assert finding["what"] == "The profiling Job names a Kueue queue, but Kueue is not installed"
-    assert "install Kueue" in finding["next"]
-
-
 def test_borrow_blocked_by_a_pdb() -> None:
     message = (
         "PodDisruptionBudget llama-pdb allows no disruption of llama now (no node can take "

@@ -1181,8 +1181,7 @@ class RunWaiting(StatusModel):
         description="WaitingForGPUs (no node has free GPUs of the product), QueuedInKueue (the "
         "Job is suspended until Kueue admits it; the message ends with Kueue's words on the "
         "Job's Workload), LocalQueueMissing (the Kueue LocalQueue the Job names does not exist "
-        "in the namespace), KueueNotInstalled (the Job names a Kueue queue but Kueue is not "
-        "installed: the run ends at once), BorrowBlocked (BorrowReplica cannot borrow)."
+        "in the namespace), BorrowBlocked (BorrowReplica cannot borrow)."
     )
     message: MessageText = Field(description="The scheduler's, Kueue's or the operator's words.")
     since: str = Field(

@@ -550,16 +550,6 @@ def _waiting_finding(
                 f"goes on as soon as it exists. {bound}"
             ),
         )
-    if reason == "KueueNotInstalled":
-        return Finding(
-            what="The profiling Job names a Kueue queue, but Kueue is not installed",
-            why=why,
-            next=(
-                "Nothing serves the API group kueue.x-k8s.io, so nothing would ever admit the "
-                "suspended Job: install Kueue, or remove the queue label (the chart's "
-                "jobDefaults.labels, or spec.job.labels)."
-            ),
-        )
     if reason == "BorrowBlocked":
         return Finding(
             what=f"The profiling Job waits for GPUs and borrowing a replica is refused {how_long}",
