@@ -44,6 +44,6 @@ def start_waiting(h: Harness) -> None:
 
 def local_queue(h: Harness, name: str = "gpu-profiling", namespace: str = NS) -> None:
     """Kueue's LocalQueue `name` (the API group is served unless the test says not)."""
-    h.kube.put({"apiVersion": f"{L.KUEUE_GROUP}/{L.KUEUE_VERSION}", "kind": "LocalQueue",
+    h.kube.put({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
                 "metadata": {"name": name, "namespace": namespace},
                 "spec": {"clusterQueue": "gpu"}})  # fmt: skip

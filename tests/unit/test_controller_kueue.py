@@ -42,7 +42,7 @@ def workload(
     """Kueue's Workload for `job` (label and ownerReference as Kueue writes them)."""
     uid = job["metadata"]["uid"]
     return h.kube.put({
-        "apiVersion": f"{L.KUEUE_GROUP}/{L.KUEUE_VERSION}",
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "Workload",
         "metadata": {
             "name": name,
@@ -267,3 +267,40 @@ def test_the_read_cache_expires_and_stays_bounded() -> None:
     cache.put(("a", "2", "q"), now, state)
     cache.put(("a", "3", "q"), now, state)
     assert cache.get(("a", "1", "q"), now) is None and cache.get(("a", "3", "q"), now) is state
+
+
+def _kube_answering(served: set[str]) -> tuple[Any, list[str]]:
+    """The operator's real client, its HTTP answered here: Kueue's API served at the
+    versions in `served` (a 404 for any other), one LocalQueue `q` in each."""
+    import urllib3
+    from kubernetes import client
+    from kubernetes.client import rest
+
+    from sps_operator.controller.kube import Kube
+
+    api: Any = client.ApiClient()
+    sent: list[str] = []
+
+    def answer(method: str, url: str, **_: Any) -> rest.RESTResponse:
+        sent.append(url.split("/apis/", 1)[-1].split("?")[0])
+        version = next((v for v in ("v1beta2", "v1beta1") if f"/{v}/" in url), "")
+        found = version in served and ("/workloads" in url or url.endswith("/localqueues/q"))
+        body, status = (b'{"items": []}', 200) if found else (b"{}", 404)
+        return rest.RESTResponse(urllib3.HTTPResponse(body=body, status=status))
+
+    api.rest_client.request = answer
+    return Kube(api), sent
+
+
+def test_the_client_finds_kueues_served_version_and_says_when_none_is() -> None:
+    kube, sent = _kube_answering(set())
+    assert kube.list_workloads("ns", f"{L.LABEL_KUEUE_JOB_UID}=u") is None
+    assert sent == ["kueue.x-k8s.io/v1beta2/namespaces/ns/workloads",
+                    "kueue.x-k8s.io/v1beta1/namespaces/ns/workloads"]  # fmt: skip
+    older, _ = _kube_answering({"v1beta1"})  # Kueue before v0.15
+    assert older.list_workloads("ns", "") == []
+    assert older.get("LocalQueue", "ns", "q") is not None
+    assert older.get("LocalQueue", "ns", "missing") is None
+    current, sent = _kube_answering({"v1beta2"})
+    assert current.list_workloads("ns", "") == [] and current.get("LocalQueue", "ns", "q")
+    assert all("v1beta1" not in url for url in sent)

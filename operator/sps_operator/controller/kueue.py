@@ -8,12 +8,16 @@ from whoever can write Workloads in the namespace: it is only shown, bounded and
 control characters, and only from a Workload of the profile's namespace that the run's
 Job owns (the label finds it; it never proves anything).
 
-Why read on demand and not watch: a kopf index on `workloads.kueue.x-k8s.io` needs the
-CRD at start-up (kopf holds every handler until every index is filled, so an index on a
-resource that is not served would hold them all), and Kueue may be installed or removed
-while the operator runs. A LIST of one Job's Workloads by label, only while that Job is
-suspended under a queue label, at most once per `KUEUE_READ_SECONDS` per Job
-(`KueueCache`), costs little and answers both "is Kueue there" and "what does it say".
+Why read on demand and not watch: Workloads carry none of the operator's labels, so a
+kopf index would hold (and handle every status change of) every Workload of the cluster,
+each batch job's, to learn about the few Jobs this operator queued; and whether Kueue is
+served at all would hang on kopf noticing CRDs come and go (with every handler held while
+a newly found resource is indexed). A LIST of one Job's Workloads by label, only while that
+Job is suspended under a queue label, at most once per `KUEUE_READ_SECONDS` per Job
+(`KueueCache`), costs O(queued runs), answers "is Kueue served" (a 404 on the LIST) and
+"what does it say", and never depends on the CRD at start-up. The price: Kueue's words may
+be up to `KUEUE_RECHECK_SECONDS` old (the Job's unsuspension, which the Job watch sees,
+still wakes the profile at once).
 """
 
 from __future__ import annotations
