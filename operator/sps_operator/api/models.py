@@ -1179,7 +1179,9 @@ class RunWaiting(StatusModel):
 
     reason: str = Field(
         description="WaitingForGPUs (no node has free GPUs of the product), QueuedInKueue (the "
-        "Job is suspended until Kueue admits it), BorrowBlocked (BorrowReplica cannot borrow)."
+        "Job is suspended until Kueue admits it; the message ends with Kueue's words on the "
+        "Job's Workload), LocalQueueMissing (the Kueue LocalQueue the Job names does not exist "
+        "in the namespace), BorrowBlocked (BorrowReplica cannot borrow)."
     )
     message: MessageText = Field(description="The scheduler's, Kueue's or the operator's words.")
     since: str = Field(

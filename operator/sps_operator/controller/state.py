@@ -15,6 +15,7 @@ from sps_operator.controller import clocks
 from sps_operator.controller.builders import JobDefaults, ProfileRef
 from sps_operator.controller.envsources import EnvSources, read_env_config_maps
 from sps_operator.controller.kube import KubeApi, Obj, owned_by
+from sps_operator.controller.kueue import KueueCache
 from sps_operator.controller.metrics import Metrics
 from sps_operator.controller.ownership import ProfileSummary, profile_summary
 from sps_operator.controller.placement import PodInfo
@@ -310,6 +311,8 @@ class Pass:
     step: str = "start"  # the step running, for error reports
     # Work many passes may ask for and one does (the orphaned-borrow sweep), process-wide.
     pool_sweep: Periodic = field(default_factory=lambda: Periodic(0.0))
+    # What Kueue last said about a suspended Job, process-wide (read at most every few s).
+    kueue_reads: KueueCache = field(default_factory=KueueCache)
 
     @property
     def spec(self) -> SpsProfileSpec:

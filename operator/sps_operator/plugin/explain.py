@@ -196,6 +196,19 @@ FAILURE_REASONS: dict[str, tuple[str, str]] = {
         "product), give the Job a higher priority (spec.job.priorityClassName or a "
         "WorkloadPriorityClass label), or raise spec.capacity.waitTimeoutSeconds.",
     ),
+    "KueueNotInstalled": (
+        "The last run ended at once: its Job names a Kueue queue, but Kueue is not installed",
+        "The Job was created suspended for Kueue (label kueue.x-k8s.io/queue-name) and the "
+        "API group kueue.x-k8s.io is not served, so nothing would ever admit it. Install "
+        "Kueue, or remove the queue label (the chart's jobDefaults.labels, or spec.job.labels); "
+        "the run is retried with backoff, or now with `kubectl sps reprofile {name}`.",
+    ),
+    "LocalQueueMissing": (
+        "The last run gave up: the Kueue LocalQueue its Job names does not exist",
+        "Create the LocalQueue in this namespace (pointing at a ClusterQueue with quota for "
+        "the GPU product), or name an existing one in spec.job.labels "
+        "(kueue.x-k8s.io/queue-name); then `kubectl sps reprofile {name}`.",
+    ),
     "BorrowBlocked": (
         "The last run gave up: no GPU was free and borrowing a replica stayed refused",
         "The message names what refused the borrow (a PodDisruptionBudget, minAvailable, an "
@@ -521,9 +534,20 @@ def _waiting_finding(
             why=why,
             next=(
                 "Kueue admits the Job (unsuspends it) when its ClusterQueue has quota for "
-                f"{gpu}: `kubectl get workloads -n <namespace>` shows why it is not admitted "
-                "yet; give the queue quota, or a higher priority "
-                f"(spec.job.priorityClassName / a WorkloadPriorityClass). {bound}"
+                f"{gpu}; the message ends with Kueue's own words on the Job's Workload "
+                "(`kubectl get workloads -n <namespace>`). Give the queue quota, or a higher "
+                f"priority (spec.job.priorityClassName / a WorkloadPriorityClass). {bound}"
+            ),
+        )
+    if reason == "LocalQueueMissing":
+        return Finding(
+            what=f"The profiling Job names a Kueue LocalQueue that does not exist {how_long}",
+            why=why,
+            next=(
+                "Create the LocalQueue in this namespace (spec.clusterQueue: a ClusterQueue "
+                f"with quota for {gpu}; `kubectl get localqueues -n <namespace>`), or name an "
+                "existing one in spec.job.labels (kueue.x-k8s.io/queue-name); the waiting run "
+                f"goes on as soon as it exists. {bound}"
             ),
         )
     if reason == "BorrowBlocked":

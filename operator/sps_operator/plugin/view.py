@@ -81,7 +81,7 @@ def profile_state(profile: Mapping[str, Any]) -> str:
     if run:
         waiting = run.get("waiting") or {}
         if waiting.get("reason"):
-            return str(waiting["reason"])  # WaitingForGPUs, QueuedInKueue, BorrowBlocked
+            return str(waiting["reason"])  # WaitingForGPUs, QueuedInKueue, LocalQueueMissing, …
         return f"Profiling/{run.get('phase', '?')}"
     ready = conds.get("Ready")
     if ready and ready.get("status") == "True":
