@@ -6,7 +6,6 @@ import http.server
 import json
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,6 @@ from typing import Any
 import pytest
 
 from loopback import serving
-from sps_operator.profiler import runner
 from sps_operator.profiler.artifacts import OutPaths, read_jsonl, sha256_file
 from sps_operator.profiler.cli import main
 from sps_operator.tables.clockramp import stranded_rounds
@@ -289,15 +287,12 @@ def test_server_dies_mid_sweep_then_resume(
     assert isinstance(load_sps_table_text(out.read_text()), SpsCostTable)
 
 
-def ramp_preset(tmp_path: Path) -> Path:
-    """A GPU whose clocks ramp up over seconds after idle (+30 %, τ 5 s), from cold only.
-
-    The simulator re-arms its ramp after `warmup_idle_threshold_s` of idle model time, and
-    its model time is wall time × the time scale: at 10×, 0.1 s of this process's own
-    latency between two rounds (a loaded CI machine) re-armed the ramp in about one run in
-    four (a real GPU idles tens of ms there). The threshold is out of reach here so that
-    only the cold start ramps; `test_a_warm_up_whose_clocks_go_cold_again_starts_over`
-    re-arms it on purpose."""
+def test_rounds_on_a_ramp_whose_run_was_cut_before_its_anchor_are_measured_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A GPU whose clocks ramp up over seconds: the warm-up ends on the ramp and the sweep
+    # starts, to be corrected by the anchor at its end. The run is cut before the anchor:
+    # its rounds are slow by the ramp and nothing can correct them.
     preset = tmp_path / "ramp.json"
     preset.write_text(
         json.dumps(
@@ -307,20 +302,15 @@ def ramp_preset(tmp_path: Path) -> Path:
                 "noise_cv": 0.03,
                 "warmup_amplitude": 0.3,
                 "warmup_tau_s": 5.0,
+                # Only the cold start ramps. The simulator re-arms the ramp after this much
+                # idle model time, and its model time is wall time × the time scale: at the
+                # default 1 s, 0.1 s of this process's own latency between two rounds (a
+                # loaded machine) re-armed it mid-run, in about one run in four, and a cell
+                # came out +14 % (a real GPU idles tens of ms there).
                 "warmup_idle_threshold_s": 1e6,
             }
         )
     )
-    return preset
-
-
-def test_rounds_on_a_ramp_whose_run_was_cut_before_its_anchor_are_measured_again(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    # A GPU whose clocks ramp up over seconds: the warm-up ends on the ramp and the sweep
-    # starts, to be corrected by the anchor at its end. The run is cut before the anchor:
-    # its rounds are slow by the ramp and nothing can correct them.
-    preset = ramp_preset(tmp_path)
     out = tmp_path / "ramp-sps.json"
     paths = OutPaths.for_out(out)
     args = ["--batch-size", "1", "2", "4", "8", "16"]
@@ -343,42 +333,6 @@ def test_rounds_on_a_ramp_whose_run_was_cut_before_its_anchor_are_measured_again
     for bs in (2, 4, 8, 16):
         truth = H100.decode_seconds(bs, bs * K)
         assert 1 / table.lookup(bs * K) == pytest.approx(truth, rel=0.05)
-
-
-def test_a_warm_up_whose_clocks_go_cold_again_starts_over(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    # The GPU idles between two warm-up rounds long enough for its clocks to drop (here the
-    # profiler is held up 3 s of wall time, 30 s of model time, before the second): that
-    # round starts again at +30 %. Read as one series with the first round's steps, which
-    # had fallen to ≈ +18 %, the warm-up saw no fall and called the clocks settled: the cell
-    # was measured 20-30 % slow, and every round after it on the ramp's tail, uncorrected.
-    preset = json.loads(ramp_preset(tmp_path).read_text())
-    preset["warmup_idle_threshold_s"] = 20.0  # 2 s of wall time: only the pause re-arms it
-    path = tmp_path / "cold-again.json"
-    path.write_text(json.dumps(preset))
-    started = runner.ActiveRound.__init__
-    warmups: list[int] = []
-
-    def hold_up_the_second_warmup(self: runner.ActiveRound, *args: Any, **kw: Any) -> None:
-        plan = args[3] if len(args) > 3 else kw["plan"]
-        if plan.goal == "settle":
-            warmups.append(1)
-            if len(warmups) == 2:
-                time.sleep(3.0)
-        started(self, *args, **kw)
-
-    monkeypatch.setattr(runner.ActiveRound, "__init__", hold_up_the_second_warmup)
-    out = tmp_path / "cold-again-sps.json"
-    with running_sim(seed=6, time_scale=10.0, preset=str(path)) as url:
-        assert profile(url, out, "--batch-size", "1", "2", "4", "8", "16") == 0
-    assert len(warmups) >= 2
-    assert "went cold again between two warm-up rounds" in caplog.text
-    table = load_sps_table_text(out.read_text())
-    assert isinstance(table, SpsCostTable)
-    for bs in (1, 2, 4, 8, 16):
-        truth = H100.decode_seconds(bs, bs * K)
-        assert 1 / table.lookup(bs * K) == pytest.approx(truth, rel=0.05), bs
 
 
 def test_a_server_recording_seconds_as_milliseconds_gets_no_table(
@@ -417,6 +371,7 @@ def test_sigterm_keeps_rounds_and_marks_the_run_failed(tmp_path: Path) -> None:
     import signal
     import subprocess
     import sys
+    import time
 
     out = tmp_path / "term.json"
     paths = OutPaths.for_out(out)

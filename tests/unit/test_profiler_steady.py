@@ -12,7 +12,6 @@ from sps_operator.profiler.steady import (
     Ar1Prior,
     ar1_from_differences,
     clocks_settled,
-    clocks_went_cold,
     estimate_window,
     median_ci,
     median_indicator_tau,
@@ -331,23 +330,3 @@ def test_a_live_ramp_still_falls_and_one_that_is_over_does_not() -> None:
         assert still_falling(steps(5.0, seed), z=1.96)
         assert not still_falling(steps(0.3, seed), z=1.96)
     assert not still_falling([0.01] * 20, z=1.96)  # too few steps to judge
-
-
-def test_clocks_that_went_cold_between_two_warm_up_rounds_are_told_from_a_ramp_going_on() -> None:
-    # +30 % decaying over 400 steps (5 s of 12.5 ms steps); each warm-up round 212 steps.
-    def ramp(start: int, n: int, cv: float, phi: float, seed: int) -> list[float]:
-        noise = ar1_series(n, cv=cv, phi=phi, seed=seed)
-        return [0.0125 * (1 + 0.3 * math.exp(-(start + i) / 400)) * f for i, f in enumerate(noise)]
-
-    for seed in range(20):
-        first = ramp(0, 212, 0.03, 0.0, seed)
-        going_on = ramp(212, 212, 0.03, 0.0, 100 + seed)
-        # The GPU idled between the two rounds: the ramp starts over at +30 %.
-        cold_again = ramp(0, 212, 0.03, 0.0, 100 + seed)
-        assert not clocks_went_cold(first, going_on, z=Z, tolerance_rel=0.01)
-        assert clocks_went_cold(first, cold_again[:48], z=Z, tolerance_rel=0.01)
-        # Too few steps after the gap to tell.
-        assert not clocks_went_cold(first, cold_again[:20], z=Z, tolerance_rel=0.01)
-        # Strongly correlated 10 % noise on settled clocks is no cold start.
-        quiet = [0.0125 * f for f in ar1_series(424, cv=0.10, phi=0.8, seed=200 + seed)]
-        assert not clocks_went_cold(quiet[:212], quiet[212:], z=Z, tolerance_rel=0.01)

@@ -46,10 +46,8 @@ from sps_operator.profiler.server import (
 from sps_operator.profiler.steady import (
     AR1_MARGIN_SE,
     MIN_SETTLE_SECONDS,
-    COLD_AGAIN_STEPS,
     Ar1Prior,
     ar1_from_differences,
-    clocks_went_cold,
     still_falling,
 )
 from sps_operator.profiler.sweep import (
@@ -418,17 +416,12 @@ class ActiveRound:
         *,
         clock_start: float = 0.0,
         probe: Sequence[Chunk] = (),
-        spent: int = 0,
     ) -> None:
         self.session, self.cell, self.settings, self.plan = session, cell, settings, plan
         # Warm-up only: the steady step times of the warm-up rounds before this one, and
-        # their chunks on the run clock (the ramp model's probe); `spent`: steady steps of
-        # warm-up rounds before the clocks last went cold (`clocks_went_cold`), which count
-        # against `MAX_WARMUP_STEPS` too.
+        # their chunks on the run clock (the ramp model's probe).
         self.history = list(history)
         self.probe = list(probe)
-        self.spent = spent
-        self.went_cold = False
         # The run clock (seconds of decode steps since the run's first) at this round's start.
         self.clock_start = clock_start
         self.clock_end = clock_start
@@ -469,27 +462,6 @@ class ActiveRound:
     @property
     def warmup_done(self) -> bool:
         return self.settled or self.capped
-
-    def _start_over_if_cold(self, times: Sequence[float]) -> None:
-        """Warm-up: if the clocks went cold since the last warm-up round (the GPU idled
-        between the two), its ramp starts over with this round: the series the settling
-        test and the ramp model read starts here, and so does the run clock (the ramp's
-        time axis; no round has been recorded on it yet)."""
-        if self.went_cold or not self.history or len(times) > COLD_AGAIN_STEPS:
-            return
-        rule = self.plan.rule
-        if not clocks_went_cold(
-            self.history, times, z=rule.z, tolerance_rel=rule.ci_rel_width / 2
-        ):
-            return
-        logger.warning(
-            "%s: the clocks went cold again between two warm-up rounds (the GPU idled); "
-            "the warm-up starts over from this round.",
-            self.where,
-        )
-        self.went_cold = True
-        self.spent += len(self.history)
-        self.history, self.probe, self.clock_start = [], [], 0.0
 
     def chunks(self, rank_rows: Sequence[Sequence[StepRow]]) -> list[Chunk]:
         """This round's steady steps as the ramp model's chunks on the run clock."""
@@ -547,13 +519,10 @@ class ActiveRound:
                 )
                 self.steady_steps = len(times)
                 self.steady_times = times
-                if goal == "settle":
-                    self._start_over_if_cold(times)
-                budget = MAX_WARMUP_STEPS - self.spent
                 if goal == "settle" and round_finished(
-                    "settle", plan.rule, stats, times, budget, self.history
+                    "settle", plan.rule, stats, times, MAX_WARMUP_STEPS, self.history
                 ):
-                    self.capped = len(self.history) + len(times) >= budget
+                    self.capped = len(self.history) + len(times) >= MAX_WARMUP_STEPS
                     self.settled = not self.capped
                     goal = "measure"  # on as the cell's round, judged from its first step
                 elif goal == "settle" and self._ramp_probed(rank_rows, times):
@@ -816,7 +785,6 @@ def _drive(
     correlations: list[tuple[float, float]] = []  # measured rounds' step (φ, se): the prior
     queue: list[Job] = list(jobs)
     warmup_history: list[float] = []  # steady step times of the warm-up rounds so far
-    warmup_spent = 0  # ... and of those before the clocks last went cold
     # The warm-up ended on a live ramp: the rounds until the anchor are measured on it.
     on_ramp = False
     probe: list[Chunk] = []  # the same, as the clock-ramp model's chunks
@@ -835,7 +803,6 @@ def _drive(
                 warmup_history,
                 clock_start=clock,
                 probe=probe,
-                spent=warmup_spent,
             )
         if kind == "pre-flight":
             plan = round_plan(settings, PREFLIGHT_STEADY_STEPS, goal="probe")
@@ -870,11 +837,6 @@ def _drive(
         measures = kind != "warm-up" or active.warmup_done
         # A settled warm-up round stands for its cell: the cell's own round is dropped.
         stands_for_cell = kind == "warm-up" and failure is None and active.warmup_done
-        if kind == "warm-up" and active.went_cold:
-            # The series starts over with this round (`ActiveRound._start_over_if_cold`).
-            warmup_history.clear()
-            probe.clear()
-            warmup_spent = active.spent
         if kind == "warm-up" and failure is None:
             if not active.warmup_done:
                 warmup_history.extend(active.steady_times)

@@ -47,9 +47,6 @@ MIN_SETTLE_SECONDS = 3.0
 # ... and, when no fall is significant, only if the fall's confidence bound is within this
 # many tolerances: "no evidence of a ramp" from a noisy series is not "no ramp".
 QUIET_FALL_TOLERANCES = 6.0
-# Whether the clocks went cold again between two warm-up rounds is read from at most this
-# many steps on each side of the gap.
-COLD_AGAIN_STEPS = 128
 # The KV slope's pairwise slopes are taken over at most this many points (block means).
 SEN_MAX_POINTS = 300
 # A round's own lag-1 correlation is pooled with the run's earlier rounds' (`Ar1Prior`)
@@ -419,32 +416,6 @@ def still_falling(times: Sequence[float], *, z: float) -> bool:
         return False
     medians, ses = _third_medians(times, z)
     return medians[1] - medians[2] > z * math.hypot(ses[1], ses[2])
-
-
-def clocks_went_cold(
-    before: Sequence[float], after: Sequence[float], *, z: float, tolerance_rel: float
-) -> bool:
-    """Did the clocks go cold between two warm-up rounds of one cell (`before`'s steps, then
-    `after`'s)? An idle gap re-arms a GPU's ramp: the new round starts slower than the last
-    one ended, by more than `tolerance_rel` and beyond noise (`DRIFT_Z`: a false alarm
-    costs a warm-up). Nothing else makes it start slower: its requests are the same cell's,
-    with less KV cache than the last round's end held.
-
-    Read as one series with the steps before the gap, the ramp starting over shows no fall,
-    so `clocks_settled` would take it for settled clocks and the rounds would measure it."""
-    n = min(len(before), len(after), COLD_AGAIN_STEPS)
-    if n < 4 * MIN_STEPS_PER_PART:
-        return False
-    last, first = before[-n:], after[:n]
-    # The correlation from the longer side: a few dozen steps read it too noisily.
-    tau = _step_correlation(before[-COLD_AGAIN_STEPS:]).tau
-    (m_last, lo_last, hi_last), (m_first, lo_first, hi_first) = (
-        median_ci(last, z, tau),
-        median_ci(first, z, tau),
-    )
-    se = math.hypot(hi_last - lo_last, hi_first - lo_first) / (2 * z)
-    rise = m_first - m_last
-    return rise > DRIFT_Z * se and rise > tolerance_rel * m_last
 
 
 def clocks_settled(
