@@ -329,11 +329,13 @@ def test_e2e_additive_two_phases_and_verify_all_failure_keeps_table(env: Env) ->
     assert sidecar["args"][i + 1] == "/etc/sps/seed/table.json"
     seed = env.config_map(f"{run}-seed")
     seed_table = load_sps_table_text(seed["data"]["table.json"])
-    assert isinstance(seed_table, SpsCostTable) and len(seed_table.sample_batch_tokens) > 1
+    # Phase 1's diagonal in the additive format phase 2's table will have (a build whose
+    # loader reads only diagonal tables refuses it in the clone, never in production).
+    assert isinstance(seed_table, SpsAdditiveCostTable) and len(seed_table.m_probes) > 1
     seed_sha = content_hash(seed["data"]["table.json"])
     logs = env.cluster.pod_logs(env.namespace)
     assert (
-        f"SPS table from /etc/sps/seed/table.json (diagonal, upstream, sha256={seed_sha})" in logs
+        f"SPS table from /etc/sps/seed/table.json (additive, upstream, sha256={seed_sha})" in logs
     )
 
     live = env.config_map(table["configMap"])
