@@ -15,7 +15,7 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
-RUN pip wheel --wheel-dir /wheels .
+RUN pip wheel --wheel-dir /wheels ".[operator]"
 
 # ---- stage 2: runtime, installed from the wheels only ------------------------------
 FROM ${PYTHON_IMAGE} AS runtime
@@ -34,7 +34,7 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     MPLCONFIGDIR=/tmp/matplotlib
 COPY --from=build /wheels /wheels
-RUN pip install --no-index --find-links /wheels sps-operator \
+RUN pip install --no-index --find-links /wheels "sps-operator[operator]" \
     && rm -rf /wheels \
     && sps-operator --help >/dev/null \
     && sps-profiler --help >/dev/null \

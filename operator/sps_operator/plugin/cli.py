@@ -6,6 +6,7 @@
     kubectl sps export NAME [--gpu P] [--name N] the table ConfigMap as YAML for Git
     kubectl sps reprofile NAME [--token T]      request a new run (annotation, not spec)
     kubectl sps explain NAME                    why the last run failed, and what next
+    kubectl sps version [--client]              the plugin's and the operator's versions
 
 A table reference (diff) is PROFILE, PROFILE@GPU, PROFILE@rejected,
 configmap/NAME, or a path to a table JSON file.
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from sps_operator import __version__
 from sps_operator.api import labels as L
 from sps_operator.api.result import decode_rounds
 from sps_operator.plugin import diff as diffmod
@@ -81,6 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     explain = sub.add_parser("explain", parents=[common], help="why the last run failed")
     explain.add_argument("name")
+
+    version = sub.add_parser("version", parents=[common], help="plugin and operator versions")
+    version.add_argument("--client", action="store_true", help="the plugin's version only")
+    version.add_argument(
+        "--operator-namespace",
+        help="where the operator runs (default: look in every namespace)",
+    )
     return parser
 
 
@@ -298,6 +307,26 @@ def cmd_explain(args: argparse.Namespace, cluster: Cluster) -> int:
     return 0
 
 
+def cmd_version(args: argparse.Namespace, cluster: Cluster | None) -> int:
+    if cluster is None:
+        emit(args, {"client": __version__}, f"Client Version: {__version__}")
+        return 0
+    namespace = args.operator_namespace
+    try:
+        pods = cluster.list_pods(namespace, L.OPERATOR_POD_SELECTOR)
+    except PluginError:
+        print(f"Client Version: {__version__}", file=sys.stderr)
+        raise
+    operators = [view.operator_pod_version(p) for p in pods]
+    where = f"{namespace or 'every namespace'}, selector {L.OPERATOR_POD_SELECTOR}"
+    emit(
+        args,
+        {"client": __version__, "operators": operators},
+        view.render_version(__version__, operators, where),
+    )
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Any], int]] = {
     "get": cmd_get,
     "table": cmd_table,
@@ -305,10 +334,13 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Any], int]] = {
     "export": cmd_export,
     "reprofile": cmd_reprofile,
     "explain": cmd_explain,
+    "version": cmd_version,
 }
 
 
 def _needs_cluster(args: argparse.Namespace) -> bool:
+    if args.command == "version":
+        return not args.client
     if args.command != "diff":
         return True
     return not all(r.endswith(".json") or Path(r).is_file() for r in (args.old, args.new))

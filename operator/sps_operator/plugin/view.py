@@ -213,6 +213,54 @@ def watch_layout(rows: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
     return [*(dict(r) for r in rows), pad]
 
 
+# --------------------------------------------------------------------------- versions
+
+
+def image_tag(image: str) -> str | None:
+    """The tag of an image reference (`repo[:port]/path:tag[@digest]`), None without one."""
+    last = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else None
+
+
+def operator_pod_version(pod: Mapping[str, Any]) -> dict[str, str]:
+    """Which version an operator pod runs: the tag of its container's image (the chart
+    keeps the tag in a digest-pinned reference), else the pod's app.kubernetes.io/version
+    label (the chart sets it to the same tag)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    containers = spec.get("containers") or []
+    container = next(
+        (c for c in containers if c.get("name") == L.OPERATOR_CONTAINER),
+        containers[0] if containers else {},
+    )
+    image = str(container.get("image") or "")
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    status = next((c for c in statuses if c.get("name") == container.get("name")), {})
+    labels = meta.get("labels") or {}
+    version = image_tag(image) or labels.get("app.kubernetes.io/version") or "unknown"
+    return {
+        "namespace": str(meta.get("namespace", "")),
+        "pod": str(meta.get("name", "")),
+        "version": str(version),
+        "image": image,
+        "imageID": str(status.get("imageID") or ""),
+        "ready": "true" if status.get("ready") else "false",
+    }
+
+
+def render_version(client: str, operators: Sequence[Mapping[str, str]], where: str) -> str:
+    lines = [f"Client Version: {client}"]
+    if not operators:
+        lines.append(f"Operator Version: no operator pod found ({where})")
+    for op in operators:
+        ready = "" if op["ready"] == "true" else ", not ready"
+        lines.append(
+            f"Operator Version: {op['version']} ({op['namespace']}/{op['pod']}, "
+            f"{op['image']}{ready})"
+        )
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------- tables
 
 
