@@ -25,6 +25,7 @@ from prometheus_client import (
     Histogram,
     PlatformCollector,
     ProcessCollector,
+    disable_created_metrics,
     start_http_server,
 )
 
@@ -56,6 +57,11 @@ def _timestamp(value: str | None) -> float | None:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
+
+
+# No `_created` series beside every counter and histogram (prometheus_client's default,
+# process-wide): they double the series and nothing here reads them.
+disable_created_metrics()
 
 
 class Metrics:
