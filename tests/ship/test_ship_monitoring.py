@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 import yaml
+from promcheck import check_exprs, check_rules, metric_names
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from promcheck import check_exprs, check_rules, metric_names
 from ship_helpers import CHART, ROOT, by_kind, render
 
 from sps_operator.api.models import SpsProfileStatus
@@ -138,7 +138,7 @@ def test_the_dashboard_queries_parse_and_use_exported_metrics() -> None:
     assert ours <= shown, ours - shown
     for panel in dashboard["panels"]:
         grid = panel["gridPos"]
-        assert 0 <= grid["x"] and grid["x"] + grid["w"] <= 24, panel["title"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24, panel["title"]
         if panel["type"] != "row":
             assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
 

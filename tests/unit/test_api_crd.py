@@ -34,7 +34,7 @@ def test_committed_crd_matches_models() -> None:
 
 
 def test_chart_crd_template_matches_models() -> None:
-    committed = (ROOT / "charts" / "sps-operator" / "templates" / "crd-spsprofiles.yaml")
+    committed = ROOT / "charts" / "sps-operator" / "templates" / "crd-spsprofiles.yaml"
     assert committed.read_text() == render_crd_template(), (
         "run: .venv/bin/sps-operator crd --helm > "
         "charts/sps-operator/templates/crd-spsprofiles.yaml (or `make crds`)"

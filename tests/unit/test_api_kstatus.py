@@ -37,9 +37,9 @@ def kstatus(obj: dict[str, Any]) -> str:
     status = obj.get("status") or {}
     if meta.get("deletionTimestamp"):
         return TERMINATING
-    if "generation" in meta and "observedGeneration" in status:
-        if status["observedGeneration"] != meta["generation"]:
-            return IN_PROGRESS
+    observed = status.get("observedGeneration")
+    if "generation" in meta and observed is not None and observed != meta["generation"]:
+        return IN_PROGRESS
     for c in status.get("conditions") or []:
         if c.get("type") == "Reconciling" and c.get("status") == "True":
             return IN_PROGRESS
