@@ -48,10 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     module_name, func_name, _ = SUBCOMMANDS[name]
     try:
         func = getattr(importlib.import_module(module_name), func_name)
-    except ModuleNotFoundError as exc:
+        result = func(rest)
+    except ModuleNotFoundError as exc:  # imports are lazy: the command's own import too
         print(f"sps-operator {name}: {missing_extra(exc)}", file=sys.stderr)
         return 2
-    result = func(rest)
     return int(result or 0)
 
 

@@ -150,6 +150,12 @@ def get_row(profile: Mapping[str, Any], now: datetime) -> dict[str, str]:
         "progress": run_progress(run, now),
         "age": age(meta.get("creationTimestamp"), now),
     }
+    targets = status.get("targets") or []
+    ready = conditions_by_type(profile).get("Ready") or {}
+    row["targets"] = f"{sum(1 for t in targets if t.get('state') == 'Live')}/{len(targets)}"
+    row["reason"] = str(ready.get("reason") or "-")
+    row["run"] = str(run.get("name") or "-")
+    row["lastFailure"] = str((status.get("lastFailure") or {}).get("reason") or "-")
     waiting = run.get("waiting") or {}
     if waiting.get("reason"):
         # Not a column (too long): -o json/yaml carry why and since when.
@@ -174,18 +180,26 @@ def render_columns(
     return "\n".join(lines)
 
 
+# `-o wide` adds: live targets of all, Ready's reason, the current run, the last failure.
+WIDE_COLUMNS = {"targets": "TARGETS", "reason": "REASON", "run": "RUN",
+                "lastFailure": "LAST FAILURE"}  # fmt: skip
+
+
 def render_get(
     rows: Sequence[Mapping[str, str]],
     all_namespaces: bool,
     layout: Sequence[Mapping[str, str]] = (),
+    wide: bool = False,
 ) -> str:
     if not rows:
         return "No SpsProfiles found."
     keys = ["name", "kind", "gpu", "table", "state", "progress", "age"]
+    if wide:
+        keys[-1:-1] = list(WIDE_COLUMNS)
     if all_namespaces:
         keys.insert(0, "namespace")
     return render_columns(
-        [k.upper() for k in keys],
+        [WIDE_COLUMNS.get(k, k.upper()) for k in keys],
         [[r[k] for k in keys] for r in rows],
         [[r.get(k, "") for k in keys] for r in layout],
     )
@@ -209,6 +223,10 @@ def watch_layout(rows: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
         "state": "Profiling/OffDiagonal",
         "progress": "00/00 rounds",
         "age": "00m00s",
+        "targets": "0/0",
+        "reason": "WaitingForGPUs",
+        "run": max((f"{r['name']}-0123456789" for r in rows), key=len, default=""),
+        "lastFailure": "FitQualityGateFailed",
     }
     return [*(dict(r) for r in rows), pad]
 
