@@ -171,3 +171,37 @@ def test_run_flags_and_injectable_clock(tmp_path: Path) -> None:
     assert (clock() - before).total_seconds() >= 3600
     offset.write_text("")
     assert (clock() - before).total_seconds() < 60
+
+
+async def test_the_leader_gauge_is_1_while_the_operator_acts() -> None:
+    from sps_operator.controller.main import run
+
+    m = Metrics()
+    seen: list[float] = []
+
+    async def operator(stop_flag: object) -> None:
+        seen.append(samples(m)[("sps_leader", ())])
+
+    assert await run(operator, None, None, m) == 0
+    assert seen == [1.0]  # no election: this replica acts
+    assert samples(m)[("sps_leader", ())] == 0.0  # stopped
+
+
+def test_a_pass_that_fails_is_counted_by_its_step() -> None:
+    from controller_harness import Harness
+    from kubernetes.client.exceptions import ApiException
+
+    h = Harness.with_finished_job()
+    assert h.reconciler is not None
+    m = h.reconciler.metrics
+    passes = samples(m)[("sps_reconcile_duration_seconds_count", ())]
+    h.kube.fail["create_ConfigMap"] = ApiException(status=422, reason="Invalid")
+    h.tick()
+    h.run_pass()
+    got = samples(m)
+    assert got[("sps_reconcile_duration_seconds_count", ())] == passes + 1
+    assert got[("sps_reconcile_errors_total", (("step", "run"),))] == 1.0
+    h.kube.fail["patch_status"] = ApiException(status=422, reason="Invalid")
+    h.tick(60)
+    h.run_pass()
+    assert samples(m).get(("sps_reconcile_errors_total", (("step", "status"),))) == 1.0
