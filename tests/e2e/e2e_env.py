@@ -86,6 +86,7 @@ class OperatorRelease:
         args = [*BASE_ARGS, *self.extra_args]
         return [
             f"replicaCount={self.replicas}",
+            "crds.enabled=false",  # one release per test: the session applies the CRD
             "watch.mode=namespaces",
             f"watch.namespaces={{{self.watched}}}",
             "operator.logLevel=verbose",
