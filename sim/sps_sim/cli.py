@@ -72,12 +72,15 @@ def prepare(argv: Sequence[str]) -> SimSettings:
         )
     for warning in settings.warnings:
         log.warning("sps-sim: %s", warning)
+    for notice in settings.notices:
+        log.info("%s", notice)
     info = settings.table_info
     if info is not None and info["loaded"]:
         log.info(
-            "sps-sim: loaded SPS table %s (%s, sha256=%s)",
-            info["path"],
+            "sps-sim: SPS table from %s (%s, %s, sha256=%s)",
+            info["path"] if info["source"] == "path" else info["source"],
             info["kind"],
+            settings.sglang_flavor,
             info["sha256"],
         )
     return settings

@@ -65,6 +65,9 @@ class EngineConfig:
     simulate_acc_method: str = "match-expected"
     verify_all_bug: bool = True
     table: LoadedTable | None = None
+    # Smallest predicted gain over verify-all worth trimming for (PR #35413 sets 0.05 with
+    # the table it derives; 0 = the plain argmax).
+    min_predicted_gain: float = 0.0
     lag_steps: int = 2
     overlap_schedule: bool = True
     ring_size: int = 200_000
@@ -450,7 +453,7 @@ class Engine:
         assert table is not None
         survival = [SURVIVAL_PER_POSITION ** (j + 1) for j in range(cfg.gamma)]
         candidates = sorted((s for s in survival for _ in range(bs)), reverse=True)
-        best = (0, 0.0, -math.inf)
+        scored: list[tuple[int, float, float]] = []  # (budget, step ms, theta)
         prefix = 0.0
         for k in range(len(candidates) + 1):
             if k > 0:
@@ -463,8 +466,13 @@ class Engine:
                 sps = table.diagonal_lookup(bs + k)
                 step = 1.0 / sps if sps > 0 else math.inf
                 theta = tau * sps
-            if theta > best[2]:
-                best = (k, step * 1000.0, theta)
+            scored.append((k, step * 1000.0, theta))
+        best = max(scored, key=lambda row: row[2])  # the first maximum, as torch.argmax
+        verify_all = scored[-1]
+        if cfg.min_predicted_gain > 0 and (
+            verify_all[2] <= 0 or best[2] < verify_all[2] * (1.0 + cfg.min_predicted_gain)
+        ):
+            best = verify_all
         self._budget_cache[bs] = best
         return best
 

@@ -237,6 +237,8 @@ class SimServer:
                     "time_scale": self.settings.time_scale,
                     "seed": self.settings.seed,
                     "seed_given": self.settings.seed_given,
+                    "sglang_flavor": self.settings.sglang_flavor,
+                    "capture_derived_sps": self.settings.capture_derived_status,
                     "verify_all_bug": self.settings.verify_all_bug_setting,
                     "verify_all_shortcut_active": cfg.is_verify_all and cfg.verify_all_bug,
                 },

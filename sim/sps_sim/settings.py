@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sps_operator import dspark_arith
+from sps_operator.tables.formats import SpsAdditiveCostTable, build_uninitialized_sps_table
+from sps_sim import capture_derived, flavors
 from sps_sim.costmodel import (
     DEFAULT_PRESET,
     PRESETS,
@@ -25,7 +27,7 @@ from sps_sim.costmodel import (
     with_noise_cv,
 )
 from sps_sim.engine import KNOWN_COMPONENTS, MODES, EngineConfig
-from sps_sim.tableload import LoadedTable, load_table_file
+from sps_sim.tableload import LoadedTable, built_table, load_table_file
 
 DEFAULT_GAMMA = 7
 DSPARK_DEFAULT_MAX_RUNNING_REQUESTS = 48
@@ -53,8 +55,14 @@ class SimSettings:
     ignored_args: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     token_capacity_per_dp: int = 0
-    # What start-up did with --speculative-dspark-sps-table-path (None without one).
+    # The table start-up installed: from the path, the fork's `const`, or derived at
+    # capture (None without one).
     table_info: dict[str, Any] | None = None
+    sglang_flavor: str = flavors.UPSTREAM
+    # The capture-derived table's fate when the switch is on: installed / skipped / refused.
+    capture_derived_status: str | None = None
+    # INFO lines start-up prints (as the real server logs them).
+    notices: list[str] = field(default_factory=list)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -98,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--disable-overlap-schedule", action="store_true")
     g.add_argument("--max-running-requests", type=int, default=None)
     g.add_argument("--context-length", type=int, default=None)
+    g.add_argument("--enable-lora", action="store_true", default=None)
+    g.add_argument("--lora-paths", nargs="*", default=None)
     s = p.add_argument_group("simulator options (also SPS_SIM_* environment variables)")
     s.add_argument("--preset", default=None, help="GPU product name or a JSON/YAML cost file")
     s.add_argument("--time-scale", type=float, default=None, help="model seconds per real second")
@@ -107,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--legacy-set-internal-state", action="store_true", default=None)
     s.add_argument("--record-ring-size", type=int, default=None)
     s.add_argument("--noise-cv", type=float, default=None)
+    s.add_argument(
+        "--sglang-flavor",
+        choices=flavors.FLAVORS,
+        default=None,
+        help="which SGLang build to play (docs/compatibility.md); default upstream",
+    )
     return p
 
 
@@ -281,7 +297,17 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
     if not dspark:
         gamma = 0  # plain decode: one token per request per step
 
+    flavor = ns.sglang_flavor or env.get(flavors.FLAVOR_ENV, "").strip() or flavors.UPSTREAM
+    if flavor not in flavors.FLAVORS:
+        raise ConfigError(
+            f"{flavors.FLAVOR_ENV}={flavor!r} is invalid; expected one of {list(flavors.FLAVORS)}"
+        )
     mode = env.get("SGLANG_RAGGED_VERIFY_MODE", "static").strip() or "static"
+    # Server-argument checks run before the worker reads the mode (upstream
+    # ServerArgs._check_lora_speculative_compatibility).
+    enable_lora = bool(ns.enable_lora) or bool(ns.lora_paths)
+    if dspark and enable_lora and mode != "static":
+        raise ConfigError(flavors.lora_refusal(mode))
     if mode not in MODES:
         raise ConfigError(
             f"SGLANG_RAGGED_VERIFY_MODE={mode!r} is invalid; expected one of {list(MODES)}"
@@ -307,28 +333,14 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
 
     max_bs, decode_bs, backend = resolve_decode_capture(ns, preset)
 
-    table: LoadedTable | None = None
-    table_info: dict[str, Any] | None = None
-    table_path = ns.speculative_dspark_sps_table_path
-    if table_path and dspark:
-        if mode == "static":
-            warnings.append(
-                "--speculative-dspark-sps-table-path is a no-op under "
-                "SGLANG_RAGGED_VERIFY_MODE=static (no budget planner)"
-            )
-            table_info = {"path": table_path, "loaded": False, "kind": None, "sha256": None}
-        else:
-            try:
-                table = load_table_file(table_path)
-            except ValueError as exc:
-                raise ConfigError(f"failed to load SPS table {table_path}: {exc}") from exc
-            table_info = {
-                "path": table_path,
-                "loaded": True,
-                "kind": table.kind,
-                "sha256": table.sha256,
-                "uninitialized": table.uninitialized,
-            }
+    table, table_info = _startup_table(
+        ns.speculative_dspark_sps_table_path,
+        flavor=flavor,
+        dspark=dspark,
+        mode=mode,
+        flat_max_batch_tokens=max(1, max_running * (gamma + 1)),
+        warnings=warnings,
+    )
 
     if dspark and simulate_acc_len is not None and simulate_acc_len != 1.0:
         verify_all = mode == "static" or (
@@ -339,6 +351,28 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
                 f"SGLANG_SIMULATE_ACC_LEN={simulate_acc_len} requires verify-all "
                 "(static mode, or compact with no/flat SPS table)"
             )
+
+    notices: list[str] = []
+    capture_status: str | None = None
+    min_predicted_gain = 0.0
+    if (
+        dspark
+        and mode == "compact"
+        and flavors.capture_derivation_requested(flavor, env)
+        and (table is None or table.uninitialized)
+        and not (simulate_acc_len is not None and simulate_acc_len != 1.0)
+    ):
+        capture_status, derived, message = _derive_at_capture(
+            preset, decode_bs, max_running_per_dp, gamma + 1, backend, seed
+        )
+        (warnings if capture_status == "refused" else notices).append(message)
+        if derived is not None:
+            table = built_table(derived)
+            table_info = _table_info(
+                ns.speculative_dspark_sps_table_path, table, source="capture-derived"
+            )
+            table_info["table"] = derived.to_dict()
+            min_predicted_gain = capture_derived.MIN_PREDICTED_GAIN
 
     verify_all_bug = bug_setting in ("on", "auto")
     engine = EngineConfig(
@@ -355,6 +389,7 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
         simulate_acc_method=acc_method,
         verify_all_bug=verify_all_bug,
         table=table,
+        min_predicted_gain=min_predicted_gain,
         lag_steps=max(lag_env, 1),
         overlap_schedule=not ns.disable_overlap_schedule,
         ring_size=ring_size,
@@ -376,13 +411,19 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
         "speculative_draft_model_path": ns.speculative_draft_model_path,
         "speculative_num_draft_tokens": k if dspark else k_flag,
         "speculative_dspark_block_size": gamma if dspark else ns.speculative_dspark_block_size,
-        "speculative_dspark_sps_table_path": table_path,
+        "speculative_dspark_sps_table_path": ns.speculative_dspark_sps_table_path,
         "max_running_requests": max_running,
         "disable_cuda_graph": bool(ns.disable_cuda_graph),
         "disable_overlap_schedule": bool(ns.disable_overlap_schedule),
         "context_length": ns.context_length,
-        "cuda_graph_max_bs": max_bs,
-        "cuda_graph_bs": decode_bs,
+        "enable_lora": True if enable_lora else ns.enable_lora,
+        "lora_paths": ns.lora_paths,
+        # The per-phase flags as given (SGLang has no `cuda_graph_max_bs` field since
+        # #23906); the resolved capture list is cuda_graph_config.decode.
+        "cuda_graph_max_bs_decode": ns.cuda_graph_max_bs_decode or ns.cuda_graph_max_bs,
+        "cuda_graph_bs_decode": ns.cuda_graph_bs_decode or ns.cuda_graph_bs,
+        "cuda_graph_backend_decode": ns.cuda_graph_backend_decode,
+        "disable_decode_cuda_graph": bool(ns.disable_decode_cuda_graph),
         "cuda_graph_config": {
             "decode": {
                 "backend": backend,
@@ -418,7 +459,77 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
         warnings=warnings,
         token_capacity_per_dp=preset.token_capacity,
         table_info=table_info,
+        sglang_flavor=flavor,
+        capture_derived_status=capture_status,
+        notices=notices,
     )
+
+
+def _table_info(path: str | None, table: LoadedTable, *, source: str) -> dict[str, Any]:
+    return {
+        "path": path,
+        "loaded": True,
+        "kind": table.kind,
+        "sha256": table.sha256,
+        "uninitialized": table.uninitialized,
+        "source": source,
+    }
+
+
+def _derive_at_capture(
+    preset: CostPreset,
+    decode_bs: list[int],
+    max_running_per_dp: int,
+    verify_num_draft_tokens: int,
+    backend: str,
+    seed: int,
+) -> tuple[str, SpsAdditiveCostTable | None, str]:
+    """PR #35413 at start-up: (installed|skipped|refused, the table, the line it logs)."""
+    runner_bs = dspark_arith.runner_capture_bs(decode_bs, max_running_per_dp)
+    tiers = dspark_arith.compact_tiers(runner_bs, verify_num_draft_tokens)
+    if backend == "disabled" or not tiers:
+        return "skipped", None, capture_derived.SKIPPED_NO_GRAPHS
+    derivation = capture_derived.derive(
+        preset,
+        tiers=tiers,
+        draft_batch_sizes=runner_bs,
+        verify_num_draft_tokens=verify_num_draft_tokens,
+        seed=seed,
+    )
+    status = "refused" if derivation.table is None else "installed"
+    return status, derivation.table, derivation.log_line()
+
+
+def _startup_table(
+    path: str | None,
+    *,
+    flavor: str,
+    dspark: bool,
+    mode: str,
+    flat_max_batch_tokens: int,
+    warnings: list[str],
+) -> tuple[LoadedTable | None, dict[str, Any] | None]:
+    """The table the planner starts with, by the flavor's rules; ConfigError = no start."""
+    if not dspark:
+        return None, None
+    if mode != "static" and not path and flavors.requires_table_path(flavor):
+        raise ConfigError(flavors.REQUIRE_PATH_MESSAGE)
+    if not path:
+        return None, None
+    if mode == "static":
+        warnings.append(
+            "--speculative-dspark-sps-table-path is a no-op under "
+            "SGLANG_RAGGED_VERIFY_MODE=static (no budget planner)"
+        )
+        return None, {"path": path, "loaded": False, "kind": None, "sha256": None}
+    if path == flavors.CONST_TABLE_PATH and flavors.requires_table_path(flavor):
+        table = built_table(build_uninitialized_sps_table(max_batch_tokens=flat_max_batch_tokens))
+        return table, _table_info(path, table, source="const")
+    try:
+        table = load_table_file(path, diagonal_only=flavors.loader_is_diagonal_only(flavor))
+    except ValueError as exc:
+        raise ConfigError(f"failed to load SPS table {path}: {exc}") from exc
+    return table, _table_info(path, table, source="path")
 
 
 def known_presets() -> list[str]:

@@ -39,9 +39,12 @@ class LoadedTable:
         return self.table.step_time(num_reqs=num_reqs, budget=budget)
 
 
-def load_table_text(text: str) -> LoadedTable:
-    """Decode like ``load_sps_table_from_path``; ValueError carries the loader's message."""
-    table = load_sps_table_text(text)
+def load_table_text(text: str, *, diagonal_only: bool = False) -> LoadedTable:
+    """Decode like ``load_sps_table_from_path``; ValueError carries the loader's message.
+
+    ``diagonal_only``: the loader of builds that know only the diagonal format.
+    """
+    table = load_sps_table_text(text, diagonal_only=diagonal_only)
     return LoadedTable(
         table=table,
         uninitialized=is_uninitialized_sps_table(table),
@@ -49,13 +52,22 @@ def load_table_text(text: str) -> LoadedTable:
     )
 
 
+def built_table(table: SpsCostTable | SpsAdditiveCostTable) -> LoadedTable:
+    """A table the server built itself (no file): hashed over its compact JSON."""
+    return LoadedTable(
+        table=table,
+        uninitialized=is_uninitialized_sps_table(table),
+        sha256=text_sha256(table.to_json()),
+    )
+
+
 def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def load_table_file(path: str) -> LoadedTable:
+def load_table_file(path: str, *, diagonal_only: bool = False) -> LoadedTable:
     try:
         text = Path(path).read_text()
     except OSError as exc:
         raise ValueError(f"[Errno {exc.errno}] {exc.strerror}: {path!r}") from exc
-    return load_table_text(text)
+    return load_table_text(text, diagonal_only=diagonal_only)

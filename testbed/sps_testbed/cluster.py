@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from sps_testbed.artifacts import Artifacts, build_artifacts
-from sps_testbed.controlplane import DEFAULT_NODES, NodeSpec
+from sps_testbed.controlplane import DEFAULT_NODES, NodeSpec, kubeconfig_yaml
 from sps_testbed.node import NodeConfig
+from sps_testbed.pki import issue_user
 from sps_testbed.plan import BED_FILE, BedRecord, teardown
 from sps_testbed.podnet import pid_alive
 from sps_testbed.processes import cmdline, log_tail, spawn, terminate_group
@@ -249,6 +250,17 @@ class RealNodeCluster:
             )  # fmt: skip
             killed.append(str(status["name"]))
         return killed
+
+    def user_kubeconfig(self, user: str, groups: Sequence[str], path: Path) -> Path:
+        """Write `path`: a kubeconfig for `user` (in `groups`) with a client certificate
+        signed by this bed's CA (its key and certificate beside `path`). The user may do
+        exactly what RBAC grants that name: a tenant, not the admin, not impersonation."""
+        pki_dir = self.state_dir / "cp" / "pki"
+        cert = issue_user(pki_dir / "ca.crt", pki_dir / "ca.key", path.parent, user, groups)
+        text = kubeconfig_yaml(self.record().server, pki_dir / "ca.crt", cert.cert, cert.key, user)
+        path.write_text(text)
+        path.chmod(0o600)
+        return path
 
     def helm(self, *args: str, check: bool = True, timeout: float = 300) -> str:
         return self._tool(["helm", *args], None, check, timeout)

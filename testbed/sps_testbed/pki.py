@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,10 +66,10 @@ def _write(path: Path, data: bytes, private: bool = False) -> Path:
     return path
 
 
-def _name(common_name: str, organization: str | None = None) -> x509.Name:
+def _name(common_name: str, organizations: Sequence[str] = ()) -> x509.Name:
+    """CN is the user Kubernetes sees, each O one of its groups."""
     attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
-    if organization:
-        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    attrs += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
     return x509.Name(attrs)
 
 
@@ -176,12 +177,7 @@ def generate(directory: Path, api_server_ips: list[str]) -> Pki:
     apiserver_key = _write(directory / "apiserver.key", _key_pem(server_key), private=True)
 
     def client(stem: str, user: str, group: str | None) -> ClientCert:
-        key = ec.generate_private_key(ec.SECP256R1())
-        cert = _issue(_name(user, group), key, ca_cert, ca_key, [ExtendedKeyUsageOID.CLIENT_AUTH])
-        return ClientCert(
-            cert=_write(directory / f"{stem}.crt", cert.public_bytes(pem)),
-            key=_write(directory / f"{stem}.key", _key_pem(key), private=True),
-        )
+        return _client_cert(ca_cert, ca_key, directory, stem, user, [group] if group else [])
 
     # Service-account tokens are RS256 JWTs: the signing key must be RSA.
     sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -202,3 +198,34 @@ def generate(directory: Path, api_server_ips: list[str]) -> Pki:
         controller_manager=client("controller-manager", "system:kube-controller-manager", None),
         scheduler=client("scheduler", "system:kube-scheduler", None),
     )
+
+
+def _client_cert(
+    ca_cert: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    directory: Path,
+    stem: str,
+    user: str,
+    groups: Sequence[str],
+) -> ClientCert:
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = _issue(_name(user, groups), key, ca_cert, ca_key, [ExtendedKeyUsageOID.CLIENT_AUTH])
+    pem = serialization.Encoding.PEM
+    return ClientCert(
+        cert=_write(directory / f"{stem}.crt", cert.public_bytes(pem)),
+        key=_write(directory / f"{stem}.key", _key_pem(key), private=True),
+    )
+
+
+def issue_user(
+    ca_cert: Path, ca_key: Path, directory: Path, user: str, groups: Sequence[str] = ()
+) -> ClientCert:
+    """A client certificate for `user` (in `groups`) signed by an existing CA: a real
+    user the API server authenticates by its certificate, whose rights are whatever RBAC
+    binds to that name, nothing else. Written to `directory/<user>.crt|.key`."""
+    cert = x509.load_pem_x509_certificate(ca_cert.read_bytes())
+    key = serialization.load_pem_private_key(ca_key.read_bytes(), password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{ca_key}: not the EC key this module generates for a CA")
+    directory.mkdir(parents=True, exist_ok=True)
+    return _client_cert(cert, key, directory, user, user, groups)

@@ -3,7 +3,8 @@ helpers that build SGLang Deployments and SpsProfiles and read their state.
 
 Everything runs on the real-node test bed (kubelets, containerd, runc): the operator is
 `helm install`ed per test (namespaces mode, watching the test's namespace, its own
-release in the module's operator namespace), SGLang Deployments run the stand-in image
+release in the module's operator namespace; the tenant suite installs one release in
+cluster mode, the chart's default, for its whole module), SGLang Deployments run the stand-in image
 (`sps-sim`, fast: SPS_SIM_TIME_SCALE in the pod), profiling Jobs the operator's image. A
 test sets the operator's flags (`operator.extraArgs`), moves its clock (a host directory
 mounted through `extraVolumes`, read by `--clock-offset-file`), reads its log
@@ -26,6 +27,7 @@ from e2e_cluster import E2eCluster
 from kubernetes import client
 from kubernetes.client import ApiClient
 from kubernetes.client.rest import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from waiting import wait_crd_established, wait_for
 
@@ -39,6 +41,8 @@ CLOCK_MOUNT = "/var/run/sps-clock"
 # the clock the test can move. A test's own `extra_args` come after (the last one wins).
 BASE_ARGS = (
     "--resync-seconds=60",
+    # Tests trigger several refreshes in a row; the chart's minimum (1 h) would hold them.
+    "--min-refresh-interval-seconds=0",
     "--gpu-debounce-seconds=2",
     f"--clock-offset-file={CLOCK_MOUNT}/offset",
 )
@@ -50,15 +54,18 @@ BASE_ARGS = (
 @dataclass
 class OperatorRelease:
     """The chart installed (on the first `start`) as release `name` in `namespace`,
-    watching `watched` only (namespaces mode)."""
+    watching `watched` only (namespaces mode), or every namespace (cluster mode) when
+    `watched` is None."""
 
     cluster: E2eCluster
     namespace: str  # the release's namespace (its pods, ServiceAccount, Lease)
-    watched: str
+    watched: str | None
     clock_dir: Path  # on the host; mounted into the operator's pods
     name: str = field(default_factory=lambda: f"sps-operator-{secrets.token_hex(3)}")
     replicas: int = 1
     extra_args: list[str] = field(default_factory=list)
+    # More chart values (`key=value`, as for `helm --set`), e.g. the admin's jobDefaults.
+    extra_values: list[str] = field(default_factory=list)
     installed: bool = False
     killed_logs: list[str] = field(default_factory=list)
 
@@ -84,11 +91,16 @@ class OperatorRelease:
 
     def values(self) -> list[str]:
         args = [*BASE_ARGS, *self.extra_args]
+        watch = (
+            ["watch.mode=cluster"]
+            if self.watched is None
+            else ["watch.mode=namespaces", f"watch.namespaces={{{self.watched}}}"]
+        )
         return [
             f"replicaCount={self.replicas}",
             "crds.enabled=false",  # one release per test: the session applies the CRD
-            "watch.mode=namespaces",
-            f"watch.namespaces={{{self.watched}}}",
+            *watch,
+            *self.extra_values,
             "operator.logLevel=verbose",
             "operator.logFormat=plain",
             f"operator.extraArgs={{{','.join(args)}}}",
@@ -110,6 +122,23 @@ class OperatorRelease:
             self.installed = True
         else:
             self.scale(self.replicas)
+
+    def upgrade(self) -> None:
+        """`helm upgrade` to the current values (e.g. other `extra_args`): the pods restart
+        with them. Replicas are left as they are (`start` scales back after `kill`)."""
+        sets = [arg for value in self.values() for arg in ("--set", value)]
+        self.cluster.helm("upgrade", self.name, str(CHART), "--namespace", self.namespace, *sets)
+
+    def wait_log(self, text: str, timeout: float = 180) -> str:
+        """The first log line of the running replica that contains `text`."""
+
+        def line() -> str | None:
+            pods = self.pods()
+            log = self.pod_log(pods[0]["metadata"]["name"], tail=2000) if pods else ""
+            return next((ln for ln in log.splitlines() if text in ln), None)
+
+        found: str = wait_for(f"{text!r} in the operator's log", line, timeout, interval=1)
+        return found
 
     def scale(self, replicas: int) -> None:
         self.cluster.kubectl(
@@ -178,6 +207,15 @@ class OperatorRelease:
 
     def metrics(self, pod: str | None = None) -> str:
         return self.get(9090, "/metrics", pod).text
+
+    def passes(self) -> dict[tuple[str, str], float]:
+        """Reconcile passes so far per (namespace, profile), from the running replica."""
+        return {
+            (s.labels["namespace"], s.labels["profile"]): s.value
+            for family in text_string_to_metric_families(self.metrics())
+            for s in family.samples
+            if s.name == "sps_reconcile_passes_total"
+        }
 
     def pod_log(self, pod: str, tail: int = 300) -> str:
         text = self.cluster.kubectl("logs", "-n", self.namespace, pod, "-c", "operator",
@@ -276,7 +314,8 @@ def server_deployment(
         "kind": "Deployment",
         "metadata": {
             "name": name,
-            "labels": {"app": "sglang", "app.kubernetes.io/instance": "argo-app"},
+            # `deploy` selects this one Deployment (a profile's selector reads these).
+            "labels": {"app": "sglang", "deploy": name, "app.kubernetes.io/instance": "argo-app"},
         },
         "spec": {
             "replicas": 1,

@@ -10,7 +10,11 @@ one replica, so it can only run if a replica makes room:
 - a PodDisruptionBudget that allows no disruption blocks the borrow (BorrowBlocked), and
   the borrow goes ahead once the PDB is gone;
 - an operator killed mid-borrow gives the replica back after its restart;
-- a profile deleted mid-borrow gives it back before it goes.
+- a profile deleted mid-borrow gives it back before it goes;
+- with Kubernetes' default rolling update (a surge pod, none taken down first), the new
+  table goes live on the full pool: the lent replica's slot is the surge slot, and the
+  profile never says Ready/TableLive before every ready pod runs the table (its pod
+  annotation and the server's own /server_info agree).
 
 Tests of this file run one after the other on the same pool: each first waits until no
 other test's pods hold its GPUs.
@@ -27,6 +31,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import e2e_pool
+import httpx
 import pytest
 from e2e_env import (
     GROUP,
@@ -34,90 +40,35 @@ from e2e_env import (
     SIM_TIME_SCALE,
     VERSION,
     Env,
-    server_deployment,
     sps_profile,
     wait_ready,
 )
+from e2e_pool import GPU, POOL, borrow_tag, wait_serving
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from sps_operator.constants import GPU_H200
 from waiting import wait_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
 
-POOL = GPU_H200
 # The simulator's time scale (e2e default 40x faster than a GPU). Set it to 1 to measure how
 # long a borrow lasts at the simulated GPU's own speed (docs/capacity.md).
 TIME_SCALE = os.environ.get("SPS_E2E_CAPACITY_TIME_SCALE")
-BORROWED = "sps.dev/borrowed"
-GPU = "nvidia.com/gpu"
 
 
 # ----------------------------------------------------------------------------- helpers
 
 
-def pool_gpus(env: Env) -> tuple[list[str], int]:
-    """The pool's nodes and the GPUs of each (the test bed gives them all the same)."""
-    nodes = env.cluster.nodes_with_product(POOL)
-    counts = {int(env.core.read_node(n).status.allocatable[GPU]) for n in nodes}
-    assert len(nodes) == 2 and len(counts) == 1, (nodes, counts)
-    return nodes, counts.pop()
+def full_pool_deployment(env: Env, default_strategy: bool = False) -> dict[str, Any]:
+    """The pool's full Deployment; `default_strategy`: Kubernetes' own RollingUpdate
+    (maxSurge 25 %, maxUnavailable 25 %: for two replicas one surge pod and none down), not
+    the suite's maxUnavailable 1."""
 
+    def use_default_strategy(dep: dict[str, Any]) -> None:
+        del dep["spec"]["strategy"]
 
-def gpus_held(env: Env, nodes: list[str]) -> dict[str, int]:
-    """GPUs requested by pods bound to `nodes` that still hold them (any namespace)."""
-    held: dict[str, int] = {}
-    for node in nodes:
-        pods = env.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
-        for pod in pods:
-            if pod.status.phase in ("Succeeded", "Failed"):
-                continue
-            for c in [*(pod.spec.containers or []), *(pod.spec.init_containers or [])]:
-                limits = (c.resources.limits if c.resources else None) or {}
-                if GPU in limits:
-                    key = f"{pod.metadata.namespace}/{pod.metadata.name}"
-                    held[key] = held.get(key, 0) + int(limits[GPU])
-    return held
-
-
-def full_pool_deployment(env: Env) -> dict[str, Any]:
-    """Two replicas that take every GPU of the pool, created once the pool is free; returns
-    the Deployment when both serve."""
-    nodes, per_node = pool_gpus(env)
-    wait_for(
-        "the H200 pool free of other tests' pods",
-        lambda: not gpus_held(env, nodes),
-        timeout=180,
-        interval=1,
-    )
-    dep = server_deployment(POOL, env={"SPS_SIM_TIME_SCALE": TIME_SCALE} if TIME_SCALE else None)
-    dep["spec"]["replicas"] = len(nodes)
-    dep["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {GPU: str(per_node)}}
-    env.apps.create_namespaced_deployment(env.namespace, dep)
-    return wait_serving(env, len(nodes), "both replicas serving (the pool full)")
-
-
-def wait_serving(env: Env, replicas: int, what: str, timeout: float = 180) -> dict[str, Any]:
-    def serving() -> dict[str, Any] | None:
-        dep = env.deployment()
-        st = dep.get("status") or {}
-        ok = (
-            dep["spec"]["replicas"] == replicas
-            and st.get("observedGeneration", 0) >= dep["metadata"]["generation"]
-            and st.get("readyReplicas", 0) == replicas
-            and st.get("updatedReplicas", 0) == replicas
-            and st.get("replicas", 0) == replicas
-        )
-        return dep if ok else None
-
-    result: dict[str, Any] = wait_for(what, serving, timeout=timeout)
-    return result
-
-
-def borrow_tag(dep: dict[str, Any]) -> dict[str, Any] | None:
-    text = ((dep.get("metadata") or {}).get("annotations") or {}).get(BORROWED)
-    return json.loads(text) if text else None
+    change = use_default_strategy if default_strategy else None
+    return e2e_pool.full_pool_deployment(env, time_scale=TIME_SCALE, change=change)
 
 
 def wait_borrowed(env: Env, timeout: float = 120) -> dict[str, Any]:
@@ -366,3 +317,74 @@ def test_e2e_a_profile_deleted_mid_borrow_gives_the_replica_back(env: Env) -> No
     wait_borrowed(env)
     env.delete_profile()
     given_back(env)
+
+
+def ready_server_pods(env: Env) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in env.pods("deploy=server")
+        if not p["metadata"].get("deletionTimestamp")
+        and any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in (p.get("status") or {}).get("conditions") or []
+        )
+    ]
+
+
+def test_e2e_a_full_pool_with_the_default_rolling_update_gets_the_new_table_live(
+    env: Env,
+) -> None:
+    """Issue 21 §0: with the default strategy the rollout needs a surge pod, which a full
+    pool cannot schedule; the profile once waited forever, then turned Ready=True
+    TableLive at the progress deadline with the table on no running pod."""
+    full_pool_deployment(env, default_strategy=True)
+    create_profile(env, {"mode": "BorrowReplica", "borrowAfterSeconds": 5})
+    env.operator.start()
+    early: list[str] = []
+    held: list[dict[str, Any]] = []
+
+    def live() -> dict[str, Any] | None:
+        status = env.profile().get("status") or {}
+        if status.get("rolloutBorrow"):
+            held.append(status["rolloutBorrow"])
+        ready = next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), {})
+        if ready.get("status") != "True":
+            return None
+        hashes = {t.get("hash") for t in status.get("targets") or []}
+        for pod in ready_server_pods(env):
+            served = (pod["metadata"].get("annotations") or {}).get("sps.dev/table-hash")
+            if served not in hashes:
+                early.append(f"{ready['reason']} while {pod['metadata']['name']} runs {served}")
+        return status
+
+    borrowed = wait_borrowed(env)
+    assert borrowed["tag"]["replicas"] == 2
+    try:
+        status = wait_for("Ready=True on the full pool", live, timeout=600, interval=0.5)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{env.diagnostics()}") from None
+    assert not early, early
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "TableLive"
+    (table,) = status["tables"]
+    # The replica stayed lent for the rollout (its slot the surge slot), then came back.
+    assert held and held[0]["table"] == table["hash"] and held[0]["replicas"] == 2
+    (kept,) = events(env, "ReplicaHeldForRollout")
+    assert "maxUnavailable 0" in kept.message
+    (back,) = events(env, "ReplicaReturned")
+    assert "(the new table runs on every ready pod)" in back.message
+    dep = given_back(env)
+    assert dep["spec"]["template"]["metadata"]["annotations"]["sps.dev/table-hash"] == table["hash"]
+    # Every ready pod runs the table: its annotation, and the server's own report.
+    pods = ready_server_pods(env)
+    assert len(pods) == 2
+    for pod in pods:
+        assert pod["metadata"]["annotations"]["sps.dev/table-hash"] == table["hash"]
+        info = httpx.get(f"http://{pod['status']['podIP']}:30000/server_info", timeout=10).json()
+        assert info["sps_table"]["loaded"] is True, info["sps_table"]
+        assert info["sps_table"]["sha256"] == table["hash"], info["sps_table"]
+    # The GPU pool is free for the next borrow.
+    leases = client.CoordinationV1Api(env.api).list_namespaced_lease(
+        env.operator.namespace, label_selector="sps.dev/component=borrow-pool"
+    )
+    assert not leases.items

@@ -112,10 +112,10 @@ def test_e2e_diagonal_profile_publish_and_roll(env: Env) -> None:
     def loaded_line() -> str | None:
         logs = env.cluster.pod_logs(env.namespace)
         section = logs.split(pod_name, 1)[-1].split("==>", 1)[0] if pod_name in logs else ""
-        return next((ln for ln in section.splitlines() if "loaded SPS table" in ln), None)
+        return next((ln for ln in section.splitlines() if "SPS table from" in ln), None)
 
     line = wait_for("the simulator's table-load log line", loaded_line, timeout=30)
-    assert f"{TABLE_PATH} (diagonal, sha256={text_sha})" in line
+    assert f"SPS table from {TABLE_PATH} (diagonal, upstream, sha256={text_sha})" in line
 
     # Report: events with constant reasons, Prometheus metrics, kopf's liveness endpoint.
     events = env.core.list_namespaced_event(
@@ -334,7 +334,9 @@ def test_e2e_additive_two_phases_and_verify_all_failure_keeps_table(env: Env) ->
     assert isinstance(seed_table, SpsCostTable) and len(seed_table.sample_batch_tokens) > 1
     seed_sha = content_hash(seed["data"]["table.json"])
     logs = env.cluster.pod_logs(env.namespace)
-    assert f"/etc/sps/seed/table.json (diagonal, sha256={seed_sha})" in logs
+    assert (
+        f"SPS table from /etc/sps/seed/table.json (diagonal, upstream, sha256={seed_sha})" in logs
+    )
 
     live = env.config_map(table["configMap"])
     additive = load_sps_table_text(live["data"]["table.json"])
@@ -459,10 +461,11 @@ def test_e2e_server_change_token_annotation_and_schedule_trigger_runs(env: Env) 
     assert status["lastScheduleTime"] >= next_time
     assert status["nextScheduleTime"] > next_time
 
-    # History: historyLimit (3) tables per GPU product; the live ones and the rollback
-    # target (the table the live one replaced) are kept, the older ones deleted.
+    # History: historyLimit (3) tables per GPU product, across fingerprints; the live one
+    # and its rollback target (the table it replaced) are kept, then the newest: the first
+    # table, of the image no Deployment runs any more, is deleted.
     assert fifth["previous"] == fourth["configMap"]
-    expected = {first["configMap"], fourth["configMap"], fifth["configMap"]}
+    expected = {third["configMap"], fourth["configMap"], fifth["configMap"]}
 
     def published() -> set[str]:
         resp = env.core.list_namespaced_config_map(

@@ -1,4 +1,5 @@
-"""Server-side apply on the local control plane: field managers and conflicts."""
+"""Server-side apply on the local control plane: field managers, conflicts, and the
+operator's conditional writes to Deployments."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ from kubernetes import client
 from kubernetes.client import ApiClient
 from kubernetes.dynamic import DynamicClient
 
+from sps_operator.api import labels as L
 from sps_operator.constants import FIELD_MANAGER
+from sps_operator.controller import builders
+from sps_operator.controller.builders import owner_patch
+from sps_operator.controller.kube import Kube
+from waiting import wait_for
 
 pytestmark = pytest.mark.k8s
 
@@ -65,3 +71,122 @@ def test_k8s_controlplane_ssa_field_managers(k8s_api: ApiClient, namespace: str)
     # A manager that stops applying a field it alone owns removes it.
     obj = apply(FIELD_MANAGER, {"model": "mistral"})
     assert dict(obj.data) == {"model": "mistral", "replicas": "2"}
+
+
+SERVER_ARGS = ["--model-path", "org/model-8b", "--speculative-algorithm", "DSPARK"]
+TABLE_FLAG = ["--speculative-dspark-sps-table-path", "/etc/sps/table/table.json"]
+
+
+def _server_deployment(namespace: str) -> dict[str, Any]:
+    labels = {"app": "sglang"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "server", "namespace": namespace},
+        "spec": {
+            "replicas": 0,  # no nodes here: the object and its writes are what is tested
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": dict(labels)},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "sglang",
+                            "image": "lmsysorg/sglang:v1",
+                            "command": ["python3", "-m", "sglang.launch_server"],
+                            "args": list(SERVER_ARGS),
+                        }
+                    ]
+                },
+            },
+        },
+    }
+
+
+def _create_settled(kube: Kube, apps: client.AppsV1Api, namespace: str) -> None:
+    apps.create_namespaced_deployment(namespace, _server_deployment(namespace))
+    _wait_settled(kube, namespace)
+
+
+def _wait_settled(kube: Kube, namespace: str) -> None:
+    """Until the Deployment controller has written its revision and observed the latest
+    generation: its later status writes would change the resourceVersion and make a write
+    under test conflict for another reason than the one tested."""
+
+    def settled() -> bool:
+        dep = kube.get("Deployment", namespace, "server") or {}
+        meta, status = dep.get("metadata") or {}, dep.get("status") or {}
+        revision = (meta.get("annotations") or {}).get("deployment.kubernetes.io/revision")
+        return bool(revision) and status.get("observedGeneration") == meta.get("generation")
+
+    wait_for("the Deployment controller to observe the Deployment", settled, timeout=30)
+
+
+def _args(kube: Kube, namespace: str) -> list[str]:
+    dep = kube.get("Deployment", namespace, "server") or {}
+    return list(dep["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+def _inject(read: dict[str, Any]) -> dict[str, Any]:
+    """The operator's Inject apply body, built from the Deployment as read."""
+    container = read["spec"]["template"]["spec"]["containers"][0]
+    return builders.inject_apply(
+        read, "sglang", "p-table-0", "hash0", TABLE_FLAG[1], list(container["args"])
+    )
+
+
+def test_k8s_controlplane_an_apply_never_reverts_an_edit_made_after_the_read(
+    k8s_api: ApiClient, namespace: str
+) -> None:
+    """Issue 18, item 11, on the real API server: the operator's Inject apply repeats the
+    args it read (and forces ownership of them); an edit between its read and its write
+    must make the API server refuse it, not be overwritten."""
+    apps = client.AppsV1Api(k8s_api)
+    kube = Kube(k8s_api)
+    _create_settled(kube, apps, namespace)
+    read = kube.get("Deployment", namespace, "server")
+    assert read is not None
+
+    # A user's edit (`kubectl edit`/`patch`) after the operator read the Deployment.
+    edited = [*SERVER_ARGS, "--max-running-requests", "64"]
+    apps.patch_namespaced_deployment(
+        "server",
+        namespace,
+        {"spec": {"template": {"spec": {"containers": [{"name": "sglang", "args": edited}]}}}},
+        field_manager="kubectl-edit",
+    )
+    _wait_settled(kube, namespace)
+    with pytest.raises(client.ApiException) as conflict:
+        kube.apply(_inject(read))
+    assert conflict.value.status == 409
+    assert _args(kube, namespace) == edited  # not reverted, and no table flag written
+
+    # From the Deployment as it is now, the same write goes through and keeps the edit.
+    fresh = kube.get("Deployment", namespace, "server")
+    assert fresh is not None
+    kube.apply(_inject(fresh))
+    assert _args(kube, namespace) == [*edited, *TABLE_FLAG]
+
+
+def test_k8s_controlplane_a_claim_then_an_apply_in_one_pass(
+    k8s_api: ApiClient, namespace: str
+) -> None:
+    """The claim (owner record, conditional) changes the Deployment; the apply that follows
+    in the same pass is conditional on the object the claim returned, so it succeeds. A
+    claim decided on an older read is refused."""
+    apps = client.AppsV1Api(k8s_api)
+    kube = Kube(k8s_api)
+    _create_settled(kube, apps, namespace)
+    read = kube.get("Deployment", namespace, "server")
+    assert read is not None
+    claimed = kube.patch_metadata("Deployment", namespace, "server", owner_patch(read, "p"))
+    assert claimed["metadata"]["annotations"][L.ANNOTATION_OWNER] == "p"
+    assert claimed["metadata"]["resourceVersion"] != read["metadata"]["resourceVersion"]
+    kube.apply(_inject(claimed))
+    assert _args(kube, namespace) == [*SERVER_ARGS, *TABLE_FLAG]
+
+    with pytest.raises(client.ApiException) as stale:
+        kube.patch_metadata("Deployment", namespace, "server", owner_patch(read, "q"))
+    assert stale.value.status == 409
+    now = kube.get("Deployment", namespace, "server") or {}
+    assert now["metadata"]["annotations"][L.ANNOTATION_OWNER] == "p"

@@ -120,17 +120,36 @@ def test_fixed_server_off_diagonal_succeeds(tmp_path: Path) -> None:
     assert by_cell[(16, 0.25)]["graph_tier"] == 48
 
 
-def test_bug_server_with_a_non_flat_table_succeeds(tmp_path: Path) -> None:
-    seed_table = tmp_path / "two-probe.json"
-    seed_table.write_text(
-        '{"sample_batch_tokens":[1,2],"sample_steps_per_sec":[1.0,1.0],"max_batch_tokens":2}'
-    )
-    out = tmp_path / "seeded.json"
+TWO_PROBE_SEED = (
+    '{"sample_batch_tokens":[1,2],"sample_steps_per_sec":[1.0,1.0],"max_batch_tokens":2}'
+)
+
+
+@pytest.mark.parametrize(
+    ("server", "flavor", "extra_env"),
+    [
+        # Any non-flat table turns the shortcut off (the operator's phase-2 seed).
+        ("seeded", "upstream", {}),
+        # PR #35413 installs its own table at start-up: no path, yet not flat.
+        (
+            "capture-derived",
+            "capture-derived",
+            {"SGLANG_DSPARK_ENABLE_CAPTURE_DERIVED_SPS": "1"},
+        ),
+    ],
+    ids=["seeded", "capture-derived"],
+)
+def test_bug_server_that_is_not_flat_honours_the_pin(
+    tmp_path: Path, server: str, flavor: str, extra_env: dict[str, str]
+) -> None:
+    args = ["--max-running-requests", "128"]
+    if server == "seeded":
+        seed_table = tmp_path / "two-probe.json"
+        seed_table.write_text(TWO_PROBE_SEED)
+        args += ["--speculative-dspark-sps-table-path", str(seed_table)]
+    out = tmp_path / f"{server}.json"
     with running_sim(
-        ["--speculative-dspark-sps-table-path", str(seed_table)],
-        env=COMPACT,
-        seed=5,
-        verify_all_bug="on",
+        args, env={**COMPACT, **extra_env}, seed=5, verify_all_bug="on", sglang_flavor=flavor
     ) as url:
         assert profile(url, out, "--batch-size", "2", "16", "--fracs", "0.25", "1.0") == 0
     table = load_sps_table_text(out.read_text())

@@ -24,20 +24,22 @@ def rules_grant(rules: list[dict[str, Any]], group: str, resource: str, verb: st
     )
 
 
+AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
+
+
+def operator_cluster_roles(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The operator's own ClusterRoles (not those aggregated into the user roles)."""
+    return [
+        r
+        for r in by_kind(objects, "ClusterRole")
+        if not any(k.startswith(AGGREGATE) for k in r["metadata"]["labels"])
+    ]
+
+
 def operator_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
     (deployment,) = by_kind(objects, "Deployment")
     containers = deployment["spec"]["template"]["spec"]["containers"]
     return next(c for c in containers if c["name"] == "operator")
-
-
-def operator_cluster_roles(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The operator's own ClusterRoles (not those aggregated into users' roles)."""
-    return [
-        r
-        for r in by_kind(objects, "ClusterRole")
-        if not any(k.startswith("rbac.authorization.k8s.io/aggregate-to-")
-                   for k in r["metadata"]["labels"])
-    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -59,8 +61,8 @@ def test_default_render_cluster_mode() -> None:
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == sorted(
         ["ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding",
-         "CustomResourceDefinition", "Deployment", "PodDisruptionBudget", "Role",
-         "RoleBinding", "Service", "ServiceAccount"]
+         "CustomResourceDefinition", "Deployment", "PodDisruptionBudget", "Role", "Role",
+         "RoleBinding", "RoleBinding", "Service", "ServiceAccount"]
     ), kinds  # fmt: skip
     for obj in objects:
         if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"):
@@ -104,20 +106,47 @@ def test_default_render_cluster_mode() -> None:
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "sps-operator", "namespace": "sps-system"}
         ], binding
-    # The only namespaced Role: leader election on one named Lease in the release namespace.
-    (role,) = by_kind(objects, "Role")
-    assert role["metadata"]["namespace"] == "sps-system"
-    assert rules_grant(role["rules"], "coordination.k8s.io", "leases", "update")
-    assert not rules_grant(role["rules"], "coordination.k8s.io", "leases", "delete")
+    # The only namespaced Roles, both in the release namespace: leader election on one
+    # named Lease, and BorrowReplica's pool Leases (one per GPU product).
+    roles = {r["metadata"]["name"]: r for r in by_kind(objects, "Role")}
+    assert sorted(roles) == ["sps-operator-borrow", "sps-operator-leader"]
+    assert {r["metadata"]["namespace"] for r in roles.values()} == {"sps-system"}
+    leader = roles["sps-operator-leader"]["rules"]
+    assert rules_grant(leader, "coordination.k8s.io", "leases", "update")
+    assert not rules_grant(leader, "coordination.k8s.io", "leases", "delete")
+    pools = roles["sps-operator-borrow"]["rules"]
+    for verb in ("get", "list", "create", "delete"):
+        assert rules_grant(pools, "coordination.k8s.io", "leases", verb), verb
+    assert not rules_grant(pools, "coordination.k8s.io", "leases", "update")
+    # The borrow record and the replicas are one patch of the Deployment: no scale access.
+    assert not rules_grant(rules, "apps", "deployments/scale", "patch")
     args = operator_container(objects)["args"]
     assert "--leader-election" in args and "--lease-name=sps-operator" in args
+    assert "--min-refresh-interval-seconds=3600" in args
     (deployment,) = by_kind(objects, "Deployment")
     assert deployment["spec"]["replicas"] == 2
-    single = render("replicaCount=1")
-    assert (
-        not by_kind(single, "Role")
-        and "--leader-election" not in operator_container(single)["args"]
-    )
+    single = render("replicaCount=1", "refresh.minIntervalSeconds=7200")
+    assert [r["metadata"]["name"] for r in by_kind(single, "Role")] == ["sps-operator-borrow"]
+    assert "--leader-election" not in operator_container(single)["args"]
+    assert "--min-refresh-interval-seconds=7200" in operator_container(single)["args"]
+
+
+def test_user_roles_let_edit_use_profiles_but_never_write_their_status() -> None:
+    roles = {r["metadata"]["name"]: r for r in by_kind(render(), "ClusterRole")}
+    edit, view = roles["sps-operator-edit"], roles["sps-operator-view"]
+    aggregated = {
+        name: sorted(k.removeprefix(AGGREGATE) for k in r["metadata"]["labels"] if AGGREGATE in k)
+        for name, r in (("edit", edit), ("view", view))
+    }
+    assert aggregated == {"edit": ["admin", "edit"], "view": ["view"]}
+    for verb in ("create", "update", "patch", "delete"):
+        assert rules_grant(edit["rules"], "sps.dev", "spsprofiles", verb)
+        assert not rules_grant(view["rules"], "sps.dev", "spsprofiles", verb)
+    assert rules_grant(view["rules"], "sps.dev", "spsprofiles", "list")
+    for role in (edit, view):
+        assert [r["resources"] for r in role["rules"]] == [["spsprofiles"]]  # not status
+    without = by_kind(render("rbac.userRoles=false"), "ClusterRole")
+    assert [r["metadata"]["name"] for r in without] == ["sps-operator"]
 
 
 def test_service_account_name_matches_bindings() -> None:
@@ -187,9 +216,10 @@ def test_probes_resources_and_metrics_port() -> None:
 
 def test_namespaces_mode_role_per_namespace() -> None:
     objects = render("watch.mode=namespaces", "watch.namespaces={team-a,team-b}")
-    roles = [r for r in by_kind(objects, "Role") if not r["metadata"]["name"].endswith("-leader")]
+    own = ("-leader", "-borrow")  # the release namespace's own Roles
+    roles = [r for r in by_kind(objects, "Role") if not r["metadata"]["name"].endswith(own)]
     bindings = [
-        b for b in by_kind(objects, "RoleBinding") if not b["metadata"]["name"].endswith("-leader")
+        b for b in by_kind(objects, "RoleBinding") if not b["metadata"]["name"].endswith(own)
     ]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]

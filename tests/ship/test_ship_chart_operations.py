@@ -57,25 +57,6 @@ def test_the_packaged_chart_carries_the_crd_without_links(tmp_path: Path) -> Non
     assert [c["spec"] for c in crds] == [build_crd()["spec"]]
 
 
-def test_users_roles_aggregate_into_edit_and_view_without_status() -> None:
-    roles = {r["metadata"]["name"]: r for r in by_kind(render(), "ClusterRole")}
-    edit, view = roles["sps-operator-edit"], roles["sps-operator-view"]
-    assert edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
-    assert edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-admin"] == "true"
-    assert view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
-    assert "rbac.authorization.k8s.io/aggregate-to-edit" not in view["metadata"]["labels"]
-    for role, verbs in ((edit, {"create", "patch", "delete", "get", "list"}), (view, {"get"})):
-        (rule,) = role["rules"]
-        assert rule["apiGroups"] == ["sps.dev"] and rule["resources"] == ["spsprofiles"]
-        assert verbs <= set(rule["verbs"])
-        assert "*" not in rule["verbs"]
-    (view_rule,) = view["rules"]
-    assert set(view_rule["verbs"]) == {"get", "list", "watch"}
-    names = {r["metadata"]["name"] for r in by_kind(render("rbac.aggregateToUserRoles=false"),
-                                                     "ClusterRole")}  # fmt: skip
-    assert names == {"sps-operator"}
-
-
 def test_replicas_get_a_disruption_budget_and_a_spread_that_select_them() -> None:
     objects = render()
     pdb = one(objects, "PodDisruptionBudget")

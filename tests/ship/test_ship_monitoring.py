@@ -39,6 +39,7 @@ def exported() -> tuple[set[str], set[str]]:
     m.rollout(ref, "Inject")
     m.leading(True)
     m.pass_done(0.1, "rollout")
+    m.passed(ref)
     at = "2026-03-01T12:00:00Z"
     m.status(
         ref,

@@ -53,6 +53,12 @@ def test_launch_server_flags_and_ignored_ones() -> None:
     assert s.ignored_args == ["--mem-fraction-static", "0.8", "--trust-remote-code"]
     s2 = build_settings([*DSPARK, "--cuda-graph-bs-decode", "1", "2", "4", "16"], {})
     assert s2.server_args["cuda_graph_config"]["decode"]["bs"] == [1, 2, 4, 16]
+    # ServerArgs has no cuda_graph_max_bs field: the deprecated flag sets the per-phase one,
+    # reported as given; the resolved values live in cuda_graph_config.
+    assert "cuda_graph_max_bs" not in s.server_args and "cuda_graph_bs" not in s.server_args
+    assert s.server_args["cuda_graph_max_bs_decode"] == 192
+    assert s2.server_args["cuda_graph_bs_decode"] == [1, 2, 4, 16]
+    assert s2.server_args["cuda_graph_max_bs_decode"] is None
 
 
 @pytest.mark.parametrize(

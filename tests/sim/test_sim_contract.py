@@ -613,6 +613,7 @@ def test_loaded_table_and_gpu_use_are_observable(tmp_path: Path) -> None:
         "kind": "diagonal",
         "sha256": hashlib.sha256(NON_FLAT_TABLE.encode()).hexdigest()[:16],
         "uninitialized": False,
+        "source": "path",
     }
     assert before["sim_stats"]["decode_steps"] == 0
     stats = after["sim_stats"]

@@ -4,6 +4,7 @@ settable clock, and helpers that play the profiling Job's part."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -14,8 +15,10 @@ from fakekube import FakeKube
 from sps_operator.api import labels as L
 from sps_operator.api.result import build_patch
 from sps_operator.controller import indexes as ix
+from sps_operator.controller.deployments import deployment_rolled_out
 from sps_operator.controller.placement import PodInfo
 from sps_operator.controller.reconcile import Reconciler
+from sps_operator.controller.selectors import matches_selector
 from sps_operator.controller.state import ApiSnapshot, Settings
 
 NS = "serving"
@@ -130,6 +133,9 @@ class Harness:
     )
     pods: list[PodInfo] = field(default_factory=list)
     reconciler: Reconciler | None = None
+    # The kubelet's part: the pods of a Deployment whose rollout completed carry its
+    # template's table hash. Off for a test that sets the pods' hashes itself.
+    pods_follow_templates: bool = True
 
     def __post_init__(self) -> None:
         self.reconciler = Reconciler(self.kube, self.settings, clock=lambda: self.now)
@@ -162,17 +168,39 @@ class Harness:
         self.pods = [p for p in self.pods if p.labels.get("deploy") != deployment]
         for i in range(count):
             labels = {"app": "sglang", "deploy": deployment}
-            self.pods.append(PodInfo(f"{deployment}-{i}", labels, node))
+            self.pods.append(PodInfo(f"{deployment}-{i}", labels, node, ready=True))
 
     def tick(self, seconds: float = 1.0) -> None:
         self.now += timedelta(seconds=seconds)
 
     # ---- passes
 
+    def pods_now(self) -> list[PodInfo]:
+        """The pods as a pass sees them (see `pods_follow_templates`)."""
+        if not self.pods_follow_templates:
+            return list(self.pods)
+        out = []
+        for pod in self.pods:
+            dep = next(
+                (
+                    d
+                    for d in self.kube.kinds("Deployment")
+                    if matches_selector((d["spec"].get("selector") or {}), pod.labels)
+                ),
+                None,
+            )
+            if dep is not None and deployment_rolled_out(dep):
+                annotations = (dep["spec"]["template"].get("metadata") or {}).get("annotations")
+                pod = dataclasses.replace(
+                    pod, table_hash=(annotations or {}).get("sps.dev/table-hash")
+                )
+            out.append(pod)
+        return out
+
     def run_pass(self, name: str = "p") -> dict[str, Any]:
         assert self.reconciler is not None
         body = copy.deepcopy(self.kube.obj("SpsProfile", name, NS))
-        self.reconciler.reconcile(body, ApiSnapshot(self.kube, list(self.pods), NODES))
+        self.reconciler.reconcile(body, ApiSnapshot(self.kube, self.pods_now(), NODES))
         return self.status(name)
 
     def cluster_objects(self) -> list[dict[str, Any]]:

@@ -1,7 +1,8 @@
 """An in-memory `KubeApi` for the controller's unit tests and the fuzzing harness.
 
-It keeps objects by (kind, namespace, name), answers label-selector LISTs, honours a
-merge patch's resourceVersion precondition, and plays the Deployment controller and the
+It keeps objects by (kind, namespace, name), answers label-selector LISTs, honours the
+resourceVersion precondition of a merge patch and of an apply body (409 when the object
+changed since), and plays the Deployment controller and the
 kubelet instantly (an applied template is rolled out and available at once, unless a test
 says otherwise). The end-to-end tests run the same passes against a real control plane.
 """
@@ -17,6 +18,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
+from sps_operator.constants import FIELD_MANAGER
 from sps_operator.controller.kube import KubeApi, Obj
 
 _SET_EXPR = re.compile(r"^([^\s!=]+)\s+(in|notin)\s+\(([^)]*)\)$")
@@ -77,6 +79,33 @@ def _merge_named(current: list[dict[str, Any]], applied: list[dict[str, Any]]) -
             current.append(copy.deepcopy(entry))
 
 
+def _own(obj: Obj, patch: Mapping[str, Any]) -> None:
+    """The operator's managedFields entry after a merge patch: it owns the annotation keys
+    it set (and no longer those it removed), and spec.replicas once it set them."""
+    meta = obj["metadata"]
+    entries = meta.setdefault("managedFields", [])
+    entry = next(
+        (
+            e
+            for e in entries
+            if e.get("manager") == FIELD_MANAGER and e.get("operation") == "Update"
+        ),
+        None,
+    )
+    if entry is None:
+        entry = {"manager": FIELD_MANAGER, "operation": "Update", "fieldsV1": {}}
+        entries.append(entry)
+    fields = entry["fieldsV1"]
+    for key, value in ((patch.get("metadata") or {}).get("annotations") or {}).items():
+        owned = fields.setdefault("f:metadata", {}).setdefault("f:annotations", {})
+        if value is None:
+            owned.pop(f"f:{key}", None)
+        else:
+            owned[f"f:{key}"] = {}
+    if "replicas" in (patch.get("spec") or {}):
+        fields.setdefault("f:spec", {})["f:replicas"] = {}
+
+
 class FakeKube(KubeApi):
     """Enough of the API server for reconcile passes, in memory."""
 
@@ -121,6 +150,24 @@ class FakeKube(KubeApi):
     def _bump(self, obj: Obj) -> None:
         obj["metadata"]["resourceVersion"] = str(next(self._clock))
 
+    def edit(self, kind: str, name: str, change: Any, namespace: str = "serving") -> Obj:
+        """Someone else's update (`kubectl edit`): `change(obj)` mutates the object, which
+        gets a new resourceVersion (and generation, for a Deployment's spec)."""
+        obj = self.objects[(kind, namespace, name)]
+        spec = copy.deepcopy(obj.get("spec"))
+        change(obj)
+        if kind == "Deployment" and obj.get("spec") != spec:
+            obj["metadata"]["generation"] += 1
+            if self.instant_rollout:
+                self.roll(obj)
+        self._bump(obj)
+        return obj
+
+    def _precondition(self, obj: Obj, body: Mapping[str, Any]) -> None:
+        wanted = (body.get("metadata") or {}).get("resourceVersion")
+        if wanted is not None and wanted != obj["metadata"]["resourceVersion"]:
+            raise ApiException(status=409, reason="Conflict")
+
     # ---- reads
 
     def _list(self, kind: str, namespace: str, selector: str) -> list[Obj]:
@@ -160,6 +207,10 @@ class FakeKube(KubeApi):
         self._call("list_services")
         return self._list("Service", namespace, "")
 
+    def list_leases(self, namespace: str, label_selector: str) -> list[Obj]:
+        self._call("list_leases")
+        return self._list("Lease", namespace, label_selector)
+
     def get(self, kind: str, namespace: str, name: str) -> Obj | None:
         self._call("get")
         found = self.objects.get((kind, namespace, name))
@@ -186,6 +237,8 @@ class FakeKube(KubeApi):
         self._call(f"apply_{body['kind']}")
         meta = body["metadata"]
         key = (body["kind"], meta["namespace"], meta["name"])
+        if key in self.objects:
+            self._precondition(self.objects[key], body)
         self.applied.append(copy.deepcopy(body))
         if body["kind"] == "ConfigMap":
             current = self.objects.get(key)
@@ -231,28 +284,37 @@ class FakeKube(KubeApi):
             }
         )
 
-    def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> None:
-        self._call(f"patch_{kind}")
+    def _merge_patch(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj:
+        """A JSON merge patch under the field manager sps-operator (recorded in
+        managedFields as the API server does), honouring a resourceVersion precondition."""
         obj = self.objects.get((kind, namespace, name))
         if obj is None:
             raise ApiException(status=404, reason="NotFound")
-        wanted = (patch.get("metadata") or {}).get("resourceVersion")
-        if wanted is not None and wanted != obj["metadata"]["resourceVersion"]:
-            raise ApiException(status=409, reason="Conflict")
-        self.metadata_patches.append((kind, name, copy.deepcopy(patch)))
+        self._precondition(obj, patch)
         body = copy.deepcopy(patch)
         body.get("metadata", {}).pop("resourceVersion", None)
         merge(obj, body)
+        _own(obj, body)
         self._bump(obj)
+        return obj
 
-    def scale(self, namespace: str, deployment: str, replicas: int) -> None:
-        self._call("scale")
-        dep = self.objects[("Deployment", namespace, deployment)]
-        self.scales.append((deployment, replicas))
-        if dep["spec"].get("replicas") != replicas:
-            dep["spec"]["replicas"] = replicas
+    def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj:
+        self._call(f"patch_{kind}")
+        obj = self._merge_patch(kind, namespace, name, patch)
+        self.metadata_patches.append((kind, name, copy.deepcopy(patch)))
+        return copy.deepcopy(obj)
+
+    def patch_deployment(self, namespace: str, name: str, patch: Obj) -> None:
+        self._call("patch_deployment")
+        dep = self.objects.get(("Deployment", namespace, name))
+        before = dep["spec"].get("replicas") if dep is not None else None
+        dep = self._merge_patch("Deployment", namespace, name, patch)
+        self.metadata_patches.append(("Deployment", name, copy.deepcopy(patch)))
+        replicas = (patch.get("spec") or {}).get("replicas")
+        if replicas is not None:
+            self.scales.append((name, replicas))
+        if dep["spec"].get("replicas") != before:
             dep["metadata"]["generation"] += 1
-            self._bump(dep)
             if self.instant_rollout:
                 self.roll(dep)
 

@@ -22,6 +22,10 @@ KUBERNETES_WORDS = {
     "PodScheduled", "Progressing", "ProgressDeadlineExceeded", "True", "False",
     "Exists", "DoesNotExist", "In", "NotIn", "Gt", "Lt",
     "Normal", "Warning",
+    "Recreate", "ReplicaFailure", "Secret", "SpsProfile",
+    # the kubelet's container states that keep a pod from ever becoming ready
+    "CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "InvalidImageName",
+    "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
     "AnnotateOnly",  # a rollout mode, in a message
     "GatesPassed",  # a passed gate's verdict, never written to status
 }  # fmt: skip

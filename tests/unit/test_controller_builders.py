@@ -170,7 +170,9 @@ def test_job_external_mode_has_no_sidecar_and_job_overrides_apply() -> None:
     assert pod["nodeSelector"] == {"zone": "a"}
     assert pod["tolerations"] == [{"key": "k", "operator": "Exists"}]
     assert pod["serviceAccountName"] == "mine"
-    assert job["spec"]["activeDeadlineSeconds"] == 600
+    # The run's own deadline counts from when the Job runs (the operator enforces it); the
+    # Job's bound adds the longest wait for GPUs (capacity.waitTimeoutSeconds, default 3600).
+    assert job["spec"]["activeDeadlineSeconds"] == 600 + 3600
     profiler = pod["containers"][0]
     assert profiler["image"] == "my/profiler:1"
     assert profiler["resources"] == {"limits": {"cpu": "1"}}
@@ -224,7 +226,7 @@ def test_table_config_map_is_immutable_labelled_and_free_of_gitops_metadata() ->
 
 
 def test_inject_apply_owns_only_volume_mount_flag_and_annotation() -> None:
-    dep = {"metadata": {"name": "srv", "namespace": "serving"}}
+    dep = {"metadata": {"name": "srv", "namespace": "serving", "resourceVersion": "41"}}
     body = builders.inject_apply(
         dep, "sglang", "llama-table-0123", "hash1", "/etc/sps/table/table.json",
         ["--model-path", "m", "--speculative-dspark-sps-table-path", "/old"],
@@ -245,19 +247,25 @@ def test_inject_apply_owns_only_volume_mount_flag_and_annotation() -> None:
         "items": [{"key": "table.json", "path": "table.json"}],
     }
     assert set(body["spec"]) == {"template"}
+    # Conditional on what was read: the args above are the ones of resourceVersion 41.
+    assert body["metadata"] == {"name": "srv", "namespace": "serving", "resourceVersion": "41"}
 
 
 def test_annotate_only_apply_is_the_annotation_alone() -> None:
     body = builders.annotate_apply(
-        {"metadata": {"name": "srv", "namespace": "serving"}}, "cm", "hash2"
+        {"metadata": {"name": "srv", "namespace": "serving", "resourceVersion": "7"}}, "cm", "h2"
     )
+    assert body["metadata"]["resourceVersion"] == "7"
     assert body["spec"] == {
         "template": {
-            "metadata": {
-                "annotations": {L.ANNOTATION_TABLE_HASH: "hash2", L.ANNOTATION_TABLE: "cm"}
-            }
+            "metadata": {"annotations": {L.ANNOTATION_TABLE_HASH: "h2", L.ANNOTATION_TABLE: "cm"}}
         }
     }
+
+
+def test_a_deployment_write_without_a_resource_version_is_never_built() -> None:
+    with pytest.raises(ValueError, match="resourceVersion"):
+        builders.annotate_apply({"metadata": {"name": "srv", "namespace": "serving"}}, "c", "h")
 
 
 def test_names_are_deterministic_unique_per_profile_and_short_enough() -> None:

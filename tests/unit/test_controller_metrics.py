@@ -6,6 +6,7 @@ import platform
 from datetime import UTC, datetime
 from pathlib import Path
 
+from controller_harness import Harness
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -129,6 +130,7 @@ def test_a_deleted_profiles_series_are_removed() -> None:
         m.run_finished(ref, "succeeded", 1.0)
         m.rollout(ref, "Inject")
         m.status(ref, status(tables=[TABLE]))
+        m.passed(ref)
     m.forget("ns", "p")
     text = generate_latest(m.registry).decode()
     assert 'profile="p"' not in text
@@ -188,7 +190,6 @@ async def test_the_leader_gauge_is_1_while_the_operator_acts() -> None:
 
 
 def test_a_pass_that_fails_is_counted_by_its_step() -> None:
-    from controller_harness import Harness
     from kubernetes.client.exceptions import ApiException
 
     h = Harness.with_finished_job()
@@ -205,3 +206,13 @@ def test_a_pass_that_fails_is_counted_by_its_step() -> None:
     h.tick(60)
     h.run_pass()
     assert samples(m).get(("sps_reconcile_errors_total", (("step", "status"),))) == 1.0
+
+
+def test_every_pass_that_reads_the_world_is_counted() -> None:
+    h = Harness.one_target()
+    assert h.reconciler is not None
+    for _ in range(3):
+        h.tick()
+        h.run_pass()
+    text = generate_latest(h.reconciler.metrics.registry).decode()
+    assert 'sps_reconcile_passes_total{namespace="serving",profile="p"} 3.0' in text

@@ -171,7 +171,10 @@ def test_kubernetes_variable_references_are_expanded_like_the_kubelet() -> None:
     parsed = parse_server(container(args=["--model-path", "$(MODEL)", "--x", "$$(MODEL)",
                                           "--y", "$(SECRET)", "--speculative-algorithm",
                                           "DSPARK"], env=env))  # fmt: skip
-    assert parsed.args[:6] == ("--model-path", "org/m", "--x", "$(MODEL)", "--y", "$(SECRET)")
+    # What the server gets; and, for the clone, the same in the kubelet's form (`$` escaped,
+    # an unreadable value kept as its reference, which the clone's environment resolves).
+    assert parsed.argv[:6] == ("--model-path", "org/m", "--x", "$(MODEL)", "--y", "$(SECRET)")
+    assert parsed.args[:6] == ("--model-path", "org/m", "--x", "$$(MODEL)", "--y", "$(SECRET)")
 
 
 tokens = st.lists(

@@ -77,6 +77,14 @@ def test_pki_chain_sans_and_identities(tmp_path: Path) -> None:
     assert isinstance(load_pem_private_key(p.ca_key.read_bytes(), None), ec.EllipticCurvePrivateKey)
     assert (p.ca_key.stat().st_mode & 0o777) == 0o600
 
+    # A tenant: a user certificate signed later by the same CA, its groups as O.
+    tenant = pki.issue_user(p.ca_cert, p.ca_key, tmp_path / "users", "alice", ["team-b", "devs"])
+    cert = _cert(tenant.cert)
+    cert.verify_directly_issued_by(ca)
+    assert subject(cert, NameOID.COMMON_NAME) == ["alice"]
+    assert subject(cert, NameOID.ORGANIZATION_NAME) == ["team-b", "devs"]
+    assert (tenant.key.stat().st_mode & 0o777) == 0o600
+
 
 def test_podnet_for_index() -> None:
     net = podnet.PodNetwork.for_index(12)

@@ -312,6 +312,8 @@ def test_operator_failure_reasons_get_specific_advice() -> None:
         "TargetChanged": "changed between the two phases",
         "SweepMismatch": "a cell more than once",
         "IncompleteSweep": "did not cover every cell",
+        "DeadlineExceeded": "ran longer than spec.job.activeDeadlineSeconds",
+        "ResultMissing": "its result never arrived",
     }
     for reason, what in cases.items():
         message = (
@@ -375,3 +377,49 @@ def test_job_supplied_text_cannot_drive_the_terminal() -> None:
     text = render_explain(report)
     assert "\x1b" not in text and "\x07" not in text and "\r" not in text
     assert all(len(f["why"]) <= 2000 for f in report["findings"])
+
+
+def blocked(message: str) -> dict[str, Any]:
+    return {
+        "observedGeneration": 1,
+        "conditions": [ready("False", "RolloutBlocked", f"server: {message}")],
+        "targets": [{"deployment": "server", "state": "Rolling", "reason": "RolloutBlocked",
+                     "message": message, "blockedSince": "2026-12-02T11:00:00Z"}],
+    }  # fmt: skip
+
+
+def test_a_blocked_rollout_is_explained_with_the_pods_words_and_what_to_do() -> None:
+    cases = {
+        "pod server-7c9 cannot be scheduled: 0/4 nodes are available: 2 Insufficient "
+        "nvidia.com/gpu": "maxUnavailable: 1",
+        "pod server-7c9: container sglang: ImagePullBackOff: Back-off pulling image": (
+            "pull secrets"
+        ),
+        "pod server-7c9: container sglang: CrashLoopBackOff: back-off 5m": "--previous",
+        "the ReplicaSet cannot create pods: exceeded quota: gpu": "raise the quota",
+        "something else": "kubectl rollout status deployment/server",
+    }
+    for message, hint in cases.items():
+        report = explain(profile(blocked(message)))
+        (finding,) = report["findings"]
+        assert finding["what"] == (
+            "The rollout of the new table onto Deployment server is blocked "
+            "(since 2026-12-02T11:00:00Z)"
+        )
+        assert message in finding["why"] and hint in finding["next"], (message, finding)
+
+
+def test_a_replica_kept_for_a_rollout_and_a_held_table_are_explained() -> None:
+    status = {
+        "observedGeneration": 1,
+        "conditions": [ready("True", "TableLive")],
+        "targets": [{"deployment": "server", "state": "Live", "heldUntil": "2026-12-02T12:00:00Z",
+                     "message": "table t2 waits until 2026-12-02T12:00:00Z"}],
+        "rolloutBorrow": {"deployment": "server", "replicas": 2, "at": "2026-12-02T10:00:00Z",
+                          "run": "llama-1", "table": "abc", "heldSince": "2026-12-02T10:05:00Z"},
+    }  # fmt: skip
+    whats_ = whats(explain(profile(status)))
+    assert whats_ == [
+        "A newer table for Deployment server waits for the minimum interval between rollouts",
+        "One replica of server stays lent to the new table's rollout",
+    ]

@@ -249,6 +249,25 @@ def test_vectors_agree_with_msgspec_typed_decode(name: str, text: str, error: st
         assert error in message
 
 
+@pytest.mark.parametrize(("name", "text", "error"), VECTORS, ids=[v[0] for v in VECTORS])
+def test_diagonal_only_loader_agrees_with_msgspec(name: str, text: str, error: str | None) -> None:
+    """The fork's loader decodes every text as SpsCostTable: an additive one included."""
+    try:
+        msgspec.json.decode(text.encode(), type=_MsgDiag)
+        expected: str | None = None
+    except (msgspec.DecodeError, ValueError) as exc:
+        expected = str(exc)
+    try:
+        table = load_sps_table_text(text, diagonal_only=True)
+    except SpsTableError as exc:
+        assert expected is not None, f"msgspec accepts it: {exc}"
+        if "JSON is malformed" not in str(exc):
+            assert str(exc) == expected
+    else:
+        assert expected is None, expected
+        assert isinstance(table, SpsCostTable)
+
+
 def test_to_json_is_compact_with_ints_as_ints() -> None:
     table = SpsCostTable([8, 16], [1000, 2], 16)
     assert table.to_json() == (

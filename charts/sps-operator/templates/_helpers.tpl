@@ -91,13 +91,10 @@ or into a Role in each watched namespace (namespaces mode).
   resources: [spsprofiles/status]
   verbs: [get, patch]
 - apiGroups: [apps]
-  # patch = server-side apply under the field manager sps-operator.
+  # patch = server-side apply under the field manager sps-operator; and BorrowReplica's
+  # one write of a borrow record with the replicas it lends or gives back.
   resources: [deployments]
   verbs: [get, list, watch, patch]
-- apiGroups: [apps]
-  # capacity.mode BorrowReplica: one replica lent to a run, given back after it.
-  resources: [deployments/scale]
-  verbs: [patch]
 - apiGroups: [policy]
   # BorrowReplica never borrows against a PodDisruptionBudget.
   resources: [poddisruptionbudgets]
@@ -207,6 +204,7 @@ or into a Role in each watched namespace (namespaces mode).
 {{- with .Values.jobDefaults.priorityClassName }}
 - {{ printf "--job-priority-class=%s" . | quote }}
 {{- end }}
+- --min-refresh-interval-seconds={{ int .Values.refresh.minIntervalSeconds }}
 {{- with .Values.operator.extraArgs }}
 {{ toYaml . }}
 {{- end }}

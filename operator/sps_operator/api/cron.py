@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from cronsim import CronSim, CronSimError
 
@@ -308,5 +308,15 @@ def next_fire_time(schedule: str, after: datetime) -> datetime:
         after = after.astimezone(UTC)
     try:
         return next(CronSim(expand(schedule), after))
+    except (CronSimError, StopIteration) as exc:  # cannot happen for a schedule that validates
+        raise ValueError(f"{SCHEDULE_FIELD} {schedule!r}: {exc or 'never fires'}") from exc
+
+
+def last_fire_time(schedule: str, at: datetime) -> datetime:
+    """The last time at or before `at` that a valid schedule fired (cronsim, backwards)."""
+    if at.tzinfo is not None:
+        at = at.astimezone(UTC)
+    try:
+        return next(CronSim(expand(schedule), at + timedelta(seconds=1), reverse=True))
     except (CronSimError, StopIteration) as exc:  # cannot happen for a schedule that validates
         raise ValueError(f"{SCHEDULE_FIELD} {schedule!r}: {exc or 'never fires'}") from exc

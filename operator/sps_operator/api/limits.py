@@ -121,3 +121,6 @@ MAX_PROFILE_NAME = 40
 MAX_PROGRESS_LENGTH = 256
 MAX_MESSAGE_LENGTH = 4096
 MAX_CONDITION_MESSAGE_LENGTH = 32768
+
+# refresh.minIntervalSeconds: at most 30 days between scheduled runs / rollouts.
+MAX_REFRESH_INTERVAL_SECONDS = 30 * 24 * 3600

@@ -804,8 +804,9 @@ class CapacitySpec(ApiModel):
         description="Wait: the Job waits for a free GPU (at most waitTimeoutSeconds), and "
         "status says why. BorrowReplica: when the Job cannot be scheduled for "
         "borrowAfterSeconds, the operator takes one replica out of the target Deployment for "
-        "the run (scale subresource) and gives it back when the run ends, whatever the "
-        "outcome; never below minAvailable ready replicas, against a PodDisruptionBudget, "
+        "the run and gives it back when the run ends, whatever the outcome (after the new "
+        "table's rollout when that rollout needs the slot as its surge slot); never below "
+        "minAvailable ready replicas, against a PodDisruptionBudget, "
         "while the Deployment rolls out, when a HorizontalPodAutoscaler or another "
         "server-side-apply manager owns its replicas, or twice at once on one GPU product.",
     )
@@ -942,6 +943,16 @@ class RefreshSpec(ApiModel):
         description="Re-profile when anything the cost depends on changes (image, model, tp/dp, "
         "draft width, capture config, max running requests, verify mode). Otherwise the "
         "table is only marked Stale.",
+    )
+    min_interval_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=L.MAX_REFRESH_INTERVAL_SECONDS,
+        description="Minimum time between two scheduled runs, and between two rollouts of a "
+        "new table onto one Deployment that already runs a table measured for it (each "
+        "rollout restarts every server). It may only lengthen the operator's own minimum "
+        "(chart value refresh.minIntervalSeconds, default 1 h); a first table, a table for a "
+        "changed server and a rollback are never held back.",
     )
 
     @model_validator(mode="after")
@@ -1161,6 +1172,28 @@ class BorrowRecord(StatusModel):
         description="When it was borrowed (serving capacity is reduced since).",
         json_schema_extra={"format": "date-time"},
     )
+    used: bool = Field(
+        default=False,
+        description="The run's Job ran on the lent GPUs (a Job suspended or unscheduled again "
+        "after that gives the replica back at once).",
+    )
+    run: str | None = Field(
+        default=None, description="status.rolloutBorrow: the run the replica was lent to."
+    )
+    table: str | None = Field(
+        default=None,
+        description="status.rolloutBorrow: the hash of the table whose rollout the lent slot "
+        "is kept for.",
+    )
+    held_since: str | None = Field(
+        default=None,
+        description="status.rolloutBorrow: when the run ended and the slot was kept for the "
+        "rollout.",
+        json_schema_extra={"format": "date-time"},
+    )
+    gpu_product: str | None = Field(
+        default=None, description="status.rolloutBorrow: the GPU product of the pool."
+    )
 
 
 class RunStatus(StatusModel):
@@ -1190,6 +1223,23 @@ class RunStatus(StatusModel):
     )
     borrow: BorrowRecord | None = Field(
         default=None, description="The replica taken out of the target for this run."
+    )
+    running_since: str | None = Field(
+        default=None,
+        description="When the Job's pod started running: the run's own deadline "
+        "(spec.job.activeDeadlineSeconds) counts from here, not from its wait for GPUs.",
+        json_schema_extra={"format": "date-time"},
+    )
+    result_wait_since: str | None = Field(
+        default=None,
+        description="When the Job was seen complete while its result ConfigMap did not hold "
+        "the final result yet (the run waits a bounded time for that write).",
+        json_schema_extra={"format": "date-time"},
+    )
+    borrow_undone: MessageText | None = Field(
+        default=None,
+        description="Someone else (a GitOps self-heal, a person) scaled a lent replica back "
+        "during this run: what was seen. The run borrows no more.",
     )
 
 
@@ -1225,7 +1275,10 @@ class TargetStatus(StatusModel):
         "new one exists. NoTable, Waiting (pods not settled on one GPU product), Refused "
         "(reason says why the operator leaves it alone).",
     )
-    reason: str | None = Field(default=None, description="Why it is refused (CamelCase).")
+    reason: str | None = Field(
+        default=None,
+        description="Why it is refused, or (state Rolling) what blocks its rollout (CamelCase).",
+    )
     owner: str | None = Field(default=None, description="The SpsProfile that serves it.")
     observed_gpu: str | None = Field(
         default=None,
@@ -1239,6 +1292,26 @@ class TargetStatus(StatusModel):
         "counts once it has held for the operator's GPU debounce period.",
     )
     message: MessageText | None = None
+    rolled_at: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="When the operator last rolled a new table onto it (the minimum interval "
+        "between rollouts counts from here).",
+    )
+    held_until: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="A newer table for it waits for the minimum interval between rollouts "
+        "until then (nextTable).",
+    )
+    next_table: str | None = Field(
+        default=None, description="The newer table that waits (see heldUntil)."
+    )
+    blocked_since: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="Since when its rollout has been blocked (reason RolloutBlocked).",
+    )
 
 
 class FailureRecord(StatusModel):
@@ -1253,7 +1326,14 @@ class FailureRecord(StatusModel):
         default=None, description="The trigger this failure belongs to (retries share it)."
     )
     retryable: bool = Field(
-        default=True, description="False for gate failures: only a new trigger runs again."
+        default=True,
+        description="False for gate failures: only a new trigger, or a change of the spec "
+        "that decides a run (gates, table, job, server, capacity), runs again.",
+    )
+    spec_hash: str | None = Field(
+        default=None,
+        description="Hash of the spec parts that decide a run when it failed: a different "
+        "one (a gate relaxed, say) allows a new attempt.",
     )
 
 
@@ -1278,6 +1358,11 @@ class SpsProfileStatus(StatusModel):
     last_failure: FailureRecord | None = None
     last_schedule_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
     next_schedule_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    schedule_held_back: MessageText | None = Field(
+        default=None,
+        description="Set while refresh.schedule fires more often than the minimum interval "
+        "between scheduled runs: which fire times are skipped, and when the next run is.",
+    )
     refresh_requested_at: str | None = Field(
         default=None,
         json_schema_extra={"format": "date-time"},
@@ -1298,6 +1383,12 @@ class SpsProfileStatus(StatusModel):
         default=None, description="sps.dev/reprofile annotation value last acted on."
     )
     targets: list[TargetStatus] = Field(default_factory=list)
+    rollout_borrow: BorrowRecord | None = Field(
+        default=None,
+        description="A replica still lent after its run ended: on a full pool the freed slot "
+        "is the surge slot the new table's rollout needs; given back when that rollout "
+        "completes (or fails, or takes longer than the Deployment's progress deadline).",
+    )
 
 
 # Rules at the root of the CRD schema, where CEL may read metadata.name.

@@ -68,6 +68,9 @@ REASONS: dict[str, Reason] = {
     "RolloutDisabled": Reason(
         Kind.INFO, "spec.rollout.mode is Disabled: tables are published only"
     ),
+    "RolloutHeld": Reason(
+        Kind.INFO, "RolledOut=False: a newer table waits for the minimum rollout interval"
+    ),
     # Work in progress.
     "Profiling": Reason(Kind.PROGRESSING, "a run is measuring the table"),
     "NoTable": Reason(
@@ -105,6 +108,12 @@ REASONS: dict[str, Reason] = {
     "MixedGpuProducts": Reason(Kind.PROBLEM, "a Deployment's pods run on several GPU products"),
     "NoServerContainer": Reason(Kind.PROBLEM, "spec.serverContainer names no container"),
     "TableNotEligible": Reason(Kind.PROBLEM, "a table in status does not match its ConfigMap"),
+    "HiddenCostInput": Reason(
+        Kind.PROBLEM, "a cost input of the server comes from what the operator cannot read"
+    ),
+    "RolloutBlocked": Reason(
+        Kind.PROBLEM, "the new pods cannot start (unschedulable, image pull, crash loop)"
+    ),
     "TargetProblem": Reason(Kind.PROBLEM, "a target is refused (no reason recorded)"),
     # Refusals before a run creates anything (the admin policy).
     "JobPolicy": Reason(Kind.FAILURE, "spec.job or spec.server asks what the policy forbids"),
@@ -117,6 +126,7 @@ REASONS: dict[str, Reason] = {
     "JobMissing": Reason(Kind.FAILURE, "the Job disappeared before it finished"),
     "ResultMissing": Reason(Kind.FAILURE, "the Job completed without a result"),
     "ResultRefused": Reason(Kind.FAILURE, "the Job's result was malformed or implausible"),
+    "DeadlineExceeded": Reason(Kind.FAILURE, "the Job ran past spec.job.activeDeadlineSeconds"),
     "TargetGone": Reason(Kind.FAILURE, "the Deployment went away between the phases"),
     "TargetChanged": Reason(Kind.FAILURE, "the Deployment changed between the phases"),
     "SweepMismatch": Reason(Kind.FAILURE, "the result measured cells not asked for"),
@@ -144,6 +154,9 @@ EVENT_REASONS: dict[str, str] = {
     "PlaceholderTable": "an AnnotateOnly ConfigMap got SGLang's no-table placeholder",
     "ReplicaBorrowed": "a replica was lent to a run (BorrowReplica)",
     "ReplicaReturned": "a borrowed replica was given back",
+    "ReplicaHeldForRollout": "a borrowed replica is kept until its Deployment's rollout ends",
+    "BorrowUndone": "someone scaled a lent replica back before the run gave it back",
+    "ClockSkew": "a recorded time was ahead of this replica's clock; counted from now",
 }
 
 # What the health rule below reads.

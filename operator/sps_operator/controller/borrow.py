@@ -1,16 +1,20 @@
-"""Profiling where GPUs are scarce: why a run waits, and BorrowReplica.
+"""Profiling where GPUs are scarce: why a run waits, and BorrowReplica (pure decisions).
 
 A Clone Job needs as many GPUs of the target's product as one server replica; on a busy
 pool none is free. `waiting` says why a run does not run (the scheduler's words, or
 Kueue's queue). With `capacity.mode: BorrowReplica`, after `borrowAfterSeconds` the
-operator takes one replica out of the target Deployment through the scale subresource,
-and gives it back when the run ends, whatever the outcome.
+operator takes one replica out of the target Deployment and gives it back when the run
+ends, whatever the outcome (or, when the new table's rollout needs the slot as its surge
+slot on a full pool, once that rollout completes).
 
-What was borrowed is recorded twice, so nothing is ever left scaled down: in
-`status.currentRun.borrow`, and on the Deployment (annotation `sps.dev/borrowed`, written
-before the scale). Every pass gives back what a Deployment says was lent to a run of this
-profile that is no longer running; a deleted profile gives back before its finalizer goes.
-A give-back never fights: replicas are restored only if nobody changed them meanwhile.
+What was borrowed is recorded on the Deployment (annotation `sps.dev/borrowed`) in the
+same write that scales it, conditional on the resourceVersion the decision read: there
+is no moment with a scale and no record, and a pass deciding on a stale copy writes
+nothing. That record is the truth: a run that finds its own record re-attaches it and
+never borrows again. Status (`currentRun.borrow`) mirrors it. Only records the operator's
+own field manager wrote are acted on. One borrow per GPU product at a time is a Lease in
+the operator's namespace, created only if absent. A give-back never fights: replicas are
+restored only if nobody changed them meanwhile.
 
 Refusals (each a reason the status shows): the Deployment is rolling out; a
 HorizontalPodAutoscaler or another server-side-apply manager owns its replicas (a borrow
@@ -22,16 +26,21 @@ borrow on the same GPU product.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
-from datetime import datetime
 from typing import Any
 
 from sps_operator.api import labels as L
+from sps_operator.api.hashing import digest
 from sps_operator.api.models import CapacitySpec
-from sps_operator.constants import FIELD_MANAGER
+from sps_operator.constants import FIELD_MANAGER, LABEL_PREFIX
 from sps_operator.controller.deployments import deployment_rolled_out
 from sps_operator.controller.selectors import matches_selector
+
+Obj = dict[str, Any]
+MAX_TAG_BYTES = 4096  # a borrow record is ~250 bytes; anything much larger is not ours
+MAX_HOLDER = 253
+MAX_REPLICAS = 100_000
 
 WAITING_FOR_GPUS = "WaitingForGPUs"
 QUEUED_IN_KUEUE = "QueuedInKueue"
@@ -48,28 +57,55 @@ class BorrowTag:
     replicas: int  # before the borrow
     product: str
     at: str
+    hold: str = ""  # after the run: the table whose rollout keeps the slot (its hash)
 
     def to_annotation(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        data = asdict(self)
+        if not self.hold:
+            data.pop("hold")
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
 def read_tag(deployment: Mapping[str, Any]) -> BorrowTag | None:
     """The borrow recorded on a Deployment (None: none, or not readable as one)."""
     text = ((deployment.get("metadata") or {}).get("annotations") or {}).get(L.ANNOTATION_BORROWED)
-    if not text:
+    if not text or len(text) > MAX_TAG_BYTES:
         return None
     try:
         data = json.loads(text)
+        replicas = data["replicas"]
+        if type(replicas) is not int or not 0 < replicas <= MAX_REPLICAS:
+            return None  # a count the operator never wrote (Infinity, 1e30, "3", true)
         return BorrowTag(
             profile_uid=str(data["profile_uid"]),
             profile=str(data["profile"]),
             run=str(data["run"]),
-            replicas=int(data["replicas"]),
+            replicas=replicas,
             product=str(data["product"]),
             at=str(data["at"]),
+            hold=str(data.get("hold") or ""),
         )
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def written_by_operator(deployment: Mapping[str, Any]) -> bool:
+    """The borrow record was written by the operator's own field manager (managedFields:
+    the annotation key owned by `sps-operator`). Anyone may annotate a Deployment they can
+    edit; a record the operator did not write is never acted on."""
+    key = f"f:{L.ANNOTATION_BORROWED}"
+    for entry in (deployment.get("metadata") or {}).get("managedFields") or []:
+        annotations = ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:annotations")
+        if entry.get("manager") == FIELD_MANAGER and key in (annotations or {}):
+            return True
+    return False
+
+
+def trusted_tag(deployment: Mapping[str, Any] | None) -> BorrowTag | None:
+    """The Deployment's borrow record if the operator wrote it (else None)."""
+    if deployment is None or not written_by_operator(deployment):
+        return None
+    return read_tag(deployment)
 
 
 def replicas_owners(deployment: Mapping[str, Any]) -> list[str]:
@@ -92,13 +128,23 @@ def _pod_labels(deployment: Mapping[str, Any]) -> Mapping[str, str]:
     return (template.get("metadata") or {}).get("labels") or {}
 
 
+def replicas_changed_by(deployment: Mapping[str, Any]) -> list[str]:
+    """Managers other than the operator that own spec.replicas (who scaled it last)."""
+    return sorted(
+        {
+            str(entry.get("manager"))
+            for entry in (deployment.get("metadata") or {}).get("managedFields") or []
+            if "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {})
+            and entry.get("manager") != FIELD_MANAGER
+        }
+    )
+
+
 def borrow_refusal(
     deployment: Mapping[str, Any],
     capacity: CapacitySpec,
     pdbs: Iterable[Mapping[str, Any]],
     hpas: Iterable[Mapping[str, Any]],
-    pool_borrows: Iterable[BorrowTag],
-    run: str,
 ) -> str | None:
     """Why one replica may not be borrowed from `deployment` now (None: it may)."""
     name = (deployment.get("metadata") or {}).get("name")
@@ -143,12 +189,6 @@ def borrow_refusal(
             return (
                 f"PodDisruptionBudget {pdb['metadata']['name']} allows no disruption of {name} now"
             )
-    for tag in pool_borrows:
-        if tag.run != run:
-            return (
-                f"{tag.profile} is borrowing a replica on GPU product {tag.product}; one "
-                "borrow at a time per product"
-            )
     return None
 
 
@@ -176,9 +216,80 @@ def give_back(deployment: Mapping[str, Any], tag: BorrowTag) -> GiveBack:
     )
 
 
-def pool_borrows(deployments: Sequence[Mapping[str, Any]], product: str) -> list[BorrowTag]:
-    return [t for d in deployments if (t := read_tag(d)) is not None and t.product == product]
+def borrow_patch(deployment: Mapping[str, Any], tag: BorrowTag | None, replicas: int | None) -> Obj:
+    """One JSON merge patch that writes (or removes, `tag` None) the record and sets the
+    replicas together, conditional on the resourceVersion it was decided on: a crash can
+    never leave a scale without its record, and a Deployment that changed since it was
+    read is not written (409)."""
+    meta = deployment.get("metadata") or {}
+    patch: Obj = {
+        "metadata": {
+            "resourceVersion": meta.get("resourceVersion"),
+            "annotations": {L.ANNOTATION_BORROWED: tag.to_annotation() if tag else None},
+        }
+    }
+    if replicas is not None:
+        patch["spec"] = {"replicas": replicas}
+    return patch
 
 
-def seconds_between(start: str, now: datetime) -> float:
-    return (now - datetime.fromisoformat(start.replace("Z", "+00:00"))).total_seconds()
+# ----------------------------------------------------------------------------- the pool
+# One borrow per GPU product at a time, cluster-wide: a Lease per product in the operator's
+# own namespace, created only if absent (the API server decides between two passes, two
+# workers or two operator replicas), and which no tenant can write.
+
+POOL_LEASE_PREFIX = "sps-borrow-"
+COMPONENT_POOL = "borrow-pool"
+ANNOTATION_CLAIM = f"{LABEL_PREFIX}/borrow-claim"
+
+
+@dataclass(frozen=True)
+class PoolClaim:
+    """Who borrows on a GPU product now (the pool Lease's record)."""
+
+    namespace: str
+    profile: str
+    profile_uid: str
+    run: str
+    deployment: str
+    product: str
+    at: str
+
+    @property
+    def holder(self) -> str:
+        return f"{self.namespace}/{self.profile}"
+
+
+def pool_lease_name(product: str) -> str:
+    return POOL_LEASE_PREFIX + digest(product, length=16)
+
+
+def pool_lease(claim: PoolClaim, namespace: str) -> Obj:
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": pool_lease_name(claim.product),
+            "namespace": namespace,
+            "labels": {L.LABEL_MANAGED_BY: L.MANAGED_BY, L.LABEL_COMPONENT: COMPONENT_POOL},
+            "annotations": {
+                ANNOTATION_CLAIM: json.dumps(asdict(claim), sort_keys=True, separators=(",", ":"))
+            },
+        },
+        "spec": {"holderIdentity": claim.holder[:MAX_HOLDER]},
+    }
+
+
+def read_claim(lease: Mapping[str, Any] | None) -> PoolClaim | None:
+    text = (((lease or {}).get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_CLAIM)
+    if not text or len(text) > MAX_TAG_BYTES:
+        return None
+    try:
+        data = json.loads(text)
+        return PoolClaim(**{k: str(data[k]) for k in PoolClaim.__dataclass_fields__})
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def same_run(claim: PoolClaim, uid: str, run: str) -> bool:
+    return claim.profile_uid == uid and claim.run == run

@@ -414,7 +414,10 @@ def profiling_job(plan: RunPlan) -> dict[str, Any]:
         template_meta["annotations"] = dict(extra_annotations)
     job_spec: dict[str, Any] = {
         "backoffLimit": 0,
-        "activeDeadlineSeconds": spec.job.active_deadline_seconds,
+        # The run's own deadline counts from when the Job runs (the operator enforces it);
+        # the Job's bound adds the longest wait for GPUs, so it holds with the operator down.
+        "activeDeadlineSeconds": spec.job.active_deadline_seconds
+        + spec.capacity.wait_timeout_seconds,
         "template": {"metadata": template_meta, "spec": pod},
     }
     if extra_labels.get(L.LABEL_KUEUE_QUEUE):
@@ -605,12 +608,17 @@ def _table_annotations(table_config_map: str, table_hash: str) -> dict[str, Any]
 
 
 def _deployment_apply(deployment: Mapping[str, Any], template: dict[str, Any]) -> dict[str, Any]:
-    """A Deployment apply body naming `deployment` and carrying only `template`."""
+    """A Deployment apply body naming `deployment` and carrying only `template`, made
+    conditional on the resourceVersion `deployment` was read at: the body repeats what was
+    read (the args), so the API server must refuse it (409) once anyone changed the object."""
     meta = deployment.get("metadata") or {}
+    name = {"name": meta.get("name"), "namespace": meta.get("namespace")}
+    if not meta.get("resourceVersion"):
+        raise ValueError(f"Deployment {name} has no resourceVersion to apply against")
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+        "metadata": {**name, "resourceVersion": meta["resourceVersion"]},
         "spec": {"template": template},
     }
 

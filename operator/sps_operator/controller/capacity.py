@@ -1,34 +1,88 @@
 """A run's GPUs: why it waits, borrowing a replica, giving it back (steps of a pass).
 
 The decisions are in `borrow.py`; this module reads the snapshot, writes through
-`KubeApi`, and keeps `status.currentRun.waiting` / `.borrow` current.
+`KubeApi`, and keeps `status.currentRun.waiting` / `.borrow` and `status.rolloutBorrow`
+current. Every write to a lender is one conditional merge patch (record and replicas
+together); the record on the Deployment is the truth a restarted operator continues from.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
-from sps_operator.api.models import BorrowRecord, CapacityMode, RunStatus, RunWaiting
+from sps_operator.api.models import (
+    BorrowRecord,
+    CapacityMode,
+    RolloutMode,
+    RunStatus,
+    RunWaiting,
+    TableRef,
+    TargetState,
+    TargetStatus,
+)
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.borrow import (
     BORROW_BLOCKED,
+    COMPONENT_POOL,
     QUEUED_IN_KUEUE,
     WAITING_FOR_GPUS,
     BorrowTag,
+    PoolClaim,
+    borrow_patch,
     borrow_refusal,
     give_back,
-    pool_borrows,
-    read_tag,
-    seconds_between,
+    pool_lease,
+    pool_lease_name,
+    read_claim,
+    replicas_changed_by,
+    same_run,
+    trusted_tag,
 )
+from sps_operator.controller.clocks import elapsed, trusted
+from sps_operator.controller.deployments import max_unavailable, progress_deadline_seconds
+from sps_operator.controller.kube import Obj
 from sps_operator.controller.state import Pass
+
+log = logging.getLogger(__name__)
 
 EV_BORROWED = "ReplicaBorrowed"
 EV_RETURNED = "ReplicaReturned"
+EV_HELD = "ReplicaHeldForRollout"
+EV_UNDONE = "BorrowUndone"
+# A borrow record (or pool Lease) whose run is over, or whose profile is gone, is given
+# back after this long: a run that borrowed a moment ago may not be in every cache yet.
+ORPHAN_GRACE = timedelta(minutes=5)
+# A replica kept lent for a rollout goes back at the latest this long after the
+# Deployment's own progress deadline.
+HOLD_MARGIN = timedelta(seconds=60)
+
+
+def _older_than(stamp: str | None, now: datetime, limit: timedelta) -> bool:
+    """`stamp` lies at least `limit` in the past; a time that cannot be trusted (ahead of
+    this clock beyond the skew bound, unreadable) counts as old: it must not keep an
+    orphan alive."""
+    when = trusted(stamp, now)
+    return when is None or now - when >= limit
+
+
+# ----------------------------------------------------------------------------- the wait
+
+
+def _run_pods(p: Pass, run: RunStatus) -> list[Any]:
+    return [
+        pod
+        for pod in p.snapshot.pods
+        if pod.labels.get(L.LABEL_RUN) == run.name
+        and pod.labels.get(L.LABEL_COMPONENT) == L.COMPONENT_POD
+        and not pod.deleting
+    ]
 
 
 def _waiting_now(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -37,32 +91,42 @@ def _waiting_now(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> tuple[str, 
         queue = ((job.get("metadata") or {}).get("labels") or {}).get(L.LABEL_KUEUE_QUEUE)
         where = f"Kueue queue {queue}" if queue else "its suspension"
         return QUEUED_IN_KUEUE, f"Job {run.job} is suspended until {where} admits it"
-    pods = [
-        pod
-        for pod in p.snapshot.pods
-        if pod.labels.get(L.LABEL_RUN) == run.name
-        and pod.labels.get(L.LABEL_COMPONENT) == L.COMPONENT_POD
-        and not pod.deleting
-    ]
+    pods = _run_pods(p, run)
     if pods and all(pod.unschedulable for pod in pods):
         return WAITING_FOR_GPUS, f"no node can take it now: {pods[0].unschedulable}"
     return None
 
 
 def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
-    """Keep `run.waiting` current, borrow a replica when allowed; returns why the run
-    must fail (it waited too long), else None."""
+    """Keep `run.waiting` current, borrow a replica when allowed, give it back as soon as
+    the Job stops running on it; returns why the run must fail (it waited too long), else
+    None."""
     now = p.now
     capacity = p.spec.capacity
+    if run.borrow is not None:
+        _check_undone(p, run)
     waiting = _waiting_now(p, run, job)
     if waiting is None:
+        if any(pod.node for pod in _run_pods(p, run)):
+            run.running_since = run.running_since or cond.rfc3339(now)
+            if run.borrow is not None:
+                run.borrow.used = True
         if run.waiting is not None:
-            p.metrics.gpu_wait(p.ref, seconds_between(run.waiting.since, now))
+            p.metrics.gpu_wait(p.ref, elapsed(run.waiting.since, now))
             run.waiting = None
         return None
     reason, message = waiting
+    run.running_since = None  # the run's own deadline counts from when it runs again
+    if run.borrow is not None and (reason == QUEUED_IN_KUEUE or run.borrow.used):
+        # Kueue suspended (preempted) the Job, or its pod lost the lent GPUs: the lender
+        # gets its replica back now, not when the run ends.
+        what = (
+            "Kueue suspended the Job" if reason == QUEUED_IN_KUEUE else "its pod is pending again"
+        )
+        return_for_run(p, run, why=f"{what} after it ran on the lent GPUs")
+        message += "; the lent replica was given back"
     since = run.waiting.since if run.waiting is not None else cond.rfc3339(now)
-    waited = seconds_between(since, now)
+    waited = elapsed(since, now)
     if waited >= capacity.wait_timeout_seconds:
         p.metrics.gpu_wait(p.ref, waited)
         return (
@@ -75,7 +139,9 @@ def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
         and capacity.mode == CapacityMode.BORROW_REPLICA
         and run.borrow is None
     ):
-        if waited < capacity.borrow_after_seconds:
+        if run.borrow_undone:
+            reason, message = BORROW_BLOCKED, f"{run.borrow_undone} ({message})"
+        elif waited < capacity.borrow_after_seconds:
             p.wake_within(capacity.borrow_after_seconds - waited)
         else:
             refusal = _borrow(p, run)
@@ -85,67 +151,7 @@ def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _borrow(p: Pass, run: RunStatus) -> str | None:
-    """Take one replica out of the run's target; None when done, else why not."""
-    target = p.target(run.target)
-    if target is None:
-        return f"Deployment {run.target} is gone"
-    dep = target.deployment
-    refusal = borrow_refusal(
-        dep,
-        p.spec.capacity,
-        p.snapshot.pdbs,
-        p.snapshot.hpas,
-        pool_borrows(p.snapshot.borrowed, run.gpu_product),
-        run.name,
-    )
-    if refusal is not None:
-        return refusal
-    replicas = int((dep.get("spec") or {}).get("replicas", 1))
-    tag = BorrowTag(p.ref.uid, p.ref.name, run.name, replicas, run.gpu_product, cond.rfc3339(p.now))
-    meta = dep.get("metadata") or {}
-    patch = {
-        "metadata": {
-            "resourceVersion": meta.get("resourceVersion"),
-            "annotations": {L.ANNOTATION_BORROWED: tag.to_annotation()},
-        }
-    }
-    try:
-        # The record first: a restart between the two writes finds it and gives back.
-        p.kube.patch_metadata("Deployment", p.namespace, run.target, patch)
-    except ApiException as exc:
-        if exc.status == 409:
-            return f"Deployment {run.target} changed while borrowing; trying again"
-        raise
-    p.kube.scale(p.namespace, run.target, replicas - 1)
-    run.borrow = BorrowRecord(deployment=run.target, replicas=replicas, at=tag.at)
-    p.event(
-        "Normal",
-        EV_BORROWED,
-        f"borrowed one of {replicas} replicas of {run.target} for run {run.name} "
-        f"({run.gpu_product} had no free GPUs)",
-    )
-    return None
-
-
-def _return(p: Pass, deployment: Mapping[str, Any], tag: BorrowTag) -> None:
-    name = str((deployment.get("metadata") or {}).get("name"))
-    if name in p.returned:
-        return  # the snapshot still shows the record this pass removed
-    p.returned.add(name)
-    action = give_back(deployment, tag)
-    if action.replicas is not None:
-        p.kube.scale(p.namespace, name, action.replicas)
-    p.kube.patch_metadata(
-        "Deployment",
-        p.namespace,
-        name,
-        {"metadata": {"annotations": {L.ANNOTATION_BORROWED: None}}},
-    )
-    note = action.note
-    if tag.replicas == 1:
-        note += f"; the server was down {seconds_between(tag.at, p.now):.0f} s (allowDowntime)"
-    p.event("Normal", EV_RETURNED, note)
+# ----------------------------------------------------------------------------- borrowing
 
 
 def _lenders(p: Pass) -> dict[str, Mapping[str, Any]]:
@@ -160,34 +166,414 @@ def _lenders(p: Pass) -> dict[str, Mapping[str, Any]]:
     return lenders
 
 
-def return_for_run(p: Pass, run: RunStatus) -> None:
-    """The run ends (whatever the outcome): give back what it borrowed."""
+def _own_tag(p: Pass, dep: Mapping[str, Any] | None, run: str) -> BorrowTag | None:
+    """The record on `dep` of a replica lent to `run` of this profile, if the operator
+    wrote it."""
+    tag = trusted_tag(dep)
+    return tag if tag is not None and tag.profile_uid == p.ref.uid and tag.run == run else None
+
+
+def reattach_borrow(p: Pass, run: RunStatus) -> None:
+    """The record on the Deployment is the truth: a borrow written just before a crash
+    (status never said so) is this run's borrow, never a reason to borrow again."""
+    if run.borrow is not None or run.target in p.returned:
+        return  # (a record this pass removed is still in its snapshot)
+    tag = _own_tag(p, _lenders(p).get(run.target), run.name)
+    if tag is not None and not tag.hold:
+        run.borrow = BorrowRecord(deployment=run.target, replicas=tag.replicas, at=tag.at)
+
+
+def _borrow(p: Pass, run: RunStatus) -> str | None:
+    """Take one replica out of the run's target; None when done, else why not."""
+    target = p.target(run.target)
+    if target is None:
+        return f"Deployment {run.target} is gone"
+    dep = target.deployment
+    refusal = borrow_refusal(dep, p.spec.capacity, p.snapshot.pdbs, p.snapshot.hpas)
+    if refusal is not None:
+        return refusal
+    recorded = trusted_tag(dep)
+    if recorded is not None:
+        # Never a record over a record: the one there is given back first.
+        return (
+            f"Deployment {run.target} still records a replica lent to run {recorded.run} of "
+            f"{recorded.profile}; it is given back first"
+        )
+    claim = PoolClaim(
+        p.namespace, p.ref.name, p.ref.uid, run.name, run.target, run.gpu_product,
+        cond.rfc3339(p.now),
+    )  # fmt: skip
+    busy = _claim_pool(p, claim)
+    if busy is not None:
+        return busy
+    replicas = int((dep.get("spec") or {}).get("replicas", 1))
+    tag = BorrowTag(p.ref.uid, p.ref.name, run.name, replicas, run.gpu_product, claim.at)
+    try:
+        # The record and the scale in one write, on the Deployment as it was read.
+        p.kube.patch_deployment(p.namespace, run.target, borrow_patch(dep, tag, replicas - 1))
+    except ApiException as exc:
+        _release_pool(p, run.gpu_product, p.ref.uid, run.name)
+        if exc.status == 409:
+            return f"Deployment {run.target} changed while borrowing; trying again"
+        raise
+    run.borrow = BorrowRecord(deployment=run.target, replicas=replicas, at=tag.at)
+    p.event(
+        "Normal",
+        EV_BORROWED,
+        f"borrowed one of {replicas} replicas of {run.target} for run {run.name} "
+        f"({run.gpu_product} had no free GPUs)",
+    )
+    return None
+
+
+def _check_undone(p: Pass, run: RunStatus) -> None:
+    """Someone else scaled the lender while its replica was lent (a GitOps self-heal, a
+    person, an autoscaler): say so, leave their count alone, borrow no more this run."""
+    assert run.borrow is not None
+    dep = _lenders(p).get(run.borrow.deployment)
+    tag = _own_tag(p, dep, run.name)
+    if dep is None or tag is None:
+        return  # not (yet) seen with our record: nothing to judge on
+    current = int((dep.get("spec") or {}).get("replicas", 1))
+    if current == tag.replicas - 1:
+        return
+    who = ", ".join(replicas_changed_by(dep)) or "someone else"
+    message = (
+        f"Deployment {run.borrow.deployment} was scaled to {current} replicas by {who} while "
+        f"one of its {tag.replicas} was lent to run {run.name}: something undoes the borrow (a "
+        "GitOps self-heal, an autoscaler, a person), so this run borrows no more. Use "
+        "capacity.mode Wait, or stop managing spec.replicas there (docs/capacity.md)"
+    )
+    p.event("Warning", EV_UNDONE, message)
+    return_for_run(p, run, why="the borrow was undone")
+    run.borrow_undone = message
+
+
+def _return(
+    p: Pass,
+    deployment: Mapping[str, Any],
+    tag: BorrowTag,
+    why: str = "",
+    record: bool = True,
+) -> bool:
+    """Give the replica back (replicas restored only if nobody changed them) and remove
+    the record (`record`: it is ours to remove); False when the Deployment changed since it
+    was read (the next pass tries again)."""
+    name = str((deployment.get("metadata") or {}).get("name"))
+    if name in p.returned:
+        return True  # the snapshot still shows the record this pass removed
+    action = give_back(deployment, tag)
+    if record:
+        patch: Obj | None = borrow_patch(deployment, None, action.replicas)
+    elif action.replicas is not None:
+        version = (deployment.get("metadata") or {}).get("resourceVersion")
+        patch = {"metadata": {"resourceVersion": version}, "spec": {"replicas": action.replicas}}
+    else:
+        patch = None
+    if patch is not None:
+        try:
+            p.kube.patch_deployment(p.namespace, name, patch)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            if exc.status != 404:
+                raise
+    p.returned.add(name)
+    note = action.note + (f" ({why})" if why else "")
+    if tag.replicas == 1:
+        note += f"; the server was down {elapsed(tag.at, p.now):.0f} s (allowDowntime)"
+    p.event("Normal", EV_RETURNED, note)
+    return True
+
+
+def return_for_run(p: Pass, run: RunStatus, table: TableRef | None = None, why: str = "") -> None:
+    """Give back what `run` borrowed (the run ends, or the Job stopped running on it). With
+    the table the run just published, the replica stays lent for that table's rollout
+    when the rollout needs the slot (`_hold_for_rollout`)."""
     if run.borrow is None:
         return
-    dep = _lenders(p).get(run.borrow.deployment)
-    tag = read_tag(dep) if dep is not None else None
-    if dep is not None and tag is not None and tag.run == run.name:
-        _return(p, dep, tag)
-    elif dep is not None:
-        # The record did not make it onto the Deployment (or was removed): trust status.
-        fallback = BorrowTag(
-            p.ref.uid, p.ref.name, run.name, run.borrow.replicas, run.gpu_product, run.borrow.at
-        )
-        _return(p, dep, fallback)
+    borrow = run.borrow
+    dep = _lenders(p).get(borrow.deployment)
+    tag = _own_tag(p, dep, run.name)
+    if (
+        table is not None
+        and dep is not None
+        and tag is not None
+        and _hold_for_rollout(p, run, dep, tag, table)
+    ):
+        run.borrow = None
+        return
+    returned = True
+    if dep is not None:
+        # Without our record on it (removed by hand, or never seen): trust status, and
+        # touch no record that is not ours.
+        fallback = BorrowTag(p.ref.uid, p.ref.name, run.name, borrow.replicas,
+                             run.gpu_product, borrow.at)  # fmt: skip
+        returned = _return(p, dep, tag or fallback, why=why, record=tag is not None)
+    if returned:
+        _release_pool(p, run.gpu_product, p.ref.uid, run.name)
     run.borrow = None
 
 
+def _hold_for_rollout(
+    p: Pass, run: RunStatus, dep: Mapping[str, Any], tag: BorrowTag, table: TableRef
+) -> bool:
+    """Keep the replica lent after the run when the new table is about to be rolled onto
+    the lender and that rollout can start no new pod before an old one is gone
+    (maxUnavailable 0): on a full pool the slot the run used is the only surge slot. The
+    rollout then runs one replica short, exactly what the borrow allowed (minAvailable),
+    and the replica comes back once the table runs on every pod."""
+    target = p.target(str((dep.get("metadata") or {}).get("name")))
+    if (
+        p.spec.rollout.mode == RolloutMode.DISABLED
+        or p.status.rollout_borrow is not None
+        or target is None
+        or not target.usable
+        or (target.gpu, target.fingerprint) != (table.gpu_product, table.fingerprint)
+        or target.running_hash == table.hash
+        or max_unavailable(dep, tag.replicas) != 0
+    ):
+        return False
+    try:
+        p.kube.patch_deployment(p.namespace, target.name,
+                                borrow_patch(dep, replace(tag, hold=table.hash), None))  # fmt: skip
+    except ApiException as exc:
+        if exc.status in (404, 409):
+            return False
+        raise
+    assert run.borrow is not None
+    p.status.rollout_borrow = run.borrow.model_copy(
+        update={
+            "run": run.name,
+            "table": table.hash,
+            "held_since": cond.rfc3339(p.now),
+            "gpu_product": run.gpu_product,
+        }
+    )
+    p.event(
+        "Normal",
+        EV_HELD,
+        f"one of {tag.replicas} replicas of {target.name} stays lent to the rollout of table "
+        f"{table.config_map}: it starts no new pod before an old one is gone (maxUnavailable "
+        "0), so the slot run "
+        f"{run.name} used is its surge slot; the replica comes back when the table runs on "
+        "every pod",
+    )
+    return True
+
+
+def follow_rollout_borrow(p: Pass, statuses: Sequence[TargetStatus]) -> None:
+    """The rollout step's part: give a replica kept lent for a rollout back once that
+    rollout is done (or no longer ours, or past the Deployment's progress deadline); say
+    so on the target meanwhile."""
+    held = p.status.rollout_borrow
+    if held is None:
+        return
+    dep = _lenders(p).get(held.deployment)
+    ts = next((t for t in statuses if t.deployment == held.deployment), None)
+    product = held.gpu_product or ""
+    if dep is None:
+        _release_pool(p, product, p.ref.uid, held.run or "")
+        p.status.rollout_borrow = None
+        return
+    limit = timedelta(seconds=progress_deadline_seconds(dep)) + HOLD_MARGIN
+    why = None
+    if ts is None:
+        why = "it is no longer a target of this profile"
+    elif ts.hash != held.table:
+        why = f"it no longer rolls table hash {held.table}"
+    elif ts.state == TargetState.LIVE:
+        why = "the new table runs on every ready pod"
+    elif _older_than(held.held_since, p.now, limit):
+        why = (
+            f"its rollout did not complete within {limit.total_seconds():.0f} s (the "
+            "Deployment's progressDeadlineSeconds and a margin)"
+        )
+    if why is None:
+        assert ts is not None
+        note = (
+            f"one of its {held.replicas} replicas stays lent to this rollout (since "
+            f"{held.held_since}): on a full pool its slot is the surge slot"
+        )
+        ts.message = f"{ts.message}; {note}" if ts.message else note
+        waited = elapsed(held.held_since, p.now)
+        p.wake_within(max(limit.total_seconds() - waited, 1.0))
+        return
+    tag = _own_tag(p, dep, held.run or "")
+    fallback = BorrowTag(p.ref.uid, p.ref.name, held.run or "", held.replicas, product, held.at)
+    if not _return(p, dep, tag or fallback, why=why, record=tag is not None):
+        return
+    _release_pool(p, product, p.ref.uid, held.run or "")
+    p.status.rollout_borrow = None
+    if ts is not None and ts.state == TargetState.LIVE:
+        # Live on every ready pod; the returned replica's pod is still to start.
+        ts.state, ts.rolled_out = TargetState.ROLLING, False
+        ts.message = f"the table runs on every ready pod; the lent replica is coming back ({why})"
+
+
 def return_orphans(p: Pass) -> None:
-    """Give back what a Deployment says was lent to a run of this profile that no longer
-    runs; re-attach a borrow of the current run that status lost (a restart between the
-    record and the status write)."""
+    """Give back what a Deployment of the namespace says was lent to a run of this profile
+    that no longer runs (nor holds the slot for its rollout), or to a profile that no longer
+    exists; re-attach a record whose status was lost; then, at most once a minute for the
+    whole operator, look for orphaned pool Leases."""
     run = p.status.current_run
+    held = p.status.rollout_borrow
+    alive = {s.uid for s in p.snapshot.profiles}
     for name, dep in sorted(_lenders(p).items()):
-        tag = read_tag(dep)
-        if tag is None or tag.profile_uid != p.ref.uid:
-            continue
-        if run is not None and tag.run == run.name:
-            if run.borrow is None:
-                run.borrow = BorrowRecord(deployment=name, replicas=tag.replicas, at=tag.at)
-            continue
-        _return(p, dep, tag)
+        tag = trusted_tag(dep)
+        if tag is None or name in p.returned:
+            continue  # (a record this pass removed is still in its snapshot)
+        if tag.profile_uid == p.ref.uid:
+            if run is not None and tag.run == run.name:
+                reattach_borrow(p, run)
+                continue
+            if held is not None and tag.run == held.run:
+                continue
+            if tag.hold and held is None and run is None:
+                # The slot was kept for a rollout and status lost it: keep following it.
+                p.status.rollout_borrow = held = BorrowRecord(
+                    deployment=name, replicas=tag.replicas, at=tag.at, used=True, run=tag.run,
+                    table=tag.hold, held_since=cond.rfc3339(p.now), gpu_product=tag.product,
+                )  # fmt: skip
+                continue
+            if _return(p, dep, tag, why=f"run {tag.run} is over"):
+                _release_pool(p, tag.product, tag.profile_uid, tag.run)
+        elif tag.profile_uid not in alive and _older_than(tag.at, p.now, ORPHAN_GRACE):
+            why = f"SpsProfile {tag.profile} (uid {tag.profile_uid}) no longer exists"
+            if _return(p, dep, tag, why=why):
+                _release_pool(p, tag.product, tag.profile_uid, tag.run)
+    sweep_pools(p)
+
+
+# ----------------------------------------------------------------------------- the pool
+
+
+def _claim_pool(p: Pass, claim: PoolClaim) -> str | None:
+    """Take the GPU product's pool Lease for `claim` (None), or say who holds it."""
+    namespace = p.settings.pool_namespace
+    for _ in range(2):
+        if p.kube.create(pool_lease(claim, namespace)):
+            return None
+        lease = p.kube.get("Lease", namespace, pool_lease_name(claim.product))
+        if lease is None:
+            continue  # released in between: try once more
+        holder = read_claim(lease)
+        if holder is not None and same_run(holder, claim.profile_uid, claim.run):
+            return None  # ours already (taken before a crash, or a 409 retried)
+        if holder is None:
+            return (
+                f"the pool record Lease {namespace}/{lease['metadata']['name']} for GPU product "
+                f"{claim.product} is unreadable; ask the cluster admin to delete it"
+            )
+        orphaned = _orphaned(p, holder)
+        if orphaned is None:
+            return (
+                f"{holder.holder} is borrowing a replica of {holder.deployment} on GPU "
+                f"product {holder.product} (run {holder.run}, since {holder.at}); one borrow "
+                "at a time per product"
+            )
+        if not _sweep_one(p, lease, holder, orphaned):
+            return f"{holder.holder}'s borrow on {holder.product} is being given back"
+    return f"the pool record for GPU product {claim.product} keeps changing; trying again"
+
+
+def _release_pool(p: Pass, product: str, uid: str, run: str) -> None:
+    """Delete the pool Lease of `product` if it is `run`'s."""
+    if not product:
+        return
+    namespace = p.settings.pool_namespace
+    lease = p.kube.get("Lease", namespace, pool_lease_name(product))
+    claim = read_claim(lease)
+    if lease is None or claim is None or not same_run(claim, uid, run):
+        return
+    try:
+        p.kube.delete(
+            "Lease", namespace, lease["metadata"]["name"], uid=lease["metadata"].get("uid")
+        )
+    except ApiException as exc:
+        if exc.status != 409:  # replaced in between: not ours any more
+            raise
+
+
+def _alive_runs(status: Mapping[str, Any]) -> set[str]:
+    runs = {((status.get("currentRun") or {}).get("name"))}
+    runs.add((status.get("rolloutBorrow") or {}).get("run"))
+    return {r for r in runs if r}
+
+
+def _orphaned(p: Pass, claim: PoolClaim) -> str | None:
+    """Why the pool Lease's borrow is over although the Lease remains (None: it is not)."""
+    if claim.profile_uid == p.ref.uid:
+        st = p.status
+        mine = {st.current_run.name if st.current_run else None}
+        mine.add(st.rollout_borrow.run if st.rollout_borrow else None)
+        return None if claim.run in mine else f"run {claim.run} of {claim.holder} is over"
+    try:
+        body = p.kube.get("SpsProfile", claim.namespace, claim.profile)
+    except ApiException as exc:
+        if exc.status != 403:
+            raise
+        # Not a namespace this operator serves (its Roles are in the ones it watches): a
+        # borrow there is no run of this operator's.
+        return f"SpsProfile {claim.holder} is in a namespace this operator does not serve"
+    if body is None or (body.get("metadata") or {}).get("uid") != claim.profile_uid:
+        return f"SpsProfile {claim.holder} (uid {claim.profile_uid}) no longer exists"
+    if claim.run in _alive_runs(body.get("status") or {}):
+        return None
+    if _older_than(claim.at, p.now, ORPHAN_GRACE):
+        return f"run {claim.run} of {claim.holder} ended without giving back"
+    return None
+
+
+def _sweep_one(p: Pass, lease: Mapping[str, Any], claim: PoolClaim, why: str) -> bool:
+    """Give back an orphaned borrow (the Deployment's record must be the operator's and
+    name the same run) and delete its pool Lease; False when the Deployment changed since
+    it was read."""
+    try:
+        dep = p.kube.get("Deployment", claim.namespace, claim.deployment)
+    except ApiException as exc:
+        if exc.status != 403:
+            raise
+        dep = None  # not ours to give back: only the record goes
+    tag = trusted_tag(dep)
+    if tag is not None and (tag.profile_uid, tag.run) == (claim.profile_uid, claim.run):
+        assert dep is not None
+        action = give_back(dep, tag)
+        try:
+            p.kube.patch_deployment(claim.namespace, claim.deployment,
+                                    borrow_patch(dep, None, action.replicas))  # fmt: skip
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            if exc.status != 404:
+                raise
+        p.kube.event(dep, "Normal", EV_RETURNED, f"{action.note} ({why})", p.now)
+    meta = lease.get("metadata") or {}
+    try:
+        p.kube.delete(
+            "Lease", p.settings.pool_namespace, str(meta.get("name")), uid=meta.get("uid")
+        )
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    log.warning("gave back the orphaned borrow of %s on %s: %s", claim.holder, claim.product, why)
+    return True
+
+
+def sweep_pools(p: Pass) -> None:
+    """Orphaned pool Leases (their profile deleted without its finalizer, a run that ended
+    in a crash): give back and delete, at most once per interval for the whole operator.
+    A failure here is logged and tried again next time; it never fails the pass."""
+    if not p.pool_sweep.due():
+        return
+    try:
+        leases = p.kube.list_leases(
+            p.settings.pool_namespace, f"{L.LABEL_COMPONENT}={COMPONENT_POOL}"
+        )
+        for lease in leases:
+            claim = read_claim(lease)
+            why = _orphaned(p, claim) if claim is not None else None
+            if claim is not None and why is not None:
+                _sweep_one(p, lease, claim, why)
+    except Exception as exc:  # a background sweep: never the pass's failure
+        log.warning("sweep for orphaned borrows failed: %s", exc)

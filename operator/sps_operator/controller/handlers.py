@@ -1,9 +1,10 @@
 """kopf wiring (thin): caches, wake-ups, one daemon per SpsProfile, the deletion handler.
 
 * Indexes (async, so they never wait for a pass) keep what a pass reads: Deployments,
-  the operator's own Jobs and ConfigMaps (by label), SpsProfiles, pods, node labels and
+  the operator's own Jobs and ConfigMaps (by owner), SpsProfiles, pods, node labels and
   Services' selectors.
-* Event handlers wake the profiles an event concerns (`kicks.py`).
+* Event handlers wake the profiles an event concerns (`kicks.py`); a ConfigMap that a
+  server reads env from is kept current in `envsources.EnvSources`.
 * A daemon per SpsProfile runs one pass at a time for it, in a thread pool shared by all
   profiles (no global lock), when woken or after a jittered resync as a safety net.
 * Deletion releases the tables the Deployments mount, then forgets the profile.
@@ -27,6 +28,7 @@ import kopf
 from sps_operator.api import labels as L
 from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
 from sps_operator.controller import indexes as ix
+from sps_operator.controller.envsources import EnvSources
 from sps_operator.controller.kicks import (
     Kicks,
     profile_neighbours,
@@ -58,6 +60,7 @@ class Runtime:
 
 def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: Runtime) -> None:
     kicks = Kicks()
+    env_sources = EnvSources()
     pool = ThreadPoolExecutor(max_workers=runtime.workers, thread_name_prefix="sps-pass")
 
     # ------------------------------------------------------------------ caches
@@ -137,6 +140,21 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
     async def wake_config_map(namespace: str, body: kopf.Body, sps_profiles: Any, **_: Any) -> None:
         kicks.kick(namespace, profiles_for_config_map(body, sps_profiles))
 
+    # ConfigMaps a server reads env from (anyone's, so no label filter): a changed model
+    # behind `$(MODEL)` changes the server's fingerprint.
+    @kopf.on.event("", "v1", "configmaps", id="sps_wake_env_cm", registry=registry)  # type: ignore[arg-type]
+    async def wake_env_config_map(
+        namespace: str, name: str, type: str | None, labels: Mapping[str, str],
+        body: kopf.Body, sps_deployments: Any, sps_profiles: Any, **_: Any,
+    ) -> None:  # fmt: skip
+        if labels.get(L.LABEL_MANAGED_BY) == L.MANAGED_BY:
+            return  # the operator's own: tables, results (sps_wake_cm)
+        readers = ix.values(sps_deployments, (ix.ENV, namespace, name))
+        gone = type == "DELETED"
+        if env_sources.observe(namespace, name, None if gone else body, bool(readers)):
+            uids = [u for d in readers for u in profiles_selecting(d, sps_profiles, namespace)]
+            kicks.kick(namespace, uids)
+
     @kopf.on.event("", "v1", "nodes", id="sps_wake_node", registry=registry)  # type: ignore[arg-type]
     async def wake_node(
         name: str, type: str | None, labels: Mapping[str, str], sps_pods: Any, sps_profiles: Any,
@@ -212,6 +230,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
                         services=sps_services,
                     ),
                     job_labels=reconciler.settings.job_defaults.labels,
+                    env_sources=env_sources,
                 )
                 current = dict(body)  # kopf keeps `body` current; a pass works on a copy
                 wake = await loop.run_in_executor(pool, reconciler.reconcile, current, world)
@@ -250,7 +269,12 @@ def release_or_retry(
     finalizer stays (kopf retries) and garbage collection cannot take a mounted table.
     Without `lists_needed` (nothing_to_release said so) no API call is made."""
     try:
-        released = release(reconciler.kube, namespace, name, uid, stable) if lists_needed else []
+        pools = reconciler.settings.pool_namespace
+        released = (
+            release(reconciler.kube, namespace, name, uid, stable, pool_namespace=pools)
+            if lists_needed
+            else []
+        )
     except Exception as exc:
         raise kopf.TemporaryError(
             f"could not release the tables the Deployments mount: {api_error_detail(exc)}",

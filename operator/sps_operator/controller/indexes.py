@@ -24,6 +24,7 @@ from typing import Any
 from sps_operator.api import labels as L
 from sps_operator.constants import API_GROUP, KIND, LABEL_PREFIX
 from sps_operator.controller.builders import ProfileRef, base_labels
+from sps_operator.controller.envsources import EnvSources, referenced_config_maps
 from sps_operator.controller.kube import KubeApi, Obj
 from sps_operator.controller.ownership import (
     ProfileSummary,
@@ -46,6 +47,7 @@ LABEL = "label"  # (LABEL, ns, key, value): objects carrying that label
 TEMPLATE = "template"  # (TEMPLATE, ns, key, value): Deployments whose pods carry it
 PODS = "pods"  # (PODS, ns, key, value | ANY): Deployments whose pod selector needs it
 MOUNTS = "mounts"  # (MOUNTS, ns, configmap): Deployments whose pod template mounts it
+ENV = "env"  # (ENV, ns, configmap): Deployments whose containers read env from it
 RECORDED = "recorded"  # (RECORDED, ns, profile): Deployments recording that owner
 OWNER = "owner"  # (OWNER, ns, uid): objects whose controller is that SpsProfile
 NAME = "name"  # (NAME, ns, name): a ConfigMap, a profile, by name
@@ -56,18 +58,26 @@ ANY = "*"  # a selector that needs no particular label
 # (PODS, ns, OPERATOR_KEYS): pod selectors that name one of the operator's own label keys
 # (a run's labels on a profiling pod are not known before the run starts).
 OPERATOR_KEYS = f"{LABEL_PREFIX}/*"
+_BORROWED_KEY = f"f:{L.ANNOTATION_BORROWED}"
 
 
 def slim(body: Mapping[str, Any]) -> dict[str, Any]:
     """An object as a pass needs it: without managedFields (the bulk of most objects),
-    except the entries that own spec.replicas (BorrowReplica must know who scales it)."""
+    except who owns spec.replicas (BorrowReplica must know who scales it) and who wrote the
+    borrow record (only the operator's own is trusted)."""
     meta = dict(body.get("metadata") or {})
-    meta["managedFields"] = [
-        {"manager": m.get("manager"), "operation": m.get("operation"),
-         "fieldsV1": {"f:spec": {"f:replicas": {}}}}
-        for m in meta.get("managedFields") or []
-        if "f:replicas" in ((m.get("fieldsV1") or {}).get("f:spec") or {})
-    ]  # fmt: skip
+    kept = []
+    for m in meta.get("managedFields") or []:
+        fields = m.get("fieldsV1") or {}
+        slimmed: dict[str, Any] = {}
+        if "f:replicas" in (fields.get("f:spec") or {}):
+            slimmed["f:spec"] = {"f:replicas": {}}
+        if _BORROWED_KEY in ((fields.get("f:metadata") or {}).get("f:annotations") or {}):
+            slimmed["f:metadata"] = {"f:annotations": {_BORROWED_KEY: {}}}
+        if slimmed:
+            kept.append({"manager": m.get("manager"), "operation": m.get("operation"),
+                         "fieldsV1": slimmed})  # fmt: skip
+    meta["managedFields"] = kept
     return {**dict(body), "metadata": meta}
 
 
@@ -182,6 +192,7 @@ def deployment_entries(body: Mapping[str, Any]) -> dict[Key, Any]:
     keys += [(TEMPLATE, ns, k, v) for k, v in _template_labels(body).items()]
     keys += pod_selector_keys(ns, _pod_selector(body))
     keys += [(MOUNTS, ns, name) for name in sorted(mounted_config_maps(body))]
+    keys += [(ENV, ns, name) for name in sorted(referenced_config_maps([body]))]
     owner = recorded_owner(body)
     if owner:
         keys.append((RECORDED, ns, owner))
@@ -357,6 +368,7 @@ def world_for(
     body: Mapping[str, Any],
     idx: Indexes,
     job_labels: Mapping[str, str] | None = None,
+    env_sources: EnvSources | None = None,
 ) -> CachedWorld:
     """What one profile's pass reads, copied from the caches on the event loop (a pass
     then reads it from any thread): its selected Deployments, the profiles that select or
@@ -398,4 +410,5 @@ def world_for(
         mounted=frozenset(n for n in names if n and (MOUNTS, ns, n) in idx.deployments),
         pod_selecting_deployments=pod_selecting,
         services=services,
+        env_sources=env_sources,
     )

@@ -34,14 +34,15 @@ class KubeApi(Protocol):
     def list_pdbs(self, namespace: str) -> list[Obj]: ...
     def list_hpas(self, namespace: str) -> list[Obj]: ...
     def list_services(self, namespace: str) -> list[Obj]: ...
+    def list_leases(self, namespace: str, label_selector: str) -> list[Obj]: ...
     def get(self, kind: str, namespace: str, name: str) -> Obj | None: ...
 
     # Writes.
     def create(self, obj: Mapping[str, Any]) -> bool: ...
     def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None: ...
     def apply(self, body: Obj) -> None: ...
-    def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> None: ...
-    def scale(self, namespace: str, deployment: str, replicas: int) -> None: ...
+    def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj: ...
+    def patch_deployment(self, namespace: str, name: str, patch: Obj) -> None: ...
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None: ...
     def event(
         self, involved: Mapping[str, Any], type_: str, reason: str, message: str, now: datetime
@@ -108,6 +109,10 @@ class Kube:
     def list_services(self, namespace: str) -> list[Obj]:
         return self._items(self.core.list_namespaced_service, namespace, "")
 
+    def list_leases(self, namespace: str, label_selector: str) -> list[Obj]:
+        api = client.CoordinationV1Api(self.api)
+        return self._items(api.list_namespaced_lease, namespace, label_selector)
+
     @staticmethod
     def _items(call: Callable[..., Any], namespace: str, label_selector: str) -> list[Obj]:
         resp = call(namespace, label_selector=label_selector, _preload_content=False)
@@ -128,6 +133,12 @@ class Kube:
             "Role": lambda: self.rbac.read_namespaced_role(name, namespace, _preload_content=False),
             "RoleBinding": lambda: self.rbac.read_namespaced_role_binding(
                 name, namespace, _preload_content=False
+            ),
+            "Lease": lambda: client.CoordinationV1Api(self.api).read_namespaced_lease(
+                name, namespace, _preload_content=False
+            ),
+            "SpsProfile": lambda: self.custom.get_namespaced_custom_object(
+                API_GROUP, API_VERSION, namespace, PLURAL, name, _preload_content=False
             ),
         }
         try:
@@ -151,6 +162,7 @@ class Kube:
             "ServiceAccount": lambda: self.core.create_namespaced_service_account(ns, body),
             "Role": lambda: self.rbac.create_namespaced_role(ns, body),
             "RoleBinding": lambda: self.rbac.create_namespaced_role_binding(ns, body),
+            "Lease": lambda: client.CoordinationV1Api(self.api).create_namespaced_lease(ns, body),
         }
         try:
             calls[kind]()
@@ -171,6 +183,9 @@ class Kube:
             "ServiceAccount": lambda: self.core.delete_namespaced_service_account(name, namespace),
             "Role": lambda: self.rbac.delete_namespaced_role(name, namespace),
             "RoleBinding": lambda: self.rbac.delete_namespaced_role_binding(name, namespace),
+            "Lease": lambda: client.CoordinationV1Api(self.api).delete_namespaced_lease(
+                name, namespace, body=body
+            ),
         }
         try:
             calls[kind]()
@@ -183,7 +198,12 @@ class Kube:
 
     def apply(self, body: Obj) -> None:
         """Server-side apply of `body` (a Deployment or a ConfigMap) as the operator's
-        field manager; it owns exactly the fields in `body`."""
+        field manager; it owns exactly the fields in `body`.
+
+        Forced, because the operator must co-own the atomic `args` list with whoever wrote
+        it. A Deployment body carries the resourceVersion its content was read at
+        (`builders.inject_apply`, `annotate_apply`): the API server refuses it (409) when the object
+        changed since, so a force never writes stale values over a newer edit."""
         patch = {
             "Deployment": self.apps.patch_namespaced_deployment,
             "ConfigMap": self.core.patch_namespaced_config_map,
@@ -198,25 +218,33 @@ class Kube:
             _content_type=APPLY,
         )
 
-    def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> None:
-        """A JSON merge patch (of metadata) under the operator's field manager."""
+    def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj:
+        """A JSON merge patch (of metadata) under the operator's field manager; returns the
+        object as patched (a later conditional write in the same pass starts from it)."""
         call = {
             "Deployment": self.apps.patch_namespaced_deployment,
             "ConfigMap": self.core.patch_namespaced_config_map,
         }[kind]
-        call(
+        response = call(
             name,
             namespace,
             patch,
             field_manager=FIELD_MANAGER,
             _content_type="application/merge-patch+json",
+            _preload_content=False,
         )
+        return _raw(response)
 
-    def scale(self, namespace: str, deployment: str, replicas: int) -> None:
-        """Set a Deployment's replicas through its scale subresource (the field HPAs and
-        `kubectl scale` use), under the operator's field manager."""
-        self.apps.patch_namespaced_deployment_scale(
-            deployment, namespace, {"spec": {"replicas": replicas}}, field_manager=FIELD_MANAGER
+    def patch_deployment(self, namespace: str, name: str, patch: Obj) -> None:
+        """A JSON merge patch of a Deployment's annotations and replicas in one write
+        (BorrowReplica's record and scale), under the operator's field manager; a
+        metadata.resourceVersion in it is a precondition (409 when the Deployment changed)."""
+        self.apps.patch_namespaced_deployment(
+            name,
+            namespace,
+            patch,
+            field_manager=FIELD_MANAGER,
+            _content_type="application/merge-patch+json",
         )
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:

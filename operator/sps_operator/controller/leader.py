@@ -24,6 +24,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 log = logging.getLogger(__name__)
+# Answers that say "not now" rather than "never": throttled, or the server in trouble.
+RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,19 @@ class LeaseElector:
                 if self._refused_since is None:
                     self._refused_since = now
                 self._refusal = f"HTTP {exc.status} {exc.reason}"
-            if exc.status != 409 and exc.status != self._last_error:
+            if exc.status in RETRIED_STATUSES or not exc.status:
+                # Throttling (429, common at start-up) or a server in trouble: the next
+                # round asks again. Retried, so never an ERROR (ERROR is worth paging on).
+                if exc.status != self._last_error:
+                    log.warning(
+                        "lease %s/%s: HTTP %s %s; asking again in %.0f s",
+                        self.namespace,
+                        self.name,
+                        exc.status,
+                        exc.reason,
+                        self.timing.retry_period,
+                    )
+            elif exc.status != 409 and exc.status != self._last_error:
                 log.error(
                     "cannot hold the Lease %s/%s (HTTP %s %s); this replica stays standby. "
                     "Check --lease-namespace (default $POD_NAMESPACE) and that the operator's "

@@ -71,6 +71,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--workers", type=int, default=8, help="passes running at once, across profiles"
     )
     parser.add_argument("--gpu-debounce-seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--min-refresh-interval-seconds",
+        type=float,
+        default=3600.0,
+        help="minimum seconds between two scheduled runs of a profile, and between two "
+        "rollouts of a new table onto a Deployment that already runs one measured for it (a "
+        "profile's spec.refresh.minIntervalSeconds may only lengthen it)",
+    )
     parser.add_argument("--profiler-image", default=IMAGE)
     parser.add_argument(
         "--job-label",
@@ -167,7 +175,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="testing: seconds to add to the wall clock, re-read on every pass",
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--pause-before-write",
+        default=None,
+        metavar="KIND[@AFTER]",
+        help="testing only (crash-point tests): when the first write of KIND (after one of "
+        "AFTER) is about to be sent, log a marker line and block every write from then on "
+        "(controller/faults.py)",
+    )
+    args = parser.parse_args(argv)
+    if args.pause_before_write:
+        from sps_operator.controller.faults import parse_point
+
+        try:
+            parse_point(args.pause_before_write)
+        except ValueError as exc:
+            parser.error(f"--pause-before-write: {exc}")
+    return args
 
 
 def pattern_list(text: str) -> tuple[str, ...]:
@@ -236,12 +260,20 @@ def main(argv: list[str] | None = None) -> int:
     metrics = Metrics()
     if args.metrics_port:
         metrics.serve(args.metrics_port)
+    kube = Kube(limit=TokenBucket(args.kube_qps, args.kube_burst))
+    if args.pause_before_write:
+        from sps_operator.controller.faults import pause_before_write
+
+        pause_before_write(kube, args.pause_before_write)
+        log.warning("testing: will pause before write %s", args.pause_before_write)
     reconciler = Reconciler(
-        Kube(limit=TokenBucket(args.kube_qps, args.kube_burst)),
+        kube,
         Settings(
             profiler_image=args.profiler_image,
             gpu_debounce_seconds=args.gpu_debounce_seconds,
             policy=job_policy(args),
+            min_refresh_interval_seconds=args.min_refresh_interval_seconds,
+            pool_namespace=args.lease_namespace,
             job_defaults=JobDefaults(
                 labels=key_values(args.job_label, "--job-label"),
                 annotations=key_values(args.job_annotation, "--job-annotation"),
@@ -289,9 +321,39 @@ def main(argv: list[str] | None = None) -> int:
     return asyncio.run(run(operator, elector, args.liveness, metrics))
 
 
+class RetriedIsWarning(logging.Filter):
+    """kopf logs at ERROR what it retries by itself: a request attempt it will repeat (an
+    API server throttling the start-up's burst of LISTs with 429 above all), a watch
+    stream whose 429 escalated (the stream is always restarted), a handler's temporary
+    failure. Those become WARNING, so an ERROR line stays worth paging on: something
+    nothing will retry. The wording is kopf's; a test pins it to the kopf installed."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and retried_by_kopf(record):
+            record.levelno, record.levelname = (
+                logging.WARNING,
+                logging.getLevelName(logging.WARNING),
+            )
+        return True
+
+
+def retried_by_kopf(record: logging.LogRecord) -> bool:
+    if not record.name.startswith("kopf"):
+        return False
+    message = record.getMessage()
+    if " failed; will retry: " in message or " failed temporarily: " in message:
+        return True
+    # An escalated 429 of a watch stream's LIST or WATCH: kopf restarts the stream anyway.
+    return record.name == KOPF_WATCHING_LOGGER and "APITooManyRequestsError" in message
+
+
+KOPF_WATCHING_LOGGER = "kopf._cogs.clients.watching"
+
+
 def configure_logging(*, debug: bool, verbose: bool, log_format: str) -> None:
     """kopf's loggers at WARNING by default (kopf's own default, INFO, is a line per
-    handler run, i.e. per watch event); the operator's own at INFO or finer."""
+    handler run, i.e. per watch event); the operator's own at INFO or finer. What kopf
+    retries by itself is logged as WARNING, not ERROR (`RetriedIsWarning`)."""
     import kopf
 
     level = logging.DEBUG if debug else (logging.INFO if verbose else logging.WARNING)
@@ -306,6 +368,10 @@ def configure_logging(*, debug: bool, verbose: bool, log_format: str) -> None:
         }[log_format],
     )
     logging.getLogger("sps_operator").setLevel(min(level, logging.INFO))
+    for handler in logging.getLogger().handlers:  # kopf's own: the one that prints
+        kopfs = type(handler).__module__.startswith("kopf")
+        if kopfs and not any(isinstance(f, RetriedIsWarning) for f in handler.filters):
+            handler.addFilter(RetriedIsWarning())
 
 
 async def run(

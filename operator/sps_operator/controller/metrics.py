@@ -164,6 +164,14 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.passes = Counter(
+            "sps_reconcile_passes_total",
+            "Reconcile passes per profile. Events and wake-ups cause them: a rate that stays "
+            "high while nothing changes means a profile is passed back to back.",
+            labels,
+            registry=self.registry,
+        )
+
     def _child(self, metric: Any, ref: _Ref, *extra: str) -> Any:
         labels = (ref.namespace, ref.name, *extra)
         with self._lock:
@@ -203,6 +211,9 @@ class Metrics:
     def run_finished(self, ref: _Ref, outcome: str, seconds: float) -> None:
         self._child(self.runs_finished, ref, outcome).inc()
         self._child(self.duration, ref).observe(max(seconds, 0.0))
+
+    def passed(self, ref: _Ref) -> None:
+        self._child(self.passes, ref).inc()
 
     def rollout(self, ref: _Ref, mode: str) -> None:
         self._child(self.rollouts, ref, mode).inc()

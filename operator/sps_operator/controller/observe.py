@@ -17,6 +17,7 @@ from sps_operator.api.models import RolloutMode, SpsProfileSpec, TargetStatus
 from sps_operator.controller.deployments import deployment_rolled_out
 from sps_operator.controller.ownership import ProfileSummary, owner_of, stable_writer
 from sps_operator.controller.placement import MIXED, placement, settle
+from sps_operator.controller.podenv import ConfigMapEnv, resolve_env
 from sps_operator.controller.serverconfig import (
     TABLE_PATH_FLAG,
     ServerProblem,
@@ -61,7 +62,7 @@ def observe(p: Pass) -> None:
                 "spec.selector so one profile selects each Deployment",
             )
             continue
-        _understand_server(p.spec, target)
+        _understand_server(p.spec, target, p.namespace, p.snapshot.env_config_maps)
         if target.problem is not None or target.config is None:
             continue
         _place(p, target, previous.get(target.name))
@@ -133,7 +134,12 @@ def _place(p: Pass, target: Target, previous: TargetStatus | None) -> None:
         )
 
 
-def _understand_server(spec: SpsProfileSpec, target: Target) -> None:
+def _understand_server(
+    spec: SpsProfileSpec,
+    target: Target,
+    namespace: str,
+    env_config_maps: Mapping[str, ConfigMapEnv | None],
+) -> None:
     pod_spec = target.pod_spec
     container = find_server_container(pod_spec, spec.server_container)
     if container is None:
@@ -146,7 +152,7 @@ def _understand_server(spec: SpsProfileSpec, target: Target) -> None:
         return
     target.container = container
     try:
-        command = parse_server(container)
+        command = parse_server(container, resolve_env(container, namespace, env_config_maps))
     except ServerProblem as exc:
         target.refuse(exc.reason, str(exc))
         return

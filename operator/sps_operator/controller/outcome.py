@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import logging
 
-from sps_operator.api.models import FailureRecord, RunStatus
+from sps_operator.api.models import FailureRecord, RunStatus, TableRef
 from sps_operator.controller import conditions as cond
 from sps_operator.controller import names
 from sps_operator.controller.capacity import return_for_run
 from sps_operator.controller.kube import Obj, owned_by
 from sps_operator.controller.policy import REFUSAL_REASONS
 from sps_operator.controller.state import Pass
-from sps_operator.controller.triggers import parse_time
+from sps_operator.controller.triggers import parse_time, run_spec_hash
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,7 @@ def record_failure(
         attempts=run.attempt or 1,
         trigger_key=run.trigger_key,
         retryable=retryable,
+        spec_hash=run_spec_hash(p.spec),
     )
     event = EV_RUN_FAILED if retryable else EV_REJECTED
     if reason in (JOB_CREATE_FAILED, NAME_TAKEN) or reason in REFUSAL_REASONS:
@@ -73,10 +74,12 @@ def delete_rbac(p: Pass, run: str) -> None:
         p.kube.delete(kind, p.namespace, account)
 
 
-def end_run(p: Pass, outcome: str) -> None:
+def end_run(p: Pass, outcome: str, table: TableRef | None = None) -> None:
+    """The run is over. Whatever the outcome a borrowed replica goes back, unless the
+    `table` it published needs the slot for its rollout (then it goes back after that)."""
     run = p.status.current_run
     assert run is not None
-    return_for_run(p, run)  # whatever the outcome, a borrowed replica goes back
+    return_for_run(p, run, table)
     started = parse_time(run.started_at) or p.now
     p.metrics.run_finished(p.ref, outcome, (p.now - started).total_seconds())
     p.status.current_run = None

@@ -18,6 +18,24 @@ from typing import Any
 from sps_operator.api import labels as L
 from sps_operator.controller.selectors import matches_selector
 
+# What the pod index keeps of the scheduler's and the kubelet's words, per pod (bounded:
+# the index holds every pod of the watched namespaces).
+MAX_POD_TEXT = 300
+MAX_HASH = 64
+# Container states that stop a pod from ever becoming ready without a change: the
+# kubelet's own reasons.
+STUCK_REASONS = frozenset(
+    {
+        "CrashLoopBackOff",
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+
 
 @dataclass(frozen=True)
 class PodInfo:
@@ -30,6 +48,9 @@ class PodInfo:
     phase: str | None = None
     unschedulable: str | None = None  # the scheduler's message while it cannot place the pod
     controller: str | None = None  # the kind of its controlling owner (ReplicaSet, Job, ...)
+    ready: bool = False  # condition Ready=True
+    table_hash: str | None = None  # its annotation sps.dev/table-hash (the template's)
+    stuck: str | None = None  # the kubelet's words for a container that cannot run
 
     @property
     def profiling(self) -> bool:
@@ -40,13 +61,42 @@ class PodInfo:
         )
 
 
+def _bounded(text: str, limit: int = MAX_POD_TEXT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _stuck(status: Mapping[str, Any]) -> str | None:
+    """A container the kubelet cannot start or keep running: its name, reason and words."""
+    for cs in [
+        *(status.get("initContainerStatuses") or []),
+        *(status.get("containerStatuses") or []),
+    ]:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason")
+        if reason not in STUCK_REASONS:
+            continue
+        text = f"container {cs.get('name')}: {reason}"
+        if waiting.get("message"):
+            text += f": {waiting['message']}"
+        last = (cs.get("lastState") or {}).get("terminated") or {}
+        if last:
+            text += (
+                f" (last exit {last.get('exitCode')}"
+                + (f" {last['reason']}" if last.get("reason") else "")
+                + f", {cs.get('restartCount', 0)} restarts)"
+            )
+        return _bounded(text)
+    return None
+
+
 def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
              status: Mapping[str, Any], meta: Mapping[str, Any]) -> PodInfo:  # fmt: skip
     """What the operator keeps of a pod (the pod index's value)."""
+    conditions = status.get("conditions") or []
     unschedulable = next(
         (
-            str(c.get("message") or c.get("reason") or "unschedulable")
-            for c in status.get("conditions") or []
+            _bounded(str(c.get("message") or c.get("reason") or "unschedulable"))
+            for c in conditions
             if c.get("type") == "PodScheduled" and c.get("status") == "False"
         ),
         None,
@@ -55,6 +105,7 @@ def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
         (str(o.get("kind")) for o in meta.get("ownerReferences") or [] if o.get("controller")),
         None,
     )
+    table_hash = (meta.get("annotations") or {}).get(L.ANNOTATION_TABLE_HASH)
     return PodInfo(
         name=name,
         labels=dict(labels),
@@ -63,6 +114,9 @@ def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
         phase=status.get("phase"),
         unschedulable=unschedulable,
         controller=controller,
+        ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
+        table_hash=str(table_hash)[:MAX_HASH] if table_hash else None,
+        stuck=_stuck(status),
     )
 
 

@@ -128,7 +128,7 @@ def publish_table(
     if st.last_failure is not None and st.last_failure.trigger_key == run.trigger_key:
         st.last_failure = None
     delete_rbac(p, run.name)
-    end_run(p, "succeeded")
+    end_run(p, "succeeded", ref)
     # The finished run's Job and result stay for inspection until the next run starts.
     if unchanged:
         p.event("Normal", EV_UNCHANGED, f"re-measured table {cm_name} is identical to the live one")

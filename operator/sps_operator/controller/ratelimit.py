@@ -38,3 +38,23 @@ class TokenBucket:
         if wait > 0:
             self._sleep(wait)
         return wait
+
+
+class Periodic:
+    """Work that many passes may ask for and one should do, at most once per `interval`
+    seconds process-wide (thread-safe): e.g. the sweep for orphaned borrows."""
+
+    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self._clock = clock
+        self._last: float | None = None
+        self._lock = threading.Lock()
+
+    def due(self) -> bool:
+        """True for the first caller once `interval` has passed since the last True."""
+        with self._lock:
+            now = self._clock()
+            if self._last is not None and now - self._last < self.interval:
+                return False
+            self._last = now
+            return True

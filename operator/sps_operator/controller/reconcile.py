@@ -23,11 +23,13 @@ from sps_operator.api.models import FailureRecord, SpsProfile, SpsProfileStatus
 from sps_operator.controller import builders
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.capacity import return_orphans
+from sps_operator.controller.clocks import CLOCK_SKEW, bound_recorded_times
 from sps_operator.controller.history import trim_history
 from sps_operator.controller.kube import KubeApi, api_error_detail, is_transient
 from sps_operator.controller.metrics import Metrics
 from sps_operator.controller.observe import observe
 from sps_operator.controller.outcome import fail_run
+from sps_operator.controller.ratelimit import Periodic
 from sps_operator.controller.report import report
 from sps_operator.controller.rollout import rollout
 from sps_operator.controller.run import maybe_start_run, progress_run
@@ -64,6 +66,7 @@ class Reconciler:
         # object it was computed from: a cache that has not yet seen the write hands the
         # next pass that same resourceVersion, and the pass must not act on the old status.
         self._written: dict[str, tuple[str, dict[str, Any]]] = {}
+        self.pool_sweep = Periodic(self.settings.pool_sweep_seconds)
 
     # ------------------------------------------------------------------ entry
 
@@ -96,6 +99,7 @@ class Reconciler:
             settings=self.settings,
             metrics=self.metrics,
             snapshot=Snapshot.empty(),
+            pool_sweep=self.pool_sweep,
         )
         started = time.monotonic()
         failed_step: str | None = None
@@ -118,6 +122,7 @@ class Reconciler:
         for type_, reason, message in p.events:
             self.kube.event(body, type_, reason, message, now)
         self._note_outcome(uid, failed, now)
+        self.metrics.passed(p.ref)
         run_after = p.status.current_run.name if p.status.current_run else None
         if (before.get("currentRun") or {}).get("name") != run_after:
             # A run started or ended. Status writes wake nobody, so look again at once: a
@@ -131,12 +136,16 @@ class Reconciler:
         return wake
 
     def _steps(self, p: Pass, meta: Mapping[str, Any], world: SnapshotSource) -> None:
+        p.step = "clocks"
+        for skew in bound_recorded_times(p.status, p.now):
+            p.event("Warning", CLOCK_SKEW, f"{skew}; counted from now instead")
         p.step = "read"
         p.snapshot = world.read(p.ref, p.spec)
         p.step = "trigger"
         note_refresh_requests(
-            p.status, p.spec, meta.get("annotations") or {}, meta.get("creationTimestamp"), p.now
-        )
+            p.status, p.spec, meta.get("annotations") or {}, meta.get("creationTimestamp"), p.now,
+            p.min_interval_seconds,
+        )  # fmt: skip
         p.step = "observe"
         observe(p)
         if p.status.current_run is not None:
@@ -210,7 +219,9 @@ class Reconciler:
         try:
             self.kube.patch_status(p.namespace, p.ref.name, minimal)
         except Exception as exc:
-            log.error("status of %s/%s not written: %s", p.namespace, p.ref.name, exc)
+            # The next pass writes it again: a throttled or busy API server is a WARNING.
+            level = logging.WARNING if is_transient(exc) else logging.ERROR
+            log.log(level, "status of %s/%s not written: %s", p.namespace, p.ref.name, exc)
         return False
 
     def _report_invalid(self, body: Mapping[str, Any], exc: ValidationError, now: datetime) -> None:
@@ -234,7 +245,9 @@ class Reconciler:
             try:
                 self.kube.patch_status(meta["namespace"], meta["name"], after)
             except Exception as err:
-                log.error("status of %s/%s not written: %s", meta["namespace"], meta["name"], err)
+                level = logging.WARNING if is_transient(err) else logging.ERROR
+                log.log(level, "status of %s/%s not written: %s", meta["namespace"], meta["name"],
+                        err)  # fmt: skip
 
 
 def _failure(p: Pass, reason: str, message: str) -> FailureRecord:

@@ -23,7 +23,14 @@ from kubernetes.client.exceptions import ApiException
 
 from sps_operator.api import labels as L
 from sps_operator.constants import FIELD_MANAGER
-from sps_operator.controller.borrow import give_back, read_tag
+from sps_operator.controller.borrow import (
+    COMPONENT_POOL,
+    borrow_patch,
+    give_back,
+    read_claim,
+    trusted_tag,
+)
+from sps_operator.controller.builders import owner_patch
 from sps_operator.controller.kube import KubeApi, Obj, owned_by
 from sps_operator.controller.ownership import profile_summary, recorded_owner
 
@@ -68,22 +75,35 @@ def nothing_to_release(
     ConfigMaps otherwise). Both sources must be empty: the status misses what a crash cut
     short, the cache what is very new."""
     run = status.get("currentRun") or {}
-    if stable or status.get("tables") or status.get("targets") or run.get("borrow"):
+    if (
+        stable
+        or status.get("tables")
+        or status.get("targets")
+        or run.get("borrow")
+        or status.get("rolloutBorrow")
+    ):
         return False
     if any(owned_by(cm, uid) for cm in config_maps):
         return False
     for dep in deployments:
-        tag = read_tag(dep)
+        tag = trusted_tag(dep)
         if recorded_owner(dep) == name or (tag is not None and tag.profile_uid == uid):
             return False
     return True
 
 
 def release(
-    kube: KubeApi, namespace: str, name: str, uid: str, stable: str | None = None
+    kube: KubeApi,
+    namespace: str,
+    name: str,
+    uid: str,
+    stable: str | None = None,
+    *,
+    pool_namespace: str | None = None,
 ) -> list[str]:
     """Release the mounted tables, the stable ConfigMap (`stable`, AnnotateOnly) and the
-    ownership records; raises on any API error (the finalizer stays until this succeeds).
+    ownership records, give back a borrowed replica and its GPU pool (the Leases in
+    `pool_namespace`); raises on any API error (the finalizer stays until this succeeds).
     Returns the released ConfigMaps."""
     deployments = kube.list_deployments(namespace, "")
     ours = [
@@ -102,6 +122,12 @@ def release(
         released += _release_stable(kube, namespace, name, stable, deployments)
     for dep in deployments:
         _unless_gone(_release_deployment, kube, namespace, name, uid, dep)
+    if pool_namespace:
+        for lease in kube.list_leases(pool_namespace, f"{L.LABEL_COMPONENT}={COMPONENT_POOL}"):
+            claim = read_claim(lease)
+            if claim is not None and claim.profile_uid == uid:
+                meta = lease["metadata"]
+                _unless_gone(kube.delete, "Lease", pool_namespace, meta["name"], meta.get("uid"))
     return released
 
 
@@ -159,14 +185,19 @@ def _unless_gone(call: Callable[..., object], *args: Any) -> bool:
 def _release_deployment(
     kube: KubeApi, namespace: str, name: str, uid: str, dep: Mapping[str, Any]
 ) -> None:
-    tag = read_tag(dep)
+    tag = trusted_tag(dep)
     if tag is not None and tag.profile_uid == uid:
-        # A run of the deleted profile borrowed a replica: it goes back first.
+        # A run of the deleted profile borrowed a replica: it goes back first (record and
+        # replicas in one write; a 409 keeps the finalizer and kopf retries). Its pool
+        # Lease is left to the sweep, which finds the profile gone.
         action = give_back(dep, tag)
-        if action.replicas is not None:
-            kube.scale(namespace, dep["metadata"]["name"], action.replicas)
-        unmark: dict[str, Any] = {"metadata": {"annotations": {L.ANNOTATION_BORROWED: None}}}
-        kube.patch_metadata("Deployment", namespace, dep["metadata"]["name"], unmark)
+        kube.patch_deployment(namespace, dep["metadata"]["name"],
+                              borrow_patch(dep, None, action.replicas))  # fmt: skip
     if recorded_owner(dep) == name:
-        removal: dict[str, Any] = {"metadata": {"annotations": {L.ANNOTATION_OWNER: None}}}
-        kube.patch_metadata("Deployment", namespace, dep["metadata"]["name"], removal)
+        # Conditional on the Deployment as read (re-read if the give-back above changed
+        # it): a profile that claimed it meanwhile keeps its record (409: retried).
+        lent = tag is not None and tag.profile_uid == uid
+        current = kube.get("Deployment", namespace, dep["metadata"]["name"]) if lent else dep
+        if current is not None and recorded_owner(current) == name:
+            removal = owner_patch(current, None)
+            kube.patch_metadata("Deployment", namespace, dep["metadata"]["name"], removal)

@@ -11,7 +11,12 @@ from __future__ import annotations
 from sps_operator.api.models import RolloutMode, TargetState
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.state import Pass
-from sps_operator.controller.triggers import parse_time, refresh_pending
+from sps_operator.controller.triggers import (
+    parse_time,
+    refresh_pending,
+    refresh_trigger_key,
+    what_next,
+)
 
 
 def _stale_refresh(p: Pass) -> list[str]:
@@ -26,6 +31,18 @@ def _stale_refresh(p: Pass) -> list[str]:
             and refresh_pending(t, p.status.refresh_count)
         }
     )
+
+
+def _after_failure(p: Pass, products: list[str]) -> str:
+    """What happens next for a pending refresh whose last attempt failed."""
+    failure = p.status.last_failure
+    if failure is None or failure.gpu_product not in products:
+        return ""
+    key = refresh_trigger_key(str(failure.gpu_product), str(failure.fingerprint),
+                              p.status.refresh_count)  # fmt: skip
+    if failure.trigger_key != key:
+        return ""
+    return f"; the last attempt failed ({failure.reason}): {what_next(failure, p.ref.name)}"
 
 
 def report(p: Pass) -> None:
@@ -59,7 +76,9 @@ def report(p: Pass) -> None:
             + (f"; borrowing a replica of {run.borrow.deployment}" if run.borrow else ""),
         )
     else:
-        setc(cond.PROFILING, False, "Idle", "no profiling run in progress")
+        idle = "no profiling run in progress"
+        setc(cond.PROFILING, False, "Idle", f"{idle}; {st.schedule_held_back}"
+             if st.schedule_held_back else idle)  # fmt: skip
 
     refused = [t for t in targets if t.state == TargetState.REFUSED]
     without = [t for t in targets if t.state in (TargetState.NO_TABLE, TargetState.STALE)]
@@ -90,17 +109,33 @@ def report(p: Pass) -> None:
             cond.STALE,
             True,
             st.refresh_reason or "RefreshRequested",
-            f"refresh requested at {st.refresh_requested_at} for: {', '.join(refresh)}",
+            f"refresh requested at {st.refresh_requested_at} for: {', '.join(refresh)}"
+            + _after_failure(p, refresh),
         )
     else:
         setc(cond.STALE, False, "Current", "every table in use matches its server")
 
     mode = p.spec.rollout.mode
     rolling = [t.deployment for t in targets if t.state == TargetState.ROLLING]
+    blocked = [t for t in targets if t.state == TargetState.ROLLING and t.reason]
+    held = [t for t in targets if t.held_until]
+    roll_reason, roll_message = "RolloutPending", f"rolling: {', '.join(rolling)}"
+    if blocked:
+        roll_reason = str(blocked[0].reason)
+        roll_message = "; ".join(f"{t.deployment}: {t.message}" for t in blocked)
+    elif any(t.message for t in targets if t.state == TargetState.ROLLING):
+        roll_message = "; ".join(
+            f"{t.deployment}: {t.message or 'rolling'}"
+            for t in targets
+            if t.state == TargetState.ROLLING
+        )
     if mode == RolloutMode.DISABLED:
         setc(cond.ROLLED_OUT, False, "RolloutDisabled", "spec.rollout.mode is Disabled")
     elif rolling:
-        setc(cond.ROLLED_OUT, False, "RolloutPending", f"rolling: {', '.join(rolling)}")
+        setc(cond.ROLLED_OUT, False, roll_reason, roll_message)
+    elif held and table[0]:
+        setc(cond.ROLLED_OUT, False, "RolloutHeld",
+             "; ".join(f"{t.deployment}: {t.message}" for t in held))  # fmt: skip
     elif table[0]:
         setc(cond.ROLLED_OUT, True, "RolledOut", "every target runs its table")
     else:
@@ -123,7 +158,10 @@ def report(p: Pass) -> None:
     live = table[0] and (mode == RolloutMode.DISABLED or not rolling)
     if live:
         degraded = f"; degraded: {failure.reason}" if failure is not None else ""
-        setc(cond.READY, True, "TableLive", f"tables live{degraded}")
+        waits = (
+            f"; newer tables wait for the minimum rollout interval ({len(held)})" if held else ""
+        )
+        setc(cond.READY, True, "TableLive", f"tables live{degraded}{waits}")
     elif p.spec.suspend and not table[0]:
         setc(cond.READY, False, "Suspended", "spec.suspend is true")
     elif run is not None:
@@ -136,7 +174,7 @@ def report(p: Pass) -> None:
     elif not table[0]:
         setc(cond.READY, False, table[1], table[2])
     else:
-        setc(cond.READY, False, "RolloutPending", "waiting for the Deployments to roll")
+        setc(cond.READY, False, roll_reason, roll_message)
     st.conditions = cond.with_kstatus(st.conditions, now, gen)
     st.observed_generation = gen
     p.metrics.status(p.ref, st)

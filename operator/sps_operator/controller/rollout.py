@@ -7,7 +7,10 @@ obtain what `apply_*` accept, and it checks that rule against the table ConfigMa
 (its labels, its content hash, its owner, SGLang's loader and the self-check), not
 against status alone. A table measured for another server may stay where it already runs
 while a new one is profiled; it is never newly rolled. A table is reported live only when
-the Deployment's template makes its server read it and the rollout completed.
+the Deployment's template makes its server read it, the rollout completed and every ready
+pod carries its hash: never on a deadline alone. A rollout that does not complete says
+what blocks it, in the words of the scheduler, the kubelet or the Deployment controller.
+A refresh of a table that already runs waits for the minimum interval between rollouts.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import json
 import posixpath
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from kubernetes.client.rest import ApiException
@@ -28,14 +32,19 @@ from sps_operator.api.models import (
     TargetState,
     TargetStatus,
 )
-from sps_operator.controller import builders, names
+from sps_operator.controller import builders, clocks, names
 from sps_operator.controller import conditions as cond
-from sps_operator.controller.deployments import deployment_rolled_out
+from sps_operator.controller.capacity import follow_rollout_borrow
+from sps_operator.controller.deployments import (
+    deployment_rolled_out,
+    every_ready_pod_runs,
+    rollout_blockers,
+)
 from sps_operator.controller.kube import owned_by
 from sps_operator.controller.ownership import recorded_owner
 from sps_operator.controller.publish import table_text
 from sps_operator.controller.state import Pass, Target
-from sps_operator.controller.triggers import refresh_trigger_key, table_for
+from sps_operator.controller.triggers import refresh_trigger_key, run_spec_hash, table_for
 from sps_operator.tables.formats import build_uninitialized_sps_table, load_sps_table_text
 from sps_operator.tables.selfcheck import self_check
 
@@ -43,6 +52,10 @@ EV_ROLLED = "RolloutApplied"
 EV_ROLLOUT_FAILED = "RolloutFailed"
 EV_PLACEHOLDER = "PlaceholderTable"
 NOT_ELIGIBLE = "TableNotEligible"
+CHANGED_SINCE_READ = "the Deployment changed since this pass read it; retrying from the new version"
+# The watch event of the change wakes the profile at once; this is the safety net.
+RETRY_AFTER_CONFLICT_SECONDS = 5.0
+ROLLOUT_BLOCKED = "RolloutBlocked"
 # SGLang's own "no table" (build_uninitialized_sps_table): one probe, served as verify-all.
 PLACEHOLDER_JSON = build_uninitialized_sps_table(max_batch_tokens=1).to_json()
 
@@ -140,7 +153,9 @@ def rollout(p: Pass) -> None:
     if mode == RolloutMode.ANNOTATE_ONLY:
         _annotate_only_preflight(p)
     statuses: list[TargetStatus] = []
+    before = {t.deployment: t for t in st.targets}
     for target in p.targets:
+        previous = before.get(target.name)
         ts = TargetStatus(
             deployment=target.name,
             gpu_product=target.gpu or (",".join(sorted(target.products)) or None),
@@ -148,6 +163,7 @@ def rollout(p: Pass) -> None:
             owner=target.owner,
             observed_gpu=target.observed_gpu,
             observed_since=cond.rfc3339(target.observed_since) if target.observed_since else None,
+            rolled_at=previous.rolled_at if previous else None,
         )
         statuses.append(ts)
         if target.problem is None and target.gpu is None:
@@ -179,19 +195,99 @@ def rollout(p: Pass) -> None:
         if rollout_failed(target, exact):
             restored = _roll_back(p, target, exact)
             if restored is None:
-                ts.message = "the rollout of this table failed and there is no previous one"
+                # Nothing to return to: the new pods keep trying. Never live on a deadline
+                # alone: live is when every ready pod runs the table.
+                ts.state = TargetState.ROLLING
+                _note_blocked(
+                    p, target, ts, previous, exact.hash,
+                    f"the rollout of table {exact.config_map} passed the Deployment's "
+                    "progressDeadlineSeconds and there is no previous table to return to",
+                )  # fmt: skip
                 continue
             eligible = restored
             ts.table, ts.hash = restored.ref.config_map, restored.ref.hash
             ts.message = "rolled back: the rollout of the new table failed"
+        else:
+            eligible = _held_back(p, target, eligible, ts, previous)
         ts.state = TargetState.ROLLING
         if not _claim(p, target):
             ts.message = "the Deployment changed while being claimed; retrying"
             continue
-        ts.rolled_out = _apply(p, target, eligible)
+        applied = _apply(p, target, eligible)
+        if applied is None:
+            ts.message = CHANGED_SINCE_READ
+            continue
+        if target.running_hash != eligible.ref.hash:
+            ts.rolled_at = cond.rfc3339(p.now)  # a new table goes onto its template now
+        ts.rolled_out = applied and every_ready_pod_runs(
+            target.deployment, p.snapshot.pods, eligible.ref.hash
+        )
         if ts.rolled_out:
             ts.state = TargetState.LIVE
+        else:
+            _note_blocked(p, target, ts, previous, eligible.ref.hash, None)
     st.targets = statuses
+    follow_rollout_borrow(p, statuses)
+
+
+def _note_blocked(
+    p: Pass,
+    target: Target,
+    ts: TargetStatus,
+    previous: TargetStatus | None,
+    table_hash: str,
+    headline: str | None,
+) -> None:
+    """A rollout that is not done: name what blocks it (the scheduler's, kubelet's or
+    Deployment controller's words about the new pods), and since when."""
+    blockers = rollout_blockers(target.deployment, p.snapshot.pods, table_hash)
+    if headline is None and blockers is None:
+        return
+    ts.reason = ROLLOUT_BLOCKED
+    ts.message = "; ".join(x for x in (headline, blockers, ts.message) if x)
+    since = previous.blocked_since if previous and previous.reason == ROLLOUT_BLOCKED else None
+    ts.blocked_since = since or cond.rfc3339(p.now)
+
+
+def _held_back(
+    p: Pass,
+    target: Target,
+    newest: EligibleTable,
+    ts: TargetStatus,
+    previous: TargetStatus | None,
+) -> EligibleTable:
+    """The table to roll now: `newest`, unless the Deployment already runs the table it
+    replaces (measured for this same server) and got it less than the minimum interval
+    ago: every rollout restarts every server, so a refresh waits (and says so). A first
+    table, a table for a changed server and a rollback never wait."""
+    interval = timedelta(seconds=p.min_interval_seconds)
+    rolled = clocks.trusted(previous.rolled_at if previous else None, p.now)
+    old_name = newest.ref.previous
+    if (
+        interval <= timedelta(0)
+        or rolled is None
+        or old_name is None
+        or target.running_config_map != old_name
+        or target.running_hash == newest.ref.hash
+    ):
+        return newest
+    until = rolled + interval
+    if p.now >= until:
+        return newest
+    old_ref = _stored_ref(p, old_name, newest.ref)
+    old = eligible_table(p, target, old_ref) if old_ref is not None else None
+    if not isinstance(old, EligibleTable) or target.running_hash != old.ref.hash:
+        return newest
+    ts.table, ts.hash = old.ref.config_map, old.ref.hash
+    ts.next_table, ts.held_until = newest.ref.config_map, cond.rfc3339(until)
+    ts.message = (
+        f"table {newest.ref.config_map} waits until {ts.held_until}: at most one rollout "
+        f"onto a Deployment per {interval.total_seconds():.0f} s (each restarts every server; "
+        "refresh.minIntervalSeconds and the operator's minimum); the table it replaces, "
+        "measured for this same server, runs meanwhile"
+    )
+    p.wake_within((until - p.now).total_seconds())
+    return old
 
 
 def _own_rollout_moving(p: Pass, target: Target, ts: TargetStatus) -> bool:
@@ -211,6 +307,7 @@ def _own_rollout_moving(p: Pass, target: Target, ts: TargetStatus) -> bool:
     ts.state, ts.table, ts.hash = TargetState.ROLLING, before.table, before.hash
     ts.gpu_product = ts.gpu_product or before.gpu_product
     ts.message = f"rolling onto table {before.table}: its new pods are starting"
+    _note_blocked(p, target, ts, before, before.hash, None)
     return True
 
 
@@ -237,11 +334,13 @@ def _report_stale_or_missing(p: Pass, target: Target, ts: TargetStatus) -> None:
 
 
 def _claim(p: Pass, target: Target) -> bool:
-    """Record this profile as the Deployment's one owner before writing to it."""
+    """Record this profile as the Deployment's one owner before writing to it. The claim
+    is conditional on the Deployment as read; the object it returns (what was read plus
+    the record) is what the apply that follows is conditional on."""
     if recorded_owner(target.deployment) == p.ref.name:
         return True
     try:
-        p.kube.patch_metadata(
+        target.deployment = p.kube.patch_metadata(
             "Deployment",
             p.namespace,
             target.name,
@@ -254,8 +353,11 @@ def _claim(p: Pass, target: Target) -> bool:
     return True
 
 
-def _apply(p: Pass, target: Target, table: EligibleTable) -> bool:
-    """Make the template serve `table`; True once it does and the rollout completed."""
+def _apply(p: Pass, target: Target, table: EligibleTable) -> bool | None:
+    """Make the template serve `table`; True once it does and the rollout completed, None
+    when the Deployment changed since this pass read it (the apply carries the args as
+    read, so it is refused rather than written over a newer edit; the next pass, woken by
+    that change, starts from it)."""
     rollout = p.spec.rollout
     container = target.container or {}
     if rollout.mode == RolloutMode.INJECT:
@@ -276,7 +378,13 @@ def _apply(p: Pass, target: Target, table: EligibleTable) -> bool:
     if serving:
         return deployment_rolled_out(target.deployment)
     if target.running_hash != table.ref.hash or rollout.mode == RolloutMode.INJECT:
-        p.kube.apply(body)
+        try:
+            p.kube.apply(body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            p.wake_within(RETRY_AFTER_CONFLICT_SECONDS)
+            return None
         p.metrics.rollout(p.ref, str(rollout.mode))
         p.event(
             "Normal",
@@ -365,6 +473,31 @@ def _annotate_only_preflight(p: Pass) -> None:
 # --------------------------------------------------------------------------- rollback
 
 
+def _stored_ref(p: Pass, name: str, like: TableRef) -> TableRef | None:
+    """A reference to the table ConfigMap `name` (one `like` replaced: same GPU product,
+    fingerprint and kind), from the ConfigMap's own labels and meta; eligible_table then
+    checks it against the ConfigMap."""
+    cm = p.config_map(name)
+    if cm is None:
+        return None
+    labels = cm["metadata"].get("labels") or {}
+    meta: Any = {}
+    try:
+        meta = json.loads((cm.get("data") or {}).get(L.META_KEY) or "{}")
+    except ValueError:
+        meta = {}
+    meta = meta if isinstance(meta, dict) else {}
+    return TableRef(
+        gpu_product=like.gpu_product,
+        fingerprint=like.fingerprint,
+        kind=like.kind,
+        config_map=name,
+        hash=labels.get(L.LABEL_TABLE_HASH, ""),
+        profiled_at=meta.get("profiledAt"),
+        run=meta.get("run"),
+    )
+
+
 def _roll_back(p: Pass, target: Target, failed: TableRef) -> EligibleTable | None:
     """Return to the table `failed` replaced (same server, so still eligible); keep
     `failed` for inspection, say so, and do not profile again for the same trigger."""
@@ -373,26 +506,15 @@ def _roll_back(p: Pass, target: Target, failed: TableRef) -> EligibleTable | Non
         f"Deployment {target.name} did not become available with table "
         f"{failed.config_map} (ProgressDeadlineExceeded)"
     )
-    previous_cm = p.config_map(failed.previous) if failed.previous else None
+    ref = _stored_ref(p, failed.previous, failed) if failed.previous else None
     restored: EligibleTable | None = None
-    if previous_cm is not None:
-        labels = previous_cm["metadata"].get("labels") or {}
-        meta: dict[str, Any] = {}
-        try:
-            meta = json.loads((previous_cm.get("data") or {}).get(L.META_KEY) or "{}")
-        except ValueError:
-            meta = {}
-        ref = TableRef(
-            gpu_product=failed.gpu_product,
-            fingerprint=failed.fingerprint,
-            kind=failed.kind,
-            config_map=str(failed.previous),
-            hash=labels.get(L.LABEL_TABLE_HASH, ""),
-            profiled_at=meta.get("profiledAt") if isinstance(meta, dict) else None,
-            run=meta.get("run") if isinstance(meta, dict) else None,
-        )
+    if ref is not None:
         candidate = eligible_table(p, target, ref)
         restored = candidate if isinstance(candidate, EligibleTable) else None
+    said = st.last_failure
+    already = said is not None and (said.reason, said.run) == ("RolloutFailed", failed.run or "")
+    if restored is None and already:
+        return None  # nothing to return to, and already said (not once per pass)
     st.last_failure = FailureRecord(
         run=failed.run or "",
         reason="RolloutFailed",
@@ -402,6 +524,7 @@ def _roll_back(p: Pass, target: Target, failed: TableRef) -> EligibleTable | Non
         fingerprint=failed.fingerprint,
         trigger_key=refresh_trigger_key(failed.gpu_product, failed.fingerprint, st.refresh_count),
         retryable=False,
+        spec_hash=run_spec_hash(p.spec),
     )
     p.event("Warning", EV_ROLLOUT_FAILED, st.last_failure.message)
     if restored is None:

@@ -23,7 +23,8 @@ from sps_operator.controller import builders, names, policy
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.acceptance import judge_bounded
 from sps_operator.controller.borrow import WAITING_FOR_GPUS
-from sps_operator.controller.capacity import follow_wait
+from sps_operator.controller.capacity import follow_wait, reattach_borrow
+from sps_operator.controller.clocks import elapsed
 from sps_operator.controller.kube import Obj, api_error_detail
 from sps_operator.controller.outcome import (
     JOB_CREATE_FAILED,
@@ -49,6 +50,11 @@ RESULT_REFUSED = "ResultRefused"
 RESULT_MISSING = "ResultMissing"
 TARGET_GONE = "TargetGone"
 TARGET_CHANGED = "TargetChanged"
+DEADLINE_EXCEEDED = "DeadlineExceeded"
+
+# How long a Complete Job's result may lag behind its completion (the profiler's final
+# write and the Job's status reach the operator's caches by different watches).
+RESULT_GRACE_SECONDS = 60.0
 
 
 def run_refusal(p: Pass, plan: builders.RunPlan, job: Obj) -> policy.Refusal | None:
@@ -288,11 +294,17 @@ def progress_run(p: Pass) -> None:
             return
         fail_run(p, JOB_MISSING, f"Job {run.job} disappeared before it finished")
         return
+    reattach_borrow(p, run)
     finished = _finished(job)
     if not finished:
         too_long = follow_wait(p, run, job)
         if too_long is not None:
+            # At once: a pod scheduled late must not take the GPUs a lent replica is given
+            # back on.
+            p.kube.delete("Job", p.namespace, run.job)
             fail_run(p, run.waiting.reason if run.waiting else WAITING_FOR_GPUS, too_long)
+            return
+        if _past_deadline(p, run):
             return
     try:
         result = read_result(result_cm.get("data"), result_cm.get("binaryData"))
@@ -314,11 +326,22 @@ def progress_run(p: Pass) -> None:
         fail_run(p, PROFILING_FAILED, f"profiler reported: {result.message}")
         return
     if result.status != STATUS_SUCCEEDED or not result.rounds:
+        # The Job's Complete can be seen before the profiler's last write to the result:
+        # wait for it, bounded.
+        run.result_wait_since = run.result_wait_since or cond.rfc3339(p.now)
+        waited = elapsed(run.result_wait_since, p.now)
+        if waited < RESULT_GRACE_SECONDS:
+            p.wake_within(RESULT_GRACE_SECONDS - waited)
+            return
         fail_run(
             p,
             RESULT_MISSING,
-            f"Job {run.job} completed but its result ConfigMap has no rounds "
-            f"(status {result.status!r})",
+            f"Job {run.job} completed but its result ConfigMap "
+            f"{names.result_config_map(run.name, phase)} still held no final result "
+            f"{waited:.0f} s later (status {result.status!r}"
+            + (f", progress {result.progress}" if result.progress else "")
+            + f"): the profiler's last write never arrived; see `kubectl logs job/{run.job} "
+            "-c profiler`",
         )
         return
     additive = p.spec.table.kind == TableKind.ADDITIVE
@@ -346,6 +369,28 @@ def target_change(run: RunStatus, target: Target) -> str | None:
     if target.gpu is not None and target.gpu != run.gpu_product:
         return f"GPU product {run.gpu_product} -> {target.gpu}"
     return None
+
+
+def _past_deadline(p: Pass, run: RunStatus) -> bool:
+    """The run's own deadline, counted from when its Job started running (the Job's
+    activeDeadlineSeconds also covers the wait for GPUs: it is the run's deadline plus
+    capacity.waitTimeoutSeconds, a bound that holds while the operator is down). True
+    when the run was ended for it."""
+    deadline = p.spec.job.active_deadline_seconds
+    if run.running_since is None:
+        return False
+    ran = elapsed(run.running_since, p.now)
+    if ran < deadline:
+        p.wake_within(deadline - ran)
+        return False
+    p.kube.delete("Job", p.namespace, run.job)
+    fail_run(
+        p,
+        DEADLINE_EXCEEDED,
+        f"Job {run.job} ran {ran:.0f} s, past spec.job.activeDeadlineSeconds {deadline} "
+        "(counted from when it started running, not from its wait for GPUs)",
+    )
+    return True
 
 
 def start_phase2(p: Pass, rounds: Sequence[Obj]) -> None:
@@ -410,4 +455,5 @@ def start_phase2(p: Pass, rounds: Sequence[Obj]) -> None:
     run.job = plan.job_name
     run.diagonal_table = seed_name
     run.progress = None
+    run.running_since = run.result_wait_since = None  # the new Job's own clock
     p.event("Normal", EV_PHASE2, f"diagonal phase done; off-diagonal Job {plan.job_name}")

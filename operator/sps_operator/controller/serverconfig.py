@@ -9,7 +9,10 @@ in a script cannot be read safely and is refused.
 
 Only an allowlist of flags and env vars enters the fingerprint: what the operator injects
 itself (the table path) or what does not change the cost (host, port, log level) must not
-make a table stale.
+make a table stale. Their values are what the server really gets: `$(VAR)` references are
+expanded from the container's environment as the kubelet does, with ConfigMap keys
+resolved (`podenv`). A cost input the operator cannot read (a Secret, a per-pod field) is
+refused with `HiddenCostInput`, naming the reference: a change there would go unseen.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sps_operator.api.hashing import content_hash
+from sps_operator.controller.podenv import ContainerEnv, Expansion, escape, expand, resolve_env
 
 TABLE_PATH_FLAG = "--speculative-dspark-sps-table-path"
 ALGORITHM_FLAG = "--speculative-algorithm"
@@ -67,10 +71,15 @@ COST_SWITCHES: dict[str, str] = {
 }
 COST_ENV = (VERIFY_MODE_ENV, "SGLANG_PREP_IN_CUDA_GRAPH")
 
+# Flags whose values the operator must read: the fingerprint's, the port it probes, the
+# table path it checks.
+READ_FLAGS = frozenset({*COST_FLAGS, *COST_SWITCHES, "--port", TABLE_PATH_FLAG})
+
 # Problem reasons (CamelCase: they become condition reasons).
 NOT_SGLANG = "NotAnSglangServer"
 NOT_DSPARK = "NotADsparkServer"
 SHELL_SCRIPT = "UnreadableShellScript"
+HIDDEN_COST_INPUT = "HiddenCostInput"
 
 
 class ServerProblem(ValueError):
@@ -83,12 +92,21 @@ class ServerProblem(ValueError):
 
 @dataclass(frozen=True)
 class ServerCommand:
-    """An SGLang server's command line, as the operator understood it."""
+    """An SGLang server's command line, as the operator understood it.
+
+    `launcher`, `args` and `env` are in the kubelet's form: given to a container with the
+    same environment (the profiling clone), they make the same command line (`$` escaped,
+    a value the operator cannot read kept as its `$(VAR)` reference). `argv` is what the
+    server gets, the values the operator reads."""
 
     launcher: tuple[str, ...]  # ("python3", "-m", "sglang.launch_server") or ("sglang", "serve")
     args: tuple[str, ...]  # the server's flags
     env: Mapping[str, str] = field(default_factory=dict)  # `VAR=value` before a script's command
     shell: bool = False  # came from a `sh -c` script (Inject cannot add a flag to it)
+    argv: tuple[str, ...] = ()  # the server's flags as it gets them
+    cost_env: Mapping[str, str] = field(default_factory=dict)  # the COST_ENV it gets
+    sources: Mapping[str, str] = field(default_factory=dict)  # cost input -> where from
+    unread: tuple[str, ...] = ()  # what may set a cost input unseen (an envFrom Secret)
 
 
 @dataclass(frozen=True)
@@ -100,6 +118,10 @@ class ServerConfig:
     env: dict[str, str] = field(default_factory=dict)
     port: int = DEFAULT_PORT
     table_path: str | None = None
+    # Not fingerprinted: where a value came from when it was not written literally (a
+    # ConfigMap key), and what could set a cost input without the operator seeing it.
+    sources: dict[str, str] = field(default_factory=dict)
+    unread: tuple[str, ...] = ()
 
     def fingerprint(self) -> str:
         canonical = {"image": self.image, "flags": self.flags, "env": self.env}
@@ -172,7 +194,6 @@ def find_server_container(
 
 # --------------------------------------------------------------------------- the command line
 
-_K8S_VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 # Outside quotes, these make a script more than one plain command line.
@@ -202,35 +223,15 @@ def _first_shell_feature(script: str) -> str | None:
     return None
 
 
-def literal_env(container: Mapping[str, Any]) -> dict[str, str]:
-    return {
-        str(e.get("name")): str(e.get("value", ""))
-        for e in container.get("env") or []
-        if isinstance(e, Mapping) and "valueFrom" not in e
-    }
-
-
-def expand_k8s_vars(token: str, env: Mapping[str, str]) -> str:
-    """`$(VAR)` as the kubelet expands it in command/args (`$$` escapes; unknown stays)."""
-
-    def sub(match: re.Match[str]) -> str:
-        if match.group(0) == "$$":
-            return "$"
-        name = match.group(1)
-        return env.get(name, match.group(0))
-
-    return _K8S_VAR.sub(sub, token)
-
-
-def _shell_script(tokens: Sequence[str]) -> str | None:
-    """The script of `sh -c SCRIPT ...`, or None when the command is not a shell."""
+def _shell_script(tokens: Sequence[str]) -> int | None:
+    """Where the script of `sh -c SCRIPT ...` is, or None when the command is not a shell."""
     if not tokens or posixpath.basename(tokens[0]) not in SHELLS:
         return None
     for i, token in enumerate(tokens[1:], start=1):
         if token.startswith("-") and not token.startswith("--") and "c" in token[1:]:
             if i + 1 >= len(tokens):
                 break
-            return tokens[i + 1]
+            return i + 1
         if not token.startswith("-"):
             break
     raise ServerProblem(
@@ -286,17 +287,29 @@ def _launcher_length(tokens: Sequence[str]) -> int:
     return 0
 
 
-def parse_server(container: Mapping[str, Any]) -> ServerCommand:
-    """The SGLang DSpark server in `container`, or ServerProblem saying what to change."""
-    env = literal_env(container)
-    tokens = [
-        expand_k8s_vars(str(t), env)
+def parse_server(container: Mapping[str, Any], env: ContainerEnv | None = None) -> ServerCommand:
+    """The SGLang DSpark server in `container`, or ServerProblem saying what to change.
+    `env` is the container's environment (`podenv.resolve_env`); without it, only literal
+    values are known."""
+    env = env if env is not None else resolve_env(container, None, {})
+    words = [
+        expand(str(t), env.lookup)
         for t in [*(container.get("command") or []), *(container.get("args") or [])]
     ]
+    tokens = [w.seen for w in words]
     script = _shell_script(tokens)
     script_env: dict[str, str] = {}
     if script is not None:
-        tokens, script_env = _script_tokens(script)
+        if words[script].hidden:
+            ref = words[script].hidden[0]
+            raise ServerProblem(
+                SHELL_SCRIPT,
+                f"the server's shell script uses $({ref.name}), {ref.value.source}, so what "
+                "it runs cannot be read; put the launcher and its flags in the container's "
+                "command/args (exec form)",
+            )
+        tokens, script_env = _script_tokens(tokens[script])
+        words = [Expansion(t, escape(t)) for t in tokens]
     n = _launcher_length(tokens)
     if n == 0:
         shown = shlex.join(tokens[:4]) + (" ..." if len(tokens) > 4 else "")
@@ -306,8 +319,12 @@ def parse_server(container: Mapping[str, Any]) -> ServerCommand:
             f"{shown or 'the image entrypoint'!r}); the launcher must be visible in "
             "command/args: python3 -m sglang.launch_server ... or sglang serve ...",
         )
-    args = tuple(tokens[n:])
-    flags, _, _ = parse_server_args(args)
+    arg_words = words[n:]
+    hidden = _hidden_cost_input(arg_words)
+    if hidden:
+        raise ServerProblem(HIDDEN_COST_INPUT, hidden)
+    argv = tuple(w.seen for w in arg_words)
+    flags, _, _ = parse_server_args(argv)
     if flags.get("speculative_algorithm", "").upper() != "DSPARK":
         raise ServerProblem(
             NOT_DSPARK,
@@ -315,18 +332,109 @@ def parse_server(container: Mapping[str, Any]) -> ServerCommand:
             f"({ALGORITHM_FLAG} is {flags.get('speculative_algorithm', 'unset')!r}); SPS "
             f"tables are only for servers started with {ALGORITHM_FLAG} DSPARK",
         )
-    return ServerCommand(tuple(tokens[:n]), args, script_env, script is not None)
+    cost_env, env_sources, unread = _cost_env(env, script_env)
+    return ServerCommand(
+        launcher=tuple(w.kubelet_form for w in words[:n]),
+        args=tuple(w.kubelet_form for w in arg_words),
+        env={k: escape(v) for k, v in script_env.items()},
+        shell=script is not None,
+        argv=argv,
+        cost_env=cost_env,
+        sources={**_flag_sources(arg_words), **env_sources},
+        unread=tuple(unread),
+    )
+
+
+def _hidden_cost_input(words: Sequence[Expansion]) -> str | None:
+    """Why a value the operator must read (a cost flag's, the port, the table path) or a
+    flag itself comes from something it cannot read; None when none does. A hidden value
+    of another flag (`--api-key $(KEY)` from a Secret) is fine."""
+    advice = (
+        "a change there would not make the table stale, so a table measured for one value "
+        "could serve another. Write the value in args or env, or take it from a ConfigMap "
+        "key (the operator reads ConfigMaps, never Secrets)"
+    )
+    waiting: str | None = None  # a flag that the next word may be the value of
+    for word in words:
+        ref = word.hidden[0] if word.hidden else None
+        if word.seen.startswith("-"):
+            flag, inline = split_flag(word.seen)
+            if ref is not None and word.hidden_before(len(flag)):
+                return (
+                    f"the flag {_shown(flag)!r} takes its name from $({ref.name}), "
+                    f"{ref.value.source}: it could be any flag; {advice}"
+                )
+            if ref is not None and flag in READ_FLAGS:
+                return f"{flag} takes its value from $({ref.name}), {ref.value.source}: {advice}"
+            waiting = None if inline is not None or flag in COST_SWITCHES else flag
+            continue
+        if ref is not None and waiting is None:
+            return (
+                f"the argument {_shown(word.seen)!r} comes from $({ref.name}), "
+                f"{ref.value.source}, where a flag would be: it could be any flag; {advice}"
+            )
+        if ref is not None and waiting in READ_FLAGS:
+            return f"{waiting} takes its value from $({ref.name}), {ref.value.source}: {advice}"
+        waiting = None
+    return None
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _flag_sources(words: Sequence[Expansion]) -> dict[str, str]:
+    """Cost flag -> where its value came from, for values not written literally."""
+    sources: dict[str, str] = {}
+    for i, word in enumerate(words):
+        flag, inline = split_flag(word.seen)
+        value = word if inline is not None else (words[i + 1] if i + 1 < len(words) else None)
+        if flag in COST_FLAGS and value is not None and value.sources:
+            sources[COST_FLAGS[flag]] = "; ".join(value.sources)
+    return sources
+
+
+def _cost_env(
+    env: ContainerEnv, script_env: Mapping[str, str]
+) -> tuple[dict[str, str], dict[str, str], list[str]]:
+    """The cost env vars the server gets, where those not written literally came from, and
+    what could set one unseen. A script's `VAR=value` is set last, so it wins."""
+    values: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    unread: list[str] = []
+    for name in COST_ENV:
+        if name in script_env:
+            values[name] = script_env[name]
+            continue
+        found = env.lookup(name)
+        if found is None:
+            continue
+        if found.value is None:
+            if found.definite:
+                raise ServerProblem(
+                    HIDDEN_COST_INPUT,
+                    f"the server's environment variable {name} comes from {found.source}: "
+                    "a change there would not make the table stale; set it in env, or from "
+                    "a ConfigMap key (the operator reads ConfigMaps, never Secrets)",
+                )
+            unread.append(f"{name} may be set by {found.source}")
+            continue
+        values[name] = found.value
+        if found.source != "literal":
+            sources[name] = found.source
+    return values, sources, unread
 
 
 def server_config(container: Mapping[str, Any], command: ServerCommand) -> ServerConfig:
-    flags, port, table_path = parse_server_args(command.args)
-    env = {**literal_env(container), **command.env}
+    flags, port, table_path = parse_server_args(command.argv)
     return ServerConfig(
         image=str(container.get("image", "")),
         flags=flags,
-        env={k: v for k, v in sorted(env.items()) if k in COST_ENV},
+        env=dict(sorted(command.cost_env.items())),
         port=port,
         table_path=table_path,
+        sources=dict(command.sources),
+        unread=command.unread,
     )
 
 

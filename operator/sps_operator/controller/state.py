@@ -11,19 +11,19 @@ from typing import Any, Protocol
 from sps_operator.api import labels as L
 from sps_operator.api.models import RolloutMode, SpsProfile, SpsProfileSpec, SpsProfileStatus
 from sps_operator.constants import IMAGE
+from sps_operator.controller import clocks
 from sps_operator.controller.builders import JobDefaults, ProfileRef
+from sps_operator.controller.envsources import EnvSources, read_env_config_maps
 from sps_operator.controller.kube import KubeApi, Obj, owned_by
 from sps_operator.controller.metrics import Metrics
 from sps_operator.controller.ownership import ProfileSummary, profile_summary
 from sps_operator.controller.placement import PodInfo
+from sps_operator.controller.podenv import ConfigMapEnv
 from sps_operator.controller.policy import JobPolicy, ServiceInfo, service_info
+from sps_operator.controller.ratelimit import Periodic
 from sps_operator.controller.release import mounted_config_maps
 from sps_operator.controller.selectors import matches_selector, selector_string
 from sps_operator.controller.serverconfig import ServerCommand, ServerConfig
-
-
-def _parse(stamp: str | None) -> datetime | None:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,14 @@ class Settings:
     isolate_fits: bool = True
     fit_seconds: float = 120.0
     fit_memory_mib: int = 1024
+    # BorrowReplica: where the per-GPU-product pool Leases live (the operator's namespace,
+    # which no tenant can write), and how often a pass may look for orphaned ones.
+    pool_namespace: str = "default"
+    pool_sweep_seconds: float = 60.0
+    # Minimum time between scheduled runs and between rollouts onto one Deployment that
+    # already runs a table measured for it (the flag's and chart's default is 1 h; 0 here
+    # so a test states the interval it means).
+    min_refresh_interval_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,8 @@ class Snapshot:
     # superset: the policy matches them): it must never pass for one of their pods.
     pod_selecting_deployments: Sequence[Obj] = ()
     services: Sequence[ServiceInfo] = ()  # those, and the one spec.server.url names
+    # The ConfigMaps the selected Deployments read env from, by name (None: missing).
+    env_config_maps: Mapping[str, ConfigMapEnv | None] = field(default_factory=dict)
 
     @classmethod
     def empty(cls) -> Snapshot:
@@ -143,6 +153,7 @@ class ApiSnapshot:
                 service_info(s["metadata"]["name"], s.get("spec") or {})
                 for s in kube.list_services(ns)
             ],
+            env_config_maps=read_env_config_maps(kube, ns, deployments),
         )
 
 
@@ -172,6 +183,7 @@ class CachedWorld:
     mounted: frozenset[str] = frozenset()
     pod_selecting_deployments: Sequence[Obj] = ()
     services: Sequence[ServiceInfo] = ()
+    env_sources: EnvSources | None = None  # the ConfigMaps servers read env from
 
     def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot:
         selector = spec.selector.to_k8s()
@@ -207,6 +219,9 @@ class CachedWorld:
                 d for d in self.pod_selecting_deployments if in_namespace(d, ref.namespace)
             ],
             services=self.services,
+            env_config_maps=read_env_config_maps(
+                self.kube, ref.namespace, selected, self.env_sources
+            ),
         )
 
 
@@ -280,6 +295,8 @@ class Pass:
     returned: set[str] = field(default_factory=set)  # Deployments given their replica back
     stable_conflict: str | None = None  # AnnotateOnly: why another profile writes the stable
     step: str = "start"  # the step running, for error reports
+    # Work many passes may ask for and one does (the orphaned-borrow sweep), process-wide.
+    pool_sweep: Periodic = field(default_factory=lambda: Periodic(0.0))
 
     @property
     def spec(self) -> SpsProfileSpec:
@@ -288,6 +305,14 @@ class Pass:
     @property
     def namespace(self) -> str:
         return self.ref.namespace
+
+    @property
+    def min_interval_seconds(self) -> float:
+        """The minimum time between scheduled runs and between rollouts onto a Deployment
+        that already runs a table measured for it: the operator's, lengthened (never
+        shortened) by the profile's spec.refresh.minIntervalSeconds."""
+        own = self.spec.refresh.min_interval_seconds or 0
+        return max(float(own), self.settings.min_refresh_interval_seconds)
 
     def event(self, type_: str, reason: str, message: str) -> None:
         self.events.append((type_, reason, message))
@@ -312,8 +337,10 @@ class Pass:
         self.wake = seconds if self.wake is None else min(self.wake, seconds)
 
     def recent(self, stamp: str | None) -> bool:
-        """`stamp` (RFC 3339) lies within the cache grace period."""
-        when = _parse(stamp)
+        """`stamp` (RFC 3339) lies within the cache grace period. A time further ahead of
+        this replica's clock than the skew bound is not recent: another replica's clock
+        must not make "a moment ago" last for hours."""
+        when = clocks.trusted(stamp, self.now)
         return when is not None and self.now - when < CACHE_GRACE
 
     def target(self, name: str) -> Target | None:

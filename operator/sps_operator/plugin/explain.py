@@ -55,6 +55,13 @@ TARGET_REASONS: dict[str, tuple[str, str]] = {
         "Put the launcher and its flags in the container's command/args (exec form); a script "
         "must be one plain command line without variables, pipes or several commands.",
     ),
+    "HiddenCostInput": (
+        "A cost input of the server comes from something the operator cannot read",
+        "The message names the reference (a Secret key, a per-pod field, a missing or too "
+        "large ConfigMap) that feeds a flag or variable the table depends on: a change there "
+        "would go unseen and leave a wrong table live. Write the value in args or env, or take "
+        "it from a ConfigMap key, which the operator reads (it never reads Secrets).",
+    ),
     "ShellWrappedServer": (
         "rollout.mode Inject cannot add the table flag to a shell script",
         "Move the launcher and flags to command/args, or use rollout.mode AnnotateOnly and "
@@ -165,6 +172,19 @@ FAILURE_REASONS: dict[str, tuple[str, str]] = {
         "The message names what refused the borrow (a PodDisruptionBudget, minAvailable, an "
         "HPA or a GitOps owner of replicas, a rollout, another borrow on the product); see "
         "docs/capacity.md. Fix that or add a node, then `kubectl sps reprofile {name}`.",
+    ),
+    "DeadlineExceeded": (
+        "The profiling Job ran longer than spec.job.activeDeadlineSeconds",
+        "The deadline counts from when the Job started running, not from its wait for GPUs. "
+        "Raise spec.job.activeDeadlineSeconds, or shorten the sweep (sweep.maxBatchSize, fewer "
+        "fracs, a wider sweep.ciRelWidth); the run is retried with backoff, or now with "
+        "`kubectl sps reprofile {name}`.",
+    ),
+    "ResultMissing": (
+        "The profiling Job completed but its result never arrived",
+        "The operator waited for the profiler's last write to the result ConfigMap after the "
+        "Job completed, and it did not come. Read the profiler's log (`kubectl logs job/<run> "
+        "-c profiler`, the run is in status.lastFailure.run); the run is retried with backoff.",
     ),
     "StatusWriteFailed": (
         "The operator could not write this profile's full status",
@@ -283,11 +303,129 @@ def _gate_finding(name: str, evidence: str) -> Finding:
         why=evidence,
         next=(
             f"Look at it: `kubectl sps table {name} --rejected` and compare with the live one "
-            f"(`kubectl sps diff {name} {name}@rejected`). If the change is real (new "
-            "image, driver, clocks), relax spec.gates (maxChange, maxRmsMs, minR2) and "
-            f"`kubectl sps reprofile {name}`; if it is noise, reprofile as is."
+            f"(`kubectl sps diff {name} {name}@rejected`). It is not retried as it is. If the "
+            "change is real (new image, driver, clocks), relax spec.gates (maxChange, "
+            "maxErrorBound, maxRmsMs, minR2): the changed spec starts a new attempt by itself; "
+            f"if it is noise, `kubectl sps reprofile {name}` to measure again."
         ),
     )
+
+
+# What blocks a rollout, by the words of the scheduler, kubelet or Deployment controller.
+_ROLLOUT_NEXT = (
+    (
+        ("insufficient", "didn't have free ports", "untolerated taint", "0/"),
+        "No node has room for the new pod: on a full GPU pool a rolling update with "
+        "maxUnavailable 0 needs one free slot for its surge pod. With capacity.mode "
+        "BorrowReplica the replica lent to a run stays lent for the rollout (its slot is the "
+        "surge slot); otherwise free a GPU of the pool, add a node, or let the Deployment "
+        "roll in place (spec.strategy.rollingUpdate.maxUnavailable: 1) (docs/capacity.md).",
+    ),
+    (
+        ("imagepull", "errimagepull", "invalidimagename"),
+        "The new pods cannot pull their image: check the image name and tag, the registry "
+        "and the pull secrets (`kubectl describe pod <pod>`).",
+    ),
+    (
+        ("crashloopbackoff", "runcontainererror", "createcontainer"),
+        "The new pods do not start or keep crashing: read their log (`kubectl logs <pod> "
+        "--previous`). A server that fails with the new table is rolled back to the previous "
+        "table after the Deployment's progressDeadlineSeconds.",
+    ),
+    (
+        ("replicaset cannot create", "exceeded quota", "forbidden"),
+        "The ReplicaSet cannot create the new pods (a quota or an admission policy): the "
+        "message says which; fix it or raise the quota.",
+    ),
+)
+
+
+def _rollout_findings(status: Mapping[str, Any]) -> list[Finding]:
+    findings = []
+    for target in status.get("targets") or []:
+        name = target.get("deployment")
+        message = str(target.get("message") or "")
+        if target.get("state") == "Rolling" and target.get("reason") == "RolloutBlocked":
+            lowered = message.lower()
+            next_step = next(
+                (hint for keys, hint in _ROLLOUT_NEXT if any(k in lowered for k in keys)),
+                "Look at the new pods (`kubectl describe pod`, `kubectl rollout status "
+                f"deployment/{name}`); the profile is ready only once every ready pod runs "
+                "the table.",
+            )
+            findings.append(
+                Finding(
+                    what=f"The rollout of the new table onto Deployment {name} is blocked "
+                    f"(since {target.get('blockedSince') or '?'})",
+                    why=f"RolloutBlocked: {message}",
+                    next=next_step,
+                )
+            )
+        elif target.get("heldUntil"):
+            findings.append(
+                Finding(
+                    what=f"A newer table for Deployment {name} waits for the minimum interval "
+                    "between rollouts",
+                    why=message,
+                    next=(
+                        f"It is rolled at {target['heldUntil']} by itself; each rollout restarts "
+                        "every server, so refreshes of a table that runs are spaced by the "
+                        "operator's minimum (chart value refresh.minIntervalSeconds) or the "
+                        "profile's spec.refresh.minIntervalSeconds, whichever is longer."
+                    ),
+                )
+            )
+    held = status.get("rolloutBorrow") or {}
+    if held.get("deployment"):
+        findings.append(
+            Finding(
+                what=f"One replica of {held['deployment']} stays lent to the new table's rollout",
+                why=(
+                    f"run {held.get('run', '?')} borrowed it at {held.get('at', '?')}; kept since "
+                    f"{held.get('heldSince', '?')} for table hash {held.get('table', '?')}"
+                ),
+                next=(
+                    "On a full pool its slot is the surge slot the rolling update needs "
+                    "(maxUnavailable 0). It comes back by itself when the table runs on every "
+                    "pod, or at the latest after the Deployment's progressDeadlineSeconds."
+                ),
+            )
+        )
+    return findings
+
+
+def _schedule_and_clock_findings(
+    status: Mapping[str, Any], events: Sequence[Mapping[str, Any]]
+) -> list[Finding]:
+    findings = []
+    if status.get("scheduleHeldBack"):
+        findings.append(
+            Finding(
+                what="The refresh schedule fires more often than the minimum interval between "
+                "scheduled runs",
+                why=str(status["scheduleHeldBack"]),
+                next=(
+                    "Each run costs GPU time and each new table restarts every server. Use a "
+                    "schedule no more frequent than the interval (e.g. '0 3 * * 0'); the "
+                    "operator runs it at most once per interval meanwhile."
+                ),
+            )
+        )
+    skewed = [e for e in events if e.get("reason") == "ClockSkew"]
+    if skewed:
+        latest = skewed[-1]
+        findings.append(
+            Finding(
+                what="A time in this profile's status was ahead of the operator's clock",
+                why=str(latest.get("message") or latest.get("note") or ""),
+                next=(
+                    "Another operator replica's clock (or a hand-edited status) ran ahead; the "
+                    "operator counted from its own clock instead. Check that the nodes' clocks "
+                    "are synchronised (NTP / chrony)."
+                ),
+            )
+        )
+    return findings
 
 
 def _gpu_next_step(name: str) -> str:
@@ -526,6 +664,22 @@ def explain(
                 f"{tr.get('reason', '')}: {tr.get('message', '')}",
             )
         )
+
+    stale = conds.get("Stale") or {}
+    after = "; the last attempt failed ("
+    stale_message = str(stale.get("message") or "")
+    if stale.get("status") == "True" and after in stale_message:
+        head, _, tail = stale_message.partition(after)
+        reason, _, next_step = tail.partition("): ")
+        findings.append(
+            Finding(
+                what="A refresh is pending and its last attempt failed",
+                why=f"{stale.get('reason', '')}: {head} (last attempt: {reason})",
+                next=next_step or "See status.lastFailure.",
+            )
+        )
+    findings.extend(_rollout_findings(status))
+    findings.extend(_schedule_and_clock_findings(status, events))
 
     run = status.get("currentRun") or {}
     waiting = _waiting_finding(name, profile.get("spec") or {}, run, now)

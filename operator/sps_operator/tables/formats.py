@@ -303,14 +303,16 @@ def _parse_json(text: str) -> Any:
         ) from None
 
 
-def load_sps_table_text(text: str) -> SpsTable:
+def load_sps_table_text(text: str, *, diagonal_only: bool = False) -> SpsTable:
     """Decode a table text exactly as SGLang's `load_sps_table_from_path` would.
 
     Raises `SpsTableError` (a `ValueError`) with a loader-like message on any input
-    SGLang would refuse.
+    SGLang would refuse. `diagonal_only` is the loader of builds that know only
+    `SpsCostTable` (the fzyzcjy/sglang fork's `dspark_sps_table.py`): every text is decoded
+    as a diagonal table, so an additive one fails on its first missing field.
     """
     obj = _parse_json(text)
-    if '"bias_seconds"' in text:
+    if not diagonal_only and '"bias_seconds"' in text:
         fields = _decode_fields(obj, _ADDITIVE_FIELDS)
         return SpsAdditiveCostTable(**fields)
     fields = _decode_fields(obj, _DIAGONAL_FIELDS)
