@@ -253,7 +253,9 @@ def operator_pod_version(pod: Mapping[str, Any]) -> dict[str, str]:
     )
     image = str(container.get("image") or "")
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    status = next((c for c in statuses if c.get("name") == container.get("name")), {})
+    status: dict[str, Any] = next(
+        (c for c in statuses if c.get("name") == container.get("name")), {}
+    )
     labels = meta.get("labels") or {}
     version = image_tag(image) or labels.get("app.kubernetes.io/version") or "unknown"
     return {
