@@ -69,6 +69,22 @@ def render(
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
+def profile_manifest(name: str) -> str:
+    """A minimal valid SpsProfile `name` (selecting Deployments labelled app=<name>), as
+    YAML for `kubectl create -f -`."""
+    return yaml.safe_dump(
+        {
+            "apiVersion": "sps.dev/v1alpha1",
+            "kind": "SpsProfile",
+            "metadata": {"name": name},
+            "spec": {
+                "selector": {"matchLabels": {"app": name}},
+                "table": {"kind": "Diagonal", "sweep": {"maxBatchSize": 32}},
+            },
+        }
+    )
+
+
 def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [o for o in objects if o.get("kind") == kind]
 

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from ship_helpers import CHART, apply_chart_crd, helm
+from ship_helpers import CHART, apply_chart_crd, helm, profile_manifest
 
 from sps_testbed.controlplane_fixtures import K8sCluster, KubectlError
 from waiting import wait_for
@@ -23,20 +22,6 @@ from waiting import wait_for
 pytestmark = pytest.mark.k8s
 
 KUBECTL_SPS = Path(sys.executable).parent / "kubectl-sps"
-
-
-def profile(name: str) -> str:
-    return yaml.safe_dump(
-        {
-            "apiVersion": "sps.dev/v1alpha1",
-            "kind": "SpsProfile",
-            "metadata": {"name": name},
-            "spec": {
-                "selector": {"matchLabels": {"app": name}},
-                "table": {"kind": "Diagonal", "sweep": {"maxBatchSize": 32}},
-            },
-        }
-    )
 
 
 def user(cluster: K8sCluster, namespace: str, name: str, role: str, tmp: Path) -> Path:
@@ -91,7 +76,7 @@ def test_namespace_edit_and_view_users_with_the_charts_roles(
         bob = user(cluster, namespace, "bob", "view", tmp_path)
 
         # edit: create, change, reprofile (an annotation), delete.
-        cluster.kubectl("create", "-n", namespace, "-f", "-", input=profile("llama"),
+        cluster.kubectl("create", "-n", namespace, "-f", "-", input=profile_manifest("llama"),
                         kubeconfig=alice)  # fmt: skip
         cluster.kubectl("label", "spsprofile", "llama", "-n", namespace, "team=ml",
                         kubeconfig=alice)  # fmt: skip
@@ -113,7 +98,8 @@ def test_namespace_edit_and_view_users_with_the_charts_roles(
         assert got.returncode == 0 and got.stdout == "spsprofile.sps.dev/llama\n", got.stderr
         refused = plugin(bob, "reprofile", "llama", "-n", namespace)
         assert refused.returncode == 1 and "forbidden" in refused.stderr
-        forbidden(cluster, bob, "create", "-n", namespace, "-f", "-", input=profile("qwen"))
+        qwen = profile_manifest("qwen")
+        forbidden(cluster, bob, "create", "-n", namespace, "-f", "-", input=qwen)
         forbidden(cluster, bob, "patch", "spsprofile", "llama", "-n", namespace,
                   "--subresource=status", "--type=merge", "-p", status)  # fmt: skip
         forbidden(cluster, bob, "delete", "spsprofile", "llama", "-n", namespace)
@@ -121,7 +107,7 @@ def test_namespace_edit_and_view_users_with_the_charts_roles(
         # Neither reaches another namespace.
         for config in (alice, bob):
             forbidden(cluster, config, "get", "spsprofiles", "-n", other)
-        forbidden(cluster, alice, "create", "-n", other, "-f", "-", input=profile("x"))
+        forbidden(cluster, alice, "create", "-n", other, "-f", "-", input=profile_manifest("x"))
 
         cluster.kubectl("delete", "spsprofile", "llama", "-n", namespace, kubeconfig=alice)
     finally:

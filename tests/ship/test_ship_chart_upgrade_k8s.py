@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from ship_helpers import CHART, ROOT, helm
+from ship_helpers import CHART, ROOT, helm, profile_manifest
 
 from sps_operator.api.crd import CRD_NAME, build_crd
 from sps_testbed.controlplane_fixtures import K8sCluster
@@ -51,18 +51,6 @@ def install_as_0_1_0_left_it(cluster: K8sCluster) -> None:
     assert "meta.helm.sh/release-name" not in (crd["metadata"].get("annotations") or {})
 
 
-def profile(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "sps.dev/v1alpha1",
-        "kind": "SpsProfile",
-        "metadata": {"name": name},
-        "spec": {
-            "selector": {"matchLabels": {"sps.dev/profile-target": name}},
-            "table": {"kind": "Diagonal", "sweep": {"maxBatchSize": 32}},
-        },
-    }
-
-
 def profiles(cluster: K8sCluster, namespace: str) -> dict[str, tuple[str, Any]]:
     items = json.loads(cluster.kubectl("get", "spsprofiles", "-n", namespace, "-o", "json"))
     return {p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"]) for p in items["items"]}
@@ -82,7 +70,7 @@ def test_helm_upgrade_from_0_1_0_upgrades_the_crd_and_keeps_every_profile(
         helm("install", release, str(OLD_CHART), *kubeconfig, *values)
         for name in ("llama", "qwen", "mistral"):
             cluster.kubectl("create", "-n", namespace, "-f", "-",
-                            input=yaml.safe_dump(profile(name)))  # fmt: skip
+                            input=profile_manifest(name))  # fmt: skip
         before = profiles(cluster, namespace)
         assert len(before) == 3
 
