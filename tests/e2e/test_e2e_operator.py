@@ -57,7 +57,7 @@ def test_e2e_diagonal_profile_publish_and_roll(env: Env) -> None:
     types = {c["type"]: c["status"] for c in status["conditions"]}
     assert types == {
         "Ready": "True", "Profiling": "False", "TableReady": "True", "RolledOut": "True",
-        "Stale": "False", "Degraded": "False",
+        "Stale": "False", "Degraded": "False", "Reconciling": "False", "Stalled": "False",
     }  # fmt: skip
 
     # The Job: one run, backoffLimit 0, the cloned server as a native sidecar, pinned to H100.
