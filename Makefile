@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test setup controlplane testbed realnode lint typecheck crds unit clean
+.PHONY: demo test setup controlplane testbed realnode lint lint-checks typecheck crds unit clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -20,7 +20,8 @@ controlplane:
 	bash tests/controlplane/build.sh
 
 # The real-node test bed's host packages, node binaries (kubelet, kube-proxy, CoreDNS,
-# device plugin) and images (operator from the Dockerfile, SGLang stand-in), all cached.
+# device plugin), Kueue (its manager and config/) and images (operator from the
+# Dockerfile, SGLang stand-in, Kueue), all cached.
 testbed: setup controlplane
 	bash tests/controlplane/setup-host.sh --nodes
 	$(BIN)/sps-testbed build
@@ -36,6 +37,10 @@ demo: setup controlplane testbed
 	$(BIN)/sps-testbed demo
 
 lint: setup
+	$(MAKE) --no-print-directory lint-checks
+
+# lint without the setup (what `make test` runs beside the bed's tests).
+lint-checks:
 	$(BIN)/ruff check operator sim tests bench testbed
 	$(BIN)/ruff format --check operator sim tests bench testbed
 	$(BIN)/mypy
@@ -52,9 +57,10 @@ unit: setup
 	$(BIN)/pytest -m "not k8s and not e2e"
 
 # Every test: lint and types, unit, simulator and profiler, control plane, real nodes,
-# end to end.
-test: setup controlplane testbed lint
-	$(BIN)/pytest
+# end to end. Two lanes at once (tests/run-all.sh): the tests on the real-node bed, and
+# beside them lint and the rest (their log: .test-logs/other.log, printed at the end).
+test: setup controlplane testbed
+	SPS_TEST_BIN=$(BIN) bash tests/run-all.sh
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

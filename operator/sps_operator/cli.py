@@ -15,6 +15,11 @@ from sps_operator import __version__
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "run": ("sps_operator.controller.main", "main", "run the operator (kopf) against a cluster"),
     "crd": ("sps_operator.api.crd", "main", "print the SpsProfile CRD generated from the models"),
+    "fingerprint": (
+        "sps_operator.controller.fingerprint_cmd",
+        "main",
+        "what the operator reads from a Deployment (-f FILE): fingerprint, inputs, gaps",
+    ),
 }
 
 

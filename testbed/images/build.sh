@@ -6,13 +6,15 @@
 #              simulator from sim/ (lmsysorg/sglang:<tag>)
 #   pause      the pod sandbox (registry.k8s.io/pause:3.10) from nodetools/pause
 #   coredns    cluster DNS from the CoreDNS built by build-nodes.sh
+#   kueue      Kueue's manager built by build-kueue.sh (registry.k8s.io/kueue/kueue:<version>)
 # Each is exported as an OCI archive named by a hash of its inputs, under
 # ${SPS_IMAGES_CACHE:-~/.cache/sps-operator/images}; nothing is rebuilt when cached.
-# Usage: build.sh NODE_BIN_DIR   (prints the path of a JSON manifest {ref: archive})
+# Usage: build.sh NODE_BIN_DIR KUEUE_DIR   (prints the path of a JSON manifest {ref: archive})
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-nodebin=${1:?usage: build.sh NODE_BIN_DIR}
+nodebin=${1:?usage: build.sh NODE_BIN_DIR KUEUE_DIR}
+kueuedir=${2:?usage: build.sh NODE_BIN_DIR KUEUE_DIR}
 cache=${SPS_IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sps-operator/images}
 mkdir -p "$cache/containers"
 exec 9>"$cache/.lock"
@@ -49,6 +51,7 @@ sglang_ref="docker.io/lmsysorg/sglang:${SPS_SGLANG_TAG:-v0.5.16}"
 pause_ref="registry.k8s.io/pause:3.10"
 coredns_version=$("$nodebin/coredns" -version 2>/dev/null | awk -F'[-]' '/CoreDNS/ {print $2; exit}')
 coredns_ref="registry.k8s.io/coredns/coredns:v${coredns_version:-unknown}"
+kueue_ref="registry.k8s.io/kueue/kueue:$(cat "$kueuedir/version")"
 
 # ---- base ------------------------------------------------------------------------
 base_pkgs="python3,python3-pip,python3-venv,python-is-python3,ca-certificates,passwd"
@@ -69,16 +72,23 @@ if ! have "$base_ref"; then
 fi
 
 # ---- operator: the project's Dockerfile ------------------------------------------
+# With --layers: the Dockerfile installs the dependencies from pyproject.toml before it
+# copies any source, so after a change under operator/ buildah reuses those layers from
+# its storage and builds only the operator's own wheel and layer. The dependencies'
+# stage is tagged by what it is built from, so that the prune at the end keeps it.
 op_key=$(hash_str "$base_key $(hash_files Dockerfile pyproject.toml README.md operator)")
 op_tar="$cache/sps-operator-$op_key.tar"
+deps_ref="localhost/sps-testbed/operator-deps:$(hash_str "$base_key $(hash_files Dockerfile pyproject.toml)")"
 if [ ! -s "$op_tar" ]; then
   echo "buildah: $operator_ref from Dockerfile ($op_key)" >&2
   # pip inside the build reaches PyPI through the host's CA bundle.
-  "${nice[@]}" buildah bud --quiet --isolation=chroot --network=host --layers=false \
-    -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
-    --build-arg PYTHON_IMAGE="$base_ref" --build-arg VERSION="$app_version" \
+  bud=("${nice[@]}" buildah bud --quiet --isolation=chroot --network=host --layers
+    -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro
+    --build-arg PYTHON_IMAGE="$base_ref" -f "$repo/Dockerfile")
+  have "$deps_ref" || "${bud[@]}" --target deps -t "$deps_ref" "$repo" >&2
+  "${bud[@]}" --build-arg VERSION="$app_version" \
     --build-arg REVISION="$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)" \
-    -t "$operator_ref" -f "$repo/Dockerfile" "$repo" >&2
+    -t "$operator_ref" "$repo" >&2
   export_image "$operator_ref" "$op_tar"
 fi
 
@@ -94,7 +104,7 @@ if [ ! -s "$sg_tar" ]; then
   export_image "$sglang_ref" "$sg_tar"
 fi
 
-# ---- pause and coredns: one static binary each -----------------------------------
+# ---- pause, coredns, kueue: one static binary each ---------------------------------
 scratch_image() {  # ref binary archive user
   [ -s "$3" ] && return 0
   c=$(buildah from scratch)
@@ -105,19 +115,29 @@ scratch_image() {  # ref binary archive user
 }
 scratch_image "$pause_ref" "$nodebin/pause" "$cache/pause-$(sha256sum "$nodebin/pause" | cut -c1-16).tar" 65535:65535
 scratch_image "$coredns_ref" "$nodebin/coredns" "$cache/coredns-$(sha256sum "$nodebin/coredns" | cut -c1-16).tar" 65532:65532
+# Kueue's own image is distroless/static:nonroot with /manager; this is the same binary.
+kueue_tar="$cache/kueue-$(sha256sum "$kueuedir/manager" | cut -c1-16).tar"
+scratch_image "$kueue_ref" "$kueuedir/manager" "$kueue_tar" 65532:65532
 
 # Every source change makes a new operator image: keep the newest few of each kind.
 prune() { ls -1t "$cache"/$1-*.tar 2>/dev/null | tail -n +$(( ${SPS_IMAGES_KEEP:-4} + 1 )) | xargs -r rm -f; }
 prune sps-operator; prune sglang
+# The dependency stages of the newest few pyproject.toml/Dockerfile versions stay (other
+# checkouts share this cache); then every image without a name goes, except the layers
+# of the named ones.
+buildah images --noheading --format '{{.CreatedAtRaw}}|{{.Name}}:{{.Tag}}' \
+  | grep -F '|localhost/sps-testbed/operator-deps:' | sort -r | cut -d'|' -f2 \
+  | tail -n +$(( ${SPS_IMAGES_KEEP:-4} + 1 )) | xargs -r buildah rmi >/dev/null 2>&1 || true
 buildah rmi --prune >/dev/null 2>&1 || true
 
-manifest="$cache/manifest-$(hash_str "$op_key $sg_key $(sha256sum "$nodebin/pause" "$nodebin/coredns")").json"
+manifest="$cache/manifest-$(hash_str "$op_key $sg_key $(sha256sum "$nodebin/pause" "$nodebin/coredns") $kueue_ref $kueue_tar").json"
 cat > "$manifest" <<JSON
 {
   "operator": {"ref": "$operator_ref", "archive": "$op_tar"},
   "sglang": {"ref": "$sglang_ref", "archive": "$sg_tar"},
   "pause": {"ref": "$pause_ref", "archive": "$cache/pause-$(sha256sum "$nodebin/pause" | cut -c1-16).tar"},
-  "coredns": {"ref": "$coredns_ref", "archive": "$cache/coredns-$(sha256sum "$nodebin/coredns" | cut -c1-16).tar"}
+  "coredns": {"ref": "$coredns_ref", "archive": "$cache/coredns-$(sha256sum "$nodebin/coredns" | cut -c1-16).tar"},
+  "kueue": {"ref": "$kueue_ref", "archive": "$kueue_tar"}
 }
 JSON
 echo "$manifest"

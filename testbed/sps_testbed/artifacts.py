@@ -2,7 +2,9 @@
 
 - node binaries (kubelet, kube-proxy, CoreDNS, the GPU device plugin, pause):
   `tests/controlplane/build-nodes.sh`, cached by version in ~/.cache/sps-operator/nodes
-- images (operator from the Dockerfile, the SGLang stand-in, pause, CoreDNS):
+- Kueue's manager and its rendered config/ (CRDs, RBAC, webhooks, Deployment):
+  `tests/controlplane/build-kueue.sh`, cached by version in ~/.cache/sps-operator/kueue
+- images (operator from the Dockerfile, the SGLang stand-in, pause, CoreDNS, Kueue):
   `testbed/images/build.sh`, OCI archives cached by a hash of their inputs in
   ~/.cache/sps-operator/images
 - the control plane: `sps_testbed.binaries.find_binaries` (build.sh)
@@ -40,6 +42,7 @@ class Image:
 class Artifacts:
     controlplane: Binaries
     node_bin: Path
+    kueue_dir: Path  # manager, kueue.yaml (kubectl kustomize config/default), version
     images: dict[str, Image]
     cni_bin: Path
     host_tools: dict[str, Path]
@@ -51,6 +54,7 @@ class Artifacts:
     def to_json(self) -> dict[str, object]:
         return {
             "node_bin": str(self.node_bin),
+            "kueue_dir": str(self.kueue_dir),
             "cni_bin": str(self.cni_bin),
             "images": {
                 k: {"ref": v.ref, "archive": str(v.archive)} for k, v in self.images.items()
@@ -74,8 +78,8 @@ def repo_root() -> Path:
     )
 
 
-def _run_script(argv: list[str], what: str) -> str:
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+def _run_script(argv: list[str], what: str, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-30:])
         raise ArtifactError(
@@ -127,14 +131,27 @@ def build_artifacts() -> Artifacts:
     node_bin = Path(
         _run_script(["bash", str(repo / "tests/controlplane/build-nodes.sh")], "node binaries")
     )
+    kueue_dir = Path(
+        _run_script(
+            ["bash", str(repo / "tests/controlplane/build-kueue.sh")],
+            "Kueue",
+            env={**os.environ, "KUBECTL": str(cp.kubectl)},
+        )
+    )
     manifest = Path(
-        _run_script(["bash", str(repo / "testbed/images/build.sh"), str(node_bin)], "images")
+        _run_script(
+            ["bash", str(repo / "testbed/images/build.sh"), str(node_bin), str(kueue_dir)],
+            "images",
+        )
     )
     data = json.loads(manifest.read_text())
     images = {k: Image(ref=v["ref"], archive=Path(v["archive"])) for k, v in data.items()}
     for name in ("kubelet", "kube-proxy", "coredns", "sps-gpu-device-plugin", "pause"):
         if not (node_bin / name).is_file():
             raise ArtifactError(f"{node_bin / name} missing after build-nodes.sh")
+    for name in ("manager", "kueue.yaml", "version"):
+        if not (kueue_dir / name).is_file():
+            raise ArtifactError(f"{kueue_dir / name} missing after build-kueue.sh")
     for image in images.values():
         if not image.archive.is_file():
             raise ArtifactError(f"image archive {image.archive} missing after images/build.sh")
@@ -145,6 +162,7 @@ def build_artifacts() -> Artifacts:
     return Artifacts(
         controlplane=cp,
         node_bin=node_bin,
+        kueue_dir=kueue_dir,
         images=images,
         cni_bin=cni,
         host_tools=tools,

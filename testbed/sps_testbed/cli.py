@@ -1,12 +1,18 @@
-"""`sps-testbed build|up|down|status|env|demo|controlplane`: the test bed from the shell."""
+"""`sps-testbed build|up|down|status|env|run|demo|controlplane`: the test bed from the shell."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
+from sps_testbed import kueue
 from sps_testbed.artifacts import ArtifactError, build_artifacts
 from sps_testbed.cluster import (
     DEFAULT_NODES,
@@ -21,10 +27,24 @@ def _cmd_build(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     art = build_artifacts()
     print(f"node binaries: {art.node_bin}")
+    print(f"kueue: {art.kueue_dir}")
     for role, image in art.images.items():
         print(f"image {role}: {image.ref} ({image.archive})")
     print(f"built in {time.monotonic() - t0:.1f}s")
     return 0
+
+
+def _install_addons(bed: RealNodeCluster, addons: list[str]) -> None:
+    if "kueue" in addons:
+        setup = bed.install_kueue()
+        print(
+            f"Kueue {setup.version} in kueue-system ({setup.image}), ready in "
+            f"{setup.timings['visibility_available']:.1f}s ({setup.timings}); ClusterQueue "
+            f"{setup.cluster_queue!r}: flavors {setup.flavors}, priority classes "
+            f"{setup.priority_classes}"
+        )
+        print("  a namespace needs only a LocalQueue (kubectl apply -n NS -f -):")
+        print(yaml.safe_dump(kueue.local_queue("NS"), sort_keys=False), end="")
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
@@ -32,6 +52,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
     bed = RealNodeCluster(args.state_dir, nodes=nodes, detached=True)
     if bed.running():
         print(f"test bed already running in {bed.state_dir}")
+        _install_addons(RealNodeCluster.attach(args.state_dir), args.with_)
         return 0
     bed.build()
     bed.start(timeout=args.timeout)
@@ -44,6 +65,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
     print(f"  API server {rec.server}, network namespace spstb-{rec.bed_id}")
     for node in rec.nodes:
         print(f"  node {node.name}: {node.product} x{node.gpus} at {node.node_ip}")
+    _install_addons(bed, args.with_)
     print(f"export KUBECONFIG={bed.kubeconfig}")
     return 0
 
@@ -82,6 +104,32 @@ def _cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    """Start a bed, run the command with SPS_TESTBED_ATTACH set to it, stop the bed.
+
+    The bed is not detached: it stops with this process, however that ends. What the
+    command returns is what this returns; a bed that does not start returns 1."""
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        print("sps-testbed run: no command (sps-testbed run -- pytest ...)", file=sys.stderr)
+        return 2
+    nodes = [NodeSpec.parse(n) for n in args.node] or list(DEFAULT_NODES)
+    with tempfile.TemporaryDirectory(prefix="sps-testbed-") as tmp:
+        bed = RealNodeCluster(args.state_dir or Path(tmp), nodes=nodes)
+        try:
+            bed.build()
+            bed.start(timeout=args.timeout)
+            print(
+                f"sps-testbed run: artifacts checked/built in {bed.build_seconds:.1f}s, bed "
+                f"ready in {bed.start_seconds:.1f}s ({bed.record().timings}); {bed.state_dir}",
+                flush=True,
+            )
+            env = dict(os.environ, SPS_TESTBED_ATTACH=str(bed.state_dir))
+            return subprocess.run(command, env=env, check=False).returncode
+        finally:
+            bed.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # Subcommands with arguments of their own (`sps-testbed demo --help`).
@@ -107,16 +155,31 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", help="start a bed, detached")
     up.add_argument("--node", action="append", default=[], help="NAME=PRODUCT[:GPUS], repeatable")
     up.add_argument("--timeout", type=float, default=420.0)
+    up.add_argument(
+        "--with",
+        dest="with_",
+        action="append",
+        choices=["kueue"],
+        default=[],
+        help="also install: kueue (Kueue with a ClusterQueue `gpu`, a flavor per GPU product)",
+    )
     up.set_defaults(fn=_cmd_up)
     sub.add_parser("down", help="stop the bed and remove what it made").set_defaults(fn=_cmd_down)
     sub.add_parser("status", help="is it running; its nodes").set_defaults(fn=_cmd_status)
     sub.add_parser("env", help="print KUBECONFIG and PATH exports").set_defaults(fn=_cmd_env)
+    run = sub.add_parser(
+        "run", help="start a bed, run a command that uses it (SPS_TESTBED_ATTACH), stop it"
+    )
+    run.add_argument("--node", action="append", default=[], help="NAME=PRODUCT[:GPUS], repeatable")
+    run.add_argument("--timeout", type=float, default=420.0)
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
+    run.set_defaults(fn=_cmd_run)
     sub.add_parser("demo", help="the embedded-default demo on a bed of its own (make demo)")
     sub.add_parser("controlplane", help="the control plane alone, no nodes: up|down|env|status")
     args = parser.parse_args(argv)
     try:
         code: int = args.fn(args)
-    except (TestbedError, ArtifactError, ValueError) as err:
+    except (TestbedError, ArtifactError, kueue.KueueError, ValueError) as err:
         print(f"sps-testbed: {err}", file=sys.stderr)
         return 1
     return code

@@ -25,8 +25,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sps_testbed import kueue
 from sps_testbed.artifacts import Artifacts, build_artifacts
 from sps_testbed.controlplane import DEFAULT_NODES, NodeSpec, kubeconfig_yaml
+from sps_testbed.kueue import KueueSetup
 from sps_testbed.node import NodeConfig
 from sps_testbed.pki import issue_user
 from sps_testbed.plan import BED_FILE, BedRecord, teardown
@@ -280,6 +282,20 @@ class RealNodeCluster:
             req = json.loads((self.state_dir / "request.json").read_text())
             return str(req["artifacts"]["images"][role]["ref"])
         return self.artifacts.images[role].ref
+
+    def kueue_dir(self) -> Path:
+        """Kueue's build: its manager binary, rendered config/ (kueue.yaml) and version."""
+        if self.artifacts is None:
+            req = json.loads((self.state_dir / "request.json").read_text())
+            return Path(req["artifacts"]["kueue_dir"])
+        return self.artifacts.kueue_dir
+
+    def install_kueue(self, timeout: float = 300.0) -> KueueSetup:
+        """Kueue with the bed's queues (sps_testbed.kueue); idempotent."""
+        return kueue.install(self, self.kueue_dir(), self.image("kueue"), self.nodes, timeout)
+
+    def uninstall_kueue(self, timeout: float = 180.0) -> None:
+        kueue.uninstall(self, self.kueue_dir(), timeout)
 
     def logs(self, node: str, component: str = "kubelet") -> Path:
         return self.state_dir / "nodes" / node / "logs" / f"{component}.log"

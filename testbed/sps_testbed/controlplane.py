@@ -418,6 +418,15 @@ class ControlPlane:
                 "--event-ttl=1h",
                 # `kubectl logs` reaches a node agent at its InternalIP (no DNS for node names).
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
+                # The aggregation layer (kubeadm's settings): an aggregated API server
+                # (Kueue's visibility API) trusts the user this client certificate forwards.
+                f"--requestheader-client-ca-file={p.front_proxy_ca}",
+                f"--requestheader-allowed-names={pki_mod.FRONT_PROXY_CLIENT}",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={p.front_proxy_client.cert}",
+                f"--proxy-client-key-file={p.front_proxy_client.key}",
                 "--v=1",
                 *self.apiserver_args,
             ],

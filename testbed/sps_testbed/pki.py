@@ -2,8 +2,11 @@
 
 One CA signs the API server's serving certificate and the client certificates
 of the admin, the controller-manager and the scheduler; a separate RSA key signs
-service-account tokens. Everything is generated fresh per cluster (ECDSA P-256:
-fast to generate, accepted by every component).
+service-account tokens. A second CA, the front proxy's (as kubeadm makes it), signs
+the client certificate the API server shows to aggregated API servers (Kueue's
+visibility API), which trust it for the user it forwards in the request headers.
+Everything is generated fresh per cluster (ECDSA P-256: fast to generate, accepted by
+every component).
 """
 
 from __future__ import annotations
@@ -49,6 +52,12 @@ class Pki:
     admin: ClientCert
     controller_manager: ClientCert
     scheduler: ClientCert
+    front_proxy_ca: Path
+    front_proxy_client: ClientCert
+
+
+# The name aggregated API servers accept a forwarded request from (--requestheader-allowed-names).
+FRONT_PROXY_CLIENT = "front-proxy-client"
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
@@ -128,17 +137,15 @@ def api_server_sans(ips: list[str]) -> list[x509.GeneralName]:
     return names
 
 
-def generate(directory: Path, api_server_ips: list[str]) -> Pki:
-    """Write a fresh CA, serving and client certificates and the SA signing key."""
-    directory.mkdir(parents=True, exist_ok=True)
+def _ca(common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = _name("sps-dev-cluster-ca")
-    ca_cert = (
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = _name(common_name)
+    cert = (
         x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + _VALIDITY)
@@ -157,9 +164,16 @@ def generate(directory: Path, api_server_ips: list[str]) -> Pki:
             ),
             critical=True,
         )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
-        .sign(ca_key, hashes.SHA256())
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+        .sign(key, hashes.SHA256())
     )
+    return cert, key
+
+
+def generate(directory: Path, api_server_ips: list[str]) -> Pki:
+    """Write fresh CAs, serving and client certificates and the SA signing key."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_cert, ca_key = _ca("sps-dev-cluster-ca")
     pem = serialization.Encoding.PEM
     ca_cert_path = _write(directory / "ca.crt", ca_cert.public_bytes(pem))
     ca_key_path = _write(directory / "ca.key", _key_pem(ca_key), private=True)
@@ -176,8 +190,13 @@ def generate(directory: Path, api_server_ips: list[str]) -> Pki:
     apiserver_cert = _write(directory / "apiserver.crt", server_cert.public_bytes(pem))
     apiserver_key = _write(directory / "apiserver.key", _key_pem(server_key), private=True)
 
-    def client(stem: str, user: str, group: str | None) -> ClientCert:
-        return _client_cert(ca_cert, ca_key, directory, stem, user, [group] if group else [])
+    def client(
+        stem: str,
+        user: str,
+        group: str | None,
+        ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] = (ca_cert, ca_key),
+    ) -> ClientCert:
+        return _client_cert(ca[0], ca[1], directory, stem, user, [group] if group else [])
 
     # Service-account tokens are RS256 JWTs: the signing key must be RSA.
     sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -186,6 +205,8 @@ def generate(directory: Path, api_server_ips: list[str]) -> Pki:
         directory / "sa.pub",
         sa.public_key().public_bytes(pem, serialization.PublicFormat.SubjectPublicKeyInfo),
     )
+    front_proxy = _ca("sps-dev-front-proxy-ca")
+    front_proxy_ca = _write(directory / "front-proxy-ca.crt", front_proxy[0].public_bytes(pem))
     return Pki(
         directory=directory,
         ca_cert=ca_cert_path,
@@ -197,6 +218,8 @@ def generate(directory: Path, api_server_ips: list[str]) -> Pki:
         admin=client("admin", "kubernetes-admin", "system:masters"),
         controller_manager=client("controller-manager", "system:kube-controller-manager", None),
         scheduler=client("scheduler", "system:kube-scheduler", None),
+        front_proxy_ca=front_proxy_ca,
+        front_proxy_client=client("front-proxy-client", FRONT_PROXY_CLIENT, None, front_proxy),
     )
 
 

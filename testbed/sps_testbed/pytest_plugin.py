@@ -7,17 +7,28 @@ point of sps-testbed, so installing the package is enough).
 | `realnode_kubectl`  | session  | `kubectl(*args, input=, check=) -> stdout` against the bed  |
 | `realnode_api`      | session  | an admin `kubernetes.client.ApiClient`                      |
 | `realnode_namespace`| function | a fresh namespace (its default SA exists), deleted afterwards |
+| `realnode_kueue`    | session  | Kueue installed on that bed (sps_testbed.kueue): KueueSetup  |
+| `realnode_kueue_namespace` | function | a fresh namespace, its LocalQueue `gpu` -> CQ `gpu` |
 
 A test that uses any of them gets the `realnode` marker. If the bed cannot be built or
 started, the test fails with the reason (it never skips). `SPS_TESTBED_TEST_DIR` fixes the
 state directory (to look at logs after a run); `SPS_TESTBED_NODES` overrides the nodes
-(`name=PRODUCT:GPUS,...`).
+(`name=PRODUCT:GPUS,...`). `SPS_TESTBED_ATTACH=<state dir>` uses the bed running there
+instead of starting one, and leaves it running: what `sps-testbed run -- pytest ...`
+sets, so that several pytest processes (pytest-xdist's workers) share one bed.
+
+Kueue is installed the first time a test asks for it. The modules of the tests that use it
+run after every other test that uses the bed (kueue_modules_last), so the bed stops right
+after them; should a bed test still follow (a reordering plugin), Kueue is removed after the
+last test that uses it, so that test sees a bed without Kueue. Kueue's tests must not be
+marked `bed_shared`: one process installs it.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +38,7 @@ import pytest
 from sps_testbed.artifacts import ArtifactError
 from sps_testbed.cluster import DEFAULT_NODES, NodeSpec, RealNodeCluster, TestbedError
 from sps_testbed.controlplane_fixtures import namespace_name
+from sps_testbed.kueue import KueueError, KueueSetup, create_local_queue
 
 FIXTURES = ("realnode_cluster", "realnode_kubectl", "realnode_api", "realnode_namespace")
 Kubectl = Callable[..., str]
@@ -39,31 +51,65 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def _uses_kueue(item: pytest.Item) -> bool:
+    return "realnode_kueue" in getattr(item, "fixturenames", ())
+
+
+def _uses_bed(item: pytest.Item) -> bool:
+    return any(f in getattr(item, "fixturenames", ()) for f in FIXTURES)
+
+
+def kueue_modules_last(items: list[pytest.Item]) -> list[pytest.Item]:
+    """`items` with every module that has a test using Kueue moved, whole and in order,
+    to just after the last other test that uses the bed: the bed then stops right after
+    them, and Kueue's removal (half a minute) is never needed."""
+    modules = {item.nodeid.split("::")[0] for item in items if _uses_kueue(item)}
+    moved = [item for item in items if item.nodeid.split("::")[0] in modules]
+    rest = [item for item in items if item.nodeid.split("::")[0] not in modules]
+    after = max((i + 1 for i, item in enumerate(rest) if _uses_bed(item)), default=0)
+    return [*rest[:after], *moved, *rest[after:]]
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items[:] = kueue_modules_last(items)
     _holder.last = None
+    _holder.last_kueue = None
     for item in items:
-        if any(f in getattr(item, "fixturenames", ()) for f in FIXTURES):
+        if _uses_bed(item):
             item.add_marker("realnode")
             # Like every test that starts a cluster: `-m "not k8s"` leaves it out.
             item.add_marker("k8s")
             _holder.last = item.nodeid
+        if _uses_kueue(item):
+            _holder.last_kueue = item.nodeid
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    last_bed_user = item.nodeid == _holder.last
+    if last_bed_user:
+        _holder.kueue = None  # the bed stops next: nothing of Kueue to remove first
+    yield  # the fixtures' own teardown
     # Four kubelets are not free on two cores: the bed stops after the last test that uses
-    # it, not at the end of the whole session.
-    if item.nodeid == _holder.last and _holder.bed is not None:
+    # it, not at the end of the whole session; Kueue goes after the last test that uses it.
+    # An attached bed is its starter's to stop (`sps-testbed run`).
+    if last_bed_user and _holder.bed is not None and not _holder.attached:
         _holder.bed.stop()
+    elif item.nodeid == _holder.last_kueue:
+        _uninstall_kueue()
 
 
 class _BedHolder:
     def __init__(self) -> None:
         self.bed: RealNodeCluster | None = None
+        self.attached = False  # started by another process (SPS_TESTBED_ATTACH): not ours to stop
         self.error: str | None = None
         self.tmp: tempfile.TemporaryDirectory[str] | None = None
         self.summary = ""
         self.last: str | None = None
+        self.kueue: KueueSetup | None = None
+        self.kueue_error: str | None = None
+        self.last_kueue: str | None = None
 
 
 _holder = _BedHolder()
@@ -76,6 +122,15 @@ def _nodes() -> list[NodeSpec]:
     return [NodeSpec.parse(n.strip()) for n in env.split(",") if n.strip()]
 
 
+def _attach(state: Path) -> RealNodeCluster:
+    """The bed another process started in `state` (its binaries found for kubectl, helm)."""
+    bed = RealNodeCluster.attach(state)
+    if not bed.running() or bed.record().status != "ready":
+        raise TestbedError(f"SPS_TESTBED_ATTACH={state}: no ready test bed there")
+    bed.build()
+    return bed
+
+
 @pytest.fixture(scope="session")
 def realnode_cluster() -> Iterator[RealNodeCluster]:
     if _holder.error is not None:
@@ -83,6 +138,18 @@ def realnode_cluster() -> Iterator[RealNodeCluster]:
             f"real-node test bed failed to start earlier in this session:\n{_holder.error}",
             pytrace=False,
         )
+    attach = os.environ.get("SPS_TESTBED_ATTACH")
+    if attach:
+        try:
+            _holder.bed, _holder.attached = _attach(Path(attach)), True
+        except (TestbedError, ArtifactError, OSError, ValueError) as err:
+            _holder.error = str(err)
+            pytest.fail(f"real-node test bed not reachable:\n{err}", pytrace=False)
+        try:
+            yield _holder.bed
+        finally:
+            _holder.bed = None  # whoever started it stops it
+        return
     fixed = os.environ.get("SPS_TESTBED_TEST_DIR")
     if fixed:
         state = Path(fixed)
@@ -132,6 +199,44 @@ def realnode_namespace(
         yield name
     finally:
         realnode_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="session")
+def realnode_kueue(realnode_cluster: RealNodeCluster) -> Iterator[KueueSetup]:
+    """Kueue on the session's bed, with the ClusterQueue `gpu` (a flavor per GPU product)."""
+    if _holder.kueue_error is not None:
+        pytest.fail(f"Kueue failed to install earlier in this session:\n{_holder.kueue_error}")
+    try:
+        setup = realnode_cluster.install_kueue()
+    except (KueueError, TestbedError, OSError) as err:
+        _holder.kueue_error = str(err)
+        pytest.fail(f"Kueue did not install on the test bed:\n{err}", pytrace=False)
+    _holder.kueue = setup
+    _holder.summary += (
+        f"\nKueue {setup.version}: installed and serving in "
+        f"{setup.timings['visibility_available']:.1f}s ({setup.timings})"
+    )
+    try:
+        yield setup
+    finally:
+        _uninstall_kueue()
+
+
+def _uninstall_kueue() -> None:
+    if _holder.kueue is not None and _holder.bed is not None:
+        _holder.kueue = None
+        t0 = time.monotonic()
+        _holder.bed.uninstall_kueue()
+        _holder.summary += f"; removed in {time.monotonic() - t0:.1f}s"
+
+
+@pytest.fixture()
+def realnode_kueue_namespace(
+    realnode_cluster: RealNodeCluster, realnode_kueue: KueueSetup, realnode_namespace: str
+) -> str:
+    """A fresh namespace whose LocalQueue `gpu` points at the ClusterQueue `gpu`."""
+    create_local_queue(realnode_cluster, realnode_namespace, realnode_kueue.cluster_queue)
+    return realnode_namespace
 
 
 @pytest.hookimpl(hookwrapper=True)

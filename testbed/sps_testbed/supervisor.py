@@ -29,7 +29,7 @@ import yaml
 
 from sps_testbed import cgroups, netns
 from sps_testbed import node as node_mod
-from sps_testbed.controlplane import ControlPlane, kubeconfig_yaml
+from sps_testbed.controlplane import SERVICE_CLUSTER_IP_RANGE, ControlPlane, kubeconfig_yaml
 from sps_testbed.lifecycle import run_until_signalled
 from sps_testbed.node import NodeConfig
 from sps_testbed.plan import BedRecord, NodeRecord, teardown
@@ -165,6 +165,10 @@ class Supervisor:
         for i, _ in enumerate(self.request["nodes"]):
             netns.ip("addr", "add", f"{net.network_address + 2 + i}/{net.prefixlen}", "dev", BRIDGE)
         netns.ip("link", "set", BRIDGE, "up")
+        # The API server calls webhooks and aggregated APIs (Kueue's) at their Service's
+        # ClusterIP, which kube-proxy's OUTPUT rules rewrite to a pod; the kernel only gets
+        # that far with a route to the ClusterIP (a real host has its default route).
+        netns.ip("route", "add", SERVICE_CLUSTER_IP_RANGE, "dev", BRIDGE)
 
     def _host_route(self, net: netns.BedNet, cidr: str) -> None:
         # Run in the host's namespace (the reaper's): the supervisor's own is the bed's by

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -438,6 +441,22 @@ def serving_pod_info(env: Env, table_hash: str) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- fixtures
+
+
+def kubectl_sps(env: Env, *args: str) -> str:
+    """`kubectl sps ...` as a user runs it: kubectl finds the plugin on PATH."""
+    run_env = env.cluster.env()
+    run_env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), run_env["PATH"]])
+    proc = subprocess.run(
+        ["kubectl", "sps", *args, "-n", env.namespace],
+        capture_output=True,
+        text=True,
+        env=run_env,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
 
 
 def install_crd(cluster: E2eCluster) -> None:

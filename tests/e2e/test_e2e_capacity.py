@@ -24,11 +24,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import e2e_pool
@@ -40,6 +37,7 @@ from e2e_env import (
     SIM_TIME_SCALE,
     VERSION,
     Env,
+    kubectl_sps,
     sps_profile,
     wait_ready,
 )
@@ -106,22 +104,6 @@ def profiling(env: Env, reason: str, timeout: float = 120) -> dict[str, Any]:
 def create_profile(env: Env, capacity: dict[str, Any]) -> None:
     profile = sps_profile(capacity=capacity)
     env.custom.create_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, profile)
-
-
-def kubectl_sps(env: Env, *args: str) -> str:
-    """`kubectl sps ...` as a user runs it: kubectl finds the plugin on PATH."""
-    run_env = env.cluster.env()
-    run_env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), run_env["PATH"]])
-    proc = subprocess.run(
-        ["kubectl", "sps", *args, "-n", env.namespace],
-        capture_output=True,
-        text=True,
-        env=run_env,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
 
 
 def events(env: Env, reason: str) -> list[client.CoreV1Event]:

@@ -106,6 +106,7 @@ def test_e2e_a_restart_during_a_gpu_move_continues_the_debounce(env: Env) -> Non
     assert debounce - 1 <= started - since <= debounce + 15
 
 
+@pytest.mark.own_bed
 def test_e2e_fifty_profiles_created_at_once_all_become_ready(env: Env) -> None:
     count = 50
     for i in range(count):

@@ -36,7 +36,7 @@ from sps_operator.constants import GPU_H100, GPU_H200
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, load_sps_table_text
 from waiting import wait_for
 
-pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow, pytest.mark.bed_shared]
 
 # ----------------------------------------------------------------------------- scenarios
 

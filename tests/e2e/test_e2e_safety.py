@@ -25,7 +25,7 @@ from e2e_env import (
 from sps_operator.constants import GPU_H100
 from waiting import wait_for
 
-pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow, pytest.mark.bed_shared]
 
 RESTRICTED_POD = {
     "runAsNonRoot": True,

@@ -302,6 +302,12 @@ def test_rounds_on_a_ramp_whose_run_was_cut_before_its_anchor_are_measured_again
                 "noise_cv": 0.03,
                 "warmup_amplitude": 0.3,
                 "warmup_tau_s": 5.0,
+                # Only the cold start ramps. The simulator re-arms the ramp after this much
+                # idle model time, and its model time is wall time × the time scale: at the
+                # default 1 s, 0.1 s of this process's own latency between two rounds (a
+                # loaded machine) re-armed it mid-run, in about one run in four, and a cell
+                # came out +14 % (a real GPU idles tens of ms there).
+                "warmup_idle_threshold_s": 1e6,
             }
         )
     )

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from realnode_helpers import apply, finished, logs, pod
 
 from sps_operator.constants import GPU_H100, GPU_H200
 from sps_testbed import RealNodeCluster
+
+# Their own namespaces and a few GPUs: they may run beside other tests (tests/run-all.sh).
+pytestmark = pytest.mark.bed_shared
 
 CLIENT = """
 import sys, time, urllib.request

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
 from realnode_helpers import apply, finished, get_json, logs, pod
 
 from sps_operator.constants import GPU_H100, GPU_H200
 from sps_testbed import RealNodeCluster
 from waiting import wait_for
+
+# Their own namespaces and a few GPUs: they may run beside other tests (tests/run-all.sh).
+pytestmark = pytest.mark.bed_shared
 
 
 def test_nodes_are_kubelets_with_gpu_labels_and_capacity(realnode_cluster: RealNodeCluster) -> None:

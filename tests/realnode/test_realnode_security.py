@@ -10,6 +10,9 @@ from realnode_helpers import apply, finished, get_json, logs, pod
 from sps_testbed import KubectlError, RealNodeCluster
 from waiting import wait_for
 
+# Their own namespaces and a few GPUs: they may run beside other tests (tests/run-all.sh).
+pytestmark = pytest.mark.bed_shared
+
 WRITE_ROOT_FS = ["sh", "-c", "echo probe > /tmp/probe && echo wrote"]
 
 

@@ -93,8 +93,14 @@ def test_default_render_cluster_mode() -> None:
         ("", "nodes", "watch"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
         ("", "namespaces", "list"),
+        # Kueue's words on a queued profiling Job, and whether its LocalQueue exists
+        ("kueue.x-k8s.io", "workloads", "watch"),
+        ("kueue.x-k8s.io", "localqueues", "get"),
     ]:
         assert rules_grant(rules, group, resource, verb), (group, resource, verb)
+    for verb in ("create", "update", "patch", "delete"):
+        assert not rules_grant(rules, "kueue.x-k8s.io", "workloads", verb)
+        assert not rules_grant(rules, "kueue.x-k8s.io", "localqueues", verb)
     # Least privilege: no wildcards, no secrets, never delete Deployments, never update a spec.
     assert not any("*" in r["verbs"] or "*" in r["resources"] for r in rules)
     assert not rules_grant(rules, "", "secrets", "get")
@@ -229,6 +235,8 @@ def test_namespaces_mode_role_per_namespace() -> None:
     for role in roles:
         assert rules_grant(role["rules"], "sps.dev", "spsprofiles", "watch")
         assert rules_grant(role["rules"], "batch", "jobs", "create")
+        assert rules_grant(role["rules"], "kueue.x-k8s.io", "workloads", "list")
+        assert rules_grant(role["rules"], "kueue.x-k8s.io", "localqueues", "get")
     # Only the cluster-scoped reads remain in a ClusterRole.
     (cluster_role,) = operator_cluster_roles(objects)
     assert cluster_role["metadata"]["name"] == "sps-operator-cluster"

@@ -103,10 +103,23 @@ def test_dockerignore_rule_last_match_wins() -> None:
     assert not is_in_context("operator/sps_operator/__pycache__", patterns)
 
 
+def stage_name(from_args: str) -> str | None:
+    words = from_args.split()
+    return words[2] if len(words) == 3 and words[1].upper() == "AS" else None
+
+
 def test_multi_stage_with_pinned_slim_python_311_base(instructions: list[tuple[str, str]]) -> None:
     args = build_args(instructions)
-    bases = [substitute(rest.split()[0], args) for word, rest in instructions if word == "FROM"]
-    assert len(bases) >= 2, "build stage and runtime stage"
+    froms = [rest for word, rest in instructions if word == "FROM"]
+    assert len(froms) >= 2, "build stage and runtime stage"
+    # A stage built FROM an earlier stage has that stage's base; every other is an image.
+    named: set[str] = set()
+    bases = []
+    for rest in froms:
+        if rest.split()[0] not in named:
+            bases.append(substitute(rest.split()[0], args))
+        named.add(stage_name(rest) or "")
+    assert bases
     for base in bases:
         image, _, digest = base.partition("@")
         name, _, tag = image.rpartition(":")
@@ -115,13 +128,20 @@ def test_multi_stage_with_pinned_slim_python_311_base(instructions: list[tuple[s
         assert re.match(r"^3\.11\.\d+-slim", tag) or digest.startswith("sha256:"), base
 
 
-def test_runtime_installs_the_wheel_built_in_the_first_stage(
+def test_runtime_installs_only_wheels_built_in_the_earlier_stages(
     instructions: list[tuple[str, str]],
 ) -> None:
-    build, *_, runtime = stages(instructions)
-    assert any(w == "RUN" and "pip wheel" in r for w, r in build)
+    *builders, runtime = stages(instructions)
+    wheel_stages = {
+        stage_name(stage[0][1])
+        for stage in builders
+        if any(w == "RUN" and "pip wheel" in r for w, r in stage)
+    }
+    # The dependencies' wheels and the operator's own (stage `build`).
+    assert "build" in wheel_stages and len(wheel_stages) >= 2, wheel_stages
     copies = [r for w, r in runtime if w == "COPY"]
-    assert any(r.startswith("--from=build") for r in copies), copies
+    sources = {r.split()[0].removeprefix("--from=") for r in copies if r.startswith("--from=")}
+    assert "build" in sources and sources <= wheel_stages, (sources, wheel_stages)
     installs = [r for w, r in runtime if w == "RUN" and "pip install" in r]
     assert installs and all("--no-index" in r for r in installs), installs
     # The runtime stage never copies the source tree: only wheels.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller_harness import Harness, deployment, profile_body
+from controller_harness import NS, Harness, deployment, profile_body
 
 from sps_operator.api import labels as L
 from sps_operator.controller.placement import PodInfo
@@ -40,3 +40,10 @@ def start_waiting(h: Harness) -> None:
     job_pod(h)
     h.tick()
     h.run_pass()
+
+
+def local_queue(h: Harness, name: str = "gpu-profiling", namespace: str = NS) -> None:
+    """Kueue's LocalQueue `name` (the API group is served unless the test says not)."""
+    h.kube.put({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"clusterQueue": "gpu"}})  # fmt: skip

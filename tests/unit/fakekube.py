@@ -120,6 +120,7 @@ class FakeKube(KubeApi):
         self.fail: dict[str, ApiException] = {}  # method name -> exception to raise once
         self.reject_status: ApiException | None = None
         self.instant_rollout = True
+        self.kueue_installed = True  # False: the API group kueue.x-k8s.io is not served
         self._clock = itertools.count(1)
 
     # ---- helpers for tests
@@ -210,6 +211,10 @@ class FakeKube(KubeApi):
     def list_leases(self, namespace: str, label_selector: str) -> list[Obj]:
         self._call("list_leases")
         return self._list("Lease", namespace, label_selector)
+
+    def list_workloads(self, namespace: str, label_selector: str) -> list[Obj] | None:
+        self._call("list_workloads")
+        return self._list("Workload", namespace, label_selector) if self.kueue_installed else None
 
     def get(self, kind: str, namespace: str, name: str) -> Obj | None:
         self._call("get")

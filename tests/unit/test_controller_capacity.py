@@ -8,7 +8,7 @@ import json
 import re
 from typing import Any
 
-from capacity_harness import BORROW, NO_GPU, harness, job_pod, start_waiting
+from capacity_harness import BORROW, NO_GPU, harness, job_pod, local_queue, start_waiting
 from controller_harness import H100, NODES, NS, Harness, deployment, profile_body
 from kubernetes.client.rest import ApiException
 
@@ -41,6 +41,7 @@ def test_a_run_that_cannot_get_gpus_says_so_and_gives_up_after_its_timeout() -> 
 
 def test_a_named_kueue_queue_creates_the_job_suspended_and_says_it_is_queued() -> None:
     h = harness(job={"labels": {L.LABEL_KUEUE_QUEUE: "gpu-profiling"}, "priorityClassName": "low"})
+    local_queue(h)
     h.tick()
     h.run_pass()
     (job,) = h.kube.kinds("Job")
@@ -260,6 +261,7 @@ def test_a_suspended_job_with_the_job_controllers_condition_is_queued_not_finish
     # The Job controller marks a suspended Job with the condition Suspended=True: that is
     # not an end of the Job (the run once ignored the Job and never said it was queued).
     h = harness(job={"labels": {L.LABEL_KUEUE_QUEUE: "gpu-profiling"}})
+    local_queue(h)
     h.tick()
     h.run_pass()
     (job,) = h.kube.kinds("Job")

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from sps_operator.controller.podenv import ConfigMapEnv, EnvValue, resolve_env
 from sps_operator.controller.serverconfig import (
-    COST_ENV,
+    FINGERPRINTED_ENV,
     HIDDEN_COST_INPUT,
     NOT_DSPARK,
     NOT_SGLANG,
@@ -71,10 +71,11 @@ def test_a_model_from_a_configmap_is_the_model_in_the_fingerprint() -> None:
     by_key = container(args=MODEL_FROM_ARGS, env=[from_config_map()])
     _, config = parse(by_key, models={"name": "org/model-8b"})
     assert config.fingerprint() == literal.fingerprint()
-    assert config.sources == {"model": "$(MODEL): ConfigMap 'models' key 'name'"}
+    (model,) = [r for r in config.read if r.name == "model_path"]
+    assert model.where == "args --model-path, $(MODEL): ConfigMap 'models' key 'name'"
     other = parse(by_key, models={"name": "org/model-70b"})[1]
     assert other.fingerprint() != literal.fingerprint()
-    assert other.flags["model"] == "org/model-70b"
+    assert other.inputs["model_path"] == "org/model-70b"
     # envFrom, and a cost env var from a ConfigMap key, alike.
     env_from = container(args=MODEL_FROM_ARGS, envFrom=[{"configMapRef": {"name": "site"}}])
     assert parse(env_from, site={"MODEL": "org/model-8b"})[1].fingerprint() == (
@@ -84,7 +85,8 @@ def test_a_model_from_a_configmap_is_the_model_in_the_fingerprint() -> None:
         "name": "modes", "key": "verify"}}}  # fmt: skip
     static = parse(container(env=[mode]), modes={"verify": "static"})[1]
     compact = parse(container(env=[mode]), modes={"verify": "compact"})[1]
-    assert static.env == {"SGLANG_RAGGED_VERIFY_MODE": "static"}
+    (verify,) = [r for r in static.read if r.name == "SGLANG_RAGGED_VERIFY_MODE"]
+    assert (verify.value, verify.where) == ("static", "env (ConfigMap 'modes' key 'verify')")
     assert static.fingerprint() != compact.fingerprint()
 
 
@@ -144,7 +146,8 @@ def test_a_cost_env_var_from_a_secret_is_refused_and_one_a_secret_may_set_is_not
     # envFrom a Secret (an HF token, typically) may or may not set it: not refused, noted.
     _, config = parse(container(envFrom=[{"secretRef": {"name": "hf"}}]))
     assert config.fingerprint() == parse(container())[1].fingerprint()
-    assert any("SGLANG_RAGGED_VERIFY_MODE may be set by Secret 'hf'" in u for u in config.unread)
+    assert any("Secret 'hf' (envFrom): may set fingerprinted variables" in u
+               for u in config.unfingerprinted)  # fmt: skip
 
 
 def test_a_shell_script_with_a_hidden_value_cannot_be_read() -> None:
@@ -210,7 +213,7 @@ def test_any_environment_is_understood_or_refused_with_a_reason(
     assert config.port > 0 and len(command.args) == len(command.argv)
     # Whatever was accepted does not depend on what the operator cannot read: any values in
     # their place give the same fingerprint. (A cost env var that an envFrom Secret may set
-    # is the one gap, reported in `unread`.)
+    # is the one gap, reported in `unfingerprinted`.)
     env = env_of(c, **maps)
     prints = set()
     for stand_in in ("one-value", "another"):
@@ -219,11 +222,11 @@ def test_any_environment_is_understood_or_refused_with_a_reason(
             found = env.lookup(name)
             if found is None or not found.hidden:
                 return found
-            if not found.definite and name in COST_ENV:
+            if not found.definite and name in FINGERPRINTED_ENV:
                 return found
             return EnvValue(stand_in, "a stand-in")
 
-        stand = SimpleNamespace(lookup=lookup)
+        stand = SimpleNamespace(lookup=lookup, opaque_sources=env.opaque_sources, names=env.names)
         prints.add(server_config(c, parse_server(c, stand)).fingerprint())  # type: ignore[arg-type]
     assert prints == {config.fingerprint()}
 

@@ -51,11 +51,11 @@ def test_parses_port_flags_and_table_path() -> None:
     cfg = config(container(args=[*BASE_ARGS, "--speculative-dspark-sps-table-path=/etc/t.json"]))
     assert cfg.port == 30001
     assert cfg.table_path == "/etc/t.json"
-    assert cfg.flags["tp"] == "2"
-    assert cfg.flags["draft_width"] == "7"
-    assert cfg.flags["cuda_graph_max_bs"] == "64"
-    assert cfg.flags["max_running_requests"] == "48"
-    assert cfg.env == {"SGLANG_RAGGED_VERIFY_MODE": "compact"}
+    assert cfg.inputs["tp_size"] == "2"
+    assert cfg.inputs["speculative_dspark_block_size"] == "7"
+    assert cfg.inputs["cuda_graph_max_bs_decode"] == "64"
+    assert cfg.inputs["max_running_requests"] == "48"
+    assert cfg.inputs["SGLANG_RAGGED_VERIFY_MODE"] == "compact"
 
 
 def test_cost_inputs_change_the_fingerprint() -> None:
@@ -160,10 +160,12 @@ def test_a_plain_shell_script_is_read_like_the_exec_form() -> None:
     assert parsed.shell and parsed.launcher == ("python3", "-m", "sglang.launch_server")
     assert parsed.env == {"SGLANG_RAGGED_VERIFY_MODE": "static"}
     cfg = server_config(container(command=["/bin/sh", "-ec", script], args=None), parsed)
-    assert cfg.flags["cuda_graph_config"] == '{"decode": {"bs": [1, 2]}}'
-    # The env assignment in the script is a cost input, like the container's env.
-    assert cfg.env == {"SGLANG_RAGGED_VERIFY_MODE": "static"}
-    assert cfg.flags["tp"] == "2"
+    assert cfg.inputs["cuda_graph_config"] == '{"decode": {"bs": [1, 2]}}'
+    # The env assignment in the script is a cost input, like the container's env (static
+    # is SGLang's default: the same server as without it).
+    assert cfg.value("SGLANG_RAGGED_VERIFY_MODE") == "static"
+    assert "SGLANG_RAGGED_VERIFY_MODE" not in cfg.inputs
+    assert cfg.inputs["tp_size"] == "2"
 
 
 def test_kubernetes_variable_references_are_expanded_like_the_kubelet() -> None:
@@ -198,5 +200,5 @@ def test_any_command_line_is_understood_or_refused_with_a_reason(
         assert exc.reason in (NOT_SGLANG, NOT_DSPARK, SHELL_SCRIPT) and str(exc)
         return
     cfg = server_config(c, parsed)
-    assert cfg.flags["speculative_algorithm"].upper() == "DSPARK"
+    assert cfg.inputs["speculative_algorithm"].upper() == "DSPARK"
     assert 0 < cfg.port < 65536

@@ -76,6 +76,12 @@ def test_pki_chain_sans_and_identities(tmp_path: Path) -> None:
     assert isinstance(load_pem_private_key(p.sa_key.read_bytes(), None), rsa.RSAPrivateKey)
     assert isinstance(load_pem_private_key(p.ca_key.read_bytes(), None), ec.EllipticCurvePrivateKey)
     assert (p.ca_key.stat().st_mode & 0o777) == 0o600
+    # The aggregation layer's client: its own CA (not the cluster's), the allowed name.
+    front = _cert(p.front_proxy_client.cert)
+    front.verify_directly_issued_by(_cert(p.front_proxy_ca))
+    assert subject(front, NameOID.COMMON_NAME) == [pki.FRONT_PROXY_CLIENT]
+    with pytest.raises(ValueError):
+        front.verify_directly_issued_by(ca)
 
     # A tenant: a user certificate signed later by the same CA, its groups as O.
     tenant = pki.issue_user(p.ca_cert, p.ca_key, tmp_path / "users", "alice", ["team-b", "devs"])

@@ -246,6 +246,26 @@ def test_queued_in_kueue() -> None:
     assert report["state"] == "QueuedInKueue"
 
 
+def test_queued_in_kueue_shows_kueues_words() -> None:
+    message = (
+        "Job llama-0a1b2c3d4e is suspended until Kueue queue gpu-profiling admits it; Kueue "
+        "says QuotaReserved: couldn't assign flavors to pod set main: insufficient quota for "
+        "nvidia.com/gpu in flavor h100"
+    )
+    (finding,) = explain(waiting_profile("QueuedInKueue", message), now=NOW)["findings"]
+    assert "insufficient quota for nvidia.com/gpu in flavor h100" in finding["why"]
+    assert "Kueue's own words" in finding["next"]
+
+
+def test_a_missing_local_queue_is_explained() -> None:
+    message = "Job llama-0a1b2c3d4e names Kueue queue gpu-profiling, but this namespace has no"
+    report = explain(waiting_profile("LocalQueueMissing", message), now=NOW)
+    (finding,) = report["findings"]
+    assert finding["what"].startswith("The profiling Job names a Kueue LocalQueue that does not")
+    assert "Create the LocalQueue" in finding["next"] and "gpu-profiling" in finding["why"]
+    assert report["state"] == "LocalQueueMissing"
+
+
 def test_borrow_blocked_by_a_pdb() -> None:
     message = (
         "PodDisruptionBudget llama-pdb allows no disruption of llama now (no node can take "
@@ -305,6 +325,8 @@ def test_operator_failure_reasons_get_specific_advice() -> None:
         "ProfilingFailed": "The last profiling run failed",
         "WaitingForGPUs": "waited longer than capacity.waitTimeoutSeconds",
         "QueuedInKueue": "Kueue did not admit its Job",
+        "KueueNotInstalled": "Kueue is not installed",
+        "LocalQueueMissing": "LocalQueue its Job names does not exist",
         "BorrowBlocked": "borrowing a replica stayed refused",
         "JobPolicy": "the cluster admin's policy does not allow",
         "GpuPinConflict": "would not run on the GPU product",

@@ -260,7 +260,9 @@ def waiting_run(reason: str, **extra: Any) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("reason", ["WaitingForGPUs", "QueuedInKueue", "BorrowBlocked"])
+@pytest.mark.parametrize(
+    "reason", ["WaitingForGPUs", "QueuedInKueue", "LocalQueueMissing", "BorrowBlocked"]
+)
 def test_get_shows_why_a_run_waits_and_for_how_long(reason: str) -> None:
     row = view.get_row(profile({"gpuProduct": H100, "currentRun": waiting_run(reason)}), NOW)
     assert row["state"] == reason

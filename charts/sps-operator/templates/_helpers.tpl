@@ -129,6 +129,12 @@ or into a Role in each watched namespace (namespaces mode).
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
+- apiGroups: [kueue.x-k8s.io]
+  # A profiling Job queued by Kueue: its Workload's conditions (Kueue's own words on why it
+  # is not admitted) and whether the LocalQueue it names exists. Read only; harmless where
+  # Kueue is not installed.
+  resources: [workloads, localqueues]
+  verbs: [get, list, watch]
 {{- end -}}
 
 {{/* The cluster-scoped rules: a ClusterRole in both modes. */}}

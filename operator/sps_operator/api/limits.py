@@ -121,6 +121,10 @@ MAX_PROFILE_NAME = 40
 MAX_PROGRESS_LENGTH = 256
 MAX_MESSAGE_LENGTH = 4096
 MAX_CONDITION_MESSAGE_LENGTH = 32768
+# Lines of a list in status that reports on a server (what changed, what is not
+# fingerprinted): how many, and how long each.
+MAX_REPORT_LINES = 16
+MAX_REPORT_LINE_LENGTH = 256
 
 # refresh.minIntervalSeconds: at most 30 days between scheduled runs / rollouts.
 MAX_REFRESH_INTERVAL_SECONDS = 30 * 24 * 3600

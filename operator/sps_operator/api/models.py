@@ -56,6 +56,12 @@ IMAGE_PATTERN = (
 )
 MAX_IMAGE = 512
 
+# spec.server.sglangVersion: a release as SGLang's package reports it, or unknown.
+SGLANG_VERSION_PATTERN = (
+    r"^(unknown|v?[0-9]+[.][0-9]+[.][0-9]+"
+    r"([.]?(dev|rc|a|b)[0-9]*)?([.]post[0-9]+)?([+][A-Za-z0-9.]+)?)$"
+)
+
 # tablePath: an absolute path of safe characters, no '//', no trailing '/'.
 TABLE_PATH_PATTERN = r"^(/[A-Za-z0-9._-]+)+$"
 TABLE_PATH_DOT_SEGMENT_PATTERN = r"^(.*/)?[.][.]?(/.*)?$"
@@ -232,6 +238,9 @@ def _truncate(limit: int) -> Any:
 # `str` that keeps at most so many characters: longer input is cut, never refused.
 ProgressText = Annotated[
     str, _truncate(L.MAX_PROGRESS_LENGTH), Field(max_length=L.MAX_PROGRESS_LENGTH)
+]
+ReportLine = Annotated[
+    str, _truncate(L.MAX_REPORT_LINE_LENGTH), Field(max_length=L.MAX_REPORT_LINE_LENGTH)
 ]
 MessageText = Annotated[
     str, _truncate(L.MAX_MESSAGE_LENGTH), Field(max_length=L.MAX_MESSAGE_LENGTH)
@@ -619,6 +628,15 @@ class ServerSpec(ApiModel):
         "The operator's policy decides which hosts (default: a Service of this namespace, "
         "http://<service>.<namespace>.svc.cluster.local:<port>); never a link-local, "
         "metadata or loopback address.",
+    )
+    sglang_version: str | None = Field(
+        default=None,
+        max_length=64,
+        pattern=SGLANG_VERSION_PATTERN,
+        description="The SGLang release the target servers run (e.g. 0.5.17), or unknown. "
+        "Decides which version-bound inputs count in the fingerprint (docs/fingerprint.md). "
+        "Default: the image tag when it is a release tag of an image named sglang, else "
+        "unknown (every input counts). Set unknown for a fork tagged like a release.",
     )
 
     @model_validator(mode="after")
@@ -1141,6 +1159,13 @@ class TableRef(StatusModel):
     previous: str | None = Field(
         default=None, description="The table it replaced (rollback target on a failed rollout)."
     )
+    adopted_from: str | None = Field(
+        default=None,
+        max_length=63,
+        description="The fingerprint (version 1) it was stored under before an operator "
+        "upgrade re-keyed it: the previous fingerprint function gave the same value for the "
+        "server as it is now (docs/fingerprint.md, Upgrading).",
+    )
     message: MessageText | None = Field(default=None, description="Why it was rejected, if it was.")
 
 
@@ -1154,7 +1179,9 @@ class RunWaiting(StatusModel):
 
     reason: str = Field(
         description="WaitingForGPUs (no node has free GPUs of the product), QueuedInKueue (the "
-        "Job is suspended until Kueue admits it), BorrowBlocked (BorrowReplica cannot borrow)."
+        "Job is suspended until Kueue admits it; the message ends with Kueue's words on the "
+        "Job's Workload), LocalQueueMissing (the Kueue LocalQueue the Job names does not exist "
+        "in the namespace), BorrowBlocked (BorrowReplica cannot borrow)."
     )
     message: MessageText = Field(description="The scheduler's, Kueue's or the operator's words.")
     since: str = Field(
@@ -1224,6 +1251,12 @@ class RunStatus(StatusModel):
     borrow: BorrowRecord | None = Field(
         default=None, description="The replica taken out of the target for this run."
     )
+    changes: list[ReportLine] | None = Field(
+        default=None,
+        max_length=L.MAX_REPORT_LINES,
+        description="ServerChanged: what differs between the server of the table the target "
+        "ran and the server now (the words of `sps-operator fingerprint`).",
+    )
     running_since: str | None = Field(
         default=None,
         description="When the Job's pod started running: the run's own deadline "
@@ -1292,6 +1325,24 @@ class TargetStatus(StatusModel):
         "counts once it has held for the operator's GPU debounce period.",
     )
     message: MessageText | None = None
+    sglang_version: ReportLine | None = Field(
+        default=None,
+        description="Which SGLang the server runs, and from what evidence (image tag, "
+        "spec.server.sglangVersion), or unknown: decides the version-bound fingerprint inputs.",
+    )
+    table_source: str | None = Field(
+        default=None,
+        max_length=32,
+        description="What the server runs while it has no table of this profile's: const (the "
+        "fzyzcjy fork's flat table) or capture-derived (SGLang PR #35413). Empty: the flat "
+        "start (or its own table path).",
+    )
+    unfingerprinted: list[ReportLine] | None = Field(
+        default=None,
+        max_length=L.MAX_REPORT_LINES,
+        description="Inputs that look like cost inputs but are not in the fingerprint (a "
+        "change there reprofiles nothing), and what could set one unseen.",
+    )
     rolled_at: str | None = Field(
         default=None,
         json_schema_extra={"format": "date-time"},
@@ -1383,6 +1434,12 @@ class SpsProfileStatus(StatusModel):
         default=None, description="sps.dev/reprofile annotation value last acted on."
     )
     targets: list[TargetStatus] = Field(default_factory=list)
+    diagonal_only_servers: list[Annotated[str, Field(max_length=63)]] = Field(
+        default_factory=list,
+        max_length=L.MAX_REPORT_LINES,
+        description="Server fingerprints whose profiling clone refused an additive table at "
+        "start-up (a loader that reads only the diagonal format): Additive is refused for them.",
+    )
     rollout_borrow: BorrowRecord | None = Field(
         default=None,
         description="A replica still lent after its run ended: on a full pool the freed slot "

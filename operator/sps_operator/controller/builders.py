@@ -20,11 +20,13 @@ from sps_operator.api.result import MAX_CONFIGMAP_BYTES, encode_rounds, object_s
 from sps_operator.constants import API_GROUP, API_VERSION, IMAGE, KIND
 from sps_operator.controller import names
 from sps_operator.controller.serverconfig import (
+    CONST_TABLE_PATH,
     TABLE_PATH_FLAG,
     ServerCommand,
     find_server_container,
     without_flag,
 )
+from sps_operator.tables.formats import SpsCostTable, diagonal_as_additive, load_sps_table_text
 
 PROFILING_ENV_COMMON = {
     "SGLANG_DSPARK_ENABLE_SPS_RECORD": "1",
@@ -226,7 +228,10 @@ def server_sidecar(
 
     It keeps the container's own securityContext, image and resources. Its command line is
     the one the operator parsed (a plain `sh -c` script becomes the exec form), without
-    the table flag: the clone starts without a table (phase 2 gets the seed table)."""
+    the table flag: the clone starts without a table (phase 2 gets the seed table). A
+    server written with the fzyzcjy fork's `const` keeps it where the clone runs compact
+    without a seed (that fork refuses to start so). Its last log lines become its
+    termination message, so a refusal to start is read from the pod's status."""
     sidecar = copy.deepcopy(dict(container))
     sidecar["name"] = SERVER_CONTAINER
     sidecar["restartPolicy"] = "Always"
@@ -238,10 +243,12 @@ def server_sidecar(
     args = without_flag(list(server.args), TABLE_PATH_FLAG)
     mounts = _mounts_without(sidecar, dropped_volumes)
     if plan.phase == 2 and plan.seed_table_config_map:
-        # The phase-1 diagonal table makes the server leave its verify-all shortcut, so the
-        # forced budget fractions really trim the verify graph.
+        # The phase-1 measurement as a seed table makes the server leave its verify-all
+        # shortcut, so the forced budget fractions really trim the verify graph.
         args += [TABLE_PATH_FLAG, f"{SEED_MOUNT_DIR}/{L.TABLE_KEY}"]
         mounts.append({"name": SEED_VOLUME, "mountPath": SEED_MOUNT_DIR, "readOnly": True})
+    elif server.table_path == CONST_TABLE_PATH and verify_mode(plan.spec, plan.phase) != "static":
+        args += [TABLE_PATH_FLAG, CONST_TABLE_PATH]
     sidecar["command"] = list(server.launcher)
     sidecar["args"] = args
     if mounts:
@@ -262,6 +269,7 @@ def server_sidecar(
     }
     sidecar["startupProbe"] = probe
     sidecar["readinessProbe"] = {**probe, "failureThreshold": 3}
+    sidecar["terminationMessagePolicy"] = "FallbackToLogsOnError"
     return sidecar
 
 
@@ -423,6 +431,14 @@ def profiling_job(plan: RunPlan) -> dict[str, Any]:
     if extra_labels.get(L.LABEL_KUEUE_QUEUE):
         job_spec["suspend"] = True  # Kueue admits it (and unsuspends it) when quota allows
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}
+
+
+def additive_seed(diagonal_json: str) -> str:
+    """Phase 2's seed table: the phase-1 diagonal measurement in the additive format."""
+    table = load_sps_table_text(diagonal_json)
+    if not isinstance(table, SpsCostTable):
+        raise ValueError("phase 1 did not produce a diagonal table")
+    return diagonal_as_additive(table).to_json()
 
 
 def result_config_map(plan: RunPlan) -> dict[str, Any]:

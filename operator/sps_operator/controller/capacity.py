@@ -27,6 +27,7 @@ from sps_operator.api.models import (
     TargetState,
     TargetStatus,
 )
+from sps_operator.api.result import clean_text
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.borrow import (
     BORROW_BLOCKED,
@@ -47,7 +48,15 @@ from sps_operator.controller.borrow import (
 )
 from sps_operator.controller.clocks import elapsed, trusted
 from sps_operator.controller.deployments import max_unavailable, progress_deadline_seconds
-from sps_operator.controller.kube import Obj
+from sps_operator.controller.kube import Obj, api_error_detail
+from sps_operator.controller.kueue import (
+    KUEUE_NOT_INSTALLED,
+    KUEUE_RECHECK_SECONDS,
+    KueueState,
+    kueue_words,
+    owned_workload,
+    queued_message,
+)
 from sps_operator.controller.state import Pass
 
 log = logging.getLogger(__name__)
@@ -85,12 +94,38 @@ def _run_pods(p: Pass, run: RunStatus) -> list[Any]:
     ]
 
 
+def _read_kueue(p: Pass, job: Mapping[str, Any], queue: str) -> KueueState:
+    """What the API says about `job`'s queue and Workload, in the profile's namespace
+    only, read at most once per KUEUE_READ_SECONDS per Job. A failed read is said, never
+    the pass's failure."""
+    uid = str((job.get("metadata") or {}).get("uid") or "")
+    key = (p.namespace, uid, queue)
+    state = p.kueue_reads.get(key, p.now)
+    if state is not None:
+        return state
+    try:
+        workloads = p.kube.list_workloads(p.namespace, f"{L.LABEL_KUEUE_JOB_UID}={uid}")
+        if workloads is None:
+            state = KueueState(installed=False)
+        else:
+            state = KueueState(
+                queue_exists=p.kube.get("LocalQueue", p.namespace, queue) is not None,
+                words=kueue_words(owned_workload(workloads, p.namespace, uid)),
+            )
+    except Exception as exc:  # RBAC not granted (an older chart), the API unavailable
+        state = KueueState(unreadable=clean_text(api_error_detail(exc), 200))
+    p.kueue_reads.put(key, p.now, state)
+    return state
+
+
 def _waiting_now(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> tuple[str, str] | None:
     """(reason, message) when the run's Job cannot run yet; None when it runs."""
     if (job.get("spec") or {}).get("suspend"):
         queue = ((job.get("metadata") or {}).get("labels") or {}).get(L.LABEL_KUEUE_QUEUE)
-        where = f"Kueue queue {queue}" if queue else "its suspension"
-        return QUEUED_IN_KUEUE, f"Job {run.job} is suspended until {where} admits it"
+        if not queue:
+            return QUEUED_IN_KUEUE, f"Job {run.job} is suspended until its suspension admits it"
+        p.wake_within(KUEUE_RECHECK_SECONDS)
+        return queued_message(run.job, str(queue), _read_kueue(p, job, str(queue)))
     pods = _run_pods(p, run)
     if pods and all(pod.unschedulable for pod in pods):
         return WAITING_FOR_GPUS, f"no node can take it now: {pods[0].unschedulable}"
@@ -117,16 +152,19 @@ def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
         return None
     reason, message = waiting
     run.running_since = None  # the run's own deadline counts from when it runs again
-    if run.borrow is not None and (reason == QUEUED_IN_KUEUE or run.borrow.used):
+    suspended = reason != WAITING_FOR_GPUS  # QueuedInKueue, or a Kueue reason
+    if run.borrow is not None and (suspended or run.borrow.used):
         # Kueue suspended (preempted) the Job, or its pod lost the lent GPUs: the lender
         # gets its replica back now, not when the run ends.
-        what = (
-            "Kueue suspended the Job" if reason == QUEUED_IN_KUEUE else "its pod is pending again"
-        )
+        what = "Kueue suspended the Job" if suspended else "its pod is pending again"
         return_for_run(p, run, why=f"{what} after it ran on the lent GPUs")
         message += "; the lent replica was given back"
     since = run.waiting.since if run.waiting is not None else cond.rfc3339(now)
     waited = elapsed(since, now)
+    if reason == KUEUE_NOT_INSTALLED:
+        # Nothing will ever unsuspend the Job: the run ends now, not after the timeout.
+        run.waiting = RunWaiting(reason=reason, message=message, since=since)
+        return message
     if waited >= capacity.wait_timeout_seconds:
         p.metrics.gpu_wait(p.ref, waited)
         return (

@@ -15,6 +15,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from sps_operator.api.labels import KUEUE_GROUP, KUEUE_VERSIONS
 from sps_operator.constants import API_GROUP, API_VERSION, FIELD_MANAGER, KIND, PLURAL
 from sps_operator.controller.ratelimit import TokenBucket
 
@@ -35,6 +36,8 @@ class KubeApi(Protocol):
     def list_hpas(self, namespace: str) -> list[Obj]: ...
     def list_services(self, namespace: str) -> list[Obj]: ...
     def list_leases(self, namespace: str, label_selector: str) -> list[Obj]: ...
+    # Kueue's Workloads; None when the API group kueue.x-k8s.io is not served.
+    def list_workloads(self, namespace: str, label_selector: str) -> list[Obj] | None: ...
     def get(self, kind: str, namespace: str, name: str) -> Obj | None: ...
 
     # Writes.
@@ -80,6 +83,7 @@ class Kube:
         self.batch = client.BatchV1Api(self.api)
         self.rbac = client.RbacAuthorizationV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
+        self.kueue_version = KUEUE_VERSIONS[0]  # the one the last LIST of Workloads found
 
     # ---- reads
 
@@ -113,6 +117,21 @@ class Kube:
         api = client.CoordinationV1Api(self.api)
         return self._items(api.list_namespaced_lease, namespace, label_selector)
 
+    def list_workloads(self, namespace: str, label_selector: str) -> list[Obj] | None:
+        for version in KUEUE_VERSIONS:  # Kueue before v0.15 serves only v1beta1
+            try:
+                resp = self.custom.list_namespaced_custom_object(
+                    KUEUE_GROUP, version, namespace, "workloads",
+                    label_selector=label_selector, _preload_content=False,
+                )  # fmt: skip
+            except ApiException as exc:
+                if exc.status == 404:  # a LIST of a resource the API does not serve
+                    continue
+                raise
+            self.kueue_version = version
+            return list(_raw(resp).get("items", []))
+        return None
+
     @staticmethod
     def _items(call: Callable[..., Any], namespace: str, label_selector: str) -> list[Obj]:
         resp = call(namespace, label_selector=label_selector, _preload_content=False)
@@ -139,6 +158,14 @@ class Kube:
             ),
             "SpsProfile": lambda: self.custom.get_namespaced_custom_object(
                 API_GROUP, API_VERSION, namespace, PLURAL, name, _preload_content=False
+            ),
+            "LocalQueue": lambda: self.custom.get_namespaced_custom_object(
+                KUEUE_GROUP,
+                self.kueue_version,
+                namespace,
+                "localqueues",
+                name,
+                _preload_content=False,
             ),
         }
         try:

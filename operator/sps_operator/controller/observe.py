@@ -2,19 +2,34 @@
 
 For each selected Deployment: which profile serves it, whether its container is an SGLang
 DSpark server the operator understands (and, for AnnotateOnly, whether it mounts the
-table where its server reads it), its fingerprint, and the GPU product it settled on. A
-target with a problem is reported and never touched.
+table where its server reads it), whether its SGLang build can take the profile's table
+(`compat`), its fingerprint, and the GPU product it settled on. A target with a problem is
+reported and never touched.
+
+Tables stored under fingerprint version 1 (before issue 20) are re-keyed here, once, to
+the current fingerprint of the server they were measured for: an operator upgrade does
+not reprofile servers that did not change (docs/fingerprint.md, Upgrading).
 """
 
 from __future__ import annotations
 
+import json
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import timedelta
 from typing import Any
 
-from sps_operator.api.models import RolloutMode, SpsProfileSpec, TargetStatus
+from sps_operator.api import labels as L
+from sps_operator.api.models import (
+    RolloutMode,
+    RunStatus,
+    SpsProfileSpec,
+    TableRef,
+    TargetStatus,
+)
+from sps_operator.controller import compat
 from sps_operator.controller.deployments import deployment_rolled_out
+from sps_operator.controller.fingerprint_v1 import is_v1
 from sps_operator.controller.ownership import ProfileSummary, owner_of, stable_writer
 from sps_operator.controller.placement import MIXED, placement, settle
 from sps_operator.controller.podenv import ConfigMapEnv, resolve_env
@@ -22,7 +37,9 @@ from sps_operator.controller.serverconfig import (
     TABLE_PATH_FLAG,
     ServerProblem,
     find_server_container,
+    legacy_table_fingerprint,
     parse_server,
+    server_changes,
     server_config,
     table_fingerprint,
 )
@@ -62,13 +79,81 @@ def observe(p: Pass) -> None:
                 "spec.selector so one profile selects each Deployment",
             )
             continue
-        _understand_server(p.spec, target, p.namespace, p.snapshot.env_config_maps)
+        _understand_server(
+            p.spec,
+            target,
+            p.namespace,
+            p.snapshot.env_config_maps,
+            p.status.diagonal_only_servers,
+        )
+        if target.config is not None and target.table_source == compat.SOURCE_CONST:
+            # Inject replaces `const`: remember the fork while it still shows.
+            p.status.diagonal_only_servers = compat.remembered(
+                p.status.diagonal_only_servers, target.config
+            )
         if target.problem is not None or target.config is None:
             continue
         _place(p, target, previous.get(target.name))
+    adopt_v1_tables(p.status.tables, p.targets, p.status.current_run)
+    for target in p.targets:
+        target.changes = _changes(p, target)
     if annotate_only:
         _one_writer(p, profiles)
         _one_table_for_all(p)
+
+
+def adopt_v1_tables(
+    tables: list[TableRef], targets: list[Target], run: RunStatus | None = None
+) -> None:
+    """Re-key tables stored under a fingerprint of version 1 to the current fingerprint of
+    the server they were measured for: the targets whose version-1 fingerprint is the
+    table's, if they all agree on the current one (they are one server by the current
+    list too). The ConfigMap keeps its version-1 label; `adoptedFrom` vouches for it.
+    A run that started under version 1 is re-keyed alike."""
+    current = {(t.gpu_product, t.fingerprint) for t in tables}
+    for i, table in enumerate(tables):
+        if not is_v1(table.fingerprint):
+            continue
+        now = {t.fingerprint for t in targets if t.legacy_fingerprint == table.fingerprint}
+        if len(now) != 1:
+            continue  # no target is that server any more, or it is several now
+        (fingerprint,) = now
+        if (table.gpu_product, fingerprint) in current:
+            continue
+        tables[i] = table.model_copy(
+            update={"fingerprint": fingerprint, "adopted_from": table.fingerprint}
+        )
+        current.add((table.gpu_product, fingerprint))
+    if run is not None and is_v1(run.fingerprint):
+        now = {t.fingerprint for t in targets if t.legacy_fingerprint == run.fingerprint}
+        if len(now) == 1:
+            run.fingerprint = next(iter(now))
+
+
+def _changes(p: Pass, target: Target) -> list[str]:
+    """What differs between the server of the profile's table that the target runs and
+    the target as it is now (empty when it runs none, or the one measured for it)."""
+    running = next((t for t in p.status.tables if t.config_map == target.running_config_map), None)
+    if running is None or target.config is None or running.fingerprint == target.fingerprint:
+        return []
+    cm = p.config_map(running.config_map)
+    try:
+        meta = json.loads(((cm or {}).get("data") or {}).get(L.META_KEY) or "{}")
+    except ValueError:
+        meta = {}
+    server = meta.get("server") if isinstance(meta, dict) else None
+    if not isinstance(server, Mapping):
+        return []
+    lines = server_changes(server, target.config)
+    if lines or running.gpu_product != target.gpu:
+        return lines
+    if "inputs" not in server:
+        return [
+            "an input that fingerprint version 1 did not record changed (the table was "
+            "measured before the upgrade): `sps-operator fingerprint` lists the server's "
+            "inputs now"
+        ]
+    return ["spec.table (the table kind or sweep) changed"]
 
 
 def _one_writer(p: Pass, profiles: list[ProfileSummary]) -> None:
@@ -139,6 +224,7 @@ def _understand_server(
     target: Target,
     namespace: str,
     env_config_maps: Mapping[str, ConfigMapEnv | None],
+    diagonal_only: Collection[str],
 ) -> None:
     pod_spec = target.pod_spec
     container = find_server_container(pod_spec, spec.server_container)
@@ -157,8 +243,14 @@ def _understand_server(
         target.refuse(exc.reason, str(exc))
         return
     target.command = command
-    target.config = server_config(container, command)
+    target.config = server_config(container, command, spec.server.sglang_version)
     target.fingerprint = table_fingerprint(target.config, spec.table.to_k8s())
+    target.legacy_fingerprint = legacy_table_fingerprint(target.config, spec.table.to_k8s())
+    target.table_source = compat.table_source(target.config)
+    refused = compat.refusal(spec.table.kind, target.config, diagonal_only)
+    if refused is not None:
+        target.refuse(*refused)
+        return
     mode = spec.rollout.mode
     if mode == RolloutMode.INJECT and command.shell:
         target.refuse(

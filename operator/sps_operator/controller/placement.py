@@ -35,6 +35,9 @@ STUCK_REASONS = frozenset(
         "RunContainerError",
     }
 )
+# A container's termination message is at most 4 KiB (the kubelet's bound); its tail
+# carries the error.
+MAX_EXIT_MESSAGE = 2048
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,9 @@ class PodInfo:
     ready: bool = False  # condition Ready=True
     table_hash: str | None = None  # its annotation sps.dev/table-hash (the template's)
     stuck: str | None = None  # the kubelet's words for a container that cannot run
+    # (container, its last words) for each container that exited with an error: its
+    # termination message (the log's tail under FallbackToLogsOnError), bounded.
+    exits: tuple[tuple[str, str], ...] = ()
 
     @property
     def profiling(self) -> bool:
@@ -106,6 +112,22 @@ def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
         None,
     )
     table_hash = (meta.get("annotations") or {}).get(L.ANNOTATION_TABLE_HASH)
+    exits = []
+    # Only a profiling pod's last words are read (a clone's refusal to start); the index
+    # keeps no more of other pods.
+    profiling_run = L.LABEL_RUN in labels
+    for cs in [
+        *(status.get("initContainerStatuses") or []),
+        *(status.get("containerStatuses") or []),
+    ]:
+        if not profiling_run:
+            break
+        state = (cs.get("state") or {}).get("terminated") or {}
+        last = (cs.get("lastState") or {}).get("terminated") or {}
+        ended = state if state.get("exitCode") else last
+        if ended.get("exitCode"):
+            words = str(ended.get("message") or ended.get("reason") or "")
+            exits.append((str(cs.get("name")), words[-MAX_EXIT_MESSAGE:]))
     return PodInfo(
         name=name,
         labels=dict(labels),
@@ -117,6 +139,7 @@ def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
         ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
         table_hash=str(table_hash)[:MAX_HASH] if table_hash else None,
         stuck=_stuck(status),
+        exits=tuple(exits),
     )
 
 

@@ -240,6 +240,16 @@ class ContainerEnv:
             return self.explicit[name]
         return _from_sources(self.env_from, name)
 
+    def names(self) -> set[str]:
+        """Every variable the operator can see defined (explicit entries, and the keys of
+        envFrom ConfigMaps it read); what a Secret defines is not among them."""
+        found = set(self.explicit)
+        for source in self.env_from:
+            if source.kind == "ConfigMap" and source.read and source.data is not None:
+                keys = [*source.data.values, *source.data.too_long]
+                found |= {source.prefix + key for key in keys}
+        return found
+
     def opaque_sources(self) -> list[str]:
         """The envFrom sources whose variables the operator cannot list (Secrets)."""
         return [

@@ -26,6 +26,7 @@ from sps_operator.controller.capacity import return_orphans
 from sps_operator.controller.clocks import CLOCK_SKEW, bound_recorded_times
 from sps_operator.controller.history import trim_history
 from sps_operator.controller.kube import KubeApi, api_error_detail, is_transient
+from sps_operator.controller.kueue import KueueCache
 from sps_operator.controller.metrics import Metrics
 from sps_operator.controller.observe import observe
 from sps_operator.controller.outcome import fail_run
@@ -67,6 +68,7 @@ class Reconciler:
         # next pass that same resourceVersion, and the pass must not act on the old status.
         self._written: dict[str, tuple[str, dict[str, Any]]] = {}
         self.pool_sweep = Periodic(self.settings.pool_sweep_seconds)
+        self.kueue_reads = KueueCache()
 
     # ------------------------------------------------------------------ entry
 
@@ -100,6 +102,7 @@ class Reconciler:
             metrics=self.metrics,
             snapshot=Snapshot.empty(),
             pool_sweep=self.pool_sweep,
+            kueue_reads=self.kueue_reads,
         )
         started = time.monotonic()
         failed_step: str | None = None

@@ -40,6 +40,7 @@ from sps_operator.controller.deployments import (
     every_ready_pod_runs,
     rollout_blockers,
 )
+from sps_operator.controller.fingerprint_v1 import is_v1
 from sps_operator.controller.kube import owned_by
 from sps_operator.controller.ownership import recorded_owner
 from sps_operator.controller.publish import table_text
@@ -83,10 +84,14 @@ def eligible_table(p: Pass, target: Target, ref: TableRef) -> EligibleTable | st
     labels = cm["metadata"].get("labels") or {}
     expected = {
         L.LABEL_GPU: names.label_value(ref.gpu_product),
-        L.LABEL_FINGERPRINT: ref.fingerprint,
         L.LABEL_TABLE_HASH: ref.hash,
     }
-    if any(labels.get(k) != v for k, v in expected.items()):
+    # A table re-keyed by an upgrade keeps the fingerprint (version 1) it was stored under.
+    measured_for = {ref.fingerprint, ref.adopted_from} - {None}
+    if (
+        any(labels.get(k) != v for k, v in expected.items())
+        or labels.get(L.LABEL_FINGERPRINT) not in measured_for
+    ):
         return f"table ConfigMap {ref.config_map} is labelled for another server or table"
     text = table_text(cm)
     if text is None or content_hash(text) != ref.hash:
@@ -164,6 +169,7 @@ def rollout(p: Pass) -> None:
             observed_gpu=target.observed_gpu,
             observed_since=cond.rfc3339(target.observed_since) if target.observed_since else None,
             rolled_at=previous.rolled_at if previous else None,
+            **target.server_report(),
         )
         statuses.append(ts)
         if target.problem is None and target.gpu is None:
@@ -274,7 +280,7 @@ def _held_back(
     until = rolled + interval
     if p.now >= until:
         return newest
-    old_ref = _stored_ref(p, old_name, newest.ref)
+    old_ref = _stored_ref(p, old_name, newest.ref, target)
     old = eligible_table(p, target, old_ref) if old_ref is not None else None
     if not isinstance(old, EligibleTable) or target.running_hash != old.ref.hash:
         return newest
@@ -328,6 +334,8 @@ def _report_stale_or_missing(p: Pass, target: Target, ts: TargetStatus) -> None:
             f"stale: the {what} changed since table {old.config_map} was measured "
             f"({old.gpu_product}); it stays until a table for this one exists ({follow})"
         )
+        if target.changes and what == "server":
+            ts.message += "; changed: " + "; ".join(target.changes)
     else:
         ts.state = TargetState.NO_TABLE
         ts.message = f"no table for {target.gpu} and this server yet"
@@ -473,7 +481,7 @@ def _annotate_only_preflight(p: Pass) -> None:
 # --------------------------------------------------------------------------- rollback
 
 
-def _stored_ref(p: Pass, name: str, like: TableRef) -> TableRef | None:
+def _stored_ref(p: Pass, name: str, like: TableRef, target: Target) -> TableRef | None:
     """A reference to the table ConfigMap `name` (one `like` replaced: same GPU product,
     fingerprint and kind), from the ConfigMap's own labels and meta; eligible_table then
     checks it against the ConfigMap."""
@@ -487,6 +495,10 @@ def _stored_ref(p: Pass, name: str, like: TableRef) -> TableRef | None:
     except ValueError:
         meta = {}
     meta = meta if isinstance(meta, dict) else {}
+    # A table an upgrade re-keyed keeps its version-1 label, which must still be this
+    # server's version-1 fingerprint.
+    label = labels.get(L.LABEL_FINGERPRINT)
+    adopted = label if is_v1(label or "") and label == target.legacy_fingerprint else None
     return TableRef(
         gpu_product=like.gpu_product,
         fingerprint=like.fingerprint,
@@ -495,6 +507,7 @@ def _stored_ref(p: Pass, name: str, like: TableRef) -> TableRef | None:
         hash=labels.get(L.LABEL_TABLE_HASH, ""),
         profiled_at=meta.get("profiledAt"),
         run=meta.get("run"),
+        adopted_from=adopted,
     )
 
 
@@ -506,7 +519,7 @@ def _roll_back(p: Pass, target: Target, failed: TableRef) -> EligibleTable | Non
         f"Deployment {target.name} did not become available with table "
         f"{failed.config_map} (ProgressDeadlineExceeded)"
     )
-    ref = _stored_ref(p, failed.previous, failed) if failed.previous else None
+    ref = _stored_ref(p, failed.previous, failed, target) if failed.previous else None
     restored: EligibleTable | None = None
     if ref is not None:
         candidate = eligible_table(p, target, ref)

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from typing import TypeGuard
 
 from sps_operator.api import labels as L
+from sps_operator.api import limits
+from sps_operator.api.hashing import content_hash
 from sps_operator.api.models import (
     FailureRecord,
     RunPhase,
@@ -19,7 +21,7 @@ from sps_operator.api.models import (
     TableKind,
 )
 from sps_operator.api.result import STATUS_FAILED, STATUS_SUCCEEDED, ResultError, read_result
-from sps_operator.controller import builders, names, policy
+from sps_operator.controller import builders, compat, names, policy
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.acceptance import judge_bounded
 from sps_operator.controller.borrow import WAITING_FOR_GPUS
@@ -38,7 +40,7 @@ from sps_operator.controller.outcome import (
 )
 from sps_operator.controller.publish import RETRYABLE, publish_table
 from sps_operator.controller.state import Pass, Target
-from sps_operator.controller.triggers import RunRequest, TargetView, decide_run
+from sps_operator.controller.triggers import SERVER_CHANGED, RunRequest, TargetView, decide_run
 
 EV_RUN_STARTED = "ProfilingStarted"
 EV_PHASE2 = "OffDiagonalPhaseStarted"
@@ -180,6 +182,8 @@ def maybe_start_run(p: Pass) -> None:
             break
         target = next(t for t in usable if t.name == request.target)
         run = _new_run(p, request)
+        if request.trigger == SERVER_CHANGED:
+            run.changes = target.changes[: limits.MAX_REPORT_LINES] or None
         # An External server cannot be restarted in static mode for a diagonal phase, nor
         # given a seed table: an Additive profile against it is the off-diagonal phase alone.
         phase = 1
@@ -296,6 +300,8 @@ def progress_run(p: Pass) -> None:
         return
     reattach_borrow(p, run)
     finished = _finished(job)
+    if not finished and clone_refused(p, run):
+        return
     if not finished:
         too_long = follow_wait(p, run, job)
         if too_long is not None:
@@ -361,6 +367,31 @@ def progress_run(p: Pass) -> None:
     publish_table(p, rounds, result.manifest)
 
 
+def clone_refused(p: Pass, run: RunStatus) -> bool:
+    """End the run at once when its profiling clone refused to start for a reason a retry
+    cannot change (a loader that reads only diagonal tables, a flag combination SGLang
+    refuses); the Job would otherwise wait for it until the server wait runs out. A
+    diagonal-only server is remembered: Additive is refused for it from now on."""
+    refused = compat.clone_refusal(p.snapshot.pods, run.name, builders.SERVER_CONTAINER)
+    if refused is None:
+        return False
+    reason, meaning, words = refused
+    target = p.target(run.target)
+    same_server = target is not None and target.fingerprint == run.fingerprint
+    if reason == compat.DIAGONAL_ONLY and same_server and target and target.config:
+        p.status.diagonal_only_servers = compat.remembered(
+            p.status.diagonal_only_servers, target.config
+        )
+    fail_run(
+        p,
+        reason,
+        f"the profiling server of Job {run.job} refused to start: {meaning}. Its last words: "
+        f"{words}",
+        retryable=False,
+    )
+    return True
+
+
 def target_change(run: RunStatus, target: Target) -> str | None:
     """How the target's server differs from the one the run started for (None: it is the
     same: the same fingerprint, on the same GPU product once its pods have settled)."""
@@ -419,11 +450,14 @@ def start_phase2(p: Pass, rounds: Sequence[Obj]) -> None:
         )
         return
     seed_name = names.seed_table_config_map(run.name)
+    # The seed goes in the additive format the phase-2 table will have: a server whose
+    # loader reads only diagonal tables refuses it in the clone, not in production.
+    seed_json = builders.additive_seed(verdict.table_json)
     seed = builders.table_config_map(
         p.ref,
         seed_name,
-        verdict.table_json,
-        str(verdict.table_hash),
+        seed_json,
+        content_hash(seed_json),
         run.gpu_product,
         run.fingerprint,
         {"run": run.name, "purpose": "phase-2 seed table"},

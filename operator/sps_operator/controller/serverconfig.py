@@ -7,12 +7,16 @@ a `sh -c` script that is one plain command line (no variables, pipes, `;`, redir
 or substitutions; a leading `exec` and `VAR=value` assignments are fine). Anything else
 in a script cannot be read safely and is refused.
 
-Only an allowlist of flags and env vars enters the fingerprint: what the operator injects
-itself (the table path) or what does not change the cost (host, port, log level) must not
-make a table stale. Their values are what the server really gets: `$(VAR)` references are
-expanded from the container's environment as the kubelet does, with ConfigMap keys
-resolved (`podenv`). A cost input the operator cannot read (a Secret, a per-pod field) is
-refused with `HiddenCostInput`, naming the reference: a change there would go unseen.
+What enters the fingerprint is the declared list `api/fingerprint.py`: each input read
+where SGLang reads it, under every spelling SGLang accepts (aliases, and the abbreviations
+its argparse parser allows: a unique prefix of a known flag is that flag), list flags
+with all their values. What the operator injects itself (the table path) or what does
+not change the cost (host, port, log level) never makes a table stale. Values are what
+the server really gets: `$(VAR)` references are expanded from the container's
+environment as the kubelet does, with ConfigMap keys resolved (`podenv`). A cost input
+the operator cannot read (a Secret, a per-pod field, a `--config` file) is refused,
+naming it: a change there would go unseen. A flag or variable that looks like a cost
+input but is not in the list is reported as not fingerprinted (`ServerConfig.unfingerprinted`).
 """
 
 from __future__ import annotations
@@ -22,64 +26,49 @@ import posixpath
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+from sps_operator.api import fingerprint as F
+from sps_operator.api.fingerprint import CostInput, Kind, ServerVersion, Where
 from sps_operator.api.hashing import content_hash
+from sps_operator.controller import fingerprint_v1
 from sps_operator.controller.podenv import ContainerEnv, Expansion, escape, expand, resolve_env
 
 TABLE_PATH_FLAG = "--speculative-dspark-sps-table-path"
 ALGORITHM_FLAG = "--speculative-algorithm"
+PORT_FLAG = "--port"
+CONFIG_FLAG = "--config"
 DEFAULT_PORT = 30000
 VERIFY_MODE_ENV = "SGLANG_RAGGED_VERIFY_MODE"
+CAPTURE_DERIVED_ENV = "SGLANG_DSPARK_ENABLE_CAPTURE_DERIVED_SPS"
+# The fzyzcjy fork's sentinel for its flat table: `--speculative-dspark-sps-table-path const`.
+CONST_TABLE_PATH = "const"
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
 MAX_SCRIPT_CHARS = 16 * 1024
+# Bounds of what a config keeps for status and the table's metadata.
+MAX_VALUE_CHARS = 256
+MAX_REPORTED = 16
 
-# flag -> canonical name. Aliases map to one name so `--tp 2` and `--tp-size 2` agree.
-COST_FLAGS: dict[str, str] = {
-    "--model-path": "model",
-    "--model": "model",
-    "--speculative-draft-model-path": "draft_model",
-    "--tp": "tp",
-    "--tp-size": "tp",
-    "--tensor-parallel-size": "tp",
-    "--dp": "dp",
-    "--dp-size": "dp",
-    "--data-parallel-size": "dp",
-    "--speculative-dspark-block-size": "draft_width",
-    "--speculative-num-draft-tokens": "num_draft_tokens",
-    "--cuda-graph-max-bs": "cuda_graph_max_bs",
-    "--cuda-graph-max-bs-decode": "cuda_graph_max_bs",
-    "--cuda-graph-bs": "cuda_graph_bs",
-    "--cuda-graph-bs-decode": "cuda_graph_bs",
-    "--cuda-graph-config": "cuda_graph_config",
-    "--cuda-graph-backend-decode": "cuda_graph_backend",
-    "--max-running-requests": "max_running_requests",
-    "--dtype": "dtype",
-    "--quantization": "quantization",
-    "--kv-cache-dtype": "kv_cache_dtype",
-    "--attention-backend": "attention_backend",
-    ALGORITHM_FLAG: "speculative_algorithm",
+# Flags the operator knows besides the list's: `--host` only so an abbreviation of it is
+# not read as another flag. Checked against SGLang 15a43983's parser: no flag of SGLang
+# that this list lacks is a prefix of one it has, so resolving a unique prefix among
+# these resolves it as argparse does (or where argparse finds it ambiguous, the server
+# refuses to start anyway).
+_OTHER_FLAGS = {PORT_FLAG: Kind.VALUE, "--host": Kind.VALUE, CONFIG_FLAG: Kind.VALUE}
+KNOWN_FLAGS: dict[str, Kind] = {
+    **{flag: entry.kind for flag, entry in F.FLAG_SPELLINGS.items()},
+    **_OTHER_FLAGS,
 }
-# Boolean switches (no value) that change the cost.
-COST_SWITCHES: dict[str, str] = {
-    "--enable-dp-attention": "dp_attention",
-    "--disable-cuda-graph": "disable_cuda_graph",
-    "--disable-decode-cuda-graph": "disable_cuda_graph",
-    "--enable-dp-lm-head": "dp_lm_head",
-    "--disable-overlap-schedule": "disable_overlap",
-}
-COST_ENV = (VERIFY_MODE_ENV, "SGLANG_PREP_IN_CUDA_GRAPH")
-
-# Flags whose values the operator must read: the fingerprint's, the port it probes, the
-# table path it checks.
-READ_FLAGS = frozenset({*COST_FLAGS, *COST_SWITCHES, "--port", TABLE_PATH_FLAG})
+FINGERPRINTED_ENV = tuple(e.name for e in F.ENV_INPUTS if e.fingerprinted)
 
 # Problem reasons (CamelCase: they become condition reasons).
 NOT_SGLANG = "NotAnSglangServer"
 NOT_DSPARK = "NotADsparkServer"
 SHELL_SCRIPT = "UnreadableShellScript"
 HIDDEN_COST_INPUT = "HiddenCostInput"
+AMBIGUOUS_FLAG = "AmbiguousFlag"
+CONFIG_FILE = "ConfigFileFlags"
 
 
 class ServerProblem(ValueError):
@@ -104,9 +93,58 @@ class ServerCommand:
     env: Mapping[str, str] = field(default_factory=dict)  # `VAR=value` before a script's command
     shell: bool = False  # came from a `sh -c` script (Inject cannot add a flag to it)
     argv: tuple[str, ...] = ()  # the server's flags as it gets them
-    cost_env: Mapping[str, str] = field(default_factory=dict)  # the COST_ENV it gets
-    sources: Mapping[str, str] = field(default_factory=dict)  # cost input -> where from
-    unread: tuple[str, ...] = ()  # what may set a cost input unseen (an envFrom Secret)
+    flags: tuple[FlagRead, ...] = ()  # what the operator read of `argv`
+    envs: tuple[InputRead, ...] = ()  # the list's variables the server gets
+    unfingerprinted: tuple[str, ...] = ()  # cost-looking inputs the list lacks, unreadable ones
+
+    @property
+    def table_path(self) -> str | None:
+        return next((f.value_text for f in reversed(self.flags) if f.flag == TABLE_PATH_FLAG), None)
+
+
+@dataclass(frozen=True)
+class FlagRead:
+    """One flag of the command line, resolved to the flag SGLang reads."""
+
+    flag: str  # the flag SGLang's parser resolves it to (an entry's canonical spelling)
+    written: str  # as written: an alias or an abbreviation
+    value: str | tuple[str, ...]  # "true" for a switch, a tuple for a list flag
+    sources: tuple[str, ...] = ()  # where `$(VAR)`s in its value came from
+
+    @property
+    def value_text(self) -> str:
+        return " ".join(self.value) if isinstance(self.value, tuple) else self.value
+
+    @property
+    def where(self) -> str:
+        how = self.written
+        if self.written != self.flag:
+            alias = self.written in F.FLAG_SPELLINGS
+            how += f" ({'alias' if alias else 'abbreviation'} of {self.flag})"
+        return "args " + how + (f", {'; '.join(self.sources)}" if self.sources else "")
+
+
+@dataclass(frozen=True)
+class InputRead:
+    """One input of the declared list as the server gets it (for users: `sps-operator
+    fingerprint`, the table's metadata, why a server changed)."""
+
+    name: str  # the list's name
+    label: str  # how a user sees it: a flag, a variable, "image"
+    value: str  # as written (a list flag's values space-separated)
+    where: str  # args (and how it was spelled), env (literal or from which ConfigMap), image
+    counted: bool = True  # in the fingerprint
+    note: str = ""  # why not counted
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"input": self.label, "value": _cut(self.value), "where": _cut(self.where)}
+        if not self.counted:
+            out["notCounted"] = self.note
+        return out
+
+
+def _cut(text: str, limit: int = MAX_VALUE_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @dataclass(frozen=True)
@@ -114,21 +152,51 @@ class ServerConfig:
     """The cost-relevant configuration of one SGLang server container."""
 
     image: str
-    flags: dict[str, str] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)
+    # The fingerprinted inputs that count for this server's version: name -> value
+    # (normalised as SGLang reads it; a list flag's values as a list).
+    inputs: dict[str, Any] = field(default_factory=dict)
+    read: tuple[InputRead, ...] = ()  # every input of the list that was set, counted or not
+    version: ServerVersion = field(default_factory=lambda: ServerVersion(None))
     port: int = DEFAULT_PORT
     table_path: str | None = None
-    # Not fingerprinted: where a value came from when it was not written literally (a
-    # ConfigMap key), and what could set a cost input without the operator seeing it.
-    sources: dict[str, str] = field(default_factory=dict)
-    unread: tuple[str, ...] = ()
+    unfingerprinted: tuple[str, ...] = ()
+    legacy: dict[str, Any] = field(default_factory=dict)  # what fingerprint version 1 hashed
 
     def fingerprint(self) -> str:
-        canonical = {"image": self.image, "flags": self.flags, "env": self.env}
-        return content_hash(json.dumps(canonical, sort_keys=True, separators=(",", ":")))
+        canonical = json.dumps(self.inputs, sort_keys=True, separators=(",", ":"))
+        return F.FINGERPRINT_PREFIX + content_hash(canonical)
+
+    def legacy_fingerprint(self) -> str:
+        canonical = json.dumps(self.legacy, sort_keys=True, separators=(",", ":"))
+        return content_hash(canonical)
+
+    def value(self, name: str) -> str | None:
+        """The value the server gets for an input of the list (as written; None: unset)."""
+        return next((r.value for r in self.read if r.name == name), None)
+
+    @property
+    def verify_mode(self) -> str:
+        return (self.value(VERIFY_MODE_ENV) or "static").strip()
+
+    @property
+    def lora(self) -> bool:
+        """DSpark + LoRA: `--enable-lora`, or `--lora-paths` (which turns it on)."""
+        return any(r.name in ("enable_lora", "lora_paths") for r in self.read)
 
     def describe(self) -> dict[str, Any]:
-        return asdict(self)
+        """What the table's metadata keeps of the server (bounded): enough for a later
+        pass to say what changed."""
+        return {
+            "fingerprint": self.fingerprint(),
+            "fingerprintVersion": F.FINGERPRINT_VERSION,
+            "sglangVersion": self.version.describe(),
+            "inputs": {r.label: _cut(r.value) for r in self.read if r.counted},
+            "notCounted": {r.label: _cut(r.value) for r in self.read if not r.counted},
+            "notFingerprinted": list(self.unfingerprinted),
+            "port": self.port,
+            "tablePath": self.table_path,
+            "v1": self.legacy,
+        }
 
 
 def split_flag(token: str) -> tuple[str, str | None]:
@@ -154,32 +222,6 @@ def without_flag(tokens: Sequence[str], flag: str) -> list[str]:
     return out
 
 
-def parse_server_args(tokens: Sequence[str]) -> tuple[dict[str, str], int, str | None]:
-    """Cost flags, port and table path from a server's flags."""
-    flags: dict[str, str] = {}
-    port = DEFAULT_PORT
-    table_path: str | None = None
-    i = 0
-    while i < len(tokens):
-        name, inline = split_flag(tokens[i])
-        takes_value = name in COST_FLAGS or name in ("--port", TABLE_PATH_FLAG)
-        value = inline
-        if takes_value and value is None and i + 1 < len(tokens):
-            value = tokens[i + 1]
-            i += 1
-        i += 1
-        if name in COST_SWITCHES:
-            flags[COST_SWITCHES[name]] = "true"
-        elif name in COST_FLAGS and value is not None:
-            flags[COST_FLAGS[name]] = value
-        elif name == "--port" and value is not None:
-            if value.isdigit() and 0 < int(value) < 65536:
-                port = int(value)
-        elif name == TABLE_PATH_FLAG:
-            table_path = value
-    return flags, port, table_path
-
-
 def find_server_container(
     pod_spec: Mapping[str, Any], name: str | None
 ) -> Mapping[str, Any] | None:
@@ -190,6 +232,126 @@ def find_server_container(
         if container.get("name") == name:
             return container
     return None
+
+
+# --------------------------------------------------------------------------- flags
+
+_NEGATIVE_NUMBER = re.compile(r"^-[0-9]+(\.[0-9]*)?$")
+
+
+def _flag_like(text: str) -> bool:
+    """argparse takes a word starting with '-' for an option (a negative number is not)."""
+    return text.startswith("-") and len(text) > 1 and not _NEGATIVE_NUMBER.match(text)
+
+
+def resolve_flag(written: str) -> str | None:
+    """The flag SGLang's parser reads `written` as: itself, or the one known flag it is a
+    prefix of (argparse's allow_abbrev); None for a flag the operator does not know.
+    ServerProblem for a prefix of several (argparse refuses it too)."""
+    if written in KNOWN_FLAGS or not written.startswith("--") or len(written) < 3:
+        return _canonical(written) if written in KNOWN_FLAGS else None
+    matches = sorted({f for f in KNOWN_FLAGS if f.startswith(written)})
+    entries = {F.FLAG_SPELLINGS[f].name if f in F.FLAG_SPELLINGS else f for f in matches}
+    if not matches:
+        return None
+    if len(entries) > 1:
+        raise ServerProblem(
+            AMBIGUOUS_FLAG,
+            f"the flag {_shown(written)!r} is an abbreviation of several flags "
+            f"({', '.join(matches[:6])}); SGLang refuses it too: write the flag in full",
+        )
+    return _canonical(matches[0])
+
+
+def _canonical(flag: str) -> str:
+    entry = F.FLAG_SPELLINGS.get(flag)
+    return entry.spellings[0] if entry is not None else flag
+
+
+def _walk_flags(words: Sequence[Expansion]) -> list[tuple[Expansion, str | None, list[Expansion]]]:
+    """The command line as argparse groups it: (flag word, the flag it resolves to or None,
+    its value words). Words before the first flag come as (word, None, []) with a word
+    that is not flag-like."""
+    out: list[tuple[Expansion, str | None, list[Expansion]]] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if not _flag_like(word.seen):
+            out.append((word, None, []))
+            continue
+        written, inline = split_flag(word.seen)
+        flag = resolve_flag(written)
+        kind = KNOWN_FLAGS.get(flag or "")
+        values: list[Expansion] = []
+        if inline is None and kind != Kind.SWITCH:
+            # A value flag takes one word; a list flag (and one the operator does not know,
+            # whose arity it cannot tell) every word up to the next flag.
+            while i < len(words) and not _flag_like(words[i].seen):
+                values.append(words[i])
+                i += 1
+                if kind == Kind.VALUE:
+                    break
+        out.append((word, flag, values))
+    return out
+
+
+def read_flags(words: Sequence[Expansion]) -> tuple[list[FlagRead], list[str]]:
+    """The flags the operator knows, as the server reads them (the last one of a flag
+    wins), and the cost-looking flags it does not know (as written, once each)."""
+    read: list[FlagRead] = []
+    unknown: list[str] = []
+    for word, flag, values in _walk_flags(words):
+        if not _flag_like(word.seen):
+            continue
+        written, inline = split_flag(word.seen)
+        if flag is None:
+            if F.cost_looking_flag(written) and written not in unknown:
+                unknown.append(written)
+            continue
+        if flag == CONFIG_FLAG:
+            raise ServerProblem(
+                CONFIG_FILE,
+                f"the server reads flags from a file ({written} "
+                f"{_shown(inline or ' '.join(v.seen for v in values))}), which the operator "
+                "cannot see: a cost flag in it would change without making the table stale. "
+                "Write the flags in the container's args",
+            )
+        kind = KNOWN_FLAGS[flag]
+        sources = tuple(s for v in values for s in v.sources) + (
+            word.sources if inline is not None else ()
+        )
+        value: str | tuple[str, ...]
+        if kind == Kind.SWITCH:
+            value = "true"
+        elif kind == Kind.LIST:
+            value = (inline,) if inline is not None else tuple(v.seen for v in values)
+            if not value:
+                continue  # `--lora-paths` with no value sets nothing
+        elif inline is not None:
+            value = inline
+        elif values:
+            value = values[0].seen
+        else:
+            continue  # no value: SGLang refuses it ("expected one argument")
+        read = [r for r in read if r.flag != flag] + [FlagRead(flag, written, value, sources)]
+    return read, unknown
+
+
+def _reads_value(flag: str | None) -> bool:
+    """Whether the operator must know this flag's value: a fingerprinted one, the port it
+    probes, the table path it checks."""
+    if flag in (PORT_FLAG, TABLE_PATH_FLAG):
+        return True
+    entry = F.FLAG_SPELLINGS.get(flag or "")
+    return entry is not None and entry.fingerprinted
+
+
+def _port(flags: Sequence[FlagRead]) -> int:
+    value = next((f.value_text for f in flags if f.flag == PORT_FLAG), None)
+    if value is not None and value.isdigit() and 0 < int(value) < 65536:
+        return int(value)
+    return DEFAULT_PORT
 
 
 # --------------------------------------------------------------------------- the command line
@@ -323,25 +485,28 @@ def parse_server(container: Mapping[str, Any], env: ContainerEnv | None = None) 
     hidden = _hidden_cost_input(arg_words)
     if hidden:
         raise ServerProblem(HIDDEN_COST_INPUT, hidden)
-    argv = tuple(w.seen for w in arg_words)
-    flags, _, _ = parse_server_args(argv)
-    if flags.get("speculative_algorithm", "").upper() != "DSPARK":
+    flags, unknown = read_flags(arg_words)
+    algorithm = next((f.value_text for f in flags if f.flag == ALGORITHM_FLAG), "")
+    if algorithm.upper() != "DSPARK":
         raise ServerProblem(
             NOT_DSPARK,
             f"container {container.get('name')!r} does not run DSpark speculative decoding "
-            f"({ALGORITHM_FLAG} is {flags.get('speculative_algorithm', 'unset')!r}); SPS "
-            f"tables are only for servers started with {ALGORITHM_FLAG} DSPARK",
+            f"({ALGORITHM_FLAG} is {algorithm or 'unset'!r}); SPS tables are only for "
+            f"servers started with {ALGORITHM_FLAG} DSPARK",
         )
-    cost_env, env_sources, unread = _cost_env(env, script_env)
+    envs, env_notes = _read_env(env, script_env)
     return ServerCommand(
         launcher=tuple(w.kubelet_form for w in words[:n]),
         args=tuple(w.kubelet_form for w in arg_words),
         env={k: escape(v) for k, v in script_env.items()},
         shell=script is not None,
-        argv=argv,
-        cost_env=cost_env,
-        sources={**_flag_sources(arg_words), **env_sources},
-        unread=tuple(unread),
+        argv=tuple(w.seen for w in arg_words),
+        flags=tuple(flags),
+        envs=tuple(envs),
+        unfingerprinted=tuple(
+            f"{flag} (args): looks like a cost input, not in the fingerprint" for flag in unknown
+        )
+        + tuple(env_notes),
     )
 
 
@@ -354,28 +519,29 @@ def _hidden_cost_input(words: Sequence[Expansion]) -> str | None:
         "could serve another. Write the value in args or env, or take it from a ConfigMap "
         "key (the operator reads ConfigMaps, never Secrets)"
     )
-    waiting: str | None = None  # a flag that the next word may be the value of
-    for word in words:
+    for word, flag, values in _walk_flags(words):
         ref = word.hidden[0] if word.hidden else None
-        if word.seen.startswith("-"):
-            flag, inline = split_flag(word.seen)
-            if ref is not None and word.hidden_before(len(flag)):
+        if not _flag_like(word.seen):
+            if ref is not None:
                 return (
-                    f"the flag {_shown(flag)!r} takes its name from $({ref.name}), "
-                    f"{ref.value.source}: it could be any flag; {advice}"
+                    f"the argument {_shown(word.seen)!r} comes from $({ref.name}), "
+                    f"{ref.value.source}, where a flag would be: it could be any flag; {advice}"
                 )
-            if ref is not None and flag in READ_FLAGS:
-                return f"{flag} takes its value from $({ref.name}), {ref.value.source}: {advice}"
-            waiting = None if inline is not None or flag in COST_SWITCHES else flag
             continue
-        if ref is not None and waiting is None:
+        written, inline = split_flag(word.seen)
+        if ref is not None and word.hidden_before(len(written)):
             return (
-                f"the argument {_shown(word.seen)!r} comes from $({ref.name}), "
-                f"{ref.value.source}, where a flag would be: it could be any flag; {advice}"
+                f"the flag {_shown(written)!r} takes its name from $({ref.name}), "
+                f"{ref.value.source}: it could be any flag; {advice}"
             )
-        if ref is not None and waiting in READ_FLAGS:
-            return f"{waiting} takes its value from $({ref.name}), {ref.value.source}: {advice}"
-        waiting = None
+        if not _reads_value(flag):
+            continue
+        hidden = ([word] if inline is not None and ref is not None else []) + [
+            v for v in values if v.hidden
+        ]
+        if hidden:
+            ref = hidden[0].hidden[0]
+            return f"{flag} takes its value from $({ref.name}), {ref.value.source}: {advice}"
     return None
 
 
@@ -383,33 +549,25 @@ def _shown(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _flag_sources(words: Sequence[Expansion]) -> dict[str, str]:
-    """Cost flag -> where its value came from, for values not written literally."""
-    sources: dict[str, str] = {}
-    for i, word in enumerate(words):
-        flag, inline = split_flag(word.seen)
-        value = word if inline is not None else (words[i + 1] if i + 1 < len(words) else None)
-        if flag in COST_FLAGS and value is not None and value.sources:
-            sources[COST_FLAGS[flag]] = "; ".join(value.sources)
-    return sources
-
-
-def _cost_env(
+def _read_env(
     env: ContainerEnv, script_env: Mapping[str, str]
-) -> tuple[dict[str, str], dict[str, str], list[str]]:
-    """The cost env vars the server gets, where those not written literally came from, and
-    what could set one unseen. A script's `VAR=value` is set last, so it wins."""
-    values: dict[str, str] = {}
-    sources: dict[str, str] = {}
-    unread: list[str] = []
-    for name in COST_ENV:
+) -> tuple[list[InputRead], list[str]]:
+    """The list's variables the server gets, and what could set a fingerprinted one
+    unseen or looks like a cost input but is not in the list. A script's `VAR=value` is
+    set last, so it wins."""
+    read: list[InputRead] = []
+    notes: list[str] = []
+    for entry in F.ENV_INPUTS:
+        name = entry.name
         if name in script_env:
-            values[name] = script_env[name]
+            read.append(InputRead(name, name, script_env[name], "env (the shell script)"))
             continue
         found = env.lookup(name)
         if found is None:
             continue
         if found.value is None:
+            if not entry.fingerprinted:
+                continue
             if found.definite:
                 raise ServerProblem(
                     HIDDEN_COST_INPUT,
@@ -417,29 +575,131 @@ def _cost_env(
                     "a change there would not make the table stale; set it in env, or from "
                     "a ConfigMap key (the operator reads ConfigMaps, never Secrets)",
                 )
-            unread.append(f"{name} may be set by {found.source}")
             continue
-        values[name] = found.value
-        if found.source != "literal":
-            sources[name] = found.source
-    return values, sources, unread
+        where = "env" if found.source == "literal" else f"env ({found.source})"
+        read.append(InputRead(name, name, found.value, where))
+    for source in env.opaque_sources():
+        notes.append(
+            f"{source} (envFrom): may set fingerprinted variables the operator cannot read"
+        )
+    known = {e.name for e in F.ENV_INPUTS}
+    for name in sorted((env.names() | set(script_env)) - known):
+        if F.cost_looking_env(name):
+            notes.append(f"{name} (env): looks like a cost input, not in the fingerprint")
+    return read, notes
 
 
-def server_config(container: Mapping[str, Any], command: ServerCommand) -> ServerConfig:
-    flags, port, table_path = parse_server_args(command.argv)
+def server_config(
+    container: Mapping[str, Any], command: ServerCommand, sglang_version: str | None = None
+) -> ServerConfig:
+    """The server's fingerprint inputs. `sglang_version` is what the profile states
+    (spec.server.sglangVersion); without it, the image tag tells (or nothing does)."""
+    image = str(container.get("image", ""))
+    version = F.server_version(image, sglang_version)
+    read: list[InputRead] = [InputRead("image", "image", image, "image")]
+    for flag in command.flags:
+        entry = F.FLAG_SPELLINGS.get(flag.flag)
+        if entry is not None:
+            read.append(InputRead(entry.name, entry.label, flag.value_text, flag.where))
+    read += command.envs
+    inputs: dict[str, Any] = {}
+    marked: list[InputRead] = []
+    for item in read:
+        entry = F.BY_NAME[item.name]
+        counted = entry.fingerprinted and F.matters(entry, version)
+        if counted:
+            value = _normalised_value(entry, command, item.value)
+            if value is None:
+                counted = False
+                item = InputRead(item.name, item.label, item.value, item.where, False,
+                                 f"SGLang's default ({entry.default})")  # fmt: skip
+            else:
+                inputs[entry.name] = value
+        if not counted and item.counted:
+            item = InputRead(item.name, item.label, item.value, item.where, False,
+                             F.why_not_counted(entry, version))  # fmt: skip
+        marked.append(item)
+    unfingerprinted = list(command.unfingerprinted)
+    if F.moving_tag(image):
+        unfingerprinted.append(
+            f"image {image}: a tag that moves, so the code behind it may change unseen; pin "
+            "a digest or a release tag, or the table stays after the image changed"
+        )
+    env_v1 = {r.name: r.value for r in command.envs if r.name in fingerprint_v1.ENV}
     return ServerConfig(
-        image=str(container.get("image", "")),
-        flags=flags,
-        env=dict(sorted(command.cost_env.items())),
-        port=port,
-        table_path=table_path,
-        sources=dict(command.sources),
-        unread=command.unread,
+        image=image,
+        inputs=inputs,
+        read=tuple(marked),
+        version=version,
+        port=_port(command.flags),
+        table_path=command.table_path,
+        unfingerprinted=tuple(_cut(u) for u in unfingerprinted[:MAX_REPORTED]),
+        legacy=fingerprint_v1.describe_v1(image, command.argv, env_v1),
     )
+
+
+def _normalised_value(entry: CostInput, command: ServerCommand, written: str) -> Any:
+    """The value as SGLang reads it; None when it is SGLang's default (an env var set to
+    its default is the server without it)."""
+    if entry.where == Where.ENV:
+        value = F.normalised(entry, written)
+        return None if entry.default is not None and value == entry.default else value
+    if entry.kind == Kind.LIST:
+        flag = next(f for f in command.flags if F.FLAG_SPELLINGS.get(f.flag) is entry)
+        return list(flag.value) if isinstance(flag.value, tuple) else [flag.value]
+    return written
 
 
 def table_fingerprint(server: ServerConfig, table_spec: Mapping[str, Any]) -> str:
     """The key a table is stored under: the server's cost inputs plus the table kind and
     sweep (changing either makes a new table necessary)."""
     canonical = {"server": server.fingerprint(), "table": table_spec}
-    return content_hash(json.dumps(canonical, sort_keys=True, separators=(",", ":")))
+    return F.FINGERPRINT_PREFIX + content_hash(
+        json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+    )
+
+
+def legacy_table_fingerprint(server: ServerConfig, table_spec: Mapping[str, Any]) -> str:
+    """The key version 1 stored the table under (fingerprint_v1, kept for the upgrade)."""
+    return fingerprint_v1.table_fingerprint_v1(server.legacy_fingerprint(), table_spec)
+
+
+# --------------------------------------------------------------------------- what changed
+
+MAX_CHANGES = 12
+
+
+def _shown_value(value: Any, ignored: Any = None) -> str:
+    if value is not None:
+        return _cut(str(value), 80)
+    return "unset" if ignored is None else f"{_cut(str(ignored), 80)} (not counted)"
+
+
+def server_changes(before: Mapping[str, Any] | None, after: ServerConfig) -> list[str]:
+    """What differs between the server a table was measured for (its `describe()` in the
+    table's metadata) and `after`, in the words of `sps-operator fingerprint`: one line
+    per input, at most MAX_CHANGES and a count of the rest. A table of fingerprint
+    version 1 is compared on what version 1 read."""
+    if not isinstance(before, Mapping):
+        return []
+    if isinstance(before.get("inputs"), Mapping):
+        old = {str(k): v for k, v in before["inputs"].items()}
+        new = {r.label: r.value for r in after.read if r.counted}
+        ignored = before.get("notCounted")
+        old_ignored = (
+            {str(k): v for k, v in ignored.items()} if isinstance(ignored, Mapping) else {}
+        )
+        new_ignored = {r.label: r.value for r in after.read if not r.counted}
+    else:  # version 1: {image, flags, env}
+        old = {"image": before.get("image"), **(before.get("flags") or {}),
+               **(before.get("env") or {})}  # fmt: skip
+        new = {"image": after.image, **after.legacy["flags"], **after.legacy["env"]}
+        old_ignored, new_ignored = {}, {}
+    lines = []
+    for key in sorted(set(old) | set(new), key=lambda k: (k != "image", k)):
+        if str(old.get(key)) != str(new.get(key)) or (key in old) != (key in new):
+            was = _shown_value(old.get(key), old_ignored.get(key))
+            lines.append(f"{key}: {was} -> {_shown_value(new.get(key), new_ignored.get(key))}")
+    if len(lines) > MAX_CHANGES:
+        lines = [*lines[:MAX_CHANGES], f"and {len(lines) - MAX_CHANGES} more"]
+    return lines

@@ -15,6 +15,7 @@ from sps_operator.controller import clocks
 from sps_operator.controller.builders import JobDefaults, ProfileRef
 from sps_operator.controller.envsources import EnvSources, read_env_config_maps
 from sps_operator.controller.kube import KubeApi, Obj, owned_by
+from sps_operator.controller.kueue import KueueCache
 from sps_operator.controller.metrics import Metrics
 from sps_operator.controller.ownership import ProfileSummary, profile_summary
 from sps_operator.controller.placement import PodInfo
@@ -234,7 +235,10 @@ class Target:
     container: Mapping[str, Any] | None = None
     command: ServerCommand | None = None
     config: ServerConfig | None = None
-    fingerprint: str = ""
+    fingerprint: str = ""  # the table's key: the server's inputs and the table spec
+    legacy_fingerprint: str = ""  # the same by fingerprint version 1 (fingerprint_v1)
+    changes: list[str] = field(default_factory=list)  # since the table it runs was measured
+    table_source: str | None = None  # compat.table_source
     gpu: str | None = None  # settled GPU product (None: not placed, moving, or mixed)
     products: frozenset[str] = frozenset()
     observed_gpu: str | None = None  # what the pods run on now (placement.MIXED for several)
@@ -242,6 +246,16 @@ class Target:
     owner: str | None = None  # the profile that serves it
     reason: str | None = None  # why the operator leaves it alone (CamelCase)
     problem: str | None = None  # ... and what to do about it
+
+    def server_report(self) -> dict[str, Any]:
+        """What status says about the server itself (TargetStatus fields)."""
+        if self.config is None:
+            return {}
+        return {
+            "sglang_version": self.config.version.describe(),
+            "table_source": self.table_source,
+            "unfingerprinted": list(self.config.unfingerprinted) or None,
+        }
 
     def refuse(self, reason: str, problem: str) -> None:
         if self.problem is None:
@@ -297,6 +311,8 @@ class Pass:
     step: str = "start"  # the step running, for error reports
     # Work many passes may ask for and one does (the orphaned-borrow sweep), process-wide.
     pool_sweep: Periodic = field(default_factory=lambda: Periodic(0.0))
+    # What Kueue last said about a suspended Job, process-wide (read at most every few s).
+    kueue_reads: KueueCache = field(default_factory=KueueCache)
 
     @property
     def spec(self) -> SpsProfileSpec:

@@ -9,7 +9,8 @@
     kubectl sps version [--client]              the plugin's and the operator's versions
 
 A table reference (diff) is PROFILE, PROFILE@GPU, PROFILE@rejected,
-configmap/NAME, or a path to a table JSON file.
+configmap/NAME, log:POD[/CONTAINER] (the table a server with SGLang PR #35413 derived at
+start-up, from its log line), or a path to a table JSON file.
 """
 
 from __future__ import annotations
@@ -32,7 +33,16 @@ from sps_operator.plugin import diff as diffmod
 from sps_operator.plugin import explain as explainmod
 from sps_operator.plugin import jsonpath, view
 from sps_operator.plugin.view import PluginError
-from sps_operator.tables.formats import SpsCostTable, SpsTable, SpsTableError, load_sps_table_text
+from sps_operator.tables.formats import (
+    SpsCostTable,
+    SpsTable,
+    SpsTableError,
+    capture_derived_from_log,
+    load_sps_table_text,
+)
+
+# The capture-derived line comes at start-up; a server's log can be long.
+MAX_LOG_BYTES = 16 * 1024 * 1024
 
 if TYPE_CHECKING:  # keeps `kubectl sps --help` free of the kubernetes import
     from sps_operator.plugin.client import Cluster
@@ -87,8 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument("--plot", metavar="FILE.png", type=Path, help="also write a PNG plot")
 
     diff = sub.add_parser("diff", parents=[common], help="compare two tables")
-    diff.add_argument("old", help="PROFILE[@GPU|@rejected], configmap/NAME or FILE.json")
-    diff.add_argument("new", help="PROFILE[@GPU|@rejected], configmap/NAME or FILE.json")
+    refs = "PROFILE[@GPU|@rejected], configmap/NAME, log:POD or FILE.json"
+    diff.add_argument("old", help=refs)
+    diff.add_argument("new", help=refs)
 
     export = sub.add_parser("export", parents=[common], help="table ConfigMap as YAML for Git")
     export.add_argument("name")
@@ -209,6 +220,16 @@ def load_table_ref(ref: str, cluster: Cluster | None, namespace: str) -> tuple[s
             raise PluginError(f"{path} is not a table SGLang would load: {exc}") from None
     if cluster is None:
         raise PluginError(f"{ref} needs a cluster")
+    if ref.startswith("log:"):
+        pod = ref.removeprefix("log:")
+        derived = capture_derived_from_log(cluster.pod_log(namespace, pod, MAX_LOG_BYTES))
+        if derived is None:
+            raise PluginError(
+                f"the log of pod {pod} has no 'DSpark SPS table derived from' line (a server "
+                "with SGLANG_DSPARK_ENABLE_CAPTURE_DERIVED_SPS=1, SGLang PR #35413, in "
+                "compact mode without a table logs it at start-up)"
+            )
+        return f"log:{pod} (capture-derived)", derived
     if ref.startswith(("configmap/", "cm/")):
         cm_name = ref.split("/", 1)[1]
     else:

@@ -116,6 +116,22 @@ class Cluster:
             )
         return [dict(self.api.sanitize_for_serialization(p)) for p in pods.items]
 
+    def pod_log(self, namespace: str, name: str, limit_bytes: int) -> str:
+        """The pod's log (its only container, or `pod/container`): the first `limit_bytes`
+        at most (what a server logs at start-up is there)."""
+        pod, _, container = name.partition("/")
+        kwargs: dict[str, Any] = {"limit_bytes": limit_bytes}
+        if container:
+            kwargs["container"] = container
+        text = self._call(
+            f"log of pod {namespace}/{pod}",
+            self.core.read_namespaced_pod_log,
+            pod,
+            namespace,
+            **kwargs,
+        )
+        return str(text)
+
     def list_events(self, namespace: str, name: str) -> list[dict[str, Any]]:
         events = self._call(
             f"events in {namespace}",

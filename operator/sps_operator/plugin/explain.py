@@ -86,6 +86,35 @@ TARGET_REASONS: dict[str, tuple[str, str]] = {
         "spec.serverContainer names no container of the Deployment",
         "Set spec.serverContainer to the SGLang container's name.",
     ),
+    "AmbiguousFlag": (
+        "A flag of the server is an abbreviation of several flags",
+        "SGLang's parser refuses it too (the server does not start). Write the flag in full.",
+    ),
+    "ConfigFileFlags": (
+        "The server reads flags from a --config file the operator cannot see",
+        "A cost flag in the file would change without making the table stale. Write the "
+        "flags in the container's args (`sps-operator fingerprint -f deployment.yaml` shows "
+        "what the operator reads).",
+    ),
+    "DiagonalOnlyServer": (
+        "The server's table loader reads only diagonal tables; an Additive table would stop it",
+        "Set spec.table.kind: Diagonal. The message says how the operator knows: "
+        "--speculative-dspark-sps-table-path const (the fzyzcjy/sglang fork), or a profiling "
+        "clone that refused an additive table at start-up (status.diagonalOnlyServers; a "
+        "changed server is judged again). docs/compatibility.md lists the builds.",
+    ),
+    "LoraNeedsStaticMode": (
+        "DSpark with LoRA runs only in static mode, which reads no table",
+        "SGLang refuses LoRA with DSpark outside static mode (#34337), so the operator puts no "
+        "table onto such a server and profiles none in compact mode. Run the server in "
+        "static mode with table.kind Diagonal, or without LoRA (docs/compatibility.md).",
+    ),
+    "LoraUnsupported": (
+        "This SGLang release refuses LoRA with DSpark at start-up",
+        "Releases up to v0.5.17 run LoRA only with NGRAM speculative decoding: the server "
+        "cannot start. Use a later SGLang in static mode, or run without LoRA; if the image "
+        "tag misleads, set spec.server.sglangVersion.",
+    ),
 }
 
 # Failures a run can end with (status.lastFailure.reason), beyond the heuristics below.
@@ -167,11 +196,41 @@ FAILURE_REASONS: dict[str, tuple[str, str]] = {
         "product), give the Job a higher priority (spec.job.priorityClassName or a "
         "WorkloadPriorityClass label), or raise spec.capacity.waitTimeoutSeconds.",
     ),
+    "KueueNotInstalled": (
+        "The last run ended at once: its Job names a Kueue queue, but Kueue is not installed",
+        "The Job was created suspended for Kueue (label kueue.x-k8s.io/queue-name) and the "
+        "API group kueue.x-k8s.io is not served, so nothing would ever admit it. Install "
+        "Kueue, or remove the queue label (the chart's jobDefaults.labels, or spec.job.labels); "
+        "the run is retried with backoff, or now with `kubectl sps reprofile {name}`.",
+    ),
+    "LocalQueueMissing": (
+        "The last run gave up: the Kueue LocalQueue its Job names does not exist",
+        "Create the LocalQueue in this namespace (pointing at a ClusterQueue with quota for "
+        "the GPU product), or name an existing one in spec.job.labels "
+        "(kueue.x-k8s.io/queue-name); then `kubectl sps reprofile {name}`.",
+    ),
     "BorrowBlocked": (
         "The last run gave up: no GPU was free and borrowing a replica stayed refused",
         "The message names what refused the borrow (a PodDisruptionBudget, minAvailable, an "
         "HPA or a GitOps owner of replicas, a rollout, another borrow on the product); see "
         "docs/capacity.md. Fix that or add a node, then `kubectl sps reprofile {name}`.",
+    ),
+    "DiagonalOnlyServer": (
+        "The profiling clone refused the additive seed table: its loader reads only diagonal",
+        "Nothing was rolled out, and the operator now refuses Additive for this server (a "
+        "production server would not have started with an additive table). Set "
+        "spec.table.kind: Diagonal; the message has the server's last words.",
+    ),
+    "ServerRefusedToStart": (
+        "The profiling clone refused to start",
+        "The message has the server's last words and what they mean (e.g. the fzyzcjy fork "
+        "needs --speculative-dspark-sps-table-path=const in compact mode). Fix the "
+        "Deployment, then `kubectl sps reprofile {name}`.",
+    ),
+    "LoraNeedsStaticMode": (
+        "The profiling clone refused LoRA in its mode",
+        "DSpark with LoRA runs only in static mode; use table.kind Diagonal, or run without "
+        "LoRA (docs/compatibility.md).",
     ),
     "DeadlineExceeded": (
         "The profiling Job ran longer than spec.job.activeDeadlineSeconds",
@@ -475,9 +534,20 @@ def _waiting_finding(
             why=why,
             next=(
                 "Kueue admits the Job (unsuspends it) when its ClusterQueue has quota for "
-                f"{gpu}: `kubectl get workloads -n <namespace>` shows why it is not admitted "
-                "yet; give the queue quota, or a higher priority "
-                f"(spec.job.priorityClassName / a WorkloadPriorityClass). {bound}"
+                f"{gpu}; the message ends with Kueue's own words on the Job's Workload "
+                "(`kubectl get workloads -n <namespace>`). Give the queue quota, or a higher "
+                f"priority (spec.job.priorityClassName / a WorkloadPriorityClass). {bound}"
+            ),
+        )
+    if reason == "LocalQueueMissing":
+        return Finding(
+            what=f"The profiling Job names a Kueue LocalQueue that does not exist {how_long}",
+            why=why,
+            next=(
+                "Create the LocalQueue in this namespace (spec.clusterQueue: a ClusterQueue "
+                f"with quota for {gpu}; `kubectl get localqueues -n <namespace>`), or name an "
+                "existing one in spec.job.labels (kueue.x-k8s.io/queue-name); the waiting run "
+                f"goes on as soon as it exists. {bound}"
             ),
         )
     if reason == "BorrowBlocked":
@@ -530,6 +600,10 @@ def _run_line(run: Mapping[str, Any], now: datetime) -> dict[str, str] | None:
             f"1 of {borrow.get('replicas', '?')} replicas of {borrow['deployment']} "
             f"for {age(borrow.get('at'), now)}"
         )
+    changes = [str(c) for c in run.get("changes") or []]
+    if changes:
+        line["trigger"] = str(run.get("trigger") or "")
+        line["changes"] = "; ".join(changes)
     return line
 
 
@@ -650,6 +724,24 @@ def explain(
                 )
             )
 
+    for target in status.get("targets") or []:
+        unseen = [str(u) for u in target.get("unfingerprinted") or []]
+        if unseen:
+            findings.append(
+                Finding(
+                    what="Inputs that look like cost inputs are not in the fingerprint "
+                    f"(Deployment {target.get('deployment')})",
+                    why="; ".join(unseen),
+                    next=(
+                        "A change of these reprofiles nothing, so a table could outlive the "
+                        "cost it measured. Pin the image by digest or release tag; write "
+                        "cost flags in args, not in a Secret; after changing one of the "
+                        f"others, `kubectl sps reprofile {name}`. docs/fingerprint.md lists "
+                        "what is fingerprinted."
+                    ),
+                )
+            )
+
     failure = status.get("lastFailure")
     if failure:
         findings.append(_failure_finding(name, failure))
@@ -751,6 +843,9 @@ def render_explain(report: Mapping[str, Any]) -> str:
         if run.get("borrowed"):
             text += f"; borrowed {run['borrowed']}"
         lines.append(clean_text(text, MAX_EVIDENCE))
+        if run.get("changes"):
+            why = f"  {run.get('trigger') or 'ServerChanged'}: the server changed: {run['changes']}"
+            lines.append(clean_text(why, MAX_EVIDENCE))
     findings = report.get("findings") or []
     if not findings:
         lines.append(

@@ -81,7 +81,7 @@ def profile_state(profile: Mapping[str, Any]) -> str:
     if run:
         waiting = run.get("waiting") or {}
         if waiting.get("reason"):
-            return str(waiting["reason"])  # WaitingForGPUs, QueuedInKueue, BorrowBlocked
+            return str(waiting["reason"])  # WaitingForGPUs, QueuedInKueue, LocalQueueMissing, …
         return f"Profiling/{run.get('phase', '?')}"
     ready = conds.get("Ready")
     if ready and ready.get("status") == "True":
@@ -145,7 +145,7 @@ def get_row(profile: Mapping[str, Any], now: datetime) -> dict[str, str]:
         "name": str(meta.get("name", "")),
         "kind": str((spec.get("table") or {}).get("kind", "Diagonal")),
         "gpu": str(status.get("gpuProduct") or "<none>"),
-        "table": str(status.get("liveTable") or "<none>"),
+        "table": str(status.get("liveTable") or _server_table(status)),
         "state": profile_state(profile),
         "progress": run_progress(run, now),
         "age": age(meta.get("creationTimestamp"), now),
@@ -162,6 +162,14 @@ def get_row(profile: Mapping[str, Any], now: datetime) -> dict[str, str]:
         row["waitingSince"] = str(waiting.get("since") or "")
         row["waitingMessage"] = str(waiting.get("message") or "")
     return row
+
+
+def _server_table(status: Mapping[str, Any]) -> str:
+    """The TABLE column without a live table: what the servers run meanwhile, when it is
+    not the flat start (the fork's const table, a capture-derived one)."""
+    sources = sorted({str(t["tableSource"]) for t in status.get("targets") or []
+                      if t.get("tableSource")})  # fmt: skip
+    return f"<{','.join(sources)}>" if sources else "<none>"
 
 
 def render_columns(

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sps_operator.api.fingerprint import SERVER_INFO_FIELDS
 from sps_operator.dspark_arith import compact_tiers, default_decode_capture_bs, runner_capture_bs
 from sps_operator.profiler.sweep import REQUIRED_SIMULATE_ACC_LEN
 from sps_operator.profiler.untrusted import json_int, shown
@@ -32,24 +33,10 @@ ENABLE_HINT = (
     "SGLANG_SIMULATE_ACC_LEN=1.0"
 )
 # Server arguments the measured cost depends on: recorded in the manifest and fingerprinted.
-COST_RELEVANT_ARGS = (
-    "model_path",
-    "speculative_draft_model_path",
-    "dtype",
-    "quantization",
-    "kv_cache_dtype",
-    "attention_backend",
-    "tp_size",
-    "dp_size",
-    "enable_dp_attention",
-    "speculative_algorithm",
-    "speculative_num_draft_tokens",
-    "speculative_dspark_block_size",
-    "max_running_requests",
-    "cuda_graph_max_bs",
-    "disable_cuda_graph",
-    "version",
-)
+# The operator's declared list (`api/fingerprint.py`) names them; `version` is the build. The
+# decode capture list is recorded resolved (`capture_bs`), since no /server_info field holds
+# it whole (there is no `cuda_graph_max_bs` field: that flag is an alias).
+COST_RELEVANT_ARGS = (*SERVER_INFO_FIELDS, "version")
 
 
 class ServerCheckError(ValueError):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -356,3 +357,63 @@ def profile_sps_table(
         steps_per_sec_list.append(float(steps_per_sec))
     resolved_max = int(max_batch_tokens) if max_batch_tokens is not None else batch_tokens_list[-1]
     return SpsCostTable(batch_tokens_list, steps_per_sec_list, resolved_max)
+
+
+# The bias of a table whose whole cost sits in its curves (SGLang PR #35413 uses the same).
+NEGLIGIBLE_BIAS_SECONDS = 1e-9
+
+
+def diagonal_as_additive(table: SpsCostTable) -> SpsAdditiveCostTable:
+    """The same step times in the additive format: θ(M) = 1/sps(M) over the diagonal's
+    probes, no per-request term. A server that loads it leaves verify-all as with the
+    diagonal, and a loader that reads only the diagonal format refuses it."""
+    return SpsAdditiveCostTable(
+        bias_seconds=NEGLIGIBLE_BIAS_SECONDS,
+        bs_probes=[1],
+        alpha_seconds=[0.0],
+        m_probes=list(table.sample_batch_tokens),
+        theta_seconds=[
+            max(1.0 / sps - NEGLIGIBLE_BIAS_SECONDS, 0.0) for sps in table.sample_steps_per_sec
+        ],
+    )
+
+
+_DERIVED_LINE = re.compile(
+    r"DSpark SPS table derived from [0-9]+ verify tiers.*?"
+    r"Verify cost \(tokens: ms\) (?P<verify>[0-9.:, ]+)\. "
+    r"Draft cost \(requests: ms\) (?P<draft>[0-9.:, ]+)\."
+)
+
+
+def _probe_pairs(text: str) -> tuple[list[int], list[float]]:
+    probes: list[int] = []
+    seconds: list[float] = []
+    for pair in text.split(","):
+        key, _, value = pair.partition(":")
+        probes.append(int(key.strip()))
+        seconds.append(float(value.strip()) / 1000.0)
+    return probes, seconds
+
+
+def capture_derived_from_log(log: str) -> SpsAdditiveCostTable | None:
+    """The table a server with SGLang PR #35413 derived at start-up, from the line it logs
+    (`DSpark SPS table derived from N verify tiers ... Verify cost (tokens: ms) 8: 10.23,
+    ... Draft cost (requests: ms) 1: 0.05, ...`): bias 1e-9, θ per verify tier, α per draft
+    batch size, in the log's precision. The last such line wins; None without one."""
+    found = None
+    for match in _DERIVED_LINE.finditer(log):
+        found = match
+    if found is None:
+        return None
+    try:
+        m_probes, theta = _probe_pairs(found["verify"])
+        bs_probes, alpha = _probe_pairs(found["draft"])
+        return SpsAdditiveCostTable(
+            bias_seconds=NEGLIGIBLE_BIAS_SECONDS,
+            bs_probes=bs_probes,
+            alpha_seconds=alpha,
+            m_probes=m_probes,
+            theta_seconds=theta,
+        )
+    except ValueError:  # SpsTableError too: not a table SGLang could have built
+        return None

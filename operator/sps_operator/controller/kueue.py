@@ -1,0 +1,175 @@
+"""What Kueue says about a run's suspended Job (pure: the reads are in `capacity.py`).
+
+Kueue keeps a Workload per Job it queues, in the Job's namespace, labelled with the Job's
+UID (`kueue.x-k8s.io/job-uid`) and owned by it; its conditions say in Kueue's words why
+the Job is not admitted ("couldn't assign flavors to pod set main: insufficient quota
+for nvidia.com/gpu in flavor h100, ..."). That text comes from another controller and
+from whoever can write Workloads in the namespace: it is only shown, bounded and without
+control characters, and only from a Workload of the profile's namespace that the run's
+Job owns (the label finds it; it never proves anything).
+
+Why read on demand and not watch: Workloads carry none of the operator's labels, so a
+kopf index would hold (and handle every status change of) every Workload of the cluster,
+each batch job's, to learn about the few Jobs this operator queued; and whether Kueue is
+served at all would hang on kopf noticing CRDs come and go (with every handler held while
+a newly found resource is indexed). A LIST of one Job's Workloads by label, only while that
+Job is suspended under a queue label, at most once per `KUEUE_READ_SECONDS` per Job
+(`KueueCache`), costs O(queued runs), answers "is Kueue served" (a 404 on the LIST) and
+"what does it say", and never depends on the CRD at start-up. The price: Kueue's words may
+be up to `KUEUE_RECHECK_SECONDS` old (the Job's unsuspension, which the Job watch sees,
+still wakes the profile at once).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sps_operator.api.labels import KUEUE_GROUP
+from sps_operator.api.result import clean_text
+from sps_operator.controller.borrow import QUEUED_IN_KUEUE
+
+# Reasons of `status.currentRun.waiting` (and of the Profiling condition) beside
+# QueuedInKueue.
+KUEUE_NOT_INSTALLED = "KueueNotInstalled"
+LOCAL_QUEUE_MISSING = "LocalQueueMissing"
+
+WORDS_LIMIT = 512  # characters of Kueue's message kept in status
+KUEUE_READ_SECONDS = 15.0  # a Job's Workload is read at most this often
+# A queued run's profile is looked at again this often: Kueue's words change without an
+# event the operator watches (a Job's unsuspension is one: that wakes it at once).
+KUEUE_RECHECK_SECONDS = 30.0
+CACHE_ENTRIES = 1024  # Jobs remembered; the oldest is forgotten first
+
+
+@dataclass(frozen=True)
+class KueueState:
+    """What the API says about a suspended Job's queue: the API group not served
+    (`installed` False), the LocalQueue missing (`queue_exists` False), and Kueue's own
+    words on the Job's Workload (None: no Workload yet, or nothing to say). `unreadable`:
+    why it could not be read (then nothing else is known)."""
+
+    installed: bool = True
+    queue_exists: bool = True
+    words: str | None = None
+    unreadable: str | None = None
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def owned_workload(
+    workloads: Iterable[Any], namespace: str, job_uid: str
+) -> Mapping[str, Any] | None:
+    """The Workload of the Job with UID `job_uid` in `namespace`: in that namespace, with a
+    controller ownerReference to the Job; the newest if several (Kueue replaces a Workload
+    it finished with)."""
+    if not namespace or not job_uid:
+        return None
+    owned = []
+    for workload in workloads:
+        if not isinstance(workload, Mapping):
+            continue
+        meta = _meta(workload)
+        refs = meta.get("ownerReferences")
+        if meta.get("namespace") != namespace or not isinstance(refs, list):
+            continue
+        if any(
+            isinstance(ref, Mapping)
+            and ref.get("controller") is True
+            and ref.get("kind") == "Job"
+            and ref.get("apiVersion") == "batch/v1"
+            and ref.get("uid") == job_uid
+            for ref in refs
+        ):
+            owned.append(workload)
+    return max(owned, key=lambda w: str(_meta(w).get("creationTimestamp") or ""), default=None)
+
+
+def _condition(workload: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    status = workload.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    if not isinstance(conditions, list):
+        return None
+    for c in conditions:
+        if isinstance(c, Mapping) and c.get("type") == type_:
+            return c
+    return None
+
+
+def _one_line(value: Any, limit: int) -> str:
+    """`value` as one printable line (a newline in status could pass for another line of
+    `kubectl sps explain`) of at most `limit` characters; "" for no text."""
+    return clean_text(" ".join(value.split()), limit) if isinstance(value, str) else ""
+
+
+def kueue_words(workload: Mapping[str, Any] | None) -> str | None:
+    """Why Kueue does not let the Job run, in its words: an eviction (preempted, not
+    ready in time), else the QuotaReserved or Admitted condition that is not True; None
+    when it says nothing. Bounded, without control characters."""
+    if workload is None:
+        return None
+    evicted = _condition(workload, "Evicted")
+    found: list[tuple[str, Mapping[str, Any]]] = []
+    if evicted is not None and evicted.get("status") == "True":
+        found.append(("evicted", evicted))
+    for type_ in ("QuotaReserved", "Admitted"):
+        c = _condition(workload, type_)
+        if c is not None and c.get("status") != "True":
+            found.append((type_, c))
+    for what, c in found:
+        text = _one_line(c.get("message"), WORDS_LIMIT) or _one_line(c.get("reason"), 64)
+        if text:
+            return f"{what}: {text}"
+    return None
+
+
+def queued_message(job: str, queue: str, state: KueueState) -> tuple[str, str]:
+    """(reason, message) for a Job suspended under Kueue queue `queue`."""
+    if not state.installed:
+        return KUEUE_NOT_INSTALLED, (
+            f"Job {job} names Kueue queue {queue} (label kueue.x-k8s.io/queue-name), but the "
+            f"API group {KUEUE_GROUP} is not served in this cluster, so nothing will ever "
+            "admit it: install Kueue, or remove the queue label (the operator's "
+            "jobDefaults.labels, or this profile's spec.job.labels)"
+        )
+    said = f"; Kueue says {state.words}" if state.words else ""
+    if not state.queue_exists:
+        return LOCAL_QUEUE_MISSING, (
+            f"Job {job} names Kueue queue {queue}, but this namespace has no LocalQueue "
+            f"{queue}, so Kueue admits nothing from it: create the LocalQueue (pointing at a "
+            f"ClusterQueue with quota for the GPU product), or name an existing one{said}"
+        )
+    if state.unreadable:
+        said = f" (Kueue's Workload could not be read: {state.unreadable})"
+    elif not said:
+        said = " (Kueue has not reported on its Workload yet)"
+    return QUEUED_IN_KUEUE, f"Job {job} is suspended until Kueue queue {queue} admits it{said}"
+
+
+class KueueCache:
+    """What was last read per Job, for `KUEUE_READ_SECONDS`; at most `CACHE_ENTRIES`
+    Jobs (shared by every pass of the operator; passes of one profile never overlap, and
+    a lost race only costs one more read)."""
+
+    def __init__(self, seconds: float = KUEUE_READ_SECONDS, entries: int = CACHE_ENTRIES):
+        self._ttl = timedelta(seconds=seconds)
+        self._entries = entries
+        self._read: OrderedDict[tuple[str, str, str], tuple[datetime, KueueState]] = OrderedDict()
+
+    def get(self, key: tuple[str, str, str], now: datetime) -> KueueState | None:
+        found = self._read.get(key)
+        if found is None or not (found[0] <= now < found[0] + self._ttl):
+            return None
+        return found[1]
+
+    def put(self, key: tuple[str, str, str], now: datetime, state: KueueState) -> None:
+        self._read[key] = (now, state)
+        self._read.move_to_end(key)
+        while len(self._read) > self._entries:
+            self._read.popitem(last=False)

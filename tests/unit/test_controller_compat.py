@@ -1,0 +1,413 @@
+"""Whole passes over the builds SGLang ships (issue 20 §2) and the fingerprint's upgrade
+(§1): a table goes only onto a server that can load it, a refusal says why before any
+Job, a clone that refuses to start ends its run at once, an operator upgrade reprofiles
+nothing that did not change, and a server change says what changed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from controller_harness import NS, SERVER_ARGS, Harness, container, deployment, rounds
+from controller_harness import profile_body as body
+
+from sps_operator.api import labels as L
+from sps_operator.api import limits
+from sps_operator.api.models import SpsProfile
+from sps_operator.api.result import build_patch
+from sps_operator.controller import compat
+from sps_operator.controller.placement import MAX_EXIT_MESSAGE, PodInfo, pod_info
+from sps_operator.controller.serverconfig import (
+    TABLE_PATH_FLAG,
+    legacy_table_fingerprint,
+    parse_server,
+    server_config,
+)
+from sps_operator.plugin.explain import FAILURE_REASONS, TARGET_REASONS, explain, render_explain
+from sps_operator.plugin.view import get_row
+from sps_sim import flavors
+
+TABLE_PATH = "/etc/sps/table/table.json"
+COMPACT = [{"name": "SGLANG_RAGGED_VERIFY_MODE", "value": "compact"}]
+
+
+def harness(profile: dict[str, Any] | None = None, **server: Any) -> Harness:
+    h = Harness()
+    h.add(deployment(**server))
+    h.add(profile or body())
+    h.place()
+    return h
+
+
+def additive() -> dict[str, Any]:
+    return body(table={"kind": "Additive", "sweep": {"batchSizes": [1, 2, 4], "repeats": 2}})
+
+
+def server_args(h: Harness) -> list[str]:
+    return list(h.template()["spec"]["containers"][0]["args"])
+
+
+def findings(h: Harness) -> list[dict[str, str]]:
+    return list(explain(h.kube.obj("SpsProfile", "p", NS))["findings"])
+
+
+# --------------------------------------------------------------------------- the fork's const
+
+
+def test_a_const_deployment_is_profiled_and_gets_its_table_in_place_of_const() -> None:
+    for spelling in ([TABLE_PATH_FLAG, "const"], [f"{TABLE_PATH_FLAG}=const"]):
+        h = harness(args=[*SERVER_ARGS, *spelling], env=COMPACT)
+        h.tick()
+        status = h.run_pass()
+        assert status["targets"][0]["tableSource"] == compat.SOURCE_CONST
+        job = h.kube.obj("Job", status["currentRun"]["job"])
+        clone = job["spec"]["template"]["spec"]["initContainers"][-1]
+        # Phase 1 runs static, which needs no table: the clone starts without the flag.
+        assert not any(a.startswith(TABLE_PATH_FLAG) for a in clone["args"])
+        assert clone["terminationMessagePolicy"] == "FallbackToLogsOnError"
+        h.finish()
+        status = h.settle()
+        assert status["targets"][0]["state"] == "Live", status
+        args = server_args(h)
+        assert args[-2:] == [TABLE_PATH_FLAG, TABLE_PATH] and "const" not in " ".join(args)
+        assert "tableSource" not in status["targets"][0]  # its own table now
+
+
+def test_an_additive_profile_against_the_fork_is_refused_before_any_job() -> None:
+    h = harness(additive(), args=[*SERVER_ARGS, f"{TABLE_PATH_FLAG}=const"], env=COMPACT)
+    status = h.settle()
+    (target,) = status["targets"]
+    assert (target["state"], target["reason"]) == ("Refused", compat.DIAGONAL_ONLY)
+    assert "fzyzcjy" in target["message"] and "table.kind: Diagonal" in target["message"]
+    assert not h.kube.kinds("Job") and status.get("currentRun") is None
+    assert f"{TABLE_PATH_FLAG}=const" in server_args(h)  # untouched
+    assert h.condition("Ready")[:2] == ("False", compat.DIAGONAL_ONLY)
+    assert compat.DIAGONAL_ONLY in TARGET_REASONS
+    assert any("Diagonal" in f["next"] for f in findings(h))
+
+
+def test_the_fork_stays_known_after_its_table_replaced_const() -> None:
+    """Once Inject replaced `const` by the table's path, nothing in the Deployment says it
+    is the fork; Additive is still refused before any Job (not after a wasted phase 1)."""
+    h = harness(args=[*SERVER_ARGS, f"{TABLE_PATH_FLAG}=const"], env=COMPACT)
+    assert h.profile_once()["targets"][0]["state"] == "Live"
+    assert "const" not in " ".join(server_args(h))
+    jobs = len(h.kube.kinds("Job"))
+    h.kube.edit("SpsProfile", "p", lambda p: p["spec"].update(table=additive()["spec"]["table"]))
+    status = h.settle()
+    (target,) = status["targets"]
+    assert (target["state"], target["reason"]) == ("Refused", compat.DIAGONAL_ONLY), target
+    assert "const" in target["message"] and "table.kind: Diagonal" in target["message"]
+    assert len(h.kube.kinds("Job")) == jobs and status.get("currentRun") is None
+
+
+def test_diagonal_only_servers_are_remembered_once_and_bounded() -> None:
+    c = container()
+    config = server_config(c, parse_server(c))
+    server = config.fingerprint()
+    assert compat.remembered([], config) == [server]
+    assert compat.remembered(["a", server, "b"], config) == ["a", server, "b"]
+    full = [f"s{i}" for i in range(40)]
+    learned = compat.remembered(full, config)
+    assert len(learned) == limits.MAX_REPORT_LINES and learned[-1] == server
+
+
+# --------------------------------------------------------------------------- the clone's refusal
+
+
+def refuse_in_clone(h: Harness, words: str) -> None:
+    """The run's profiling pod: its server sidecar exited with `words` as its last log."""
+    run = h.status()["currentRun"]["name"]
+    labels = {L.LABEL_RUN: run, L.LABEL_COMPONENT: L.COMPONENT_POD,
+              L.LABEL_MANAGED_BY: L.MANAGED_BY}  # fmt: skip
+    exits = (("sglang-server", f"Traceback ...\nmsgspec.ValidationError: {words}\n"),)
+    h.pods.append(PodInfo(f"{run}-p2-x", labels, "n1", phase="Pending", controller="Job",
+                          exits=exits))  # fmt: skip
+
+
+def test_a_diagonal_only_loader_refuses_the_additive_seed_in_the_clone_never_in_production() -> (
+    None
+):
+    h = harness(additive(), env=COMPACT)
+    h.tick()
+    h.run_pass()
+    h.finish()
+    h.tick()
+    status = h.run_pass()
+    run = status["currentRun"]
+    assert run["phase"] == "OffDiagonal"
+    # Phase 2's seed is the phase-1 measurement in the additive format: a loader that
+    # reads only diagonal tables refuses it here, in the clone.
+    seed = h.kube.obj("ConfigMap", run["diagonalTable"])
+    assert '"bias_seconds"' in seed["data"]["table.json"]
+    refuse_in_clone(h, compat.ADDITIVE_REFUSED)
+    h.tick()
+    status = h.run_pass()
+    failure = status["lastFailure"]
+    assert status.get("currentRun") is None  # at once, not after the 30-minute server wait
+    assert (failure["reason"], failure["retryable"]) == (compat.DIAGONAL_ONLY, False)
+    assert compat.ADDITIVE_REFUSED in failure["message"]
+    assert len(status["diagonalOnlyServers"]) == 1
+    status = h.settle()
+    (target,) = status["targets"]
+    assert (target["state"], target["reason"]) == ("Refused", compat.DIAGONAL_ONLY)
+    assert "clone refused an additive table" in target["message"]
+    assert h.running_hash() is None and TABLE_PATH_FLAG not in " ".join(server_args(h))
+    # No other run started: only the refused run's two Jobs, kept for inspection.
+    assert {j["metadata"]["name"] for j in h.kube.kinds("Job")} <= {
+        run["job"],
+        run["job"].removesuffix("-p2"),
+    }
+    assert compat.DIAGONAL_ONLY in FAILURE_REASONS
+    # The same server with a Diagonal profile is profiled as usual.
+    h.kube.edit("SpsProfile", "p", lambda p: p["spec"].update(table=body()["spec"]["table"]))
+    assert h.profile_once()["targets"][0]["state"] == "Live"
+
+
+def test_the_pod_index_keeps_a_profiling_pod_s_last_words_only() -> None:
+    """What the kubelet reports for a native sidecar that exited and restarts: its
+    termination message (the log's tail under FallbackToLogsOnError) in lastState."""
+    words = "x" * 5000 + compat.ADDITIVE_REFUSED
+    sidecar = {
+        "name": "sglang-server",
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+        "lastState": {"terminated": {"exitCode": 1, "message": words}},
+    }
+    done = {"name": "profiler", "state": {"terminated": {"exitCode": 0, "message": "ok"}}}
+    status = {"initContainerStatuses": [sidecar], "containerStatuses": [done]}
+    run = {L.LABEL_RUN: "r1"}
+    ((container_name, last_words),) = pod_info("r1-x", run, {}, status, {}).exits
+    assert container_name == "sglang-server" and last_words.endswith(compat.ADDITIVE_REFUSED)
+    assert len(last_words) == MAX_EXIT_MESSAGE
+    assert pod_info("server-x", {"app": "sglang"}, {}, status, {}).exits == ()
+
+
+def test_a_crash_the_operator_does_not_know_keeps_the_run_waiting() -> None:
+    h = harness(env=COMPACT)
+    h.tick()
+    h.run_pass()
+    refuse_in_clone(h, "CUDA error: an illegal memory access was encountered")
+    h.tick()
+    assert h.run_pass().get("currentRun") is not None  # may be transient: the Job decides
+
+
+@pytest.mark.parametrize(
+    ("words", "reason"),
+    [
+        (flavors.REQUIRE_PATH_MESSAGE, compat.SERVER_REFUSED),
+        (flavors.lora_refusal("compact"), compat.LORA_NEEDS_STATIC),
+        ("Currently LoRA is only compatible with NGRAM speculative decoding.",
+         compat.LORA_NEEDS_STATIC),
+        (f"msgspec.ValidationError: {compat.ADDITIVE_REFUSED}", compat.DIAGONAL_ONLY),
+    ],
+)  # fmt: skip
+def test_the_clone_s_start_up_refusals_end_the_run_with_their_reason(
+    words: str, reason: str
+) -> None:
+    """SGLang's words as the simulator plays them verbatim: each ends the run at once."""
+    h = harness(env=COMPACT)
+    h.tick()
+    h.run_pass()
+    refuse_in_clone(h, words)
+    h.tick()
+    status = h.run_pass()
+    assert status.get("currentRun") is None
+    failure = status["lastFailure"]
+    assert (failure["reason"], failure["retryable"]) == (reason, False)
+    assert reason in FAILURE_REASONS
+    if reason == compat.SERVER_REFUSED:
+        assert f"{TABLE_PATH_FLAG}=const" in failure["message"]
+
+
+# --------------------------------------------------------------------------- LoRA
+
+
+def test_dspark_with_lora_outside_static_mode_gets_no_table_and_no_job() -> None:
+    h = harness(args=[*SERVER_ARGS, "--lora-paths", "a=/lora/a"], env=COMPACT)
+    status = h.settle()
+    (target,) = status["targets"]
+    assert (target["state"], target["reason"]) == ("Refused", compat.LORA_NEEDS_STATIC)
+    assert "#34337" in target["message"] and not h.kube.kinds("Job")
+
+
+def test_dspark_with_lora_in_static_mode_is_profiled_diagonal_and_refused_additive() -> None:
+    lora = [*SERVER_ARGS, "--enable-lora"]
+    h = harness(additive(), args=lora)
+    status = h.settle()
+    assert status["targets"][0]["reason"] == compat.LORA_NEEDS_STATIC
+    assert "table.kind: Diagonal" in status["targets"][0]["message"]
+    assert not h.kube.kinds("Job")
+    h = harness(args=lora)
+    h.tick()
+    assert h.run_pass().get("currentRun") is not None
+
+
+def test_releases_up_to_0_5_17_refuse_dspark_with_lora() -> None:
+    h = harness(args=[*SERVER_ARGS, "--enable-lora"], image="lmsysorg/sglang:v0.5.17")
+    (target,) = h.settle()["targets"]
+    assert target["reason"] == compat.LORA_UNSUPPORTED and "NGRAM" in target["message"]
+
+
+# --------------------------------------------------------------------------- capture-derived
+
+
+def test_a_capture_derived_server_is_reported_until_its_profiled_table_is_live() -> None:
+    env = [*COMPACT, {"name": "SGLANG_DSPARK_ENABLE_CAPTURE_DERIVED_SPS", "value": "1"}]
+    h = harness(env=env)
+    h.tick()
+    status = h.run_pass()
+    assert status["targets"][0]["tableSource"] == compat.SOURCE_CAPTURE_DERIVED
+    row = get_row(h.kube.obj("SpsProfile", "p", NS), h.now)
+    assert row["table"] == "<capture-derived>"
+    h.finish()
+    status = h.settle()
+    assert status["targets"][0]["state"] == "Live" and "tableSource" not in status["targets"][0]
+    # A release without PR #35413 ignores the switch: the flat start, nothing to report.
+    released = harness(env=env, image="lmsysorg/sglang:v0.5.17")
+    assert "tableSource" not in released.settle()["targets"][0]
+
+
+# --------------------------------------------------------------------------- what changed
+
+
+def test_a_server_change_says_what_changed_in_the_run_the_condition_and_explain() -> None:
+    h = harness()
+    assert h.profile_once()["targets"][0]["state"] == "Live"
+    h.kube.edit("Deployment", "server", lambda d: d["spec"]["template"]["spec"]["containers"][0][
+        "args"].extend(["--page-size", "16", "--max-running", "64"]))  # fmt: skip
+    h.tick()
+    status = h.run_pass()
+    run = status["currentRun"]
+    assert run["trigger"] == "ServerChanged"
+    assert run["changes"] == ["--max-running-requests: unset -> 64", "--page-size: unset -> 16"]
+    stale = h.condition("Stale")
+    assert stale[0] == "True" and "changed: --max-running-requests: unset -> 64" in stale[2]
+    report = explain(h.kube.obj("SpsProfile", "p", NS))
+    assert report["run"]["changes"] == "; ".join(run["changes"])
+    assert "the server changed: --max-running-requests" in render_explain(report)
+
+
+def test_inputs_outside_the_fingerprint_are_in_status_and_explained() -> None:
+    h = harness(args=[*SERVER_ARGS, "--speculative-dspark-new-knob", "1"])
+    status = h.profile_once()
+    (target,) = status["targets"]
+    assert target["state"] == "Live"
+    assert target["unfingerprinted"] == [
+        "--speculative-dspark-new-knob (args): looks like a cost input, not in the fingerprint"
+    ]
+    assert "unknown" in target["sglangVersion"]
+    assert any("not in the fingerprint" in f["what"] for f in findings(h))
+
+
+# --------------------------------------------------------------------------- upgrade
+
+
+def as_version_1(h: Harness) -> tuple[str, str]:
+    """Rewrite the profile's status and table as the operator before issue 20 left them:
+    fingerprints of version 1, the ConfigMap labelled so, its meta.json of version 1.
+    Returns (v1 fingerprint, the current one)."""
+    c = container()
+    config = server_config(c, parse_server(c))
+    spec = SpsProfile.model_validate(h.kube.obj("SpsProfile", "p", NS)).spec
+    v1 = legacy_table_fingerprint(config, spec.table.to_k8s())
+    status = h.status()
+    current = status["tables"][0]["fingerprint"]
+    cm_name = status["tables"][0]["configMap"]
+
+    def old_status(p: dict[str, Any]) -> None:
+        p["status"]["tables"][0]["fingerprint"] = v1
+        p["status"]["targets"][0]["fingerprint"] = v1
+
+    def old_table(cm: dict[str, Any]) -> None:
+        cm["metadata"]["labels"][L.LABEL_FINGERPRINT] = v1
+        meta = json.loads(cm["data"][L.META_KEY])
+        meta["fingerprint"] = v1
+        meta["server"] = {**config.legacy, "port": 30000, "table_path": None}
+        cm["data"][L.META_KEY] = json.dumps(meta)
+
+    h.kube.edit("SpsProfile", "p", old_status)
+    h.kube.edit("ConfigMap", cm_name, old_table)
+    return v1, current
+
+
+def test_an_operator_upgrade_reprofiles_no_server_that_did_not_change() -> None:
+    h = harness()
+    assert h.profile_once()["targets"][0]["state"] == "Live"
+    jobs = len(h.kube.kinds("Job"))
+    v1, current = as_version_1(h)
+    status = h.settle()
+    assert status.get("currentRun") is None and len(h.kube.kinds("Job")) == jobs
+    (table,) = status["tables"]
+    assert (table["fingerprint"], table["adoptedFrom"]) == (current, v1)
+    assert status["targets"][0]["state"] == "Live"
+    assert h.condition("Stale")[0] == "False"
+    # From now on it is a version-2 table: an input version 1 did not read reprofiles.
+    h.kube.edit("Deployment", "server", lambda d: d["spec"]["template"]["spec"]["containers"][0]
+                .setdefault("env", []).append({"name": "SGLANG_SCHEDULER_SKIP_ALL_GATHER",
+                                               "value": "1"}))  # fmt: skip
+    h.tick()
+    run = h.run_pass()["currentRun"]
+    assert run["trigger"] == "ServerChanged"
+    # The table's record is of version 1, which did not read that input: said so.
+    assert run["changes"] == [
+        "an input that fingerprint version 1 did not record changed (the table was measured "
+        "before the upgrade): `sps-operator fingerprint` lists the server's inputs now"
+    ]
+
+
+def test_after_an_upgrade_a_server_that_changed_under_version_1_too_is_profiled() -> None:
+    h = harness()
+    h.profile_once()
+    as_version_1(h)
+    h.kube.edit("Deployment", "server", lambda d: d["spec"]["template"]["spec"]["containers"][0][
+        "args"].extend(["--tp-size", "2"]))  # fmt: skip
+    h.tick()
+    status = h.run_pass()
+    assert status["currentRun"]["trigger"] == "ServerChanged"
+    # Compared on what version 1 read, in its words.
+    assert status["currentRun"]["changes"] == ["tp: unset -> 2"]
+    assert "adoptedFrom" not in status["tables"][0]
+
+
+def test_a_run_started_before_the_upgrade_finishes_under_the_new_key() -> None:
+    h = harness()
+    h.tick()
+    run = h.run_pass()["currentRun"]
+    c = container()
+    spec = SpsProfile.model_validate(h.kube.obj("SpsProfile", "p", NS)).spec
+    v1 = legacy_table_fingerprint(server_config(c, parse_server(c)), spec.table.to_k8s())
+    h.kube.edit("SpsProfile", "p", lambda p: p["status"]["currentRun"].update(fingerprint=v1))
+    h.finish(result=build_patch(status="succeeded", rounds=rounds()))
+    status = h.settle()
+    assert status["tables"][0]["fingerprint"] == run["fingerprint"]
+    assert status["targets"][0]["state"] == "Live"
+
+
+def test_a_failed_rollout_returns_to_a_table_adopted_from_version_1() -> None:
+    """The table a failed rollout replaced still carries its version-1 label: the
+    rollback vouches for it the same way (`adoptedFrom`), or the Deployment would stay on
+    the table that failed."""
+    h = harness(body(refresh={"token": "a"}))
+    h.profile_once()
+    v1, _ = as_version_1(h)
+    (first,) = h.settle()["tables"]
+    assert first["adoptedFrom"] == v1
+    h.kube.obj("SpsProfile", "p")["spec"]["refresh"] = {"token": "b"}
+    h.kube.instant_rollout = False
+    h.tick()
+    assert h.run_pass().get("currentRun")
+    h.finish(result=build_patch(status="succeeded", rounds=rounds(scale=1.5)))
+    (second,) = h.settle()["tables"]
+    assert second["previous"] == first["configMap"] and h.running_hash() == second["hash"]
+    dep = h.kube.obj("Deployment", "server")
+    dep["status"]["observedGeneration"] = dep["metadata"]["generation"]
+    dep["status"]["conditions"] = [
+        {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}
+    ]
+    h.tick()
+    status = h.run_pass()
+    assert "rolled back to" in status["lastFailure"]["message"], status["lastFailure"]
+    (restored,) = status["tables"]
+    assert (restored["hash"], restored["adoptedFrom"]) == (first["hash"], v1)
+    assert h.running_hash() == first["hash"]

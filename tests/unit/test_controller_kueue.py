@@ -1,0 +1,306 @@
+"""A run whose Job Kueue holds (issue 21 §2): Kueue's own words in status, Kueue not
+installed, the LocalQueue missing."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from capacity_harness import BORROW, harness, job_pod, local_queue
+from controller_harness import NODES, NS, Harness
+from hypothesis import given
+from hypothesis import strategies as st
+from kubernetes.client.rest import ApiException
+
+from sps_operator.api import labels as L
+from sps_operator.controller.kueue import (
+    WORDS_LIMIT,
+    KueueCache,
+    KueueState,
+    kueue_words,
+    owned_workload,
+)
+from sps_operator.controller.state import ApiSnapshot
+
+QUEUE = "gpu-profiling"
+QUOTA = (
+    "couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in "
+    "flavor h100, request > maximum capacity (1 > 0)"
+)
+QUEUED = {"job": {"labels": {L.LABEL_KUEUE_QUEUE: QUEUE}}}
+
+
+def workload(
+    h: Harness,
+    job: dict[str, Any],
+    conditions: list[dict[str, Any]],
+    namespace: str = NS,
+    owner_uid: str | None = None,
+    name: str = "job-w",
+) -> dict[str, Any]:
+    """Kueue's Workload for `job` (label and ownerReference as Kueue writes them)."""
+    uid = job["metadata"]["uid"]
+    return h.kube.put({
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {L.LABEL_KUEUE_JOB_UID: uid},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "controller": True,
+                                 "name": job["metadata"]["name"], "uid": owner_uid or uid}],
+        },
+        "status": {"conditions": conditions},
+    })  # fmt: skip
+
+
+def not_reserved(message: str) -> list[dict[str, Any]]:
+    return [{"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": message}]
+
+
+def queued(h: Harness) -> dict[str, Any]:
+    """The first pass creates the Job (suspended); returns it."""
+    h.tick()
+    h.run_pass()
+    (job,) = h.kube.kinds("Job")
+    assert job["spec"]["suspend"] is True
+    return job
+
+
+def waiting(h: Harness, seconds: float = 20) -> dict[str, Any]:
+    h.tick(seconds)  # past the read cache
+    return dict(h.run_pass()["currentRun"]["waiting"])
+
+
+# ----------------------------------------------------------------------------- the words
+
+
+def test_the_profile_shows_kueues_own_words_while_its_job_is_queued() -> None:
+    h = harness(**QUEUED)
+    local_queue(h)
+    job = queued(h)
+    assert "has not reported" in waiting(h)["message"]
+    workload(h, job, not_reserved(QUOTA))
+    w = waiting(h)
+    assert w["reason"] == "QueuedInKueue"
+    assert QUOTA in w["message"] and QUEUE in w["message"]
+    profiling = h.condition("Profiling")
+    assert profiling[:2] == ("False", "QueuedInKueue") and QUOTA in profiling[2]
+    # Admitted by quota, then waiting on the admission checks: Kueue's next words.
+    job_w = h.kube.obj("Workload", "job-w")
+    job_w["status"]["conditions"] = [
+        {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "ok"},
+        {"type": "Admitted", "status": "False", "reason": "Pending",
+         "message": "The workload has not all checks ready"},
+    ]  # fmt: skip
+    assert "Admitted: The workload has not all checks ready" in waiting(h)["message"]
+
+
+def test_kueues_words_are_read_only_from_the_workload_the_runs_job_owns() -> None:
+    h = harness(**QUEUED)
+    local_queue(h)
+    job = queued(h)
+    # Same label, another namespace; same label, owned by another Job: neither is read.
+    local_queue(h, namespace="other")
+    workload(h, job, not_reserved("from another tenant"), namespace="other")
+    workload(h, job, not_reserved("forged"), owner_uid="uid-someone-else", name="forged")
+    message = waiting(h)["message"]
+    assert "another tenant" not in message and "forged" not in message
+    assert "has not reported" in message
+
+
+def test_kueues_words_are_bounded_and_without_control_characters() -> None:
+    h = harness(**QUEUED)
+    local_queue(h)
+    job = queued(h)
+    workload(h, job, not_reserved("\x1b[2J\x1b]0;owned\x07\ninsufficient quota " + "x" * 5000))
+    message = waiting(h)["message"]
+    assert not any(ord(c) < 32 for c in message)
+    assert "insufficient quota" in message and len(message) < WORDS_LIMIT + 200
+
+
+def test_kueue_is_read_at_most_once_per_interval_and_looked_at_again_later() -> None:
+    h = harness(**QUEUED)
+    local_queue(h)
+    queued(h)
+    h.tick()
+    h.kube.calls.clear()
+    h.run_pass()
+    h.tick()
+    body = copy.deepcopy(h.kube.obj("SpsProfile", "p", NS))
+    wake = h.reconciler.reconcile(body, ApiSnapshot(h.kube, h.pods_now(), NODES))
+    assert h.kube.calls.count("list_workloads") == 1
+    assert wake is not None and wake <= 30
+
+
+def test_a_workload_that_cannot_be_read_is_said_and_the_run_waits_on() -> None:
+    h = harness(**QUEUED)
+    local_queue(h)
+    queued(h)
+    h.kube.fail["list_workloads"] = ApiException(status=403, reason="Forbidden")
+    w = waiting(h)
+    assert w["reason"] == "QueuedInKueue" and "could not be read" in w["message"]
+    assert h.status().get("lastFailure") is None
+
+
+# ----------------------------------------------------------------------------- not there
+
+
+def test_kueue_not_installed_ends_the_run_at_once_and_says_what_to_do() -> None:
+    h = harness(**QUEUED)
+    h.kube.kueue_installed = False
+    queued(h)
+    h.tick()
+    status = h.run_pass()
+    assert status.get("currentRun") is None
+    assert not h.kube.kinds("Job")  # deleted at once, not after waitTimeoutSeconds
+    failure = status["lastFailure"]
+    assert failure["reason"] == "KueueNotInstalled"
+    assert "install Kueue" in failure["message"] and QUEUE in failure["message"]
+    assert h.condition("Degraded")[:2] == ("True", "KueueNotInstalled")
+
+
+def test_a_missing_local_queue_is_said_within_one_pass() -> None:
+    h = harness(capacity={"waitTimeoutSeconds": 600}, **QUEUED)
+    job = queued(h)
+    workload(h, job, not_reserved(f"LocalQueue {QUEUE} doesn't exist"))
+    h.tick()
+    w = h.run_pass()["currentRun"]["waiting"]
+    assert w["reason"] == "LocalQueueMissing"
+    assert f"no LocalQueue {QUEUE}" in w["message"] and "create the LocalQueue" in w["message"]
+    assert f"LocalQueue {QUEUE} doesn't exist" in w["message"]  # and Kueue's words
+    assert h.condition("Profiling")[:2] == ("False", "LocalQueueMissing")
+    # Created meanwhile: the same run goes on waiting for Kueue.
+    local_queue(h)
+    assert waiting(h)["reason"] == "QueuedInKueue"
+
+
+def test_kueue_reasons_give_a_lent_replica_back() -> None:
+    h = harness(**BORROW, **QUEUED)
+    local_queue(h)
+    job = queued(h)
+    job["spec"]["suspend"] = False
+    job_pod(h)
+    h.tick(31)
+    h.run_pass()
+    h.tick(31)
+    h.run_pass()
+    assert h.status()["currentRun"].get("borrow")
+    job_pod(h, unschedulable=None)
+    h.tick()
+    h.run_pass()
+    h.kube.objects.pop(("LocalQueue", NS, QUEUE))
+    job["spec"]["suspend"] = True
+    h.pods = [p for p in h.pods if L.LABEL_RUN not in p.labels]
+    w = waiting(h)
+    assert w["reason"] == "LocalQueueMissing"
+    assert "the lent replica was given back" in w["message"]
+    assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 2
+
+
+# ----------------------------------------------------------------------------- pure
+
+
+def test_owned_workload_needs_namespace_and_controller_owner() -> None:
+    def wl(ns: str, uid: str, controller: bool = True, ts: str = "2026-01-01T00:00:00Z") -> Any:
+        return {
+            "metadata": {
+                "namespace": ns,
+                "creationTimestamp": ts,
+                "ownerReferences": [
+                    {"apiVersion": "batch/v1", "kind": "Job", "uid": uid, "controller": controller}
+                ],
+            }
+        }
+
+    older, newer = wl("a", "u"), wl("a", "u", ts="2026-01-02T00:00:00Z")
+    assert owned_workload([wl("b", "u"), wl("a", "v"), wl("a", "u", False)], "a", "u") is None
+    assert owned_workload([older, newer, "junk", {"metadata": []}], "a", "u") is newer
+    assert owned_workload([older], "", "u") is None
+
+
+def test_kueue_words_prefer_an_eviction_and_skip_true_conditions() -> None:
+    evicted = {"type": "Evicted", "status": "True", "reason": "Preempted",
+               "message": "Preempted to accommodate a workload"}  # fmt: skip
+    reserved = {"type": "QuotaReserved", "status": "False", "message": QUOTA}
+    assert kueue_words({"status": {"conditions": [reserved, evicted]}}) == (
+        "evicted: Preempted to accommodate a workload"
+    )
+    assert kueue_words({"status": {"conditions": [reserved]}}) == f"QuotaReserved: {QUOTA}"
+    admitted = {"type": "Admitted", "status": "True", "message": "admitted"}
+    assert kueue_words({"status": {"conditions": [admitted]}}) is None
+    no_message = {"type": "QuotaReserved", "status": "False", "reason": "Inadmissible"}
+    assert kueue_words({"status": {"conditions": [no_message]}}) == "QuotaReserved: Inadmissible"
+    assert kueue_words(None) is None
+
+
+@given(st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                 max_size=4),
+    max_leaves=30,
+))  # fmt: skip
+def test_kueue_words_never_raise_and_stay_bounded(status: Any) -> None:
+    for body in ({"status": status}, {"status": {"conditions": status}}):
+        words = kueue_words(body)  # type: ignore[arg-type]
+        assert words is None or (
+            len(words) <= WORDS_LIMIT + 20 and not any(ord(c) < 32 for c in words)
+        )
+
+
+@given(st.text())
+def test_kueue_words_of_any_message_are_printable_and_bounded(text: str) -> None:
+    reserved = {"type": "QuotaReserved", "status": "False", "message": text}
+    words = kueue_words({"status": {"conditions": [reserved]}})
+    assert words is None or (len(words) <= WORDS_LIMIT + 20 and not any(ord(c) < 32 for c in words))
+
+
+def test_the_read_cache_expires_and_stays_bounded() -> None:
+    cache = KueueCache(seconds=10, entries=2)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    state = KueueState(words="w")
+    cache.put(("a", "1", "q"), now, state)
+    assert cache.get(("a", "1", "q"), now + timedelta(seconds=9)) is state
+    assert cache.get(("a", "1", "q"), now + timedelta(seconds=10)) is None
+    assert cache.get(("a", "1", "q"), now - timedelta(seconds=1)) is None  # a clock step back
+    cache.put(("a", "2", "q"), now, state)
+    cache.put(("a", "3", "q"), now, state)
+    assert cache.get(("a", "1", "q"), now) is None and cache.get(("a", "3", "q"), now) is state
+
+
+def _kube_answering(served: set[str]) -> tuple[Any, list[str]]:
+    """The operator's real client, its HTTP answered here: Kueue's API served at the
+    versions in `served` (a 404 for any other), one LocalQueue `q` in each."""
+    import urllib3
+    from kubernetes import client
+    from kubernetes.client import rest
+
+    from sps_operator.controller.kube import Kube
+
+    api: Any = client.ApiClient()
+    sent: list[str] = []
+
+    def answer(method: str, url: str, **_: Any) -> rest.RESTResponse:
+        sent.append(url.split("/apis/", 1)[-1].split("?")[0])
+        version = next((v for v in ("v1beta2", "v1beta1") if f"/{v}/" in url), "")
+        found = version in served and ("/workloads" in url or url.endswith("/localqueues/q"))
+        body, status = (b'{"items": []}', 200) if found else (b"{}", 404)
+        return rest.RESTResponse(urllib3.HTTPResponse(body=body, status=status))
+
+    api.rest_client.request = answer
+    return Kube(api), sent
+
+
+def test_the_client_finds_kueues_served_version_and_says_when_none_is() -> None:
+    kube, sent = _kube_answering(set())
+    assert kube.list_workloads("ns", f"{L.LABEL_KUEUE_JOB_UID}=u") is None
+    assert sent == ["kueue.x-k8s.io/v1beta2/namespaces/ns/workloads",
+                    "kueue.x-k8s.io/v1beta1/namespaces/ns/workloads"]  # fmt: skip
+    older, _ = _kube_answering({"v1beta1"})  # Kueue before v0.15
+    assert older.list_workloads("ns", "") == []
+    assert older.get("LocalQueue", "ns", "q") is not None
+    assert older.get("LocalQueue", "ns", "missing") is None
+    current, sent = _kube_answering({"v1beta2"})
+    assert current.list_workloads("ns", "") == [] and current.get("LocalQueue", "ns", "q")
+    assert all("v1beta1" not in url for url in sent)
