@@ -24,9 +24,7 @@ def test_the_distribution_needs_only_the_plugins_dependencies() -> None:
     operator = " ".join(extras["operator"] + extras["plot"])
     for module in ("kopf", "numpy", "matplotlib", "aiohttp", "prometheus-client", "cronsim"):
         assert module in operator, module
-    # The image installs the operator extra (the Dockerfile builds and installs it).
-    dockerfile = (ROOT / "Dockerfile").read_text()
-    assert '".[operator]"' in dockerfile and '"sps-operator[operator]"' in dockerfile
+    # The image installs the operator extra: tests/ship/test_ship_dockerfile.py.
 
 
 def test_the_plugin_runs_with_the_extras_missing(tmp_path: Path) -> None:
