@@ -22,7 +22,9 @@ KUBERNETES_WORDS = {
     "PodScheduled", "Progressing", "ProgressDeadlineExceeded", "True", "False",
     "Exists", "DoesNotExist", "In", "NotIn", "Gt", "Lt",
     "Normal", "Warning",
-    "Recreate", "ReplicaFailure", "Secret", "SpsProfile",
+    "Recreate", "ReplicaFailure", "Secret", "SpsProfile", "Pod", "List", "LocalQueue",
+    "FallbackToLogsOnError", "Evicted", "QuotaReserved", "Admitted",
+    "InputError",  # `sps-operator fingerprint`'s own error label, never in status
     # the kubelet's container states that keep a pod from ever becoming ready
     "CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "InvalidImageName",
     "CreateContainerConfigError", "CreateContainerError", "RunContainerError",

@@ -85,6 +85,7 @@ REASONS: dict[str, Reason] = {
     "WaitingForGPUs": Reason(Kind.WAITING, "no node has free GPUs of the product"),
     "QueuedInKueue": Reason(Kind.WAITING, "the Job is suspended until Kueue admits it"),
     "BorrowBlocked": Reason(Kind.WAITING, "no GPU is free and a replica may not be borrowed"),
+    "LocalQueueMissing": Reason(Kind.WAITING, "the Kueue LocalQueue the Job names does not exist"),
     # Nothing to do by design.
     "Suspended": Reason(Kind.SUSPENDED, "spec.suspend is true"),
     "NoTargets": Reason(Kind.SUSPENDED, "the selector matches no Deployment in the namespace"),
@@ -111,6 +112,13 @@ REASONS: dict[str, Reason] = {
     "HiddenCostInput": Reason(
         Kind.PROBLEM, "a cost input of the server comes from what the operator cannot read"
     ),
+    "AmbiguousFlag": Reason(Kind.PROBLEM, "a server flag the operator cannot read unambiguously"),
+    "ConfigFileFlags": Reason(Kind.PROBLEM, "the server reads flags from a config file"),
+    "DiagonalOnlyServer": Reason(
+        Kind.PROBLEM, "an Additive profile for a server whose loader reads only diagonal tables"
+    ),
+    "LoraNeedsStaticMode": Reason(Kind.PROBLEM, "the server refuses DSpark with LoRA in this mode"),
+    "LoraUnsupported": Reason(Kind.PROBLEM, "the server's release refuses DSpark with LoRA"),
     "RolloutBlocked": Reason(
         Kind.PROBLEM, "the new pods cannot start (unschedulable, image pull, crash loop)"
     ),
@@ -126,6 +134,12 @@ REASONS: dict[str, Reason] = {
     "JobMissing": Reason(Kind.FAILURE, "the Job disappeared before it finished"),
     "ResultMissing": Reason(Kind.FAILURE, "the Job completed without a result"),
     "ResultRefused": Reason(Kind.FAILURE, "the Job's result was malformed or implausible"),
+    "ServerRefusedToStart": Reason(
+        Kind.FAILURE, "the profiling clone of the server refused to start"
+    ),
+    "KueueNotInstalled": Reason(
+        Kind.FAILURE, "the Job names a Kueue queue but Kueue is not installed"
+    ),
     "DeadlineExceeded": Reason(Kind.FAILURE, "the Job ran past spec.job.activeDeadlineSeconds"),
     "TargetGone": Reason(Kind.FAILURE, "the Deployment went away between the phases"),
     "TargetChanged": Reason(Kind.FAILURE, "the Deployment changed between the phases"),
