@@ -16,8 +16,13 @@ FROM ${PYTHON_IMAGE} AS deps
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml ./
+# The image's requirements: the base dependencies and the `operator` extra, with the
+# extras it names of this same package (`sps-operator[plot]`) expanded.
 RUN python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb")); \
-        open("requirements.txt", "w").write("\n".join(p["project"]["dependencies"])); \
+        extra = p["project"]["optional-dependencies"]; \
+        own = "sps-operator["; \
+        expand = lambda reqs: [x for r in reqs for x in ([y for e in r[len(own):-1].split(",") for y in expand(extra[e])] if r.startswith(own) else [r])]; \
+        open("requirements.txt", "w").write("\n".join(p["project"]["dependencies"] + expand(extra["operator"]))); \
         open("build-requirements.txt", "w").write("\n".join(p["build-system"]["requires"]))' \
     && pip wheel --wheel-dir /wheels -r requirements.txt \
     && pip install -r build-requirements.txt \

@@ -50,6 +50,7 @@ lint-checks:
 
 crds: setup
 	$(BIN)/sps-operator crd > crds/sps.dev_spsprofiles.yaml
+	$(BIN)/sps-operator crd --helm > charts/sps-operator/templates/crd-spsprofiles.yaml
 	$(BIN)/sps-operator crd --docs > docs/api.md
 
 unit: setup

@@ -101,6 +101,7 @@ class OperatorRelease:
         )
         return [
             f"replicaCount={self.replicas}",
+            "crds.enabled=false",  # one release per test: the session applies the CRD
             *watch,
             *self.extra_values,
             "operator.logLevel=verbose",

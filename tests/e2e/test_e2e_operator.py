@@ -57,7 +57,7 @@ def test_e2e_diagonal_profile_publish_and_roll(env: Env) -> None:
     types = {c["type"]: c["status"] for c in status["conditions"]}
     assert types == {
         "Ready": "True", "Profiling": "False", "TableReady": "True", "RolledOut": "True",
-        "Stale": "False", "Degraded": "False",
+        "Stale": "False", "Degraded": "False", "Reconciling": "False", "Stalled": "False",
     }  # fmt: skip
 
     # The Job: one run, backoffLimit 0, the cloned server as a native sidecar, pinned to H100.
@@ -134,12 +134,14 @@ def test_e2e_diagonal_profile_publish_and_roll(env: Env) -> None:
     def metric(name: str, **labels: str) -> float | None:
         return samples.get((name, tuple(sorted({**ours, **labels}.items()))))
 
-    assert metric("sps_profiling_runs_total", outcome="succeeded") == 1.0
-    assert metric("sps_profiling_runs_total", outcome="started") == 1.0
+    assert metric("sps_profiling_runs_started_total") == 1.0
+    assert metric("sps_profiling_runs_finished_total", outcome="succeeded") == 1.0
     assert metric("sps_profiling_duration_seconds_count") == 1.0
     assert metric("sps_rollouts_total", mode="Inject") == 1.0
-    age = metric("sps_table_age_seconds", gpu_product=GPU_H100)
-    assert age is not None and 0 <= age < 600
+    profiled = metric("sps_table_profiled_timestamp_seconds", gpu_product=GPU_H100)
+    assert profiled is not None and 0 <= time.time() - profiled < 600
+    assert metric("sps_profile_condition", type="Ready", status="true") == 1.0
+    assert samples[("sps_leader", ())] == 1.0  # no election: this replica acts
     health = env.operator.get(8080, "/healthz")
     assert health.status_code == 200
 

@@ -33,9 +33,11 @@ def chart_installed(bed: RealNodeCluster, namespace: str, *values: str) -> Itera
     bed.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
     sets = [arg for value in values for arg in ("--set", value)]
     try:
+        # --take-ownership: the CRD an earlier release in another namespace left behind
+        # (crds.keep) becomes this release's, as after a reinstall elsewhere.
         bed.helm(
             "install", "sps-operator", str(REPO / "charts" / "sps-operator"),
-            "--namespace", namespace, *sets, "--wait", "--timeout", "300s",
+            "--namespace", namespace, *sets, "--take-ownership", "--wait", "--timeout", "300s",
         )  # fmt: skip
         yield namespace
     finally:

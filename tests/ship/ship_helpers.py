@@ -59,17 +59,30 @@ def render(
     *set_args: str,
     release: str = "sps-operator",
     namespace: str = "sps-system",
-    include_crds: bool = False,
 ) -> list[dict[str, Any]]:
     """`helm template` the chart with `--set` arguments; returns the rendered objects."""
     args = ["template", release, str(CHART), "--namespace", namespace]
     args += ["--kube-version", KUBE_VERSION]
-    if include_crds:
-        args.append("--include-crds")
     for item in set_args:
         args += ["--set", item]
     out = helm(*args).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def profile_manifest(name: str) -> str:
+    """A minimal valid SpsProfile `name` (selecting Deployments labelled app=<name>), as
+    YAML for `kubectl create -f -`."""
+    return yaml.safe_dump(
+        {
+            "apiVersion": "sps.dev/v1alpha1",
+            "kind": "SpsProfile",
+            "metadata": {"name": name},
+            "spec": {
+                "selector": {"matchLabels": {"app": name}},
+                "table": {"kind": "Diagonal", "sweep": {"maxBatchSize": 32}},
+            },
+        }
+    )
 
 
 def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -77,13 +90,14 @@ def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 
 def apply_chart_crd(kubectl: Any) -> None:
-    """Server-side apply of the chart's CRD, as Helm would install it, and wait until served."""
+    """Server-side apply of the CRD (the chart's template has the same spec, `make crds`),
+    and wait until served."""
     kubectl(
         "apply",
         "--server-side",
         "--force-conflicts",
         "--field-manager=ship-tests",
         "-f",
-        str(CHART / "crds" / "sps.dev_spsprofiles.yaml"),
+        str(ROOT / "crds" / "sps.dev_spsprofiles.yaml"),
     )
     wait_crd_established(kubectl)

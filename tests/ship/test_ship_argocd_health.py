@@ -1,8 +1,11 @@
-"""The Argo CD health check for SpsProfile in docs/gitops.md, run by a real Lua interpreter."""
+"""The Argo CD health check for SpsProfile in docs/gitops.md, run by a real Lua interpreter,
+against every reason the API can produce (generated from sps_operator.api.reasons, so a
+new reason cannot be forgotten)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +13,23 @@ import pytest
 import yaml
 from lupa import LuaRuntime
 
+from sps_operator.api import reasons as R
+
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "resource.customizations.health.sps.dev_SpsProfile"
+
+# What each kind of reason means to someone watching Argo CD, when Ready=False carries it.
+# A new Kind fails every generated case until it is decided here.
+READY_FALSE_HEALTH = {
+    R.Kind.PROGRESSING: R.Health.PROGRESSING,
+    R.Kind.SUSPENDED: R.Health.SUSPENDED,
+    R.Kind.PROBLEM: R.Health.DEGRADED,
+    R.Kind.FAILURE: R.Health.DEGRADED,
+    R.Kind.WAITING: R.Health.DEGRADED,  # the run gave up waiting (while it waits: below)
+}
+# Reasons that never make Ready False: the True side, triggers (Profiling, Stale) and the
+# False sides of the other conditions.
+NOT_READY_FALSE = {R.Kind.LIVE, R.Kind.TRIGGER, R.Kind.INFO}
 
 
 def health_script() -> str:
@@ -22,11 +40,14 @@ def health_script() -> str:
     raise AssertionError(f"{KEY} not found in docs/gitops.md")
 
 
+LUA = LuaRuntime(unpack_returned_tuples=True)
+SCRIPT = health_script()
+
+
 def health(obj: dict[str, Any]) -> tuple[str, str]:
     """What Argo CD computes: the script runs with the live object as the global `obj`."""
-    lua = LuaRuntime(unpack_returned_tuples=True)
-    lua.globals().obj = lua.table_from(obj, recursive=True)
-    result = lua.execute(health_script())
+    LUA.globals().obj = LUA.table_from(obj, recursive=True)
+    result = LUA.execute(SCRIPT)
     return str(result["status"]), str(result["message"] or "")
 
 
@@ -37,8 +58,81 @@ def profile(generation: int = 1, **status: Any) -> dict[str, Any]:
     return obj
 
 
-def cond(type_: str, status: str, reason: str, message: str) -> dict[str, str]:
+def cond(type_: str, status: str, reason: str, message: str = "") -> dict[str, str]:
     return {"type": type_, "status": status, "reason": reason, "message": message}
+
+
+def with_conditions(*conditions: dict[str, str]) -> dict[str, Any]:
+    return profile(observedGeneration=1, conditions=list(conditions))
+
+
+def generated() -> Iterator[Any]:
+    """(profile, expected health, text in the message) for every reason, in the contexts the
+    operator's report step puts it (controller/report.py)."""
+    for reason, meaning in R.REASONS.items():
+        kind = meaning.kind
+        if kind in NOT_READY_FALSE:
+            if kind == R.Kind.TRIGGER:  # a run started for this reason
+                yield pytest.param(
+                    with_conditions(
+                        cond("Profiling", "True", reason, "run llama-1 (Diagonal) 3/9 rounds"),
+                        cond("Ready", "False", "Profiling", "no table yet"),
+                    ),
+                    R.Health.PROGRESSING, "3/9 rounds", id=f"{reason}-trigger",
+                )  # fmt: skip
+            continue
+        if kind == R.Kind.WAITING:  # the run's Job waits for capacity: progress
+            yield pytest.param(
+                with_conditions(
+                    cond("Profiling", "False", reason, "run llama-1 waiting 300 s: 0/3 nodes"),
+                    cond("Ready", "False", reason, "no table yet"),
+                    cond("Degraded", "False", "AsExpected"),
+                ),
+                R.Health.PROGRESSING, "0/3 nodes", id=f"{reason}-while-waiting",
+            )  # fmt: skip
+        failed = kind in (R.Kind.FAILURE, R.Kind.PROBLEM, R.Kind.WAITING)
+        yield pytest.param(
+            with_conditions(
+                cond("Profiling", "False", "Idle", "no profiling run in progress"),
+                cond("Ready", "False", reason, "what happened"),
+                cond("Degraded", "True" if failed else "False", reason if failed else "AsExpected"),
+            ),
+            READY_FALSE_HEALTH[kind], f"{reason}: what happened", id=f"{reason}-ready-false",
+        )  # fmt: skip
+        if failed:  # a table is live: the failure of a later run does not page
+            yield pytest.param(
+                with_conditions(
+                    cond("Profiling", "False", "Idle"),
+                    cond("Ready", "True", "TableLive", f"tables live; degraded: {reason}"),
+                    cond("Degraded", "True", reason, "what happened"),
+                ),
+                R.Health.HEALTHY, f"degraded: {reason}", id=f"{reason}-table-live",
+            )  # fmt: skip
+
+
+@pytest.mark.parametrize(("obj", "expected", "in_message"), list(generated()))
+def test_every_reason_has_its_health(obj: dict[str, Any], expected: str, in_message: str) -> None:
+    status, message = health(obj)
+    assert status == expected, message
+    assert in_message in message
+    # The operator's own rule (api.reasons.health, which sets Reconciling/Stalled) agrees.
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in obj["status"]["conditions"]}
+    assert R.health(conditions) == expected
+
+
+def test_every_kind_of_reason_is_decided() -> None:
+    assert set(R.Kind) == set(READY_FALSE_HEALTH) | NOT_READY_FALSE
+
+
+def test_the_lua_lists_are_the_reason_lists() -> None:
+    def lua_set(name: str) -> set[str]:
+        match = re.search(rf"local {name} = {{(.*?)}}", SCRIPT)
+        assert match, name
+        return set(re.findall(r"(\w+) = true", match.group(1)))
+
+    assert lua_set("waiting") == R.WAITING
+    assert lua_set("progressing") == R.PROGRESSING
+    assert lua_set("suspended") == R.SUSPENDED
 
 
 @pytest.mark.parametrize(
@@ -50,35 +144,16 @@ def cond(type_: str, status: str, reason: str, message: str) -> dict[str, str]:
             "Progressing",
             "latest spec",
         ),
+        (with_conditions(cond("Profiling", "False", "Idle")), "Progressing", "Waiting"),
+        (with_conditions(cond("Ready", "False", "InvalidSpec", "spec.x")), "Degraded", "spec.x"),
         (
-            profile(observedGeneration=1, conditions=[cond("Ready", "True", "TableLive", "ok")]),
-            "Healthy",
-            "ok",
-        ),
-        (
-            profile(
-                observedGeneration=1,
-                conditions=[
-                    cond("Profiling", "True", "Running", "run llama-1 7/19 rounds"),
-                    cond("Ready", "False", "Profiling", "no table yet"),
-                ],
-            ),
-            "Progressing",
-            "7/19 rounds",
-        ),
-        (
-            profile(
-                observedGeneration=1,
-                conditions=[
-                    cond("Profiling", "False", "Idle", ""),
-                    cond("Ready", "False", "ProfilingFailed", "Job failed"),
-                ],
-            ),
+            # A reason nobody knows (a newer operator): a failure until the check learns it.
+            with_conditions(cond("Ready", "False", "SomethingNew", "?")),
             "Degraded",
-            "ProfilingFailed: Job failed",
+            "SomethingNew",
         ),
     ],
-    ids=["no-status", "old-generation", "ready", "profiling", "failed"],
+    ids=["no-status", "old-generation", "no-ready", "invalid-spec", "unknown-reason"],
 )
 def test_argocd_health(obj: dict[str, Any], expected: str, in_message: str) -> None:
     status, message = health(obj)

@@ -14,9 +14,6 @@ from ship_helpers import CHART, ROOT, by_kind, helm, render
 from sps_operator.controller.main import job_policy, key_values, parse_args
 from sps_operator.controller.policy import JobPolicy, NameRule
 
-GENERATED_CRD = ROOT / "crds" / "sps.dev_spsprofiles.yaml"
-CHART_CRD = CHART / "crds" / "sps.dev_spsprofiles.yaml"
-
 
 def rules_grant(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
     return any(
@@ -45,18 +42,6 @@ def operator_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return next(c for c in containers if c["name"] == "operator")
 
 
-def test_chart_crd_is_the_generated_crd() -> None:
-    # The chart's crds/ links to the generated CRD (helm follows the link and packages the
-    # content), so `make crds` keeps both in sync; a copy must be byte-identical.
-    assert GENERATED_CRD.exists(), "crds/sps.dev_spsprofiles.yaml is missing (run `make crds`)"
-    assert CHART_CRD.read_bytes() == GENERATED_CRD.read_bytes(), (
-        f"{CHART_CRD} is out of date: cp {GENERATED_CRD} {CHART_CRD}"
-    )
-    crd = yaml.safe_load(CHART_CRD.read_text())
-    assert crd["kind"] == "CustomResourceDefinition"
-    assert crd["metadata"]["name"] == "spsprofiles.sps.dev"
-
-
 @pytest.mark.parametrize(
     "values",
     [[], ["watch.mode=namespaces", "watch.namespaces={team-a,team-b}"]],
@@ -75,11 +60,12 @@ def test_default_render_cluster_mode() -> None:
     objects = render()
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == sorted(
-        ["ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment", "Role",
-         "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount"]
+        ["ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding",
+         "CustomResourceDefinition", "Deployment", "PodDisruptionBudget", "Role", "Role",
+         "RoleBinding", "RoleBinding", "Service", "ServiceAccount"]
     ), kinds  # fmt: skip
     for obj in objects:
-        if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+        if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"):
             assert obj["metadata"]["namespace"] == "sps-system", obj["metadata"]
     container = operator_container(objects)
     assert container["image"] == "ghcr.io/sps-dev/sps-operator:0.1.0"
@@ -385,16 +371,11 @@ def test_metrics_disabled_renders_no_service_and_no_port() -> None:
     assert not any(a.startswith("--metrics-port") for a in container["args"])
 
 
-def test_image_digest_wins_over_tag() -> None:
+def test_image_digest_wins_over_tag_and_keeps_it() -> None:
     digest = "sha256:" + "ab" * 32
     container = operator_container(render(f"image.digest={digest}", "image.tag=9.9.9"))
-    assert container["image"] == f"ghcr.io/sps-dev/sps-operator@{digest}"
-
-
-def test_include_crds_renders_the_crd() -> None:
-    objects = render(include_crds=True)
-    (crd,) = by_kind(objects, "CustomResourceDefinition")
-    assert crd["spec"]["group"] == "sps.dev"
+    # The runtime pulls by digest; the tag stays for people and `kubectl sps version`.
+    assert container["image"] == f"ghcr.io/sps-dev/sps-operator:9.9.9@{digest}"
 
 
 @pytest.mark.parametrize(

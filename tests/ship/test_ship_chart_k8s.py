@@ -87,7 +87,6 @@ def install(cluster: K8sCluster, namespace: str, replicas: int) -> Iterator[tupl
         f"replicaCount={replicas}",
         release=release,
         namespace=system,
-        include_crds=True,
     )
     k8s_cluster = cluster
     crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
@@ -136,7 +135,8 @@ def test_ship_chart_applies_server_side_with_its_objects(
         system,
         "--kubeconfig",
         str(k8s_cluster.kubeconfig),
-        "--skip-crds",
+        "--set",
+        "crds.enabled=false",  # the session's CRD belongs to no release
         "--set",
         "watch.mode=namespaces",
         "--set",

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from sps_operator.api.crd import build_crd, render_crd
+from sps_operator.api.crd import build_crd, render_crd, render_crd_template
 from sps_operator.api.docs import render_api_docs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +30,14 @@ def test_committed_crd_matches_models() -> None:
     committed = (ROOT / "crds" / "sps.dev_spsprofiles.yaml").read_text()
     assert committed == render_crd(), (
         "run: .venv/bin/sps-operator crd > crds/sps.dev_spsprofiles.yaml"
+    )
+
+
+def test_chart_crd_template_matches_models() -> None:
+    committed = ROOT / "charts" / "sps-operator" / "templates" / "crd-spsprofiles.yaml"
+    assert committed.read_text() == render_crd_template(), (
+        "run: .venv/bin/sps-operator crd --helm > "
+        "charts/sps-operator/templates/crd-spsprofiles.yaml (or `make crds`)"
     )
 
 

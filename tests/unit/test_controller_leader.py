@@ -3,12 +3,14 @@ electors against the real API server)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
 from sps_operator.controller.leader import LeaseElector, Observed, Timing, decide
+from sps_operator.controller.main import _acquire
 
 T = Timing(lease_duration=10, renew_deadline=7, retry_period=2)
 
@@ -110,3 +112,48 @@ def test_losing_a_race_is_never_a_problem() -> None:
         clock.now = step * T.retry_period
         elector.try_once()
     assert elector.problem() is None
+
+
+class _HeldLeases:
+    """A CoordinationV1Api whose Lease another replica holds (renewing it: new versions)."""
+
+    def __init__(self) -> None:
+        self.holder, self.version = "sps-operator-7d9f-abcde", 1
+
+    def read_namespaced_lease(self, name: str, namespace: str) -> dict:
+        self.version += 1
+        return lease(self.holder, str(self.version))
+
+
+async def test_a_standby_logs_where_the_leader_is_once_per_leader(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`kubectl logs deploy/sps-operator` picks any pod: from a standby, it says which pod
+    leads and how to read its log, once, and again when another pod leads."""
+    api = _HeldLeases()
+    elector = LeaseElector("sps-operator", "sps-system", "me", api=api,  # type: ignore[arg-type]
+                           timing=Timing(retry_period=0.001))  # fmt: skip
+    stop = asyncio.Event()
+    rounds = 0
+    real_try = elector.try_once
+
+    def counting() -> bool:
+        nonlocal rounds
+        rounds += 1
+        if rounds == 4:
+            api.holder = "sps-operator-7d9f-fghij"  # the leader changed
+        if rounds == 8:
+            stop.set()
+        return real_try()
+
+    elector.try_once = counting  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO, logger="sps_operator.main"):
+        assert not await _acquire(elector, stop)
+    pointers = [r.getMessage() for r in caplog.records if "the leader is" in r.getMessage()]
+    assert pointers == [
+        "standing by; the leader is sps-operator-7d9f-abcde (Lease sps-system/sps-operator): "
+        "kubectl -n sps-system logs pod/sps-operator-7d9f-abcde",
+        "standing by; the leader is sps-operator-7d9f-fghij (Lease sps-system/sps-operator): "
+        "kubectl -n sps-system logs pod/sps-operator-7d9f-fghij",
+    ]
+    assert all(r.levelno == logging.WARNING for r in caplog.records if "leader is" in r.message)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import platform
 from datetime import UTC, datetime
 from pathlib import Path
 
 from controller_harness import Harness
 from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
+from sps_operator import __version__
+from sps_operator.api.models import SpsProfileStatus
 from sps_operator.controller.builders import ProfileRef
 from sps_operator.controller.main import make_clock, parse_args
 from sps_operator.controller.metrics import Metrics
@@ -15,42 +19,145 @@ from sps_operator.controller.metrics import Metrics
 REF = ProfileRef("p", "ns", "uid")
 
 
-def test_metrics_count_runs_durations_rollouts_and_table_age() -> None:
+def samples(m: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(generate_latest(m.registry).decode())
+        for sample in family.samples
+    }
+
+
+def of(name: str, **labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return (name, tuple(sorted({"namespace": "ns", "profile": "p", **labels}.items())))
+
+
+def test_runs_started_and_finished_are_separate_counters() -> None:
+    # A rate of runs_total{outcome!="started"} once mixed starts with ends; now a run is
+    # counted once when it starts and once, by outcome, when it ends.
     m = Metrics()
+    m.run_started(REF)
     m.run_started(REF)
     m.run_finished(REF, "succeeded", 12.5)
     m.run_finished(REF, "failed", 3.0)
     m.rollout(REF, "Inject")
-    now = datetime(2026, 3, 1, 12, 0, 10, tzinfo=UTC)
-    m.table_age(REF, "NVIDIA-H200", "2026-03-01T12:00:00Z", now)
-    m.passed(REF)
-    m.passed(REF)
-    text = generate_latest(m.registry).decode()
-    assert 'sps_reconcile_passes_total{namespace="ns",profile="p"} 2.0' in text
-    assert 'sps_profiling_runs_total{namespace="ns",outcome="succeeded",profile="p"} 1.0' in text
-    assert 'sps_profiling_runs_total{namespace="ns",outcome="failed",profile="p"} 1.0' in text
-    assert 'sps_profiling_duration_seconds_count{namespace="ns",profile="p"} 2.0' in text
-    assert 'sps_profiling_duration_seconds_sum{namespace="ns",profile="p"} 15.5' in text
-    assert 'sps_rollouts_total{mode="Inject",namespace="ns",profile="p"} 1.0' in text
-    assert (
-        'sps_table_age_seconds{gpu_product="NVIDIA-H200",namespace="ns",profile="p"} 10.0' in text
+    got = samples(m)
+    assert got[of("sps_profiling_runs_started_total")] == 2.0
+    assert got[of("sps_profiling_runs_finished_total", outcome="succeeded")] == 1.0
+    assert got[of("sps_profiling_runs_finished_total", outcome="failed")] == 1.0
+    assert of("sps_profiling_runs_finished_total", outcome="started") not in got
+    assert got[of("sps_profiling_duration_seconds_count")] == 2.0
+    assert got[of("sps_profiling_duration_seconds_sum")] == 15.5
+    assert got[of("sps_rollouts_total", mode="Inject")] == 1.0
+
+
+def status(**fields: object) -> SpsProfileStatus:
+    return SpsProfileStatus.model_validate(fields)
+
+
+TABLE = {
+    "gpuProduct": "NVIDIA-H200",
+    "fingerprint": "f1",
+    "configMap": "p-table-1",
+    "hash": "h",
+    "kind": "Diagonal",
+    "profiledAt": "2026-03-01T12:00:00Z",
+}
+RUN = {
+    "name": "p-1",
+    "job": "p-1",
+    "phase": "Diagonal",
+    "gpuProduct": "NVIDIA-H200",
+    "fingerprint": "f1",
+    "target": "server",
+    "trigger": "NoTable",
+    "startedAt": "2026-03-01T11:00:00Z",
+}
+
+
+def test_status_gauges_mirror_the_status_and_go_with_it() -> None:
+    m = Metrics()
+    waiting = {"reason": "WaitingForGPUs", "message": "0/3 nodes", "since": "2026-03-01T11:00:05Z"}
+    borrow = {"deployment": "server", "replicas": 2, "at": "2026-03-01T11:00:10Z"}
+    m.status(
+        REF,
+        status(
+            tables=[TABLE],
+            currentRun={**RUN, "waiting": waiting, "borrow": borrow},
+            conditions=[
+                {"type": "Ready", "status": "False", "reason": "WaitingForGPUs",
+                 "lastTransitionTime": "2026-03-01T11:00:05Z"},
+            ],
+        ),
+    )  # fmt: skip
+    got = samples(m)
+    # A timestamp, not an age: the gauge does not tick, `time() - x` is the age.
+    profiled = got[of("sps_table_profiled_timestamp_seconds", gpu_product="NVIDIA-H200")]
+    assert profiled == datetime(2026, 3, 1, 12, tzinfo=UTC).timestamp()
+    assert got[of("sps_run_waiting_since_timestamp_seconds", reason="WaitingForGPUs")] == (
+        datetime(2026, 3, 1, 11, 0, 5, tzinfo=UTC).timestamp()
     )
+    assert got[of("sps_replica_borrowed_timestamp_seconds", deployment="server")] == (
+        datetime(2026, 3, 1, 11, 0, 10, tzinfo=UTC).timestamp()
+    )
+    assert got[of("sps_profile_condition", type="Ready", status="false")] == 1.0
+    assert got[of("sps_profile_condition", type="Ready", status="true")] == 0.0
+
+    # The wait and the borrow end, the table is gone, Ready turns True: their series go.
+    m.status(
+        REF,
+        status(
+            conditions=[{"type": "Ready", "status": "True", "reason": "TableLive",
+                         "lastTransitionTime": "2026-03-01T12:00:05Z"}],
+        ),
+    )  # fmt: skip
+    got = samples(m)
+    assert not [k for k in got if k[0].startswith("sps_run_waiting_since")]
+    assert not [k for k in got if k[0].startswith("sps_replica_borrowed")]
+    assert not [k for k in got if k[0].startswith("sps_table_profiled")]
+    assert got[of("sps_profile_condition", type="Ready", status="true")] == 1.0
+
+
+def test_a_time_that_is_not_one_sets_no_gauge() -> None:
+    m = Metrics()
+    m.status(REF, status(tables=[{**TABLE, "profiledAt": "yesterday"}]))
+    assert not [k for k in samples(m) if k[0].startswith("sps_table_profiled")]
 
 
 def test_a_deleted_profiles_series_are_removed() -> None:
     m = Metrics()
     other = ProfileRef("q", "ns", "uid-2")
-    now = datetime(2026, 3, 1, 12, 0, 10, tzinfo=UTC)
     for ref in (REF, other):
         m.run_finished(ref, "succeeded", 1.0)
         m.rollout(ref, "Inject")
-        m.table_age(ref, "NVIDIA-H200", "2026-03-01T12:00:00Z", now)
+        m.status(ref, status(tables=[TABLE]))
         m.passed(ref)
     m.forget("ns", "p")
     text = generate_latest(m.registry).decode()
     assert 'profile="p"' not in text
-    assert 'sps_table_age_seconds{gpu_product="NVIDIA-H200",namespace="ns",profile="q"}' in text
+    assert (
+        'sps_table_profiled_timestamp_seconds{gpu_product="NVIDIA-H200",namespace="ns",'
+        'profile="q"}' in text
+    )
     m.forget("ns", "p")  # twice: nothing left, no error
+
+
+def test_build_info_leader_passes_and_the_process_collectors() -> None:
+    m = Metrics()
+    m.leading(True)
+    m.pass_done(0.2, None)
+    m.pass_done(0.1, "rollout")
+    m.pass_done(0.1, "not-a-step")
+    got = samples(m)
+    assert got[("sps_build_info", (("python_version", platform.python_version()),
+                                   ("version", __version__)))] == 1.0  # fmt: skip
+    assert got[("sps_leader", ())] == 1.0
+    assert got[("sps_reconcile_duration_seconds_count", ())] == 3.0
+    assert got[("sps_reconcile_errors_total", (("step", "rollout"),))] == 1.0
+    assert got[("sps_reconcile_errors_total", (("step", "other"),))] == 1.0
+    names = {name for name, _ in got}
+    assert {"process_cpu_seconds_total", "python_info", "python_gc_collections_total"} <= names
+    m.leading(False)
+    assert samples(m)[("sps_leader", ())] == 0.0
 
 
 def test_run_flags_and_injectable_clock(tmp_path: Path) -> None:
@@ -66,6 +173,39 @@ def test_run_flags_and_injectable_clock(tmp_path: Path) -> None:
     assert (clock() - before).total_seconds() >= 3600
     offset.write_text("")
     assert (clock() - before).total_seconds() < 60
+
+
+async def test_the_leader_gauge_is_1_while_the_operator_acts() -> None:
+    from sps_operator.controller.main import run
+
+    m = Metrics()
+    seen: list[float] = []
+
+    async def operator(stop_flag: object) -> None:
+        seen.append(samples(m)[("sps_leader", ())])
+
+    assert await run(operator, None, None, m) == 0
+    assert seen == [1.0]  # no election: this replica acts
+    assert samples(m)[("sps_leader", ())] == 0.0  # stopped
+
+
+def test_a_pass_that_fails_is_counted_by_its_step() -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    h = Harness.with_finished_job()
+    assert h.reconciler is not None
+    m = h.reconciler.metrics
+    passes = samples(m)[("sps_reconcile_duration_seconds_count", ())]
+    h.kube.fail["create_ConfigMap"] = ApiException(status=422, reason="Invalid")
+    h.tick()
+    h.run_pass()
+    got = samples(m)
+    assert got[("sps_reconcile_duration_seconds_count", ())] == passes + 1
+    assert got[("sps_reconcile_errors_total", (("step", "run"),))] == 1.0
+    h.kube.fail["patch_status"] = ApiException(status=422, reason="Invalid")
+    h.tick(60)
+    h.run_pass()
+    assert samples(m).get(("sps_reconcile_errors_total", (("step", "status"),))) == 1.0
 
 
 def test_every_pass_that_reads_the_world_is_counted() -> None:

@@ -29,9 +29,16 @@ def test_parser_accepts_every_command_with_output_flag() -> None:
     assert parser.parse_args(["get", "-A", "-w"]).all_namespaces is True
     assert parser.parse_args(["reprofile", "llama", "--token", "t1"]).token == "t1"
     assert parser.parse_args(["export", "llama", "--name", "pinned"]).new_name == "pinned"
-    with pytest.raises(SystemExit):
-        parser.parse_args(["get", "-o", "wide"])
-    assert set(cli.COMMANDS) == {"get", "table", "diff", "export", "reprofile", "explain"}
+    # kubectl's -o wide, name and jsonpath for get; the other commands refuse them.
+    for output in ("wide", "name", "jsonpath={.items[*].metadata.name}", "json"):
+        assert parser.parse_args(["get", "-o", output]).output == output
+    for command, output in (["table", "wide"], ["explain", "name"], ["get", "jsonpath"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args([command, "x", "-o", output] if command != "get" else
+                              [command, "-o", output])  # fmt: skip
+    assert set(cli.COMMANDS) == {
+        "get", "table", "diff", "export", "reprofile", "explain", "version"
+    }  # fmt: skip
 
 
 def test_diff_of_local_files_needs_no_cluster(

@@ -115,6 +115,11 @@ def test_get_row_and_render_columns() -> None:
         "state": "Profiling/Diagonal",
         "progress": "7/19 rounds",
         "age": "3m20s",
+        # -o wide's columns
+        "targets": "0/0",
+        "reason": "-",
+        "run": "-",
+        "lastFailure": "-",
     }
     text = view.render_get([row], all_namespaces=False).splitlines()
     assert text[0].split() == ["NAME", "KIND", "GPU", "TABLE", "STATE", "PROGRESS", "AGE"]

@@ -38,12 +38,34 @@ app.kubernetes.io/part-of: sps-operator
 {{- end -}}
 {{- end -}}
 
-{{- define "sps-operator.image" -}}
-{{- if .Values.image.digest -}}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
-{{- else -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{/* The image's tag: image.tag, else the chart's appVersion. */}}
+{{- define "sps-operator.imageTag" -}}
+{{- default .Chart.AppVersion .Values.image.tag -}}
 {{- end -}}
+
+{{/* repository:tag, or repository:tag@digest: the digest decides what runs, the tag stays
+for people and `kubectl sps version`. */}}
+{{- define "sps-operator.image" -}}
+{{- $ref := printf "%s:%s" .Values.image.repository (include "sps-operator.imageTag" .) -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $ref .Values.image.digest -}}
+{{- else -}}
+{{- $ref -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels of the operator's pods beyond the selector: `kubectl sps version` finds them
+(sps_operator.api.labels.OPERATOR_POD_SELECTOR) and reads the version they run. */}}
+{{- define "sps-operator.podLabels" -}}
+{{ include "sps-operator.selectorLabels" . }}
+app.kubernetes.io/part-of: sps-operator
+app.kubernetes.io/component: operator
+app.kubernetes.io/version: {{ include "sps-operator.imageTag" . | trunc 63 | quote }}
+{{- end -}}
+
+{{/* More than one replica: they elect a leader, and get a PDB and a spread. */}}
+{{- define "sps-operator.replicated" -}}
+{{- if gt (int .Values.replicaCount) 1 }}true{{ end -}}
 {{- end -}}
 
 {{/* The namespaces the operator serves in namespaces mode (validated, deduplicated). */}}

@@ -20,6 +20,13 @@ LABEL_RELEASED = f"{LABEL_PREFIX}/released"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "sps-operator"
 
+# The operator's own pods carry these (the chart's pod template): `kubectl sps version`
+# finds them by this selector and reads the version from the image they run.
+OPERATOR_POD_SELECTOR = (
+    "app.kubernetes.io/part-of=sps-operator,app.kubernetes.io/component=operator"
+)
+OPERATOR_CONTAINER = "operator"
+
 COMPONENT_TABLE = "table"
 COMPONENT_SEED = "seed-table"
 COMPONENT_RESULT = "result"

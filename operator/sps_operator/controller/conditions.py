@@ -10,14 +10,24 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from sps_operator.api.models import Condition, ConditionStatus
+from sps_operator.api.reasons import (
+    DEGRADED,
+    PROFILING,
+    READY,
+    RECONCILING,
+    ROLLED_OUT,
+    STALE,
+    STALLED,
+    TABLE_READY,
+    Health,
+    health,
+)
 
-READY = "Ready"
-PROFILING = "Profiling"
-TABLE_READY = "TableReady"
-ROLLED_OUT = "RolledOut"
-STALE = "Stale"
-DEGRADED = "Degraded"
-ALL_TYPES = (READY, PROFILING, TABLE_READY, ROLLED_OUT, STALE, DEGRADED)
+# The condition types are defined with the reasons (api/reasons.py); re-exported here.
+__all__ = [
+    "DEGRADED", "PROFILING", "READY", "ROLLED_OUT", "STALE", "TABLE_READY",
+    "get_condition", "rfc3339", "set_condition", "with_kstatus",
+]  # fmt: skip
 
 
 def rfc3339(now: datetime) -> str:
@@ -66,3 +76,22 @@ def set_condition(
 
 def get_condition(conditions: Sequence[Condition], type_: str) -> Condition | None:
     return next((c for c in conditions if c.type == type_), None)
+
+
+def with_kstatus(
+    conditions: Sequence[Condition], now: datetime, generation: int | None
+) -> list[Condition]:
+    """The list with kstatus's abnormal-true conditions set from Ready (and Profiling), by
+    the rule Argo CD's health check uses (api.reasons.health): `Reconciling` True while the
+    operator works towards Ready, `Stalled` True when it cannot without a fix. Flux's
+    kustomize-controller (kstatus) then waits for a profile that is in progress and fails
+    one that is stalled, with Ready's reason and message."""
+    verdict = health({c.type: (str(c.status), c.reason) for c in conditions})
+    ready = get_condition(conditions, READY)
+    reason = ready.reason if ready is not None else "NoTable"
+    message = ready.message if ready is not None else ""
+    out = list(conditions)
+    for type_, on in ((RECONCILING, Health.PROGRESSING), (STALLED, Health.DEGRADED)):
+        active = verdict == on
+        out = set_condition(out, type_, active, reason, message if active else "", now, generation)
+    return out

@@ -90,6 +90,10 @@ class LeaseElector:
         self._refused_since: float | None = None  # first of the refusals in a row
         self._refusal = ""
 
+    def holder(self) -> str | None:
+        """The holder of the Lease as last read (None before a read, or when released)."""
+        return self._observed.holder if self._observed is not None else None
+
     def is_leader(self) -> bool:
         renewed = self._renewed_at
         return renewed is not None and self.clock() - renewed < self.timing.renew_deadline

@@ -16,11 +16,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sps_operator import __version__
 from sps_operator.constants import IMAGE
 from sps_operator.controller.policy import JobPolicy, NameRule
 
 if TYPE_CHECKING:
     from sps_operator.controller.leader import LeaseElector
+    from sps_operator.controller.metrics import Metrics
 
 log = logging.getLogger("sps_operator.main")
 
@@ -315,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
 
         identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
         elector = LeaseElector(args.lease_name, args.lease_namespace, identity)
-    return asyncio.run(run(operator, elector, args.liveness))
+    log.info("sps-operator %s", __version__)
+    return asyncio.run(run(operator, elector, args.liveness, metrics))
 
 
 class RetriedIsWarning(logging.Filter):
@@ -375,29 +378,37 @@ async def run(
     operator: Callable[..., Coroutine[Any, Any, None]],
     elector: LeaseElector | None,
     liveness: str | None,
+    metrics: Metrics | None = None,
 ) -> int:
     """The operator until SIGTERM/SIGINT; with an elector, only while leading. Exit 1 when
     leadership was lost (the pod restarts and stands by again)."""
     from sps_operator.controller.health import serve_health
 
+    def leading(now: bool) -> None:
+        state["leading"] = now
+        if metrics is not None:
+            metrics.leading(now)
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    state = {"leading": elector is None, "lost": False}
+    state = {"leading": False, "lost": False}
+    leading(elector is None)
     problem = elector.problem if elector is not None else None
     health = await serve_health(liveness, problem) if liveness else None
     try:
         if elector is not None:
             if not await _acquire(elector, stop):
                 return 0
-            state["leading"] = True
+            leading(True)
             renewing = asyncio.create_task(_renew(elector, stop, state))
         await operator(stop_flag=stop)
         if elector is not None:
             renewing.cancel()
             await asyncio.to_thread(elector.release)
     finally:
+        leading(False)
         if health is not None:
             await health.cleanup()
     return 1 if state["lost"] else 0
@@ -406,13 +417,26 @@ async def run(
 async def _acquire(elector: LeaseElector, stop: asyncio.Event) -> bool:
     """Stand by until this process holds the Lease (True) or is told to stop (False)."""
     log.info("standing by for lease %s/%s", elector.namespace, elector.name)
+    pointed_at: str | None = None
     while not stop.is_set():
         if await asyncio.to_thread(elector.try_once):
             log.warning("leading: holding lease %s/%s", elector.namespace, elector.name)
             return True
+        holder = elector.holder()
+        if holder is not None and holder != pointed_at:
+            # `kubectl logs deploy/...` picks one pod: from a standby, say where the leader is.
+            log.warning(leader_pointer(elector, holder))
+            pointed_at = holder
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), elector.timing.retry_period)
     return False
+
+
+def leader_pointer(elector: LeaseElector, holder: str) -> str:
+    return (
+        f"standing by; the leader is {holder} (Lease {elector.namespace}/{elector.name}): "
+        f"kubectl -n {elector.namespace} logs pod/{holder}"
+    )
 
 
 async def _renew(elector: LeaseElector, stop: asyncio.Event, state: dict[str, bool]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -103,20 +104,24 @@ class Reconciler:
             pool_sweep=self.pool_sweep,
             kueue_reads=self.kueue_reads,
         )
-        failed = False
+        started = time.monotonic()
+        failed_step: str | None = None
         try:
             self._steps(p, meta, world)
         except Exception as exc:  # every failure becomes status, never a wedge
-            failed = True
+            failed_step = p.step
             self._record_error(p, exc)
         try:
             p.step = "report"
             report(p)
         except Exception as exc:
-            failed = True
+            failed_step = failed_step or "report"
             log.exception("report of %s/%s failed", p.namespace, p.ref.name)
             p.status.last_failure = _failure(p, PASS_FAILED, f"report: {api_error_detail(exc)}")
-        self._write_status(p, before, str(meta.get("resourceVersion") or ""))
+        if not self._write_status(p, before, str(meta.get("resourceVersion") or "")):
+            failed_step = failed_step or "status"
+        self.metrics.pass_done(time.monotonic() - started, failed_step)
+        failed = failed_step not in (None, "status")  # a refused status write has its own path
         for type_, reason, message in p.events:
             self.kube.event(body, type_, reason, message, now)
         self._note_outcome(uid, failed, now)
@@ -191,15 +196,16 @@ class Reconciler:
         self._written.pop(uid, None)
         self._backoff.pop(uid, None)
 
-    def _write_status(self, p: Pass, before: dict[str, Any], read_at: str) -> None:
+    def _write_status(self, p: Pass, before: dict[str, Any], read_at: str) -> bool:
+        """Write the status the pass computed; False when the API refused it."""
         after = _status_dict(p.status)
         if after == before:
-            return
+            return True
         try:
             self.kube.patch_status(p.namespace, p.ref.name, after)
             if read_at:
                 self._written[p.ref.uid] = (read_at, p.status.to_k8s())
-            return
+            return True
         except Exception as exc:
             detail = api_error_detail(exc)
             log.warning("status of %s/%s not written: %s", p.namespace, p.ref.name, detail)
@@ -219,6 +225,7 @@ class Reconciler:
             # The next pass writes it again: a throttled or busy API server is a WARNING.
             level = logging.WARNING if is_transient(exc) else logging.ERROR
             log.log(level, "status of %s/%s not written: %s", p.namespace, p.ref.name, exc)
+        return False
 
     def _report_invalid(self, body: Mapping[str, Any], exc: ValidationError, now: datetime) -> None:
         meta = body["metadata"]
@@ -234,6 +241,7 @@ class Reconciler:
             status.conditions, cond.READY, False, "InvalidSpec", message, now,
             meta.get("generation"),
         )  # fmt: skip
+        status.conditions = cond.with_kstatus(status.conditions, now, meta.get("generation"))
         status.observed_generation = meta.get("generation")
         after = _status_dict(status)
         if after != before:

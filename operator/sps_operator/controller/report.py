@@ -175,6 +175,6 @@ def report(p: Pass) -> None:
         setc(cond.READY, False, table[1], table[2])
     else:
         setc(cond.READY, False, roll_reason, roll_message)
+    st.conditions = cond.with_kstatus(st.conditions, now, gen)
     st.observed_generation = gen
-    for ref in st.tables:
-        p.metrics.table_age(p.ref, ref.gpu_product, ref.profiled_at, now)
+    p.metrics.status(p.ref, st)

@@ -1,11 +1,12 @@
 """`kubectl sps` — a kubectl plugin (the executable `kubectl-sps` on PATH).
 
-    kubectl sps get [NAME] [-A] [-w]           profiles: GPU product, table, state, age
+    kubectl sps get [NAME] [-A] [-w] [-o wide|name|jsonpath=T]  profiles: GPU, table, state
     kubectl sps table NAME [--gpu P] [--plot FILE.png] [--rejected]
     kubectl sps diff OLD NEW                    predicted step-time change over the grid
     kubectl sps export NAME [--gpu P] [--name N] the table ConfigMap as YAML for Git
     kubectl sps reprofile NAME [--token T]      request a new run (annotation, not spec)
     kubectl sps explain NAME                    why the last run failed, and what next
+    kubectl sps version [--client]              the plugin's and the operator's versions
 
 A table reference (diff) is PROFILE, PROFILE@GPU, PROFILE@rejected,
 configmap/NAME, log:POD[/CONTAINER] (the table a server with SGLang PR #35413 derived at
@@ -24,11 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from sps_operator import __version__
 from sps_operator.api import labels as L
 from sps_operator.api.result import decode_rounds
+from sps_operator.constants import API_GROUP
 from sps_operator.plugin import diff as diffmod
 from sps_operator.plugin import explain as explainmod
-from sps_operator.plugin import view
+from sps_operator.plugin import jsonpath, view
 from sps_operator.plugin.view import PluginError
 from sps_operator.tables.formats import (
     SpsCostTable,
@@ -45,13 +48,29 @@ if TYPE_CHECKING:  # keeps `kubectl sps --help` free of the kubernetes import
     from sps_operator.plugin.client import Cluster
 
 
-def _common() -> argparse.ArgumentParser:
+OUTPUTS = ("human", "json", "yaml")
+# `kubectl sps get` also takes kubectl's -o wide, -o name and -o jsonpath=TEMPLATE.
+GET_OUTPUTS = (*OUTPUTS, "wide", "name", "jsonpath=TEMPLATE")
+
+
+def _common(outputs: tuple[str, ...] = OUTPUTS) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-n", "--namespace", help="namespace (default: the context's)")
-    common.add_argument("-o", "--output", choices=["human", "json", "yaml"], default="human")
+    common.add_argument(
+        "-o", "--output", default="human", type=_output(outputs), help="|".join(outputs)
+    )
     common.add_argument("--kubeconfig", help="path to the kubeconfig (default: $KUBECONFIG)")
     common.add_argument("--context", help="kubeconfig context (default: the current one)")
     return common
+
+
+def _output(allowed: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if value in allowed or ("jsonpath=TEMPLATE" in allowed and value.startswith("jsonpath=")):
+            return value
+        raise argparse.ArgumentTypeError(f"{value!r}: one of {', '.join(allowed)}")
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,8 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None,
     )
+    parser.add_argument("--version", action="version", version=f"kubectl-sps {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    get = sub.add_parser("get", parents=[common], help="list profiles")
+    get = sub.add_parser("get", parents=[_common(GET_OUTPUTS)], help="list profiles")
     get.add_argument("name", nargs="?")
     get.add_argument("-A", "--all-namespaces", action="store_true")
     get.add_argument("-w", "--watch", action="store_true", help="print changes until ^C")
@@ -92,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     explain = sub.add_parser("explain", parents=[common], help="why the last run failed")
     explain.add_argument("name")
+
+    version = sub.add_parser("version", parents=[common], help="plugin and operator versions")
+    version.add_argument("--client", action="store_true", help="the plugin's version only")
+    version.add_argument(
+        "--operator-namespace",
+        help="where the operator runs (default: look in every namespace)",
+    )
     return parser
 
 
@@ -114,22 +141,33 @@ def _namespace(args: argparse.Namespace, cluster: Cluster) -> str:
 def cmd_get(args: argparse.Namespace, cluster: Cluster) -> int:
     namespace = None if args.all_namespaces else _namespace(args, cluster)
 
-    def snapshot() -> list[dict[str, str]]:
+    def profiles() -> list[dict[str, Any]]:
         if args.name:
             if namespace is None:
                 raise PluginError("a NAME needs a namespace (-n), not -A")
-            profiles = [cluster.get_profile(namespace, args.name)]
-        else:
-            profiles = cluster.list_profiles(namespace)
-        now = datetime.now(UTC)
-        return [view.get_row(p, now) for p in profiles]
+            return [cluster.get_profile(namespace, args.name)]
+        return cluster.list_profiles(namespace)
 
-    rows = snapshot()
-    if args.output != "human" or not args.watch:
-        emit(args, rows, view.render_get(rows, args.all_namespaces))
+    def snapshot() -> list[dict[str, str]]:
+        now = datetime.now(UTC)
+        return [view.get_row(p, now) for p in profiles()]
+
+    if args.output.startswith("jsonpath="):
+        # As kubectl: over the API objects (one, or a List of them).
+        found = profiles()
+        data = found[0] if args.name else {"apiVersion": "v1", "kind": "List", "items": found}
+        print(jsonpath.render(args.output.removeprefix("jsonpath="), data))
         return 0
-    print(view.render_get(rows, args.all_namespaces, view.watch_layout(rows)), flush=True)
-    watch_rows(snapshot, args.all_namespaces, args.interval, args.watch_timeout)
+    if args.output == "name":
+        print("\n".join(f"spsprofile.{API_GROUP}/{p['metadata']['name']}" for p in profiles()))
+        return 0
+    rows = snapshot()
+    wide = args.output == "wide"
+    if args.output not in ("human", "wide") or not args.watch:
+        emit(args, rows, view.render_get(rows, args.all_namespaces, wide=wide))
+        return 0
+    print(view.render_get(rows, args.all_namespaces, view.watch_layout(rows), wide), flush=True)
+    watch_rows(snapshot, args.all_namespaces, args.interval, args.watch_timeout, wide=wide)
     return 0
 
 
@@ -140,6 +178,7 @@ def watch_rows(
     timeout: float = 0.0,
     until: Callable[[list[dict[str, str]]], bool] | None = None,
     out: Callable[[str], None] = lambda line: print(line, flush=True),
+    wide: bool = False,
 ) -> list[dict[str, str]]:
     """`kubectl get -w` by polling: a line each time a row's state or progress changes."""
     first = snapshot()
@@ -157,7 +196,7 @@ def watch_rows(
                 if seen.get(key) != now:
                     seen[key] = now
                     layout.append(row)  # widths only grow: earlier lines stay aligned
-                    out(view.render_get([row], all_namespaces, layout).splitlines()[1])
+                    out(view.render_get([row], all_namespaces, layout, wide).splitlines()[1])
             if until is not None and until(rows):
                 break
     except KeyboardInterrupt:
@@ -244,6 +283,13 @@ def cmd_table(args: argparse.Namespace, cluster: Cluster) -> int:
 def write_plot(cm: dict[str, Any], table: SpsTable, path: Path, title: str) -> tuple[Path, bool]:
     """The fit against the measured cells the table ConfigMap keeps beside the table;
     the table alone when it kept none."""
+    try:
+        import matplotlib  # noqa: F401
+        import numpy  # noqa: F401
+    except ModuleNotFoundError as exc:
+        raise PluginError(
+            f"--plot needs {exc.name}, which is not installed: pip install 'sps-operator[plot]'"
+        ) from None
     from sps_operator.tables.fit import cells_from_rounds
 
     try:
@@ -319,6 +365,26 @@ def cmd_explain(args: argparse.Namespace, cluster: Cluster) -> int:
     return 0
 
 
+def cmd_version(args: argparse.Namespace, cluster: Cluster | None) -> int:
+    if cluster is None:
+        emit(args, {"client": __version__}, f"Client Version: {__version__}")
+        return 0
+    namespace = args.operator_namespace
+    try:
+        pods = cluster.list_pods(namespace, L.OPERATOR_POD_SELECTOR)
+    except PluginError:
+        print(f"Client Version: {__version__}", file=sys.stderr)
+        raise
+    operators = [view.operator_pod_version(p) for p in pods]
+    where = f"{namespace or 'every namespace'}, selector {L.OPERATOR_POD_SELECTOR}"
+    emit(
+        args,
+        {"client": __version__, "operators": operators},
+        view.render_version(__version__, operators, where),
+    )
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Any], int]] = {
     "get": cmd_get,
     "table": cmd_table,
@@ -326,10 +392,13 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Any], int]] = {
     "export": cmd_export,
     "reprofile": cmd_reprofile,
     "explain": cmd_explain,
+    "version": cmd_version,
 }
 
 
 def _needs_cluster(args: argparse.Namespace) -> bool:
+    if args.command == "version":
+        return not args.client
     if args.command != "diff":
         return True
     return not all(r.endswith(".json") or Path(r).is_file() for r in (args.old, args.new))

@@ -99,13 +99,21 @@ class Cluster:
             return None
         return dict(self.api.sanitize_for_serialization(job))
 
-    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        pods = self._call(
-            f"pods in {namespace}",
-            self.core.list_namespaced_pod,
-            namespace,
-            label_selector=selector,
-        )
+    def list_pods(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
+        """Pods matching `selector` in `namespace` (None: every namespace)."""
+        if namespace is None:
+            pods = self._call(
+                "pods in all namespaces (pass --operator-namespace to look in one)",
+                self.core.list_pod_for_all_namespaces,
+                label_selector=selector,
+            )
+        else:
+            pods = self._call(
+                f"pods in {namespace}",
+                self.core.list_namespaced_pod,
+                namespace,
+                label_selector=selector,
+            )
         return [dict(self.api.sanitize_for_serialization(p)) for p in pods.items]
 
     def pod_log(self, namespace: str, name: str, limit_bytes: int) -> str:

@@ -150,6 +150,12 @@ def get_row(profile: Mapping[str, Any], now: datetime) -> dict[str, str]:
         "progress": run_progress(run, now),
         "age": age(meta.get("creationTimestamp"), now),
     }
+    targets = status.get("targets") or []
+    ready = conditions_by_type(profile).get("Ready") or {}
+    row["targets"] = f"{sum(1 for t in targets if t.get('state') == 'Live')}/{len(targets)}"
+    row["reason"] = str(ready.get("reason") or "-")
+    row["run"] = str(run.get("name") or "-")
+    row["lastFailure"] = str((status.get("lastFailure") or {}).get("reason") or "-")
     waiting = run.get("waiting") or {}
     if waiting.get("reason"):
         # Not a column (too long): -o json/yaml carry why and since when.
@@ -182,18 +188,26 @@ def render_columns(
     return "\n".join(lines)
 
 
+# `-o wide` adds: live targets of all, Ready's reason, the current run, the last failure.
+WIDE_COLUMNS = {"targets": "TARGETS", "reason": "REASON", "run": "RUN",
+                "lastFailure": "LAST FAILURE"}  # fmt: skip
+
+
 def render_get(
     rows: Sequence[Mapping[str, str]],
     all_namespaces: bool,
     layout: Sequence[Mapping[str, str]] = (),
+    wide: bool = False,
 ) -> str:
     if not rows:
         return "No SpsProfiles found."
     keys = ["name", "kind", "gpu", "table", "state", "progress", "age"]
+    if wide:
+        keys[-1:-1] = list(WIDE_COLUMNS)
     if all_namespaces:
         keys.insert(0, "namespace")
     return render_columns(
-        [k.upper() for k in keys],
+        [WIDE_COLUMNS.get(k, k.upper()) for k in keys],
         [[r[k] for k in keys] for r in rows],
         [[r.get(k, "") for k in keys] for r in layout],
     )
@@ -217,8 +231,62 @@ def watch_layout(rows: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
         "state": "Profiling/OffDiagonal",
         "progress": "00/00 rounds",
         "age": "00m00s",
+        "targets": "0/0",
+        "reason": "WaitingForGPUs",
+        "run": max((f"{r['name']}-0123456789" for r in rows), key=len, default=""),
+        "lastFailure": "FitQualityGateFailed",
     }
     return [*(dict(r) for r in rows), pad]
+
+
+# --------------------------------------------------------------------------- versions
+
+
+def image_tag(image: str) -> str | None:
+    """The tag of an image reference (`repo[:port]/path:tag[@digest]`), None without one."""
+    last = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else None
+
+
+def operator_pod_version(pod: Mapping[str, Any]) -> dict[str, str]:
+    """Which version an operator pod runs: the tag of its container's image (the chart
+    keeps the tag in a digest-pinned reference), else the pod's app.kubernetes.io/version
+    label (the chart sets it to the same tag)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    containers = spec.get("containers") or []
+    container = next(
+        (c for c in containers if c.get("name") == L.OPERATOR_CONTAINER),
+        containers[0] if containers else {},
+    )
+    image = str(container.get("image") or "")
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    status: dict[str, Any] = next(
+        (c for c in statuses if c.get("name") == container.get("name")), {}
+    )
+    labels = meta.get("labels") or {}
+    version = image_tag(image) or labels.get("app.kubernetes.io/version") or "unknown"
+    return {
+        "namespace": str(meta.get("namespace", "")),
+        "pod": str(meta.get("name", "")),
+        "version": str(version),
+        "image": image,
+        "imageID": str(status.get("imageID") or ""),
+        "ready": "true" if status.get("ready") else "false",
+    }
+
+
+def render_version(client: str, operators: Sequence[Mapping[str, str]], where: str) -> str:
+    lines = [f"Client Version: {client}"]
+    if not operators:
+        lines.append(f"Operator Version: no operator pod found ({where})")
+    for op in operators:
+        ready = "" if op["ready"] == "true" else ", not ready"
+        lines.append(
+            f"Operator Version: {op['version']} ({op['namespace']}/{op['pod']}, "
+            f"{op['image']}{ready})"
+        )
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- tables

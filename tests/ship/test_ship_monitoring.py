@@ -1,0 +1,160 @@
+"""The chart's alerts and dashboard: they parse as Prometheus parses them (its own rule
+validation and PromQL parser, tests/ship/promcheck.py) and use only metrics the operator
+exports; docs/operator.md lists every metric."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from promcheck import check_exprs, check_rules, metric_names
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from ship_helpers import CHART, ROOT, by_kind, render
+
+from sps_operator.api.models import SpsProfileStatus
+from sps_operator.controller.builders import ProfileRef
+from sps_operator.controller.metrics import Metrics
+
+pytestmark = pytest.mark.slow  # builds promcheck once (cached)
+
+DASHBOARD = CHART / "dashboards" / "sps-operator.json"
+ALERTS = {
+    "SpsTableStale", "SpsProfileStalled", "SpsProfilingRunsFailing", "SpsProfileWaitingForGPUs",
+    "SpsReplicaBorrowedTooLong", "SpsOperatorNoLeader",
+}  # fmt: skip
+
+
+def exported() -> tuple[set[str], set[str]]:
+    """(sample names, family names) of a Metrics with every series set once."""
+    m = Metrics()
+    ref = ProfileRef("p", "ns", "uid")
+    m.run_started(ref)
+    m.run_finished(ref, "succeeded", 1.0)
+    m.gpu_wait(ref, 3.0)
+    m.rollout(ref, "Inject")
+    m.leading(True)
+    m.pass_done(0.1, "rollout")
+    m.passed(ref)
+    at = "2026-03-01T12:00:00Z"
+    m.status(
+        ref,
+        SpsProfileStatus.model_validate(
+            {
+                "tables": [{"gpuProduct": "G", "fingerprint": "f", "configMap": "c", "hash": "h",
+                            "kind": "Diagonal", "profiledAt": at}],
+                "currentRun": {
+                    "name": "r", "job": "r", "phase": "Diagonal", "gpuProduct": "G",
+                    "fingerprint": "f", "target": "d", "trigger": "NoTable", "startedAt": at,
+                    "waiting": {"reason": "WaitingForGPUs", "message": "m", "since": at},
+                    "borrow": {"deployment": "d", "replicas": 2, "at": at},
+                },
+                "conditions": [{"type": "Ready", "status": "False", "reason": "Profiling",
+                                "lastTransitionTime": at}],
+            }
+        ),
+    )  # fmt: skip
+    families = list(text_string_to_metric_families(generate_latest(m.registry).decode()))
+    return {s.name for f in families for s in f.samples}, {f.name for f in families}
+
+
+SAMPLES, FAMILIES = exported()
+
+
+def test_the_alerts_parse_as_promtool_checks_them_and_use_exported_metrics(
+    tmp_path: Path,
+) -> None:
+    (rule,) = by_kind(render("metrics.prometheusRule.enabled=true"), "PrometheusRule")
+    assert {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]} == ALERTS
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump(rule["spec"]))
+    used = metric_names(check_rules(path))
+    assert used and used <= SAMPLES, used - SAMPLES
+    for group in rule["spec"]["groups"]:
+        for alert in group["rules"]:
+            assert "kubectl" in alert["annotations"]["description"], alert["alert"]
+
+
+@pytest.mark.parametrize(
+    ("rule", "error"),
+    [
+        ({"alert": "A", "expr": "rate(sps_leader[5m)"}, "parse error"),
+        ({"alert": "B", "expr": "sps_leader", "for": "soon"}, "not a valid duration"),
+        ({"alert": "C", "expr": "sps_leader", "annotations": {"x": "{{ $labels.y "}}, "template"),
+        ({"record": "r", "alert": "D", "expr": "sps_leader"}, "only one of 'record' and 'alert'"),
+    ],
+)
+def test_the_rule_checker_refuses_what_prometheus_would(
+    tmp_path: Path, rule: dict[str, Any], error: str
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [rule]}]}))
+    result = check_rules(path)
+    assert result.returncode == 1
+    assert error in result.stderr
+
+
+def test_the_rules_follow_values() -> None:
+    (rule,) = by_kind(
+        render("metrics.prometheusRule.enabled=true", "metrics.prometheusRule.waitingSeconds=60",
+               "metrics.prometheusRule.labels.release=prom",
+               "metrics.prometheusRule.severity=page"),
+        "PrometheusRule",
+    )  # fmt: skip
+    rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert rules["SpsProfileWaitingForGPUs"]["expr"].endswith("> 60")
+    assert {r["labels"]["severity"] for r in rules.values()} == {"page"}
+    assert rule["metadata"]["labels"]["release"] == "prom"
+    assert not by_kind(render(), "PrometheusRule")
+    assert not by_kind(
+        render("metrics.enabled=false", "metrics.prometheusRule.enabled=true"), "PrometheusRule"
+    )
+
+
+def dashboard_queries(dashboard: dict[str, Any]) -> list[str]:
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    for variable in dashboard["templating"]["list"]:
+        query = variable.get("query")
+        if isinstance(query, dict):  # label_values(METRIC, label): the metric must exist
+            match = re.fullmatch(r"label_values\((\w+), *\w+\)", query["query"])
+            assert match, query
+            exprs.append(match.group(1))
+    # Grafana's variables, as Grafana substitutes them before Prometheus parses.
+    return [e.replace("$__rate_interval", "5m").replace("$namespace", ".*") for e in exprs]
+
+
+def test_the_dashboard_queries_parse_and_use_exported_metrics() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    queries = dashboard_queries(dashboard)
+    assert len(queries) > 15
+    used = metric_names(check_exprs(queries))
+    assert used <= SAMPLES, used - SAMPLES
+    # Every family of the operator's own is on the dashboard, or said why not.
+    shown = {re.sub(r"_(total|bucket|count|sum)$", "", n) for n in used}
+    ours = {f for f in FAMILIES if f.startswith("sps_")}
+    assert ours <= shown, ours - shown
+    for panel in dashboard["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24, panel["title"]
+        if panel["type"] != "row":
+            assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+
+
+def test_the_dashboard_configmap_carries_the_json() -> None:
+    assert not by_kind(render(), "ConfigMap")
+    (cm,) = by_kind(render("metrics.grafanaDashboard.enabled=true"), "ConfigMap")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(cm["data"]["sps-operator.json"]) == json.loads(DASHBOARD.read_text())
+
+
+def test_docs_list_every_metric_the_operator_exports() -> None:
+    text = (ROOT / "docs" / "operator.md").read_text()
+    section = text.split("## Metrics", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"^\| `(sps_\w+)`", section, re.M))
+    ours = {f for f in FAMILIES if f.startswith("sps_")}
+    # Counters are documented by their sample name (with _total).
+    assert {re.sub(r"_total$", "", d) for d in documented} == ours

@@ -1,0 +1,212 @@
+"""`kubectl sps get -o wide|name|jsonpath=...` (kubectl's output forms), kubectl's JSONPath
+templates, and `kubectl sps version`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sps_operator import __version__
+from sps_operator.plugin import cli, jsonpath, view
+from sps_operator.plugin.view import PluginError
+from strategies import json_values
+
+
+def profile(name: str, ready: str = "True", reason: str = "TableLive") -> dict[str, Any]:
+    return {
+        "apiVersion": "sps.dev/v1alpha1",
+        "kind": "SpsProfile",
+        "metadata": {"name": name, "namespace": "serving",
+                     "creationTimestamp": "2026-03-01T12:00:00Z"},
+        "spec": {"table": {"kind": "Diagonal"}},
+        "status": {
+            "gpuProduct": "NVIDIA-H200",
+            "liveTable": f"{name}-table-1",
+            "conditions": [{"type": "Ready", "status": ready, "reason": reason},
+                           {"type": "Stale", "status": "False", "reason": "Current"}],
+            "targets": [{"deployment": "a", "state": "Live"}, {"deployment": "b",
+                                                                "state": "NoTable"}],
+            "lastFailure": {"reason": "ProfilingFailed", "message": "x"},
+        },
+    }  # fmt: skip
+
+
+class Profiles:
+    default_namespace = "serving"
+
+    def __init__(self, *profiles: dict[str, Any]) -> None:
+        self.profiles = list(profiles)
+        self.pods: list[dict[str, Any]] = []
+
+    def list_profiles(self, namespace: str | None) -> list[dict[str, Any]]:
+        return self.profiles
+
+    def get_profile(self, namespace: str, name: str) -> dict[str, Any]:
+        return next(p for p in self.profiles if p["metadata"]["name"] == name)
+
+    def list_pods(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
+        self.selector = selector
+        return self.pods
+
+
+def run(capsys: pytest.CaptureFixture[str], cluster: Any, *argv: str) -> str:
+    args = cli.build_parser().parse_args(list(argv))
+    assert cli.COMMANDS[args.command](args, cluster) == 0
+    return capsys.readouterr().out
+
+
+def test_get_wide_adds_targets_reason_run_and_last_failure(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = run(capsys, Profiles(profile("llama")), "get", "-o", "wide").splitlines()
+    assert out[0].split() == ["NAME", "KIND", "GPU", "TABLE", "STATE", "PROGRESS", "TARGETS",
+                              "REASON", "RUN", "LAST", "FAILURE", "AGE"]  # fmt: skip
+    assert out[1].split()[6:10] == ["1/2", "TableLive", "-", "ProfilingFailed"]
+    plain = run(capsys, Profiles(profile("llama")), "get").splitlines()
+    assert "TARGETS" not in plain[0]
+
+
+def test_get_name_prints_kubectl_resource_names(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run(capsys, Profiles(profile("a"), profile("b")), "get", "-o", "name")
+    assert out == "spsprofile.sps.dev/a\nspsprofile.sps.dev/b\n"
+
+
+def test_get_jsonpath_reads_the_api_objects_as_kubectl_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cluster = Profiles(profile("a"), profile("b", "False", "WaitingForGPUs"))
+    out = run(capsys, cluster, "get", "-o", "jsonpath={.items[*].metadata.name}")
+    assert out == "a b\n"
+    template = ('jsonpath={range .items[*]}{.metadata.name}{"\\t"}'
+                '{.status.conditions[?(@.type=="Ready")].reason}{"\\n"}{end}')  # fmt: skip
+    out = run(capsys, cluster, "get", "-o", template)
+    assert out == "a\tTableLive\nb\tWaitingForGPUs\n\n"
+    out = run(capsys, cluster, "get", "b", "-o", "jsonpath={.status.liveTable}")
+    assert out == "b-table-1\n"
+
+
+DOC = {
+    "kind": "List",
+    "items": [
+        {"metadata": {"name": "a", "labels": {"app.kubernetes.io/name": "x"}},
+         "spec": {"n": 3, "on": True, "tags": ["p", "q"]}},
+        {"metadata": {"name": "b"}, "spec": {"n": 7, "on": False, "tags": []}},
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        ("{.kind}", "List"),
+        ("{.items[0].metadata.name}", "a"),
+        ("{.items[-1].metadata.name}", "b"),
+        ("{.items[0:1].metadata.name}", "a"),
+        ("{.items[*].spec.n}", "3 7"),
+        ("{..name}", "a b"),
+        ("{.items[0].metadata.labels['app.kubernetes.io/name']}", "x"),
+        ("{.items[?(@.spec.n > 4)].metadata.name}", "b"),
+        ("{.items[?(@.spec.on == true)].metadata.name}", "a"),
+        ("{.items[?(@.metadata.labels)].metadata.name}", "a"),
+        ("{.items[?(@.metadata.name != 'a')].spec.on}", "false"),
+        ("{.items[0].spec.tags}", '["p","q"]'),
+        ("{.items[0].missing}", ""),
+        ("names: {range .items[*]}[{.metadata.name}]{end}", "names: [a][b]"),
+        ("{range .items[*]}{range .spec.tags}{@},{end}{end}", "p,q,"),
+        ("{range .nothing[*]}x{end}done", "done"),
+        ("no action", "no action"),
+        ('{"{}"}', "{}"),
+    ],
+)
+def test_jsonpath_templates(template: str, expected: str) -> None:
+    assert jsonpath.render(template, DOC) == expected
+
+
+@pytest.mark.parametrize(
+    "template",
+    ["{.items[", "{.items[0]", "{range .items[*]}", "{end}", "{.items[?(@.a ~ 1)]}", "{.a b}",
+     "{" + "." * 5000 + "}"],
+)  # fmt: skip
+def test_jsonpath_refuses_what_it_cannot_read(template: str) -> None:
+    with pytest.raises(PluginError, match="jsonpath"):
+        jsonpath.render(template, DOC)
+
+
+@given(st.text(max_size=60), json_values)
+def test_jsonpath_on_any_template_and_any_document_says_what_or_prints(
+    template: str, doc: Any
+) -> None:
+    try:
+        out = jsonpath.render(template, doc)
+    except PluginError as exc:
+        assert str(exc).startswith("jsonpath")
+        return
+    assert isinstance(out, str)
+
+
+keys = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_-0123456789", min_size=1, max_size=6)
+
+
+@given(st.lists(keys, min_size=1, max_size=4), json_values)
+def test_a_field_path_is_the_nested_lookup(path: list[str], leaf: Any) -> None:
+    doc: Any = leaf
+    for key in reversed(path):
+        doc = {key: doc}
+    out = jsonpath.render("{." + ".".join(path) + "}", doc)
+    if isinstance(leaf, list | dict):  # a list or object at the end is one value, as JSON
+        assert out == json.dumps(leaf, separators=(",", ":"))
+    elif leaf is None:
+        assert out == ""
+    elif isinstance(leaf, bool):
+        assert out == str(leaf).lower()
+    else:
+        assert out == str(leaf)
+
+
+def operator_pod(name: str, image: str, ready: bool = True) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "sps-system",
+                     "labels": {"app.kubernetes.io/version": "label-version"}},
+        "spec": {"containers": [{"name": "operator", "image": image}]},
+        "status": {"containerStatuses": [{"name": "operator", "ready": ready,
+                                          "imageID": "reg/x@sha256:ab"}]},
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("image", "version"),
+    [
+        ("ghcr.io/sps-dev/sps-operator:0.1.0", "0.1.0"),
+        ("registry.local:5000/sps/sps-operator:0.2.0@sha256:" + "ab" * 32, "0.2.0"),
+        ("registry.local:5000/sps/sps-operator@sha256:" + "ab" * 32, "label-version"),
+        ("sps-operator", "label-version"),
+    ],
+)
+def test_the_operator_version_is_the_tag_it_runs(image: str, version: str) -> None:
+    assert view.operator_pod_version(operator_pod("p", image))["version"] == version
+
+
+def test_version_prints_the_client_and_every_operator_pod(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cluster = Profiles()
+    cluster.pods = [operator_pod("op-a", "r/sps-operator:0.1.0"),
+                    operator_pod("op-b", "r/sps-operator:0.2.0", ready=False)]  # fmt: skip
+    out = run(capsys, cluster, "version").splitlines()
+    assert out[0] == f"Client Version: {__version__}"
+    assert out[1] == "Operator Version: 0.1.0 (sps-system/op-a, r/sps-operator:0.1.0)"
+    assert out[2] == "Operator Version: 0.2.0 (sps-system/op-b, r/sps-operator:0.2.0, not ready)"
+    assert (
+        cluster.selector
+        == "app.kubernetes.io/part-of=sps-operator,app.kubernetes.io/component=operator"
+    )
+    data = json.loads(run(capsys, cluster, "version", "-o", "json"))
+    assert data["client"] == __version__
+    assert [o["version"] for o in data["operators"]] == ["0.1.0", "0.2.0"]
+    cluster.pods = []
+    out = run(capsys, cluster, "version", "--operator-namespace", "ops")
+    assert "no operator pod found (ops, selector app.kubernetes.io/part-of" in out
