@@ -45,7 +45,7 @@ from sps_operator.controller.serverconfig import (
 from sps_operator.tables.formats import SpsCostTable, load_sps_table_text
 from waiting import wait_for
 
-pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow, pytest.mark.bed_shared]
 
 TABLE_FLAG = "--speculative-dspark-sps-table-path"
 FLAVOR_ENV = "SPS_SIM_SGLANG_FLAVOR"
