@@ -101,19 +101,18 @@ def test_e2e_kueue_queue_missing_then_no_quota_then_admitted_and_live(
     # Workload Kueue keeps for this Job.
     create_local_queue(env.cluster, env.namespace, QUEUE, cluster_queue)
     cond = waiting(env, "QueuedInKueue", "insufficient quota")
-    # Kueue's message as it wrote it (the H200 flavor first: it does not match the Job's
-    # node selector).
-    said = (
-        "Kueue says QuotaReserved: couldn't assign flavors to pod set main: flavor "
-        f"{realnode_kueue.flavors[GPU_H200]} doesn't match node affinity, insufficient quota "
-        f"for {GPU_RESOURCE} in flavor {flavor}, previously considered podsets requests (0) "
-        "+ current podset request (1) > maximum capacity (0)"
+    # Kueue's message as it wrote it, one clause per flavor of the ClusterQueue.
+    said = "Kueue says QuotaReserved: couldn't assign flavors to pod set main: "
+    no_quota = (
+        f"insufficient quota for {GPU_RESOURCE} in flavor {flavor}, previously considered "
+        "podsets requests (0) + current podset request (1) > maximum capacity (0)"
     )
-    assert said in cond["message"], cond
+    other = f"flavor {realnode_kueue.flavors[GPU_H200]} doesn't match node affinity"
+    assert all(words in cond["message"] for words in (said, no_quota, other)), cond
     wl = workload(env, job["metadata"]["uid"])
     assert condition(wl, "QuotaReserved")["status"] == "False", wl.get("status")
     (row,) = json.loads(kubectl_sps(env, "get", "-o", "json"))
-    assert row["state"] == "QueuedInKueue" and said in row["waitingMessage"], row
+    assert row["state"] == "QueuedInKueue" and no_quota in row["waitingMessage"], row
     assert env.jobs()[0]["spec"]["suspend"] is True
 
     # 3. Quota: admitted, the Job runs, the table goes live.
