@@ -114,26 +114,13 @@ def bed_manifests(rendered: str, image: str) -> list[dict[str, Any]]:
     )
 
 
-def queue_manifests(nodes: Sequence[NodeSpec]) -> list[dict[str, Any]]:
-    """ResourceFlavors per GPU product, the ClusterQueue `gpu` and the priority classes."""
-    gpus: dict[str, int] = {}
-    for node in nodes:
-        gpus[node.product] = gpus.get(node.product, 0) + node.gpus
-    if not gpus:
-        raise ValueError("a Kueue set-up needs at least one node")
-    flavors: list[dict[str, Any]] = [
-        {
-            "apiVersion": API_VERSION,
-            "kind": "ResourceFlavor",
-            "metadata": {"name": flavor_name(product)},
-            "spec": {"nodeLabels": {GPU_PRODUCT_LABEL: product}},
-        }
-        for product in gpus
-    ]
-    cluster_queue = {
+def cluster_queue_manifest(name: str, gpus: dict[str, int]) -> dict[str, Any]:
+    """A ClusterQueue `name` of every namespace: per GPU product, its flavor with a quota of
+    `gpus[product]` GPUs (and generous cpu/memory)."""
+    return {
         "apiVersion": API_VERSION,
         "kind": "ClusterQueue",
-        "metadata": {"name": CLUSTER_QUEUE},
+        "metadata": {"name": name},
         "spec": {
             "namespaceSelector": {},  # every namespace (null would be none)
             "queueingStrategy": "BestEffortFIFO",
@@ -156,6 +143,25 @@ def queue_manifests(nodes: Sequence[NodeSpec]) -> list[dict[str, Any]]:
             ],
         },
     }
+
+
+def queue_manifests(nodes: Sequence[NodeSpec]) -> list[dict[str, Any]]:
+    """ResourceFlavors per GPU product, the ClusterQueue `gpu` and the priority classes."""
+    gpus: dict[str, int] = {}
+    for node in nodes:
+        gpus[node.product] = gpus.get(node.product, 0) + node.gpus
+    if not gpus:
+        raise ValueError("a Kueue set-up needs at least one node")
+    flavors: list[dict[str, Any]] = [
+        {
+            "apiVersion": API_VERSION,
+            "kind": "ResourceFlavor",
+            "metadata": {"name": flavor_name(product)},
+            "spec": {"nodeLabels": {GPU_PRODUCT_LABEL: product}},
+        }
+        for product in gpus
+    ]
+    cluster_queue = cluster_queue_manifest(CLUSTER_QUEUE, gpus)
     priorities = [
         {
             "apiVersion": API_VERSION,
@@ -169,12 +175,14 @@ def queue_manifests(nodes: Sequence[NodeSpec]) -> list[dict[str, Any]]:
     return [*flavors, cluster_queue, *priorities]
 
 
-def local_queue(namespace: str, name: str = CLUSTER_QUEUE) -> dict[str, Any]:
+def local_queue(
+    namespace: str, name: str = CLUSTER_QUEUE, cluster_queue: str = CLUSTER_QUEUE
+) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,
         "kind": "LocalQueue",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"clusterQueue": CLUSTER_QUEUE},
+        "spec": {"clusterQueue": cluster_queue},
     }
 
 
@@ -309,9 +317,12 @@ def install(
     )
 
 
-def create_local_queue(bed: _Bed, namespace: str, name: str = CLUSTER_QUEUE) -> str:
-    """A LocalQueue `name` in `namespace` pointing at the ClusterQueue `gpu`, once Active."""
-    bed.kubectl("apply", "-f", "-", input=json.dumps(local_queue(namespace, name)))
+def create_local_queue(
+    bed: _Bed, namespace: str, name: str = CLUSTER_QUEUE, cluster_queue: str = CLUSTER_QUEUE
+) -> str:
+    """A LocalQueue `name` in `namespace` pointing at `cluster_queue`, once Active."""
+    manifest = local_queue(namespace, name, cluster_queue)
+    bed.kubectl("apply", "-f", "-", input=json.dumps(manifest))
     _poll(
         f"LocalQueue {namespace}/{name} Active",
         lambda: (
