@@ -1,6 +1,6 @@
 """Two tenants on the real bed: a tenant user who may use one namespace only, what a
-namespace holds (compared before and after an attack), and waiting for the operator to
-have looked.
+namespace holds (compared before and after an attack), waiting for the operator to have
+looked, a thread beside a test, and what Jobs and pods existed since a moment.
 
 The tenant is a real user: a client certificate signed by the bed's CA, bound to the
 built-in `edit` ClusterRole in its namespace and nowhere else (the chart aggregates the
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -216,6 +217,25 @@ class Passes:
             pending = [p for p in wanted if counts.get(p, 0) < base.get(p, 0) + 2]
             if time.monotonic() > deadline:
                 raise AssertionError(f"the operator did not pass {pending} twice in {timeout}s")
+
+
+# ----------------------------------------------------------------------------- beside a test
+
+
+class Background:
+    """A daemon thread running `loop(stopped)` from `start` until `stop`."""
+
+    def __init__(self, name: str, loop: Callable[[threading.Event], None]) -> None:
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=loop, args=(self.stopped,), name=name, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=10)
 
 
 # ----------------------------------------------------------------------------- what ran
