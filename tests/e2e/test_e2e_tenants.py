@@ -63,6 +63,7 @@ from sps_operator.api import labels as L
 from sps_operator.api.result import build_patch, read_result
 from sps_operator.constants import GPU_H100, GPU_RESOURCE
 from sps_operator.controller.names import label_value
+from sps_operator.controller.policy import JOB_LABELS_SELECT_PODS, JOB_POLICY
 from sps_testbed.cluster import KubectlError
 from sps_testbed.kueue import KueueSetup, create_local_queue
 from waiting import wait_for
@@ -556,9 +557,10 @@ def forge_a_borrow(t: Tenancy, out: Outcome) -> None:
 
 
 def refused_profile(t: Tenancy, out: Outcome, name: str, words: tuple[str, ...],
-                    **spec: Any) -> None:  # fmt: skip
-    """B creates a profile of its own server asking for `spec`: the operator creates no
-    Job and says why (a message with `words`). A Job that escaped the admin's queue runs
+                    reason: str = JOB_POLICY, **spec: Any) -> None:  # fmt: skip
+    """B creates a profile of its own server asking for `spec`: the operator's policy
+    creates no Job and says why (a message with `words`, with `reason`: not a Job the API
+    or Kueue's webhook refused, which says that too). A Job that escaped the admin's queue runs
     at once (Kueue leaves a Job without a queue alone), and the operator may collect it
     before the check: every Job and pod of the profile since its creation counts."""
     job = {"activeDeadlineSeconds": 600, **spec.pop("job", {})}
@@ -590,9 +592,9 @@ def refused_profile(t: Tenancy, out: Outcome, name: str, words: tuple[str, ...],
             + (f"its pods ran unqueued: {ran}" if ran else "no pod of it ran")
         )
     status = t.status(name, t.b)
-    if reports(status, *words) is None:
-        out.problems.append(f"B's profile {name} does not say why it is refused (no message "
-                            f"with {words}): Ready is {ready(status)}")  # fmt: skip
+    if reports(status, *words, reason=reason) is None:
+        out.problems.append(f"B's profile {name} does not say why it is refused (no {reason} "
+                            f"message with {words}): Ready is {ready(status)}")  # fmt: skip
 
 
 # Labels on every profiling pod that come from the operator or the Job controller.
@@ -629,10 +631,11 @@ ATTACKS = [
     Attack("job-labels-select-the-servers-pods", "§4.20",
            "spec.job.labels equal to the pod labels B's Service selects",
            lambda t, out: refused_profile(t, out, "labels", ("spec.job.labels",),
+                                          reason=JOB_LABELS_SELECT_PODS,
                                           job={"labels": {"app": "sglang", "deploy": "server"}})),
     Attack("job-labels-leave-the-admins-queue", "§4.21",
            "spec.job.labels {kueue.x-k8s.io/queue-name: ''}",
-           lambda t, out: refused_profile(t, out, "queue", (KUEUE_QUEUE,),
+           lambda t, out: refused_profile(t, out, "queue", (KUEUE_QUEUE, ADMIN_QUEUE),
                                           job={"labels": {KUEUE_QUEUE: ""}})),
     Attack("system-node-critical", "§4.21", "spec.job.priorityClassName system-node-critical",
            lambda t, out: refused_profile(t, out, "priority", ("system-node-critical",),
