@@ -1,6 +1,6 @@
 """Two tenants on the real bed: a tenant user who may use one namespace only, what a
 namespace holds (compared before and after an attack), waiting for the operator to have
-looked, and Kueue's part for the trusted tenant's Jobs.
+looked, a thread beside a test, and what Jobs and pods existed since a moment.
 
 The tenant is a real user: a client certificate signed by the bed's CA, bound to the
 built-in `edit` ClusterRole in its namespace and nowhere else (the chart aggregates the
@@ -22,13 +22,12 @@ from typing import Any
 import httpx
 from e2e_cluster import E2eCluster
 from e2e_env import GROUP, PLURAL, VERSION, OperatorRelease
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client import ApiClient
 from kubernetes.client.rest import ApiException
 
 from waiting import wait_for
 
-KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 TICK = "e2e.sps.dev/tick"  # an annotation that wakes a profile (the operator reads none)
 Obj = dict[str, Any]
 
@@ -220,7 +219,7 @@ class Passes:
                 raise AssertionError(f"the operator did not pass {pending} twice in {timeout}s")
 
 
-# ----------------------------------------------------------------------------- Kueue's part
+# ----------------------------------------------------------------------------- beside a test
 
 
 class Background:
@@ -239,22 +238,34 @@ class Background:
             self.thread.join(timeout=10)
 
 
-class Admission(Background):
-    """Kueue's part for the trusted tenant: the admin's queue label makes every profiling
-    Job start suspended; this admits (unsuspends) the Jobs of `profiles` in `namespace`,
-    and no other Job, the way Kueue does when the queue has room. (No Kueue runs on this
-    bed; with one, a LocalQueue with quota in `namespace` does this.)"""
+# ----------------------------------------------------------------------------- what ran
 
-    def __init__(self, api: ApiClient, namespace: str, profiles: set[str]) -> None:
-        super().__init__("admission", self._admit)
-        self.api, self.namespace, self.profiles = api, namespace, profiles
 
-    def _admit(self, stopped: threading.Event) -> None:
-        batch = client.BatchV1Api(self.api)
-        selector = f"sps.dev/profile in ({','.join(sorted(self.profiles))}),{KUEUE_QUEUE}"
-        while not stopped.wait(0.5):
-            with contextlib.suppress(Exception):  # the bed going away at the end
-                for job in batch.list_namespaced_job(self.namespace, label_selector=selector).items:
-                    if job.spec.suspend:
-                        patch = {"spec": {"suspend": False}}
-                        batch.patch_namespaced_job(job.metadata.name, self.namespace, patch)
+def listed_at(api: ApiClient, kind: str, namespace: str, selector: str) -> str:
+    """The resourceVersion of a list of `kind` ("jobs" or "pods"): where `seen_since`
+    starts."""
+    call = _LISTS[kind](api)
+    return str(call(namespace, label_selector=selector, limit=1).metadata.resource_version)
+
+
+def seen_since(
+    api: ApiClient, kind: str, namespace: str, selector: str, resource_version: str
+) -> dict[str, Any]:
+    """Every `kind` matching `selector` that existed at some moment after
+    `resource_version`, by name, as last seen: a watch from there replays each change, so
+    an object created and deleted meanwhile (a Job that ran and was collected) is seen."""
+    seen: dict[str, Any] = {}
+    stream = watch.Watch().stream(
+        _LISTS[kind](api), namespace, label_selector=selector,
+        resource_version=resource_version, timeout_seconds=1, _request_timeout=10,
+    )  # fmt: skip
+    for event in stream:
+        obj = event["object"]
+        seen[obj.metadata.name] = obj
+    return seen
+
+
+_LISTS: dict[str, Callable[[ApiClient], Callable[..., Any]]] = {
+    "jobs": lambda api: client.BatchV1Api(api).list_namespaced_job,
+    "pods": lambda api: client.CoreV1Api(api).list_namespaced_pod,
+}

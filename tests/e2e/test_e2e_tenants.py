@@ -7,7 +7,10 @@ One operator in cluster mode (the chart's default) serves two namespaces:
 - B, the attacker: a real user (a client certificate signed by the bed's CA) with the
   built-in `edit` role in B only, its own SGLang server behind a Service.
 The cluster admin's policy (chart values) puts every profiling Job in the Kueue queue
-`gpu-profiling`; `Admission` plays Kueue for A's Jobs.
+`gpu-profiling`, and the bed runs the real Kueue (`realnode_kueue`): A's LocalQueue
+`gpu-profiling` points at the ClusterQueue `gpu`, so Kueue admits A's Jobs; B has no
+such queue, so a Job of B's profiles that stays in it never runs, and one that escaped it
+runs at once, unqueued (the attacks on the queue look for that).
 
 Each row of ATTACKS is one thing B can do, with what it may know (A's namespace name,
 A's profile UIDs and run names: labels and UIDs are not secrets). After each: every
@@ -44,13 +47,13 @@ from e2e_env import (
 )
 from e2e_pool import BORROWED, POOL, create_full_pool_deployment, wait_serving
 from e2e_tenants import (
-    KUEUE_QUEUE,
-    Admission,
     Passes,
     Tenant,
     damage,
+    listed_at,
     namespace_objects,
     nothing_else,
+    seen_since,
 )
 from kubernetes import client
 from kubernetes.client import ApiClient
@@ -58,18 +61,20 @@ from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
 from sps_operator.api.result import build_patch, read_result
-from sps_operator.constants import GPU_H100
+from sps_operator.constants import GPU_H100, GPU_RESOURCE
 from sps_operator.controller.names import label_value
+from sps_operator.controller.policy import JOB_LABELS_SELECT_PODS, JOB_POLICY
 from sps_testbed.cluster import KubectlError
+from sps_testbed.kueue import KueueSetup, create_local_queue
 from waiting import wait_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
 
-ADMIN_QUEUE = "gpu-profiling"
+KUEUE_QUEUE = L.LABEL_KUEUE_QUEUE
+ADMIN_QUEUE = "gpu-profiling"  # A's LocalQueue of that name points at the ClusterQueue
 # The cluster admin's policy, as chart values of the release.
 ADMIN_VALUES = [f"jobDefaults.labels.kueue\\.x-k8s\\.io/queue-name={ADMIN_QUEUE}"]
 STABLE = "sglang-sps-table"  # A's AnnotateOnly ConfigMap
-A_PROFILES = ("sps", "gitops", "pool")  # whose Jobs Kueue admits
 OURS = {L.LABEL_MANAGED_BY: L.MANAGED_BY}
 Obj = dict[str, Any]
 
@@ -86,7 +91,7 @@ class Tenancy:
     b: str
     tenant: Tenant  # B's user
     passes: Passes
-    admission: Admission
+    kueue: KueueSetup
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -174,6 +179,7 @@ def tenancy(
     e2e_cluster: E2eCluster,
     e2e_api: ApiClient,
     operator_namespace: str,
+    realnode_kueue: KueueSetup,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Tenancy]:
     started = time.monotonic()
@@ -184,10 +190,9 @@ def tenancy(
     operator = OperatorRelease(e2e_cluster, operator_namespace, None, tmp / "clock",
                                extra_values=list(ADMIN_VALUES))  # fmt: skip
     a = Env(e2e_cluster, e2e_api, a_ns, operator)
-    admission = Admission(e2e_api, a_ns, set(A_PROFILES))
     try:
+        create_local_queue(e2e_cluster.bed, a_ns, ADMIN_QUEUE)
         operator.start()
-        admission.start()
         tenant = Tenant.enrol(e2e_cluster, b_ns, tmp)
         # A: users' objects, two profiled servers, the full H200 pool.
         a.core.create_namespaced_config_map(a_ns, config_map("payments-config", {},
@@ -218,14 +223,13 @@ def tenancy(
         wait_serving(a, pool_replicas, "A's pool serving", name="pool")
         wait_serving(Env(e2e_cluster, e2e_api, b_ns, operator), 1, "B's server serving")
         t = Tenancy(e2e_cluster, e2e_api, operator, a, b_ns, tenant, Passes(e2e_api, operator),
-                    admission)  # fmt: skip
+                    realnode_kueue)  # fmt: skip
         t.settle()
         t.timings["setup"] = time.monotonic() - started
         yield t
         print(f"tenant suite timings (s): {t.timings}")
     finally:
         print(a.diagnostics())
-        admission.stop()
         operator.uninstall()
         e2e_cluster.delete_namespace(a_ns)
         e2e_cluster.delete_namespace(b_ns)
@@ -553,10 +557,15 @@ def forge_a_borrow(t: Tenancy, out: Outcome) -> None:
 
 
 def refused_profile(t: Tenancy, out: Outcome, name: str, words: tuple[str, ...],
-                    **spec: Any) -> None:  # fmt: skip
-    """B creates a profile of its own server asking for `spec`: the operator creates no
-    Job and says why (a message with `words`)."""
+                    reason: str = JOB_POLICY, **spec: Any) -> None:  # fmt: skip
+    """B creates a profile of its own server asking for `spec`: the operator's policy
+    creates no Job and says why (a message with `words`, with `reason`: not a Job the API
+    or Kueue's webhook refused, which says that too). A Job that escaped the admin's queue runs
+    at once (Kueue leaves a Job without a queue alone), and the operator may collect it
+    before the check: every Job and pod of the profile since its creation counts."""
     job = {"activeDeadlineSeconds": 600, **spec.pop("job", {})}
+    selector = f"{L.LABEL_PROFILE}={label_value(name)}"
+    since = {kind: listed_at(t.api, kind, t.b, selector) for kind in ("jobs", "pods")}
     try:
         t.tenant.create(sps_profile(name=name, selector=selecting("server"), job=job, **spec))
     except KubectlError as exc:  # refused at admission (the CRD's rules): held
@@ -565,25 +574,27 @@ def refused_profile(t: Tenancy, out: Outcome, name: str, words: tuple[str, ...],
         return
     out.profiles.append(name)
     t.settle(name)
-    uid = t.uid(name, t.b)
-    jobs = (
-        client.BatchV1Api(t.api)
-        .list_namespaced_job(t.b, label_selector=f"{L.LABEL_PROFILE_UID}={uid}")
-        .items
-    )
-    if jobs:
-        made = jobs[0]
+    jobs = seen_since(t.api, "jobs", t.b, selector, since["jobs"])
+    pods = seen_since(t.api, "pods", t.b, selector, since["pods"])
+    for made in jobs.values():
         pod = made.spec.template
         theirs = {k: v for k, v in (pod.metadata.labels or {}).items() if k not in OPERATOR_LABELS}
+        ran = sorted(
+            p.metadata.name
+            for p in pods.values()
+            if (p.metadata.labels or {}).get("job-name") == made.metadata.name
+        )
+        queue = (made.metadata.labels or {}).get(KUEUE_QUEUE)
         out.problems.append(
-            f"Job {t.b}/{made.metadata.name} created (suspend={made.spec.suspend}, pod labels "
-            f"beside the operator's {theirs}, priorityClassName "
-            f"{pod.spec.priority_class_name!r})"
+            f"Job {t.b}/{made.metadata.name} created (suspend={made.spec.suspend}, Kueue queue "
+            f"{queue!r}, pod labels beside the operator's {theirs}, priorityClassName "
+            f"{pod.spec.priority_class_name!r}); "
+            + (f"its pods ran unqueued: {ran}" if ran else "no pod of it ran")
         )
     status = t.status(name, t.b)
-    if reports(status, *words) is None:
-        out.problems.append(f"B's profile {name} does not say why it is refused (no message "
-                            f"with {words}): Ready is {ready(status)}")  # fmt: skip
+    if reports(status, *words, reason=reason) is None:
+        out.problems.append(f"B's profile {name} does not say why it is refused (no {reason} "
+                            f"message with {words}): Ready is {ready(status)}")  # fmt: skip
 
 
 # Labels on every profiling pod that come from the operator or the Job controller.
@@ -620,10 +631,11 @@ ATTACKS = [
     Attack("job-labels-select-the-servers-pods", "§4.20",
            "spec.job.labels equal to the pod labels B's Service selects",
            lambda t, out: refused_profile(t, out, "labels", ("spec.job.labels",),
+                                          reason=JOB_LABELS_SELECT_PODS,
                                           job={"labels": {"app": "sglang", "deploy": "server"}})),
     Attack("job-labels-leave-the-admins-queue", "§4.21",
            "spec.job.labels {kueue.x-k8s.io/queue-name: ''}",
-           lambda t, out: refused_profile(t, out, "queue", (KUEUE_QUEUE,),
+           lambda t, out: refused_profile(t, out, "queue", (KUEUE_QUEUE, ADMIN_QUEUE),
                                           job={"labels": {KUEUE_QUEUE: ""}})),
     Attack("system-node-critical", "§4.21", "spec.job.priorityClassName system-node-critical",
            lambda t, out: refused_profile(t, out, "priority", ("system-node-critical",),
@@ -661,6 +673,43 @@ def test_e2e_the_tenant_may_use_its_namespace_and_nothing_else(tenancy: Tenancy)
     # Not an impersonation: the API server knows the user by its certificate.
     who = json.loads(t.kubectl("auth", "whoami", "-o", "json"))
     assert who["status"]["userInfo"]["username"] == t.user
+
+
+def test_e2e_kueue_admitted_the_trusted_tenants_jobs_from_the_admins_queue(
+    tenancy: Tenancy,
+) -> None:
+    """A's profiling Jobs waited in the admin's queue and ran when Kueue admitted them
+    (ClusterQueue `gpu`, the flavor of their GPU product); A's own Job without a queue is
+    not Kueue's and stays as its owner left it."""
+    t = tenancy
+    batch = client.BatchV1Api(t.api)
+    ours = f"{L.LABEL_COMPONENT}={L.COMPONENT_JOB},{L.LABEL_MANAGED_BY}={L.MANAGED_BY}"
+    jobs = batch.list_namespaced_job(t.a.namespace, label_selector=ours).items
+    assert {j.metadata.labels[L.LABEL_PROFILE] for j in jobs} >= {"sps", "gitops"}, jobs
+    for made in jobs:
+        name = made.metadata.name
+        assert made.metadata.labels[KUEUE_QUEUE] == ADMIN_QUEUE, name
+        assert made.status.succeeded == 1, (name, made.status)
+        workload = workload_of(t, made.metadata.uid)
+        assert workload is not None, f"Kueue has no Workload of Job {name}"
+        admission = workload["status"]["admission"]
+        assert admission["clusterQueue"] == t.kueue.cluster_queue, (name, admission)
+        (assignment,) = admission["podSetAssignments"]
+        product = made.metadata.labels[L.LABEL_GPU]
+        assert product == label_value(GPU_H100), (name, product)
+        assert assignment["flavors"][GPU_RESOURCE] == t.kueue.flavors[GPU_H100], (name, admission)
+    report = batch.read_namespaced_job("nightly-report", t.a.namespace)
+    assert report.spec.suspend is True
+    assert workload_of(t, report.metadata.uid) is None
+
+
+def workload_of(t: Tenancy, job_uid: str) -> Obj | None:
+    """The Kueue Workload of a Job of A (None: Kueue does not queue it)."""
+    items = t.custom.list_namespaced_custom_object(
+        L.KUEUE_GROUP, "v1beta2", t.a.namespace, "workloads",
+        label_selector=f"{L.LABEL_KUEUE_JOB_UID}={job_uid}",
+    )["items"]  # fmt: skip
+    return items[0] if items else None
 
 
 @pytest.mark.parametrize("attack", ATTACKS, ids=[a.id for a in ATTACKS])
