@@ -23,6 +23,7 @@ from e2e_env import (
 from kubernetes import client
 
 from sps_operator.constants import GPU_H100, GPU_H200
+from sps_operator.controller.leader import Timing
 from waiting import wait_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
@@ -54,7 +55,12 @@ def test_e2e_killing_the_leader_mid_run_loses_nothing_and_duplicates_nothing(env
         "another replica leads", lambda: (h := lease_holder(env)) != leader and h, timeout=30
     )
     failover = time.monotonic() - killed_at
-    assert failover < 15, f"failover took {failover:.1f} s"
+    # A standby takes over once it has seen the Lease unrenewed for lease_duration, looking
+    # every retry_period: at most lease_duration + 2 retry periods (14 s), plus slack for a
+    # starved machine (make test runs a second bed beside this one; once 16.6 s).
+    timing = Timing()
+    bound = timing.lease_duration + 2 * timing.retry_period + 6
+    assert failover < bound, f"failover took {failover:.1f} s (bound {bound:.0f} s)"
     wait_ready(env)
     (table,) = tables(env)
     assert table["run"] == run["name"]  # the run was finished, not started again
