@@ -85,7 +85,6 @@ def test_default_render_cluster_mode() -> None:
         ("", "pods", "list"),
         ("", "services", "watch"),  # a profiling pod must never be selected by a Service
         ("", "events", "create"),
-        ("events.k8s.io", "events", "create"),
         # the per-run profiler ServiceAccount and its Role
         ("", "serviceaccounts", "create"),
         ("rbac.authorization.k8s.io", "roles", "create"),
@@ -98,6 +97,9 @@ def test_default_render_cluster_mode() -> None:
         ("kueue.x-k8s.io", "localqueues", "get"),
     ]:
         assert rules_grant(rules, group, resource, verb), (group, resource, verb)
+    # Events are created as core/v1 only (kopf's and the operator's), never patched.
+    assert not rules_grant(rules, "", "events", "patch")
+    assert not rules_grant(rules, "events.k8s.io", "events", "create")
     for verb in ("create", "update", "patch", "delete"):
         assert not rules_grant(rules, "kueue.x-k8s.io", "workloads", verb)
         assert not rules_grant(rules, "kueue.x-k8s.io", "localqueues", verb)
