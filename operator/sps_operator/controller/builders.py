@@ -19,6 +19,7 @@ from sps_operator.api.models import DEFAULT_ADDITIVE_FRACS, ServerSource, SpsPro
 from sps_operator.api.result import MAX_CONFIGMAP_BYTES, encode_rounds, object_size
 from sps_operator.constants import API_GROUP, API_VERSION, IMAGE, KIND
 from sps_operator.controller import names
+from sps_operator.controller.claims import VolumePin, pin_to_node
 from sps_operator.controller.serverconfig import (
     CONST_TABLE_PATH,
     TABLE_PATH_FLAG,
@@ -147,6 +148,8 @@ class RunPlan:
     # the clone never mounts them, so it never depends on the table it is about to produce.
     table_config_maps: frozenset[str] = frozenset()
     defaults: JobDefaults = field(default_factory=lambda: JobDefaults())
+    # Where the target's ReadWriteOnce claims attach (claims.volume_pin): the clone runs there.
+    volume_pin: VolumePin = field(default_factory=VolumePin)
 
     @property
     def job_name(self) -> str:
@@ -385,6 +388,8 @@ def profiling_job(plan: RunPlan) -> dict[str, Any]:
         ):
             if pod_spec.get(key):
                 pod[key] = copy.deepcopy(pod_spec[key])
+        if plan.volume_pin.node:
+            pin_to_node(pod, plan.volume_pin.node)
         if plan.phase == 2 and plan.seed_table_config_map:
             volumes.append({"name": SEED_VOLUME, "configMap": {"name": plan.seed_table_config_map}})
     node_selector.update(spec.job.node_selector or {})
@@ -416,6 +421,9 @@ def profiling_job(plan: RunPlan) -> dict[str, Any]:
     job_labels = {**extra_labels, **plan.labels()}
     pod_labels = {**extra_labels, **pod_own_labels(plan)}
     meta = object_meta(plan.profile, plan.job_name, L.COMPONENT_JOB, job_labels)
+    if plan.volume_pin.node:
+        # Read back while the Job waits: why it waits for that node's GPUs.
+        meta["annotations"] = {L.ANNOTATION_VOLUME_PIN: plan.volume_pin.describe()}
     template_meta: dict[str, Any] = {"labels": pod_labels}
     if extra_annotations:
         meta["annotations"] = {**extra_annotations, **(meta.get("annotations") or {})}
