@@ -59,15 +59,17 @@ class ClaimInfo:
 def claim_info(name: str, spec: Mapping[str, Any], status: Mapping[str, Any]) -> ClaimInfo:
     """A claim as the index keeps it: the access modes of the bound volume (status) when
     bound, else those asked for (spec); only the modes Kubernetes defines."""
-    modes = status.get("accessModes") or spec.get("accessModes") or []
-    known = frozenset(str(m) for m in modes if isinstance(m, str) and m in ACCESS_MODES)
+    modes = status.get("accessModes") or spec.get("accessModes")
+    listed = modes if isinstance(modes, list) else []
+    known = frozenset(str(m) for m in listed if isinstance(m, str) and m in ACCESS_MODES)
     return ClaimInfo(name=name[:MAX_NAME], access_modes=known)
 
 
 def pod_claims(pod_spec: Mapping[str, Any]) -> tuple[str, ...]:
     """The claims a pod spec mounts (persistentVolumeClaim volumes), sorted, bounded."""
     found: set[str] = set()
-    for volume in pod_spec.get("volumes") or []:
+    volumes = pod_spec.get("volumes")
+    for volume in volumes if isinstance(volumes, list) else []:
         if not isinstance(volume, Mapping):
             continue
         source = volume.get("persistentVolumeClaim")
