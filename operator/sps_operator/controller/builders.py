@@ -36,6 +36,7 @@ PROFILING_ENV_COMMON = {
 }
 SERVER_CONTAINER = "sglang-server"
 PROFILER_CONTAINER = "profiler"
+OWN_CONTAINERS = frozenset({SERVER_CONTAINER, PROFILER_CONTAINER})
 SEED_VOLUME = "sps-seed-table"
 TABLE_VOLUME = "sps-table"
 SEED_MOUNT_DIR = "/etc/sps/seed"
@@ -276,6 +277,20 @@ def server_sidecar(
     return sidecar
 
 
+def copied_sidecar(container: Mapping[str, Any], dropped_volumes: set[str]) -> dict[str, Any]:
+    """Another container of the target's pod (a proxy, a log shipper, a weights helper) as
+    a native sidecar of the clone, started before its server: a server that needs it still
+    works, and it stops when the profiler is done (a plain container would keep the Job's
+    pod running). Its probes go: a native sidecar's startupProbe would hold back the
+    containers after it, and nothing routes traffic to a clone."""
+    sidecar = copy.deepcopy(dict(container))
+    sidecar["restartPolicy"] = "Always"
+    for key in ("livenessProbe", "readinessProbe", "startupProbe"):
+        sidecar.pop(key, None)
+    sidecar["volumeMounts"] = _mounts_without(container, dropped_volumes)
+    return sidecar
+
+
 def profiler_container(
     plan: RunPlan, base_url: str, server: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -373,7 +388,15 @@ def profiling_job(plan: RunPlan) -> dict[str, Any]:
             copied = copy.deepcopy(dict(init))
             copied["volumeMounts"] = _mounts_without(init, dropped)
             init_containers.append(copied)
+        init_containers += [
+            copied_sidecar(c, dropped)
+            for c in pod_spec.get("containers") or []
+            if c.get("name") != container.get("name")
+        ]
         init_containers.append(server_sidecar(plan, container, dropped))
+        for copied in init_containers[:-1]:
+            if copied.get("name") in OWN_CONTAINERS:  # the clone's own names win
+                copied["name"] = f"target-{copied['name']}"
         server_view = {**dict(container), "volumeMounts": _mounts_without(container, dropped)}
         containers = [profiler_container(plan, base_url, server_view)]
         node_selector.update(pod_spec.get("nodeSelector") or {})
