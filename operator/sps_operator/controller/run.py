@@ -61,15 +61,14 @@ RESULT_GRACE_SECONDS = 60.0
 
 def run_refusal(p: Pass, plan: builders.RunPlan, job: Obj) -> policy.Refusal | None:
     """Why the Job `plan` built may not be created (None: it may): the admin's policy, the
-    GPU-product pin, the pod selectors of the namespace."""
+    GPU-product pin, the pod selectors of the namespace, the target's volume claims."""
     settings, spec = p.settings, p.spec
     clone = spec.server.source != ServerSource.EXTERNAL
     pod_labels = ((job["spec"]["template"].get("metadata") or {}).get("labels")) or {}
     snapshot = p.snapshot
     pin = _volume_pin(p, plan.target_pod_spec, plan.gpu_product) if clone else None
     return (
-        (pin if isinstance(pin, policy.Refusal) else None)
-        or policy.spec_refusal(
+        policy.spec_refusal(
             settings.policy,
             spec,
             namespace=p.namespace,
@@ -95,6 +94,8 @@ def run_refusal(p: Pass, plan: builders.RunPlan, job: Obj) -> policy.Refusal | N
                 snapshot.pod_selecting_deployments, snapshot.services, snapshot.pdbs
             ),
         )
+        # Last: the only one a wait can fix (a ready pod holding a ReadWriteOnce claim).
+        or (pin if isinstance(pin, policy.Refusal) else None)
     )
 
 
