@@ -113,6 +113,11 @@ or into a Role in each watched namespace (namespaces mode).
   # traffic to; an External server.url must not name an ExternalName Service.
   resources: [services]
   verbs: [list, watch]
+- apiGroups: [""]
+  # Claims' access modes: a clone of a server with a ReadWriteOnce claim must run on the
+  # node that holds it; a ReadWriteOncePod claim is refused. The cache only.
+  resources: [persistentvolumeclaims]
+  verbs: [list, watch]
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [get, list, watch, create, delete]

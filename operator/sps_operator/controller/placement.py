@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sps_operator.api import labels as L
+from sps_operator.controller.claims import pod_claims
 from sps_operator.controller.selectors import matches_selector
 
 # What the pod index keeps of the scheduler's and the kubelet's words, per pod (bounded:
@@ -57,6 +58,7 @@ class PodInfo:
     # (container, its last words) for each container that exited with an error: its
     # termination message (the log's tail under FallbackToLogsOnError), bounded.
     exits: tuple[tuple[str, str], ...] = ()
+    claims: tuple[str, ...] = ()  # the PersistentVolumeClaims it mounts (bounded)
 
     @property
     def profiling(self) -> bool:
@@ -140,6 +142,7 @@ def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
         table_hash=str(table_hash)[:MAX_HASH] if table_hash else None,
         stuck=_stuck(status),
         exits=tuple(exits),
+        claims=pod_claims(spec),
     )
 
 

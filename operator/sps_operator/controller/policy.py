@@ -26,7 +26,19 @@ if TYPE_CHECKING:  # the flags' defaults come from here: no pydantic at start-up
 JOB_POLICY = "JobPolicy"  # a rule of the admin's policy
 GPU_PIN_CONFLICT = "GpuPinConflict"  # the Job would not run on the GPU product it is for
 JOB_LABELS_SELECT_PODS = "JobLabelsSelectPods"  # the Job's pod would pass for a server pod
-REFUSAL_REASONS = frozenset({JOB_POLICY, GPU_PIN_CONFLICT, JOB_LABELS_SELECT_PODS})
+# The target's volume claims (controller/claims.py): one the clone can never share, or
+# no node where it could attach them now.
+READ_WRITE_ONCE_POD_CLAIM = "ReadWriteOncePodClaim"
+CLAIM_NODE_UNAVAILABLE = "ClaimNodeUnavailable"
+REFUSAL_REASONS = frozenset(
+    {
+        JOB_POLICY,
+        GPU_PIN_CONFLICT,
+        JOB_LABELS_SELECT_PODS,
+        READ_WRITE_ONCE_POD_CLAIM,
+        CLAIM_NODE_UNAVAILABLE,
+    }
+)
 
 # Keys under these prefixes belong to the operator, Kubernetes and Kueue: a profile may set
 # them only where the admin allows a pattern inside them (NameRule).

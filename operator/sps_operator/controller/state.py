@@ -13,6 +13,7 @@ from sps_operator.api.models import RolloutMode, SpsProfile, SpsProfileSpec, Sps
 from sps_operator.constants import IMAGE
 from sps_operator.controller import clocks
 from sps_operator.controller.builders import JobDefaults, ProfileRef
+from sps_operator.controller.claims import ClaimInfo
 from sps_operator.controller.envsources import EnvSources, read_env_config_maps
 from sps_operator.controller.kube import KubeApi, Obj, owned_by
 from sps_operator.controller.kueue import KueueCache
@@ -78,6 +79,8 @@ class Snapshot:
     services: Sequence[ServiceInfo] = ()  # those, and the one spec.server.url names
     # The ConfigMaps the selected Deployments read env from, by name (None: missing).
     env_config_maps: Mapping[str, ConfigMapEnv | None] = field(default_factory=dict)
+    # The PersistentVolumeClaims the selected Deployments mount, by name (absent: not seen).
+    claims: Mapping[str, ClaimInfo] = field(default_factory=dict)
 
     @classmethod
     def empty(cls) -> Snapshot:
@@ -129,6 +132,7 @@ class ApiSnapshot:
     kube: KubeApi
     pods: Sequence[PodInfo] = ()
     node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    claims: Mapping[str, ClaimInfo] = field(default_factory=dict)
 
     def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot:
         ns, kube = ref.namespace, self.kube
@@ -155,6 +159,7 @@ class ApiSnapshot:
                 for s in kube.list_services(ns)
             ],
             env_config_maps=read_env_config_maps(kube, ns, deployments),
+            claims=self.claims,
         )
 
 
@@ -185,6 +190,7 @@ class CachedWorld:
     pod_selecting_deployments: Sequence[Obj] = ()
     services: Sequence[ServiceInfo] = ()
     env_sources: EnvSources | None = None  # the ConfigMaps servers read env from
+    claims: Mapping[str, ClaimInfo] = field(default_factory=dict)  # the targets mount
 
     def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot:
         selector = spec.selector.to_k8s()
@@ -223,6 +229,7 @@ class CachedWorld:
             env_config_maps=read_env_config_maps(
                 self.kube, ref.namespace, selected, self.env_sources
             ),
+            claims=self.claims,
         )
 
 
