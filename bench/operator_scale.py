@@ -344,6 +344,19 @@ def server_deployment(name: str) -> dict[str, Any]:
     }
 
 
+def server_profile(name: str, namespace: str) -> dict[str, Any]:
+    """The profile of server_deployment(name): a two-probe Diagonal sweep."""
+    return {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": "SpsProfile",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "table": {"kind": "Diagonal", "sweep": {"batchSizes": [1, 2], "vocabSize": 32000}},
+        },
+    }
+
+
 def raw(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """A client call's JSON body as plain dicts."""
     return json.loads(call(*args, _preload_content=False, **kwargs).data)
@@ -373,17 +386,10 @@ def one_hop_run(api: client.ApiClient, name: str, hops: Hops, timeout: float = 1
         time.sleep(0.2)
     else:
         raise RuntimeError(f"the server Deployment {name} never became available")
-    profile = {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": "SpsProfile",
-        "metadata": {"name": name, "namespace": HOP_NS},
-        "spec": {
-            "selector": {"matchLabels": {"app": name}},
-            "table": {"kind": "Diagonal", "sweep": {"batchSizes": [1, 2], "vocabSize": 32000}},
-        },
-    }
     t: dict[str, float] = {"apply": time.monotonic()}
-    custom.create_namespaced_custom_object(API_GROUP, API_VERSION, HOP_NS, PLURAL, profile)
+    custom.create_namespaced_custom_object(
+        API_GROUP, API_VERSION, HOP_NS, PLURAL, server_profile(name, HOP_NS)
+    )
     mine = f"sps.dev/profile={name}"
     while time.monotonic() < deadline and "ready" not in t:
         now = time.monotonic()
@@ -448,15 +454,7 @@ def burst(api: client.ApiClient, count: int, timeout: float = 1800) -> Rows:
         apps.create_namespaced_deployment(BURST_NS, dep)
 
     def profile(name: str) -> None:
-        body = {
-            "apiVersion": f"{API_GROUP}/{API_VERSION}",
-            "kind": "SpsProfile",
-            "metadata": {"name": name, "namespace": BURST_NS},
-            "spec": {
-                "selector": {"matchLabels": {"app": name}},
-                "table": {"kind": "Diagonal", "sweep": {"batchSizes": [1, 2], "vocabSize": 32000}},
-            },
-        }
+        body = server_profile(name, BURST_NS)
         custom.create_namespaced_custom_object(API_GROUP, API_VERSION, BURST_NS, PLURAL, body)
 
     with ThreadPoolExecutor(8) as pool:
