@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# `make publish REGISTRY=host[:port] [CA=ca.crt]`: pushes what `make release` put in dist/
+# (docs/release.md), after checking dist/ against its SHA256SUMS:
+#   the image index  -> <REGISTRY>/sps-dev/sps-operator:<version>  (skopeo, digests kept,
+#                       then read back: the registry must serve the digest the chart pins)
+#   the chart        -> oci://<REGISTRY>/charts/sps-operator, version <version>  (helm push)
+# Credentials, if the registry wants them: REGISTRY_USER and REGISTRY_PASSWORD (CI: the
+# forge's token). PLAIN_HTTP=1 only for a registry on loopback without TLS.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+registry=${REGISTRY:?set REGISTRY=host[:port] (e.g. ghcr.io, or the bed's \$SPS_TESTBED_REGISTRY)}
+dist=${DIST:-$repo/dist}
+py=${PYTHON:-$repo/.venv/bin/python}
+helm=${HELM:-$("$py" -c 'from sps_testbed.binaries import find_binaries as f; print(f(build=True).helm or "")')}
+[ -n "$helm" ] || { echo "sps-publish: no helm: run 'make controlplane' or set HELM" >&2; exit 1; }
+PYTHONPATH="$here" "$py" -m sps_release verify "$dist"
+shopt -s nullglob
+charts=("$dist"/sps-operator-*.tgz)
+[ ${#charts[@]} -eq 1 ] || { echo "sps-publish: want one chart in $dist, found ${#charts[@]}: run 'make release'" >&2; exit 1; }
+version=$(basename "${charts[0]}" .tgz)
+version=${version#sps-operator-}
+oci="$dist/sps-operator-$version.oci.tar"
+digest=$(cat "$dist/sps-operator-$version.index-digest")
+image="$registry/sps-dev/sps-operator:$version"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# skopeo copy takes --dest-* options, skopeo inspect the same without the prefix.
+tls=() helm_tls=()
+if [ "${PLAIN_HTTP:-0}" = 1 ]; then
+  tls=(tls-verify=false) helm_tls=(--plain-http)
+elif [ -n "${CA:-}" ]; then
+  mkdir "$tmp/certs" && cp "$CA" "$tmp/certs/ca.crt"
+  tls=(cert-dir="$tmp/certs") helm_tls=(--ca-file "$CA")
+fi
+creds=()
+export HELM_REGISTRY_CONFIG="$tmp/helm-registry.json"
+if [ -n "${REGISTRY_USER:-}" ]; then
+  creds=(creds="$REGISTRY_USER:${REGISTRY_PASSWORD:?REGISTRY_PASSWORD with REGISTRY_USER}")
+  printf '%s' "$REGISTRY_PASSWORD" | "$helm" registry login "$registry" "${helm_tls[@]}" \
+    --username "$REGISTRY_USER" --password-stdin
+fi
+
+echo "==== $image ($digest)" >&2
+opts=("${tls[@]}" "${creds[@]}")
+skopeo copy --quiet --all --preserve-digests "${opts[@]/#/--dest-}" \
+  "oci-archive:$oci:$version" "docker://$image"
+served="sha256:$(skopeo inspect --raw "${opts[@]/#/--}" "docker://$image" | sha256sum | cut -d' ' -f1)"
+if [ "$served" != "$digest" ]; then
+  echo "sps-publish: $image is served as $served, but the chart pins $digest" >&2
+  exit 1
+fi
+echo "==== oci://$registry/charts/sps-operator $version" >&2
+"$helm" push "${charts[0]}" "oci://$registry/charts" "${helm_tls[@]}"
+echo "published $image@$digest and oci://$registry/charts/sps-operator:$version"
