@@ -19,12 +19,12 @@ def pin_image_digest(values_yaml: str, digest: str) -> str:
     lines = values_yaml.splitlines(keepends=True)
     in_image = False
     for i, line in enumerate(lines):
-        if re.match(r"^image:\s*(#.*)?$", line):
+        if re.match(r"^image:[ \t]*(#.*)?\r?\n?$", line):
             in_image = True
             continue
         if in_image and re.match(r"^\S", line):  # the next top-level key
             break
-        match = re.match(r"^(\s+)digest:\s*(\"\"|''|)\s*(#.*)?(\r?\n)?$", line)
+        match = re.match(r"^([ \t]+)digest:[ \t]*(\"\"|''|)[ \t]*(#.*)?(\r?\n)?$", line)
         if in_image and match:
             lines[i] = f'{match.group(1)}digest: "{digest}"{match.group(4) or ""}'
             return "".join(lines)
