@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from sps_release.chart import pin_image_digest
 from sps_release.checksums import format_sums, parse_sums
 from sps_release.elf import HEADER_SIZE, elf_architecture, foreign_binaries
 from sps_release.oci import platform_digests
+from sps_release.reproducible import normalize_tar_gz
 from sps_release.sbom import Component, debian_packages, python_distribution, spdx_document
 from sps_release.versions import IMAGE_REPOSITORY, Sources, disagreements, package_version
 
@@ -64,24 +64,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _build_backend(hook: str, src: Path, out: Path) -> str:
-    """Runs setuptools' PEP 517 `hook` in `src` (as `python -m build --no-isolation`)."""
-    code = f"import sys; from setuptools import build_meta as b; print(b.{hook}(sys.argv[1]))"
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(out)],
-        cwd=src,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"{hook} failed in {src}:\n{proc.stderr[-3000:]}")
-    return proc.stdout.strip().splitlines()[-1]
-
-
 def cmd_python_dists(args: argparse.Namespace) -> int:
     """The sdist from a clean export of HEAD (`git archive`, or the work tree with
-    --allow-dirty), then the wheel from the unpacked sdist, so the sdist is complete."""
+    --allow-dirty), then the wheel from the unpacked sdist, so the sdist is complete
+    (`python -m build`, in an isolated environment with pyproject's build requirements)."""
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="sps-release-") as tmp:
@@ -100,14 +86,18 @@ def cmd_python_dists(args: argparse.Namespace) -> int:
                 check=True,
             ).stdout
             subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
-        sdist = _build_backend("build_sdist", src, out)
-        unpacked = Path(tmp) / "sdist"
-        with tarfile.open(out / sdist) as tar:
-            tar.extractall(unpacked, filter="data")
-        (top,) = list(unpacked.iterdir())
-        wheel = _build_backend("build_wheel", top, out)
-    print(sdist)
-    print(wheel)
+        proc = subprocess.run(
+            [sys.executable, "-m", "build", "--outdir", str(out), str(src)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    if proc.returncode != 0:
+        return fail(f"python -m build failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    epoch = int(os.environ.get("SOURCE_DATE_EPOCH", "0"))
+    for sdist in out.glob("*.tar.gz"):
+        sdist.write_bytes(normalize_tar_gz(sdist.read_bytes(), epoch))
+    print(proc.stdout.strip().splitlines()[-1])
     return 0
 
 
