@@ -67,7 +67,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_python_dists(args: argparse.Namespace) -> int:
     """The sdist from a clean export of HEAD (`git archive`, or the work tree with
     --allow-dirty), then the wheel from the unpacked sdist, so the sdist is complete
-    (`python -m build`, in an isolated environment with pyproject's build requirements)."""
+    (`python -m build --no-isolation`: the venv has pyproject's build requirements, `make
+    setup`; build refuses when one is missing, and nothing is downloaded)."""
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="sps-release-") as tmp:
@@ -87,7 +88,7 @@ def cmd_python_dists(args: argparse.Namespace) -> int:
             ).stdout
             subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
         proc = subprocess.run(
-            [sys.executable, "-m", "build", "--outdir", str(out), str(src)],
+            [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(src)],
             capture_output=True,
             text=True,
             check=False,
