@@ -67,7 +67,7 @@ test: setup controlplane testbed
 # The release (docs/release.md): wheel, sdist, the image as an amd64+arm64 OCI index, the
 # chart pinned to it, SBOMs and SHA256SUMS into dist/, from a clean tree (ALLOW_DIRTY=1
 # to build from uncommitted changes). Nothing is pushed: `make publish` does that.
-release: setup controlplane release-host
+release: setup release-host
 	bash release/release.sh
 dist: release
 

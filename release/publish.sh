@@ -12,9 +12,9 @@ repo=$(cd "$here/.." && pwd)
 registry=${REGISTRY:?set REGISTRY=host[:port] (e.g. ghcr.io, or the bed's \$SPS_TESTBED_REGISTRY)}
 dist=${DIST:-$repo/dist}
 py=${PYTHON:-$repo/.venv/bin/python}
-helm=${HELM:-$("$py" -c 'from sps_testbed.binaries import find_binaries as f; print(f(build=True).helm or "")')}
-[ -n "$helm" ] || { echo "sps-publish: no helm: run 'make controlplane' or set HELM" >&2; exit 1; }
-PYTHONPATH="$here" "$py" -m sps_release verify "$dist"
+rel() { PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" "$py" -m sps_release "$@"; }
+helm=$(rel helm)
+rel verify "$dist"
 shopt -s nullglob
 charts=("$dist"/sps-operator-*.tgz)
 [ ${#charts[@]} -eq 1 ] || { echo "sps-publish: want one chart in $dist, found ${#charts[@]}: run 'make release'" >&2; exit 1; }

@@ -9,7 +9,8 @@
 #   SHA256SUMS                      over every file above
 # Environment: ALLOW_DIRTY=1 builds from uncommitted changes (not a release);
 # RELEASE_TAG=v<v> (CI) must match the version; RELEASE_ARCHES (default "amd64 arm64");
-# DIST (default dist); PYTHON (default .venv/bin/python); HELM (default: the bed's build).
+# DIST (default dist); PYTHON (default .venv/bin/python); HELM (default: the pinned build
+# of tests/controlplane, built when missing).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -28,8 +29,7 @@ revision=$(git rev-parse --short HEAD)
 # Timestamps from the commit, not the clock: wheel and sdist entries, the SBOM's date.
 SOURCE_DATE_EPOCH=$(git log -1 --format=%ct)
 export SOURCE_DATE_EPOCH
-helm=${HELM:-$("$py" -c 'from sps_testbed.binaries import find_binaries as f; print(f(build=True).helm or "")')}
-[ -n "$helm" ] || { echo "sps-release: no helm: run 'make controlplane' or set HELM" >&2; exit 1; }
+helm=$(rel helm)
 
 rm -rf "$dist"
 mkdir -p "$dist"

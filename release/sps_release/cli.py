@@ -206,6 +206,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_helm(args: argparse.Namespace) -> int:
+    """The path of helm: $HELM, else the test bed's pinned build (built from the Go module
+    proxy when missing, helm alone: tests/controlplane/build.sh)."""
+    from sps_testbed.binaries import BinariesError, cache_dir, run_build
+
+    explicit = os.environ.get("HELM")
+    if explicit:
+        print(explicit)
+        return 0
+    cached = cache_dir() / "helm"
+    try:
+        print(cached if cached.is_file() else run_build(only=["helm"], log=False) / "helm")
+    except (BinariesError, OSError) as err:
+        return fail(f"no helm: {err}; set HELM=/path/to/helm")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sps-release", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -230,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--version", required=True)
     p.add_argument("--out", required=True)
     p.set_defaults(run=cmd_sbom)
+    p = sub.add_parser("helm", help="print the path of helm (building it if needed)")
+    p.set_defaults(run=cmd_helm)
     p = sub.add_parser("checksums", help=f"write {SUMS} over every file in DIST")
     p.add_argument("dist")
     p.set_defaults(run=cmd_checksums)
