@@ -49,7 +49,7 @@ echo "$digest" > "$dist/sps-operator-$version.index-digest"
 
 step "SBOM per architecture"
 for arch in "${arches[@]}"; do
-  c=$(buildah from --pull=never "localhost/sps-release/sps-operator:$version-$arch")
+  c=$(buildah from --pull=never --platform "linux/$arch" "localhost/sps-release/sps-operator:$version-$arch")
   rootfs=$(buildah mount "$c")
   rc=0
   rel sbom "$rootfs" --index "$index" --arch "$arch" --arches "${arches[@]}" \
