@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -57,7 +58,12 @@ def run_version(version: str, arch: str) -> tuple[str, float]:
         rootfs = buildah("mount", container)
         started = time.monotonic()
         out = subprocess.run(
-            ["chroot", rootfs, "/usr/local/bin/sps-operator", "--version"],
+            [
+                shutil.which("chroot", path=os.environ["PATH"] + ":/usr/sbin:/sbin") or "chroot",
+                rootfs,
+                "/usr/local/bin/sps-operator",
+                "--version",
+            ],
             capture_output=True,
             text=True,
             check=False,
