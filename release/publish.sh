@@ -9,7 +9,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
-registry=${REGISTRY:?set REGISTRY=host[:port] (e.g. ghcr.io, or the bed's \$SPS_TESTBED_REGISTRY)}
+registry=${REGISTRY:-}
+[ -n "$registry" ] || { echo "sps-publish: set REGISTRY=host[:port], e.g. ghcr.io or the test bed's \$SPS_TESTBED_REGISTRY" >&2; exit 2; }
 dist=${DIST:-$repo/dist}
 py=${PYTHON:-$repo/.venv/bin/python}
 rel() { PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" "$py" -m sps_release "$@"; }
@@ -44,9 +45,11 @@ fi
 
 echo "==== $image ($digest)" >&2
 opts=("${tls[@]}" "${creds[@]}")
-skopeo copy --quiet --all --preserve-digests "${opts[@]/#/--dest-}" \
+copy_opts=("${opts[@]/#/--dest-}") inspect_opts=("${opts[@]/#/--}")
+skopeo copy --quiet --all --preserve-digests "${copy_opts[@]}" \
   "oci-archive:$oci:$version" "docker://$image"
-served="sha256:$(skopeo inspect --raw "${opts[@]/#/--}" "docker://$image" | sha256sum | cut -d' ' -f1)"
+served=$(skopeo inspect --raw "${inspect_opts[@]}" "docker://$image" | sha256sum | cut -d' ' -f1)
+served="sha256:$served"
 if [ "$served" != "$digest" ]; then
   echo "sps-publish: $image is served as $served, but the chart pins $digest" >&2
   exit 1
