@@ -75,7 +75,9 @@ dist: release
 release-host:
 	bash release/setup-host.sh
 
-# Pushes dist/ (the image index and the chart) to REGISTRY=host[:port], trusting CA=path.
+# Pushes dist/ (the image index and the chart) to REGISTRY=host[:port], trusting CA=path:
+# <REGISTRY>/sps-dev/sps-operator:<version> and oci://<REGISTRY>/charts/sps-operator
+# (IMAGE_REPO, CHART_REPO override them; docs/release.md).
 publish:
 	REGISTRY=$(REGISTRY) CA=$(CA) bash release/publish.sh
 

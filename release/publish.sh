@@ -4,7 +4,8 @@
 #   the image index  -> <REGISTRY>/sps-dev/sps-operator:<version>  (skopeo, digests kept,
 #                       then read back: the registry must serve the digest the chart pins)
 #   the chart        -> oci://<REGISTRY>/charts/sps-operator, version <version>  (helm push)
-# Credentials, if the registry wants them: REGISTRY_USER and REGISTRY_PASSWORD (CI: the
+# IMAGE_REPO and CHART_REPO override those two places (ghcr.io wants its owner first:
+# CHART_REPO=oci://ghcr.io/sps-dev/charts). Credentials, if the registry wants them: REGISTRY_USER and REGISTRY_PASSWORD (CI: the
 # forge's token). PLAIN_HTTP=1 only for a registry on loopback without TLS.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,7 +24,8 @@ version=$(basename "${charts[0]}" .tgz)
 version=${version#sps-operator-}
 oci="$dist/sps-operator-$version.oci.tar"
 digest=$(cat "$dist/sps-operator-$version.index-digest")
-image="$registry/sps-dev/sps-operator:$version"
+image="${IMAGE_REPO:-$registry/sps-dev/sps-operator}:$version"
+chart_repo=${CHART_REPO:-oci://$registry/charts}
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -54,6 +56,6 @@ if [ "$served" != "$digest" ]; then
   echo "sps-publish: $image is served as $served, but the chart pins $digest" >&2
   exit 1
 fi
-echo "==== oci://$registry/charts/sps-operator $version" >&2
-"$helm" push "${charts[0]}" "oci://$registry/charts" "${helm_tls[@]}"
-echo "published $image@$digest and oci://$registry/charts/sps-operator:$version"
+echo "==== $chart_repo/sps-operator $version" >&2
+"$helm" push "${charts[0]}" "$chart_repo" "${helm_tls[@]}"
+echo "published $image@$digest and $chart_repo/sps-operator:$version"
