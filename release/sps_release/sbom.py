@@ -106,6 +106,29 @@ def _spdx_id(used: set[str], *parts: str) -> str:
     return spdx_id
 
 
+def _package(spdx_id: str, name: str, version: str, purpose: str, purl: str) -> dict[str, Any]:
+    return {
+        "SPDXID": spdx_id,
+        "name": name,
+        "versionInfo": version,
+        "primaryPackagePurpose": purpose,
+        "downloadLocation": "NOASSERTION",
+        "filesAnalyzed": False,
+        # Declared licenses are free text in both ecosystems, not always SPDX
+        # expressions: kept in a comment (licenseComments), not asserted.
+        "licenseConcluded": "NOASSERTION",
+        "licenseDeclared": "NOASSERTION",
+        "copyrightText": "NOASSERTION",
+        "externalRefs": [
+            {
+                "referenceCategory": "PACKAGE-MANAGER",
+                "referenceType": "purl",
+                "referenceLocator": purl,
+            }
+        ],
+    }
+
+
 def spdx_document(
     *,
     image: str,
@@ -130,31 +153,13 @@ def spdx_document(
     used = {"SPDXRef-DOCUMENT"}
     image_id = _spdx_id(used, "image", arch)
     name = f"{image}:{version} linux/{arch}"
-    packages: list[dict[str, Any]] = [
-        {
-            "SPDXID": image_id,
-            "name": image,
-            "versionInfo": version,
-            "primaryPackagePurpose": "CONTAINER",
-            "downloadLocation": "NOASSERTION",
-            "filesAnalyzed": False,
-            "checksums": [{"algorithm": "SHA256", "checksumValue": image_digest[7:]}],
-            "licenseConcluded": "NOASSERTION",
-            "licenseDeclared": "NOASSERTION",
-            "copyrightText": "NOASSERTION",
-            "externalRefs": [
-                {
-                    "referenceCategory": "PACKAGE-MANAGER",
-                    "referenceType": "purl",
-                    "referenceLocator": (
-                        f"pkg:oci/{image.rsplit('/', 1)[-1]}@{quote(image_digest, safe='')}"
-                        f"?arch={arch}&repository_url={quote(image.rsplit('/', 1)[0], safe='')}"
-                        f"&tag={quote(version, safe='')}"
-                    ),
-                }
-            ],
-        }
-    ]
+    image_purl = (
+        f"pkg:oci/{image.rsplit('/', 1)[-1]}@{quote(image_digest, safe='')}"
+        f"?arch={arch}&repository_url={quote(image.rsplit('/', 1)[0], safe='')}"
+        f"&tag={quote(version, safe='')}"
+    )
+    packages = [_package(image_id, image, version, "CONTAINER", image_purl)]
+    packages[0]["checksums"] = [{"algorithm": "SHA256", "checksumValue": image_digest[7:]}]
     relationships = [
         {
             "spdxElementId": "SPDXRef-DOCUMENT",
@@ -164,26 +169,7 @@ def spdx_document(
     ]
     for comp in sorted(components, key=lambda c: (c.kind, normalize_name(c.name), c.version)):
         comp_id = _spdx_id(used, comp.kind, comp.name, comp.version)
-        package: dict[str, Any] = {
-            "SPDXID": comp_id,
-            "name": comp.name,
-            "versionInfo": comp.version,
-            "primaryPackagePurpose": "LIBRARY",
-            "downloadLocation": "NOASSERTION",
-            "filesAnalyzed": False,
-            # Declared licenses are free text in both ecosystems, not always SPDX
-            # expressions: kept in a comment, not asserted.
-            "licenseConcluded": "NOASSERTION",
-            "licenseDeclared": "NOASSERTION",
-            "copyrightText": "NOASSERTION",
-            "externalRefs": [
-                {
-                    "referenceCategory": "PACKAGE-MANAGER",
-                    "referenceType": "purl",
-                    "referenceLocator": comp.purl(distro),
-                }
-            ],
-        }
+        package = _package(comp_id, comp.name, comp.version, "LIBRARY", comp.purl(distro))
         if comp.license:
             package["licenseComments"] = f"declared: {comp.license}"
         if comp.homepage.startswith(("https://", "http://")):
