@@ -215,3 +215,29 @@ def test_the_index_names_each_wanted_architecture_once() -> None:
         platform_digests(index(("windows", "amd64")), ["amd64"])
     with pytest.raises(ValueError, match="not an OCI image index"):
         platform_digests('{"mediaType": "application/vnd.oci.image.manifest.v1+json"}', [])
+
+
+@given(
+    st.recursive(
+        st.none() | st.text(max_size=5) | st.integers(),
+        lambda c: (
+            st.lists(c, max_size=3)
+            | st.dictionaries(
+                st.sampled_from(
+                    ["mediaType", "manifests", "platform", "os", "architecture", "digest"]
+                ),
+                c,
+                max_size=4,
+            )
+        ),
+        max_leaves=12,
+    )
+)
+def test_any_json_is_an_index_or_a_value_error(data: object) -> None:
+    with pytest.raises(ValueError):
+        platform_digests(b"\xff not json", ["amd64"])
+    try:
+        found = platform_digests(json.dumps(data), ["amd64"])
+    except ValueError:
+        return
+    assert list(found) == ["amd64"]  # only a real index of exactly that platform passes
