@@ -1221,6 +1221,19 @@ class BorrowRecord(StatusModel):
     gpu_product: str | None = Field(
         default=None, description="status.rolloutBorrow: the GPU product of the pool."
     )
+    limit_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        description="currentRun.borrow: how long the run may run, counted from "
+        "currentRun.runningSince (not its wait), and so how long the replica stays lent at "
+        "most: past it the run ends and the replica goes back (DeadlineExceeded).",
+    )
+    limit: str | None = Field(
+        default=None,
+        max_length=128,
+        description="What sets limitSeconds: spec.job.activeDeadlineSeconds, or Kueue's "
+        "kueue.x-k8s.io/max-exec-time-seconds label on the Job when shorter.",
+    )
 
 
 class RunStatus(StatusModel):

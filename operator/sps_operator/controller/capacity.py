@@ -50,12 +50,15 @@ from sps_operator.controller.clocks import elapsed, trusted
 from sps_operator.controller.deployments import max_unavailable, progress_deadline_seconds
 from sps_operator.controller.kube import Obj, api_error_detail
 from sps_operator.controller.kueue import (
+    KUEUE_DEACTIVATED,
     KUEUE_NOT_INSTALLED,
     KUEUE_RECHECK_SECONDS,
     KueueState,
+    kueue_deactivated,
     kueue_words,
     owned_workload,
     queued_message,
+    run_limit,
 )
 from sps_operator.controller.state import Pass
 
@@ -108,9 +111,11 @@ def _read_kueue(p: Pass, job: Mapping[str, Any], queue: str) -> KueueState:
         if workloads is None:
             state = KueueState(installed=False)
         else:
+            workload = owned_workload(workloads, p.namespace, uid)
             state = KueueState(
                 queue_exists=p.kube.get("LocalQueue", p.namespace, queue) is not None,
-                words=kueue_words(owned_workload(workloads, p.namespace, uid)),
+                words=kueue_words(workload),
+                deactivated=kueue_deactivated(workload),
             )
     except Exception as exc:  # RBAC not granted (an older chart), the API unavailable
         state = KueueState(unreadable=clean_text(api_error_detail(exc), 200))
@@ -161,7 +166,7 @@ def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
         message += "; the lent replica was given back"
     since = run.waiting.since if run.waiting is not None else cond.rfc3339(now)
     waited = elapsed(since, now)
-    if reason == KUEUE_NOT_INSTALLED:
+    if reason in (KUEUE_NOT_INSTALLED, KUEUE_DEACTIVATED):
         # Nothing will ever unsuspend the Job: the run ends now, not after the timeout.
         run.waiting = RunWaiting(reason=reason, message=message, since=since)
         return message
@@ -211,6 +216,21 @@ def _own_tag(p: Pass, dep: Mapping[str, Any] | None, run: str) -> BorrowTag | No
     return tag if tag is not None and tag.profile_uid == p.ref.uid and tag.run == run else None
 
 
+def job_labels(p: Pass) -> dict[str, str]:
+    """The labels a run's Job carries beside the operator's own: the admin's defaults,
+    then the profile's (as `profiling_job` merges them)."""
+    return {**p.settings.job_defaults.labels, **(p.spec.job.labels or {})}
+
+
+def _lent(p: Pass, deployment: str, replicas: int, at: str) -> BorrowRecord:
+    """The status record of a replica lent to the current run, with how long it may stay
+    lent (the run's limit, counted from when its Job runs) and what sets that."""
+    limit, source = run_limit(p.spec.job.active_deadline_seconds, job_labels(p))
+    return BorrowRecord(
+        deployment=deployment, replicas=replicas, at=at, limit_seconds=limit, limit=source
+    )
+
+
 def reattach_borrow(p: Pass, run: RunStatus) -> None:
     """The record on the Deployment is the truth: a borrow written just before a crash
     (status never said so) is this run's borrow, never a reason to borrow again."""
@@ -218,7 +238,7 @@ def reattach_borrow(p: Pass, run: RunStatus) -> None:
         return  # (a record this pass removed is still in its snapshot)
     tag = _own_tag(p, _lenders(p).get(run.target), run.name)
     if tag is not None and not tag.hold:
-        run.borrow = BorrowRecord(deployment=run.target, replicas=tag.replicas, at=tag.at)
+        run.borrow = _lent(p, run.target, tag.replicas, tag.at)
 
 
 def _borrow(p: Pass, run: RunStatus) -> str | None:
@@ -254,7 +274,7 @@ def _borrow(p: Pass, run: RunStatus) -> str | None:
         if exc.status == 409:
             return f"Deployment {run.target} changed while borrowing; trying again"
         raise
-    run.borrow = BorrowRecord(deployment=run.target, replicas=replicas, at=tag.at)
+    run.borrow = _lent(p, run.target, replicas, tag.at)
     p.event(
         "Normal",
         EV_BORROWED,
