@@ -47,6 +47,7 @@ from sps_operator.controller.borrow import (
     trusted_tag,
 )
 from sps_operator.controller.clocks import elapsed, trusted
+from sps_operator.controller.cost import add_cost, bounded_seconds, job_gpus
 from sps_operator.controller.deployments import max_unavailable, progress_deadline_seconds
 from sps_operator.controller.kube import Obj, api_error_detail
 from sps_operator.controller.kueue import (
@@ -137,6 +138,17 @@ def _waiting_now(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> tuple[str, 
     return None
 
 
+def close_segment(p: Pass, run: RunStatus) -> None:
+    """The run's Job stopped running (preempted, phase done, run over): its GPUs times the
+    seconds it ran go to the run's and the profile's cost, and the run's clock stops."""
+    if run.running_since is not None and run.gpus:
+        bound = p.spec.job.active_deadline_seconds + p.spec.capacity.wait_timeout_seconds
+        seconds = run.gpus * bounded_seconds(run.running_since, p.now, bound)
+        run.gpu_seconds = round((run.gpu_seconds or 0.0) + seconds, 3)
+        p.status.cost = add_cost(p.status.cost, run.gpu_product, gpu_seconds=seconds)
+    run.running_since = run.gpus = None
+
+
 def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
     """Keep `run.waiting` current, borrow a replica when allowed, give it back as soon as
     the Job stops running on it; returns why the run must fail (it waited too long), else
@@ -148,7 +160,8 @@ def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
     waiting = _waiting_now(p, run, job)
     if waiting is None:
         if any(pod.node for pod in _run_pods(p, run)):
-            run.running_since = run.running_since or cond.rfc3339(now)
+            if run.running_since is None:
+                run.running_since, run.gpus = cond.rfc3339(now), job_gpus(job)
             if run.borrow is not None:
                 run.borrow.used = True
         if run.waiting is not None:
@@ -156,7 +169,7 @@ def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
             run.waiting = None
         return None
     reason, message = waiting
-    run.running_since = None  # the run's own deadline counts from when it runs again
+    close_segment(p, run)  # the run's own deadline counts from when it runs again
     suspended = reason != WAITING_FOR_GPUS  # QueuedInKueue, or a Kueue reason
     if run.borrow is not None and (suspended or run.borrow.used):
         # Kueue suspended (preempted) the Job, or its pod lost the lent GPUs: the lender
@@ -337,6 +350,17 @@ def _return(
             if exc.status != 404:
                 raise
     p.returned.add(name)
+    if tag.profile_uid == p.ref.uid:
+        # Lent from the borrow until now, at most as long as a borrow can last: the wait,
+        # the run, the rollout hold.
+        bound = (
+            p.spec.capacity.wait_timeout_seconds
+            + p.spec.job.active_deadline_seconds
+            + progress_deadline_seconds(deployment)
+            + HOLD_MARGIN.total_seconds()
+        )
+        lent = bounded_seconds(tag.at, p.now, bound)
+        p.status.cost = add_cost(p.status.cost, tag.product, lent_seconds=lent)
     note = action.note + (f" ({why})" if why else "")
     if tag.replicas == 1:
         note += f"; the server was down {elapsed(tag.at, p.now):.0f} s (allowDowntime)"

@@ -25,7 +25,12 @@ from sps_operator.controller import builders, compat, names, policy
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.acceptance import judge_bounded
 from sps_operator.controller.borrow import WAITING_FOR_GPUS
-from sps_operator.controller.capacity import follow_wait, job_labels, reattach_borrow
+from sps_operator.controller.capacity import (
+    close_segment,
+    follow_wait,
+    job_labels,
+    reattach_borrow,
+)
 from sps_operator.controller.clocks import elapsed
 from sps_operator.controller.kube import Obj, api_error_detail
 from sps_operator.controller.kueue import run_limit
@@ -492,5 +497,6 @@ def start_phase2(p: Pass, rounds: Sequence[Obj]) -> None:
     run.job = plan.job_name
     run.diagonal_table = seed_name
     run.progress = None
-    run.running_since = run.result_wait_since = None  # the new Job's own clock
+    close_segment(p, run)  # the new Job has its own clock
+    run.result_wait_since = None
     p.event("Normal", EV_PHASE2, f"diagonal phase done; off-diagonal Job {plan.job_name}")
