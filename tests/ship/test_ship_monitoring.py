@@ -58,6 +58,7 @@ def exported() -> tuple[set[str], set[str]]:
             }
         ),
     )  # fmt: skip
+    m.cost_written(ref, [], [{"gpuProduct": "G", "gpuSeconds": 2.0, "lentSeconds": 1.0}])
     families = list(text_string_to_metric_families(generate_latest(m.registry).decode()))
     return {s.name for f in families for s in f.samples}, {f.name for f in families}
 

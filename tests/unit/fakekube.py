@@ -331,6 +331,7 @@ class FakeKube(KubeApi):
         profile = self.objects.get(("SpsProfile", namespace, name))
         if profile is not None:
             merge(profile.setdefault("status", {}), dict(status))
+            self._bump(profile)  # every write, a status write too, gets a new version
 
     def event(
         self, involved: Mapping[str, Any], type_: str, reason: str, message: str, now: datetime

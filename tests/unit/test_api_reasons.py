@@ -23,7 +23,7 @@ KUBERNETES_WORDS = {
     "Exists", "DoesNotExist", "In", "NotIn", "Gt", "Lt",
     "Normal", "Warning",
     "Recreate", "ReplicaFailure", "Secret", "SpsProfile", "Pod", "List", "LocalQueue",
-    "FallbackToLogsOnError", "Evicted", "QuotaReserved", "Admitted",
+    "FallbackToLogsOnError", "Evicted", "QuotaReserved", "Admitted", "DeactivationTarget",
     "InputError",  # `sps-operator fingerprint`'s own error label, never in status
     # the kubelet's container states that keep a pod from ever becoming ready
     "CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "InvalidImageName",

@@ -13,8 +13,14 @@ from controller_harness import H100, NODES, NS, Harness, deployment, profile_bod
 from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
-from sps_operator.api.models import SpsProfile
-from sps_operator.controller.borrow import BorrowTag, PoolClaim, borrow_patch, pool_lease
+from sps_operator.api.models import CapacitySpec, SpsProfile
+from sps_operator.controller.borrow import (
+    BorrowTag,
+    PoolClaim,
+    borrow_patch,
+    borrow_refusal,
+    pool_lease,
+)
 from sps_operator.controller.builders import ProfileRef
 from sps_operator.controller.placement import PodInfo
 from sps_operator.controller.policy import JobPolicy, NameRule
@@ -146,6 +152,22 @@ def test_borrowing_refuses_a_pdb_an_hpa_a_gitops_owner_a_single_replica_and_a_bu
     h.add(pool_lease(claim, h.settings.pool_namespace))
     someone["status"] = {"currentRun": {"name": "someone-run"}}
     assert "b/someone is borrowing a replica of lender on GPU product" in blocked_by(h)
+
+
+def test_borrowing_refuses_a_deployment_kueue_manages_and_says_to_use_kueue_quota() -> None:
+    # Kueue's pod/Deployment integration: the queue label on the Deployment ...
+    h = harness(**BORROW)
+    h.kube.obj("Deployment", "server")["metadata"]["labels"][L.LABEL_KUEUE_QUEUE] = "serving"
+    message = blocked_by(h)
+    assert "managed by Kueue (label kueue.x-k8s.io/queue-name: serving)" in message
+    assert "use capacity.mode Wait and give the profiling Job quota in Kueue" in message
+    assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 2
+    # ... or only on its pod template.
+    dep = deployment()
+    dep["spec"]["replicas"] = 2
+    dep["spec"]["template"]["metadata"]["labels"][L.LABEL_KUEUE_QUEUE] = "serving"
+    refusal = borrow_refusal(dep, CapacitySpec(mode="BorrowReplica"), [], [])
+    assert refusal is not None and "managed by Kueue" in refusal
 
 
 def test_a_single_replica_is_borrowed_only_with_allow_downtime() -> None:

@@ -18,8 +18,11 @@ from sps_operator.controller.kueue import (
     WORDS_LIMIT,
     KueueCache,
     KueueState,
+    kueue_deactivated,
     kueue_words,
+    max_exec_seconds,
     owned_workload,
+    run_limit,
 )
 from sps_operator.controller.state import ApiSnapshot
 
@@ -197,6 +200,117 @@ def test_kueue_reasons_give_a_lent_replica_back() -> None:
     assert w["reason"] == "LocalQueueMissing"
     assert "the lent replica was given back" in w["message"]
     assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 2
+
+
+# ------------------------------------------------------- maximum execution time (§2)
+
+MAX_EXEC = {L.LABEL_KUEUE_MAX_EXEC: "300"}
+
+
+def test_kueues_max_exec_time_caps_how_long_a_replica_stays_lent_from_when_the_job_runs() -> None:
+    h = harness(**BORROW, job={"labels": MAX_EXEC, "activeDeadlineSeconds": 3600})
+    h.tick()
+    h.run_pass()
+    (job,) = h.kube.kinds("Job")
+    assert job["metadata"]["labels"][L.LABEL_KUEUE_MAX_EXEC] == "300"  # as Kueue reads it
+    job_pod(h)
+    h.tick()
+    h.run_pass()
+    h.tick(31)
+    h.tick(600)  # a long wait for GPUs does not count
+    borrow = h.run_pass()["currentRun"]["borrow"]
+    assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 1
+    assert borrow["limitSeconds"] == 300 and L.LABEL_KUEUE_MAX_EXEC in borrow["limit"]
+    job_pod(h, unschedulable=None)
+    h.tick()
+    assert h.run_pass()["currentRun"]["runningSince"]
+    h.tick(299)
+    assert h.run_pass().get("currentRun"), "still within its 300 s"
+    h.tick(1)
+    status = h.run_pass()
+    assert status.get("currentRun") is None and not h.kube.kinds("Job")
+    failure = status["lastFailure"]
+    assert failure["reason"] == "DeadlineExceeded"
+    assert f"past the Job's label {L.LABEL_KUEUE_MAX_EXEC} 300" in failure["message"]
+    assert "the lent replica was given back" in failure["message"]
+    assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 2
+
+
+def test_the_run_deadline_wins_when_it_is_shorter_than_kueues_max_exec_time() -> None:
+    h = harness(**BORROW, job={"labels": {L.LABEL_KUEUE_MAX_EXEC: "7200"},
+                                "activeDeadlineSeconds": 600})  # fmt: skip
+    h.tick()
+    h.run_pass()
+    job_pod(h)
+    h.tick()
+    h.run_pass()
+    h.tick(31)
+    borrow = h.run_pass()["currentRun"]["borrow"]
+    assert (borrow["limitSeconds"], borrow["limit"]) == (600, "spec.job.activeDeadlineSeconds")
+
+
+def test_a_max_exec_time_that_is_no_number_or_too_long_is_refused_by_the_policy() -> None:
+    for value, said in (
+        ("0", "must be a whole number of seconds of at least 1"),
+        ("5m", "must be a whole number of seconds of at least 1"),
+        ("1e3", "must be a whole number of seconds of at least 1"),
+        (str(86_400 + 1), "more than the 86400 s a profiling Job may hold GPUs"),
+    ):
+        h = harness(job={"labels": {L.LABEL_KUEUE_MAX_EXEC: value}})
+        h.tick()
+        failure = h.run_pass()["lastFailure"]
+        assert failure["reason"] == "JobPolicy" and said in failure["message"], value
+        assert not h.kube.kinds("Job")
+
+
+def test_a_workload_kueue_deactivated_ends_the_run_at_once_and_gives_the_replica_back() -> None:
+    h = harness(**BORROW, job={"labels": {L.LABEL_KUEUE_QUEUE: QUEUE, **MAX_EXEC}})
+    local_queue(h)
+    job = queued(h)
+    job["spec"]["suspend"] = False
+    job_pod(h)
+    h.tick(31)
+    h.run_pass()
+    h.tick(31)
+    h.run_pass()
+    assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 1
+    job_pod(h, unschedulable=None)
+    h.tick()
+    h.run_pass()
+    # Kueue counts from admission: it deactivates the Workload and suspends the Job first.
+    w = workload(h, job, [{"type": "DeactivationTarget", "status": "True",
+                           "reason": "MaximumExecutionTimeExceeded",
+                           "message": "exceeding the maximum execution time"}])  # fmt: skip
+    w["spec"] = {"active": False}
+    job["spec"]["suspend"] = True
+    h.pods = [p for p in h.pods if L.LABEL_RUN not in p.labels]
+    h.tick(20)
+    status = h.run_pass()
+    assert status.get("currentRun") is None and not h.kube.kinds("Job")
+    failure = status["lastFailure"]
+    assert failure["reason"] == "KueueDeactivated"
+    assert (
+        "MaximumExecutionTimeExceeded: exceeding the maximum execution time" in failure["message"]
+    )
+    assert "will not admit it again" in failure["message"]
+    assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 2
+
+
+def test_max_exec_seconds_and_run_limit() -> None:
+    assert max_exec_seconds({L.LABEL_KUEUE_MAX_EXEC: "300"}) == 300
+    assert max_exec_seconds({}) is None
+    assert run_limit(600, {L.LABEL_KUEUE_MAX_EXEC: "300"})[0] == 300
+    assert run_limit(600, {L.LABEL_KUEUE_MAX_EXEC: "900"}) == (
+        600, "spec.job.activeDeadlineSeconds")  # fmt: skip
+    assert kueue_deactivated({"spec": {"active": True}, "status": {}}) is None
+    assert kueue_deactivated({"spec": {"active": False}}) == (
+        "the Workload is inactive (spec.active false)")  # fmt: skip
+
+
+@given(st.text(max_size=40))
+def test_any_max_exec_label_is_a_positive_bounded_number_or_none(text: str) -> None:
+    seconds = max_exec_seconds({L.LABEL_KUEUE_MAX_EXEC: text})
+    assert seconds is None or (1 <= seconds < 10**10 and str(seconds) == text.lstrip("0"))
 
 
 # ----------------------------------------------------------------------------- pure

@@ -336,7 +336,8 @@ def test_operator_failure_reasons_get_specific_advice() -> None:
         "TargetChanged": "changed between the two phases",
         "SweepMismatch": "a cell more than once",
         "IncompleteSweep": "did not cover every cell",
-        "DeadlineExceeded": "ran longer than spec.job.activeDeadlineSeconds",
+        "DeadlineExceeded": "ran longer than its limit",
+        "KueueDeactivated": "Kueue deactivated its Job's Workload",
         "ResultMissing": "its result never arrived",
     }
     for reason, what in cases.items():

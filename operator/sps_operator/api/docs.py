@@ -43,6 +43,7 @@ STATUS_MODELS: list[type[BaseModel]] = [
     models.BorrowRecord,
     models.TargetStatus,
     models.FailureRecord,
+    models.CostRecord,
 ]
 
 

@@ -55,6 +55,8 @@ ANNOTATION_BORROWED = f"{LABEL_PREFIX}/borrowed"  # on a Deployment: a replica l
 # Kueue: a Job naming a queue is created suspended; Kueue admits (unsuspends) it.
 LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 LABEL_KUEUE_PRIORITY = "kueue.x-k8s.io/priority-class"  # a WorkloadPriorityClass
+# Kueue deactivates a Workload admitted longer than this (seconds, counted from admission).
+LABEL_KUEUE_MAX_EXEC = "kueue.x-k8s.io/max-exec-time-seconds"
 # Kueue's own label on the Workload it keeps for a Job (the Job's UID), and the API
 # versions of Workloads and LocalQueues the operator reads, preferred first.
 LABEL_KUEUE_JOB_UID = "kueue.x-k8s.io/job-uid"

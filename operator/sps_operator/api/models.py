@@ -1167,6 +1167,12 @@ class TableRef(StatusModel):
         "server as it is now (docs/fingerprint.md, Upgrading).",
     )
     message: MessageText | None = Field(default=None, description="Why it was rejected, if it was.")
+    gpu_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="GPU seconds its run took: the GPUs of its profiling Jobs times the "
+        "seconds they ran (not their wait), summed over phases and preemptions.",
+    )
 
 
 class RunPhase(StrEnum):
@@ -1221,6 +1227,19 @@ class BorrowRecord(StatusModel):
     gpu_product: str | None = Field(
         default=None, description="status.rolloutBorrow: the GPU product of the pool."
     )
+    limit_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        description="currentRun.borrow: how long the run may run, counted from "
+        "currentRun.runningSince (not its wait), and so how long the replica stays lent at "
+        "most: past it the run ends and the replica goes back (DeadlineExceeded).",
+    )
+    limit: str | None = Field(
+        default=None,
+        max_length=128,
+        description="What sets limitSeconds: spec.job.activeDeadlineSeconds, or Kueue's "
+        "kueue.x-k8s.io/max-exec-time-seconds label on the Job when shorter.",
+    )
 
 
 class RunStatus(StatusModel):
@@ -1273,6 +1292,15 @@ class RunStatus(StatusModel):
         default=None,
         description="Someone else (a GitOps self-heal, a person) scaled a lent replica back "
         "during this run: what was seen. The run borrows no more.",
+    )
+    gpus: int | None = Field(
+        default=None, ge=0, description="GPUs the current Job's pod holds (while it runs)."
+    )
+    gpu_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="GPU seconds the run took so far: GPUs times the seconds its Jobs ran, "
+        "counted when a Job stops running (phase done, preempted, run over).",
     )
 
 
@@ -1388,6 +1416,21 @@ class FailureRecord(StatusModel):
     )
 
 
+class CostRecord(StatusModel):
+    """What this profile's tables cost on one GPU product, since the profile exists."""
+
+    gpu_product: str = Field(max_length=253)
+    gpu_seconds: float = Field(
+        default=0.0, ge=0, description="GPU seconds of its profiling Jobs (GPUs x running time)."
+    )
+    lent_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        description="Seconds replicas were lent to its runs (capacity.mode BorrowReplica), "
+        "counted when each was given back.",
+    )
+
+
 class SpsProfileStatus(StatusModel):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(
@@ -1439,6 +1482,13 @@ class SpsProfileStatus(StatusModel):
         max_length=L.MAX_REPORT_LINES,
         description="Server fingerprints whose profiling clone refused an additive table at "
         "start-up (a loader that reads only the diagonal format): Additive is refused for them.",
+    )
+    cost: list[CostRecord] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Per GPU product: GPU seconds of profiling Jobs and seconds of lent "
+        "replicas so far (the counters sps_gpu_seconds_total and "
+        "sps_replica_lent_seconds_total count what each status write adds).",
     )
     rollout_borrow: BorrowRecord | None = Field(
         default=None,

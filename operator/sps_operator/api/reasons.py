@@ -146,7 +146,13 @@ REASONS: dict[str, Reason] = {
     "KueueNotInstalled": Reason(
         Kind.FAILURE, "the Job names a Kueue queue but Kueue is not installed"
     ),
-    "DeadlineExceeded": Reason(Kind.FAILURE, "the Job ran past spec.job.activeDeadlineSeconds"),
+    "KueueDeactivated": Reason(
+        Kind.FAILURE, "Kueue deactivated the Job's Workload (e.g. its maximum execution time)"
+    ),
+    "DeadlineExceeded": Reason(
+        Kind.FAILURE,
+        "the Job ran past spec.job.activeDeadlineSeconds or Kueue's max-exec-time-seconds",
+    ),
     "TargetGone": Reason(Kind.FAILURE, "the Deployment went away between the phases"),
     "TargetChanged": Reason(Kind.FAILURE, "the Deployment changed between the phases"),
     "SweepMismatch": Reason(Kind.FAILURE, "the result measured cells not asked for"),

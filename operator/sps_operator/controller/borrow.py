@@ -16,7 +16,9 @@ own field manager wrote are acted on. One borrow per GPU product at a time is a 
 the operator's namespace, created only if absent. A give-back never fights: replicas are
 restored only if nobody changed them meanwhile.
 
-Refusals (each a reason the status shows): the Deployment is rolling out; a
+Refusals (each a reason the status shows): Kueue manages the Deployment (a borrow would
+hand quota from one Kueue workload to whichever Kueue admits next); the Deployment is
+rolling out; a
 HorizontalPodAutoscaler or another server-side-apply manager owns its replicas (a borrow
 would be undone, or fought); too few ready replicas for `minAvailable`; a single replica
 without `allowDowntime`; a PodDisruptionBudget that allows no disruption; another
@@ -140,6 +142,16 @@ def replicas_changed_by(deployment: Mapping[str, Any]) -> list[str]:
     )
 
 
+def kueue_queue_of(deployment: Mapping[str, Any]) -> str | None:
+    """The Kueue queue a Deployment is managed under (Kueue's pod/Deployment integration:
+    the queue label on the Deployment or on its pod template), None when it names none."""
+    for labels in ((deployment.get("metadata") or {}).get("labels") or {}, _pod_labels(deployment)):
+        queue = labels.get(L.LABEL_KUEUE_QUEUE) if isinstance(labels, Mapping) else None
+        if queue:
+            return str(queue)
+    return None
+
+
 def borrow_refusal(
     deployment: Mapping[str, Any],
     capacity: CapacitySpec,
@@ -148,6 +160,15 @@ def borrow_refusal(
 ) -> str | None:
     """Why one replica may not be borrowed from `deployment` now (None: it may)."""
     name = (deployment.get("metadata") or {}).get("name")
+    queue = kueue_queue_of(deployment)
+    if queue is not None:
+        return (
+            f"Deployment {name} is managed by Kueue (label {L.LABEL_KUEUE_QUEUE}: {queue}): "
+            "its pods hold Kueue quota, so a borrowed replica's quota goes back to Kueue, "
+            "which may give it to any workload, and the replica given back waits in queue "
+            f"{queue} for its quota again; use capacity.mode Wait and give the profiling Job "
+            "quota in Kueue (its own LocalQueue, or a ClusterQueue that can borrow in a cohort)"
+        )
     if not deployment_rolled_out(deployment):
         return f"Deployment {name} is rolling out; borrowing waits until it is done"
     for hpa in hpas:

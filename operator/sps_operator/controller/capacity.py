@@ -47,15 +47,19 @@ from sps_operator.controller.borrow import (
     trusted_tag,
 )
 from sps_operator.controller.clocks import elapsed, trusted
+from sps_operator.controller.cost import add_cost, bounded_seconds, job_gpus
 from sps_operator.controller.deployments import max_unavailable, progress_deadline_seconds
 from sps_operator.controller.kube import Obj, api_error_detail
 from sps_operator.controller.kueue import (
+    KUEUE_DEACTIVATED,
     KUEUE_NOT_INSTALLED,
     KUEUE_RECHECK_SECONDS,
     KueueState,
+    kueue_deactivated,
     kueue_words,
     owned_workload,
     queued_message,
+    run_limit,
 )
 from sps_operator.controller.state import Pass
 
@@ -108,9 +112,11 @@ def _read_kueue(p: Pass, job: Mapping[str, Any], queue: str) -> KueueState:
         if workloads is None:
             state = KueueState(installed=False)
         else:
+            workload = owned_workload(workloads, p.namespace, uid)
             state = KueueState(
                 queue_exists=p.kube.get("LocalQueue", p.namespace, queue) is not None,
-                words=kueue_words(owned_workload(workloads, p.namespace, uid)),
+                words=kueue_words(workload),
+                deactivated=kueue_deactivated(workload),
             )
     except Exception as exc:  # RBAC not granted (an older chart), the API unavailable
         state = KueueState(unreadable=clean_text(api_error_detail(exc), 200))
@@ -135,6 +141,17 @@ def _waiting_now(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> tuple[str, 
     return None
 
 
+def close_segment(p: Pass, run: RunStatus) -> None:
+    """The run's Job stopped running (preempted, phase done, run over): its GPUs times the
+    seconds it ran go to the run's and the profile's cost, and the run's clock stops."""
+    if run.running_since is not None and run.gpus:
+        bound = p.spec.job.active_deadline_seconds + p.spec.capacity.wait_timeout_seconds
+        seconds = run.gpus * bounded_seconds(run.running_since, p.now, bound)
+        run.gpu_seconds = round((run.gpu_seconds or 0.0) + seconds, 3)
+        p.status.cost = add_cost(p.status.cost, run.gpu_product, gpu_seconds=seconds)
+    run.running_since = run.gpus = None
+
+
 def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
     """Keep `run.waiting` current, borrow a replica when allowed, give it back as soon as
     the Job stops running on it; returns why the run must fail (it waited too long), else
@@ -146,7 +163,8 @@ def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
     waiting = _waiting_now(p, run, job)
     if waiting is None:
         if any(pod.node for pod in _run_pods(p, run)):
-            run.running_since = run.running_since or cond.rfc3339(now)
+            if run.running_since is None:
+                run.running_since, run.gpus = cond.rfc3339(now), job_gpus(job)
             if run.borrow is not None:
                 run.borrow.used = True
         if run.waiting is not None:
@@ -154,7 +172,7 @@ def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
             run.waiting = None
         return None
     reason, message = waiting
-    run.running_since = None  # the run's own deadline counts from when it runs again
+    close_segment(p, run)  # the run's own deadline counts from when it runs again
     suspended = reason != WAITING_FOR_GPUS  # QueuedInKueue, or a Kueue reason
     if run.borrow is not None and (suspended or run.borrow.used):
         # Kueue suspended (preempted) the Job, or its pod lost the lent GPUs: the lender
@@ -164,7 +182,7 @@ def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
         message += "; the lent replica was given back"
     since = run.waiting.since if run.waiting is not None else cond.rfc3339(now)
     waited = elapsed(since, now)
-    if reason == KUEUE_NOT_INSTALLED:
+    if reason in (KUEUE_NOT_INSTALLED, KUEUE_DEACTIVATED):
         # Nothing will ever unsuspend the Job: the run ends now, not after the timeout.
         run.waiting = RunWaiting(reason=reason, message=message, since=since)
         return message
@@ -214,6 +232,21 @@ def _own_tag(p: Pass, dep: Mapping[str, Any] | None, run: str) -> BorrowTag | No
     return tag if tag is not None and tag.profile_uid == p.ref.uid and tag.run == run else None
 
 
+def job_labels(p: Pass) -> dict[str, str]:
+    """The labels a run's Job carries beside the operator's own: the admin's defaults,
+    then the profile's (as `profiling_job` merges them)."""
+    return {**p.settings.job_defaults.labels, **(p.spec.job.labels or {})}
+
+
+def _lent(p: Pass, deployment: str, replicas: int, at: str) -> BorrowRecord:
+    """The status record of a replica lent to the current run, with how long it may stay
+    lent (the run's limit, counted from when its Job runs) and what sets that."""
+    limit, source = run_limit(p.spec.job.active_deadline_seconds, job_labels(p))
+    return BorrowRecord(
+        deployment=deployment, replicas=replicas, at=at, limit_seconds=limit, limit=source
+    )
+
+
 def reattach_borrow(p: Pass, run: RunStatus) -> None:
     """The record on the Deployment is the truth: a borrow written just before a crash
     (status never said so) is this run's borrow, never a reason to borrow again."""
@@ -221,7 +254,7 @@ def reattach_borrow(p: Pass, run: RunStatus) -> None:
         return  # (a record this pass removed is still in its snapshot)
     tag = _own_tag(p, _lenders(p).get(run.target), run.name)
     if tag is not None and not tag.hold:
-        run.borrow = BorrowRecord(deployment=run.target, replicas=tag.replicas, at=tag.at)
+        run.borrow = _lent(p, run.target, tag.replicas, tag.at)
 
 
 def _borrow(p: Pass, run: RunStatus) -> str | None:
@@ -257,7 +290,7 @@ def _borrow(p: Pass, run: RunStatus) -> str | None:
         if exc.status == 409:
             return f"Deployment {run.target} changed while borrowing; trying again"
         raise
-    run.borrow = BorrowRecord(deployment=run.target, replicas=replicas, at=tag.at)
+    run.borrow = _lent(p, run.target, replicas, tag.at)
     p.event(
         "Normal",
         EV_BORROWED,
@@ -320,6 +353,17 @@ def _return(
             if exc.status != 404:
                 raise
     p.returned.add(name)
+    if tag.profile_uid == p.ref.uid:
+        # Lent from the borrow until now, at most as long as a borrow can last: the wait,
+        # the run, the rollout hold.
+        bound = (
+            p.spec.capacity.wait_timeout_seconds
+            + p.spec.job.active_deadline_seconds
+            + progress_deadline_seconds(deployment)
+            + HOLD_MARGIN.total_seconds()
+        )
+        lent = bounded_seconds(tag.at, p.now, bound)
+        p.status.cost = add_cost(p.status.cost, tag.product, lent_seconds=lent)
     note = action.note + (f" ({why})" if why else "")
     if tag.replicas == 1:
         note += f"; the server was down {elapsed(tag.at, p.now):.0f} s (allowDowntime)"

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from sps_operator.api import labels as L
 from sps_operator.api.labels import KUEUE_GROUP
 from sps_operator.api.result import clean_text
 from sps_operator.controller.borrow import QUEUED_IN_KUEUE
@@ -36,6 +37,7 @@ from sps_operator.controller.borrow import QUEUED_IN_KUEUE
 # QueuedInKueue.
 KUEUE_NOT_INSTALLED = "KueueNotInstalled"
 LOCAL_QUEUE_MISSING = "LocalQueueMissing"
+KUEUE_DEACTIVATED = "KueueDeactivated"
 
 WORDS_LIMIT = 512  # characters of Kueue's message kept in status
 KUEUE_READ_SECONDS = 15.0  # a Job's Workload is read at most this often
@@ -56,6 +58,9 @@ class KueueState:
     queue_exists: bool = True
     words: str | None = None
     unreadable: str | None = None
+    # Kueue deactivated the Workload (maximum execution time, requeuing limit, a rejected
+    # admission check): it never admits it again. Kueue's words.
+    deactivated: str | None = None
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -129,6 +134,49 @@ def kueue_words(workload: Mapping[str, Any] | None) -> str | None:
     return None
 
 
+def kueue_deactivated(workload: Mapping[str, Any] | None) -> str | None:
+    """Kueue's words when it deactivated the Workload (`spec.active: false`, or the
+    DeactivationTarget condition it sets first), else None. Bounded, one line."""
+    if workload is None:
+        return None
+    spec = workload.get("spec")
+    target = _condition(workload, "DeactivationTarget")
+    targeted = target is not None and target.get("status") == "True"
+    if not targeted and not (isinstance(spec, Mapping) and spec.get("active") is False):
+        return None
+    for c in (target, _condition(workload, "Evicted")):
+        if c is None or c.get("status") != "True":
+            continue
+        reason = _one_line(c.get("reason"), 64)
+        message = _one_line(c.get("message"), WORDS_LIMIT)
+        text = f"{reason}: {message}" if reason and message else reason or message
+        if text:
+            return text
+    return "the Workload is inactive (spec.active false)"
+
+
+def max_exec_seconds(labels: Mapping[str, Any]) -> int | None:
+    """Kueue's maximum execution time a Job's labels set (`kueue.x-k8s.io/max-exec-time-
+    seconds`: a positive whole number of seconds, as Kueue's webhook accepts it); None
+    when absent or not such a number (the policy refuses that before any Job exists)."""
+    value = labels.get(L.LABEL_KUEUE_MAX_EXEC)
+    if not isinstance(value, str) or not value.isascii() or not value.isdigit():
+        return None
+    if len(value) > 10 or int(value) < 1:
+        return None
+    return int(value)
+
+
+def run_limit(deadline: int, labels: Mapping[str, Any]) -> tuple[int, str]:
+    """How long a run may run, counted from when its Job runs (and so how long a replica
+    lent to it stays lent), and what sets it: spec.job.activeDeadlineSeconds, or Kueue's
+    maximum execution time on the Job when that is shorter."""
+    kueue = max_exec_seconds(labels)
+    if kueue is not None and kueue < deadline:
+        return kueue, f"the Job's label {L.LABEL_KUEUE_MAX_EXEC}"
+    return deadline, "spec.job.activeDeadlineSeconds"
+
+
 def queued_message(job: str, queue: str, state: KueueState) -> tuple[str, str]:
     """(reason, message) for a Job suspended under Kueue queue `queue`."""
     if not state.installed:
@@ -137,6 +185,11 @@ def queued_message(job: str, queue: str, state: KueueState) -> tuple[str, str]:
             f"API group {KUEUE_GROUP} is not served in this cluster, so nothing will ever "
             "admit it: install Kueue, or remove the queue label (the operator's "
             "jobDefaults.labels, or this profile's spec.job.labels)"
+        )
+    if state.deactivated:
+        return KUEUE_DEACTIVATED, (
+            f"Kueue deactivated the Workload of Job {job} (queue {queue}), so it will not "
+            f"admit it again; Kueue says {state.deactivated}"
         )
     said = f"; Kueue says {state.words}" if state.words else ""
     if not state.queue_exists:

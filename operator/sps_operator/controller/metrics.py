@@ -31,6 +31,7 @@ from prometheus_client import (
 
 from sps_operator import __version__
 from sps_operator.api.models import SpsProfileStatus
+from sps_operator.controller.cost import cost_added
 
 # Outcomes of sps_profiling_runs_finished_total.
 OUTCOMES = ("succeeded", "failed", "rejected")
@@ -163,6 +164,22 @@ class Metrics:
             [*labels, "deployment"],
             registry=self.registry,
         )
+        self.gpu_seconds = Counter(
+            "sps_gpu_seconds_total",
+            "GPU seconds of profiling Jobs (GPUs x seconds running, not waiting), per GPU "
+            "product, as this replica's status writes recorded them (status.cost): sum over "
+            "the operator's replicas for the total.",
+            [*labels, "gpu_product"],
+            registry=self.registry,
+        )
+        self.lent_seconds = Counter(
+            "sps_replica_lent_seconds_total",
+            "Seconds replicas were lent to profiling runs (capacity.mode BorrowReplica), per "
+            "GPU product, counted when each is given back, as this replica's status writes "
+            "recorded them (status.cost): sum over the operator's replicas for the total.",
+            [*labels, "gpu_product"],
+            registry=self.registry,
+        )
 
         self.passes = Counter(
             "sps_reconcile_passes_total",
@@ -249,6 +266,15 @@ class Metrics:
             ref,
             [((borrow.deployment,), at)] if borrow is not None and at is not None else [],
         )
+
+    def cost_written(self, ref: _Ref, before: Any, after: Any) -> None:
+        """Count what a successful status write added to status.cost (`cost_added`): once,
+        by the replica that wrote it, whichever replica leads next."""
+        for product, gpu, lent in cost_added(before, after):
+            if gpu > 0:
+                self._child(self.gpu_seconds, ref, product).inc(gpu)
+            if lent > 0:
+                self._child(self.lent_seconds, ref, product).inc(lent)
 
     def forget(self, namespace: str, name: str) -> None:
         """Remove every series of a deleted profile."""

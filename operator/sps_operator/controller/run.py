@@ -25,9 +25,15 @@ from sps_operator.controller import builders, claims, compat, names, policy
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.acceptance import judge_bounded
 from sps_operator.controller.borrow import WAITING_FOR_GPUS
-from sps_operator.controller.capacity import follow_wait, reattach_borrow
+from sps_operator.controller.capacity import (
+    close_segment,
+    follow_wait,
+    job_labels,
+    reattach_borrow,
+)
 from sps_operator.controller.clocks import elapsed
 from sps_operator.controller.kube import Obj, api_error_detail
+from sps_operator.controller.kueue import run_limit
 from sps_operator.controller.outcome import (
     JOB_CREATE_FAILED,
     NAME_TAKEN,
@@ -429,21 +435,23 @@ def target_change(run: RunStatus, target: Target) -> str | None:
 def _past_deadline(p: Pass, run: RunStatus) -> bool:
     """The run's own deadline, counted from when its Job started running (the Job's
     activeDeadlineSeconds also covers the wait for GPUs: it is the run's deadline plus
-    capacity.waitTimeoutSeconds, a bound that holds while the operator is down). True
-    when the run was ended for it."""
-    deadline = p.spec.job.active_deadline_seconds
+    capacity.waitTimeoutSeconds, a bound that holds while the operator is down), or
+    Kueue's maximum execution time when shorter: a replica lent to the run stays lent no
+    longer. True when the run was ended for it."""
+    limit, source = run_limit(p.spec.job.active_deadline_seconds, job_labels(p))
     if run.running_since is None:
         return False
     ran = elapsed(run.running_since, p.now)
-    if ran < deadline:
-        p.wake_within(deadline - ran)
+    if ran < limit:
+        p.wake_within(limit - ran)
         return False
     p.kube.delete("Job", p.namespace, run.job)
+    lent = "; the lent replica was given back" if run.borrow is not None else ""
     fail_run(
         p,
         DEADLINE_EXCEEDED,
-        f"Job {run.job} ran {ran:.0f} s, past spec.job.activeDeadlineSeconds {deadline} "
-        "(counted from when it started running, not from its wait for GPUs)",
+        f"Job {run.job} ran {ran:.0f} s, past {source} {limit} (counted from when it started "
+        f"running, not from its wait for GPUs){lent}",
     )
     return True
 
@@ -513,5 +521,6 @@ def start_phase2(p: Pass, rounds: Sequence[Obj]) -> None:
     run.job = plan.job_name
     run.diagonal_table = seed_name
     run.progress = None
-    run.running_since = run.result_wait_since = None  # the new Job's own clock
+    close_segment(p, run)  # the new Job has its own clock
+    run.result_wait_since = None
     p.event("Normal", EV_PHASE2, f"diagonal phase done; off-diagonal Job {plan.job_name}")

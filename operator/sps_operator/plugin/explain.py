@@ -226,7 +226,8 @@ FAILURE_REASONS: dict[str, tuple[str, str]] = {
     "BorrowBlocked": (
         "The last run gave up: no GPU was free and borrowing a replica stayed refused",
         "The message names what refused the borrow (a PodDisruptionBudget, minAvailable, an "
-        "HPA or a GitOps owner of replicas, a rollout, another borrow on the product); see "
+        "HPA or a GitOps owner of replicas, Kueue managing the Deployment, a rollout, another "
+        "borrow on the product); see "
         "docs/capacity.md. Fix that or add a node, then `kubectl sps reprofile {name}`.",
     ),
     "DiagonalOnlyServer": (
@@ -246,12 +247,22 @@ FAILURE_REASONS: dict[str, tuple[str, str]] = {
         "DSpark with LoRA runs only in static mode; use table.kind Diagonal, or run without "
         "LoRA (docs/compatibility.md).",
     ),
+    "KueueDeactivated": (
+        "The last run ended at once: Kueue deactivated its Job's Workload",
+        "Kueue will not admit a deactivated Workload again; the message has Kueue's reason. "
+        "MaximumExecutionTimeExceeded: the label kueue.x-k8s.io/max-exec-time-seconds on the "
+        "Job (spec.job.labels or the chart's jobDefaults.labels) is shorter than a run takes: "
+        "raise it or shorten the sweep. Kueue counts it from admission; the run is retried "
+        "with backoff, or now with `kubectl sps reprofile {name}`.",
+    ),
     "DeadlineExceeded": (
-        "The profiling Job ran longer than spec.job.activeDeadlineSeconds",
-        "The deadline counts from when the Job started running, not from its wait for GPUs. "
-        "Raise spec.job.activeDeadlineSeconds, or shorten the sweep (sweep.maxBatchSize, fewer "
-        "fracs, a wider sweep.ciRelWidth); the run is retried with backoff, or now with "
-        "`kubectl sps reprofile {name}`.",
+        "The profiling Job ran longer than its limit",
+        "The limit is spec.job.activeDeadlineSeconds, or the Job's label "
+        "kueue.x-k8s.io/max-exec-time-seconds when shorter (the message says which); it "
+        "counts from when the Job started running, not from its wait for GPUs, and a replica "
+        "lent to the run is given back when it is reached. Raise it, or shorten the sweep "
+        "(sweep.maxBatchSize, fewer fracs, a wider sweep.ciRelWidth); the run is retried "
+        "with backoff, or now with `kubectl sps reprofile {name}`.",
     ),
     "ResultMissing": (
         "The profiling Job completed but its result never arrived",
@@ -571,9 +582,10 @@ def _waiting_finding(
             next=(
                 "capacity.mode BorrowReplica never borrows below minAvailable ready replicas, "
                 "against a PodDisruptionBudget that allows no disruption, during a rollout, from "
-                "a Deployment whose replicas an HPA or a GitOps apply owns, or twice at once on "
-                "one GPU product (docs/capacity.md). Remove what the message names, free a "
-                f"GPU of {gpu}, or add a node; the operator retries by itself. {bound}"
+                "a Deployment whose replicas an HPA or a GitOps apply owns or that Kueue "
+                "manages, or twice at once on one GPU product (docs/capacity.md). Remove what "
+                f"the message names, free a GPU of {gpu}, or add a node; the operator retries "
+                f"by itself. {bound}"
             ),
         )
     if _pin_mismatch(message):
