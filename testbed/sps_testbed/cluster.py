@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sps_testbed import kueue
+from sps_testbed import kueue, registry
 from sps_testbed.artifacts import Artifacts, build_artifacts
 from sps_testbed.controlplane import DEFAULT_NODES, NodeSpec, kubeconfig_yaml
 from sps_testbed.kueue import KueueSetup
@@ -194,9 +194,23 @@ class RealNodeCluster:
         teardown(rec)
 
     # -- using it ------------------------------------------------------------------------
+    def registry_env(self) -> dict[str, str]:
+        """SPS_TESTBED_REGISTRY (host:port of the bed's registry) and SPS_TESTBED_CA (the CA
+        bundle that signed its certificate, alone in its directory)."""
+        rec = self.record()
+        return {"SPS_TESTBED_REGISTRY": rec.registry, "SPS_TESTBED_CA": rec.registry_ca}
+
+    def chart_reference(self) -> tuple[str, str]:
+        """The chart as the bed's registry holds it: (`oci://<registry>/charts/sps-operator`,
+        version)."""
+        rec = self.record()
+        return f"oci://{rec.registry}/{registry.CHART_REPOSITORY}/sps-operator", rec.chart_version
+
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["KUBECONFIG"] = str(self.kubeconfig)
+        with contextlib.suppress(TestbedError):
+            env.update(self.registry_env())
         bins = self.artifacts.controlplane.path_dirs() if self.artifacts else []
         env["PATH"] = os.pathsep.join([*(str(b) for b in bins), env.get("PATH", "")])
         return env
@@ -277,7 +291,8 @@ class RealNodeCluster:
         return client.ApiClient(configuration)
 
     def image(self, role: str) -> str:
-        """The reference of a loaded image: operator, sglang, pause, coredns."""
+        """The public reference of an image the bed's registry holds (the nodes resolve it
+        there): operator, sglang, pause, coredns, kueue."""
         if self.artifacts is None:
             req = json.loads((self.state_dir / "request.json").read_text())
             return str(req["artifacts"]["images"][role]["ref"])
