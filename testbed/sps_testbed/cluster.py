@@ -206,6 +206,12 @@ class RealNodeCluster:
         rec = self.record()
         return f"oci://{rec.registry}/{registry.CHART_REPOSITORY}/sps-operator", rec.chart_version
 
+    def chart_args(self) -> list[str]:
+        """What `helm install|upgrade RELEASE` takes to install the chart from the bed's
+        registry: its reference, `--version` and the registry's CA."""
+        chart, version = self.chart_reference()
+        return [chart, "--version", version, "--ca-file", self.registry_env()["SPS_TESTBED_CA"]]
+
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["KUBECONFIG"] = str(self.kubeconfig)
