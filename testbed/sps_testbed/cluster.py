@@ -256,22 +256,34 @@ class RealNodeCluster:
         the kubelet's back: a crash or an OOM kill as Kubernetes sees one (the kubelet
         restarts the container unless the pod is deleted). Returns the container names."""
         obj = json.loads(self.kubectl("get", "pod", pod, "-n", namespace, "-o", "json"))
-        node = next((n for n in self.record().nodes if n.name == obj["spec"].get("nodeName")), None)
-        if node is None:
+        node = str(obj["spec"].get("nodeName") or "")
+        if node not in {n.name for n in self.record().nodes}:
             raise TestbedError(f"pod {namespace}/{pod} is on no node of this bed")
-        socket = NodeConfig.load(Path(node.dir) / "node.json").socket
         killed = []
         for status in (obj.get("status") or {}).get("containerStatuses") or []:
             runtime, _, container_id = str(status.get("containerID", "")).partition("://")
             if runtime != "containerd" or "running" not in (status.get("state") or {}):
                 continue
-            subprocess.run(
-                ["ctr", "-a", str(socket), "-n", "k8s.io", "task", "kill", "-s", sig,
-                 container_id],
-                capture_output=True, text=True, check=True, timeout=30,
-            )  # fmt: skip
+            self.ctr(node, "task", "kill", "-s", sig, container_id)
             killed.append(str(status["name"]))
         return killed
+
+    def ctr(self, node_name: str, *args: str) -> str:
+        """`ctr -n k8s.io ARGS` against `node_name`'s containerd; stdout, TestbedError on
+        failure."""
+        node = next((n for n in self.record().nodes if n.name == node_name), None)
+        if node is None:
+            raise TestbedError(f"{node_name!r} is no node of this bed")
+        socket = NodeConfig.load(Path(node.dir) / "node.json").socket
+        argv = ["ctr", "-a", str(socket), "-n", "k8s.io", *args]
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+        if proc.returncode != 0:
+            raise TestbedError(f"{' '.join(argv)}: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def registry_log(self) -> Path:
+        """The bed registry's log: its access log (every pull) and errors."""
+        return self.state_dir / "logs" / "registry.log"
 
     def user_kubeconfig(self, user: str, groups: Sequence[str], path: Path) -> Path:
         """Write `path`: a kubeconfig for `user` (in `groups`) with a client certificate
