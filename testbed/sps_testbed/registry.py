@@ -21,7 +21,6 @@ import fcntl
 import hashlib
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -35,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from sps_testbed.processes import log_tail, spawn, terminate_group
 
 # The port in the bed's network namespace (each bed has its own gateway address).
 PORT = 5000
@@ -224,7 +225,7 @@ def wait_ready(
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
-            raise RegistryError(f"the registry exited ({proc.returncode}):\n{_tail(log)}")
+            raise RegistryError(f"the registry exited ({proc.returncode}):\n{log_tail(log, 20)}")
         with (
             contextlib.suppress(OSError, urllib.error.URLError),
             urllib.request.urlopen(f"{url}/v2/", timeout=2, context=context) as resp,
@@ -232,14 +233,8 @@ def wait_ready(
             if resp.status == 200:
                 return
         if time.monotonic() > deadline:
-            raise RegistryError(f"{url}/v2/ did not answer in {timeout:.0f}s:\n{_tail(log)}")
+            raise RegistryError(f"{url}/v2/ did not answer in {timeout:.0f}s:\n{log_tail(log, 20)}")
         time.sleep(0.05)
-
-
-def _tail(log: Path, lines: int = 20) -> str:
-    with contextlib.suppress(OSError):
-        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
-    return "(no log)"
 
 
 # ----------------------------------------------------------------------- the seed
@@ -290,24 +285,13 @@ def loopback_registry(binary: Path, storage: Path, log: Path) -> Iterator[str]:
     addr = f"127.0.0.1:{free_loopback_port()}"
     conf = log.parent / "registry-seed.yml"
     conf.write_text(yaml.safe_dump(config(storage, addr, None), sort_keys=False))
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            [str(binary), "serve", str(conf)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc = spawn([str(binary), "serve", str(conf)], log)
     try:
         wait_ready(f"http://{addr}", None, proc, log)
         yield addr
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        terminate_group(proc.pid, grace=10.0)
+        proc.wait()
 
 
 def ensure_seed(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 from realnode_helpers import apply, get_json, pod
@@ -33,6 +34,12 @@ def image_sources(bed: RealNodeCluster, node: str) -> dict[str, list[str]]:
         if not name.startswith("sha256:"):
             images[name] = labels_by_digest.get(digest, [])
     return images
+
+
+def pod_events(bed: RealNodeCluster, namespace: str, pod_name: str) -> list[dict[str, Any]]:
+    selector = f"involvedObject.name={pod_name}"
+    out = bed.kubectl("get", "events", "-n", namespace, "--field-selector", selector, "-o", "json")
+    return list(json.loads(out)["items"])
 
 
 def test_the_operator_image_is_pulled_from_the_bed_registry_and_nothing_is_imported(
@@ -64,18 +71,7 @@ def test_the_operator_image_is_pulled_from_the_bed_registry_and_nothing_is_impor
         for name, labels in image_sources(bed, each.name).items():
             assert labels, f"{each.name}: {name} has no distribution source: not pulled"
     # The kubelet recorded the pull.
-    events = json.loads(
-        bed.kubectl(
-            "get",
-            "events",
-            "-n",
-            ns,
-            "--field-selector",
-            "involvedObject.name=pulled",
-            "-o",
-            "json",
-        )
-    )["items"]
+    events = pod_events(bed, ns, "pulled")
     assert any(e["reason"] in ("Pulled", "Pulling") for e in events), events
 
 
@@ -92,18 +88,7 @@ def test_an_image_absent_from_the_registry_fails_to_pull_with_its_answer(
         return state if state.get("reason") in ("ErrImagePull", "ImagePullBackOff") else None
 
     state = wait_for("the pull of an absent tag to fail", waiting, timeout=120)
-    events = json.loads(
-        bed.kubectl(
-            "get",
-            "events",
-            "-n",
-            ns,
-            "--field-selector",
-            "involvedObject.name=absent",
-            "-o",
-            "json",
-        )
-    )["items"]
+    events = pod_events(bed, ns, "absent")
     failed = [e["message"] for e in events if e["reason"] == "Failed" and "pull" in e["message"]]
     # The registry's answer, as containerd words it: the manifest is not found.
     assert any(re.search(rf"{re.escape(absent)}: not found", m) for m in failed), (state, failed)
