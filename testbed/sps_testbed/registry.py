@@ -111,6 +111,14 @@ def image_names(refs: Mapping[str, str]) -> dict[str, list[str]]:
     return names
 
 
+# The registry exports OpenTelemetry traces to localhost:4318 unless told not to.
+ENV = {
+    "OTEL_TRACES_EXPORTER": "none",
+    "OTEL_METRICS_EXPORTER": "none",
+    "OTEL_LOGS_EXPORTER": "none",
+}
+
+
 def config(storage: Path, addr: str, tls: tuple[Path, Path] | None) -> dict[str, Any]:
     """The registry's configuration: filesystem storage, no auth, an access log (a test
     reads the pulls there), TLS when `tls` = (certificate, key)."""
@@ -285,7 +293,7 @@ def loopback_registry(binary: Path, storage: Path, log: Path) -> Iterator[str]:
     addr = f"127.0.0.1:{free_loopback_port()}"
     conf = log.parent / "registry-seed.yml"
     conf.write_text(yaml.safe_dump(config(storage, addr, None), sort_keys=False))
-    proc = spawn([str(binary), "serve", str(conf)], log)
+    proc = spawn([str(binary), "serve", str(conf)], log, env={**os.environ, **ENV})
     try:
         wait_ready(f"http://{addr}", None, proc, log)
         yield addr

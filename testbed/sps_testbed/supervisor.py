@@ -190,7 +190,7 @@ class Supervisor:
         )
         binary = Path(art["registry_dir"]) / "registry"
         log = self.logs / "registry.log"
-        proc = spawn([str(binary), "serve", str(conf)], log)
+        proc = spawn([str(binary), "serve", str(conf)], log, env={**os.environ, **registry.ENV})
         self.procs["registry"] = proc
         self.record.pids["registry"] = proc.pid
         registry.wait_ready(f"https://{addr}", ca, proc, log)
