@@ -190,6 +190,7 @@ class Supervisor:
         )
         binary = Path(art["registry_dir"]) / "registry"
         log = self.logs / "registry.log"
+        log.unlink(missing_ok=True)  # its access log is read for this bed's pulls only
         proc = spawn([str(binary), "serve", str(conf)], log, env={**os.environ, **registry.ENV})
         self.procs["registry"] = proc
         self.record.pids["registry"] = proc.pid
