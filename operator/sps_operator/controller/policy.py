@@ -18,7 +18,6 @@ from urllib.parse import urlsplit
 from sps_operator.api import labels as L
 from sps_operator.api.endpoints import forbidden_url_address
 from sps_operator.api.result import clean_text
-from sps_operator.controller.kueue import max_exec_seconds
 from sps_operator.controller.selectors import matches_selector
 
 if TYPE_CHECKING:  # the flags' defaults come from here: no pydantic at start-up
@@ -322,7 +321,7 @@ def job_refusal(
         )
     max_exec = labels.get(L.LABEL_KUEUE_MAX_EXEC)
     if max_exec is not None:
-        seconds = max_exec_seconds(labels)
+        seconds = L.max_exec_seconds(labels)
         limit = policy.max_active_deadline_seconds
         said = f"{source(L.LABEL_KUEUE_MAX_EXEC)} is {clean_text(str(max_exec), 64)!r}"
         if seconds is None:
