@@ -591,6 +591,33 @@ def test_the_runs_deadline_counts_from_when_its_job_runs_not_from_its_wait() -> 
     assert not h.kube.kinds("Job")
 
 
+def test_the_runs_own_deadline_alone_gives_a_lent_replica_back_counted_from_when_it_runs() -> None:
+    # Issue 21 §2: without Kueue's max-exec-time label, spec.job.activeDeadlineSeconds is
+    # the cap of a borrow: the run it was lent to ends there, and the replica with it.
+    capacity = {**BORROW["capacity"], "waitTimeoutSeconds": 3600}
+    h = harness(job={"activeDeadlineSeconds": 600}, capacity=capacity)
+    start_waiting(h)
+    h.tick(1800)  # a long wait for GPUs, lent from its 30th second, does not count
+    borrow = h.run_pass()["currentRun"]["borrow"]
+    assert (borrow["limitSeconds"], borrow["limit"]) == (600, "spec.job.activeDeadlineSeconds")
+    assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 1
+    job_pod(h, unschedulable=None)
+    h.tick()
+    assert h.run_pass()["currentRun"]["runningSince"]
+    h.tick(599)
+    assert h.run_pass()["currentRun"]["borrow"], "still within its 600 s"
+    assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 1
+    h.tick(1)
+    status = h.run_pass()
+    assert status.get("currentRun") is None and not h.kube.kinds("Job")
+    failure = status["lastFailure"]
+    assert failure["reason"] == "DeadlineExceeded"
+    assert "past spec.job.activeDeadlineSeconds 600" in failure["message"]
+    assert "the lent replica was given back" in failure["message"]
+    assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 2
+    assert not h.kube.kinds("Lease")  # the GPU pool is free for the next borrow
+
+
 def test_a_borrow_undone_by_someone_else_is_noticed_and_reported() -> None:
     h = harness(**BORROW)
     start_waiting(h)
