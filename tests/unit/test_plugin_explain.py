@@ -279,6 +279,20 @@ def test_borrow_blocked_by_a_pdb() -> None:
     assert "PodDisruptionBudget" in finding["next"] and "docs/capacity.md" in finding["next"]
 
 
+def test_a_target_kueue_manages_is_explained_as_lasting_with_what_to_do_instead() -> None:
+    message = (
+        "Deployment llama is managed by Kueue (label kueue.x-k8s.io/queue-name: serving): its "
+        f"pods hold Kueue quota, ... (no node can take it now: {SCHEDULER})"
+    )
+    report = explain(waiting_profile("KueueManagedTarget", message, "BorrowReplica"), now=NOW)
+    (finding,) = report["findings"]
+    assert finding["what"].startswith("The profiling Job waits for GPUs; its target is never")
+    assert "queue-name: serving" in finding["why"]
+    assert "does not change by itself" in finding["next"]
+    assert "spec.capacity.mode: Wait" in finding["next"] and "LocalQueue" in finding["next"]
+    assert report["state"] == "KueueManagedTarget"
+
+
 def test_a_run_on_a_borrowed_replica_is_shown() -> None:
     status = {
         "observedGeneration": 1,
@@ -328,6 +342,7 @@ def test_operator_failure_reasons_get_specific_advice() -> None:
         "KueueNotInstalled": "Kueue is not installed",
         "LocalQueueMissing": "LocalQueue its Job names does not exist",
         "BorrowBlocked": "borrowing a replica stayed refused",
+        "KueueManagedTarget": "its target is a Deployment Kueue manages",
         "JobPolicy": "the cluster admin's policy does not allow",
         "GpuPinConflict": "would not run on the GPU product",
         "JobLabelsSelectPods": "pass for a server pod",

@@ -261,7 +261,8 @@ def waiting_run(reason: str, **extra: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    "reason", ["WaitingForGPUs", "QueuedInKueue", "LocalQueueMissing", "BorrowBlocked"]
+    "reason",
+    ["WaitingForGPUs", "QueuedInKueue", "LocalQueueMissing", "BorrowBlocked", "KueueManagedTarget"],
 )
 def test_get_shows_why_a_run_waits_and_for_how_long(reason: str) -> None:
     row = view.get_row(profile({"gpuProduct": H100, "currentRun": waiting_run(reason)}), NOW)

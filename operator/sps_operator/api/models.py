@@ -1187,7 +1187,9 @@ class RunWaiting(StatusModel):
         description="WaitingForGPUs (no node has free GPUs of the product), QueuedInKueue (the "
         "Job is suspended until Kueue admits it; the message ends with Kueue's words on the "
         "Job's Workload), LocalQueueMissing (the Kueue LocalQueue the Job names does not exist "
-        "in the namespace), BorrowBlocked (BorrowReplica cannot borrow)."
+        "in the namespace), BorrowBlocked (BorrowReplica cannot borrow now), KueueManagedTarget "
+        "(BorrowReplica never borrows from a target Kueue manages; the Job waits as under "
+        "Wait)."
     )
     message: MessageText = Field(description="The scheduler's, Kueue's or the operator's words.")
     since: str = Field(

@@ -47,6 +47,8 @@ MAX_REPLICAS = 100_000
 WAITING_FOR_GPUS = "WaitingForGPUs"
 QUEUED_IN_KUEUE = "QueuedInKueue"
 BORROW_BLOCKED = "BorrowBlocked"
+# BorrowReplica on a target Kueue manages: never borrowed from (the run waits as under Wait).
+KUEUE_MANAGED_TARGET = "KueueManagedTarget"
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,22 @@ def kueue_queue_of(deployment: Mapping[str, Any]) -> str | None:
     return None
 
 
+def kueue_managed_refusal(deployment: Mapping[str, Any]) -> str | None:
+    """Why no replica is ever borrowed from a Deployment Kueue manages (None: it names no
+    Kueue queue). Not a matter of time, unlike the other refusals: what to do instead."""
+    queue = kueue_queue_of(deployment)
+    if queue is None:
+        return None
+    name = (deployment.get("metadata") or {}).get("name")
+    return (
+        f"Deployment {name} is managed by Kueue (label {L.LABEL_KUEUE_QUEUE}: {queue}): "
+        "its pods hold Kueue quota, so a borrowed replica's quota goes back to Kueue, "
+        "which may give it to any workload, and the replica given back waits in queue "
+        f"{queue} for its quota again; use capacity.mode Wait and give the profiling Job "
+        "quota in Kueue (its own LocalQueue, or a ClusterQueue that can borrow in a cohort)"
+    )
+
+
 def borrow_refusal(
     deployment: Mapping[str, Any],
     capacity: CapacitySpec,
@@ -160,15 +178,9 @@ def borrow_refusal(
 ) -> str | None:
     """Why one replica may not be borrowed from `deployment` now (None: it may)."""
     name = (deployment.get("metadata") or {}).get("name")
-    queue = kueue_queue_of(deployment)
-    if queue is not None:
-        return (
-            f"Deployment {name} is managed by Kueue (label {L.LABEL_KUEUE_QUEUE}: {queue}): "
-            "its pods hold Kueue quota, so a borrowed replica's quota goes back to Kueue, "
-            "which may give it to any workload, and the replica given back waits in queue "
-            f"{queue} for its quota again; use capacity.mode Wait and give the profiling Job "
-            "quota in Kueue (its own LocalQueue, or a ClusterQueue that can borrow in a cohort)"
-        )
+    managed = kueue_managed_refusal(deployment)
+    if managed is not None:
+        return managed
     if not deployment_rolled_out(deployment):
         return f"Deployment {name} is rolling out; borrowing waits until it is done"
     for hpa in hpas:

@@ -32,6 +32,7 @@ from sps_operator.controller import conditions as cond
 from sps_operator.controller.borrow import (
     BORROW_BLOCKED,
     COMPONENT_POOL,
+    KUEUE_MANAGED_TARGET,
     QUEUED_IN_KUEUE,
     WAITING_FOR_GPUS,
     BorrowTag,
@@ -39,6 +40,7 @@ from sps_operator.controller.borrow import (
     borrow_patch,
     borrow_refusal,
     give_back,
+    kueue_managed_refusal,
     pool_lease,
     pool_lease_name,
     read_claim,
@@ -180,6 +182,12 @@ def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
         what = "Kueue suspended the Job" if suspended else "its pod is pending again"
         return_for_run(p, run, why=f"{what} after it ran on the lent GPUs")
         message += "; the lent replica was given back"
+    if reason == WAITING_FOR_GPUS and capacity.mode == CapacityMode.BORROW_REPLICA:
+        managed = _kueue_managed(p, run) if run.borrow is None else None
+        if managed is not None:
+            # Not a matter of time, unlike BorrowBlocked: said from the first wait (and in
+            # the failure when the wait runs out); the run waits as under Wait.
+            reason, message = KUEUE_MANAGED_TARGET, f"{managed} ({message})"
     since = run.waiting.since if run.waiting is not None else cond.rfc3339(now)
     waited = elapsed(since, now)
     if reason in (KUEUE_NOT_INSTALLED, KUEUE_DEACTIVATED):
@@ -255,6 +263,12 @@ def reattach_borrow(p: Pass, run: RunStatus) -> None:
     tag = _own_tag(p, _lenders(p).get(run.target), run.name)
     if tag is not None and not tag.hold:
         run.borrow = _lent(p, run.target, tag.replicas, tag.at)
+
+
+def _kueue_managed(p: Pass, run: RunStatus) -> str | None:
+    """Why the run's target is never borrowed from: Kueue manages it (None: it does not)."""
+    target = p.target(run.target)
+    return kueue_managed_refusal(target.deployment) if target is not None else None
 
 
 def _borrow(p: Pass, run: RunStatus) -> str | None:
