@@ -67,10 +67,8 @@ def test_a_tables_gpu_seconds_and_the_lent_seconds_are_recorded_and_counted_once
     assert table["gpuSeconds"] == GPUS * 100  # running time only: not the 32 s of waiting
     assert cost(h)["gpuSeconds"] == GPUS * 100
     # The replica stays lent for the new table's rollout (the surge slot), then comes back.
-    assert (
-        (h.status()["rolloutBorrow"]
-        and "lentSeconds" not in h.status()["cost"][0])
-        or (cost(h)["lentSeconds"] == 0)
+    assert (h.status()["rolloutBorrow"] and "lentSeconds" not in h.status()["cost"][0]) or (
+        cost(h)["lentSeconds"] == 0
     )
     h.settle(passes=5)
     assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 2

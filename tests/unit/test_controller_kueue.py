@@ -22,6 +22,7 @@ from sps_operator.controller.kueue import (
     kueue_words,
     max_exec_seconds,
     owned_workload,
+    queue_position,
     run_limit,
 )
 from sps_operator.controller.state import ApiSnapshot
@@ -98,6 +99,59 @@ def test_the_profile_shows_kueues_own_words_while_its_job_is_queued() -> None:
          "message": "The workload has not all checks ready"},
     ]  # fmt: skip
     assert "Admitted: The workload has not all checks ready" in waiting(h)["message"]
+
+
+def pending(h: Harness, *names: str, local: int = 0) -> None:
+    """Kueue's visibility API: the LocalQueue's pending workloads, first in line first."""
+    h.kube.pending = {(NS, QUEUE): {"items": [
+        {"metadata": {"name": n}, "positionInClusterQueue": i + 3,
+         "positionInLocalQueue": i + local, "priority": 0, "localQueueName": QUEUE}
+        for i, n in enumerate(names)
+    ]}}  # fmt: skip
+
+
+def test_the_queue_position_kueue_reports_is_in_status_and_the_message() -> None:
+    h = harness(**QUEUED)
+    local_queue(h)
+    job = queued(h)
+    workload(h, job, not_reserved(QUOTA))
+    pending(h, "other-w", "job-w")
+    w = waiting(h)
+    assert w["queuePosition"] == 5  # 1 is admitted next; Kueue counts from 0
+    assert f"position 5 in its ClusterQueue (2 in LocalQueue {QUEUE})" in w["message"]
+    pending(h, "job-w")
+    assert waiting(h)["queuePosition"] == 4
+    # Not among the pending (being admitted): no position, nothing invented.
+    pending(h, "other-w")
+    w = waiting(h)
+    assert "queuePosition" not in w and "position" not in w["message"]
+    # The visibility API is not served (or refuses): the words stay, the position is unknown.
+    h.kube.pending = None
+    w = waiting(h)
+    assert "queuePosition" not in w and QUOTA in w["message"]
+    assert "visibility API (pendingworkloads) is not served" in w["message"]
+    h.kube.pending = {}
+    h.kube.fail["pending_workloads"] = ApiException(status=503, reason="ServiceUnavailable")
+    w = waiting(h)
+    assert w["reason"] == "QueuedInKueue" and QUOTA in w["message"]
+    assert "position unknown: Kueue's visibility API" in w["message"]
+
+
+def test_queue_position_reads_only_a_well_formed_entry_of_the_workload() -> None:
+    item = {"metadata": {"name": "w"}, "positionInClusterQueue": 0, "positionInLocalQueue": 0}
+    assert queue_position({"items": [item]}, "w") == (1, 1)
+    assert queue_position({"items": [item]}, "other") is None
+    for bad in (-1, True, "3", 1.5, 10**9, None):
+        assert queue_position({"items": [{**item, "positionInClusterQueue": bad}]}, "w") is None
+    assert queue_position({"items": "x"}, "w") is None and queue_position([], "w") is None
+
+
+@given(st.recursive(st.none() | st.integers() | st.text(max_size=5),
+                    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c,
+                                                                        max_size=3)))  # fmt: skip
+def test_queue_position_of_any_answer_is_a_position_or_none(summary: Any) -> None:
+    found = queue_position({"items": [summary]} if isinstance(summary, dict) else summary, "w")
+    assert found is None or all(type(v) is int and v >= 1 for v in found)
 
 
 def test_kueues_words_are_read_only_from_the_workload_the_runs_job_owns() -> None:

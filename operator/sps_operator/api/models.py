@@ -1194,6 +1194,13 @@ class RunWaiting(StatusModel):
         description="When the wait began (the run fails after capacity.waitTimeoutSeconds).",
         json_schema_extra={"format": "date-time"},
     )
+    queue_position: int | None = Field(
+        default=None,
+        ge=1,
+        description="QueuedInKueue: the Job's Workload's position in its ClusterQueue (1: "
+        "admitted next), from Kueue's visibility API (pendingworkloads); absent when Kueue "
+        "does not report it.",
+    )
 
 
 class BorrowRecord(StatusModel):

@@ -52,12 +52,14 @@ from sps_operator.controller.deployments import max_unavailable, progress_deadli
 from sps_operator.controller.kube import Obj, api_error_detail
 from sps_operator.controller.kueue import (
     KUEUE_DEACTIVATED,
+    POSITION_LIMIT,
     KUEUE_NOT_INSTALLED,
     KUEUE_RECHECK_SECONDS,
     KueueState,
     kueue_deactivated,
     kueue_words,
     owned_workload,
+    queue_position,
     queued_message,
     run_limit,
 )
@@ -113,15 +115,51 @@ def _read_kueue(p: Pass, job: Mapping[str, Any], queue: str) -> KueueState:
             state = KueueState(installed=False)
         else:
             workload = owned_workload(workloads, p.namespace, uid)
+            exists = p.kube.get("LocalQueue", p.namespace, queue) is not None
+            position, note = (
+                _read_position(p, queue, workload) if exists and workload else (None, None)
+            )
             state = KueueState(
-                queue_exists=p.kube.get("LocalQueue", p.namespace, queue) is not None,
+                queue_exists=exists,
                 words=kueue_words(workload),
                 deactivated=kueue_deactivated(workload),
+                position=position,
+                position_note=note,
             )
     except Exception as exc:  # RBAC not granted (an older chart), the API unavailable
         state = KueueState(unreadable=clean_text(api_error_detail(exc), 200))
     p.kueue_reads.put(key, p.now, state)
     return state
+
+
+def _read_position(
+    p: Pass, queue: str, workload: Mapping[str, Any]
+) -> tuple[tuple[int, int] | None, str | None]:
+    """Where Kueue's visibility API places `workload` in LocalQueue `queue` (and why that
+    is not known, when it is not simply "not pending"). That API is an aggregated API
+    server in Kueue's manager: it may be absent, unavailable or not granted; none of that
+    is the pass's failure."""
+    name = str((workload.get("metadata") or {}).get("name") or "")
+    try:
+        summary = p.kube.pending_workloads(p.namespace, queue, POSITION_LIMIT)
+    except Exception as exc:
+        return None, f"Kueue's visibility API: {clean_text(api_error_detail(exc), 200)}"
+    if summary is None:
+        return None, "Kueue's visibility API (pendingworkloads) is not served"
+    position = queue_position(summary, name)
+    items = summary.get("items")
+    if position is None and isinstance(items, list) and len(items) >= POSITION_LIMIT:
+        return None, f"not among the first {POSITION_LIMIT} pending in LocalQueue {queue}"
+    return position, None
+
+
+def _queue_position(p: Pass, job: Mapping[str, Any]) -> int | None:
+    """The suspended Job's position in its ClusterQueue, as last read (1 first)."""
+    queue = ((job.get("metadata") or {}).get("labels") or {}).get(L.LABEL_KUEUE_QUEUE)
+    if not queue or not (job.get("spec") or {}).get("suspend"):
+        return None
+    position = _read_kueue(p, job, str(queue)).position
+    return position[0] if position is not None else None
 
 
 def _waiting_now(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -203,7 +241,8 @@ def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
             refusal = _borrow(p, run)
             if refusal is not None:
                 reason, message = BORROW_BLOCKED, f"{refusal} ({message})"
-    run.waiting = RunWaiting(reason=reason, message=message, since=since)
+    position = _queue_position(p, job) if reason == QUEUED_IN_KUEUE else None
+    run.waiting = RunWaiting(reason=reason, message=message, since=since, queue_position=position)
     return None
 
 

@@ -61,6 +61,11 @@ class KueueState:
     # Kueue deactivated the Workload (maximum execution time, requeuing limit, a rejected
     # admission check): it never admits it again. Kueue's words.
     deactivated: str | None = None
+    # Where Kueue's visibility API places the Workload: (in its ClusterQueue, in the
+    # LocalQueue), 1 first; None when not known (`position_note` says why, if it is not
+    # simply that the Workload is not pending).
+    position: tuple[int, int] | None = None
+    position_note: str | None = None
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -155,6 +160,27 @@ def kueue_deactivated(workload: Mapping[str, Any] | None) -> str | None:
     return "the Workload is inactive (spec.active false)"
 
 
+POSITION_LIMIT = 200  # pending workloads read from the visibility API per LocalQueue
+_MAX_POSITION = 10_000_000
+
+
+def queue_position(summary: Any, workload: str) -> tuple[int, int] | None:
+    """The Workload `workload`'s (ClusterQueue, LocalQueue) position, 1 first, in a
+    LocalQueue's pending workloads as Kueue's visibility API lists them; None when it is
+    not among them or the answer is not one."""
+    items = summary.get("items") if isinstance(summary, Mapping) else None
+    if not workload or not isinstance(items, list):
+        return None
+    for item in items[: POSITION_LIMIT * 2]:
+        if not isinstance(item, Mapping) or _meta(item).get("name") != workload:
+            continue
+        found = [item.get("positionInClusterQueue"), item.get("positionInLocalQueue")]
+        if all(type(v) is int and 0 <= v < _MAX_POSITION for v in found):
+            return found[0] + 1, found[1] + 1
+        return None
+    return None
+
+
 def max_exec_seconds(labels: Mapping[str, Any]) -> int | None:
     """Kueue's maximum execution time a Job's labels set (`kueue.x-k8s.io/max-exec-time-
     seconds`: a positive whole number of seconds, as Kueue's webhook accepts it); None
@@ -202,6 +228,11 @@ def queued_message(job: str, queue: str, state: KueueState) -> tuple[str, str]:
         said = f" (Kueue's Workload could not be read: {state.unreadable})"
     elif not said:
         said = " (Kueue has not reported on its Workload yet)"
+    if state.position is not None:
+        cluster, local = state.position
+        said += f"; position {cluster} in its ClusterQueue ({local} in LocalQueue {queue})"
+    elif state.position_note:
+        said += f"; position unknown: {state.position_note}"
     return QUEUED_IN_KUEUE, f"Job {job} is suspended until Kueue queue {queue} admits it{said}"
 
 
