@@ -52,9 +52,9 @@ from sps_operator.controller.deployments import max_unavailable, progress_deadli
 from sps_operator.controller.kube import Obj, api_error_detail
 from sps_operator.controller.kueue import (
     KUEUE_DEACTIVATED,
-    POSITION_LIMIT,
     KUEUE_NOT_INSTALLED,
     KUEUE_RECHECK_SECONDS,
+    POSITION_LIMIT,
     KueueState,
     kueue_deactivated,
     kueue_words,

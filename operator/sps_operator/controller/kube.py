@@ -10,9 +10,9 @@ import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import urllib3
-from urllib.parse import quote
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -142,18 +142,17 @@ class Kube:
                 f"/apis/{KUEUE_VISIBILITY_GROUP}/{version}/namespaces/{quote(namespace)}"
                 f"/localqueues/{quote(queue)}/pendingworkloads"
             )
-            try:
-                resp = self.api.call_api(
-                    path, "GET", query_params=[("limit", limit)],
-                    header_params={"Accept": "application/json"},
-                    auth_settings=["BearerToken"], _preload_content=False,
-                    _return_http_data_only=True,
-                )  # fmt: skip
-            except ApiException as exc:
-                if exc.status == 404:
-                    continue
-                raise
-            return _raw(resp)
+            request = self.api.param_serialize(
+                "GET", path, query_params=[("limit", limit)],
+                header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
+            )  # fmt: skip
+            resp = self.api.call_api(*request)
+            data = resp.read()
+            if resp.status == 404:
+                continue
+            if not 200 <= resp.status <= 299:
+                raise ApiException(http_resp=resp)
+            return dict(json.loads(data or b"{}"))
         return None
 
     @staticmethod

@@ -174,9 +174,14 @@ def queue_position(summary: Any, workload: str) -> tuple[int, int] | None:
     for item in items[: POSITION_LIMIT * 2]:
         if not isinstance(item, Mapping) or _meta(item).get("name") != workload:
             continue
-        found = [item.get("positionInClusterQueue"), item.get("positionInLocalQueue")]
-        if all(type(v) is int and 0 <= v < _MAX_POSITION for v in found):
-            return found[0] + 1, found[1] + 1
+        cluster, local = item.get("positionInClusterQueue"), item.get("positionInLocalQueue")
+        if (
+            type(cluster) is int
+            and type(local) is int
+            and 0 <= cluster < _MAX_POSITION
+            and 0 <= local < _MAX_POSITION
+        ):
+            return cluster + 1, local + 1
         return None
     return None
 
