@@ -472,3 +472,37 @@ def test_the_client_finds_kueues_served_version_and_says_when_none_is() -> None:
     current, sent = _kube_answering({"v1beta2"})
     assert current.list_workloads("ns", "") == [] and current.get("LocalQueue", "ns", "q")
     assert all("v1beta1" not in url for url in sent)
+
+
+def test_the_client_reads_pending_workloads_from_kueues_visibility_api() -> None:
+    import urllib3
+    from kubernetes import client
+    from kubernetes.client import rest
+
+    from sps_operator.controller.kube import Kube
+
+    api: Any = client.ApiClient()
+    sent: list[str] = []
+    answers = {"v1beta2": (b'{"items": [{"metadata": {"name": "w"}}]}', 200)}
+
+    def answer(method: str, url: str, **_: Any) -> rest.RESTResponse:
+        sent.append(url.split("/apis/", 1)[-1])
+        version = "v1beta2" if "/v1beta2/" in url else "v1beta1"
+        body, status = answers.get(version, (b"{}", 404))
+        return rest.RESTResponse(urllib3.HTTPResponse(body=body, status=status))
+
+    api.rest_client.request = answer
+    kube = Kube(api)
+    assert kube.pending_workloads("ns", "q", 200) == {"items": [{"metadata": {"name": "w"}}]}
+    assert sent == [
+        "visibility.kueue.x-k8s.io/v1beta2/namespaces/ns/localqueues/q/pendingworkloads?limit=200"
+    ]
+    answers.clear()  # not served at any version
+    assert kube.pending_workloads("ns", "q", 200) is None
+    answers["v1beta2"] = (b'{"message": "service unavailable"}', 503)
+    try:
+        kube.pending_workloads("ns", "q", 200)
+    except ApiException as exc:
+        assert exc.status == 503
+    else:
+        raise AssertionError("a 503 of the aggregated API is an error, not 'not served'")
