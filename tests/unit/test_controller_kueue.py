@@ -256,6 +256,18 @@ def test_kueue_reasons_give_a_lent_replica_back() -> None:
     assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 2
 
 
+def test_both_priorities_reach_the_job_where_kueue_and_the_scheduler_read_them() -> None:
+    labels = {L.LABEL_KUEUE_QUEUE: QUEUE, L.LABEL_KUEUE_PRIORITY: "high"}
+    h = harness(job={"labels": labels, "priorityClassName": "profiling-low"})
+    job = queued(h)
+    # Kueue reads the WorkloadPriorityClass from the Job's own labels; the pod's
+    # priorityClassName is the scheduler's (and Kueue's when no WorkloadPriorityClass).
+    assert job["metadata"]["labels"][L.LABEL_KUEUE_PRIORITY] == "high"
+    pod = job["spec"]["template"]
+    assert pod["metadata"]["labels"][L.LABEL_KUEUE_PRIORITY] == "high"
+    assert pod["spec"]["priorityClassName"] == "profiling-low"
+
+
 # ------------------------------------------------------- maximum execution time (§2)
 
 MAX_EXEC = {L.LABEL_KUEUE_MAX_EXEC: "300"}

@@ -36,9 +36,11 @@ from sps_operator.controller.borrow import (
     WAITING_FOR_GPUS,
     BorrowTag,
     PoolClaim,
+    ahead_of,
     borrow_patch,
     borrow_refusal,
     give_back,
+    pool_bid,
     pool_lease,
     pool_lease_name,
     read_claim,
@@ -77,6 +79,9 @@ ORPHAN_GRACE = timedelta(minutes=5)
 # A replica kept lent for a rollout goes back at the latest this long after the
 # Deployment's own progress deadline.
 HOLD_MARGIN = timedelta(seconds=60)
+# A run waiting for its turn on a GPU pool looks again this often (a pool freed, or a run
+# ahead that stopped waiting, wakes no one).
+POOL_RECHECK_SECONDS = 15.0
 
 
 def _older_than(stamp: str | None, now: datetime, limit: timedelta) -> bool:
@@ -228,6 +233,7 @@ def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
             f"(capacity.waitTimeoutSeconds {capacity.wait_timeout_seconds}): {message}"
         )
     p.wake_within(capacity.wait_timeout_seconds - waited)
+    pool_turn = False
     if (
         reason == WAITING_FOR_GPUS
         and capacity.mode == CapacityMode.BORROW_REPLICA
@@ -241,8 +247,18 @@ def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
             refusal = _borrow(p, run)
             if refusal is not None:
                 reason, message = BORROW_BLOCKED, f"{refusal} ({message})"
+                pool_turn = isinstance(refusal, PoolTurn)
+                if pool_turn:
+                    # The pool frees without an event this profile watches.
+                    p.wake_within(POOL_RECHECK_SECONDS)
     position = _queue_position(p, job) if reason == QUEUED_IN_KUEUE else None
-    run.waiting = RunWaiting(reason=reason, message=message, since=since, queue_position=position)
+    run.waiting = RunWaiting(
+        reason=reason,
+        message=message,
+        since=since,
+        queue_position=position,
+        pool_turn=pool_turn or None,
+    )
     return None
 
 
@@ -293,6 +309,28 @@ def reattach_borrow(p: Pass, run: RunStatus) -> None:
         run.borrow = _lent(p, run.target, tag.replicas, tag.at)
 
 
+class PoolTurn(str):
+    """A refusal to borrow that is only a matter of turn on the GPU product's pool."""
+
+
+def _turn(p: Pass, run: RunStatus) -> PoolTurn | None:
+    """Why this run must let others borrow on its GPU product first (None: its turn):
+    waiting runs are served by their pending pod's priority, then the oldest pod."""
+    mine = pool_bid(f"{p.namespace}/{p.ref.name}", p.ref.uid, run.gpu_product, _run_pods(p, run))
+    if mine is None:
+        return None
+    first = ahead_of(mine, p.snapshot.pool_bids)
+    if not first:
+        return None
+    more = f", and {len(first) - 1} more" if len(first) > 1 else ""
+    return PoolTurn(
+        f"its turn to borrow on GPU product {run.gpu_product} comes after {first[0].holder} "
+        f"(priority {first[0].priority}, waiting since {first[0].since}){more}: waiting runs "
+        f"are served by their pod's priority, then oldest first (this run: priority "
+        f"{mine.priority}, since {mine.since})"
+    )
+
+
 def _borrow(p: Pass, run: RunStatus) -> str | None:
     """Take one replica out of the run's target; None when done, else why not."""
     target = p.target(run.target)
@@ -309,13 +347,16 @@ def _borrow(p: Pass, run: RunStatus) -> str | None:
             f"Deployment {run.target} still records a replica lent to run {recorded.run} of "
             f"{recorded.profile}; it is given back first"
         )
+    turn = _turn(p, run)
+    if turn is not None:
+        return turn
     claim = PoolClaim(
         p.namespace, p.ref.name, p.ref.uid, run.name, run.target, run.gpu_product,
         cond.rfc3339(p.now),
     )  # fmt: skip
     busy = _claim_pool(p, claim)
     if busy is not None:
-        return busy
+        return PoolTurn(busy)
     replicas = int((dep.get("spec") or {}).get("replicas", 1))
     tag = BorrowTag(p.ref.uid, p.ref.name, run.name, replicas, run.gpu_product, claim.at)
     try:

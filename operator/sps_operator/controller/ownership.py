@@ -35,6 +35,11 @@ class ProfileSummary:
     selector: Mapping[str, Any] | None  # None: the spec cannot be read
     deleting: bool = False
     stable: str | None = None  # AnnotateOnly: the ConfigMap it writes the table into
+    namespace: str = ""
+    # Its run waits for its turn to borrow a replica on this GPU product (status says so;
+    # the run's pending pod, not status, gives its place: `borrow.pool_bid`).
+    pool_run: str | None = None
+    pool_product: str | None = None
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         return self.selector is not None and matches_selector(self.selector, labels)
@@ -51,7 +56,22 @@ def profile_summary(body: Mapping[str, Any]) -> ProfileSummary:
         selector=selector if isinstance(selector, Mapping) else None,
         deleting=bool(meta.get("deletionTimestamp")),
         stable=stable_config_map(spec) if isinstance(spec, Mapping) else None,
+        namespace=str(meta.get("namespace", "")),
+        **_pool_turn(body.get("status")),
     )
+
+
+def _pool_turn(status: Any) -> dict[str, str]:
+    """{pool_run, pool_product} when the status says the profile's run waits for its turn
+    on a GPU pool (currentRun.waiting.poolTurn), else {}."""
+    run = status.get("currentRun") if isinstance(status, Mapping) else None
+    waiting = run.get("waiting") if isinstance(run, Mapping) else None
+    if not isinstance(waiting, Mapping) or waiting.get("poolTurn") is not True:
+        return {}
+    name, product = run.get("name"), run.get("gpuProduct")  # type: ignore[union-attr]
+    if not isinstance(name, str) or not isinstance(product, str) or not name or not product:
+        return {}
+    return {"pool_run": name, "pool_product": product}
 
 
 def stable_config_map(spec: Mapping[str, Any]) -> str | None:

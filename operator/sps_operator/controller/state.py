@@ -12,6 +12,7 @@ from sps_operator.api import labels as L
 from sps_operator.api.models import RolloutMode, SpsProfile, SpsProfileSpec, SpsProfileStatus
 from sps_operator.constants import IMAGE
 from sps_operator.controller import clocks
+from sps_operator.controller.borrow import PoolBid
 from sps_operator.controller.builders import JobDefaults, ProfileRef
 from sps_operator.controller.envsources import EnvSources, read_env_config_maps
 from sps_operator.controller.kube import KubeApi, Obj, owned_by
@@ -78,6 +79,8 @@ class Snapshot:
     services: Sequence[ServiceInfo] = ()  # those, and the one spec.server.url names
     # The ConfigMaps the selected Deployments read env from, by name (None: missing).
     env_config_maps: Mapping[str, ConfigMapEnv | None] = field(default_factory=dict)
+    # Runs of any namespace waiting for their turn to borrow on this run's GPU product.
+    pool_bids: Sequence[PoolBid] = ()
 
     @classmethod
     def empty(cls) -> Snapshot:
@@ -129,6 +132,7 @@ class ApiSnapshot:
     kube: KubeApi
     pods: Sequence[PodInfo] = ()
     node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    pool_bids: Sequence[PoolBid] = ()  # (the caches' view; a LIST of one namespace has none)
 
     def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot:
         ns, kube = ref.namespace, self.kube
@@ -155,6 +159,7 @@ class ApiSnapshot:
                 for s in kube.list_services(ns)
             ],
             env_config_maps=read_env_config_maps(kube, ns, deployments),
+            pool_bids=self.pool_bids,
         )
 
 
@@ -185,6 +190,7 @@ class CachedWorld:
     pod_selecting_deployments: Sequence[Obj] = ()
     services: Sequence[ServiceInfo] = ()
     env_sources: EnvSources | None = None  # the ConfigMaps servers read env from
+    pool_bids: Sequence[PoolBid] = ()
 
     def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot:
         selector = spec.selector.to_k8s()
@@ -223,6 +229,7 @@ class CachedWorld:
             env_config_maps=read_env_config_maps(
                 self.kube, ref.namespace, selected, self.env_sources
             ),
+            pool_bids=self.pool_bids,
         )
 
 
