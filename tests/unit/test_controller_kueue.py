@@ -8,12 +8,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from capacity_harness import BORROW, harness, job_pod, local_queue
-from controller_harness import NODES, NS, Harness
+from controller_harness import NODES, NS, Harness, indexes_of
 from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
+from sps_operator.controller.kicks import profiles_waiting_for_a_local_queue
 from sps_operator.controller.kueue import (
     WORDS_LIMIT,
     KueueCache,
@@ -231,6 +232,25 @@ def test_a_missing_local_queue_is_said_within_one_pass() -> None:
     # Created meanwhile: the same run goes on waiting for Kueue.
     local_queue(h)
     assert waiting(h)["reason"] == "QueuedInKueue"
+
+
+def test_a_local_queue_created_wakes_the_runs_waiting_for_it_and_is_read_at_once() -> None:
+    h = harness(capacity={"waitTimeoutSeconds": 600}, **QUEUED)
+    queued(h)
+    h.tick()
+    assert h.run_pass()["currentRun"]["waiting"]["reason"] == "LocalQueueMissing"
+    # The LocalQueue watch finds the profiles to wake in the caches, in O(those).
+    idx = indexes_of(h.cluster_objects())
+    uid = h.kube.obj("SpsProfile", "p")["metadata"]["uid"]
+    assert profiles_waiting_for_a_local_queue(NS, idx.profiles) == [uid]
+    assert profiles_waiting_for_a_local_queue("elsewhere", idx.profiles) == []
+    local_queue(h)
+    assert h.reconciler is not None
+    h.tick()  # well within the read interval: what was read is forgotten, not waited out
+    h.reconciler.kueue_reads.forget_queue(NS, QUEUE)
+    assert h.run_pass()["currentRun"]["waiting"]["reason"] == "QueuedInKueue"
+    idx = indexes_of(h.cluster_objects())
+    assert profiles_waiting_for_a_local_queue(NS, idx.profiles) == []
 
 
 def test_kueue_reasons_give_a_lent_replica_back() -> None:

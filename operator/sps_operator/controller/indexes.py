@@ -56,6 +56,7 @@ SELECTS = "selects"  # (SELECTS, ns, key, value | ANY): profiles whose selector 
 STABLE = "stable"  # (STABLE, ns, configmap): AnnotateOnly profiles naming that ConfigMap
 NODE = "node"  # (NODE, node): namespaces with a pod on that node
 POOL = "pool"  # (POOL, gpu product): profiles whose run waits for its turn to borrow there
+QUEUE_MISSING = "queue-missing"  # (QUEUE_MISSING, ns): runs waiting for a LocalQueue
 ANY = "*"  # a selector that needs no particular label
 # (PODS, ns, OPERATOR_KEYS): pod selectors that name one of the operator's own label keys
 # (a run's labels on a profiling pod are not known before the run starts).
@@ -223,6 +224,8 @@ def profile_entries(body: Mapping[str, Any]) -> dict[Key, Any]:
         keys.append((STABLE, ns, summary.stable))
     if summary.pool_product:
         keys.append((POOL, summary.pool_product))
+    if summary.queue_missing:
+        keys.append((QUEUE_MISSING, ns))
     return dict.fromkeys(keys, summary)
 
 

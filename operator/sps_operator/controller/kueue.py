@@ -22,6 +22,7 @@ still wakes the profile at once).
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -250,15 +251,25 @@ class KueueCache:
         self._ttl = timedelta(seconds=seconds)
         self._entries = entries
         self._read: OrderedDict[tuple[str, str, str], tuple[datetime, KueueState]] = OrderedDict()
+        # Passes (threads) read and write it, the LocalQueue watch (the event loop) forgets.
+        self._lock = threading.Lock()
 
     def get(self, key: tuple[str, str, str], now: datetime) -> KueueState | None:
-        found = self._read.get(key)
+        with self._lock:
+            found = self._read.get(key)
         if found is None or not (found[0] <= now < found[0] + self._ttl):
             return None
         return found[1]
 
     def put(self, key: tuple[str, str, str], now: datetime, state: KueueState) -> None:
-        self._read[key] = (now, state)
-        self._read.move_to_end(key)
-        while len(self._read) > self._entries:
-            self._read.popitem(last=False)
+        with self._lock:
+            self._read[key] = (now, state)
+            self._read.move_to_end(key)
+            while len(self._read) > self._entries:
+                self._read.popitem(last=False)
+
+    def forget_queue(self, namespace: str, queue: str) -> None:
+        """A LocalQueue was created: what was read of it in `namespace` is stale."""
+        with self._lock:
+            for key in [k for k in self._read if k[0] == namespace and k[2] == queue]:
+                del self._read[key]
