@@ -17,7 +17,11 @@ Job is suspended under a queue label, at most once per `KUEUE_READ_SECONDS` per 
 (`KueueCache`), costs O(queued runs), answers "is Kueue served" (a 404 on the LIST) and
 "what does it say", and never depends on the CRD at start-up. The price: Kueue's words may
 be up to `KUEUE_RECHECK_SECONDS` old (the Job's unsuspension, which the Job watch sees,
-still wakes the profile at once).
+still wakes the profile at once). The one watch on Kueue is an event handler for
+LocalQueue creations (no cache: nothing waits for it; kopf serves it once the CRD
+exists), which wakes the runs of that namespace waiting in LocalQueueMissing at once.
+The queue position comes from Kueue's visibility API (`pendingworkloads` of the
+LocalQueue, an aggregated API server in Kueue's manager), read with the Workload.
 """
 
 from __future__ import annotations
