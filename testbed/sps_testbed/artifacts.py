@@ -4,12 +4,16 @@
   `tests/controlplane/build-nodes.sh`, cached by version in ~/.cache/sps-operator/nodes
 - Kueue's manager and its rendered config/ (CRDs, RBAC, webhooks, Deployment):
   `tests/controlplane/build-kueue.sh`, cached by version in ~/.cache/sps-operator/kueue
+- the CNCF Distribution registry: `tests/controlplane/build-registry.sh`, cached by version
+  in ~/.cache/sps-operator/registry
 - images (operator from the Dockerfile, the SGLang stand-in, pause, CoreDNS, Kueue):
   `testbed/images/build.sh`, OCI archives cached by a hash of their inputs in
-  ~/.cache/sps-operator/images
+  ~/.cache/sps-operator/images, pushed into a registry storage every bed serves a copy of
+  (sps_testbed.registry.ensure_seed)
 - the control plane: `sps_testbed.binaries.find_binaries` (build.sh)
 
-containerd, runc and the CNI plugins are Debian's (`tests/controlplane/setup-host.sh --nodes`).
+containerd, runc, the CNI plugins and skopeo are Debian's
+(`tests/controlplane/setup-host.sh --nodes`).
 """
 
 from __future__ import annotations
@@ -22,20 +26,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sps_testbed.binaries import Binaries, find_binaries
-from sps_testbed.imagestore import ImageStoreError, ensure_store
+from sps_testbed.registry import Image, RegistryError, ensure_seed
 
-HOST_TOOLS = ("containerd", "ctr", "runc", "iptables", "ip", "unshare", "nsenter", "mount")
+HOST_TOOLS = (
+    "containerd",
+    "ctr",
+    "runc",
+    "iptables",
+    "ip",
+    "unshare",
+    "nsenter",
+    "mount",
+    "skopeo",
+)
 CNI_PLUGIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
 
 
 class ArtifactError(RuntimeError):
     """A binary or image could not be built or found; the message says which and why."""
-
-
-@dataclass(frozen=True)
-class Image:
-    ref: str
-    archive: Path
 
 
 @dataclass(frozen=True)
@@ -46,7 +54,9 @@ class Artifacts:
     images: dict[str, Image]
     cni_bin: Path
     host_tools: dict[str, Path]
-    image_store: Path  # a containerd root with every image imported (imagestore.py)
+    registry_dir: Path  # registry (the binary), version
+    registry_seed: Path  # a registry storage holding every image (registry.ensure_seed)
+    chart: Path  # charts/sps-operator, which each bed pushes into its registry
 
     def node_binary(self, name: str) -> Path:
         return self.node_bin / name
@@ -60,7 +70,9 @@ class Artifacts:
                 k: {"ref": v.ref, "archive": str(v.archive)} for k, v in self.images.items()
             },
             "host_tools": {k: str(v) for k, v in self.host_tools.items()},
-            "image_store": str(self.image_store),
+            "registry_dir": str(self.registry_dir),
+            "registry_seed": str(self.registry_seed),
+            "chart": str(self.chart),
         }
 
 
@@ -138,6 +150,9 @@ def build_artifacts() -> Artifacts:
             env={**os.environ, "KUBECTL": str(cp.kubectl)},
         )
     )
+    registry_dir = Path(
+        _run_script(["bash", str(repo / "tests/controlplane/build-registry.sh")], "the registry")
+    )
     manifest = Path(
         _run_script(
             ["bash", str(repo / "testbed/images/build.sh"), str(node_bin), str(kueue_dir)],
@@ -152,13 +167,21 @@ def build_artifacts() -> Artifacts:
     for name in ("manager", "kueue.yaml", "version"):
         if not (kueue_dir / name).is_file():
             raise ArtifactError(f"{kueue_dir / name} missing after build-kueue.sh")
+    for name in ("registry", "version"):
+        if not (registry_dir / name).is_file():
+            raise ArtifactError(f"{registry_dir / name} missing after build-registry.sh")
     for image in images.values():
         if not image.archive.is_file():
             raise ArtifactError(f"image archive {image.archive} missing after images/build.sh")
     try:
-        store = ensure_store(images)
-    except ImageStoreError as err:
-        raise ArtifactError(f"image store: {err}") from err
+        seed = ensure_seed(
+            registry_dir / "registry",
+            (registry_dir / "version").read_text().strip(),
+            images,
+            str(tools["skopeo"]),
+        )
+    except RegistryError as err:
+        raise ArtifactError(f"pushing the images into the registry's seed: {err}") from err
     return Artifacts(
         controlplane=cp,
         node_bin=node_bin,
@@ -166,5 +189,7 @@ def build_artifacts() -> Artifacts:
         images=images,
         cni_bin=cni,
         host_tools=tools,
-        image_store=store,
+        registry_dir=registry_dir,
+        registry_seed=seed,
+        chart=repo / "charts" / "sps-operator",
     )

@@ -63,6 +63,9 @@ def _cmd_up(args: argparse.Namespace) -> int:
     )
     print(f"  timings (s since supervisor start): {rec.timings}")
     print(f"  API server {rec.server}, network namespace spstb-{rec.bed_id}")
+    print(
+        f"  registry {rec.registry} (CA {rec.registry_ca}); chart {' '.join(bed.chart_reference())}"
+    )
     for node in rec.nodes:
         print(f"  node {node.name}: {node.product} x{node.gpus} at {node.node_ip}")
     _install_addons(bed, args.with_)
@@ -99,6 +102,8 @@ def _cmd_env(args: argparse.Namespace) -> int:
 
     dirs = ":".join(str(d) for d in find_binaries(build=False).path_dirs())
     print(f"export KUBECONFIG={bed.kubeconfig}")
+    for name, value in bed.registry_env().items():
+        print(f"export {name}={value}")
     if dirs:
         print(f"export PATH={dirs}:$PATH")
     return 0

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sps_testbed import kueue
+from sps_testbed import kueue, registry
 from sps_testbed.artifacts import Artifacts, build_artifacts
 from sps_testbed.controlplane import DEFAULT_NODES, NodeSpec, kubeconfig_yaml
 from sps_testbed.kueue import KueueSetup
@@ -194,9 +194,29 @@ class RealNodeCluster:
         teardown(rec)
 
     # -- using it ------------------------------------------------------------------------
+    def registry_env(self) -> dict[str, str]:
+        """SPS_TESTBED_REGISTRY (host:port of the bed's registry) and SPS_TESTBED_CA (the CA
+        bundle that signed its certificate, alone in its directory)."""
+        rec = self.record()
+        return {"SPS_TESTBED_REGISTRY": rec.registry, "SPS_TESTBED_CA": rec.registry_ca}
+
+    def chart_reference(self) -> tuple[str, str]:
+        """The chart as the bed's registry holds it: (`oci://<registry>/charts/sps-operator`,
+        version)."""
+        rec = self.record()
+        return f"oci://{rec.registry}/{registry.CHART_REPOSITORY}/sps-operator", rec.chart_version
+
+    def chart_args(self) -> list[str]:
+        """What `helm install|upgrade RELEASE` takes to install the chart from the bed's
+        registry: its reference, `--version` and the registry's CA."""
+        chart, version = self.chart_reference()
+        return [chart, "--version", version, "--ca-file", self.registry_env()["SPS_TESTBED_CA"]]
+
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["KUBECONFIG"] = str(self.kubeconfig)
+        with contextlib.suppress(TestbedError):
+            env.update(self.registry_env())
         bins = self.artifacts.controlplane.path_dirs() if self.artifacts else []
         env["PATH"] = os.pathsep.join([*(str(b) for b in bins), env.get("PATH", "")])
         return env
@@ -236,22 +256,34 @@ class RealNodeCluster:
         the kubelet's back: a crash or an OOM kill as Kubernetes sees one (the kubelet
         restarts the container unless the pod is deleted). Returns the container names."""
         obj = json.loads(self.kubectl("get", "pod", pod, "-n", namespace, "-o", "json"))
-        node = next((n for n in self.record().nodes if n.name == obj["spec"].get("nodeName")), None)
-        if node is None:
+        node = str(obj["spec"].get("nodeName") or "")
+        if node not in {n.name for n in self.record().nodes}:
             raise TestbedError(f"pod {namespace}/{pod} is on no node of this bed")
-        socket = NodeConfig.load(Path(node.dir) / "node.json").socket
         killed = []
         for status in (obj.get("status") or {}).get("containerStatuses") or []:
             runtime, _, container_id = str(status.get("containerID", "")).partition("://")
             if runtime != "containerd" or "running" not in (status.get("state") or {}):
                 continue
-            subprocess.run(
-                ["ctr", "-a", str(socket), "-n", "k8s.io", "task", "kill", "-s", sig,
-                 container_id],
-                capture_output=True, text=True, check=True, timeout=30,
-            )  # fmt: skip
+            self.ctr(node, "task", "kill", "-s", sig, container_id)
             killed.append(str(status["name"]))
         return killed
+
+    def ctr(self, node_name: str, *args: str) -> str:
+        """`ctr -n k8s.io ARGS` against `node_name`'s containerd; stdout, TestbedError on
+        failure."""
+        node = next((n for n in self.record().nodes if n.name == node_name), None)
+        if node is None:
+            raise TestbedError(f"{node_name!r} is no node of this bed")
+        socket = NodeConfig.load(Path(node.dir) / "node.json").socket
+        argv = ["ctr", "-a", str(socket), "-n", "k8s.io", *args]
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+        if proc.returncode != 0:
+            raise TestbedError(f"{' '.join(argv)}: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def registry_log(self) -> Path:
+        """The bed registry's log: its access log (every pull) and errors."""
+        return self.state_dir / "logs" / "registry.log"
 
     def user_kubeconfig(self, user: str, groups: Sequence[str], path: Path) -> Path:
         """Write `path`: a kubeconfig for `user` (in `groups`) with a client certificate
@@ -277,7 +309,8 @@ class RealNodeCluster:
         return client.ApiClient(configuration)
 
     def image(self, role: str) -> str:
-        """The reference of a loaded image: operator, sglang, pause, coredns."""
+        """The public reference of an image the bed's registry holds (the nodes resolve it
+        there): operator, sglang, pause, coredns, kueue."""
         if self.artifacts is None:
             req = json.loads((self.state_dir / "request.json").read_text())
             return str(req["artifacts"]["images"][role]["ref"])

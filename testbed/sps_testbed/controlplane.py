@@ -82,6 +82,8 @@ CONTROLLERS = (
     "disruption-controller",
     "replicationcontroller-controller",
     "service-cidr-controller",
+    # Binds PersistentVolumeClaims to PersistentVolumes (model weights on a claim).
+    "persistentvolume-binder-controller",
 )
 
 # The order components stop in: the node agent first (it kills pod processes), etcd last.

@@ -7,8 +7,11 @@
 What it does, as a user would on a GPU cluster:
 1. starts the test bed: the pinned control plane and four GPU nodes (two H100, two H200),
    each a real kubelet with containerd and runc, simulated GPUs behind a device plugin;
-2. `helm install`s the chart; the operator runs as the chart's Deployment, from the image
-   the project's Dockerfile built, under the chart's RBAC and restricted pod security;
+2. `helm install`s the chart from the bed's OCI registry (`oci://<registry>/charts/
+   sps-operator`, pushed there by the bed); the operator runs as the chart's Deployment, from
+   the chart's default image (`ghcr.io/sps-dev/sps-operator:<appVersion>`, which the nodes'
+   containerd resolve to the bed's registry; the project's Dockerfile built it), under the
+   chart's RBAC and restricted pod security;
 3. applies `examples/sglang-deployment.yaml` (the SGLang stand-in image runs `sps-sim`, a
    simulated DSpark server, sped up by `SPS_SIM_TIME_SCALE`) and `examples/diagonal.yaml`;
 4. follows the profile (`kubectl sps get -w`), shows the table, a PNG plot of the fit and
@@ -67,13 +70,20 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def helm_install_args(chart: Path, namespace: str, watched: str) -> list[str]:
-    """`helm install` as a team that keeps its operator to one namespace would run it:
-    namespaces mode (a Role in `watched`, no cluster-wide rights to workloads)."""
+def helm_install_args(
+    chart: str, version: str, ca_file: Path, namespace: str, watched: str
+) -> list[str]:
+    """`helm install` from an OCI registry (trusted through `ca_file`) as a team that keeps
+    its operator to one namespace would run it: namespaces mode (a Role in `watched`, no
+    cluster-wide rights to workloads), the chart's default image."""
     return [
         "install",
         RELEASE,
-        str(chart),
+        chart,
+        "--version",
+        version,
+        "--ca-file",
+        str(ca_file),
         "--namespace",
         namespace,
         "--set",
@@ -238,9 +248,13 @@ class Demo:
 
     def install_chart(self) -> None:
         self.console.step(2, "Install the operator with Helm (the chart, the project's image)")
-        chart = self.root / "charts" / "sps-operator"
-        if not chart.is_dir():
-            raise DemoError(f"the chart is not at {chart}: run the demo from a source checkout")
+        chart, version = self.bed.chart_reference()
+        ca = Path(self.bed.registry_env()["SPS_TESTBED_CA"])
+        self.console.say(
+            f"The bed's registry {self.bed.registry_env()['SPS_TESTBED_REGISTRY']} holds the "
+            f"chart (helm push) and every image the nodes pull; its certificate is from the "
+            f"bed's CA ($SPS_TESTBED_CA)."
+        )
         for ns in (SYSTEM_NAMESPACE, NAMESPACE):
             self.kubectl("create", "namespace", ns, show=True)
         # The operator's namespace enforces the strictest pod security the chart promises.
@@ -251,13 +265,14 @@ class Demo:
             "pod-security.kubernetes.io/enforce=restricted",
             show=True,
         )
-        args = helm_install_args(chart, SYSTEM_NAMESPACE, NAMESPACE)
-        shown = [a if a != str(chart) else str(chart.relative_to(self.root)) for a in args]
+        args = helm_install_args(chart, version, ca, SYSTEM_NAMESPACE, NAMESPACE)
+        shown = [a if a != str(ca) else "$SPS_TESTBED_CA" for a in args]
         self.console.command(["helm", *shown], self.run(["helm", *args]))
         self.kubectl("get", "pods", "-n", SYSTEM_NAMESPACE, "-o", "wide", show=True)
         self.console.say(
-            f"Image {self.bed.image('operator')} (built from the Dockerfile); two replicas, "
-            "one leader (a Lease), the other on standby."
+            f"Image {self.bed.image('operator')} (the chart's default; built from the "
+            "Dockerfile, pulled from the bed's registry, which the nodes' containerd use for "
+            "ghcr.io); two replicas, one leader (a Lease), the other on standby."
         )
 
     def deploy(self) -> None:

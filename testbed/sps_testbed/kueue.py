@@ -89,9 +89,10 @@ def flavor_name(product: str) -> str:
 
 
 def bed_manifests(rendered: str, image: str) -> list[dict[str, Any]]:
-    """Kueue's rendered config/default, with the manager running `image` from the nodes'
-    own image stores (no registry), a smaller CPU request and a readiness probe that looks
-    every second (the same check, the same endpoint); everything else as shipped."""
+    """Kueue's rendered config/default, with the manager running `image` (the release's
+    name, which the nodes pull from the bed's registry, instead of the staging name
+    config/ carries), a smaller CPU request and a readiness probe that looks every second
+    (the same check, the same endpoint); everything else as shipped."""
     docs = [d for d in yaml.safe_load_all(rendered) if d]
     for doc in docs:
         meta = doc.get("metadata") or {}
@@ -100,7 +101,6 @@ def bed_manifests(rendered: str, image: str) -> list[dict[str, Any]]:
         for container in doc["spec"]["template"]["spec"]["containers"]:
             if container.get("name") == CONTAINER:
                 container["image"] = image
-                container["imagePullPolicy"] = "IfNotPresent"
                 requests = container.setdefault("resources", {}).setdefault("requests", {})
                 requests["cpu"] = MANAGER_CPU_REQUEST
                 probe = container.get("readinessProbe")

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from sps_testbed import cgroups, imagestore
+from sps_testbed import cgroups, registry
 from sps_testbed.lifecycle import run_until_signalled
 from sps_testbed.processes import log_tail, spawn, terminate_group
 
@@ -69,11 +69,11 @@ class NodeConfig:
     cluster_dns: str
     node_bin: str
     cni_bin: str
-    images: list[dict[str, str]] = field(default_factory=list)
-    image_aliases: dict[str, str] = field(default_factory=dict)  # alias -> loaded ref
+    registry: str  # host:port of the bed's registry, which every image is pulled from
+    registry_ca: str  # the bed's CA, which signed the registry's certificate
+    sandbox_image: str = "registry.k8s.io/pause:3.10"
     labels: dict[str, str] = field(default_factory=dict)
     bridge: str = "tb0"
-    image_store: str = ""  # template containerd root (imagestore.py); empty: import archives
 
     @classmethod
     def load(cls, path: Path) -> NodeConfig:
@@ -109,7 +109,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 [ttrpc]
   address = "{cfg.socket}.ttrpc"
 [plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{_pause_ref(cfg)}"
+  sandbox_image = "{cfg.sandbox_image}"
   # Non-root containers may bind ports below 1024 (CoreDNS on 53) without capabilities.
   enable_unprivileged_ports = true
   enable_unprivileged_icmp = true
@@ -133,14 +133,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         Root = "{r / "runc"}"
         SystemdCgroup = false
+  # Every image comes from the bed's registry (registry.write_hosts).
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{d / "certs.d"}"
 """
-
-
-def _pause_ref(cfg: NodeConfig) -> str:
-    for image in cfg.images:
-        if image.get("role") == "pause":
-            return image["ref"]
-    return "registry.k8s.io/pause:3.10"
 
 
 def cni_conflist(cfg: NodeConfig) -> dict[str, Any]:
@@ -199,7 +195,7 @@ def kubelet_config(cfg: NodeConfig) -> dict[str, Any]:
         # Container logs stay with the node, not in the host's /var/log/pods.
         "podLogsDir": str(Path(cfg.dir) / "pod-logs"),
         "failSwapOn": False,
-        # Images are loaded once at start; nothing may garbage-collect them.
+        # A pulled image stays for the bed's life: a second pull is time a test waits.
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
         "serializeImagePulls": False,
@@ -265,25 +261,9 @@ class NodeRunner:
         # Pods with dnsPolicy Default get this; the bed has no upstream resolver.
         (d / "resolv.conf").write_text(f"nameserver {cfg.cluster_dns}\n")
 
-        if cfg.image_store and not any((d / "containerd").iterdir()):
-            t0 = time.monotonic()
-            imagestore.clone(Path(cfg.image_store), d / "containerd")
-            print(f"image store cloned in {time.monotonic() - t0:.1f}s", flush=True)
+        registry.write_hosts(d / "certs.d", cfg.registry, Path(cfg.registry_ca))
         self._spawn("containerd", ["containerd", "--config", str(d / "containerd.toml")])
         self._wait("containerd", lambda: self._ctr("version").returncode == 0, 30)
-        present = set(self._ctr("images", "ls", "-q").stdout.split())
-        for image in cfg.images:
-            if image["ref"] in present:
-                continue
-            t0 = time.monotonic()
-            out = self._ctr("images", "import", image["archive"])
-            if out.returncode != 0:
-                raise RuntimeError(f"importing {image['archive']}: {out.stderr.strip()}")
-            print(f"imported {image['ref']} in {time.monotonic() - t0:.1f}s", flush=True)
-        for alias, ref in cfg.image_aliases.items():
-            out = self._ctr("images", "tag", "--force", ref, alias)
-            if out.returncode != 0:
-                raise RuntimeError(f"tagging {ref} as {alias}: {out.stderr.strip()}")
 
         labels = ",".join(f"{k}={v}" for k, v in cfg.labels.items())
         bin_dir = Path(cfg.node_bin)

@@ -252,3 +252,23 @@ def issue_user(
         raise ValueError(f"{ca_key}: not the EC key this module generates for a CA")
     directory.mkdir(parents=True, exist_ok=True)
     return _client_cert(cert, key, directory, user, user, groups)
+
+
+def issue_server(
+    ca_cert: Path, ca_key: Path, directory: Path, stem: str, ips: Sequence[str]
+) -> tuple[Path, Path]:
+    """A serving certificate for `ips` signed by an existing CA (the bed's registry, whose
+    clients trust that CA). Written to `directory/<stem>.crt|.key`; returns both paths."""
+    cert = x509.load_pem_x509_certificate(ca_cert.read_bytes())
+    key = serialization.load_pem_private_key(ca_key.read_bytes(), password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{ca_key}: not the EC key this module generates for a CA")
+    directory.mkdir(parents=True, exist_ok=True)
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    sans: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+    issued = _issue(_name(stem), server_key, cert, key, [ExtendedKeyUsageOID.SERVER_AUTH], sans)
+    pem = serialization.Encoding.PEM
+    return (
+        _write(directory / f"{stem}.crt", issued.public_bytes(pem)),
+        _write(directory / f"{stem}.key", _key_pem(server_key), private=True),
+    )

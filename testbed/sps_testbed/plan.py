@@ -46,6 +46,9 @@ class BedRecord:
     server: str = ""
     kubeconfig: str = ""
     run_dir: str = ""
+    registry: str = ""  # host:port; its CA bundle below, the chart's version pushed there
+    registry_ca: str = ""
+    chart_version: str = ""
     nodes: list[NodeRecord] = field(default_factory=list)
     pids: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
@@ -82,6 +85,8 @@ def teardown(record: BedRecord, keep: set[int] | None = None) -> list[str]:
         problems += cgroups.remove(node.cgroup_root)
         # The images and containers (hundreds of MB); the logs stay for a look afterwards.
         shutil.rmtree(Path(node.dir) / "containerd", ignore_errors=True)
+    # The registry's copy of the seed (hard links, but pushes of its own too).
+    shutil.rmtree(Path(record.state_dir) / "registry" / "storage", ignore_errors=True)
     if record.bed_id:
         net = netns.BedNet(record.bed_id)
         netns.delete(net)

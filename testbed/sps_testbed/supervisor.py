@@ -1,8 +1,9 @@
 """The process that owns one test bed: `python -m sps_testbed.supervisor --state-dir D`.
 
 It reserves a bed id, creates the bed's network namespace and moves into it, starts the
-control plane (sps_operator.devcluster.ControlPlane) there, the pod bridge, one node
-runner per node (sps_testbed.node, each in its own mount namespace), kube-proxy, and
+control plane (sps_operator.devcluster.ControlPlane) there, the pod bridge, the registry
+the nodes pull every image from (sps_testbed.registry; the chart is pushed there too), one
+node runner per node (sps_testbed.node, each in its own mount namespace), kube-proxy, and
 CoreDNS; then writes `D/bed.json` with status `ready` and waits for SIGTERM. Everything
 it starts dies with it (parent-death signals), and a reaper process it starts first
 removes what is left (containers, cgroups, the namespace) if it is killed outright.
@@ -27,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from sps_testbed import cgroups, netns
+from sps_testbed import cgroups, netns, pki, registry
 from sps_testbed import node as node_mod
 from sps_testbed.controlplane import SERVICE_CLUSTER_IP_RANGE, ControlPlane, kubeconfig_yaml
 from sps_testbed.lifecycle import run_until_signalled
@@ -54,21 +55,6 @@ def pod_ranges(cidr: str, nodes: int) -> list[tuple[str, str]]:
     return [
         (str(base + first + i * per), str(base + first + (i + 1) * per - 1)) for i in range(nodes)
     ]
-
-
-def image_aliases(refs: dict[str, str]) -> dict[str, str]:
-    """More names for loaded images ({alias: ref}): the SGLang stand-in also answers to the
-    next SGLang version, so a test can upgrade a server's image (a server change) without a
-    second build."""
-    sglang = refs.get("sglang", "")
-    repo, _, tag = sglang.rpartition(":")
-    if not repo or not tag.startswith("v"):
-        return {}
-    parts = tag[1:].split(".")
-    if not parts[-1].isdigit():
-        return {}
-    parts[-1] = str(int(parts[-1]) + 1)
-    return {f"{repo}:v{'.'.join(parts)}": sglang}
 
 
 class Supervisor:
@@ -125,16 +111,22 @@ class Supervisor:
         self._bridge(rec.pod_cidr, rec.gateway)
         self._host_route(net, rec.pod_cidr)
         kubeconfig = self.state_dir / "kubeconfig"
-        pki = self.state_dir / "cp" / "pki"
+        pki_dir = self.state_dir / "cp" / "pki"
         kubeconfig.write_text(
             kubeconfig_yaml(
-                self.record.server, pki / "ca.crt", pki / "admin.crt", pki / "admin.key", "admin"
+                self.record.server,
+                pki_dir / "ca.crt",
+                pki_dir / "admin.crt",
+                pki_dir / "admin.key",
+                "admin",
             )
         )
         kubeconfig.chmod(0o600)
         self.record.kubeconfig = str(kubeconfig)
         self.record.save()
 
+        self._start_registry(rec.gateway, pki_dir)
+        self.mark("registry_ready")
         self._start_nodes(rec.pod_cidr, rec.gateway)
         self._start_kube_proxy(rec.pod_cidr)
         self._wait("nodes Ready", self._nodes_ready, float(self.request.get("node_timeout", 240)))
@@ -180,15 +172,42 @@ class Supervisor:
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)}: {proc.stderr.strip()}")
 
+    def _start_registry(self, gateway: str, cp_pki: Path) -> None:
+        """The bed's registry on its gateway, serving a copy of the seed, with a certificate
+        from the bed's CA; then the chart pushed into it (helm push)."""
+        art = self.request["artifacts"]
+        reg_dir = self.state_dir / "registry"
+        trust = reg_dir / "trust"  # only the CA: a directory skopeo's --*-cert-dir can take
+        trust.mkdir(parents=True, exist_ok=True)
+        ca = trust / "ca.crt"
+        ca.write_bytes((cp_pki / "ca.crt").read_bytes())
+        tls = pki.issue_server(cp_pki / "ca.crt", cp_pki / "ca.key", reg_dir, "registry", [gateway])
+        registry.clone_storage(Path(art["registry_seed"]), reg_dir / "storage")
+        addr = f"{gateway}:{registry.PORT}"
+        conf = reg_dir / "config.yml"
+        conf.write_text(
+            yaml.safe_dump(registry.config(reg_dir / "storage", addr, tls), sort_keys=False)
+        )
+        binary = Path(art["registry_dir"]) / "registry"
+        log = self.logs / "registry.log"
+        log.unlink(missing_ok=True)  # its access log is read for this bed's pulls only
+        proc = spawn([str(binary), "serve", str(conf)], log, env={**os.environ, **registry.ENV})
+        self.procs["registry"] = proc
+        self.record.pids["registry"] = proc.pid
+        registry.wait_ready(f"https://{addr}", ca, proc, log)
+        self.record.registry = addr
+        self.record.registry_ca = str(ca)
+        self.record.save()
+        assert self.cp is not None and self.cp.binaries.helm is not None
+        self.record.chart_version = registry.push_chart(
+            str(self.cp.binaries.helm), Path(art["chart"]), addr, ca, reg_dir / "chart"
+        )
+        self.record.save()
+
     def _start_nodes(self, cidr: str, gateway: str) -> None:
         net = ipaddress.ip_network(cidr)
         nodes = self.request["nodes"]
         art = self.request["artifacts"]
-        images = [
-            {"role": role, "ref": img["ref"], "archive": img["archive"]}
-            for role, img in art["images"].items()
-        ]
-        aliases = image_aliases({i["role"]: i["ref"] for i in images})
         ranges = pod_ranges(cidr, len(nodes))
         base_cg = cgroups.own_path("memory", str(self.record.reaper_pid)).rstrip("/")
         # Mount points for the nodes' own directories (empty on the host; see node.py).
@@ -215,8 +234,9 @@ class Supervisor:
                 cluster_dns=CLUSTER_DNS,
                 node_bin=art["node_bin"],
                 cni_bin=art["cni_bin"],
-                images=images,
-                image_aliases=aliases,
+                registry=self.record.registry,
+                registry_ca=self.record.registry_ca,
+                sandbox_image=art["images"]["pause"]["ref"],
                 labels={
                     "nvidia.com/gpu.product": node["product"],
                     "nvidia.com/gpu.count": str(node["gpus"]),
@@ -224,7 +244,6 @@ class Supervisor:
                     "sps.dev/testbed-node": "true",
                 },
                 bridge=BRIDGE,
-                image_store=art.get("image_store", ""),
             )
             cfg.save(ndir / "node.json")
             self.record.nodes.append(

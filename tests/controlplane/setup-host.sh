@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the host packages the tests need (iproute2 for pod network namespaces).
 # --nodes: also what the real-node test bed needs (sps_testbed): containerd, runc, the CNI
-# plugins, iptables and conntrack (kube-proxy), mmdebstrap and buildah (images).
+# plugins, iptables and conntrack (kube-proxy), mmdebstrap and buildah (images), skopeo
+# (pushes them into the bed's registry).
 set -euo pipefail
 missing=()
 command -v ip >/dev/null || missing+=(iproute2)
@@ -16,6 +17,7 @@ if [ "${1:-}" = "--nodes" ]; then
   command -v conntrack >/dev/null || missing+=(conntrack)
   command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
   command -v buildah >/dev/null || missing+=(buildah)
+  command -v skopeo >/dev/null || missing+=(skopeo)
   command -v flock >/dev/null || missing+=(util-linux)
 fi
 if [ ${#missing[@]} -gt 0 ]; then

@@ -35,7 +35,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from waiting import wait_crd_established, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "sps-operator"
 GROUP, VERSION, PLURAL = "sps.dev", "v1alpha1", "spsprofiles"
 SIM_TIME_SCALE = "40"
 TABLE_PATH = "/etc/sps/table/table.json"
@@ -120,8 +119,9 @@ class OperatorRelease:
         if not self.installed:
             sets = [arg for value in self.values() for arg in ("--set", value)]
             self.cluster.helm(
-                "install", self.name, str(CHART), "--namespace", self.namespace, *sets
-            )
+                "install", self.name, *self.cluster.bed.chart_args(), "--namespace",
+                self.namespace, *sets,
+            )  # fmt: skip
             self.installed = True
         else:
             self.scale(self.replicas)
@@ -130,7 +130,10 @@ class OperatorRelease:
         """`helm upgrade` to the current values (e.g. other `extra_args`): the pods restart
         with them. Replicas are left as they are (`start` scales back after `kill`)."""
         sets = [arg for value in self.values() for arg in ("--set", value)]
-        self.cluster.helm("upgrade", self.name, str(CHART), "--namespace", self.namespace, *sets)
+        self.cluster.helm(
+            "upgrade", self.name, *self.cluster.bed.chart_args(), "--namespace",
+            self.namespace, *sets,
+        )  # fmt: skip
 
     def wait_log(self, text: str, timeout: float = 180) -> str:
         """The first log line of the running replica that contains `text`."""

@@ -27,8 +27,9 @@ QUICK_SWEEP = {"batchSizes": [1, 2, 4, 8], "ciRelWidth": 0.05, "repeats": 1}
 
 @contextlib.contextmanager
 def chart_installed(bed: RealNodeCluster, namespace: str, *values: str) -> Iterator[str]:
-    """`helm install charts/sps-operator` (with `--set` `values`) into `namespace`, created
-    to enforce `restricted` pod security; uninstalled and deleted afterwards."""
+    """`helm install oci://<bed registry>/charts/sps-operator` (the chart the bed pushed
+    there; with `--set` `values`) into `namespace`, created to enforce `restricted` pod
+    security; uninstalled and deleted afterwards."""
     bed.kubectl("create", "namespace", namespace)
     bed.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
     sets = [arg for value in values for arg in ("--set", value)]
@@ -36,7 +37,7 @@ def chart_installed(bed: RealNodeCluster, namespace: str, *values: str) -> Itera
         # --take-ownership: the CRD an earlier release in another namespace left behind
         # (crds.keep) becomes this release's, as after a reinstall elsewhere.
         bed.helm(
-            "install", "sps-operator", str(REPO / "charts" / "sps-operator"),
+            "install", "sps-operator", *bed.chart_args(),
             "--namespace", namespace, *sets, "--take-ownership", "--wait", "--timeout", "300s",
         )  # fmt: skip
         yield namespace

@@ -28,7 +28,8 @@ def node_config(**over: object) -> NodeConfig:
         "cluster_dns": "10.96.0.10",
         "node_bin": "/cache/nodes",
         "cni_bin": "/usr/lib/cni",
-        "images": [{"role": "pause", "ref": "registry.k8s.io/pause:3.10", "archive": "/x.tar"}],
+        "registry": "10.244.7.1:5000",
+        "registry_ca": "/state/registry/trust/ca.crt",
     }
     values.update(over)
     return NodeConfig(**values)  # type: ignore[arg-type]
@@ -60,7 +61,7 @@ def test_kubelet_runs_on_cgroup_v1_with_its_own_root_and_cluster_dns() -> None:
     )
     assert conf["address"] == conf["healthzBindAddress"] == "10.244.7.4"
     assert conf["clusterDNS"] == ["10.96.0.10"]
-    assert conf["imageGCHighThresholdPercent"] == 100  # loaded images are never collected
+    assert conf["imageGCHighThresholdPercent"] == 100  # pulled images are never collected
 
 
 def test_containerd_config_keeps_state_per_node_and_restricts_oom_score() -> None:
@@ -71,6 +72,9 @@ def test_containerd_config_keeps_state_per_node_and_restricts_oom_score() -> Non
     assert "restrict_oom_score_adj = true" in text
     assert "netns_mounts_under_state_dir = true" in text
     assert 'sandbox_image = "registry.k8s.io/pause:3.10"' in text
+    # Images come from the registry host configuration (certs.d), the one way to a registry.
+    assert 'config_path = "/state/nodes/gpu-h200-0/certs.d"' in text
+    assert "mirrors" not in text
 
 
 def test_cni_bridge_allocates_from_the_nodes_range() -> None:
@@ -87,14 +91,3 @@ def test_node_spec_parsing() -> None:
     for bad in ("a", "=P", "a=", "a=P:x"):
         with pytest.raises(ValueError):
             NodeSpec.parse(bad)
-
-
-def test_the_sglang_stand_in_also_answers_to_the_next_version() -> None:
-    from sps_testbed.supervisor import image_aliases
-
-    refs = {"sglang": "docker.io/lmsysorg/sglang:v0.5.16", "pause": "registry.k8s.io/pause:3.10"}
-    assert image_aliases(refs) == {
-        "docker.io/lmsysorg/sglang:v0.5.17": "docker.io/lmsysorg/sglang:v0.5.16"
-    }
-    assert image_aliases({"sglang": "localhost/sglang:latest"}) == {}
-    assert image_aliases({}) == {}

@@ -14,9 +14,16 @@ from sps_testbed import demo
 EXAMPLE = CHART.parents[1] / "examples" / "sglang-deployment.yaml"
 
 
-def test_demo_installs_the_chart_in_namespaces_mode() -> None:
-    args = demo.helm_install_args(CHART, demo.SYSTEM_NAMESPACE, demo.NAMESPACE)
-    assert args[:3] == ["install", demo.RELEASE, str(CHART)] and "--wait" in args
+def test_demo_installs_the_chart_from_the_registry_in_namespaces_mode() -> None:
+    ref = "oci://10.244.3.1:5000/charts/sps-operator"
+    args = demo.helm_install_args(
+        ref, "0.1.0", Path("/bed/ca.crt"), demo.SYSTEM_NAMESPACE, demo.NAMESPACE
+    )
+    assert args[:3] == ["install", demo.RELEASE, ref] and "--wait" in args
+    assert args[args.index("--version") + 1] == "0.1.0"
+    assert args[args.index("--ca-file") + 1] == "/bed/ca.crt"
+    # The chart's default image: no override of it.
+    assert not [a for a in args if a.startswith("image.")]
     # The same values, rendered: the operator's rights are a Role in the demo namespace.
     values = [a for i, a in enumerate(args) if i and args[i - 1] == "--set"]
     sets = [x for v in values for x in ("--set", v)]

@@ -44,7 +44,7 @@ def run_demo(state: Path) -> None:
     steps = [
         "Kubernetes with real GPU nodes (kubelet, containerd, runc)",
         "Install the operator with Helm",
-        "$ helm install sps-operator charts/sps-operator",
+        "$ helm install sps-operator oci://",
         "An SGLang Deployment and a profile",
         "Profiling on the H100 pool",
         f"The table for {GPU_H100}",

@@ -15,6 +15,7 @@ from fakekube import FakeKube
 from sps_operator.api import labels as L
 from sps_operator.api.result import build_patch
 from sps_operator.controller import indexes as ix
+from sps_operator.controller.claims import claim_info
 from sps_operator.controller.deployments import deployment_rolled_out
 from sps_operator.controller.placement import PodInfo
 from sps_operator.controller.reconcile import Reconciler
@@ -200,7 +201,12 @@ class Harness:
     def run_pass(self, name: str = "p") -> dict[str, Any]:
         assert self.reconciler is not None
         body = copy.deepcopy(self.kube.obj("SpsProfile", name, NS))
-        self.reconciler.reconcile(body, ApiSnapshot(self.kube, self.pods_now(), NODES))
+        claims = [
+            claim_info(c["metadata"]["name"], c.get("spec") or {}, c.get("status") or {})
+            for c in self.kube.kinds("PersistentVolumeClaim")
+        ]
+        snapshot = ApiSnapshot(self.kube, self.pods_now(), NODES, {c.name: c for c in claims})
+        self.reconciler.reconcile(body, snapshot)
         return self.status(name)
 
     def cluster_objects(self) -> list[dict[str, Any]]:
@@ -312,6 +318,7 @@ INDEXED = {
     "pdbs": ("PodDisruptionBudget", None, ix.namespaced_entries),
     "hpas": ("HorizontalPodAutoscaler", None, ix.namespaced_entries),
     "services": ("Service", None, ix.service_entries),
+    "claims": ("PersistentVolumeClaim", None, ix.claim_entries),
 }
 
 

@@ -31,6 +31,8 @@ KUBERNETES_WORDS = {
     "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
     "AnnotateOnly",  # a rollout mode, in a message
     "GatesPassed",  # a passed gate's verdict, never written to status
+    # PersistentVolumeClaim access modes, and a pod phase
+    "ReadWriteOnce", "ReadWriteOncePod", "ReadOnlyMany", "ReadWriteMany", "Running",
 }  # fmt: skip
 
 

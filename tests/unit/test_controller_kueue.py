@@ -21,11 +21,11 @@ from sps_operator.controller.kueue import (
     KueueState,
     kueue_deactivated,
     kueue_words,
-    max_exec_seconds,
     owned_workload,
     queue_position,
     run_limit,
 )
+from sps_operator.controller.policy import max_exec_seconds
 from sps_operator.controller.state import ApiSnapshot
 
 QUEUE = "gpu-profiling"

@@ -331,6 +331,8 @@ def test_operator_failure_reasons_get_specific_advice() -> None:
         "JobPolicy": "the cluster admin's policy does not allow",
         "GpuPinConflict": "would not run on the GPU product",
         "JobLabelsSelectPods": "pass for a server pod",
+        "ReadWriteOncePodClaim": "ReadWriteOncePod PersistentVolumeClaim",
+        "ClaimNodeUnavailable": "attached on no node the clone may use",
         "TargetChanged": "changed between the two phases",
         "SweepMismatch": "a cell more than once",
         "IncompleteSweep": "did not cover every cell",

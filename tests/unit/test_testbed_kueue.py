@@ -69,13 +69,14 @@ webhooks:
 """
 
 
-def test_the_manager_runs_the_bed_image_without_a_registry_everything_else_as_shipped() -> None:
+def test_the_manager_runs_the_release_image_everything_else_as_shipped() -> None:
     docs = bed_manifests(RENDERED, "registry.k8s.io/kueue/kueue:v0.17.1")
     shipped = [d for d in yaml.safe_load_all(RENDERED) if d]
     assert [d["kind"] for d in docs] == [d["kind"] for d in shipped]
     (container,) = docs[1]["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "registry.k8s.io/kueue/kueue:v0.17.1"
-    assert container["imagePullPolicy"] == "IfNotPresent"
+    # Pulled from the bed's registry as shipped (no side-loaded image to keep).
+    assert container["imagePullPolicy"] == "Always"
     assert container["resources"] == {
         "limits": {"cpu": "2", "memory": "512Mi"},
         "requests": {"cpu": "100m", "memory": "512Mi"},

@@ -48,6 +48,8 @@ TABLE_KEY = "table.json"
 META_KEY = "meta.json"
 ROUNDS_KEY = "rounds.jsonl"
 ROUNDS_GZ_KEY = "rounds.jsonl.gz"
+# On a profiling Job: the node its target's ReadWriteOnce claims pin it to, and why.
+ANNOTATION_VOLUME_PIN = f"{LABEL_PREFIX}/volume-pin"
 ANNOTATION_BORROWED = f"{LABEL_PREFIX}/borrowed"  # on a Deployment: a replica lent to a run
 
 # Kueue: a Job naming a queue is created suspended; Kueue admits (unsuspends) it.

@@ -127,6 +127,12 @@ REASONS: dict[str, Reason] = {
     "JobPolicy": Reason(Kind.FAILURE, "spec.job or spec.server asks what the policy forbids"),
     "GpuPinConflict": Reason(Kind.FAILURE, "the Job would not run on the table's GPU product"),
     "JobLabelsSelectPods": Reason(Kind.FAILURE, "spec.job.labels would select server pods"),
+    "ReadWriteOncePodClaim": Reason(
+        Kind.FAILURE, "the target mounts a ReadWriteOncePod claim a clone can never share"
+    ),
+    "ClaimNodeUnavailable": Reason(
+        Kind.FAILURE, "no ready target pod holds its ReadWriteOnce claims on a node of the product"
+    ),
     # Failed runs (status.lastFailure.reason).
     "ProfilingFailed": Reason(Kind.FAILURE, "the profiling Job or the profiler failed"),
     "JobCreateFailed": Reason(Kind.FAILURE, "the API server refused the profiling Job"),

@@ -177,7 +177,10 @@ def _waiting_now(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> tuple[str, 
         return queued_message(run.job, str(queue), _read_kueue(p, job, str(queue)))
     pods = _run_pods(p, run)
     if pods and all(pod.unschedulable for pod in pods):
-        return WAITING_FOR_GPUS, f"no node can take it now: {pods[0].unschedulable}"
+        message = f"no node can take it now: {pods[0].unschedulable}"
+        # The Job's own note when the target's ReadWriteOnce claims pin it to one node.
+        pin = ((job.get("metadata") or {}).get("annotations") or {}).get(L.ANNOTATION_VOLUME_PIN)
+        return WAITING_FOR_GPUS, message + (f"; {str(pin)[:300]}" if pin else "")
     return None
 
 

@@ -1,8 +1,8 @@
 """kopf wiring (thin): caches, wake-ups, one daemon per SpsProfile, the deletion handler.
 
 * Indexes (async, so they never wait for a pass) keep what a pass reads: Deployments,
-  the operator's own Jobs and ConfigMaps (by owner), SpsProfiles, pods, node labels and
-  Services' selectors.
+  the operator's own Jobs and ConfigMaps (by owner), SpsProfiles, pods, node labels,
+  Services' selectors and PersistentVolumeClaims' access modes.
 * Event handlers wake the profiles an event concerns (`kicks.py`); a ConfigMap that a
   server reads env from is kept current in `envsources.EnvSources`.
 * A daemon per SpsProfile runs one pass at a time for it, in a thread pool shared by all
@@ -102,6 +102,11 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
     @kopf.index("", "v1", "services", id="sps_services", registry=registry)
     async def sps_services(body: kopf.Body, **_: Any) -> dict[Any, Any]:
         return ix.service_entries(body)
+
+    # Claims' access modes: a clone of a server with a ReadWriteOnce claim runs on its node.
+    @kopf.index("", "v1", "persistentvolumeclaims", id="sps_claims", registry=registry)
+    async def sps_claims(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return ix.claim_entries(body)
 
     @kopf.index("batch", "v1", "jobs", labels=OURS, id="sps_jobs", registry=registry)
     async def sps_jobs(body: kopf.Body, **_: Any) -> dict[Any, Any]:
@@ -224,6 +229,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
         sps_hpas: Any,
         sps_borrowed: Any,
         sps_services: Any,
+        sps_claims: Any,
         **_: Any,
     ) -> None:
         loop = asyncio.get_running_loop()
@@ -245,6 +251,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
                         hpas=sps_hpas,
                         borrowed=sps_borrowed,
                         services=sps_services,
+                        claims=sps_claims,
                     ),
                     job_labels=reconciler.settings.job_defaults.labels,
                     env_sources=env_sources,

@@ -25,6 +25,7 @@ from sps_operator.api import labels as L
 from sps_operator.constants import API_GROUP, KIND, LABEL_PREFIX
 from sps_operator.controller.borrow import PoolBid, pool_bid
 from sps_operator.controller.builders import ProfileRef, base_labels
+from sps_operator.controller.claims import ClaimInfo, claim_info, pod_claims
 from sps_operator.controller.envsources import EnvSources, referenced_config_maps
 from sps_operator.controller.kube import KubeApi, Obj
 from sps_operator.controller.ownership import (
@@ -255,6 +256,13 @@ def service_entries(body: Mapping[str, Any]) -> dict[Key, Any]:
     return dict.fromkeys(keys, info)
 
 
+def claim_entries(body: Mapping[str, Any]) -> dict[Key, Any]:
+    """A PersistentVolumeClaim's access modes, by name."""
+    ns, meta = _namespace(body), _meta(body)
+    info = claim_info(str(meta.get("name", "")), body.get("spec") or {}, body.get("status") or {})
+    return {(NAME, ns, info.name): info}
+
+
 def node_entries(body: Mapping[str, Any]) -> dict[Any, Any]:
     return {_meta(body).get("name"): dict(_labels(body))}
 
@@ -333,6 +341,7 @@ class Indexes:
     hpas: Index = field(default_factory=dict)
     borrowed: Index = field(default_factory=dict)
     services: Index = field(default_factory=dict)
+    claims: Index = field(default_factory=dict)
 
 
 def _selecting_pod(index: Index, namespace: str, labels: Mapping[str, str]) -> list[Any]:
@@ -421,6 +430,11 @@ def world_for(
     config_maps = values(idx.config_maps, (OWNER, ns, uid))
     names = [str(_meta(c).get("name", "")) for c in config_maps] + [stable_name or ""]
     nodes = {p.node for p in pods.values() if p.node}
+    claims: dict[str, ClaimInfo] = {}
+    for dep in deployments:
+        pod_spec = ((dep.get("spec") or {}).get("template") or {}).get("spec") or {}
+        for claim in pod_claims(pod_spec):
+            claims.update((c.name, c) for c in values(idx.claims, (NAME, ns, claim)))
     pod_selecting, services = _pod_selectors_for(idx, body, job_labels or {})
     return CachedWorld(
         pool_bids=pool_bids(idx, body),
@@ -439,4 +453,5 @@ def world_for(
         pod_selecting_deployments=pod_selecting,
         services=services,
         env_sources=env_sources,
+        claims=claims,
     )

@@ -37,6 +37,7 @@ from sps_operator.api import labels as L
 from sps_operator.api.labels import KUEUE_GROUP
 from sps_operator.api.result import clean_text
 from sps_operator.controller.borrow import QUEUED_IN_KUEUE
+from sps_operator.controller.policy import max_exec_seconds
 
 # Reasons of `status.currentRun.waiting` (and of the Profiling condition) beside
 # QueuedInKueue.
@@ -189,18 +190,6 @@ def queue_position(summary: Any, workload: str) -> tuple[int, int] | None:
             return cluster + 1, local + 1
         return None
     return None
-
-
-def max_exec_seconds(labels: Mapping[str, Any]) -> int | None:
-    """Kueue's maximum execution time a Job's labels set (`kueue.x-k8s.io/max-exec-time-
-    seconds`: a positive whole number of seconds, as Kueue's webhook accepts it); None
-    when absent or not such a number (the policy refuses that before any Job exists)."""
-    value = labels.get(L.LABEL_KUEUE_MAX_EXEC)
-    if not isinstance(value, str) or not value.isascii() or not value.isdigit():
-        return None
-    if len(value) > 10 or int(value) < 1:
-        return None
-    return int(value)
 
 
 def run_limit(deadline: int, labels: Mapping[str, Any]) -> tuple[int, str]:

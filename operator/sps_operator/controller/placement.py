@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sps_operator.api import labels as L
+from sps_operator.controller.claims import pod_claims
 from sps_operator.controller.selectors import matches_selector
 
 # What the pod index keeps of the scheduler's and the kubelet's words, per pod (bounded:
@@ -61,6 +62,7 @@ class PodInfo:
     # when the API server created it: the order of profiles waiting on one GPU pool.
     priority: int | None = None
     created: str | None = None
+    claims: tuple[str, ...] = ()  # the PersistentVolumeClaims it mounts (bounded)
 
     @property
     def profiling(self) -> bool:
@@ -146,6 +148,7 @@ def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
         exits=tuple(exits),
         priority=_priority(spec.get("priority")),
         created=str(meta["creationTimestamp"])[:40] if meta.get("creationTimestamp") else None,
+        claims=pod_claims(spec),
     )
 
 

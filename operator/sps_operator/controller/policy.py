@@ -18,7 +18,6 @@ from urllib.parse import urlsplit
 from sps_operator.api import labels as L
 from sps_operator.api.endpoints import forbidden_url_address
 from sps_operator.api.result import clean_text
-from sps_operator.controller.kueue import max_exec_seconds
 from sps_operator.controller.selectors import matches_selector
 
 if TYPE_CHECKING:  # the flags' defaults come from here: no pydantic at start-up
@@ -28,7 +27,19 @@ if TYPE_CHECKING:  # the flags' defaults come from here: no pydantic at start-up
 JOB_POLICY = "JobPolicy"  # a rule of the admin's policy
 GPU_PIN_CONFLICT = "GpuPinConflict"  # the Job would not run on the GPU product it is for
 JOB_LABELS_SELECT_PODS = "JobLabelsSelectPods"  # the Job's pod would pass for a server pod
-REFUSAL_REASONS = frozenset({JOB_POLICY, GPU_PIN_CONFLICT, JOB_LABELS_SELECT_PODS})
+# The target's volume claims (controller/claims.py): one the clone can never share, or
+# no node where it could attach them now.
+READ_WRITE_ONCE_POD_CLAIM = "ReadWriteOncePodClaim"
+CLAIM_NODE_UNAVAILABLE = "ClaimNodeUnavailable"
+REFUSAL_REASONS = frozenset(
+    {
+        JOB_POLICY,
+        GPU_PIN_CONFLICT,
+        JOB_LABELS_SELECT_PODS,
+        READ_WRITE_ONCE_POD_CLAIM,
+        CLAIM_NODE_UNAVAILABLE,
+    }
+)
 
 # Keys under these prefixes belong to the operator, Kubernetes and Kueue: a profile may set
 # them only where the admin allows a pattern inside them (NameRule).
@@ -183,6 +194,18 @@ def _deadline_refusal(policy: JobPolicy, job: JobOverrides) -> Refusal | None:
         f"may hold GPUs; set spec.job.activeDeadlineSeconds to at most {limit} (a smaller "
         "sweep, or a wider sweep.ciRelWidth, takes less time)",
     )
+
+
+def max_exec_seconds(labels: Mapping[str, Any]) -> int | None:
+    """Kueue's maximum execution time a Job's labels set (`kueue.x-k8s.io/max-exec-time-
+    seconds`: a positive whole number of seconds, as Kueue's webhook accepts it); None
+    when absent or not such a number (the policy refuses that before any Job exists)."""
+    value = labels.get(L.LABEL_KUEUE_MAX_EXEC)
+    if not isinstance(value, str) or not value.isascii() or not value.isdigit():
+        return None
+    if len(value) > 10 or int(value) < 1:
+        return None
+    return int(value)
 
 
 def _keys_refusal(

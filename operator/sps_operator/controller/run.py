@@ -7,8 +7,8 @@ this profile owns: an object of that name that is not ours stops the run with a 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TypeGuard
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeGuard
 
 from sps_operator.api import labels as L
 from sps_operator.api import limits
@@ -21,7 +21,7 @@ from sps_operator.api.models import (
     TableKind,
 )
 from sps_operator.api.result import STATUS_FAILED, STATUS_SUCCEEDED, ResultError, read_result
-from sps_operator.controller import builders, compat, names, policy
+from sps_operator.controller import builders, claims, compat, names, policy
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.acceptance import judge_bounded
 from sps_operator.controller.borrow import WAITING_FOR_GPUS
@@ -67,11 +67,12 @@ RESULT_GRACE_SECONDS = 60.0
 
 def run_refusal(p: Pass, plan: builders.RunPlan, job: Obj) -> policy.Refusal | None:
     """Why the Job `plan` built may not be created (None: it may): the admin's policy, the
-    GPU-product pin, the pod selectors of the namespace."""
+    GPU-product pin, the pod selectors of the namespace, the target's volume claims."""
     settings, spec = p.settings, p.spec
     clone = spec.server.source != ServerSource.EXTERNAL
     pod_labels = ((job["spec"]["template"].get("metadata") or {}).get("labels")) or {}
     snapshot = p.snapshot
+    pin = _volume_pin(p, plan.target_pod_spec, plan.gpu_product) if clone else None
     return (
         policy.spec_refusal(
             settings.policy,
@@ -99,6 +100,8 @@ def run_refusal(p: Pass, plan: builders.RunPlan, job: Obj) -> policy.Refusal | N
                 snapshot.pod_selecting_deployments, snapshot.services, snapshot.pdbs
             ),
         )
+        # Last: the only one a wait can fix (a ready pod holding a ReadWriteOnce claim).
+        or (pin if isinstance(pin, policy.Refusal) else None)
     )
 
 
@@ -141,9 +144,29 @@ def _table_config_maps(p: Pass) -> frozenset[str]:
     return frozenset(tables)
 
 
+def _volume_pin(
+    p: Pass, pod_spec: Mapping[str, Any], gpu_product: str
+) -> claims.VolumePin | policy.Refusal:
+    """Where a clone of `pod_spec` can attach the target's claims (or why it cannot)."""
+    snapshot = p.snapshot
+    return claims.volume_pin(
+        pod_spec,
+        snapshot.claims,
+        snapshot.pods,
+        snapshot.node_labels,
+        p.spec.gpu_product_label,
+        gpu_product,
+    )
+
+
 def _plan(
     p: Pass, target: Target, run: RunStatus, phase: int, seed: str | None
 ) -> builders.RunPlan:
+    pin = (
+        _volume_pin(p, target.pod_spec, run.gpu_product)
+        if p.spec.server.source != ServerSource.EXTERNAL
+        else None
+    )
     return builders.RunPlan(
         profile=p.ref,
         spec=p.spec,
@@ -159,6 +182,7 @@ def _plan(
         profiler_image=p.settings.profiler_image,
         table_config_maps=_table_config_maps(p),
         defaults=p.settings.job_defaults,
+        volume_pin=pin if isinstance(pin, claims.VolumePin) else claims.VolumePin(),
     )
 
 

@@ -14,6 +14,7 @@ from sps_operator.constants import IMAGE
 from sps_operator.controller import clocks
 from sps_operator.controller.borrow import PoolBid
 from sps_operator.controller.builders import JobDefaults, ProfileRef
+from sps_operator.controller.claims import ClaimInfo
 from sps_operator.controller.envsources import EnvSources, read_env_config_maps
 from sps_operator.controller.kube import KubeApi, Obj, owned_by
 from sps_operator.controller.kueue import KueueCache
@@ -81,6 +82,8 @@ class Snapshot:
     env_config_maps: Mapping[str, ConfigMapEnv | None] = field(default_factory=dict)
     # Runs of any namespace waiting for their turn to borrow on this run's GPU product.
     pool_bids: Sequence[PoolBid] = ()
+    # The PersistentVolumeClaims the selected Deployments mount, by name (absent: not seen).
+    claims: Mapping[str, ClaimInfo] = field(default_factory=dict)
 
     @classmethod
     def empty(cls) -> Snapshot:
@@ -132,6 +135,7 @@ class ApiSnapshot:
     kube: KubeApi
     pods: Sequence[PodInfo] = ()
     node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    claims: Mapping[str, ClaimInfo] = field(default_factory=dict)
     pool_bids: Sequence[PoolBid] = ()  # (the caches' view; a LIST of one namespace has none)
 
     def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot:
@@ -160,6 +164,7 @@ class ApiSnapshot:
             ],
             env_config_maps=read_env_config_maps(kube, ns, deployments),
             pool_bids=self.pool_bids,
+            claims=self.claims,
         )
 
 
@@ -191,6 +196,7 @@ class CachedWorld:
     services: Sequence[ServiceInfo] = ()
     env_sources: EnvSources | None = None  # the ConfigMaps servers read env from
     pool_bids: Sequence[PoolBid] = ()
+    claims: Mapping[str, ClaimInfo] = field(default_factory=dict)  # the targets mount
 
     def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot:
         selector = spec.selector.to_k8s()
@@ -230,6 +236,7 @@ class CachedWorld:
                 self.kube, ref.namespace, selected, self.env_sources
             ),
             pool_bids=self.pool_bids,
+            claims=self.claims,
         )
 
 

@@ -167,6 +167,20 @@ FAILURE_REASONS: dict[str, tuple[str, str]] = {
         "PodDisruptionBudget would count it as a replica. Remove or rename the labels the "
         "message names in spec.job.labels; no Job was created.",
     ),
+    "ReadWriteOncePodClaim": (
+        "The target mounts a ReadWriteOncePod PersistentVolumeClaim: the clone can never mount it",
+        "Only one pod in the cluster may mount such a claim, and the server does. Put the "
+        "weights on a ReadOnlyMany or ReadWriteMany claim, or in an image volume or an init "
+        "container that downloads them (docs/operator.md, Volumes). No Job was created; the "
+        "run starts at the next pass after the fix.",
+    ),
+    "ClaimNodeUnavailable": (
+        "The target's ReadWriteOnce claims are attached on no node the clone may use",
+        "A ReadWriteOnce claim attaches to one node at a time, so the clone runs where a ready "
+        "pod of the target mounts it, on the GPU product the table is for. The message names "
+        "the claims and where they are held; the run starts once such a pod is ready. No Job "
+        "was created. To let the clone run anywhere, use a ReadOnlyMany or ReadWriteMany claim.",
+    ),
     "TargetChanged": (
         "The Deployment changed between the two phases of an Additive run",
         "Phase 2 would have measured another server than phase 1, so the run ended. A new "
