@@ -73,16 +73,24 @@ def waiting_both(h: Harness, p: tuple[int, str], q: tuple[int, str]) -> None:
         assert "b/x is borrowing a replica of lender" in waiting["message"]
 
 
-def test_the_higher_priority_run_borrows_first_when_the_pool_frees() -> None:
+def p_first_after_the_pool_frees(p: tuple[int, str], q: tuple[int, str]) -> tuple[Harness, Any]:
+    """p and q wait for the pool x holds; x gives it back; p's pass comes first but p does
+    not borrow. Returns the harness and p's waiting status."""
     h = harness(**BORROW)
     second_pool(h, "q")
-    # p waited longer, q's pod has the higher priority.
-    waiting_both(h, (0, "2026-03-01T12:00:00Z"), (1000, "2026-03-01T12:00:01Z"))
+    waiting_both(h, p, q)
     free_pool(h)
     h.tick()
-    p = h.run_cached_pass("p")  # p's pass comes first, but it is not p's turn
+    status = h.run_cached_pass("p")
     assert not h.kube.scales
-    waiting = p["currentRun"]["waiting"]
+    return h, status["currentRun"]["waiting"]
+
+
+def test_the_higher_priority_run_borrows_first_when_the_pool_frees() -> None:
+    # p waited longer, q's pod has the higher priority.
+    h, waiting = p_first_after_the_pool_frees(
+        (0, "2026-03-01T12:00:00Z"), (1000, "2026-03-01T12:00:01Z")
+    )
     assert waiting["poolTurn"] is True
     assert "its turn to borrow on GPU product" in waiting["message"]
     assert f"comes after {NS}/q (priority 1000" in waiting["message"]
@@ -96,16 +104,12 @@ def test_the_higher_priority_run_borrows_first_when_the_pool_frees() -> None:
 
 
 def test_equal_priorities_are_served_oldest_first() -> None:
-    h = harness(**BORROW)
-    second_pool(h, "q")
-    waiting_both(h, (500, "2026-03-01T12:00:05Z"), (500, "2026-03-01T12:00:01Z"))
-    free_pool(h)
-    h.tick()
-    p = h.run_cached_pass("p")
-    assert not h.kube.scales
+    h, waiting = p_first_after_the_pool_frees(
+        (500, "2026-03-01T12:00:05Z"), (500, "2026-03-01T12:00:01Z")
+    )
     assert (
         f"comes after {NS}/q (priority 500, waiting since 2026-03-01T12:00:01Z)"
-        in (p["currentRun"]["waiting"]["message"])
+        in (waiting["message"])
     )
     h.run_cached_pass("q")
     assert h.kube.scales == [("q-server", 1)]
