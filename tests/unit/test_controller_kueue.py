@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
+from sps_operator.api.labels import max_exec_seconds
 from sps_operator.controller.kicks import profiles_waiting_for_a_local_queue
 from sps_operator.controller.kueue import (
     WORDS_LIMIT,
@@ -25,7 +26,6 @@ from sps_operator.controller.kueue import (
     queue_position,
     run_limit,
 )
-from sps_operator.controller.policy import max_exec_seconds
 from sps_operator.controller.state import ApiSnapshot
 
 QUEUE = "gpu-profiling"

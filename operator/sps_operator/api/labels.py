@@ -6,6 +6,9 @@ never has to import the controller and the two sides cannot drift apart.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from sps_operator.constants import LABEL_PREFIX
 
 # Labels on everything the operator creates.
@@ -64,3 +67,15 @@ KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSIONS = ("v1beta2", "v1beta1")
 # Kueue's visibility API (pending workloads of a LocalQueue, with their positions).
 KUEUE_VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+
+
+def max_exec_seconds(labels: Mapping[str, Any]) -> int | None:
+    """Kueue's maximum execution time a Job's labels set (`kueue.x-k8s.io/max-exec-time-
+    seconds`: a positive whole number of seconds, as Kueue's webhook accepts it); None
+    when absent or not such a number (the policy refuses that before any Job exists)."""
+    value = labels.get(LABEL_KUEUE_MAX_EXEC)
+    if not isinstance(value, str) or not value.isascii() or not value.isdigit():
+        return None
+    if len(value) > 10 or int(value) < 1:
+        return None
+    return int(value)

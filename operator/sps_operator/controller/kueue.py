@@ -34,10 +34,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sps_operator.api import labels as L
-from sps_operator.api.labels import KUEUE_GROUP
+from sps_operator.api.labels import KUEUE_GROUP, max_exec_seconds
 from sps_operator.api.result import clean_text
 from sps_operator.controller.borrow import QUEUED_IN_KUEUE
-from sps_operator.controller.policy import max_exec_seconds
 
 # Reasons of `status.currentRun.waiting` (and of the Profiling condition) beside
 # QueuedInKueue.

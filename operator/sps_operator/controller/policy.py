@@ -196,18 +196,6 @@ def _deadline_refusal(policy: JobPolicy, job: JobOverrides) -> Refusal | None:
     )
 
 
-def max_exec_seconds(labels: Mapping[str, Any]) -> int | None:
-    """Kueue's maximum execution time a Job's labels set (`kueue.x-k8s.io/max-exec-time-
-    seconds`: a positive whole number of seconds, as Kueue's webhook accepts it); None
-    when absent or not such a number (the policy refuses that before any Job exists)."""
-    value = labels.get(L.LABEL_KUEUE_MAX_EXEC)
-    if not isinstance(value, str) or not value.isascii() or not value.isdigit():
-        return None
-    if len(value) > 10 or int(value) < 1:
-        return None
-    return int(value)
-
-
 def _keys_refusal(
     rule: NameRule, rule_name: str, field_name: str, values: Mapping[str, str] | None
 ) -> Refusal | None:
@@ -333,7 +321,7 @@ def job_refusal(
         )
     max_exec = labels.get(L.LABEL_KUEUE_MAX_EXEC)
     if max_exec is not None:
-        seconds = max_exec_seconds(labels)
+        seconds = L.max_exec_seconds(labels)
         limit = policy.max_active_deadline_seconds
         said = f"{source(L.LABEL_KUEUE_MAX_EXEC)} is {clean_text(str(max_exec), 64)!r}"
         if seconds is None:
