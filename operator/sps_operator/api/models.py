@@ -1196,6 +1196,19 @@ class RunWaiting(StatusModel):
         description="When the wait began (the run fails after capacity.waitTimeoutSeconds).",
         json_schema_extra={"format": "date-time"},
     )
+    pool_turn: bool | None = Field(
+        default=None,
+        description="BorrowReplica: the run could borrow but waits for its turn on the GPU "
+        "product (another profile borrows there, or comes first: higher priority of its "
+        "pending pod, then the older pod).",
+    )
+    queue_position: int | None = Field(
+        default=None,
+        ge=1,
+        description="QueuedInKueue: the Job's Workload's position in its ClusterQueue (1: "
+        "admitted next), from Kueue's visibility API (pendingworkloads); absent when Kueue "
+        "does not report it.",
+    )
 
 
 class BorrowRecord(StatusModel):

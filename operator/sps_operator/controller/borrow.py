@@ -37,6 +37,7 @@ from sps_operator.api.hashing import digest
 from sps_operator.api.models import CapacitySpec
 from sps_operator.constants import FIELD_MANAGER, LABEL_PREFIX
 from sps_operator.controller.deployments import deployment_rolled_out
+from sps_operator.controller.placement import PodInfo
 from sps_operator.controller.selectors import matches_selector
 
 Obj = dict[str, Any]
@@ -326,3 +327,55 @@ def read_claim(lease: Mapping[str, Any] | None) -> PoolClaim | None:
 
 def same_run(claim: PoolClaim, uid: str, run: str) -> bool:
     return claim.profile_uid == uid and claim.run == run
+
+
+# ----------------------------------------------------------------------------- turns
+# Several profiles waiting to borrow on one GPU product are served in priority order, then
+# oldest first: the place of each is its run's pending pod, as the API server and the
+# scheduler see it (spec.priority, resolved by admission from its PriorityClass, which the
+# admin's jobPolicy bounds; the pod's creationTimestamp, the API server's clock). Status
+# only says that a run waits for its turn; it never gives a place, so a profile's status
+# (which its namespace may write) cannot jump the queue. This is the scheduler's own
+# order, so no tenant gets more from it than its pods already get from the scheduler.
+
+
+@dataclass(frozen=True)
+class PoolBid:
+    """A run waiting for its turn to borrow on `product`."""
+
+    holder: str  # namespace/name of the profile
+    uid: str
+    product: str
+    priority: int
+    since: str  # its pending pod's creationTimestamp
+
+    @property
+    def place(self) -> tuple[int, str, str]:
+        return (-self.priority, self.since, self.uid)
+
+
+def pool_bid(holder: str, uid: str, product: str, pods: Iterable[PodInfo]) -> PoolBid | None:
+    """The bid of a run whose profiling pods are `pods`: its oldest pending pod of a Job
+    (None: no such pod, so no place in line)."""
+    pending = [
+        pod
+        for pod in pods
+        if pod.unschedulable and not pod.deleting and not pod.node and pod.controller == "Job"
+        and pod.created
+    ]  # fmt: skip
+    if not pending:
+        return None
+    first = min(pending, key=lambda pod: str(pod.created))
+    return PoolBid(holder, uid, product, first.priority or 0, str(first.created))
+
+
+def ahead_of(mine: PoolBid, bids: Iterable[PoolBid]) -> list[PoolBid]:
+    """The bids served before `mine` on its GPU product, first first."""
+    return sorted(
+        (
+            b
+            for b in bids
+            if b.product == mine.product and b.uid != mine.uid and b.place < mine.place
+        ),
+        key=lambda b: b.place,
+    )

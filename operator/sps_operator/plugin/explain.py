@@ -226,8 +226,7 @@ FAILURE_REASONS: dict[str, tuple[str, str]] = {
     "BorrowBlocked": (
         "The last run gave up: no GPU was free and borrowing a replica stayed refused",
         "The message names what refused the borrow (a PodDisruptionBudget, minAvailable, an "
-        "HPA or a GitOps owner of replicas, Kueue managing the Deployment, a rollout, another "
-        "borrow on the product); see "
+        "HPA or a GitOps owner of replicas, a rollout, another borrow on the product); see "
         "docs/capacity.md. Fix that or add a node, then `kubectl sps reprofile {name}`.",
     ),
     "KueueManagedTarget": (
@@ -590,8 +589,8 @@ def _waiting_finding(
             next=(
                 "capacity.mode BorrowReplica never borrows below minAvailable ready replicas, "
                 "against a PodDisruptionBudget that allows no disruption, during a rollout, from "
-                "a Deployment whose replicas an HPA or a GitOps apply owns or that Kueue "
-                "manages, or twice at once on one GPU product (docs/capacity.md). Remove what "
+                "a Deployment whose replicas an HPA or a GitOps apply owns, or twice at once on "
+                "one GPU product (docs/capacity.md). Remove what "
                 f"the message names, free a GPU of {gpu}, or add a node; the operator retries "
                 f"by itself. {bound}"
             ),
