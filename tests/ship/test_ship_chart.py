@@ -96,6 +96,8 @@ def test_default_render_cluster_mode() -> None:
         # Kueue's words on a queued profiling Job, and whether its LocalQueue exists
         ("kueue.x-k8s.io", "workloads", "watch"),
         ("kueue.x-k8s.io", "localqueues", "get"),
+        # and its position in the queue (Kueue's visibility API)
+        ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", "get"),
     ]:
         assert rules_grant(rules, group, resource, verb), (group, resource, verb)
     # Events are created as core/v1 only (kopf's and the operator's), never patched.

@@ -213,14 +213,20 @@ class Harness:
         """Every object, with the pods and nodes as the API would hold them."""
         objects = [o for _, o in sorted(self.kube.objects.items())]
         for pod in self.pods:
-            objects.append(
-                {
-                    "kind": "Pod",
-                    "metadata": {"name": pod.name, "namespace": NS, "labels": dict(pod.labels)},
-                    "spec": {"nodeName": pod.node} if pod.node else {},
-                    "status": {"phase": pod.phase or "Running"},
-                }
-            )
+            meta: dict[str, Any] = {"name": pod.name, "namespace": NS, "labels": dict(pod.labels)}
+            spec: dict[str, Any] = {"nodeName": pod.node} if pod.node else {}
+            status: dict[str, Any] = {"phase": pod.phase or "Running"}
+            if pod.created:
+                meta["creationTimestamp"] = pod.created
+            if pod.controller:
+                meta["ownerReferences"] = [{"kind": pod.controller, "controller": True}]
+            if pod.priority is not None:
+                spec["priority"] = pod.priority
+            if pod.unschedulable:
+                status["phase"] = "Pending"
+                status["conditions"] = [{"type": "PodScheduled", "status": "False",
+                                         "message": pod.unschedulable}]  # fmt: skip
+            objects.append({"kind": "Pod", "metadata": meta, "spec": spec, "status": status})
         objects += [
             {"kind": "Node", "metadata": {"name": n, "labels": dict(labels)}}
             for n, labels in NODES.items()

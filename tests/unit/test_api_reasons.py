@@ -24,6 +24,7 @@ KUBERNETES_WORDS = {
     "Normal", "Warning",
     "Recreate", "ReplicaFailure", "Secret", "SpsProfile", "Pod", "List", "LocalQueue",
     "FallbackToLogsOnError", "Evicted", "QuotaReserved", "Admitted", "DeactivationTarget",
+    "Accept", "BearerToken",  # an HTTP header and the client's auth setting (kube.py)
     "InputError",  # `sps-operator fingerprint`'s own error label, never in status
     # the kubelet's container states that keep a pod from ever becoming ready
     "CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "InvalidImageName",

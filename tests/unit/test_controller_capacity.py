@@ -19,6 +19,7 @@ from sps_operator.controller.borrow import (
     PoolClaim,
     borrow_patch,
     borrow_refusal,
+    kueue_managed_refusal,
     pool_lease,
 )
 from sps_operator.controller.builders import ProfileRef
@@ -154,20 +155,35 @@ def test_borrowing_refuses_a_pdb_an_hpa_a_gitops_owner_a_single_replica_and_a_bu
     assert "b/someone is borrowing a replica of lender on GPU product" in blocked_by(h)
 
 
-def test_borrowing_refuses_a_deployment_kueue_manages_and_says_to_use_kueue_quota() -> None:
+def test_borrowing_refuses_a_deployment_kueue_manages_at_once_with_its_own_reason() -> None:
     # Kueue's pod/Deployment integration: the queue label on the Deployment ...
     h = harness(**BORROW)
     h.kube.obj("Deployment", "server")["metadata"]["labels"][L.LABEL_KUEUE_QUEUE] = "serving"
-    message = blocked_by(h)
+    start_waiting(h)  # said at the first wait, not only once borrowAfterSeconds is over
+    waiting = h.status()["currentRun"]["waiting"]
+    assert waiting["reason"] == "KueueManagedTarget"
+    message = waiting["message"]
     assert "managed by Kueue (label kueue.x-k8s.io/queue-name: serving)" in message
     assert "use capacity.mode Wait and give the profiling Job quota in Kueue" in message
-    assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 2
+    assert NO_GPU in message  # and the scheduler's own words
+    assert h.condition("Profiling")[:2] == ("False", "KueueManagedTarget")
+    h.tick(30)
+    assert h.run_pass()["currentRun"]["waiting"]["reason"] == "KueueManagedTarget"
+    assert not h.kube.scales and h.kube.obj("Deployment", "server")["spec"]["replicas"] == 2
+    # The run waits for a free GPU as under Wait, and gives up with that reason.
+    h.tick(3600)
+    failure = h.run_pass()["lastFailure"]
+    assert failure["reason"] == "KueueManagedTarget" and "managed by Kueue" in failure["message"]
+    assert not h.kube.scales
     # ... or only on its pod template.
     dep = deployment()
     dep["spec"]["replicas"] = 2
     dep["spec"]["template"]["metadata"]["labels"][L.LABEL_KUEUE_QUEUE] = "serving"
     refusal = borrow_refusal(dep, CapacitySpec(mode="BorrowReplica"), [], [])
     assert refusal is not None and "managed by Kueue" in refusal
+    assert kueue_managed_refusal(dep) == refusal
+    del dep["spec"]["template"]["metadata"]["labels"][L.LABEL_KUEUE_QUEUE]
+    assert kueue_managed_refusal(dep) is None
 
 
 def test_a_single_replica_is_borrowed_only_with_allow_downtime() -> None:
@@ -589,6 +605,33 @@ def test_the_runs_deadline_counts_from_when_its_job_runs_not_from_its_wait() -> 
     assert status["lastFailure"]["reason"] == "DeadlineExceeded"
     assert "ran 600 s, past spec.job.activeDeadlineSeconds 600" in status["lastFailure"]["message"]
     assert not h.kube.kinds("Job")
+
+
+def test_the_runs_own_deadline_alone_gives_a_lent_replica_back_counted_from_when_it_runs() -> None:
+    # Issue 21 §2: without Kueue's max-exec-time label, spec.job.activeDeadlineSeconds is
+    # the cap of a borrow: the run it was lent to ends there, and the replica with it.
+    capacity = {**BORROW["capacity"], "waitTimeoutSeconds": 3600}
+    h = harness(job={"activeDeadlineSeconds": 600}, capacity=capacity)
+    start_waiting(h)
+    h.tick(1800)  # a long wait for GPUs, lent from its 30th second, does not count
+    borrow = h.run_pass()["currentRun"]["borrow"]
+    assert (borrow["limitSeconds"], borrow["limit"]) == (600, "spec.job.activeDeadlineSeconds")
+    assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 1
+    job_pod(h, unschedulable=None)
+    h.tick()
+    assert h.run_pass()["currentRun"]["runningSince"]
+    h.tick(599)
+    assert h.run_pass()["currentRun"]["borrow"], "still within its 600 s"
+    assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 1
+    h.tick(1)
+    status = h.run_pass()
+    assert status.get("currentRun") is None and not h.kube.kinds("Job")
+    failure = status["lastFailure"]
+    assert failure["reason"] == "DeadlineExceeded"
+    assert "past spec.job.activeDeadlineSeconds 600" in failure["message"]
+    assert "the lent replica was given back" in failure["message"]
+    assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 2
+    assert not h.kube.kinds("Lease")  # the GPU pool is free for the next borrow
 
 
 def test_a_borrow_undone_by_someone_else_is_noticed_and_reported() -> None:

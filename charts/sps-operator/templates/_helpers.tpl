@@ -143,6 +143,11 @@ or into a Role in each watched namespace (namespaces mode).
   # Kueue is not installed.
   resources: [workloads, localqueues]
   verbs: [get, list, watch]
+- apiGroups: [visibility.kueue.x-k8s.io]
+  # Kueue's visibility API (an aggregated API server in Kueue's manager): the queued Job's
+  # position among the LocalQueue's pending workloads.
+  resources: [localqueues/pendingworkloads]
+  verbs: [get]
 {{- end -}}
 
 {{/* The cluster-scoped rules: a ClusterRole in both modes. */}}

@@ -65,6 +65,8 @@ LABEL_KUEUE_MAX_EXEC = "kueue.x-k8s.io/max-exec-time-seconds"
 LABEL_KUEUE_JOB_UID = "kueue.x-k8s.io/job-uid"
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSIONS = ("v1beta2", "v1beta1")
+# Kueue's visibility API (pending workloads of a LocalQueue, with their positions).
+KUEUE_VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 
 
 def max_exec_seconds(labels: Mapping[str, Any]) -> int | None:

@@ -1187,12 +1187,27 @@ class RunWaiting(StatusModel):
         description="WaitingForGPUs (no node has free GPUs of the product), QueuedInKueue (the "
         "Job is suspended until Kueue admits it; the message ends with Kueue's words on the "
         "Job's Workload), LocalQueueMissing (the Kueue LocalQueue the Job names does not exist "
-        "in the namespace), BorrowBlocked (BorrowReplica cannot borrow)."
+        "in the namespace), BorrowBlocked (BorrowReplica cannot borrow now), KueueManagedTarget "
+        "(BorrowReplica never borrows from a target Kueue manages; the Job waits as under "
+        "Wait)."
     )
     message: MessageText = Field(description="The scheduler's, Kueue's or the operator's words.")
     since: str = Field(
         description="When the wait began (the run fails after capacity.waitTimeoutSeconds).",
         json_schema_extra={"format": "date-time"},
+    )
+    pool_turn: bool | None = Field(
+        default=None,
+        description="BorrowReplica: the run could borrow but waits for its turn on the GPU "
+        "product (another profile borrows there, or comes first: higher priority of its "
+        "pending pod, then the older pod).",
+    )
+    queue_position: int | None = Field(
+        default=None,
+        ge=1,
+        description="QueuedInKueue: the Job's Workload's position in its ClusterQueue (1: "
+        "admitted next), from Kueue's visibility API (pendingworkloads); absent when Kueue "
+        "does not report it.",
     )
 
 

@@ -85,6 +85,9 @@ REASONS: dict[str, Reason] = {
     "WaitingForGPUs": Reason(Kind.WAITING, "no node has free GPUs of the product"),
     "QueuedInKueue": Reason(Kind.WAITING, "the Job is suspended until Kueue admits it"),
     "BorrowBlocked": Reason(Kind.WAITING, "no GPU is free and a replica may not be borrowed"),
+    "KueueManagedTarget": Reason(
+        Kind.WAITING, "no GPU is free and BorrowReplica never borrows from a target Kueue manages"
+    ),
     "LocalQueueMissing": Reason(Kind.WAITING, "the Kueue LocalQueue the Job names does not exist"),
     # Nothing to do by design.
     "Suspended": Reason(Kind.SUSPENDED, "spec.suspend is true"),

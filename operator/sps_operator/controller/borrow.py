@@ -37,6 +37,7 @@ from sps_operator.api.hashing import digest
 from sps_operator.api.models import CapacitySpec
 from sps_operator.constants import FIELD_MANAGER, LABEL_PREFIX
 from sps_operator.controller.deployments import deployment_rolled_out
+from sps_operator.controller.placement import PodInfo
 from sps_operator.controller.selectors import matches_selector
 
 Obj = dict[str, Any]
@@ -47,6 +48,8 @@ MAX_REPLICAS = 100_000
 WAITING_FOR_GPUS = "WaitingForGPUs"
 QUEUED_IN_KUEUE = "QueuedInKueue"
 BORROW_BLOCKED = "BorrowBlocked"
+# BorrowReplica on a target Kueue manages: never borrowed from (the run waits as under Wait).
+KUEUE_MANAGED_TARGET = "KueueManagedTarget"
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,22 @@ def kueue_queue_of(deployment: Mapping[str, Any]) -> str | None:
     return None
 
 
+def kueue_managed_refusal(deployment: Mapping[str, Any]) -> str | None:
+    """Why no replica is ever borrowed from a Deployment Kueue manages (None: it names no
+    Kueue queue). Not a matter of time, unlike the other refusals: what to do instead."""
+    queue = kueue_queue_of(deployment)
+    if queue is None:
+        return None
+    name = (deployment.get("metadata") or {}).get("name")
+    return (
+        f"Deployment {name} is managed by Kueue (label {L.LABEL_KUEUE_QUEUE}: {queue}): "
+        "its pods hold Kueue quota, so a borrowed replica's quota goes back to Kueue, "
+        "which may give it to any workload, and the replica given back waits in queue "
+        f"{queue} for its quota again; use capacity.mode Wait and give the profiling Job "
+        "quota in Kueue (its own LocalQueue, or a ClusterQueue that can borrow in a cohort)"
+    )
+
+
 def borrow_refusal(
     deployment: Mapping[str, Any],
     capacity: CapacitySpec,
@@ -160,15 +179,9 @@ def borrow_refusal(
 ) -> str | None:
     """Why one replica may not be borrowed from `deployment` now (None: it may)."""
     name = (deployment.get("metadata") or {}).get("name")
-    queue = kueue_queue_of(deployment)
-    if queue is not None:
-        return (
-            f"Deployment {name} is managed by Kueue (label {L.LABEL_KUEUE_QUEUE}: {queue}): "
-            "its pods hold Kueue quota, so a borrowed replica's quota goes back to Kueue, "
-            "which may give it to any workload, and the replica given back waits in queue "
-            f"{queue} for its quota again; use capacity.mode Wait and give the profiling Job "
-            "quota in Kueue (its own LocalQueue, or a ClusterQueue that can borrow in a cohort)"
-        )
+    managed = kueue_managed_refusal(deployment)
+    if managed is not None:
+        return managed
     if not deployment_rolled_out(deployment):
         return f"Deployment {name} is rolling out; borrowing waits until it is done"
     for hpa in hpas:
@@ -314,3 +327,55 @@ def read_claim(lease: Mapping[str, Any] | None) -> PoolClaim | None:
 
 def same_run(claim: PoolClaim, uid: str, run: str) -> bool:
     return claim.profile_uid == uid and claim.run == run
+
+
+# ----------------------------------------------------------------------------- turns
+# Several profiles waiting to borrow on one GPU product are served in priority order, then
+# oldest first: the place of each is its run's pending pod, as the API server and the
+# scheduler see it (spec.priority, resolved by admission from its PriorityClass, which the
+# admin's jobPolicy bounds; the pod's creationTimestamp, the API server's clock). Status
+# only says that a run waits for its turn; it never gives a place, so a profile's status
+# (which its namespace may write) cannot jump the queue. This is the scheduler's own
+# order, so no tenant gets more from it than its pods already get from the scheduler.
+
+
+@dataclass(frozen=True)
+class PoolBid:
+    """A run waiting for its turn to borrow on `product`."""
+
+    holder: str  # namespace/name of the profile
+    uid: str
+    product: str
+    priority: int
+    since: str  # its pending pod's creationTimestamp
+
+    @property
+    def place(self) -> tuple[int, str, str]:
+        return (-self.priority, self.since, self.uid)
+
+
+def pool_bid(holder: str, uid: str, product: str, pods: Iterable[PodInfo]) -> PoolBid | None:
+    """The bid of a run whose profiling pods are `pods`: its oldest pending pod of a Job
+    (None: no such pod, so no place in line)."""
+    pending = [
+        pod
+        for pod in pods
+        if pod.unschedulable and not pod.deleting and not pod.node and pod.controller == "Job"
+        and pod.created
+    ]  # fmt: skip
+    if not pending:
+        return None
+    first = min(pending, key=lambda pod: str(pod.created))
+    return PoolBid(holder, uid, product, first.priority or 0, str(first.created))
+
+
+def ahead_of(mine: PoolBid, bids: Iterable[PoolBid]) -> list[PoolBid]:
+    """The bids served before `mine` on its GPU product, first first."""
+    return sorted(
+        (
+            b
+            for b in bids
+            if b.product == mine.product and b.uid != mine.uid and b.place < mine.place
+        ),
+        key=lambda b: b.place,
+    )

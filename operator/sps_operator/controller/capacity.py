@@ -32,13 +32,17 @@ from sps_operator.controller import conditions as cond
 from sps_operator.controller.borrow import (
     BORROW_BLOCKED,
     COMPONENT_POOL,
+    KUEUE_MANAGED_TARGET,
     QUEUED_IN_KUEUE,
     WAITING_FOR_GPUS,
     BorrowTag,
     PoolClaim,
+    ahead_of,
     borrow_patch,
     borrow_refusal,
     give_back,
+    kueue_managed_refusal,
+    pool_bid,
     pool_lease,
     pool_lease_name,
     read_claim,
@@ -54,10 +58,12 @@ from sps_operator.controller.kueue import (
     KUEUE_DEACTIVATED,
     KUEUE_NOT_INSTALLED,
     KUEUE_RECHECK_SECONDS,
+    POSITION_LIMIT,
     KueueState,
     kueue_deactivated,
     kueue_words,
     owned_workload,
+    queue_position,
     queued_message,
     run_limit,
 )
@@ -75,6 +81,9 @@ ORPHAN_GRACE = timedelta(minutes=5)
 # A replica kept lent for a rollout goes back at the latest this long after the
 # Deployment's own progress deadline.
 HOLD_MARGIN = timedelta(seconds=60)
+# A run waiting for its turn on a GPU pool looks again this often (a pool freed, or a run
+# ahead that stopped waiting, wakes no one).
+POOL_RECHECK_SECONDS = 15.0
 
 
 def _older_than(stamp: str | None, now: datetime, limit: timedelta) -> bool:
@@ -113,15 +122,51 @@ def _read_kueue(p: Pass, job: Mapping[str, Any], queue: str) -> KueueState:
             state = KueueState(installed=False)
         else:
             workload = owned_workload(workloads, p.namespace, uid)
+            exists = p.kube.get("LocalQueue", p.namespace, queue) is not None
+            position, note = (
+                _read_position(p, queue, workload) if exists and workload else (None, None)
+            )
             state = KueueState(
-                queue_exists=p.kube.get("LocalQueue", p.namespace, queue) is not None,
+                queue_exists=exists,
                 words=kueue_words(workload),
                 deactivated=kueue_deactivated(workload),
+                position=position,
+                position_note=note,
             )
     except Exception as exc:  # RBAC not granted (an older chart), the API unavailable
         state = KueueState(unreadable=clean_text(api_error_detail(exc), 200))
     p.kueue_reads.put(key, p.now, state)
     return state
+
+
+def _read_position(
+    p: Pass, queue: str, workload: Mapping[str, Any]
+) -> tuple[tuple[int, int] | None, str | None]:
+    """Where Kueue's visibility API places `workload` in LocalQueue `queue` (and why that
+    is not known, when it is not simply "not pending"). That API is an aggregated API
+    server in Kueue's manager: it may be absent, unavailable or not granted; none of that
+    is the pass's failure."""
+    name = str((workload.get("metadata") or {}).get("name") or "")
+    try:
+        summary = p.kube.pending_workloads(p.namespace, queue, POSITION_LIMIT)
+    except Exception as exc:
+        return None, f"Kueue's visibility API: {clean_text(api_error_detail(exc), 200)}"
+    if summary is None:
+        return None, "Kueue's visibility API (pendingworkloads) is not served"
+    position = queue_position(summary, name)
+    items = summary.get("items")
+    if position is None and isinstance(items, list) and len(items) >= POSITION_LIMIT:
+        return None, f"not among the first {POSITION_LIMIT} pending in LocalQueue {queue}"
+    return position, None
+
+
+def _queue_position(p: Pass, job: Mapping[str, Any]) -> int | None:
+    """The suspended Job's position in its ClusterQueue, as last read (1 first)."""
+    queue = ((job.get("metadata") or {}).get("labels") or {}).get(L.LABEL_KUEUE_QUEUE)
+    if not queue or not (job.get("spec") or {}).get("suspend"):
+        return None
+    position = _read_kueue(p, job, str(queue)).position
+    return position[0] if position is not None else None
 
 
 def _waiting_now(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -180,6 +225,12 @@ def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
         what = "Kueue suspended the Job" if suspended else "its pod is pending again"
         return_for_run(p, run, why=f"{what} after it ran on the lent GPUs")
         message += "; the lent replica was given back"
+    if reason == WAITING_FOR_GPUS and capacity.mode == CapacityMode.BORROW_REPLICA:
+        managed = _kueue_managed(p, run) if run.borrow is None else None
+        if managed is not None:
+            # Not a matter of time, unlike BorrowBlocked: said from the first wait (and in
+            # the failure when the wait runs out); the run waits as under Wait.
+            reason, message = KUEUE_MANAGED_TARGET, f"{managed} ({message})"
     since = run.waiting.since if run.waiting is not None else cond.rfc3339(now)
     waited = elapsed(since, now)
     if reason in (KUEUE_NOT_INSTALLED, KUEUE_DEACTIVATED):
@@ -193,6 +244,7 @@ def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
             f"(capacity.waitTimeoutSeconds {capacity.wait_timeout_seconds}): {message}"
         )
     p.wake_within(capacity.wait_timeout_seconds - waited)
+    pool_turn = False
     if (
         reason == WAITING_FOR_GPUS
         and capacity.mode == CapacityMode.BORROW_REPLICA
@@ -206,7 +258,18 @@ def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
             refusal = _borrow(p, run)
             if refusal is not None:
                 reason, message = BORROW_BLOCKED, f"{refusal} ({message})"
-    run.waiting = RunWaiting(reason=reason, message=message, since=since)
+                pool_turn = isinstance(refusal, PoolTurn)
+                if pool_turn:
+                    # The pool frees without an event this profile watches.
+                    p.wake_within(POOL_RECHECK_SECONDS)
+    position = _queue_position(p, job) if reason == QUEUED_IN_KUEUE else None
+    run.waiting = RunWaiting(
+        reason=reason,
+        message=message,
+        since=since,
+        queue_position=position,
+        pool_turn=pool_turn or None,
+    )
     return None
 
 
@@ -257,6 +320,34 @@ def reattach_borrow(p: Pass, run: RunStatus) -> None:
         run.borrow = _lent(p, run.target, tag.replicas, tag.at)
 
 
+def _kueue_managed(p: Pass, run: RunStatus) -> str | None:
+    """Why the run's target is never borrowed from: Kueue manages it (None: it does not)."""
+    target = p.target(run.target)
+    return kueue_managed_refusal(target.deployment) if target is not None else None
+
+
+class PoolTurn(str):
+    """A refusal to borrow that is only a matter of turn on the GPU product's pool."""
+
+
+def _turn(p: Pass, run: RunStatus) -> PoolTurn | None:
+    """Why this run must let others borrow on its GPU product first (None: its turn):
+    waiting runs are served by their pending pod's priority, then the oldest pod."""
+    mine = pool_bid(f"{p.namespace}/{p.ref.name}", p.ref.uid, run.gpu_product, _run_pods(p, run))
+    if mine is None:
+        return None
+    first = ahead_of(mine, p.snapshot.pool_bids)
+    if not first:
+        return None
+    more = f", and {len(first) - 1} more" if len(first) > 1 else ""
+    return PoolTurn(
+        f"its turn to borrow on GPU product {run.gpu_product} comes after {first[0].holder} "
+        f"(priority {first[0].priority}, waiting since {first[0].since}){more}: waiting runs "
+        f"are served by their pod's priority, then oldest first (this run: priority "
+        f"{mine.priority}, since {mine.since})"
+    )
+
+
 def _borrow(p: Pass, run: RunStatus) -> str | None:
     """Take one replica out of the run's target; None when done, else why not."""
     target = p.target(run.target)
@@ -273,13 +364,16 @@ def _borrow(p: Pass, run: RunStatus) -> str | None:
             f"Deployment {run.target} still records a replica lent to run {recorded.run} of "
             f"{recorded.profile}; it is given back first"
         )
+    turn = _turn(p, run)
+    if turn is not None:
+        return turn
     claim = PoolClaim(
         p.namespace, p.ref.name, p.ref.uid, run.name, run.target, run.gpu_product,
         cond.rfc3339(p.now),
     )  # fmt: skip
     busy = _claim_pool(p, claim)
     if busy is not None:
-        return busy
+        return PoolTurn(busy)
     replicas = int((dep.get("spec") or {}).get("replicas", 1))
     tag = BorrowTag(p.ref.uid, p.ref.name, run.name, replicas, run.gpu_product, claim.at)
     try:

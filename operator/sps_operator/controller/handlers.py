@@ -26,6 +26,7 @@ from typing import Any
 import kopf
 
 from sps_operator.api import labels as L
+from sps_operator.api.labels import KUEUE_GROUP
 from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
 from sps_operator.controller import indexes as ix
 from sps_operator.controller.envsources import EnvSources
@@ -37,6 +38,7 @@ from sps_operator.controller.kicks import (
     profiles_for_pod,
     profiles_in,
     profiles_selecting,
+    profiles_waiting_for_a_local_queue,
 )
 from sps_operator.controller.kube import api_error_detail
 from sps_operator.controller.ownership import stable_config_map
@@ -170,6 +172,21 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
             return
         namespaces = set(ix.values(sps_pods, (ix.NODE, name)))
         for namespace, uids in profiles_in(namespaces, sps_profiles).items():
+            kicks.kick(namespace, uids)
+
+    # A LocalQueue created in a namespace wakes the runs there waiting for one at once,
+    # not at their next recheck. Only creations count (a LocalQueue's status changes with
+    # every admission); a namespace without such runs costs one index lookup. Kueue not
+    # installed: kopf serves this once the CRD appears (it watches CRDs).
+    @kopf.on.event(KUEUE_GROUP, "localqueues", id="sps_wake_local_queue", registry=registry)  # type: ignore[arg-type]
+    async def wake_local_queue(
+        namespace: str, name: str, type: str | None, sps_profiles: Any, **_: Any
+    ) -> None:
+        if type != "ADDED":
+            return
+        uids = profiles_waiting_for_a_local_queue(namespace, sps_profiles)
+        if uids:
+            reconciler.kueue_reads.forget_queue(namespace, name)
             kicks.kick(namespace, uids)
 
     @kopf.on.event(API_GROUP, API_VERSION, PLURAL, id="sps_wake_profile", registry=registry)  # type: ignore[arg-type]

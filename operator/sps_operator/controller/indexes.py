@@ -23,6 +23,7 @@ from typing import Any
 
 from sps_operator.api import labels as L
 from sps_operator.constants import API_GROUP, KIND, LABEL_PREFIX
+from sps_operator.controller.borrow import PoolBid, pool_bid
 from sps_operator.controller.builders import ProfileRef, base_labels
 from sps_operator.controller.claims import ClaimInfo, claim_info, pod_claims
 from sps_operator.controller.envsources import EnvSources, referenced_config_maps
@@ -55,6 +56,8 @@ NAME = "name"  # (NAME, ns, name): a ConfigMap, a profile, by name
 SELECTS = "selects"  # (SELECTS, ns, key, value | ANY): profiles whose selector needs it
 STABLE = "stable"  # (STABLE, ns, configmap): AnnotateOnly profiles naming that ConfigMap
 NODE = "node"  # (NODE, node): namespaces with a pod on that node
+POOL = "pool"  # (POOL, gpu product): profiles whose run waits for its turn to borrow there
+QUEUE_MISSING = "queue-missing"  # (QUEUE_MISSING, ns): runs waiting for a LocalQueue
 ANY = "*"  # a selector that needs no particular label
 # (PODS, ns, OPERATOR_KEYS): pod selectors that name one of the operator's own label keys
 # (a run's labels on a profiling pod are not known before the run starts).
@@ -220,6 +223,10 @@ def profile_entries(body: Mapping[str, Any]) -> dict[Key, Any]:
     keys += selector_keys(SELECTS, ns, summary.selector)
     if summary.stable:
         keys.append((STABLE, ns, summary.stable))
+    if summary.pool_product:
+        keys.append((POOL, summary.pool_product))
+    if summary.queue_missing:
+        keys.append((QUEUE_MISSING, ns))
     return dict.fromkeys(keys, summary)
 
 
@@ -372,6 +379,26 @@ def _pod_selectors_for(
     return deployments, services
 
 
+def pool_bids(idx: Indexes, body: Mapping[str, Any]) -> list[PoolBid]:
+    """The runs (any namespace) waiting for their turn to borrow on the GPU product of this
+    profile's run, each placed by its own pending pod. O(those runs)."""
+    status = body.get("status")
+    run = status.get("currentRun") if isinstance(status, Mapping) else None
+    product = run.get("gpuProduct") if isinstance(run, Mapping) else None
+    if not isinstance(product, str) or not product:
+        return []
+    bids = []
+    for summary in values(idx.profiles, (POOL, product)):
+        if summary.deleting or not summary.pool_run:
+            continue
+        pods = values(idx.pods, (LABEL, summary.namespace, L.LABEL_RUN, summary.pool_run))
+        holder = f"{summary.namespace}/{summary.name}"
+        bid = pool_bid(holder, summary.uid, product, pods)
+        if bid is not None:
+            bids.append(bid)
+    return bids
+
+
 def world_for(
     kube: KubeApi,
     body: Mapping[str, Any],
@@ -410,6 +437,7 @@ def world_for(
             claims.update((c.name, c) for c in values(idx.claims, (NAME, ns, claim)))
     pod_selecting, services = _pod_selectors_for(idx, body, job_labels or {})
     return CachedWorld(
+        pool_bids=pool_bids(idx, body),
         kube=kube,
         deployments=deployments,
         jobs=values(idx.jobs, (OWNER, ns, uid)),

@@ -153,7 +153,7 @@ class Metrics:
         self.waiting = Gauge(
             "sps_run_waiting_since_timestamp_seconds",
             "While a run's Job cannot run yet: since when, and why (WaitingForGPUs, "
-            "QueuedInKueue, BorrowBlocked).",
+            "QueuedInKueue, LocalQueueMissing, BorrowBlocked, KueueManagedTarget).",
             [*labels, "reason"],
             registry=self.registry,
         )

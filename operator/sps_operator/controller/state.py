@@ -12,6 +12,7 @@ from sps_operator.api import labels as L
 from sps_operator.api.models import RolloutMode, SpsProfile, SpsProfileSpec, SpsProfileStatus
 from sps_operator.constants import IMAGE
 from sps_operator.controller import clocks
+from sps_operator.controller.borrow import PoolBid
 from sps_operator.controller.builders import JobDefaults, ProfileRef
 from sps_operator.controller.claims import ClaimInfo
 from sps_operator.controller.envsources import EnvSources, read_env_config_maps
@@ -79,6 +80,8 @@ class Snapshot:
     services: Sequence[ServiceInfo] = ()  # those, and the one spec.server.url names
     # The ConfigMaps the selected Deployments read env from, by name (None: missing).
     env_config_maps: Mapping[str, ConfigMapEnv | None] = field(default_factory=dict)
+    # Runs of any namespace waiting for their turn to borrow on this run's GPU product.
+    pool_bids: Sequence[PoolBid] = ()
     # The PersistentVolumeClaims the selected Deployments mount, by name (absent: not seen).
     claims: Mapping[str, ClaimInfo] = field(default_factory=dict)
 
@@ -133,6 +136,7 @@ class ApiSnapshot:
     pods: Sequence[PodInfo] = ()
     node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     claims: Mapping[str, ClaimInfo] = field(default_factory=dict)
+    pool_bids: Sequence[PoolBid] = ()  # (the caches' view; a LIST of one namespace has none)
 
     def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot:
         ns, kube = ref.namespace, self.kube
@@ -159,6 +163,7 @@ class ApiSnapshot:
                 for s in kube.list_services(ns)
             ],
             env_config_maps=read_env_config_maps(kube, ns, deployments),
+            pool_bids=self.pool_bids,
             claims=self.claims,
         )
 
@@ -190,6 +195,7 @@ class CachedWorld:
     pod_selecting_deployments: Sequence[Obj] = ()
     services: Sequence[ServiceInfo] = ()
     env_sources: EnvSources | None = None  # the ConfigMaps servers read env from
+    pool_bids: Sequence[PoolBid] = ()
     claims: Mapping[str, ClaimInfo] = field(default_factory=dict)  # the targets mount
 
     def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot:
@@ -229,6 +235,7 @@ class CachedWorld:
             env_config_maps=read_env_config_maps(
                 self.kube, ref.namespace, selected, self.env_sources
             ),
+            pool_bids=self.pool_bids,
             claims=self.claims,
         )
 

@@ -226,9 +226,16 @@ FAILURE_REASONS: dict[str, tuple[str, str]] = {
     "BorrowBlocked": (
         "The last run gave up: no GPU was free and borrowing a replica stayed refused",
         "The message names what refused the borrow (a PodDisruptionBudget, minAvailable, an "
-        "HPA or a GitOps owner of replicas, Kueue managing the Deployment, a rollout, another "
-        "borrow on the product); see "
+        "HPA or a GitOps owner of replicas, a rollout, another borrow on the product); see "
         "docs/capacity.md. Fix that or add a node, then `kubectl sps reprofile {name}`.",
+    ),
+    "KueueManagedTarget": (
+        "The last run gave up: no GPU was free, and its target is a Deployment Kueue manages",
+        "capacity.mode BorrowReplica never borrows from a Deployment whose pods Kueue admits "
+        "(label kueue.x-k8s.io/queue-name on it or its pod template): a lent replica's quota "
+        "would go to whatever Kueue admits next. Set spec.capacity.mode: Wait and give the "
+        "profiling Job GPU quota in Kueue (spec.job.labels kueue.x-k8s.io/queue-name: a "
+        "LocalQueue of this namespace; docs/capacity.md), then `kubectl sps reprofile {name}`.",
     ),
     "DiagonalOnlyServer": (
         "The profiling clone refused the additive seed table: its loader reads only diagonal",
@@ -582,10 +589,24 @@ def _waiting_finding(
             next=(
                 "capacity.mode BorrowReplica never borrows below minAvailable ready replicas, "
                 "against a PodDisruptionBudget that allows no disruption, during a rollout, from "
-                "a Deployment whose replicas an HPA or a GitOps apply owns or that Kueue "
-                "manages, or twice at once on one GPU product (docs/capacity.md). Remove what "
+                "a Deployment whose replicas an HPA or a GitOps apply owns, or twice at once on "
+                "one GPU product (docs/capacity.md). Remove what "
                 f"the message names, free a GPU of {gpu}, or add a node; the operator retries "
                 f"by itself. {bound}"
+            ),
+        )
+    if reason == "KueueManagedTarget":
+        return Finding(
+            what=f"The profiling Job waits for GPUs; its target is never borrowed from {how_long}",
+            why=why,
+            next=(
+                "Kueue manages the target Deployment (label kueue.x-k8s.io/queue-name on it or "
+                "its pod template), so capacity.mode BorrowReplica does not borrow from it: the "
+                "lent replica's quota would go to whatever Kueue admits next, and the replica "
+                "would queue for it again. This does not change by itself. Set "
+                "spec.capacity.mode: Wait and give the profiling Job GPU quota in Kueue "
+                "(spec.job.labels kueue.x-k8s.io/queue-name: a LocalQueue of this namespace), or "
+                f"free a GPU of {gpu}; the run goes on as soon as a GPU is free. {bound}"
             ),
         )
     if _pin_mismatch(message):
