@@ -152,7 +152,10 @@ def test_borrowing_refuses_a_pdb_an_hpa_a_gitops_owner_a_single_replica_and_a_bu
                       H100, "2026-03-01T11:59:00Z")  # fmt: skip
     h.add(pool_lease(claim, h.settings.pool_namespace))
     someone["status"] = {"currentRun": {"name": "someone-run"}}
-    assert "b/someone is borrowing a replica of lender on GPU product" in blocked_by(h)
+    # ... named only as "another namespace": a namespace is a tenant boundary.
+    message = blocked_by(h)
+    assert "a profile in another namespace is borrowing a replica on GPU product" in message
+    assert "someone" not in message and "lender" not in message and "b/" not in message
 
 
 def test_borrowing_refuses_a_deployment_kueue_manages_at_once_with_its_own_reason() -> None:
@@ -532,7 +535,8 @@ def test_two_profiles_borrowing_on_one_gpu_product_at_the_same_moment_take_turns
     assert h.kube.scales == [("server", 1)]  # p borrowed; q did not
     waiting = h.kube.obj("SpsProfile", "q", "tenant-b")["status"]["currentRun"]["waiting"]
     assert waiting["reason"] == "BorrowBlocked"
-    assert "serving/p is borrowing a replica of server on GPU product" in waiting["message"]
+    assert "a profile in another namespace is borrowing a replica on GPU" in waiting["message"]
+    assert "serving/" not in waiting["message"] and "server " not in waiting["message"]
 
 
 def test_a_give_back_decided_on_a_stale_copy_never_overwrites_a_newer_scale() -> None:

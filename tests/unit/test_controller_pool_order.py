@@ -10,7 +10,15 @@ from capacity_harness import BORROW, NO_GPU, harness
 from controller_harness import H100, NS, Harness, deployment, indexes_of, profile_body
 
 from sps_operator.api import labels as L
-from sps_operator.controller.borrow import PoolBid, PoolClaim, ahead_of, pool_bid, pool_lease
+from sps_operator.controller.borrow import (
+    PoolBid,
+    PoolClaim,
+    ahead_of,
+    borrowing_seen_from,
+    holder_seen_from,
+    pool_bid,
+    pool_lease,
+)
 from sps_operator.controller.indexes import pool_bids
 from sps_operator.controller.placement import PodInfo
 
@@ -70,7 +78,8 @@ def waiting_both(h: Harness, p: tuple[int, str], q: tuple[int, str]) -> None:
     for name in ("p", "q"):
         waiting = got[name]["currentRun"]["waiting"]
         assert waiting["reason"] == "BorrowBlocked" and waiting["poolTurn"] is True, waiting
-        assert "b/x is borrowing a replica of lender" in waiting["message"]
+        assert "a profile in another namespace is borrowing a replica" in waiting["message"]
+        assert "b/x" not in waiting["message"] and "lender" not in waiting["message"]
 
 
 def p_first_after_the_pool_frees(p: tuple[int, str], q: tuple[int, str]) -> tuple[Harness, Any]:
@@ -164,3 +173,16 @@ def test_ahead_of_orders_by_priority_then_age_then_uid() -> None:
     pods = [PodInfo("x", {}, None, unschedulable="no", controller="Job", priority=None,
                     created="2026-03-01T12:00:00Z")]  # fmt: skip
     assert pool_bid("ns/m", "m", H100, pods) == PoolBid("ns/m", "m", H100, 0, pods[0].created)
+
+
+def test_another_namespace_is_never_named_to_a_waiting_profile() -> None:
+    # A namespace is a tenant boundary: who borrows or goes first is named within the
+    # namespace only ("tenant-a" is a prefix of "tenant-ab", so a prefix match would leak).
+    claim = PoolClaim("tenant-ab", "secret", "u", "secret-run", "secret-server", H100, "t")
+    assert "secret" not in borrowing_seen_from(claim, "tenant-a")
+    assert "tenant-ab" not in borrowing_seen_from(claim, "tenant-a")
+    assert "tenant-ab/secret is borrowing a replica of secret-server" in borrowing_seen_from(
+        claim, "tenant-ab"
+    )
+    assert holder_seen_from("tenant-ab/secret", "tenant-a") == "a profile in another namespace"
+    assert holder_seen_from("tenant-ab/secret", "tenant-ab") == "tenant-ab/secret"

@@ -329,6 +329,26 @@ def same_run(claim: PoolClaim, uid: str, run: str) -> bool:
     return claim.profile_uid == uid and claim.run == run
 
 
+# A namespace is a tenant boundary: a profile's status (which its namespace reads) names
+# another run on the same GPU pool only when that run is in the same namespace.
+ANOTHER_NAMESPACE = "a profile in another namespace"
+
+
+def holder_seen_from(holder: str, viewer_namespace: str) -> str:
+    """`holder` ("namespace/name") as a profile in `viewer_namespace` may read it."""
+    return holder if holder.split("/", 1)[0] == viewer_namespace else ANOTHER_NAMESPACE
+
+
+def borrowing_seen_from(claim: PoolClaim, viewer_namespace: str) -> str:
+    """Who borrows on the pool now, as a profile in `viewer_namespace` may read it."""
+    if claim.namespace != viewer_namespace:
+        return f"{ANOTHER_NAMESPACE} is borrowing a replica on GPU product {claim.product}"
+    return (
+        f"{claim.holder} is borrowing a replica of {claim.deployment} on GPU product "
+        f"{claim.product} (run {claim.run}, since {claim.at})"
+    )
+
+
 # ----------------------------------------------------------------------------- turns
 # Several profiles waiting to borrow on one GPU product are served in priority order, then
 # oldest first: the place of each is its run's pending pod, as the API server and the

@@ -40,7 +40,9 @@ from sps_operator.controller.borrow import (
     ahead_of,
     borrow_patch,
     borrow_refusal,
+    borrowing_seen_from,
     give_back,
+    holder_seen_from,
     kueue_managed_refusal,
     pool_bid,
     pool_lease,
@@ -340,8 +342,9 @@ def _turn(p: Pass, run: RunStatus) -> PoolTurn | None:
     if not first:
         return None
     more = f", and {len(first) - 1} more" if len(first) > 1 else ""
+    ahead = holder_seen_from(first[0].holder, p.namespace)
     return PoolTurn(
-        f"its turn to borrow on GPU product {run.gpu_product} comes after {first[0].holder} "
+        f"its turn to borrow on GPU product {run.gpu_product} comes after {ahead} "
         f"(priority {first[0].priority}, waiting since {first[0].since}){more}: waiting runs "
         f"are served by their pod's priority, then oldest first (this run: priority "
         f"{mine.priority}, since {mine.since})"
@@ -646,13 +649,10 @@ def _claim_pool(p: Pass, claim: PoolClaim) -> str | None:
             )
         orphaned = _orphaned(p, holder)
         if orphaned is None:
-            return (
-                f"{holder.holder} is borrowing a replica of {holder.deployment} on GPU "
-                f"product {holder.product} (run {holder.run}, since {holder.at}); one borrow "
-                "at a time per product"
-            )
+            return f"{borrowing_seen_from(holder, p.namespace)}; one borrow at a time per product"
         if not _sweep_one(p, lease, holder, orphaned):
-            return f"{holder.holder}'s borrow on {holder.product} is being given back"
+            who = holder_seen_from(holder.holder, p.namespace)
+            return f"the borrow of {who} on {holder.product} is being given back"
     return f"the pool record for GPU product {claim.product} keeps changing; trying again"
 
 
