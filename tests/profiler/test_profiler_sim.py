@@ -400,3 +400,32 @@ def test_sigterm_keeps_rounds_and_marks_the_run_failed(tmp_path: Path) -> None:
     assert 1 <= len(read_jsonl(paths.rounds)) < 5
     manifest = json.loads(paths.manifest.read_text())
     assert manifest["status"] == "failed"
+
+
+def test_a_round_that_straddles_a_clock_cap_is_measured_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A GPU capped 30 % slower for 0.5 s of every 2 s: most rounds (about 1 s each) see the
+    # cap set in or lift. One whose steps rise mid-round is not recorded but measured again.
+    preset = tmp_path / "throttle.json"
+    preset.write_text(
+        json.dumps(
+            {
+                "base": H100.name,
+                **EFFECTS_OFF,
+                "noise_cv": 0.03,
+                "throttle_amplitude": 0.3,
+                "throttle_period_s": 2.0,
+                "throttle_duration_s": 0.5,
+                "warmup_idle_threshold_s": 1e6,  # no ramp re-armed by host latency
+            }
+        )
+    )
+    out = tmp_path / "throttle-sps.json"
+    with running_sim(seed=5, time_scale=10.0, preset=str(preset)) as url:
+        assert profile(url, out, "--batch-size", "1", "2", "4", "8", "16") == 0
+    assert "mid-round beyond KV growth" in caplog.text
+    assert "measured again" in caplog.text
+    rounds = read_jsonl(OutPaths.for_out(out).rounds)
+    # Every cell once: a round measured again replaces the one that rose, never joins it.
+    assert sorted(r["batch_size_per_rank"] for r in rounds) == [1, 2, 4, 8, 16]
