@@ -83,6 +83,34 @@ def test_gate_failure_points_at_rejected_table() -> None:
     assert "failed an acceptance gate" in finding["what"]
     assert "llama-table-ffff" in finding["why"] and "RMS 0.9 ms" in finding["why"]
     assert "kubectl sps table llama --rejected" in finding["next"]
+    assert "ERROR-BOUND" not in finding["next"]
+
+
+def test_an_error_bound_gate_failure_says_what_widens_the_bound() -> None:
+    message = (
+        "the table's predicted error bound 12.0% exceeds gates.maxErrorBound 5.0% "
+        "(leave-one-out error 3.0%, widest round CI 9.0%)"
+    )
+    report = explain(
+        profile(
+            {
+                "observedGeneration": 1,
+                "rejectedTable": {"configMap": "llama-table-ffff"},
+                "conditions": [
+                    {
+                        "type": "TableReady",
+                        "status": "False",
+                        "reason": "ErrorBoundGateFailed",
+                        "message": message,
+                    }
+                ],
+            }
+        )
+    )
+    (finding,) = report["findings"]
+    assert "failed an acceptance gate" in finding["what"]
+    assert "12.0%" in finding["why"]
+    assert "ERROR-BOUND" in finding["next"] and "sweep.ciRelWidth" in finding["next"]
 
 
 def test_mixed_gpu_pool() -> None:
