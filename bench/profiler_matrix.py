@@ -281,8 +281,12 @@ def summarise(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "understated": bound < ours["max_rel_error"],
             }
         )
-    order = {name: i for i, name in enumerate(EFFECTS)}
-    return sorted(rows, key=lambda r: (r["preset"], r["noise"], order[r["effect"]], r["kind"]))
+    return sorted(rows, key=cell_order)
+
+
+def cell_order(row: dict[str, Any]) -> tuple[Any, ...]:
+    """Rows by GPU, noise, effect (in the matrix's column order), kind."""
+    return (row["preset"], row["noise"], list(EFFECTS).index(row["effect"]), row["kind"])
 
 
 def print_summary(rows: Sequence[dict[str, Any]]) -> None:
@@ -293,7 +297,7 @@ def print_summary(rows: Sequence[dict[str, Any]]) -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {short(r['preset'])} | {r['noise']:.0%} | {r['effect']} | {r['kind']} | "
+            f"| {cell_label(r)} | "
             f"{r['ref_gpu']:.0f} → {r['ours_gpu']:.0f} ({r['gpu_ratio']:.2f}) | "
             f"{r['ref_rms']:.2%} → {r['ours_rms']:.2%} ({r['rms_ratio']:.2f}) | "
             f"{r['ref_max']:.1%} → {r['ours_max']:.1%} | "
@@ -383,8 +387,7 @@ def bound_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "bounds": sorted(r["quality"]["error_bound_rel"] for r in runs),
             }
         )
-    order = {name: i for i, name in enumerate(EFFECTS)}
-    return sorted(rows, key=lambda r: (r["preset"], r["noise"], order[r["effect"]], r["kind"]))
+    return sorted(rows, key=cell_order)
 
 
 def print_bound_summary(rows: Sequence[dict[str, Any]]) -> None:
@@ -395,7 +398,7 @@ def print_bound_summary(rows: Sequence[dict[str, Any]]) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {short(r['preset'])} | {r['noise']:.0%} | {r['effect']} | {r['kind']} | "
+            f"| {cell_label(r)} | "
             f"{r['tables']} | {r['covered']}/{r['tables']} | {r['tight']}/{r['tables']} | "
             f"{' '.join(f'{x:.1%}' for x in r['max_errors'])} | "
             f"{' '.join(f'{x:.1%}' for x in r['bounds'])} | "
@@ -411,6 +414,11 @@ def print_bound_summary(rows: Sequence[dict[str, Any]]) -> None:
         f"tables: {tables}; covered {covered}/{tables} ({covered / tables:.0%}, goal ≥ 95 %); "
         f"tight {tight}/{tables} ({tight / tables:.0%}, goal ≥ 90 %)"
     )
+
+
+def cell_label(row: dict[str, Any]) -> str:
+    """The first four columns of a summary row: GPU | noise | effect | kind."""
+    return f"{short(row['preset'])} | {row['noise']:.0%} | {row['effect']} | {row['kind']}"
 
 
 def short(preset: str) -> str:
