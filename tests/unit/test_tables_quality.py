@@ -268,6 +268,18 @@ def test_the_leave_one_out_bias_counts_only_beyond_the_noise() -> None:
         loo_noise_sd_rel=[0.01, 0.01, 0.01, 0.01],
         within_step_rel=0.001,
     ) == pytest.approx(0.004 + math.sqrt(3) * 0.01 + 0.001)
+    # One probe far beyond its noise: what it adds is its excess over the family-wise z,
+    # when that beats the pooled bias.
+    z = statistics.NormalDist().inv_cdf(1 - 0.05 / 8)
+    assert error_bound_rel(
+        loo_rel_max=0.5,
+        ci_rel_max=0.05,
+        num_probes=4,
+        probe_seconds=[],
+        loo_rel=[0.5, 0.0, 0.0, 0.0],
+        noise_band_rel=0.004,
+        loo_noise_sd_rel=[0.01, 0.01, 0.01, 0.01],
+    ) == pytest.approx(0.004 + (0.5 - z * 0.01))
     with pytest.raises(ValueError, match="one noise figure"):
         error_bound_rel(
             loo_rel_max=0.02,
@@ -287,3 +299,14 @@ def test_cells_without_a_ci_keep_the_cruder_bound() -> None:
     q = fit_additive_cells(cells).quality
     assert q.loo_rel_max is not None
     assert q.error_bound_rel == pytest.approx(q.loo_rel_max)
+
+
+def test_one_cell_far_off_is_not_diluted_by_the_others() -> None:
+    # One round measured slow (a clock ramp nobody took out): its cell is 15 % off. Pooled
+    # over 36 cells its leave-one-out error hardly moves a mean square; the bound must still
+    # cover what it does to the table.
+    cells = noisy_additive_cells(2, 0.01)
+    bad = 32  # bs 48 at frac 0.25: few cells share its knots, so it moves the table
+    cells[bad] = Cell(cells[bad].bs, cells[bad].m, cells[bad].t * 1.25, ci_rel_half=0.0196)
+    result = fit_additive_cells(cells)
+    assert result.quality.error_bound_rel >= additive_grid_max_error(result.table, additive_truth)
