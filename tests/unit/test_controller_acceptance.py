@@ -14,14 +14,10 @@ from test_controller_builders import plan
 from test_tables_clockramp import ramp_rounds
 
 from sps_operator.api.models import SpsProfileSpec
+from sps_operator.api.reasons import INCOMPLETE_SWEEP, SWEEP_MISMATCH
 from sps_operator.api.result import validate_rounds
 from sps_operator.controller import builders
-from sps_operator.controller.acceptance import (
-    INCOMPLETE_SWEEP,
-    SWEEP_MISMATCH,
-    asked_cells,
-    judge,
-)
+from sps_operator.controller.acceptance import asked_cells, judge
 from sps_operator.profiler import cli as profiler_cli
 from sps_operator.profiler.sweep import build_cells
 

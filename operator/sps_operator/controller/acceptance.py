@@ -27,6 +27,13 @@ from typing import TYPE_CHECKING, Any
 from sps_operator.api.hashing import content_hash
 from sps_operator.api.limits import DEFAULT_MAX_BATCH_SIZE, MAX_SWEEP_CELLS, tapered_sweep
 from sps_operator.api.models import DEFAULT_ADDITIVE_FRACS, FitQuality, SpsProfileSpec, SweepSpec
+from sps_operator.api.reasons import (
+    DOUBTFUL_MEASUREMENT,
+    FIT_FAILED,
+    INCOMPLETE_SWEEP,
+    SELF_CHECK_FAILED,
+    SWEEP_MISMATCH,
+)
 from sps_operator.controller.bounded import BoundExceeded, CallFailed, call_bounded
 from sps_operator.controller.gates import check_gates
 from sps_operator.tables.clockramp import ramps_by_run, stranded_rounds, usable_rounds
@@ -43,13 +50,6 @@ MAX_FIT_CELLS = 2 * MAX_SWEEP_CELLS
 FRAC_TOLERANCE = 1e-6
 # Cells named in a refusal; the rest are counted.
 MAX_CELLS_NAMED = 6
-
-# Refusal reasons (CamelCase: conditions and events).
-SWEEP_MISMATCH = "SweepMismatch"
-INCOMPLETE_SWEEP = "IncompleteSweep"
-DOUBTFUL = "DoubtfulMeasurement"
-FIT_FAILED = "FitFailed"
-SELF_CHECK = "SelfCheckFailed"
 
 
 @dataclass(frozen=True)
@@ -274,7 +274,7 @@ def judge(
     doubtful = doubtful_cells(usable)
     if doubtful:
         return Verdict(
-            DOUBTFUL,
+            DOUBTFUL_MEASUREMENT,
             "the measurement is not plausible: "
             + "; ".join(doubtful[:3])
             + ". Re-profile on an idle GPU (kubectl sps reprofile), or raise sweep.repeats",
@@ -287,7 +287,7 @@ def judge(
     table_json = None if problems else fit.table.to_json()
     if problems:
         return Verdict(
-            SELF_CHECK,
+            SELF_CHECK_FAILED,
             "the fitted table fails its self-check: " + "; ".join(problems[:3]),
             fit,
         )

@@ -20,11 +20,27 @@ from sps_operator.api.models import (
     ServerSource,
     TableKind,
 )
+from sps_operator.api.reasons import (
+    DEADLINE_EXCEEDED,
+    DIAGONAL_ONLY_SERVER,
+    FIT_FAILED,
+    JOB_CREATE_FAILED,
+    JOB_MISSING,
+    NAME_TAKEN,
+    OFF_DIAGONAL_PHASE_STARTED,
+    PROFILING_FAILED,
+    PROFILING_STARTED,
+    RESULT_MISSING,
+    RESULT_REFUSED,
+    SERVER_CHANGED,
+    TARGET_CHANGED,
+    TARGET_GONE,
+    WAITING_FOR_GPUS,
+)
 from sps_operator.api.result import STATUS_FAILED, STATUS_SUCCEEDED, ResultError, read_result
 from sps_operator.controller import builders, claims, compat, names, policy
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.acceptance import judge_bounded
-from sps_operator.controller.borrow import WAITING_FOR_GPUS
 from sps_operator.controller.capacity import (
     close_segment,
     follow_wait,
@@ -35,8 +51,6 @@ from sps_operator.controller.clocks import elapsed
 from sps_operator.controller.kube import Obj, api_error_detail
 from sps_operator.controller.kueue import run_limit
 from sps_operator.controller.outcome import (
-    JOB_CREATE_FAILED,
-    NAME_TAKEN,
     NameTaken,
     create_owned,
     delete_rbac,
@@ -46,19 +60,7 @@ from sps_operator.controller.outcome import (
 )
 from sps_operator.controller.publish import RETRYABLE, publish_table
 from sps_operator.controller.state import Pass, Target
-from sps_operator.controller.triggers import SERVER_CHANGED, RunRequest, TargetView, decide_run
-
-EV_RUN_STARTED = "ProfilingStarted"
-EV_PHASE2 = "OffDiagonalPhaseStarted"
-
-# Failure reasons (CamelCase).
-JOB_MISSING = "JobMissing"
-PROFILING_FAILED = "ProfilingFailed"
-RESULT_REFUSED = "ResultRefused"
-RESULT_MISSING = "ResultMissing"
-TARGET_GONE = "TargetGone"
-TARGET_CHANGED = "TargetChanged"
-DEADLINE_EXCEEDED = "DeadlineExceeded"
+from sps_operator.controller.triggers import RunRequest, TargetView, decide_run
 
 # How long a Complete Job's result may lag behind its completion (the profiler's final
 # write and the Job's status reach the operator's caches by different watches).
@@ -284,7 +286,7 @@ def _start(p: Pass, run: RunStatus, plan: builders.RunPlan, job: Obj) -> None:
     st.current_run = run
     p.event(
         "Normal",
-        EV_RUN_STARTED,
+        PROFILING_STARTED,
         f"{run.trigger}: profiling {run.target} on {run.gpu_product} "
         f"(Job {plan.job_name}, attempt {run.attempt})",
     )
@@ -408,7 +410,7 @@ def clone_refused(p: Pass, run: RunStatus) -> bool:
     reason, meaning, words = refused
     target = p.target(run.target)
     same_server = target is not None and target.fingerprint == run.fingerprint
-    if reason == compat.DIAGONAL_ONLY and same_server and target and target.config:
+    if reason == DIAGONAL_ONLY_SERVER and same_server and target and target.config:
         p.status.diagonal_only_servers = compat.remembered(
             p.status.diagonal_only_servers, target.config
         )
@@ -461,7 +463,7 @@ def start_phase2(p: Pass, rounds: Sequence[Obj]) -> None:
     assert run is not None
     verdict = judge_bounded(rounds, p.spec, additive=False, gate=False, limits=p.settings)
     if not verdict.accepted or verdict.table_json is None:
-        reason = verdict.reason or "FitFailed"
+        reason = verdict.reason or FIT_FAILED
         message = f"phase 1 (diagonal): {verdict.message}"
         fail_run(p, reason, message, retryable=reason in RETRYABLE)
         return
@@ -523,4 +525,8 @@ def start_phase2(p: Pass, rounds: Sequence[Obj]) -> None:
     run.progress = None
     close_segment(p, run)  # the new Job has its own clock
     run.result_wait_since = None
-    p.event("Normal", EV_PHASE2, f"diagonal phase done; off-diagonal Job {plan.job_name}")
+    p.event(
+        "Normal",
+        OFF_DIAGONAL_PHASE_STARTED,
+        f"diagonal phase done; off-diagonal Job {plan.job_name}",
+    )
