@@ -18,6 +18,7 @@ from pydantic.alias_generators import to_camel
 
 from sps_operator.api import cron
 from sps_operator.api import limits as L
+from sps_operator.api.kinds import RunPhase, TableKind  # re-exported
 from sps_operator.constants import API_GROUP, API_VERSION, GPU_PRODUCT_LABEL, KIND
 
 API_VERSION_FULL = f"{API_GROUP}/{API_VERSION}"
@@ -406,11 +407,6 @@ class LabelSelector(ApiModel):
             raise ValueError(MSG_SELECTOR_EMPTY)
         _check_map(self.match_labels, MSG_MATCH_LABELS_KEY, MSG_MATCH_LABELS_VALUE)
         return self
-
-
-class TableKind(StrEnum):
-    DIAGONAL = "Diagonal"
-    ADDITIVE = "Additive"
 
 
 BatchSize = Annotated[int, Field(ge=L.BATCH_SIZE_MIN, le=L.BATCH_SIZE_MAX)]
@@ -1173,11 +1169,6 @@ class TableRef(StatusModel):
         description="GPU seconds its run took: the GPUs of its profiling Jobs times the "
         "seconds they ran (not their wait), summed over phases and preemptions.",
     )
-
-
-class RunPhase(StrEnum):
-    DIAGONAL = "Diagonal"
-    OFF_DIAGONAL = "OffDiagonal"
 
 
 class RunWaiting(StatusModel):

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sps_operator.api import labels as L
-from sps_operator.api.models import TableKind, TableRef
+from sps_operator.api.models import TableRef
 from sps_operator.api.reasons import (
     DOUBTFUL_MEASUREMENT,
     FIT_FAILED,
@@ -62,11 +62,10 @@ def publish_table(
     st = p.status
     run = st.current_run
     assert run is not None
-    additive = p.spec.table.kind == TableKind.ADDITIVE
     live = table_for(st.tables, run.gpu_product, run.fingerprint)
     live_cm = p.config_map(live.config_map) if live else None
     verdict = judge_bounded(
-        rounds, p.spec, additive=additive, live=load_table(live_cm), limits=p.settings
+        rounds, p.spec, kind=p.spec.table.kind, live=load_table(live_cm), limits=p.settings
     )
     if verdict.fit is None or verdict.table_json is None or verdict.table_hash is None:
         fail_run(p, str(verdict.reason), verdict.message, retryable=verdict.reason in RETRYABLE)

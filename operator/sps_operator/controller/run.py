@@ -162,7 +162,7 @@ def _volume_pin(
 
 
 def _plan(
-    p: Pass, target: Target, run: RunStatus, phase: int, seed: str | None
+    p: Pass, target: Target, run: RunStatus, phase: RunPhase, seed: str | None
 ) -> builders.RunPlan:
     pin = (
         _volume_pin(p, target.pod_spec, run.gpu_product)
@@ -218,14 +218,13 @@ def maybe_start_run(p: Pass) -> None:
             run.changes = target.changes[: limits.MAX_REPORT_LINES] or None
         # An External server cannot be restarted in static mode for a diagonal phase, nor
         # given a seed table: an Additive profile against it is the off-diagonal phase alone.
-        phase = 1
         if (
             p.spec.server.source == ServerSource.EXTERNAL
             and p.spec.table.kind == TableKind.ADDITIVE
         ):
-            phase = 2
-            run.phase, run.job = RunPhase.OFF_DIAGONAL, names.job_name(run.name, 2)
-        plan = _plan(p, target, run, phase, None)
+            run.phase = RunPhase.OFF_DIAGONAL
+            run.job = names.job_name(run.name, run.phase)
+        plan = _plan(p, target, run, run.phase, None)
         try:
             job = builders.profiling_job(plan)
         except ValueError as exc:
@@ -254,7 +253,7 @@ def _new_run(p: Pass, request: RunRequest) -> RunStatus:
     )
     return RunStatus(
         name=name,
-        job=names.job_name(name, 1),
+        job=names.job_name(name, RunPhase.DIAGONAL),
         phase=RunPhase.DIAGONAL,
         gpu_product=request.gpu_product,
         fingerprint=request.fingerprint,
@@ -321,7 +320,7 @@ def _finished(job: Obj) -> dict[str, Obj]:
 def progress_run(p: Pass) -> None:
     run = p.status.current_run
     assert run is not None
-    phase = 2 if run.phase == RunPhase.OFF_DIAGONAL else 1
+    phase = run.phase
     job = p.snapshot.jobs.get(run.job)
     result_cm = p.snapshot.config_maps.get(names.result_config_map(run.name, phase)) or {}
     if job is None:
@@ -382,13 +381,13 @@ def progress_run(p: Pass) -> None:
             "-c profiler`",
         )
         return
-    additive = p.spec.table.kind == TableKind.ADDITIVE
-    if additive and phase == 1:
+    kind = p.spec.table.kind
+    if kind == TableKind.ADDITIVE and phase == RunPhase.DIAGONAL:
         start_phase2(p, result.rounds)
         return
     rounds = list(result.rounds)
-    if additive:
-        phase1 = p.snapshot.config_maps.get(names.result_config_map(run.name, 1))
+    if kind == TableKind.ADDITIVE:
+        phase1 = p.snapshot.config_maps.get(names.result_config_map(run.name, RunPhase.DIAGONAL))
         if phase1 is not None:
             try:
                 first = read_result(phase1.get("data"), phase1.get("binaryData"))
@@ -461,7 +460,7 @@ def _past_deadline(p: Pass, run: RunStatus) -> bool:
 def start_phase2(p: Pass, rounds: Sequence[Obj]) -> None:
     run = p.status.current_run
     assert run is not None
-    verdict = judge_bounded(rounds, p.spec, additive=False, gate=False, limits=p.settings)
+    verdict = judge_bounded(rounds, p.spec, kind=TableKind.DIAGONAL, gate=False, limits=p.settings)
     if not verdict.accepted or verdict.table_json is None:
         reason = verdict.reason or FIT_FAILED
         message = f"phase 1 (diagonal): {verdict.message}"
@@ -498,7 +497,7 @@ def start_phase2(p: Pass, rounds: Sequence[Obj]) -> None:
         component=L.COMPONENT_SEED,
     )
     seed["metadata"]["labels"][L.LABEL_RUN] = run.name
-    plan = _plan(p, target, run, 2, seed_name)
+    plan = _plan(p, target, run, RunPhase.OFF_DIAGONAL, seed_name)
     try:
         job = builders.profiling_job(plan)
     except ValueError as exc:
