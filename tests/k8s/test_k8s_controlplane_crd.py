@@ -19,12 +19,9 @@ from pydantic import ValidationError
 
 from sps_operator.api import limits
 from sps_operator.api.crd import build_crd
-from sps_operator.api.models import (
-    MAX_PROFILE_NAME,
-    MSG_PROFILE_NAME,
-    SpsProfile,
-    SpsProfileStatus,
-)
+from sps_operator.api.models import SpsProfile
+from sps_operator.api.status import SpsProfileStatus
+from sps_operator.api.validation import MAX_PROFILE_NAME, MSG_PROFILE_NAME
 from sps_operator.constants import API_VERSION
 
 pytestmark = pytest.mark.k8s

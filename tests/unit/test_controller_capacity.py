@@ -13,7 +13,8 @@ from controller_harness import H100, NODES, NS, Harness, deployment, profile_bod
 from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
-from sps_operator.api.models import CapacitySpec, SpsProfile
+from sps_operator.api.models import SpsProfile
+from sps_operator.api.spec import CapacitySpec
 from sps_operator.controller.borrow import (
     BorrowTag,
     PoolClaim,

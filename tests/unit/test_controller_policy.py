@@ -23,8 +23,9 @@ from hypothesis import strategies as st
 
 from sps_operator.api import labels as L
 from sps_operator.api.endpoints import forbidden_peer
-from sps_operator.api.models import JobOverrides, ServerSpec, SpsProfileSpec
+from sps_operator.api.job import JobOverrides
 from sps_operator.api.result import build_patch
+from sps_operator.api.spec import ServerSpec, SpsProfileSpec
 from sps_operator.controller import builders, policy
 from sps_operator.controller.names import label_value as names_label
 from sps_operator.controller.placement import PodInfo, placement

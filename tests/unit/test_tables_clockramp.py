@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sps_operator.api.models import SpsProfileSpec
 from sps_operator.api.result import MAX_RAMP_CHUNKS, MAX_ROUND_LINE_BYTES, validate_rounds
+from sps_operator.api.spec import SpsProfileSpec
 from sps_operator.controller.acceptance import judge
 from sps_operator.tables.clockramp import (
     Chunk,

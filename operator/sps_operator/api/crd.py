@@ -14,7 +14,9 @@ from typing import Any
 
 import yaml
 
-from sps_operator.api.models import ROOT_RULES, SpsProfileSpec, SpsProfileStatus
+from sps_operator.api.models import ROOT_RULES
+from sps_operator.api.spec import SpsProfileSpec
+from sps_operator.api.status import SpsProfileStatus
 from sps_operator.constants import API_GROUP, API_VERSION, KIND, PLURAL
 
 SHORT_NAMES = ["sps"]

@@ -9,7 +9,9 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from sps_operator.api import labels as L
-from sps_operator.api.models import RolloutMode, SpsProfile, SpsProfileSpec, SpsProfileStatus
+from sps_operator.api.models import SpsProfile
+from sps_operator.api.spec import RolloutMode, SpsProfileSpec
+from sps_operator.api.status import SpsProfileStatus
 from sps_operator.constants import IMAGE
 from sps_operator.controller import clocks
 from sps_operator.controller.borrow import PoolBid
