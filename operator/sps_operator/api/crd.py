@@ -8,8 +8,6 @@ API server prunes unknown fields instead), CEL rules stay.
 
 from __future__ import annotations
 
-import argparse
-import sys
 from typing import Any
 
 import yaml
@@ -195,29 +193,3 @@ def render_crd_template() -> str:
     )
     spec = spec.replace("{{", '{{ "{{" }}')  # literal braces in a description stay text
     return CHART_TEMPLATE_HEAD % CRD_NAME + spec + "{{- end }}\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="sps-operator crd", description="Print the SpsProfile CRD (YAML) or the API docs."
-    )
-    parser.add_argument(
-        "--docs", action="store_true", help="print the API reference (Markdown) instead"
-    )
-    parser.add_argument(
-        "--helm", action="store_true", help="print the Helm chart's CRD template instead"
-    )
-    args = parser.parse_args(argv)
-    if args.helm:
-        sys.stdout.write(render_crd_template())
-    elif args.docs:
-        from sps_operator.api.docs import render_api_docs
-
-        sys.stdout.write(render_api_docs())
-    else:
-        sys.stdout.write(render_crd())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
