@@ -20,8 +20,3 @@ GPU_RESOURCE = "nvidia.com/gpu"
 
 FIELD_MANAGER = "sps-operator"
 LABEL_PREFIX = "sps.dev"
-
-# GPU products the simulator has presets for (values of nvidia.com/gpu.product).
-GPU_H100 = "NVIDIA-H100-80GB-HBM3"
-GPU_H200 = "NVIDIA-H200"
-GPU_RTX_PRO_6000 = "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"

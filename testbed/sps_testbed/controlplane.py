@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -35,11 +34,11 @@ from typing import Any
 
 import yaml
 
-from sps_operator.constants import GPU_H100, GPU_H200
+from sps_sim.costmodel import GPU_H100, GPU_H200
 from sps_testbed import pki as pki_mod
 from sps_testbed import podnet
 from sps_testbed.binaries import Binaries, find_binaries
-from sps_testbed.processes import log_tail, spawn, terminate_group
+from sps_testbed.processes import free_port, log_tail, spawn, terminate_group
 
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/12"
 KUBERNETES_SERVICE_IP = "10.96.0.1"
@@ -134,12 +133,6 @@ DEFAULT_NODES = (
 def default_state_dir() -> Path:
     env = os.environ.get("SPS_DEV_CLUSTER_DIR")
     return Path(env) if env else DEFAULT_STATE_DIR
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

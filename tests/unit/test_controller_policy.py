@@ -596,7 +596,7 @@ def test_services_are_read_from_the_namespace() -> None:
     other = _service("elsewhere", {"app": "x"})
     other["metadata"]["namespace"] = "other"
     h.add(other)
-    from sps_operator.controller.state import ApiSnapshot
+    from api_snapshot import ApiSnapshot
 
     snap = ApiSnapshot(h.kube).read(builders.ProfileRef("p", NS, "uid"), _spec())
     assert list(snap.services) == [ServiceInfo("web", {"app": "web"}, "NodePort")]
