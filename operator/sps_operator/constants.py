@@ -15,7 +15,6 @@ IMAGE = f"{IMAGE_REPOSITORY}:{__version__}"
 
 # Node label naming the GPU product, as NVIDIA GPU feature discovery sets it.
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 GPU_RESOURCE = "nvidia.com/gpu"
 
 FIELD_MANAGER = "sps-operator"

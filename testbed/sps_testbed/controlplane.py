@@ -227,7 +227,6 @@ class ControlPlane:
         self.detached = detached
         self.record: ClusterRecord | None = None
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
-        self._pki: pki_mod.Pki | None = None
         self._atexit_registered = False
 
     # -- paths ---------------------------------------------------------------
@@ -344,7 +343,6 @@ class ControlPlane:
         p = pki_mod.generate(
             self.state_dir / "pki", ["127.0.0.1", network.gateway, KUBERNETES_SERVICE_IP]
         )
-        self._pki = p
         self.kubeconfig.write_text(
             kubeconfig_yaml(record.server, p.ca_cert, p.admin.cert, p.admin.key, "admin")
         )

@@ -27,7 +27,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -361,9 +361,3 @@ def access_log_lines(log: Path, method: str, path_part: str) -> list[str]:
     except OSError:
         return []
     return [ln for ln in text.splitlines() if f'"{method} ' in ln and path_part in ln]
-
-
-def pull_sources(labels: Sequence[str]) -> list[str]:
-    """The `containerd.io/distribution.source.<host>=<repository>` labels among `labels`:
-    where containerd says content was pulled from (an import sets none)."""
-    return [ln for ln in labels if ln.startswith("containerd.io/distribution.source.")]

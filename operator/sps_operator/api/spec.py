@@ -59,7 +59,6 @@ from sps_operator.constants import GPU_PRODUCT_LABEL
 
 DEFAULT_TABLE_PATH = "/etc/sps/table/table.json"
 DEFAULT_ADDITIVE_FRACS = [0.25, 0.5, 0.75, 1.0]
-DEFAULT_SERVER_PORT = 30000
 
 
 class LabelSelectorOperator(StrEnum):

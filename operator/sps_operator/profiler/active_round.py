@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sps_operator.profiler.client import LoadThread, ServerUnavailableError
-from sps_operator.profiler.round_plans import RoundPlan, round_plan
+from sps_operator.profiler.round_plans import RoundPlan
 from sps_operator.profiler.rounds import (
     PinExpectation,
     RoundError,
@@ -301,14 +301,6 @@ class ActiveRound:
             clock_start=self.clock_start,
         )
         return MeasuredRound(outcome=outcome, rank_rows=rank_rows)
-
-
-def run_round(
-    session: Session, cell: SweepCell, settings: RoundSettings, plan: RoundPlan | None = None
-) -> MeasuredRound:
-    """One round on its own (nothing runs after it)."""
-    active = ActiveRound(session, cell, settings, plan or round_plan(settings))
-    return active.measure(active.wait())
 
 
 def record_lines(measured: MeasuredRound) -> list[dict[str, Any]]:

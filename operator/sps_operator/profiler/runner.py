@@ -53,8 +53,6 @@ logger = logging.getLogger(__name__)
 PREFLIGHT_STEADY_STEPS = 8
 FALLBACK_VOCAB_SIZE = 32000
 
-ProgressHook = Callable[[int, int], None]
-
 
 class ProfilerError(RuntimeError):
     """A run that cannot produce a valid table; the message says what to do."""
