@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from sps_operator.api import validation
 from sps_operator.api.models import SpsProfile
 from sps_operator.api.spec import GatesSpec, SpsProfileSpec
 from sps_operator.api.status import (
@@ -16,35 +17,6 @@ from sps_operator.api.status import (
     RunStatus,
     SpsProfileStatus,
     TableRef,
-)
-from sps_operator.api.validation import (
-    MAX_PROFILE_NAME,
-    MSG_ANNOTATE_ONLY_CM,
-    MSG_BATCH_EXCLUSIVE,
-    MSG_CLONE_URL,
-    MSG_CRON,
-    MSG_EXPRESSION_KEY,
-    MSG_EXPRESSION_VALUE,
-    MSG_EXPRESSION_VALUES_FORBIDDEN,
-    MSG_EXPRESSION_VALUES_REQUIRED,
-    MSG_EXTERNAL_URL,
-    MSG_FRACS,
-    MSG_FRACS_DIAGONAL,
-    MSG_GPU_PRODUCT_LABEL,
-    MSG_IMAGE,
-    MSG_MATCH_LABELS_KEY,
-    MSG_MATCH_LABELS_VALUE,
-    MSG_MAX_BATCH_ONE_PROBE,
-    MSG_NODE_SELECTOR_VALUE,
-    MSG_ONE_PROBE,
-    MSG_RESOURCE_QUANTITY,
-    MSG_SELECTOR_EMPTY,
-    MSG_SERVER_CONTAINER,
-    MSG_SERVICE_ACCOUNT,
-    MSG_SWEEP_CELLS,
-    MSG_TABLE_PATH,
-    MSG_TABLE_PATH_DOTS,
-    MSG_TOLERATION_KEY,
 )
 
 
@@ -80,31 +52,31 @@ def test_wire_form_is_camel_case_without_nulls() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"selector": {}}, MSG_SELECTOR_EMPTY),
-        ({"selector": {"matchLabels": {}}}, MSG_SELECTOR_EMPTY),
+        ({"selector": {}}, validation.MSG_SELECTOR_EMPTY),
+        ({"selector": {"matchLabels": {}}}, validation.MSG_SELECTOR_EMPTY),
         (
             {"table": {"kind": "Additive", "sweep": {"fracs": [0.0, 0.5]}}},
-            MSG_FRACS,
+            validation.MSG_FRACS,
         ),
         (
             {"table": {"kind": "Additive", "sweep": {"fracs": [1.5]}}},
-            MSG_FRACS,
+            validation.MSG_FRACS,
         ),
-        ({"table": {"sweep": {"fracs": [0.5]}}}, MSG_FRACS_DIAGONAL),
+        ({"table": {"sweep": {"fracs": [0.5]}}}, validation.MSG_FRACS_DIAGONAL),
         (
             {"table": {"sweep": {"batchSizes": [1, 2], "maxBatchSize": 8}}},
-            MSG_BATCH_EXCLUSIVE,
+            validation.MSG_BATCH_EXCLUSIVE,
         ),
-        ({"server": {"source": "External"}}, MSG_EXTERNAL_URL),
-        ({"server": {"url": "http://x:1"}}, MSG_CLONE_URL),
-        ({"refresh": {"schedule": "every day"}}, MSG_CRON),
-        ({"refresh": {"schedule": "0 3 * *"}}, MSG_CRON),
+        ({"server": {"source": "External"}}, validation.MSG_EXTERNAL_URL),
+        ({"server": {"url": "http://x:1"}}, validation.MSG_CLONE_URL),
+        ({"refresh": {"schedule": "every day"}}, validation.MSG_CRON),
+        ({"refresh": {"schedule": "0 3 * *"}}, validation.MSG_CRON),
         (
             {"refresh": {"schedule": "99 3 * * *"}},
             "refresh.schedule: minute 99 is out of range 0-59",
         ),
-        ({"rollout": {"mode": "AnnotateOnly"}}, MSG_ANNOTATE_ONLY_CM),
-        ({"rollout": {"tablePath": "relative/table.json"}}, MSG_TABLE_PATH),
+        ({"rollout": {"mode": "AnnotateOnly"}}, validation.MSG_ANNOTATE_ONLY_CM),
+        ({"rollout": {"tablePath": "relative/table.json"}}, validation.MSG_TABLE_PATH),
     ],
 )
 def test_invalid_specs_say_what_to_fix(overrides: dict[str, Any], message: str) -> None:
@@ -164,11 +136,11 @@ def _error(overrides: dict[str, Any]) -> str:
         # Selectors the API server would answer with 400 on the operator's LIST.
         (
             {"selector": {"matchExpressions": [{"key": "app", "operator": "In", "values": []}]}},
-            MSG_EXPRESSION_VALUES_REQUIRED,
+            validation.MSG_EXPRESSION_VALUES_REQUIRED,
         ),
         (
             {"selector": {"matchExpressions": [{"key": "app", "operator": "NotIn"}]}},
-            MSG_EXPRESSION_VALUES_REQUIRED,
+            validation.MSG_EXPRESSION_VALUES_REQUIRED,
         ),
         (
             {
@@ -176,11 +148,11 @@ def _error(overrides: dict[str, Any]) -> str:
                     "matchExpressions": [{"key": "app", "operator": "Exists", "values": ["x"]}]
                 }
             },
-            MSG_EXPRESSION_VALUES_FORBIDDEN,
+            validation.MSG_EXPRESSION_VALUES_FORBIDDEN,
         ),
         (
             {"selector": {"matchExpressions": [{"key": "a b", "operator": "Exists"}]}},
-            MSG_EXPRESSION_KEY,
+            validation.MSG_EXPRESSION_KEY,
         ),
         (
             {
@@ -188,15 +160,15 @@ def _error(overrides: dict[str, Any]) -> str:
                     "matchExpressions": [{"key": "app", "operator": "In", "values": ["a,b"]}]
                 }
             },
-            MSG_EXPRESSION_VALUE,
+            validation.MSG_EXPRESSION_VALUE,
         ),
-        ({"selector": {"matchLabels": {"-app": "x"}}}, MSG_MATCH_LABELS_KEY),
-        ({"selector": {"matchLabels": {"a" * 254 + "/n": "x"}}}, MSG_MATCH_LABELS_KEY),
-        ({"selector": {"matchLabels": {"app": "sg lang"}}}, MSG_MATCH_LABELS_VALUE),
+        ({"selector": {"matchLabels": {"-app": "x"}}}, validation.MSG_MATCH_LABELS_KEY),
+        ({"selector": {"matchLabels": {"a" * 254 + "/n": "x"}}}, validation.MSG_MATCH_LABELS_KEY),
+        ({"selector": {"matchLabels": {"app": "sg lang"}}}, validation.MSG_MATCH_LABELS_VALUE),
         # One-probe sweeps.
-        ({"table": {"sweep": {"batchSizes": [8]}}}, MSG_ONE_PROBE),
-        ({"table": {"sweep": {"batchSizes": [8, 8, 8]}}}, MSG_ONE_PROBE),
-        ({"table": {"sweep": {"maxBatchSize": 1}}}, MSG_MAX_BATCH_ONE_PROBE),
+        ({"table": {"sweep": {"batchSizes": [8]}}}, validation.MSG_ONE_PROBE),
+        ({"table": {"sweep": {"batchSizes": [8, 8, 8]}}}, validation.MSG_ONE_PROBE),
+        ({"table": {"sweep": {"maxBatchSize": 1}}}, validation.MSG_MAX_BATCH_ONE_PROBE),
         # Sweeps whose rounds cannot fit the result ConfigMap.
         (
             {
@@ -209,32 +181,32 @@ def _error(overrides: dict[str, Any]) -> str:
                     },
                 }
             },
-            MSG_SWEEP_CELLS,
+            validation.MSG_SWEEP_CELLS,
         ),
         (
             {"table": {"kind": "Additive", "sweep": {"maxBatchSize": 512, "repeats": 3}}},
-            MSG_SWEEP_CELLS,
+            validation.MSG_SWEEP_CELLS,
         ),
         # tablePath must not shadow system directories, nor escape with '..'.
         ({"rollout": {"tablePath": "/table.json"}}, "would be mounted on / and hide"),
         ({"rollout": {"tablePath": "/etc/table.json"}}, "would be mounted on /etc and hide"),
         ({"rollout": {"tablePath": "/usr/local/bin/t.json"}}, "mounted on /usr/local/bin and"),
-        ({"rollout": {"tablePath": "/etc/sps/../t.json"}}, MSG_TABLE_PATH_DOTS),
-        ({"rollout": {"tablePath": "/etc/sps//t.json"}}, MSG_TABLE_PATH),
-        ({"rollout": {"tablePath": "/etc/sps/t.json/"}}, MSG_TABLE_PATH),
-        ({"rollout": {"tablePath": "/etc/sps/t $x.json"}}, MSG_TABLE_PATH),
+        ({"rollout": {"tablePath": "/etc/sps/../t.json"}}, validation.MSG_TABLE_PATH_DOTS),
+        ({"rollout": {"tablePath": "/etc/sps//t.json"}}, validation.MSG_TABLE_PATH),
+        ({"rollout": {"tablePath": "/etc/sps/t.json/"}}, validation.MSG_TABLE_PATH),
+        ({"rollout": {"tablePath": "/etc/sps/t $x.json"}}, validation.MSG_TABLE_PATH),
         ({"rollout": {"tablePath": "/etc/" + "a" * 300}}, "at most 255 characters"),
         # Everything else that is text has a bound and a syntax.
-        ({"job": {"image": "ghcr.io/x/y:1 ; rm -rf /"}}, MSG_IMAGE),
-        ({"job": {"image": "UPPER/case"}}, MSG_IMAGE),
+        ({"job": {"image": "ghcr.io/x/y:1 ; rm -rf /"}}, validation.MSG_IMAGE),
+        ({"job": {"image": "UPPER/case"}}, validation.MSG_IMAGE),
         ({"job": {"image": "x" * 600}}, "at most 512 characters"),
-        ({"job": {"serviceAccountName": "Bad_Name"}}, MSG_SERVICE_ACCOUNT),
-        ({"job": {"nodeSelector": {"pool": "a b"}}}, MSG_NODE_SELECTOR_VALUE),
-        ({"job": {"resources": {"limits": {"cpu": "1" * 65}}}}, MSG_RESOURCE_QUANTITY),
-        ({"job": {"tolerations": [{"key": "a b"}]}}, MSG_TOLERATION_KEY),
+        ({"job": {"serviceAccountName": "Bad_Name"}}, validation.MSG_SERVICE_ACCOUNT),
+        ({"job": {"nodeSelector": {"pool": "a b"}}}, validation.MSG_NODE_SELECTOR_VALUE),
+        ({"job": {"resources": {"limits": {"cpu": "1" * 65}}}}, validation.MSG_RESOURCE_QUANTITY),
+        ({"job": {"tolerations": [{"key": "a b"}]}}, validation.MSG_TOLERATION_KEY),
         ({"job": {"tolerations": [{"operator": "Maybe"}]}}, "Exists"),
-        ({"serverContainer": "SGLang"}, MSG_SERVER_CONTAINER),
-        ({"gpuProductLabel": "nvidia.com/"}, MSG_GPU_PRODUCT_LABEL),
+        ({"serverContainer": "SGLang"}, validation.MSG_SERVER_CONTAINER),
+        ({"gpuProductLabel": "nvidia.com/"}, validation.MSG_GPU_PRODUCT_LABEL),
         ({"refresh": {"token": "t" * 32768}}, "at most 253 characters"),
         ({"gates": {"maxErrorBound": 0}}, "greater than 0"),
         ({"gates": {"maxErrorBound": 1.5}}, "less than or equal to 1"),
@@ -278,13 +250,13 @@ def test_sweep_counts_follow_the_profiler() -> None:
 
 
 def test_profile_name_is_bounded_so_derived_names_stay_valid() -> None:
-    obj = {"metadata": {"name": "p" * MAX_PROFILE_NAME}, "spec": spec()}
+    obj = {"metadata": {"name": "p" * validation.MAX_PROFILE_NAME}, "spec": spec()}
     SpsProfile.model_validate(obj)
-    obj["metadata"]["name"] = "p" * (MAX_PROFILE_NAME + 1)
+    obj["metadata"]["name"] = "p" * (validation.MAX_PROFILE_NAME + 1)
     with pytest.raises(ValidationError, match="at most 40 characters"):
         SpsProfile.model_validate(obj)
     # <name>-<10 hex>-p2 plus a pod's -xxxxx suffix stays within a 63-character label value.
-    assert len("p" * MAX_PROFILE_NAME + "-0123456789-p2" + "-abcde") <= 63
+    assert len("p" * validation.MAX_PROFILE_NAME + "-0123456789-p2" + "-abcde") <= 63
 
 
 def test_status_text_from_jobs_is_cut_to_the_schema_bound_never_refused() -> None:
