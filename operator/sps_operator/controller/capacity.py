@@ -17,17 +17,16 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
-from sps_operator.api.models import (
+from sps_operator.api.result import clean_text
+from sps_operator.api.spec import CapacityMode, RolloutMode
+from sps_operator.api.status import (
     BorrowRecord,
-    CapacityMode,
-    RolloutMode,
     RunStatus,
     RunWaiting,
     TableRef,
     TargetState,
     TargetStatus,
 )
-from sps_operator.api.result import clean_text
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.borrow import (
     BORROW_BLOCKED,

@@ -21,7 +21,8 @@ from sps_operator.api.result import clean_text
 from sps_operator.controller.selectors import matches_selector
 
 if TYPE_CHECKING:  # the flags' defaults come from here: no pydantic at start-up
-    from sps_operator.api.models import JobOverrides, SpsProfileSpec
+    from sps_operator.api.job import JobOverrides
+    from sps_operator.api.spec import SpsProfileSpec
 
 # Refusal reasons (CamelCase: they become condition reasons).
 JOB_POLICY = "JobPolicy"  # a rule of the admin's policy
