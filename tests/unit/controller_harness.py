@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from api_snapshot import ApiSnapshot
 from fakekube import FakeKube
 
 from sps_operator.api import labels as L
@@ -22,7 +23,7 @@ from sps_operator.controller.deployments import deployment_rolled_out
 from sps_operator.controller.placement import PodInfo
 from sps_operator.controller.reconcile import Reconciler
 from sps_operator.controller.selectors import matches_selector
-from sps_operator.controller.state import ApiSnapshot, Settings
+from sps_operator.controller.state import Settings
 
 NS = "serving"
 H100, H200 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-H200"

@@ -47,8 +47,8 @@ KUBERNETES_WORDS = {
 
 # Words of another vocabulary that happen to equal a listed reason or condition type.
 OTHER_VOCABULARIES = {
-    ("api/models.py", "Stale"), ("api/models.py", "NoTable"),  # TargetState
-    ("api/models.py", "Waiting"),
+    ("api/status.py", "Stale"), ("api/status.py", "NoTable"),  # TargetState
+    ("api/status.py", "Waiting"),
     ("api/crd.py", "Ready"),  # a printer column's name
     ("controller/placement.py", "Ready"),  # the Pod condition
 }  # fmt: skip

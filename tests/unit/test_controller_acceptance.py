@@ -13,9 +13,9 @@ from test_api_result import round_line
 from test_tables_clockramp import ramp_rounds
 
 from sps_operator.api.kinds import RunPhase, TableKind
-from sps_operator.api.models import SpsProfileSpec
 from sps_operator.api.reasons import INCOMPLETE_SWEEP, SWEEP_MISMATCH
 from sps_operator.api.result import validate_rounds
+from sps_operator.api.spec import SpsProfileSpec
 from sps_operator.controller import builders
 from sps_operator.controller.acceptance import asked_cells, judge
 from sps_operator.profiler import cli as profiler_cli

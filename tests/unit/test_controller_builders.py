@@ -10,7 +10,7 @@ import pytest
 from sps_operator.api import labels as L
 from sps_operator.api.kinds import RunPhase
 from sps_operator.api.limits import MAX_PROFILE_NAME
-from sps_operator.api.models import SpsProfileSpec
+from sps_operator.api.spec import SpsProfileSpec
 from sps_operator.controller import builders, names
 from sps_operator.controller.serverconfig import parse_server
 

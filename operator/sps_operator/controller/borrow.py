@@ -34,7 +34,7 @@ from typing import Any
 
 from sps_operator.api import labels as L
 from sps_operator.api.hashing import digest
-from sps_operator.api.models import CapacitySpec
+from sps_operator.api.spec import CapacitySpec
 from sps_operator.constants import FIELD_MANAGER, LABEL_PREFIX
 from sps_operator.controller.deployments import deployment_rolled_out
 from sps_operator.controller.placement import PodInfo

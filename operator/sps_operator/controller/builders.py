@@ -15,14 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sps_operator.api import labels as L
-from sps_operator.api.models import (
-    DEFAULT_ADDITIVE_FRACS,
-    RunPhase,
-    ServerSource,
-    SpsProfileSpec,
-    TableKind,
-)
+from sps_operator.api.kinds import RunPhase
 from sps_operator.api.result import MAX_CONFIGMAP_BYTES, encode_rounds, object_size
+from sps_operator.api.spec import DEFAULT_ADDITIVE_FRACS, ServerSource, SpsProfileSpec, TableKind
 from sps_operator.constants import API_GROUP, API_VERSION, IMAGE, KIND
 from sps_operator.controller import names
 from sps_operator.controller.claims import VolumePin, pin_to_node

@@ -17,16 +17,6 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
-from sps_operator.api.models import (
-    BorrowRecord,
-    CapacityMode,
-    RolloutMode,
-    RunStatus,
-    RunWaiting,
-    TableRef,
-    TargetState,
-    TargetStatus,
-)
 from sps_operator.api.reasons import (
     BORROW_BLOCKED,
     BORROW_UNDONE,
@@ -40,6 +30,15 @@ from sps_operator.api.reasons import (
     WAITING_FOR_GPUS,
 )
 from sps_operator.api.result import clean_text
+from sps_operator.api.spec import CapacityMode, RolloutMode
+from sps_operator.api.status import (
+    BorrowRecord,
+    RunStatus,
+    RunWaiting,
+    TableRef,
+    TargetState,
+    TargetStatus,
+)
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.borrow import (
     COMPONENT_POOL,

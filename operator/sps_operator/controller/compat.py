@@ -28,13 +28,13 @@ from collections.abc import Collection, Sequence
 from sps_operator.api import labels as L
 from sps_operator.api import limits
 from sps_operator.api.fingerprint import Position, ServerVersion
-from sps_operator.api.models import TableKind
 from sps_operator.api.reasons import (
     DIAGONAL_ONLY_SERVER,
     LORA_NEEDS_STATIC_MODE,
     LORA_UNSUPPORTED,
     SERVER_REFUSED_TO_START,
 )
+from sps_operator.api.spec import TableKind
 from sps_operator.controller.placement import PodInfo
 from sps_operator.controller.serverconfig import (
     CAPTURE_DERIVED_ENV,

@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sps_operator.api.models import FitQuality, GatesSpec
 from sps_operator.api.reasons import (
     CHANGE_GATE_FAILED,
     ERROR_BOUND_GATE_FAILED,
     FIT_QUALITY_GATE_FAILED,
 )
+from sps_operator.api.spec import GatesSpec
+from sps_operator.api.status import FitQuality
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, SpsTable
 
 

@@ -20,13 +20,6 @@ from datetime import timedelta
 from typing import Any
 
 from sps_operator.api import labels as L
-from sps_operator.api.models import (
-    RolloutMode,
-    RunStatus,
-    SpsProfileSpec,
-    TableRef,
-    TargetStatus,
-)
 from sps_operator.api.reasons import (
     CONFLICT,
     MIXED_GPU_PRODUCTS,
@@ -35,6 +28,8 @@ from sps_operator.api.reasons import (
     SHELL_WRAPPED_SERVER,
     TABLE_NOT_MOUNTED,
 )
+from sps_operator.api.spec import RolloutMode, SpsProfileSpec
+from sps_operator.api.status import RunStatus, TableRef, TargetStatus
 from sps_operator.controller import compat
 from sps_operator.controller.deployments import deployment_rolled_out
 from sps_operator.controller.fingerprint_v1 import is_v1

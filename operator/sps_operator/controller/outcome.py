@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 
-from sps_operator.api.models import FailureRecord, RunStatus, TableRef
 from sps_operator.api.reasons import JOB_CREATE_FAILED, NAME_TAKEN, PROFILING_FAILED, TABLE_REJECTED
+from sps_operator.api.status import FailureRecord, RunStatus, TableRef
 from sps_operator.controller import conditions as cond
 from sps_operator.controller import names
 from sps_operator.controller.capacity import close_segment, return_for_run

@@ -28,7 +28,8 @@ from sps_operator.api.result import clean_text
 from sps_operator.controller.selectors import matches_selector
 
 if TYPE_CHECKING:  # the flags' defaults come from here: no pydantic at start-up
-    from sps_operator.api.models import JobOverrides, SpsProfileSpec
+    from sps_operator.api.job import JobOverrides
+    from sps_operator.api.spec import SpsProfileSpec
 
 # Refusals before a run creates anything: the admin's policy, and the target's volume
 # claims (controller/claims.py) the clone can never share or attach now.

@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sps_operator.api import labels as L
-from sps_operator.api.models import TableRef
 from sps_operator.api.reasons import (
     DOUBTFUL_MEASUREMENT,
     FIT_FAILED,
@@ -23,6 +22,7 @@ from sps_operator.api.reasons import (
     TABLE_UNCHANGED,
 )
 from sps_operator.api.result import MAX_MANIFEST_BYTES
+from sps_operator.api.status import TableRef
 from sps_operator.controller import builders, names
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.acceptance import api_quality, judge_bounded

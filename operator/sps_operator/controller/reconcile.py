@@ -19,8 +19,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from sps_operator.api.models import FailureRecord, SpsProfile, SpsProfileStatus
+from sps_operator.api.models import SpsProfile
 from sps_operator.api.reasons import CLOCK_SKEW, INVALID_SPEC, RECONCILE_ERROR, STATUS_WRITE_FAILED
+from sps_operator.api.status import FailureRecord, SpsProfileStatus
 from sps_operator.controller import builders
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.capacity import return_orphans

@@ -8,7 +8,6 @@ measured for it; anything else names the reason, so `kubectl sps explain` never 
 
 from __future__ import annotations
 
-from sps_operator.api.models import RolloutMode, TargetState
 from sps_operator.api.reasons import (
     AS_EXPECTED,
     CURRENT,
@@ -27,6 +26,8 @@ from sps_operator.api.reasons import (
     TARGET_PROBLEM,
     WAITING,
 )
+from sps_operator.api.spec import RolloutMode
+from sps_operator.api.status import TargetState
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.state import Pass
 from sps_operator.controller.triggers import (

@@ -13,13 +13,6 @@ from typing import Any, TypeGuard
 from sps_operator.api import labels as L
 from sps_operator.api import limits
 from sps_operator.api.hashing import content_hash
-from sps_operator.api.models import (
-    FailureRecord,
-    RunPhase,
-    RunStatus,
-    ServerSource,
-    TableKind,
-)
 from sps_operator.api.reasons import (
     DEADLINE_EXCEEDED,
     DIAGONAL_ONLY_SERVER,
@@ -38,6 +31,8 @@ from sps_operator.api.reasons import (
     WAITING_FOR_GPUS,
 )
 from sps_operator.api.result import STATUS_FAILED, STATUS_SUCCEEDED, ResultError, read_result
+from sps_operator.api.spec import ServerSource, TableKind
+from sps_operator.api.status import FailureRecord, RunPhase, RunStatus
 from sps_operator.controller import builders, claims, compat, names, policy
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.acceptance import judge_bounded

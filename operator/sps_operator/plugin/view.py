@@ -13,7 +13,7 @@ from typing import Any
 
 from sps_operator.api import labels as L
 from sps_operator.api import reasons as R
-from sps_operator.constants import GPU_H100, GPU_H200, LABEL_PREFIX
+from sps_operator.constants import LABEL_PREFIX
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, SpsTable
 
 ANNOTATION_EXPORTED_FROM = f"{LABEL_PREFIX}/exported-from"
@@ -242,7 +242,7 @@ def watch_layout(rows: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
         "namespace": "",
         "name": "",
         "kind": "Additive",
-        "gpu": max((GPU_H100, GPU_H200), key=len),
+        "gpu": "NVIDIA-H100-80GB-HBM3",  # a long GPU product name in common use
         "table": max((f"{r['name']}-table-0123456789" for r in rows), key=len, default=""),
         "state": "Profiling/OffDiagonal",
         "progress": "00/00 rounds",
