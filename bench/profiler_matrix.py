@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from profiler_reference_algorithm import ReferenceAlgorithm
 from profiler_reference_script import check_sglang_checkout, run_reference_script
+from sps_operator.api.kinds import TableKind
 from sps_operator.dspark_arith import default_decode_capture_bs
 from sps_operator.profiler.runner import RunConfig, run_profile
 from sps_operator.profiler.sweep import RoundSettings, build_request_count_sweep
@@ -170,7 +171,7 @@ def run_job(job: Job) -> dict[str, Any]:
                     vocab_size=32000,
                 )
                 rounds = run_profile(cfg).rounds
-                fit = fit_from_rounds(rounds, job.kind)  # type: ignore[arg-type]
+                fit = fit_from_rounds(rounds, TableKind(job.kind.capitalize()))
                 table: SpsTable = fit.table
                 quality = fit.quality.to_dict()
                 clock_ramp = fit.clock_ramp
@@ -188,7 +189,9 @@ def run_job(job: Job) -> dict[str, Any]:
                 if fracs:
                     table = fit_additive_binned_reference(cells_from_rounds(rounds)).table
                 else:
-                    table = fit_from_rounds(rounds, "diagonal", diagonal_probes="measured").table
+                    table = fit_from_rounds(
+                        rounds, TableKind.DIAGONAL, diagonal_probes="measured"
+                    ).table
             gpu = busy_seconds(url)
     rms, worst = grid_errors(table, truth_rows(PRESETS[job.preset]), job.kind == "diagonal")
     return {
