@@ -7,6 +7,7 @@ import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from api_snapshot import ApiSnapshot
 from capacity_harness import BORROW, harness, job_pod, local_queue
 from controller_harness import NODES, NS, Harness, indexes_of
 from hypothesis import given
@@ -26,7 +27,6 @@ from sps_operator.controller.kueue import (
     queue_position,
     run_limit,
 )
-from sps_operator.controller.state import ApiSnapshot
 
 QUEUE = "gpu-profiling"
 QUOTA = (

@@ -32,8 +32,6 @@ import numpy as np
 
 # A window is judged on halves and thirds: fewer steps than this in one of them says nothing.
 MIN_STEPS_PER_PART = 8
-# Stronger evidence is asked of drift than of the CI: a false alarm costs GPU time.
-DRIFT_Z = 3.0
 # The running sum of residual signs wanders like a Brownian bridge of scale sqrt(n·tau)
 # without drift; P(max excursion > 1.8 sqrt(n·tau)) ≈ 2·exp(-2·1.8²) ≈ 0.3 %.
 DRIFT_EXCURSION = 1.8
@@ -398,6 +396,9 @@ def steady_stats(
 
 # A round is cut into at most this many blocks to look for a rise between neighbours.
 RISE_BLOCKS = 8
+# A rise must exceed this many standard errors of the two blocks' medians: a false alarm
+# costs a round measured again.
+RISE_Z = 3.0
 
 
 def level_rise(
@@ -434,7 +435,7 @@ def level_rise(
     worst: float | None = None
     for i, step in enumerate(steps):
         excess = step - trend
-        noise = DRIFT_Z * math.hypot(ses[i], ses[i + 1])
+        noise = RISE_Z * math.hypot(ses[i], ses[i + 1])
         if excess > noise and excess > ci_rel_width / 2 * level:
             worst = max(worst or 0.0, excess / level)
     return worst
