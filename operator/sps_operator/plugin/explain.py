@@ -408,7 +408,7 @@ def _gate_finding(name: str, evidence: str) -> Finding:
         "status.tables[].quality.errorBoundRel) is wide when the GPU's steps are noisy or "
         "autocorrelated (wide round CIs: tighten sweep.ciRelWidth) or when the table "
         "interpolates across too few batch sizes (leave-one-out error: add sweep.batchSizes)."
-        if "ErrorBoundGateFailed" in evidence or "maxErrorBound" in evidence
+        if R.ERROR_BOUND_GATE_FAILED in evidence or "maxErrorBound" in evidence
         else ""
     )
     return Finding(
