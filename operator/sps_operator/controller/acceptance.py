@@ -413,18 +413,11 @@ def judge(
     gate: bool = True,
 ) -> Verdict:
     """Check, fit, self-check and (with `gate`) gate the validated rounds of a run."""
-    chain = JUDGEMENT_CHAIN if gate else TABLE_CHAIN
-    return run_chain(chain, Judgement(rounds, spec, kind, live))
+    return run_chain(_chain(gate), Judgement(rounds, spec, kind, live))
 
 
-def _judge(
-    rounds: list[Mapping[str, Any]],
-    spec: SpsProfileSpec,
-    kind: TableKind,
-    live: SpsTable | None,
-    gate: bool,
-) -> Verdict:
-    return judge(rounds, spec, kind=kind, live=live, gate=gate)
+def _chain(gate: bool) -> tuple[Link, ...]:
+    return JUDGEMENT_CHAIN if gate else TABLE_CHAIN
 
 
 def judge_bounded(
@@ -442,12 +435,9 @@ def judge_bounded(
         return judge(rounds, spec, kind=kind, live=live, gate=gate)
     try:
         return call_bounded(
-            _judge,
-            list(rounds),
-            spec,
-            kind,
-            live,
-            gate,
+            run_chain,
+            _chain(gate),
+            Judgement(list(rounds), spec, kind, live),
             seconds=limits.fit_seconds,
             memory_bytes=limits.fit_memory_mib * 2**20,
         )
