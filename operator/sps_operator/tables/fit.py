@@ -708,17 +708,37 @@ def fit_from_rounds(
     tiers: Sequence[int] | None = None,
     diagonal_probes: Literal["tiers", "measured"] = "tiers",
 ) -> FitResult:
-    """Fit a table of `kind` from rounds.jsonl dicts; raises ValueError with what to do.
+    """Fit a table of `kind` from rounds.jsonl dicts as measured; raises ValueError with
+    what to do. A run whose sweep began on a live clock ramp: its rounds' medians carry the
+    ramp's slow-down, taken out first (`clockramp.usable_rounds`, its uncertainty added to
+    their CIs); rounds on a ramp nothing can correct are left out. The operator's judgement
+    corrects once itself and calls `fit_corrected_rounds`."""
+    usable, ramp = clockramp.usable_rounds(rounds)
+    return fit_corrected_rounds(
+        usable,
+        ramp,
+        kind=kind,
+        max_batch_tokens=max_batch_tokens,
+        tiers=tiers,
+        diagonal_probes=diagonal_probes,
+    )
 
-    `tiers` default to the rounds' `graph_tiers`. `diagonal_probes="measured"` writes only
-    the measured diagonal probes (exactly the reference profiler's table).
-    """
+
+def fit_corrected_rounds(
+    rounds: Sequence[Mapping[str, Any]],
+    clock_ramp: clockramp.RampModel | None,
+    kind: TableKind = TableKind.DIAGONAL,
+    max_batch_tokens: int | None = None,
+    tiers: Sequence[int] | None = None,
+    diagonal_probes: Literal["tiers", "measured"] = "tiers",
+) -> FitResult:
+    """Fit a table of `kind` from rounds already corrected for the clock ramp (the usable
+    rounds of `clockramp.usable_rounds`), recording `clock_ramp`, the model they were
+    corrected with. `tiers` default to the rounds' `graph_tiers`.
+    `diagonal_probes="measured"` writes only the measured diagonal probes (exactly the
+    reference profiler's table)."""
     if not rounds:
         raise ValueError("No rounds to fit; run the profiler first.")
-    # A run whose sweep began on a live clock ramp: its rounds' medians carry the ramp's
-    # slow-down, taken out here (and its uncertainty added to their CIs); rounds on a ramp
-    # nothing can correct are left out.
-    rounds, ramp = clockramp.usable_rounds(rounds)
     try:
         if kind == TableKind.DIAGONAL:
             if tiers is None and diagonal_probes == "tiers":
@@ -732,9 +752,9 @@ def fit_from_rounds(
             raise ValueError(f"kind must be a TableKind, got {kind!r}.")
     except SpsTableError as exc:
         raise ValueError(f"The fitted table is not valid for SGLang: {exc}") from exc
-    if ramp is None:
+    if clock_ramp is None:
         return result
-    return dataclasses.replace(result, clock_ramp=ramp.to_dict())
+    return dataclasses.replace(result, clock_ramp=clock_ramp.to_dict())
 
 
 # --- the reference profiler's additive fit, for comparison only -------------------------------
