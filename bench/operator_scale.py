@@ -44,7 +44,8 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from sps_operator.constants import API_GROUP, API_VERSION, GPU_H100, GPU_H200, PLURAL
+from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
+from sps_sim.costmodel import GPU_H100, GPU_H200
 from sps_testbed import RealNodeCluster
 
 SYSTEM_NS, IDLE_NS, HOP_NS, BURST_NS = "sps-system", "bench-idle", "bench-hops", "bench-burst"

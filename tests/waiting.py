@@ -28,7 +28,7 @@ def wait_for(
 
 def _record(what: str, seconds: float, timed_out: bool) -> None:
     """With SPS_TEST_WAIT_LOG set (a file): one JSON line per wait, to see where the suite's
-    time goes (`tests/wait-report.py` sums them per test; docs/benchmarks.md)."""
+    time goes (`tests/wait-report.py` sums them per test; docs/dev-cluster.md)."""
     path = os.environ.get("SPS_TEST_WAIT_LOG")
     if not path:
         return

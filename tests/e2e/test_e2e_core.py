@@ -22,8 +22,8 @@ from e2e_env import (
 )
 from kubernetes import client
 
-from sps_operator.constants import GPU_H100, GPU_H200
 from sps_operator.controller.leader import Timing
+from sps_sim.costmodel import GPU_H100, GPU_H200
 from waiting import wait_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]

@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 from e2e_env import Env, create, kubectl_sps, server_deployment, sps_profile, wait_ready
 
-from sps_operator.constants import GPU_H100, GPU_H200, GPU_PRODUCT_LABEL, GPU_RESOURCE
+from sps_operator.constants import GPU_PRODUCT_LABEL, GPU_RESOURCE
+from sps_sim.costmodel import GPU_H100, GPU_H200
 from sps_testbed.kueue import (
     PRIORITY_CLASS_LABEL,
     QUEUE_NAME_LABEL,

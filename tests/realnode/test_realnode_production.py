@@ -36,7 +36,7 @@ from realnode_profiles import (
 )
 
 from sps_operator.api import labels as L
-from sps_operator.constants import GPU_H100
+from sps_sim.costmodel import GPU_H100
 from sps_testbed import RealNodeCluster
 
 GPU_LABEL = "nvidia.com/gpu.product"

@@ -16,7 +16,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from ship_helpers import CHART, ROOT, by_kind, render
 
-from sps_operator.api.models import SpsProfileStatus
+from sps_operator.api.status import SpsProfileStatus
 from sps_operator.controller.builders import ProfileRef
 from sps_operator.controller.metrics import Metrics
 

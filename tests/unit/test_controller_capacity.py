@@ -8,12 +8,14 @@ import json
 import re
 from typing import Any
 
+from api_snapshot import ApiSnapshot
 from capacity_harness import BORROW, NO_GPU, harness, job_pod, local_queue, start_waiting
 from controller_harness import H100, NODES, NS, Harness, deployment, profile_body
 from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
-from sps_operator.api.models import CapacitySpec, SpsProfile
+from sps_operator.api.models import SpsProfile
+from sps_operator.api.spec import CapacitySpec
 from sps_operator.controller.borrow import (
     BorrowTag,
     PoolClaim,
@@ -27,7 +29,7 @@ from sps_operator.controller.placement import PodInfo
 from sps_operator.controller.policy import JobPolicy, NameRule
 from sps_operator.controller.reconcile import Reconciler
 from sps_operator.controller.release import release
-from sps_operator.controller.state import ApiSnapshot, Settings, Snapshot
+from sps_operator.controller.state import Settings, Snapshot
 
 
 def test_a_run_that_cannot_get_gpus_says_so_and_gives_up_after_its_timeout() -> None:

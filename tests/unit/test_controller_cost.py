@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from kubernetes.client.rest import ApiException
 from test_controller_metrics import samples
 
-from sps_operator.api.models import CostRecord
+from sps_operator.api.status import CostRecord
 from sps_operator.controller.cost import add_cost, cost_added, job_gpus
 from sps_operator.controller.metrics import Metrics
 from sps_operator.controller.reconcile import Reconciler

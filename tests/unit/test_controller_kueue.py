@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from api_snapshot import ApiSnapshot
 from capacity_harness import BORROW, harness, job_pod, local_queue
 from controller_harness import NODES, NS, Harness, indexes_of
 from hypothesis import given
@@ -30,7 +31,7 @@ from sps_operator.controller.kueue import (
 )
 from sps_operator.controller.main import parse_args
 from sps_operator.controller.reconcile import Reconciler
-from sps_operator.controller.state import ApiSnapshot, Settings
+from sps_operator.controller.state import Settings
 
 QUEUE = "gpu-profiling"
 QUOTA = (

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sps_operator.api import reasons as R
 from sps_operator.plugin.explain import explain, render_explain
 
 
@@ -116,6 +117,8 @@ def test_mixed_gpu_pool_from_a_target_message() -> None:
         "targets": [
             {
                 "deployment": "llama",
+                "state": "Refused",
+                "reason": "MixedGpuProducts",
                 "message": "pods run on several GPU products (NVIDIA-H100-80GB-HBM3, NVIDIA-H200)",
             }
         ],
@@ -374,6 +377,38 @@ def test_operator_failure_reasons_get_specific_advice() -> None:
         (finding,) = report["findings"]
         assert what in finding["what"], (reason, finding)
         assert finding["next"]
+
+
+# The profiler's own failure, explained from its free text; and a reason only Ready carries.
+GENERIC = {R.PROFILING_FAILED, R.INVALID_SPEC}
+
+
+@pytest.mark.parametrize(
+    "reason",
+    sorted(
+        r
+        for r, d in R.REASONS.items()
+        if d.kind in (R.Kind.FAILURE, R.Kind.WAITING) and r not in GENERIC
+    ),
+)
+def test_every_failure_reason_of_the_list_gets_specific_advice(reason: str) -> None:
+    report = explain(profile({"observedGeneration": 1, "lastFailure": failure(reason, "x")}))
+    (finding,) = report["findings"]
+    assert finding["what"] != "The last profiling run failed", reason
+    assert finding["why"].startswith(f"{reason}: x") and finding["next"]
+
+
+@pytest.mark.parametrize(
+    "reason", sorted(r for r, d in R.REASONS.items() if d.kind == R.Kind.PROBLEM)
+)
+def test_every_target_reason_of_the_list_is_explained(reason: str) -> None:
+    status = {
+        "observedGeneration": 1,
+        "conditions": [ready("False", reason, "x")],
+        "targets": [{"deployment": "d", "state": "Refused", "reason": reason, "message": "x"}],
+    }
+    report = explain(profile(status))
+    assert report["findings"] and any(reason in f["why"] for f in report["findings"]), reason
 
 
 def ready(status: str, reason: str, message: str = "") -> dict[str, Any]:

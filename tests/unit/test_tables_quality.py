@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from sps_operator.api.kinds import TableKind
 from sps_operator.tables.fit import fit_additive_cells, fit_from_rounds
 from sps_operator.tables.formats import SpsCostTable
 from sps_operator.tables.quality import (
@@ -56,7 +57,7 @@ def test_diagonal_through_its_medians_still_reports_its_interpolation_error() ->
     # Repeats 1: the table passes through every measured median, so RMS is 0 and R² is 1;
     # the planner still reads values between probes that nobody measured.
     rounds = [diagonal_round(bs, curved(bs)) for bs in BSS]
-    result = fit_from_rounds(rounds, kind="diagonal", diagonal_probes="measured")
+    result = fit_from_rounds(rounds, kind=TableKind.DIAGONAL, diagonal_probes="measured")
     q = result.quality
     assert q.rms_ms == pytest.approx(0.0, abs=1e-12)
     assert q.r2 == pytest.approx(1.0)
@@ -70,7 +71,7 @@ def test_diagonal_through_its_medians_still_reports_its_interpolation_error() ->
 
 def test_loo_is_none_with_two_probes_and_the_bound_falls_back_to_the_step() -> None:
     rounds = [diagonal_round(1, 0.010), diagonal_round(8, 0.012)]
-    q = fit_from_rounds(rounds, kind="diagonal").quality
+    q = fit_from_rounds(rounds, kind=TableKind.DIAGONAL).quality
     assert q.loo_rel_rms is None and q.loo_rel_max is None
     assert q.error_bound_rel == pytest.approx(0.2)
 
@@ -79,7 +80,7 @@ def test_round_confidence_intervals_enter_the_bound_widened_for_all_probes() -> 
     rounds = [diagonal_round(bs, 0.010 + 1e-4 * bs, ci_rel_half=0.01) for bs in BSS]
     rounds[3] = diagonal_round(8, 0.010 + 8e-4, ci_rel_half=0.03)
     tiers = [bs * K for bs in range(1, 49)]
-    q = fit_from_rounds(rounds, kind="diagonal", tiers=tiers).quality
+    q = fit_from_rounds(rounds, kind=TableKind.DIAGONAL, tiers=tiers).quality
     assert q.ci_rel_max == pytest.approx(0.03)
     # A linear truth interpolated linearly over the tiers: LOO is ~0, so the measurement
     # term decides; 9 probes at once need more than each probe's own 95 % half-width.
@@ -89,7 +90,7 @@ def test_round_confidence_intervals_enter_the_bound_widened_for_all_probes() -> 
 
 def test_quality_fields_serialise() -> None:
     rounds = [diagonal_round(bs, curved(bs), ci_rel_half=0.005) for bs in BSS]
-    data = fit_from_rounds(rounds, kind="diagonal").quality.to_dict()
+    data = fit_from_rounds(rounds, kind=TableKind.DIAGONAL).quality.to_dict()
     assert set(data) >= {"loo_rel_rms", "loo_rel_max", "ci_rel_max", "error_bound_rel"}
     assert data["ci_rel_max"] == pytest.approx(0.005)
     json.dumps(data, allow_nan=False)
@@ -97,9 +98,11 @@ def test_quality_fields_serialise() -> None:
 
 def test_one_probe_diagonal_is_refused_with_what_to_do() -> None:
     with pytest.raises(ValueError, match="at least two batch sizes"):
-        fit_from_rounds([diagonal_round(8, 0.01)], kind="diagonal")
+        fit_from_rounds([diagonal_round(8, 0.01)], kind=TableKind.DIAGONAL)
     with pytest.raises(ValueError, match="at least two batch sizes"):
-        fit_from_rounds([diagonal_round(8, 0.01), diagonal_round(8, 0.011)], kind="diagonal")
+        fit_from_rounds(
+            [diagonal_round(8, 0.01), diagonal_round(8, 0.011)], kind=TableKind.DIAGONAL
+        )
 
 
 @pytest.mark.parametrize("bad", ["0.1", math.inf, True, [0.1]])
@@ -107,14 +110,14 @@ def test_a_malformed_round_ci_is_refused(bad: object) -> None:
     rounds = [diagonal_round(bs, curved(bs), ci_rel_half=0.01) for bs in (1, 2, 4)]
     rounds[1]["ci_high"] = bad
     with pytest.raises(ValueError, match="ci_high"):
-        fit_from_rounds(rounds, kind="diagonal")
+        fit_from_rounds(rounds, kind=TableKind.DIAGONAL)
 
 
 def test_a_median_outside_its_ci_is_refused() -> None:
     rounds = [diagonal_round(bs, curved(bs), ci_rel_half=0.01) for bs in (1, 2, 4)]
     rounds[2]["ci_low"] = rounds[2]["median_step_time"] * 1.5
     with pytest.raises(ValueError, match="inside its CI"):
-        fit_from_rounds(rounds, kind="diagonal")
+        fit_from_rounds(rounds, kind=TableKind.DIAGONAL)
 
 
 def test_leave_one_out_skips_probes_that_would_extrapolate() -> None:
@@ -183,7 +186,7 @@ def test_a_staircase_step_holding_several_batch_sizes_widens_the_bound() -> None
         return 0.0105 + 2e-4 * bs + 6e-6 * tier
 
     rounds = [diagonal_round(bs, padded(bs), ci_rel_half=0.002) for bs in capture]
-    result = fit_from_rounds(rounds, kind="diagonal", tiers=tiers)
+    result = fit_from_rounds(rounds, kind=TableKind.DIAGONAL, tiers=tiers)
     assert isinstance(result.table, SpsCostTable)
     real = diagonal_grid_max_error(result.table, padded, 48)
     q = result.quality

@@ -49,8 +49,6 @@ ANNOTATION_GPU = f"{LABEL_PREFIX}/gpu-product"  # the unmangled product name (la
 # Keys of a table ConfigMap.
 TABLE_KEY = "table.json"
 META_KEY = "meta.json"
-ROUNDS_KEY = "rounds.jsonl"
-ROUNDS_GZ_KEY = "rounds.jsonl.gz"
 # On a profiling Job: the node its target's ReadWriteOnce claims pin it to, and why.
 ANNOTATION_VOLUME_PIN = f"{LABEL_PREFIX}/volume-pin"
 ANNOTATION_BORROWED = f"{LABEL_PREFIX}/borrowed"  # on a Deployment: a replica lent to a run

@@ -25,8 +25,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sps_operator.api.hashing import content_hash
+from sps_operator.api.kinds import TableKind
 from sps_operator.api.limits import DEFAULT_MAX_BATCH_SIZE, MAX_SWEEP_CELLS, tapered_sweep
-from sps_operator.api.models import DEFAULT_ADDITIVE_FRACS, FitQuality, SpsProfileSpec, SweepSpec
+from sps_operator.api.reasons import (
+    DOUBTFUL_MEASUREMENT,
+    FIT_FAILED,
+    INCOMPLETE_SWEEP,
+    SELF_CHECK_FAILED,
+    SWEEP_MISMATCH,
+)
+from sps_operator.api.spec import DEFAULT_ADDITIVE_FRACS, SpsProfileSpec, SweepSpec
+from sps_operator.api.status import FitQuality
 from sps_operator.controller.bounded import BoundExceeded, CallFailed, call_bounded
 from sps_operator.controller.gates import check_gates
 from sps_operator.tables.clockramp import ramps_by_run, stranded_rounds, usable_rounds
@@ -43,13 +52,6 @@ MAX_FIT_CELLS = 2 * MAX_SWEEP_CELLS
 FRAC_TOLERANCE = 1e-6
 # Cells named in a refusal; the rest are counted.
 MAX_CELLS_NAMED = 6
-
-# Refusal reasons (CamelCase: conditions and events).
-SWEEP_MISMATCH = "SweepMismatch"
-INCOMPLETE_SWEEP = "IncompleteSweep"
-DOUBTFUL = "DoubtfulMeasurement"
-FIT_FAILED = "FitFailed"
-SELF_CHECK = "SelfCheckFailed"
 
 
 @dataclass(frozen=True)
@@ -110,11 +112,11 @@ def asked_fracs(sweep: SweepSpec) -> list[float]:
     return sorted({float(f) for f in sweep.fracs or DEFAULT_ADDITIVE_FRACS})
 
 
-def asked_cells(spec: SpsProfileSpec, additive: bool) -> set[Cell]:
+def asked_cells(spec: SpsProfileSpec, kind: TableKind) -> set[Cell]:
     """Every cell a run must cover: the diagonal (each repeat, each batch size), and for an
-    Additive table (`additive`: both phases' rounds) each fraction of those too."""
+    Additive table (both phases' rounds) each fraction of those too."""
     sweep = spec.table.sweep
-    fracs: list[float | None] = [None, *(asked_fracs(sweep) if additive else [])]
+    fracs: list[float | None] = [None, *(asked_fracs(sweep) if kind == TableKind.ADDITIVE else [])]
     return {
         (repeat, bs, frac)
         for repeat in range(sweep.repeats)
@@ -143,7 +145,7 @@ def _named(cells: Sequence[Cell]) -> str:
 
 
 def sweep_problems(
-    rounds: Sequence[Mapping[str, Any]], spec: SpsProfileSpec, additive: bool
+    rounds: Sequence[Mapping[str, Any]], spec: SpsProfileSpec, kind: TableKind
 ) -> list[str]:
     """Rounds the sweep did not ask for: a Job that measured something else (or lies)."""
     sweep = spec.table.sweep
@@ -161,7 +163,7 @@ def sweep_problems(
         if repeat >= sweep.repeats:
             problems[f"repeat {repeat} but spec.table.sweep.repeats is {sweep.repeats}"] = None
         if frac is not None and (
-            not additive or not any(abs(frac - f) <= FRAC_TOLERANCE for f in fracs)
+            kind != TableKind.ADDITIVE or not any(abs(frac - f) <= FRAC_TOLERANCE for f in fracs)
         ):
             problems[f"fraction {frac} was not asked for"] = None
         if len(problems) >= 3:
@@ -190,19 +192,19 @@ def _order(cell: Cell) -> tuple[int, int, float]:
 
 
 def missing_cells(
-    rounds: Sequence[Mapping[str, Any]], spec: SpsProfileSpec, additive: bool
+    rounds: Sequence[Mapping[str, Any]], spec: SpsProfileSpec, kind: TableKind
 ) -> list[Cell]:
     """The asked cells no (usable) round covers, in sweep order."""
     fracs = asked_fracs(spec.table.sweep)
     covered = {_cell_of(r, fracs) for r in rounds}
-    missing = asked_cells(spec, additive) - covered
+    missing = asked_cells(spec, kind) - covered
     return sorted(missing, key=_order)
 
 
 def coverage_verdict(
     rounds: Sequence[Mapping[str, Any]],
     spec: SpsProfileSpec,
-    additive: bool,
+    kind: TableKind,
     stranded: frozenset[int] = frozenset(),
 ) -> Verdict | None:
     """A refusal when the rounds (those at the `stranded` indices aside) report a cell
@@ -217,10 +219,10 @@ def coverage_verdict(
             + ". sps-profiler measures each (repeat, cell) once, and copies would outvote "
             "the real repeats (a Job image that is not sps-profiler, or a result written twice)",
         )
-    missing = missing_cells(usable, spec, additive)
+    missing = missing_cells(usable, spec, kind)
     if not missing:
         return None
-    asked = len(asked_cells(spec, additive))
+    asked = len(asked_cells(spec, kind))
     fracs = asked_fracs(spec.table.sweep)
     on_ramp = {_cell_of(rounds[i], fracs) for i in stranded} & set(missing)
     message = (
@@ -248,12 +250,12 @@ def judge(
     rounds: Sequence[Mapping[str, Any]],
     spec: SpsProfileSpec,
     *,
-    additive: bool,
+    kind: TableKind,
     live: SpsTable | None = None,
     gate: bool = True,
 ) -> Verdict:
     """Check, fit, self-check and (with `gate`) gate the validated rounds of a run."""
-    problems = sweep_problems(rounds, spec, additive)
+    problems = sweep_problems(rounds, spec, kind)
     if problems:
         return Verdict(
             SWEEP_MISMATCH,
@@ -264,7 +266,7 @@ def judge(
     try:
         ramps = ramps_by_run(rounds)  # each run's clock-ramp model, fitted once here
         stranded = frozenset(stranded_rounds(rounds, ramps))
-        incomplete = coverage_verdict(rounds, spec, additive, stranded)
+        incomplete = coverage_verdict(rounds, spec, kind, stranded)
         if incomplete is not None:
             return incomplete
         # Judged as fitted: without rounds nothing can correct, and corrected for a clock ramp.
@@ -274,20 +276,20 @@ def judge(
     doubtful = doubtful_cells(usable)
     if doubtful:
         return Verdict(
-            DOUBTFUL,
+            DOUBTFUL_MEASUREMENT,
             "the measurement is not plausible: "
             + "; ".join(doubtful[:3])
             + ". Re-profile on an idle GPU (kubectl sps reprofile), or raise sweep.repeats",
         )
     try:
-        fit = fit_from_rounds(list(rounds), kind="additive" if additive else "diagonal")
+        fit = fit_from_rounds(list(rounds), kind=kind)
     except (ValueError, ArithmeticError) as exc:
         return Verdict(FIT_FAILED, f"the rounds cannot be fitted into a table: {exc}")
     problems = self_check(fit.table)
     table_json = None if problems else fit.table.to_json()
     if problems:
         return Verdict(
-            SELF_CHECK,
+            SELF_CHECK_FAILED,
             "the fitted table fails its self-check: " + "; ".join(problems[:3]),
             fit,
         )
@@ -301,18 +303,18 @@ def judge(
 def _judge(
     rounds: list[Mapping[str, Any]],
     spec: SpsProfileSpec,
-    additive: bool,
+    kind: TableKind,
     live: SpsTable | None,
     gate: bool,
 ) -> Verdict:
-    return judge(rounds, spec, additive=additive, live=live, gate=gate)
+    return judge(rounds, spec, kind=kind, live=live, gate=gate)
 
 
 def judge_bounded(
     rounds: Sequence[Mapping[str, Any]],
     spec: SpsProfileSpec,
     *,
-    additive: bool,
+    kind: TableKind,
     live: SpsTable | None = None,
     gate: bool = True,
     limits: Settings | None = None,
@@ -320,13 +322,13 @@ def judge_bounded(
     """`judge` in a child process bounded in time and memory (`limits`), or in-process
     when `limits` is None or says not to isolate."""
     if limits is None or not limits.isolate_fits:
-        return judge(rounds, spec, additive=additive, live=live, gate=gate)
+        return judge(rounds, spec, kind=kind, live=live, gate=gate)
     try:
         return call_bounded(
             _judge,
             list(rounds),
             spec,
-            additive,
+            kind,
             live,
             gate,
             seconds=limits.fit_seconds,

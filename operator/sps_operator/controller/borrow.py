@@ -34,7 +34,7 @@ from typing import Any
 
 from sps_operator.api import labels as L
 from sps_operator.api.hashing import digest
-from sps_operator.api.models import CapacitySpec
+from sps_operator.api.spec import CapacitySpec
 from sps_operator.constants import FIELD_MANAGER, LABEL_PREFIX
 from sps_operator.controller.deployments import deployment_rolled_out
 from sps_operator.controller.placement import PodInfo
@@ -44,12 +44,6 @@ Obj = dict[str, Any]
 MAX_TAG_BYTES = 4096  # a borrow record is ~250 bytes; anything much larger is not ours
 MAX_HOLDER = 253
 MAX_REPLICAS = 100_000
-
-WAITING_FOR_GPUS = "WaitingForGPUs"
-QUEUED_IN_KUEUE = "QueuedInKueue"
-BORROW_BLOCKED = "BorrowBlocked"
-# BorrowReplica on a target Kueue manages: never borrowed from (the run waits as under Wait).
-KUEUE_MANAGED_TARGET = "KueueManagedTarget"
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sps_operator.api.models import Condition, ConditionStatus
 from sps_operator.api.reasons import (
     DEGRADED,
+    NO_TABLE,
     PROFILING,
     READY,
     RECONCILING,
@@ -22,6 +22,7 @@ from sps_operator.api.reasons import (
     Health,
     health,
 )
+from sps_operator.api.status import Condition, ConditionStatus
 
 # The condition types are defined with the reasons (api/reasons.py); re-exported here.
 __all__ = [
@@ -88,7 +89,7 @@ def with_kstatus(
     one that is stalled, with Ready's reason and message."""
     verdict = health({c.type: (str(c.status), c.reason) for c in conditions})
     ready = get_condition(conditions, READY)
-    reason = ready.reason if ready is not None else "NoTable"
+    reason = ready.reason if ready is not None else NO_TABLE
     message = ready.message if ready is not None else ""
     out = list(conditions)
     for type_, on in ((RECONCILING, Health.PROGRESSING), (STALLED, Health.DEGRADED)):

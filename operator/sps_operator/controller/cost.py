@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sps_operator.api.models import CostRecord
+from sps_operator.api.status import CostRecord
 from sps_operator.constants import GPU_RESOURCE
 from sps_operator.controller.clocks import elapsed
 

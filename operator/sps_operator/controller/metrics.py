@@ -30,11 +30,9 @@ from prometheus_client import (
 )
 
 from sps_operator import __version__
-from sps_operator.api.models import SpsProfileStatus
+from sps_operator.api.status import SpsProfileStatus
 from sps_operator.controller.cost import cost_added
 
-# Outcomes of sps_profiling_runs_finished_total.
-OUTCOMES = ("succeeded", "failed", "rejected")
 # Steps of a pass (state.Pass.step) and "status" (the status write): the label of
 # sps_reconcile_errors_total.
 PASS_STEPS = (

@@ -10,20 +10,21 @@ from datetime import datetime, timedelta
 from sps_operator.api.cron import last_fire_time, next_fire_time
 from sps_operator.api.hashing import digest
 from sps_operator.api.labels import ANNOTATION_REPROFILE
-from sps_operator.api.models import FailureRecord, SpsProfileSpec, SpsProfileStatus, TableRef
+from sps_operator.api.reasons import (
+    GPU_CHANGED,
+    NO_TABLE,
+    REFRESH_TOKEN,
+    REPROFILE_REQUESTED,
+    SCHEDULE,
+    SERVER_CHANGED,
+)
+from sps_operator.api.spec import SpsProfileSpec
+from sps_operator.api.status import FailureRecord, SpsProfileStatus, TableRef
 from sps_operator.controller.conditions import rfc3339
 
 MAX_ATTEMPTS = 3
 BACKOFF_BASE_SECONDS = 30.0
 BACKOFF_MAX_SECONDS = 3600.0
-
-# Trigger reasons (CamelCase: they appear in conditions and events).
-NO_TABLE = "NoTable"
-GPU_CHANGED = "GpuChanged"
-SERVER_CHANGED = "ServerChanged"
-TOKEN = "RefreshToken"
-REPROFILE = "ReprofileRequested"
-SCHEDULE = "Schedule"
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ def decide_run(
         trigger_key = f"{key[0]}/{key[1]}/table"
         if exact is not None:
             if refresh_pending(exact, refresh_count):
-                trigger = refresh_reason or TOKEN
+                trigger = refresh_reason or REFRESH_TOKEN
                 trigger_key = refresh_trigger_key(*key, refresh_count)
         elif target.running is None:
             # Never served by this profile (new, or another model): it needs a table.
@@ -247,11 +248,11 @@ def note_refresh_requests(
     token = spec.refresh.token
     if token and token != status.observed_token:
         if status.observed_token is not None or status.tables:
-            request(TOKEN)
+            request(REFRESH_TOKEN)
         status.observed_token = token
     annotation = annotations.get(ANNOTATION_REPROFILE)
     if annotation and annotation != status.observed_reprofile:
-        request(REPROFILE)
+        request(REPROFILE_REQUESTED)
         status.observed_reprofile = annotation
     sched = schedule_state(
         spec.refresh.schedule, status.last_schedule_time, created, now, min_interval_seconds

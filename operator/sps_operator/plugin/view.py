@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sps_operator.api import labels as L
-from sps_operator.constants import GPU_H100, GPU_H200, LABEL_PREFIX
+from sps_operator.api import reasons as R
+from sps_operator.constants import LABEL_PREFIX
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, SpsTable
 
 ANNOTATION_EXPORTED_FROM = f"{LABEL_PREFIX}/exported-from"
@@ -76,17 +77,17 @@ def profile_state(profile: Mapping[str, Any]) -> str:
     status = profile.get("status") or {}
     conds = conditions_by_type(profile)
     if (profile.get("spec") or {}).get("suspend"):
-        return "Suspended"
+        return R.SUSPENDED
     run = status.get("currentRun")
     if run:
         waiting = run.get("waiting") or {}
         if waiting.get("reason"):
             return str(waiting["reason"])  # WaitingForGPUs, QueuedInKueue, LocalQueueMissing, …
         return f"Profiling/{run.get('phase', '?')}"
-    ready = conds.get("Ready")
+    ready = conds.get(R.READY)
     if ready and ready.get("status") == "True":
-        stale = conds.get("Stale")
-        return "Stale" if stale and stale.get("status") == "True" else "Ready"
+        stale = conds.get(R.STALE)
+        return R.STALE if stale and stale.get("status") == "True" else R.READY
     if ready and ready.get("status") == "False" and ready.get("reason"):
         return str(ready["reason"])
     if status.get("lastFailure"):
@@ -151,7 +152,7 @@ def get_row(profile: Mapping[str, Any], now: datetime) -> dict[str, str]:
         "age": age(meta.get("creationTimestamp"), now),
     }
     targets = status.get("targets") or []
-    ready = conditions_by_type(profile).get("Ready") or {}
+    ready = conditions_by_type(profile).get(R.READY) or {}
     row["targets"] = f"{sum(1 for t in targets if t.get('state') == 'Live')}/{len(targets)}"
     row["reason"] = str(ready.get("reason") or "-")
     row["run"] = str(run.get("name") or "-")
@@ -241,15 +242,15 @@ def watch_layout(rows: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
         "namespace": "",
         "name": "",
         "kind": "Additive",
-        "gpu": max((GPU_H100, GPU_H200), key=len),
+        "gpu": "NVIDIA-H100-80GB-HBM3",  # a long GPU product name in common use
         "table": max((f"{r['name']}-table-0123456789" for r in rows), key=len, default=""),
         "state": "Profiling/OffDiagonal",
         "progress": "00/00 rounds",
         "age": "00m00s",
         "targets": "0/0",
-        "reason": "WaitingForGPUs",
+        "reason": R.WAITING_FOR_GPUS,
         "run": max((f"{r['name']}-0123456789" for r in rows), key=len, default=""),
-        "lastFailure": "FitQualityGateFailed",
+        "lastFailure": R.FIT_QUALITY_GATE_FAILED,
     }
     return [*(dict(r) for r in rows), pad]
 

@@ -25,6 +25,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from sps_operator.api.kinds import TableKind
 from sps_operator.tables import clockramp
 from sps_operator.tables.formats import (
     SpsAdditiveCostTable,
@@ -36,7 +37,6 @@ from sps_operator.tables.formats import (
 )
 from sps_operator.tables.quality import Cell, FitQuality, evaluate, leave_one_out_rel
 
-FitKind = Literal["diagonal", "additive"]
 FloatArray = npt.NDArray[np.float64]
 
 # Minimum cells for an additive fit (as the reference: fewer cannot say anything about θ).
@@ -58,7 +58,7 @@ class FitResult:
 
     table: SpsTable
     quality: FitQuality
-    kind: FitKind
+    kind: TableKind
     # Smoothing weight chosen by GCV (additive only).
     smoothing: float | None = None
     # The clock-ramp model the rounds were corrected with (`clockramp.RampModel.to_dict`).
@@ -150,7 +150,7 @@ def fit_diagonal(
     if not diagonal:
         raise ValueError(
             "No diagonal rounds (frac=null) to fit a diagonal table; these rounds are "
-            "off-diagonal — fit them with kind='additive'."
+            "off-diagonal — fit them as an Additive table."
         )
     cells = cells_from_rounds(diagonal)
     by_tokens: dict[int, list[float]] = {}
@@ -184,7 +184,7 @@ def fit_diagonal(
         # A measured-probes table's floor steps are what LOO scores already.
         within_step_rel=_within_step_rel(table, k) if tiers else 0.0,
     )
-    return FitResult(table=table, quality=quality, kind="diagonal")
+    return FitResult(table=table, quality=quality, kind=TableKind.DIAGONAL)
 
 
 def _within_step_rel(table: SpsCostTable, k: int) -> float:
@@ -562,7 +562,7 @@ def fit_additive_cells(
         loo_rel=leave_one_out_rel(merged, lambda i: fit.loo_seconds[i]),
         probe_seconds=[c.t for c in merged],
     )
-    return FitResult(table=table, quality=quality, kind="additive", smoothing=fit.smoothing)
+    return FitResult(table=table, quality=quality, kind=TableKind.ADDITIVE, smoothing=fit.smoothing)
 
 
 def _tiers_from_rounds(rounds: Sequence[Mapping[str, Any]]) -> list[int] | None:
@@ -587,7 +587,7 @@ def fit_additive(
 
 def fit_from_rounds(
     rounds: Sequence[Mapping[str, Any]],
-    kind: FitKind = "diagonal",
+    kind: TableKind = TableKind.DIAGONAL,
     max_batch_tokens: int | None = None,
     tiers: Sequence[int] | None = None,
     diagonal_probes: Literal["tiers", "measured"] = "tiers",
@@ -604,16 +604,16 @@ def fit_from_rounds(
     # nothing can correct are left out.
     rounds, ramp = clockramp.usable_rounds(rounds)
     try:
-        if kind == "diagonal":
+        if kind == TableKind.DIAGONAL:
             if tiers is None and diagonal_probes == "tiers":
                 tiers = _tiers_from_rounds(rounds)
             if diagonal_probes == "measured":
                 tiers = None
             result = fit_diagonal(rounds, max_batch_tokens=max_batch_tokens, tiers=tiers)
-        elif kind == "additive":
+        elif kind == TableKind.ADDITIVE:
             result = fit_additive(rounds, tiers=tiers)
         else:
-            raise ValueError(f"kind must be 'diagonal' or 'additive', got {kind!r}.")
+            raise ValueError(f"kind must be a TableKind, got {kind!r}.")
     except SpsTableError as exc:
         raise ValueError(f"The fitted table is not valid for SGLang: {exc}") from exc
     if ramp is None:
@@ -652,4 +652,4 @@ def fit_additive_binned_reference(
     alpha = [0.0, *(float(beta[1 + bs_col[b]]) for b in bs_levels[1:])]
     theta = [0.0, *(float(beta[1 + len(bs_col) + bin_col[m]]) for m in bins[1:])]
     table = SpsAdditiveCostTable(float(beta[0]), bs_levels, alpha, bins, theta)
-    return FitResult(table=table, quality=evaluate(table, list(cells)), kind="additive")
+    return FitResult(table=table, quality=evaluate(table, list(cells)), kind=TableKind.ADDITIVE)
