@@ -15,6 +15,7 @@ the node's containerd, then the pod force-deleted).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -46,6 +47,9 @@ BASE_ARGS = (
     # Tests trigger several refreshes in a row; the chart's minimum (1 h) would hold them.
     "--min-refresh-interval-seconds=0",
     "--gpu-debounce-seconds=2",
+    # A run queued in Kueue looks at Kueue's words again every 3 s, not 30 s: the Kueue
+    # scenarios' steps each waited out one 30 s recheck (docs/dev-cluster.md, budgets).
+    "--kueue-recheck-seconds=3",
     f"--clock-offset-file={CLOCK_MOUNT}/offset",
 )
 
@@ -151,16 +155,25 @@ class OperatorRelease:
             "scale", "deployment", self.name, "-n", self.namespace, f"--replicas={replicas}"
         )
 
+    @functools.cached_property
+    def core(self) -> client.CoreV1Api:
+        """The API client, not kubectl, for what tests poll (a kubectl process per poll,
+        twice a second, took CPU the bed needs)."""
+        return client.CoreV1Api(self.cluster.bed.api_client())
+
+    def all_pods(self) -> list[dict[str, Any]]:
+        """Its pods, those being deleted too."""
+        resp = self.core.list_namespaced_pod(
+            self.namespace, label_selector=self.selector, _preload_content=False
+        )
+        return list(json.loads(resp.data)["items"])
+
     def pods(self) -> list[dict[str, Any]]:
-        out = self.cluster.kubectl("get", "pods", "-n", self.namespace, "-l", self.selector,
-                                   "-o", "json")  # fmt: skip
-        return [p for p in json.loads(out)["items"] if not p["metadata"].get("deletionTimestamp")]
+        return [p for p in self.all_pods() if not p["metadata"].get("deletionTimestamp")]
 
     def wait_gone(self, pods: list[str], timeout: float = 60) -> None:
         def gone() -> bool:
-            out = self.cluster.kubectl("get", "pods", "-n", self.namespace, "-l", self.selector,
-                                       "-o", "name")  # fmt: skip
-            return not {line.removeprefix("pod/") for line in out.split()} & set(pods)
+            return not {p["metadata"]["name"] for p in self.all_pods()} & set(pods)
 
         wait_for(f"operator pods {pods} gone", gone, timeout=timeout)
 
@@ -224,9 +237,13 @@ class OperatorRelease:
         }
 
     def pod_log(self, pod: str, tail: int = 300) -> str:
-        text = self.cluster.kubectl("logs", "-n", self.namespace, pod, "-c", "operator",
-                                    "--timestamps", f"--tail={tail}", check=False)  # fmt: skip
-        return f"==> {pod} <==\n{text.rstrip()}"
+        try:
+            text = self.core.read_namespaced_pod_log(
+                pod, self.namespace, container="operator", timestamps=True, tail_lines=tail
+            )
+        except ApiException as exc:  # not started yet, or gone: what kubectl would print
+            text = f"(no log: {exc.status} {exc.reason})"
+        return f"==> {pod} <==\n{str(text).rstrip()}"
 
     def log(self, tail: int = 120) -> str:
         """The log of every replica (and of those killed), newest last."""

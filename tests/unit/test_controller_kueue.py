@@ -7,6 +7,7 @@ import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from api_snapshot import ApiSnapshot
 from capacity_harness import BORROW, harness, job_pod, local_queue
 from controller_harness import NODES, NS, Harness, indexes_of
@@ -18,6 +19,7 @@ from sps_operator.api import labels as L
 from sps_operator.api.labels import max_exec_seconds
 from sps_operator.controller.kicks import profiles_waiting_for_a_local_queue
 from sps_operator.controller.kueue import (
+    KUEUE_RECHECK_SECONDS,
     WORDS_LIMIT,
     KueueCache,
     KueueState,
@@ -27,6 +29,9 @@ from sps_operator.controller.kueue import (
     queue_position,
     run_limit,
 )
+from sps_operator.controller.main import parse_args
+from sps_operator.controller.reconcile import Reconciler
+from sps_operator.controller.state import Settings
 
 QUEUE = "gpu-profiling"
 QUOTA = (
@@ -178,18 +183,39 @@ def test_kueues_words_are_bounded_and_without_control_characters() -> None:
     assert "insufficient quota" in message and len(message) < WORDS_LIMIT + 200
 
 
-def test_kueue_is_read_at_most_once_per_interval_and_looked_at_again_later() -> None:
+@pytest.mark.parametrize(("recheck", "read_again_after"), [(None, 15.0), (4.0, 2.0)])
+def test_a_queued_run_looks_again_as_often_as_the_operator_is_told(
+    recheck: float | None, read_again_after: float
+) -> None:
+    """The default (30 s, Kueue read at most every 15 s) and a shorter test setting
+    (`--kueue-recheck-seconds`, the bed's e2e operator)."""
     h = harness(**QUEUED)
+    if recheck is not None:
+        h.settings = Settings(gpu_debounce_seconds=0, isolate_fits=False,
+                              kueue_recheck_seconds=recheck)  # fmt: skip
+        h.reconciler = Reconciler(h.kube, h.settings, clock=lambda: h.now)
     local_queue(h)
     queued(h)
     h.tick()
     h.kube.calls.clear()
-    h.run_pass()
-    h.tick()
     body = copy.deepcopy(h.kube.obj("SpsProfile", "p", NS))
     wake = h.reconciler.reconcile(body, ApiSnapshot(h.kube, h.pods_now(), NODES))
+    assert wake is not None and wake <= (recheck or KUEUE_RECHECK_SECONDS)
     assert h.kube.calls.count("list_workloads") == 1
-    assert wake is not None and wake <= 30
+    h.tick(read_again_after - 0.5)
+    h.run_pass()
+    assert h.kube.calls.count("list_workloads") == 1  # still the cached words
+    h.tick(1.0)
+    h.run_pass()
+    assert h.kube.calls.count("list_workloads") == 2
+
+
+@pytest.mark.parametrize("text", ["0", "-3", "nan", "inf", "soon"])
+def test_the_recheck_flag_refuses_what_is_not_a_positive_time(text: str) -> None:
+    with pytest.raises(SystemExit):
+        parse_args([f"--kueue-recheck-seconds={text}"])
+    assert parse_args([]).kueue_recheck_seconds == KUEUE_RECHECK_SECONDS
+    assert parse_args(["--kueue-recheck-seconds=2.5"]).kueue_recheck_seconds == 2.5
 
 
 def test_a_workload_that_cannot_be_read_is_said_and_the_run_waits_on() -> None:

@@ -64,7 +64,6 @@ from sps_operator.controller.cost import add_cost, bounded_seconds, job_gpus
 from sps_operator.controller.deployments import max_unavailable, progress_deadline_seconds
 from sps_operator.controller.kube import Obj, api_error_detail
 from sps_operator.controller.kueue import (
-    KUEUE_RECHECK_SECONDS,
     POSITION_LIMIT,
     KueueState,
     kueue_deactivated,
@@ -178,7 +177,7 @@ def _waiting_now(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> tuple[str, 
         queue = ((job.get("metadata") or {}).get("labels") or {}).get(L.LABEL_KUEUE_QUEUE)
         if not queue:
             return QUEUED_IN_KUEUE, f"Job {run.job} is suspended until its suspension admits it"
-        p.wake_within(KUEUE_RECHECK_SECONDS)
+        p.wake_within(p.settings.kueue_recheck_seconds)
         return queued_message(run.job, str(queue), _read_kueue(p, job, str(queue)))
     pods = _run_pods(p, run)
     if pods and all(pod.unschedulable for pod in pods):

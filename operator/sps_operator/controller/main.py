@@ -8,6 +8,7 @@ import contextlib
 import faulthandler
 import functools
 import logging
+import math
 import os
 import signal
 import socket
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from sps_operator import __version__
 from sps_operator.constants import IMAGE
+from sps_operator.controller.kueue import KUEUE_RECHECK_SECONDS
 from sps_operator.controller.policy import JobPolicy, NameRule
 
 if TYPE_CHECKING:
@@ -176,6 +178,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="testing: seconds to add to the wall clock, re-read on every pass",
     )
     parser.add_argument(
+        "--kueue-recheck-seconds",
+        type=positive_seconds,
+        default=KUEUE_RECHECK_SECONDS,
+        help="testing: how often a run queued in Kueue looks at Kueue's words again (a "
+        "Workload is read at most half as often)",
+    )
+    parser.add_argument(
         "--pause-before-write",
         default=None,
         metavar="KIND[@AFTER]",
@@ -192,6 +201,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         except ValueError as exc:
             parser.error(f"--pause-before-write: {exc}")
     return args
+
+
+def positive_seconds(text: str) -> float:
+    """A finite number of seconds above zero (zero would be a pass loop)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
 
 
 def pattern_list(text: str) -> tuple[str, ...]:
@@ -274,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
             policy=job_policy(args),
             min_refresh_interval_seconds=args.min_refresh_interval_seconds,
             pool_namespace=args.lease_namespace,
+            kueue_recheck_seconds=args.kueue_recheck_seconds,
             job_defaults=JobDefaults(
                 labels=key_values(args.job_label, "--job-label"),
                 annotations=key_values(args.job_annotation, "--job-annotation"),

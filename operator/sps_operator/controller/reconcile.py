@@ -28,7 +28,7 @@ from sps_operator.controller.capacity import return_orphans
 from sps_operator.controller.clocks import bound_recorded_times
 from sps_operator.controller.history import trim_history
 from sps_operator.controller.kube import KubeApi, api_error_detail, is_transient
-from sps_operator.controller.kueue import KueueCache
+from sps_operator.controller.kueue import KUEUE_READ_SECONDS, KueueCache
 from sps_operator.controller.metrics import Metrics
 from sps_operator.controller.observe import observe
 from sps_operator.controller.outcome import fail_run
@@ -67,7 +67,10 @@ class Reconciler:
         # next pass that same resourceVersion, and the pass must not act on the old status.
         self._written: dict[str, tuple[str, dict[str, Any]]] = {}
         self.pool_sweep = Periodic(self.settings.pool_sweep_seconds)
-        self.kueue_reads = KueueCache()
+        # Read at most half as often as a queued run looks again (15 s by default).
+        self.kueue_reads = KueueCache(
+            seconds=min(KUEUE_READ_SECONDS, self.settings.kueue_recheck_seconds / 2)
+        )
 
     # ------------------------------------------------------------------ entry
 

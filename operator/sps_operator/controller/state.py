@@ -19,7 +19,7 @@ from sps_operator.controller.builders import JobDefaults, ProfileRef
 from sps_operator.controller.claims import ClaimInfo
 from sps_operator.controller.envsources import EnvSources, read_env_config_maps
 from sps_operator.controller.kube import KubeApi, Obj, owned_by
-from sps_operator.controller.kueue import KueueCache
+from sps_operator.controller.kueue import KUEUE_RECHECK_SECONDS, KueueCache
 from sps_operator.controller.metrics import Metrics
 from sps_operator.controller.ownership import ProfileSummary
 from sps_operator.controller.placement import PodInfo
@@ -49,6 +49,9 @@ class Settings:
     # which no tenant can write), and how often a pass may look for orphaned ones.
     pool_namespace: str = "default"
     pool_sweep_seconds: float = 60.0
+    # How often a run queued in Kueue looks at Kueue's words again (kueue.py; the flag
+    # exists for the test bed, whose scenarios would otherwise wait out 30 s per step).
+    kueue_recheck_seconds: float = KUEUE_RECHECK_SECONDS
     # Minimum time between scheduled runs and between rollouts onto one Deployment that
     # already runs a table measured for it (the flag's and chart's default is 1 h; 0 here
     # so a test states the interval it means).
