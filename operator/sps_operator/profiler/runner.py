@@ -401,17 +401,7 @@ def _drive(
         try:
             if failure is None and measures:
                 measured = active.measure(rows)
-                window = measured.outcome.stats.window
-                correlations.append((window.ar1, window.ar1_se))
-                if kind == "cell" and on_ramp:
-                    # Usable only with this run's anchor (`clockramp.stranded_rounds`).
-                    measured.extra["clock_on_ramp"] = True
-                if kind == "anchor":
-                    anchor = active.chunks(rows)
-                    measured.extra["clock_ramp"] = {
-                        "probe": [list(c) for c in thinned(probe)],
-                        "anchor": [list(c) for c in thinned(anchor)],
-                    }
+                _note_measured(measured, active, kind, rows, on_ramp, probe, correlations)
         except RoundError as exc:
             failure = exc
         if stands_for_cell and measured is None and not isinstance(failure, PinNotTakenError):
@@ -424,6 +414,30 @@ def _drive(
             raise
         active = following
         index += 1
+
+
+def _note_measured(
+    measured: MeasuredRound,
+    active: ActiveRound,
+    kind: RoundKind,
+    rows: Sequence[Sequence[StepRow]],
+    on_ramp: bool,
+    probe: Sequence[Chunk],
+    correlations: list[tuple[float, float]],
+) -> None:
+    """What a measured round leaves for the next ones (its steps' correlation, the prior)
+    and for the fit (whether it ran on the clock ramp; the anchor's ramp chunks)."""
+    window = measured.outcome.stats.window
+    correlations.append((window.ar1, window.ar1_se))
+    if kind == "cell" and on_ramp:
+        # Usable only with this run's anchor (`clockramp.stranded_rounds`).
+        measured.extra["clock_on_ramp"] = True
+    if kind == "anchor":
+        anchor = active.chunks(rows)
+        measured.extra["clock_ramp"] = {
+            "probe": [list(c) for c in thinned(probe)],
+            "anchor": [list(c) for c in thinned(anchor)],
+        }
 
 
 def _conclude(
