@@ -12,16 +12,6 @@ PRODUCT_PACKAGES = ("operator/sps_operator", "sim/sps_sim", "testbed/sps_testbed
 MAX_MODULE_LINES = 700
 MAX_FUNCTION_LINES = 100
 
-# Still over the bar, each waiting for its split (issue 22); the list only shrinks: an
-# entry that fits now fails the test until it is removed here.
-NOT_YET_SPLIT = frozenset(
-    {
-        "operator/sps_operator/profiler/rounds.py::postprocess_round",
-        "operator/sps_operator/profiler/runner.py::_drive",
-        "testbed/sps_testbed/controlplane.py::_start_once",
-    }
-)
-
 
 def _modules() -> list[pathlib.Path]:
     paths = [p for package in PRODUCT_PACKAGES for p in sorted((REPO / package).rglob("*.py"))]
@@ -44,20 +34,13 @@ def oversized(source: str, name: str) -> list[str]:
     return found
 
 
-def _key(entry: str) -> str:
-    return entry.split(" (", 1)[0]
-
-
 def test_no_module_over_700_lines_and_no_function_over_100() -> None:
     over = [
         entry
         for path in _modules()
         for entry in oversized(path.read_text(), path.relative_to(REPO).as_posix())
     ]
-    new = [entry for entry in over if _key(entry) not in NOT_YET_SPLIT]
-    assert not new, "split these along their concerns:\n" + "\n".join(new)
-    fitted = NOT_YET_SPLIT - {_key(entry) for entry in over}
-    assert not fitted, f"these fit now: remove them from NOT_YET_SPLIT: {sorted(fitted)}"
+    assert not over, "split these along their concerns:\n" + "\n".join(over)
 
 
 def test_the_walk_measures_modules_and_nested_functions() -> None:
