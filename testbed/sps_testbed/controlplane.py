@@ -473,12 +473,9 @@ class ControlPlane:
     ) -> list[str]:
         return [
             str(binaries.kube_controller_manager),
-            f"--kubeconfig={cm_kubeconfig}",
-            f"--authentication-kubeconfig={cm_kubeconfig}",
-            f"--authorization-kubeconfig={cm_kubeconfig}",
-            "--authentication-skip-lookup=true",
-            f"--secure-port={record.controller_manager_port}",
-            f"--cert-dir={self.state_dir / 'certs' / 'controller-manager'}",
+            *self._component_args(
+                cm_kubeconfig, record.controller_manager_port, "controller-manager"
+            ),
             f"--controllers={','.join(CONTROLLERS)}",
             f"--root-ca-file={p.ca_cert}",
             f"--service-account-private-key-file={p.sa_key}",
@@ -487,6 +484,17 @@ class ControlPlane:
             "--kube-api-qps=100",
             "--kube-api-burst=200",
             *common,
+        ]
+
+    def _component_args(self, kubeconfig: Path, port: int, certs: str) -> list[str]:
+        """How the controller-manager and the scheduler reach the API server and serve."""
+        return [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--authentication-skip-lookup=true",
+            f"--secure-port={port}",
+            f"--cert-dir={self.state_dir / 'certs' / certs}",
         ]
 
     def _etcd_argv(self, binaries: Binaries, etcd_url: str, peer_url: str) -> list[str]:
@@ -509,12 +517,7 @@ class ControlPlane:
     ) -> list[str]:
         return [
             str(binaries.kube_scheduler),
-            f"--kubeconfig={sched_kubeconfig}",
-            f"--authentication-kubeconfig={sched_kubeconfig}",
-            f"--authorization-kubeconfig={sched_kubeconfig}",
-            "--authentication-skip-lookup=true",
-            f"--secure-port={record.scheduler_port}",
-            f"--cert-dir={self.state_dir / 'certs' / 'scheduler'}",
+            *self._component_args(sched_kubeconfig, record.scheduler_port, "scheduler"),
             *common,
         ]
 
