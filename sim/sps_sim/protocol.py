@@ -272,11 +272,9 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def parse_generate(raw: bytes) -> GenerateCall | HttpError:
-    body = _body_object(raw)
-    if isinstance(body, HttpError):
-        return body
-    errors: list[dict[str, Any]] = []
+def _prompt_lengths(body: dict[str, Any], errors: list[dict[str, Any]]) -> tuple[list[int], bool]:
+    """Each prompt's length in tokens (from input_ids, else from text), and whether the
+    request is a batch; type errors are added to `errors`."""
     input_ids = body.get("input_ids")
     text = body.get("text")
     lengths: list[int] = []
@@ -317,6 +315,46 @@ def parse_generate(raw: bytes) -> GenerateCall | HttpError:
             errors.append(
                 _type_error(("text",), "string_type", "Input should be a valid string", text)
             )
+    return lengths, batch
+
+
+def _prompt(i: int, rid: str | None, length: int, params: Any) -> Prompt | HttpError:
+    """One prompt of the request, or why SGLang refuses it."""
+    if not isinstance(params, dict):
+        return HttpError(400, {"error": {"message": "sampling_params must be a dict"}})
+    max_new = params.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
+    if max_new is None:
+        max_new = DEFAULT_MAX_NEW_TOKENS
+    if not _is_int(max_new):
+        return HttpError(
+            400, {"error": {"message": f"max_new_tokens must be an integer, got {max_new!r}"}}
+        )
+    if max_new < 0:
+        return HttpError(
+            400, {"error": {"message": f"max_new_tokens must be at least 0, got {max_new}."}}
+        )
+    temperature = params.get("temperature", 1.0)
+    if temperature is not None and (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, int | float)
+        or temperature < 0
+        or math.isnan(temperature)
+    ):
+        return HttpError(
+            400,
+            {"error": {"message": f"temperature must be non-negative, got {temperature}."}},
+        )
+    if length == 0:
+        return HttpError(400, {"error": {"message": f"The input_ids of request {i} is empty."}})
+    return Prompt(rid=rid, input_len=length, max_new_tokens=int(max_new))
+
+
+def parse_generate(raw: bytes) -> GenerateCall | HttpError:
+    body = _body_object(raw)
+    if isinstance(body, HttpError):
+        return body
+    errors: list[dict[str, Any]] = []
+    lengths, batch = _prompt_lengths(body, errors)
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         errors.append(
@@ -363,33 +401,10 @@ def parse_generate(raw: bytes) -> GenerateCall | HttpError:
         rids = [None] * n
     prompts = []
     for i, (length, params) in enumerate(zip(lengths, params_list, strict=True)):
-        if not isinstance(params, dict):
-            return HttpError(400, {"error": {"message": "sampling_params must be a dict"}})
-        max_new = params.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
-        if max_new is None:
-            max_new = DEFAULT_MAX_NEW_TOKENS
-        if not _is_int(max_new):
-            return HttpError(
-                400, {"error": {"message": f"max_new_tokens must be an integer, got {max_new!r}"}}
-            )
-        if max_new < 0:
-            return HttpError(
-                400, {"error": {"message": f"max_new_tokens must be at least 0, got {max_new}."}}
-            )
-        temperature = params.get("temperature", 1.0)
-        if temperature is not None and (
-            isinstance(temperature, bool)
-            or not isinstance(temperature, int | float)
-            or temperature < 0
-            or math.isnan(temperature)
-        ):
-            return HttpError(
-                400,
-                {"error": {"message": f"temperature must be non-negative, got {temperature}."}},
-            )
-        if length == 0:
-            return HttpError(400, {"error": {"message": f"The input_ids of request {i} is empty."}})
-        prompts.append(Prompt(rid=rids[i], input_len=length, max_new_tokens=int(max_new)))
+        prompt = _prompt(i, rids[i], length, params)
+        if isinstance(prompt, HttpError):
+            return prompt
+        prompts.append(prompt)
     return GenerateCall(prompts=prompts, batch=batch, stream=bool(stream))
 
 

@@ -217,7 +217,103 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
     parser = build_parser()
     ns, unknown = parser.parse_known_args(list(argv))
     warnings: list[str] = []
+    preset = _preset(ns, env, warnings)
+    opts = _sim_options(ns, env)
+    dspark = _is_dspark(ns, warnings)
+    gamma = _gamma(ns, dspark)
+    flavor, mode, enable_lora = _flavor_and_mode(ns, env, dspark)
+    components = resolve_components(env)
+    simulate_acc_len, acc_method, lag_env = _simulated_acceptance(env)
+    max_running = _max_running(ns, dspark)
+    attn_dp = ns.dp_size if ns.enable_dp_attention else 1
+    max_running_per_dp = max(1, max_running // attn_dp)
 
+    max_bs, decode_bs, backend = resolve_decode_capture(ns, preset)
+
+    table, table_info = _startup_table(
+        ns.speculative_dspark_sps_table_path,
+        flavor=flavor,
+        dspark=dspark,
+        mode=mode,
+        flat_max_batch_tokens=max(1, max_running * (gamma + 1)),
+        warnings=warnings,
+    )
+    _check_verify_all(dspark, simulate_acc_len, mode, table)
+
+    notices: list[str] = []
+    capture_status: str | None = None
+    min_predicted_gain = 0.0
+    if (
+        dspark
+        and mode == "compact"
+        and flavors.capture_derivation_requested(flavor, env)
+        and (table is None or table.uninitialized)
+        and not (simulate_acc_len is not None and simulate_acc_len != 1.0)
+    ):
+        capture_status, derived, message = _derive_at_capture(
+            preset, decode_bs, max_running_per_dp, gamma + 1, backend, opts.seed
+        )
+        (warnings if capture_status == "refused" else notices).append(message)
+        if derived is not None:
+            table = built_table(derived)
+            table_info = _table_info(
+                ns.speculative_dspark_sps_table_path, table, source="capture-derived"
+            )
+            table_info["table"] = derived.to_dict()
+            min_predicted_gain = capture_derived.MIN_PREDICTED_GAIN
+
+    engine = EngineConfig(
+        mode=mode,
+        gamma=max(gamma, 0),
+        dp_size=ns.dp_size,
+        dp_attention=bool(ns.enable_dp_attention),
+        dspark=dspark,
+        capture_bs=() if backend == "disabled" else tuple(decode_bs),
+        max_running_per_dp=max_running_per_dp,
+        token_capacity_per_dp=preset.token_capacity,
+        components=components if dspark else frozenset(),
+        simulate_acc_len=simulate_acc_len if dspark else None,
+        simulate_acc_method=acc_method,
+        verify_all_bug=opts.bug_setting in ("on", "auto"),
+        table=table,
+        min_predicted_gain=min_predicted_gain,
+        lag_steps=max(lag_env, 1),
+        overlap_schedule=not ns.disable_overlap_schedule,
+        ring_size=opts.ring_size,
+        seed=opts.seed,
+    )
+    server_args = _server_args(
+        ns,
+        dspark=dspark,
+        gamma=gamma,
+        max_running=max_running,
+        enable_lora=enable_lora,
+        capture=(max_bs, decode_bs, backend),
+    )
+    return SimSettings(
+        host=ns.host,
+        port=ns.port,
+        server_args=server_args,
+        engine=engine,
+        preset=preset,
+        time_scale=opts.time_scale,
+        seed=opts.seed,
+        seed_given=opts.seed_given,
+        accept_null_pin=opts.accept_null_pin,
+        legacy_set_internal_state=opts.legacy,
+        verify_all_bug_setting=opts.bug_setting,
+        ignored_args=list(unknown),
+        warnings=warnings,
+        token_capacity_per_dp=preset.token_capacity,
+        table_info=table_info,
+        sglang_flavor=flavor,
+        capture_derived_status=capture_status,
+        notices=notices,
+    )
+
+
+def _preset(ns: argparse.Namespace, env: Mapping[str, str], warnings: list[str]) -> CostPreset:
+    """The cost preset: named, else the node's GPU product's, with the noise asked for."""
     explicit = ns.preset or env.get("SPS_SIM_PRESET")
     node_product = env.get("SPS_SIM_GPU_PRODUCT", "").strip()
     preset_name = explicit or node_product or DEFAULT_PRESET
@@ -237,10 +333,25 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
     if noise_cv is None and env.get("SPS_SIM_NOISE_CV"):
         noise_cv = _float_env(env, "SPS_SIM_NOISE_CV", preset.noise_cv)
     try:
-        preset = with_noise_cv(preset, noise_cv)
+        return with_noise_cv(preset, noise_cv)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
 
+
+@dataclass(frozen=True)
+class _SimOptions:
+    """The simulator's own options (flags or SPS_SIM_* variables)."""
+
+    time_scale: float
+    seed: int
+    seed_given: bool
+    bug_setting: str
+    accept_null_pin: bool
+    legacy: bool
+    ring_size: int
+
+
+def _sim_options(ns: argparse.Namespace, env: Mapping[str, str]) -> _SimOptions:
     time_scale = (
         ns.time_scale if ns.time_scale is not None else _float_env(env, "SPS_SIM_TIME_SCALE", 1.0)
     )
@@ -267,7 +378,19 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
     )
     if ring_size < 1:
         raise ConfigError(f"--record-ring-size must be >= 1, got {ring_size}")
+    return _SimOptions(
+        time_scale=time_scale,
+        seed=seed,
+        seed_given=seed_given,
+        bug_setting=bug_setting,
+        accept_null_pin=accept_null_pin,
+        legacy=legacy,
+        ring_size=ring_size,
+    )
 
+
+def _is_dspark(ns: argparse.Namespace, warnings: list[str]) -> bool:
+    """Whether the server runs DSpark (checking its parallelism and port on the way)."""
     if ns.tp_size < 1 or ns.dp_size < 1:
         raise ConfigError("--tp-size and --dp-size must be >= 1")
     if ns.port < 0 or ns.port > 65535:
@@ -278,7 +401,11 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
         warnings.append(
             f"speculative algorithm {algorithm!r} is simulated as plain decoding (no DSpark)"
         )
+    return dspark
 
+
+def _gamma(ns: argparse.Namespace, dspark: bool) -> int:
+    """Draft tokens per request and step (0 for plain decode)."""
     gamma = DEFAULT_GAMMA
     k_flag = ns.speculative_num_draft_tokens
     if ns.speculative_dspark_block_size is not None:
@@ -296,7 +423,13 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
         gamma = k_flag - 1
     if not dspark:
         gamma = 0  # plain decode: one token per request per step
+    return gamma
 
+
+def _flavor_and_mode(
+    ns: argparse.Namespace, env: Mapping[str, str], dspark: bool
+) -> tuple[str, str, bool]:
+    """(SGLang flavor, ragged verify mode, whether LoRA is on), checked as the server does."""
     flavor = ns.sglang_flavor or env.get(flavors.FLAVOR_ENV, "").strip() or flavors.UPSTREAM
     if flavor not in flavors.FLAVORS:
         raise ConfigError(
@@ -312,8 +445,11 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
         raise ConfigError(
             f"SGLANG_RAGGED_VERIFY_MODE={mode!r} is invalid; expected one of {list(MODES)}"
         )
-    components = resolve_components(env)
+    return flavor, mode, enable_lora
 
+
+def _simulated_acceptance(env: Mapping[str, str]) -> tuple[float | None, str, int]:
+    """(SGLANG_SIMULATE_ACC_LEN or None, its method, the confidence relay's lag)."""
     acc_raw = _float_env(env, "SGLANG_SIMULATE_ACC_LEN", -1.0)
     simulate_acc_len = acc_raw if acc_raw > 0 else None
     acc_method = env.get("SGLANG_SIMULATE_ACC_METHOD", "match-expected").strip() or "match-expected"
@@ -322,26 +458,22 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
             f"SGLANG_SIMULATE_ACC_METHOD={acc_method!r}; expected match-expected or multinomial"
         )
     lag_env = _int_env(env, "SGLANG_DSPARK_CONFIDENCE_RELAY_LAG_STEPS", 2)
+    return simulate_acc_len, acc_method, lag_env
 
+
+def _max_running(ns: argparse.Namespace, dspark: bool) -> int:
     max_running = ns.max_running_requests
     if max_running is None:
         max_running = DSPARK_DEFAULT_MAX_RUNNING_REQUESTS if dspark else 4096
     if max_running < 1:
         raise ConfigError("--max-running-requests must be >= 1")
-    attn_dp = ns.dp_size if ns.enable_dp_attention else 1
-    max_running_per_dp = max(1, max_running // attn_dp)
+    return max_running
 
-    max_bs, decode_bs, backend = resolve_decode_capture(ns, preset)
 
-    table, table_info = _startup_table(
-        ns.speculative_dspark_sps_table_path,
-        flavor=flavor,
-        dspark=dspark,
-        mode=mode,
-        flat_max_batch_tokens=max(1, max_running * (gamma + 1)),
-        warnings=warnings,
-    )
-
+def _check_verify_all(
+    dspark: bool, simulate_acc_len: float | None, mode: str, table: LoadedTable | None
+) -> None:
+    """A simulated acceptance length other than 1 needs a server that verifies all."""
     if dspark and simulate_acc_len is not None and simulate_acc_len != 1.0:
         verify_all = mode == "static" or (
             mode == "compact" and (table is None or table.uninitialized)
@@ -352,51 +484,20 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
                 "(static mode, or compact with no/flat SPS table)"
             )
 
-    notices: list[str] = []
-    capture_status: str | None = None
-    min_predicted_gain = 0.0
-    if (
-        dspark
-        and mode == "compact"
-        and flavors.capture_derivation_requested(flavor, env)
-        and (table is None or table.uninitialized)
-        and not (simulate_acc_len is not None and simulate_acc_len != 1.0)
-    ):
-        capture_status, derived, message = _derive_at_capture(
-            preset, decode_bs, max_running_per_dp, gamma + 1, backend, seed
-        )
-        (warnings if capture_status == "refused" else notices).append(message)
-        if derived is not None:
-            table = built_table(derived)
-            table_info = _table_info(
-                ns.speculative_dspark_sps_table_path, table, source="capture-derived"
-            )
-            table_info["table"] = derived.to_dict()
-            min_predicted_gain = capture_derived.MIN_PREDICTED_GAIN
 
-    verify_all_bug = bug_setting in ("on", "auto")
-    engine = EngineConfig(
-        mode=mode,
-        gamma=max(gamma, 0),
-        dp_size=ns.dp_size,
-        dp_attention=bool(ns.enable_dp_attention),
-        dspark=dspark,
-        capture_bs=() if backend == "disabled" else tuple(decode_bs),
-        max_running_per_dp=max_running_per_dp,
-        token_capacity_per_dp=preset.token_capacity,
-        components=components if dspark else frozenset(),
-        simulate_acc_len=simulate_acc_len if dspark else None,
-        simulate_acc_method=acc_method,
-        verify_all_bug=verify_all_bug,
-        table=table,
-        min_predicted_gain=min_predicted_gain,
-        lag_steps=max(lag_env, 1),
-        overlap_schedule=not ns.disable_overlap_schedule,
-        ring_size=ring_size,
-        seed=seed,
-    )
-    k = gamma + 1
-    server_args: dict[str, Any] = {
+def _server_args(
+    ns: argparse.Namespace,
+    *,
+    dspark: bool,
+    gamma: int,
+    max_running: int,
+    enable_lora: bool,
+    capture: tuple[int, list[int], str],
+) -> dict[str, Any]:
+    """What /server_info reports as the server's arguments."""
+    algorithm, k_flag, k = ns.speculative_algorithm, ns.speculative_num_draft_tokens, gamma + 1
+    max_bs, decode_bs, backend = capture
+    return {
         "model_path": ns.model_path,
         "tokenizer_path": ns.tokenizer_path or ns.model_path,
         "served_model_name": ns.served_model_name or ns.model_path,
@@ -443,26 +544,6 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
         "speculative_accept_threshold_single": 1.0,
         "speculative_accept_threshold_acc": 1.0,
     }
-    return SimSettings(
-        host=ns.host,
-        port=ns.port,
-        server_args=server_args,
-        engine=engine,
-        preset=preset,
-        time_scale=time_scale,
-        seed=seed,
-        seed_given=seed_given,
-        accept_null_pin=accept_null_pin,
-        legacy_set_internal_state=legacy,
-        verify_all_bug_setting=bug_setting,
-        ignored_args=list(unknown),
-        warnings=warnings,
-        token_capacity_per_dp=preset.token_capacity,
-        table_info=table_info,
-        sglang_flavor=flavor,
-        capture_derived_status=capture_status,
-        notices=notices,
-    )
 
 
 def _table_info(path: str | None, table: LoadedTable, *, source: str) -> dict[str, Any]:

@@ -343,6 +343,65 @@ class ControlPlane:
         p = pki_mod.generate(
             self.state_dir / "pki", ["127.0.0.1", network.gateway, KUBERNETES_SERVICE_IP]
         )
+        cm_kubeconfig, sched_kubeconfig = self._write_kubeconfigs(record, p)
+        self._write_env_file(record)
+
+        etcd_url = f"http://127.0.0.1:{record.etcd_port}"
+        peer_url = f"http://127.0.0.1:{record.etcd_peer_port}"
+        self._spawn(
+            "etcd",
+            self._etcd_argv(binaries, etcd_url, peer_url),
+        )
+        # The pod-network reservation lives as long as etcd, the last process to stop.
+        podnet.transfer(network, record.pids["etcd"], self.state_dir)
+
+        self._spawn(
+            "kube-apiserver",
+            self._apiserver_argv(binaries, etcd_url, api_port, network.gateway, p),
+        )
+        admin_ctx = _ssl_context(p.ca_cert, p.admin)
+        self._wait("etcd", deadline, lambda: b"true" in http_get(f"{etcd_url}/health"))
+        self._wait(
+            "kube-apiserver",
+            deadline,
+            lambda: http_get(f"{record.server}/readyz", admin_ctx) == b"ok",
+        )
+        # The controller-manager and scheduler exit if they start before the API server
+        # has bootstrapped RBAC (they read the extension-apiserver-authentication
+        # ConfigMap), so they start once it is ready.
+        common = [
+            "--bind-address=127.0.0.1",
+            "--leader-elect=false",
+            "--profiling=false",
+            "--v=1",
+        ]
+        self._spawn(
+            "kube-controller-manager",
+            self._controller_manager_argv(binaries, cm_kubeconfig, record, p, common),
+        )
+        self._spawn(
+            "kube-scheduler",
+            self._scheduler_argv(binaries, sched_kubeconfig, record, common),
+        )
+
+        insecure = _ssl_context(None, None)
+        for name, port in (
+            ("kube-controller-manager", record.controller_manager_port),
+            ("kube-scheduler", record.scheduler_port),
+        ):
+            self._wait(name, deadline, _healthz_check(port, insecure))
+        # Usable means a namespace gets its service account and root CA: pods need both.
+        self._wait(
+            "kube-controller-manager",
+            deadline,
+            lambda: bool(
+                self.get("/api/v1/namespaces/default/serviceaccounts/default")
+                and self.get("/api/v1/namespaces/default/configmaps/kube-root-ca.crt")
+            ),
+        )
+
+    def _write_kubeconfigs(self, record: ClusterRecord, p: pki_mod.Pki) -> tuple[Path, Path]:
+        """The admin's kubeconfig, and the controller-manager's and scheduler's (returned)."""
         self.kubeconfig.write_text(
             kubeconfig_yaml(record.server, p.ca_cert, p.admin.cert, p.admin.key, "admin")
         )
@@ -363,132 +422,104 @@ class ControlPlane:
                 record.server, p.ca_cert, p.scheduler.cert, p.scheduler.key, "system:kube-scheduler"
             )
         )
-        self._write_env_file(record)
+        return cm_kubeconfig, sched_kubeconfig
 
-        etcd_url = f"http://127.0.0.1:{record.etcd_port}"
-        peer_url = f"http://127.0.0.1:{record.etcd_peer_port}"
-        self._spawn(
-            "etcd",
-            [
-                str(binaries.etcd),
-                "--name=default",
-                f"--data-dir={self.state_dir / 'etcd'}",
-                f"--listen-client-urls={etcd_url}",
-                f"--advertise-client-urls={etcd_url}",
-                f"--listen-peer-urls={peer_url}",
-                f"--initial-advertise-peer-urls={peer_url}",
-                f"--initial-cluster=default={peer_url}",
-                # Test data: durability across a power cut is not worth an fsync per write.
-                "--unsafe-no-fsync",
-                "--log-level=warn",
-            ],
-        )
-        # The pod-network reservation lives as long as etcd, the last process to stop.
-        podnet.transfer(network, record.pids["etcd"], self.state_dir)
-
-        self._spawn(
-            "kube-apiserver",
-            [
-                str(binaries.kube_apiserver),
-                f"--etcd-servers={etcd_url}",
-                # 0.0.0.0: pods reach the API server at the gateway of their network.
-                "--bind-address=0.0.0.0",
-                f"--secure-port={api_port}",
-                f"--advertise-address={network.gateway}",
-                f"--cert-dir={self.state_dir / 'certs' / 'apiserver'}",
-                f"--tls-cert-file={p.apiserver_cert}",
-                f"--tls-private-key-file={p.apiserver_key}",
-                f"--client-ca-file={p.ca_cert}",
-                f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
-                f"--service-account-key-file={p.sa_pub}",
-                f"--service-account-signing-key-file={p.sa_key}",
-                f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
-                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-                "--authorization-mode=RBAC",
-                f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
-                "--allow-privileged=true",
-                "--profiling=false",
-                "--event-ttl=1h",
-                # `kubectl logs` reaches a node agent at its InternalIP (no DNS for node names).
-                "--kubelet-preferred-address-types=InternalIP,Hostname",
-                # The aggregation layer (kubeadm's settings): an aggregated API server
-                # (Kueue's visibility API) trusts the user this client certificate forwards.
-                f"--requestheader-client-ca-file={p.front_proxy_ca}",
-                f"--requestheader-allowed-names={pki_mod.FRONT_PROXY_CLIENT}",
-                "--requestheader-username-headers=X-Remote-User",
-                "--requestheader-group-headers=X-Remote-Group",
-                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-                f"--proxy-client-cert-file={p.front_proxy_client.cert}",
-                f"--proxy-client-key-file={p.front_proxy_client.key}",
-                "--v=1",
-                *self.apiserver_args,
-            ],
-        )
-        admin_ctx = _ssl_context(p.ca_cert, p.admin)
-        self._wait("etcd", deadline, lambda: b"true" in http_get(f"{etcd_url}/health"))
-        self._wait(
-            "kube-apiserver",
-            deadline,
-            lambda: http_get(f"{record.server}/readyz", admin_ctx) == b"ok",
-        )
-        # The controller-manager and scheduler exit if they start before the API server
-        # has bootstrapped RBAC (they read the extension-apiserver-authentication
-        # ConfigMap), so they start once it is ready.
-        common = [
-            "--bind-address=127.0.0.1",
-            "--leader-elect=false",
+    def _apiserver_argv(
+        self, binaries: Binaries, etcd_url: str, api_port: int, gateway: str, p: pki_mod.Pki
+    ) -> list[str]:
+        return [
+            str(binaries.kube_apiserver),
+            f"--etcd-servers={etcd_url}",
+            # 0.0.0.0: pods reach the API server at the gateway of their network.
+            "--bind-address=0.0.0.0",
+            f"--secure-port={api_port}",
+            f"--advertise-address={gateway}",
+            f"--cert-dir={self.state_dir / 'certs' / 'apiserver'}",
+            f"--tls-cert-file={p.apiserver_cert}",
+            f"--tls-private-key-file={p.apiserver_key}",
+            f"--client-ca-file={p.ca_cert}",
+            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+            f"--service-account-key-file={p.sa_pub}",
+            f"--service-account-signing-key-file={p.sa_key}",
+            f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
+            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+            "--authorization-mode=RBAC",
+            f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
+            "--allow-privileged=true",
             "--profiling=false",
+            "--event-ttl=1h",
+            # `kubectl logs` reaches a node agent at its InternalIP (no DNS for node names).
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+            # The aggregation layer (kubeadm's settings): an aggregated API server
+            # (Kueue's visibility API) trusts the user this client certificate forwards.
+            f"--requestheader-client-ca-file={p.front_proxy_ca}",
+            f"--requestheader-allowed-names={pki_mod.FRONT_PROXY_CLIENT}",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={p.front_proxy_client.cert}",
+            f"--proxy-client-key-file={p.front_proxy_client.key}",
             "--v=1",
+            *self.apiserver_args,
         ]
-        self._spawn(
-            "kube-controller-manager",
-            [
-                str(binaries.kube_controller_manager),
-                f"--kubeconfig={cm_kubeconfig}",
-                f"--authentication-kubeconfig={cm_kubeconfig}",
-                f"--authorization-kubeconfig={cm_kubeconfig}",
-                "--authentication-skip-lookup=true",
-                f"--secure-port={record.controller_manager_port}",
-                f"--cert-dir={self.state_dir / 'certs' / 'controller-manager'}",
-                f"--controllers={','.join(CONTROLLERS)}",
-                f"--root-ca-file={p.ca_cert}",
-                f"--service-account-private-key-file={p.sa_key}",
-                "--use-service-account-credentials=true",
-                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-                "--kube-api-qps=100",
-                "--kube-api-burst=200",
-                *common,
-            ],
-        )
-        self._spawn(
-            "kube-scheduler",
-            [
-                str(binaries.kube_scheduler),
-                f"--kubeconfig={sched_kubeconfig}",
-                f"--authentication-kubeconfig={sched_kubeconfig}",
-                f"--authorization-kubeconfig={sched_kubeconfig}",
-                "--authentication-skip-lookup=true",
-                f"--secure-port={record.scheduler_port}",
-                f"--cert-dir={self.state_dir / 'certs' / 'scheduler'}",
-                *common,
-            ],
-        )
 
-        insecure = _ssl_context(None, None)
-        for name, port in (
-            ("kube-controller-manager", record.controller_manager_port),
-            ("kube-scheduler", record.scheduler_port),
-        ):
-            self._wait(name, deadline, _healthz_check(port, insecure))
-        # Usable means a namespace gets its service account and root CA: pods need both.
-        self._wait(
-            "kube-controller-manager",
-            deadline,
-            lambda: bool(
-                self.get("/api/v1/namespaces/default/serviceaccounts/default")
-                and self.get("/api/v1/namespaces/default/configmaps/kube-root-ca.crt")
+    def _controller_manager_argv(
+        self,
+        binaries: Binaries,
+        cm_kubeconfig: Path,
+        record: ClusterRecord,
+        p: pki_mod.Pki,
+        common: list[str],
+    ) -> list[str]:
+        return [
+            str(binaries.kube_controller_manager),
+            *self._component_args(
+                cm_kubeconfig, record.controller_manager_port, "controller-manager"
             ),
-        )
+            f"--controllers={','.join(CONTROLLERS)}",
+            f"--root-ca-file={p.ca_cert}",
+            f"--service-account-private-key-file={p.sa_key}",
+            "--use-service-account-credentials=true",
+            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+            "--kube-api-qps=100",
+            "--kube-api-burst=200",
+            *common,
+        ]
+
+    def _component_args(self, kubeconfig: Path, port: int, certs: str) -> list[str]:
+        """How the controller-manager and the scheduler reach the API server and serve."""
+        return [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--authentication-skip-lookup=true",
+            f"--secure-port={port}",
+            f"--cert-dir={self.state_dir / 'certs' / certs}",
+        ]
+
+    def _etcd_argv(self, binaries: Binaries, etcd_url: str, peer_url: str) -> list[str]:
+        return [
+            str(binaries.etcd),
+            "--name=default",
+            f"--data-dir={self.state_dir / 'etcd'}",
+            f"--listen-client-urls={etcd_url}",
+            f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=default={peer_url}",
+            # Test data: durability across a power cut is not worth an fsync per write.
+            "--unsafe-no-fsync",
+            "--log-level=warn",
+        ]
+
+    def _scheduler_argv(
+        self, binaries: Binaries, sched_kubeconfig: Path, record: ClusterRecord, common: list[str]
+    ) -> list[str]:
+        return [
+            str(binaries.kube_scheduler),
+            *self._component_args(sched_kubeconfig, record.scheduler_port, "scheduler"),
+            *common,
+        ]
 
     def _write_env_file(self, record: ClusterRecord) -> None:
         path = ":".join(record.path_dirs)

@@ -23,12 +23,12 @@ from sps_operator.api.reasons import (
 )
 from sps_operator.controller.fingerprint_cmd import with_doc
 from sps_operator.controller.podenv import ConfigMapEnv, resolve_env
+from sps_operator.controller.serverchanges import server_changes
 from sps_operator.controller.serverconfig import (
     ServerConfig,
     ServerProblem,
     legacy_table_fingerprint,
     parse_server,
-    server_changes,
     server_config,
     table_fingerprint,
 )

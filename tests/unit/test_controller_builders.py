@@ -11,7 +11,7 @@ from sps_operator.api import labels as L
 from sps_operator.api.kinds import RunPhase
 from sps_operator.api.limits import MAX_PROFILE_NAME
 from sps_operator.api.spec import SpsProfileSpec
-from sps_operator.controller import builders, names
+from sps_operator.controller import builders, names, table_objects
 from sps_operator.controller.serverconfig import parse_server
 
 PROFILE = builders.ProfileRef("llama", "serving", "uid-1")
@@ -207,7 +207,7 @@ def test_profiler_rbac_grants_only_the_result_config_maps() -> None:
 
 
 def test_table_config_map_is_immutable_labelled_and_free_of_gitops_metadata() -> None:
-    cm = builders.table_config_map(
+    cm = table_objects.table_config_map(
         PROFILE, "llama-table-0123456789", '{"a":1}', "0123456789abcdef",
         "NVIDIA-H100-80GB-HBM3", "f" * 16, {"run": "r"},
     )  # fmt: skip

@@ -30,7 +30,8 @@ from sps_operator.controller.serverconfig import (
     parse_server,
     server_config,
 )
-from sps_operator.plugin.explain import FAILURE_REASONS, TARGET_REASONS, explain, render_explain
+from sps_operator.plugin.explain import explain, render_explain
+from sps_operator.plugin.explain_reasons import FAILURE_REASONS, TARGET_REASONS
 from sps_operator.plugin.view import get_row
 from sps_sim import flavors
 

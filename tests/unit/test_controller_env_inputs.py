@@ -32,7 +32,8 @@ from sps_operator.controller.serverconfig import (
     parse_server,
     server_config,
 )
-from sps_operator.plugin.explain import TARGET_REASONS, explain
+from sps_operator.plugin.explain import explain
+from sps_operator.plugin.explain_reasons import TARGET_REASONS
 
 MODEL_FROM_ARGS = [a if a != "org/model-8b" else "$(MODEL)" for a in SERVER_ARGS]
 

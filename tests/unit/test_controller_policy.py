@@ -614,6 +614,6 @@ def _spec() -> SpsProfileSpec:
 
 def test_every_refusal_and_the_phase_change_are_explained() -> None:
     from sps_operator.controller.run import TARGET_CHANGED
-    from sps_operator.plugin.explain import FAILURE_REASONS
+    from sps_operator.plugin.explain_reasons import FAILURE_REASONS
 
     assert policy.REFUSAL_REASONS | {TARGET_CHANGED} <= FAILURE_REASONS.keys()

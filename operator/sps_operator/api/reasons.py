@@ -2,7 +2,7 @@
 and how health tools read them (pure, no I/O).
 
 The one place they are spelled: the controller sets them and `kubectl sps explain`
-(plugin/explain.py) explains them by these constants. tests/unit/test_api_reasons.py fails
+(plugin/explain*.py) explains them by these constants. tests/unit/test_api_reasons.py fails
 when a module retypes one, when a CamelCase string of the controller or the plugin is
 neither here nor declared another vocabulary's, when one here is set nowhere, and when
 docs/operator.md does not name it; the unit tests' fake API fails a test whose passes write

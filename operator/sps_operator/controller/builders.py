@@ -8,7 +8,6 @@ never copy GitOps tracking metadata (`app.kubernetes.io/instance`,
 from __future__ import annotations
 
 import copy
-import json
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +15,6 @@ from typing import Any
 
 from sps_operator.api import labels as L
 from sps_operator.api.kinds import RunPhase
-from sps_operator.api.result import MAX_CONFIGMAP_BYTES, encode_rounds, object_size
 from sps_operator.api.spec import DEFAULT_ADDITIVE_FRACS, ServerSource, SpsProfileSpec, TableKind
 from sps_operator.constants import API_GROUP, API_VERSION, IMAGE, KIND
 from sps_operator.controller import names
@@ -365,11 +363,69 @@ def pod_own_labels(plan: RunPlan) -> dict[str, str]:
     return {**base_labels(plan.profile, L.COMPONENT_POD), **plan.labels()}
 
 
+def _clone_target(
+    plan: RunPlan,
+    pod: dict[str, Any],
+    volumes: list[dict[str, Any]],
+    init_containers: list[dict[str, Any]],
+    node_selector: dict[str, str],
+    tolerations: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Clone the target's server into the Job's pod (adds to the pod and the lists given:
+    the target's volumes, init containers, sidecars, placement); returns the server
+    container as the profiler sees it."""
+    pod_spec = plan.target_pod_spec
+    container = find_server_container(pod_spec, plan.server_container)
+    if container is None:
+        raise ValueError(f"the target has no container named {plan.server_container!r}")
+    reserved = {WORK_VOLUME, TOKEN_VOLUME, SEED_VOLUME, TABLE_VOLUME}
+    dropped = reserved | {
+        str(v.get("name"))
+        for v in pod_spec.get("volumes") or []
+        if is_table_volume(v, plan.table_config_maps)
+    }
+    volumes += [
+        copy.deepcopy(dict(v))
+        for v in pod_spec.get("volumes") or []
+        if v.get("name") not in dropped
+    ]
+    for init in pod_spec.get("initContainers") or []:
+        copied = copy.deepcopy(dict(init))
+        copied["volumeMounts"] = _mounts_without(init, dropped)
+        init_containers.append(copied)
+    init_containers += [
+        copied_sidecar(c, dropped)
+        for c in pod_spec.get("containers") or []
+        if c.get("name") != container.get("name")
+    ]
+    init_containers.append(server_sidecar(plan, container, dropped))
+    for copied in init_containers[:-1]:
+        if copied.get("name") in OWN_CONTAINERS:  # the clone's own names win
+            copied["name"] = f"target-{copied['name']}"
+    server_view = {**dict(container), "volumeMounts": _mounts_without(container, dropped)}
+    node_selector.update(pod_spec.get("nodeSelector") or {})
+    tolerations += [copy.deepcopy(dict(t)) for t in pod_spec.get("tolerations") or []]
+    # The pod keeps the target's own security context (the server needs it).
+    for key in (
+        "affinity",
+        "imagePullSecrets",
+        "priorityClassName",
+        "runtimeClassName",
+        "securityContext",
+    ):
+        if pod_spec.get(key):
+            pod[key] = copy.deepcopy(pod_spec[key])
+    if plan.volume_pin.node:
+        pin_to_node(pod, plan.volume_pin.node)
+    if plan.phase == RunPhase.OFF_DIAGONAL and plan.seed_table_config_map:
+        volumes.append({"name": SEED_VOLUME, "configMap": {"name": plan.seed_table_config_map}})
+    return server_view
+
+
 def profiling_job(plan: RunPlan) -> dict[str, Any]:
     """The profiling Job: backoffLimit 0 (profiling failures are rarely transient and GPU
     time is expensive; the operator decides about retries)."""
     spec = plan.spec
-    pod_spec = plan.target_pod_spec
     volumes: list[dict[str, Any]] = [{"name": WORK_VOLUME, "emptyDir": {}}, token_volume()]
     init_containers: list[dict[str, Any]] = []
     node_selector: dict[str, str] = {}
@@ -379,52 +435,9 @@ def profiling_job(plan: RunPlan) -> dict[str, Any]:
         base_url = str(spec.server.url).rstrip("/")
         containers = [profiler_container(plan, base_url)]
     else:
-        container = find_server_container(pod_spec, plan.server_container)
-        if container is None:
-            raise ValueError(f"the target has no container named {plan.server_container!r}")
         base_url = f"http://127.0.0.1:{plan.server_port}"
-        reserved = {WORK_VOLUME, TOKEN_VOLUME, SEED_VOLUME, TABLE_VOLUME}
-        dropped = reserved | {
-            str(v.get("name"))
-            for v in pod_spec.get("volumes") or []
-            if is_table_volume(v, plan.table_config_maps)
-        }
-        volumes += [
-            copy.deepcopy(dict(v))
-            for v in pod_spec.get("volumes") or []
-            if v.get("name") not in dropped
-        ]
-        for init in pod_spec.get("initContainers") or []:
-            copied = copy.deepcopy(dict(init))
-            copied["volumeMounts"] = _mounts_without(init, dropped)
-            init_containers.append(copied)
-        init_containers += [
-            copied_sidecar(c, dropped)
-            for c in pod_spec.get("containers") or []
-            if c.get("name") != container.get("name")
-        ]
-        init_containers.append(server_sidecar(plan, container, dropped))
-        for copied in init_containers[:-1]:
-            if copied.get("name") in OWN_CONTAINERS:  # the clone's own names win
-                copied["name"] = f"target-{copied['name']}"
-        server_view = {**dict(container), "volumeMounts": _mounts_without(container, dropped)}
+        server_view = _clone_target(plan, pod, volumes, init_containers, node_selector, tolerations)
         containers = [profiler_container(plan, base_url, server_view)]
-        node_selector.update(pod_spec.get("nodeSelector") or {})
-        tolerations += [copy.deepcopy(dict(t)) for t in pod_spec.get("tolerations") or []]
-        # The pod keeps the target's own security context (the server needs it).
-        for key in (
-            "affinity",
-            "imagePullSecrets",
-            "priorityClassName",
-            "runtimeClassName",
-            "securityContext",
-        ):
-            if pod_spec.get(key):
-                pod[key] = copy.deepcopy(pod_spec[key])
-        if plan.volume_pin.node:
-            pin_to_node(pod, plan.volume_pin.node)
-        if plan.phase == RunPhase.OFF_DIAGONAL and plan.seed_table_config_map:
-            volumes.append({"name": SEED_VOLUME, "configMap": {"name": plan.seed_table_config_map}})
     node_selector.update(spec.job.node_selector or {})
     if spec.server.source != ServerSource.EXTERNAL:
         # Last, so it always wins: a clone measures the GPU product its table is labelled
@@ -530,80 +543,6 @@ def profiler_rbac(plan: RunPlan) -> list[dict[str, Any]]:
             ],
         },
     ]
-
-
-# --------------------------------------------------------------------------- tables
-
-
-def table_config_map(
-    profile: ProfileRef,
-    name: str,
-    table_json: str,
-    table_hash: str,
-    gpu_product: str,
-    fingerprint: str,
-    meta: Mapping[str, Any],
-    rounds: Sequence[Mapping[str, Any]] = (),
-    component: str = L.COMPONENT_TABLE,
-) -> dict[str, Any]:
-    """An immutable ConfigMap per table, named by content hash, with its provenance: the
-    validated rounds it was fitted from (gzipped in binaryData when large), dropped with
-    a note in meta.json when even that would not fit in a ConfigMap."""
-    labels = {
-        L.LABEL_GPU: names.label_value(gpu_product),
-        L.LABEL_FINGERPRINT: fingerprint,
-        L.LABEL_TABLE_HASH: table_hash,
-    }
-    data: dict[str, str | None] = {L.TABLE_KEY: table_json}
-    binary: dict[str, str | None] = {}
-    meta = dict(meta)
-    if rounds:
-        rounds_data, binary = encode_rounds(rounds)
-        data.update(rounds_data)
-        if object_size(data, binary) > MAX_CONFIGMAP_BYTES // 2:
-            data, binary = {L.TABLE_KEY: table_json}, {}
-            meta["roundsOmitted"] = f"{len(rounds)} rounds did not fit in the ConfigMap"
-    data[L.META_KEY] = json.dumps(meta, sort_keys=True, indent=1, default=str)
-    cm: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": object_meta(
-            profile, name, component, labels, annotations={L.ANNOTATION_GPU: gpu_product}
-        ),
-        "immutable": True,
-        "data": {k: v for k, v in data.items() if v is not None},
-    }
-    packed = {k: v for k, v in binary.items() if v is not None}
-    if packed:
-        cm["binaryData"] = packed
-    return cm
-
-
-def stable_table_apply(
-    profile: ProfileRef,
-    name: str,
-    table_json: str,
-    table_hash: str,
-    filename: str,
-    placeholder: bool,
-) -> dict[str, Any]:
-    """AnnotateOnly: the stable ConfigMap the Deployment in Git mounts (SSA: data, the
-    hash and the placeholder mark). No ownerReference: it must outlive the profile, the
-    Deployments keep mounting it."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": name,
-            "namespace": profile.namespace,
-            "labels": {L.LABEL_MANAGED_BY: L.MANAGED_BY, L.LABEL_COMPONENT: L.COMPONENT_STABLE},
-            "annotations": {
-                L.ANNOTATION_TABLE_HASH: table_hash,
-                L.ANNOTATION_PLACEHOLDER: "true" if placeholder else "false",
-            },
-        },
-        "data": {filename: table_json},
-    }
 
 
 # --------------------------------------------------------------------------- rollout

@@ -31,13 +31,13 @@ from sps_operator.api.fingerprint import DOC_BEGIN, DOC_END, fingerprint_doc
 from sps_operator.api.spec import SpsProfileSpec, TableKind
 from sps_operator.controller import compat
 from sps_operator.controller.podenv import ConfigMapEnv, env_config_maps, resolve_env
+from sps_operator.controller.serverchanges import server_changes
 from sps_operator.controller.serverconfig import (
     ServerConfig,
     ServerProblem,
     find_server_container,
     legacy_table_fingerprint,
     parse_server,
-    server_changes,
     server_config,
     table_fingerprint,
 )

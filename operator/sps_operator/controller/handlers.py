@@ -64,8 +64,13 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
     kicks = Kicks()
     env_sources = EnvSources()
     pool = ThreadPoolExecutor(max_workers=runtime.workers, thread_name_prefix="sps-pass")
+    _register_caches(registry)
+    _register_wakeups(registry, reconciler, kicks, env_sources)
+    _register_passes(registry, reconciler, runtime, kicks, env_sources, pool)
 
-    # ------------------------------------------------------------------ caches
+
+def _register_caches(registry: kopf.OperatorRegistry) -> None:
+    """The indexes a pass reads instead of the API (ix.world_for)."""
 
     @kopf.index("", "v1", "nodes", id="sps_node_labels", registry=registry)
     async def sps_node_labels(body: kopf.Body, **_: Any) -> dict[Any, Any]:
@@ -120,7 +125,11 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
     async def sps_profiles(body: kopf.Body, **_: Any) -> dict[Any, Any]:
         return ix.profile_entries(body)
 
-    # ------------------------------------------------------------------ wake-ups
+
+def _register_wakeups(
+    registry: kopf.OperatorRegistry, reconciler: Reconciler, kicks: Kicks, env_sources: EnvSources
+) -> None:
+    """Events that wake the passes of the profiles they concern."""
 
     @kopf.on.event(*DEPLOYMENTS, id="sps_wake_deployment", registry=registry)  # type: ignore[arg-type]
     async def wake_deployment(namespace: str, body: kopf.Body, sps_profiles: Any, **_: Any) -> None:
@@ -204,7 +213,16 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
         elif own:
             kicks.kick(namespace, [uid])
 
-    # ------------------------------------------------------------------ the passes
+
+def _register_passes(
+    registry: kopf.OperatorRegistry,
+    reconciler: Reconciler,
+    runtime: Runtime,
+    kicks: Kicks,
+    env_sources: EnvSources,
+    pool: ThreadPoolExecutor,
+) -> None:
+    """One daemon per profile runs its passes; deletion releases what it holds."""
 
     @kopf.daemon(  # type: ignore[arg-type]
         API_GROUP,

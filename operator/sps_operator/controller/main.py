@@ -34,6 +34,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="sps-operator run",
         description="Run the SpsProfile operator (kopf, standalone: one replica).",
     )
+    _add_watch_args(parser)
+    _add_job_default_args(parser)
+    parser.add_argument(
+        "--kube-qps",
+        type=float,
+        default=20.0,
+        help="client-side limit of API requests per second (reads and writes)",
+    )
+    parser.add_argument(
+        "--kube-burst", type=int, default=40, help="requests allowed at once above --kube-qps"
+    )
+    _add_job_policy_args(parser)
+    _add_log_and_testing_args(parser)
+    args = parser.parse_args(argv)
+    if args.pause_before_write:
+        from sps_operator.controller.faults import parse_point
+
+        try:
+            parse_point(args.pause_before_write)
+        except ValueError as exc:
+            parser.error(f"--pause-before-write: {exc}")
+    return args
+
+
+def _add_watch_args(parser: argparse.ArgumentParser) -> None:
+    """What the operator watches, how often, and how its replicas share the work."""
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument(
         "-n",
@@ -81,6 +107,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "rollouts of a new table onto a Deployment that already runs one measured for it (a "
         "profile's spec.refresh.minIntervalSeconds may only lengthen it)",
     )
+
+
+def _add_job_default_args(parser: argparse.ArgumentParser) -> None:
+    """What every profiling Job gets unless its profile says otherwise."""
     parser.add_argument("--profiler-image", default=IMAGE)
     parser.add_argument(
         "--job-label",
@@ -102,15 +132,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="PriorityClass of every profiling Job's pod (a profile's spec.job wins)",
     )
-    parser.add_argument(
-        "--kube-qps",
-        type=float,
-        default=20.0,
-        help="client-side limit of API requests per second (reads and writes)",
-    )
-    parser.add_argument(
-        "--kube-burst", type=int, default=40, help="requests allowed at once above --kube-qps"
-    )
+
+
+def _add_job_policy_args(parser: argparse.ArgumentParser) -> None:
+    """What a profile may ask of its Job (the cluster admin's bounds)."""
     parser.add_argument(
         "--allow-job-image",
         action="append",
@@ -168,6 +193,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=policy.max_active_deadline_seconds,
         help="the largest spec.job.activeDeadlineSeconds a profile may ask for",
     )
+
+
+def _add_log_and_testing_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--debug", action="store_true")
     parser.add_argument("--log-format", choices=["plain", "full", "json"], default="full")
@@ -192,15 +220,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "AFTER) is about to be sent, log a marker line and block every write from then on "
         "(controller/faults.py)",
     )
-    args = parser.parse_args(argv)
-    if args.pause_before_write:
-        from sps_operator.controller.faults import parse_point
-
-        try:
-            parse_point(args.pause_before_write)
-        except ValueError as exc:
-            parser.error(f"--pause-before-write: {exc}")
-    return args
 
 
 def positive_seconds(text: str) -> float:

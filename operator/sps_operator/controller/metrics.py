@@ -63,6 +63,10 @@ def _timestamp(value: str | None) -> float | None:
 disable_created_metrics()
 
 
+# The labels of every per-profile series.
+_LABELS = ["namespace", "profile"]
+
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
@@ -75,7 +79,14 @@ class Metrics:
         # frozen at their last value.
         self._series: dict[tuple[str, str], set[tuple[Any, tuple[str, ...]]]] = {}
         self._lock = threading.Lock()
-        labels = ["namespace", "profile"]
+        # In the order /metrics shows them.
+        self._add_operator_metrics()
+        self._add_run_metrics()
+        self._add_state_metrics()
+        self._add_count_metrics()
+
+    def _add_operator_metrics(self) -> None:
+        """The operator as a whole: which version, whether it leads, its passes."""
         self.build_info = Gauge(
             "sps_build_info",
             "Always 1; the labels say which sps-operator runs.",
@@ -102,72 +113,81 @@ class Metrics:
             ["step"],
             registry=self.registry,
         )
+
+    def _add_run_metrics(self) -> None:
+        """Profiling runs and rollouts, per profile."""
         self.runs_started = Counter(
             "sps_profiling_runs_started_total",
             "Profiling runs started.",
-            labels,
+            _LABELS,
             registry=self.registry,
         )
         self.runs_finished = Counter(
             "sps_profiling_runs_finished_total",
             "Profiling runs ended, by outcome: succeeded (a table published), failed "
             "(retried), rejected (not retried: a gate, a sweep mismatch, a policy).",
-            [*labels, "outcome"],
+            [*_LABELS, "outcome"],
             registry=self.registry,
         )
         self.duration = Histogram(
             "sps_profiling_duration_seconds",
             "Wall time of a profiling run, start to published (or failed).",
-            labels,
+            _LABELS,
             buckets=(10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200),
             registry=self.registry,
         )
         self.waits = Histogram(
             "sps_gpu_wait_seconds",
             "Time a profiling Job waited for GPUs (or for Kueue) before it ran or gave up.",
-            labels,
+            _LABELS,
             buckets=(1, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600),
             registry=self.registry,
         )
         self.rollouts = Counter(
             "sps_rollouts_total",
             "Deployment rollouts applied by mode.",
-            [*labels, "mode"],
+            [*_LABELS, "mode"],
             registry=self.registry,
         )
+
+    def _add_state_metrics(self) -> None:
+        """What each profile's status says now: its tables' age, conditions, waits, borrows."""
         self.profiled = Gauge(
             "sps_table_profiled_timestamp_seconds",
             "When each table in status was measured, per GPU product (age: time() - this).",
-            [*labels, "gpu_product"],
+            [*_LABELS, "gpu_product"],
             registry=self.registry,
         )
         self.condition = Gauge(
             "sps_profile_condition",
             "1 for the status each condition of an SpsProfile has (true, false, unknown), "
             "0 for the others.",
-            [*labels, "type", "status"],
+            [*_LABELS, "type", "status"],
             registry=self.registry,
         )
         self.waiting = Gauge(
             "sps_run_waiting_since_timestamp_seconds",
             "While a run's Job cannot run yet: since when, and why (WaitingForGPUs, "
             "QueuedInKueue, LocalQueueMissing, BorrowBlocked, KueueManagedTarget).",
-            [*labels, "reason"],
+            [*_LABELS, "reason"],
             registry=self.registry,
         )
         self.borrowed = Gauge(
             "sps_replica_borrowed_timestamp_seconds",
             "While a run holds a replica borrowed from a Deployment (capacity.mode "
             "BorrowReplica): since when.",
-            [*labels, "deployment"],
+            [*_LABELS, "deployment"],
             registry=self.registry,
         )
+
+    def _add_count_metrics(self) -> None:
+        """What each profile costs: GPU seconds, lent replica seconds, passes."""
         self.gpu_seconds = Counter(
             "sps_gpu_seconds_total",
             "GPU seconds of profiling Jobs (GPUs x seconds running, not waiting), per GPU "
             "product, as this replica's status writes recorded them (status.cost): sum over "
             "the operator's replicas for the total.",
-            [*labels, "gpu_product"],
+            [*_LABELS, "gpu_product"],
             registry=self.registry,
         )
         self.lent_seconds = Counter(
@@ -175,15 +195,14 @@ class Metrics:
             "Seconds replicas were lent to profiling runs (capacity.mode BorrowReplica), per "
             "GPU product, counted when each is given back, as this replica's status writes "
             "recorded them (status.cost): sum over the operator's replicas for the total.",
-            [*labels, "gpu_product"],
+            [*_LABELS, "gpu_product"],
             registry=self.registry,
         )
-
         self.passes = Counter(
             "sps_reconcile_passes_total",
             "Reconcile passes per profile. Events and wake-ups cause them: a rate that stays "
             "high while nothing changes means a profile is passed back to back.",
-            labels,
+            _LABELS,
             registry=self.registry,
         )
 

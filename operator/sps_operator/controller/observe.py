@@ -36,13 +36,13 @@ from sps_operator.controller.fingerprint_v1 import is_v1
 from sps_operator.controller.ownership import ProfileSummary, owner_of, stable_writer
 from sps_operator.controller.placement import MIXED, placement, settle
 from sps_operator.controller.podenv import ConfigMapEnv, resolve_env
+from sps_operator.controller.serverchanges import server_changes
 from sps_operator.controller.serverconfig import (
     TABLE_PATH_FLAG,
     ServerProblem,
     find_server_container,
     legacy_table_fingerprint,
     parse_server,
-    server_changes,
     server_config,
     table_fingerprint,
 )

@@ -23,8 +23,8 @@ from sps_operator.api.reasons import (
 )
 from sps_operator.api.result import MAX_MANIFEST_BYTES
 from sps_operator.api.status import TableRef
-from sps_operator.controller import builders, names
 from sps_operator.controller import conditions as cond
+from sps_operator.controller import names, table_objects
 from sps_operator.controller.acceptance import api_quality, judge_bounded
 from sps_operator.controller.outcome import NameTaken, create_owned, delete_rbac, end_run, fail_run
 from sps_operator.controller.state import Pass
@@ -88,7 +88,7 @@ def publish_table(
         "profiledAt": cond.rfc3339(p.now),
         "manifest": _bounded_manifest(manifest),
     }
-    cm = builders.table_config_map(
+    cm = table_objects.table_config_map(
         p.ref, cm_name, verdict.table_json, digest, run.gpu_product, run.fingerprint, meta, rounds
     )
     try:

@@ -8,6 +8,8 @@ measured for it; anything else names the reason, so `kubectl sps explain` never 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sps_operator.api.reasons import (
     AS_EXPECTED,
     CURRENT,
@@ -27,7 +29,7 @@ from sps_operator.api.reasons import (
     WAITING,
 )
 from sps_operator.api.spec import RolloutMode
-from sps_operator.api.status import TargetState
+from sps_operator.api.status import TargetState, TargetStatus
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.state import Pass
 from sps_operator.controller.triggers import (
@@ -64,10 +66,15 @@ def _after_failure(p: Pass, products: list[str]) -> str:
     return f"; the last attempt failed ({failure.reason}): {what_next(failure, p.ref.name)}"
 
 
+# A condition's verdict: (status, reason, message).
+Verdict = tuple[bool | None, str, str]
+
+
 def report(p: Pass) -> None:
     st, now, gen = p.status, p.now, p.generation
 
-    def setc(type_: str, status: bool | None, reason: str, message: str) -> None:
+    def setc(type_: str, verdict: Verdict) -> None:
+        status, reason, message = verdict
         st.conditions = cond.set_condition(st.conditions, type_, status, reason, message, now, gen)
 
     targets = st.targets
@@ -76,65 +83,88 @@ def report(p: Pass) -> None:
     products |= {t.gpu_product for t in targets if t.state == TargetState.ROLLING and t.gpu_product}
     st.gpu_product = ",".join(sorted(products)) or None
     st.live_table = ",".join(sorted({t.table for t in targets if t.table})) or None
-    run = st.current_run
+    setc(cond.PROFILING, _profiling(p))
+    table = _table_ready(p)
+    setc(cond.TABLE_READY, table)
+    setc(cond.STALE, _stale(p))
+    rolling = _rolling(p)
+    setc(cond.ROLLED_OUT, _rolled_out(p, table, rolling))
+    setc(cond.DEGRADED, _degraded(p))
+    setc(cond.READY, _ready(p, table, rolling))
+    st.conditions = cond.with_kstatus(st.conditions, now, gen)
+    st.observed_generation = gen
+    p.metrics.status(p.ref, st)
+
+
+def _profiling(p: Pass) -> Verdict:
+    st, run = p.status, p.status.current_run
     if run is not None and run.waiting is not None:
-        waited = (now - (parse_time(run.waiting.since) or now)).total_seconds()
-        setc(
-            cond.PROFILING,
+        waited = (p.now - (parse_time(run.waiting.since) or p.now)).total_seconds()
+        return (
             False,
             run.waiting.reason,
             f"run {run.name} for {run.gpu_product} waiting {waited:.0f} s: {run.waiting.message}",
         )
-    elif run is not None:
-        setc(
-            cond.PROFILING,
+    if run is not None:
+        return (
             True,
             run.trigger,
             f"run {run.name} ({run.phase}) for {run.gpu_product} on Job {run.job}"
             + (f", progress {run.progress}" if run.progress else "")
             + (f"; borrowing a replica of {run.borrow.deployment}" if run.borrow else ""),
         )
-    else:
-        idle = "no profiling run in progress"
-        setc(cond.PROFILING, False, IDLE, f"{idle}; {st.schedule_held_back}"
-             if st.schedule_held_back else idle)  # fmt: skip
+    idle = "no profiling run in progress"
+    return (False, IDLE, f"{idle}; {st.schedule_held_back}" if st.schedule_held_back else idle)
 
-    refused = [t for t in targets if t.state == TargetState.REFUSED]
+
+def _refused(p: Pass) -> list[TargetStatus]:
+    return [t for t in p.status.targets if t.state == TargetState.REFUSED]
+
+
+def _table_ready(p: Pass) -> tuple[bool, str, str]:
+    targets, run = p.status.targets, p.status.current_run
+    refused = _refused(p)
     without = [t for t in targets if t.state in (TargetState.NO_TABLE, TargetState.STALE)]
     waiting = [t for t in targets if t.state == TargetState.WAITING]
     if not targets:
-        table = (False, NO_TARGETS, "the selector matches no Deployment in this namespace")
-    elif without or waiting or refused:
+        return (False, NO_TARGETS, "the selector matches no Deployment in this namespace")
+    if without or waiting or refused:
         reason = PROFILING if run else (NO_TABLE if without else WAITING)
         if refused and not without and not waiting:
             reason = str(refused[0].reason or TARGET_PROBLEM)
         listing = "; ".join(f"{t.deployment}: {t.message}" for t in [*without, *waiting, *refused])
-        table = (False, reason, listing)
-    else:
-        table = (True, TABLE_LIVE, f"tables for every target: {st.live_table}")
-    setc(cond.TABLE_READY, *table)
+        return (False, reason, listing)
+    return (True, TABLE_LIVE, f"tables for every target: {p.status.live_table}")
 
-    stale = [t for t in targets if t.state == TargetState.STALE]
+
+def _stale(p: Pass) -> Verdict:
+    st = p.status
+    stale = [t for t in st.targets if t.state == TargetState.STALE]
     refresh = _stale_refresh(p)
     if stale:
-        setc(
-            cond.STALE,
-            True,
-            SERVER_CHANGED,
-            "; ".join(f"{t.deployment}: {t.message}" for t in stale),
-        )
-    elif refresh:
-        setc(
-            cond.STALE,
+        return (True, SERVER_CHANGED, "; ".join(f"{t.deployment}: {t.message}" for t in stale))
+    if refresh:
+        return (
             True,
             st.refresh_reason or REFRESH_REQUESTED,
             f"refresh requested at {st.refresh_requested_at} for: {', '.join(refresh)}"
             + _after_failure(p, refresh),
         )
-    else:
-        setc(cond.STALE, False, CURRENT, "every table in use matches its server")
+    return (False, CURRENT, "every table in use matches its server")
 
-    mode = p.spec.rollout.mode
+
+@dataclass(frozen=True)
+class _Rolling:
+    """Targets being rolled, those whose newer table waits, and what the rollout says."""
+
+    deployments: list[str]
+    held: list[TargetStatus]
+    reason: str
+    message: str
+
+
+def _rolling(p: Pass) -> _Rolling:
+    targets = p.status.targets
     rolling = [t.deployment for t in targets if t.state == TargetState.ROLLING]
     blocked = [t for t in targets if t.state == TargetState.ROLLING and t.reason]
     held = [t for t in targets if t.held_until]
@@ -148,52 +178,58 @@ def report(p: Pass) -> None:
             for t in targets
             if t.state == TargetState.ROLLING
         )
-    if mode == RolloutMode.DISABLED:
-        setc(cond.ROLLED_OUT, False, ROLLOUT_DISABLED, "spec.rollout.mode is Disabled")
-    elif rolling:
-        setc(cond.ROLLED_OUT, False, roll_reason, roll_message)
-    elif held and table[0]:
-        setc(cond.ROLLED_OUT, False, ROLLOUT_HELD,
-             "; ".join(f"{t.deployment}: {t.message}" for t in held))  # fmt: skip
-    elif table[0]:
-        setc(cond.ROLLED_OUT, True, ROLLED_OUT, "every target runs its table")
-    else:
-        setc(cond.ROLLED_OUT, False, NO_TABLE, "no table to roll out to some targets")
+    return _Rolling(rolling, held, roll_reason, roll_message)
 
-    failure = st.last_failure
+
+def _rolled_out(p: Pass, table: tuple[bool, str, str], rolling: _Rolling) -> Verdict:
+    if p.spec.rollout.mode == RolloutMode.DISABLED:
+        return (False, ROLLOUT_DISABLED, "spec.rollout.mode is Disabled")
+    if rolling.deployments:
+        return (False, rolling.reason, rolling.message)
+    if rolling.held and table[0]:
+        return (
+            False,
+            ROLLOUT_HELD,
+            "; ".join(f"{t.deployment}: {t.message}" for t in rolling.held),
+        )
+    if table[0]:
+        return (True, ROLLED_OUT, "every target runs its table")
+    return (False, NO_TABLE, "no table to roll out to some targets")
+
+
+def _degraded(p: Pass) -> Verdict:
+    refused, failure = _refused(p), p.status.last_failure
     if refused:
         first = refused[0]
-        setc(
-            cond.DEGRADED,
+        return (
             True,
             str(first.reason or TARGET_PROBLEM),
             "; ".join(f"{t.deployment}: {t.message}" for t in refused),
         )
-    elif failure is not None:
-        setc(cond.DEGRADED, True, failure.reason, failure.message)
-    else:
-        setc(cond.DEGRADED, False, AS_EXPECTED, "")
+    if failure is not None:
+        return (True, failure.reason, failure.message)
+    return (False, AS_EXPECTED, "")
 
-    live = table[0] and (mode == RolloutMode.DISABLED or not rolling)
+
+def _ready(p: Pass, table: tuple[bool, str, str], rolling: _Rolling) -> Verdict:
+    run, failure, refused = p.status.current_run, p.status.last_failure, _refused(p)
+    live = table[0] and (p.spec.rollout.mode == RolloutMode.DISABLED or not rolling.deployments)
     if live:
         degraded = f"; degraded: {failure.reason}" if failure is not None else ""
+        held = rolling.held
         waits = (
             f"; newer tables wait for the minimum rollout interval ({len(held)})" if held else ""
         )
-        setc(cond.READY, True, TABLE_LIVE, f"tables live{degraded}{waits}")
-    elif p.spec.suspend and not table[0]:
-        setc(cond.READY, False, SUSPENDED, "spec.suspend is true")
-    elif run is not None:
+        return (True, TABLE_LIVE, f"tables live{degraded}{waits}")
+    if p.spec.suspend and not table[0]:
+        return (False, SUSPENDED, "spec.suspend is true")
+    if run is not None:
         why = run.waiting.reason if run.waiting is not None else PROFILING
-        setc(cond.READY, False, why, table[2])
-    elif refused:
-        setc(cond.READY, False, str(refused[0].reason or TARGET_PROBLEM), table[2])
-    elif failure is not None and not table[0]:
-        setc(cond.READY, False, failure.reason, failure.message)
-    elif not table[0]:
-        setc(cond.READY, False, table[1], table[2])
-    else:
-        setc(cond.READY, False, roll_reason, roll_message)
-    st.conditions = cond.with_kstatus(st.conditions, now, gen)
-    st.observed_generation = gen
-    p.metrics.status(p.ref, st)
+        return (False, why, table[2])
+    if refused:
+        return (False, str(refused[0].reason or TARGET_PROBLEM), table[2])
+    if failure is not None and not table[0]:
+        return (False, failure.reason, failure.message)
+    if not table[0]:
+        return (False, table[1], table[2])
+    return (False, rolling.reason, rolling.message)

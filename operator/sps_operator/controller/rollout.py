@@ -34,7 +34,7 @@ from sps_operator.api.reasons import (
 )
 from sps_operator.api.spec import RolloutMode
 from sps_operator.api.status import FailureRecord, TableRef, TargetState, TargetStatus
-from sps_operator.controller import builders, clocks, names
+from sps_operator.controller import builders, clocks, names, table_objects
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.capacity import follow_rollout_borrow
 from sps_operator.controller.deployments import (
@@ -450,7 +450,7 @@ def _write_stable(p: Pass, text: str, table_hash: str, placeholder: bool) -> boo
     if _stable_holds(p, table_hash):
         return True
     p.kube.apply(
-        builders.stable_table_apply(
+        table_objects.stable_table_apply(
             p.ref,
             str(p.spec.rollout.table_config_map),
             text,

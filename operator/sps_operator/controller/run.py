@@ -33,7 +33,7 @@ from sps_operator.api.reasons import (
 from sps_operator.api.result import STATUS_FAILED, STATUS_SUCCEEDED, ResultError, read_result
 from sps_operator.api.spec import ServerSource, TableKind
 from sps_operator.api.status import FailureRecord, RunPhase, RunStatus
-from sps_operator.controller import builders, claims, compat, names, policy
+from sps_operator.controller import builders, claims, compat, names, policy, table_objects
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.acceptance import judge_bounded
 from sps_operator.controller.capacity import (
@@ -481,7 +481,7 @@ def start_phase2(p: Pass, rounds: Sequence[Obj]) -> None:
     # The seed goes in the additive format the phase-2 table will have: a server whose
     # loader reads only diagonal tables refuses it in the clone, not in production.
     seed_json = builders.additive_seed(verdict.table_json)
-    seed = builders.table_config_map(
+    seed = table_objects.table_config_map(
         p.ref,
         seed_name,
         seed_json,

@@ -137,13 +137,13 @@ class InputRead:
     note: str = ""  # why not counted
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"input": self.label, "value": _cut(self.value), "where": _cut(self.where)}
+        out = {"input": self.label, "value": cut_value(self.value), "where": cut_value(self.where)}
         if not self.counted:
             out["notCounted"] = self.note
         return out
 
 
-def _cut(text: str, limit: int = MAX_VALUE_CHARS) -> str:
+def cut_value(text: str, limit: int = MAX_VALUE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -190,8 +190,8 @@ class ServerConfig:
             "fingerprint": self.fingerprint(),
             "fingerprintVersion": F.FINGERPRINT_VERSION,
             "sglangVersion": self.version.describe(),
-            "inputs": {r.label: _cut(r.value) for r in self.read if r.counted},
-            "notCounted": {r.label: _cut(r.value) for r in self.read if not r.counted},
+            "inputs": {r.label: cut_value(r.value) for r in self.read if r.counted},
+            "notCounted": {r.label: cut_value(r.value) for r in self.read if not r.counted},
             "notFingerprinted": list(self.unfingerprinted),
             "port": self.port,
             "tablePath": self.table_path,
@@ -637,7 +637,7 @@ def server_config(
         version=version,
         port=_port(command.flags),
         table_path=command.table_path,
-        unfingerprinted=tuple(_cut(u) for u in unfingerprinted[:MAX_REPORTED]),
+        unfingerprinted=tuple(cut_value(u) for u in unfingerprinted[:MAX_REPORTED]),
         legacy=fingerprint_v1.describe_v1(image, command.argv, env_v1),
     )
 
@@ -666,44 +666,3 @@ def table_fingerprint(server: ServerConfig, table_spec: Mapping[str, Any]) -> st
 def legacy_table_fingerprint(server: ServerConfig, table_spec: Mapping[str, Any]) -> str:
     """The key version 1 stored the table under (fingerprint_v1, kept for the upgrade)."""
     return fingerprint_v1.table_fingerprint_v1(server.legacy_fingerprint(), table_spec)
-
-
-# --------------------------------------------------------------------------- what changed
-
-MAX_CHANGES = 12
-
-
-def _shown_value(value: Any, ignored: Any = None) -> str:
-    if value is not None:
-        return _cut(str(value), 80)
-    return "unset" if ignored is None else f"{_cut(str(ignored), 80)} (not counted)"
-
-
-def server_changes(before: Mapping[str, Any] | None, after: ServerConfig) -> list[str]:
-    """What differs between the server a table was measured for (its `describe()` in the
-    table's metadata) and `after`, in the words of `sps-operator fingerprint`: one line
-    per input, at most MAX_CHANGES and a count of the rest. A table of fingerprint
-    version 1 is compared on what version 1 read."""
-    if not isinstance(before, Mapping):
-        return []
-    if isinstance(before.get("inputs"), Mapping):
-        old = {str(k): v for k, v in before["inputs"].items()}
-        new = {r.label: r.value for r in after.read if r.counted}
-        ignored = before.get("notCounted")
-        old_ignored = (
-            {str(k): v for k, v in ignored.items()} if isinstance(ignored, Mapping) else {}
-        )
-        new_ignored = {r.label: r.value for r in after.read if not r.counted}
-    else:  # version 1: {image, flags, env}
-        old = {"image": before.get("image"), **(before.get("flags") or {}),
-               **(before.get("env") or {})}  # fmt: skip
-        new = {"image": after.image, **after.legacy["flags"], **after.legacy["env"]}
-        old_ignored, new_ignored = {}, {}
-    lines = []
-    for key in sorted(set(old) | set(new), key=lambda k: (k != "image", k)):
-        if str(old.get(key)) != str(new.get(key)) or (key in old) != (key in new):
-            was = _shown_value(old.get(key), old_ignored.get(key))
-            lines.append(f"{key}: {was} -> {_shown_value(new.get(key), new_ignored.get(key))}")
-    if len(lines) > MAX_CHANGES:
-        lines = [*lines[:MAX_CHANGES], f"and {len(lines) - MAX_CHANGES} more"]
-    return lines

@@ -35,6 +35,13 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_run(parser: argparse.ArgumentParser) -> None:
+    _add_sweep_args(parser)
+    _add_round_args(parser)
+    _add_run_control_args(parser)
+
+
+def _add_sweep_args(parser: argparse.ArgumentParser) -> None:
+    """Which server, and the grid of cells the sweep measures."""
     parser.add_argument("--base-url", default="", help="URL of a running DSpark server.")
     parser.add_argument(
         "--fracs",
@@ -68,6 +75,10 @@ def _add_run(parser: argparse.ArgumentParser) -> None:
         "profiler's median step sits); step times are measured out to it.",
     )
     parser.add_argument("--temperature", type=float, default=sw.DEFAULT_TEMPERATURE)
+
+
+def _add_round_args(parser: argparse.ArgumentParser) -> None:
+    """How one cell's round is measured, and when it stops."""
     parser.add_argument(
         "--min-steady-steps",
         type=int,
@@ -110,6 +121,10 @@ def _add_run(parser: argparse.ArgumentParser) -> None:
         default=sw.DEFAULT_POLL_INTERVAL_SECONDS,
         help="Seconds between /server_info polls during a round.",
     )
+
+
+def _add_run_control_args(parser: argparse.ArgumentParser) -> None:
+    """Resuming, waiting, progress, and where results are published."""
     parser.add_argument(
         "--resume",
         action="store_true",

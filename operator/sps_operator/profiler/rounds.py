@@ -452,27 +452,11 @@ class RoundOutcome:
         return summary
 
 
-def postprocess_round(
-    rank_rows: Sequence[Sequence[StepRow]],
-    *,
-    repeat: int,
-    bs: int,
-    dp_size: int,
-    gamma: int,
-    mode: str,
-    tiers: Sequence[int],
-    frac: float | None,
-    rule: StoppingRule,
-    load_info: dict[str, Any],
-    clock_start: float | None = None,
-) -> RoundOutcome:
-    """Validate a finished round's records and measure it (raises RoundError/PinNotTakenError).
-
-    `clock_start`: the run clock at the round's first record, to place its steps in time."""
-    k = gamma + 1
-    where = f"Round bs={bs} (per rank, dp={dp_size})" + (
-        f" frac={frac}" if frac is not None else ""
-    )
+def _aligned_round(
+    rank_rows: Sequence[Sequence[StepRow]], where: str, bs: int, dp_size: int, rule: StoppingRule
+) -> tuple[Aligned, float, list[str]]:
+    """The round's records aligned across DP ranks, with the share of steady-window steps
+    that ran at the target batch and the warnings so far (RoundError when unusable)."""
     if len(rank_rows) != dp_size:
         raise RoundError(
             f"{where}: expected records from {dp_size} DP ranks, got {len(rank_rows)}."
@@ -514,6 +498,31 @@ def postprocess_round(
             f"{where}: {match_fraction:.0%} of steady-window steps ran at the target batch; "
             "treat this probe with suspicion."
         )
+    return aligned, match_fraction, warnings
+
+
+def postprocess_round(
+    rank_rows: Sequence[Sequence[StepRow]],
+    *,
+    repeat: int,
+    bs: int,
+    dp_size: int,
+    gamma: int,
+    mode: str,
+    tiers: Sequence[int],
+    frac: float | None,
+    rule: StoppingRule,
+    load_info: dict[str, Any],
+    clock_start: float | None = None,
+) -> RoundOutcome:
+    """Validate a finished round's records and measure it (raises RoundError/PinNotTakenError).
+
+    `clock_start`: the run clock at the round's first record, to place its steps in time."""
+    k = gamma + 1
+    where = f"Round bs={bs} (per rank, dp={dp_size})" + (
+        f" frac={frac}" if frac is not None else ""
+    )
+    aligned, match_fraction, warnings = _aligned_round(rank_rows, where, bs, dp_size, rule)
     cts, times, contexts = steady_series(aligned, rule.prompt_len)
     rows = [row for ct in cts for row in aligned.rows_at(ct)]
     budget: int | None = None

@@ -326,6 +326,50 @@ def _jobs(session: Session, cfg: RunConfig, todo: Sequence[SweepCell]) -> list[J
     return build_jobs(todo, warmup=cfg.warmup, probe=probe)
 
 
+def _start_round(
+    session: Session,
+    settings: RoundSettings,
+    queue: Sequence[Job],
+    index: int,
+    clock: float,
+    warmup_history: list[float],
+    probe: list[Chunk],
+    recent: Sequence[int],
+    correlations: Sequence[tuple[float, float]],
+) -> ActiveRound | None:
+    """Start the round of queue[index] (None past the end), planned for its kind from what
+    the rounds before it showed."""
+    if index >= len(queue):
+        return None
+    kind, cell = queue[index]
+    if kind == "warm-up":
+        return ActiveRound(
+            session,
+            cell,
+            settings,
+            warmup_plan(settings),
+            warmup_history,
+            clock_start=clock,
+            probe=probe,
+        )
+    if kind == "pre-flight":
+        plan = round_plan(settings, PREFLIGHT_STEADY_STEPS, goal="probe")
+    elif kind == "anchor":
+        # The warm-up's prompts: the same KV context per step; enough steps for the
+        # ramp model's chunks (`clockramp.MIN_CHUNKS`).
+        plan = round_plan(
+            settings,
+            min_steps=max(settings.min_steps, MIN_CHUNKS * CHUNK_STEPS),
+            ar1_prior=Ar1Prior.pooled(correlations),
+        )
+    else:
+        expected = int(statistics.median(recent[-3:])) if recent else None
+        plan = round_plan(
+            settings, expected_steps=expected, ar1_prior=Ar1Prior.pooled(correlations)
+        )
+    return ActiveRound(session, cell, settings, plan, clock_start=clock)
+
+
 def _drive(
     session: Session,
     cfg: RunConfig,
@@ -346,35 +390,9 @@ def _drive(
     remeasured: dict[tuple[int, int, float | None], int] = {}  # rises measured again, per cell
 
     def start(index: int) -> ActiveRound | None:
-        if index >= len(queue):
-            return None
-        kind, cell = queue[index]
-        if kind == "warm-up":
-            return ActiveRound(
-                session,
-                cell,
-                settings,
-                warmup_plan(settings),
-                warmup_history,
-                clock_start=clock,
-                probe=probe,
-            )
-        if kind == "pre-flight":
-            plan = round_plan(settings, PREFLIGHT_STEADY_STEPS, goal="probe")
-        elif kind == "anchor":
-            # The warm-up's prompts: the same KV context per step; enough steps for the
-            # ramp model's chunks (`clockramp.MIN_CHUNKS`).
-            plan = round_plan(
-                settings,
-                min_steps=max(settings.min_steps, MIN_CHUNKS * CHUNK_STEPS),
-                ar1_prior=Ar1Prior.pooled(correlations),
-            )
-        else:
-            expected = int(statistics.median(recent[-3:])) if recent else None
-            plan = round_plan(
-                settings, expected_steps=expected, ar1_prior=Ar1Prior.pooled(correlations)
-            )
-        return ActiveRound(session, cell, settings, plan, clock_start=clock)
+        return _start_round(
+            session, settings, queue, index, clock, warmup_history, probe, recent, correlations
+        )
 
     active = start(0)
     index = 0
@@ -406,17 +424,7 @@ def _drive(
         try:
             if failure is None and measures:
                 measured = active.measure(rows)
-                window = measured.outcome.stats.window
-                correlations.append((window.ar1, window.ar1_se))
-                if kind == "cell" and on_ramp:
-                    # Usable only with this run's anchor (`clockramp.stranded_rounds`).
-                    measured.extra["clock_on_ramp"] = True
-                if kind == "anchor":
-                    anchor = active.chunks(rows)
-                    measured.extra["clock_ramp"] = {
-                        "probe": [list(c) for c in thinned(probe)],
-                        "anchor": [list(c) for c in thinned(anchor)],
-                    }
+                _note_measured(measured, active, kind, rows, on_ramp, probe, correlations)
         except RoundError as exc:
             failure = exc
         if stands_for_cell and measured is None and not isinstance(failure, PinNotTakenError):
@@ -453,6 +461,30 @@ def _drive(
             raise
         active = following
         index += 1
+
+
+def _note_measured(
+    measured: MeasuredRound,
+    active: ActiveRound,
+    kind: RoundKind,
+    rows: Sequence[Sequence[StepRow]],
+    on_ramp: bool,
+    probe: Sequence[Chunk],
+    correlations: list[tuple[float, float]],
+) -> None:
+    """What a measured round leaves for the next ones (its steps' correlation, the prior)
+    and for the fit (whether it ran on the clock ramp; the anchor's ramp chunks)."""
+    window = measured.outcome.stats.window
+    correlations.append((window.ar1, window.ar1_se))
+    if kind == "cell" and on_ramp:
+        # Usable only with this run's anchor (`clockramp.stranded_rounds`).
+        measured.extra["clock_on_ramp"] = True
+    if kind == "anchor":
+        anchor = active.chunks(rows)
+        measured.extra["clock_ramp"] = {
+            "probe": [list(c) for c in thinned(probe)],
+            "anchor": [list(c) for c in thinned(anchor)],
+        }
 
 
 def _conclude(

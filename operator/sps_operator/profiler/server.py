@@ -133,15 +133,8 @@ def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def server_context_from_info(
-    info: Any,
-    *,
-    base_url: str,
-    offdiagonal: bool,
-    vocab_size: int | None = None,
-    tokenizer_path: str | None = None,
-) -> ServerContext:
-    """Validate a `/server_info` response for profiling and extract what the sweep needs."""
+def _server_states(info: Any, base_url: str) -> list[Mapping[str, Any]]:
+    """The server as a whole: a DSpark server with CUDA graphs; its DP ranks' states."""
     if not isinstance(info, Mapping):
         raise ServerCheckError(
             f"{base_url}/server_info did not return a JSON object (got "
@@ -166,62 +159,68 @@ def server_context_from_info(
         or not all(isinstance(s, Mapping) for s in states)
     ):
         raise ServerCheckError(f"{base_url}/server_info returned no internal_states.")
-    state0 = states[0]
-    decode = _decode_config(state0) or _decode_config(info)
+    decode = _decode_config(states[0]) or _decode_config(info)
     if decode is not None and str(decode.get("backend", "")).lower() == "disabled":
         raise ServerCheckError(
             "The server's decode CUDA-graph backend is 'disabled' (--cuda-graph-backend-decode "
             "disabled / --disable-decode-cuda-graph); relaunch with decode CUDA graphs enabled."
         )
+    return states
+
+
+def _rank_payload(rank: int, state: Mapping[str, Any], offdiagonal: bool) -> Mapping[str, Any]:
+    """One DP rank's DSpark record, checked for a profiling run of this kind."""
     allowed = OFFDIAGONAL_MODES if offdiagonal else DIAGONAL_MODES
-    payloads: list[Mapping[str, Any]] = []
-    for rank, state in enumerate(states):
-        payload = state.get(INFO_RECORD_PAYLOAD_KEY)
-        if not isinstance(payload, Mapping):
-            raise ServerCheckError(
-                f"DP rank {rank} reports no {INFO_RECORD_PAYLOAD_KEY}; launch the server with "
-                f"{ENABLE_HINT}."
-            )
-        mode = payload.get("mode")
-        if offdiagonal and mode == "cap-accept":
-            # The reference accepts it, but cap-accept verifies at full width whatever the
-            # budget: every M would be labelled with the full-width cost.
-            raise ServerCheckError(
-                f"DP rank {rank} runs SGLANG_RAGGED_VERIFY_MODE=cap-accept, whose forward is full "
-                "width whatever the pinned budget, so an off-diagonal sweep would record the "
-                "full-width cost under every M. Relaunch with SGLANG_RAGGED_VERIFY_MODE=compact."
-            )
-        if mode not in allowed:
-            want = (
-                "SGLANG_RAGGED_VERIFY_MODE=compact for an off-diagonal (--fracs) sweep"
-                if offdiagonal
-                else "SGLANG_RAGGED_VERIFY_MODE=static for a diagonal sweep (or pass --fracs)"
-            )
-            raise ServerCheckError(
-                f"{INFO_RECORD_PAYLOAD_KEY}.mode must be one of {allowed}, got "
-                f"{shown(mode, KNOWN_MODES)} on DP rank {rank}; relaunch with {want}."
-            )
-        components = payload.get("components") or []
-        if not isinstance(components, list) or not all(isinstance(c, str) for c in components):
-            raise ServerCheckError(
-                f"DP rank {rank} {INFO_RECORD_PAYLOAD_KEY}.components must be a list of names, "
-                f"got {shown(components)}; is this an SGLang DSpark server?"
-            )
-        missing = sorted(REQUIRED_COMPONENTS - set(components))
-        if missing:
-            raise ServerCheckError(
-                f"DP rank {rank} {INFO_RECORD_PAYLOAD_KEY} is missing component(s) {missing}; "
-                f"launch with {ENABLE_HINT}."
-            )
-        if payload.get("simulate_acc_len") != REQUIRED_SIMULATE_ACC_LEN:
-            raise ServerCheckError(
-                f"DP rank {rank} reports simulate_acc_len="
-                f"{shown(payload.get('simulate_acc_len'))}, "
-                f"but profiling requires exactly SGLANG_SIMULATE_ACC_LEN="
-                f"{REQUIRED_SIMULATE_ACC_LEN} (every step then commits exactly one token per "
-                "request, so the batch stays put)."
-            )
-        payloads.append(payload)
+    payload = state.get(INFO_RECORD_PAYLOAD_KEY)
+    if not isinstance(payload, Mapping):
+        raise ServerCheckError(
+            f"DP rank {rank} reports no {INFO_RECORD_PAYLOAD_KEY}; launch the server with "
+            f"{ENABLE_HINT}."
+        )
+    mode = payload.get("mode")
+    if offdiagonal and mode == "cap-accept":
+        # The reference accepts it, but cap-accept verifies at full width whatever the
+        # budget: every M would be labelled with the full-width cost.
+        raise ServerCheckError(
+            f"DP rank {rank} runs SGLANG_RAGGED_VERIFY_MODE=cap-accept, whose forward is full "
+            "width whatever the pinned budget, so an off-diagonal sweep would record the "
+            "full-width cost under every M. Relaunch with SGLANG_RAGGED_VERIFY_MODE=compact."
+        )
+    if mode not in allowed:
+        want = (
+            "SGLANG_RAGGED_VERIFY_MODE=compact for an off-diagonal (--fracs) sweep"
+            if offdiagonal
+            else "SGLANG_RAGGED_VERIFY_MODE=static for a diagonal sweep (or pass --fracs)"
+        )
+        raise ServerCheckError(
+            f"{INFO_RECORD_PAYLOAD_KEY}.mode must be one of {allowed}, got "
+            f"{shown(mode, KNOWN_MODES)} on DP rank {rank}; relaunch with {want}."
+        )
+    components = payload.get("components") or []
+    if not isinstance(components, list) or not all(isinstance(c, str) for c in components):
+        raise ServerCheckError(
+            f"DP rank {rank} {INFO_RECORD_PAYLOAD_KEY}.components must be a list of names, "
+            f"got {shown(components)}; is this an SGLang DSpark server?"
+        )
+    missing = sorted(REQUIRED_COMPONENTS - set(components))
+    if missing:
+        raise ServerCheckError(
+            f"DP rank {rank} {INFO_RECORD_PAYLOAD_KEY} is missing component(s) {missing}; "
+            f"launch with {ENABLE_HINT}."
+        )
+    if payload.get("simulate_acc_len") != REQUIRED_SIMULATE_ACC_LEN:
+        raise ServerCheckError(
+            f"DP rank {rank} reports simulate_acc_len="
+            f"{shown(payload.get('simulate_acc_len'))}, "
+            f"but profiling requires exactly SGLANG_SIMULATE_ACC_LEN="
+            f"{REQUIRED_SIMULATE_ACC_LEN} (every step then commits exactly one token per "
+            "request, so the batch stays put)."
+        )
+    return payload
+
+
+def _verify_shape(payloads: Sequence[Mapping[str, Any]]) -> tuple[int, int, str]:
+    """(verify_num_draft_tokens, gamma, mode), the same on every DP rank."""
     ks = {json_int(p.get("verify_num_draft_tokens")) for p in payloads}
     if len(ks) != 1 or None in ks:
         raise ServerCheckError(
@@ -244,6 +243,22 @@ def server_context_from_info(
     modes = {str(p.get("mode")) for p in payloads}
     if len(modes) != 1:
         raise ServerCheckError(f"DP ranks disagree on the ragged verify mode: {sorted(modes)}.")
+    return k, gamma, modes.pop()
+
+
+def server_context_from_info(
+    info: Any,
+    *,
+    base_url: str,
+    offdiagonal: bool,
+    vocab_size: int | None = None,
+    tokenizer_path: str | None = None,
+) -> ServerContext:
+    """Validate a `/server_info` response for profiling and extract what the sweep needs."""
+    states = _server_states(info, base_url)
+    state0 = states[0]
+    payloads = [_rank_payload(rank, state, offdiagonal) for rank, state in enumerate(states)]
+    k, gamma, mode = _verify_shape(payloads)
     dp_size = json_int(state0.get("dp_size")) or json_int(info.get("dp_size")) or 1
     if dp_size != len(states):
         raise ServerCheckError(
@@ -270,7 +285,7 @@ def server_context_from_info(
     capture = resolve_capture_bs(state0) or resolve_capture_bs(info)
     cost_args.update(
         {
-            "mode": modes.pop(),
+            "mode": mode,
             "verify_num_draft_tokens": k,
             "capture_bs": capture,
             "max_running_per_dp": max_running,
