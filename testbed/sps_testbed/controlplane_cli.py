@@ -6,6 +6,7 @@ import argparse
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sps_testbed.binaries import BinariesError
@@ -77,23 +78,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_down(args: argparse.Namespace) -> int:
-    try:
-        cp = ControlPlane.attach(args.state_dir)
-    except ControlPlaneError as err:
-        print(f"{err}; nothing to stop", file=sys.stderr)
-        return 0
+def cmd_down(cp: ControlPlane) -> int:
     cp.stop()
     print(f"dev cluster in {cp.state_dir} stopped", file=sys.stderr)
     return 0
 
 
-def cmd_env(args: argparse.Namespace) -> int:
-    try:
-        cp = ControlPlane.attach(args.state_dir)
-    except ControlPlaneError as err:
-        print(f"{err}; run `sps-testbed controlplane up`", file=sys.stderr)
-        return 1
+def cmd_env(cp: ControlPlane) -> int:
     assert cp.record is not None
     print(f"export KUBECONFIG={shlex.quote(str(cp.kubeconfig))}")
     if cp.record.path_dirs:
@@ -102,12 +93,7 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    try:
-        cp = ControlPlane.attach(args.state_dir)
-    except ControlPlaneError as err:
-        print(f"not running: {err}")
-        return 1
+def cmd_status(cp: ControlPlane) -> int:
     assert cp.record is not None
     components = cp.running_components()
     if not components:
@@ -122,10 +108,26 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0 if healthy else 1
 
 
+# The commands on a control plane that runs, and what each says (on stdout or not) and
+# returns when --state-dir holds none.
+_ON_CLUSTER: dict[str, tuple[Callable[[ControlPlane], int], str, bool, int]] = {
+    "down": (cmd_down, "{err}; nothing to stop", False, 0),
+    "env": (cmd_env, "{err}; run `sps-testbed controlplane up`", False, 1),
+    "status": (cmd_status, "not running: {err}", True, 1),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    handlers = {"up": cmd_up, "down": cmd_down, "env": cmd_env, "status": cmd_status}
-    return handlers[args.command](args)
+    if args.command == "up":
+        return cmd_up(args)
+    command, without_cluster, to_stdout, code = _ON_CLUSTER[args.command]
+    try:
+        cp = ControlPlane.attach(args.state_dir)
+    except ControlPlaneError as err:
+        print(without_cluster.format(err=err), file=sys.stdout if to_stdout else sys.stderr)
+        return code
+    return command(cp)
 
 
 if __name__ == "__main__":

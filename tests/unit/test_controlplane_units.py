@@ -251,3 +251,30 @@ def test_failure_report_names_a_crashed_component(tmp_path: Path) -> None:
     cluster = K8sCluster(cp, binaries.Binaries(fake, fake, fake, fake, fake, None), 0.0)
     sections = dict(_failure_sections(SimpleNamespace(funcargs={"k8s_cluster": cluster})))  # type: ignore[arg-type]
     assert sections == {"etcd is not running": "starting\npanic: database file is corrupt"}
+
+
+@pytest.mark.parametrize(
+    ("command", "stdout", "stderr", "code"),
+    [
+        ("down", "", "; nothing to stop\n", 0),
+        ("env", "", "; run `sps-testbed controlplane up`\n", 1),
+        ("status", "not running: ", "", 1),
+    ],
+)
+def test_controlplane_cli_without_a_cluster_says_so(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    stdout: str,
+    stderr: str,
+    code: int,
+) -> None:
+    """A state directory with no control plane: each command says why, where, with its code."""
+    from sps_testbed.controlplane_cli import main
+
+    assert main([command, "--state-dir", str(tmp_path / "none")]) == code
+    out, err = capsys.readouterr()
+    assert (out.startswith(stdout) if stdout else out == "") and (
+        err.endswith(stderr) if stderr else err == ""
+    )
+    assert str(tmp_path / "none") in out + err
