@@ -82,6 +82,22 @@ def _name(common_name: str, organizations: Sequence[str] = ()) -> x509.Name:
     return x509.Name(attrs)
 
 
+# Key usages (x509.KeyUsage's flags): a CA signs certificates and CRLs, a leaf signs and
+# enciphers keys (TLS).
+_CA_USAGE = frozenset({"digital_signature", "key_cert_sign", "crl_sign"})
+_LEAF_USAGE = frozenset({"digital_signature", "key_encipherment"})
+
+
+_KEY_USAGE_FLAGS = (
+    "digital_signature", "content_commitment", "key_encipherment", "data_encipherment",
+    "key_agreement", "key_cert_sign", "crl_sign", "encipher_only", "decipher_only",
+)  # fmt: skip
+
+
+def _key_usage(granted: frozenset[str]) -> x509.KeyUsage:
+    return x509.KeyUsage(**{flag: flag in granted for flag in _KEY_USAGE_FLAGS})
+
+
 def _certificate(
     subject: x509.Name, issuer: x509.Name, key: ec.EllipticCurvePrivateKey, *, ca: bool
 ) -> x509.CertificateBuilder:
@@ -97,20 +113,7 @@ def _certificate(
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + _VALIDITY)
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=not ca,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=ca,
-                crl_sign=ca,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(_CA_USAGE if ca else _LEAF_USAGE), critical=True)
     )
 
 

@@ -92,6 +92,29 @@ def test_pki_chain_sans_and_identities(tmp_path: Path) -> None:
     assert (tenant.key.stat().st_mode & 0o777) == 0o600
 
 
+def test_pki_ca_and_leaf_constraints_and_key_usages(tmp_path: Path) -> None:
+    """A CA may sign certificates and CRLs, a leaf may not; a leaf enciphers keys (TLS)."""
+    p = pki.generate(tmp_path, ["127.0.0.1"])
+
+    def usages(cert: x509.Certificate) -> tuple[bool, set[str]]:
+        basic = cert.extensions.get_extension_for_class(x509.BasicConstraints)
+        usage = cert.extensions.get_extension_for_class(x509.KeyUsage)
+        assert basic.critical and usage.critical
+        names = ("digital_signature", "key_encipherment", "key_cert_sign", "crl_sign")
+        extra = ("content_commitment", "data_encipherment", "key_agreement")
+        assert not any(getattr(usage.value, n) for n in extra)
+        return basic.value.ca, {n for n in names if getattr(usage.value, n)}
+
+    ca = {"digital_signature", "key_cert_sign", "crl_sign"}
+    leaf = {"digital_signature", "key_encipherment"}
+    assert usages(_cert(p.ca_cert)) == (True, ca)
+    assert usages(_cert(p.front_proxy_ca)) == (True, ca)
+    for cert in (p.apiserver_cert, p.admin.cert, p.front_proxy_client.cert):
+        assert usages(_cert(cert)) == (False, leaf)
+    server, _ = pki.issue_server(p.ca_cert, p.ca_key, tmp_path / "reg", "registry", ["10.0.0.1"])
+    assert usages(_cert(server)) == (False, leaf)
+
+
 def test_podnet_for_index() -> None:
     net = podnet.PodNetwork.for_index(12)
     assert (net.cidr, net.gateway) == ("10.244.12.0/24", "10.244.12.1")
