@@ -7,6 +7,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from sps_testbed.binaries import BinariesError
@@ -33,12 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="start the control plane (detached)")
     with_state_dir(up)
     up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for readiness")
-    for name, text in (
-        ("down", "stop every process of the cluster"),
-        ("env", "print shell exports: KUBECONFIG and PATH with kubectl and helm"),
-        ("status", "show whether the control plane is running"),
-    ):
-        with_state_dir(sub.add_parser(name, help=text))
+    for name, command in _ON_CLUSTER.items():
+        with_state_dir(sub.add_parser(name, help=command.help))
     return parser
 
 
@@ -108,12 +105,39 @@ def cmd_status(cp: ControlPlane) -> int:
     return 0 if healthy else 1
 
 
-# The commands on a control plane that runs, and what each says (on stdout or not) and
-# returns when --state-dir holds none.
-_ON_CLUSTER: dict[str, tuple[Callable[[ControlPlane], int], str, bool, int]] = {
-    "down": (cmd_down, "{err}; nothing to stop", False, 0),
-    "env": (cmd_env, "{err}; run `sps-testbed controlplane up`", False, 1),
-    "status": (cmd_status, "not running: {err}", True, 1),
+@dataclass(frozen=True)
+class _OnCluster:
+    """A command on a control plane that runs, and what it does when there is none."""
+
+    run: Callable[[ControlPlane], int]
+    help: str
+    without_cluster: str  # what it says when --state-dir holds no control plane ({err}: why)
+    to_stdout: bool
+    code: int  # and the exit code then
+
+
+_ON_CLUSTER = {
+    "down": _OnCluster(
+        cmd_down,
+        "stop every process of the cluster",
+        "{err}; nothing to stop",
+        to_stdout=False,
+        code=0,
+    ),
+    "env": _OnCluster(
+        cmd_env,
+        "print shell exports: KUBECONFIG and PATH with kubectl and helm",
+        "{err}; run `sps-testbed controlplane up`",
+        to_stdout=False,
+        code=1,
+    ),
+    "status": _OnCluster(
+        cmd_status,
+        "show whether the control plane is running",
+        "not running: {err}",
+        to_stdout=True,
+        code=1,
+    ),
 }
 
 
@@ -121,13 +145,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.command == "up":
         return cmd_up(args)
-    command, without_cluster, to_stdout, code = _ON_CLUSTER[args.command]
+    command = _ON_CLUSTER[args.command]
     try:
         cp = ControlPlane.attach(args.state_dir)
     except ControlPlaneError as err:
-        print(without_cluster.format(err=err), file=sys.stdout if to_stdout else sys.stderr)
-        return code
-    return command(cp)
+        text = command.without_cluster.format(err=err)
+        print(text, file=sys.stdout if command.to_stdout else sys.stderr)
+        return command.code
+    return command.run(cp)
 
 
 if __name__ == "__main__":
