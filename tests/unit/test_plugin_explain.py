@@ -63,27 +63,37 @@ def test_verify_all_shortcut_failure() -> None:
     assert "kubectl sps reprofile llama" in finding["next"]
 
 
-def test_gate_failure_points_at_rejected_table() -> None:
+def rejected_table_finding(reason: str, message: str) -> dict[str, str]:
     report = explain(
         profile(
             {
                 "observedGeneration": 1,
                 "rejectedTable": {"configMap": "llama-table-ffff"},
                 "conditions": [
-                    {
-                        "type": "TableReady",
-                        "status": "False",
-                        "reason": "GateFailed",
-                        "message": "RMS 0.9 ms > maxRmsMs 0.5",
-                    }
+                    {"type": "TableReady", "status": "False", "reason": reason, "message": message}
                 ],
             }
         )
     )
     (finding,) = report["findings"]
     assert "failed an acceptance gate" in finding["what"]
-    assert "llama-table-ffff" in finding["why"] and "RMS 0.9 ms" in finding["why"]
+    assert "llama-table-ffff" in finding["why"] and message in finding["why"]
     assert "kubectl sps table llama --rejected" in finding["next"]
+    return finding  # type: ignore[no-any-return]
+
+
+def test_gate_failure_points_at_rejected_table() -> None:
+    finding = rejected_table_finding("GateFailed", "RMS 0.9 ms > maxRmsMs 0.5")
+    assert "ERROR-BOUND" not in finding["next"]
+
+
+def test_an_error_bound_gate_failure_says_what_widens_the_bound() -> None:
+    message = (
+        "the table's predicted error bound 12.0% exceeds gates.maxErrorBound 5.0% "
+        "(leave-one-out error 3.0%, widest round CI 9.0%)"
+    )
+    finding = rejected_table_finding("ErrorBoundGateFailed", message)
+    assert "ERROR-BOUND" in finding["next"] and "sweep.ciRelWidth" in finding["next"]
 
 
 def test_mixed_gpu_pool() -> None:

@@ -403,6 +403,14 @@ def _failure_finding(name: str, failure: Mapping[str, Any]) -> Finding:
 
 
 def _gate_finding(name: str, evidence: str) -> Finding:
+    bound = (
+        " The error bound (ERROR-BOUND in `kubectl sps get -o wide`, "
+        "status.tables[].quality.errorBoundRel) is wide when the GPU's steps are noisy or "
+        "autocorrelated (wide round CIs: tighten sweep.ciRelWidth) or when the table "
+        "interpolates across too few batch sizes (leave-one-out error: add sweep.batchSizes)."
+        if R.ERROR_BOUND_GATE_FAILED in evidence or "maxErrorBound" in evidence
+        else ""
+    )
     return Finding(
         what="A new table failed an acceptance gate and was not rolled out",
         why=evidence,
@@ -411,7 +419,7 @@ def _gate_finding(name: str, evidence: str) -> Finding:
             f"(`kubectl sps diff {name} {name}@rejected`). It is not retried as it is. If the "
             "change is real (new image, driver, clocks), relax spec.gates (maxChange, "
             "maxErrorBound, maxRmsMs, minR2): the changed spec starts a new attempt by itself; "
-            f"if it is noise, `kubectl sps reprofile {name}` to measure again."
+            f"if it is noise, `kubectl sps reprofile {name}` to measure again.{bound}"
         ),
     )
 
