@@ -6,6 +6,8 @@ import argparse
 import shlex
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from sps_testbed.binaries import BinariesError
@@ -32,12 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="start the control plane (detached)")
     with_state_dir(up)
     up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for readiness")
-    for name, text in (
-        ("down", "stop every process of the cluster"),
-        ("env", "print shell exports: KUBECONFIG and PATH with kubectl and helm"),
-        ("status", "show whether the control plane is running"),
-    ):
-        with_state_dir(sub.add_parser(name, help=text))
+    for name, command in _ON_CLUSTER.items():
+        with_state_dir(sub.add_parser(name, help=command.help))
     return parser
 
 
@@ -77,23 +75,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_down(args: argparse.Namespace) -> int:
-    try:
-        cp = ControlPlane.attach(args.state_dir)
-    except ControlPlaneError as err:
-        print(f"{err}; nothing to stop", file=sys.stderr)
-        return 0
+def cmd_down(cp: ControlPlane) -> int:
     cp.stop()
     print(f"dev cluster in {cp.state_dir} stopped", file=sys.stderr)
     return 0
 
 
-def cmd_env(args: argparse.Namespace) -> int:
-    try:
-        cp = ControlPlane.attach(args.state_dir)
-    except ControlPlaneError as err:
-        print(f"{err}; run `sps-testbed controlplane up`", file=sys.stderr)
-        return 1
+def cmd_env(cp: ControlPlane) -> int:
     assert cp.record is not None
     print(f"export KUBECONFIG={shlex.quote(str(cp.kubeconfig))}")
     if cp.record.path_dirs:
@@ -102,12 +90,7 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    try:
-        cp = ControlPlane.attach(args.state_dir)
-    except ControlPlaneError as err:
-        print(f"not running: {err}")
-        return 1
+def cmd_status(cp: ControlPlane) -> int:
     assert cp.record is not None
     components = cp.running_components()
     if not components:
@@ -122,10 +105,54 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0 if healthy else 1
 
 
+@dataclass(frozen=True)
+class _OnCluster:
+    """A command on a control plane that runs, and what it does when there is none."""
+
+    run: Callable[[ControlPlane], int]
+    help: str
+    without_cluster: str  # what it says when --state-dir holds no control plane ({err}: why)
+    to_stdout: bool
+    code: int  # and the exit code then
+
+
+_ON_CLUSTER = {
+    "down": _OnCluster(
+        cmd_down,
+        "stop every process of the cluster",
+        "{err}; nothing to stop",
+        to_stdout=False,
+        code=0,
+    ),
+    "env": _OnCluster(
+        cmd_env,
+        "print shell exports: KUBECONFIG and PATH with kubectl and helm",
+        "{err}; run `sps-testbed controlplane up`",
+        to_stdout=False,
+        code=1,
+    ),
+    "status": _OnCluster(
+        cmd_status,
+        "show whether the control plane is running",
+        "not running: {err}",
+        to_stdout=True,
+        code=1,
+    ),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    handlers = {"up": cmd_up, "down": cmd_down, "env": cmd_env, "status": cmd_status}
-    return handlers[args.command](args)
+    if args.command == "up":
+        return cmd_up(args)
+    command = _ON_CLUSTER[args.command]
+    try:
+        cp = ControlPlane.attach(args.state_dir)
+    except ControlPlaneError as err:
+        text = command.without_cluster.format(err=err)
+        print(text, file=sys.stdout if command.to_stdout else sys.stderr)
+        return command.code
+    return command.run(cp)
 
 
 if __name__ == "__main__":

@@ -82,6 +82,41 @@ def _name(common_name: str, organizations: Sequence[str] = ()) -> x509.Name:
     return x509.Name(attrs)
 
 
+# Key usages (x509.KeyUsage's flags): a CA signs certificates and CRLs, a leaf signs and
+# enciphers keys (TLS).
+_CA_USAGE = frozenset({"digital_signature", "key_cert_sign", "crl_sign"})
+_LEAF_USAGE = frozenset({"digital_signature", "key_encipherment"})
+
+
+_KEY_USAGE_FLAGS = (
+    "digital_signature", "content_commitment", "key_encipherment", "data_encipherment",
+    "key_agreement", "key_cert_sign", "crl_sign", "encipher_only", "decipher_only",
+)  # fmt: skip
+
+
+def _key_usage(granted: frozenset[str]) -> x509.KeyUsage:
+    return x509.KeyUsage(**{flag: flag in granted for flag in _KEY_USAGE_FLAGS})
+
+
+def _certificate(
+    subject: x509.Name, issuer: x509.Name, key: ec.EllipticCurvePrivateKey, *, ca: bool
+) -> x509.CertificateBuilder:
+    """What every certificate here has: valid from five minutes ago (clock skew between the
+    components) for a year, and the basic constraints and key usage of a CA or of a leaf."""
+    now = dt.datetime.now(dt.UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + _VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(_key_usage(_CA_USAGE if ca else _LEAF_USAGE), critical=True)
+    )
+
+
 def _issue(
     subject: x509.Name,
     key: ec.EllipticCurvePrivateKey,
@@ -90,30 +125,8 @@ def _issue(
     usage: list[x509.ObjectIdentifier],
     sans: list[x509.GeneralName] | None = None,
 ) -> x509.Certificate:
-    now = dt.datetime.now(dt.UTC)
     builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + _VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=True,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        _certificate(subject, ca_cert.subject, key, ca=False)
         .add_extension(x509.ExtendedKeyUsage(usage), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
@@ -138,32 +151,10 @@ def api_server_sans(ips: list[str]) -> list[x509.GeneralName]:
 
 
 def _ca(common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    now = dt.datetime.now(dt.UTC)
     key = ec.generate_private_key(ec.SECP256R1())
     name = _name(common_name)
     cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + _VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        _certificate(name, name, key, ca=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
         .sign(key, hashes.SHA256())
     )
@@ -240,16 +231,22 @@ def _client_cert(
     )
 
 
+def _load_ca(ca_cert: Path, ca_key: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A CA this module wrote (`generate`): its certificate and EC key."""
+    cert = x509.load_pem_x509_certificate(ca_cert.read_bytes())
+    key = serialization.load_pem_private_key(ca_key.read_bytes(), password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{ca_key}: not the EC key this module generates for a CA")
+    return cert, key
+
+
 def issue_user(
     ca_cert: Path, ca_key: Path, directory: Path, user: str, groups: Sequence[str] = ()
 ) -> ClientCert:
     """A client certificate for `user` (in `groups`) signed by an existing CA: a real
     user the API server authenticates by its certificate, whose rights are whatever RBAC
     binds to that name, nothing else. Written to `directory/<user>.crt|.key`."""
-    cert = x509.load_pem_x509_certificate(ca_cert.read_bytes())
-    key = serialization.load_pem_private_key(ca_key.read_bytes(), password=None)
-    if not isinstance(key, ec.EllipticCurvePrivateKey):
-        raise ValueError(f"{ca_key}: not the EC key this module generates for a CA")
+    cert, key = _load_ca(ca_cert, ca_key)
     directory.mkdir(parents=True, exist_ok=True)
     return _client_cert(cert, key, directory, user, user, groups)
 
@@ -259,10 +256,7 @@ def issue_server(
 ) -> tuple[Path, Path]:
     """A serving certificate for `ips` signed by an existing CA (the bed's registry, whose
     clients trust that CA). Written to `directory/<stem>.crt|.key`; returns both paths."""
-    cert = x509.load_pem_x509_certificate(ca_cert.read_bytes())
-    key = serialization.load_pem_private_key(ca_key.read_bytes(), password=None)
-    if not isinstance(key, ec.EllipticCurvePrivateKey):
-        raise ValueError(f"{ca_key}: not the EC key this module generates for a CA")
+    cert, key = _load_ca(ca_cert, ca_key)
     directory.mkdir(parents=True, exist_ok=True)
     server_key = ec.generate_private_key(ec.SECP256R1())
     sans: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]

@@ -92,6 +92,29 @@ def test_pki_chain_sans_and_identities(tmp_path: Path) -> None:
     assert (tenant.key.stat().st_mode & 0o777) == 0o600
 
 
+def test_pki_ca_and_leaf_constraints_and_key_usages(tmp_path: Path) -> None:
+    """A CA may sign certificates and CRLs, a leaf may not; a leaf enciphers keys (TLS)."""
+    p = pki.generate(tmp_path, ["127.0.0.1"])
+
+    def usages(cert: x509.Certificate) -> tuple[bool, set[str]]:
+        basic = cert.extensions.get_extension_for_class(x509.BasicConstraints)
+        usage = cert.extensions.get_extension_for_class(x509.KeyUsage)
+        assert basic.critical and usage.critical
+        names = ("digital_signature", "key_encipherment", "key_cert_sign", "crl_sign")
+        extra = ("content_commitment", "data_encipherment", "key_agreement")
+        assert not any(getattr(usage.value, n) for n in extra)
+        return basic.value.ca, {n for n in names if getattr(usage.value, n)}
+
+    ca = {"digital_signature", "key_cert_sign", "crl_sign"}
+    leaf = {"digital_signature", "key_encipherment"}
+    assert usages(_cert(p.ca_cert)) == (True, ca)
+    assert usages(_cert(p.front_proxy_ca)) == (True, ca)
+    for cert in (p.apiserver_cert, p.admin.cert, p.front_proxy_client.cert):
+        assert usages(_cert(cert)) == (False, leaf)
+    server, _ = pki.issue_server(p.ca_cert, p.ca_key, tmp_path / "reg", "registry", ["10.0.0.1"])
+    assert usages(_cert(server)) == (False, leaf)
+
+
 def test_podnet_for_index() -> None:
     net = podnet.PodNetwork.for_index(12)
     assert (net.cidr, net.gateway) == ("10.244.12.0/24", "10.244.12.1")
@@ -251,3 +274,30 @@ def test_failure_report_names_a_crashed_component(tmp_path: Path) -> None:
     cluster = K8sCluster(cp, binaries.Binaries(fake, fake, fake, fake, fake, None), 0.0)
     sections = dict(_failure_sections(SimpleNamespace(funcargs={"k8s_cluster": cluster})))  # type: ignore[arg-type]
     assert sections == {"etcd is not running": "starting\npanic: database file is corrupt"}
+
+
+@pytest.mark.parametrize(
+    ("command", "stdout", "stderr", "code"),
+    [
+        ("down", "", "; nothing to stop\n", 0),
+        ("env", "", "; run `sps-testbed controlplane up`\n", 1),
+        ("status", "not running: ", "", 1),
+    ],
+)
+def test_controlplane_cli_without_a_cluster_says_so(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    stdout: str,
+    stderr: str,
+    code: int,
+) -> None:
+    """A state directory with no control plane: each command says why, where, with its code."""
+    from sps_testbed.controlplane_cli import main
+
+    assert main([command, "--state-dir", str(tmp_path / "none")]) == code
+    out, err = capsys.readouterr()
+    assert (out.startswith(stdout) if stdout else out == "") and (
+        err.endswith(stderr) if stderr else err == ""
+    )
+    assert str(tmp_path / "none") in out + err

@@ -68,6 +68,18 @@ def profile(status: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]
         (3 * 86400 + 4 * 3600, "3d4h"),
         (120 * 86400, "120d"),
         (-5, "0s"),
+        # each rung's edges
+        (120, "2m"),
+        (9 * 60 + 59, "9m59s"),
+        (10 * 60 + 59, "10m"),
+        (180 * 60, "3h"),
+        (7 * 3600 + 59 * 60, "7h59m"),
+        (8 * 3600 + 59 * 60, "8h"),
+        (48 * 3600, "2d"),
+        (7 * 86400 + 23 * 3600, "7d23h"),
+        (8 * 86400 + 3600, "8d"),
+        (729 * 86400, "729d"),
+        (730 * 86400, "2y"),
     ],
 )
 def test_human_duration_matches_kubectl(seconds: float, text: str) -> None:

@@ -26,13 +26,14 @@ from sps_operator.api.validation import (
     MSG_TOLERATION_VALUE,
     ApiModel,
     LabelMap,
+    ObjectName,
     cel_label_key,
     cel_map_rules,
+    cel_optional_match,
     cel_rule,
-    cel_string,
     check,
     check_label_map,
-    full_match,
+    check_optional_match,
     label_key_ok,
 )
 
@@ -45,10 +46,7 @@ class Toleration(ApiModel):
                     f"!has(self.key) || size(self.key) == 0 || ({cel_label_key('self.key')})",
                     MSG_TOLERATION_KEY,
                 ),
-                cel_rule(
-                    f"!has(self.value) || self.value.matches({cel_string(LABEL_VALUE_PATTERN)})",
-                    MSG_TOLERATION_VALUE,
-                ),
+                cel_optional_match("value", LABEL_VALUE_PATTERN, MSG_TOLERATION_VALUE),
             ]
         }
     )
@@ -65,9 +63,7 @@ class Toleration(ApiModel):
     @model_validator(mode="after")
     def _checks(self) -> Toleration:
         check(not self.key or label_key_ok(self.key), MSG_TOLERATION_KEY)
-        check(
-            self.value is None or full_match(LABEL_VALUE_PATTERN, self.value), MSG_TOLERATION_VALUE
-        )
+        check_optional_match(self.value, LABEL_VALUE_PATTERN, MSG_TOLERATION_VALUE)
         return self
 
 
@@ -115,22 +111,13 @@ class JobOverrides(ApiModel):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                cel_rule(
-                    f"!has(self.image) || self.image.matches({cel_string(IMAGE_PATTERN)})",
-                    MSG_IMAGE,
-                ),
-                cel_rule(
-                    "!has(self.serviceAccountName) || "
-                    f"self.serviceAccountName.matches({cel_string(DNS_SUBDOMAIN_PATTERN)})",
-                    MSG_SERVICE_ACCOUNT,
+                cel_optional_match("image", IMAGE_PATTERN, MSG_IMAGE),
+                cel_optional_match(
+                    "serviceAccountName", DNS_SUBDOMAIN_PATTERN, MSG_SERVICE_ACCOUNT
                 ),
                 *cel_map_rules("nodeSelector", MSG_NODE_SELECTOR_KEY, MSG_NODE_SELECTOR_VALUE),
                 *cel_map_rules("labels", MSG_JOB_LABEL_KEY, MSG_JOB_LABEL_VALUE),
-                cel_rule(
-                    "!has(self.priorityClassName) || "
-                    f"self.priorityClassName.matches({cel_string(DNS_SUBDOMAIN_PATTERN)})",
-                    MSG_PRIORITY_CLASS,
-                ),
+                cel_optional_match("priorityClassName", DNS_SUBDOMAIN_PATTERN, MSG_PRIORITY_CLASS),
             ]
         }
     )
@@ -157,9 +144,8 @@ class JobOverrides(ApiModel):
         description="Deadline of one profiling Job (at most the operator's policy maximum, "
         "by default one day).",
     )
-    service_account_name: str | None = Field(
+    service_account_name: ObjectName | None = Field(
         default=None,
-        max_length=253,
         description="Run the Job under this ServiceAccount instead of the per-run one the "
         "operator creates (it then needs write access to the run's result ConfigMap).",
     )
@@ -177,9 +163,8 @@ class JobOverrides(ApiModel):
         description="Annotations for the Job and its pod (keys subject to the operator's "
         "policy, as for labels).",
     )
-    priority_class_name: str | None = Field(
+    priority_class_name: ObjectName | None = Field(
         default=None,
-        max_length=253,
         description="PriorityClass of the Job's pod (default: the target's), for preemption "
         "policies and Kueue's priorities; the operator's policy refuses system-* classes "
         "unless the cluster admin allows them.",
@@ -187,17 +172,9 @@ class JobOverrides(ApiModel):
 
     @model_validator(mode="after")
     def _checks(self) -> JobOverrides:
-        check(self.image is None or full_match(IMAGE_PATTERN, self.image), MSG_IMAGE)
-        check(
-            self.service_account_name is None
-            or full_match(DNS_SUBDOMAIN_PATTERN, self.service_account_name),
-            MSG_SERVICE_ACCOUNT,
-        )
+        check_optional_match(self.image, IMAGE_PATTERN, MSG_IMAGE)
+        check_optional_match(self.service_account_name, DNS_SUBDOMAIN_PATTERN, MSG_SERVICE_ACCOUNT)
         check_label_map(self.node_selector, MSG_NODE_SELECTOR_KEY, MSG_NODE_SELECTOR_VALUE)
         check_label_map(self.labels, MSG_JOB_LABEL_KEY, MSG_JOB_LABEL_VALUE)
-        check(
-            self.priority_class_name is None
-            or full_match(DNS_SUBDOMAIN_PATTERN, self.priority_class_name),
-            MSG_PRIORITY_CLASS,
-        )
+        check_optional_match(self.priority_class_name, DNS_SUBDOMAIN_PATTERN, MSG_PRIORITY_CLASS)
         return self

@@ -49,10 +49,12 @@ from sps_operator.api.validation import (
     LabelValue,
     cel_label_key,
     cel_map_rules,
+    cel_optional_match,
     cel_rule,
     cel_string,
     check,
     check_label_map,
+    check_optional_match,
     full_match,
     label_key_ok,
 )
@@ -594,11 +596,7 @@ class SpsProfileSpec(ApiModel):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                cel_rule(
-                    f"!has(self.serverContainer) || "
-                    f"self.serverContainer.matches({cel_string(DNS_LABEL_PATTERN)})",
-                    MSG_SERVER_CONTAINER,
-                ),
+                cel_optional_match("serverContainer", DNS_LABEL_PATTERN, MSG_SERVER_CONTAINER),
                 cel_rule(cel_label_key("self.gpuProductLabel"), MSG_GPU_PRODUCT_LABEL),
             ]
         }
@@ -644,9 +642,6 @@ class SpsProfileSpec(ApiModel):
 
     @model_validator(mode="after")
     def _checks(self) -> SpsProfileSpec:
-        check(
-            self.server_container is None or full_match(DNS_LABEL_PATTERN, self.server_container),
-            MSG_SERVER_CONTAINER,
-        )
+        check_optional_match(self.server_container, DNS_LABEL_PATTERN, MSG_SERVER_CONTAINER)
         check(label_key_ok(self.gpu_product_label), MSG_GPU_PRODUCT_LABEL)
         return self

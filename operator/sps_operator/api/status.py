@@ -19,6 +19,8 @@ from sps_operator.api.validation import (
     ProgressText,
     ReportLine,
     StatusModel,
+    Timestamp,
+    optional_timestamp,
 )
 
 
@@ -37,7 +39,7 @@ class Condition(StatusModel):
     )
     status: ConditionStatus
     observed_generation: int | None = Field(default=None, ge=0)
-    last_transition_time: str = Field(json_schema_extra={"format": "date-time"})
+    last_transition_time: Timestamp
     reason: str = Field(
         min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
     )
@@ -85,7 +87,7 @@ class TableRef(StatusModel):
     config_map: str = Field(description="Immutable ConfigMap holding the table.")
     hash: str = Field(description="sha256 of the table JSON (first 16 hex digits).")
     quality: FitQuality | None = None
-    profiled_at: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    profiled_at: str | None = optional_timestamp()
     run: str | None = Field(default=None, description="The run that measured it.")
     refresh_count: int | None = Field(
         default=None,
@@ -126,9 +128,8 @@ class RunWaiting(StatusModel):
         "Wait)."
     )
     message: MessageText = Field(description="The scheduler's, Kueue's or the operator's words.")
-    since: str = Field(
-        description="When the wait began (the run fails after capacity.waitTimeoutSeconds).",
-        json_schema_extra={"format": "date-time"},
+    since: Timestamp = Field(
+        description="When the wait began (the run fails after capacity.waitTimeoutSeconds)."
     )
     pool_turn: bool | None = Field(
         default=None,
@@ -150,10 +151,7 @@ class BorrowRecord(StatusModel):
 
     deployment: str = Field(description="The Deployment lending the replica.")
     replicas: int = Field(ge=0, description="Its replicas before the borrow (restored after).")
-    at: str = Field(
-        description="When it was borrowed (serving capacity is reduced since).",
-        json_schema_extra={"format": "date-time"},
-    )
+    at: Timestamp = Field(description="When it was borrowed (serving capacity is reduced since).")
     used: bool = Field(
         default=False,
         description="The run's Job ran on the lent GPUs (a Job suspended or unscheduled again "
@@ -167,11 +165,9 @@ class BorrowRecord(StatusModel):
         description="status.rolloutBorrow: the hash of the table whose rollout the lent slot "
         "is kept for.",
     )
-    held_since: str | None = Field(
-        default=None,
+    held_since: str | None = optional_timestamp(
         description="status.rolloutBorrow: when the run ended and the slot was kept for the "
         "rollout.",
-        json_schema_extra={"format": "date-time"},
     )
     gpu_product: str | None = Field(
         default=None, description="status.rolloutBorrow: the GPU product of the pool."
@@ -201,7 +197,7 @@ class RunStatus(StatusModel):
     fingerprint: str
     target: str = Field(description="The Deployment whose server is cloned.")
     trigger: str = Field(description="Why it runs: NoTable, Schedule, Token, Reprofile, ...")
-    started_at: str = Field(json_schema_extra={"format": "date-time"})
+    started_at: Timestamp
     diagonal_table: str | None = Field(
         default=None, description="Additive: ConfigMap of the phase-1 diagonal table."
     )
@@ -225,17 +221,13 @@ class RunStatus(StatusModel):
         description="ServerChanged: what differs between the server of the table the target "
         "ran and the server now (the words of `sps-operator fingerprint`).",
     )
-    running_since: str | None = Field(
-        default=None,
+    running_since: str | None = optional_timestamp(
         description="When the Job's pod started running: the run's own deadline "
         "(spec.job.activeDeadlineSeconds) counts from here, not from its wait for GPUs.",
-        json_schema_extra={"format": "date-time"},
     )
-    result_wait_since: str | None = Field(
-        default=None,
+    result_wait_since: str | None = optional_timestamp(
         description="When the Job was seen complete while its result ConfigMap did not hold "
         "the final result yet (the run waits a bounded time for that write).",
-        json_schema_extra={"format": "date-time"},
     )
     borrow_undone: MessageText | None = Field(
         default=None,
@@ -295,9 +287,7 @@ class TargetStatus(StatusModel):
         max_length=L.MAX_MESSAGE_LENGTH,
         description="The GPU product its pods were last seen on (<mixed> for several).",
     )
-    observed_since: str | None = Field(
-        default=None,
-        json_schema_extra={"format": "date-time"},
+    observed_since: str | None = optional_timestamp(
         description="Since when observedGpu is what it is: while pods move, an observation "
         "counts once it has held for the operator's GPU debounce period.",
     )
@@ -320,24 +310,18 @@ class TargetStatus(StatusModel):
         description="Inputs that look like cost inputs but are not in the fingerprint (a "
         "change there reprofiles nothing), and what could set one unseen.",
     )
-    rolled_at: str | None = Field(
-        default=None,
-        json_schema_extra={"format": "date-time"},
+    rolled_at: str | None = optional_timestamp(
         description="When the operator last rolled a new table onto it (the minimum interval "
         "between rollouts counts from here).",
     )
-    held_until: str | None = Field(
-        default=None,
-        json_schema_extra={"format": "date-time"},
+    held_until: str | None = optional_timestamp(
         description="A newer table for it waits for the minimum interval between rollouts "
         "until then (nextTable).",
     )
     next_table: str | None = Field(
         default=None, description="The newer table that waits (see heldUntil)."
     )
-    blocked_since: str | None = Field(
-        default=None,
-        json_schema_extra={"format": "date-time"},
+    blocked_since: str | None = optional_timestamp(
         description="Since when its rollout has been blocked (reason RolloutBlocked).",
     )
 
@@ -346,7 +330,7 @@ class FailureRecord(StatusModel):
     run: str
     reason: str
     message: MessageText
-    at: str = Field(json_schema_extra={"format": "date-time"})
+    at: Timestamp
     gpu_product: str | None = None
     fingerprint: str | None = None
     attempts: int = 1
@@ -399,16 +383,14 @@ class SpsProfileStatus(StatusModel):
     )
     current_run: RunStatus | None = None
     last_failure: FailureRecord | None = None
-    last_schedule_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
-    next_schedule_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    last_schedule_time: str | None = optional_timestamp()
+    next_schedule_time: str | None = optional_timestamp()
     schedule_held_back: MessageText | None = Field(
         default=None,
         description="Set while refresh.schedule fires more often than the minimum interval "
         "between scheduled runs: which fire times are skipped, and when the next run is.",
     )
-    refresh_requested_at: str | None = Field(
-        default=None,
-        json_schema_extra={"format": "date-time"},
+    refresh_requested_at: str | None = optional_timestamp(
         description="When the latest refresh was requested (token, annotation, schedule).",
     )
     refresh_count: int = Field(

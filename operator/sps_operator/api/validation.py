@@ -37,6 +37,7 @@ DNS_LABEL_PATTERN = rf"^{DNS_LABEL}$"
 DNS_SUBDOMAIN_PATTERN = rf"^{DNS_SUBDOMAIN}$"
 MAX_LABEL_KEY = 317  # 253 + '/' + 63
 MAX_LABEL_VALUE = 63
+MAX_OBJECT_NAME = 253
 
 # An image reference: [registry[:port]/]path[:tag][@digest] (the distribution grammar; as
 # Docker reads it, a first component is a registry only with a '.', a port or localhost).
@@ -299,7 +300,31 @@ def check_label_map(labels: dict[str, str] | None, key_message: str, value_messa
         check(full_match(LABEL_VALUE_PATTERN, value), value_message)
 
 
+def cel_optional_match(field: str, pattern: str, message: str) -> Any:
+    """CEL: the string `field`, when set, matches `pattern` (`check_optional_match`)."""
+    return cel_rule(f"!has(self.{field}) || self.{field}.matches({cel_string(pattern)})", message)
+
+
+def check_optional_match(value: str | None, pattern: str, message: str) -> None:
+    check(value is None or full_match(pattern, value), message)
+
+
+_DATE_TIME: Any = {"format": "date-time"}
+# An RFC 3339 time (format date-time in the CRD). Required: `at: Timestamp`, so type checkers
+# see no default; optional: `optional_timestamp(...)` (as an alias inside `| None` it would
+# move the format into the schema's non-null branch).
+Timestamp = Annotated[str, Field(json_schema_extra=_DATE_TIME)]
+
+
+def optional_timestamp(description: str | None = None) -> Any:
+    """An RFC 3339 time that may be absent (format date-time in the CRD)."""
+    return Field(default=None, description=description, json_schema_extra=_DATE_TIME)
+
+
 LabelValue = Annotated[str, Field(max_length=MAX_LABEL_VALUE)]
+# The name of a Kubernetes object that DNS-subdomain rules name (a ServiceAccount, a
+# PriorityClass); its syntax is a CEL rule with a message (`cel_optional_match`).
+ObjectName = Annotated[str, Field(max_length=MAX_OBJECT_NAME)]
 LabelMap = Annotated[
     dict[str, LabelValue],
     Field(

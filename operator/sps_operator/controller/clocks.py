@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sps_operator.api.status import SpsProfileStatus
+from sps_operator.api.times import parse_rfc3339
 from sps_operator.controller.conditions import rfc3339
 
 # Leader election tolerates `lease_duration - renew_deadline` (3 s) of clock rate error;
@@ -23,14 +24,10 @@ MAX_CLOCK_SKEW = timedelta(seconds=30)
 
 
 def parse(stamp: str | None) -> datetime | None:
-    """An RFC 3339 time; None when absent or unreadable."""
-    if not stamp:
-        return None
-    try:
-        when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo is not None else None
+    """An RFC 3339 time with its offset; None when absent, unreadable or naive."""
+    when = parse_rfc3339(stamp)
+    # A time without an offset could be any zone's: as unreadable as no time.
+    return when if when is not None and when.tzinfo is not None else None
 
 
 def trusted(stamp: str | None, now: datetime) -> datetime | None:

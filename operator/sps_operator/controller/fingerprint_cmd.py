@@ -30,17 +30,14 @@ import yaml
 from sps_operator.api.fingerprint import DOC_BEGIN, DOC_END, fingerprint_doc
 from sps_operator.api.spec import SpsProfileSpec, TableKind
 from sps_operator.controller import compat
-from sps_operator.controller.podenv import ConfigMapEnv, env_config_maps, resolve_env
+from sps_operator.controller.podenv import ConfigMapEnv, env_config_maps
 from sps_operator.controller.serverchanges import server_changes
 from sps_operator.controller.serverconfig import (
     ServerConfig,
     ServerProblem,
     find_server_container,
-    legacy_table_fingerprint,
-    parse_server,
-    server_config,
-    table_fingerprint,
 )
+from sps_operator.controller.serverread import read_server, table_keys
 
 
 class InputError(Exception):
@@ -68,9 +65,9 @@ class Reading:
         }
         kinds = [str(k) for k in TableKind]
         if self.profile is not None:
-            spec = self.profile.table.to_k8s()
-            out["tableFingerprint"] = table_fingerprint(config, spec)
-            out["tableFingerprintV1"] = legacy_table_fingerprint(config, spec)
+            out["tableFingerprint"], out["tableFingerprintV1"] = table_keys(
+                config, self.profile.table
+            )
             kinds = [str(self.profile.table.kind)]
         # What the operator would refuse, per table kind (None: it profiles the server).
         out["refused"] = {}
@@ -150,10 +147,8 @@ def read(
     }
     wanted = env_config_maps(pod_spec)
     namespace = (workload.get("metadata") or {}).get("namespace")
-    env = resolve_env(container, namespace, {n: maps[n] for n in wanted if n in maps})
-    command = parse_server(container, env)
     stated = sglang_version or (profile.server.sglang_version if profile else None)
-    config = server_config(container, command, stated)
+    _, config = read_server(container, namespace, {n: maps[n] for n in wanted if n in maps}, stated)
     kind = workload.get("kind") or "workload"
     return Reading(f"{kind}/{(workload.get('metadata') or {}).get('name')}", config, profile)
 

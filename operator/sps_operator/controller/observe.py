@@ -35,17 +35,14 @@ from sps_operator.controller.deployments import deployment_rolled_out
 from sps_operator.controller.fingerprint_v1 import is_v1
 from sps_operator.controller.ownership import ProfileSummary, owner_of, stable_writer
 from sps_operator.controller.placement import MIXED, placement, settle
-from sps_operator.controller.podenv import ConfigMapEnv, resolve_env
+from sps_operator.controller.podenv import ConfigMapEnv
 from sps_operator.controller.serverchanges import server_changes
 from sps_operator.controller.serverconfig import (
     TABLE_PATH_FLAG,
     ServerProblem,
     find_server_container,
-    legacy_table_fingerprint,
-    parse_server,
-    server_config,
-    table_fingerprint,
 )
+from sps_operator.controller.serverread import read_server, table_keys
 from sps_operator.controller.state import Pass, Target
 from sps_operator.controller.triggers import parse_time
 
@@ -233,14 +230,14 @@ def _understand_server(
         return
     target.container = container
     try:
-        command = parse_server(container, resolve_env(container, namespace, env_config_maps))
+        command, target.config = read_server(
+            container, namespace, env_config_maps, spec.server.sglang_version
+        )
     except ServerProblem as exc:
         target.refuse(exc.reason, str(exc))
         return
     target.command = command
-    target.config = server_config(container, command, spec.server.sglang_version)
-    target.fingerprint = table_fingerprint(target.config, spec.table.to_k8s())
-    target.legacy_fingerprint = legacy_table_fingerprint(target.config, spec.table.to_k8s())
+    target.fingerprint, target.legacy_fingerprint = table_keys(target.config, spec.table)
     target.table_source = compat.table_source(target.config)
     refused = compat.refusal(spec.table.kind, target.config, diagonal_only)
     if refused is not None:

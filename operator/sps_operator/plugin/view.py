@@ -14,6 +14,7 @@ from typing import Any
 
 from sps_operator.api import labels as L
 from sps_operator.api import reasons as R
+from sps_operator.api.times import parse_rfc3339
 from sps_operator.constants import LABEL_PREFIX
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, SpsTable
 
@@ -28,13 +29,18 @@ class PluginError(Exception):
 
 
 def parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    """An RFC 3339 time; one without an offset is read as UTC (what Kubernetes writes)."""
+    parsed = parse_rfc3339(value)
+    return parsed if parsed is None or parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+# kubectl's age ladder past 2 minutes: (unit, its seconds, the smaller unit and its seconds,
+# below how many units the smaller one shows too, below how many the unit alone shows).
+_AGE_LADDER = (
+    ("m", 60, "s", 1, 10, 180),
+    ("h", 3600, "m", 60, 8, 48),
+    ("d", 86400, "h", 3600, 8, 730),
+)
 
 
 def human_duration(seconds: float) -> str:
@@ -42,22 +48,13 @@ def human_duration(seconds: float) -> str:
     s = max(0, int(seconds))
     if s < 120:
         return f"{s}s"
-    minutes = s // 60
-    if minutes < 10:
-        return f"{minutes}m{s % 60}s" if s % 60 else f"{minutes}m"
-    if minutes < 180:
-        return f"{minutes}m"
-    hours = minutes // 60
-    if hours < 8:
-        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
-    if hours < 48:
-        return f"{hours}h"
-    days = hours // 24
-    if days < 8:
-        return f"{days}d{hours % 24}h" if hours % 24 else f"{days}d"
-    if days < 730:
-        return f"{days}d"
-    return f"{days // 365}y"
+    for unit, size, smaller, smaller_size, both_below, alone_below in _AGE_LADDER:
+        whole, rest = divmod(s, size)
+        if whole < both_below and rest // smaller_size:
+            return f"{whole}{unit}{rest // smaller_size}{smaller}"
+        if whole < alone_below:
+            return f"{whole}{unit}"
+    return f"{s // 86400 // 365}y"
 
 
 def age(timestamp: str | None, now: datetime) -> str:
