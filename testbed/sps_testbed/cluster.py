@@ -274,8 +274,8 @@ class RealNodeCluster:
         node = next((n for n in self.record().nodes if n.name == node_name), None)
         if node is None:
             raise TestbedError(f"{node_name!r} is no node of this bed")
-        socket = NodeConfig.load(Path(node.dir) / "node.json").socket
-        argv = ["ctr", "-a", str(socket), "-n", "k8s.io", *args]
+        cfg = NodeConfig.load(Path(node.dir) / "node.json")
+        argv = [str(Path(cfg.containerd_bin) / "ctr"), "-a", str(cfg.socket), "-n", "k8s.io", *args]
         proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
         if proc.returncode != 0:
             raise TestbedError(f"{' '.join(argv)}: {proc.stderr.strip()}")
