@@ -3,7 +3,8 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test setup controlplane testbed realnode lint lint-checks typecheck crds unit clean
+.PHONY: demo test setup controlplane testbed realnode lint lint-checks typecheck crds unit clean \
+	release dist release-host publish release-check
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -41,12 +42,13 @@ lint: setup
 
 # lint without the setup (what `make test` runs beside the bed's tests).
 lint-checks:
-	$(BIN)/ruff check operator sim tests bench testbed
-	$(BIN)/ruff format --check operator sim tests bench testbed
+	$(BIN)/ruff check operator sim tests bench testbed release
+	$(BIN)/ruff format --check operator sim tests bench testbed release
 	$(BIN)/mypy
 	$(BIN)/mypy bench
 	$(BIN)/mypy testbed/sps_testbed
 	$(BIN)/mypy sim/sps_sim
+	MYPYPATH=release $(BIN)/mypy -p sps_release
 
 crds: setup
 	$(BIN)/sps-operator crd > crds/sps.dev_spsprofiles.yaml
@@ -61,6 +63,29 @@ unit: setup
 # beside them lint and the rest (their log: .test-logs/other.log, printed at the end).
 test: setup controlplane testbed
 	SPS_TEST_BIN=$(BIN) bash tests/run-all.sh
+
+# The release (docs/release.md): wheel, sdist, the image as an amd64+arm64 OCI index, the
+# chart pinned to it, SBOMs and SHA256SUMS into dist/, from a clean tree (ALLOW_DIRTY=1
+# to build from uncommitted changes). Nothing is pushed: `make publish` does that.
+release: setup release-host
+	bash release/release.sh
+dist: release
+
+# buildah, skopeo, mmdebstrap, qemu-user-static and its binfmt_misc handler (root).
+release-host:
+	bash release/setup-host.sh
+
+# Pushes dist/ (the image index and the chart) to REGISTRY=host[:port], trusting CA=path:
+# <REGISTRY>/sps-dev/sps-operator:<version> and oci://<REGISTRY>/charts/sps-operator
+# (IMAGE_REPO, CHART_REPO override them; docs/release.md).
+publish:
+	REGISTRY=$(REGISTRY) CA=$(CA) bash release/publish.sh
+
+# What `make test` leaves out for its budget: `make release` measured, and the images
+# checked (every ELF file of each architecture's image is of that CPU; `sps-operator
+# --version` runs in the arm64 image under qemu).
+release-check: release
+	$(BIN)/python bench/release_check.py --no-build
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -25,7 +25,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from profiler_matrix import FRACS, GAMMA, MAX_BS, grid_errors, truth_rows
-from sps_operator.constants import GPU_H100
 from sps_operator.dspark_arith import (
     compact_tiers,
     default_decode_capture_bs,
@@ -34,7 +33,7 @@ from sps_operator.dspark_arith import (
 )
 from sps_operator.profiler.sweep import build_request_count_sweep
 from sps_operator.tables.fit import fit_from_rounds
-from sps_sim.costmodel import PRESETS
+from sps_sim.costmodel import GPU_H100, PRESETS
 
 
 def noisy_rounds(

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,13 +24,13 @@ from typing import Any
 import httpx
 import requests
 
+from sps_testbed.processes import free_port
+
 
 @contextlib.contextmanager
 def sim_process() -> Iterator[str]:
     """sps-sim in its own process, so this process's CPU time is the client's alone."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "SGLANG_DSPARK_ENABLE_SPS_RECORD": "1", "SGLANG_SIMULATE_ACC_LEN": "1.0"}
     cmd = [sys.executable, "-m", "sps_sim", "--speculative-algorithm", "DSPARK"]
     cmd += ["--port", str(port), "--time-scale", "1e5", "--seed", "0"]

@@ -4,11 +4,15 @@ Prints a table: with 0, 500 and 2,000 idle SpsProfiles, the operator's CPU, RSS 
 rate of its requests to the API server (counted by the API server's own audit log, watches
 included); the latency of each hop of a real profile (apply → Job, Job finished → table,
 table → Deployment patched, rolled out → Ready), p50/p99 over repeated runs, with 0 and
-2,000 profiles around; and the time to delete 500 profiles.
+2,000 profiles around; the time to delete 500 profiles; and with `--burst N`, N profiles
+created at once, each with a running server of its own, until every one is Ready (each with
+one Job and one table, its server running it: none lost, none duplicated).
 
     .venv/bin/python bench/operator_scale.py                      # this checkout's operator
     .venv/bin/python bench/operator_scale.py --operator /tmp/old/.venv/bin/sps-operator \
         --chart /tmp/old/charts/sps-operator --label before      # another build, side by side
+    .venv/bin/python bench/operator_scale.py --sizes --hop-sizes --delete 0 --burst 50 \
+        --flags=--gpu-debounce-seconds=2                         # 50 profiles at once only
 
 An idle fleet is what an idle cluster looks like: each profile selects one SGLang
 Deployment of its own, scaled to zero (scale-to-zero serving), except `--pending` whose
@@ -40,10 +44,11 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from sps_operator.constants import API_GROUP, API_VERSION, GPU_H100, PLURAL
+from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
+from sps_sim.costmodel import GPU_H100, GPU_H200
 from sps_testbed import RealNodeCluster
 
-SYSTEM_NS, IDLE_NS, HOP_NS = "sps-system", "bench-idle", "bench-hops"
+SYSTEM_NS, IDLE_NS, HOP_NS, BURST_NS = "sps-system", "bench-idle", "bench-hops", "bench-burst"
 RELEASE = "sps-bench"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 AUDIT_POLICY = {
@@ -125,14 +130,15 @@ def token_kubeconfig(admin: dict[str, Any], token: str, user: str) -> dict[str, 
 
 
 def install(c: Cluster, chart: Path) -> tuple[str, str]:
-    """The CRD and the chart's RBAC (namespaces mode, both bench namespaces); returns the
+    """The CRD and the chart's RBAC (namespaces mode, the bench namespaces); returns the
     operator's (service account, its namespace)."""
-    for ns in (SYSTEM_NS, IDLE_NS, HOP_NS):
+    for ns in (SYSTEM_NS, IDLE_NS, HOP_NS, BURST_NS):
         c.kubectl("create", "namespace", ns)
     rendered = c.helm(
         "template", RELEASE, str(chart),
         "--namespace", SYSTEM_NS, "--kube-version", "v1.36.3", "--include-crds",
-        "--set", "watch.mode=namespaces", "--set", f"watch.namespaces={{{IDLE_NS},{HOP_NS}}}",
+        "--set", "watch.mode=namespaces",
+        "--set", f"watch.namespaces={{{IDLE_NS},{HOP_NS},{BURST_NS}}}",
         "--set", "replicaCount=0",
     )  # fmt: skip
     crds, rest = split_rendered(rendered)
@@ -154,7 +160,7 @@ def start_operator(
     kubeconfig.write_text(yaml.safe_dump(token_kubeconfig(admin, token, account)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
     env["KUBECONFIG"] = str(kubeconfig)
-    argv = [exe, "run", "-n", IDLE_NS, "-n", HOP_NS, "--metrics-port", "0", *flags]
+    argv = [exe, "run", "-n", IDLE_NS, "-n", HOP_NS, "-n", BURST_NS, "--metrics-port", "0", *flags]
     log = (workdir / "operator.log").open("ab")
     return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
 
@@ -339,6 +345,19 @@ def server_deployment(name: str) -> dict[str, Any]:
     }
 
 
+def server_profile(name: str, namespace: str) -> dict[str, Any]:
+    """The profile of server_deployment(name): a two-probe Diagonal sweep."""
+    return {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": "SpsProfile",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "table": {"kind": "Diagonal", "sweep": {"batchSizes": [1, 2], "vocabSize": 32000}},
+        },
+    }
+
+
 def raw(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """A client call's JSON body as plain dicts."""
     return json.loads(call(*args, _preload_content=False, **kwargs).data)
@@ -368,17 +387,10 @@ def one_hop_run(api: client.ApiClient, name: str, hops: Hops, timeout: float = 1
         time.sleep(0.2)
     else:
         raise RuntimeError(f"the server Deployment {name} never became available")
-    profile = {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": "SpsProfile",
-        "metadata": {"name": name, "namespace": HOP_NS},
-        "spec": {
-            "selector": {"matchLabels": {"app": name}},
-            "table": {"kind": "Diagonal", "sweep": {"batchSizes": [1, 2], "vocabSize": 32000}},
-        },
-    }
     t: dict[str, float] = {"apply": time.monotonic()}
-    custom.create_namespaced_custom_object(API_GROUP, API_VERSION, HOP_NS, PLURAL, profile)
+    custom.create_namespaced_custom_object(
+        API_GROUP, API_VERSION, HOP_NS, PLURAL, server_profile(name, HOP_NS)
+    )
     mine = f"sps.dev/profile={name}"
     while time.monotonic() < deadline and "ready" not in t:
         now = time.monotonic()
@@ -416,6 +428,73 @@ def one_hop_run(api: client.ApiClient, name: str, hops: Hops, timeout: float = 1
     hops.job_running.append(t["job_done"] - t["job"])
     custom.delete_namespaced_custom_object(API_GROUP, API_VERSION, HOP_NS, PLURAL, name)
     apps.delete_namespaced_deployment(name, HOP_NS)
+
+
+def ready(profile: dict[str, Any]) -> bool:
+    conditions = (profile.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def burst(api: client.ApiClient, count: int, timeout: float = 1800) -> Rows:
+    """`count` servers (on both GPU products, no GPU asked for: more of them than the bed
+    has GPUs; sps-sim at 200x) and a profile each, all created at once; how long until
+    every profile is Ready, and that each ran once and serves its one table (raises
+    otherwise)."""
+    apps, batch = client.AppsV1Api(api), client.BatchV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    names = [f"burst-{count}-{i}" for i in range(count)]
+
+    def create(name: str) -> None:
+        dep: Any = server_deployment(name)
+        pod = dep["spec"]["template"]["spec"]
+        if int(name.rsplit("-", 1)[1]) % 2:  # every node, both products
+            pod["nodeSelector"] = {"nvidia.com/gpu.product": GPU_H200}
+        container = pod["containers"][0]
+        container.pop("resources")
+        container["env"] = [{"name": "SPS_SIM_TIME_SCALE", "value": "200"}]
+        apps.create_namespaced_deployment(BURST_NS, dep)
+
+    def profile(name: str) -> None:
+        body = server_profile(name, BURST_NS)
+        custom.create_namespaced_custom_object(API_GROUP, API_VERSION, BURST_NS, PLURAL, body)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(create, names))
+        started = time.monotonic()
+        list(pool.map(profile, names))
+    wanted = set(names)
+    first: float | None = None
+    while time.monotonic() - started < timeout:
+        items = raw(custom.list_namespaced_custom_object, API_GROUP, API_VERSION, BURST_NS, PLURAL)
+        done = {p["metadata"]["name"] for p in items["items"] if ready(p)} & wanted
+        if done and first is None:
+            first = time.monotonic() - started
+        if done == wanted:
+            break
+        time.sleep(1)
+    else:
+        raise RuntimeError(f"burst of {count}: not Ready after {timeout:.0f} s: {len(done)} were")
+    took = time.monotonic() - started
+    jobs = raw(batch.list_namespaced_job, BURST_NS)["items"]
+    runs: dict[str, list[str]] = {}
+    for job in jobs:
+        runs.setdefault(job["metadata"]["labels"].get("sps.dev/profile", ""), []).append(
+            job["metadata"]["name"]
+        )
+    for p in items["items"]:
+        name = p["metadata"]["name"]
+        (table,) = p["status"]["tables"]
+        dep = raw(apps.read_namespaced_deployment, name, BURST_NS)
+        running = (dep["spec"]["template"].get("metadata") or {}).get("annotations") or {}
+        if runs.get(name) != [table["run"]] or running.get("sps.dev/table-hash") != table["hash"]:
+            raise RuntimeError(f"{name}: runs {runs.get(name)}, table {table}, serving {running}")
+    for name in names:
+        custom.delete_namespaced_custom_object(API_GROUP, API_VERSION, BURST_NS, PLURAL, name)
+        apps.delete_namespaced_deployment(name, BURST_NS)
+    return [
+        (f"{count} profiles at once: first Ready", f"{first:.0f} s"),
+        (f"{count} profiles at once: all Ready, one run and one table each", f"{took:.0f} s"),
+    ]
 
 
 def delete_all_idle(custom: client.CustomObjectsApi, count: int, timeout: float) -> float:
@@ -530,6 +609,8 @@ def run(args: argparse.Namespace, workdir: Path) -> Rows:
                 )
                 if size in args.hop_sizes:
                     rows += measure_hops(c, size, args.hops)
+            for count in args.burst:
+                rows += burst(c.api, count)
             if args.delete:
                 count = min(args.delete, created)
                 took = delete_all_idle(custom, count, 600)
@@ -560,7 +641,7 @@ def run(args: argparse.Namespace, workdir: Path) -> Rows:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[0, 500, 2000])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[0, 500, 2000])
     parser.add_argument("--idle-seconds", type=float, default=60.0)
     parser.add_argument(
         "--settle-seconds",
@@ -581,6 +662,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hop-sizes", type=int, nargs="*", default=[0, 2000])
     parser.add_argument("--hops", type=int, default=5, help="hop runs per size")
     parser.add_argument("--delete", type=int, default=500)
+    parser.add_argument(
+        "--burst",
+        type=int,
+        nargs="*",
+        default=[],
+        help="profiles created at once, each with a running server, until all are Ready",
+    )
     parser.add_argument("--operator", default=str(Path(sys.executable).with_name("sps-operator")))
     parser.add_argument("--flags", action="append", default=[], help="more operator flags")
     parser.add_argument("--label", default="this checkout")

@@ -53,7 +53,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from profiler_reference_algorithm import ReferenceAlgorithm
 from profiler_reference_script import check_sglang_checkout, run_reference_script
-from sps_operator.constants import GPU_H100, GPU_H200, GPU_RTX_PRO_6000
 from sps_operator.dspark_arith import default_decode_capture_bs
 from sps_operator.profiler.runner import RunConfig, run_profile
 from sps_operator.profiler.sweep import RoundSettings, build_request_count_sweep
@@ -64,7 +63,7 @@ from sps_operator.tables.fit import (
 )
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsTable, load_sps_table_text
 from sps_operator.tables.quality import predicted_step_seconds
-from sps_sim.costmodel import EFFECTS_OFF, PRESETS, CostPreset
+from sps_sim.costmodel import EFFECTS_OFF, GPU_H100, GPU_H200, GPU_RTX_PRO_6000, PRESETS, CostPreset
 from sps_sim.testing import running_sim
 from sps_sim.truth import truth_grid
 

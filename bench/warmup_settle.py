@@ -20,7 +20,6 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import replace
 
-from sps_operator.constants import GPU_H100
 from sps_operator.profiler.steady import (
     AR1_MARGIN_SE,
     MIN_SETTLE_SECONDS,
@@ -30,7 +29,7 @@ from sps_operator.profiler.steady import (
 )
 from sps_operator.profiler.sweep import DEFAULT_CI_LEVEL_Z, DEFAULT_CI_REL_WIDTH
 from sps_operator.tables.clockramp import CHUNK_STEPS, chunk_series, ramp_evident
-from sps_sim.costmodel import EFFECTS_OFF, PRESETS, CostPreset, NoiseSource
+from sps_sim.costmodel import EFFECTS_OFF, GPU_H100, PRESETS, CostPreset, NoiseSource
 
 QUIET = {key: value for key, value in EFFECTS_OFF.items() if key != "noise_cv"}
 RAMP = {"warmup_amplitude": 0.30, "warmup_tau_s": 5.0}

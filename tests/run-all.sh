@@ -10,8 +10,7 @@
 # other lane (beside it; its output is kept in $SPS_TEST_LOGS/other.log and printed at
 #   the end): the tests that start beds of their own (`e2e`, not `realnode`: the demo),
 #   lint and types, the control-plane tests (`k8s`, no nodes), the profiler's tests
-#   against a live simulator, the unit and simulator tests, then the tests marked
-#   `own_bed` (fifty profiles at once) on a second real-node bed. Lint and the unit tests
+#   against a live simulator, the unit and simulator tests. Lint and the unit tests
 #   run under `nice`, so that the beds keep the CPU they need; the control-plane and
 #   profiler tests run above the beds' priority, because they measure real time (lease
 #   hand-over times; tables within 5-10 % of the simulator's truth, which a starved
@@ -55,19 +54,15 @@ case "${1:-}" in
       -o cache_dir=.pytest_cache/other "$@"
     step other unit "${low[@]}" "$bin/pytest" -m "not k8s and not e2e" --ignore=tests/profiler \
       -o cache_dir=.pytest_cache/other "$@"
-    # Last: the tests that load every node for minutes, on a bed of their own while the
-    # shared bed runs its tests one at a time.
-    step other "a bed of its own" "$bin/pytest" -m "realnode and own_bed" --durations=5 \
-      -o cache_dir=.pytest_cache/other "$@"
     exit 0
     ;;
   --on-the-bed)  # inside `sps-testbed run`, SPS_TESTBED_ATTACH set
     shift
     dist=(-n "$workers")
     [ "$workers" -eq 0 ] && dist=()
-    step bed "bed, shared" "$bin/pytest" "${dist[@]}" -m "realnode and bed_shared and not own_bed" \
+    step bed "bed, shared" "$bin/pytest" "${dist[@]}" -m "realnode and bed_shared" \
       --durations=10 "$@"
-    step bed "bed, one at a time" "$bin/pytest" -m "realnode and not bed_shared and not own_bed" \
+    step bed "bed, one at a time" "$bin/pytest" -m "realnode and not bed_shared" \
       --durations=10 "$@"
     exit 0
     ;;

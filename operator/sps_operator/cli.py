@@ -14,7 +14,11 @@ from sps_operator import __version__
 # subcommand -> (module, function taking argv, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "run": ("sps_operator.controller.main", "main", "run the operator (kopf) against a cluster"),
-    "crd": ("sps_operator.api.crd", "main", "print the SpsProfile CRD generated from the models"),
+    "crd": (
+        "sps_operator.api.crd_cmd",
+        "main",
+        "print the SpsProfile CRD generated from the models",
+    ),
     "fingerprint": (
         "sps_operator.controller.fingerprint_cmd",
         "main",

@@ -15,13 +15,7 @@ IMAGE = f"{IMAGE_REPOSITORY}:{__version__}"
 
 # Node label naming the GPU product, as NVIDIA GPU feature discovery sets it.
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 GPU_RESOURCE = "nvidia.com/gpu"
 
 FIELD_MANAGER = "sps-operator"
 LABEL_PREFIX = "sps.dev"
-
-# GPU products the simulator has presets for (values of nvidia.com/gpu.product).
-GPU_H100 = "NVIDIA-H100-80GB-HBM3"
-GPU_H200 = "NVIDIA-H200"
-GPU_RTX_PRO_6000 = "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"

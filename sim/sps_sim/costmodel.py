@@ -36,7 +36,11 @@ from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from sps_operator.constants import GPU_H100, GPU_H200, GPU_RTX_PRO_6000
+# GPU products the simulator has presets for (values of nvidia.com/gpu.product): the test
+# bed's nodes advertise these, and the tests and benchmarks name them.
+GPU_H100 = "NVIDIA-H100-80GB-HBM3"
+GPU_H200 = "NVIDIA-H200"
+GPU_RTX_PRO_6000 = "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"
 
 
 @dataclass(frozen=True)

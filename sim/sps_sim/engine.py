@@ -173,7 +173,6 @@ class Engine:
             self.groups = [Group(ranks=list(range(config.dp_size)), t=now)]
         else:
             self.groups = [Group(ranks=[i], t=now) for i in range(config.dp_size)]
-        self._group_of = {r: g for g in self.groups for r in g.ranks}
         self.requests: dict[str, Request] = {}
         self.finished: list[Request] = []
         self._rr_next = 0
@@ -596,9 +595,6 @@ class Engine:
 
     def records_json(self, rank: int) -> bytes:
         return b"[" + b",".join(self.ranks[rank].ring) + b"]"
-
-    def running_count(self) -> int:
-        return sum(len(r.running) + len(r.waiting) for r in self.ranks)
 
     def iter_ranks(self) -> Iterable[RankState]:
         return iter(self.ranks)

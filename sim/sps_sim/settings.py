@@ -530,7 +530,3 @@ def _startup_table(
     except ValueError as exc:
         raise ConfigError(f"failed to load SPS table {path}: {exc}") from exc
     return table, _table_info(path, table, source="path")
-
-
-def known_presets() -> list[str]:
-    return sorted(PRESETS)

@@ -6,10 +6,10 @@ loader; this module only adapts a loaded table to what the simulated planner rea
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from sps_operator.api.hashing import content_hash
 from sps_operator.tables.formats import (
     SpsAdditiveCostTable,
     SpsCostTable,
@@ -48,7 +48,7 @@ def load_table_text(text: str, *, diagonal_only: bool = False) -> LoadedTable:
     return LoadedTable(
         table=table,
         uninitialized=is_uninitialized_sps_table(table),
-        sha256=text_sha256(text),
+        sha256=content_hash(text),
     )
 
 
@@ -57,12 +57,8 @@ def built_table(table: SpsCostTable | SpsAdditiveCostTable) -> LoadedTable:
     return LoadedTable(
         table=table,
         uninitialized=is_uninitialized_sps_table(table),
-        sha256=text_sha256(table.to_json()),
+        sha256=content_hash(table.to_json()),
     )
-
-
-def text_sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def load_table_file(path: str, *, diagonal_only: bool = False) -> LoadedTable:

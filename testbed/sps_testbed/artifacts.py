@@ -59,9 +59,6 @@ class Artifacts:
     registry_seed: Path  # a registry storage holding every image (registry.ensure_seed)
     chart: Path  # charts/sps-operator, which each bed pushes into its registry
 
-    def node_binary(self, name: str) -> Path:
-        return self.node_bin / name
-
     def to_json(self) -> dict[str, object]:
         return {
             "node_bin": str(self.node_bin),

@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -35,11 +34,11 @@ from typing import Any
 
 import yaml
 
-from sps_operator.constants import GPU_H100, GPU_H200
+from sps_sim.costmodel import GPU_H100, GPU_H200
 from sps_testbed import pki as pki_mod
 from sps_testbed import podnet
 from sps_testbed.binaries import Binaries, find_binaries
-from sps_testbed.processes import log_tail, spawn, terminate_group
+from sps_testbed.processes import free_port, log_tail, spawn, terminate_group
 
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/12"
 KUBERNETES_SERVICE_IP = "10.96.0.1"
@@ -82,6 +81,8 @@ CONTROLLERS = (
     "disruption-controller",
     "replicationcontroller-controller",
     "service-cidr-controller",
+    # Binds PersistentVolumeClaims to PersistentVolumes (model weights on a claim).
+    "persistentvolume-binder-controller",
 )
 
 # The order components stop in: the node agent first (it kills pod processes), etcd last.
@@ -132,12 +133,6 @@ DEFAULT_NODES = (
 def default_state_dir() -> Path:
     env = os.environ.get("SPS_DEV_CLUSTER_DIR")
     return Path(env) if env else DEFAULT_STATE_DIR
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -232,7 +227,6 @@ class ControlPlane:
         self.detached = detached
         self.record: ClusterRecord | None = None
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
-        self._pki: pki_mod.Pki | None = None
         self._atexit_registered = False
 
     # -- paths ---------------------------------------------------------------
@@ -349,7 +343,6 @@ class ControlPlane:
         p = pki_mod.generate(
             self.state_dir / "pki", ["127.0.0.1", network.gateway, KUBERNETES_SERVICE_IP]
         )
-        self._pki = p
         self.kubeconfig.write_text(
             kubeconfig_yaml(record.server, p.ca_cert, p.admin.cert, p.admin.key, "admin")
         )

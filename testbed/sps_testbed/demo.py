@@ -43,9 +43,9 @@ from typing import Any
 
 import yaml
 
-from sps_operator.constants import GPU_H100, GPU_H200
 from sps_operator.plugin.cli import watch_rows
 from sps_operator.plugin.view import get_row, render_get, watch_layout
+from sps_sim.costmodel import GPU_H100, GPU_H200
 from sps_testbed.binaries import find_binaries
 from sps_testbed.cluster import KubectlError, RealNodeCluster, TestbedError
 

@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -122,6 +123,14 @@ def terminate_group(pid: int, expect: str | None = None, grace: float = 10.0) ->
             os.killpg(pid, signal.SIGKILL)
         _wait_until(gone, 5.0)
     _reap(pid)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on `host` now, for a process to listen on (another may take it
+    before that process binds it: callers start the process soon after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
 
 
 def log_tail(path: Path, lines: int = 40) -> str:

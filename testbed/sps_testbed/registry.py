@@ -21,21 +21,20 @@ import fcntl
 import hashlib
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from sps_testbed.processes import log_tail, spawn, terminate_group
+from sps_testbed.processes import free_port, log_tail, spawn, terminate_group
 
 # The port in the bed's network namespace (each bed has its own gateway address).
 PORT = 5000
@@ -219,12 +218,6 @@ def push_chart(helm: str, chart_dir: Path, registry: str, ca_file: Path | None, 
 # ----------------------------------------------------------------------- running one
 
 
-def free_loopback_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def wait_ready(
     url: str, ca: Path | None, proc: subprocess.Popen[bytes], log: Path, timeout: float = 20
 ) -> None:
@@ -290,7 +283,7 @@ def _locked(path: Path) -> Iterator[None]:
 def loopback_registry(binary: Path, storage: Path, log: Path) -> Iterator[str]:
     """A registry on 127.0.0.1 (plain HTTP) serving `storage`, for as long as the block
     runs; yields its host:port."""
-    addr = f"127.0.0.1:{free_loopback_port()}"
+    addr = f"127.0.0.1:{free_port()}"
     conf = log.parent / "registry-seed.yml"
     conf.write_text(yaml.safe_dump(config(storage, addr, None), sort_keys=False))
     proc = spawn([str(binary), "serve", str(conf)], log, env={**os.environ, **ENV})
@@ -368,9 +361,3 @@ def access_log_lines(log: Path, method: str, path_part: str) -> list[str]:
     except OSError:
         return []
     return [ln for ln in text.splitlines() if f'"{method} ' in ln and path_part in ln]
-
-
-def pull_sources(labels: Sequence[str]) -> list[str]:
-    """The `containerd.io/distribution.source.<host>=<repository>` labels among `labels`:
-    where containerd says content was pulled from (an import sets none)."""
-    return [ln for ln in labels if ln.startswith("containerd.io/distribution.source.")]

@@ -9,7 +9,7 @@ from typing import Any
 
 from e2e_env import Env, server_deployment
 
-from sps_operator.constants import GPU_H200
+from sps_sim.costmodel import GPU_H200
 from waiting import wait_for
 
 POOL = GPU_H200

@@ -36,13 +36,13 @@ from e2e_env import (
 
 from sps_operator.api import labels as L
 from sps_operator.api.models import SpsProfile
-from sps_operator.constants import GPU_H100
 from sps_operator.controller.serverconfig import (
     legacy_table_fingerprint,
     parse_server,
     server_config,
 )
 from sps_operator.tables.formats import SpsCostTable, load_sps_table_text
+from sps_sim.costmodel import GPU_H100
 from waiting import wait_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow, pytest.mark.bed_shared]

@@ -7,7 +7,12 @@ no GPU quota, then enough. One run goes through what a user sees:
   once (not after `waitTimeoutSeconds`);
 - the LocalQueue, but no quota: `QueuedInKueue` with Kueue's own words from the Job's
   Workload ("insufficient quota ..."), not a generic "queued";
-- quota given: Kueue admits the Job, it runs, and the table goes live.
+- a newer Job of another team with the higher WorkloadPriorityClass (`high`; the profile's
+  is `low`) queues too: Kueue's visibility API puts the profile's Workload second, and
+  status and `kubectl sps get -o wide` say so;
+- quota for one Job: Kueue admits the higher priority first (the profile stays queued);
+  once that Job is gone, it admits the profile's, it runs, the table goes live, and the
+  table records the GPU seconds it took.
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ from typing import Any
 import pytest
 from e2e_env import Env, create, kubectl_sps, server_deployment, sps_profile, wait_ready
 
-from sps_operator.constants import GPU_H100, GPU_H200, GPU_RESOURCE
+from sps_operator.constants import GPU_PRODUCT_LABEL, GPU_RESOURCE
+from sps_sim.costmodel import GPU_H100, GPU_H200
 from sps_testbed.kueue import (
+    PRIORITY_CLASS_LABEL,
     QUEUE_NAME_LABEL,
     KueueSetup,
     cluster_queue_manifest,
@@ -76,13 +83,36 @@ def workload(env: Env, job_uid: str) -> dict[str, Any]:
     return {}
 
 
+def other_teams_job(env: Env, priority: str) -> dict[str, Any]:
+    """A plain Job of one GPU of the same product in the same queue (created suspended
+    for Kueue, as its webhook would make it anyway)."""
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": f"other-{priority}", "namespace": env.namespace,
+                     "labels": {QUEUE_NAME_LABEL: QUEUE, PRIORITY_CLASS_LABEL: priority}},
+        "spec": {"suspend": True, "backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": {GPU_PRODUCT_LABEL: GPU_H100},
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "registry.invalid/none:1",
+                            "resources": {"limits": {GPU_RESOURCE: "1"}}}],
+        }}},
+    }  # fmt: skip
+    env.cluster.kubectl("apply", "-f", "-", input=json.dumps(job))
+    out = env.cluster.kubectl("get", "job", job["metadata"]["name"], "-n", env.namespace,
+                              "-o", "json")  # fmt: skip
+    return dict(json.loads(out))
+
+
 def test_e2e_kueue_queue_missing_then_no_quota_then_admitted_and_live(
     env: Env, realnode_kueue: KueueSetup, cluster_queue: str
 ) -> None:
     flavor = realnode_kueue.flavors[GPU_H100]
     env.operator.extra_values = [f"jobDefaults.labels.kueue\\.x-k8s\\.io/queue-name={QUEUE}"]
     capacity = {"mode": "Wait", "waitTimeoutSeconds": WAIT_TIMEOUT}
-    create(env, server_deployment(GPU_H100), sps_profile(capacity=capacity))
+    job_spec = {"activeDeadlineSeconds": 600, "labels": {PRIORITY_CLASS_LABEL: "low"}}
+    create(env, server_deployment(GPU_H100), sps_profile(capacity=capacity, job=job_spec))
     env.operator.start()
 
     # 1. No LocalQueue: said in the pass that sees the suspended Job.
@@ -94,6 +124,7 @@ def test_e2e_kueue_queue_missing_then_no_quota_then_admitted_and_live(
     (job,) = env.jobs()
     assert job["spec"]["suspend"] is True
     assert job["metadata"]["labels"][QUEUE_NAME_LABEL] == QUEUE
+    assert job["metadata"]["labels"][PRIORITY_CLASS_LABEL] == "low"  # where Kueue reads it
     run = env.profile()["status"]["currentRun"]
     assert (run["job"], run["waiting"]["reason"]) == (job["metadata"]["name"], "LocalQueueMissing")
 
@@ -115,8 +146,31 @@ def test_e2e_kueue_queue_missing_then_no_quota_then_admitted_and_live(
     assert row["state"] == "QueuedInKueue" and no_quota in row["waitingMessage"], row
     assert env.jobs()[0]["spec"]["suspend"] is True
 
-    # 3. Quota: admitted, the Job runs, the table goes live.
-    set_gpu_quota(env, cluster_queue, realnode_kueue, 8)
+    # 3. A newer Job with the higher WorkloadPriorityClass goes before it in the queue
+    # (Kueue's order: priority, then age), as Kueue's visibility API reports it.
+    high = other_teams_job(env, "high")
+    cond = waiting(env, "QueuedInKueue", "position 2 in its ClusterQueue")
+    assert f"(2 in LocalQueue {QUEUE})" in cond["message"], cond
+    assert env.profile()["status"]["currentRun"]["waiting"]["queuePosition"] == 2
+    wide = kubectl_sps(env, "get", "-o", "wide").splitlines()
+    assert wide[0].split()[-3:] == ["GPU-SECONDS", "QUEUE", "AGE"], wide
+    assert wide[1].split()[-2] == "#2", wide
+
+    # 4. Quota for one Job: Kueue admits the higher priority first, the profile waits.
+    set_gpu_quota(env, cluster_queue, realnode_kueue, 1)
+    wait_for(
+        "Kueue admits the high-priority Job",
+        lambda: (
+            condition(workload(env, high["metadata"]["uid"]), "Admitted").get("status") == "True"
+        ),
+        timeout=60,
+    )
+    assert condition(workload(env, job["metadata"]["uid"]), "Admitted").get("status") != "True"
+    assert env.jobs()[0]["spec"]["suspend"] is True
+    env.cluster.kubectl("delete", "job", high["metadata"]["name"], "-n", env.namespace,
+                        "--cascade=foreground", "--wait=true")  # fmt: skip
+
+    # 5. Its quota back: the profile's Job is admitted, runs, and the table goes live.
     ready = wait_ready(env, timeout=240)
     assert ready["reason"] == "TableLive", ready
     wl = workload(env, job["metadata"]["uid"])
@@ -126,3 +180,7 @@ def test_e2e_kueue_queue_missing_then_no_quota_then_admitted_and_live(
     (table,) = status["tables"]
     assert (table["gpuProduct"], table["run"]) == (GPU_H100, run["name"])
     assert status.get("currentRun") is None
+    # What the table cost: one GPU for as long as its Job ran (not its wait in the queue).
+    assert 0 < table["gpuSeconds"] < 240, table
+    (cost,) = status["cost"]
+    assert (cost["gpuProduct"], cost["gpuSeconds"]) == (GPU_H100, table["gpuSeconds"])

@@ -32,8 +32,8 @@ from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from sps_operator.api.hashing import content_hash
-from sps_operator.constants import GPU_H100, GPU_H200
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, load_sps_table_text
+from sps_sim.costmodel import GPU_H100, GPU_H200
 from waiting import wait_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow, pytest.mark.bed_shared]

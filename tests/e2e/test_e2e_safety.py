@@ -22,7 +22,7 @@ from e2e_env import (
     wait_ready,
 )
 
-from sps_operator.constants import GPU_H100
+from sps_sim.costmodel import GPU_H100
 from waiting import wait_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow, pytest.mark.bed_shared]

@@ -8,7 +8,6 @@ import contextlib
 import copy
 import json
 import secrets
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,13 +18,11 @@ from pydantic import ValidationError
 
 from sps_operator.api import limits
 from sps_operator.api.crd import build_crd
-from sps_operator.api.models import (
-    MAX_PROFILE_NAME,
-    MSG_PROFILE_NAME,
-    SpsProfile,
-    SpsProfileStatus,
-)
+from sps_operator.api.models import SpsProfile
+from sps_operator.api.status import SpsProfileStatus
+from sps_operator.api.validation import MAX_PROFILE_NAME, MSG_PROFILE_NAME
 from sps_operator.constants import API_VERSION
+from waiting import wait_for
 
 pytestmark = pytest.mark.k8s
 
@@ -86,13 +83,12 @@ def _installed(k8s_api: ApiClient, body: dict[str, Any]) -> Iterator[None]:
     ext = client.ApiextensionsV1Api(k8s_api)
     ext.create_custom_resource_definition(body)
     name = body["metadata"]["name"]
-    deadline = time.monotonic() + 30
-    while True:
+
+    def established() -> bool:
         conds = ext.read_custom_resource_definition(name).status.conditions or []
-        if any(c.type == "Established" and c.status == "True" for c in conds):
-            break
-        assert time.monotonic() < deadline, f"CRD {name} not Established: {conds}"
-        time.sleep(0.1)
+        return any(c.type == "Established" and c.status == "True" for c in conds)
+
+    wait_for(f"CRD {name} Established", established, timeout=30, interval=0.1)
     try:
         yield
     finally:

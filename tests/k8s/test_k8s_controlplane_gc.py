@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import pytest
 from kubernetes import client
 from kubernetes.client import ApiClient
 
+from waiting import wait_for
+
 pytestmark = pytest.mark.k8s
-
-
-def _wait_for(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def _configmap_names(core: client.CoreV1Api, namespace: str) -> set[str]:
@@ -42,7 +34,7 @@ def test_k8s_controlplane_gc_deletes_dependents_of_deleted_owner(
 
     core.delete_namespaced_config_map("owner", namespace)  # background propagation
 
-    _wait_for(
+    wait_for(
         "dependents to be garbage-collected",
         lambda: not {"dep-a", "dep-b"} & _configmap_names(core, namespace),
     )
@@ -73,7 +65,7 @@ def test_k8s_controlplane_gc_foreground_deletion_waits_for_dependents(
         return items
 
     # The deployment controller creates a ReplicaSet owned by the Deployment.
-    _wait_for("the deployment controller's ReplicaSet", lambda: len(replica_sets()) == 1)
+    wait_for("the deployment controller's ReplicaSet", lambda: len(replica_sets()) == 1)
     owners = replica_sets()[0].metadata.owner_references
     assert [(o.kind, o.uid, o.controller) for o in owners] == [
         ("Deployment", created.metadata.uid, True)
@@ -82,8 +74,8 @@ def test_k8s_controlplane_gc_foreground_deletion_waits_for_dependents(
     apps.delete_namespaced_deployment(
         "web", namespace, body=client.V1DeleteOptions(propagation_policy="Foreground")
     )
-    _wait_for("the ReplicaSet to be garbage-collected", lambda: not replica_sets())
-    _wait_for(
+    wait_for("the ReplicaSet to be garbage-collected", lambda: not replica_sets())
+    wait_for(
         "the Deployment to go once its dependents are gone",
         lambda: not apps.list_namespaced_deployment(namespace).items,
     )

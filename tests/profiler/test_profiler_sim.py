@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,8 @@ from sps_operator.tables.clockramp import stranded_rounds
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, load_sps_table_text
 from sps_sim.costmodel import EFFECTS_OFF, PRESETS
 from sps_sim.testing import running_sim
+from sps_testbed.processes import free_port
+from waiting import wait_for
 
 K = 8
 COMPACT = {"SGLANG_RAGGED_VERIFY_MODE": "compact"}
@@ -212,14 +213,8 @@ def test_bad_servers_fail_before_any_load(
     assert not OutPaths.for_out(out).rounds.exists()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_unreachable_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     assert profile(url, tmp_path / "x.json", "--batch-size", "1", command="run") == 1
     assert "cannot connect ([Errno 111] Connection refused)" in capsys.readouterr().err
     assert profile(url, tmp_path / "x.json", "--wait-for-server", "0.5", command="run") == 1
@@ -371,7 +366,6 @@ def test_sigterm_keeps_rounds_and_marks_the_run_failed(tmp_path: Path) -> None:
     import signal
     import subprocess
     import sys
-    import time
 
     out = tmp_path / "term.json"
     paths = OutPaths.for_out(out)
@@ -387,9 +381,7 @@ def test_sigterm_keeps_rounds_and_marks_the_run_failed(tmp_path: Path) -> None:
             text=True,
         )
         try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and not read_jsonl(paths.rounds):
-                time.sleep(0.05)
+            wait_for("a first measured round", lambda: read_jsonl(paths.rounds), 60, 0.05)
             proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=60)
         finally:

@@ -35,8 +35,8 @@ from realnode_profiles import (
 )
 
 from sps_operator.api.hashing import content_hash
-from sps_operator.constants import GPU_H100
 from sps_operator.tables.formats import SpsCostTable, load_sps_table_text
+from sps_sim.costmodel import GPU_H100
 from sps_testbed import RealNodeCluster
 from waiting import wait_for
 

@@ -10,7 +10,8 @@ from typing import Any
 
 from realnode_helpers import get_json, pod
 
-from sps_operator.constants import GPU_H100, GPU_H200, GPU_PRODUCT_LABEL, GPU_RESOURCE
+from sps_operator.constants import GPU_PRODUCT_LABEL, GPU_RESOURCE
+from sps_sim.costmodel import GPU_H100, GPU_H200
 from sps_testbed import RealNodeCluster
 from sps_testbed.kueue import NAMESPACE, QUEUE_NAME_LABEL, KueueSetup, condition
 from waiting import wait_for

@@ -9,9 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from sps_testbed import RealNodeCluster
 from sps_testbed.cgroups import hierarchies
 from waiting import wait_for
+
+# A bed of its own beside the session's: it touches nothing of the session bed's.
+pytestmark = pytest.mark.bed_shared
 
 
 def _processes(needle: str) -> dict[int, str]:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from realnode_helpers import apply, finished, logs, pod
 
-from sps_operator.constants import GPU_H100, GPU_H200
+from sps_sim.costmodel import GPU_H100, GPU_H200
 from sps_testbed import RealNodeCluster
 
 # Their own namespaces and a few GPUs: they may run beside other tests (tests/run-all.sh).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from realnode_helpers import apply, finished, get_json, logs, pod
 
-from sps_operator.constants import GPU_H100, GPU_H200
+from sps_sim.costmodel import GPU_H100, GPU_H200
 from sps_testbed import RealNodeCluster
 from waiting import wait_for
 

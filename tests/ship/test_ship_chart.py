@@ -11,6 +11,7 @@ import pytest
 import yaml
 from ship_helpers import CHART, ROOT, by_kind, helm, render
 
+from sps_operator.api import labels as L
 from sps_operator.controller.main import job_policy, key_values, parse_args
 from sps_operator.controller.policy import JobPolicy, NameRule
 
@@ -85,7 +86,6 @@ def test_default_render_cluster_mode() -> None:
         ("", "pods", "list"),
         ("", "services", "watch"),  # a profiling pod must never be selected by a Service
         ("", "events", "create"),
-        ("events.k8s.io", "events", "create"),
         # the per-run profiler ServiceAccount and its Role
         ("", "serviceaccounts", "create"),
         ("rbac.authorization.k8s.io", "roles", "create"),
@@ -96,8 +96,13 @@ def test_default_render_cluster_mode() -> None:
         # Kueue's words on a queued profiling Job, and whether its LocalQueue exists
         ("kueue.x-k8s.io", "workloads", "watch"),
         ("kueue.x-k8s.io", "localqueues", "get"),
+        # and its position in the queue (Kueue's visibility API)
+        ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", "get"),
     ]:
         assert rules_grant(rules, group, resource, verb), (group, resource, verb)
+    # Events are created as core/v1 only (kopf's and the operator's), never patched.
+    assert not rules_grant(rules, "", "events", "patch")
+    assert not rules_grant(rules, "events.k8s.io", "events", "create")
     for verb in ("create", "update", "patch", "delete"):
         assert not rules_grant(rules, "kueue.x-k8s.io", "workloads", verb)
         assert not rules_grant(rules, "kueue.x-k8s.io", "localqueues", verb)
@@ -433,3 +438,40 @@ def test_chart_readme_documents_every_value() -> None:
         if f"`{leaf}`" not in readme and not (head and f"`.{last}`" in readme):
             missing.append(leaf)
     assert not missing, missing
+
+
+def test_profiling_egress_policy_is_off_by_default_and_per_watched_namespace() -> None:
+    assert not by_kind(render("watch.mode=namespaces", "watch.namespaces={a}"), "NetworkPolicy")
+    objects = render(
+        "watch.mode=namespaces",
+        "watch.namespaces={team-a,team-b}",
+        "networkPolicy.profilingPods.enabled=true",
+        "networkPolicy.profilingPods.apiServer.cidrs={10.0.0.10/32}",
+    )
+    policies = by_kind(objects, "NetworkPolicy")
+    assert sorted(p["metadata"]["namespace"] for p in policies) == ["team-a", "team-b"]
+    spec = policies[0]["spec"]
+    # It selects exactly the profiling pods (the labels the operator puts on them).
+    assert spec["podSelector"]["matchLabels"] == {
+        L.LABEL_MANAGED_BY: L.MANAGED_BY,
+        L.LABEL_COMPONENT: L.COMPONENT_POD,
+    }
+    assert spec["policyTypes"] == ["Egress"]
+    dns, api = spec["egress"]
+    assert dns["to"][0]["podSelector"]["matchLabels"] == {"k8s-app": "kube-dns"}
+    assert {(p["protocol"], p["port"]) for p in dns["ports"]} == {("UDP", 53), ("TCP", 53)}
+    assert api["to"] == [{"ipBlock": {"cidr": "10.0.0.10/32"}}]
+    assert [p["port"] for p in api["ports"]] == [443, 6443]
+    anywhere = render(
+        "watch.mode=namespaces",
+        "watch.namespaces={a}",
+        "networkPolicy.profilingPods.enabled=true",
+    )
+    (policy,) = by_kind(anywhere, "NetworkPolicy")
+    assert "to" not in policy["spec"]["egress"][1]
+
+
+def test_profiling_egress_policy_is_refused_in_cluster_mode() -> None:
+    with pytest.raises(subprocess.CalledProcessError) as error:
+        render("networkPolicy.profilingPods.enabled=true")
+    assert "watch.mode=namespaces" in error.value.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sps_operator.constants import GPU_H100, GPU_H200
+from sps_sim.costmodel import GPU_H100, GPU_H200
 from sps_testbed import RealNodeCluster, TestbedError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.k8s]

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from ship_helpers import ROOT, apply_chart_crd
 
-from sps_operator.api.models import SpsProfileSpec
+from sps_operator.api.spec import SpsProfileSpec
 from sps_operator.controller.policy import JobPolicy, spec_refusal
 from sps_testbed.controlplane_fixtures import K8sCluster
 

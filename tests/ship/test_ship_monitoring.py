@@ -16,7 +16,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from ship_helpers import CHART, ROOT, by_kind, render
 
-from sps_operator.api.models import SpsProfileStatus
+from sps_operator.api.status import SpsProfileStatus
 from sps_operator.controller.builders import ProfileRef
 from sps_operator.controller.metrics import Metrics
 
@@ -58,6 +58,7 @@ def exported() -> tuple[set[str], set[str]]:
             }
         ),
     )  # fmt: skip
+    m.cost_written(ref, [], [{"gpuProduct": "G", "gpuSeconds": 2.0, "lentSeconds": 1.0}])
     families = list(text_string_to_metric_families(generate_latest(m.registry).decode()))
     return {s.name for f in families for s in f.samples}, {f.name for f in families}
 

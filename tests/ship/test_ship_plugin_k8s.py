@@ -21,10 +21,11 @@ from kubernetes.client import ApiClient
 from ship_helpers import apply_chart_crd
 
 from sps_operator.api import labels as names
-from sps_operator.api.models import SpsProfileStatus
 from sps_operator.api.result import encode_rounds
-from sps_operator.constants import API_GROUP, API_VERSION, GPU_H100, GPU_H200, PLURAL
+from sps_operator.api.status import SpsProfileStatus
+from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable
+from sps_sim.costmodel import GPU_H100, GPU_H200
 from sps_testbed.controlplane_fixtures import K8sCluster
 
 pytestmark = pytest.mark.k8s

@@ -8,17 +8,19 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from sps_operator.constants import GPU_H100, GPU_H200, GPU_RTX_PRO_6000
 from sps_sim import costmodel
 from sps_sim.cli import strip_launcher
+from sps_sim.costmodel import GPU_H100, GPU_H200, GPU_RTX_PRO_6000
 from sps_sim.settings import ConfigError, build_settings
 from sps_sim.truth import truth_grid
+from sps_testbed.processes import free_port
+from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 SHIM = REPO / "sim" / "sps_sim" / "sglang_shim"
@@ -190,28 +192,25 @@ def test_strip_launcher_refuses_other_programs(argv: list[str]) -> None:
         strip_launcher(argv)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _get_json(port: int, path: str) -> Any:
+    """The server's answer at `path`, or None while it does not answer yet."""
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=2).json()
+    except httpx.HTTPError:
+        return None
 
 
 def test_python_m_sglang_launch_server_starts_the_simulator() -> None:
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ)
     env["PYTHONPATH"] = str(SHIM)
     env.update({"SGLANG_DSPARK_ENABLE_SPS_RECORD": "1", "SPS_SIM_TIME_SCALE": "100"})
     cmd = [PY, "-m", "sglang.launch_server", *DSPARK, "--port", str(port), "--trust-remote-code"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        info = None
-        while time.monotonic() < deadline and info is None:
-            try:
-                info = httpx.get(f"http://127.0.0.1:{port}/server_info", timeout=2).json()
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        assert info is not None, "shim did not start the simulator"
+        info = wait_for(
+            "the shim to start the simulator", lambda: _get_json(port, "/server_info"), 30, 0.1
+        )
         assert info["port"] == port and info["speculative_algorithm"] == "DSPARK"
         assert info["internal_states"][0]["dspark_info_record"]["components"] == [
             "core",
@@ -260,7 +259,7 @@ def test_port_in_use_and_sigterm() -> None:
     assert f"cannot serve on 127.0.0.1:{port}" in result.stderr
     assert "Traceback" not in result.stderr
 
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [PY, "-m", "sps_sim", *DSPARK, "--port", str(port), "--served-model-name", "x"],
         stdout=subprocess.PIPE,
@@ -268,14 +267,8 @@ def test_port_in_use_and_sigterm() -> None:
         text=True,
     )
     try:
-        models = None
-        for _ in range(300):
-            try:
-                models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).json()
-                break
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        assert models is not None and models["data"][0]["id"] == "x"
+        models = wait_for("the simulator to serve", lambda: _get_json(port, "/v1/models"), 15, 0.05)
+        assert models["data"][0]["id"] == "x"
     finally:
         proc.terminate()
         proc.communicate(timeout=10)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 import json
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,9 @@ from sim_contract_helpers import (
     set_pin,
 )
 
+from sps_operator.api.hashing import content_hash
 from sps_sim.testing import running_sim
+from waiting import wait_for
 
 SCALE = 400.0
 K = 8
@@ -594,8 +595,6 @@ def test_flush_cache_rejects_negative_timeout() -> None:
 
 
 def test_loaded_table_and_gpu_use_are_observable(tmp_path: Path) -> None:
-    import hashlib
-
     path = write_table(tmp_path, NON_FLAT_TABLE)
     args = ["--speculative-dspark-sps-table-path", path]
     with running_sim(args, env=compact_env(), time_scale=SCALE) as url:
@@ -611,7 +610,7 @@ def test_loaded_table_and_gpu_use_are_observable(tmp_path: Path) -> None:
         "path": path,
         "loaded": True,
         "kind": "diagonal",
-        "sha256": hashlib.sha256(NON_FLAT_TABLE.encode()).hexdigest()[:16],
+        "sha256": content_hash(NON_FLAT_TABLE),
         "uninitialized": False,
         "source": "path",
     }
@@ -631,13 +630,12 @@ def test_client_disconnect_aborts_its_requests() -> None:
                 json={"input_ids": [[1, 2, 3]] * 2, "sampling_params": {"max_new_tokens": 10**6}},
                 timeout=0.5,
             )
-        ok = False
-        for _ in range(100):
-            ok = httpx.post(url + "/flush_cache", timeout=TIMEOUT).status_code == 200
-            if ok:
-                break
-            time.sleep(0.05)
-    assert ok, "requests of a disconnected client must be aborted"
+        wait_for(
+            "the requests of a disconnected client to be aborted (flush_cache succeeds)",
+            lambda: httpx.post(url + "/flush_cache", timeout=TIMEOUT).status_code == 200,
+            5,
+            0.05,
+        )
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,8 @@ from dataclasses import replace
 import pytest
 
 from sps_operator import dspark_arith
-from sps_operator.constants import GPU_H100
 from sps_sim import costmodel
-from sps_sim.costmodel import PRESETS, NoiseSource, without_effects
+from sps_sim.costmodel import GPU_H100, PRESETS, NoiseSource, without_effects
 from sps_sim.engine import Engine, EngineConfig
 from sps_sim.settings import build_settings
 from sps_sim.truth import truth_grid

@@ -10,16 +10,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from api_snapshot import ApiSnapshot
 from fakekube import FakeKube
 
 from sps_operator.api import labels as L
 from sps_operator.api.result import build_patch
 from sps_operator.controller import indexes as ix
+from sps_operator.controller.claims import claim_info
 from sps_operator.controller.deployments import deployment_rolled_out
 from sps_operator.controller.placement import PodInfo
 from sps_operator.controller.reconcile import Reconciler
 from sps_operator.controller.selectors import matches_selector
-from sps_operator.controller.state import ApiSnapshot, Settings
+from sps_operator.controller.state import Settings
 
 NS = "serving"
 H100, H200 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-H200"
@@ -200,21 +202,32 @@ class Harness:
     def run_pass(self, name: str = "p") -> dict[str, Any]:
         assert self.reconciler is not None
         body = copy.deepcopy(self.kube.obj("SpsProfile", name, NS))
-        self.reconciler.reconcile(body, ApiSnapshot(self.kube, self.pods_now(), NODES))
+        claims = [
+            claim_info(c["metadata"]["name"], c.get("spec") or {}, c.get("status") or {})
+            for c in self.kube.kinds("PersistentVolumeClaim")
+        ]
+        snapshot = ApiSnapshot(self.kube, self.pods_now(), NODES, {c.name: c for c in claims})
+        self.reconciler.reconcile(body, snapshot)
         return self.status(name)
 
     def cluster_objects(self) -> list[dict[str, Any]]:
         """Every object, with the pods and nodes as the API would hold them."""
         objects = [o for _, o in sorted(self.kube.objects.items())]
         for pod in self.pods:
-            objects.append(
-                {
-                    "kind": "Pod",
-                    "metadata": {"name": pod.name, "namespace": NS, "labels": dict(pod.labels)},
-                    "spec": {"nodeName": pod.node} if pod.node else {},
-                    "status": {"phase": pod.phase or "Running"},
-                }
-            )
+            meta: dict[str, Any] = {"name": pod.name, "namespace": NS, "labels": dict(pod.labels)}
+            spec: dict[str, Any] = {"nodeName": pod.node} if pod.node else {}
+            status: dict[str, Any] = {"phase": pod.phase or "Running"}
+            if pod.created:
+                meta["creationTimestamp"] = pod.created
+            if pod.controller:
+                meta["ownerReferences"] = [{"kind": pod.controller, "controller": True}]
+            if pod.priority is not None:
+                spec["priority"] = pod.priority
+            if pod.unschedulable:
+                status["phase"] = "Pending"
+                status["conditions"] = [{"type": "PodScheduled", "status": "False",
+                                         "message": pod.unschedulable}]  # fmt: skip
+            objects.append({"kind": "Pod", "metadata": meta, "spec": spec, "status": status})
         objects += [
             {"kind": "Node", "metadata": {"name": n, "labels": dict(labels)}}
             for n, labels in NODES.items()
@@ -306,6 +319,7 @@ INDEXED = {
     "pdbs": ("PodDisruptionBudget", None, ix.namespaced_entries),
     "hpas": ("HorizontalPodAutoscaler", None, ix.namespaced_entries),
     "services": ("Service", None, ix.service_entries),
+    "claims": ("PersistentVolumeClaim", None, ix.claim_entries),
 }
 
 

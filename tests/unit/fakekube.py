@@ -121,6 +121,9 @@ class FakeKube(KubeApi):
         self.reject_status: ApiException | None = None
         self.instant_rollout = True
         self.kueue_installed = True  # False: the API group kueue.x-k8s.io is not served
+        # Kueue's visibility API: (namespace, LocalQueue) -> its pending workloads summary;
+        # None: the API is not served.
+        self.pending: dict[tuple[str, str], Obj] | None = {}
         self._clock = itertools.count(1)
 
     # ---- helpers for tests
@@ -215,6 +218,14 @@ class FakeKube(KubeApi):
     def list_workloads(self, namespace: str, label_selector: str) -> list[Obj] | None:
         self._call("list_workloads")
         return self._list("Workload", namespace, label_selector) if self.kueue_installed else None
+
+    def pending_workloads(self, namespace: str, queue: str, limit: int) -> Obj | None:
+        self._call("pending_workloads")
+        if self.pending is None or not self.kueue_installed:
+            return None
+        summary = copy.deepcopy(self.pending.get((namespace, queue), {"items": []}))
+        summary["items"] = summary["items"][:limit]
+        return summary
 
     def get(self, kind: str, namespace: str, name: str) -> Obj | None:
         self._call("get")
@@ -331,6 +342,7 @@ class FakeKube(KubeApi):
         profile = self.objects.get(("SpsProfile", namespace, name))
         if profile is not None:
             merge(profile.setdefault("status", {}), dict(status))
+            self._bump(profile)  # every write, a status write too, gets a new version
 
     def event(
         self, involved: Mapping[str, Any], type_: str, reason: str, message: str, now: datetime

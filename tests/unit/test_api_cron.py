@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from sps_operator.api import cron
-from sps_operator.api.models import RefreshSpec
+from sps_operator.api.spec import RefreshSpec
 
 FIELD_NAMES = [f.name for f in cron.FIELDS]
 

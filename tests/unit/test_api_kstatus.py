@@ -19,7 +19,7 @@ from controller_harness import NS, Harness, deployment, profile_body
 from fakekube import FakeKube
 
 from sps_operator.api import reasons as R
-from sps_operator.api.models import Condition
+from sps_operator.api.status import Condition
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.reconcile import Reconciler
 

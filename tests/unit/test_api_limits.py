@@ -13,9 +13,9 @@ import pytest
 from pydantic import ValidationError
 
 from sps_operator.api import limits as L
-from sps_operator.api import models
 from sps_operator.api.crd import build_crd
-from sps_operator.api.models import TableSpec
+from sps_operator.api.spec import DEFAULT_ADDITIVE_FRACS, SweepSpec, TableSpec
+from sps_operator.api.validation import MSG_SWEEP_CELLS
 from sps_operator.profiler import cli
 from sps_operator.profiler import sweep as sw
 
@@ -171,9 +171,9 @@ def test_tapered_sweep_size_is_the_profilers() -> None:
 
 def test_defaults_are_shared() -> None:
     assert L.DEFAULT_MAX_BATCH_SIZE == sw.DEFAULT_MAX_BATCH_SIZE
-    assert len(models.DEFAULT_ADDITIVE_FRACS) == L.DEFAULT_ADDITIVE_FRAC_COUNT
+    assert len(DEFAULT_ADDITIVE_FRACS) == L.DEFAULT_ADDITIVE_FRAC_COUNT
     assert L.VOCAB_SIZE_MIN == sw.RANDOM_TOKEN_LOW + sw.RANDOM_TOKEN_HIGH_MARGIN + 1
-    defaults = models.SweepSpec()
+    defaults = SweepSpec()
     assert defaults.ci_rel_width == sw.DEFAULT_CI_REL_WIDTH
     assert defaults.input_len is None  # the profiler sizes prompts to the context
     assert defaults.context_len == sw.DEFAULT_CONTEXT_LEN
@@ -194,6 +194,6 @@ def test_the_crd_carries_the_same_numbers() -> None:
     assert sweep["fracs"]["maxItems"] == L.FRACS_MAX_COUNT
     assert sweep["roundTimeoutSeconds"]["maximum"] == L.ROUND_TIMEOUT_SECONDS_MAX
     table_rules = spec["properties"]["table"]["x-kubernetes-validations"]
-    cells = next(r for r in table_rules if r["message"] == models.MSG_SWEEP_CELLS)
+    cells = next(r for r in table_rules if r["message"] == MSG_SWEEP_CELLS)
     assert f"<= {L.MAX_SWEEP_CELLS}" in cells["rule"]
     assert str(list(L.TAPERED_SWEEP_BELOW_256)) in cells["rule"]

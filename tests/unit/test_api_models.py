@@ -7,8 +7,17 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from sps_operator.api import models
-from sps_operator.api.models import SpsProfile, SpsProfileSpec
+from sps_operator.api import validation
+from sps_operator.api.models import SpsProfile
+from sps_operator.api.spec import GatesSpec, SpsProfileSpec
+from sps_operator.api.status import (
+    Condition,
+    FailureRecord,
+    FitQuality,
+    RunStatus,
+    SpsProfileStatus,
+    TableRef,
+)
 
 
 def spec(**overrides: Any) -> dict[str, Any]:
@@ -43,31 +52,31 @@ def test_wire_form_is_camel_case_without_nulls() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"selector": {}}, models.MSG_SELECTOR_EMPTY),
-        ({"selector": {"matchLabels": {}}}, models.MSG_SELECTOR_EMPTY),
+        ({"selector": {}}, validation.MSG_SELECTOR_EMPTY),
+        ({"selector": {"matchLabels": {}}}, validation.MSG_SELECTOR_EMPTY),
         (
             {"table": {"kind": "Additive", "sweep": {"fracs": [0.0, 0.5]}}},
-            models.MSG_FRACS,
+            validation.MSG_FRACS,
         ),
         (
             {"table": {"kind": "Additive", "sweep": {"fracs": [1.5]}}},
-            models.MSG_FRACS,
+            validation.MSG_FRACS,
         ),
-        ({"table": {"sweep": {"fracs": [0.5]}}}, models.MSG_FRACS_DIAGONAL),
+        ({"table": {"sweep": {"fracs": [0.5]}}}, validation.MSG_FRACS_DIAGONAL),
         (
             {"table": {"sweep": {"batchSizes": [1, 2], "maxBatchSize": 8}}},
-            models.MSG_BATCH_EXCLUSIVE,
+            validation.MSG_BATCH_EXCLUSIVE,
         ),
-        ({"server": {"source": "External"}}, models.MSG_EXTERNAL_URL),
-        ({"server": {"url": "http://x:1"}}, models.MSG_CLONE_URL),
-        ({"refresh": {"schedule": "every day"}}, models.MSG_CRON),
-        ({"refresh": {"schedule": "0 3 * *"}}, models.MSG_CRON),
+        ({"server": {"source": "External"}}, validation.MSG_EXTERNAL_URL),
+        ({"server": {"url": "http://x:1"}}, validation.MSG_CLONE_URL),
+        ({"refresh": {"schedule": "every day"}}, validation.MSG_CRON),
+        ({"refresh": {"schedule": "0 3 * *"}}, validation.MSG_CRON),
         (
             {"refresh": {"schedule": "99 3 * * *"}},
             "refresh.schedule: minute 99 is out of range 0-59",
         ),
-        ({"rollout": {"mode": "AnnotateOnly"}}, models.MSG_ANNOTATE_ONLY_CM),
-        ({"rollout": {"tablePath": "relative/table.json"}}, models.MSG_TABLE_PATH),
+        ({"rollout": {"mode": "AnnotateOnly"}}, validation.MSG_ANNOTATE_ONLY_CM),
+        ({"rollout": {"tablePath": "relative/table.json"}}, validation.MSG_TABLE_PATH),
     ],
 )
 def test_invalid_specs_say_what_to_fix(overrides: dict[str, Any], message: str) -> None:
@@ -127,11 +136,11 @@ def _error(overrides: dict[str, Any]) -> str:
         # Selectors the API server would answer with 400 on the operator's LIST.
         (
             {"selector": {"matchExpressions": [{"key": "app", "operator": "In", "values": []}]}},
-            models.MSG_EXPRESSION_VALUES_REQUIRED,
+            validation.MSG_EXPRESSION_VALUES_REQUIRED,
         ),
         (
             {"selector": {"matchExpressions": [{"key": "app", "operator": "NotIn"}]}},
-            models.MSG_EXPRESSION_VALUES_REQUIRED,
+            validation.MSG_EXPRESSION_VALUES_REQUIRED,
         ),
         (
             {
@@ -139,11 +148,11 @@ def _error(overrides: dict[str, Any]) -> str:
                     "matchExpressions": [{"key": "app", "operator": "Exists", "values": ["x"]}]
                 }
             },
-            models.MSG_EXPRESSION_VALUES_FORBIDDEN,
+            validation.MSG_EXPRESSION_VALUES_FORBIDDEN,
         ),
         (
             {"selector": {"matchExpressions": [{"key": "a b", "operator": "Exists"}]}},
-            models.MSG_EXPRESSION_KEY,
+            validation.MSG_EXPRESSION_KEY,
         ),
         (
             {
@@ -151,15 +160,15 @@ def _error(overrides: dict[str, Any]) -> str:
                     "matchExpressions": [{"key": "app", "operator": "In", "values": ["a,b"]}]
                 }
             },
-            models.MSG_EXPRESSION_VALUE,
+            validation.MSG_EXPRESSION_VALUE,
         ),
-        ({"selector": {"matchLabels": {"-app": "x"}}}, models.MSG_MATCH_LABELS_KEY),
-        ({"selector": {"matchLabels": {"a" * 254 + "/n": "x"}}}, models.MSG_MATCH_LABELS_KEY),
-        ({"selector": {"matchLabels": {"app": "sg lang"}}}, models.MSG_MATCH_LABELS_VALUE),
+        ({"selector": {"matchLabels": {"-app": "x"}}}, validation.MSG_MATCH_LABELS_KEY),
+        ({"selector": {"matchLabels": {"a" * 254 + "/n": "x"}}}, validation.MSG_MATCH_LABELS_KEY),
+        ({"selector": {"matchLabels": {"app": "sg lang"}}}, validation.MSG_MATCH_LABELS_VALUE),
         # One-probe sweeps.
-        ({"table": {"sweep": {"batchSizes": [8]}}}, models.MSG_ONE_PROBE),
-        ({"table": {"sweep": {"batchSizes": [8, 8, 8]}}}, models.MSG_ONE_PROBE),
-        ({"table": {"sweep": {"maxBatchSize": 1}}}, models.MSG_MAX_BATCH_ONE_PROBE),
+        ({"table": {"sweep": {"batchSizes": [8]}}}, validation.MSG_ONE_PROBE),
+        ({"table": {"sweep": {"batchSizes": [8, 8, 8]}}}, validation.MSG_ONE_PROBE),
+        ({"table": {"sweep": {"maxBatchSize": 1}}}, validation.MSG_MAX_BATCH_ONE_PROBE),
         # Sweeps whose rounds cannot fit the result ConfigMap.
         (
             {
@@ -172,32 +181,32 @@ def _error(overrides: dict[str, Any]) -> str:
                     },
                 }
             },
-            models.MSG_SWEEP_CELLS,
+            validation.MSG_SWEEP_CELLS,
         ),
         (
             {"table": {"kind": "Additive", "sweep": {"maxBatchSize": 512, "repeats": 3}}},
-            models.MSG_SWEEP_CELLS,
+            validation.MSG_SWEEP_CELLS,
         ),
         # tablePath must not shadow system directories, nor escape with '..'.
         ({"rollout": {"tablePath": "/table.json"}}, "would be mounted on / and hide"),
         ({"rollout": {"tablePath": "/etc/table.json"}}, "would be mounted on /etc and hide"),
         ({"rollout": {"tablePath": "/usr/local/bin/t.json"}}, "mounted on /usr/local/bin and"),
-        ({"rollout": {"tablePath": "/etc/sps/../t.json"}}, models.MSG_TABLE_PATH_DOTS),
-        ({"rollout": {"tablePath": "/etc/sps//t.json"}}, models.MSG_TABLE_PATH),
-        ({"rollout": {"tablePath": "/etc/sps/t.json/"}}, models.MSG_TABLE_PATH),
-        ({"rollout": {"tablePath": "/etc/sps/t $x.json"}}, models.MSG_TABLE_PATH),
+        ({"rollout": {"tablePath": "/etc/sps/../t.json"}}, validation.MSG_TABLE_PATH_DOTS),
+        ({"rollout": {"tablePath": "/etc/sps//t.json"}}, validation.MSG_TABLE_PATH),
+        ({"rollout": {"tablePath": "/etc/sps/t.json/"}}, validation.MSG_TABLE_PATH),
+        ({"rollout": {"tablePath": "/etc/sps/t $x.json"}}, validation.MSG_TABLE_PATH),
         ({"rollout": {"tablePath": "/etc/" + "a" * 300}}, "at most 255 characters"),
         # Everything else that is text has a bound and a syntax.
-        ({"job": {"image": "ghcr.io/x/y:1 ; rm -rf /"}}, models.MSG_IMAGE),
-        ({"job": {"image": "UPPER/case"}}, models.MSG_IMAGE),
+        ({"job": {"image": "ghcr.io/x/y:1 ; rm -rf /"}}, validation.MSG_IMAGE),
+        ({"job": {"image": "UPPER/case"}}, validation.MSG_IMAGE),
         ({"job": {"image": "x" * 600}}, "at most 512 characters"),
-        ({"job": {"serviceAccountName": "Bad_Name"}}, models.MSG_SERVICE_ACCOUNT),
-        ({"job": {"nodeSelector": {"pool": "a b"}}}, models.MSG_NODE_SELECTOR_VALUE),
-        ({"job": {"resources": {"limits": {"cpu": "1" * 65}}}}, models.MSG_RESOURCE_QUANTITY),
-        ({"job": {"tolerations": [{"key": "a b"}]}}, models.MSG_TOLERATION_KEY),
+        ({"job": {"serviceAccountName": "Bad_Name"}}, validation.MSG_SERVICE_ACCOUNT),
+        ({"job": {"nodeSelector": {"pool": "a b"}}}, validation.MSG_NODE_SELECTOR_VALUE),
+        ({"job": {"resources": {"limits": {"cpu": "1" * 65}}}}, validation.MSG_RESOURCE_QUANTITY),
+        ({"job": {"tolerations": [{"key": "a b"}]}}, validation.MSG_TOLERATION_KEY),
         ({"job": {"tolerations": [{"operator": "Maybe"}]}}, "Exists"),
-        ({"serverContainer": "SGLang"}, models.MSG_SERVER_CONTAINER),
-        ({"gpuProductLabel": "nvidia.com/"}, models.MSG_GPU_PRODUCT_LABEL),
+        ({"serverContainer": "SGLang"}, validation.MSG_SERVER_CONTAINER),
+        ({"gpuProductLabel": "nvidia.com/"}, validation.MSG_GPU_PRODUCT_LABEL),
         ({"refresh": {"token": "t" * 32768}}, "at most 253 characters"),
         ({"gates": {"maxErrorBound": 0}}, "greater than 0"),
         ({"gates": {"maxErrorBound": 1.5}}, "less than or equal to 1"),
@@ -241,18 +250,18 @@ def test_sweep_counts_follow_the_profiler() -> None:
 
 
 def test_profile_name_is_bounded_so_derived_names_stay_valid() -> None:
-    obj = {"metadata": {"name": "p" * models.MAX_PROFILE_NAME}, "spec": spec()}
+    obj = {"metadata": {"name": "p" * validation.MAX_PROFILE_NAME}, "spec": spec()}
     SpsProfile.model_validate(obj)
-    obj["metadata"]["name"] = "p" * (models.MAX_PROFILE_NAME + 1)
+    obj["metadata"]["name"] = "p" * (validation.MAX_PROFILE_NAME + 1)
     with pytest.raises(ValidationError, match="at most 40 characters"):
         SpsProfile.model_validate(obj)
     # <name>-<10 hex>-p2 plus a pod's -xxxxx suffix stays within a 63-character label value.
-    assert len("p" * models.MAX_PROFILE_NAME + "-0123456789-p2" + "-abcde") <= 63
+    assert len("p" * validation.MAX_PROFILE_NAME + "-0123456789-p2" + "-abcde") <= 63
 
 
 def test_status_text_from_jobs_is_cut_to_the_schema_bound_never_refused() -> None:
     long = "x" * 40000
-    run = models.RunStatus(
+    run = RunStatus(
         name="r",
         job="j",
         phase="Diagonal",
@@ -264,9 +273,9 @@ def test_status_text_from_jobs_is_cut_to_the_schema_bound_never_refused() -> Non
         progress=long,
     )
     assert run.progress is not None and len(run.progress) == 256
-    failure = models.FailureRecord(run="r", reason="Failed", message=long, at="2026-01-01T00:00Z")
+    failure = FailureRecord(run="r", reason="Failed", message=long, at="2026-01-01T00:00Z")
     assert len(failure.message) == 4096 and failure.message.endswith("…")
-    ref = models.TableRef.model_validate(
+    ref = TableRef.model_validate(
         {
             "gpuProduct": "H100",
             "fingerprint": "f",
@@ -277,7 +286,7 @@ def test_status_text_from_jobs_is_cut_to_the_schema_bound_never_refused() -> Non
         }
     )
     assert ref.message is not None and len(ref.message) == 4096
-    cond = models.Condition.model_validate(
+    cond = Condition.model_validate(
         {
             "type": "Ready",
             "status": "False",
@@ -288,14 +297,14 @@ def test_status_text_from_jobs_is_cut_to_the_schema_bound_never_refused() -> Non
     )
     assert len(cond.message) == 32768
     # ...and the CRD says the same bounds, so the API server takes what the operator writes.
-    schema = models.RunStatus.model_json_schema(by_alias=True)
+    schema = RunStatus.model_json_schema(by_alias=True)
     assert schema["properties"]["progress"]["anyOf"][0]["maxLength"] == 256
 
 
 def test_old_status_objects_still_parse() -> None:
     """Status models tolerate what an older operator wrote: a negative maxRelErr, unknown
     fields, over-long text."""
-    status = models.SpsProfileStatus.model_validate(
+    status = SpsProfileStatus.model_validate(
         {
             "tables": [
                 {
@@ -317,7 +326,7 @@ def test_old_status_objects_still_parse() -> None:
 
 
 def test_fit_quality_has_the_honest_figures_and_gates_can_use_them() -> None:
-    q = models.FitQuality.model_validate(
+    q = FitQuality.model_validate(
         {"looRelRms": 0.01, "looRelMax": 0.03, "ciRelMax": 0.01, "errorBoundRel": 0.04}
     )
     assert (q.loo_rel_rms, q.loo_rel_max, q.ci_rel_max, q.error_bound_rel) == (
@@ -326,9 +335,9 @@ def test_fit_quality_has_the_honest_figures_and_gates_can_use_them() -> None:
         0.01,
         0.04,
     )
-    gates = models.GatesSpec.model_validate({"maxErrorBound": 0.05})
+    gates = GatesSpec.model_validate({"maxErrorBound": 0.05})
     assert gates.max_error_bound == 0.05
     for name in ("max_rms_ms", "min_r2"):
-        assert "repeats 1" in (models.GatesSpec.model_fields[name].description or "")
-    assert "ABSOLUTE" not in (models.FitQuality.model_fields["max_rel_err"].description or "")
-    assert "absolute" in (models.FitQuality.model_fields["max_rel_err"].description or "")
+        assert "repeats 1" in (GatesSpec.model_fields[name].description or "")
+    assert "ABSOLUTE" not in (FitQuality.model_fields["max_rel_err"].description or "")
+    assert "absolute" in (FitQuality.model_fields["max_rel_err"].description or "")

@@ -23,13 +23,16 @@ KUBERNETES_WORDS = {
     "Exists", "DoesNotExist", "In", "NotIn", "Gt", "Lt",
     "Normal", "Warning",
     "Recreate", "ReplicaFailure", "Secret", "SpsProfile", "Pod", "List", "LocalQueue",
-    "FallbackToLogsOnError", "Evicted", "QuotaReserved", "Admitted",
+    "FallbackToLogsOnError", "Evicted", "QuotaReserved", "Admitted", "DeactivationTarget",
+    "Accept", "BearerToken",  # an HTTP header and the client's auth setting (kube.py)
     "InputError",  # `sps-operator fingerprint`'s own error label, never in status
     # the kubelet's container states that keep a pod from ever becoming ready
     "CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "InvalidImageName",
     "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
     "AnnotateOnly",  # a rollout mode, in a message
     "GatesPassed",  # a passed gate's verdict, never written to status
+    # PersistentVolumeClaim access modes, and a pod phase
+    "ReadWriteOnce", "ReadWriteOncePod", "ReadOnlyMany", "ReadWriteMany", "Running",
 }  # fmt: skip
 
 

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_tables_clockramp import ramp_rounds
 
+from round_lines import round_line
 from sps_operator.api.limits import MAX_STEP_SECONDS, MIN_STEP_SECONDS
 from sps_operator.api.result import (
     INLINE_ROUNDS_LIMIT,
@@ -31,18 +32,6 @@ from sps_operator.api.result import (
 )
 from sps_operator.tables.fit import fit_from_rounds
 from strategies import json_values
-
-
-def round_line(bs: int, m: int, sps: float, frac: float | None = None, repeat: int = 0) -> dict:
-    return {
-        "repeat": repeat,
-        "batch_size": bs,
-        "batch_size_per_rank": bs,
-        "frac": frac,
-        "batch_tokens": m,
-        "steps_per_sec": sps,
-        "num_steady_steps": 40,
-    }
 
 
 def to_api(patch: dict) -> tuple[dict, dict]:

@@ -12,8 +12,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from sps_operator.api import models
-from sps_operator.api.models import LabelSelector, LabelSelectorRequirement, RolloutSpec
+from sps_operator.api.spec import LabelSelector, LabelSelectorRequirement, RolloutSpec
+from sps_operator.api.validation import (
+    MAX_TABLE_PATH,
+    MSG_EXPRESSION_KEY,
+    MSG_EXPRESSION_VALUE,
+    MSG_EXPRESSION_VALUES_FORBIDDEN,
+    MSG_EXPRESSION_VALUES_REQUIRED,
+    MSG_MATCH_LABELS_KEY,
+    MSG_MATCH_LABELS_VALUE,
+    MSG_SELECTOR_EMPTY,
+    MSG_TABLE_PATH,
+    MSG_TABLE_PATH_DOTS,
+    SYSTEM_DIRECTORIES,
+)
 
 ALNUM = set(string.ascii_letters + string.digits)
 LOWER_ALNUM = set(string.ascii_lowercase + string.digits)
@@ -69,13 +81,13 @@ def requirement_ok(req: dict[str, Any]) -> bool:
 
 
 SELECTOR_MESSAGES = (
-    models.MSG_EXPRESSION_KEY,
-    models.MSG_EXPRESSION_VALUES_REQUIRED,
-    models.MSG_EXPRESSION_VALUES_FORBIDDEN,
-    models.MSG_EXPRESSION_VALUE,
-    models.MSG_MATCH_LABELS_KEY,
-    models.MSG_MATCH_LABELS_VALUE,
-    models.MSG_SELECTOR_EMPTY,
+    MSG_EXPRESSION_KEY,
+    MSG_EXPRESSION_VALUES_REQUIRED,
+    MSG_EXPRESSION_VALUES_FORBIDDEN,
+    MSG_EXPRESSION_VALUE,
+    MSG_MATCH_LABELS_KEY,
+    MSG_MATCH_LABELS_VALUE,
+    MSG_SELECTOR_EMPTY,
 )
 
 _LABELISH = st.one_of(
@@ -135,7 +147,7 @@ SAFE = set(string.ascii_letters + string.digits + "._-")
 
 
 def table_path_ok(path: str) -> bool:
-    if not path.startswith("/") or len(path) > models.MAX_TABLE_PATH:
+    if not path.startswith("/") or len(path) > MAX_TABLE_PATH:
         return False
     segments = path[1:].split("/")
     if not all(segments) or not all(set(s) <= SAFE for s in segments):
@@ -143,12 +155,12 @@ def table_path_ok(path: str) -> bool:
     if any(s in (".", "..") for s in segments):
         return False
     directory = "/" + "/".join(segments[:-1])
-    return directory not in models.SYSTEM_DIRECTORIES
+    return directory not in SYSTEM_DIRECTORIES
 
 
 TABLE_PATH_MESSAGES = (
-    models.MSG_TABLE_PATH,
-    models.MSG_TABLE_PATH_DOTS,
+    MSG_TABLE_PATH,
+    MSG_TABLE_PATH_DOTS,
     "rollout.tablePath: the table's ConfigMap volume would be mounted on",
 )
 _SEGMENT = st.one_of(

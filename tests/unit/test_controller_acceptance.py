@@ -13,8 +13,8 @@ from test_api_result import round_line
 from test_controller_builders import plan
 from test_tables_clockramp import ramp_rounds
 
-from sps_operator.api.models import SpsProfileSpec
 from sps_operator.api.result import validate_rounds
+from sps_operator.api.spec import SpsProfileSpec
 from sps_operator.controller import builders
 from sps_operator.controller.acceptance import (
     INCOMPLETE_SWEEP,

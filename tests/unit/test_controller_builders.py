@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
 from sps_operator.api import labels as L
 from sps_operator.api.limits import MAX_PROFILE_NAME
-from sps_operator.api.models import SpsProfileSpec
+from sps_operator.api.spec import SpsProfileSpec
 from sps_operator.controller import builders, names
 from sps_operator.controller.serverconfig import parse_server
 
@@ -365,3 +366,51 @@ def test_owner_patch_carries_the_resource_version_it_was_decided_on() -> None:
         "metadata": {"resourceVersion": "42", "annotations": {L.ANNOTATION_OWNER: "llama"}}
     }
     assert builders.owner_patch(dep, None)["metadata"]["annotations"] == {L.ANNOTATION_OWNER: None}
+
+
+def production_plan() -> builders.RunPlan:
+    """The target pod of a production cluster: pull secret, runtime class, an init
+    container, a native sidecar and a plain sidecar (one named like the clone's profiler)."""
+    pod = {
+        **TARGET_POD,
+        "imagePullSecrets": [{"name": "registry"}],
+        "runtimeClassName": "nvidia",
+        "initContainers": [
+            {"name": "fetch", "image": "busybox", "command": ["true"]},
+            {"name": "mesh", "image": "proxy", "restartPolicy": "Always"},
+        ],
+        "containers": [
+            *TARGET_POD["containers"],
+            {
+                "name": "logs",
+                "image": "shipper",
+                "readinessProbe": {"exec": {"command": ["true"]}},
+                "startupProbe": {"exec": {"command": ["true"]}},
+                "livenessProbe": {"exec": {"command": ["true"]}},
+                "volumeMounts": [
+                    {"name": "models", "mountPath": "/models"},
+                    {"name": "sps-table", "mountPath": "/etc/sps/table"},
+                ],
+            },
+            {"name": "profiler", "image": "theirs"},
+        ],
+    }
+    return dataclasses.replace(plan(), target_pod_spec=pod)
+
+
+def test_plain_sidecars_become_native_sidecars_before_the_server() -> None:
+    pod = builders.profiling_job(production_plan())["spec"]["template"]["spec"]
+    names_in_order = [c["name"] for c in pod["initContainers"]]
+    assert names_in_order == ["fetch", "mesh", "logs", "target-profiler", "sglang-server"]
+    by_name = {c["name"]: c for c in pod["initContainers"]}
+    assert "restartPolicy" not in by_name["fetch"]  # an init container stays one
+    assert by_name["mesh"]["restartPolicy"] == "Always"
+    logs = by_name["logs"]
+    assert logs["restartPolicy"] == "Always" and logs["image"] == "shipper"
+    assert not {"readinessProbe", "startupProbe", "livenessProbe"} & logs.keys()
+    assert [m["name"] for m in logs["volumeMounts"]] == ["models"]  # never the table
+    assert by_name["target-profiler"]["image"] == "theirs"
+    assert [c["name"] for c in pod["containers"]] == ["profiler"]
+    assert pod["imagePullSecrets"] == [{"name": "registry"}]
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["tolerations"] == TARGET_POD["tolerations"]

@@ -8,19 +8,28 @@ import json
 import re
 from typing import Any
 
+from api_snapshot import ApiSnapshot
 from capacity_harness import BORROW, NO_GPU, harness, job_pod, local_queue, start_waiting
 from controller_harness import H100, NODES, NS, Harness, deployment, profile_body
 from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
 from sps_operator.api.models import SpsProfile
-from sps_operator.controller.borrow import BorrowTag, PoolClaim, borrow_patch, pool_lease
+from sps_operator.api.spec import CapacitySpec
+from sps_operator.controller.borrow import (
+    BorrowTag,
+    PoolClaim,
+    borrow_patch,
+    borrow_refusal,
+    kueue_managed_refusal,
+    pool_lease,
+)
 from sps_operator.controller.builders import ProfileRef
 from sps_operator.controller.placement import PodInfo
 from sps_operator.controller.policy import JobPolicy, NameRule
 from sps_operator.controller.reconcile import Reconciler
 from sps_operator.controller.release import release
-from sps_operator.controller.state import ApiSnapshot, Settings, Snapshot
+from sps_operator.controller.state import Settings, Snapshot
 
 
 def test_a_run_that_cannot_get_gpus_says_so_and_gives_up_after_its_timeout() -> None:
@@ -145,7 +154,41 @@ def test_borrowing_refuses_a_pdb_an_hpa_a_gitops_owner_a_single_replica_and_a_bu
                       H100, "2026-03-01T11:59:00Z")  # fmt: skip
     h.add(pool_lease(claim, h.settings.pool_namespace))
     someone["status"] = {"currentRun": {"name": "someone-run"}}
-    assert "b/someone is borrowing a replica of lender on GPU product" in blocked_by(h)
+    # ... named only as "another namespace": a namespace is a tenant boundary.
+    message = blocked_by(h)
+    assert "a profile in another namespace is borrowing a replica on GPU product" in message
+    assert "someone" not in message and "lender" not in message and "b/" not in message
+
+
+def test_borrowing_refuses_a_deployment_kueue_manages_at_once_with_its_own_reason() -> None:
+    # Kueue's pod/Deployment integration: the queue label on the Deployment ...
+    h = harness(**BORROW)
+    h.kube.obj("Deployment", "server")["metadata"]["labels"][L.LABEL_KUEUE_QUEUE] = "serving"
+    start_waiting(h)  # said at the first wait, not only once borrowAfterSeconds is over
+    waiting = h.status()["currentRun"]["waiting"]
+    assert waiting["reason"] == "KueueManagedTarget"
+    message = waiting["message"]
+    assert "managed by Kueue (label kueue.x-k8s.io/queue-name: serving)" in message
+    assert "use capacity.mode Wait and give the profiling Job quota in Kueue" in message
+    assert NO_GPU in message  # and the scheduler's own words
+    assert h.condition("Profiling")[:2] == ("False", "KueueManagedTarget")
+    h.tick(30)
+    assert h.run_pass()["currentRun"]["waiting"]["reason"] == "KueueManagedTarget"
+    assert not h.kube.scales and h.kube.obj("Deployment", "server")["spec"]["replicas"] == 2
+    # The run waits for a free GPU as under Wait, and gives up with that reason.
+    h.tick(3600)
+    failure = h.run_pass()["lastFailure"]
+    assert failure["reason"] == "KueueManagedTarget" and "managed by Kueue" in failure["message"]
+    assert not h.kube.scales
+    # ... or only on its pod template.
+    dep = deployment()
+    dep["spec"]["replicas"] = 2
+    dep["spec"]["template"]["metadata"]["labels"][L.LABEL_KUEUE_QUEUE] = "serving"
+    refusal = borrow_refusal(dep, CapacitySpec(mode="BorrowReplica"), [], [])
+    assert refusal is not None and "managed by Kueue" in refusal
+    assert kueue_managed_refusal(dep) == refusal
+    del dep["spec"]["template"]["metadata"]["labels"][L.LABEL_KUEUE_QUEUE]
+    assert kueue_managed_refusal(dep) is None
 
 
 def test_a_single_replica_is_borrowed_only_with_allow_downtime() -> None:
@@ -494,7 +537,8 @@ def test_two_profiles_borrowing_on_one_gpu_product_at_the_same_moment_take_turns
     assert h.kube.scales == [("server", 1)]  # p borrowed; q did not
     waiting = h.kube.obj("SpsProfile", "q", "tenant-b")["status"]["currentRun"]["waiting"]
     assert waiting["reason"] == "BorrowBlocked"
-    assert "serving/p is borrowing a replica of server on GPU product" in waiting["message"]
+    assert "a profile in another namespace is borrowing a replica on GPU" in waiting["message"]
+    assert "serving/" not in waiting["message"] and "server " not in waiting["message"]
 
 
 def test_a_give_back_decided_on_a_stale_copy_never_overwrites_a_newer_scale() -> None:
@@ -567,6 +611,33 @@ def test_the_runs_deadline_counts_from_when_its_job_runs_not_from_its_wait() -> 
     assert status["lastFailure"]["reason"] == "DeadlineExceeded"
     assert "ran 600 s, past spec.job.activeDeadlineSeconds 600" in status["lastFailure"]["message"]
     assert not h.kube.kinds("Job")
+
+
+def test_the_runs_own_deadline_alone_gives_a_lent_replica_back_counted_from_when_it_runs() -> None:
+    # Issue 21 §2: without Kueue's max-exec-time label, spec.job.activeDeadlineSeconds is
+    # the cap of a borrow: the run it was lent to ends there, and the replica with it.
+    capacity = {**BORROW["capacity"], "waitTimeoutSeconds": 3600}
+    h = harness(job={"activeDeadlineSeconds": 600}, capacity=capacity)
+    start_waiting(h)
+    h.tick(1800)  # a long wait for GPUs, lent from its 30th second, does not count
+    borrow = h.run_pass()["currentRun"]["borrow"]
+    assert (borrow["limitSeconds"], borrow["limit"]) == (600, "spec.job.activeDeadlineSeconds")
+    assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 1
+    job_pod(h, unschedulable=None)
+    h.tick()
+    assert h.run_pass()["currentRun"]["runningSince"]
+    h.tick(599)
+    assert h.run_pass()["currentRun"]["borrow"], "still within its 600 s"
+    assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 1
+    h.tick(1)
+    status = h.run_pass()
+    assert status.get("currentRun") is None and not h.kube.kinds("Job")
+    failure = status["lastFailure"]
+    assert failure["reason"] == "DeadlineExceeded"
+    assert "past spec.job.activeDeadlineSeconds 600" in failure["message"]
+    assert "the lent replica was given back" in failure["message"]
+    assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 2
+    assert not h.kube.kinds("Lease")  # the GPU pool is free for the next borrow
 
 
 def test_a_borrow_undone_by_someone_else_is_noticed_and_reported() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from sps_operator.api.models import BorrowRecord, FailureRecord, RunStatus, SpsProfileStatus
+from sps_operator.api.status import BorrowRecord, FailureRecord, RunStatus, SpsProfileStatus
 from sps_operator.controller import clocks
 from sps_operator.controller.borrow import (
     BorrowTag,

@@ -13,7 +13,7 @@ from controller_harness import SERVER_ARGS, container, deployment, profile_body
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sps_operator.api.models import SpsProfileSpec
+from sps_operator.api.spec import SpsProfileSpec
 from sps_operator.cli import main as sps_operator
 from sps_operator.controller import builders
 from sps_operator.controller.serverconfig import TABLE_PATH_FLAG, parse_server

@@ -3,22 +3,15 @@ replica says it cannot work."""
 
 from __future__ import annotations
 
-import socket
-
 import aiohttp
 
 from sps_operator.controller.health import serve_health
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from sps_testbed.processes import free_port
 
 
 async def test_health_says_ok_then_why_it_cannot_work() -> None:
     problem: list[str] = []
-    port = _free_port()
+    port = free_port()
     runner = await serve_health(
         f"http://127.0.0.1:{port}/healthz", lambda: problem[0] if problem else None
     )
@@ -35,7 +28,7 @@ async def test_health_says_ok_then_why_it_cannot_work() -> None:
 
 
 async def test_health_without_a_problem_source_is_always_ok() -> None:
-    port = _free_port()
+    port = free_port()
     runner = await serve_health(f"http://127.0.0.1:{port}/live")
     try:
         async with (

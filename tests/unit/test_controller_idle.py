@@ -6,12 +6,13 @@ from __future__ import annotations
 import copy
 from datetime import timedelta
 
+from api_snapshot import ApiSnapshot
 from controller_harness import NODES, NS, Harness, deployment, indexes_of, profile_body
 
 from sps_operator.api.result import build_patch
 from sps_operator.controller import indexes as ix
 from sps_operator.controller.placement import PodInfo
-from sps_operator.controller.state import ApiSnapshot, Settings
+from sps_operator.controller.state import Settings
 
 
 def wake_after_pass(h: Harness, name: str = "p") -> float | None:

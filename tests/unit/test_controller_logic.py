@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sps_operator.api.models import FitQuality, GatesSpec
+from sps_operator.api.spec import GatesSpec
+from sps_operator.api.status import FitQuality
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.deployments import deployment_rolled_out
 from sps_operator.controller.gates import check_gates, relative_change

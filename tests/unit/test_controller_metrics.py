@@ -11,7 +11,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sps_operator import __version__
-from sps_operator.api.models import SpsProfileStatus
+from sps_operator.api.status import SpsProfileStatus
 from sps_operator.controller.builders import ProfileRef
 from sps_operator.controller.main import make_clock, parse_args
 from sps_operator.controller.metrics import Metrics

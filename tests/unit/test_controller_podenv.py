@@ -303,7 +303,7 @@ def test_a_pass_from_the_caches_reads_the_configmaps_its_servers_use() -> None:
     from controller_harness import NS, deployment, indexes_of, profile_body
     from fakekube import FakeKube
 
-    from sps_operator.api.models import SpsProfileSpec
+    from sps_operator.api.spec import SpsProfileSpec
     from sps_operator.controller import indexes as ix
     from sps_operator.controller.builders import ProfileRef
     from sps_operator.controller.kicks import profiles_selecting

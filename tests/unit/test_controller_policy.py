@@ -23,8 +23,9 @@ from hypothesis import strategies as st
 
 from sps_operator.api import labels as L
 from sps_operator.api.endpoints import forbidden_peer
-from sps_operator.api.models import JobOverrides, ServerSpec, SpsProfileSpec
+from sps_operator.api.job import JobOverrides
 from sps_operator.api.result import build_patch
+from sps_operator.api.spec import ServerSpec, SpsProfileSpec
 from sps_operator.controller import builders, policy
 from sps_operator.controller.names import label_value as names_label
 from sps_operator.controller.placement import PodInfo, placement
@@ -595,7 +596,7 @@ def test_services_are_read_from_the_namespace() -> None:
     other = _service("elsewhere", {"app": "x"})
     other["metadata"]["namespace"] = "other"
     h.add(other)
-    from sps_operator.controller.state import ApiSnapshot
+    from api_snapshot import ApiSnapshot
 
     snap = ApiSnapshot(h.kube).read(builders.ProfileRef("p", NS, "uid"), _spec())
     assert list(snap.services) == [ServiceInfo("web", {"app": "web"}, "NodePort")]

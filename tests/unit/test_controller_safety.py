@@ -722,9 +722,8 @@ def test_a_pass_that_starts_or_ends_a_run_asks_for_another_at_once() -> None:
     """Status writes wake nobody: a pass that starts or ends a run asks for the next pass
     now, so a request that came while the run was busy (a reprofile annotation) is not left
     to the resync minutes later."""
+    from api_snapshot import ApiSnapshot
     from controller_harness import NODES
-
-    from sps_operator.controller.state import ApiSnapshot
 
     h = Harness.one_target()
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sps_operator.api.models import FailureRecord, SpsProfileSpec, TableRef
+from sps_operator.api.spec import SpsProfileSpec
+from sps_operator.api.status import FailureRecord, TableRef
 from sps_operator.controller import triggers
 from sps_operator.controller.triggers import TargetView, decide_run, schedule_state
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from sps_operator.plugin.explain import explain, render_explain
 
 
@@ -266,17 +268,36 @@ def test_a_missing_local_queue_is_explained() -> None:
     assert report["state"] == "LocalQueueMissing"
 
 
-def test_borrow_blocked_by_a_pdb() -> None:
-    message = (
-        "PodDisruptionBudget llama-pdb allows no disruption of llama now (no node can take "
-        f"it now: {SCHEDULER})"
-    )
-    report = explain(waiting_profile("BorrowBlocked", message, "BorrowReplica"), now=NOW)
+@pytest.mark.parametrize(
+    ("reason", "refusal", "what", "why", "next_steps"),
+    [
+        (
+            "BorrowBlocked",
+            "PodDisruptionBudget llama-pdb allows no disruption of llama now",
+            "The profiling Job waits for GPUs and borrowing a replica",
+            "PodDisruptionBudget llama-pdb",
+            ["PodDisruptionBudget", "docs/capacity.md", "retries by itself"],
+        ),
+        (  # not a matter of time: says so, and what to do instead
+            "KueueManagedTarget",
+            "Deployment llama is managed by Kueue (label kueue.x-k8s.io/queue-name: serving): "
+            "its pods hold Kueue quota, ...",
+            "The profiling Job waits for GPUs; its target is never",
+            "queue-name: serving",
+            ["does not change by itself", "spec.capacity.mode: Wait", "LocalQueue"],
+        ),
+    ],
+)
+def test_a_refused_borrow_is_explained(
+    reason: str, refusal: str, what: str, why: str, next_steps: list[str]
+) -> None:
+    message = f"{refusal} (no node can take it now: {SCHEDULER})"
+    report = explain(waiting_profile(reason, message, "BorrowReplica"), now=NOW)
     (finding,) = report["findings"]
-    assert finding["what"].startswith("The profiling Job waits for GPUs and borrowing a replica")
-    assert "for 3m20s" in finding["what"]
-    assert "PodDisruptionBudget llama-pdb" in finding["why"]
-    assert "PodDisruptionBudget" in finding["next"] and "docs/capacity.md" in finding["next"]
+    assert finding["what"].startswith(what) and "for 3m20s" in finding["what"]
+    assert why in finding["why"]
+    assert all(step in finding["next"] for step in next_steps), finding["next"]
+    assert report["state"] == reason
 
 
 def test_a_run_on_a_borrowed_replica_is_shown() -> None:
@@ -328,13 +349,17 @@ def test_operator_failure_reasons_get_specific_advice() -> None:
         "KueueNotInstalled": "Kueue is not installed",
         "LocalQueueMissing": "LocalQueue its Job names does not exist",
         "BorrowBlocked": "borrowing a replica stayed refused",
+        "KueueManagedTarget": "its target is a Deployment Kueue manages",
         "JobPolicy": "the cluster admin's policy does not allow",
         "GpuPinConflict": "would not run on the GPU product",
         "JobLabelsSelectPods": "pass for a server pod",
+        "ReadWriteOncePodClaim": "ReadWriteOncePod PersistentVolumeClaim",
+        "ClaimNodeUnavailable": "attached on no node the clone may use",
         "TargetChanged": "changed between the two phases",
         "SweepMismatch": "a cell more than once",
         "IncompleteSweep": "did not cover every cell",
-        "DeadlineExceeded": "ran longer than spec.job.activeDeadlineSeconds",
+        "DeadlineExceeded": "ran longer than its limit",
+        "KueueDeactivated": "Kueue deactivated its Job's Workload",
         "ResultMissing": "its result never arrived",
     }
     for reason, what in cases.items():

@@ -96,6 +96,22 @@ def test_profile_state(status: dict[str, Any], spec: dict[str, Any], state: str)
     assert view.profile_state(profile(status, **spec)) == state
 
 
+def test_get_wide_shows_the_live_tables_gpu_seconds_and_the_queue_position() -> None:
+    table = {"gpuProduct": H100, "configMap": "llama-table-1", "gpuSeconds": 412.5}
+    waiting = {"reason": "QueuedInKueue", "message": "m", "since": "2026-03-01T11:59:00Z",
+               "queuePosition": 3}  # fmt: skip
+    p = profile({"liveTable": "llama-table-1", "tables": [table],
+                 "currentRun": {"waiting": waiting}})  # fmt: skip
+    row = view.get_row(p, NOW)
+    assert (row["gpuSeconds"], row["queue"]) == ("412", "#3")
+    header, line = view.render_get([row], all_namespaces=False, wide=True).splitlines()
+    assert header.split()[-3:] == ["GPU-SECONDS", "QUEUE", "AGE"]
+    assert line.split()[-3:] == ["412", "#3", "3m20s"]
+    # A position that is no position (a hand-edited status) is not shown.
+    p["status"]["currentRun"]["waiting"]["queuePosition"] = "first"
+    assert view.get_row(p, NOW)["queue"] == "-"
+
+
 def test_get_row_and_render_columns() -> None:
     p = profile(
         {
@@ -120,6 +136,8 @@ def test_get_row_and_render_columns() -> None:
         "reason": "-",
         "run": "-",
         "lastFailure": "-",
+        "gpuSeconds": "-",
+        "queue": "-",
     }
     text = view.render_get([row], all_namespaces=False).splitlines()
     assert text[0].split() == ["NAME", "KIND", "GPU", "TABLE", "STATE", "PROGRESS", "AGE"]
@@ -261,7 +279,8 @@ def waiting_run(reason: str, **extra: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    "reason", ["WaitingForGPUs", "QueuedInKueue", "LocalQueueMissing", "BorrowBlocked"]
+    "reason",
+    ["WaitingForGPUs", "QueuedInKueue", "LocalQueueMissing", "BorrowBlocked", "KueueManagedTarget"],
 )
 def test_get_shows_why_a_run_waits_and_for_how_long(reason: str) -> None:
     row = view.get_row(profile({"gpuProduct": H100, "currentRun": waiting_run(reason)}), NOW)

@@ -7,22 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from round_lines import round_line
 from sps_operator.profiler import artifacts
 from sps_operator.profiler.cli import main
 from sps_operator.profiler.fitting import FitError, fit_profile, self_check
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, load_sps_table_text
-
-
-def round_line(bs: int, m: int, sps: float, frac: float | None = None, repeat: int = 0) -> dict:
-    return {
-        "repeat": repeat,
-        "batch_size": bs,
-        "batch_size_per_rank": bs,
-        "frac": frac,
-        "batch_tokens": m,
-        "steps_per_sec": sps,
-        "num_steady_steps": 40,
-    }
 
 
 def test_read_jsonl_drops_only_a_torn_tail(tmp_path: Path) -> None:

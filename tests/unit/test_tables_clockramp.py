@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sps_operator.api.models import SpsProfileSpec
+from round_lines import round_line
 from sps_operator.api.result import MAX_RAMP_CHUNKS, MAX_ROUND_LINE_BYTES, validate_rounds
+from sps_operator.api.spec import SpsProfileSpec
 from sps_operator.controller.acceptance import judge
 from sps_operator.tables.clockramp import (
     Chunk,
@@ -151,21 +152,21 @@ def test_clocks_that_jump_to_speed_are_no_ramp_the_model_may_use() -> None:
     assert model is not None and model.fits
 
 
-def round_line(bs: int, seconds: float, clock: tuple[float, float], **extra: Any) -> dict[str, Any]:
-    return {
-        "repeat": 0,
-        "batch_size": bs,
-        "batch_size_per_rank": bs,
-        "frac": None,
-        "batch_tokens": 8 * bs,
-        "steps_per_sec": 1 / seconds,
-        "median_step_time": seconds,
-        "step_time_se": seconds * 0.004,
-        "ci_low": seconds * 0.99,
-        "ci_high": seconds * 1.01,
-        "clock_s": list(clock),
+def ramp_round_line(
+    bs: int, seconds: float, clock: tuple[float, float], **extra: Any
+) -> dict[str, Any]:
+    """A diagonal round of median step `seconds`, measured in the run-clock window `clock`."""
+    return round_line(
+        bs,
+        8 * bs,
+        1 / seconds,
+        median_step_time=seconds,
+        step_time_se=seconds * 0.004,
+        ci_low=seconds * 0.99,
+        ci_high=seconds * 1.01,
+        clock_s=list(clock),
         **extra,
-    }
+    )
 
 
 def ramp_rounds(jump: bool = False) -> list[dict[str, Any]]:
@@ -177,10 +178,10 @@ def ramp_rounds(jump: bool = False) -> list[dict[str, Any]]:
     for bs in (2, 4, 8):
         truth = STEP * (1 + 0.02 * bs)
         slow = 1.0 if jump else sum(ramp(now + 2.6 * k / 99) for k in range(100)) / 100
-        rounds.append(round_line(bs, truth * slow, (now, now + 2.6), clock_on_ramp=True))
+        rounds.append(ramp_round_line(bs, truth * slow, (now, now + 2.6), clock_on_ramp=True))
         now += 2.7
     clock_ramp = {"probe": [list(c) for c in probe], "anchor": [list(c) for c in anchor]}
-    rounds.append(round_line(1, STEP * 1.02, (40.0, 42.6), clock_ramp=clock_ramp))
+    rounds.append(ramp_round_line(1, STEP * 1.02, (40.0, 42.6), clock_ramp=clock_ramp))
     return rounds
 
 
@@ -243,7 +244,7 @@ def test_rounds_on_a_ramp_of_a_run_without_its_anchor_are_never_fitted() -> None
 
 
 def test_rounds_without_a_ramp_probe_are_left_alone() -> None:
-    rounds = [round_line(bs, STEP * (1 + 0.02 * bs), (bs, bs + 1.0)) for bs in (1, 2, 4)]
+    rounds = [ramp_round_line(bs, STEP * (1 + 0.02 * bs), (bs, bs + 1.0)) for bs in (1, 2, 4)]
     corrected, model = correct_rounds(rounds)
     assert model is None and corrected == rounds
 
@@ -320,11 +321,11 @@ def test_an_honest_run_on_a_ramp_is_judged_as_fitted_not_as_measured() -> None:
         truth = STEP * (1 + 0.002 * bs)
         slow = sum(ramp(now + 2.6 * k / 99, amplitude, tau) for k in range(100)) / 100
         rounds.append(
-            round_line(bs, truth * slow, (now, now + 2.6), clock_run="r", clock_on_ramp=True)
+            ramp_round_line(bs, truth * slow, (now, now + 2.6), clock_run="r", clock_on_ramp=True)
         )
         now += 2.7
     record = {"probe": [list(c) for c in probe], "anchor": [list(c) for c in anchor]}
-    rounds.append(round_line(1, STEP * 1.002, (40.0, 42.6), clock_ramp=record, clock_run="r"))
+    rounds.append(ramp_round_line(1, STEP * 1.002, (40.0, 42.6), clock_ramp=record, clock_run="r"))
     validated = validate_rounds(rounds)
     assert doubtful_cells(validated)  # as measured
     verdict = judge(validated, _spec([1, 2, 4, 8, 16, 24, 32]), additive=False, gate=False)
@@ -337,8 +338,8 @@ def test_a_crafted_clock_window_cannot_bend_the_table() -> None:
     # twice as fast as 32). Not on the ramp: left alone; on it: refused.
     probe, anchor, _ = probe_and_anchor(3.0, noise=0.01, amplitude=1.0, tau=5.0)
     record = {"probe": [list(c) for c in probe], "anchor": [list(c) for c in anchor]}
-    rounds = [round_line(bs, STEP, (100.0, 101.0)) for bs in (1, 2, 4)]
-    rounds.append(round_line(8, STEP, (0.0, 0.0)))
+    rounds = [ramp_round_line(bs, STEP, (100.0, 101.0)) for bs in (1, 2, 4)]
+    rounds.append(ramp_round_line(8, STEP, (0.0, 0.0)))
     rounds[0]["clock_ramp"] = record
     verdict = judge(validate_rounds(rounds), _spec([1, 2, 4, 8]), additive=False)
     assert verdict.accepted and verdict.fit is not None, verdict.message
@@ -355,7 +356,7 @@ def test_a_long_warm_up_and_anchor_are_recorded_within_the_line_limit() -> None:
     # chunks. The profiler records them thinned, so the operator accepts the line.
     probe = [(0.048 * i + 0.02, 16 * i + 7.5, math.log(0.0106) - 0.001 * i) for i in range(187)]
     anchor = [(500.0 + 0.17 * i, 16 * i + 7.5, math.log(0.0106)) for i in range(20_000 // 16)]
-    line = round_line(1, STEP, (500.0, 712.0), clock_run="1700000000.123456")
+    line = ramp_round_line(1, STEP, (500.0, 712.0), clock_run="1700000000.123456")
     line["clock_ramp"] = {
         "probe": [list(c) for c in thinned(probe)],
         "anchor": [list(c) for c in thinned(anchor)],

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from round_lines import round_line
 from sps_operator.tables.fit import (
     fit_additive_binned_reference,
     fit_additive_cells,
@@ -59,17 +60,6 @@ def grid_rms_rel(table: SpsAdditiveCostTable, max_bs: int) -> float:
     return math.sqrt(sum(e * e for e in errors) / len(errors))
 
 
-def round_dict(bs: int, m: int, sps: float, frac: float | None, repeat: int = 0) -> dict:
-    return {
-        "repeat": repeat,
-        "batch_size": bs,
-        "batch_size_per_rank": bs,
-        "frac": frac,
-        "batch_tokens": m,
-        "steps_per_sec": sps,
-    }
-
-
 def test_hat_basis_reproduces_sglang_interpolation() -> None:
     knots = [0, 64, 128, 256]
     values = [0.0, 0.0009, 0.0031, 0.0087]
@@ -90,11 +80,11 @@ def test_reference_bins_collapse_small_m_into_zero() -> None:
 
 def test_diagonal_fit_takes_median_across_repeats() -> None:
     rounds = [
-        round_dict(1, 8, 90.0, None, 0),
-        round_dict(1, 8, 100.0, None, 1),
-        round_dict(1, 8, 400.0, None, 2),  # an outlier repeat; the median ignores it
-        round_dict(4, 32, 80.0, None, 0),
-        round_dict(4, 32, 70.0, None, 1),
+        round_line(1, 8, 90.0, None, 0),
+        round_line(1, 8, 100.0, None, 1),
+        round_line(1, 8, 400.0, None, 2),  # an outlier repeat; the median ignores it
+        round_line(4, 32, 80.0, None, 0),
+        round_line(4, 32, 70.0, None, 1),
     ]
     result = fit_from_rounds(rounds, kind="diagonal")
     assert isinstance(result.table, SpsCostTable)
@@ -116,11 +106,11 @@ def test_diagonal_fit_takes_median_across_repeats() -> None:
 
 def test_diagonal_fit_refuses_offdiagonal_only_rounds() -> None:
     with pytest.raises(ValueError, match="kind='additive'"):
-        fit_from_rounds([round_dict(4, 20, 50.0, 0.5)], kind="diagonal")
+        fit_from_rounds([round_line(4, 20, 50.0, 0.5)], kind="diagonal")
     with pytest.raises(ValueError, match="run the profiler first"):
         fit_from_rounds([], kind="diagonal")
     with pytest.raises(ValueError, match="kind must be"):
-        fit_from_rounds([round_dict(4, 32, 50.0, None)], kind="cubic")  # type: ignore[arg-type]
+        fit_from_rounds([round_line(4, 32, 50.0, None)], kind="cubic")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="steps_per_sec"):
         fit_from_rounds([{"batch_size_per_rank": 1, "batch_tokens": 8}], kind="additive")
 
@@ -210,10 +200,10 @@ def test_evaluate_on_perfect_table_has_zero_error() -> None:
 def test_fit_from_rounds_additive_uses_all_rounds() -> None:
     rounds = []
     for bs in (1, 2, 4, 8):
-        rounds.append(round_dict(bs, bs * K, 1 / truth(bs, bs * K), None))
+        rounds.append(round_line(bs, bs * K, 1 / truth(bs, bs * K), None))
         for frac in (0.25, 0.5):
             m = server_m(bs, frac)
-            rounds.append(round_dict(bs, m, 1 / truth(bs, m), frac))
+            rounds.append(round_line(bs, m, 1 / truth(bs, m), frac))
     result = fit_from_rounds(rounds, kind="additive")
     assert result.kind == "additive"
     assert result.quality.num_cells == 12
@@ -223,7 +213,7 @@ def test_fit_from_rounds_additive_uses_all_rounds() -> None:
 
 def test_diagonal_staircase_over_tiers_tracks_padded_graphs() -> None:
     bss = [1, 2, 4, 8, 16, 24, 32]
-    rounds = [round_dict(bs, bs * K, 1 / truth(bs, bs * K), None) for bs in bss]
+    rounds = [round_line(bs, bs * K, 1 / truth(bs, bs * K), None) for bs in bss]
     measured = fit_from_rounds(rounds, kind="diagonal", diagonal_probes="measured").table
     stair = fit_from_rounds(rounds, kind="diagonal", tiers=TIERS).table
     assert isinstance(measured, SpsCostTable) and isinstance(stair, SpsCostTable)

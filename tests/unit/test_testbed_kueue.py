@@ -14,7 +14,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sps_operator.constants import GPU_H100, GPU_H200, GPU_PRODUCT_LABEL, GPU_RESOURCE
+from sps_operator.constants import GPU_PRODUCT_LABEL, GPU_RESOURCE
+from sps_sim.costmodel import GPU_H100, GPU_H200
 from sps_testbed.controlplane import DEFAULT_NODES, NodeSpec
 from sps_testbed.kueue import (
     CLUSTER_QUEUE,

@@ -88,8 +88,9 @@ or into a Role in each watched namespace (namespaces mode).
   # patch: kopf's finalizer only; the operator never writes a spec.
   verbs: [get, list, watch, patch]
 - apiGroups: [sps.dev]
+  # Merge patches only (kopf and the operator): never read on its own, never replaced.
   resources: [spsprofiles/status]
-  verbs: [get, patch]
+  verbs: [patch]
 - apiGroups: [apps]
   # patch = server-side apply under the field manager sps-operator; and BorrowReplica's
   # one write of a borrow record with the replicas it lends or gives back.
@@ -98,18 +99,24 @@ or into a Role in each watched namespace (namespaces mode).
 - apiGroups: [policy]
   # BorrowReplica never borrows against a PodDisruptionBudget.
   resources: [poddisruptionbudgets]
-  verbs: [get, list, watch]
+  verbs: [list, watch]
 - apiGroups: [autoscaling]
   # ... nor from a Deployment whose replicas a HorizontalPodAutoscaler manages.
   resources: [horizontalpodautoscalers]
-  verbs: [get, list, watch]
+  verbs: [list, watch]
 - apiGroups: [""]
+  # Pod -> node (GPU product) and why a Job's pod is not scheduled: the cache only.
   resources: [pods]
-  verbs: [get, list, watch]
+  verbs: [list, watch]
 - apiGroups: [""]
   # Services' selectors: a profiling pod's labels must never make it one a Service sends
   # traffic to; an External server.url must not name an ExternalName Service.
   resources: [services]
+  verbs: [list, watch]
+- apiGroups: [""]
+  # Claims' access modes: a clone of a server with a ReadWriteOnce claim must run on the
+  # node that holds it; a ReadWriteOncePod claim is refused. The cache only.
+  resources: [persistentvolumeclaims]
   verbs: [list, watch]
 - apiGroups: [batch]
   resources: [jobs]
@@ -126,15 +133,21 @@ or into a Role in each watched namespace (namespaces mode).
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [get, create, delete]
-- apiGroups: ["", events.k8s.io]
+- apiGroups: [""]
+  # core/v1 Events, created only (kopf's and the operator's own; never patched).
   resources: [events]
-  verbs: [create, patch]
+  verbs: [create]
 - apiGroups: [kueue.x-k8s.io]
   # A profiling Job queued by Kueue: its Workload's conditions (Kueue's own words on why it
   # is not admitted) and whether the LocalQueue it names exists. Read only; harmless where
   # Kueue is not installed.
   resources: [workloads, localqueues]
   verbs: [get, list, watch]
+- apiGroups: [visibility.kueue.x-k8s.io]
+  # Kueue's visibility API (an aggregated API server in Kueue's manager): the queued Job's
+  # position among the LocalQueue's pending workloads.
+  resources: [localqueues/pendingworkloads]
+  verbs: [get]
 {{- end -}}
 
 {{/* The cluster-scoped rules: a ClusterRole in both modes. */}}
@@ -147,9 +160,9 @@ or into a Role in each watched namespace (namespaces mode).
   verbs: [list, watch]
 {{- if .Values.rbac.nodeAccess }}
 - apiGroups: [""]
-  # GPU product of the nodes the targets run on.
+  # GPU product of the nodes the targets run on (the cache only).
   resources: [nodes]
-  verbs: [get, list, watch]
+  verbs: [list, watch]
 {{- end }}
 {{- end -}}
 

@@ -8,13 +8,13 @@ API server prunes unknown fields instead), CEL rules stay.
 
 from __future__ import annotations
 
-import argparse
-import sys
 from typing import Any
 
 import yaml
 
-from sps_operator.api.models import ROOT_RULES, SpsProfileSpec, SpsProfileStatus
+from sps_operator.api.models import ROOT_RULES
+from sps_operator.api.spec import SpsProfileSpec
+from sps_operator.api.status import SpsProfileStatus
 from sps_operator.constants import API_GROUP, API_VERSION, KIND, PLURAL
 
 SHORT_NAMES = ["sps"]
@@ -193,29 +193,3 @@ def render_crd_template() -> str:
     )
     spec = spec.replace("{{", '{{ "{{" }}')  # literal braces in a description stay text
     return CHART_TEMPLATE_HEAD % CRD_NAME + spec + "{{- end }}\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="sps-operator crd", description="Print the SpsProfile CRD (YAML) or the API docs."
-    )
-    parser.add_argument(
-        "--docs", action="store_true", help="print the API reference (Markdown) instead"
-    )
-    parser.add_argument(
-        "--helm", action="store_true", help="print the Helm chart's CRD template instead"
-    )
-    args = parser.parse_args(argv)
-    if args.helm:
-        sys.stdout.write(render_crd_template())
-    elif args.docs:
-        from sps_operator.api.docs import render_api_docs
-
-        sys.stdout.write(render_api_docs())
-    else:
-        sys.stdout.write(render_crd())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

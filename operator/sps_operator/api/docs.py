@@ -14,35 +14,36 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from sps_operator.api import limits, models
+from sps_operator.api import job, limits, models, spec, status
 from sps_operator.api.crd import CATEGORIES, PRINTER_COLUMNS, SHORT_NAMES
 from sps_operator.constants import API_GROUP, API_VERSION, KIND, PLURAL
 
 SPEC_MODELS: list[type[BaseModel]] = [
-    models.SpsProfileSpec,
-    models.LabelSelector,
-    models.LabelSelectorRequirement,
-    models.TableSpec,
-    models.SweepSpec,
-    models.ServerSpec,
-    models.JobOverrides,
-    models.Toleration,
-    models.ResourceRequirements,
-    models.CapacitySpec,
-    models.RolloutSpec,
-    models.RefreshSpec,
-    models.GatesSpec,
+    spec.SpsProfileSpec,
+    spec.LabelSelector,
+    spec.LabelSelectorRequirement,
+    spec.TableSpec,
+    spec.SweepSpec,
+    spec.ServerSpec,
+    job.JobOverrides,
+    job.Toleration,
+    job.ResourceRequirements,
+    spec.CapacitySpec,
+    spec.RolloutSpec,
+    spec.RefreshSpec,
+    spec.GatesSpec,
 ]
 STATUS_MODELS: list[type[BaseModel]] = [
-    models.SpsProfileStatus,
-    models.Condition,
-    models.TableRef,
-    models.FitQuality,
-    models.RunStatus,
-    models.RunWaiting,
-    models.BorrowRecord,
-    models.TargetStatus,
-    models.FailureRecord,
+    status.SpsProfileStatus,
+    status.Condition,
+    status.TableRef,
+    status.FitQuality,
+    status.RunStatus,
+    status.RunWaiting,
+    status.BorrowRecord,
+    status.TargetStatus,
+    status.FailureRecord,
+    status.CostRecord,
 ]
 
 

@@ -6,6 +6,9 @@ never has to import the controller and the two sides cannot drift apart.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from sps_operator.constants import LABEL_PREFIX
 
 # Labels on everything the operator creates.
@@ -46,15 +49,31 @@ ANNOTATION_GPU = f"{LABEL_PREFIX}/gpu-product"  # the unmangled product name (la
 # Keys of a table ConfigMap.
 TABLE_KEY = "table.json"
 META_KEY = "meta.json"
-ROUNDS_KEY = "rounds.jsonl"
-ROUNDS_GZ_KEY = "rounds.jsonl.gz"
+# On a profiling Job: the node its target's ReadWriteOnce claims pin it to, and why.
+ANNOTATION_VOLUME_PIN = f"{LABEL_PREFIX}/volume-pin"
 ANNOTATION_BORROWED = f"{LABEL_PREFIX}/borrowed"  # on a Deployment: a replica lent to a run
 
 # Kueue: a Job naming a queue is created suspended; Kueue admits (unsuspends) it.
 LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 LABEL_KUEUE_PRIORITY = "kueue.x-k8s.io/priority-class"  # a WorkloadPriorityClass
+# Kueue deactivates a Workload admitted longer than this (seconds, counted from admission).
+LABEL_KUEUE_MAX_EXEC = "kueue.x-k8s.io/max-exec-time-seconds"
 # Kueue's own label on the Workload it keeps for a Job (the Job's UID), and the API
 # versions of Workloads and LocalQueues the operator reads, preferred first.
 LABEL_KUEUE_JOB_UID = "kueue.x-k8s.io/job-uid"
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSIONS = ("v1beta2", "v1beta1")
+# Kueue's visibility API (pending workloads of a LocalQueue, with their positions).
+KUEUE_VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+
+
+def max_exec_seconds(labels: Mapping[str, Any]) -> int | None:
+    """Kueue's maximum execution time a Job's labels set (`kueue.x-k8s.io/max-exec-time-
+    seconds`: a positive whole number of seconds, as Kueue's webhook accepts it); None
+    when absent or not such a number (the policy refuses that before any Job exists)."""
+    value = labels.get(LABEL_KUEUE_MAX_EXEC)
+    if not isinstance(value, str) or not value.isascii() or not value.isdigit():
+        return None
+    if len(value) > 10 or int(value) < 1:
+        return None
+    return int(value)

@@ -85,6 +85,9 @@ REASONS: dict[str, Reason] = {
     "WaitingForGPUs": Reason(Kind.WAITING, "no node has free GPUs of the product"),
     "QueuedInKueue": Reason(Kind.WAITING, "the Job is suspended until Kueue admits it"),
     "BorrowBlocked": Reason(Kind.WAITING, "no GPU is free and a replica may not be borrowed"),
+    "KueueManagedTarget": Reason(
+        Kind.WAITING, "no GPU is free and BorrowReplica never borrows from a target Kueue manages"
+    ),
     "LocalQueueMissing": Reason(Kind.WAITING, "the Kueue LocalQueue the Job names does not exist"),
     # Nothing to do by design.
     "Suspended": Reason(Kind.SUSPENDED, "spec.suspend is true"),
@@ -127,6 +130,12 @@ REASONS: dict[str, Reason] = {
     "JobPolicy": Reason(Kind.FAILURE, "spec.job or spec.server asks what the policy forbids"),
     "GpuPinConflict": Reason(Kind.FAILURE, "the Job would not run on the table's GPU product"),
     "JobLabelsSelectPods": Reason(Kind.FAILURE, "spec.job.labels would select server pods"),
+    "ReadWriteOncePodClaim": Reason(
+        Kind.FAILURE, "the target mounts a ReadWriteOncePod claim a clone can never share"
+    ),
+    "ClaimNodeUnavailable": Reason(
+        Kind.FAILURE, "no ready target pod holds its ReadWriteOnce claims on a node of the product"
+    ),
     # Failed runs (status.lastFailure.reason).
     "ProfilingFailed": Reason(Kind.FAILURE, "the profiling Job or the profiler failed"),
     "JobCreateFailed": Reason(Kind.FAILURE, "the API server refused the profiling Job"),
@@ -140,7 +149,13 @@ REASONS: dict[str, Reason] = {
     "KueueNotInstalled": Reason(
         Kind.FAILURE, "the Job names a Kueue queue but Kueue is not installed"
     ),
-    "DeadlineExceeded": Reason(Kind.FAILURE, "the Job ran past spec.job.activeDeadlineSeconds"),
+    "KueueDeactivated": Reason(
+        Kind.FAILURE, "Kueue deactivated the Job's Workload (e.g. its maximum execution time)"
+    ),
+    "DeadlineExceeded": Reason(
+        Kind.FAILURE,
+        "the Job ran past spec.job.activeDeadlineSeconds or Kueue's max-exec-time-seconds",
+    ),
     "TargetGone": Reason(Kind.FAILURE, "the Deployment went away between the phases"),
     "TargetChanged": Reason(Kind.FAILURE, "the Deployment changed between the phases"),
     "SweepMismatch": Reason(Kind.FAILURE, "the result measured cells not asked for"),

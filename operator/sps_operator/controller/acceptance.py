@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from sps_operator.api.hashing import content_hash
 from sps_operator.api.limits import DEFAULT_MAX_BATCH_SIZE, MAX_SWEEP_CELLS, tapered_sweep
-from sps_operator.api.models import DEFAULT_ADDITIVE_FRACS, FitQuality, SpsProfileSpec, SweepSpec
+from sps_operator.api.spec import DEFAULT_ADDITIVE_FRACS, SpsProfileSpec, SweepSpec
+from sps_operator.api.status import FitQuality
 from sps_operator.controller.bounded import BoundExceeded, CallFailed, call_bounded
 from sps_operator.controller.gates import check_gates
 from sps_operator.tables.clockramp import ramps_by_run, stranded_rounds, usable_rounds

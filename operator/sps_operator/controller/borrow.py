@@ -16,7 +16,9 @@ own field manager wrote are acted on. One borrow per GPU product at a time is a 
 the operator's namespace, created only if absent. A give-back never fights: replicas are
 restored only if nobody changed them meanwhile.
 
-Refusals (each a reason the status shows): the Deployment is rolling out; a
+Refusals (each a reason the status shows): Kueue manages the Deployment (a borrow would
+hand quota from one Kueue workload to whichever Kueue admits next); the Deployment is
+rolling out; a
 HorizontalPodAutoscaler or another server-side-apply manager owns its replicas (a borrow
 would be undone, or fought); too few ready replicas for `minAvailable`; a single replica
 without `allowDowntime`; a PodDisruptionBudget that allows no disruption; another
@@ -32,9 +34,10 @@ from typing import Any
 
 from sps_operator.api import labels as L
 from sps_operator.api.hashing import digest
-from sps_operator.api.models import CapacitySpec
+from sps_operator.api.spec import CapacitySpec
 from sps_operator.constants import FIELD_MANAGER, LABEL_PREFIX
 from sps_operator.controller.deployments import deployment_rolled_out
+from sps_operator.controller.placement import PodInfo
 from sps_operator.controller.selectors import matches_selector
 
 Obj = dict[str, Any]
@@ -45,6 +48,8 @@ MAX_REPLICAS = 100_000
 WAITING_FOR_GPUS = "WaitingForGPUs"
 QUEUED_IN_KUEUE = "QueuedInKueue"
 BORROW_BLOCKED = "BorrowBlocked"
+# BorrowReplica on a target Kueue manages: never borrowed from (the run waits as under Wait).
+KUEUE_MANAGED_TARGET = "KueueManagedTarget"
 
 
 @dataclass(frozen=True)
@@ -140,6 +145,32 @@ def replicas_changed_by(deployment: Mapping[str, Any]) -> list[str]:
     )
 
 
+def kueue_queue_of(deployment: Mapping[str, Any]) -> str | None:
+    """The Kueue queue a Deployment is managed under (Kueue's pod/Deployment integration:
+    the queue label on the Deployment or on its pod template), None when it names none."""
+    for labels in ((deployment.get("metadata") or {}).get("labels") or {}, _pod_labels(deployment)):
+        queue = labels.get(L.LABEL_KUEUE_QUEUE) if isinstance(labels, Mapping) else None
+        if queue:
+            return str(queue)
+    return None
+
+
+def kueue_managed_refusal(deployment: Mapping[str, Any]) -> str | None:
+    """Why no replica is ever borrowed from a Deployment Kueue manages (None: it names no
+    Kueue queue). Not a matter of time, unlike the other refusals: what to do instead."""
+    queue = kueue_queue_of(deployment)
+    if queue is None:
+        return None
+    name = (deployment.get("metadata") or {}).get("name")
+    return (
+        f"Deployment {name} is managed by Kueue (label {L.LABEL_KUEUE_QUEUE}: {queue}): "
+        "its pods hold Kueue quota, so a borrowed replica's quota goes back to Kueue, "
+        "which may give it to any workload, and the replica given back waits in queue "
+        f"{queue} for its quota again; use capacity.mode Wait and give the profiling Job "
+        "quota in Kueue (its own LocalQueue, or a ClusterQueue that can borrow in a cohort)"
+    )
+
+
 def borrow_refusal(
     deployment: Mapping[str, Any],
     capacity: CapacitySpec,
@@ -148,6 +179,9 @@ def borrow_refusal(
 ) -> str | None:
     """Why one replica may not be borrowed from `deployment` now (None: it may)."""
     name = (deployment.get("metadata") or {}).get("name")
+    managed = kueue_managed_refusal(deployment)
+    if managed is not None:
+        return managed
     if not deployment_rolled_out(deployment):
         return f"Deployment {name} is rolling out; borrowing waits until it is done"
     for hpa in hpas:
@@ -293,3 +327,75 @@ def read_claim(lease: Mapping[str, Any] | None) -> PoolClaim | None:
 
 def same_run(claim: PoolClaim, uid: str, run: str) -> bool:
     return claim.profile_uid == uid and claim.run == run
+
+
+# A namespace is a tenant boundary: a profile's status (which its namespace reads) names
+# another run on the same GPU pool only when that run is in the same namespace.
+ANOTHER_NAMESPACE = "a profile in another namespace"
+
+
+def holder_seen_from(holder: str, viewer_namespace: str) -> str:
+    """`holder` ("namespace/name") as a profile in `viewer_namespace` may read it."""
+    return holder if holder.split("/", 1)[0] == viewer_namespace else ANOTHER_NAMESPACE
+
+
+def borrowing_seen_from(claim: PoolClaim, viewer_namespace: str) -> str:
+    """Who borrows on the pool now, as a profile in `viewer_namespace` may read it."""
+    if claim.namespace != viewer_namespace:
+        return f"{ANOTHER_NAMESPACE} is borrowing a replica on GPU product {claim.product}"
+    return (
+        f"{claim.holder} is borrowing a replica of {claim.deployment} on GPU product "
+        f"{claim.product} (run {claim.run}, since {claim.at})"
+    )
+
+
+# ----------------------------------------------------------------------------- turns
+# Several profiles waiting to borrow on one GPU product are served in priority order, then
+# oldest first: the place of each is its run's pending pod, as the API server and the
+# scheduler see it (spec.priority, resolved by admission from its PriorityClass, which the
+# admin's jobPolicy bounds; the pod's creationTimestamp, the API server's clock). Status
+# only says that a run waits for its turn; it never gives a place, so a profile's status
+# (which its namespace may write) cannot jump the queue. This is the scheduler's own
+# order, so no tenant gets more from it than its pods already get from the scheduler.
+
+
+@dataclass(frozen=True)
+class PoolBid:
+    """A run waiting for its turn to borrow on `product`."""
+
+    holder: str  # namespace/name of the profile
+    uid: str
+    product: str
+    priority: int
+    since: str  # its pending pod's creationTimestamp
+
+    @property
+    def place(self) -> tuple[int, str, str]:
+        return (-self.priority, self.since, self.uid)
+
+
+def pool_bid(holder: str, uid: str, product: str, pods: Iterable[PodInfo]) -> PoolBid | None:
+    """The bid of a run whose profiling pods are `pods`: its oldest pending pod of a Job
+    (None: no such pod, so no place in line)."""
+    pending = [
+        pod
+        for pod in pods
+        if pod.unschedulable and not pod.deleting and not pod.node and pod.controller == "Job"
+        and pod.created
+    ]  # fmt: skip
+    if not pending:
+        return None
+    first = min(pending, key=lambda pod: str(pod.created))
+    return PoolBid(holder, uid, product, first.priority or 0, str(first.created))
+
+
+def ahead_of(mine: PoolBid, bids: Iterable[PoolBid]) -> list[PoolBid]:
+    """The bids served before `mine` on its GPU product, first first."""
+    return sorted(
+        (
+            b
+            for b in bids
+            if b.product == mine.product and b.uid != mine.uid and b.place < mine.place
+        ),
+        key=lambda b: b.place,
+    )

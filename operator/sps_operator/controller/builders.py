@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sps_operator.api import labels as L
-from sps_operator.api.models import DEFAULT_ADDITIVE_FRACS, ServerSource, SpsProfileSpec, TableKind
 from sps_operator.api.result import MAX_CONFIGMAP_BYTES, encode_rounds, object_size
+from sps_operator.api.spec import DEFAULT_ADDITIVE_FRACS, ServerSource, SpsProfileSpec, TableKind
 from sps_operator.constants import API_GROUP, API_VERSION, IMAGE, KIND
 from sps_operator.controller import names
+from sps_operator.controller.claims import VolumePin, pin_to_node
 from sps_operator.controller.serverconfig import (
     CONST_TABLE_PATH,
     TABLE_PATH_FLAG,
@@ -35,6 +36,7 @@ PROFILING_ENV_COMMON = {
 }
 SERVER_CONTAINER = "sglang-server"
 PROFILER_CONTAINER = "profiler"
+OWN_CONTAINERS = frozenset({SERVER_CONTAINER, PROFILER_CONTAINER})
 SEED_VOLUME = "sps-seed-table"
 TABLE_VOLUME = "sps-table"
 SEED_MOUNT_DIR = "/etc/sps/seed"
@@ -147,6 +149,8 @@ class RunPlan:
     # the clone never mounts them, so it never depends on the table it is about to produce.
     table_config_maps: frozenset[str] = frozenset()
     defaults: JobDefaults = field(default_factory=lambda: JobDefaults())
+    # Where the target's ReadWriteOnce claims attach (claims.volume_pin): the clone runs there.
+    volume_pin: VolumePin = field(default_factory=VolumePin)
 
     @property
     def job_name(self) -> str:
@@ -273,6 +277,20 @@ def server_sidecar(
     return sidecar
 
 
+def copied_sidecar(container: Mapping[str, Any], dropped_volumes: set[str]) -> dict[str, Any]:
+    """Another container of the target's pod (a proxy, a log shipper, a weights helper) as
+    a native sidecar of the clone, started before its server: a server that needs it still
+    works, and it stops when the profiler is done (a plain container would keep the Job's
+    pod running). Its probes go: a native sidecar's startupProbe would hold back the
+    containers after it, and nothing routes traffic to a clone."""
+    sidecar = copy.deepcopy(dict(container))
+    sidecar["restartPolicy"] = "Always"
+    for key in ("livenessProbe", "readinessProbe", "startupProbe"):
+        sidecar.pop(key, None)
+    sidecar["volumeMounts"] = _mounts_without(container, dropped_volumes)
+    return sidecar
+
+
 def profiler_container(
     plan: RunPlan, base_url: str, server: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -370,7 +388,15 @@ def profiling_job(plan: RunPlan) -> dict[str, Any]:
             copied = copy.deepcopy(dict(init))
             copied["volumeMounts"] = _mounts_without(init, dropped)
             init_containers.append(copied)
+        init_containers += [
+            copied_sidecar(c, dropped)
+            for c in pod_spec.get("containers") or []
+            if c.get("name") != container.get("name")
+        ]
         init_containers.append(server_sidecar(plan, container, dropped))
+        for copied in init_containers[:-1]:
+            if copied.get("name") in OWN_CONTAINERS:  # the clone's own names win
+                copied["name"] = f"target-{copied['name']}"
         server_view = {**dict(container), "volumeMounts": _mounts_without(container, dropped)}
         containers = [profiler_container(plan, base_url, server_view)]
         node_selector.update(pod_spec.get("nodeSelector") or {})
@@ -385,6 +411,8 @@ def profiling_job(plan: RunPlan) -> dict[str, Any]:
         ):
             if pod_spec.get(key):
                 pod[key] = copy.deepcopy(pod_spec[key])
+        if plan.volume_pin.node:
+            pin_to_node(pod, plan.volume_pin.node)
         if plan.phase == 2 and plan.seed_table_config_map:
             volumes.append({"name": SEED_VOLUME, "configMap": {"name": plan.seed_table_config_map}})
     node_selector.update(spec.job.node_selector or {})
@@ -416,6 +444,9 @@ def profiling_job(plan: RunPlan) -> dict[str, Any]:
     job_labels = {**extra_labels, **plan.labels()}
     pod_labels = {**extra_labels, **pod_own_labels(plan)}
     meta = object_meta(plan.profile, plan.job_name, L.COMPONENT_JOB, job_labels)
+    if plan.volume_pin.node:
+        # Read back while the Job waits: why it waits for that node's GPUs.
+        meta["annotations"] = {L.ANNOTATION_VOLUME_PIN: plan.volume_pin.describe()}
     template_meta: dict[str, Any] = {"labels": pod_labels}
     if extra_annotations:
         meta["annotations"] = {**extra_annotations, **(meta.get("annotations") or {})}

@@ -17,28 +17,33 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
-from sps_operator.api.models import (
+from sps_operator.api.result import clean_text
+from sps_operator.api.spec import CapacityMode, RolloutMode
+from sps_operator.api.status import (
     BorrowRecord,
-    CapacityMode,
-    RolloutMode,
     RunStatus,
     RunWaiting,
     TableRef,
     TargetState,
     TargetStatus,
 )
-from sps_operator.api.result import clean_text
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.borrow import (
     BORROW_BLOCKED,
     COMPONENT_POOL,
+    KUEUE_MANAGED_TARGET,
     QUEUED_IN_KUEUE,
     WAITING_FOR_GPUS,
     BorrowTag,
     PoolClaim,
+    ahead_of,
     borrow_patch,
     borrow_refusal,
+    borrowing_seen_from,
     give_back,
+    holder_seen_from,
+    kueue_managed_refusal,
+    pool_bid,
     pool_lease,
     pool_lease_name,
     read_claim,
@@ -47,15 +52,21 @@ from sps_operator.controller.borrow import (
     trusted_tag,
 )
 from sps_operator.controller.clocks import elapsed, trusted
+from sps_operator.controller.cost import add_cost, bounded_seconds, job_gpus
 from sps_operator.controller.deployments import max_unavailable, progress_deadline_seconds
 from sps_operator.controller.kube import Obj, api_error_detail
 from sps_operator.controller.kueue import (
+    KUEUE_DEACTIVATED,
     KUEUE_NOT_INSTALLED,
     KUEUE_RECHECK_SECONDS,
+    POSITION_LIMIT,
     KueueState,
+    kueue_deactivated,
     kueue_words,
     owned_workload,
+    queue_position,
     queued_message,
+    run_limit,
 )
 from sps_operator.controller.state import Pass
 
@@ -71,6 +82,9 @@ ORPHAN_GRACE = timedelta(minutes=5)
 # A replica kept lent for a rollout goes back at the latest this long after the
 # Deployment's own progress deadline.
 HOLD_MARGIN = timedelta(seconds=60)
+# A run waiting for its turn on a GPU pool looks again this often (a pool freed, or a run
+# ahead that stopped waiting, wakes no one).
+POOL_RECHECK_SECONDS = 15.0
 
 
 def _older_than(stamp: str | None, now: datetime, limit: timedelta) -> bool:
@@ -108,14 +122,52 @@ def _read_kueue(p: Pass, job: Mapping[str, Any], queue: str) -> KueueState:
         if workloads is None:
             state = KueueState(installed=False)
         else:
+            workload = owned_workload(workloads, p.namespace, uid)
+            exists = p.kube.get("LocalQueue", p.namespace, queue) is not None
+            position, note = (
+                _read_position(p, queue, workload) if exists and workload else (None, None)
+            )
             state = KueueState(
-                queue_exists=p.kube.get("LocalQueue", p.namespace, queue) is not None,
-                words=kueue_words(owned_workload(workloads, p.namespace, uid)),
+                queue_exists=exists,
+                words=kueue_words(workload),
+                deactivated=kueue_deactivated(workload),
+                position=position,
+                position_note=note,
             )
     except Exception as exc:  # RBAC not granted (an older chart), the API unavailable
         state = KueueState(unreadable=clean_text(api_error_detail(exc), 200))
     p.kueue_reads.put(key, p.now, state)
     return state
+
+
+def _read_position(
+    p: Pass, queue: str, workload: Mapping[str, Any]
+) -> tuple[tuple[int, int] | None, str | None]:
+    """Where Kueue's visibility API places `workload` in LocalQueue `queue` (and why that
+    is not known, when it is not simply "not pending"). That API is an aggregated API
+    server in Kueue's manager: it may be absent, unavailable or not granted; none of that
+    is the pass's failure."""
+    name = str((workload.get("metadata") or {}).get("name") or "")
+    try:
+        summary = p.kube.pending_workloads(p.namespace, queue, POSITION_LIMIT)
+    except Exception as exc:
+        return None, f"Kueue's visibility API: {clean_text(api_error_detail(exc), 200)}"
+    if summary is None:
+        return None, "Kueue's visibility API (pendingworkloads) is not served"
+    position = queue_position(summary, name)
+    items = summary.get("items")
+    if position is None and isinstance(items, list) and len(items) >= POSITION_LIMIT:
+        return None, f"not among the first {POSITION_LIMIT} pending in LocalQueue {queue}"
+    return position, None
+
+
+def _queue_position(p: Pass, job: Mapping[str, Any]) -> int | None:
+    """The suspended Job's position in its ClusterQueue, as last read (1 first)."""
+    queue = ((job.get("metadata") or {}).get("labels") or {}).get(L.LABEL_KUEUE_QUEUE)
+    if not queue or not (job.get("spec") or {}).get("suspend"):
+        return None
+    position = _read_kueue(p, job, str(queue)).position
+    return position[0] if position is not None else None
 
 
 def _waiting_now(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -128,8 +180,22 @@ def _waiting_now(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> tuple[str, 
         return queued_message(run.job, str(queue), _read_kueue(p, job, str(queue)))
     pods = _run_pods(p, run)
     if pods and all(pod.unschedulable for pod in pods):
-        return WAITING_FOR_GPUS, f"no node can take it now: {pods[0].unschedulable}"
+        message = f"no node can take it now: {pods[0].unschedulable}"
+        # The Job's own note when the target's ReadWriteOnce claims pin it to one node.
+        pin = ((job.get("metadata") or {}).get("annotations") or {}).get(L.ANNOTATION_VOLUME_PIN)
+        return WAITING_FOR_GPUS, message + (f"; {str(pin)[:300]}" if pin else "")
     return None
+
+
+def close_segment(p: Pass, run: RunStatus) -> None:
+    """The run's Job stopped running (preempted, phase done, run over): its GPUs times the
+    seconds it ran go to the run's and the profile's cost, and the run's clock stops."""
+    if run.running_since is not None and run.gpus:
+        bound = p.spec.job.active_deadline_seconds + p.spec.capacity.wait_timeout_seconds
+        seconds = run.gpus * bounded_seconds(run.running_since, p.now, bound)
+        run.gpu_seconds = round((run.gpu_seconds or 0.0) + seconds, 3)
+        p.status.cost = add_cost(p.status.cost, run.gpu_product, gpu_seconds=seconds)
+    run.running_since = run.gpus = None
 
 
 def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
@@ -143,7 +209,8 @@ def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
     waiting = _waiting_now(p, run, job)
     if waiting is None:
         if any(pod.node for pod in _run_pods(p, run)):
-            run.running_since = run.running_since or cond.rfc3339(now)
+            if run.running_since is None:
+                run.running_since, run.gpus = cond.rfc3339(now), job_gpus(job)
             if run.borrow is not None:
                 run.borrow.used = True
         if run.waiting is not None:
@@ -151,7 +218,7 @@ def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
             run.waiting = None
         return None
     reason, message = waiting
-    run.running_since = None  # the run's own deadline counts from when it runs again
+    close_segment(p, run)  # the run's own deadline counts from when it runs again
     suspended = reason != WAITING_FOR_GPUS  # QueuedInKueue, or a Kueue reason
     if run.borrow is not None and (suspended or run.borrow.used):
         # Kueue suspended (preempted) the Job, or its pod lost the lent GPUs: the lender
@@ -159,9 +226,15 @@ def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
         what = "Kueue suspended the Job" if suspended else "its pod is pending again"
         return_for_run(p, run, why=f"{what} after it ran on the lent GPUs")
         message += "; the lent replica was given back"
+    if reason == WAITING_FOR_GPUS and capacity.mode == CapacityMode.BORROW_REPLICA:
+        managed = _kueue_managed(p, run) if run.borrow is None else None
+        if managed is not None:
+            # Not a matter of time, unlike BorrowBlocked: said from the first wait (and in
+            # the failure when the wait runs out); the run waits as under Wait.
+            reason, message = KUEUE_MANAGED_TARGET, f"{managed} ({message})"
     since = run.waiting.since if run.waiting is not None else cond.rfc3339(now)
     waited = elapsed(since, now)
-    if reason == KUEUE_NOT_INSTALLED:
+    if reason in (KUEUE_NOT_INSTALLED, KUEUE_DEACTIVATED):
         # Nothing will ever unsuspend the Job: the run ends now, not after the timeout.
         run.waiting = RunWaiting(reason=reason, message=message, since=since)
         return message
@@ -172,6 +245,7 @@ def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
             f"(capacity.waitTimeoutSeconds {capacity.wait_timeout_seconds}): {message}"
         )
     p.wake_within(capacity.wait_timeout_seconds - waited)
+    pool_turn = False
     if (
         reason == WAITING_FOR_GPUS
         and capacity.mode == CapacityMode.BORROW_REPLICA
@@ -185,7 +259,18 @@ def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
             refusal = _borrow(p, run)
             if refusal is not None:
                 reason, message = BORROW_BLOCKED, f"{refusal} ({message})"
-    run.waiting = RunWaiting(reason=reason, message=message, since=since)
+                pool_turn = isinstance(refusal, PoolTurn)
+                if pool_turn:
+                    # The pool frees without an event this profile watches.
+                    p.wake_within(POOL_RECHECK_SECONDS)
+    position = _queue_position(p, job) if reason == QUEUED_IN_KUEUE else None
+    run.waiting = RunWaiting(
+        reason=reason,
+        message=message,
+        since=since,
+        queue_position=position,
+        pool_turn=pool_turn or None,
+    )
     return None
 
 
@@ -211,6 +296,21 @@ def _own_tag(p: Pass, dep: Mapping[str, Any] | None, run: str) -> BorrowTag | No
     return tag if tag is not None and tag.profile_uid == p.ref.uid and tag.run == run else None
 
 
+def job_labels(p: Pass) -> dict[str, str]:
+    """The labels a run's Job carries beside the operator's own: the admin's defaults,
+    then the profile's (as `profiling_job` merges them)."""
+    return {**p.settings.job_defaults.labels, **(p.spec.job.labels or {})}
+
+
+def _lent(p: Pass, deployment: str, replicas: int, at: str) -> BorrowRecord:
+    """The status record of a replica lent to the current run, with how long it may stay
+    lent (the run's limit, counted from when its Job runs) and what sets that."""
+    limit, source = run_limit(p.spec.job.active_deadline_seconds, job_labels(p))
+    return BorrowRecord(
+        deployment=deployment, replicas=replicas, at=at, limit_seconds=limit, limit=source
+    )
+
+
 def reattach_borrow(p: Pass, run: RunStatus) -> None:
     """The record on the Deployment is the truth: a borrow written just before a crash
     (status never said so) is this run's borrow, never a reason to borrow again."""
@@ -218,7 +318,36 @@ def reattach_borrow(p: Pass, run: RunStatus) -> None:
         return  # (a record this pass removed is still in its snapshot)
     tag = _own_tag(p, _lenders(p).get(run.target), run.name)
     if tag is not None and not tag.hold:
-        run.borrow = BorrowRecord(deployment=run.target, replicas=tag.replicas, at=tag.at)
+        run.borrow = _lent(p, run.target, tag.replicas, tag.at)
+
+
+def _kueue_managed(p: Pass, run: RunStatus) -> str | None:
+    """Why the run's target is never borrowed from: Kueue manages it (None: it does not)."""
+    target = p.target(run.target)
+    return kueue_managed_refusal(target.deployment) if target is not None else None
+
+
+class PoolTurn(str):
+    """A refusal to borrow that is only a matter of turn on the GPU product's pool."""
+
+
+def _turn(p: Pass, run: RunStatus) -> PoolTurn | None:
+    """Why this run must let others borrow on its GPU product first (None: its turn):
+    waiting runs are served by their pending pod's priority, then the oldest pod."""
+    mine = pool_bid(f"{p.namespace}/{p.ref.name}", p.ref.uid, run.gpu_product, _run_pods(p, run))
+    if mine is None:
+        return None
+    first = ahead_of(mine, p.snapshot.pool_bids)
+    if not first:
+        return None
+    more = f", and {len(first) - 1} more" if len(first) > 1 else ""
+    ahead = holder_seen_from(first[0].holder, p.namespace)
+    return PoolTurn(
+        f"its turn to borrow on GPU product {run.gpu_product} comes after {ahead} "
+        f"(priority {first[0].priority}, waiting since {first[0].since}){more}: waiting runs "
+        f"are served by their pod's priority, then oldest first (this run: priority "
+        f"{mine.priority}, since {mine.since})"
+    )
 
 
 def _borrow(p: Pass, run: RunStatus) -> str | None:
@@ -237,13 +366,16 @@ def _borrow(p: Pass, run: RunStatus) -> str | None:
             f"Deployment {run.target} still records a replica lent to run {recorded.run} of "
             f"{recorded.profile}; it is given back first"
         )
+    turn = _turn(p, run)
+    if turn is not None:
+        return turn
     claim = PoolClaim(
         p.namespace, p.ref.name, p.ref.uid, run.name, run.target, run.gpu_product,
         cond.rfc3339(p.now),
     )  # fmt: skip
     busy = _claim_pool(p, claim)
     if busy is not None:
-        return busy
+        return PoolTurn(busy)
     replicas = int((dep.get("spec") or {}).get("replicas", 1))
     tag = BorrowTag(p.ref.uid, p.ref.name, run.name, replicas, run.gpu_product, claim.at)
     try:
@@ -254,7 +386,7 @@ def _borrow(p: Pass, run: RunStatus) -> str | None:
         if exc.status == 409:
             return f"Deployment {run.target} changed while borrowing; trying again"
         raise
-    run.borrow = BorrowRecord(deployment=run.target, replicas=replicas, at=tag.at)
+    run.borrow = _lent(p, run.target, replicas, tag.at)
     p.event(
         "Normal",
         EV_BORROWED,
@@ -317,6 +449,17 @@ def _return(
             if exc.status != 404:
                 raise
     p.returned.add(name)
+    if tag.profile_uid == p.ref.uid:
+        # Lent from the borrow until now, at most as long as a borrow can last: the wait,
+        # the run, the rollout hold.
+        bound = (
+            p.spec.capacity.wait_timeout_seconds
+            + p.spec.job.active_deadline_seconds
+            + progress_deadline_seconds(deployment)
+            + HOLD_MARGIN.total_seconds()
+        )
+        lent = bounded_seconds(tag.at, p.now, bound)
+        p.status.cost = add_cost(p.status.cost, tag.product, lent_seconds=lent)
     note = action.note + (f" ({why})" if why else "")
     if tag.replicas == 1:
         note += f"; the server was down {elapsed(tag.at, p.now):.0f} s (allowDowntime)"
@@ -505,13 +648,10 @@ def _claim_pool(p: Pass, claim: PoolClaim) -> str | None:
             )
         orphaned = _orphaned(p, holder)
         if orphaned is None:
-            return (
-                f"{holder.holder} is borrowing a replica of {holder.deployment} on GPU "
-                f"product {holder.product} (run {holder.run}, since {holder.at}); one borrow "
-                "at a time per product"
-            )
+            return f"{borrowing_seen_from(holder, p.namespace)}; one borrow at a time per product"
         if not _sweep_one(p, lease, holder, orphaned):
-            return f"{holder.holder}'s borrow on {holder.product} is being given back"
+            who = holder_seen_from(holder.holder, p.namespace)
+            return f"the borrow of {who} on {holder.product} is being given back"
     return f"the pool record for GPU product {claim.product} keeps changing; trying again"
 
 

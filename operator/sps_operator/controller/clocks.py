@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sps_operator.api.models import SpsProfileStatus
+from sps_operator.api.status import SpsProfileStatus
 from sps_operator.controller.conditions import rfc3339
 
 # Leader election tolerates `lease_duration - renew_deadline` (3 s) of clock rate error;

@@ -28,7 +28,7 @@ from collections.abc import Collection, Sequence
 from sps_operator.api import labels as L
 from sps_operator.api import limits
 from sps_operator.api.fingerprint import Position, ServerVersion
-from sps_operator.api.models import TableKind
+from sps_operator.api.spec import TableKind
 from sps_operator.controller.placement import PodInfo
 from sps_operator.controller.serverconfig import (
     CAPTURE_DERIVED_ENV,

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sps_operator.api.models import Condition, ConditionStatus
 from sps_operator.api.reasons import (
     DEGRADED,
     PROFILING,
@@ -22,6 +21,7 @@ from sps_operator.api.reasons import (
     Health,
     health,
 )
+from sps_operator.api.status import Condition, ConditionStatus
 
 # The condition types are defined with the reasons (api/reasons.py); re-exported here.
 __all__ = [

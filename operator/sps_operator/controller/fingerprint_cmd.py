@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from sps_operator.api.fingerprint import DOC_BEGIN, DOC_END, fingerprint_doc
-from sps_operator.api.models import SpsProfileSpec, TableKind
+from sps_operator.api.spec import SpsProfileSpec, TableKind
 from sps_operator.controller import compat
 from sps_operator.controller.podenv import ConfigMapEnv, env_config_maps, resolve_env
 from sps_operator.controller.serverconfig import (

@@ -87,11 +87,6 @@ def describe_v1(image: str, argv: Sequence[str], env: Mapping[str, str]) -> dict
     }
 
 
-def server_fingerprint_v1(image: str, argv: Sequence[str], env: Mapping[str, str]) -> str:
-    canonical = describe_v1(image, argv, env)
-    return content_hash(json.dumps(canonical, sort_keys=True, separators=(",", ":")))
-
-
 def table_fingerprint_v1(server_fingerprint: str, table_spec: Mapping[str, Any]) -> str:
     canonical = {"server": server_fingerprint, "table": table_spec}
     return content_hash(json.dumps(canonical, sort_keys=True, separators=(",", ":")))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sps_operator.api.models import FitQuality, GatesSpec
+from sps_operator.api.spec import GatesSpec
+from sps_operator.api.status import FitQuality
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, SpsTable
 
 

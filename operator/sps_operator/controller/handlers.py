@@ -1,8 +1,8 @@
 """kopf wiring (thin): caches, wake-ups, one daemon per SpsProfile, the deletion handler.
 
 * Indexes (async, so they never wait for a pass) keep what a pass reads: Deployments,
-  the operator's own Jobs and ConfigMaps (by owner), SpsProfiles, pods, node labels and
-  Services' selectors.
+  the operator's own Jobs and ConfigMaps (by owner), SpsProfiles, pods, node labels,
+  Services' selectors and PersistentVolumeClaims' access modes.
 * Event handlers wake the profiles an event concerns (`kicks.py`); a ConfigMap that a
   server reads env from is kept current in `envsources.EnvSources`.
 * A daemon per SpsProfile runs one pass at a time for it, in a thread pool shared by all
@@ -26,6 +26,7 @@ from typing import Any
 import kopf
 
 from sps_operator.api import labels as L
+from sps_operator.api.labels import KUEUE_GROUP
 from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
 from sps_operator.controller import indexes as ix
 from sps_operator.controller.envsources import EnvSources
@@ -37,6 +38,7 @@ from sps_operator.controller.kicks import (
     profiles_for_pod,
     profiles_in,
     profiles_selecting,
+    profiles_waiting_for_a_local_queue,
 )
 from sps_operator.controller.kube import api_error_detail
 from sps_operator.controller.ownership import stable_config_map
@@ -100,6 +102,11 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
     @kopf.index("", "v1", "services", id="sps_services", registry=registry)
     async def sps_services(body: kopf.Body, **_: Any) -> dict[Any, Any]:
         return ix.service_entries(body)
+
+    # Claims' access modes: a clone of a server with a ReadWriteOnce claim runs on its node.
+    @kopf.index("", "v1", "persistentvolumeclaims", id="sps_claims", registry=registry)
+    async def sps_claims(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return ix.claim_entries(body)
 
     @kopf.index("batch", "v1", "jobs", labels=OURS, id="sps_jobs", registry=registry)
     async def sps_jobs(body: kopf.Body, **_: Any) -> dict[Any, Any]:
@@ -167,6 +174,21 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
         for namespace, uids in profiles_in(namespaces, sps_profiles).items():
             kicks.kick(namespace, uids)
 
+    # A LocalQueue created in a namespace wakes the runs there waiting for one at once,
+    # not at their next recheck. Only creations count (a LocalQueue's status changes with
+    # every admission); a namespace without such runs costs one index lookup. Kueue not
+    # installed: kopf serves this once the CRD appears (it watches CRDs).
+    @kopf.on.event(KUEUE_GROUP, "localqueues", id="sps_wake_local_queue", registry=registry)  # type: ignore[arg-type]
+    async def wake_local_queue(
+        namespace: str, name: str, type: str | None, sps_profiles: Any, **_: Any
+    ) -> None:
+        if type != "ADDED":
+            return
+        uids = profiles_waiting_for_a_local_queue(namespace, sps_profiles)
+        if uids:
+            reconciler.kueue_reads.forget_queue(namespace, name)
+            kicks.kick(namespace, uids)
+
     @kopf.on.event(API_GROUP, API_VERSION, PLURAL, id="sps_wake_profile", registry=registry)  # type: ignore[arg-type]
     async def wake_profiles(
         namespace: str, uid: str, type: str | None, body: kopf.Body, sps_deployments: Any,
@@ -207,6 +229,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
         sps_hpas: Any,
         sps_borrowed: Any,
         sps_services: Any,
+        sps_claims: Any,
         **_: Any,
     ) -> None:
         loop = asyncio.get_running_loop()
@@ -228,6 +251,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
                         hpas=sps_hpas,
                         borrowed=sps_borrowed,
                         services=sps_services,
+                        claims=sps_claims,
                     ),
                     job_labels=reconciler.settings.job_defaults.labels,
                     env_sources=env_sources,

@@ -23,7 +23,9 @@ from typing import Any
 
 from sps_operator.api import labels as L
 from sps_operator.constants import API_GROUP, KIND, LABEL_PREFIX
+from sps_operator.controller.borrow import PoolBid, pool_bid
 from sps_operator.controller.builders import ProfileRef, base_labels
+from sps_operator.controller.claims import ClaimInfo, claim_info, pod_claims
 from sps_operator.controller.envsources import EnvSources, referenced_config_maps
 from sps_operator.controller.kube import KubeApi, Obj
 from sps_operator.controller.ownership import (
@@ -54,6 +56,8 @@ NAME = "name"  # (NAME, ns, name): a ConfigMap, a profile, by name
 SELECTS = "selects"  # (SELECTS, ns, key, value | ANY): profiles whose selector needs it
 STABLE = "stable"  # (STABLE, ns, configmap): AnnotateOnly profiles naming that ConfigMap
 NODE = "node"  # (NODE, node): namespaces with a pod on that node
+POOL = "pool"  # (POOL, gpu product): profiles whose run waits for its turn to borrow there
+QUEUE_MISSING = "queue-missing"  # (QUEUE_MISSING, ns): runs waiting for a LocalQueue
 ANY = "*"  # a selector that needs no particular label
 # (PODS, ns, OPERATOR_KEYS): pod selectors that name one of the operator's own label keys
 # (a run's labels on a profiling pod are not known before the run starts).
@@ -219,6 +223,10 @@ def profile_entries(body: Mapping[str, Any]) -> dict[Key, Any]:
     keys += selector_keys(SELECTS, ns, summary.selector)
     if summary.stable:
         keys.append((STABLE, ns, summary.stable))
+    if summary.pool_product:
+        keys.append((POOL, summary.pool_product))
+    if summary.queue_missing:
+        keys.append((QUEUE_MISSING, ns))
     return dict.fromkeys(keys, summary)
 
 
@@ -246,6 +254,13 @@ def service_entries(body: Mapping[str, Any]) -> dict[Key, Any]:
     if info.selector:
         keys += pod_selector_keys(ns, {"matchLabels": dict(info.selector)})
     return dict.fromkeys(keys, info)
+
+
+def claim_entries(body: Mapping[str, Any]) -> dict[Key, Any]:
+    """A PersistentVolumeClaim's access modes, by name."""
+    ns, meta = _namespace(body), _meta(body)
+    info = claim_info(str(meta.get("name", "")), body.get("spec") or {}, body.get("status") or {})
+    return {(NAME, ns, info.name): info}
 
 
 def node_entries(body: Mapping[str, Any]) -> dict[Any, Any]:
@@ -326,6 +341,7 @@ class Indexes:
     hpas: Index = field(default_factory=dict)
     borrowed: Index = field(default_factory=dict)
     services: Index = field(default_factory=dict)
+    claims: Index = field(default_factory=dict)
 
 
 def _selecting_pod(index: Index, namespace: str, labels: Mapping[str, str]) -> list[Any]:
@@ -363,6 +379,26 @@ def _pod_selectors_for(
     return deployments, services
 
 
+def pool_bids(idx: Indexes, body: Mapping[str, Any]) -> list[PoolBid]:
+    """The runs (any namespace) waiting for their turn to borrow on the GPU product of this
+    profile's run, each placed by its own pending pod. O(those runs)."""
+    status = body.get("status")
+    run = status.get("currentRun") if isinstance(status, Mapping) else None
+    product = run.get("gpuProduct") if isinstance(run, Mapping) else None
+    if not isinstance(product, str) or not product:
+        return []
+    bids = []
+    for summary in values(idx.profiles, (POOL, product)):
+        if summary.deleting or not summary.pool_run:
+            continue
+        pods = values(idx.pods, (LABEL, summary.namespace, L.LABEL_RUN, summary.pool_run))
+        holder = f"{summary.namespace}/{summary.name}"
+        bid = pool_bid(holder, summary.uid, product, pods)
+        if bid is not None:
+            bids.append(bid)
+    return bids
+
+
 def world_for(
     kube: KubeApi,
     body: Mapping[str, Any],
@@ -394,8 +430,14 @@ def world_for(
     config_maps = values(idx.config_maps, (OWNER, ns, uid))
     names = [str(_meta(c).get("name", "")) for c in config_maps] + [stable_name or ""]
     nodes = {p.node for p in pods.values() if p.node}
+    claims: dict[str, ClaimInfo] = {}
+    for dep in deployments:
+        pod_spec = ((dep.get("spec") or {}).get("template") or {}).get("spec") or {}
+        for claim in pod_claims(pod_spec):
+            claims.update((c.name, c) for c in values(idx.claims, (NAME, ns, claim)))
     pod_selecting, services = _pod_selectors_for(idx, body, job_labels or {})
     return CachedWorld(
+        pool_bids=pool_bids(idx, body),
         kube=kube,
         deployments=deployments,
         jobs=values(idx.jobs, (OWNER, ns, uid)),
@@ -411,4 +453,5 @@ def world_for(
         pod_selecting_deployments=pod_selecting,
         services=services,
         env_sources=env_sources,
+        claims=claims,
     )

@@ -19,6 +19,7 @@ from typing import Any
 from sps_operator.api import labels as L
 from sps_operator.controller.indexes import (
     NAMESPACE,
+    QUEUE_MISSING,
     RECORDED,
     STABLE,
     Index,
@@ -170,6 +171,12 @@ def profile_neighbours(
     for stable in {stable_config_map(spec), stable_before} - {None}:
         uids += [p.uid for p in values(profiles, (STABLE, namespace, stable))]
     return list(dict.fromkeys(uids))
+
+
+def profiles_waiting_for_a_local_queue(namespace: str, profiles: Index) -> list[str]:
+    """The profiles of `namespace` whose run waits for a Kueue LocalQueue to exist
+    (LocalQueueMissing): a LocalQueue created there wakes them, and nobody else."""
+    return [p.uid for p in values(profiles, (QUEUE_MISSING, namespace))]
 
 
 def profiles_in(namespaces: Iterable[str], profiles: Index) -> dict[str, list[str]]:

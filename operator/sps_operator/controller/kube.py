@@ -10,12 +10,13 @@ import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from sps_operator.api.labels import KUEUE_GROUP, KUEUE_VERSIONS
+from sps_operator.api.labels import KUEUE_GROUP, KUEUE_VERSIONS, KUEUE_VISIBILITY_GROUP
 from sps_operator.constants import API_GROUP, API_VERSION, FIELD_MANAGER, KIND, PLURAL
 from sps_operator.controller.ratelimit import TokenBucket
 
@@ -39,6 +40,9 @@ class KubeApi(Protocol):
     # Kueue's Workloads; None when the API group kueue.x-k8s.io is not served.
     def list_workloads(self, namespace: str, label_selector: str) -> list[Obj] | None: ...
     def get(self, kind: str, namespace: str, name: str) -> Obj | None: ...
+    # Kueue's visibility API: a LocalQueue's pending workloads (at most `limit`, first in
+    # the queue first); None when that API is not served.
+    def pending_workloads(self, namespace: str, queue: str, limit: int) -> Obj | None: ...
 
     # Writes.
     def create(self, obj: Mapping[str, Any]) -> bool: ...
@@ -130,6 +134,25 @@ class Kube:
                 raise
             self.kueue_version = version
             return list(_raw(resp).get("items", []))
+        return None
+
+    def pending_workloads(self, namespace: str, queue: str, limit: int) -> Obj | None:
+        for version in KUEUE_VERSIONS:
+            path = (
+                f"/apis/{KUEUE_VISIBILITY_GROUP}/{version}/namespaces/{quote(namespace)}"
+                f"/localqueues/{quote(queue)}/pendingworkloads"
+            )
+            request = self.api.param_serialize(
+                "GET", path, query_params=[("limit", limit)],
+                header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
+            )  # fmt: skip
+            resp = self.api.call_api(*request)
+            data = resp.read()
+            if resp.status == 404:
+                continue
+            if not 200 <= resp.status <= 299:
+                raise ApiException(http_resp=resp)
+            return dict(json.loads(data or b"{}"))
         return None
 
     @staticmethod

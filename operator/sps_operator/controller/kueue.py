@@ -17,18 +17,24 @@ Job is suspended under a queue label, at most once per `KUEUE_READ_SECONDS` per 
 (`KueueCache`), costs O(queued runs), answers "is Kueue served" (a 404 on the LIST) and
 "what does it say", and never depends on the CRD at start-up. The price: Kueue's words may
 be up to `KUEUE_RECHECK_SECONDS` old (the Job's unsuspension, which the Job watch sees,
-still wakes the profile at once).
+still wakes the profile at once). The one watch on Kueue is an event handler for
+LocalQueue creations (no cache: nothing waits for it; kopf serves it once the CRD
+exists), which wakes the runs of that namespace waiting in LocalQueueMissing at once.
+The queue position comes from Kueue's visibility API (`pendingworkloads` of the
+LocalQueue, an aggregated API server in Kueue's manager), read with the Workload.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sps_operator.api.labels import KUEUE_GROUP
+from sps_operator.api import labels as L
+from sps_operator.api.labels import KUEUE_GROUP, max_exec_seconds
 from sps_operator.api.result import clean_text
 from sps_operator.controller.borrow import QUEUED_IN_KUEUE
 
@@ -36,6 +42,7 @@ from sps_operator.controller.borrow import QUEUED_IN_KUEUE
 # QueuedInKueue.
 KUEUE_NOT_INSTALLED = "KueueNotInstalled"
 LOCAL_QUEUE_MISSING = "LocalQueueMissing"
+KUEUE_DEACTIVATED = "KueueDeactivated"
 
 WORDS_LIMIT = 512  # characters of Kueue's message kept in status
 KUEUE_READ_SECONDS = 15.0  # a Job's Workload is read at most this often
@@ -56,6 +63,14 @@ class KueueState:
     queue_exists: bool = True
     words: str | None = None
     unreadable: str | None = None
+    # Kueue deactivated the Workload (maximum execution time, requeuing limit, a rejected
+    # admission check): it never admits it again. Kueue's words.
+    deactivated: str | None = None
+    # Where Kueue's visibility API places the Workload: (in its ClusterQueue, in the
+    # LocalQueue), 1 first; None when not known (`position_note` says why, if it is not
+    # simply that the Workload is not pending).
+    position: tuple[int, int] | None = None
+    position_note: str | None = None
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -129,6 +144,63 @@ def kueue_words(workload: Mapping[str, Any] | None) -> str | None:
     return None
 
 
+def kueue_deactivated(workload: Mapping[str, Any] | None) -> str | None:
+    """Kueue's words when it deactivated the Workload (`spec.active: false`, or the
+    DeactivationTarget condition it sets first), else None. Bounded, one line."""
+    if workload is None:
+        return None
+    spec = workload.get("spec")
+    target = _condition(workload, "DeactivationTarget")
+    targeted = target is not None and target.get("status") == "True"
+    if not targeted and not (isinstance(spec, Mapping) and spec.get("active") is False):
+        return None
+    for c in (target, _condition(workload, "Evicted")):
+        if c is None or c.get("status") != "True":
+            continue
+        reason = _one_line(c.get("reason"), 64)
+        message = _one_line(c.get("message"), WORDS_LIMIT)
+        text = f"{reason}: {message}" if reason and message else reason or message
+        if text:
+            return text
+    return "the Workload is inactive (spec.active false)"
+
+
+POSITION_LIMIT = 200  # pending workloads read from the visibility API per LocalQueue
+_MAX_POSITION = 10_000_000
+
+
+def queue_position(summary: Any, workload: str) -> tuple[int, int] | None:
+    """The Workload `workload`'s (ClusterQueue, LocalQueue) position, 1 first, in a
+    LocalQueue's pending workloads as Kueue's visibility API lists them; None when it is
+    not among them or the answer is not one."""
+    items = summary.get("items") if isinstance(summary, Mapping) else None
+    if not workload or not isinstance(items, list):
+        return None
+    for item in items[: POSITION_LIMIT * 2]:
+        if not isinstance(item, Mapping) or _meta(item).get("name") != workload:
+            continue
+        cluster, local = item.get("positionInClusterQueue"), item.get("positionInLocalQueue")
+        if (
+            type(cluster) is int
+            and type(local) is int
+            and 0 <= cluster < _MAX_POSITION
+            and 0 <= local < _MAX_POSITION
+        ):
+            return cluster + 1, local + 1
+        return None
+    return None
+
+
+def run_limit(deadline: int, labels: Mapping[str, Any]) -> tuple[int, str]:
+    """How long a run may run, counted from when its Job runs (and so how long a replica
+    lent to it stays lent), and what sets it: spec.job.activeDeadlineSeconds, or Kueue's
+    maximum execution time on the Job when that is shorter."""
+    kueue = max_exec_seconds(labels)
+    if kueue is not None and kueue < deadline:
+        return kueue, f"the Job's label {L.LABEL_KUEUE_MAX_EXEC}"
+    return deadline, "spec.job.activeDeadlineSeconds"
+
+
 def queued_message(job: str, queue: str, state: KueueState) -> tuple[str, str]:
     """(reason, message) for a Job suspended under Kueue queue `queue`."""
     if not state.installed:
@@ -137,6 +209,11 @@ def queued_message(job: str, queue: str, state: KueueState) -> tuple[str, str]:
             f"API group {KUEUE_GROUP} is not served in this cluster, so nothing will ever "
             "admit it: install Kueue, or remove the queue label (the operator's "
             "jobDefaults.labels, or this profile's spec.job.labels)"
+        )
+    if state.deactivated:
+        return KUEUE_DEACTIVATED, (
+            f"Kueue deactivated the Workload of Job {job} (queue {queue}), so it will not "
+            f"admit it again; Kueue says {state.deactivated}"
         )
     said = f"; Kueue says {state.words}" if state.words else ""
     if not state.queue_exists:
@@ -149,6 +226,11 @@ def queued_message(job: str, queue: str, state: KueueState) -> tuple[str, str]:
         said = f" (Kueue's Workload could not be read: {state.unreadable})"
     elif not said:
         said = " (Kueue has not reported on its Workload yet)"
+    if state.position is not None:
+        cluster, local = state.position
+        said += f"; position {cluster} in its ClusterQueue ({local} in LocalQueue {queue})"
+    elif state.position_note:
+        said += f"; position unknown: {state.position_note}"
     return QUEUED_IN_KUEUE, f"Job {job} is suspended until Kueue queue {queue} admits it{said}"
 
 
@@ -161,15 +243,25 @@ class KueueCache:
         self._ttl = timedelta(seconds=seconds)
         self._entries = entries
         self._read: OrderedDict[tuple[str, str, str], tuple[datetime, KueueState]] = OrderedDict()
+        # Passes (threads) read and write it, the LocalQueue watch (the event loop) forgets.
+        self._lock = threading.Lock()
 
     def get(self, key: tuple[str, str, str], now: datetime) -> KueueState | None:
-        found = self._read.get(key)
+        with self._lock:
+            found = self._read.get(key)
         if found is None or not (found[0] <= now < found[0] + self._ttl):
             return None
         return found[1]
 
     def put(self, key: tuple[str, str, str], now: datetime, state: KueueState) -> None:
-        self._read[key] = (now, state)
-        self._read.move_to_end(key)
-        while len(self._read) > self._entries:
-            self._read.popitem(last=False)
+        with self._lock:
+            self._read[key] = (now, state)
+            self._read.move_to_end(key)
+            while len(self._read) > self._entries:
+                self._read.popitem(last=False)
+
+    def forget_queue(self, namespace: str, queue: str) -> None:
+        """A LocalQueue was created: what was read of it in `namespace` is stale."""
+        with self._lock:
+            for key in [k for k in self._read if k[0] == namespace and k[2] == queue]:
+                del self._read[key]

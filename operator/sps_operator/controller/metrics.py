@@ -30,10 +30,9 @@ from prometheus_client import (
 )
 
 from sps_operator import __version__
-from sps_operator.api.models import SpsProfileStatus
+from sps_operator.api.status import SpsProfileStatus
+from sps_operator.controller.cost import cost_added
 
-# Outcomes of sps_profiling_runs_finished_total.
-OUTCOMES = ("succeeded", "failed", "rejected")
 # Steps of a pass (state.Pass.step) and "status" (the status write): the label of
 # sps_reconcile_errors_total.
 PASS_STEPS = (
@@ -152,7 +151,7 @@ class Metrics:
         self.waiting = Gauge(
             "sps_run_waiting_since_timestamp_seconds",
             "While a run's Job cannot run yet: since when, and why (WaitingForGPUs, "
-            "QueuedInKueue, BorrowBlocked).",
+            "QueuedInKueue, LocalQueueMissing, BorrowBlocked, KueueManagedTarget).",
             [*labels, "reason"],
             registry=self.registry,
         )
@@ -161,6 +160,22 @@ class Metrics:
             "While a run holds a replica borrowed from a Deployment (capacity.mode "
             "BorrowReplica): since when.",
             [*labels, "deployment"],
+            registry=self.registry,
+        )
+        self.gpu_seconds = Counter(
+            "sps_gpu_seconds_total",
+            "GPU seconds of profiling Jobs (GPUs x seconds running, not waiting), per GPU "
+            "product, as this replica's status writes recorded them (status.cost): sum over "
+            "the operator's replicas for the total.",
+            [*labels, "gpu_product"],
+            registry=self.registry,
+        )
+        self.lent_seconds = Counter(
+            "sps_replica_lent_seconds_total",
+            "Seconds replicas were lent to profiling runs (capacity.mode BorrowReplica), per "
+            "GPU product, counted when each is given back, as this replica's status writes "
+            "recorded them (status.cost): sum over the operator's replicas for the total.",
+            [*labels, "gpu_product"],
             registry=self.registry,
         )
 
@@ -249,6 +264,15 @@ class Metrics:
             ref,
             [((borrow.deployment,), at)] if borrow is not None and at is not None else [],
         )
+
+    def cost_written(self, ref: _Ref, before: Any, after: Any) -> None:
+        """Count what a successful status write added to status.cost (`cost_added`): once,
+        by the replica that wrote it, whichever replica leads next."""
+        for product, gpu, lent in cost_added(before, after):
+            if gpu > 0:
+                self._child(self.gpu_seconds, ref, product).inc(gpu)
+            if lent > 0:
+                self._child(self.lent_seconds, ref, product).inc(lent)
 
     def forget(self, namespace: str, name: str) -> None:
         """Remove every series of a deleted profile."""

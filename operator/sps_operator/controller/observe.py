@@ -20,13 +20,8 @@ from datetime import timedelta
 from typing import Any
 
 from sps_operator.api import labels as L
-from sps_operator.api.models import (
-    RolloutMode,
-    RunStatus,
-    SpsProfileSpec,
-    TableRef,
-    TargetStatus,
-)
+from sps_operator.api.spec import RolloutMode, SpsProfileSpec
+from sps_operator.api.status import RunStatus, TableRef, TargetStatus
 from sps_operator.controller import compat
 from sps_operator.controller.deployments import deployment_rolled_out
 from sps_operator.controller.fingerprint_v1 import is_v1

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import logging
 
-from sps_operator.api.models import FailureRecord, RunStatus, TableRef
+from sps_operator.api.status import FailureRecord, RunStatus, TableRef
 from sps_operator.controller import conditions as cond
 from sps_operator.controller import names
-from sps_operator.controller.capacity import return_for_run
+from sps_operator.controller.capacity import close_segment, return_for_run
 from sps_operator.controller.kube import Obj, owned_by
 from sps_operator.controller.policy import REFUSAL_REASONS
 from sps_operator.controller.state import Pass
@@ -79,6 +79,9 @@ def end_run(p: Pass, outcome: str, table: TableRef | None = None) -> None:
     `table` it published needs the slot for its rollout (then it goes back after that)."""
     run = p.status.current_run
     assert run is not None
+    close_segment(p, run)
+    if table is not None:
+        table.gpu_seconds = run.gpu_seconds or 0.0
     return_for_run(p, run, table)
     started = parse_time(run.started_at) or p.now
     p.metrics.run_finished(p.ref, outcome, (p.now - started).total_seconds())

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sps_operator.api.labels import ANNOTATION_OWNER
+from sps_operator.controller.kueue import LOCAL_QUEUE_MISSING
 from sps_operator.controller.selectors import matches_selector
 
 
@@ -35,6 +36,13 @@ class ProfileSummary:
     selector: Mapping[str, Any] | None  # None: the spec cannot be read
     deleting: bool = False
     stable: str | None = None  # AnnotateOnly: the ConfigMap it writes the table into
+    namespace: str = ""
+    # Its run waits for its turn to borrow a replica on this GPU product (status says so;
+    # the run's pending pod, not status, gives its place: `borrow.pool_bid`).
+    pool_run: str | None = None
+    pool_product: str | None = None
+    # Its run waits for a Kueue LocalQueue of the namespace to be created.
+    queue_missing: bool = False
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         return self.selector is not None and matches_selector(self.selector, labels)
@@ -51,7 +59,30 @@ def profile_summary(body: Mapping[str, Any]) -> ProfileSummary:
         selector=selector if isinstance(selector, Mapping) else None,
         deleting=bool(meta.get("deletionTimestamp")),
         stable=stable_config_map(spec) if isinstance(spec, Mapping) else None,
+        namespace=str(meta.get("namespace", "")),
+        queue_missing=_waiting_reason(body.get("status")) == LOCAL_QUEUE_MISSING,
+        **_pool_turn(body.get("status")),
     )
+
+
+def _waiting_reason(status: Any) -> str | None:
+    run = status.get("currentRun") if isinstance(status, Mapping) else None
+    waiting = run.get("waiting") if isinstance(run, Mapping) else None
+    reason = waiting.get("reason") if isinstance(waiting, Mapping) else None
+    return reason if isinstance(reason, str) else None
+
+
+def _pool_turn(status: Any) -> dict[str, str]:
+    """{pool_run, pool_product} when the status says the profile's run waits for its turn
+    on a GPU pool (currentRun.waiting.poolTurn), else {}."""
+    run = status.get("currentRun") if isinstance(status, Mapping) else None
+    waiting = run.get("waiting") if isinstance(run, Mapping) else None
+    if not isinstance(waiting, Mapping) or waiting.get("poolTurn") is not True:
+        return {}
+    name, product = run.get("name"), run.get("gpuProduct")  # type: ignore[union-attr]
+    if not isinstance(name, str) or not isinstance(product, str) or not name or not product:
+        return {}
+    return {"pool_run": name, "pool_product": product}
 
 
 def stable_config_map(spec: Mapping[str, Any]) -> str | None:

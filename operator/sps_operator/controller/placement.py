@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sps_operator.api import labels as L
+from sps_operator.controller.claims import pod_claims
 from sps_operator.controller.selectors import matches_selector
 
 # What the pod index keeps of the scheduler's and the kubelet's words, per pod (bounded:
@@ -57,6 +58,11 @@ class PodInfo:
     # (container, its last words) for each container that exited with an error: its
     # termination message (the log's tail under FallbackToLogsOnError), bounded.
     exits: tuple[tuple[str, str], ...] = ()
+    # Its priority as admission resolved it from its PriorityClass (spec.priority), and
+    # when the API server created it: the order of profiles waiting on one GPU pool.
+    priority: int | None = None
+    created: str | None = None
+    claims: tuple[str, ...] = ()  # the PersistentVolumeClaims it mounts (bounded)
 
     @property
     def profiling(self) -> bool:
@@ -140,7 +146,15 @@ def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
         table_hash=str(table_hash)[:MAX_HASH] if table_hash else None,
         stuck=_stuck(status),
         exits=tuple(exits),
+        priority=_priority(spec.get("priority")),
+        created=str(meta["creationTimestamp"])[:40] if meta.get("creationTimestamp") else None,
+        claims=pod_claims(spec),
     )
+
+
+def _priority(value: Any) -> int | None:
+    """A pod's spec.priority (a 32-bit integer), None when absent or not one."""
+    return value if type(value) is int and -(2**31) <= value < 2**31 else None
 
 
 @dataclass(frozen=True)

@@ -17,16 +17,30 @@ from urllib.parse import urlsplit
 
 from sps_operator.api import labels as L
 from sps_operator.api.endpoints import forbidden_url_address
+from sps_operator.api.result import clean_text
 from sps_operator.controller.selectors import matches_selector
 
 if TYPE_CHECKING:  # the flags' defaults come from here: no pydantic at start-up
-    from sps_operator.api.models import JobOverrides, SpsProfileSpec
+    from sps_operator.api.job import JobOverrides
+    from sps_operator.api.spec import SpsProfileSpec
 
 # Refusal reasons (CamelCase: they become condition reasons).
 JOB_POLICY = "JobPolicy"  # a rule of the admin's policy
 GPU_PIN_CONFLICT = "GpuPinConflict"  # the Job would not run on the GPU product it is for
 JOB_LABELS_SELECT_PODS = "JobLabelsSelectPods"  # the Job's pod would pass for a server pod
-REFUSAL_REASONS = frozenset({JOB_POLICY, GPU_PIN_CONFLICT, JOB_LABELS_SELECT_PODS})
+# The target's volume claims (controller/claims.py): one the clone can never share, or
+# no node where it could attach them now.
+READ_WRITE_ONCE_POD_CLAIM = "ReadWriteOncePodClaim"
+CLAIM_NODE_UNAVAILABLE = "ClaimNodeUnavailable"
+REFUSAL_REASONS = frozenset(
+    {
+        JOB_POLICY,
+        GPU_PIN_CONFLICT,
+        JOB_LABELS_SELECT_PODS,
+        READ_WRITE_ONCE_POD_CLAIM,
+        CLAIM_NODE_UNAVAILABLE,
+    }
+)
 
 # Keys under these prefixes belong to the operator, Kubernetes and Kueue: a profile may set
 # them only where the admin allows a pattern inside them (NameRule).
@@ -40,8 +54,9 @@ RESERVED_KEYS = (
     "kueue.x-k8s.io/*",
 )
 ALLOWED_KEYS = ("*", "app.kubernetes.io/*")
-# The queue and priority labels have rules of their own (allowedQueues, priorityClasses).
-KUEUE_RULED_LABELS = (L.LABEL_KUEUE_QUEUE, L.LABEL_KUEUE_PRIORITY)
+# The queue, priority and maximum execution time labels have rules of their own
+# (allowedQueues, priorityClasses, maxActiveDeadlineSeconds).
+KUEUE_RULED_LABELS = (L.LABEL_KUEUE_QUEUE, L.LABEL_KUEUE_PRIORITY, L.LABEL_KUEUE_MAX_EXEC)
 NAMESPACE_PLACEHOLDER = "{namespace}"
 
 
@@ -305,6 +320,24 @@ def job_refusal(
             f"{where} is {priority!r} ({policy.priority_classes.describe()}); set "
             "spec.job.priorityClassName to an allowed PriorityClass",
         )
+    max_exec = labels.get(L.LABEL_KUEUE_MAX_EXEC)
+    if max_exec is not None:
+        seconds = L.max_exec_seconds(labels)
+        limit = policy.max_active_deadline_seconds
+        said = f"{source(L.LABEL_KUEUE_MAX_EXEC)} is {clean_text(str(max_exec), 64)!r}"
+        if seconds is None:
+            return Refusal(
+                JOB_POLICY,
+                source(L.LABEL_KUEUE_MAX_EXEC),
+                f"{said}: Kueue's maximum execution time must be a whole number of seconds "
+                "of at least 1",
+            )
+        if seconds > limit:
+            return _admin(
+                "maxActiveDeadlineSeconds",
+                f"{said}, more than the {limit} s a profiling Job may hold GPUs; set it to at "
+                f"most {limit}",
+            )
     kueue_priority = labels.get(L.LABEL_KUEUE_PRIORITY)
     if kueue_priority and not policy.priority_classes.permits(kueue_priority):
         return _admin(

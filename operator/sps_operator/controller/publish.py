@@ -13,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sps_operator.api import labels as L
-from sps_operator.api.models import TableKind, TableRef
 from sps_operator.api.result import MAX_MANIFEST_BYTES
+from sps_operator.api.spec import TableKind
+from sps_operator.api.status import TableRef
 from sps_operator.controller import builders, names
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.acceptance import (

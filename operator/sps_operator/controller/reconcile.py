@@ -19,7 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from sps_operator.api.models import FailureRecord, SpsProfile, SpsProfileStatus
+from sps_operator.api.models import SpsProfile
+from sps_operator.api.status import FailureRecord, SpsProfileStatus
 from sps_operator.controller import builders
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.capacity import return_orphans
@@ -118,7 +119,9 @@ class Reconciler:
             failed_step = failed_step or "report"
             log.exception("report of %s/%s failed", p.namespace, p.ref.name)
             p.status.last_failure = _failure(p, PASS_FAILED, f"report: {api_error_detail(exc)}")
-        if not self._write_status(p, before, str(meta.get("resourceVersion") or "")):
+        if self._write_status(p, before, str(meta.get("resourceVersion") or "")):
+            self.metrics.cost_written(p.ref, before.get("cost"), p.status.cost)
+        else:
             failed_step = failed_step or "status"
         self.metrics.pass_done(time.monotonic() - started, failed_step)
         failed = failed_step not in (None, "status")  # a refused status write has its own path

@@ -8,7 +8,8 @@ measured for it; anything else names the reason, so `kubectl sps explain` never 
 
 from __future__ import annotations
 
-from sps_operator.api.models import RolloutMode, TargetState
+from sps_operator.api.spec import RolloutMode
+from sps_operator.api.status import TargetState
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.state import Pass
 from sps_operator.controller.triggers import (

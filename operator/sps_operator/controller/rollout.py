@@ -25,13 +25,8 @@ from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
 from sps_operator.api.hashing import content_hash
-from sps_operator.api.models import (
-    FailureRecord,
-    RolloutMode,
-    TableRef,
-    TargetState,
-    TargetStatus,
-)
+from sps_operator.api.spec import RolloutMode
+from sps_operator.api.status import FailureRecord, TableRef, TargetState, TargetStatus
 from sps_operator.controller import builders, clocks, names
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.capacity import follow_rollout_borrow

@@ -7,27 +7,28 @@ this profile owns: an object of that name that is not ours stops the run with a 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TypeGuard
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeGuard
 
 from sps_operator.api import labels as L
 from sps_operator.api import limits
 from sps_operator.api.hashing import content_hash
-from sps_operator.api.models import (
-    FailureRecord,
-    RunPhase,
-    RunStatus,
-    ServerSource,
-    TableKind,
-)
 from sps_operator.api.result import STATUS_FAILED, STATUS_SUCCEEDED, ResultError, read_result
-from sps_operator.controller import builders, compat, names, policy
+from sps_operator.api.spec import ServerSource, TableKind
+from sps_operator.api.status import FailureRecord, RunPhase, RunStatus
+from sps_operator.controller import builders, claims, compat, names, policy
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.acceptance import judge_bounded
 from sps_operator.controller.borrow import WAITING_FOR_GPUS
-from sps_operator.controller.capacity import follow_wait, reattach_borrow
+from sps_operator.controller.capacity import (
+    close_segment,
+    follow_wait,
+    job_labels,
+    reattach_borrow,
+)
 from sps_operator.controller.clocks import elapsed
 from sps_operator.controller.kube import Obj, api_error_detail
+from sps_operator.controller.kueue import run_limit
 from sps_operator.controller.outcome import (
     JOB_CREATE_FAILED,
     NAME_TAKEN,
@@ -61,11 +62,12 @@ RESULT_GRACE_SECONDS = 60.0
 
 def run_refusal(p: Pass, plan: builders.RunPlan, job: Obj) -> policy.Refusal | None:
     """Why the Job `plan` built may not be created (None: it may): the admin's policy, the
-    GPU-product pin, the pod selectors of the namespace."""
+    GPU-product pin, the pod selectors of the namespace, the target's volume claims."""
     settings, spec = p.settings, p.spec
     clone = spec.server.source != ServerSource.EXTERNAL
     pod_labels = ((job["spec"]["template"].get("metadata") or {}).get("labels")) or {}
     snapshot = p.snapshot
+    pin = _volume_pin(p, plan.target_pod_spec, plan.gpu_product) if clone else None
     return (
         policy.spec_refusal(
             settings.policy,
@@ -93,6 +95,8 @@ def run_refusal(p: Pass, plan: builders.RunPlan, job: Obj) -> policy.Refusal | N
                 snapshot.pod_selecting_deployments, snapshot.services, snapshot.pdbs
             ),
         )
+        # Last: the only one a wait can fix (a ready pod holding a ReadWriteOnce claim).
+        or (pin if isinstance(pin, policy.Refusal) else None)
     )
 
 
@@ -135,9 +139,29 @@ def _table_config_maps(p: Pass) -> frozenset[str]:
     return frozenset(tables)
 
 
+def _volume_pin(
+    p: Pass, pod_spec: Mapping[str, Any], gpu_product: str
+) -> claims.VolumePin | policy.Refusal:
+    """Where a clone of `pod_spec` can attach the target's claims (or why it cannot)."""
+    snapshot = p.snapshot
+    return claims.volume_pin(
+        pod_spec,
+        snapshot.claims,
+        snapshot.pods,
+        snapshot.node_labels,
+        p.spec.gpu_product_label,
+        gpu_product,
+    )
+
+
 def _plan(
     p: Pass, target: Target, run: RunStatus, phase: int, seed: str | None
 ) -> builders.RunPlan:
+    pin = (
+        _volume_pin(p, target.pod_spec, run.gpu_product)
+        if p.spec.server.source != ServerSource.EXTERNAL
+        else None
+    )
     return builders.RunPlan(
         profile=p.ref,
         spec=p.spec,
@@ -153,6 +177,7 @@ def _plan(
         profiler_image=p.settings.profiler_image,
         table_config_maps=_table_config_maps(p),
         defaults=p.settings.job_defaults,
+        volume_pin=pin if isinstance(pin, claims.VolumePin) else claims.VolumePin(),
     )
 
 
@@ -405,21 +430,23 @@ def target_change(run: RunStatus, target: Target) -> str | None:
 def _past_deadline(p: Pass, run: RunStatus) -> bool:
     """The run's own deadline, counted from when its Job started running (the Job's
     activeDeadlineSeconds also covers the wait for GPUs: it is the run's deadline plus
-    capacity.waitTimeoutSeconds, a bound that holds while the operator is down). True
-    when the run was ended for it."""
-    deadline = p.spec.job.active_deadline_seconds
+    capacity.waitTimeoutSeconds, a bound that holds while the operator is down), or
+    Kueue's maximum execution time when shorter: a replica lent to the run stays lent no
+    longer. True when the run was ended for it."""
+    limit, source = run_limit(p.spec.job.active_deadline_seconds, job_labels(p))
     if run.running_since is None:
         return False
     ran = elapsed(run.running_since, p.now)
-    if ran < deadline:
-        p.wake_within(deadline - ran)
+    if ran < limit:
+        p.wake_within(limit - ran)
         return False
     p.kube.delete("Job", p.namespace, run.job)
+    lent = "; the lent replica was given back" if run.borrow is not None else ""
     fail_run(
         p,
         DEADLINE_EXCEEDED,
-        f"Job {run.job} ran {ran:.0f} s, past spec.job.activeDeadlineSeconds {deadline} "
-        "(counted from when it started running, not from its wait for GPUs)",
+        f"Job {run.job} ran {ran:.0f} s, past {source} {limit} (counted from when it started "
+        f"running, not from its wait for GPUs){lent}",
     )
     return True
 
@@ -489,5 +516,6 @@ def start_phase2(p: Pass, rounds: Sequence[Obj]) -> None:
     run.job = plan.job_name
     run.diagonal_table = seed_name
     run.progress = None
-    run.running_since = run.result_wait_since = None  # the new Job's own clock
+    close_segment(p, run)  # the new Job has its own clock
+    run.result_wait_since = None
     p.event("Normal", EV_PHASE2, f"diagonal phase done; off-diagonal Job {plan.job_name}")

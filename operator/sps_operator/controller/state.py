@@ -9,21 +9,24 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from sps_operator.api import labels as L
-from sps_operator.api.models import RolloutMode, SpsProfile, SpsProfileSpec, SpsProfileStatus
+from sps_operator.api.models import SpsProfile
+from sps_operator.api.spec import RolloutMode, SpsProfileSpec
+from sps_operator.api.status import SpsProfileStatus
 from sps_operator.constants import IMAGE
 from sps_operator.controller import clocks
+from sps_operator.controller.borrow import PoolBid
 from sps_operator.controller.builders import JobDefaults, ProfileRef
+from sps_operator.controller.claims import ClaimInfo
 from sps_operator.controller.envsources import EnvSources, read_env_config_maps
 from sps_operator.controller.kube import KubeApi, Obj, owned_by
 from sps_operator.controller.kueue import KueueCache
 from sps_operator.controller.metrics import Metrics
-from sps_operator.controller.ownership import ProfileSummary, profile_summary
+from sps_operator.controller.ownership import ProfileSummary
 from sps_operator.controller.placement import PodInfo
 from sps_operator.controller.podenv import ConfigMapEnv
-from sps_operator.controller.policy import JobPolicy, ServiceInfo, service_info
+from sps_operator.controller.policy import JobPolicy, ServiceInfo
 from sps_operator.controller.ratelimit import Periodic
-from sps_operator.controller.release import mounted_config_maps
-from sps_operator.controller.selectors import matches_selector, selector_string
+from sps_operator.controller.selectors import matches_selector
 from sps_operator.controller.serverconfig import ServerCommand, ServerConfig
 
 
@@ -78,6 +81,10 @@ class Snapshot:
     services: Sequence[ServiceInfo] = ()  # those, and the one spec.server.url names
     # The ConfigMaps the selected Deployments read env from, by name (None: missing).
     env_config_maps: Mapping[str, ConfigMapEnv | None] = field(default_factory=dict)
+    # Runs of any namespace waiting for their turn to borrow on this run's GPU product.
+    pool_bids: Sequence[PoolBid] = ()
+    # The PersistentVolumeClaims the selected Deployments mount, by name (absent: not seen).
+    claims: Mapping[str, ClaimInfo] = field(default_factory=dict)
 
     @classmethod
     def empty(cls) -> Snapshot:
@@ -92,13 +99,15 @@ CACHE_GRACE = timedelta(seconds=60)
 
 
 class SnapshotSource(Protocol):
-    """Where a pass reads the world from: the API (tests, the first pass) or the caches
-    the operator keeps current from watches."""
+    """Where a pass reads the world from: the caches the operator keeps current from
+    watches (`CachedWorld`), or, in the unit tests, LISTs through the fake API
+    (tests/unit/api_snapshot.py)."""
 
     def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot: ...
 
 
-def _stable_name(spec: SpsProfileSpec) -> str | None:
+def stable_table_name(spec: SpsProfileSpec) -> str | None:
+    """The AnnotateOnly stable ConfigMap's name (None in other rollout modes)."""
     rollout = spec.rollout
     return rollout.table_config_map if rollout.mode == RolloutMode.ANNOTATE_ONLY else None
 
@@ -113,53 +122,9 @@ def belongs_to(obj: Mapping[str, Any] | None, ref: ProfileRef) -> bool:
     return in_namespace(obj, ref.namespace) and owned_by(obj, ref.uid)
 
 
-def _by_name(objects: Iterable[Obj], ref: ProfileRef) -> dict[str, Obj]:
+def owned_by_name(objects: Iterable[Obj], ref: ProfileRef) -> dict[str, Obj]:
+    """The profile's own objects among `objects`, by name."""
     return {o["metadata"]["name"]: o for o in objects if belongs_to(o, ref)}
-
-
-def _mounted(deployments: Iterable[Obj], names: Iterable[str | None]) -> frozenset[str]:
-    every = set().union(*(mounted_config_maps(d) for d in deployments))
-    return frozenset(n for n in names if n and n in every)
-
-
-@dataclass(frozen=True)
-class ApiSnapshot:
-    """The world read with LISTs through `KubeApi` (what the unit tests' fake answers)."""
-
-    kube: KubeApi
-    pods: Sequence[PodInfo] = ()
-    node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-
-    def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot:
-        ns, kube = ref.namespace, self.kube
-        mine = f"{L.LABEL_PROFILE_UID}={ref.uid}"
-        deployments = kube.list_deployments(ns, selector_string(spec.selector.to_k8s()))
-        every = kube.list_deployments(ns, "")
-        stable = _stable_name(spec)
-        config_maps = _by_name(kube.list_config_maps(ns, mine), ref)
-        return Snapshot(
-            deployments=sorted(deployments, key=lambda d: d["metadata"]["name"]),
-            jobs=_by_name(kube.list_jobs(ns, mine), ref),
-            config_maps=config_maps,
-            stable=kube.get("ConfigMap", ns, stable) if stable else None,
-            profiles=[profile_summary(b) for b in kube.list_profiles(ns)],
-            pods=self.pods,
-            node_labels=self.node_labels,
-            pdbs=kube.list_pdbs(ns),
-            hpas=kube.list_hpas(ns),
-            borrowed=[d for d in every if _borrowed(d)],
-            mounted=_mounted(every, [*config_maps, stable]),
-            pod_selecting_deployments=every,
-            services=[
-                service_info(s["metadata"]["name"], s.get("spec") or {})
-                for s in kube.list_services(ns)
-            ],
-            env_config_maps=read_env_config_maps(kube, ns, deployments),
-        )
-
-
-def _borrowed(deployment: Obj) -> bool:
-    return L.ANNOTATION_BORROWED in ((deployment.get("metadata") or {}).get("annotations") or {})
 
 
 @dataclass(frozen=True)
@@ -185,6 +150,8 @@ class CachedWorld:
     pod_selecting_deployments: Sequence[Obj] = ()
     services: Sequence[ServiceInfo] = ()
     env_sources: EnvSources | None = None  # the ConfigMaps servers read env from
+    pool_bids: Sequence[PoolBid] = ()
+    claims: Mapping[str, ClaimInfo] = field(default_factory=dict)  # the targets mount
 
     def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot:
         selector = spec.selector.to_k8s()
@@ -194,7 +161,7 @@ class CachedWorld:
             if in_namespace(d, ref.namespace)
             and matches_selector(selector, (d.get("metadata") or {}).get("labels") or {})
         ]
-        stable_name = _stable_name(spec)
+        stable_name = stable_table_name(spec)
         stable = None
         if stable_name:
             stable = self.stable
@@ -206,8 +173,8 @@ class CachedWorld:
                 stable = self.kube.get("ConfigMap", ref.namespace, stable_name)
         return Snapshot(
             deployments=sorted(selected, key=lambda d: d["metadata"]["name"]),
-            jobs=_by_name(self.jobs, ref),
-            config_maps=_by_name(self.config_maps, ref),
+            jobs=owned_by_name(self.jobs, ref),
+            config_maps=owned_by_name(self.config_maps, ref),
             stable=stable,
             profiles=self.profiles,
             pods=self.pods,
@@ -223,6 +190,8 @@ class CachedWorld:
             env_config_maps=read_env_config_maps(
                 self.kube, ref.namespace, selected, self.env_sources
             ),
+            pool_bids=self.pool_bids,
+            claims=self.claims,
         )
 
 

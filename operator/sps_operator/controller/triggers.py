@@ -10,7 +10,8 @@ from datetime import datetime, timedelta
 from sps_operator.api.cron import last_fire_time, next_fire_time
 from sps_operator.api.hashing import digest
 from sps_operator.api.labels import ANNOTATION_REPROFILE
-from sps_operator.api.models import FailureRecord, SpsProfileSpec, SpsProfileStatus, TableRef
+from sps_operator.api.spec import SpsProfileSpec
+from sps_operator.api.status import FailureRecord, SpsProfileStatus, TableRef
 from sps_operator.controller.conditions import rfc3339
 
 MAX_ATTEMPTS = 3

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sps_operator.api.models import TargetState
+from sps_operator.api.status import TargetState
 from sps_operator.controller.state import Pass
 from sps_operator.controller.triggers import MAX_ATTEMPTS, backoff_seconds, parse_time
 

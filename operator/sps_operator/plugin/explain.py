@@ -167,6 +167,20 @@ FAILURE_REASONS: dict[str, tuple[str, str]] = {
         "PodDisruptionBudget would count it as a replica. Remove or rename the labels the "
         "message names in spec.job.labels; no Job was created.",
     ),
+    "ReadWriteOncePodClaim": (
+        "The target mounts a ReadWriteOncePod PersistentVolumeClaim: the clone can never mount it",
+        "Only one pod in the cluster may mount such a claim, and the server does. Put the "
+        "weights on a ReadOnlyMany or ReadWriteMany claim, or in an image volume or an init "
+        "container that downloads them (docs/operator.md, Volumes). No Job was created; the "
+        "run starts at the next pass after the fix.",
+    ),
+    "ClaimNodeUnavailable": (
+        "The target's ReadWriteOnce claims are attached on no node the clone may use",
+        "A ReadWriteOnce claim attaches to one node at a time, so the clone runs where a ready "
+        "pod of the target mounts it, on the GPU product the table is for. The message names "
+        "the claims and where they are held; the run starts once such a pod is ready. No Job "
+        "was created. To let the clone run anywhere, use a ReadOnlyMany or ReadWriteMany claim.",
+    ),
     "TargetChanged": (
         "The Deployment changed between the two phases of an Additive run",
         "Phase 2 would have measured another server than phase 1, so the run ended. A new "
@@ -215,6 +229,14 @@ FAILURE_REASONS: dict[str, tuple[str, str]] = {
         "HPA or a GitOps owner of replicas, a rollout, another borrow on the product); see "
         "docs/capacity.md. Fix that or add a node, then `kubectl sps reprofile {name}`.",
     ),
+    "KueueManagedTarget": (
+        "The last run gave up: no GPU was free, and its target is a Deployment Kueue manages",
+        "capacity.mode BorrowReplica never borrows from a Deployment whose pods Kueue admits "
+        "(label kueue.x-k8s.io/queue-name on it or its pod template): a lent replica's quota "
+        "would go to whatever Kueue admits next. Set spec.capacity.mode: Wait and give the "
+        "profiling Job GPU quota in Kueue (spec.job.labels kueue.x-k8s.io/queue-name: a "
+        "LocalQueue of this namespace; docs/capacity.md), then `kubectl sps reprofile {name}`.",
+    ),
     "DiagonalOnlyServer": (
         "The profiling clone refused the additive seed table: its loader reads only diagonal",
         "Nothing was rolled out, and the operator now refuses Additive for this server (a "
@@ -232,12 +254,22 @@ FAILURE_REASONS: dict[str, tuple[str, str]] = {
         "DSpark with LoRA runs only in static mode; use table.kind Diagonal, or run without "
         "LoRA (docs/compatibility.md).",
     ),
+    "KueueDeactivated": (
+        "The last run ended at once: Kueue deactivated its Job's Workload",
+        "Kueue will not admit a deactivated Workload again; the message has Kueue's reason. "
+        "MaximumExecutionTimeExceeded: the label kueue.x-k8s.io/max-exec-time-seconds on the "
+        "Job (spec.job.labels or the chart's jobDefaults.labels) is shorter than a run takes: "
+        "raise it or shorten the sweep. Kueue counts it from admission; the run is retried "
+        "with backoff, or now with `kubectl sps reprofile {name}`.",
+    ),
     "DeadlineExceeded": (
-        "The profiling Job ran longer than spec.job.activeDeadlineSeconds",
-        "The deadline counts from when the Job started running, not from its wait for GPUs. "
-        "Raise spec.job.activeDeadlineSeconds, or shorten the sweep (sweep.maxBatchSize, fewer "
-        "fracs, a wider sweep.ciRelWidth); the run is retried with backoff, or now with "
-        "`kubectl sps reprofile {name}`.",
+        "The profiling Job ran longer than its limit",
+        "The limit is spec.job.activeDeadlineSeconds, or the Job's label "
+        "kueue.x-k8s.io/max-exec-time-seconds when shorter (the message says which); it "
+        "counts from when the Job started running, not from its wait for GPUs, and a replica "
+        "lent to the run is given back when it is reached. Raise it, or shorten the sweep "
+        "(sweep.maxBatchSize, fewer fracs, a wider sweep.ciRelWidth); the run is retried "
+        "with backoff, or now with `kubectl sps reprofile {name}`.",
     ),
     "ResultMissing": (
         "The profiling Job completed but its result never arrived",
@@ -558,8 +590,23 @@ def _waiting_finding(
                 "capacity.mode BorrowReplica never borrows below minAvailable ready replicas, "
                 "against a PodDisruptionBudget that allows no disruption, during a rollout, from "
                 "a Deployment whose replicas an HPA or a GitOps apply owns, or twice at once on "
-                "one GPU product (docs/capacity.md). Remove what the message names, free a "
-                f"GPU of {gpu}, or add a node; the operator retries by itself. {bound}"
+                "one GPU product (docs/capacity.md). Remove what "
+                f"the message names, free a GPU of {gpu}, or add a node; the operator retries "
+                f"by itself. {bound}"
+            ),
+        )
+    if reason == "KueueManagedTarget":
+        return Finding(
+            what=f"The profiling Job waits for GPUs; its target is never borrowed from {how_long}",
+            why=why,
+            next=(
+                "Kueue manages the target Deployment (label kueue.x-k8s.io/queue-name on it or "
+                "its pod template), so capacity.mode BorrowReplica does not borrow from it: the "
+                "lent replica's quota would go to whatever Kueue admits next, and the replica "
+                "would queue for it again. This does not change by itself. Set "
+                "spec.capacity.mode: Wait and give the profiling Job GPU quota in Kueue "
+                "(spec.job.labels kueue.x-k8s.io/queue-name: a LocalQueue of this namespace), or "
+                f"free a GPU of {gpu}; the run goes on as soon as a GPU is free. {bound}"
             ),
         )
     if _pin_mismatch(message):

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sps_operator.api import labels as L
-from sps_operator.constants import GPU_H100, GPU_H200, LABEL_PREFIX
+from sps_operator.constants import LABEL_PREFIX
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, SpsTable
 
 ANNOTATION_EXPORTED_FROM = f"{LABEL_PREFIX}/exported-from"
@@ -156,12 +156,25 @@ def get_row(profile: Mapping[str, Any], now: datetime) -> dict[str, str]:
     row["reason"] = str(ready.get("reason") or "-")
     row["run"] = str(run.get("name") or "-")
     row["lastFailure"] = str((status.get("lastFailure") or {}).get("reason") or "-")
+    row["gpuSeconds"] = _table_gpu_seconds(status)
     waiting = run.get("waiting") or {}
+    position = waiting.get("queuePosition")
+    row["queue"] = f"#{position}" if type(position) is int and position >= 1 else "-"
     if waiting.get("reason"):
         # Not a column (too long): -o json/yaml carry why and since when.
         row["waitingSince"] = str(waiting.get("since") or "")
         row["waitingMessage"] = str(waiting.get("message") or "")
     return row
+
+
+def _table_gpu_seconds(status: Mapping[str, Any]) -> str:
+    """GPU seconds the live table's run took ("-": no live table, or not recorded)."""
+    live = status.get("liveTable")
+    for entry in status.get("tables") or []:
+        seconds = entry.get("gpuSeconds") if isinstance(entry, Mapping) else None
+        if live and entry.get("configMap") == live and isinstance(seconds, int | float):
+            return f"{seconds:.0f}"
+    return "-"
 
 
 def _server_table(status: Mapping[str, Any]) -> str:
@@ -188,9 +201,11 @@ def render_columns(
     return "\n".join(lines)
 
 
-# `-o wide` adds: live targets of all, Ready's reason, the current run, the last failure.
+# `-o wide` adds: live targets of all, Ready's reason, the current run, the last failure,
+# the GPU seconds the live table took, the run's position in its Kueue ClusterQueue.
 WIDE_COLUMNS = {"targets": "TARGETS", "reason": "REASON", "run": "RUN",
-                "lastFailure": "LAST FAILURE"}  # fmt: skip
+                "lastFailure": "LAST FAILURE", "gpuSeconds": "GPU-SECONDS",
+                "queue": "QUEUE"}  # fmt: skip
 
 
 def render_get(
@@ -226,7 +241,7 @@ def watch_layout(rows: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
         "namespace": "",
         "name": "",
         "kind": "Additive",
-        "gpu": max((GPU_H100, GPU_H200), key=len),
+        "gpu": "NVIDIA-H100-80GB-HBM3",  # a long GPU product name in common use
         "table": max((f"{r['name']}-table-0123456789" for r in rows), key=len, default=""),
         "state": "Profiling/OffDiagonal",
         "progress": "00/00 rounds",

@@ -1,14 +1,15 @@
 """The sweep driver: talks to the server through `DsparkClient`, keeps the raw data safe.
 
-Thin on purpose: what a round means lives in `rounds`, what the server allows in
-`server`, the sweep in `sweep`, files in `artifacts`.
+Thin on purpose: what a round means lives in `rounds`, how one is driven on the server in
+`active_round` (its plan in `round_plans`, the server state kept across rounds in
+`session`), what the server allows in `server`, the sweep in `sweep`, files in
+`artifacts`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import random
 import statistics
 import sys
 import time
@@ -19,42 +20,22 @@ from typing import Any, TextIO
 
 from sps_operator.dspark_arith import pinned_verify_tokens, round_up
 from sps_operator.profiler import artifacts
-from sps_operator.profiler.client import DsparkClient, LoadThread, ServerUnavailableError
-from sps_operator.profiler.rounds import (
-    PinExpectation,
-    PinNotTakenError,
-    RoundError,
-    RoundGoal,
-    RoundOutcome,
-    StepRow,
-    StoppingRule,
-    align,
-    check_pin,
-    live_progress,
-    postprocess_round,
-    round_finished,
-    rows_from_payload,
-    steady_with_clocks,
-)
+from sps_operator.profiler.active_round import ActiveRound, MeasuredRound, record_lines
+from sps_operator.profiler.client import DsparkClient, ServerUnavailableError
+from sps_operator.profiler.round_plans import round_plan, warmup_plan
+from sps_operator.profiler.rounds import PinNotTakenError, RoundError, StepRow
 from sps_operator.profiler.server import (
-    INFO_RECORD_PAYLOAD_KEY,
     ServerCheckError,
     ServerContext,
     server_context_from_info,
     validate_sweep,
 )
-from sps_operator.profiler.steady import (
-    AR1_MARGIN_SE,
-    MIN_SETTLE_SECONDS,
-    Ar1Prior,
-    ar1_from_differences,
-    still_falling,
-)
+from sps_operator.profiler.session import Session
+from sps_operator.profiler.steady import Ar1Prior
 from sps_operator.profiler.sweep import (
     PROFILE_SEED,
     RANDOM_TOKEN_HIGH_MARGIN,
     RANDOM_TOKEN_LOW,
-    ROUND_WARMUP_STEPS,
     Job,
     RoundKind,
     RoundSettings,
@@ -65,29 +46,12 @@ from sps_operator.profiler.sweep import (
     cell_key_of_round,
     round_max_new_tokens,
 )
-from sps_operator.tables.clockramp import (
-    CHUNK_STEPS,
-    MIN_CHUNKS,
-    Chunk,
-    chunk_series,
-    ramp_evident,
-    stranded_rounds,
-    thinned,
-)
+from sps_operator.tables.clockramp import CHUNK_STEPS, MIN_CHUNKS, Chunk, stranded_rounds, thinned
 
 logger = logging.getLogger(__name__)
 
-LOAD_JOIN_TIMEOUT_SECONDS = 60.0
-POLL_FAILURES_BEFORE_GIVING_UP = 5
 PREFLIGHT_STEADY_STEPS = 8
-# The warm-up rounds run until the clocks have settled, but never longer than this (steady
-# steps over all of them).
-MAX_WARMUP_STEPS = 3000
-# Aborting, joining the load and reading the last records after a round's deadline.
-END_OF_ROUND_SECONDS = 30.0
 FALLBACK_VOCAB_SIZE = 32000
-
-ProgressHook = Callable[[int, int], None]
 
 
 class ProfilerError(RuntimeError):
@@ -211,420 +175,6 @@ def _clock(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
-# --- one round -------------------------------------------------------------------------------
-
-
-class Session:
-    """State kept across rounds: the client, the server context, ring clearing support."""
-
-    def __init__(
-        self, client: DsparkClient, context: ServerContext, vocab_size: int, temperature: float
-    ) -> None:
-        self.client = client
-        self.context = context
-        self.vocab_size = vocab_size
-        self.temperature = temperature
-        self.rng = random.Random(PROFILE_SEED)
-        self.can_clear: bool | None = None
-        self.pinned: float | None = None
-
-    def fetch_rank_rows(self) -> list[list[StepRow]]:
-        info = self.client.server_info()
-        states = info.get("internal_states") if isinstance(info, dict) else None
-        if not isinstance(states, list):
-            raise RoundError("/server_info lost its internal_states mid-profile.")
-        return [
-            rows_from_payload(state.get(INFO_RECORD_PAYLOAD_KEY), rank)
-            for rank, state in enumerate(states)
-            if isinstance(state, dict)
-        ]
-
-    def fetch_rows_retrying(self) -> list[list[StepRow]]:
-        failures = 0
-        while True:
-            try:
-                return self.fetch_rank_rows()
-            except ServerUnavailableError:
-                failures += 1
-                if failures >= POLL_FAILURES_BEFORE_GIVING_UP:
-                    raise
-                time.sleep(0.2 * failures)
-
-    def clear_records(self) -> bool:
-        """Empty the record ring so every poll ships only this round's steps."""
-        if self.can_clear is False:
-            return False
-        ok, answer = self.client.set_internal_state({"dspark_clear_info_records": True})
-        if not ok and self.can_clear is None:
-            logger.warning(
-                "The server does not accept dspark_clear_info_records (%s); polling the full "
-                "record ring instead (slower on long runs).",
-                answer,
-            )
-        self.can_clear = ok
-        return ok
-
-    def pin(self, frac: float) -> None:
-        if self.pinned == frac:
-            return
-        ok, answer = self.client.set_internal_state({"dspark_force_budget_frac": frac})
-        if not ok:
-            raise PinNotTakenError(
-                f"The server rejected dspark_force_budget_frac={frac} ({answer}). Off-diagonal "
-                "profiling needs a DSpark server in compact mode that accepts the pin."
-            )
-        self.pinned = frac
-
-    def reset_pin(self) -> str:
-        ok, answer = self.client.set_internal_state({"dspark_force_budget_frac": None})
-        if ok:
-            self.pinned = None
-            return "reset"
-        logger.warning(
-            "This server cannot reset the budget pin (it rejected dspark_force_budget_frac=null: "
-            "%s); it stays pinned at frac=%s until the server restarts. Restart it before it "
-            "serves traffic.",
-            answer,
-            self.pinned,
-        )
-        return "rejected"
-
-    def load_payload(self, num_requests: int, plan: RoundPlan) -> dict[str, Any]:
-        high = self.vocab_size - RANDOM_TOKEN_HIGH_MARGIN
-        input_ids = [
-            [self.rng.randrange(RANDOM_TOKEN_LOW, high) for _ in range(plan.rule.prompt_len)]
-            for _ in range(num_requests)
-        ]
-        return {
-            "input_ids": input_ids,
-            "sampling_params": {
-                "temperature": self.temperature,
-                "max_new_tokens": plan.max_new_tokens,
-                "ignore_eos": True,
-            },
-            "stream": False,
-        }
-
-
-@dataclass
-class MeasuredRound:
-    outcome: RoundOutcome
-    rank_rows: list[list[StepRow]]
-    # Fields added to the round's rounds.jsonl line (the anchor's `clock_ramp`).
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _pin_early_check(
-    session: Session, rank_rows: list[list[StepRow]], cell: SweepCell, where: str
-) -> None:
-    """Fail fast on a pin that did not take, before spending the whole round on it."""
-    if cell.frac is None:
-        return
-    aligned = align(rank_rows, cell.bs)
-    cts = aligned.aligned_cts[ROUND_WARMUP_STEPS:]
-    rows = [r for ct in cts for r in aligned.rows_at(ct) if r.budget is not None]
-    if len(rows) < ROUND_WARMUP_STEPS:
-        return
-    ctx = session.context
-    expect = PinExpectation(cell.frac, cell.bs, ctx.gamma, ctx.mode, tuple(ctx.tiers))
-    check_pin(rows, expect, where)
-
-
-class RingWatch:
-    """Notices a record ring too small for one round: a rank's records of this round stop
-    growing while its forward_ct moves on (the oldest were evicted)."""
-
-    def __init__(self, where: str, round_steps: int) -> None:
-        self.where = where
-        self.round_steps = round_steps
-        self._seen: list[tuple[int, int]] | None = None
-
-    def check(self, rank_rows: Sequence[Sequence[StepRow]]) -> None:
-        seen = [(len(rows), max((r.forward_ct for r in rows), default=-1)) for rows in rank_rows]
-        if self._seen is not None:
-            for rank, ((count, top), (before, top_before)) in enumerate(
-                zip(seen, self._seen, strict=False)
-            ):
-                if count and count <= before and top > top_before:
-                    raise RoundError(
-                        f"{self.where}: ring too small: DP rank {rank}'s record ring holds only "
-                        f"{count} decode records, and a round needs up to {self.round_steps}; "
-                        "the oldest steps of this round were evicted. Raise the server's record "
-                        "ring (SGLang's INFO_DUMP_MAX_RECORDS; sps-sim --record-ring-size) or "
-                        "lower --max-steady-steps."
-                    )
-        self._seen = seen
-
-
-@dataclass(frozen=True)
-class RoundPlan:
-    """How one round is driven: its prompts and requests' length, when it stops."""
-
-    rule: StoppingRule
-    max_new_tokens: int
-    step_budget: int
-    # "settle" (the warm-up): keep the load running until the clocks have settled;
-    # "probe" (the pre-flight): stop once the pin is seen on enough steps.
-    goal: RoundGoal = "measure"
-
-
-def round_plan(
-    settings: RoundSettings,
-    min_steps: int | None = None,
-    expected_steps: int | None = None,
-    goal: RoundGoal = "measure",
-    ar1_prior: Ar1Prior | None = None,
-) -> RoundPlan:
-    """A measuring round; prompts centre `expected_steps` steady steps on `--context-len`;
-    `ar1_prior`: the step correlation the run's rounds have shown so far."""
-    rule = StoppingRule(
-        ci_rel_width=settings.ci_rel_width,
-        min_steps=min_steps or settings.min_steps,
-        prompt_len=settings.prompt_len_for(expected_steps),
-        reference_context=settings.context_len,
-        ar1_prior=ar1_prior,
-    )
-    return RoundPlan(rule, round_max_new_tokens(settings), settings.step_budget, goal)
-
-
-def warmup_plan(settings: RoundSettings) -> RoundPlan:
-    """The first cell's own round, kept going until the clocks have settled (then on as
-    that cell's measuring round): its requests are the cell's, so the steps it measures
-    sit at the context the table describes, however long the clocks took."""
-    return round_plan(settings, goal="settle")
-
-
-class ActiveRound:
-    """A round from its first request to its last record.
-
-    Started (pin, ring cleared, load sent) on construction; `wait` polls until the stopping
-    rule holds, aborts and reads the records back; `measure` validates them. The driver
-    starts the next round between `wait` and `measure`, so the GPU never idles between
-    rounds while this process does its bookkeeping: idle clocks drop, and a round on
-    cold clocks measures them ramping back up.
-    """
-
-    def __init__(
-        self,
-        session: Session,
-        cell: SweepCell,
-        settings: RoundSettings,
-        plan: RoundPlan,
-        history: Sequence[float] = (),
-        *,
-        clock_start: float = 0.0,
-        probe: Sequence[Chunk] = (),
-    ) -> None:
-        self.session, self.cell, self.settings, self.plan = session, cell, settings, plan
-        # Warm-up only: the steady step times of the warm-up rounds before this one, and
-        # their chunks on the run clock (the ramp model's probe).
-        self.history = list(history)
-        self.probe = list(probe)
-        # The run clock (seconds of decode steps since the run's first) at this round's start.
-        self.clock_start = clock_start
-        self.clock_end = clock_start
-        ctx = session.context
-        self.where = f"Round bs={cell.bs} (per rank, dp={ctx.dp_size})" + (
-            f" frac={cell.frac}" if cell.frac is not None else ""
-        )
-        self.started = time.monotonic()
-        self.deadline = self.started + settings.round_timeout_seconds
-        client = session.client
-        with client.deadline(self.deadline, self.where):
-            if cell.frac is not None:
-                session.pin(cell.frac)
-            cleared = session.clear_records()
-            client.flush_cache()
-            if cleared:
-                # An empty ring: every record from now on belongs to this round.
-                self.watermarks = [-1] * ctx.dp_size
-            else:
-                self.watermarks = [
-                    max((r.forward_ct for r in rows), default=-1)
-                    for rows in session.fetch_rows_retrying()
-                ]
-            payload = session.load_payload(cell.bs * ctx.dp_size, plan)
-            self.load: LoadThread = client.start_load(payload, self.deadline)
-        self.ring = RingWatch(self.where, plan.max_new_tokens)
-        self.reached = False
-        # Warm-up only: the clocks settled (`settled`) or the warm-up ran out of steps
-        # (`capped`) during this round, which then went on as its cell's round.
-        self.settled = False
-        self.capped = False
-        # Warm-up only: the clocks are still ramping, but evidently and as the ramp model
-        # describes: the sweep may start, corrected for it (`tables.clockramp`).
-        self.probed = False
-        self.steady_steps = 0
-        self.steady_times: list[float] = []
-
-    @property
-    def warmup_done(self) -> bool:
-        return self.settled or self.capped
-
-    def chunks(self, rank_rows: Sequence[Sequence[StepRow]]) -> list[Chunk]:
-        """This round's steady steps as the ramp model's chunks on the run clock."""
-        times, clocks = steady_with_clocks(
-            rank_rows,
-            bs=self.cell.bs,
-            prompt_len=self.plan.rule.prompt_len,
-            pinned=self.cell.frac is not None,
-            clock_start=self.clock_start,
-        )
-        return chunk_series(times, clocks)
-
-    def _ramp_probed(self, rank_rows: Sequence[Sequence[StepRow]], times: Sequence[float]) -> bool:
-        """Warm-up: has it covered `MIN_SETTLE_SECONDS`, do its steps still fall (the ramp is
-        live), and does the model describe them (`ramp_evident`)?"""
-        series = [*self.history, *times]
-        if sum(series) < MIN_SETTLE_SECONDS or not still_falling(series, z=self.plan.rule.z):
-            return False
-        tolerance = self.plan.rule.ci_rel_width / 2
-        phi, phi_se = ar1_from_differences(series)
-        step_ar1 = phi + AR1_MARGIN_SE * phi_se
-        return ramp_evident([*self.probe, *self.chunks(rank_rows)], tolerance, step_ar1)
-
-    def _new_rows(self, polled: Sequence[Sequence[StepRow]]) -> list[list[StepRow]]:
-        rank_rows = [
-            [r for r in rows if r.forward_ct > mark]
-            for rows, mark in zip(polled, self.watermarks, strict=False)
-        ]
-        if len(rank_rows) != len(self.watermarks):
-            raise RoundError(f"{self.where}: the number of DP ranks changed mid-profile.")
-        self.ring.check(rank_rows)
-        return rank_rows
-
-    def wait(self) -> list[list[StepRow]]:
-        """Poll until the round may stop, abort it, and return its records."""
-        session, settings, plan = self.session, self.settings, self.plan
-        client = session.client
-        steady_started: float | None = None
-        goal = plan.goal
-        with client.deadline(self.deadline, self.where):
-            while time.monotonic() < self.deadline:
-                time.sleep(
-                    min(settings.poll_interval_seconds, max(0.0, self.deadline - time.monotonic()))
-                )
-                try:
-                    polled = session.fetch_rows_retrying()
-                except ServerUnavailableError:
-                    if time.monotonic() >= self.deadline:
-                        break  # the round's time is up: end it with what was measured
-                    raise
-                rank_rows = self._new_rows(polled)
-                _pin_early_check(session, rank_rows, self.cell, self.where)
-                aligned_count, stats, times = live_progress(
-                    rank_rows, bs=self.cell.bs, rule=plan.rule, pinned=self.cell.frac is not None
-                )
-                self.steady_steps = len(times)
-                self.steady_times = times
-                if goal == "settle" and round_finished(
-                    "settle", plan.rule, stats, times, MAX_WARMUP_STEPS, self.history
-                ):
-                    self.capped = len(self.history) + len(times) >= MAX_WARMUP_STEPS
-                    self.settled = not self.capped
-                    goal = "measure"  # on as the cell's round, judged from its first step
-                elif goal == "settle" and self._ramp_probed(rank_rows, times):
-                    self.probed = True
-                    break  # the sweep starts; this cell is measured again at the end
-                if aligned_count >= ROUND_WARMUP_STEPS and steady_started is None:
-                    steady_started = time.monotonic()
-                steady_seconds = time.monotonic() - steady_started if steady_started else 0.0
-                # The reference's seconds floor is for measurements: a probe's is thrown away.
-                seconds_ok = (
-                    settings.min_steady_seconds is None
-                    or goal == "probe"
-                    or steady_seconds >= settings.min_steady_seconds
-                )
-                if (
-                    goal != "settle"
-                    and seconds_ok
-                    and round_finished(goal, plan.rule, stats, times, plan.step_budget)
-                ):
-                    self.reached = stats is not None and stats.done
-                    break
-                if not self.load.is_alive():
-                    break  # the batch finished or failed: no more steps will come
-        # Ending the round must happen even past its deadline (a short bound of its own).
-        with client.deadline(time.monotonic() + END_OF_ROUND_SECONDS, self.where):
-            client.abort_all()
-            self.load.join(LOAD_JOIN_TIMEOUT_SECONDS)
-            if self.load.is_alive():
-                logger.warning(
-                    "%s: the load did not return within %.0f s of the abort.",
-                    self.where,
-                    LOAD_JOIN_TIMEOUT_SECONDS,
-                )
-            final = session.fetch_rows_retrying()
-        self.wall = time.monotonic() - self.started
-        rows = self._new_rows(final)
-        self.clock_end = self.clock_start + (sum(r.step_time for r in rows[0]) if rows else 0.0)
-        return rows
-
-    def abandon(self) -> None:
-        """Stop this round's load after the run failed (best effort: the server may be gone)."""
-        client = self.session.client
-        try:
-            with client.deadline(time.monotonic() + END_OF_ROUND_SECONDS, self.where):
-                client.abort_all()
-        except Exception as exc:
-            logger.warning("%s: could not abort the next round's load: %s", self.where, exc)
-        self.load.join(LOAD_JOIN_TIMEOUT_SECONDS)
-
-    def measure(self, rank_rows: list[list[StepRow]]) -> MeasuredRound:
-        """Validate the round's records and measure its cell (RoundError & co. on bad data)."""
-        ctx = self.session.context
-        load_info = {
-            "num_requests": self.cell.bs * ctx.dp_size,
-            "input_len": self.plan.rule.prompt_len,
-            "max_new_tokens": self.plan.max_new_tokens,
-            "wall_seconds": round(self.wall, 3),
-            "reached_target": self.reached,
-            "load_error": self.load.error,
-            "decode_seconds": round(
-                sum(r.step_time for r in rank_rows[0]) if rank_rows else 0.0, 6
-            ),
-        }
-        outcome = postprocess_round(
-            rank_rows,
-            repeat=self.cell.repeat,
-            bs=self.cell.bs,
-            dp_size=ctx.dp_size,
-            gamma=ctx.gamma,
-            mode=ctx.mode,
-            tiers=ctx.tiers,
-            frac=self.cell.frac,
-            rule=self.plan.rule,
-            load_info=load_info,
-            clock_start=self.clock_start,
-        )
-        return MeasuredRound(outcome=outcome, rank_rows=rank_rows)
-
-
-def run_round(
-    session: Session, cell: SweepCell, settings: RoundSettings, plan: RoundPlan | None = None
-) -> MeasuredRound:
-    """One round on its own (nothing runs after it)."""
-    active = ActiveRound(session, cell, settings, plan or round_plan(settings))
-    return active.measure(active.wait())
-
-
-def record_lines(measured: MeasuredRound) -> list[dict[str, Any]]:
-    o = measured.outcome
-    lines = []
-    for rank, rows in enumerate(measured.rank_rows):
-        for row in rows:
-            line = {
-                "repeat": o.repeat,
-                "batch_size": o.bs * o.dp_size,
-                "batch_size_per_rank": o.bs,
-                "frac": o.frac,
-                "dp_rank": rank,
-            }
-            line.update(row.to_record())
-            lines.append(line)
-    return lines
 
 
 # --- pre-flight probe ------------------------------------------------------------------------
@@ -976,5 +526,4 @@ __all__ = [
     "ServerCheckError",
     "preflight_cell",
     "run_profile",
-    "run_round",
 ]

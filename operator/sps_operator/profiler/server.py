@@ -7,7 +7,6 @@ running-request cap and the KV capacity before any load is sent.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -15,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sps_operator.api.fingerprint import SERVER_INFO_FIELDS
+from sps_operator.api.hashing import content_hash
 from sps_operator.dspark_arith import compact_tiers, default_decode_capture_bs, runner_capture_bs
 from sps_operator.profiler.sweep import REQUIRED_SIMULATE_ACC_LEN
 from sps_operator.profiler.untrusted import json_int, shown
@@ -85,7 +85,7 @@ class ServerContext:
 
 def fingerprint_of(cost_args: Mapping[str, Any]) -> str:
     canonical = json.dumps(dict(cost_args), sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+    return content_hash(canonical)
 
 
 def _decode_config(state: Mapping[str, Any]) -> Mapping[str, Any] | None:

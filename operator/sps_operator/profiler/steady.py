@@ -32,8 +32,6 @@ import numpy as np
 
 # A window is judged on halves and thirds: fewer steps than this in one of them says nothing.
 MIN_STEPS_PER_PART = 8
-# Stronger evidence is asked of drift than of the CI: a false alarm costs GPU time.
-DRIFT_Z = 3.0
 # The running sum of residual signs wanders like a Brownian bridge of scale sqrt(n·tau)
 # without drift; P(max excursion > 1.8 sqrt(n·tau)) ≈ 2·exp(-2·1.8²) ≈ 0.3 %.
 DRIFT_EXCURSION = 1.8

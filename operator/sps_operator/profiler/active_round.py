@@ -1,0 +1,320 @@
+"""One round on the server, from its first request to its last record (`ActiveRound`).
+
+Started on construction, polled until its stopping rule (`rounds`) holds, ended, read back
+and validated; `RingWatch` notices a record ring too small for a round. The sweep driver
+(`runner`) keeps the next round going while this one is measured.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sps_operator.profiler.client import LoadThread, ServerUnavailableError
+from sps_operator.profiler.round_plans import RoundPlan
+from sps_operator.profiler.rounds import (
+    PinExpectation,
+    RoundError,
+    RoundOutcome,
+    StepRow,
+    align,
+    check_pin,
+    live_progress,
+    postprocess_round,
+    round_finished,
+    steady_with_clocks,
+)
+from sps_operator.profiler.session import Session
+from sps_operator.profiler.steady import (
+    AR1_MARGIN_SE,
+    MIN_SETTLE_SECONDS,
+    ar1_from_differences,
+    still_falling,
+)
+from sps_operator.profiler.sweep import ROUND_WARMUP_STEPS, RoundSettings, SweepCell
+from sps_operator.tables.clockramp import Chunk, chunk_series, ramp_evident
+
+logger = logging.getLogger(__name__)
+
+LOAD_JOIN_TIMEOUT_SECONDS = 60.0
+# The warm-up rounds run until the clocks have settled, but never longer than this (steady
+# steps over all of them).
+MAX_WARMUP_STEPS = 3000
+# Aborting, joining the load and reading the last records after a round's deadline.
+END_OF_ROUND_SECONDS = 30.0
+
+
+@dataclass
+class MeasuredRound:
+    outcome: RoundOutcome
+    rank_rows: list[list[StepRow]]
+    # Fields added to the round's rounds.jsonl line (the anchor's `clock_ramp`).
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _pin_early_check(
+    session: Session, rank_rows: list[list[StepRow]], cell: SweepCell, where: str
+) -> None:
+    """Fail fast on a pin that did not take, before spending the whole round on it."""
+    if cell.frac is None:
+        return
+    aligned = align(rank_rows, cell.bs)
+    cts = aligned.aligned_cts[ROUND_WARMUP_STEPS:]
+    rows = [r for ct in cts for r in aligned.rows_at(ct) if r.budget is not None]
+    if len(rows) < ROUND_WARMUP_STEPS:
+        return
+    ctx = session.context
+    expect = PinExpectation(cell.frac, cell.bs, ctx.gamma, ctx.mode, tuple(ctx.tiers))
+    check_pin(rows, expect, where)
+
+
+class RingWatch:
+    """Notices a record ring too small for one round: a rank's records of this round stop
+    growing while its forward_ct moves on (the oldest were evicted)."""
+
+    def __init__(self, where: str, round_steps: int) -> None:
+        self.where = where
+        self.round_steps = round_steps
+        self._seen: list[tuple[int, int]] | None = None
+
+    def check(self, rank_rows: Sequence[Sequence[StepRow]]) -> None:
+        seen = [(len(rows), max((r.forward_ct for r in rows), default=-1)) for rows in rank_rows]
+        if self._seen is not None:
+            for rank, ((count, top), (before, top_before)) in enumerate(
+                zip(seen, self._seen, strict=False)
+            ):
+                if count and count <= before and top > top_before:
+                    raise RoundError(
+                        f"{self.where}: ring too small: DP rank {rank}'s record ring holds only "
+                        f"{count} decode records, and a round needs up to {self.round_steps}; "
+                        "the oldest steps of this round were evicted. Raise the server's record "
+                        "ring (SGLang's INFO_DUMP_MAX_RECORDS; sps-sim --record-ring-size) or "
+                        "lower --max-steady-steps."
+                    )
+        self._seen = seen
+
+
+class ActiveRound:
+    """A round from its first request to its last record.
+
+    Started (pin, ring cleared, load sent) on construction; `wait` polls until the stopping
+    rule holds, aborts and reads the records back; `measure` validates them. The driver
+    starts the next round between `wait` and `measure`, so the GPU never idles between
+    rounds while this process does its bookkeeping: idle clocks drop, and a round on
+    cold clocks measures them ramping back up.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        cell: SweepCell,
+        settings: RoundSettings,
+        plan: RoundPlan,
+        history: Sequence[float] = (),
+        *,
+        clock_start: float = 0.0,
+        probe: Sequence[Chunk] = (),
+    ) -> None:
+        self.session, self.cell, self.settings, self.plan = session, cell, settings, plan
+        # Warm-up only: the steady step times of the warm-up rounds before this one, and
+        # their chunks on the run clock (the ramp model's probe).
+        self.history = list(history)
+        self.probe = list(probe)
+        # The run clock (seconds of decode steps since the run's first) at this round's start.
+        self.clock_start = clock_start
+        self.clock_end = clock_start
+        ctx = session.context
+        self.where = f"Round bs={cell.bs} (per rank, dp={ctx.dp_size})" + (
+            f" frac={cell.frac}" if cell.frac is not None else ""
+        )
+        self.started = time.monotonic()
+        self.deadline = self.started + settings.round_timeout_seconds
+        client = session.client
+        with client.deadline(self.deadline, self.where):
+            if cell.frac is not None:
+                session.pin(cell.frac)
+            cleared = session.clear_records()
+            client.flush_cache()
+            if cleared:
+                # An empty ring: every record from now on belongs to this round.
+                self.watermarks = [-1] * ctx.dp_size
+            else:
+                self.watermarks = [
+                    max((r.forward_ct for r in rows), default=-1)
+                    for rows in session.fetch_rows_retrying()
+                ]
+            payload = session.load_payload(cell.bs * ctx.dp_size, plan)
+            self.load: LoadThread = client.start_load(payload, self.deadline)
+        self.ring = RingWatch(self.where, plan.max_new_tokens)
+        self.reached = False
+        # Warm-up only: the clocks settled (`settled`) or the warm-up ran out of steps
+        # (`capped`) during this round, which then went on as its cell's round.
+        self.settled = False
+        self.capped = False
+        # Warm-up only: the clocks are still ramping, but evidently and as the ramp model
+        # describes: the sweep may start, corrected for it (`tables.clockramp`).
+        self.probed = False
+        self.steady_steps = 0
+        self.steady_times: list[float] = []
+
+    @property
+    def warmup_done(self) -> bool:
+        return self.settled or self.capped
+
+    def chunks(self, rank_rows: Sequence[Sequence[StepRow]]) -> list[Chunk]:
+        """This round's steady steps as the ramp model's chunks on the run clock."""
+        times, clocks = steady_with_clocks(
+            rank_rows,
+            bs=self.cell.bs,
+            prompt_len=self.plan.rule.prompt_len,
+            pinned=self.cell.frac is not None,
+            clock_start=self.clock_start,
+        )
+        return chunk_series(times, clocks)
+
+    def _ramp_probed(self, rank_rows: Sequence[Sequence[StepRow]], times: Sequence[float]) -> bool:
+        """Warm-up: has it covered `MIN_SETTLE_SECONDS`, do its steps still fall (the ramp is
+        live), and does the model describe them (`ramp_evident`)?"""
+        series = [*self.history, *times]
+        if sum(series) < MIN_SETTLE_SECONDS or not still_falling(series, z=self.plan.rule.z):
+            return False
+        tolerance = self.plan.rule.ci_rel_width / 2
+        phi, phi_se = ar1_from_differences(series)
+        step_ar1 = phi + AR1_MARGIN_SE * phi_se
+        return ramp_evident([*self.probe, *self.chunks(rank_rows)], tolerance, step_ar1)
+
+    def _new_rows(self, polled: Sequence[Sequence[StepRow]]) -> list[list[StepRow]]:
+        rank_rows = [
+            [r for r in rows if r.forward_ct > mark]
+            for rows, mark in zip(polled, self.watermarks, strict=False)
+        ]
+        if len(rank_rows) != len(self.watermarks):
+            raise RoundError(f"{self.where}: the number of DP ranks changed mid-profile.")
+        self.ring.check(rank_rows)
+        return rank_rows
+
+    def wait(self) -> list[list[StepRow]]:
+        """Poll until the round may stop, abort it, and return its records."""
+        session, settings, plan = self.session, self.settings, self.plan
+        client = session.client
+        steady_started: float | None = None
+        goal = plan.goal
+        with client.deadline(self.deadline, self.where):
+            while time.monotonic() < self.deadline:
+                time.sleep(
+                    min(settings.poll_interval_seconds, max(0.0, self.deadline - time.monotonic()))
+                )
+                try:
+                    polled = session.fetch_rows_retrying()
+                except ServerUnavailableError:
+                    if time.monotonic() >= self.deadline:
+                        break  # the round's time is up: end it with what was measured
+                    raise
+                rank_rows = self._new_rows(polled)
+                _pin_early_check(session, rank_rows, self.cell, self.where)
+                aligned_count, stats, times = live_progress(
+                    rank_rows, bs=self.cell.bs, rule=plan.rule, pinned=self.cell.frac is not None
+                )
+                self.steady_steps = len(times)
+                self.steady_times = times
+                if goal == "settle" and round_finished(
+                    "settle", plan.rule, stats, times, MAX_WARMUP_STEPS, self.history
+                ):
+                    self.capped = len(self.history) + len(times) >= MAX_WARMUP_STEPS
+                    self.settled = not self.capped
+                    goal = "measure"  # on as the cell's round, judged from its first step
+                elif goal == "settle" and self._ramp_probed(rank_rows, times):
+                    self.probed = True
+                    break  # the sweep starts; this cell is measured again at the end
+                if aligned_count >= ROUND_WARMUP_STEPS and steady_started is None:
+                    steady_started = time.monotonic()
+                steady_seconds = time.monotonic() - steady_started if steady_started else 0.0
+                # The reference's seconds floor is for measurements: a probe's is thrown away.
+                seconds_ok = (
+                    settings.min_steady_seconds is None
+                    or goal == "probe"
+                    or steady_seconds >= settings.min_steady_seconds
+                )
+                if (
+                    goal != "settle"
+                    and seconds_ok
+                    and round_finished(goal, plan.rule, stats, times, plan.step_budget)
+                ):
+                    self.reached = stats is not None and stats.done
+                    break
+                if not self.load.is_alive():
+                    break  # the batch finished or failed: no more steps will come
+        # Ending the round must happen even past its deadline (a short bound of its own).
+        with client.deadline(time.monotonic() + END_OF_ROUND_SECONDS, self.where):
+            client.abort_all()
+            self.load.join(LOAD_JOIN_TIMEOUT_SECONDS)
+            if self.load.is_alive():
+                logger.warning(
+                    "%s: the load did not return within %.0f s of the abort.",
+                    self.where,
+                    LOAD_JOIN_TIMEOUT_SECONDS,
+                )
+            final = session.fetch_rows_retrying()
+        self.wall = time.monotonic() - self.started
+        rows = self._new_rows(final)
+        self.clock_end = self.clock_start + (sum(r.step_time for r in rows[0]) if rows else 0.0)
+        return rows
+
+    def abandon(self) -> None:
+        """Stop this round's load after the run failed (best effort: the server may be gone)."""
+        client = self.session.client
+        try:
+            with client.deadline(time.monotonic() + END_OF_ROUND_SECONDS, self.where):
+                client.abort_all()
+        except Exception as exc:
+            logger.warning("%s: could not abort the next round's load: %s", self.where, exc)
+        self.load.join(LOAD_JOIN_TIMEOUT_SECONDS)
+
+    def measure(self, rank_rows: list[list[StepRow]]) -> MeasuredRound:
+        """Validate the round's records and measure its cell (RoundError & co. on bad data)."""
+        ctx = self.session.context
+        load_info = {
+            "num_requests": self.cell.bs * ctx.dp_size,
+            "input_len": self.plan.rule.prompt_len,
+            "max_new_tokens": self.plan.max_new_tokens,
+            "wall_seconds": round(self.wall, 3),
+            "reached_target": self.reached,
+            "load_error": self.load.error,
+            "decode_seconds": round(
+                sum(r.step_time for r in rank_rows[0]) if rank_rows else 0.0, 6
+            ),
+        }
+        outcome = postprocess_round(
+            rank_rows,
+            repeat=self.cell.repeat,
+            bs=self.cell.bs,
+            dp_size=ctx.dp_size,
+            gamma=ctx.gamma,
+            mode=ctx.mode,
+            tiers=ctx.tiers,
+            frac=self.cell.frac,
+            rule=self.plan.rule,
+            load_info=load_info,
+            clock_start=self.clock_start,
+        )
+        return MeasuredRound(outcome=outcome, rank_rows=rank_rows)
+
+
+def record_lines(measured: MeasuredRound) -> list[dict[str, Any]]:
+    o = measured.outcome
+    lines = []
+    for rank, rows in enumerate(measured.rank_rows):
+        for row in rows:
+            line = {
+                "repeat": o.repeat,
+                "batch_size": o.bs * o.dp_size,
+                "batch_size_per_rank": o.bs,
+                "frac": o.frac,
+                "dp_rank": rank,
+            }
+            line.update(row.to_record())
+            lines.append(line)
+    return lines

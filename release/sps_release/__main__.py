@@ -1,0 +1,5 @@
+import sys
+
+from sps_release.cli import main
+
+sys.exit(main())
