@@ -544,8 +544,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def print_env(state_dir: Path) -> int:
-    """Shell exports to look around: KUBECONFIG, and on PATH the pinned kubectl and helm
-    (found, never built) and kubectl-sps next to this interpreter."""
+    """Shell exports to look around: KUBECONFIG, the bed's registry (SPS_TESTBED_REGISTRY,
+    SPS_TESTBED_CA, as `sps-testbed env` prints them, for `make publish`), and on PATH the
+    pinned kubectl and helm (found, never built) and kubectl-sps next to this interpreter."""
     bed = RealNodeCluster.attach(bed_dir(state_dir))
     if not bed.running():
         print(f"no demo running in {state_dir}", file=sys.stderr)
@@ -553,6 +554,8 @@ def print_env(state_dir: Path) -> int:
     dirs = [str(Path(sys.executable).parent)]
     dirs += [str(d) for d in find_binaries(build=False).path_dirs()]
     print(f"export KUBECONFIG={shlex.quote(str(bed.kubeconfig))}")
+    for name, value in bed.registry_env().items():
+        print(f"export {name}={shlex.quote(value)}")
     print(f'export PATH={shlex.quote(os.pathsep.join(dirs))}:"$PATH"')
     return 0
 
