@@ -4,7 +4,7 @@ Offline (no server, no profiler run): the matrix's additive sweep (bs 1..48 tape
 0.25..1.0 on H100), each cell's step time the simulator's truth times lognormal noise of
 `--cell-se` (the relative standard error a round's median reaches: ≈ 0.8 % at 10 %
 independent noise and 240 steps, ≈ 2.4 % at φ = 0.8, where 240 steps are ≈ 40 independent
-ones), fitted with `fit_from_rounds(..., "additive")` and compared with the truth over the
+ones), fitted with `fit_from_rounds(..., TableKind.ADDITIVE)` and compared with the truth over the
 matrix's grid, over `--seeds` seeds. Says whether a grid RMS that swings between runs is
 the fit's doing or the cells'.
 
@@ -25,6 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from profiler_matrix import FRACS, GAMMA, MAX_BS, grid_errors, truth_rows
+from sps_operator.api.kinds import TableKind
 from sps_operator.dspark_arith import (
     compact_tiers,
     default_decode_capture_bs,
@@ -78,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for cell_se in ns.cell_se:
         rms, worst = [], []
         for seed in range(ns.seeds):
-            fit = fit_from_rounds(noisy_rounds(truth, tiers, cell_se, seed), "additive")
+            fit = fit_from_rounds(noisy_rounds(truth, tiers, cell_se, seed), TableKind.ADDITIVE)
             r, w = grid_errors(fit.table, rows, diagonal_only=False)
             rms.append(r)
             worst.append(w)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from sps_operator.api.kinds import TableKind
 from sps_operator.profiler.cli import main
 from sps_operator.profiler.publish import read_result
 from sps_operator.tables.fit import fit_from_rounds
@@ -62,7 +63,7 @@ def test_publish_success_then_operator_fits(
     assert [r["batch_size_per_rank"] for r in result.rounds] == [1, 2, 4]
     assert len(result.manifest["fingerprint"]) == 16
     assert result.manifest["server"]["mode"] == "static"
-    fitted = fit_from_rounds(result.rounds, kind="diagonal")
+    fitted = fit_from_rounds(result.rounds, kind=TableKind.DIAGONAL)
     assert fitted.table.to_json().startswith('{"sample_batch_tokens":[8,')
 
 

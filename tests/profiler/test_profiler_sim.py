@@ -27,6 +27,18 @@ FAST = ["--vocab-size", "32000", "--poll-interval", "0.02", "--max-steady-steps"
 H100 = PRESETS["NVIDIA-H100-80GB-HBM3"]
 
 
+def quiet_h100(path: Path, **effects: float) -> str:
+    """An H100 preset file with 3 % noise and only `effects` on; returns its path."""
+    fields = {"base": H100.name, **EFFECTS_OFF, "noise_cv": 0.03, **effects}
+    # Only the cold start ramps. The simulator re-arms the ramp after this much idle model
+    # time, and its model time is wall time × the time scale: at the default 1 s, 0.1 s of
+    # this process's own latency between two rounds (a loaded machine) re-armed it mid-run,
+    # in about one run in four, and a cell came out +14 % (a real GPU idles tens of ms there).
+    fields["warmup_idle_threshold_s"] = 1e6
+    path.write_text(json.dumps(fields))
+    return str(path)
+
+
 def profile(url: str, out: Path, *args: str, command: str = "all") -> int:
     return main([command, "--base-url", url, "--out", str(out), *FAST, *args])
 
@@ -288,33 +300,16 @@ def test_rounds_on_a_ramp_whose_run_was_cut_before_its_anchor_are_measured_again
     # A GPU whose clocks ramp up over seconds: the warm-up ends on the ramp and the sweep
     # starts, to be corrected by the anchor at its end. The run is cut before the anchor:
     # its rounds are slow by the ramp and nothing can correct them.
-    preset = tmp_path / "ramp.json"
-    preset.write_text(
-        json.dumps(
-            {
-                "base": H100.name,
-                **EFFECTS_OFF,
-                "noise_cv": 0.03,
-                "warmup_amplitude": 0.3,
-                "warmup_tau_s": 5.0,
-                # Only the cold start ramps. The simulator re-arms the ramp after this much
-                # idle model time, and its model time is wall time × the time scale: at the
-                # default 1 s, 0.1 s of this process's own latency between two rounds (a
-                # loaded machine) re-armed it mid-run, in about one run in four, and a cell
-                # came out +14 % (a real GPU idles tens of ms there).
-                "warmup_idle_threshold_s": 1e6,
-            }
-        )
-    )
+    preset = quiet_h100(tmp_path / "ramp.json", warmup_amplitude=0.3, warmup_tau_s=5.0)
     out = tmp_path / "ramp-sps.json"
     paths = OutPaths.for_out(out)
     args = ["--batch-size", "1", "2", "4", "8", "16"]
-    assert cut_after_first_round(out, args, seed=3, preset=str(preset)) == 1
+    assert cut_after_first_round(out, args, seed=3, preset=preset) == 1
     kept = read_jsonl(paths.rounds)
     assert kept and all(r.get("clock_on_ramp") is True for r in kept)
     assert not any("clock_ramp" in r for r in kept)
     caplog.clear()
-    with running_sim(seed=4, time_scale=10.0, preset=str(preset)) as url:
+    with running_sim(seed=4, time_scale=10.0, preset=preset) as url:
         assert profile(url, out, *args, "--resume") == 0
     assert "measured again" in caplog.text
     rounds = read_jsonl(paths.rounds)
@@ -392,3 +387,25 @@ def test_sigterm_keeps_rounds_and_marks_the_run_failed(tmp_path: Path) -> None:
     assert 1 <= len(read_jsonl(paths.rounds)) < 5
     manifest = json.loads(paths.manifest.read_text())
     assert manifest["status"] == "failed"
+
+
+def test_a_round_that_straddles_a_clock_cap_is_measured_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A GPU capped 30 % slower for 0.3 s of every 1 s: nearly every round (about 1 s each)
+    # sees the cap set in. One whose steps rise mid-round is not recorded but measured again
+    # (with caps every 2 s, one run in three had no round that saw one set in).
+    preset = quiet_h100(
+        tmp_path / "throttle.json",
+        throttle_amplitude=0.3,
+        throttle_period_s=1.0,
+        throttle_duration_s=0.3,
+    )
+    out = tmp_path / "throttle-sps.json"
+    with running_sim(seed=5, time_scale=10.0, preset=preset) as url:
+        assert profile(url, out, "--batch-size", "1", "2", "4", "8", "16") == 0
+    assert "mid-round beyond KV growth" in caplog.text
+    assert "measured again" in caplog.text
+    rounds = read_jsonl(OutPaths.for_out(out).rounds)
+    # Every cell once: a round measured again replaces the one that rose, never joins it.
+    assert sorted(r["batch_size_per_rank"] for r in rounds) == [1, 2, 4, 8, 16]

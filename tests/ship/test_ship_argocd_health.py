@@ -130,9 +130,20 @@ def test_the_lua_lists_are_the_reason_lists() -> None:
         assert match, name
         return set(re.findall(r"(\w+) = true", match.group(1)))
 
-    assert lua_set("waiting") == R.WAITING
-    assert lua_set("progressing") == R.PROGRESSING
-    assert lua_set("suspended") == R.SUSPENDED
+    assert lua_set("waiting") == R.WAITING_REASONS
+    assert lua_set("progressing") == R.PROGRESSING_REASONS
+    assert lua_set("suspended") == R.SUSPENDED_REASONS
+
+
+def test_the_health_table_in_the_docs_is_the_reason_lists() -> None:
+    text = (ROOT / "docs" / "gitops.md").read_text()
+    rows = {
+        m.group(1): set(re.findall(r"`(\w+)`", m.group(2)))
+        for m in re.finditer(r"^\| `(\w+)` \| [^|]* \| ([^|]*) \|$", text, re.M)
+    }
+    assert rows[R.Health.HEALTHY] == {R.TABLE_LIVE}
+    assert rows[R.Health.PROGRESSING] == R.WAITING_REASONS | R.PROGRESSING_REASONS
+    assert rows[R.Health.SUSPENDED] == R.SUSPENDED_REASONS
 
 
 @pytest.mark.parametrize(

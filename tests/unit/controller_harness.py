@@ -14,8 +14,10 @@ from api_snapshot import ApiSnapshot
 from fakekube import FakeKube
 
 from sps_operator.api import labels as L
+from sps_operator.api.kinds import RunPhase
 from sps_operator.api.result import build_patch
 from sps_operator.controller import indexes as ix
+from sps_operator.controller import names
 from sps_operator.controller.claims import claim_info
 from sps_operator.controller.deployments import deployment_rolled_out
 from sps_operator.controller.placement import PodInfo
@@ -263,14 +265,13 @@ class Harness:
         name: str = "p",
         result: dict[str, Any] | None = None,
         ok: bool = True,
-        phase: int = 1,
+        phase: RunPhase = RunPhase.DIAGONAL,
     ) -> None:
         """Complete the current run's Job with `result` (a build_patch or raw data)."""
         run = self.status(name)["currentRun"]
         job = self.kube.obj("Job", run["job"], NS)
         job["status"] = {"conditions": [{"type": "Complete" if ok else "Failed", "status": "True"}]}
-        suffix = "-result" if phase == 1 else "-p2-result"
-        cm = self.kube.obj("ConfigMap", run["name"] + suffix, NS)
+        cm = self.kube.obj("ConfigMap", names.result_config_map(run["name"], phase), NS)
         result = result if result is not None else build_patch(status="succeeded", rounds=rounds())
         cm["data"] = {k: v for k, v in (result.get("data") or {}).items() if v is not None}
         binary = {k: v for k, v in (result.get("binaryData") or {}).items() if v is not None}

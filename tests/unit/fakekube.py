@@ -18,8 +18,25 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
+from sps_operator.api import reasons as R
 from sps_operator.constants import FIELD_MANAGER
 from sps_operator.controller.kube import KubeApi, Obj
+
+# Every reason a pass writes (status and events) that api/reasons.py does not list; the
+# autouse fixture in tests/unit/conftest.py fails the test that wrote one.
+UNLISTED_REASONS: list[str] = []
+STATUS_REASONS = set(R.REASONS)
+EVENT_REASONS = set(R.REASONS) | set(R.EVENT_REASONS)
+
+
+def status_reasons(status: Mapping[str, Any]) -> list[str]:
+    """The reasons a status (or a status patch) carries, wherever it carries them."""
+    found = [c.get("reason") for c in status.get("conditions") or []]
+    found += [t.get("reason") for t in status.get("targets") or []]
+    found += [(status.get("lastFailure") or {}).get("reason"), status.get("refreshReason")]
+    found.append(((status.get("currentRun") or {}).get("waiting") or {}).get("reason"))
+    return [str(r) for r in found if r]
+
 
 _SET_EXPR = re.compile(r"^([^\s!=]+)\s+(in|notin)\s+\(([^)]*)\)$")
 
@@ -339,6 +356,7 @@ class FakeKube(KubeApi):
         if self.reject_status is not None and "targets" in status:
             raise self.reject_status
         self.status_patches.append(copy.deepcopy(dict(status)))
+        UNLISTED_REASONS.extend(r for r in status_reasons(status) if r not in STATUS_REASONS)
         profile = self.objects.get(("SpsProfile", namespace, name))
         if profile is not None:
             merge(profile.setdefault("status", {}), dict(status))
@@ -348,3 +366,5 @@ class FakeKube(KubeApi):
         self, involved: Mapping[str, Any], type_: str, reason: str, message: str, now: datetime
     ) -> None:
         self.events.append((reason, message))
+        if reason not in EVENT_REASONS:
+            UNLISTED_REASONS.append(reason)

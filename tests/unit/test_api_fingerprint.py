@@ -13,15 +13,17 @@ from hypothesis import strategies as st
 
 from sps_operator.api import fingerprint as F
 from sps_operator.api.fingerprint import Kind, Position, Where
+from sps_operator.api.reasons import (
+    AMBIGUOUS_FLAG,
+    CONFIG_FILE_FLAGS,
+    HIDDEN_COST_INPUT,
+    NOT_A_DSPARK_SERVER,
+    NOT_AN_SGLANG_SERVER,
+    UNREADABLE_SHELL_SCRIPT,
+)
 from sps_operator.controller.fingerprint_cmd import with_doc
 from sps_operator.controller.podenv import ConfigMapEnv, resolve_env
 from sps_operator.controller.serverconfig import (
-    AMBIGUOUS_FLAG,
-    CONFIG_FILE,
-    HIDDEN_COST_INPUT,
-    NOT_DSPARK,
-    NOT_SGLANG,
-    SHELL_SCRIPT,
     ServerConfig,
     ServerProblem,
     legacy_table_fingerprint,
@@ -168,7 +170,7 @@ def test_flags_from_a_config_file_are_refused(args: list[str]) -> None:
     """The bug: every cost flag in a `--config` file was invisible to the fingerprint."""
     with pytest.raises(ServerProblem) as info:
         fp(args)
-    assert info.value.reason == CONFIG_FILE and "container's args" in str(info.value)
+    assert info.value.reason == CONFIG_FILE_FLAGS and "container's args" in str(info.value)
 
 
 def test_env_switches_are_read_as_sglang_reads_them() -> None:
@@ -408,8 +410,9 @@ def test_any_command_line_is_read_or_refused_with_a_reason(
     try:
         cfg = config(c)
     except ServerProblem as exc:
-        assert exc.reason in (AMBIGUOUS_FLAG, CONFIG_FILE, HIDDEN_COST_INPUT, NOT_DSPARK,
-                              NOT_SGLANG, SHELL_SCRIPT) and str(exc)  # fmt: skip
+        assert exc.reason in (AMBIGUOUS_FLAG, CONFIG_FILE_FLAGS, HIDDEN_COST_INPUT,
+                              NOT_A_DSPARK_SERVER, NOT_AN_SGLANG_SERVER,
+                              UNREADABLE_SHELL_SCRIPT) and str(exc)  # fmt: skip
         return
     assert cfg.fingerprint().startswith("v2-") and len(cfg.unfingerprinted) <= 16
     # A flag the operator does not read, appended, changes nothing.

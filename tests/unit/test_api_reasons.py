@@ -1,5 +1,8 @@
-"""The one list of reasons (api/reasons.py) is complete: every CamelCase word the controller
-writes is a reason, an event reason, a condition type, or a Kubernetes word declared here."""
+"""The one list of reasons (api/reasons.py) is the only place they are spelled: every
+CamelCase word the controller and the plugin write is a reason, an event reason, a condition
+type, or a word of another vocabulary declared here; no module retypes a listed reason; and
+every listed reason is set somewhere. (What the passes actually write is checked at run time
+by the autouse fixture in tests/unit/conftest.py.)"""
 
 from __future__ import annotations
 
@@ -9,7 +12,10 @@ from pathlib import Path
 
 from sps_operator.api import reasons as R
 
-CONTROLLER = Path(R.__file__).resolve().parents[1] / "controller"
+PACKAGE = Path(R.__file__).resolve().parents[1]
+CONTROLLER = PACKAGE / "controller"
+PLUGIN = PACKAGE / "plugin"
+DOCS = PACKAGE.parents[1] / "docs"
 CAMEL = re.compile(r"^[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)*$")
 
 # CamelCase strings of the controller that are not the operator's reasons: Kubernetes
@@ -33,39 +39,64 @@ KUBERNETES_WORDS = {
     "GatesPassed",  # a passed gate's verdict, never written to status
     # PersistentVolumeClaim access modes, and a pod phase
     "ReadWriteOnce", "ReadWriteOncePod", "ReadOnlyMany", "ReadWriteMany", "Running",
+    # the plugin's: spec values, target states, a condition status, the CRD's plural, and
+    # matplotlib's backend and colours
+    "BorrowReplica", "Wait", "Additive", "Diagonal", "Live", "Rolling", "Refused", "Pending",
+    "Unknown", "SpsProfiles", "Agg", "C0", "C1",
+}  # fmt: skip
+
+# Words of another vocabulary that happen to equal a listed reason or condition type.
+OTHER_VOCABULARIES = {
+    ("api/status.py", "Stale"), ("api/status.py", "NoTable"),  # TargetState
+    ("api/status.py", "Waiting"),
+    ("api/crd.py", "Ready"),  # a printer column's name
+    ("controller/placement.py", "Ready"),  # the Pod condition
 }  # fmt: skip
 
 
-def controller_words() -> dict[str, set[str]]:
-    """Every CamelCase string constant of the controller (docstrings excepted) -> files."""
+def string_constants(path: Path) -> list[str]:
+    """The string constants of a module, its docstrings excepted."""
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+    ]
+
+
+def camel_words(*folders: Path) -> dict[str, set[str]]:
+    """Every CamelCase string constant of the folders' modules -> their files."""
     found: dict[str, set[str]] = {}
-    for path in sorted(CONTROLLER.glob("*.py")):
-        tree = ast.parse(path.read_text())
-        docstrings = {
-            id(node.body[0].value)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-            and node.body
-            and isinstance(node.body[0], ast.Expr)
-            and isinstance(node.body[0].value, ast.Constant)
-        }
-        for node in ast.walk(tree):
-            if (
-                isinstance(node, ast.Constant)
-                and isinstance(node.value, str)
-                and id(node) not in docstrings
-                and CAMEL.match(node.value)
-            ):
-                found.setdefault(node.value, set()).add(path.name)
+    for folder in folders:
+        for path in sorted(folder.glob("*.py")):
+            for value in string_constants(path):
+                if CAMEL.match(value):
+                    found.setdefault(value, set()).add(f"{folder.name}/{path.name}")
     return found
 
 
 KNOWN = set(R.REASONS) | set(R.EVENT_REASONS) | set(R.CONDITION_TYPES)
+# The name of each listed word in api/reasons.py (its constant).
+CONSTANT_OF = {
+    value: name
+    for name, value in vars(R).items()
+    if name.isupper() and isinstance(value, str) and value in KNOWN
+}
 
 
-def test_every_reason_the_controller_writes_is_in_the_list() -> None:
-    words = controller_words()
-    assert len(words) > 50, "the scan found almost nothing: it no longer reads the controller"
+def test_every_word_the_controller_and_plugin_write_is_in_the_list() -> None:
+    words = camel_words(CONTROLLER, PLUGIN)
+    assert len(words) > 50, "the scan found almost nothing: it no longer reads the modules"
     unknown = {w: sorted(files) for w, files in words.items() if w not in KNOWN | KUBERNETES_WORDS}
     assert not unknown, (
         f"add these to sps_operator/api/reasons.py (with what they mean), or to "
@@ -73,10 +104,31 @@ def test_every_reason_the_controller_writes_is_in_the_list() -> None:
     )
 
 
-def test_every_listed_reason_is_used() -> None:
-    words = controller_words()
-    unused = (set(R.REASONS) | set(R.EVENT_REASONS)) - set(words)
-    assert not unused, f"listed in api/reasons.py but written nowhere: {sorted(unused)}"
+def test_no_module_retypes_a_listed_word() -> None:
+    """A reason is spelled once, in api/reasons.py; modules use its constant."""
+    retyped = sorted(
+        (str(path.relative_to(PACKAGE)), value)
+        for path in PACKAGE.rglob("*.py")
+        if path != Path(R.__file__).resolve()
+        for value in string_constants(path)
+        if value in KNOWN
+    )
+    assert len(CONSTANT_OF) == len(KNOWN), "every listed word has a constant"
+    extra = sorted(set(retyped) - OTHER_VOCABULARIES)
+    assert not extra, f"use the constants of sps_operator/api/reasons.py: {extra}"
+
+
+def test_every_listed_reason_is_set_by_the_controller() -> None:
+    used: set[str] = set()
+    for path in CONTROLLER.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Name):
+                used.add(node.id)
+            elif isinstance(node, ast.Attribute):
+                used.add(node.attr)
+    listed = set(R.REASONS) | set(R.EVENT_REASONS)
+    unused = sorted(r for r in listed if CONSTANT_OF[r] not in used)
+    assert not unused, f"listed in api/reasons.py but set nowhere: {unused}"
 
 
 def test_no_word_is_both_a_reason_and_a_kubernetes_word() -> None:
@@ -91,3 +143,20 @@ def test_every_reason_says_what_it_means() -> None:
         assert reason.meaning and len(reason.meaning) <= 100, name
     for type_, meaning in R.CONDITION_TYPES.items():
         assert meaning, type_
+
+
+def doc_section(doc: str, heading: str) -> str:
+    text = (DOCS / doc).read_text()
+    start = text.index(f"\n## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end >= 0 else None]
+
+
+def test_the_operator_docs_name_every_reason() -> None:
+    conditions = doc_section("operator.md", "Conditions")
+    events = doc_section("operator.md", "Events (constant reasons)")
+    missing = [r for r in R.REASONS if f"`{r}`" not in conditions]
+    missing += [r for r in R.EVENT_REASONS if f"`{r}`" not in events]
+    missing += [c for c in R.CONDITION_TYPES if c not in (R.RECONCILING, R.STALLED)
+                and f"| `{c}` |" not in conditions]  # fmt: skip
+    assert not missing, f"docs/operator.md (Conditions, Events) does not name: {missing}"

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from test_tables_clockramp import ramp_rounds
 
 from round_lines import round_line
+from sps_operator.api.kinds import TableKind
 from sps_operator.api.limits import MAX_STEP_SECONDS, MIN_STEP_SECONDS
 from sps_operator.api.result import (
     INLINE_ROUNDS_LIMIT,
@@ -180,8 +181,8 @@ def test_the_clock_ramp_record_reaches_the_operators_fit() -> None:
     rounds = ramp_rounds()
     text = "".join(json.dumps(r) + "\n" for r in rounds)
     accepted = read_result({"status": "succeeded", KEY_ROUNDS: text}, {}).rounds
-    profiler = fit_from_rounds(rounds, "diagonal", diagonal_probes="measured")
-    operator = fit_from_rounds(accepted, "diagonal", diagonal_probes="measured")
+    profiler = fit_from_rounds(rounds, TableKind.DIAGONAL, diagonal_probes="measured")
+    operator = fit_from_rounds(accepted, TableKind.DIAGONAL, diagonal_probes="measured")
     assert operator.clock_ramp is not None and operator.clock_ramp == profiler.clock_ramp
     assert operator.table.to_dict() == profiler.table.to_dict()
 
@@ -373,7 +374,7 @@ def test_any_clock_ramp_record_is_refused_or_fits(
         assert str(exc)
         return
     try:
-        fit = fit_from_rounds(accepted, "diagonal", diagonal_probes="measured")
+        fit = fit_from_rounds(accepted, TableKind.DIAGONAL, diagonal_probes="measured")
     except (ValueError, ArithmeticError) as exc:
         assert str(exc)
         return

@@ -10,18 +10,14 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 from test_api_result import round_line
-from test_controller_builders import plan
 from test_tables_clockramp import ramp_rounds
 
+from sps_operator.api.kinds import RunPhase, TableKind
+from sps_operator.api.reasons import INCOMPLETE_SWEEP, SWEEP_MISMATCH
 from sps_operator.api.result import validate_rounds
 from sps_operator.api.spec import SpsProfileSpec
 from sps_operator.controller import builders
-from sps_operator.controller.acceptance import (
-    INCOMPLETE_SWEEP,
-    SWEEP_MISMATCH,
-    asked_cells,
-    judge,
-)
+from sps_operator.controller.acceptance import asked_cells, judge
 from sps_operator.profiler import cli as profiler_cli
 from sps_operator.profiler.sweep import build_cells
 
@@ -52,26 +48,26 @@ def test_a_result_covering_2_of_24_asked_cells_is_refused_and_names_them() -> No
     # for a server that runs 128 requests).
     asked = spec({"batchSizes": BATCHES, "repeats": 3})
     short = validate_rounds([diagonal_round(1), diagonal_round(2)])
-    verdict = judge(short, asked, additive=False, gate=False)
+    verdict = judge(short, asked, kind=TableKind.DIAGONAL, gate=False)
     assert verdict.reason == INCOMPLETE_SWEEP and not verdict.accepted
     assert "cover 2 of the 24 cells" in verdict.message
     assert "missing: repeat 0 bs 4, repeat 0 bs 8" in verdict.message
     assert "and 16 more" in verdict.message  # six named, the rest counted
     assert "--max-running-requests" in verdict.message  # why the profiler never drops one
     whole = validate_rounds([diagonal_round(bs, r) for r in range(3) for bs in BATCHES])
-    assert judge(whole, asked, additive=False, gate=False).accepted
+    assert judge(whole, asked, kind=TableKind.DIAGONAL, gate=False).accepted
 
 
 def test_the_tapered_sweep_of_max_batch_size_is_the_one_to_cover() -> None:
     asked = spec({"maxBatchSize": 40})  # 1, 2, 4, 8, 16, 24, 32, 40
     tapered = [1, 2, 4, 8, 16, 24, 32, 40]
     rounds = validate_rounds([diagonal_round(bs) for bs in tapered])
-    assert judge(rounds, asked, additive=False, gate=False).accepted
-    verdict = judge(rounds[:-1], asked, additive=False, gate=False)
+    assert judge(rounds, asked, kind=TableKind.DIAGONAL, gate=False).accepted
+    verdict = judge(rounds[:-1], asked, kind=TableKind.DIAGONAL, gate=False)
     assert verdict.reason == INCOMPLETE_SWEEP and "missing: repeat 0 bs 40." in verdict.message
     # A batch size below the maximum that the tapered sweep never measures was not asked.
     odd = validate_rounds([*(diagonal_round(bs) for bs in tapered), diagonal_round(3)])
-    verdict = judge(odd, asked, additive=False, gate=False)
+    verdict = judge(odd, asked, kind=TableKind.DIAGONAL, gate=False)
     assert verdict.reason == SWEEP_MISMATCH and "batch size 3" in verdict.message
 
 
@@ -80,10 +76,12 @@ def test_an_additive_run_covers_both_phases() -> None:
     fracs = (0.25, 0.5, 0.75, 1.0)
     phase1 = [diagonal_round(bs) for bs in (1, 2, 4)]
     phase2 = [additive_round(bs, f) for bs in (1, 2, 4) for f in fracs]
-    assert judge(validate_rounds(phase1), asked, additive=False, gate=False).accepted
-    verdict = judge(validate_rounds(phase1 + phase2), asked, additive=True, gate=False)
+    assert judge(validate_rounds(phase1), asked, kind=TableKind.DIAGONAL, gate=False).accepted
+    verdict = judge(validate_rounds(phase1 + phase2), asked, kind=TableKind.ADDITIVE, gate=False)
     assert verdict.accepted, verdict.message
-    verdict = judge(validate_rounds(phase1 + phase2[:-1]), asked, additive=True, gate=False)
+    verdict = judge(
+        validate_rounds(phase1 + phase2[:-1]), asked, kind=TableKind.ADDITIVE, gate=False
+    )
     assert verdict.reason == INCOMPLETE_SWEEP
     assert "cover 14 of the 15 cells" in verdict.message and "bs 4 frac 1" in verdict.message
 
@@ -95,7 +93,7 @@ def test_copies_of_one_cell_cannot_outvote_the_real_repeats() -> None:
     honest = [diagonal_round(bs, r) for r in range(2) for bs in (1, 2, 4)]
     forged = dict(diagonal_round(4, 0, scale=0.5))
     rounds = validate_rounds(honest[:2] + [forged] * 4 + honest[3:])
-    verdict = judge(rounds, asked, additive=False, gate=False)
+    verdict = judge(rounds, asked, kind=TableKind.DIAGONAL, gate=False)
     assert verdict.reason == SWEEP_MISMATCH and not verdict.accepted
     assert "repeat 0 bs 4 4 times" in verdict.message
 
@@ -108,10 +106,12 @@ def test_a_stranded_round_and_its_remeasurement_are_not_duplicates() -> None:
     first = [dict(r, clock_run="first", clock_on_ramp=True) for r in rounds[:2]]
     resumed = [dict(r, clock_run="resumed") for r in rounds]
     asked = spec({"batchSizes": [1, 2, 4, 8]})
-    verdict = judge(validate_rounds(first + resumed), asked, additive=False, gate=False)
+    verdict = judge(validate_rounds(first + resumed), asked, kind=TableKind.DIAGONAL, gate=False)
     assert verdict.accepted, verdict.message
     # Without the re-measurement of bs 2, that cell exists only stranded: missing, and why.
-    verdict = judge(validate_rounds(first + resumed[1:]), asked, additive=False, gate=False)
+    verdict = judge(
+        validate_rounds(first + resumed[1:]), asked, kind=TableKind.DIAGONAL, gate=False
+    )
     assert verdict.reason == INCOMPLETE_SWEEP
     assert "missing: repeat 0 bs 2" in verdict.message
     assert "1 of them were measured only on a clock ramp" in verdict.message
@@ -147,20 +147,19 @@ def test_the_cells_asked_for_are_the_cells_the_profiler_measures(
     except ValidationError:  # a sweep the API refuses (too many cells)
         assume(False)
     measured: set[tuple[int, int, float | None]] = set()
-    for phase in (1, 2) if kind == "Additive" else (1,):
-        job_plan = builders.RunPlan(**{**plan(phase).__dict__, "spec": profile})
-        args = profiler_cli.build_parser().parse_args(builders.profiler_args(job_plan, "http://s"))
+    for phase in RunPhase if kind == "Additive" else (RunPhase.DIAGONAL,):
+        args = profiler_cli.build_parser().parse_args(["run", *builders.sweep_argv(profile, phase)])
         cfg = profiler_cli._run_config(args)
         cells = build_cells(cfg.batch_sizes, cfg.fracs, cfg.repeats)
-        if phase == 1:
-            assert {c.key for c in cells} == asked_cells(profile, additive=False)
+        if phase == RunPhase.DIAGONAL:
+            assert {c.key for c in cells} == asked_cells(profile, kind=TableKind.DIAGONAL)
         measured |= {c.key for c in cells}
-    assert measured == asked_cells(profile, additive=kind == "Additive")
+    assert measured == asked_cells(profile, kind=TableKind(kind))
 
 
 @pytest.mark.parametrize("count", [2, 5])
 def test_duplicates_are_named_with_their_count(count: int) -> None:
     asked = spec({"batchSizes": [1, 2]})
     rounds = validate_rounds([diagonal_round(1)] * count + [diagonal_round(2)])
-    verdict = judge(rounds, asked, additive=False, gate=False)
+    verdict = judge(rounds, asked, kind=TableKind.DIAGONAL, gate=False)
     assert f"repeat 0 bs 1 {count} times" in verdict.message

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from sps_operator.api import labels as L
+from sps_operator.api.kinds import RunPhase
 from sps_operator.api.limits import MAX_PROFILE_NAME
 from sps_operator.api.spec import SpsProfileSpec
 from sps_operator.controller import builders, names
@@ -49,7 +50,7 @@ def spec(**overrides: Any) -> SpsProfileSpec:
     return SpsProfileSpec.model_validate(base)
 
 
-def plan(phase: int = 1, **spec_overrides: Any) -> builders.RunPlan:
+def plan(phase: RunPhase = RunPhase.DIAGONAL, **spec_overrides: Any) -> builders.RunPlan:
     return builders.RunPlan(
         profile=PROFILE,
         spec=spec(**spec_overrides),
@@ -61,7 +62,7 @@ def plan(phase: int = 1, **spec_overrides: Any) -> builders.RunPlan:
         server_container="sglang",
         server=parse_server(TARGET_POD["containers"][0]),
         server_port=30000,
-        seed_table_config_map="llama-abc-seed" if phase == 2 else None,
+        seed_table_config_map="llama-abc-seed" if phase == RunPhase.OFF_DIAGONAL else None,
         profiler_image="ghcr.io/sps-dev/sps-operator:test",
     )
 
@@ -114,7 +115,8 @@ def test_job_clone_mode_sidecar_and_profiler() -> None:
 
 def test_job_phase_two_mounts_the_seed_table_in_compact_mode() -> None:
     p = plan(
-        phase=2, table={"kind": "Additive", "sweep": {"batchSizes": [1, 2], "fracs": [0.5, 1]}}
+        phase=RunPhase.OFF_DIAGONAL,
+        table={"kind": "Additive", "sweep": {"batchSizes": [1, 2], "fracs": [0.5, 1]}},
     )
     job = builders.profiling_job(p)
     assert job["metadata"]["name"] == "llama-abc-p2"
@@ -283,8 +285,12 @@ def test_names_are_deterministic_unique_per_profile_and_short_enough() -> None:
     # The same table measured for another server is another ConfigMap.
     assert table != names.table_config_map(long, "uid-1", gpu, "e" * 16, "0123456789abcdef")
     # The Job's pods are named <job>-xxxxx and the Job name becomes a label value.
-    assert len(names.job_name(a, 2)) + len("-xxxxx") <= 63
-    for derived in (names.result_config_map(a, 2), names.profiler_account(a), table):
+    assert len(names.job_name(a, RunPhase.OFF_DIAGONAL)) + len("-xxxxx") <= 63
+    for derived in (
+        names.result_config_map(a, RunPhase.OFF_DIAGONAL),
+        names.profiler_account(a),
+        table,
+    ):
         assert len(derived) <= 63, derived
 
 

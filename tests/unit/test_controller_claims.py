@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sps_operator.api import labels as L
+from sps_operator.api.reasons import CLAIM_NODE_UNAVAILABLE, READ_WRITE_ONCE_POD_CLAIM
 from sps_operator.controller import indexes as ix
 from sps_operator.controller.claims import (
     ACCESS_MODES,
@@ -24,11 +25,7 @@ from sps_operator.controller.claims import (
     volume_pin,
 )
 from sps_operator.controller.placement import PodInfo, pod_info
-from sps_operator.controller.policy import (
-    CLAIM_NODE_UNAVAILABLE,
-    READ_WRITE_ONCE_POD_CLAIM,
-    Refusal,
-)
+from sps_operator.controller.policy import Refusal
 
 GPU = "nvidia.com/gpu.product"
 WEIGHTS = "weights"

@@ -15,6 +15,12 @@ from controller_harness import profile_body as body
 from sps_operator.api import labels as L
 from sps_operator.api import limits
 from sps_operator.api.models import SpsProfile
+from sps_operator.api.reasons import (
+    DIAGONAL_ONLY_SERVER,
+    LORA_NEEDS_STATIC_MODE,
+    LORA_UNSUPPORTED,
+    SERVER_REFUSED_TO_START,
+)
 from sps_operator.api.result import build_patch
 from sps_operator.controller import compat
 from sps_operator.controller.placement import MAX_EXIT_MESSAGE, PodInfo, pod_info
@@ -78,12 +84,12 @@ def test_an_additive_profile_against_the_fork_is_refused_before_any_job() -> Non
     h = harness(additive(), args=[*SERVER_ARGS, f"{TABLE_PATH_FLAG}=const"], env=COMPACT)
     status = h.settle()
     (target,) = status["targets"]
-    assert (target["state"], target["reason"]) == ("Refused", compat.DIAGONAL_ONLY)
+    assert (target["state"], target["reason"]) == ("Refused", DIAGONAL_ONLY_SERVER)
     assert "fzyzcjy" in target["message"] and "table.kind: Diagonal" in target["message"]
     assert not h.kube.kinds("Job") and status.get("currentRun") is None
     assert f"{TABLE_PATH_FLAG}=const" in server_args(h)  # untouched
-    assert h.condition("Ready")[:2] == ("False", compat.DIAGONAL_ONLY)
-    assert compat.DIAGONAL_ONLY in TARGET_REASONS
+    assert h.condition("Ready")[:2] == ("False", DIAGONAL_ONLY_SERVER)
+    assert DIAGONAL_ONLY_SERVER in TARGET_REASONS
     assert any("Diagonal" in f["next"] for f in findings(h))
 
 
@@ -97,7 +103,7 @@ def test_the_fork_stays_known_after_its_table_replaced_const() -> None:
     h.kube.edit("SpsProfile", "p", lambda p: p["spec"].update(table=additive()["spec"]["table"]))
     status = h.settle()
     (target,) = status["targets"]
-    assert (target["state"], target["reason"]) == ("Refused", compat.DIAGONAL_ONLY), target
+    assert (target["state"], target["reason"]) == ("Refused", DIAGONAL_ONLY_SERVER), target
     assert "const" in target["message"] and "table.kind: Diagonal" in target["message"]
     assert len(h.kube.kinds("Job")) == jobs and status.get("currentRun") is None
 
@@ -146,12 +152,12 @@ def test_a_diagonal_only_loader_refuses_the_additive_seed_in_the_clone_never_in_
     status = h.run_pass()
     failure = status["lastFailure"]
     assert status.get("currentRun") is None  # at once, not after the 30-minute server wait
-    assert (failure["reason"], failure["retryable"]) == (compat.DIAGONAL_ONLY, False)
+    assert (failure["reason"], failure["retryable"]) == (DIAGONAL_ONLY_SERVER, False)
     assert compat.ADDITIVE_REFUSED in failure["message"]
     assert len(status["diagonalOnlyServers"]) == 1
     status = h.settle()
     (target,) = status["targets"]
-    assert (target["state"], target["reason"]) == ("Refused", compat.DIAGONAL_ONLY)
+    assert (target["state"], target["reason"]) == ("Refused", DIAGONAL_ONLY_SERVER)
     assert "clone refused an additive table" in target["message"]
     assert h.running_hash() is None and TABLE_PATH_FLAG not in " ".join(server_args(h))
     # No other run started: only the refused run's two Jobs, kept for inspection.
@@ -159,7 +165,7 @@ def test_a_diagonal_only_loader_refuses_the_additive_seed_in_the_clone_never_in_
         run["job"],
         run["job"].removesuffix("-p2"),
     }
-    assert compat.DIAGONAL_ONLY in FAILURE_REASONS
+    assert DIAGONAL_ONLY_SERVER in FAILURE_REASONS
     # The same server with a Diagonal profile is profiled as usual.
     h.kube.edit("SpsProfile", "p", lambda p: p["spec"].update(table=body()["spec"]["table"]))
     assert h.profile_once()["targets"][0]["state"] == "Live"
@@ -195,11 +201,11 @@ def test_a_crash_the_operator_does_not_know_keeps_the_run_waiting() -> None:
 @pytest.mark.parametrize(
     ("words", "reason"),
     [
-        (flavors.REQUIRE_PATH_MESSAGE, compat.SERVER_REFUSED),
-        (flavors.lora_refusal("compact"), compat.LORA_NEEDS_STATIC),
+        (flavors.REQUIRE_PATH_MESSAGE, SERVER_REFUSED_TO_START),
+        (flavors.lora_refusal("compact"), LORA_NEEDS_STATIC_MODE),
         ("Currently LoRA is only compatible with NGRAM speculative decoding.",
-         compat.LORA_NEEDS_STATIC),
-        (f"msgspec.ValidationError: {compat.ADDITIVE_REFUSED}", compat.DIAGONAL_ONLY),
+         LORA_NEEDS_STATIC_MODE),
+        (f"msgspec.ValidationError: {compat.ADDITIVE_REFUSED}", DIAGONAL_ONLY_SERVER),
     ],
 )  # fmt: skip
 def test_the_clone_s_start_up_refusals_end_the_run_with_their_reason(
@@ -216,7 +222,7 @@ def test_the_clone_s_start_up_refusals_end_the_run_with_their_reason(
     failure = status["lastFailure"]
     assert (failure["reason"], failure["retryable"]) == (reason, False)
     assert reason in FAILURE_REASONS
-    if reason == compat.SERVER_REFUSED:
+    if reason == SERVER_REFUSED_TO_START:
         assert f"{TABLE_PATH_FLAG}=const" in failure["message"]
 
 
@@ -227,7 +233,7 @@ def test_dspark_with_lora_outside_static_mode_gets_no_table_and_no_job() -> None
     h = harness(args=[*SERVER_ARGS, "--lora-paths", "a=/lora/a"], env=COMPACT)
     status = h.settle()
     (target,) = status["targets"]
-    assert (target["state"], target["reason"]) == ("Refused", compat.LORA_NEEDS_STATIC)
+    assert (target["state"], target["reason"]) == ("Refused", LORA_NEEDS_STATIC_MODE)
     assert "#34337" in target["message"] and not h.kube.kinds("Job")
 
 
@@ -235,7 +241,7 @@ def test_dspark_with_lora_in_static_mode_is_profiled_diagonal_and_refused_additi
     lora = [*SERVER_ARGS, "--enable-lora"]
     h = harness(additive(), args=lora)
     status = h.settle()
-    assert status["targets"][0]["reason"] == compat.LORA_NEEDS_STATIC
+    assert status["targets"][0]["reason"] == LORA_NEEDS_STATIC_MODE
     assert "table.kind: Diagonal" in status["targets"][0]["message"]
     assert not h.kube.kinds("Job")
     h = harness(args=lora)
@@ -246,7 +252,7 @@ def test_dspark_with_lora_in_static_mode_is_profiled_diagonal_and_refused_additi
 def test_releases_up_to_0_5_17_refuse_dspark_with_lora() -> None:
     h = harness(args=[*SERVER_ARGS, "--enable-lora"], image="lmsysorg/sglang:v0.5.17")
     (target,) = h.settle()["targets"]
-    assert target["reason"] == compat.LORA_UNSUPPORTED and "NGRAM" in target["message"]
+    assert target["reason"] == LORA_UNSUPPORTED and "NGRAM" in target["message"]
 
 
 # --------------------------------------------------------------------------- capture-derived

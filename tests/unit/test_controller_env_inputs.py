@@ -17,13 +17,15 @@ from controller_harness import NS, SERVER_ARGS, Harness, container, deployment, 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sps_operator.api.reasons import (
+    HIDDEN_COST_INPUT,
+    NOT_A_DSPARK_SERVER,
+    NOT_AN_SGLANG_SERVER,
+    UNREADABLE_SHELL_SCRIPT,
+)
 from sps_operator.controller.podenv import ConfigMapEnv, EnvValue, resolve_env
 from sps_operator.controller.serverconfig import (
     FINGERPRINTED_ENV,
-    HIDDEN_COST_INPUT,
-    NOT_DSPARK,
-    NOT_SGLANG,
-    SHELL_SCRIPT,
     ServerCommand,
     ServerConfig,
     ServerProblem,
@@ -154,7 +156,7 @@ def test_a_shell_script_with_a_hidden_value_cannot_be_read() -> None:
     key = {"name": "KEY", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}
     script = "exec python3 -m sglang.launch_server " + " ".join(SERVER_ARGS) + " --api-key $(KEY)"
     problem = refused(container(command=["sh", "-c", script], args=None, env=[key]))
-    assert problem.reason == SHELL_SCRIPT and "$(KEY)" in str(problem)
+    assert problem.reason == UNREADABLE_SHELL_SCRIPT and "$(KEY)" in str(problem)
 
 
 def test_the_clone_runs_the_values_the_fingerprint_was_computed_from() -> None:
@@ -208,7 +210,9 @@ def test_any_environment_is_understood_or_refused_with_a_reason(
     try:
         command, config = parse(c, **maps)
     except ServerProblem as exc:
-        assert exc.reason in (HIDDEN_COST_INPUT, NOT_SGLANG, NOT_DSPARK) and str(exc)
+        assert exc.reason in (HIDDEN_COST_INPUT, NOT_AN_SGLANG_SERVER, NOT_A_DSPARK_SERVER) and str(
+            exc
+        )
         return
     assert config.port > 0 and len(command.args) == len(command.argv)
     # Whatever was accepted does not depend on what the operator cannot read: any values in

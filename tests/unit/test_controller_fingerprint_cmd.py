@@ -13,6 +13,7 @@ from controller_harness import SERVER_ARGS, container, deployment, profile_body
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sps_operator.api.kinds import RunPhase
 from sps_operator.api.spec import SpsProfileSpec
 from sps_operator.cli import main as sps_operator
 from sps_operator.controller import builders
@@ -99,7 +100,7 @@ def test_what_the_operator_refuses_is_said_with_its_reason(
 # --------------------------------------------------------------------------- the clone
 
 
-def plan(phase: int, seed: str | None, args: list[str], mode: str) -> builders.RunPlan:
+def plan(phase: RunPhase, seed: str | None, args: list[str], mode: str) -> builders.RunPlan:
     c = container(args=args, env=[{"name": "SGLANG_RAGGED_VERIFY_MODE", "value": mode}])
     spec = SpsProfileSpec.model_validate(profile_body()["spec"])
     return builders.RunPlan(
@@ -118,11 +119,13 @@ def plan(phase: int, seed: str | None, args: list[str], mode: str) -> builders.R
 def test_the_fork_s_const_stays_where_the_clone_runs_compact_without_a_seed() -> None:
     const = [*SERVER_ARGS, TABLE_PATH_FLAG, "const"]
     c = container(args=const)
-    compact = builders.server_sidecar(plan(2, None, const, "compact"), c, set())
+    compact = builders.server_sidecar(plan(RunPhase.OFF_DIAGONAL, None, const, "compact"), c, set())
     assert compact["args"][-2:] == [TABLE_PATH_FLAG, "const"]
-    seeded = builders.server_sidecar(plan(2, "seed", const, "compact"), c, set())
+    seeded = builders.server_sidecar(
+        plan(RunPhase.OFF_DIAGONAL, "seed", const, "compact"), c, set()
+    )
     assert seeded["args"].count(TABLE_PATH_FLAG) == 1 and "const" not in seeded["args"]
-    static = builders.server_sidecar(plan(1, None, const, "compact"), c, set())
+    static = builders.server_sidecar(plan(RunPhase.DIAGONAL, None, const, "compact"), c, set())
     assert TABLE_PATH_FLAG not in static["args"]
 
 

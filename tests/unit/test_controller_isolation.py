@@ -15,6 +15,7 @@ from controller_harness import NS, Harness, rounds
 from test_controller_safety import ANNOTATE_ONLY, annotate_only_deployment
 
 from sps_operator.api import labels as L
+from sps_operator.api.kinds import RunPhase
 from sps_operator.api.result import build_patch
 from sps_operator.controller import names
 
@@ -115,7 +116,7 @@ def test_a_finished_job_and_result_in_another_namespace_never_become_the_table()
     forged = build_patch(status="succeeded", rounds=rounds(scale=8.0))
     result = planted(
         "ConfigMap",
-        names.result_config_map(run["name"], 1),
+        names.result_config_map(run["name"], RunPhase.DIAGONAL),
         {**labels, L.LABEL_COMPONENT: L.COMPONENT_RESULT},
         data={k: v for k, v in forged["data"].items() if v is not None},
     )

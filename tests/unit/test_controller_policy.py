@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from sps_operator.api import labels as L
 from sps_operator.api.endpoints import forbidden_peer
 from sps_operator.api.job import JobOverrides
+from sps_operator.api.kinds import RunPhase
 from sps_operator.api.result import build_patch
 from sps_operator.api.spec import ServerSpec, SpsProfileSpec
 from sps_operator.controller import builders, policy
@@ -87,7 +88,8 @@ def test_the_pin_wins_over_every_node_selector_in_the_job() -> None:
     target = deployment()["spec"]["template"]["spec"] | {"nodeSelector": {GPU: H200}}
     job = builders.profiling_job(
         builders.RunPlan(
-            profile=builders.ProfileRef("p", NS, "uid"), spec=spec, run="p-1", phase=1,
+            profile=builders.ProfileRef("p", NS, "uid"), spec=spec, run="p-1",
+            phase=RunPhase.DIAGONAL,
             gpu_product=H100, fingerprint="f" * 16, target_pod_spec=target,
             server_container="sglang", server=_server(),
         )
@@ -217,7 +219,10 @@ def test_phase_two_runs_when_the_server_is_the_same() -> None:
     status = h.run_pass()
     assert status["currentRun"]["phase"] == "OffDiagonal"
     assert status["currentRun"]["fingerprint"] == run["fingerprint"]
-    h.finish(result=build_patch(status="succeeded", rounds=additive_rounds()), phase=2)
+    h.finish(
+        result=build_patch(status="succeeded", rounds=additive_rounds()),
+        phase=RunPhase.OFF_DIAGONAL,
+    )
     status = h.settle()
     assert [t["fingerprint"] for t in status["tables"]] == [run["fingerprint"]]
 

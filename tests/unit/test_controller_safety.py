@@ -25,6 +25,7 @@ from controller_harness import (
 from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
+from sps_operator.api.kinds import RunPhase
 from sps_operator.api.result import build_patch
 from sps_operator.controller.policy import JobPolicy
 from sps_operator.controller.release import nothing_to_release, release
@@ -364,7 +365,7 @@ def test_an_additive_fit_predicting_negative_steps_is_refused() -> None:
     cells = additive_rounds()
     for r in cells:
         r["steps_per_sec"] = 1.0 / (0.02 - 0.0019 * r["batch_tokens"] / r["batch_size_per_rank"])
-    h.finish(result=build_patch(status="succeeded", rounds=cells), phase=2)
+    h.finish(result=build_patch(status="succeeded", rounds=cells), phase=RunPhase.OFF_DIAGONAL)
     status = h.settle()
     assert not status.get("tables")
     assert status["lastFailure"]["reason"] in ("SelfCheckFailed", "DoubtfulMeasurement")

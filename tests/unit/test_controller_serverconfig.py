@@ -8,10 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sps_operator.api.reasons import (
+    NOT_A_DSPARK_SERVER,
+    NOT_AN_SGLANG_SERVER,
+    UNREADABLE_SHELL_SCRIPT,
+)
 from sps_operator.controller.serverconfig import (
-    NOT_DSPARK,
-    NOT_SGLANG,
-    SHELL_SCRIPT,
     ServerConfig,
     ServerProblem,
     find_server_container,
@@ -124,22 +126,26 @@ def test_the_launcher_may_be_in_command_or_args_or_be_sglang_serve() -> None:
 @pytest.mark.parametrize(
     ("command", "args", "reason"),
     [
-        (["python3", "-m", "vllm.entrypoints.openai.api_server"], BASE_ARGS, NOT_SGLANG),
-        (None, BASE_ARGS, NOT_SGLANG),  # the image's entrypoint: nothing to recognise
-        (["python3", "-m", "sglang.launch_server"], ["--model-path", "m"], NOT_DSPARK),
+        (["python3", "-m", "vllm.entrypoints.openai.api_server"], BASE_ARGS, NOT_AN_SGLANG_SERVER),
+        (None, BASE_ARGS, NOT_AN_SGLANG_SERVER),  # the image's entrypoint: nothing to recognise
+        (["python3", "-m", "sglang.launch_server"], ["--model-path", "m"], NOT_A_DSPARK_SERVER),
         (
             ["python3", "-m", "sglang.launch_server"],
             [a if a != "DSPARK" else "EAGLE" for a in BASE_ARGS],
-            NOT_DSPARK,
+            NOT_A_DSPARK_SERVER,
         ),
-        (["sh", "-c", "python3 -m sglang.launch_server $FLAGS"], None, SHELL_SCRIPT),
-        (["bash", "-c", "cd /m; python3 -m sglang.launch_server"], None, SHELL_SCRIPT),
-        (["sh", "-c", "python3 -m sglang.launch_server | tee log"], None, SHELL_SCRIPT),
-        (["sh", "-c", "python3 -m sglang.launch_server `cat f`"], None, SHELL_SCRIPT),
-        (["sh", "-c", 'python3 -m sglang.launch_server --model "$M"'], None, SHELL_SCRIPT),
-        (["sh", "-c", "python3 -m sglang.launch_server\necho done"], None, SHELL_SCRIPT),
-        (["sh", "-c", "python3 -m sglang.launch_server > /log"], None, SHELL_SCRIPT),
-        (["sh"], None, SHELL_SCRIPT),
+        (["sh", "-c", "python3 -m sglang.launch_server $FLAGS"], None, UNREADABLE_SHELL_SCRIPT),
+        (["bash", "-c", "cd /m; python3 -m sglang.launch_server"], None, UNREADABLE_SHELL_SCRIPT),
+        (["sh", "-c", "python3 -m sglang.launch_server | tee log"], None, UNREADABLE_SHELL_SCRIPT),
+        (["sh", "-c", "python3 -m sglang.launch_server `cat f`"], None, UNREADABLE_SHELL_SCRIPT),
+        (
+            ["sh", "-c", 'python3 -m sglang.launch_server --model "$M"'],
+            None,
+            UNREADABLE_SHELL_SCRIPT,
+        ),
+        (["sh", "-c", "python3 -m sglang.launch_server\necho done"], None, UNREADABLE_SHELL_SCRIPT),
+        (["sh", "-c", "python3 -m sglang.launch_server > /log"], None, UNREADABLE_SHELL_SCRIPT),
+        (["sh"], None, UNREADABLE_SHELL_SCRIPT),
     ],
 )
 def test_what_is_not_a_recognisable_dspark_server_is_refused_with_a_reason(
@@ -197,7 +203,11 @@ def test_any_command_line_is_understood_or_refused_with_a_reason(
     try:
         parsed = parse_server(c)
     except ServerProblem as exc:
-        assert exc.reason in (NOT_SGLANG, NOT_DSPARK, SHELL_SCRIPT) and str(exc)
+        assert exc.reason in (
+            NOT_AN_SGLANG_SERVER,
+            NOT_A_DSPARK_SERVER,
+            UNREADABLE_SHELL_SCRIPT,
+        ) and str(exc)
         return
     cfg = server_config(c, parsed)
     assert cfg.inputs["speculative_algorithm"].upper() == "DSPARK"

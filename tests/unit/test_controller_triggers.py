@@ -127,3 +127,79 @@ def test_schedule_due_after_the_next_cron_time() -> None:
     state = schedule_state("0 3 * * *", None, "2026-03-01T11:30:00Z", NOW)
     assert not state.due and state.next_time == datetime(2026, 3, 2, 3, tzinfo=UTC)
     assert schedule_state(None, None, None, NOW) == triggers.ScheduleState(False, None)
+
+
+# --- each trigger policy on its own ----------------------------------------------------------
+
+
+def pair(
+    target: TargetView,
+    table_ref: TableRef | None = None,
+    s: SpsProfileSpec | None = None,
+    refresh_count: int = 0,
+    refresh_reason: str | None = None,
+) -> triggers.TriggerInput:
+    assert target.gpu_product is not None
+    return triggers.TriggerInput(
+        s or spec(),
+        target,
+        target.gpu_product,
+        target.fingerprint,
+        table_ref,
+        refresh_count,
+        refresh_reason,
+    )
+
+
+def test_refresh_requested_fires_for_a_table_measured_before_the_request() -> None:
+    measured = table(H100, "fp1", refresh_count=1)
+    trigger = triggers.refresh_requested(
+        pair(TargetView("d", H100, "fp1"), measured, refresh_count=2, refresh_reason="Schedule")
+    )
+    assert trigger == triggers.Trigger("Schedule", f"{H100}/fp1/refresh#2")
+    fresh = pair(TargetView("d", H100, "fp1"), measured, refresh_count=1)
+    assert triggers.refresh_requested(fresh) is None
+    assert triggers.refresh_requested(pair(TargetView("d", H100, "fp1"), refresh_count=2)) is None
+
+
+def test_never_served_fires_only_without_a_table_and_without_one_running() -> None:
+    new = pair(TargetView("d", H100, "fp1"))
+    assert triggers.never_served(new) == triggers.Trigger("NoTable", f"{H100}/fp1/table")
+    h100 = table(H100, "fp0")
+    assert triggers.never_served(pair(TargetView("d", H100, "fp1", running=h100))) is None
+    assert triggers.never_served(pair(TargetView("d", H100, "fp1"), table(H100, "fp1"))) is None
+
+
+def test_gpu_changed_fires_for_a_table_of_another_product_unless_disabled() -> None:
+    moved = TargetView("d", H200, "fp1", running=table(H100, "fp1"))
+    assert triggers.gpu_changed(pair(moved)) == triggers.Trigger("GpuChanged", f"{H200}/fp1/table")
+    assert triggers.gpu_changed(pair(moved, s=spec(onGpuChange=False))) is None
+    assert triggers.gpu_changed(pair(moved, table(H200, "fp1"))) is None
+    stayed = TargetView("d", H100, "fp2", running=table(H100, "fp1"))
+    assert triggers.gpu_changed(pair(stayed)) is None
+
+
+def test_server_changed_fires_for_a_table_of_another_server_unless_disabled() -> None:
+    changed = TargetView("d", H100, "fp2", running=table(H100, "fp1"))
+    expected = triggers.Trigger("ServerChanged", f"{H100}/fp2/table")
+    assert triggers.server_changed(pair(changed)) == expected
+    assert triggers.server_changed(pair(changed, s=spec(onServerChange=False))) is None
+    assert triggers.server_changed(pair(changed, table(H100, "fp2"))) is None
+    moved = TargetView("d", H200, "fp2", running=table(H100, "fp1"))
+    assert triggers.server_changed(pair(moved, s=spec(onGpuChange=False))) is None
+
+
+def test_the_first_policy_that_fires_wins() -> None:
+    def fires(reason: str) -> triggers.TriggerPolicy:
+        return lambda _pair: triggers.Trigger(reason, reason)
+
+    new = pair(TargetView("d", H100, "fp1"))
+    chain = (triggers.refresh_requested, fires("First"), fires("Second"))
+    assert triggers.first_trigger(chain, new) == triggers.Trigger("First", "First")
+    assert triggers.first_trigger(triggers.TRIGGER_POLICIES[:1], new) is None
+
+
+def test_placed_pairs_skip_unplaced_targets_and_repeats_in_order() -> None:
+    a, b = TargetView("a", H100, "fp1"), TargetView("b", H100, "fp1")
+    c, d = TargetView("c", None, "fp1"), TargetView("d", H200, "fp1")
+    assert triggers.placed_pairs([c, a, b, d]) == [(a, H100, "fp1"), (d, H200, "fp1")]

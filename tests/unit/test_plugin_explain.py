@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sps_operator.api import reasons as R
 from sps_operator.plugin.explain import explain, render_explain
 
 
@@ -62,27 +63,37 @@ def test_verify_all_shortcut_failure() -> None:
     assert "kubectl sps reprofile llama" in finding["next"]
 
 
-def test_gate_failure_points_at_rejected_table() -> None:
+def rejected_table_finding(reason: str, message: str) -> dict[str, str]:
     report = explain(
         profile(
             {
                 "observedGeneration": 1,
                 "rejectedTable": {"configMap": "llama-table-ffff"},
                 "conditions": [
-                    {
-                        "type": "TableReady",
-                        "status": "False",
-                        "reason": "GateFailed",
-                        "message": "RMS 0.9 ms > maxRmsMs 0.5",
-                    }
+                    {"type": "TableReady", "status": "False", "reason": reason, "message": message}
                 ],
             }
         )
     )
     (finding,) = report["findings"]
     assert "failed an acceptance gate" in finding["what"]
-    assert "llama-table-ffff" in finding["why"] and "RMS 0.9 ms" in finding["why"]
+    assert "llama-table-ffff" in finding["why"] and message in finding["why"]
     assert "kubectl sps table llama --rejected" in finding["next"]
+    return finding  # type: ignore[no-any-return]
+
+
+def test_gate_failure_points_at_rejected_table() -> None:
+    finding = rejected_table_finding("GateFailed", "RMS 0.9 ms > maxRmsMs 0.5")
+    assert "ERROR-BOUND" not in finding["next"]
+
+
+def test_an_error_bound_gate_failure_says_what_widens_the_bound() -> None:
+    message = (
+        "the table's predicted error bound 12.0% exceeds gates.maxErrorBound 5.0% "
+        "(leave-one-out error 3.0%, widest round CI 9.0%)"
+    )
+    finding = rejected_table_finding("ErrorBoundGateFailed", message)
+    assert "ERROR-BOUND" in finding["next"] and "sweep.ciRelWidth" in finding["next"]
 
 
 def test_mixed_gpu_pool() -> None:
@@ -116,6 +127,8 @@ def test_mixed_gpu_pool_from_a_target_message() -> None:
         "targets": [
             {
                 "deployment": "llama",
+                "state": "Refused",
+                "reason": "MixedGpuProducts",
                 "message": "pods run on several GPU products (NVIDIA-H100-80GB-HBM3, NVIDIA-H200)",
             }
         ],
@@ -374,6 +387,38 @@ def test_operator_failure_reasons_get_specific_advice() -> None:
         (finding,) = report["findings"]
         assert what in finding["what"], (reason, finding)
         assert finding["next"]
+
+
+# The profiler's own failure, explained from its free text; and a reason only Ready carries.
+GENERIC = {R.PROFILING_FAILED, R.INVALID_SPEC}
+
+
+@pytest.mark.parametrize(
+    "reason",
+    sorted(
+        r
+        for r, d in R.REASONS.items()
+        if d.kind in (R.Kind.FAILURE, R.Kind.WAITING) and r not in GENERIC
+    ),
+)
+def test_every_failure_reason_of_the_list_gets_specific_advice(reason: str) -> None:
+    report = explain(profile({"observedGeneration": 1, "lastFailure": failure(reason, "x")}))
+    (finding,) = report["findings"]
+    assert finding["what"] != "The last profiling run failed", reason
+    assert finding["why"].startswith(f"{reason}: x") and finding["next"]
+
+
+@pytest.mark.parametrize(
+    "reason", sorted(r for r, d in R.REASONS.items() if d.kind == R.Kind.PROBLEM)
+)
+def test_every_target_reason_of_the_list_is_explained(reason: str) -> None:
+    status = {
+        "observedGeneration": 1,
+        "conditions": [ready("False", reason, "x")],
+        "targets": [{"deployment": "d", "state": "Refused", "reason": reason, "message": "x"}],
+    }
+    report = explain(profile(status))
+    assert report["findings"] and any(reason in f["why"] for f in report["findings"]), reason
 
 
 def ready(status: str, reason: str, message: str = "") -> dict[str, Any]:

@@ -96,17 +96,24 @@ def test_profile_state(status: dict[str, Any], spec: dict[str, Any], state: str)
     assert view.profile_state(profile(status, **spec)) == state
 
 
-def test_get_wide_shows_the_live_tables_gpu_seconds_and_the_queue_position() -> None:
-    table = {"gpuProduct": H100, "configMap": "llama-table-1", "gpuSeconds": 412.5}
+def test_get_wide_shows_the_live_tables_gpu_seconds_bound_and_the_queue_position() -> None:
+    older = {"gpuProduct": H100, "configMap": "llama-table-0", "gpuSeconds": 99.0,
+             "quality": {"errorBoundRel": 0.5}}  # fmt: skip
+    table = {"gpuProduct": H100, "configMap": "llama-table-1", "gpuSeconds": 412.5,
+             "quality": {"errorBoundRel": 0.0234}}  # fmt: skip
     waiting = {"reason": "QueuedInKueue", "message": "m", "since": "2026-03-01T11:59:00Z",
                "queuePosition": 3}  # fmt: skip
-    p = profile({"liveTable": "llama-table-1", "tables": [table],
+    p = profile({"liveTable": "llama-table-1", "tables": [older, table],
                  "currentRun": {"waiting": waiting}})  # fmt: skip
     row = view.get_row(p, NOW)
-    assert (row["gpuSeconds"], row["queue"]) == ("412", "#3")
+    assert (row["gpuSeconds"], row["errorBound"], row["queue"]) == ("412", "2.3%", "#3")
     header, line = view.render_get([row], all_namespaces=False, wide=True).splitlines()
-    assert header.split()[-3:] == ["GPU-SECONDS", "QUEUE", "AGE"]
-    assert line.split()[-3:] == ["412", "#3", "3m20s"]
+    assert header.split()[-4:] == ["GPU-SECONDS", "ERROR-BOUND", "QUEUE", "AGE"]
+    assert line.split()[-4:] == ["412", "2.3%", "#3", "3m20s"]
+    # A bound that is no number (a hand-edited status), or none recorded, is not shown.
+    for quality in ({"errorBoundRel": "small"}, {"errorBoundRel": True}, None):
+        table["quality"] = quality
+        assert view.get_row(p, NOW)["errorBound"] == "-"
     # A position that is no position (a hand-edited status) is not shown.
     p["status"]["currentRun"]["waiting"]["queuePosition"] = "first"
     assert view.get_row(p, NOW)["queue"] == "-"
@@ -137,6 +144,7 @@ def test_get_row_and_render_columns() -> None:
         "run": "-",
         "lastFailure": "-",
         "gpuSeconds": "-",
+        "errorBound": "-",
         "queue": "-",
     }
     text = view.render_get([row], all_namespaces=False).splitlines()

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 from round_lines import round_line
-from sps_operator.profiler import artifacts
+from sps_operator.api.kinds import TableKind
+from sps_operator.profiler import artifacts, fitting
 from sps_operator.profiler.cli import main
-from sps_operator.profiler.fitting import FitError, fit_profile, self_check
+from sps_operator.profiler.fitting import FitError, fit_profile
+from sps_operator.tables import selfcheck
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, load_sps_table_text
 
 
@@ -53,7 +55,7 @@ def test_offline_fit_diagonal_writes_loadable_table_plot_and_manifest(tmp_path: 
     table = load_sps_table_text(out.read_text())
     assert isinstance(table, SpsCostTable)
     assert table.sample_steps_per_sec == (95.0, 93.0, 80.0)
-    assert result.kind == "diagonal"
+    assert result.kind == TableKind.DIAGONAL
     manifest = json.loads(paths.manifest.read_text())
     assert manifest["fit"]["table_sha256"] == artifacts.sha256_file(out)
     assert manifest["fit"]["quality"]["num_cells"] == 5
@@ -83,16 +85,23 @@ def test_fit_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     artifacts.append_lines(artifacts.OutPaths.for_out(out).rounds, [round_line(1, 2, 90.0, 0.25)])
     with pytest.raises(FitError, match="at least 4 distinct"):
         fit_profile(str(out), plot=False)
-    with pytest.raises(ValueError, match="bias_seconds"):
-        self_check(
-            '{"sample_batch_tokens":[8],"sample_steps_per_sec":[1],"max_batch_tokens":8,"x":"bias_seconds"}'
-        )
-    with pytest.raises(FitError, match="<= 0"):
-        self_check('{"sample_batch_tokens":[8],"sample_steps_per_sec":[0.0],"max_batch_tokens":8}')
-    warnings = self_check(
-        '{"sample_batch_tokens":[8,16],"sample_steps_per_sec":[10.0,20.0],"max_batch_tokens":16}'
-    )
-    assert warnings and "rises by more than 10%" in warnings[0]
+
+
+def test_the_profiler_checks_a_fit_with_the_operators_self_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One self-check: what `sps-profiler fit` writes passes the check a published table
+    must pass (tables/selfcheck.py); a table failing it is not written."""
+    assert fitting.self_check is selfcheck.self_check
+    out = tmp_path / "sps.json"
+    rows = [round_line(bs, 8 * bs, 1 / (0.0105 * (1 + 0.01 * bs))) for bs in (1, 2, 4, 8)]
+    artifacts.append_lines(artifacts.OutPaths.for_out(out).rounds, rows)
+    monkeypatch.setattr(fitting, "self_check", lambda table: ["a probe SGLang would refuse"])
+    with pytest.raises(FitError, match="fails its self-check: a probe SGLang would refuse"):
+        fitting.fit_profile(str(out), plot=False)
+    assert not out.exists()
+    fitting.fit_profile(str(out), plot=False, run_self_check=False)  # physics only
+    assert out.exists()
 
 
 def test_a_fit_of_steps_recorded_in_seconds_writes_no_table(

@@ -13,6 +13,7 @@ from sps_operator.profiler.steady import (
     ar1_from_differences,
     clocks_settled,
     estimate_window,
+    level_rise,
     median_ci,
     median_indicator_tau,
     rank_tau,
@@ -330,3 +331,45 @@ def test_a_live_ramp_still_falls_and_one_that_is_over_does_not() -> None:
         assert still_falling(steps(5.0, seed), z=1.96)
         assert not still_falling(steps(0.3, seed), z=1.96)
     assert not still_falling([0.01] * 20, z=1.96)  # too few steps to judge
+
+
+def rise(times: list[float]) -> float | None:
+    return level_rise(times, ci_rel_width=0.02, z=Z)
+
+
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [(120, 200), (60, 130), (0, 90)],
+    ids=["cap sets in late", "cap in the middle", "cap lifts mid-round"],
+)
+def test_a_round_that_straddles_a_clock_cap_shows_its_rise(start: int, end: int) -> None:
+    # 20 % slower while capped. The stopping rule alone trims only a leading stretch: with
+    # the cap setting in late, its window from a later start sits in the cap, and with the
+    # cap in the middle the window holds it.
+    ctx = contexts(200, 250)
+    noise = ar1_series(200, cv=0.03, phi=0.0, seed=11)
+    times = [0.01 * (1.2 if start <= i < end else 1.0) * f for i, f in enumerate(noise)]
+    found = rise(times)
+    if start == 0:
+        # Steps that fall when the cap lifts are a ramp's shape: the leading trim handles it.
+        assert found is None
+        stats = judge(times, ctx)
+        assert stats is not None and stats.median == pytest.approx(0.01, rel=0.02)
+    else:
+        assert found is not None and found > 0.1
+
+
+@pytest.mark.parametrize("phi", [0.3, 0.8])
+def test_kv_growth_falling_clocks_and_noise_are_no_rise(phi: float) -> None:
+    # KV growth as steep as the bench's (+30 % over the round), clocks warming, and noise
+    # alone: none is a cap (a false alarm costs a round measured again).
+    ctx = contexts(300, 150)
+    noise = ar1_series(300, cv=0.03, phi=phi, seed=12)
+    growing = [(0.01 + 2e-5 * (c - REF)) * f for c, f in zip(ctx, noise, strict=True)]
+    assert rise(growing) is None
+    warming = [0.01 * (1 + 0.1 * math.exp(-i / 40)) * f for i, f in enumerate(noise)]
+    assert rise(warming) is None
+    alarms = sum(
+        rise(ar1_series(240, cv=0.1, phi=phi, seed=200 + seed)) is not None for seed in range(40)
+    )
+    assert alarms <= 2

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from round_lines import round_line
+from sps_operator.api.kinds import TableKind
 from sps_operator.api.result import MAX_RAMP_CHUNKS, MAX_ROUND_LINE_BYTES, validate_rounds
 from sps_operator.api.spec import SpsProfileSpec
 from sps_operator.controller.acceptance import judge
@@ -197,7 +198,7 @@ def test_rounds_on_the_ramp_are_corrected_and_their_interval_holds_the_truth() -
         assert after["clock_factor"] > 1.04
         assert after["steps_per_sec"] == pytest.approx(1 / after["median_step_time"])
     assert corrected[3]["median_step_time"] == pytest.approx(STEP * 1.02, rel=0.001)
-    fit = fit_from_rounds(rounds, "diagonal", diagonal_probes="measured")
+    fit = fit_from_rounds(rounds, TableKind.DIAGONAL, diagonal_probes="measured")
     assert fit.clock_ramp is not None and fit.clock_ramp["fits"]
     assert fit.table.to_dict()["sample_steps_per_sec"][1] == pytest.approx(
         1 / (STEP * 1.04), rel=0.01
@@ -236,11 +237,11 @@ def test_rounds_on_a_ramp_of_a_run_without_its_anchor_are_never_fitted() -> None
     all_rounds = first + resumed
     assert stranded_rounds(all_rounds) == [0, 1]
     assert stranded_rounds(resumed) == []
-    fit = fit_from_rounds(all_rounds, "diagonal", diagonal_probes="measured")
-    clean = fit_from_rounds(resumed, "diagonal", diagonal_probes="measured")
+    fit = fit_from_rounds(all_rounds, TableKind.DIAGONAL, diagonal_probes="measured")
+    clean = fit_from_rounds(resumed, TableKind.DIAGONAL, diagonal_probes="measured")
     assert fit.table.to_dict() == clean.table.to_dict()
     with pytest.raises(ValueError, match="--resume"):
-        fit_from_rounds(first, "diagonal")
+        fit_from_rounds(first, TableKind.DIAGONAL)
 
 
 def test_rounds_without_a_ramp_probe_are_left_alone() -> None:
@@ -328,7 +329,7 @@ def test_an_honest_run_on_a_ramp_is_judged_as_fitted_not_as_measured() -> None:
     rounds.append(ramp_round_line(1, STEP * 1.002, (40.0, 42.6), clock_ramp=record, clock_run="r"))
     validated = validate_rounds(rounds)
     assert doubtful_cells(validated)  # as measured
-    verdict = judge(validated, _spec([1, 2, 4, 8, 16, 24, 32]), additive=False, gate=False)
+    verdict = judge(validated, _spec([1, 2, 4, 8, 16, 24, 32]), kind=TableKind.DIAGONAL, gate=False)
     assert verdict.accepted, verdict.message
 
 
@@ -341,12 +342,12 @@ def test_a_crafted_clock_window_cannot_bend_the_table() -> None:
     rounds = [ramp_round_line(bs, STEP, (100.0, 101.0)) for bs in (1, 2, 4)]
     rounds.append(ramp_round_line(8, STEP, (0.0, 0.0)))
     rounds[0]["clock_ramp"] = record
-    verdict = judge(validate_rounds(rounds), _spec([1, 2, 4, 8]), additive=False)
+    verdict = judge(validate_rounds(rounds), _spec([1, 2, 4, 8]), kind=TableKind.DIAGONAL)
     assert verdict.accepted and verdict.fit is not None, verdict.message
     sps = verdict.fit.table.to_dict()["sample_steps_per_sec"]
     assert max(sps) <= min(sps) * 1.10, sps
     rounds[3]["clock_on_ramp"] = True
-    verdict = judge(validate_rounds(rounds), _spec([1, 2, 4, 8]), additive=False)
+    verdict = judge(validate_rounds(rounds), _spec([1, 2, 4, 8]), kind=TableKind.DIAGONAL)
     assert not verdict.accepted
     assert "before its run's warm-up ended" in verdict.message
 

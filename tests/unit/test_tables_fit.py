@@ -8,6 +8,7 @@ import random
 import pytest
 
 from round_lines import round_line
+from sps_operator.api.kinds import TableKind
 from sps_operator.tables.fit import (
     fit_additive_binned_reference,
     fit_additive_cells,
@@ -86,7 +87,7 @@ def test_diagonal_fit_takes_median_across_repeats() -> None:
         round_line(4, 32, 80.0, None, 0),
         round_line(4, 32, 70.0, None, 1),
     ]
-    result = fit_from_rounds(rounds, kind="diagonal")
+    result = fit_from_rounds(rounds, kind=TableKind.DIAGONAL)
     assert isinstance(result.table, SpsCostTable)
     assert result.table.sample_batch_tokens == (8, 32)
     assert result.table.sample_steps_per_sec == (100.0, 75.0)
@@ -96,7 +97,7 @@ def test_diagonal_fit_takes_median_across_repeats() -> None:
     assert result.quality.worst_cell.m == 8
     assert result.quality.worst_cell.measured_ms == pytest.approx(2.5)
     assert (
-        fit_from_rounds(rounds, kind="diagonal", max_batch_tokens=64)
+        fit_from_rounds(rounds, kind=TableKind.DIAGONAL, max_batch_tokens=64)
         .table.to_json()
         .endswith('"max_batch_tokens":64}')
     )
@@ -105,14 +106,14 @@ def test_diagonal_fit_takes_median_across_repeats() -> None:
 
 
 def test_diagonal_fit_refuses_offdiagonal_only_rounds() -> None:
-    with pytest.raises(ValueError, match="kind='additive'"):
-        fit_from_rounds([round_line(4, 20, 50.0, 0.5)], kind="diagonal")
+    with pytest.raises(ValueError, match="as an Additive table"):
+        fit_from_rounds([round_line(4, 20, 50.0, 0.5)], kind=TableKind.DIAGONAL)
     with pytest.raises(ValueError, match="run the profiler first"):
-        fit_from_rounds([], kind="diagonal")
+        fit_from_rounds([], kind=TableKind.DIAGONAL)
     with pytest.raises(ValueError, match="kind must be"):
         fit_from_rounds([round_line(4, 32, 50.0, None)], kind="cubic")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="steps_per_sec"):
-        fit_from_rounds([{"batch_size_per_rank": 1, "batch_tokens": 8}], kind="additive")
+        fit_from_rounds([{"batch_size_per_rank": 1, "batch_tokens": 8}], kind=TableKind.ADDITIVE)
 
 
 def test_additive_fit_recovers_exact_additive_truth() -> None:
@@ -204,8 +205,8 @@ def test_fit_from_rounds_additive_uses_all_rounds() -> None:
         for frac in (0.25, 0.5):
             m = server_m(bs, frac)
             rounds.append(round_line(bs, m, 1 / truth(bs, m), frac))
-    result = fit_from_rounds(rounds, kind="additive")
-    assert result.kind == "additive"
+    result = fit_from_rounds(rounds, kind=TableKind.ADDITIVE)
+    assert result.kind == TableKind.ADDITIVE
     assert result.quality.num_cells == 12
     assert result.quality.rms_rel < 0.02
     assert load_sps_table_text(result.table.to_json()) == result.table
@@ -214,8 +215,8 @@ def test_fit_from_rounds_additive_uses_all_rounds() -> None:
 def test_diagonal_staircase_over_tiers_tracks_padded_graphs() -> None:
     bss = [1, 2, 4, 8, 16, 24, 32]
     rounds = [round_line(bs, bs * K, 1 / truth(bs, bs * K), None) for bs in bss]
-    measured = fit_from_rounds(rounds, kind="diagonal", diagonal_probes="measured").table
-    stair = fit_from_rounds(rounds, kind="diagonal", tiers=TIERS).table
+    measured = fit_from_rounds(rounds, kind=TableKind.DIAGONAL, diagonal_probes="measured").table
+    stair = fit_from_rounds(rounds, kind=TableKind.DIAGONAL, tiers=TIERS).table
     assert isinstance(measured, SpsCostTable) and isinstance(stair, SpsCostTable)
     assert measured.sample_batch_tokens == tuple(bs * K for bs in bss)
     # Every tier between 8 and 256 gets its own step, switching just above the previous tier.
@@ -235,11 +236,11 @@ def test_diagonal_staircase_over_tiers_tracks_padded_graphs() -> None:
     assert load_sps_table_text(stair.to_json()) == stair
     # Tiers recorded in the rounds are used by default.
     with_tiers = [{**r, "graph_tiers": TIERS} for r in rounds]
-    assert fit_from_rounds(with_tiers, kind="diagonal").table == stair
-    widened = fit_from_rounds(with_tiers, kind="diagonal", max_batch_tokens=512).table
+    assert fit_from_rounds(with_tiers, kind=TableKind.DIAGONAL).table == stair
+    widened = fit_from_rounds(with_tiers, kind=TableKind.DIAGONAL, max_batch_tokens=512).table
     assert isinstance(widened, SpsCostTable) and widened.max_batch_tokens == 512
     with pytest.raises(ValueError, match="max_batch_tokens must be >= the largest probe"):
-        fit_from_rounds(with_tiers, kind="diagonal", max_batch_tokens=100)
+        fit_from_rounds(with_tiers, kind=TableKind.DIAGONAL, max_batch_tokens=100)
 
 
 def test_additive_fit_without_tiers_does_not_chase_noise() -> None:

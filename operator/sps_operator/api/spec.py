@@ -13,6 +13,7 @@ from pydantic import ConfigDict, Field, model_validator
 from sps_operator.api import cron
 from sps_operator.api import limits as L
 from sps_operator.api.job import JobOverrides
+from sps_operator.api.kinds import TableKind  # re-exported
 from sps_operator.api.validation import (
     DNS_LABEL_PATTERN,
     MAX_LABEL_KEY,
@@ -141,11 +142,6 @@ class LabelSelector(ApiModel):
             raise ValueError(MSG_SELECTOR_EMPTY)
         check_label_map(self.match_labels, MSG_MATCH_LABELS_KEY, MSG_MATCH_LABELS_VALUE)
         return self
-
-
-class TableKind(StrEnum):
-    DIAGONAL = "Diagonal"
-    ADDITIVE = "Additive"
 
 
 BatchSize = Annotated[int, Field(ge=L.BATCH_SIZE_MIN, le=L.BATCH_SIZE_MAX)]

@@ -12,7 +12,7 @@ from typing import Annotated
 from pydantic import Field
 
 from sps_operator.api import limits as L
-from sps_operator.api.spec import TableKind
+from sps_operator.api.kinds import RunPhase, TableKind  # re-exported
 from sps_operator.api.validation import (
     ConditionMessage,
     MessageText,
@@ -112,11 +112,6 @@ class TableRef(StatusModel):
         description="GPU seconds its run took: the GPUs of its profiling Jobs times the "
         "seconds they ran (not their wait), summed over phases and preemptions.",
     )
-
-
-class RunPhase(StrEnum):
-    DIAGONAL = "Diagonal"
-    OFF_DIAGONAL = "OffDiagonal"
 
 
 class RunWaiting(StatusModel):

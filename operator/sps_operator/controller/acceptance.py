@@ -5,7 +5,9 @@ checked every field against the physical bounds; here the measurement is checked
 whole (it is the sweep that was asked for: nothing else, each cell once, every cell; more
 tokens are not faster), fitted under a cost bound, the table self-checked over its whole
 domain and gated. Every refusal names what is wrong and what to do; a refused table is kept
-for inspection, never rolled.
+for inspection, never rolled. The judgement is a chain of named links (`JUDGEMENT_CHAIN`),
+in the order a round goes from the Job's result to a table that may go live: sweep match,
+clock-ramp models, coverage, ramp correction (once), plausibility, fit, self-check, gates.
 
 Coverage is defined against what sps-profiler measures for the spec's sweep (`asked_cells`):
 every (repeat, batch size, fraction) once. It never leaves a cell out on its own: a batch
@@ -20,18 +22,32 @@ re-measurement are not duplicates).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from sps_operator.api.hashing import content_hash
+from sps_operator.api.kinds import TableKind
 from sps_operator.api.limits import DEFAULT_MAX_BATCH_SIZE, MAX_SWEEP_CELLS, tapered_sweep
+from sps_operator.api.reasons import (
+    DOUBTFUL_MEASUREMENT,
+    FIT_FAILED,
+    INCOMPLETE_SWEEP,
+    SELF_CHECK_FAILED,
+    SWEEP_MISMATCH,
+)
 from sps_operator.api.spec import DEFAULT_ADDITIVE_FRACS, SpsProfileSpec, SweepSpec
 from sps_operator.api.status import FitQuality
 from sps_operator.controller.bounded import BoundExceeded, CallFailed, call_bounded
 from sps_operator.controller.gates import check_gates
-from sps_operator.tables.clockramp import ramps_by_run, stranded_rounds, usable_rounds
-from sps_operator.tables.fit import FitResult, fit_from_rounds
+from sps_operator.tables.clockramp import (
+    RampModel,
+    RunRamp,
+    ramps_by_run,
+    stranded_rounds,
+    usable_rounds,
+)
+from sps_operator.tables.fit import FitResult, fit_corrected_rounds
 from sps_operator.tables.formats import SpsTable
 from sps_operator.tables.selfcheck import doubtful_cells, self_check
 
@@ -44,13 +60,6 @@ MAX_FIT_CELLS = 2 * MAX_SWEEP_CELLS
 FRAC_TOLERANCE = 1e-6
 # Cells named in a refusal; the rest are counted.
 MAX_CELLS_NAMED = 6
-
-# Refusal reasons (CamelCase: conditions and events).
-SWEEP_MISMATCH = "SweepMismatch"
-INCOMPLETE_SWEEP = "IncompleteSweep"
-DOUBTFUL = "DoubtfulMeasurement"
-FIT_FAILED = "FitFailed"
-SELF_CHECK = "SelfCheckFailed"
 
 
 @dataclass(frozen=True)
@@ -111,11 +120,11 @@ def asked_fracs(sweep: SweepSpec) -> list[float]:
     return sorted({float(f) for f in sweep.fracs or DEFAULT_ADDITIVE_FRACS})
 
 
-def asked_cells(spec: SpsProfileSpec, additive: bool) -> set[Cell]:
+def asked_cells(spec: SpsProfileSpec, kind: TableKind) -> set[Cell]:
     """Every cell a run must cover: the diagonal (each repeat, each batch size), and for an
-    Additive table (`additive`: both phases' rounds) each fraction of those too."""
+    Additive table (both phases' rounds) each fraction of those too."""
     sweep = spec.table.sweep
-    fracs: list[float | None] = [None, *(asked_fracs(sweep) if additive else [])]
+    fracs: list[float | None] = [None, *(asked_fracs(sweep) if kind == TableKind.ADDITIVE else [])]
     return {
         (repeat, bs, frac)
         for repeat in range(sweep.repeats)
@@ -144,7 +153,7 @@ def _named(cells: Sequence[Cell]) -> str:
 
 
 def sweep_problems(
-    rounds: Sequence[Mapping[str, Any]], spec: SpsProfileSpec, additive: bool
+    rounds: Sequence[Mapping[str, Any]], spec: SpsProfileSpec, kind: TableKind
 ) -> list[str]:
     """Rounds the sweep did not ask for: a Job that measured something else (or lies)."""
     sweep = spec.table.sweep
@@ -162,7 +171,7 @@ def sweep_problems(
         if repeat >= sweep.repeats:
             problems[f"repeat {repeat} but spec.table.sweep.repeats is {sweep.repeats}"] = None
         if frac is not None and (
-            not additive or not any(abs(frac - f) <= FRAC_TOLERANCE for f in fracs)
+            kind != TableKind.ADDITIVE or not any(abs(frac - f) <= FRAC_TOLERANCE for f in fracs)
         ):
             problems[f"fraction {frac} was not asked for"] = None
         if len(problems) >= 3:
@@ -191,19 +200,19 @@ def _order(cell: Cell) -> tuple[int, int, float]:
 
 
 def missing_cells(
-    rounds: Sequence[Mapping[str, Any]], spec: SpsProfileSpec, additive: bool
+    rounds: Sequence[Mapping[str, Any]], spec: SpsProfileSpec, kind: TableKind
 ) -> list[Cell]:
     """The asked cells no (usable) round covers, in sweep order."""
     fracs = asked_fracs(spec.table.sweep)
     covered = {_cell_of(r, fracs) for r in rounds}
-    missing = asked_cells(spec, additive) - covered
+    missing = asked_cells(spec, kind) - covered
     return sorted(missing, key=_order)
 
 
 def coverage_verdict(
     rounds: Sequence[Mapping[str, Any]],
     spec: SpsProfileSpec,
-    additive: bool,
+    kind: TableKind,
     stranded: frozenset[int] = frozenset(),
 ) -> Verdict | None:
     """A refusal when the rounds (those at the `stranded` indices aside) report a cell
@@ -218,10 +227,10 @@ def coverage_verdict(
             + ". sps-profiler measures each (repeat, cell) once, and copies would outvote "
             "the real repeats (a Job image that is not sps-profiler, or a result written twice)",
         )
-    missing = missing_cells(usable, spec, additive)
+    missing = missing_cells(usable, spec, kind)
     if not missing:
         return None
-    asked = len(asked_cells(spec, additive))
+    asked = len(asked_cells(spec, kind))
     fracs = asked_fracs(spec.table.sweep)
     on_ramp = {_cell_of(rounds[i], fracs) for i in stranded} & set(missing)
     message = (
@@ -245,75 +254,177 @@ def coverage_verdict(
     return Verdict(INCOMPLETE_SWEEP, message)
 
 
+# --- the judgement: a chain of links ---------------------------------------------------------
+#
+# A round's result is judged by a chain of small pure links, in order (as cert-manager's
+# certificate trigger policies): each takes the judgement so far and returns a `Verdict`
+# (a refusal, which ends the chain) or the judgement carried on, with what it added (the
+# ramp models, the corrected rounds, the fit, the table). The first refusal wins; a
+# judgement that passes every link is accepted.
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What the chain knows about a run's result so far (each link adds its part)."""
+
+    rounds: Sequence[Mapping[str, Any]]  # validated (`api.result.read_result`)
+    spec: SpsProfileSpec
+    kind: TableKind
+    live: SpsTable | None = None
+    # `ramp_models`: each run's clock-ramp model, and the rounds stranded on a ramp
+    # no model can correct.
+    ramps: Mapping[Any, RunRamp] = field(default_factory=dict)
+    stranded: frozenset[int] = frozenset()
+    # `correct_ramp`: the rounds a fit may use, corrected once, and the model used.
+    usable: Sequence[Mapping[str, Any]] = ()
+    clock_ramp: RampModel | None = None
+    # `fit_table`, `self_check_table`.
+    fit: FitResult | None = None
+    table_json: str | None = None
+
+    def fitted(self) -> FitResult:
+        """The fit (links after `fit_table` only; an ordering mistake is a bug)."""
+        if self.fit is None:
+            raise LookupError("a link that needs the fit runs before fit_table")
+        return self.fit
+
+
+Link = Callable[[Judgement], Verdict | Judgement]
+
+
+def match_sweep(judgement: Judgement) -> Verdict | Judgement:
+    """Refuses rounds the sweep did not ask for (`sweep_problems`)."""
+    problems = sweep_problems(judgement.rounds, judgement.spec, judgement.kind)
+    if not problems:
+        return judgement
+    return Verdict(
+        SWEEP_MISMATCH,
+        "the profiler's rounds do not match the sweep this profile asked for: "
+        + "; ".join(problems)
+        + " (a Job image that is not sps-profiler, or a spec changed mid-run)",
+    )
+
+
+def _unfittable(exc: Exception) -> Verdict:
+    return Verdict(FIT_FAILED, f"the rounds cannot be fitted into a table: {exc}")
+
+
+def ramp_models(judgement: Judgement) -> Verdict | Judgement:
+    """Fits each run's clock-ramp model once, and finds the rounds stranded on a ramp."""
+    try:
+        ramps = ramps_by_run(judgement.rounds)
+        stranded = frozenset(stranded_rounds(judgement.rounds, ramps))
+    except ValueError as exc:
+        return _unfittable(exc)
+    return replace(judgement, ramps=ramps, stranded=stranded)
+
+
+def cover_sweep(judgement: Judgement) -> Verdict | Judgement:
+    """Refuses rounds (the stranded ones aside) that miss an asked cell or repeat one."""
+    return (
+        coverage_verdict(judgement.rounds, judgement.spec, judgement.kind, judgement.stranded)
+        or judgement
+    )
+
+
+def correct_ramp(judgement: Judgement) -> Verdict | Judgement:
+    """Takes the clock ramp out of the usable rounds, once: the plausibility check and the
+    fit both see the rounds as fitted (`clockramp.usable_rounds`)."""
+    try:
+        usable, model = usable_rounds(judgement.rounds, judgement.ramps)
+    except ValueError as exc:
+        return _unfittable(exc)
+    return replace(judgement, usable=usable, clock_ramp=model)
+
+
+def check_plausibility(judgement: Judgement) -> Verdict | Judgement:
+    """Refuses a measurement whose corrected cells are not plausible (`doubtful_cells`)."""
+    doubtful = doubtful_cells(judgement.usable)
+    if not doubtful:
+        return judgement
+    return Verdict(
+        DOUBTFUL_MEASUREMENT,
+        "the measurement is not plausible: "
+        + "; ".join(doubtful[:3])
+        + ". Re-profile on an idle GPU (kubectl sps reprofile), or raise sweep.repeats",
+    )
+
+
+def fit_table(judgement: Judgement) -> Verdict | Judgement:
+    """Fits the corrected rounds into a table of the run's kind."""
+    try:
+        fit = fit_corrected_rounds(judgement.usable, judgement.clock_ramp, kind=judgement.kind)
+    except (ValueError, ArithmeticError) as exc:
+        return _unfittable(exc)
+    return replace(judgement, fit=fit)
+
+
+def self_check_table(judgement: Judgement) -> Verdict | Judgement:
+    """Refuses a table that fails its self-check over its whole domain (`self_check`)."""
+    fit = judgement.fitted()
+    problems = self_check(fit.table)
+    if problems:
+        return Verdict(
+            SELF_CHECK_FAILED,
+            "the fitted table fails its self-check: " + "; ".join(problems[:3]),
+            fit,
+        )
+    return replace(judgement, table_json=fit.table.to_json())
+
+
+def pass_gates(judgement: Judgement) -> Verdict | Judgement:
+    """Refuses a table the profile's acceptance gates hold back (`gates.check_gates`)."""
+    fit = judgement.fitted()
+    result = check_gates(judgement.spec.gates, api_quality(fit), fit.table, judgement.live)
+    if result.passed:
+        return judgement
+    return Verdict(result.reason, result.message, fit, judgement.table_json)
+
+
+# The links before the gates: what a result must pass to be a table at all.
+TABLE_CHAIN: tuple[Link, ...] = (
+    match_sweep,
+    ramp_models,
+    cover_sweep,
+    correct_ramp,
+    check_plausibility,
+    fit_table,
+    self_check_table,
+)
+JUDGEMENT_CHAIN: tuple[Link, ...] = (*TABLE_CHAIN, pass_gates)
+
+
+def run_chain(chain: Sequence[Link], judgement: Judgement) -> Verdict:
+    """The first link's refusal, or the accepted table when every link passes."""
+    for link in chain:
+        outcome = link(judgement)
+        if isinstance(outcome, Verdict):
+            return outcome
+        judgement = outcome
+    return Verdict(None, "accepted", judgement.fitted(), judgement.table_json)
+
+
 def judge(
     rounds: Sequence[Mapping[str, Any]],
     spec: SpsProfileSpec,
     *,
-    additive: bool,
+    kind: TableKind,
     live: SpsTable | None = None,
     gate: bool = True,
 ) -> Verdict:
     """Check, fit, self-check and (with `gate`) gate the validated rounds of a run."""
-    problems = sweep_problems(rounds, spec, additive)
-    if problems:
-        return Verdict(
-            SWEEP_MISMATCH,
-            "the profiler's rounds do not match the sweep this profile asked for: "
-            + "; ".join(problems)
-            + " (a Job image that is not sps-profiler, or a spec changed mid-run)",
-        )
-    try:
-        ramps = ramps_by_run(rounds)  # each run's clock-ramp model, fitted once here
-        stranded = frozenset(stranded_rounds(rounds, ramps))
-        incomplete = coverage_verdict(rounds, spec, additive, stranded)
-        if incomplete is not None:
-            return incomplete
-        # Judged as fitted: without rounds nothing can correct, and corrected for a clock ramp.
-        usable, _ramp = usable_rounds(rounds, ramps)
-    except ValueError as exc:
-        return Verdict(FIT_FAILED, f"the rounds cannot be fitted into a table: {exc}")
-    doubtful = doubtful_cells(usable)
-    if doubtful:
-        return Verdict(
-            DOUBTFUL,
-            "the measurement is not plausible: "
-            + "; ".join(doubtful[:3])
-            + ". Re-profile on an idle GPU (kubectl sps reprofile), or raise sweep.repeats",
-        )
-    try:
-        fit = fit_from_rounds(list(rounds), kind="additive" if additive else "diagonal")
-    except (ValueError, ArithmeticError) as exc:
-        return Verdict(FIT_FAILED, f"the rounds cannot be fitted into a table: {exc}")
-    problems = self_check(fit.table)
-    table_json = None if problems else fit.table.to_json()
-    if problems:
-        return Verdict(
-            SELF_CHECK,
-            "the fitted table fails its self-check: " + "; ".join(problems[:3]),
-            fit,
-        )
-    if gate:
-        verdict = check_gates(spec.gates, api_quality(fit), fit.table, live)
-        if not verdict.passed:
-            return Verdict(verdict.reason, verdict.message, fit, table_json)
-    return Verdict(None, "accepted", fit, table_json)
+    return run_chain(_chain(gate), Judgement(rounds, spec, kind, live))
 
 
-def _judge(
-    rounds: list[Mapping[str, Any]],
-    spec: SpsProfileSpec,
-    additive: bool,
-    live: SpsTable | None,
-    gate: bool,
-) -> Verdict:
-    return judge(rounds, spec, additive=additive, live=live, gate=gate)
+def _chain(gate: bool) -> tuple[Link, ...]:
+    return JUDGEMENT_CHAIN if gate else TABLE_CHAIN
 
 
 def judge_bounded(
     rounds: Sequence[Mapping[str, Any]],
     spec: SpsProfileSpec,
     *,
-    additive: bool,
+    kind: TableKind,
     live: SpsTable | None = None,
     gate: bool = True,
     limits: Settings | None = None,
@@ -321,15 +432,12 @@ def judge_bounded(
     """`judge` in a child process bounded in time and memory (`limits`), or in-process
     when `limits` is None or says not to isolate."""
     if limits is None or not limits.isolate_fits:
-        return judge(rounds, spec, additive=additive, live=live, gate=gate)
+        return judge(rounds, spec, kind=kind, live=live, gate=gate)
     try:
         return call_bounded(
-            _judge,
-            list(rounds),
-            spec,
-            additive,
-            live,
-            gate,
+            run_chain,
+            _chain(gate),
+            Judgement(list(rounds), spec, kind, live),
             seconds=limits.fit_seconds,
             memory_bytes=limits.fit_memory_mib * 2**20,
         )

@@ -45,12 +45,6 @@ MAX_TAG_BYTES = 4096  # a borrow record is ~250 bytes; anything much larger is n
 MAX_HOLDER = 253
 MAX_REPLICAS = 100_000
 
-WAITING_FOR_GPUS = "WaitingForGPUs"
-QUEUED_IN_KUEUE = "QueuedInKueue"
-BORROW_BLOCKED = "BorrowBlocked"
-# BorrowReplica on a target Kueue manages: never borrowed from (the run waits as under Wait).
-KUEUE_MANAGED_TARGET = "KueueManagedTarget"
-
 
 @dataclass(frozen=True)
 class BorrowTag:

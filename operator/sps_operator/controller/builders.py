@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sps_operator.api import labels as L
+from sps_operator.api.kinds import RunPhase
 from sps_operator.api.result import MAX_CONFIGMAP_BYTES, encode_rounds, object_size
 from sps_operator.api.spec import DEFAULT_ADDITIVE_FRACS, ServerSource, SpsProfileSpec, TableKind
 from sps_operator.constants import API_GROUP, API_VERSION, IMAGE, KIND
@@ -136,7 +137,7 @@ class RunPlan:
     profile: ProfileRef
     spec: SpsProfileSpec
     run: str
-    phase: int  # 1 = diagonal (static), 2 = off-diagonal (compact, Additive only)
+    phase: RunPhase  # Diagonal runs static; OffDiagonal (Additive only) compact
     gpu_product: str
     fingerprint: str
     target_pod_spec: Mapping[str, Any] = field(default_factory=dict)
@@ -172,19 +173,22 @@ class RunPlan:
         }
 
 
-def verify_mode(spec: SpsProfileSpec, phase: int) -> str:
+def verify_mode(spec: SpsProfileSpec, phase: RunPhase) -> str:
     # Diagonal rounds run full width (static); the off-diagonal phase trims (compact).
-    return "compact" if phase == 2 else "static"
+    return "compact" if phase == RunPhase.OFF_DIAGONAL else "static"
 
 
-def profiler_args(plan: RunPlan, base_url: str) -> list[str]:
-    sweep = plan.spec.table.sweep
-    args = ["run", "--base-url", base_url, "--out", f"{WORK_DIR}/dspark_sps.json"]
+def sweep_argv(spec: SpsProfileSpec, phase: RunPhase) -> list[str]:
+    """The sweep of one phase as `sps-profiler run` flags: the one spelling of the Job's
+    command line the builder and the tests share (the profiler's parser reads it back in
+    tests/unit/test_controller_acceptance.py)."""
+    sweep = spec.table.sweep
+    args: list[str] = []
     if sweep.batch_sizes:
         args += ["--batch-size", *[str(b) for b in sweep.batch_sizes]]
     elif sweep.max_batch_size:
         args += ["--max-batch-size", str(sweep.max_batch_size)]
-    if plan.phase == 2:
+    if phase == RunPhase.OFF_DIAGONAL:
         fracs = sweep.fracs or DEFAULT_ADDITIVE_FRACS
         args += ["--fracs", *[repr(float(f)) for f in fracs]]
     if sweep.input_len is not None:
@@ -198,6 +202,12 @@ def profiler_args(plan: RunPlan, base_url: str) -> list[str]:
     if sweep.vocab_size is not None:
         args += ["--vocab-size", str(sweep.vocab_size)]
     args += ["--round-timeout", repr(sweep.round_timeout_seconds)]
+    return args
+
+
+def profiler_args(plan: RunPlan, base_url: str) -> list[str]:
+    args = ["run", "--base-url", base_url, "--out", f"{WORK_DIR}/dspark_sps.json"]
+    args += sweep_argv(plan.spec, plan.phase)
     args += ["--wait-for-server", str(SERVER_WAIT_SECONDS)]
     args += ["--publish-configmap", plan.result_config_map]
     args += ["--publish-namespace", plan.profile.namespace]
@@ -246,7 +256,7 @@ def server_sidecar(
         raise ValueError("a Clone run needs the target's parsed server command")
     args = without_flag(list(server.args), TABLE_PATH_FLAG)
     mounts = _mounts_without(sidecar, dropped_volumes)
-    if plan.phase == 2 and plan.seed_table_config_map:
+    if plan.phase == RunPhase.OFF_DIAGONAL and plan.seed_table_config_map:
         # The phase-1 measurement as a seed table makes the server leave its verify-all
         # shortcut, so the forced budget fractions really trim the verify graph.
         args += [TABLE_PATH_FLAG, f"{SEED_MOUNT_DIR}/{L.TABLE_KEY}"]
@@ -413,7 +423,7 @@ def profiling_job(plan: RunPlan) -> dict[str, Any]:
                 pod[key] = copy.deepcopy(pod_spec[key])
         if plan.volume_pin.node:
             pin_to_node(pod, plan.volume_pin.node)
-        if plan.phase == 2 and plan.seed_table_config_map:
+        if plan.phase == RunPhase.OFF_DIAGONAL and plan.seed_table_config_map:
             volumes.append({"name": SEED_VOLUME, "configMap": {"name": plan.seed_table_config_map}})
     node_selector.update(spec.job.node_selector or {})
     if spec.server.source != ServerSource.EXTERNAL:
@@ -487,9 +497,9 @@ def result_config_map(plan: RunPlan) -> dict[str, Any]:
 def profiler_rbac(plan: RunPlan) -> list[dict[str, Any]]:
     """ServiceAccount + Role + RoleBinding: the Job may write ONLY its result ConfigMaps."""
     account = plan.account
-    results = [names.result_config_map(plan.run, 1)]
+    results = [names.result_config_map(plan.run, RunPhase.DIAGONAL)]
     if plan.spec.table.kind == TableKind.ADDITIVE:
-        results.append(names.result_config_map(plan.run, 2))
+        results.append(names.result_config_map(plan.run, RunPhase.OFF_DIAGONAL))
     meta = object_meta(plan.profile, account, L.COMPONENT_RBAC, {L.LABEL_RUN: plan.run})
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": copy.deepcopy(meta)},

@@ -17,6 +17,18 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
+from sps_operator.api.reasons import (
+    BORROW_BLOCKED,
+    BORROW_UNDONE,
+    KUEUE_DEACTIVATED,
+    KUEUE_MANAGED_TARGET,
+    KUEUE_NOT_INSTALLED,
+    QUEUED_IN_KUEUE,
+    REPLICA_BORROWED,
+    REPLICA_HELD_FOR_ROLLOUT,
+    REPLICA_RETURNED,
+    WAITING_FOR_GPUS,
+)
 from sps_operator.api.result import clean_text
 from sps_operator.api.spec import CapacityMode, RolloutMode
 from sps_operator.api.status import (
@@ -29,11 +41,7 @@ from sps_operator.api.status import (
 )
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.borrow import (
-    BORROW_BLOCKED,
     COMPONENT_POOL,
-    KUEUE_MANAGED_TARGET,
-    QUEUED_IN_KUEUE,
-    WAITING_FOR_GPUS,
     BorrowTag,
     PoolClaim,
     ahead_of,
@@ -56,8 +64,6 @@ from sps_operator.controller.cost import add_cost, bounded_seconds, job_gpus
 from sps_operator.controller.deployments import max_unavailable, progress_deadline_seconds
 from sps_operator.controller.kube import Obj, api_error_detail
 from sps_operator.controller.kueue import (
-    KUEUE_DEACTIVATED,
-    KUEUE_NOT_INSTALLED,
     KUEUE_RECHECK_SECONDS,
     POSITION_LIMIT,
     KueueState,
@@ -72,10 +78,6 @@ from sps_operator.controller.state import Pass
 
 log = logging.getLogger(__name__)
 
-EV_BORROWED = "ReplicaBorrowed"
-EV_RETURNED = "ReplicaReturned"
-EV_HELD = "ReplicaHeldForRollout"
-EV_UNDONE = "BorrowUndone"
 # A borrow record (or pool Lease) whose run is over, or whose profile is gone, is given
 # back after this long: a run that borrowed a moment ago may not be in every cache yet.
 ORPHAN_GRACE = timedelta(minutes=5)
@@ -389,7 +391,7 @@ def _borrow(p: Pass, run: RunStatus) -> str | None:
     run.borrow = _lent(p, run.target, replicas, tag.at)
     p.event(
         "Normal",
-        EV_BORROWED,
+        REPLICA_BORROWED,
         f"borrowed one of {replicas} replicas of {run.target} for run {run.name} "
         f"({run.gpu_product} had no free GPUs)",
     )
@@ -414,7 +416,7 @@ def _check_undone(p: Pass, run: RunStatus) -> None:
         "GitOps self-heal, an autoscaler, a person), so this run borrows no more. Use "
         "capacity.mode Wait, or stop managing spec.replicas there (docs/capacity.md)"
     )
-    p.event("Warning", EV_UNDONE, message)
+    p.event("Warning", BORROW_UNDONE, message)
     return_for_run(p, run, why="the borrow was undone")
     run.borrow_undone = message
 
@@ -463,7 +465,7 @@ def _return(
     note = action.note + (f" ({why})" if why else "")
     if tag.replicas == 1:
         note += f"; the server was down {elapsed(tag.at, p.now):.0f} s (allowDowntime)"
-    p.event("Normal", EV_RETURNED, note)
+    p.event("Normal", REPLICA_RETURNED, note)
     return True
 
 
@@ -533,7 +535,7 @@ def _hold_for_rollout(
     )
     p.event(
         "Normal",
-        EV_HELD,
+        REPLICA_HELD_FOR_ROLLOUT,
         f"one of {tag.replicas} replicas of {target.name} stays lent to the rollout of table "
         f"{table.config_map}: it starts no new pod before an old one is gone (maxUnavailable "
         "0), so the slot run "
@@ -725,7 +727,7 @@ def _sweep_one(p: Pass, lease: Mapping[str, Any], claim: PoolClaim, why: str) ->
                 return False
             if exc.status != 404:
                 raise
-        p.kube.event(dep, "Normal", EV_RETURNED, f"{action.note} ({why})", p.now)
+        p.kube.event(dep, "Normal", REPLICA_RETURNED, f"{action.note} ({why})", p.now)
     meta = lease.get("metadata") or {}
     try:
         p.kube.delete(

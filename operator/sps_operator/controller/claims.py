@@ -19,11 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sps_operator.controller.policy import (
-    CLAIM_NODE_UNAVAILABLE,
-    READ_WRITE_ONCE_POD_CLAIM,
-    Refusal,
-)
+from sps_operator.api.reasons import CLAIM_NODE_UNAVAILABLE, READ_WRITE_ONCE_POD_CLAIM
+from sps_operator.controller.policy import Refusal
 
 if TYPE_CHECKING:  # placement keeps a pod's claims with this module's pod_claims
     from sps_operator.controller.placement import PodInfo

@@ -20,7 +20,6 @@ from sps_operator.controller.conditions import rfc3339
 # Leader election tolerates `lease_duration - renew_deadline` (3 s) of clock rate error;
 # NTP-synchronised nodes are within milliseconds. 30 s is generous for both.
 MAX_CLOCK_SKEW = timedelta(seconds=30)
-CLOCK_SKEW = "ClockSkew"  # the event reason
 
 
 def parse(stamp: str | None) -> datetime | None:

@@ -28,6 +28,12 @@ from collections.abc import Collection, Sequence
 from sps_operator.api import labels as L
 from sps_operator.api import limits
 from sps_operator.api.fingerprint import Position, ServerVersion
+from sps_operator.api.reasons import (
+    DIAGONAL_ONLY_SERVER,
+    LORA_NEEDS_STATIC_MODE,
+    LORA_UNSUPPORTED,
+    SERVER_REFUSED_TO_START,
+)
 from sps_operator.api.spec import TableKind
 from sps_operator.controller.placement import PodInfo
 from sps_operator.controller.serverconfig import (
@@ -36,12 +42,6 @@ from sps_operator.controller.serverconfig import (
     TABLE_PATH_FLAG,
     ServerConfig,
 )
-
-# Reasons (CamelCase: conditions, targets, failures).
-DIAGONAL_ONLY = "DiagonalOnlyServer"
-LORA_NEEDS_STATIC = "LoraNeedsStaticMode"
-LORA_UNSUPPORTED = "LoraUnsupported"
-SERVER_REFUSED = "ServerRefusedToStart"
 
 # What a server without a table of the operator's runs (status.targets[].tableSource).
 SOURCE_CONST = "const"
@@ -128,14 +128,14 @@ def refusal(kind: str, config: ServerConfig, learned: Collection[str]) -> tuple[
                 "SGLang in static mode, or run without LoRA"
             )
         if mode != "static":
-            return LORA_NEEDS_STATIC, (
+            return LORA_NEEDS_STATIC_MODE, (
                 f"the server runs LoRA with DSpark in SGLANG_RAGGED_VERIFY_MODE={mode!r}, which "
                 "SGLang refuses at start-up (only static mode takes LoRA, #34337); the operator "
                 "puts no table onto a server that would then fail. Run it in static mode "
                 "(which reads no table) or without LoRA"
             )
         if kind == TableKind.ADDITIVE:
-            return LORA_NEEDS_STATIC, (
+            return LORA_NEEDS_STATIC_MODE, (
                 "the server runs LoRA with DSpark (static mode only): an Additive table's "
                 "second phase runs a compact-mode clone, which SGLang refuses with LoRA. Set "
                 "table.kind: Diagonal"
@@ -143,7 +143,7 @@ def refusal(kind: str, config: ServerConfig, learned: Collection[str]) -> tuple[
     if kind == TableKind.ADDITIVE:
         evidence = diagonal_only_evidence(config, learned)
         if evidence is not None:
-            return DIAGONAL_ONLY, (
+            return DIAGONAL_ONLY_SERVER, (
                 f"this server's table loader reads only diagonal tables: {evidence}. An "
                 "additive table would stop it from starting, so none is measured or rolled. "
                 "Set table.kind: Diagonal"
@@ -158,14 +158,17 @@ def start_refusal(message: str) -> tuple[str, str] | None:
     """A start-up refusal recognised in a server's last words (its termination message):
     (reason, what it means); None for anything else (a crash may be transient)."""
     if ADDITIVE_REFUSED in message:
-        return DIAGONAL_ONLY, "the server's loader refused the additive table (diagonal only)"
+        return (
+            DIAGONAL_ONLY_SERVER,
+            "the server's loader refused the additive table (diagonal only)",
+        )
     if PATH_REQUIRED in message:
-        return SERVER_REFUSED, (
+        return SERVER_REFUSED_TO_START, (
             "the server refuses to start in compact mode without a table path (the "
             f"fzyzcjy/sglang fork): start it with {TABLE_PATH_FLAG}=const"
         )
     if any(words in message for words in LORA_REFUSED):
-        return LORA_NEEDS_STATIC, "the server refuses LoRA in this mode"
+        return LORA_NEEDS_STATIC_MODE, "the server refuses LoRA in this mode"
     return None
 
 

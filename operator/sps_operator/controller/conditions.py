@@ -11,6 +11,7 @@ from datetime import datetime
 
 from sps_operator.api.reasons import (
     DEGRADED,
+    NO_TABLE,
     PROFILING,
     READY,
     RECONCILING,
@@ -88,7 +89,7 @@ def with_kstatus(
     one that is stalled, with Ready's reason and message."""
     verdict = health({c.type: (str(c.status), c.reason) for c in conditions})
     ready = get_condition(conditions, READY)
-    reason = ready.reason if ready is not None else "NoTable"
+    reason = ready.reason if ready is not None else NO_TABLE
     message = ready.message if ready is not None else ""
     out = list(conditions)
     for type_, on in ((RECONCILING, Health.PROGRESSING), (STALLED, Health.DEGRADED)):

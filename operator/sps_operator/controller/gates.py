@@ -5,6 +5,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from sps_operator.api.reasons import (
+    CHANGE_GATE_FAILED,
+    ERROR_BOUND_GATE_FAILED,
+    FIT_QUALITY_GATE_FAILED,
+)
 from sps_operator.api.spec import GatesSpec
 from sps_operator.api.status import FitQuality
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, SpsTable
@@ -51,7 +56,7 @@ def check_gates(
             shown = "unknown" if bound is None else f"{bound:.1%}"
             return GateResult(
                 False,
-                "ErrorBoundGateFailed",
+                ERROR_BOUND_GATE_FAILED,
                 f"the table's predicted error bound {shown} exceeds gates.maxErrorBound "
                 f"{gates.max_error_bound:.1%} (leave-one-out error "
                 f"{_pct(quality.loo_rel_max)}, widest round CI {_pct(quality.ci_rel_max)}): "
@@ -66,7 +71,7 @@ def check_gates(
     ):
         return GateResult(
             False,
-            "FitQualityGateFailed",
+            FIT_QUALITY_GATE_FAILED,
             f"fit RMS error {quality.rms_ms:.3f} ms exceeds gates.maxRmsMs "
             f"{gates.max_rms_ms:g} ms; the measurement is too noisy (raise sweep.repeats, "
             "tighten sweep.ciRelWidth, or relax the gate)",
@@ -77,7 +82,7 @@ def check_gates(
             shown = "undefined" if r2 is None or not math.isfinite(r2) else f"{r2:.4f}"
             return GateResult(
                 False,
-                "FitQualityGateFailed",
+                FIT_QUALITY_GATE_FAILED,
                 f"fit R² {shown} is below gates.minR2 {gates.min_r2:g}",
             )
     if gates.max_change is not None and live is not None:
@@ -85,7 +90,7 @@ def check_gates(
         if change is not None and change > gates.max_change:
             return GateResult(
                 False,
-                "ChangeGateFailed",
+                CHANGE_GATE_FAILED,
                 f"the new table differs from the live one by up to {change:.1%}, more than "
                 f"gates.maxChange {gates.max_change:.1%}; check the hardware, or raise the gate",
             )

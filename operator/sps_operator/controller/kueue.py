@@ -35,14 +35,13 @@ from typing import Any
 
 from sps_operator.api import labels as L
 from sps_operator.api.labels import KUEUE_GROUP, max_exec_seconds
+from sps_operator.api.reasons import (
+    KUEUE_DEACTIVATED,
+    KUEUE_NOT_INSTALLED,
+    LOCAL_QUEUE_MISSING,
+    QUEUED_IN_KUEUE,
+)
 from sps_operator.api.result import clean_text
-from sps_operator.controller.borrow import QUEUED_IN_KUEUE
-
-# Reasons of `status.currentRun.waiting` (and of the Profiling condition) beside
-# QueuedInKueue.
-KUEUE_NOT_INSTALLED = "KueueNotInstalled"
-LOCAL_QUEUE_MISSING = "LocalQueueMissing"
-KUEUE_DEACTIVATED = "KueueDeactivated"
 
 WORDS_LIMIT = 512  # characters of Kueue's message kept in status
 KUEUE_READ_SECONDS = 15.0  # a Job's Workload is read at most this often

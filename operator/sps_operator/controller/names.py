@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from sps_operator.api.hashing import digest
+from sps_operator.api.kinds import RunPhase
 
 
 def run_name(profile: str, uid: str, gpu_product: str, fingerprint: str, nonce: str) -> str:
@@ -20,12 +21,12 @@ def run_name(profile: str, uid: str, gpu_product: str, fingerprint: str, nonce: 
     return f"{profile}-{digest(uid, gpu_product, fingerprint, nonce)}"
 
 
-def job_name(run: str, phase: int) -> str:
-    return run if phase == 1 else f"{run}-p2"
+def job_name(run: str, phase: RunPhase) -> str:
+    return run if phase == RunPhase.DIAGONAL else f"{run}-p2"
 
 
-def result_config_map(run: str, phase: int) -> str:
-    return f"{run}-result" if phase == 1 else f"{run}-p2-result"
+def result_config_map(run: str, phase: RunPhase) -> str:
+    return f"{run}-result" if phase == RunPhase.DIAGONAL else f"{run}-p2-result"
 
 
 def seed_table_config_map(run: str) -> str:

@@ -20,6 +20,14 @@ from datetime import timedelta
 from typing import Any
 
 from sps_operator.api import labels as L
+from sps_operator.api.reasons import (
+    CONFLICT,
+    MIXED_GPU_PRODUCTS,
+    NO_SERVER_CONTAINER,
+    ONE_TABLE_CONFIGMAP_MANY_SERVERS,
+    SHELL_WRAPPED_SERVER,
+    TABLE_NOT_MOUNTED,
+)
 from sps_operator.api.spec import RolloutMode, SpsProfileSpec
 from sps_operator.api.status import RunStatus, TableRef, TargetStatus
 from sps_operator.controller import compat
@@ -40,14 +48,6 @@ from sps_operator.controller.serverconfig import (
 )
 from sps_operator.controller.state import Pass, Target
 from sps_operator.controller.triggers import parse_time
-
-# Target problem reasons (CamelCase: they become condition reasons).
-CONFLICT = "Conflict"
-NO_CONTAINER = "NoServerContainer"
-SHELL_WRAPPED = "ShellWrappedServer"
-TABLE_NOT_MOUNTED = "TableNotMounted"
-MIXED_GPUS = "MixedGpuProducts"
-ANNOTATE_ONLY_MIXED = "OneTableConfigMapManyServers"
 
 
 def observe(p: Pass) -> None:
@@ -177,7 +177,7 @@ def _one_table_for_all(p: Pass) -> None:
     listing = ", ".join(f"{t.name} ({t.gpu}, {t.fingerprint})" for t in usable)
     for target in usable:
         target.refuse(
-            ANNOTATE_ONLY_MIXED,
+            ONE_TABLE_CONFIGMAP_MANY_SERVERS,
             f"AnnotateOnly serves one table through ConfigMap {p.spec.rollout.table_config_map}, "
             f"but these Deployments need different tables: {listing}; give each its own "
             "SpsProfile and ConfigMap, or use rollout.mode Inject",
@@ -207,7 +207,7 @@ def _place(p: Pass, target: Target, previous: TargetStatus | None) -> None:
     target.gpu = settled.product
     if settled.mixed:
         target.refuse(
-            MIXED_GPUS,
+            MIXED_GPU_PRODUCTS,
             f"pods run on several GPU products ({', '.join(sorted(where.products))}); "
             "pin the Deployment to one product with a nodeSelector on "
             f"{p.spec.gpu_product_label}",
@@ -226,7 +226,7 @@ def _understand_server(
     if container is None:
         names = [c.get("name") for c in pod_spec.get("containers") or []]
         target.refuse(
-            NO_CONTAINER,
+            NO_SERVER_CONTAINER,
             f"no container named {spec.server_container!r}; set spec.serverContainer to one "
             f"of {names}",
         )
@@ -249,7 +249,7 @@ def _understand_server(
     mode = spec.rollout.mode
     if mode == RolloutMode.INJECT and command.shell:
         target.refuse(
-            SHELL_WRAPPED,
+            SHELL_WRAPPED_SERVER,
             "the server is started by a shell script; Inject cannot add "
             f"{TABLE_PATH_FLAG} to a script. Put the launcher and its flags in command/args "
             "(exec form), or use rollout.mode AnnotateOnly with the flag in your script",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+from sps_operator.api.reasons import JOB_CREATE_FAILED, NAME_TAKEN, PROFILING_FAILED, TABLE_REJECTED
 from sps_operator.api.status import FailureRecord, RunStatus, TableRef
 from sps_operator.controller import conditions as cond
 from sps_operator.controller import names
@@ -15,14 +16,6 @@ from sps_operator.controller.state import Pass
 from sps_operator.controller.triggers import parse_time, run_spec_hash
 
 log = logging.getLogger(__name__)
-
-EV_RUN_FAILED = "ProfilingFailed"
-EV_REJECTED = "TableRejected"
-EV_JOB_CREATE_FAILED = "JobCreateFailed"
-
-# Failure reasons (CamelCase) that mean the Job was never created.
-JOB_CREATE_FAILED = "JobCreateFailed"
-NAME_TAKEN = "NameTaken"
 
 
 class NameTaken(RuntimeError):
@@ -62,9 +55,9 @@ def record_failure(
         retryable=retryable,
         spec_hash=run_spec_hash(p.spec),
     )
-    event = EV_RUN_FAILED if retryable else EV_REJECTED
+    event = PROFILING_FAILED if retryable else TABLE_REJECTED
     if reason in (JOB_CREATE_FAILED, NAME_TAKEN) or reason in REFUSAL_REASONS:
-        event = EV_JOB_CREATE_FAILED
+        event = JOB_CREATE_FAILED
     p.event("Warning", event, message)
 
 

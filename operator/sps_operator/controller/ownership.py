@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sps_operator.api.labels import ANNOTATION_OWNER
-from sps_operator.controller.kueue import LOCAL_QUEUE_MISSING
+from sps_operator.api.reasons import LOCAL_QUEUE_MISSING
 from sps_operator.controller.selectors import matches_selector
 
 

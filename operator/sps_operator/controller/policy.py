@@ -17,6 +17,13 @@ from urllib.parse import urlsplit
 
 from sps_operator.api import labels as L
 from sps_operator.api.endpoints import forbidden_url_address
+from sps_operator.api.reasons import (
+    CLAIM_NODE_UNAVAILABLE,
+    GPU_PIN_CONFLICT,
+    JOB_LABELS_SELECT_PODS,
+    JOB_POLICY,
+    READ_WRITE_ONCE_POD_CLAIM,
+)
 from sps_operator.api.result import clean_text
 from sps_operator.controller.selectors import matches_selector
 
@@ -24,14 +31,8 @@ if TYPE_CHECKING:  # the flags' defaults come from here: no pydantic at start-up
     from sps_operator.api.job import JobOverrides
     from sps_operator.api.spec import SpsProfileSpec
 
-# Refusal reasons (CamelCase: they become condition reasons).
-JOB_POLICY = "JobPolicy"  # a rule of the admin's policy
-GPU_PIN_CONFLICT = "GpuPinConflict"  # the Job would not run on the GPU product it is for
-JOB_LABELS_SELECT_PODS = "JobLabelsSelectPods"  # the Job's pod would pass for a server pod
-# The target's volume claims (controller/claims.py): one the clone can never share, or
-# no node where it could attach them now.
-READ_WRITE_ONCE_POD_CLAIM = "ReadWriteOncePodClaim"
-CLAIM_NODE_UNAVAILABLE = "ClaimNodeUnavailable"
+# Refusals before a run creates anything: the admin's policy, and the target's volume
+# claims (controller/claims.py) the clone can never share or attach now.
 REFUSAL_REASONS = frozenset(
     {
         JOB_POLICY,

@@ -13,35 +13,27 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sps_operator.api import labels as L
+from sps_operator.api.reasons import (
+    DOUBTFUL_MEASUREMENT,
+    FIT_FAILED,
+    NAME_TAKEN,
+    SELF_CHECK_FAILED,
+    TABLE_PUBLISHED,
+    TABLE_UNCHANGED,
+)
 from sps_operator.api.result import MAX_MANIFEST_BYTES
-from sps_operator.api.spec import TableKind
 from sps_operator.api.status import TableRef
 from sps_operator.controller import builders, names
 from sps_operator.controller import conditions as cond
-from sps_operator.controller.acceptance import (
-    DOUBTFUL,
-    FIT_FAILED,
-    SELF_CHECK,
-    api_quality,
-    judge_bounded,
-)
-from sps_operator.controller.outcome import (
-    NAME_TAKEN,
-    NameTaken,
-    create_owned,
-    delete_rbac,
-    end_run,
-    fail_run,
-)
+from sps_operator.controller.acceptance import api_quality, judge_bounded
+from sps_operator.controller.outcome import NameTaken, create_owned, delete_rbac, end_run, fail_run
 from sps_operator.controller.state import Pass
 from sps_operator.controller.triggers import table_for
 from sps_operator.tables.formats import SpsTable, load_sps_table_text
 
-EV_PUBLISHED = "TablePublished"
-EV_UNCHANGED = "TableUnchanged"
 # A measurement that went wrong may go right next time; a gate or a mismatched sweep will
 # not change without a new trigger.
-RETRYABLE = frozenset({DOUBTFUL, FIT_FAILED, SELF_CHECK})
+RETRYABLE = frozenset({DOUBTFUL_MEASUREMENT, FIT_FAILED, SELF_CHECK_FAILED})
 
 
 def table_text(cm: Mapping[str, Any] | None) -> str | None:
@@ -70,11 +62,10 @@ def publish_table(
     st = p.status
     run = st.current_run
     assert run is not None
-    additive = p.spec.table.kind == TableKind.ADDITIVE
     live = table_for(st.tables, run.gpu_product, run.fingerprint)
     live_cm = p.config_map(live.config_map) if live else None
     verdict = judge_bounded(
-        rounds, p.spec, additive=additive, live=load_table(live_cm), limits=p.settings
+        rounds, p.spec, kind=p.spec.table.kind, live=load_table(live_cm), limits=p.settings
     )
     if verdict.fit is None or verdict.table_json is None or verdict.table_hash is None:
         fail_run(p, str(verdict.reason), verdict.message, retryable=verdict.reason in RETRYABLE)
@@ -132,7 +123,9 @@ def publish_table(
     end_run(p, "succeeded", ref)
     # The finished run's Job and result stay for inspection until the next run starts.
     if unchanged:
-        p.event("Normal", EV_UNCHANGED, f"re-measured table {cm_name} is identical to the live one")
+        p.event(
+            "Normal", TABLE_UNCHANGED, f"re-measured table {cm_name} is identical to the live one"
+        )
     else:
         rms = f"{quality.rms_ms} ms" if quality.rms_ms is not None else "n/a"
-        p.event("Normal", EV_PUBLISHED, f"table {cm_name} for {run.gpu_product} (RMS {rms})")
+        p.event("Normal", TABLE_PUBLISHED, f"table {cm_name} for {run.gpu_product} (RMS {rms})")

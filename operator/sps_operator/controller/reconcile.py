@@ -20,11 +20,12 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from sps_operator.api.models import SpsProfile
+from sps_operator.api.reasons import CLOCK_SKEW, INVALID_SPEC, RECONCILE_ERROR, STATUS_WRITE_FAILED
 from sps_operator.api.status import FailureRecord, SpsProfileStatus
 from sps_operator.controller import builders
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.capacity import return_orphans
-from sps_operator.controller.clocks import CLOCK_SKEW, bound_recorded_times
+from sps_operator.controller.clocks import bound_recorded_times
 from sps_operator.controller.history import trim_history
 from sps_operator.controller.kube import KubeApi, api_error_detail, is_transient
 from sps_operator.controller.kueue import KueueCache
@@ -40,9 +41,6 @@ from sps_operator.controller.triggers import backoff_seconds, note_refresh_reque
 from sps_operator.controller.wakeups import next_wake
 
 log = logging.getLogger("sps_operator.reconcile")
-
-PASS_FAILED = "ReconcileError"
-STATUS_WRITE_FAILED = "StatusWriteFailed"
 
 
 @dataclass
@@ -118,7 +116,7 @@ class Reconciler:
         except Exception as exc:
             failed_step = failed_step or "report"
             log.exception("report of %s/%s failed", p.namespace, p.ref.name)
-            p.status.last_failure = _failure(p, PASS_FAILED, f"report: {api_error_detail(exc)}")
+            p.status.last_failure = _failure(p, RECONCILE_ERROR, f"report: {api_error_detail(exc)}")
         if self._write_status(p, before, str(meta.get("resourceVersion") or "")):
             self.metrics.cost_written(p.ref, before.get("cost"), p.status.cost)
         else:
@@ -175,10 +173,10 @@ class Reconciler:
         message = f"{p.step}: {api_error_detail(exc)}"
         log.warning("pass of %s/%s failed in %s", p.namespace, p.ref.name, message)
         if p.status.current_run is not None and not is_transient(exc):
-            fail_run(p, PASS_FAILED, message)
+            fail_run(p, RECONCILE_ERROR, message)
             return
-        p.status.last_failure = _failure(p, PASS_FAILED, message)
-        p.event("Warning", PASS_FAILED, message)
+        p.status.last_failure = _failure(p, RECONCILE_ERROR, message)
+        p.event("Warning", RECONCILE_ERROR, message)
 
     def _note_outcome(self, uid: str, failed: bool, now: datetime) -> None:
         if not failed:
@@ -241,7 +239,7 @@ class Reconciler:
             f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()
         )[:4000]
         status.conditions = cond.set_condition(
-            status.conditions, cond.READY, False, "InvalidSpec", message, now,
+            status.conditions, cond.READY, False, INVALID_SPEC, message, now,
             meta.get("generation"),
         )  # fmt: skip
         status.conditions = cond.with_kstatus(status.conditions, now, meta.get("generation"))

@@ -8,6 +8,24 @@ measured for it; anything else names the reason, so `kubectl sps explain` never 
 
 from __future__ import annotations
 
+from sps_operator.api.reasons import (
+    AS_EXPECTED,
+    CURRENT,
+    IDLE,
+    NO_TABLE,
+    NO_TARGETS,
+    PROFILING,
+    REFRESH_REQUESTED,
+    ROLLED_OUT,
+    ROLLOUT_DISABLED,
+    ROLLOUT_HELD,
+    ROLLOUT_PENDING,
+    SERVER_CHANGED,
+    SUSPENDED,
+    TABLE_LIVE,
+    TARGET_PROBLEM,
+    WAITING,
+)
 from sps_operator.api.spec import RolloutMode
 from sps_operator.api.status import TargetState
 from sps_operator.controller import conditions as cond
@@ -78,22 +96,22 @@ def report(p: Pass) -> None:
         )
     else:
         idle = "no profiling run in progress"
-        setc(cond.PROFILING, False, "Idle", f"{idle}; {st.schedule_held_back}"
+        setc(cond.PROFILING, False, IDLE, f"{idle}; {st.schedule_held_back}"
              if st.schedule_held_back else idle)  # fmt: skip
 
     refused = [t for t in targets if t.state == TargetState.REFUSED]
     without = [t for t in targets if t.state in (TargetState.NO_TABLE, TargetState.STALE)]
     waiting = [t for t in targets if t.state == TargetState.WAITING]
     if not targets:
-        table = (False, "NoTargets", "the selector matches no Deployment in this namespace")
+        table = (False, NO_TARGETS, "the selector matches no Deployment in this namespace")
     elif without or waiting or refused:
-        reason = "Profiling" if run else ("NoTable" if without else "Waiting")
+        reason = PROFILING if run else (NO_TABLE if without else WAITING)
         if refused and not without and not waiting:
-            reason = str(refused[0].reason or "TargetProblem")
+            reason = str(refused[0].reason or TARGET_PROBLEM)
         listing = "; ".join(f"{t.deployment}: {t.message}" for t in [*without, *waiting, *refused])
         table = (False, reason, listing)
     else:
-        table = (True, "TableLive", f"tables for every target: {st.live_table}")
+        table = (True, TABLE_LIVE, f"tables for every target: {st.live_table}")
     setc(cond.TABLE_READY, *table)
 
     stale = [t for t in targets if t.state == TargetState.STALE]
@@ -102,25 +120,25 @@ def report(p: Pass) -> None:
         setc(
             cond.STALE,
             True,
-            "ServerChanged",
+            SERVER_CHANGED,
             "; ".join(f"{t.deployment}: {t.message}" for t in stale),
         )
     elif refresh:
         setc(
             cond.STALE,
             True,
-            st.refresh_reason or "RefreshRequested",
+            st.refresh_reason or REFRESH_REQUESTED,
             f"refresh requested at {st.refresh_requested_at} for: {', '.join(refresh)}"
             + _after_failure(p, refresh),
         )
     else:
-        setc(cond.STALE, False, "Current", "every table in use matches its server")
+        setc(cond.STALE, False, CURRENT, "every table in use matches its server")
 
     mode = p.spec.rollout.mode
     rolling = [t.deployment for t in targets if t.state == TargetState.ROLLING]
     blocked = [t for t in targets if t.state == TargetState.ROLLING and t.reason]
     held = [t for t in targets if t.held_until]
-    roll_reason, roll_message = "RolloutPending", f"rolling: {', '.join(rolling)}"
+    roll_reason, roll_message = ROLLOUT_PENDING, f"rolling: {', '.join(rolling)}"
     if blocked:
         roll_reason = str(blocked[0].reason)
         roll_message = "; ".join(f"{t.deployment}: {t.message}" for t in blocked)
@@ -131,16 +149,16 @@ def report(p: Pass) -> None:
             if t.state == TargetState.ROLLING
         )
     if mode == RolloutMode.DISABLED:
-        setc(cond.ROLLED_OUT, False, "RolloutDisabled", "spec.rollout.mode is Disabled")
+        setc(cond.ROLLED_OUT, False, ROLLOUT_DISABLED, "spec.rollout.mode is Disabled")
     elif rolling:
         setc(cond.ROLLED_OUT, False, roll_reason, roll_message)
     elif held and table[0]:
-        setc(cond.ROLLED_OUT, False, "RolloutHeld",
+        setc(cond.ROLLED_OUT, False, ROLLOUT_HELD,
              "; ".join(f"{t.deployment}: {t.message}" for t in held))  # fmt: skip
     elif table[0]:
-        setc(cond.ROLLED_OUT, True, "RolledOut", "every target runs its table")
+        setc(cond.ROLLED_OUT, True, ROLLED_OUT, "every target runs its table")
     else:
-        setc(cond.ROLLED_OUT, False, "NoTable", "no table to roll out to some targets")
+        setc(cond.ROLLED_OUT, False, NO_TABLE, "no table to roll out to some targets")
 
     failure = st.last_failure
     if refused:
@@ -148,13 +166,13 @@ def report(p: Pass) -> None:
         setc(
             cond.DEGRADED,
             True,
-            str(first.reason or "TargetProblem"),
+            str(first.reason or TARGET_PROBLEM),
             "; ".join(f"{t.deployment}: {t.message}" for t in refused),
         )
     elif failure is not None:
         setc(cond.DEGRADED, True, failure.reason, failure.message)
     else:
-        setc(cond.DEGRADED, False, "AsExpected", "")
+        setc(cond.DEGRADED, False, AS_EXPECTED, "")
 
     live = table[0] and (mode == RolloutMode.DISABLED or not rolling)
     if live:
@@ -162,14 +180,14 @@ def report(p: Pass) -> None:
         waits = (
             f"; newer tables wait for the minimum rollout interval ({len(held)})" if held else ""
         )
-        setc(cond.READY, True, "TableLive", f"tables live{degraded}{waits}")
+        setc(cond.READY, True, TABLE_LIVE, f"tables live{degraded}{waits}")
     elif p.spec.suspend and not table[0]:
-        setc(cond.READY, False, "Suspended", "spec.suspend is true")
+        setc(cond.READY, False, SUSPENDED, "spec.suspend is true")
     elif run is not None:
-        why = run.waiting.reason if run.waiting is not None else "Profiling"
+        why = run.waiting.reason if run.waiting is not None else PROFILING
         setc(cond.READY, False, why, table[2])
     elif refused:
-        setc(cond.READY, False, str(refused[0].reason or "TargetProblem"), table[2])
+        setc(cond.READY, False, str(refused[0].reason or TARGET_PROBLEM), table[2])
     elif failure is not None and not table[0]:
         setc(cond.READY, False, failure.reason, failure.message)
     elif not table[0]:

@@ -25,6 +25,13 @@ from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
 from sps_operator.api.hashing import content_hash
+from sps_operator.api.reasons import (
+    PLACEHOLDER_TABLE,
+    ROLLOUT_APPLIED,
+    ROLLOUT_BLOCKED,
+    ROLLOUT_FAILED,
+    TABLE_NOT_ELIGIBLE,
+)
 from sps_operator.api.spec import RolloutMode
 from sps_operator.api.status import FailureRecord, TableRef, TargetState, TargetStatus
 from sps_operator.controller import builders, clocks, names
@@ -44,14 +51,9 @@ from sps_operator.controller.triggers import refresh_trigger_key, run_spec_hash,
 from sps_operator.tables.formats import build_uninitialized_sps_table, load_sps_table_text
 from sps_operator.tables.selfcheck import self_check
 
-EV_ROLLED = "RolloutApplied"
-EV_ROLLOUT_FAILED = "RolloutFailed"
-EV_PLACEHOLDER = "PlaceholderTable"
-NOT_ELIGIBLE = "TableNotEligible"
 CHANGED_SINCE_READ = "the Deployment changed since this pass read it; retrying from the new version"
 # The watch event of the change wakes the profile at once; this is the safety net.
 RETRY_AFTER_CONFLICT_SECONDS = 5.0
-ROLLOUT_BLOCKED = "RolloutBlocked"
 # SGLang's own "no table" (build_uninitialized_sps_table): one probe, served as verify-all.
 PLACEHOLDER_JSON = build_uninitialized_sps_table(max_batch_tokens=1).to_json()
 
@@ -185,7 +187,7 @@ def rollout(p: Pass) -> None:
                 continue
             eligible = eligible_table(p, target, exact)
             if isinstance(eligible, str):
-                target.refuse(NOT_ELIGIBLE, eligible)
+                target.refuse(TABLE_NOT_ELIGIBLE, eligible)
         if target.problem is not None or exact is None or isinstance(eligible, str):
             ts.state, ts.reason, ts.message = TargetState.REFUSED, target.reason, target.problem
             continue
@@ -391,7 +393,7 @@ def _apply(p: Pass, target: Target, table: EligibleTable) -> bool | None:
         p.metrics.rollout(p.ref, str(rollout.mode))
         p.event(
             "Normal",
-            EV_ROLLED,
+            ROLLOUT_APPLIED,
             f"Deployment {target.name} now runs table {table.ref.config_map} ({rollout.mode})",
         )
     return False
@@ -467,7 +469,7 @@ def _annotate_only_preflight(p: Pass) -> None:
         _write_stable(p, PLACEHOLDER_JSON, content_hash(PLACEHOLDER_JSON), placeholder=True)
         p.event(
             "Normal",
-            EV_PLACEHOLDER,
+            PLACEHOLDER_TABLE,
             f"created ConfigMap {p.spec.rollout.table_config_map} with SGLang's uninitialized "
             "table (verify-all) until the first table is measured",
         )
@@ -520,12 +522,12 @@ def _roll_back(p: Pass, target: Target, failed: TableRef) -> EligibleTable | Non
         candidate = eligible_table(p, target, ref)
         restored = candidate if isinstance(candidate, EligibleTable) else None
     said = st.last_failure
-    already = said is not None and (said.reason, said.run) == ("RolloutFailed", failed.run or "")
+    already = said is not None and (said.reason, said.run) == (ROLLOUT_FAILED, failed.run or "")
     if restored is None and already:
         return None  # nothing to return to, and already said (not once per pass)
     st.last_failure = FailureRecord(
         run=failed.run or "",
-        reason="RolloutFailed",
+        reason=ROLLOUT_FAILED,
         message=message + (f"; rolled back to {failed.previous}" if restored else ""),
         at=cond.rfc3339(p.now),
         gpu_product=failed.gpu_product,
@@ -534,7 +536,7 @@ def _roll_back(p: Pass, target: Target, failed: TableRef) -> EligibleTable | Non
         retryable=False,
         spec_hash=run_spec_hash(p.spec),
     )
-    p.event("Warning", EV_ROLLOUT_FAILED, st.last_failure.message)
+    p.event("Warning", ROLLOUT_FAILED, st.last_failure.message)
     if restored is None:
         return None
     st.rejected_table = failed.model_copy(update={"message": message})

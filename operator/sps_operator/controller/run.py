@@ -13,13 +13,29 @@ from typing import Any, TypeGuard
 from sps_operator.api import labels as L
 from sps_operator.api import limits
 from sps_operator.api.hashing import content_hash
+from sps_operator.api.reasons import (
+    DEADLINE_EXCEEDED,
+    DIAGONAL_ONLY_SERVER,
+    FIT_FAILED,
+    JOB_CREATE_FAILED,
+    JOB_MISSING,
+    NAME_TAKEN,
+    OFF_DIAGONAL_PHASE_STARTED,
+    PROFILING_FAILED,
+    PROFILING_STARTED,
+    RESULT_MISSING,
+    RESULT_REFUSED,
+    SERVER_CHANGED,
+    TARGET_CHANGED,
+    TARGET_GONE,
+    WAITING_FOR_GPUS,
+)
 from sps_operator.api.result import STATUS_FAILED, STATUS_SUCCEEDED, ResultError, read_result
 from sps_operator.api.spec import ServerSource, TableKind
 from sps_operator.api.status import FailureRecord, RunPhase, RunStatus
 from sps_operator.controller import builders, claims, compat, names, policy
 from sps_operator.controller import conditions as cond
 from sps_operator.controller.acceptance import judge_bounded
-from sps_operator.controller.borrow import WAITING_FOR_GPUS
 from sps_operator.controller.capacity import (
     close_segment,
     follow_wait,
@@ -30,8 +46,6 @@ from sps_operator.controller.clocks import elapsed
 from sps_operator.controller.kube import Obj, api_error_detail
 from sps_operator.controller.kueue import run_limit
 from sps_operator.controller.outcome import (
-    JOB_CREATE_FAILED,
-    NAME_TAKEN,
     NameTaken,
     create_owned,
     delete_rbac,
@@ -41,19 +55,7 @@ from sps_operator.controller.outcome import (
 )
 from sps_operator.controller.publish import RETRYABLE, publish_table
 from sps_operator.controller.state import Pass, Target
-from sps_operator.controller.triggers import SERVER_CHANGED, RunRequest, TargetView, decide_run
-
-EV_RUN_STARTED = "ProfilingStarted"
-EV_PHASE2 = "OffDiagonalPhaseStarted"
-
-# Failure reasons (CamelCase).
-JOB_MISSING = "JobMissing"
-PROFILING_FAILED = "ProfilingFailed"
-RESULT_REFUSED = "ResultRefused"
-RESULT_MISSING = "ResultMissing"
-TARGET_GONE = "TargetGone"
-TARGET_CHANGED = "TargetChanged"
-DEADLINE_EXCEEDED = "DeadlineExceeded"
+from sps_operator.controller.triggers import RunRequest, TargetView, decide_run
 
 # How long a Complete Job's result may lag behind its completion (the profiler's final
 # write and the Job's status reach the operator's caches by different watches).
@@ -155,7 +157,7 @@ def _volume_pin(
 
 
 def _plan(
-    p: Pass, target: Target, run: RunStatus, phase: int, seed: str | None
+    p: Pass, target: Target, run: RunStatus, phase: RunPhase, seed: str | None
 ) -> builders.RunPlan:
     pin = (
         _volume_pin(p, target.pod_spec, run.gpu_product)
@@ -211,14 +213,13 @@ def maybe_start_run(p: Pass) -> None:
             run.changes = target.changes[: limits.MAX_REPORT_LINES] or None
         # An External server cannot be restarted in static mode for a diagonal phase, nor
         # given a seed table: an Additive profile against it is the off-diagonal phase alone.
-        phase = 1
         if (
             p.spec.server.source == ServerSource.EXTERNAL
             and p.spec.table.kind == TableKind.ADDITIVE
         ):
-            phase = 2
-            run.phase, run.job = RunPhase.OFF_DIAGONAL, names.job_name(run.name, 2)
-        plan = _plan(p, target, run, phase, None)
+            run.phase = RunPhase.OFF_DIAGONAL
+            run.job = names.job_name(run.name, run.phase)
+        plan = _plan(p, target, run, run.phase, None)
         try:
             job = builders.profiling_job(plan)
         except ValueError as exc:
@@ -247,7 +248,7 @@ def _new_run(p: Pass, request: RunRequest) -> RunStatus:
     )
     return RunStatus(
         name=name,
-        job=names.job_name(name, 1),
+        job=names.job_name(name, RunPhase.DIAGONAL),
         phase=RunPhase.DIAGONAL,
         gpu_product=request.gpu_product,
         fingerprint=request.fingerprint,
@@ -279,7 +280,7 @@ def _start(p: Pass, run: RunStatus, plan: builders.RunPlan, job: Obj) -> None:
     st.current_run = run
     p.event(
         "Normal",
-        EV_RUN_STARTED,
+        PROFILING_STARTED,
         f"{run.trigger}: profiling {run.target} on {run.gpu_product} "
         f"(Job {plan.job_name}, attempt {run.attempt})",
     )
@@ -314,7 +315,7 @@ def _finished(job: Obj) -> dict[str, Obj]:
 def progress_run(p: Pass) -> None:
     run = p.status.current_run
     assert run is not None
-    phase = 2 if run.phase == RunPhase.OFF_DIAGONAL else 1
+    phase = run.phase
     job = p.snapshot.jobs.get(run.job)
     result_cm = p.snapshot.config_maps.get(names.result_config_map(run.name, phase)) or {}
     if job is None:
@@ -375,13 +376,13 @@ def progress_run(p: Pass) -> None:
             "-c profiler`",
         )
         return
-    additive = p.spec.table.kind == TableKind.ADDITIVE
-    if additive and phase == 1:
+    kind = p.spec.table.kind
+    if kind == TableKind.ADDITIVE and phase == RunPhase.DIAGONAL:
         start_phase2(p, result.rounds)
         return
     rounds = list(result.rounds)
-    if additive:
-        phase1 = p.snapshot.config_maps.get(names.result_config_map(run.name, 1))
+    if kind == TableKind.ADDITIVE:
+        phase1 = p.snapshot.config_maps.get(names.result_config_map(run.name, RunPhase.DIAGONAL))
         if phase1 is not None:
             try:
                 first = read_result(phase1.get("data"), phase1.get("binaryData"))
@@ -403,7 +404,7 @@ def clone_refused(p: Pass, run: RunStatus) -> bool:
     reason, meaning, words = refused
     target = p.target(run.target)
     same_server = target is not None and target.fingerprint == run.fingerprint
-    if reason == compat.DIAGONAL_ONLY and same_server and target and target.config:
+    if reason == DIAGONAL_ONLY_SERVER and same_server and target and target.config:
         p.status.diagonal_only_servers = compat.remembered(
             p.status.diagonal_only_servers, target.config
         )
@@ -454,9 +455,9 @@ def _past_deadline(p: Pass, run: RunStatus) -> bool:
 def start_phase2(p: Pass, rounds: Sequence[Obj]) -> None:
     run = p.status.current_run
     assert run is not None
-    verdict = judge_bounded(rounds, p.spec, additive=False, gate=False, limits=p.settings)
+    verdict = judge_bounded(rounds, p.spec, kind=TableKind.DIAGONAL, gate=False, limits=p.settings)
     if not verdict.accepted or verdict.table_json is None:
-        reason = verdict.reason or "FitFailed"
+        reason = verdict.reason or FIT_FAILED
         message = f"phase 1 (diagonal): {verdict.message}"
         fail_run(p, reason, message, retryable=reason in RETRYABLE)
         return
@@ -491,7 +492,7 @@ def start_phase2(p: Pass, rounds: Sequence[Obj]) -> None:
         component=L.COMPONENT_SEED,
     )
     seed["metadata"]["labels"][L.LABEL_RUN] = run.name
-    plan = _plan(p, target, run, 2, seed_name)
+    plan = _plan(p, target, run, RunPhase.OFF_DIAGONAL, seed_name)
     try:
         job = builders.profiling_job(plan)
     except ValueError as exc:
@@ -518,4 +519,8 @@ def start_phase2(p: Pass, rounds: Sequence[Obj]) -> None:
     run.progress = None
     close_segment(p, run)  # the new Job has its own clock
     run.result_wait_since = None
-    p.event("Normal", EV_PHASE2, f"diagonal phase done; off-diagonal Job {plan.job_name}")
+    p.event(
+        "Normal",
+        OFF_DIAGONAL_PHASE_STARTED,
+        f"diagonal phase done; off-diagonal Job {plan.job_name}",
+    )

@@ -32,6 +32,14 @@ from typing import Any
 from sps_operator.api import fingerprint as F
 from sps_operator.api.fingerprint import CostInput, Kind, ServerVersion, Where
 from sps_operator.api.hashing import content_hash
+from sps_operator.api.reasons import (
+    AMBIGUOUS_FLAG,
+    CONFIG_FILE_FLAGS,
+    HIDDEN_COST_INPUT,
+    NOT_A_DSPARK_SERVER,
+    NOT_AN_SGLANG_SERVER,
+    UNREADABLE_SHELL_SCRIPT,
+)
 from sps_operator.controller import fingerprint_v1
 from sps_operator.controller.podenv import ContainerEnv, Expansion, escape, expand, resolve_env
 
@@ -61,14 +69,6 @@ KNOWN_FLAGS: dict[str, Kind] = {
     **_OTHER_FLAGS,
 }
 FINGERPRINTED_ENV = tuple(e.name for e in F.ENV_INPUTS if e.fingerprinted)
-
-# Problem reasons (CamelCase: they become condition reasons).
-NOT_SGLANG = "NotAnSglangServer"
-NOT_DSPARK = "NotADsparkServer"
-SHELL_SCRIPT = "UnreadableShellScript"
-HIDDEN_COST_INPUT = "HiddenCostInput"
-AMBIGUOUS_FLAG = "AmbiguousFlag"
-CONFIG_FILE = "ConfigFileFlags"
 
 
 class ServerProblem(ValueError):
@@ -311,7 +311,7 @@ def read_flags(words: Sequence[Expansion]) -> tuple[list[FlagRead], list[str]]:
             continue
         if flag == CONFIG_FLAG:
             raise ServerProblem(
-                CONFIG_FILE,
+                CONFIG_FILE_FLAGS,
                 f"the server reads flags from a file ({written} "
                 f"{_shown(inline or ' '.join(v.seen for v in values))}), which the operator "
                 "cannot see: a cost flag in it would change without making the table stale. "
@@ -397,7 +397,7 @@ def _shell_script(tokens: Sequence[str]) -> int | None:
         if not token.startswith("-"):
             break
     raise ServerProblem(
-        SHELL_SCRIPT,
+        UNREADABLE_SHELL_SCRIPT,
         f"the server runs {tokens[0]} without a -c script; start SGLang in command/args",
     )
 
@@ -409,12 +409,14 @@ def _script_tokens(script: str) -> tuple[list[str], dict[str, str]]:
         "rollout.mode AnnotateOnly with the table flag written in your script"
     )
     if len(script) > MAX_SCRIPT_CHARS:
-        raise ServerProblem(SHELL_SCRIPT, f"the server's shell script is too long; {advice}")
+        raise ServerProblem(
+            UNREADABLE_SHELL_SCRIPT, f"the server's shell script is too long; {advice}"
+        )
     body = script.strip().replace("\\\n", " ")
     feature = _first_shell_feature(body)
     if feature:
         raise ServerProblem(
-            SHELL_SCRIPT,
+            UNREADABLE_SHELL_SCRIPT,
             f"the server's shell script uses {feature!r} (variables, several "
             f"commands, pipes, redirections or globs), so its command cannot be read "
             f"safely; {advice}",
@@ -422,7 +424,9 @@ def _script_tokens(script: str) -> tuple[list[str], dict[str, str]]:
     try:
         words = shlex.split(body, posix=True)
     except ValueError as exc:
-        raise ServerProblem(SHELL_SCRIPT, f"the server's shell script: {exc}; {advice}") from None
+        raise ServerProblem(
+            UNREADABLE_SHELL_SCRIPT, f"the server's shell script: {exc}; {advice}"
+        ) from None
     env: dict[str, str] = {}
     while words and _ASSIGNMENT.match(words[0]):
         name, value = words.pop(0).split("=", 1)
@@ -465,7 +469,7 @@ def parse_server(container: Mapping[str, Any], env: ContainerEnv | None = None) 
         if words[script].hidden:
             ref = words[script].hidden[0]
             raise ServerProblem(
-                SHELL_SCRIPT,
+                UNREADABLE_SHELL_SCRIPT,
                 f"the server's shell script uses $({ref.name}), {ref.value.source}, so what "
                 "it runs cannot be read; put the launcher and its flags in the container's "
                 "command/args (exec form)",
@@ -476,7 +480,7 @@ def parse_server(container: Mapping[str, Any], env: ContainerEnv | None = None) 
     if n == 0:
         shown = shlex.join(tokens[:4]) + (" ..." if len(tokens) > 4 else "")
         raise ServerProblem(
-            NOT_SGLANG,
+            NOT_AN_SGLANG_SERVER,
             f"container {container.get('name')!r} does not start SGLang's server (it runs "
             f"{shown or 'the image entrypoint'!r}); the launcher must be visible in "
             "command/args: python3 -m sglang.launch_server ... or sglang serve ...",
@@ -489,7 +493,7 @@ def parse_server(container: Mapping[str, Any], env: ContainerEnv | None = None) 
     algorithm = next((f.value_text for f in flags if f.flag == ALGORITHM_FLAG), "")
     if algorithm.upper() != "DSPARK":
         raise ServerProblem(
-            NOT_DSPARK,
+            NOT_A_DSPARK_SERVER,
             f"container {container.get('name')!r} does not run DSpark speculative decoding "
             f"({ALGORITHM_FLAG} is {algorithm or 'unset'!r}); SPS tables are only for "
             f"servers started with {ALGORITHM_FLAG} DSPARK",

@@ -1,15 +1,24 @@
 """When to profile (pure): no table for (GPU product, fingerprint), a refresh request
-(token, annotation, schedule), a server change; with retry backoff after failures."""
+(token, annotation, schedule), a server change; with retry backoff after failures. The
+triggers are a chain of named policies (`TRIGGER_POLICIES`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sps_operator.api.cron import last_fire_time, next_fire_time
 from sps_operator.api.hashing import digest
 from sps_operator.api.labels import ANNOTATION_REPROFILE
+from sps_operator.api.reasons import (
+    GPU_CHANGED,
+    NO_TABLE,
+    REFRESH_TOKEN,
+    REPROFILE_REQUESTED,
+    SCHEDULE,
+    SERVER_CHANGED,
+)
 from sps_operator.api.spec import SpsProfileSpec
 from sps_operator.api.status import FailureRecord, SpsProfileStatus, TableRef
 from sps_operator.controller.conditions import rfc3339
@@ -17,14 +26,6 @@ from sps_operator.controller.conditions import rfc3339
 MAX_ATTEMPTS = 3
 BACKOFF_BASE_SECONDS = 30.0
 BACKOFF_MAX_SECONDS = 3600.0
-
-# Trigger reasons (CamelCase: they appear in conditions and events).
-NO_TABLE = "NoTable"
-GPU_CHANGED = "GpuChanged"
-SERVER_CHANGED = "ServerChanged"
-TOKEN = "RefreshToken"
-REPROFILE = "ReprofileRequested"
-SCHEDULE = "Schedule"
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,103 @@ def what_next(failure: FailureRecord, profile: str) -> str:
     return f"attempt {failure.attempts + 1} of {MAX_ATTEMPTS} starts at {when} (backoff)"
 
 
+# --- whether a run is due: a chain of trigger policies ----------------------------------------
+#
+# Each (GPU product, fingerprint) a placed target runs is put to the trigger policies in
+# order (as cert-manager's certificate trigger policies): each returns the `Trigger` it
+# fires, or None to pass; the first that fires wins. A trigger then runs when its retry
+# backoff allows (`_retry`).
+
+
+@dataclass(frozen=True)
+class TriggerInput:
+    """One (GPU product, fingerprint) a placed target runs, as the trigger policies see it."""
+
+    spec: SpsProfileSpec
+    target: TargetView
+    gpu_product: str
+    fingerprint: str
+    table: TableRef | None  # this profile's table for exactly the pair, if any
+    refresh_count: int
+    refresh_reason: str | None
+
+    @property
+    def table_key(self) -> str:
+        """The key of a trigger that asks for the pair's table (not a refresh)."""
+        return f"{self.gpu_product}/{self.fingerprint}/table"
+
+
+@dataclass(frozen=True)
+class Trigger:
+    reason: str
+    key: str  # identifies the trigger; a retry of it shares the key
+
+
+TriggerPolicy = Callable[[TriggerInput], Trigger | None]
+
+
+def refresh_requested(pair: TriggerInput) -> Trigger | None:
+    """The pair has a table, and a refresh was asked for after its run started."""
+    if pair.table is None or not refresh_pending(pair.table, pair.refresh_count):
+        return None
+    key = refresh_trigger_key(pair.gpu_product, pair.fingerprint, pair.refresh_count)
+    return Trigger(pair.refresh_reason or REFRESH_TOKEN, key)
+
+
+def never_served(pair: TriggerInput) -> Trigger | None:
+    """No table for the pair and the target runs none of this profile's (new, or another
+    model): it needs a table."""
+    if pair.table is not None or pair.target.running is not None:
+        return None
+    return Trigger(NO_TABLE, pair.table_key)
+
+
+def gpu_changed(pair: TriggerInput) -> Trigger | None:
+    """The target runs a table of another GPU product (`refresh.onGpuChange`)."""
+    running = pair.target.running
+    if pair.table is not None or running is None or running.gpu_product == pair.gpu_product:
+        return None
+    return Trigger(GPU_CHANGED, pair.table_key) if pair.spec.refresh.on_gpu_change else None
+
+
+def server_changed(pair: TriggerInput) -> Trigger | None:
+    """The target runs a table of its GPU product measured for another server
+    (`refresh.onServerChange`)."""
+    running = pair.target.running
+    if pair.table is not None or running is None or running.gpu_product != pair.gpu_product:
+        return None
+    return Trigger(SERVER_CHANGED, pair.table_key) if pair.spec.refresh.on_server_change else None
+
+
+TRIGGER_POLICIES: tuple[TriggerPolicy, ...] = (
+    refresh_requested,
+    never_served,
+    gpu_changed,
+    server_changed,
+)
+
+
+def first_trigger(policies: Sequence[TriggerPolicy], pair: TriggerInput) -> Trigger | None:
+    """The trigger of the first policy that fires, or None."""
+    for policy in policies:
+        trigger = policy(pair)
+        if trigger is not None:
+            return trigger
+    return None
+
+
+def placed_pairs(targets: Sequence[TargetView]) -> list[tuple[TargetView, str, str]]:
+    """Each (GPU product, fingerprint) of a placed target once, with its first target."""
+    seen: set[tuple[str, str]] = set()
+    pairs = []
+    for target in targets:
+        if target.gpu_product is None or (target.gpu_product, target.fingerprint) in seen:
+            continue
+        seen.add((target.gpu_product, target.fingerprint))
+        pairs.append((target, target.gpu_product, target.fingerprint))
+    return pairs
+
+
 def decide_run(
     spec: SpsProfileSpec,
     targets: Sequence[TargetView],
@@ -135,40 +233,28 @@ def decide_run(
     if spec.suspend:
         return None
     spec_hash = run_spec_hash(spec)
-    seen: set[tuple[str, str]] = set()
-    for target in targets:
-        if target.gpu_product is None:
-            continue
-        key = (target.gpu_product, target.fingerprint)
-        if key in seen:
-            continue
-        seen.add(key)
-        exact = table_for(tables, *key)
-        trigger: str | None = None
-        trigger_key = f"{key[0]}/{key[1]}/table"
-        if exact is not None:
-            if refresh_pending(exact, refresh_count):
-                trigger = refresh_reason or TOKEN
-                trigger_key = refresh_trigger_key(*key, refresh_count)
-        elif target.running is None:
-            # Never served by this profile (new, or another model): it needs a table.
-            trigger = NO_TABLE
-        elif target.running.gpu_product != key[0]:
-            if spec.refresh.on_gpu_change:
-                trigger = GPU_CHANGED
-        elif spec.refresh.on_server_change:
-            trigger = SERVER_CHANGED
+    for target, gpu, fingerprint in placed_pairs(targets):
+        pair = TriggerInput(
+            spec,
+            target,
+            gpu,
+            fingerprint,
+            table_for(tables, gpu, fingerprint),
+            refresh_count,
+            refresh_reason,
+        )
+        trigger = first_trigger(TRIGGER_POLICIES, pair)
         if trigger is None:
             continue
-        may, attempt = _retry(last_failure, trigger_key, spec_hash, now)
+        may, attempt = _retry(last_failure, trigger.key, spec_hash, now)
         if not may:
             continue
         return RunRequest(
             target=target.deployment,
-            gpu_product=key[0],
-            fingerprint=key[1],
-            trigger=trigger,
-            trigger_key=trigger_key,
+            gpu_product=gpu,
+            fingerprint=fingerprint,
+            trigger=trigger.reason,
+            trigger_key=trigger.key,
             attempt=attempt,
         )
     return None
@@ -248,11 +334,11 @@ def note_refresh_requests(
     token = spec.refresh.token
     if token and token != status.observed_token:
         if status.observed_token is not None or status.tables:
-            request(TOKEN)
+            request(REFRESH_TOKEN)
         status.observed_token = token
     annotation = annotations.get(ANNOTATION_REPROFILE)
     if annotation and annotation != status.observed_reprofile:
-        request(REPROFILE)
+        request(REPROFILE_REQUESTED)
         status.observed_reprofile = annotation
     sched = schedule_state(
         spec.refresh.schedule, status.last_schedule_time, created, now, min_interval_seconds

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from sps_operator.api import reasons as R
 from sps_operator.api.result import clean_text
 from sps_operator.plugin.view import age, conditions_by_type, profile_state
 
@@ -32,84 +33,84 @@ class Finding:
 # Why the operator leaves a Deployment alone (status.targets[].reason): what it means and
 # what to do.
 TARGET_REASONS: dict[str, tuple[str, str]] = {
-    "Conflict": (
+    R.CONFLICT: (
         "Another SpsProfile serves this Deployment",
         "A Deployment, and an AnnotateOnly rollout.tableConfigMap, belong to one profile (the "
         "one recorded on it in sps.dev/owner, else the oldest); this one never writes to it. "
         "Narrow spec.selector so each Deployment is selected by one profile, give each "
         "AnnotateOnly profile its own rollout.tableConfigMap, or delete the other profile.",
     ),
-    "NotAnSglangServer": (
+    R.NOT_AN_SGLANG_SERVER: (
         "The selected Deployment is not an SGLang server the operator can recognise",
         "Start SGLang visibly in the container's command/args (python3 -m "
         "sglang.launch_server ... or sglang serve ...), set spec.serverContainer to the right "
         "container, or narrow spec.selector to SGLang Deployments.",
     ),
-    "NotADsparkServer": (
+    R.NOT_A_DSPARK_SERVER: (
         "The selected server does not run DSpark speculative decoding",
         "SPS tables are only for servers started with --speculative-algorithm DSPARK; fix the "
         "server's flags or narrow spec.selector.",
     ),
-    "UnreadableShellScript": (
+    R.UNREADABLE_SHELL_SCRIPT: (
         "The server is started by a shell script the operator cannot read safely",
         "Put the launcher and its flags in the container's command/args (exec form); a script "
         "must be one plain command line without variables, pipes or several commands.",
     ),
-    "HiddenCostInput": (
+    R.HIDDEN_COST_INPUT: (
         "A cost input of the server comes from something the operator cannot read",
         "The message names the reference (a Secret key, a per-pod field, a missing or too "
         "large ConfigMap) that feeds a flag or variable the table depends on: a change there "
         "would go unseen and leave a wrong table live. Write the value in args or env, or take "
         "it from a ConfigMap key, which the operator reads (it never reads Secrets).",
     ),
-    "ShellWrappedServer": (
+    R.SHELL_WRAPPED_SERVER: (
         "rollout.mode Inject cannot add the table flag to a shell script",
         "Move the launcher and flags to command/args, or use rollout.mode AnnotateOnly and "
         "write --speculative-dspark-sps-table-path into your script (docs/gitops.md).",
     ),
-    "TableNotMounted": (
+    R.TABLE_NOT_MOUNTED: (
         "With AnnotateOnly, the Deployment does not read the table where the operator writes it",
         "Mount spec.rollout.tableConfigMap at the directory of spec.rollout.tablePath and pass "
         "--speculative-dspark-sps-table-path <tablePath> to the server (docs/gitops.md).",
     ),
-    "OneTableConfigMapManyServers": (
+    R.ONE_TABLE_CONFIGMAP_MANY_SERVERS: (
         "AnnotateOnly has one table ConfigMap but the Deployments need different tables",
         "Give each (GPU product, server) its own SpsProfile and tableConfigMap, or use "
         "rollout.mode Inject (a table per Deployment).",
     ),
-    "TableNotEligible": (
+    R.TABLE_NOT_ELIGIBLE: (
         "The table in status does not match what its ConfigMap holds",
         "The table ConfigMap was changed or removed by hand. `kubectl sps reprofile` to "
         "measure a new one; the operator will not roll a table it cannot verify.",
     ),
-    "NoServerContainer": (
+    R.NO_SERVER_CONTAINER: (
         "spec.serverContainer names no container of the Deployment",
         "Set spec.serverContainer to the SGLang container's name.",
     ),
-    "AmbiguousFlag": (
+    R.AMBIGUOUS_FLAG: (
         "A flag of the server is an abbreviation of several flags",
         "SGLang's parser refuses it too (the server does not start). Write the flag in full.",
     ),
-    "ConfigFileFlags": (
+    R.CONFIG_FILE_FLAGS: (
         "The server reads flags from a --config file the operator cannot see",
         "A cost flag in the file would change without making the table stale. Write the "
         "flags in the container's args (`sps-operator fingerprint -f deployment.yaml` shows "
         "what the operator reads).",
     ),
-    "DiagonalOnlyServer": (
+    R.DIAGONAL_ONLY_SERVER: (
         "The server's table loader reads only diagonal tables; an Additive table would stop it",
         "Set spec.table.kind: Diagonal. The message says how the operator knows: "
         "--speculative-dspark-sps-table-path const (the fzyzcjy/sglang fork), or a profiling "
         "clone that refused an additive table at start-up (status.diagonalOnlyServers; a "
         "changed server is judged again). docs/compatibility.md lists the builds.",
     ),
-    "LoraNeedsStaticMode": (
+    R.LORA_NEEDS_STATIC_MODE: (
         "DSpark with LoRA runs only in static mode, which reads no table",
         "SGLang refuses LoRA with DSpark outside static mode (#34337), so the operator puts no "
         "table onto such a server and profiles none in compact mode. Run the server in "
         "static mode with table.kind Diagonal, or without LoRA (docs/compatibility.md).",
     ),
-    "LoraUnsupported": (
+    R.LORA_UNSUPPORTED: (
         "This SGLang release refuses LoRA with DSpark at start-up",
         "Releases up to v0.5.17 run LoRA only with NGRAM speculative decoding: the server "
         "cannot start. Use a later SGLang in static mode, or run without LoRA; if the image "
@@ -119,117 +120,117 @@ TARGET_REASONS: dict[str, tuple[str, str]] = {
 
 # Failures a run can end with (status.lastFailure.reason), beyond the heuristics below.
 FAILURE_REASONS: dict[str, tuple[str, str]] = {
-    "ResultRefused": (
+    R.RESULT_REFUSED: (
         "The profiling Job's result was refused as implausible or malformed",
         "The Job runs the server's image; a result outside SGLang's physical bounds is never "
         "fitted. Check the profiler's log (`kubectl logs job/<run> -c profiler`) and that "
         "spec.job.image is the operator's profiler; then `kubectl sps reprofile {name}`.",
     ),
-    "DoubtfulMeasurement": (
+    R.DOUBTFUL_MEASUREMENT: (
         "The measurement is not plausible (more tokens measured as faster)",
         "Usually a noisy GPU (co-tenants, throttling). Re-profile on an idle GPU "
         "(`kubectl sps reprofile {name}`), or raise spec.table.sweep.repeats.",
     ),
-    "SelfCheckFailed": (
+    R.SELF_CHECK_FAILED: (
         "The fitted table fails its self-check (non-positive or implausible step times)",
         "The table was not published. Re-profile (`kubectl sps reprofile {name}`); widen the "
         "sweep if it keeps failing.",
     ),
-    "SweepMismatch": (
+    R.SWEEP_MISMATCH: (
         "The profiler measured a sweep this profile did not ask for (or a cell more than once)",
         "Use the operator's profiler image (remove spec.job.image) and do not edit the sweep "
         "during a run; then `kubectl sps reprofile {name}`.",
     ),
-    "IncompleteSweep": (
+    R.INCOMPLETE_SWEEP: (
         "The profiler's result did not cover every cell of spec.table.sweep; no table was made",
         "sps-profiler measures every cell or fails the run, so a short result comes from a "
         "Job image that is not sps-profiler (remove spec.job.image) or a sweep edited during "
         "the run; cells measured only on an uncorrectable clock ramp are named in the "
         "message. Then `kubectl sps reprofile {name}`.",
     ),
-    "JobPolicy": (
+    R.JOB_POLICY: (
         "spec.job or spec.server asks for something the cluster admin's policy does not allow",
         "The message starts with the rule (a chart value jobPolicy.*, or spec.server.url) and "
         "says what to change. Change that field of spec.job or spec.server, or ask the cluster "
         "admin to allow it; no Job was created, and the run starts at the next pass after the "
         "fix (docs/operator.md, Admin policy).",
     ),
-    "GpuPinConflict": (
+    R.GPU_PIN_CONFLICT: (
         "The profiling Job would not run on the GPU product its table is for",
         "The Job is pinned to the product the target's pods run on. Remove "
         "spec.gpuProductLabel from spec.job.nodeSelector, or make the Deployment's required "
         "node affinity admit that product (while the Deployment moves to another pool, the "
         "run starts once its pods have moved). No Job was created.",
     ),
-    "JobLabelsSelectPods": (
+    R.JOB_LABELS_SELECT_PODS: (
         "spec.job.labels would make the profiling pod pass for a server pod",
         "A Service would send user traffic to the profiling server, or a Deployment or "
         "PodDisruptionBudget would count it as a replica. Remove or rename the labels the "
         "message names in spec.job.labels; no Job was created.",
     ),
-    "ReadWriteOncePodClaim": (
+    R.READ_WRITE_ONCE_POD_CLAIM: (
         "The target mounts a ReadWriteOncePod PersistentVolumeClaim: the clone can never mount it",
         "Only one pod in the cluster may mount such a claim, and the server does. Put the "
         "weights on a ReadOnlyMany or ReadWriteMany claim, or in an image volume or an init "
         "container that downloads them (docs/operator.md, Volumes). No Job was created; the "
         "run starts at the next pass after the fix.",
     ),
-    "ClaimNodeUnavailable": (
+    R.CLAIM_NODE_UNAVAILABLE: (
         "The target's ReadWriteOnce claims are attached on no node the clone may use",
         "A ReadWriteOnce claim attaches to one node at a time, so the clone runs where a ready "
         "pod of the target mounts it, on the GPU product the table is for. The message names "
         "the claims and where they are held; the run starts once such a pod is ready. No Job "
         "was created. To let the clone run anywhere, use a ReadOnlyMany or ReadWriteMany claim.",
     ),
-    "TargetChanged": (
+    R.TARGET_CHANGED: (
         "The Deployment changed between the two phases of an Additive run",
         "Phase 2 would have measured another server than phase 1, so the run ended. A new "
         "run profiles the server as it is now, by itself; if it keeps happening, avoid "
         "changing the Deployment while it is being profiled.",
     ),
-    "NameTaken": (
+    R.NAME_TAKEN: (
         "An object the run needs exists under the same name and is not this profile's",
         "Delete or rename the object named in the message; the operator never adopts "
         "objects it does not own.",
     ),
-    "ReconcileError": (
+    R.RECONCILE_ERROR: (
         "A step of the operator's pass failed",
         "The message names the step and the API's answer. Transient errors retry with "
         "backoff by themselves; a persistent one (403, 422) needs the RBAC or object fixed.",
     ),
-    "WaitingForGPUs": (
+    R.WAITING_FOR_GPUS: (
         "The last run gave up: its Job waited longer than capacity.waitTimeoutSeconds for GPUs",
         "Every GPU of the product was busy for the whole wait. Let the operator lend the run "
         "one replica (spec.capacity.mode: BorrowReplica, docs/capacity.md), add a node to the "
         "pool, or raise spec.capacity.waitTimeoutSeconds; the run is retried with backoff, "
         "or now with `kubectl sps reprofile {name}`.",
     ),
-    "QueuedInKueue": (
+    R.QUEUED_IN_KUEUE: (
         "The last run gave up: Kueue did not admit its Job within capacity.waitTimeoutSeconds",
         "Check the queue (`kubectl get workloads`, the ClusterQueue's quota for the GPU "
         "product), give the Job a higher priority (spec.job.priorityClassName or a "
         "WorkloadPriorityClass label), or raise spec.capacity.waitTimeoutSeconds.",
     ),
-    "KueueNotInstalled": (
+    R.KUEUE_NOT_INSTALLED: (
         "The last run ended at once: its Job names a Kueue queue, but Kueue is not installed",
         "The Job was created suspended for Kueue (label kueue.x-k8s.io/queue-name) and the "
         "API group kueue.x-k8s.io is not served, so nothing would ever admit it. Install "
         "Kueue, or remove the queue label (the chart's jobDefaults.labels, or spec.job.labels); "
         "the run is retried with backoff, or now with `kubectl sps reprofile {name}`.",
     ),
-    "LocalQueueMissing": (
+    R.LOCAL_QUEUE_MISSING: (
         "The last run gave up: the Kueue LocalQueue its Job names does not exist",
         "Create the LocalQueue in this namespace (pointing at a ClusterQueue with quota for "
         "the GPU product), or name an existing one in spec.job.labels "
         "(kueue.x-k8s.io/queue-name); then `kubectl sps reprofile {name}`.",
     ),
-    "BorrowBlocked": (
+    R.BORROW_BLOCKED: (
         "The last run gave up: no GPU was free and borrowing a replica stayed refused",
         "The message names what refused the borrow (a PodDisruptionBudget, minAvailable, an "
         "HPA or a GitOps owner of replicas, a rollout, another borrow on the product); see "
         "docs/capacity.md. Fix that or add a node, then `kubectl sps reprofile {name}`.",
     ),
-    "KueueManagedTarget": (
+    R.KUEUE_MANAGED_TARGET: (
         "The last run gave up: no GPU was free, and its target is a Deployment Kueue manages",
         "capacity.mode BorrowReplica never borrows from a Deployment whose pods Kueue admits "
         "(label kueue.x-k8s.io/queue-name on it or its pod template): a lent replica's quota "
@@ -237,24 +238,24 @@ FAILURE_REASONS: dict[str, tuple[str, str]] = {
         "profiling Job GPU quota in Kueue (spec.job.labels kueue.x-k8s.io/queue-name: a "
         "LocalQueue of this namespace; docs/capacity.md), then `kubectl sps reprofile {name}`.",
     ),
-    "DiagonalOnlyServer": (
+    R.DIAGONAL_ONLY_SERVER: (
         "The profiling clone refused the additive seed table: its loader reads only diagonal",
         "Nothing was rolled out, and the operator now refuses Additive for this server (a "
         "production server would not have started with an additive table). Set "
         "spec.table.kind: Diagonal; the message has the server's last words.",
     ),
-    "ServerRefusedToStart": (
+    R.SERVER_REFUSED_TO_START: (
         "The profiling clone refused to start",
         "The message has the server's last words and what they mean (e.g. the fzyzcjy fork "
         "needs --speculative-dspark-sps-table-path=const in compact mode). Fix the "
         "Deployment, then `kubectl sps reprofile {name}`.",
     ),
-    "LoraNeedsStaticMode": (
+    R.LORA_NEEDS_STATIC_MODE: (
         "The profiling clone refused LoRA in its mode",
         "DSpark with LoRA runs only in static mode; use table.kind Diagonal, or run without "
         "LoRA (docs/compatibility.md).",
     ),
-    "KueueDeactivated": (
+    R.KUEUE_DEACTIVATED: (
         "The last run ended at once: Kueue deactivated its Job's Workload",
         "Kueue will not admit a deactivated Workload again; the message has Kueue's reason. "
         "MaximumExecutionTimeExceeded: the label kueue.x-k8s.io/max-exec-time-seconds on the "
@@ -262,7 +263,7 @@ FAILURE_REASONS: dict[str, tuple[str, str]] = {
         "raise it or shorten the sweep. Kueue counts it from admission; the run is retried "
         "with backoff, or now with `kubectl sps reprofile {name}`.",
     ),
-    "DeadlineExceeded": (
+    R.DEADLINE_EXCEEDED: (
         "The profiling Job ran longer than its limit",
         "The limit is spec.job.activeDeadlineSeconds, or the Job's label "
         "kueue.x-k8s.io/max-exec-time-seconds when shorter (the message says which); it "
@@ -271,13 +272,25 @@ FAILURE_REASONS: dict[str, tuple[str, str]] = {
         "(sweep.maxBatchSize, fewer fracs, a wider sweep.ciRelWidth); the run is retried "
         "with backoff, or now with `kubectl sps reprofile {name}`.",
     ),
-    "ResultMissing": (
+    R.RESULT_MISSING: (
         "The profiling Job completed but its result never arrived",
         "The operator waited for the profiler's last write to the result ConfigMap after the "
         "Job completed, and it did not come. Read the profiler's log (`kubectl logs job/<run> "
         "-c profiler`, the run is in status.lastFailure.run); the run is retried with backoff.",
     ),
-    "StatusWriteFailed": (
+    R.JOB_MISSING: (
+        "The profiling Job disappeared before it finished",
+        "Something deleted the run's Job while it ran (a person, a cleanup job, a GitOps "
+        "prune of the namespace). The run is retried with backoff; if it keeps happening, "
+        "find what deletes Jobs in this namespace.",
+    ),
+    R.TARGET_GONE: (
+        "The target Deployment went away (or became unreadable) between the two phases",
+        "Phase 2 of an Additive run clones the Deployment phase 1 measured; it was deleted, "
+        "or its server command can no longer be read (status.targets says why). The run is "
+        "retried with backoff once the Deployment is back as it was.",
+    ),
+    R.STATUS_WRITE_FAILED: (
         "The operator could not write this profile's full status",
         "The API refused the status (the message says why); report it with `kubectl get sps "
         "{name} -o yaml` and the operator's log.",
@@ -285,13 +298,14 @@ FAILURE_REASONS: dict[str, tuple[str, str]] = {
 }
 
 
+# A table that failed an acceptance gate (spec.gates): not retried as it is.
+GATE_FAILURES = frozenset(
+    {R.FIT_QUALITY_GATE_FAILED, R.ERROR_BOUND_GATE_FAILED, R.CHANGE_GATE_FAILED}
+)
+
+
 def _text(*parts: Any) -> str:
     return " ".join(str(p) for p in parts if p).lower()
-
-
-def _is_mixed(*parts: Any) -> bool:
-    text = _text(*parts)
-    return "mixed" in text or "several gpu products" in text
 
 
 def _failure_finding(name: str, failure: Mapping[str, Any]) -> Finding:
@@ -304,7 +318,9 @@ def _failure_finding(name: str, failure: Mapping[str, Any]) -> Finding:
     if reason in FAILURE_REASONS:
         what, next_step = FAILURE_REASONS[reason]
         return Finding(what=what, why=evidence, next=next_step.format(name=name))
-    if reason == "JobCreateFailed":
+    if reason in GATE_FAILURES:
+        return _gate_finding(name, evidence)
+    if reason == R.JOB_CREATE_FAILED:
         return Finding(
             what="The API server refused the profiling Job",
             why=evidence,
@@ -315,7 +331,7 @@ def _failure_finding(name: str, failure: Mapping[str, Any]) -> Finding:
                 f"with `kubectl get deploy -o yaml` and `kubectl get sps {name} -o yaml`."
             ),
         )
-    if reason == "RolloutFailed":
+    if reason == R.ROLLOUT_FAILED:
         return Finding(
             what="The new table's rollout did not become available; the operator rolled back",
             why=evidence,
@@ -326,7 +342,7 @@ def _failure_finding(name: str, failure: Mapping[str, Any]) -> Finding:
                 f"`kubectl sps reprofile {name}`."
             ),
         )
-    if reason == "FitFailed":
+    if reason == R.FIT_FAILED:
         return Finding(
             what="The measured rounds could not be fitted into a table",
             why=evidence,
@@ -359,8 +375,6 @@ def _failure_finding(name: str, failure: Mapping[str, Any]) -> Finding:
                 f"fewer fracs, a wider sweep.ciRelWidth); then `kubectl sps reprofile {name}`."
             ),
         )
-    if "gate" in text or "rms" in text or "r2" in text or ("change" in text and "live" in text):
-        return _gate_finding(name, evidence)
     if "unschedul" in text or "insufficient" in text or "pending" in text:
         return Finding(
             what="The profiling Job could not get a GPU",
@@ -389,6 +403,14 @@ def _failure_finding(name: str, failure: Mapping[str, Any]) -> Finding:
 
 
 def _gate_finding(name: str, evidence: str) -> Finding:
+    bound = (
+        " The error bound (ERROR-BOUND in `kubectl sps get -o wide`, "
+        "status.tables[].quality.errorBoundRel) is wide when the GPU's steps are noisy or "
+        "autocorrelated (wide round CIs: tighten sweep.ciRelWidth) or when the table "
+        "interpolates across too few batch sizes (leave-one-out error: add sweep.batchSizes)."
+        if R.ERROR_BOUND_GATE_FAILED in evidence or "maxErrorBound" in evidence
+        else ""
+    )
     return Finding(
         what="A new table failed an acceptance gate and was not rolled out",
         why=evidence,
@@ -397,7 +419,7 @@ def _gate_finding(name: str, evidence: str) -> Finding:
             f"(`kubectl sps diff {name} {name}@rejected`). It is not retried as it is. If the "
             "change is real (new image, driver, clocks), relax spec.gates (maxChange, "
             "maxErrorBound, maxRmsMs, minR2): the changed spec starts a new attempt by itself; "
-            f"if it is noise, `kubectl sps reprofile {name}` to measure again."
+            f"if it is noise, `kubectl sps reprofile {name}` to measure again.{bound}"
         ),
     )
 
@@ -436,7 +458,7 @@ def _rollout_findings(status: Mapping[str, Any]) -> list[Finding]:
     for target in status.get("targets") or []:
         name = target.get("deployment")
         message = str(target.get("message") or "")
-        if target.get("state") == "Rolling" and target.get("reason") == "RolloutBlocked":
+        if target.get("state") == "Rolling" and target.get("reason") == R.ROLLOUT_BLOCKED:
             lowered = message.lower()
             next_step = next(
                 (hint for keys, hint in _ROLLOUT_NEXT if any(k in lowered for k in keys)),
@@ -502,7 +524,7 @@ def _schedule_and_clock_findings(
                 ),
             )
         )
-    skewed = [e for e in events if e.get("reason") == "ClockSkew"]
+    skewed = [e for e in events if e.get("reason") == R.CLOCK_SKEW]
     if skewed:
         latest = skewed[-1]
         findings.append(
@@ -560,7 +582,7 @@ def _waiting_finding(
     why = f"{reason}: {message} (run {run.get('name', '?')}, Job {run.get('job', '?')})"
     bound = f"The run fails if it waits {timeout} s in all (spec.capacity.waitTimeoutSeconds)."
     gpu = run.get("gpuProduct") or "its GPU product"
-    if reason == "QueuedInKueue":
+    if reason == R.QUEUED_IN_KUEUE:
         return Finding(
             what=f"The profiling Job is queued in Kueue {how_long}",
             why=why,
@@ -571,7 +593,7 @@ def _waiting_finding(
                 f"priority (spec.job.priorityClassName / a WorkloadPriorityClass). {bound}"
             ),
         )
-    if reason == "LocalQueueMissing":
+    if reason == R.LOCAL_QUEUE_MISSING:
         return Finding(
             what=f"The profiling Job names a Kueue LocalQueue that does not exist {how_long}",
             why=why,
@@ -582,7 +604,7 @@ def _waiting_finding(
                 f"goes on as soon as it exists. {bound}"
             ),
         )
-    if reason == "BorrowBlocked":
+    if reason == R.BORROW_BLOCKED:
         return Finding(
             what=f"The profiling Job waits for GPUs and borrowing a replica is refused {how_long}",
             why=why,
@@ -595,7 +617,7 @@ def _waiting_finding(
                 f"by itself. {bound}"
             ),
         )
-    if reason == "KueueManagedTarget":
+    if reason == R.KUEUE_MANAGED_TARGET:
         return Finding(
             what=f"The profiling Job waits for GPUs; its target is never borrowed from {how_long}",
             why=why,
@@ -737,14 +759,12 @@ def explain(
     gpu = str(status.get("gpuProduct") or "")
     mixed_evidence = [
         f"{c.get('reason', '')}: {c.get('message', '')}"
-        for c in (conds.get("Degraded"), conds.get("Ready"))
-        if c
-        and c.get("status") in ("True", "False")
-        and _is_mixed(c.get("reason"), c.get("message"))
+        for c in (conds.get(R.DEGRADED), conds.get(R.READY))
+        if c and c.get("status") in ("True", "False") and c.get("reason") == R.MIXED_GPU_PRODUCTS
     ] + [
         f"Deployment {t.get('deployment')}: {t.get('message')}"
         for t in status.get("targets") or []
-        if _is_mixed(t.get("message"))
+        if t.get("reason") == R.MIXED_GPU_PRODUCTS
     ]
     if "," in gpu or mixed_evidence:
         findings.append(
@@ -794,8 +814,8 @@ def explain(
         findings.append(_failure_finding(name, failure))
 
     rejected = status.get("rejectedTable")
-    if rejected and not any("gate" in f.what for f in findings):
-        tr = conds.get("TableReady") or {}
+    if rejected and (failure or {}).get("reason") not in GATE_FAILURES:  # said once
+        tr = conds.get(R.TABLE_READY) or {}
         findings.append(
             _gate_finding(
                 name,
@@ -804,7 +824,7 @@ def explain(
             )
         )
 
-    stale = conds.get("Stale") or {}
+    stale = conds.get(R.STALE) or {}
     after = "; the last attempt failed ("
     stale_message = str(stale.get("message") or "")
     if stale.get("status") == "True" and after in stale_message:
@@ -848,7 +868,7 @@ def explain(
             )
         )
 
-    ready = conds.get("Ready") or {}
+    ready = conds.get(R.READY) or {}
     if status and ready.get("status") != "True" and not findings and not status.get("currentRun"):
         # Never "nothing is wrong" while the profile is not ready.
         findings.append(
@@ -891,13 +911,14 @@ def render_explain(report: Mapping[str, Any]) -> str:
             text += f"; borrowed {run['borrowed']}"
         lines.append(clean_text(text, MAX_EVIDENCE))
         if run.get("changes"):
-            why = f"  {run.get('trigger') or 'ServerChanged'}: the server changed: {run['changes']}"
+            trigger = run.get("trigger") or R.SERVER_CHANGED
+            why = f"  {trigger}: the server changed: {run['changes']}"
             lines.append(clean_text(why, MAX_EVIDENCE))
     findings = report.get("findings") or []
     if not findings:
         lines.append(
             "\nNothing is wrong: every Deployment runs a table measured for it"
-            if report.get("state") == "Ready"
+            if report.get("state") == R.READY
             else "\nNothing is wrong: a run is in progress."
         )
         return "\n".join(lines)

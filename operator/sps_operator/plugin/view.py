@@ -7,11 +7,13 @@ API models write it); outputs are plain data (for -o json|yaml) or text.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from sps_operator.api import labels as L
+from sps_operator.api import reasons as R
 from sps_operator.constants import LABEL_PREFIX
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, SpsTable
 
@@ -76,17 +78,17 @@ def profile_state(profile: Mapping[str, Any]) -> str:
     status = profile.get("status") or {}
     conds = conditions_by_type(profile)
     if (profile.get("spec") or {}).get("suspend"):
-        return "Suspended"
+        return R.SUSPENDED
     run = status.get("currentRun")
     if run:
         waiting = run.get("waiting") or {}
         if waiting.get("reason"):
             return str(waiting["reason"])  # WaitingForGPUs, QueuedInKueue, LocalQueueMissing, …
         return f"Profiling/{run.get('phase', '?')}"
-    ready = conds.get("Ready")
+    ready = conds.get(R.READY)
     if ready and ready.get("status") == "True":
-        stale = conds.get("Stale")
-        return "Stale" if stale and stale.get("status") == "True" else "Ready"
+        stale = conds.get(R.STALE)
+        return R.STALE if stale and stale.get("status") == "True" else R.READY
     if ready and ready.get("status") == "False" and ready.get("reason"):
         return str(ready["reason"])
     if status.get("lastFailure"):
@@ -151,12 +153,13 @@ def get_row(profile: Mapping[str, Any], now: datetime) -> dict[str, str]:
         "age": age(meta.get("creationTimestamp"), now),
     }
     targets = status.get("targets") or []
-    ready = conditions_by_type(profile).get("Ready") or {}
+    ready = conditions_by_type(profile).get(R.READY) or {}
     row["targets"] = f"{sum(1 for t in targets if t.get('state') == 'Live')}/{len(targets)}"
     row["reason"] = str(ready.get("reason") or "-")
     row["run"] = str(run.get("name") or "-")
     row["lastFailure"] = str((status.get("lastFailure") or {}).get("reason") or "-")
     row["gpuSeconds"] = _table_gpu_seconds(status)
+    row["errorBound"] = _table_error_bound(status)
     waiting = run.get("waiting") or {}
     position = waiting.get("queuePosition")
     row["queue"] = f"#{position}" if type(position) is int and position >= 1 else "-"
@@ -167,13 +170,30 @@ def get_row(profile: Mapping[str, Any], now: datetime) -> dict[str, str]:
     return row
 
 
-def _table_gpu_seconds(status: Mapping[str, Any]) -> str:
-    """GPU seconds the live table's run took ("-": no live table, or not recorded)."""
+def _live_table_entry(status: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The live table's status.tables[] entry ({} when there is none)."""
     live = status.get("liveTable")
     for entry in status.get("tables") or []:
-        seconds = entry.get("gpuSeconds") if isinstance(entry, Mapping) else None
-        if live and entry.get("configMap") == live and isinstance(seconds, int | float):
-            return f"{seconds:.0f}"
+        if live and isinstance(entry, Mapping) and entry.get("configMap") == live:
+            return entry
+    return {}
+
+
+def _table_gpu_seconds(status: Mapping[str, Any]) -> str:
+    """GPU seconds the live table's run took ("-": no live table, or not recorded)."""
+    seconds = _live_table_entry(status).get("gpuSeconds")
+    if isinstance(seconds, int | float) and not isinstance(seconds, bool):
+        return f"{seconds:.0f}"
+    return "-"
+
+
+def _table_error_bound(status: Mapping[str, Any]) -> str:
+    """The live table's predicted error bound (quality.errorBoundRel, what
+    gates.maxErrorBound checks) in percent ("-": no live table, or not recorded)."""
+    quality = _live_table_entry(status).get("quality")
+    bound = quality.get("errorBoundRel") if isinstance(quality, Mapping) else None
+    if isinstance(bound, int | float) and not isinstance(bound, bool) and math.isfinite(bound):
+        return f"{bound:.1%}"
     return "-"
 
 
@@ -202,10 +222,11 @@ def render_columns(
 
 
 # `-o wide` adds: live targets of all, Ready's reason, the current run, the last failure,
-# the GPU seconds the live table took, the run's position in its Kueue ClusterQueue.
+# the GPU seconds the live table took, its predicted error bound, the run's position in
+# its Kueue ClusterQueue.
 WIDE_COLUMNS = {"targets": "TARGETS", "reason": "REASON", "run": "RUN",
                 "lastFailure": "LAST FAILURE", "gpuSeconds": "GPU-SECONDS",
-                "queue": "QUEUE"}  # fmt: skip
+                "errorBound": "ERROR-BOUND", "queue": "QUEUE"}  # fmt: skip
 
 
 def render_get(
@@ -247,9 +268,10 @@ def watch_layout(rows: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
         "progress": "00/00 rounds",
         "age": "00m00s",
         "targets": "0/0",
-        "reason": "WaitingForGPUs",
+        "reason": R.WAITING_FOR_GPUS,
         "run": max((f"{r['name']}-0123456789" for r in rows), key=len, default=""),
-        "lastFailure": "FitQualityGateFailed",
+        "lastFailure": R.FIT_QUALITY_GATE_FAILED,
+        "errorBound": "100.0%",
     }
     return [*(dict(r) for r in rows), pad]
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from sps_operator.api import limits
+from sps_operator.api.kinds import TableKind
 from sps_operator.profiler import sweep as sw
 
 if TYPE_CHECKING:
@@ -347,6 +348,16 @@ def _publish_failure(publisher: Any, message: str) -> None:
         print(f"sps-profiler: could not publish the failure: {exc}", file=sys.stderr)
 
 
+def _fit_kind(args: argparse.Namespace) -> TableKind | None:
+    """--kind; for `all`, what the run measures (--fracs: Additive); None for `fit` of
+    saved rounds without --kind (their rounds say it)."""
+    if args.kind is not None:
+        return TableKind(args.kind.capitalize())
+    if args.command == "all":
+        return TableKind.ADDITIVE if args.fracs else TableKind.DIAGONAL
+    return None
+
+
 def _fit(args: argparse.Namespace) -> FitResult:
     """`fit` on the profile directory, as the `fit` and `all` subcommands ask for it."""
     from sps_operator.profiler.fitting import fit_profile
@@ -356,7 +367,7 @@ def _fit(args: argparse.Namespace) -> FitResult:
         max_batch_tokens=args.max_batch_tokens,
         run_self_check=args.self_check,
         plot=args.plot,
-        kind=args.kind,
+        kind=_fit_kind(args),
         diagonal_probes=args.diagonal_probes,
     )
 
@@ -380,7 +391,7 @@ def _dispatch(args: argparse.Namespace, publisher: Any) -> int:
     if args.command == "all":
         result = _fit(args)
         q = result.quality
-        message += f"; {result.kind} fit RMS {q.rms_ms:.3f} ms, R² {q.r2:.4f}"
+        message += f"; {result.kind.lower()} fit RMS {q.rms_ms:.3f} ms, R² {q.r2:.4f}"
     if publisher is not None:
         import json
 

@@ -6,10 +6,11 @@ import json
 import logging
 from typing import Any, Literal
 
+from sps_operator.api.kinds import TableKind
 from sps_operator.profiler import artifacts
-from sps_operator.tables.fit import FitKind, FitResult, cells_from_rounds, fit_from_rounds
-from sps_operator.tables.formats import SpsAdditiveCostTable, SpsTable, load_sps_table_text
-from sps_operator.tables.selfcheck import step_range_problems
+from sps_operator.tables.fit import FitResult, cells_from_rounds, fit_from_rounds
+from sps_operator.tables.formats import SpsAdditiveCostTable, SpsTable
+from sps_operator.tables.selfcheck import doubtful_cells, self_check, step_range_problems
 
 logger = logging.getLogger(__name__)
 
@@ -18,42 +19,13 @@ class FitError(RuntimeError):
     """Nothing to fit, or the fit cannot give a table SGLang loads."""
 
 
-def self_check(table_text: str) -> list[str]:
-    """Reload the written text like SGLang and check lookups; return warnings, raise on errors."""
-    table = load_sps_table_text(table_text)
-    warnings: list[str] = []
-    if isinstance(table, SpsAdditiveCostTable):
-        for bs in table.bs_probes:
-            for budget in (0, max(0, max(table.m_probes) - table.bs_probes[0])):
-                value = table.step_time(num_reqs=bs, budget=budget)
-                if not value > 0:
-                    raise FitError(
-                        f"additive table step_time(num_reqs={bs}, budget={budget}) = {value} <= 0"
-                    )
-        return warnings
-    previous: float | None = None
-    for probe in table.sample_batch_tokens:
-        value = table.lookup(probe)
-        if not value > 0:
-            raise FitError(f"table lookup at batch_tokens={probe} gave {value} <= 0")
-        if previous is not None and value > previous * 1.10:
-            warnings.append(
-                f"steps/s rises by more than 10% at batch_tokens={probe} ({previous:.2f} → "
-                f"{value:.2f}); was the server at steady state (co-tenants, clocks)?"
-            )
-        previous = value
-    if table.lookup(table.sample_batch_tokens[0] - 1) != table.sample_steps_per_sec[0]:
-        raise FitError("lookup below the smallest probe did not clamp to the first value")
-    return warnings
-
-
 def fit_profile(
     out: str,
     *,
     max_batch_tokens: int | None = None,
     run_self_check: bool = True,
     plot: bool = True,
-    kind: FitKind | None = None,
+    kind: TableKind | None = None,
     diagonal_probes: Literal["tiers", "measured"] = "tiers",
 ) -> FitResult:
     paths = artifacts.OutPaths.for_out(out)
@@ -65,8 +37,9 @@ def fit_profile(
     rounds = artifacts.read_jsonl(paths.rounds)
     if not rounds:
         raise FitError(f"{paths.rounds} has no rounds to fit.")
-    resolved: FitKind = kind or (
-        "additive" if any(r.get("frac") is not None for r in rounds) else "diagonal"
+    # Saved rounds fitted without --kind: an off-diagonal round says Additive.
+    resolved = kind or (
+        TableKind.ADDITIVE if any(r.get("frac") is not None for r in rounds) else TableKind.DIAGONAL
     )
     try:
         result = fit_from_rounds(
@@ -86,10 +59,18 @@ def fit_profile(
             + f". Were the step times recorded in {paths.rounds.name} seconds where SGLang "
             "writes milliseconds (step_cpu_ms)? No table was written."
         )
-    text = result.table.to_json()
     if run_self_check:
-        for warning in self_check(text):
-            logger.warning("%s", warning)
+        # The self-check the operator judges every table by before publishing it.
+        problems = self_check(result.table)
+        if problems:
+            raise FitError(
+                "The fitted table fails its self-check: "
+                + "; ".join(problems[:3])
+                + ". No table was written."
+            )
+        for warning in doubtful_cells(rounds):  # the operator refuses such a measurement
+            logger.warning("%s; was the server at steady state (co-tenants, clocks)?", warning)
+    text = result.table.to_json()
     paths.table.write_text(text, encoding="utf-8")
     _describe(result.table, paths.table.name)
     _update_manifest(paths, result)
@@ -101,7 +82,7 @@ def fit_profile(
             cells_from_rounds(rounds),
             result.table,
             paths.plot,
-            title=f"{resolved} fit: RMS {q.rms_ms:.3f} ms ({q.rms_rel:.2%}), R² {q.r2:.4f}",
+            title=f"{resolved.lower()} fit: RMS {q.rms_ms:.3f} ms ({q.rms_rel:.2%}), R² {q.r2:.4f}",
         )
         logger.info("Wrote %s", paths.plot)
     return result
@@ -127,7 +108,7 @@ def _update_manifest(paths: artifacts.OutPaths, result: FitResult) -> None:
         except json.JSONDecodeError:
             logger.warning("%s is not JSON; rewriting it with the fit only.", paths.manifest)
     manifest["fit"] = {
-        "kind": result.kind,
+        "kind": result.kind.lower(),  # the manifest's word since v1
         "table": paths.table.name,
         "table_sha256": artifacts.sha256_file(paths.table),
         "quality": result.quality.to_dict(),

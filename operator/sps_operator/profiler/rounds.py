@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sps_operator.api.limits import MAX_STEP_SECONDS, MIN_STEP_SECONDS
-from sps_operator.profiler.steady import Ar1Prior, SteadyStats, clocks_settled, steady_stats
+from sps_operator.profiler.steady import (
+    Ar1Prior,
+    SteadyStats,
+    clocks_settled,
+    level_rise,
+    steady_stats,
+)
 from sps_operator.profiler.sweep import (
     DEFAULT_CI_LEVEL_Z,
     MATCH_FRACTION_ERROR,
@@ -145,6 +151,15 @@ class StoppingRule:
             reference_context=self.reference_context,
             ci_rel_width=self.ci_rel_width,
             min_steps=min(self.min_steps, len(times)),
+            z=self.z,
+            ar1_prior=self.ar1_prior,
+        )
+
+    def rise(self, times: Sequence[float]) -> float | None:
+        """A significant rise of the round's step times over all of them (`level_rise`)."""
+        return level_rise(
+            times,
+            ci_rel_width=self.ci_rel_width,
             z=self.z,
             ar1_prior=self.ar1_prior,
         )
@@ -392,6 +407,9 @@ class RoundOutcome:
     graph_tiers: list[int] | None = None
     # The run clock at each steady step (None when the driver keeps no clock).
     clocks: list[float] | None = None
+    # How far its step times rose beyond KV growth over the whole round (`level_rise`):
+    # it straddled a clock cap and is measured again. None: they did not.
+    level_rise: float | None = None
 
     def to_summary(self) -> dict[str, Any]:
         summary: dict[str, Any] = {
@@ -564,6 +582,7 @@ def postprocess_round(
         warnings=warnings,
         graph_tiers=list(tiers) if mode in ("compact", "static") and tiers else None,
         clocks=step_clocks_at(aligned, cts, clock_start) if clock_start is not None else None,
+        level_rise=rule.rise(times),
     )
 
 

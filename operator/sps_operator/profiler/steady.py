@@ -394,6 +394,53 @@ def steady_stats(
     return SteadyStats(False, best, z)
 
 
+# A round is cut into at most this many blocks to look for a rise between neighbours.
+RISE_BLOCKS = 8
+# A rise must exceed this many standard errors of the two blocks' medians: a false alarm
+# costs a round measured again.
+RISE_Z = 3.0
+
+
+def level_rise(
+    times: Sequence[float],
+    *,
+    ci_rel_width: float,
+    z: float,
+    ar1_prior: Ar1Prior | None = None,
+) -> float | None:
+    """How far the round's step times jumped up between neighbouring stretches beyond the
+    round's steady trend (relative), or None when no jump is significant and material.
+
+    A round that straddles a throttle window (a power or thermal clock cap) has slower steps
+    after the cap sets in, or a slow stretch in its middle. The stopping rule trims only a
+    *leading* stretch, so it would describe a window that holds the cap, or one entirely
+    inside it, and the KV line may lean to absorb a late one: the cap would be averaged
+    into the cell. Here the round is cut into blocks; KV growth (linear in the steps, as
+    every request ages together) moves each block's median by the same amount, the median
+    of the differences, and a cap is a difference far above it. The caller measures the
+    cell again.
+    """
+    blocks = min(RISE_BLOCKS, len(times) // MIN_STEPS_PER_PART)
+    if blocks < 4:
+        return None
+    tau = _step_correlation(times, ar1_prior).tau
+    size = len(times) // blocks
+    parts = [times[i * size : (i + 1) * size] for i in range(blocks)]
+    cis = [median_ci(part, z, tau) for part in parts]
+    medians = [m for m, _lo, _hi in cis]
+    ses = [(hi - lo) / (2 * z) for _m, lo, hi in cis]
+    steps = [b - a for a, b in itertools.pairwise(medians)]
+    trend = statistics.median(steps)
+    level = statistics.median(times)
+    worst: float | None = None
+    for i, step in enumerate(steps):
+        excess = step - trend
+        noise = RISE_Z * math.hypot(ses[i], ses[i + 1])
+        if excess > noise and excess > ci_rel_width / 2 * level:
+            worst = max(worst or 0.0, excess / level)
+    return worst
+
+
 def _third_medians(times: Sequence[float], z: float) -> tuple[list[float], list[float]]:
     """The medians of the series' thirds and their standard errors (autocorrelation from
     the last third)."""

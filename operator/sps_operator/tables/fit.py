@@ -18,13 +18,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from sps_operator.api.kinds import TableKind
 from sps_operator.tables import clockramp
 from sps_operator.tables.formats import (
     SpsAdditiveCostTable,
@@ -34,9 +35,15 @@ from sps_operator.tables.formats import (
     interp_clamped,
     profile_sps_table,
 )
-from sps_operator.tables.quality import Cell, FitQuality, evaluate, leave_one_out_rel
+from sps_operator.tables.quality import (
+    BOUND_COVERAGE,
+    ROUND_CI_LEVEL_Z,
+    Cell,
+    FitQuality,
+    evaluate,
+    leave_one_out_rel,
+)
 
-FitKind = Literal["diagonal", "additive"]
 FloatArray = npt.NDArray[np.float64]
 
 # Minimum cells for an additive fit (as the reference: fewer cannot say anything about θ).
@@ -58,7 +65,7 @@ class FitResult:
 
     table: SpsTable
     quality: FitQuality
-    kind: FitKind
+    kind: TableKind
     # Smoothing weight chosen by GCV (additive only).
     smoothing: float | None = None
     # The clock-ramp model the rounds were corrected with (`clockramp.RampModel.to_dict`).
@@ -150,7 +157,7 @@ def fit_diagonal(
     if not diagonal:
         raise ValueError(
             "No diagonal rounds (frac=null) to fit a diagonal table; these rounds are "
-            "off-diagonal — fit them with kind='additive'."
+            "off-diagonal — fit them as an Additive table."
         )
     cells = cells_from_rounds(diagonal)
     by_tokens: dict[int, list[float]] = {}
@@ -184,7 +191,7 @@ def fit_diagonal(
         # A measured-probes table's floor steps are what LOO scores already.
         within_step_rel=_within_step_rel(table, k) if tiers else 0.0,
     )
-    return FitResult(table=table, quality=quality, kind="diagonal")
+    return FitResult(table=table, quality=quality, kind=TableKind.DIAGONAL)
 
 
 def _within_step_rel(table: SpsCostTable, k: int) -> float:
@@ -435,12 +442,25 @@ class _PenalisedFit:
     # Per cell: the fitted step time with that cell left out (None where it alone decides
     # a parameter, i.e. the fit without it would extrapolate).
     loo_seconds: list[float | None]
+    # Per cell: its leverage h_ii (how much its own time decides its fitted value).
+    leverage: list[float]
+    # Half-width of the simultaneous band the cells' own measurement noise leaves in the
+    # table (relative; None when a cell's noise is unknown).
+    noise_band_rel: float | None = None
 
 
 def _fit_penalised(
-    cells: Sequence[Cell], theta_x: Sequence[int], counts: Sequence[int]
+    cells: Sequence[Cell],
+    theta_x: Sequence[int],
+    counts: Sequence[int],
+    noise_rel: Sequence[float] | None = None,
+    x_of: Callable[[int], int] | None = None,
 ) -> _PenalisedFit:
     """bias + alpha(bs) + theta(x) on hat bases, x = M or the replayed tier; λ by GCV.
+
+    `noise_rel`: each cell's relative standard deviation from its rounds' CIs, propagated
+    through the fit to the table over the grid (`noise_band_rel`); `x_of` maps a verify
+    token count M to θ's axis (the replayed tier, or M itself).
 
     Cost: O(cells) to build the normal equations, O(knots³) per smoothing weight tried.
     """
@@ -487,6 +507,11 @@ def _fit_penalised(
         float(y[i] - resid[i] / (1.0 - leverage[i])) if leverage[i] < MAX_LOO_LEVERAGE else None
         for i in range(n)
     ]
+    noise_band_rel = None
+    if noise_rel is not None and x_of is not None:
+        points_bs, points_x = _band_points(cells, bs_knots, x_of)
+        grid = _additive_design(points_bs, bs_knots, points_x, x_knots)
+        noise_band_rel = _table_noise_band_rel(design, a_inv, w, y, noise_rel, beta, grid)
     return _PenalisedFit(
         bias=float(beta[0]),
         bs_knots=bs_knots,
@@ -496,7 +521,65 @@ def _fit_penalised(
         smoothing=lam / scale,
         probe_se_ms=probe_se,
         loo_seconds=loo_seconds,
+        leverage=[float(h) for h in leverage],
+        noise_band_rel=noise_band_rel,
     )
+
+
+# Draws of the fit's noise for the simultaneous band (deterministic: a fixed seed).
+BAND_DRAWS = 4000
+
+
+def _table_noise_band_rel(
+    design: _SparseDesign,
+    a_inv: FloatArray,
+    w: FloatArray,
+    y: FloatArray,
+    noise_rel: Sequence[float],
+    beta: FloatArray,
+    grid: _SparseDesign,
+) -> float:
+    """Relative half-width of a simultaneous band (`BOUND_COVERAGE`) of the fitted step time
+    over the `grid` points: what the cells' measurement noise leaves in the table, at all of
+    them at once.
+
+    β = A⁻¹XᵀWy, so Cov(β) = A⁻¹ XᵀWΣWX A⁻¹ with Σ the cells' variances. The fitted values
+    are correlated (they share knots), so the band's width comes from draws of β's error,
+    not from a Bonferroni z that treats the points as independent.
+    """
+    variance = (np.asarray(noise_rel, dtype=float) * y) ** 2
+    cov = a_inv @ design.gram(w * w * variance) @ a_inv
+    eigenvalues, vectors = np.linalg.eigh((cov + cov.T) / 2)
+    root = vectors * np.sqrt(np.clip(eigenvalues, 0.0, None))
+    draws = np.random.default_rng(0).standard_normal((BAND_DRAWS, root.shape[1])) @ root.T
+    design = grid
+    fitted = design.times(beta)
+    scale = 1.0 / np.where(fitted > 0, fitted, np.inf)
+    # |x_i · δβ| / ŷ_i for every draw and cell: (draws × width) at the cells' columns.
+    errors = np.abs(np.einsum("ck,dck->dc", design.vals, draws[:, design.cols])) * scale
+    return float(np.quantile(np.max(errors, axis=1), BOUND_COVERAGE))
+
+
+def _band_points(
+    cells: Sequence[Cell], bs_knots: Sequence[int], x_of: Callable[[int], int]
+) -> tuple[list[int], list[int]]:
+    """(bs, x) points where the table's noise is largest over the grid the planner reads.
+
+    The planner reads every bs in the measured range at every M from bs (one verify token
+    per request) to bs·K (the diagonal; K from the cells). The table is linear in the hats
+    between knots, and a variance is convex along a segment, so the largest variance over
+    the grid is at a bs knot with a θ knot or an end of that bs's M range.
+    """
+    k = max(c.m // c.bs for c in cells)
+    points_bs: list[int] = []
+    points_x: list[int] = []
+    knots_x = sorted({x_of(c.m) for c in cells})
+    for b in bs_knots:
+        lo, hi = x_of(b), x_of(b * k)
+        for x in {lo, hi, *(x for x in knots_x if lo <= x <= hi)}:
+            points_bs.append(b)
+            points_x.append(x)
+    return points_bs, points_x
 
 
 def fit_additive_cells(
@@ -536,9 +619,16 @@ def fit_additive_cells(
             for c in merged
         ]
     counts = [len(grouped[(c.bs, c.m)]) for c in merged]
+    noise_rel = _merged_noise_rel([grouped[(c.bs, c.m)] for c in merged])
     by_tier = use_tiers and all(c.tier is not None and c.tier >= c.m for c in merged)
     theta_x = [int(c.tier) if by_tier and c.tier is not None else c.m for c in merged]
-    fit = _fit_penalised(merged, theta_x, counts)
+    ordered_tiers = sorted(tiers or [])
+
+    def x_of(m: int) -> int:
+        tier = _tier_at(ordered_tiers, m) if by_tier else None
+        return m if tier is None else tier
+
+    fit = _fit_penalised(merged, theta_x, counts, noise_rel, x_of)
     if not fit.bias > 0:
         raise ValueError(
             f"The additive fit gave bias_seconds={fit.bias:.6g} <= 0, which SGLang refuses; the "
@@ -561,8 +651,34 @@ def fit_additive_cells(
         probe_se_ms=probe_se,
         loo_rel=leave_one_out_rel(merged, lambda i: fit.loo_seconds[i]),
         probe_seconds=[c.t for c in merged],
+        noise_band_rel=fit.noise_band_rel,
+        # A leave-one-out residual carries the cell's own noise, inflated by what the fit
+        # loses without it: r/(1 − h) has variance σ²/(1 − h).
+        loo_noise_sd_rel=(
+            None
+            if noise_rel is None
+            else [
+                sd / math.sqrt(1.0 - h)
+                for sd, h, loo in zip(noise_rel, fit.leverage, fit.loo_seconds, strict=True)
+                if loo is not None
+            ]
+        ),
     )
-    return FitResult(table=table, quality=quality, kind="additive", smoothing=fit.smoothing)
+    return FitResult(table=table, quality=quality, kind=TableKind.ADDITIVE, smoothing=fit.smoothing)
+
+
+def _merged_noise_rel(groups: Sequence[Sequence[Cell]]) -> list[float] | None:
+    """Relative standard deviation of each merged cell (the median of its repeats) from the
+    rounds' CIs; None when a round has no CI (e.g. another profiler's)."""
+    noise: list[float] = []
+    for group in groups:
+        halves = [c.ci_rel_half for c in group]
+        if any(h is None for h in halves):
+            return None
+        sds = [h / ROUND_CI_LEVEL_Z for h in halves if h is not None]
+        # The median of n repeats is about as precise as their mean: sd / √n.
+        noise.append(statistics.median(sds) / math.sqrt(len(sds)))
+    return noise
 
 
 def _tiers_from_rounds(rounds: Sequence[Mapping[str, Any]]) -> list[int] | None:
@@ -587,38 +703,58 @@ def fit_additive(
 
 def fit_from_rounds(
     rounds: Sequence[Mapping[str, Any]],
-    kind: FitKind = "diagonal",
+    kind: TableKind = TableKind.DIAGONAL,
     max_batch_tokens: int | None = None,
     tiers: Sequence[int] | None = None,
     diagonal_probes: Literal["tiers", "measured"] = "tiers",
 ) -> FitResult:
-    """Fit a table of `kind` from rounds.jsonl dicts; raises ValueError with what to do.
+    """Fit a table of `kind` from rounds.jsonl dicts as measured; raises ValueError with
+    what to do. A run whose sweep began on a live clock ramp: its rounds' medians carry the
+    ramp's slow-down, taken out first (`clockramp.usable_rounds`, its uncertainty added to
+    their CIs); rounds on a ramp nothing can correct are left out. The operator's judgement
+    corrects once itself and calls `fit_corrected_rounds`."""
+    usable, ramp = clockramp.usable_rounds(rounds)
+    return fit_corrected_rounds(
+        usable,
+        ramp,
+        kind=kind,
+        max_batch_tokens=max_batch_tokens,
+        tiers=tiers,
+        diagonal_probes=diagonal_probes,
+    )
 
-    `tiers` default to the rounds' `graph_tiers`. `diagonal_probes="measured"` writes only
-    the measured diagonal probes (exactly the reference profiler's table).
-    """
+
+def fit_corrected_rounds(
+    rounds: Sequence[Mapping[str, Any]],
+    clock_ramp: clockramp.RampModel | None,
+    kind: TableKind = TableKind.DIAGONAL,
+    max_batch_tokens: int | None = None,
+    tiers: Sequence[int] | None = None,
+    diagonal_probes: Literal["tiers", "measured"] = "tiers",
+) -> FitResult:
+    """Fit a table of `kind` from rounds already corrected for the clock ramp (the usable
+    rounds of `clockramp.usable_rounds`), recording `clock_ramp`, the model they were
+    corrected with. `tiers` default to the rounds' `graph_tiers`.
+    `diagonal_probes="measured"` writes only the measured diagonal probes (exactly the
+    reference profiler's table)."""
     if not rounds:
         raise ValueError("No rounds to fit; run the profiler first.")
-    # A run whose sweep began on a live clock ramp: its rounds' medians carry the ramp's
-    # slow-down, taken out here (and its uncertainty added to their CIs); rounds on a ramp
-    # nothing can correct are left out.
-    rounds, ramp = clockramp.usable_rounds(rounds)
     try:
-        if kind == "diagonal":
+        if kind == TableKind.DIAGONAL:
             if tiers is None and diagonal_probes == "tiers":
                 tiers = _tiers_from_rounds(rounds)
             if diagonal_probes == "measured":
                 tiers = None
             result = fit_diagonal(rounds, max_batch_tokens=max_batch_tokens, tiers=tiers)
-        elif kind == "additive":
+        elif kind == TableKind.ADDITIVE:
             result = fit_additive(rounds, tiers=tiers)
         else:
-            raise ValueError(f"kind must be 'diagonal' or 'additive', got {kind!r}.")
+            raise ValueError(f"kind must be a TableKind, got {kind!r}.")
     except SpsTableError as exc:
         raise ValueError(f"The fitted table is not valid for SGLang: {exc}") from exc
-    if ramp is None:
+    if clock_ramp is None:
         return result
-    return dataclasses.replace(result, clock_ramp=ramp.to_dict())
+    return dataclasses.replace(result, clock_ramp=clock_ramp.to_dict())
 
 
 # --- the reference profiler's additive fit, for comparison only -------------------------------
@@ -652,4 +788,4 @@ def fit_additive_binned_reference(
     alpha = [0.0, *(float(beta[1 + bs_col[b]]) for b in bs_levels[1:])]
     theta = [0.0, *(float(beta[1 + len(bs_col) + bin_col[m]]) for m in bins[1:])]
     table = SpsAdditiveCostTable(float(beta[0]), bs_levels, alpha, bins, theta)
-    return FitResult(table=table, quality=evaluate(table, list(cells)), kind="additive")
+    return FitResult(table=table, quality=evaluate(table, list(cells)), kind=TableKind.ADDITIVE)

@@ -117,8 +117,16 @@ def error_bound_rel(
     num_probes: int,
     probe_seconds: Sequence[float],
     within_step_rel: float = 0.0,
+    loo_rel: Sequence[float] | None = None,
+    noise_band_rel: float | None = None,
+    loo_noise_sd_rel: Sequence[float] | None = None,
 ) -> float:
     """One figure bounding |table − truth| / truth over the grid.
+
+    With the fit's own propagation of the cells' noise (`noise_band_rel`: the largest
+    relative standard deviation the noise leaves in the table, and `loo_noise_sd_rel`: the
+    part of each leave-one-out error, `loo_rel`, that is noise) the bound is
+    `_fitted_bound`; otherwise the cruder one below.
 
     Three ways the table can be wrong. At a probe, by the measurement: its CI, widened so
     all probes are covered at once. Between probes, by interpolation: leave-one-out measures
@@ -129,6 +137,9 @@ def error_bound_rel(
     holds one value for several grid points (`within_step_rel`, from the fit): the truth
     moves across the step, by at most the step's height when costs rise with load.
     """
+    if noise_band_rel is not None and loo_rel is not None and loo_noise_sd_rel is not None:
+        bound = _fitted_bound(noise_band_rel, loo_rel, loo_noise_sd_rel)
+        return _finite_bound(bound + within_step_rel)
     noise = 0.0 if ci_rel_max is None else ci_rel_max * _family_z(num_probes) / ROUND_CI_LEVEL_Z
     if loo_rel_max is not None:
         between = loo_rel_max
@@ -138,10 +149,40 @@ def error_bound_rel(
             (abs(b - a) / min(a, b) for a, b in itertools.pairwise(ordered)),
             default=0.0,
         )
-    bound = max(noise, between) + within_step_rel
+    return _finite_bound(max(noise, between) + within_step_rel)
+
+
+def _finite_bound(bound: float) -> float:
     if not math.isfinite(bound):
         raise ValueError(f"fit quality: error bound is {bound}; the cells hold non-finite times.")
     return bound
+
+
+def _fitted_bound(
+    noise_band_rel: float, loo_rel: Sequence[float], loo_noise_sd_rel: Sequence[float]
+) -> float:
+    """The table's noise band plus the bias its shape or a bad cell leaves.
+
+    Noise: `noise_band_rel`, the fit's simultaneous band. Bias: what the leave-one-out
+    errors hold beyond their noise, two ways. Pooled over the probes (a mean square), for a
+    shape the table cannot follow everywhere a little; and per probe beyond what its noise
+    explains at the family-wise z, for one cell far off (a round measured on a clock ramp
+    the model did not take out): pooled, 36 cells dilute it, and the bound understated
+    such a table by half on the bench. Leave-one-out judges a gap twice as wide as the
+    table interpolates across, so this errs on the safe side for a curved truth.
+    """
+    if len(loo_rel) != len(loo_noise_sd_rel):
+        raise ValueError("fit quality: one noise figure per leave-one-out error is needed.")
+    if not loo_rel:
+        return noise_band_rel
+    pairs = list(zip(loo_rel, loo_noise_sd_rel, strict=True))
+    # Not calibrated down by the leave-one-out errors when the rounds' CIs err wide: on the
+    # bench matrix that cost more coverage (10 % noise with outliers or KV growth) than it
+    # gained in tightness.
+    pooled = math.sqrt(max(0.0, statistics.fmean(e * e - sd * sd for e, sd in pairs)))
+    z = _family_z(len(pairs))
+    one_cell = max(abs(e) - z * sd for e, sd in pairs)
+    return noise_band_rel + max(pooled, one_cell)
 
 
 def predicted_step_seconds(table: SpsTable, bs: int, m: int) -> float:
@@ -165,6 +206,8 @@ def evaluate(
     loo_rel: Sequence[float] | None = None,
     probe_seconds: Sequence[float] = (),
     within_step_rel: float = 0.0,
+    noise_band_rel: float | None = None,
+    loo_noise_sd_rel: Sequence[float] | None = None,
 ) -> FitQuality:
     """Residual statistics of `table` over `cells`, and its predicted error against truth.
 
@@ -227,5 +270,8 @@ def evaluate(
             num_probes=len(cells),
             probe_seconds=probe_seconds,
             within_step_rel=within_step_rel,
+            loo_rel=loo_rel,
+            noise_band_rel=noise_band_rel,
+            loo_noise_sd_rel=loo_noise_sd_rel,
         ),
     )
