@@ -12,8 +12,13 @@ $(BIN)/python:
 
 # Installs the package with its test tools into $(VENV), and beside it the simulator
 # (sim/, distribution sps-sim) and the test bed (testbed/, distribution sps-testbed).
-setup: $(BIN)/python
+# Once per change of a distribution's metadata (the installs are editable: code changes need
+# no reinstall), so `make demo` and `make test` do not pay pip's 10-15 s every time.
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml sim/pyproject.toml testbed/pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]' -e ./sim -e ./testbed
+	touch $@
 
 # Builds (or reuses from the cache) the pinned control-plane binaries.
 controlplane:

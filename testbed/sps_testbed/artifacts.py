@@ -4,6 +4,8 @@
   `tests/controlplane/build-nodes.sh`, cached by version in ~/.cache/sps-operator/nodes
 - Kueue's manager and its rendered config/ (CRDs, RBAC, webhooks, Deployment):
   `tests/controlplane/build-kueue.sh`, cached by version in ~/.cache/sps-operator/kueue
+- containerd 2.x (daemon, runc shim, ctr): `tests/controlplane/build-containerd.sh`, cached
+  by version in ~/.cache/sps-operator/containerd
 - the CNCF Distribution registry: `tests/controlplane/build-registry.sh`, cached by version
   in ~/.cache/sps-operator/registry
 - images (operator from the Dockerfile, the SGLang stand-in, pause, CoreDNS, Kueue):
@@ -12,7 +14,7 @@
   (sps_testbed.registry.ensure_seed)
 - the control plane: `sps_testbed.binaries.find_binaries` (build.sh)
 
-containerd, runc, the CNI plugins and skopeo are Debian's
+runc, the CNI plugins and skopeo are Debian's
 (`tests/controlplane/setup-host.sh --nodes`).
 """
 
@@ -29,8 +31,6 @@ from sps_testbed.binaries import Binaries, find_binaries
 from sps_testbed.registry import Image, RegistryError, ensure_seed
 
 HOST_TOOLS = (
-    "containerd",
-    "ctr",
     "runc",
     "iptables",
     "ip",
@@ -50,6 +50,7 @@ class ArtifactError(RuntimeError):
 class Artifacts:
     controlplane: Binaries
     node_bin: Path
+    containerd_bin: Path  # containerd, containerd-shim-runc-v2, ctr
     kueue_dir: Path  # manager, kueue.yaml (kubectl kustomize config/default), version
     images: dict[str, Image]
     cni_bin: Path
@@ -61,6 +62,7 @@ class Artifacts:
     def to_json(self) -> dict[str, object]:
         return {
             "node_bin": str(self.node_bin),
+            "containerd_bin": str(self.containerd_bin),
             "kueue_dir": str(self.kueue_dir),
             "cni_bin": str(self.cni_bin),
             "images": {
@@ -140,6 +142,9 @@ def build_artifacts() -> Artifacts:
     node_bin = Path(
         _run_script(["bash", str(repo / "tests/controlplane/build-nodes.sh")], "node binaries")
     )
+    containerd_bin = Path(
+        _run_script(["bash", str(repo / "tests/controlplane/build-containerd.sh")], "containerd")
+    )
     kueue_dir = Path(
         _run_script(
             ["bash", str(repo / "tests/controlplane/build-kueue.sh")],
@@ -161,6 +166,9 @@ def build_artifacts() -> Artifacts:
     for name in ("kubelet", "kube-proxy", "coredns", "sps-gpu-device-plugin", "pause"):
         if not (node_bin / name).is_file():
             raise ArtifactError(f"{node_bin / name} missing after build-nodes.sh")
+    for name in ("containerd", "containerd-shim-runc-v2", "ctr"):
+        if not (containerd_bin / name).is_file():
+            raise ArtifactError(f"{containerd_bin / name} missing after build-containerd.sh")
     for name in ("manager", "kueue.yaml", "version"):
         if not (kueue_dir / name).is_file():
             raise ArtifactError(f"{kueue_dir / name} missing after build-kueue.sh")
@@ -182,6 +190,7 @@ def build_artifacts() -> Artifacts:
     return Artifacts(
         controlplane=cp,
         node_bin=node_bin,
+        containerd_bin=containerd_bin,
         kueue_dir=kueue_dir,
         images=images,
         cni_bin=cni,

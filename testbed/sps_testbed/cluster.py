@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -274,12 +275,39 @@ class RealNodeCluster:
         node = next((n for n in self.record().nodes if n.name == node_name), None)
         if node is None:
             raise TestbedError(f"{node_name!r} is no node of this bed")
-        socket = NodeConfig.load(Path(node.dir) / "node.json").socket
-        argv = ["ctr", "-a", str(socket), "-n", "k8s.io", *args]
+        cfg = NodeConfig.load(Path(node.dir) / "node.json")
+        argv = [str(Path(cfg.containerd_bin) / "ctr"), "-a", str(cfg.socket), "-n", "k8s.io", *args]
         proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
         if proc.returncode != 0:
             raise TestbedError(f"{' '.join(argv)}: {proc.stderr.strip()}")
         return proc.stdout
+
+    def prefetch_images(self, roles: Sequence[str]) -> list[subprocess.Popen[bytes]]:
+        """Start pulling the images of `roles` (in that order) on every node, in the
+        background, from the bed's registry through each node's registry host configuration,
+        as the kubelet would, into the namespace the kubelet uses: a node's first pod of
+        those images then starts without the pull (decompressing and unpacking ≈ 640 MB).
+        One `ctr images pull` at a time per node; output in the node's
+        `logs/prefetch.log`. A pull that fails costs nothing: the kubelet pulls on its own.
+        Nothing waits for them; they end with the pull or with the node's containerd."""
+        refs = [self.image(role) for role in roles]
+        pulls = []
+        for node in self.record().nodes:
+            cfg = NodeConfig.load(Path(node.dir) / "node.json")
+            ctr = [str(Path(cfg.containerd_bin) / "ctr"), "-a", str(cfg.socket), "-n", "k8s.io"]
+            hosts = ["--hosts-dir", str(Path(cfg.dir) / "certs.d")]
+            script = " && ".join(shlex.join([*ctr, "images", "pull", *hosts, ref]) for ref in refs)
+            with (Path(cfg.dir) / "logs" / "prefetch.log").open("ab") as log:
+                pulls.append(
+                    subprocess.Popen(
+                        ["sh", "-c", script],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        start_new_session=True,
+                    )
+                )
+        return pulls
 
     def registry_log(self) -> Path:
         """The bed registry's log: its access log (every pull) and errors."""

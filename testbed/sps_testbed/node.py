@@ -35,7 +35,7 @@ FIXED_DIRS = (
     DEVICE_PLUGIN_DIR,  # the kubelet's device-plugin registration socket
     Path("/var/log/containers"),  # the kubelet's container-log symlinks
     Path("/var/lib/cni"),  # libcni's result cache
-    Path("/run/containerd"),  # containerd 1.6 shims' sockets (/run/containerd/s)
+    Path("/run/containerd"),  # containerd's shims' sockets (/run/containerd/s)
 )
 
 
@@ -69,6 +69,7 @@ class NodeConfig:
     cluster_dns: str
     node_bin: str
     cni_bin: str
+    containerd_bin: str  # containerd 2.x, its runc shim and ctr (build-containerd.sh)
     registry: str  # host:port of the bed's registry, which every image is pulled from
     registry_ca: str  # the bed's CA, which signed the registry's certificate
     sandbox_image: str = "registry.k8s.io/pause:3.10"
@@ -96,20 +97,30 @@ class NodeConfig:
 
 
 def containerd_toml(cfg: NodeConfig) -> str:
+    """containerd 2.x's configuration (version 3): CRI's image and runtime plugins apart."""
     d, r = Path(cfg.dir), Path(cfg.run_dir)
-    return f"""version = 2
+    return f"""version = 3
 root = "{d / "containerd"}"
 state = "{r / "containerd"}"
+# Snapshotters the bed does not use; tracing; /opt/containerd; NRI, whose socket path is
+# host-wide (/var/run/nri) and would be shared by every node of every bed.
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile",
+  "io.containerd.snapshotter.v1.erofs", "io.containerd.differ.v1.erofs",
   "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing",
-  "io.containerd.internal.v1.opt"]
+  "io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri"]
 [grpc]
   address = "{cfg.socket}"
 [ttrpc]
   address = "{cfg.socket}.ttrpc"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{cfg.sandbox_image}"
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "{cfg.sandbox_image}"
+  # Every image comes from the bed's registry (registry.write_hosts).
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = "{d / "certs.d"}"
+[plugins."io.containerd.cri.v1.runtime"]
   # Non-root containers may bind ports below 1024 (CoreDNS on 53) without capabilities.
   enable_unprivileged_ports = true
   enable_unprivileged_icmp = true
@@ -120,22 +131,22 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   disable_apparmor = true
   disable_hugetlb_controller = true
   tolerate_missing_hugetlb_controller = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{cfg.cni_bin}"
+  # The bed has no CDI devices (the device plugin hands out environment variables).
+  enable_cdi = false
+  enable_criu = false
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["{cfg.cni_bin}"]
     conf_dir = "{d / "cni"}"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
         Root = "{r / "runc"}"
         SystemdCgroup = false
-  # Every image comes from the bed's registry (registry.write_hosts).
-  [plugins."io.containerd.grpc.v1.cri".registry]
-    config_path = "{d / "certs.d"}"
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
 """
 
 
@@ -219,15 +230,22 @@ class NodeRunner:
 
     def _ctr(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            ["ctr", "-a", str(self.cfg.socket), "-n", "k8s.io", *args],
+            [
+                str(Path(self.cfg.containerd_bin) / "ctr"),
+                "-a",
+                str(self.cfg.socket),
+                "-n",
+                "k8s.io",
+                *args,
+            ],
             capture_output=True,
             text=True,
             check=False,
         )
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         self.procs[name] = spawn(
-            argv, self.cfg.logs / f"{name}.log", parent_death_signal=signal.SIGKILL
+            argv, self.cfg.logs / f"{name}.log", env=env, parent_death_signal=signal.SIGKILL
         )
 
     def _wait(self, name: str, check: Any, timeout: float) -> None:
@@ -262,7 +280,13 @@ class NodeRunner:
         (d / "resolv.conf").write_text(f"nameserver {cfg.cluster_dns}\n")
 
         registry.write_hosts(d / "certs.d", cfg.registry, Path(cfg.registry_ca))
-        self._spawn("containerd", ["containerd", "--config", str(d / "containerd.toml")])
+        # containerd finds its shim (containerd-shim-runc-v2) on PATH; runc is Debian's.
+        bin_dirs = [cfg.containerd_bin, os.environ.get("PATH", "")]
+        self._spawn(
+            "containerd",
+            [str(Path(cfg.containerd_bin) / "containerd"), "--config", str(d / "containerd.toml")],
+            env={**os.environ, "PATH": os.pathsep.join(bin_dirs)},
+        )
         self._wait("containerd", lambda: self._ctr("version").returncode == 0, 30)
 
         labels = ",".join(f"{k}={v}" for k, v in cfg.labels.items())

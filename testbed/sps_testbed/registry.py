@@ -143,7 +143,7 @@ def hosts_toml(registry: str, ca: Path) -> str:
     `registry` is the host to pull from and also the server itself, not a mirror in front
     of the public one, so a name the bed's registry lacks fails with its answer instead of
     falling back to the Internet (which the bed has no route to, and must never try).
-    containerd 1.6 refuses a file without a `host` table, so both are written."""
+    containerd 1.6 refused a file without a `host` table; both are written."""
     url = f"https://{registry}"
     return (
         f'server = "{url}"\nca = "{ca}"\n\n'

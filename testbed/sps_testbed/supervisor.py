@@ -233,6 +233,7 @@ class Supervisor:
                 kubeconfig=self.record.kubeconfig,
                 cluster_dns=CLUSTER_DNS,
                 node_bin=art["node_bin"],
+                containerd_bin=art["containerd_bin"],
                 cni_bin=art["cni_bin"],
                 registry=self.record.registry,
                 registry_ca=self.record.registry_ca,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the host packages the tests need (iproute2 for pod network namespaces).
-# --nodes: also what the real-node test bed needs (sps_testbed): containerd, runc, the CNI
+# --nodes: also what the real-node test bed needs (sps_testbed): runc, the CNI
 # plugins, iptables and conntrack (kube-proxy), mmdebstrap and buildah (images), skopeo
 # (pushes them into the bed's registry).
 set -euo pipefail
@@ -10,7 +10,6 @@ command -v unshare >/dev/null || missing+=(util-linux)
 command -v nsenter >/dev/null || missing+=(util-linux)
 if [ "${1:-}" = "--nodes" ]; then
   PATH=$PATH:/usr/sbin:/sbin
-  command -v containerd >/dev/null || missing+=(containerd)
   command -v runc >/dev/null || missing+=(runc)
   [ -x /usr/lib/cni/bridge ] || [ -x /opt/cni/bin/bridge ] || missing+=(containernetworking-plugins)
   command -v iptables >/dev/null || missing+=(iptables)

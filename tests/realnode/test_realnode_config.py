@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import tomllib
 
 import pytest
 
@@ -28,6 +29,7 @@ def node_config(**over: object) -> NodeConfig:
         "cluster_dns": "10.96.0.10",
         "node_bin": "/cache/nodes",
         "cni_bin": "/usr/lib/cni",
+        "containerd_bin": "/cache/containerd",
         "registry": "10.244.7.1:5000",
         "registry_ca": "/state/registry/trust/ca.crt",
     }
@@ -66,15 +68,27 @@ def test_kubelet_runs_on_cgroup_v1_with_its_own_root_and_cluster_dns() -> None:
 
 def test_containerd_config_keeps_state_per_node_and_restricts_oom_score() -> None:
     text = containerd_toml(node_config())
+    conf = tomllib.loads(text)
+    assert conf["version"] == 3  # containerd 2.x
+    runtime = conf["plugins"]["io.containerd.cri.v1.runtime"]
+    assert runtime["restrict_oom_score_adj"] is True
+    assert runtime["cni"]["bin_dirs"] == ["/usr/lib/cni"]
+    runc = runtime["containerd"]["runtimes"]["runc"]
+    assert runc["options"] == {
+        "Root": "/run/sps-testbed/spstb-3/gpu-h200-0/runc",
+        "SystemdCgroup": False,
+    }
+    images = conf["plugins"]["io.containerd.cri.v1.images"]
+    assert images["pinned_images"]["sandbox"] == "registry.k8s.io/pause:3.10"
+    assert images["registry"] == {"config_path": "/state/nodes/gpu-h200-0/certs.d"}
+    # NRI's socket is host-wide: shared by every node of every bed unless it is off.
+    assert "io.containerd.nri.v1.nri" in conf["disabled_plugins"]
     assert 'root = "/state/nodes/gpu-h200-0/containerd"' in text
     assert 'address = "/run/sps-testbed/spstb-3/gpu-h200-0/containerd.sock"' in text
     assert 'Root = "/run/sps-testbed/spstb-3/gpu-h200-0/runc"' in text
     assert "restrict_oom_score_adj = true" in text
     assert "netns_mounts_under_state_dir = true" in text
-    assert 'sandbox_image = "registry.k8s.io/pause:3.10"' in text
-    # Images come from the registry host configuration (certs.d), the one way to a registry.
-    assert 'config_path = "/state/nodes/gpu-h200-0/certs.d"' in text
-    assert "mirrors" not in text
+    assert "mirrors" not in text  # the registry host configuration is the one way
 
 
 def test_cni_bridge_allocates_from_the_nodes_range() -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from realnode_helpers import apply, finished, get_json, logs, pod
 
@@ -12,16 +15,32 @@ from waiting import wait_for
 # Their own namespaces and a few GPUs: they may run beside other tests (tests/run-all.sh).
 pytestmark = pytest.mark.bed_shared
 
+CONTAINERD_GO_MOD = Path(__file__).parents[1] / "controlplane" / "containerd" / "go.mod"
+
+
+def pinned_containerd() -> str:
+    """The containerd version the bed builds (its pin in go.mod), without the leading v."""
+    pin = re.search(
+        r"^require github\.com/containerd/containerd/v2 v(\S+)$",
+        CONTAINERD_GO_MOD.read_text(),
+        re.MULTILINE,
+    )
+    assert pin, f"no containerd/v2 pin in {CONTAINERD_GO_MOD}"
+    return pin.group(1)
+
 
 def test_nodes_are_kubelets_with_gpu_labels_and_capacity(realnode_cluster: RealNodeCluster) -> None:
     nodes = get_json(realnode_cluster, "nodes")["items"]
+    pinned = pinned_containerd()
     by_product: dict[str, list[str]] = {}
     for node in nodes:
         labels = node["metadata"]["labels"]
         status = node["status"]
-        assert status["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://"), status[
-            "nodeInfo"
-        ]
+        # The pinned containerd 2.x, not Debian's 1.6 (the CRI reports the built version).
+        runtime = status["nodeInfo"]["containerRuntimeVersion"]
+        assert runtime.startswith("containerd://"), status["nodeInfo"]
+        assert runtime.removeprefix("containerd://").removeprefix("v") == pinned, runtime
+        assert pinned.startswith("2."), pinned
         assert status["nodeInfo"]["kubeletVersion"] == "v1.36.3"
         assert status["capacity"]["nvidia.com/gpu"] == "8"
         assert labels["nvidia.com/gpu.count"] == "8"

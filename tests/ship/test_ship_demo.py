@@ -110,3 +110,32 @@ def test_demo_env_and_down_without_a_demo_say_so(
     assert "no test bed" in capsys.readouterr().err
     assert demo.main(["down", "--state-dir", str(tmp_path)]) == 0
     assert "no demo running" in capsys.readouterr().out
+
+
+class _RunningBed:
+    """What print_env reads of a running demo bed."""
+
+    kubeconfig = Path("/demo/bed/kubeconfig")
+
+    def running(self) -> bool:
+        return True
+
+    def registry_env(self) -> dict[str, str]:
+        return {"SPS_TESTBED_REGISTRY": "10.244.3.1:5000", "SPS_TESTBED_CA": "/demo/trust/ca.crt"}
+
+
+class _NoBinaries:
+    def path_dirs(self) -> list[Path]:
+        return []
+
+
+def test_demo_env_exports_the_beds_registry_for_make_publish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(demo.RealNodeCluster, "attach", staticmethod(lambda _: _RunningBed()))
+    monkeypatch.setattr(demo, "find_binaries", lambda build: _NoBinaries())
+    assert demo.main(["env", "--state-dir", str(tmp_path)]) == 0
+    exports = capsys.readouterr().out.splitlines()
+    assert "export KUBECONFIG=/demo/bed/kubeconfig" in exports
+    assert "export SPS_TESTBED_REGISTRY=10.244.3.1:5000" in exports
+    assert "export SPS_TESTBED_CA=/demo/trust/ca.crt" in exports
