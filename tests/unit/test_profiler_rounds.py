@@ -7,6 +7,7 @@ import random
 import pytest
 
 from sps_operator.dspark_arith import compact_tiers, runner_capture_bs
+from sps_operator.profiler.active_round import RingWatch
 from sps_operator.profiler.rounds import (
     PinExpectation,
     PinNotTakenError,
@@ -294,3 +295,30 @@ def test_the_warm_up_judges_the_clocks_over_all_its_rounds() -> None:
     assert round_finished("settle", RULE, None, now, step_budget=3000, history=earlier)
     # The warm-up's step cap counts every round's steps.
     assert round_finished("settle", RULE, None, now[:10], step_budget=300, history=earlier)
+
+
+def _ring_rows(first: int, last: int) -> list[StepRow]:
+    return [StepRow(ct, 1, 1, 0.01) for ct in range(first, last + 1)]
+
+
+def test_a_ring_that_filled_between_two_polls_is_named_too_small() -> None:
+    # A slow poller (a loaded host) sees 30 records, then the ring's 40 whose oldest are
+    # gone: the count grew, so only the lost first record tells the eviction.
+    watch = RingWatch("round bs=1", round_steps=300)
+    watch.check([_ring_rows(1, 30)])
+    with pytest.raises(RoundError, match="ring too small"):
+        watch.check([_ring_rows(261, 300)])
+
+
+def test_a_ring_that_keeps_every_record_is_not_too_small() -> None:
+    watch = RingWatch("round bs=1", round_steps=300)
+    for last in (30, 40, 300):
+        watch.check([_ring_rows(1, last)])
+    watch.check([_ring_rows(1, 300)])  # no new step: nothing evicted either
+
+
+def test_a_ring_full_while_steps_go_on_is_too_small() -> None:
+    watch = RingWatch("round bs=1", round_steps=300)
+    watch.check([_ring_rows(1, 40)])
+    with pytest.raises(RoundError, match="ring too small"):
+        watch.check([_ring_rows(11, 50)])

@@ -73,20 +73,31 @@ def _pin_early_check(
 
 class RingWatch:
     """Notices a record ring too small for one round: a rank's records of this round stop
-    growing while its forward_ct moves on (the oldest were evicted)."""
+    growing while its forward_ct moves on, or its oldest record of this round is gone (the
+    oldest were evicted: nothing else removes a record of this round). The second catches a
+    ring that filled between two polls, which a slow poller (a loaded host) often sees."""
 
     def __init__(self, where: str, round_steps: int) -> None:
         self.where = where
         self.round_steps = round_steps
-        self._seen: list[tuple[int, int]] | None = None
+        self._seen: list[tuple[int, int, int]] | None = None
 
     def check(self, rank_rows: Sequence[Sequence[StepRow]]) -> None:
-        seen = [(len(rows), max((r.forward_ct for r in rows), default=-1)) for rows in rank_rows]
+        seen = [
+            (
+                len(rows),
+                max((r.forward_ct for r in rows), default=-1),
+                min((r.forward_ct for r in rows), default=-1),
+            )
+            for rows in rank_rows
+        ]
         if self._seen is not None:
-            for rank, ((count, top), (before, top_before)) in enumerate(
+            for rank, ((count, top, low), (before, top_before, low_before)) in enumerate(
                 zip(seen, self._seen, strict=False)
             ):
-                if count and count <= before and top > top_before:
+                stalled = count <= before and top > top_before
+                evicted = low_before >= 0 and low > low_before
+                if count and (stalled or evicted):
                     raise RoundError(
                         f"{self.where}: ring too small: DP rank {rank}'s record ring holds only "
                         f"{count} decode records, and a round needs up to {self.round_steps}; "
