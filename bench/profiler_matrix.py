@@ -88,6 +88,16 @@ EFFECTS: dict[str, dict[str, float]] = {
         "throttle_duration_s": 3.0,
     },
 }
+# Not a default column: the issue-23 cell, the preset's own effects all on (AR(1), the short
+# clock ramp, stalls, KV growth) with outliers at 3 %.
+ALL_EFFECTS = "all, 3 % outliers"
+EFFECTS[ALL_EFFECTS] = {
+    "noise_ar1": 0.3,
+    "outlier_prob": 0.03,
+    "warmup_amplitude": 0.10,
+    "stall_prob": 2e-4,
+    "kv_per_token_s": 1.0,
+}
 KINDS = ("diagonal", "additive")
 TOOLS = ("reference", "ours")
 
@@ -433,7 +443,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--presets", nargs="*", default=[GPU_H100, GPU_H200, GPU_RTX_PRO_6000])
     p.add_argument("--noise", type=float, nargs="*", default=NOISE_LEVELS)
-    p.add_argument("--effects", nargs="*", default=list(EFFECTS), choices=list(EFFECTS))
+    p.add_argument(
+        "--effects",
+        nargs="*",
+        default=[e for e in EFFECTS if e != ALL_EFFECTS],
+        choices=list(EFFECTS),
+    )
     p.add_argument("--kinds", nargs="*", default=list(KINDS), choices=KINDS)
     p.add_argument("--seed", type=int, default=0, help="first simulator seed (one per cell)")
     p.add_argument("--seeds", type=int, default=1, help="runs per cell, each with its own seed")
