@@ -1,7 +1,9 @@
 """sps-profiler vs SGLang's reference profiler across a matrix of simulated GPUs, side by side.
 
 Matrix: GPU presets × step noise {3 %, 10 %} × one effect {none, outliers, clock ramp, KV
-growth, AR(1), throttling} × table kind {diagonal, additive}, `--seeds` runs per cell. Each
+growth, AR(1), throttling} × table kind {diagonal, additive}, `--seeds` runs per cell
+(`--effects "all, 3 % outliers"`: the issue-23 cell, the preset's own effects all on, not a
+default column). Each
 cell runs both profilers, each against its own fresh `sps-sim` with the same preset file and
 seed, at the same time (one worker process per profiler run), and reports:
 
