@@ -377,15 +377,22 @@ def rebound(result: dict[str, Any]) -> dict[str, Any]:
     return {**result, "quality": fit.quality.to_dict()}
 
 
+def our_runs_by_cell(
+    results: Sequence[dict[str, Any]], needs: str
+) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+    """Our runs that carry `needs` (e.g. "quality"), grouped by (preset, noise, effect, kind)."""
+    by_cell: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in results:
+        if r.get("tool") == "ours" and r.get(needs):
+            by_cell.setdefault((r["preset"], r["noise"], r["effect"], r["kind"]), []).append(r)
+    return by_cell
+
+
 def bound_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per cell over its seeds: how often our bound covers the real max error, how often it
     is within `BOUND_TIGHT_FACTOR` of it, and the bound / max ratios."""
-    by_cell: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for r in results:
-        if r.get("tool") == "ours" and r.get("quality"):
-            by_cell.setdefault((r["preset"], r["noise"], r["effect"], r["kind"]), []).append(r)
     rows = []
-    for (preset, noise, effect, kind), runs in by_cell.items():
+    for (preset, noise, effect, kind), runs in our_runs_by_cell(results, "quality").items():
         ratios = sorted(r["quality"]["error_bound_rel"] / r["max_rel_error"] for r in runs)
         rows.append(
             {

@@ -44,7 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from profiler_matrix import EFFECTS, cell_label, cell_order, merge_saved
+from profiler_matrix import EFFECTS, cell_label, cell_order, merge_saved, our_runs_by_cell
 from sps_operator.profiler.steady import MAX_AR1, Ar1Prior, median_indicator_tau
 from sps_operator.profiler.sweep import ROUND_WARMUP_STEPS
 
@@ -145,12 +145,9 @@ def oracle_noise(result: dict[str, Any]) -> tuple[float, float]:
 
 
 def cell_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    by_cell: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for r in results:
-        if r.get("tool") == "ours" and r.get("fitted_rounds"):
-            by_cell.setdefault((r["preset"], r["noise"], r["effect"], r["kind"]), []).append(r)
+    """Per cell over its runs: spent against the minimum, and what the minimum rests on."""
     rows = []
-    for (preset, noise, effect, kind), runs in by_cell.items():
+    for (preset, noise, effect, kind), runs in our_runs_by_cell(results, "fitted_rounds").items():
         measured = [run_minimum(r) for r in runs]
         oracle = [run_minimum(r, sigma=oracle_noise(r)[0], rho=oracle_noise(r)[1]) for r in runs]
         rows.append(
