@@ -153,8 +153,9 @@ def test_e2e_kueue_queue_missing_then_no_quota_then_admitted_and_live(
     assert f"(2 in LocalQueue {QUEUE})" in cond["message"], cond
     assert env.profile()["status"]["currentRun"]["waiting"]["queuePosition"] == 2
     wide = kubectl_sps(env, "get", "-o", "wide").splitlines()
-    assert wide[0].split()[-3:] == ["GPU-SECONDS", "QUEUE", "AGE"], wide
-    assert wide[1].split()[-2] == "#2", wide
+    header, row = wide[0].split(), wide[1].split()
+    assert header[-4:] == ["GPU-SECONDS", "ERROR-BOUND", "QUEUE", "AGE"], wide
+    assert row[header.index("QUEUE") - len(header)] == "#2", wide
 
     # 4. Quota for one Job: Kueue admits the higher priority first, the profile waits.
     set_gpu_quota(env, cluster_queue, realnode_kueue, 1)
