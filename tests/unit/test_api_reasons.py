@@ -50,7 +50,7 @@ OTHER_VOCABULARIES = {
     ("api/status.py", "Stale"), ("api/status.py", "NoTable"),  # TargetState
     ("api/status.py", "Waiting"),
     ("api/crd.py", "Ready"),  # a printer column's name
-    ("controller/placement.py", "Ready"),  # the Pod condition
+    ("controller/policies/placement.py", "Ready"),  # the Pod condition
 }  # fmt: skip
 
 
