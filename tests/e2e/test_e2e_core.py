@@ -22,7 +22,7 @@ from e2e_env import (
 )
 from kubernetes import client
 
-from sps_operator.controller.leader import Timing
+from sps_operator.controller.process.leader import Timing
 from sps_sim.costmodel import GPU_H100, GPU_H200
 from waiting import wait_for
 

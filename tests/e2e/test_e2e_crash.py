@@ -3,7 +3,7 @@ of a rollout, restarted, and what is left is as if it had never crashed.
 
 One run of a BorrowReplica profile (`allowDowntime`, so nothing but the run's own record
 stops a second borrow) on the full H200 pool reaches the writes in the order of
-CRASH_POINTS (`controller/faults.py` names them). The operator starts with
+CRASH_POINTS (`controller/process/faults.py` names them). The operator starts with
 `--pause-before-write` at the first: when that write is about to be sent it logs a marker
 and writes nothing more; the test kills it through containerd (SIGKILL, as a node failure
 or an OOM kill would) and starts it again paused at the next point, and so on; the last
@@ -27,7 +27,7 @@ from e2e_pool import BORROWED, borrow_tag, full_pool_deployment, wait_serving
 from e2e_tenants import Background, Passes
 from kubernetes import client, watch
 
-from sps_operator.controller.faults import MARKER
+from sps_operator.controller.process.faults import MARKER
 from waiting import wait_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]

@@ -63,7 +63,7 @@ from sps_operator.api import labels as L
 from sps_operator.api.reasons import JOB_LABELS_SELECT_PODS, JOB_POLICY
 from sps_operator.api.result import build_patch, read_result
 from sps_operator.constants import GPU_RESOURCE
-from sps_operator.controller.names import label_value
+from sps_operator.controller.kube.names import label_value
 from sps_sim.costmodel import GPU_H100
 from sps_testbed.cluster import KubectlError
 from sps_testbed.kueue import KueueSetup, create_local_queue

@@ -13,9 +13,9 @@ from kubernetes.dynamic import DynamicClient
 
 from sps_operator.api import labels as L
 from sps_operator.constants import FIELD_MANAGER
-from sps_operator.controller import builders
-from sps_operator.controller.builders import owner_patch
-from sps_operator.controller.kube import Kube
+from sps_operator.controller.kube import builders
+from sps_operator.controller.kube.builders import owner_patch
+from sps_operator.controller.kube.client import Kube
 from waiting import wait_for
 
 pytestmark = pytest.mark.k8s

@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client import ApiClient
 
-from sps_operator.controller.leader import LeaseElector, Timing
+from sps_operator.controller.process.leader import LeaseElector, Timing
 
 pytestmark = pytest.mark.k8s
 

@@ -3,7 +3,7 @@ Deployment with every feature the clone must carry over (issue 19 §4), one prof
 asserted on the profiling Job's pod and its statuses as the kubelet reports them.
 
 * model weights on a ReadWriteOnce claim bound to a PersistentVolume with node affinity
-  to one H100 node: the Job is pinned to that node (controller/claims.py) and runs there;
+  to one H100 node: the Job is pinned to that node (controller/policies/claims.py) and runs there;
 * imagePullSecrets (a dockerconfigjson Secret): the Job's pod carries the reference;
 * an HF token from a Secret (env secretKeyRef): copied by reference, resolved by the
   kubelet (a missing key would stop the container), never read by the operator;

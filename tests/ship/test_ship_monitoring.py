@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from ship_helpers import CHART, ROOT, by_kind, render
 
 from sps_operator.api.status import SpsProfileStatus
-from sps_operator.controller.builders import ProfileRef
-from sps_operator.controller.metrics import Metrics
+from sps_operator.controller.kube.builders import ProfileRef
+from sps_operator.controller.process.metrics import Metrics
 
 pytestmark = pytest.mark.slow  # builds promcheck once (cached)
 

@@ -8,7 +8,7 @@ from typing import Any
 from controller_harness import NS, Harness, deployment, profile_body
 
 from sps_operator.api import labels as L
-from sps_operator.controller.placement import PodInfo
+from sps_operator.controller.policies.placement import PodInfo
 
 NO_GPU = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
 BORROW = {"capacity": {"mode": "BorrowReplica", "borrowAfterSeconds": 30}}

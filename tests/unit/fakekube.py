@@ -20,7 +20,7 @@ from kubernetes.client.rest import ApiException
 
 from sps_operator.api import reasons as R
 from sps_operator.constants import FIELD_MANAGER
-from sps_operator.controller.kube import KubeApi, Obj
+from sps_operator.controller.kube.client import KubeApi, Obj
 
 # Every reason a pass writes (status and events) that api/reasons.py does not list; the
 # autouse fixture in tests/unit/conftest.py fails the test that wrote one.

@@ -30,7 +30,7 @@ KUBERNETES_WORDS = {
     "Normal", "Warning",
     "Recreate", "ReplicaFailure", "Secret", "SpsProfile", "Pod", "List", "LocalQueue",
     "FallbackToLogsOnError", "Evicted", "QuotaReserved", "Admitted", "DeactivationTarget",
-    "Accept", "BearerToken",  # an HTTP header and the client's auth setting (kube.py)
+    "Accept", "BearerToken",  # an HTTP header and the client's auth setting (kube/client.py)
     "InputError",  # `sps-operator fingerprint`'s own error label, never in status
     # the kubelet's container states that keep a pod from ever becoming ready
     "CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "InvalidImageName",
@@ -50,7 +50,7 @@ OTHER_VOCABULARIES = {
     ("api/status.py", "Stale"), ("api/status.py", "NoTable"),  # TargetState
     ("api/status.py", "Waiting"),
     ("api/crd.py", "Ready"),  # a printer column's name
-    ("controller/placement.py", "Ready"),  # the Pod condition
+    ("controller/policies/placement.py", "Ready"),  # the Pod condition
 }  # fmt: skip
 
 
@@ -78,10 +78,10 @@ def camel_words(*folders: Path) -> dict[str, set[str]]:
     """Every CamelCase string constant of the folders' modules -> their files."""
     found: dict[str, set[str]] = {}
     for folder in folders:
-        for path in sorted(folder.glob("*.py")):
+        for path in sorted(folder.rglob("*.py")):  # the controller's floors too
             for value in string_constants(path):
                 if CAMEL.match(value):
-                    found.setdefault(value, set()).add(f"{folder.name}/{path.name}")
+                    found.setdefault(value, set()).add(str(path.relative_to(folder.parent)))
     return found
 
 
@@ -120,7 +120,7 @@ def test_no_module_retypes_a_listed_word() -> None:
 
 def test_every_listed_reason_is_set_by_the_controller() -> None:
     used: set[str] = set()
-    for path in CONTROLLER.glob("*.py"):
+    for path in CONTROLLER.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Name):
                 used.add(node.id)

@@ -1,4 +1,4 @@
-"""A run's rounds as a whole (`controller/acceptance.py`): the sweep that was asked for,
+"""A run's rounds as a whole (`controller/policies/acceptance.py`): the sweep that was asked for,
 every cell of it, each cell once."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from sps_operator.api.kinds import RunPhase, TableKind
 from sps_operator.api.reasons import INCOMPLETE_SWEEP, SWEEP_MISMATCH
 from sps_operator.api.result import validate_rounds
 from sps_operator.api.spec import SpsProfileSpec
-from sps_operator.controller import builders
-from sps_operator.controller.acceptance import asked_cells, judge
+from sps_operator.controller.kube import builders
+from sps_operator.controller.policies.acceptance import asked_cells, judge
 from sps_operator.profiler import cli as profiler_cli
 from sps_operator.profiler.sweep import build_cells
 

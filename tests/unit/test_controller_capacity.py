@@ -16,7 +16,8 @@ from kubernetes.client.rest import ApiException
 from sps_operator.api import labels as L
 from sps_operator.api.models import SpsProfile
 from sps_operator.api.spec import CapacitySpec
-from sps_operator.controller.borrow import (
+from sps_operator.controller.kube.builders import ProfileRef
+from sps_operator.controller.policies.borrow import (
     BorrowTag,
     PoolClaim,
     borrow_patch,
@@ -24,12 +25,11 @@ from sps_operator.controller.borrow import (
     kueue_managed_refusal,
     pool_lease,
 )
-from sps_operator.controller.builders import ProfileRef
-from sps_operator.controller.placement import PodInfo
-from sps_operator.controller.policy import JobPolicy, NameRule
-from sps_operator.controller.reconcile import Reconciler
+from sps_operator.controller.policies.placement import PodInfo
+from sps_operator.controller.policies.policy import JobPolicy, NameRule
 from sps_operator.controller.release import release
-from sps_operator.controller.state import Settings, Snapshot
+from sps_operator.controller.steps.reconcile import Reconciler
+from sps_operator.controller.steps.state import Settings, Snapshot
 
 
 def test_a_run_that_cannot_get_gpus_says_so_and_gives_up_after_its_timeout() -> None:

@@ -11,8 +11,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from sps_operator.api.status import BorrowRecord, FailureRecord, RunStatus, SpsProfileStatus
-from sps_operator.controller import clocks
-from sps_operator.controller.borrow import (
+from sps_operator.controller.kube.ratelimit import Periodic
+from sps_operator.controller.policies import clocks
+from sps_operator.controller.policies.borrow import (
     BorrowTag,
     PoolClaim,
     borrow_patch,
@@ -22,14 +23,13 @@ from sps_operator.controller.borrow import (
     trusted_tag,
     written_by_operator,
 )
-from sps_operator.controller.deployments import (
+from sps_operator.controller.policies.deployments import (
     every_ready_pod_runs,
     max_unavailable,
     needs_surge_slot,
     rollout_blockers,
 )
-from sps_operator.controller.placement import MAX_POD_TEXT, PodInfo, pod_info
-from sps_operator.controller.ratelimit import Periodic
+from sps_operator.controller.policies.placement import MAX_POD_TEXT, PodInfo, pod_info
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 LABELS = {"deploy": "server"}

@@ -1,6 +1,6 @@
 """A clone of a server whose weights are on a PersistentVolumeClaim: ReadWriteOnce runs
 next to a ready pod that holds the claim, ReadWriteOncePod is refused, shared claims go
-anywhere (controller/claims.py, through the run and the capacity wait)."""
+anywhere (controller/policies/claims.py, through the run and the capacity wait)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from sps_operator.api import labels as L
 from sps_operator.api.reasons import CLAIM_NODE_UNAVAILABLE, READ_WRITE_ONCE_POD_CLAIM
 from sps_operator.controller import indexes as ix
-from sps_operator.controller.claims import (
+from sps_operator.controller.policies.claims import (
     ACCESS_MODES,
     MAX_CLAIMS,
     ClaimInfo,
@@ -24,8 +24,8 @@ from sps_operator.controller.claims import (
     pod_claims,
     volume_pin,
 )
-from sps_operator.controller.placement import PodInfo, pod_info
-from sps_operator.controller.policy import Refusal
+from sps_operator.controller.policies.placement import PodInfo, pod_info
+from sps_operator.controller.policies.policy import Refusal
 
 GPU = "nvidia.com/gpu.product"
 WEIGHTS = "weights"

@@ -13,9 +13,9 @@ from kubernetes.client.rest import ApiException
 from test_controller_metrics import samples
 
 from sps_operator.api.status import CostRecord
-from sps_operator.controller.cost import add_cost, cost_added, job_gpus
-from sps_operator.controller.metrics import Metrics
-from sps_operator.controller.reconcile import Reconciler
+from sps_operator.controller.policies.cost import add_cost, cost_added, job_gpus
+from sps_operator.controller.process.metrics import Metrics
+from sps_operator.controller.steps.reconcile import Reconciler
 
 GPUS = 2
 

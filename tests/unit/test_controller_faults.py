@@ -11,8 +11,13 @@ from controller_harness import Harness
 from test_controller_capacity import BORROW, harness, start_waiting
 
 from sps_operator.api import labels as L
-from sps_operator.controller.faults import MARKER, parse_point, pause_before_write, write_kind
 from sps_operator.controller.main import parse_args
+from sps_operator.controller.process.faults import (
+    MARKER,
+    parse_point,
+    pause_before_write,
+    write_kind,
+)
 
 
 class Paused(BaseException):

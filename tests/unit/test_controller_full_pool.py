@@ -11,7 +11,7 @@ from capacity_harness import NO_GPU, harness, job_pod, start_waiting
 from controller_harness import Harness, deployment, profile_body
 
 from sps_operator.api import labels as L
-from sps_operator.controller.placement import PodInfo
+from sps_operator.controller.policies.placement import PodInfo
 from sps_operator.plugin.explain import explain, render_explain
 
 BORROW_SOON = {"capacity": {"mode": "BorrowReplica", "borrowAfterSeconds": 5}}

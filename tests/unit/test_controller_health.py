@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import aiohttp
 
-from sps_operator.controller.health import serve_health
+from sps_operator.controller.process.health import serve_health
 from sps_testbed.processes import free_port
 
 

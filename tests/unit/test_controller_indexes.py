@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from sps_operator.api import labels as L
 from sps_operator.controller import indexes as ix
-from sps_operator.controller.selectors import matches_selector
+from sps_operator.controller.policies.selectors import matches_selector
 
 NAMESPACES = ("a", "b")
 keys = st.sampled_from(["app", "tier", "bench", "zone"])

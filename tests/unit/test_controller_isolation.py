@@ -17,7 +17,7 @@ from test_controller_safety import ANNOTATE_ONLY, annotate_only_deployment
 from sps_operator.api import labels as L
 from sps_operator.api.kinds import RunPhase
 from sps_operator.api.result import build_patch
-from sps_operator.controller import names
+from sps_operator.controller.kube import names
 
 B = "tenant-b"
 

@@ -1,4 +1,4 @@
-"""The judgement of a run's result as a chain of links (`controller/acceptance.py`): each
+"""The judgement of a run's result as a chain of links (`controller/policies/acceptance.py`): each
 link refuses the input that should trigger it and passes the one that should not, and the
 clock ramp is corrected once per judgement."""
 
@@ -22,7 +22,7 @@ from sps_operator.api.reasons import (
 )
 from sps_operator.api.result import validate_rounds
 from sps_operator.api.spec import SpsProfileSpec
-from sps_operator.controller.acceptance import (
+from sps_operator.controller.policies.acceptance import (
     JUDGEMENT_CHAIN,
     TABLE_CHAIN,
     Judgement,

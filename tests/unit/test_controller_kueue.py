@@ -18,7 +18,8 @@ from kubernetes.client.rest import ApiException
 from sps_operator.api import labels as L
 from sps_operator.api.labels import max_exec_seconds
 from sps_operator.controller.kicks import profiles_waiting_for_a_local_queue
-from sps_operator.controller.kueue import (
+from sps_operator.controller.main import parse_args
+from sps_operator.controller.policies.kueue import (
     KUEUE_RECHECK_SECONDS,
     WORDS_LIMIT,
     KueueCache,
@@ -29,9 +30,8 @@ from sps_operator.controller.kueue import (
     queue_position,
     run_limit,
 )
-from sps_operator.controller.main import parse_args
-from sps_operator.controller.reconcile import Reconciler
-from sps_operator.controller.state import Settings
+from sps_operator.controller.steps.reconcile import Reconciler
+from sps_operator.controller.steps.state import Settings
 
 QUEUE = "gpu-profiling"
 QUOTA = (
@@ -502,7 +502,7 @@ def _kube_answering(served: set[str]) -> tuple[Any, list[str]]:
     from kubernetes import client
     from kubernetes.client import rest
 
-    from sps_operator.controller.kube import Kube
+    from sps_operator.controller.kube.client import Kube
 
     api: Any = client.ApiClient()
     sent: list[str] = []
@@ -537,7 +537,7 @@ def test_the_client_reads_pending_workloads_from_kueues_visibility_api() -> None
     from kubernetes import client
     from kubernetes.client import rest
 
-    from sps_operator.controller.kube import Kube
+    from sps_operator.controller.kube.client import Kube
 
     api: Any = client.ApiClient()
     sent: list[str] = []

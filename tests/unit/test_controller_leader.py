@@ -9,8 +9,8 @@ import logging
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from sps_operator.controller.leader import LeaseElector, Observed, Timing, decide
 from sps_operator.controller.main import _acquire
+from sps_operator.controller.process.leader import LeaseElector, Observed, Timing, decide
 
 T = Timing(lease_duration=10, renew_deadline=7, retry_period=2)
 
@@ -51,7 +51,7 @@ class _ForbiddenLeases:
 
 def test_a_forbidden_lease_is_said_once_with_what_to_fix(caplog: pytest.LogCaptureFixture) -> None:
     elector = LeaseElector("ops", "elsewhere", "me", api=_ForbiddenLeases(), timing=T)  # type: ignore[arg-type]
-    with caplog.at_level(logging.DEBUG, logger="sps_operator.controller.leader"):
+    with caplog.at_level(logging.DEBUG, logger="sps_operator.controller.process.leader"):
         assert not elector.try_once()
         assert not elector.try_once()
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -32,7 +32,7 @@ def test_default_level_drops_kopfs_per_event_lines_and_keeps_ours(restore_loggin
     configure_logging(debug=False, verbose=False, log_format="plain")
     assert not logging.getLogger("kopf.objects").isEnabledFor(logging.INFO)
     assert logging.getLogger("kopf.objects").isEnabledFor(logging.WARNING)
-    assert logging.getLogger("sps_operator.controller.reconcile").isEnabledFor(logging.INFO)
+    assert logging.getLogger("sps_operator.controller.steps.reconcile").isEnabledFor(logging.INFO)
 
 
 def test_verbose_shows_kopfs_handler_lines(restore_logging: None) -> None:
@@ -144,7 +144,7 @@ def test_a_throttled_lease_is_a_warning_and_a_forbidden_one_an_error(
 ) -> None:
     from kubernetes.client.rest import ApiException
 
-    from sps_operator.controller.leader import LeaseElector
+    from sps_operator.controller.process.leader import LeaseElector
 
     class Leases:
         status = 429
@@ -154,7 +154,7 @@ def test_a_throttled_lease_is_a_warning_and_a_forbidden_one_an_error(
 
     api = Leases()
     elector = LeaseElector("ops", "sps-system", "me", api=api)  # type: ignore[arg-type]
-    with caplog.at_level(logging.DEBUG, logger="sps_operator.controller.leader"):
+    with caplog.at_level(logging.DEBUG, logger="sps_operator.controller.process.leader"):
         elector.try_once()
         api.status = 403
         elector.try_once()

@@ -12,9 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sps_operator import __version__
 from sps_operator.api.status import SpsProfileStatus
-from sps_operator.controller.builders import ProfileRef
+from sps_operator.controller.kube.builders import ProfileRef
 from sps_operator.controller.main import make_clock, parse_args
-from sps_operator.controller.metrics import Metrics
+from sps_operator.controller.process.metrics import Metrics
 
 REF = ProfileRef("p", "ns", "uid")
 

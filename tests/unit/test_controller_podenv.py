@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sps_operator.controller.envsources import EnvSources, read_env_config_maps
-from sps_operator.controller.podenv import (
+from sps_operator.controller.kube.envsources import EnvSources, read_env_config_maps
+from sps_operator.controller.server.podenv import (
     MAX_KEYS,
     MAX_VALUE_CHARS,
     ConfigMapEnv,
@@ -305,9 +305,9 @@ def test_a_pass_from_the_caches_reads_the_configmaps_its_servers_use() -> None:
 
     from sps_operator.api.spec import SpsProfileSpec
     from sps_operator.controller import indexes as ix
-    from sps_operator.controller.builders import ProfileRef
     from sps_operator.controller.kicks import profiles_selecting
-    from sps_operator.controller.state import CachedWorld
+    from sps_operator.controller.kube.builders import ProfileRef
+    from sps_operator.controller.steps.state import CachedWorld
 
     kube = FakeKube()
     kube.put({"kind": "ConfigMap", "metadata": {"name": "models"}, "data": {"m": "llama"}})

@@ -27,11 +27,12 @@ from sps_operator.api.job import JobOverrides
 from sps_operator.api.kinds import RunPhase
 from sps_operator.api.result import build_patch
 from sps_operator.api.spec import ServerSpec, SpsProfileSpec
-from sps_operator.controller import builders, policy
-from sps_operator.controller.names import label_value as names_label
-from sps_operator.controller.placement import PodInfo, placement
-from sps_operator.controller.policy import JobPolicy, NameRule, ServiceInfo
-from sps_operator.controller.state import Settings
+from sps_operator.controller.kube import builders
+from sps_operator.controller.kube.names import label_value as names_label
+from sps_operator.controller.policies import policy
+from sps_operator.controller.policies.placement import PodInfo, placement
+from sps_operator.controller.policies.policy import JobPolicy, NameRule, ServiceInfo
+from sps_operator.controller.steps.state import Settings
 
 GPU = "nvidia.com/gpu.product"
 QUEUE = L.LABEL_KUEUE_QUEUE
@@ -98,7 +99,7 @@ def test_the_pin_wins_over_every_node_selector_in_the_job() -> None:
 
 
 def _server() -> Any:
-    from sps_operator.controller.serverconfig import parse_server
+    from sps_operator.controller.server.serverconfig import parse_server
 
     return parse_server(deployment()["spec"]["template"]["spec"]["containers"][0])
 
@@ -353,7 +354,7 @@ def test_a_profiling_pod_never_counts_as_a_replica_of_the_target() -> None:
 
 
 def test_the_pod_index_keeps_the_controller_kind() -> None:
-    from sps_operator.controller.placement import pod_info
+    from sps_operator.controller.policies.placement import pod_info
 
     meta = {"ownerReferences": [{"kind": "Job", "name": "x", "controller": True}]}
     assert pod_info("p", {}, {}, {}, meta).controller == "Job"
@@ -613,7 +614,7 @@ def _spec() -> SpsProfileSpec:
 
 
 def test_every_refusal_and_the_phase_change_are_explained() -> None:
-    from sps_operator.controller.run import TARGET_CHANGED
+    from sps_operator.controller.steps.run import TARGET_CHANGED
     from sps_operator.plugin.explain_reasons import FAILURE_REASONS
 
     assert policy.REFUSAL_REASONS | {TARGET_CHANGED} <= FAILURE_REASONS.keys()

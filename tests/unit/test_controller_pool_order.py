@@ -10,7 +10,8 @@ from capacity_harness import BORROW, NO_GPU, harness
 from controller_harness import H100, NS, Harness, deployment, indexes_of, profile_body
 
 from sps_operator.api import labels as L
-from sps_operator.controller.borrow import (
+from sps_operator.controller.indexes import pool_bids
+from sps_operator.controller.policies.borrow import (
     PoolBid,
     PoolClaim,
     ahead_of,
@@ -19,8 +20,7 @@ from sps_operator.controller.borrow import (
     pool_bid,
     pool_lease,
 )
-from sps_operator.controller.indexes import pool_bids
-from sps_operator.controller.placement import PodInfo
+from sps_operator.controller.policies.placement import PodInfo
 
 
 def second_pool(h: Harness, name: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sps_operator.controller.ratelimit import TokenBucket
+from sps_operator.controller.kube.ratelimit import TokenBucket
 
 
 class FakeClock:
@@ -45,7 +45,7 @@ def test_every_request_of_the_operators_client_takes_a_token() -> None:
     from kubernetes import client
     from kubernetes.client import rest
 
-    from sps_operator.controller.kube import Kube
+    from sps_operator.controller.kube.client import Kube
 
     api: Any = client.ApiClient()
     sent: list[str] = []

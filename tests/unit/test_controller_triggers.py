@@ -7,8 +7,8 @@ from typing import Any
 
 from sps_operator.api.spec import SpsProfileSpec
 from sps_operator.api.status import FailureRecord, TableRef
-from sps_operator.controller import triggers
-from sps_operator.controller.triggers import TargetView, decide_run, schedule_state
+from sps_operator.controller.policies import triggers
+from sps_operator.controller.policies.triggers import TargetView, decide_run, schedule_state
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 H100, H200 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-H200"

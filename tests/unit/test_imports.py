@@ -1,6 +1,6 @@
 """Every module of the package imports on its own, first (an import cycle shows only when
 a module of the cycle is the first one imported: a merge of two branches once made
-`import sps_operator.controller.borrow` fail while the test suite, importing in another
+`import sps_operator.controller.policies.borrow` fail while the test suite, importing in another
 order, passed)."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from round_lines import round_line
 from sps_operator.api.kinds import TableKind
 from sps_operator.api.result import MAX_RAMP_CHUNKS, MAX_ROUND_LINE_BYTES, validate_rounds
 from sps_operator.api.spec import SpsProfileSpec
-from sps_operator.controller.acceptance import judge
+from sps_operator.controller.policies.acceptance import judge
 from sps_operator.tables.clockramp import (
     Chunk,
     chunk_series,

@@ -10,7 +10,7 @@ a reason not listed here (tests/unit/conftest.py). What GitOps tools see follows
 `health` is the rule the Argo CD health check in docs/gitops.md implements in Lua
 (tests/ship/test_ship_argocd_health.py runs the Lua against every reason and checks the
 docs' table), and the kstatus conditions `Reconciling` and `Stalled` that Flux reads are set
-from it (controller/report.py).
+from it (controller/steps/report.py).
 """
 
 from __future__ import annotations

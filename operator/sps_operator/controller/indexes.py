@@ -23,22 +23,22 @@ from typing import Any
 
 from sps_operator.api import labels as L
 from sps_operator.constants import API_GROUP, KIND, LABEL_PREFIX
-from sps_operator.controller.borrow import PoolBid, pool_bid
-from sps_operator.controller.builders import ProfileRef, base_labels
-from sps_operator.controller.claims import ClaimInfo, claim_info, pod_claims
-from sps_operator.controller.envsources import EnvSources, referenced_config_maps
-from sps_operator.controller.kube import KubeApi, Obj
-from sps_operator.controller.ownership import (
+from sps_operator.controller.kube.builders import ProfileRef, base_labels
+from sps_operator.controller.kube.client import KubeApi, Obj
+from sps_operator.controller.kube.envsources import EnvSources, referenced_config_maps
+from sps_operator.controller.policies.borrow import PoolBid, pool_bid
+from sps_operator.controller.policies.claims import ClaimInfo, claim_info, pod_claims
+from sps_operator.controller.policies.ownership import (
     ProfileSummary,
     profile_summary,
     recorded_owner,
     stable_config_map,
 )
-from sps_operator.controller.placement import PodInfo, pod_info
-from sps_operator.controller.policy import ServiceInfo, service_info
+from sps_operator.controller.policies.placement import PodInfo, pod_info
+from sps_operator.controller.policies.policy import ServiceInfo, service_info
+from sps_operator.controller.policies.selectors import matches_selector
 from sps_operator.controller.release import mounted_config_maps
-from sps_operator.controller.selectors import matches_selector
-from sps_operator.controller.state import CachedWorld
+from sps_operator.controller.steps.state import CachedWorld
 
 Key = tuple[str, ...]
 Index = Mapping[Any, Iterable[Any]]

@@ -30,7 +30,7 @@ from sps_operator.controller.indexes import (
     profiles_for,
     values,
 )
-from sps_operator.controller.ownership import recorded_owner, stable_config_map
+from sps_operator.controller.policies.ownership import recorded_owner, stable_config_map
 
 
 class Kicks:

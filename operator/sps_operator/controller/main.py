@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from sps_operator import __version__
 from sps_operator.constants import IMAGE
-from sps_operator.controller.kueue import KUEUE_RECHECK_SECONDS
-from sps_operator.controller.policy import JobPolicy, NameRule
+from sps_operator.controller.policies.kueue import KUEUE_RECHECK_SECONDS
+from sps_operator.controller.policies.policy import JobPolicy, NameRule
 
 if TYPE_CHECKING:
-    from sps_operator.controller.leader import LeaseElector
-    from sps_operator.controller.metrics import Metrics
+    from sps_operator.controller.process.leader import LeaseElector
+    from sps_operator.controller.process.metrics import Metrics
 
 log = logging.getLogger("sps_operator.main")
 
@@ -49,7 +49,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     _add_log_and_testing_args(parser)
     args = parser.parse_args(argv)
     if args.pause_before_write:
-        from sps_operator.controller.faults import parse_point
+        from sps_operator.controller.process.faults import parse_point
 
         try:
             parse_point(args.pause_before_write)
@@ -218,7 +218,7 @@ def _add_log_and_testing_args(parser: argparse.ArgumentParser) -> None:
         metavar="KIND[@AFTER]",
         help="testing only (crash-point tests): when the first write of KIND (after one of "
         "AFTER) is about to be sent, log a marker line and block every write from then on "
-        "(controller/faults.py)",
+        "(controller/process/faults.py)",
     )
 
 
@@ -282,13 +282,13 @@ def main(argv: list[str] | None = None) -> int:
     import kopf
     from kubernetes import config
 
-    from sps_operator.controller.builders import JobDefaults
     from sps_operator.controller.handlers import Runtime, register
-    from sps_operator.controller.kube import Kube
-    from sps_operator.controller.metrics import Metrics
-    from sps_operator.controller.ratelimit import TokenBucket
-    from sps_operator.controller.reconcile import Reconciler
-    from sps_operator.controller.state import Settings
+    from sps_operator.controller.kube.builders import JobDefaults
+    from sps_operator.controller.kube.client import Kube
+    from sps_operator.controller.kube.ratelimit import TokenBucket
+    from sps_operator.controller.process.metrics import Metrics
+    from sps_operator.controller.steps.reconcile import Reconciler
+    from sps_operator.controller.steps.state import Settings
 
     configure_logging(debug=args.debug, verbose=args.verbose, log_format=args.log_format)
     if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         metrics.serve(args.metrics_port)
     kube = Kube(limit=TokenBucket(args.kube_qps, args.kube_burst))
     if args.pause_before_write:
-        from sps_operator.controller.faults import pause_before_write
+        from sps_operator.controller.process.faults import pause_before_write
 
         pause_before_write(kube, args.pause_before_write)
         log.warning("testing: will pause before write %s", args.pause_before_write)
@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     elector = None
     if args.leader_election:
-        from sps_operator.controller.leader import LeaseElector
+        from sps_operator.controller.process.leader import LeaseElector
 
         identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
         elector = LeaseElector(args.lease_name, args.lease_namespace, identity)
@@ -422,7 +422,7 @@ async def run(
 ) -> int:
     """The operator until SIGTERM/SIGINT; with an elector, only while leading. Exit 1 when
     leadership was lost (the pod restarts and stands by again)."""
-    from sps_operator.controller.health import serve_health
+    from sps_operator.controller.process.health import serve_health
 
     def leading(now: bool) -> None:
         state["leading"] = now

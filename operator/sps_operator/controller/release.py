@@ -23,16 +23,16 @@ from kubernetes.client.exceptions import ApiException
 
 from sps_operator.api import labels as L
 from sps_operator.constants import FIELD_MANAGER
-from sps_operator.controller.borrow import (
+from sps_operator.controller.kube.builders import owner_patch
+from sps_operator.controller.kube.client import KubeApi, Obj, owned_by
+from sps_operator.controller.policies.borrow import (
     COMPONENT_POOL,
     borrow_patch,
     give_back,
     read_claim,
     trusted_tag,
 )
-from sps_operator.controller.builders import owner_patch
-from sps_operator.controller.kube import KubeApi, Obj, owned_by
-from sps_operator.controller.ownership import profile_summary, recorded_owner
+from sps_operator.controller.policies.ownership import profile_summary, recorded_owner
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,633 @@
+"""Pure builders of the Kubernetes objects the operator creates or applies (k8sres-style).
+
+Every function takes plain inputs and returns plain dicts; no API calls. Objects
+never copy GitOps tracking metadata (`app.kubernetes.io/instance`,
+`argocd.argoproj.io/*`) from the SpsProfile or the target.
+"""
+
+from __future__ import annotations
+
+import copy
+import posixpath
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sps_operator.api import labels as L
+from sps_operator.api.kinds import RunPhase
+from sps_operator.api.spec import DEFAULT_ADDITIVE_FRACS, ServerSource, SpsProfileSpec, TableKind
+from sps_operator.constants import API_GROUP, API_VERSION, IMAGE, KIND
+from sps_operator.controller.kube import names
+from sps_operator.controller.policies.claims import VolumePin, pin_to_node
+from sps_operator.controller.server.serverconfig import (
+    CONST_TABLE_PATH,
+    TABLE_PATH_FLAG,
+    ServerCommand,
+    find_server_container,
+    without_flag,
+)
+from sps_operator.tables.formats import SpsCostTable, diagonal_as_additive, load_sps_table_text
+
+PROFILING_ENV_COMMON = {
+    "SGLANG_DSPARK_ENABLE_SPS_RECORD": "1",
+    "SGLANG_SIMULATE_ACC_LEN": "1.0",
+    "SGLANG_SIMULATE_ACC_METHOD": "match-expected",
+}
+SERVER_CONTAINER = "sglang-server"
+PROFILER_CONTAINER = "profiler"
+OWN_CONTAINERS = frozenset({SERVER_CONTAINER, PROFILER_CONTAINER})
+SEED_VOLUME = "sps-seed-table"
+TABLE_VOLUME = "sps-table"
+SEED_MOUNT_DIR = "/etc/sps/seed"
+WORK_VOLUME = "sps-work"
+WORK_DIR = "/tmp/sps"
+TOKEN_VOLUME = "sps-profiler-token"
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+SERVER_WAIT_SECONDS = 1800
+PROFILER_UID = 65532
+# The `restricted` Pod Security Standard for the profiler container: it needs nothing more.
+RESTRICTED_CONTAINER: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": PROFILER_UID,
+    "runAsGroup": PROFILER_UID,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+# Metadata a GitOps tool uses to track what it owns; never copied onto our objects.
+GITOPS_LABELS = ("app.kubernetes.io/instance",)
+GITOPS_PREFIXES = ("argocd.argoproj.io/",)
+
+
+def strip_gitops(meta: Mapping[str, str] | None) -> dict[str, str]:
+    return {
+        k: v
+        for k, v in (meta or {}).items()
+        if k not in GITOPS_LABELS and not k.startswith(GITOPS_PREFIXES)
+    }
+
+
+@dataclass(frozen=True)
+class ProfileRef:
+    """The identity of an SpsProfile, for ownerReferences and labels."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    def owner_reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": f"{API_GROUP}/{API_VERSION}",
+            "kind": KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            # No blockOwnerDeletion: with the OwnerReferencesPermissionEnforcement admission
+            # plugin it would need update on spsprofiles/finalizers; background GC needs none.
+        }
+
+
+def base_labels(profile: ProfileRef, component: str) -> dict[str, str]:
+    return {
+        L.LABEL_PROFILE: names.label_value(profile.name),
+        L.LABEL_PROFILE_UID: profile.uid,
+        L.LABEL_COMPONENT: component,
+        L.LABEL_MANAGED_BY: L.MANAGED_BY,
+    }
+
+
+def object_meta(
+    profile: ProfileRef,
+    name: str,
+    component: str,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": profile.namespace,
+        "labels": {**base_labels(profile, component), **strip_gitops(labels)},
+        "ownerReferences": [profile.owner_reference()],
+    }
+    if annotations:
+        meta["annotations"] = strip_gitops(annotations)
+    return meta
+
+
+# --------------------------------------------------------------------------- the run
+
+
+@dataclass(frozen=True)
+class JobDefaults:
+    """What the operator's admin sets for every profiling Job (chart values); a profile's
+    spec.job overrides them."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    priority_class: str | None = None
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything needed to build one phase of a profiling run."""
+
+    profile: ProfileRef
+    spec: SpsProfileSpec
+    run: str
+    phase: RunPhase  # Diagonal runs static; OffDiagonal (Additive only) compact
+    gpu_product: str
+    fingerprint: str
+    target_pod_spec: Mapping[str, Any] = field(default_factory=dict)
+    server_container: str | None = None
+    server: ServerCommand | None = None  # the target's server command line (Clone)
+    server_port: int = 30000
+    seed_table_config_map: str | None = None
+    profiler_image: str = IMAGE
+    # ConfigMaps that hold tables the target mounts (ours, or the AnnotateOnly stable one):
+    # the clone never mounts them, so it never depends on the table it is about to produce.
+    table_config_maps: frozenset[str] = frozenset()
+    defaults: JobDefaults = field(default_factory=lambda: JobDefaults())
+    # Where the target's ReadWriteOnce claims attach (claims.volume_pin): the clone runs there.
+    volume_pin: VolumePin = field(default_factory=VolumePin)
+
+    @property
+    def job_name(self) -> str:
+        return names.job_name(self.run, self.phase)
+
+    @property
+    def result_config_map(self) -> str:
+        return names.result_config_map(self.run, self.phase)
+
+    @property
+    def account(self) -> str:
+        return names.profiler_account(self.run)
+
+    def labels(self) -> dict[str, str]:
+        return {
+            L.LABEL_RUN: self.run,
+            L.LABEL_GPU: names.label_value(self.gpu_product),
+            L.LABEL_FINGERPRINT: self.fingerprint,
+        }
+
+
+def verify_mode(spec: SpsProfileSpec, phase: RunPhase) -> str:
+    # Diagonal rounds run full width (static); the off-diagonal phase trims (compact).
+    return "compact" if phase == RunPhase.OFF_DIAGONAL else "static"
+
+
+def sweep_argv(spec: SpsProfileSpec, phase: RunPhase) -> list[str]:
+    """The sweep of one phase as `sps-profiler run` flags: the one spelling of the Job's
+    command line the builder and the tests share (the profiler's parser reads it back in
+    tests/unit/test_controller_acceptance.py)."""
+    sweep = spec.table.sweep
+    args: list[str] = []
+    if sweep.batch_sizes:
+        args += ["--batch-size", *[str(b) for b in sweep.batch_sizes]]
+    elif sweep.max_batch_size:
+        args += ["--max-batch-size", str(sweep.max_batch_size)]
+    if phase == RunPhase.OFF_DIAGONAL:
+        fracs = sweep.fracs or DEFAULT_ADDITIVE_FRACS
+        args += ["--fracs", *[repr(float(f)) for f in fracs]]
+    if sweep.input_len is not None:
+        args += ["--input-len", str(sweep.input_len)]
+    args += ["--context-len", str(sweep.context_len), "--repeats", str(sweep.repeats)]
+    args += ["--ci-rel-width", repr(sweep.ci_rel_width)]
+    if sweep.min_steady_steps is not None:
+        args += ["--min-steady-steps", str(sweep.min_steady_steps)]
+    if sweep.min_steady_seconds is not None:
+        args += ["--min-steady-seconds", repr(sweep.min_steady_seconds)]
+    if sweep.vocab_size is not None:
+        args += ["--vocab-size", str(sweep.vocab_size)]
+    args += ["--round-timeout", repr(sweep.round_timeout_seconds)]
+    return args
+
+
+def profiler_args(plan: RunPlan, base_url: str) -> list[str]:
+    args = ["run", "--base-url", base_url, "--out", f"{WORK_DIR}/dspark_sps.json"]
+    args += sweep_argv(plan.spec, plan.phase)
+    args += ["--wait-for-server", str(SERVER_WAIT_SECONDS)]
+    args += ["--publish-configmap", plan.result_config_map]
+    args += ["--publish-namespace", plan.profile.namespace]
+    return args
+
+
+def _with_env(env: Sequence[Mapping[str, Any]], overrides: Mapping[str, str]) -> list[dict]:
+    kept = [dict(e) for e in env if e.get("name") not in overrides]
+    return kept + [{"name": k, "value": v} for k, v in overrides.items()]
+
+
+def is_table_volume(volume: Mapping[str, Any], table_config_maps: frozenset[str]) -> bool:
+    """A volume that carries an SPS table (the one the operator injects, or one of the
+    given ConfigMaps, directly or projected)."""
+    if volume.get("name") == TABLE_VOLUME:
+        return True
+    sources = [volume.get("configMap") or {}]
+    sources += [
+        s.get("configMap") or {} for s in (volume.get("projected") or {}).get("sources") or []
+    ]
+    return any(src.get("name") in table_config_maps for src in sources)
+
+
+def _mounts_without(container: Mapping[str, Any], dropped: set[str]) -> list[dict[str, Any]]:
+    return [dict(m) for m in container.get("volumeMounts") or [] if m.get("name") not in dropped]
+
+
+def server_sidecar(
+    plan: RunPlan, container: Mapping[str, Any], dropped_volumes: set[str]
+) -> dict[str, Any]:
+    """A copy of the target's server container as a native sidecar in profiling mode.
+
+    It keeps the container's own securityContext, image and resources. Its command line is
+    the one the operator parsed (a plain `sh -c` script becomes the exec form), without
+    the table flag: the clone starts without a table (phase 2 gets the seed table). A
+    server written with the fzyzcjy fork's `const` keeps it where the clone runs compact
+    without a seed (that fork refuses to start so). Its last log lines become its
+    termination message, so a refusal to start is read from the pod's status."""
+    sidecar = copy.deepcopy(dict(container))
+    sidecar["name"] = SERVER_CONTAINER
+    sidecar["restartPolicy"] = "Always"
+    for key in ("livenessProbe", "readinessProbe", "startupProbe", "lifecycle"):
+        sidecar.pop(key, None)
+    server = plan.server
+    if server is None:
+        raise ValueError("a Clone run needs the target's parsed server command")
+    args = without_flag(list(server.args), TABLE_PATH_FLAG)
+    mounts = _mounts_without(sidecar, dropped_volumes)
+    if plan.phase == RunPhase.OFF_DIAGONAL and plan.seed_table_config_map:
+        # The phase-1 measurement as a seed table makes the server leave its verify-all
+        # shortcut, so the forced budget fractions really trim the verify graph.
+        args += [TABLE_PATH_FLAG, f"{SEED_MOUNT_DIR}/{L.TABLE_KEY}"]
+        mounts.append({"name": SEED_VOLUME, "mountPath": SEED_MOUNT_DIR, "readOnly": True})
+    elif server.table_path == CONST_TABLE_PATH and verify_mode(plan.spec, plan.phase) != "static":
+        args += [TABLE_PATH_FLAG, CONST_TABLE_PATH]
+    sidecar["command"] = list(server.launcher)
+    sidecar["args"] = args
+    if mounts:
+        sidecar["volumeMounts"] = mounts
+    else:
+        sidecar.pop("volumeMounts", None)
+    env = {
+        **server.env,
+        **PROFILING_ENV_COMMON,
+        "SGLANG_RAGGED_VERIFY_MODE": verify_mode(plan.spec, plan.phase),
+    }
+    sidecar["env"] = _with_env(sidecar.get("env") or [], env)
+    probe = {
+        "httpGet": {"path": "/health", "port": plan.server_port},
+        "periodSeconds": 2,
+        "failureThreshold": SERVER_WAIT_SECONDS // 2,
+        "timeoutSeconds": 5,
+    }
+    sidecar["startupProbe"] = probe
+    sidecar["readinessProbe"] = {**probe, "failureThreshold": 3}
+    sidecar["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    return sidecar
+
+
+def copied_sidecar(container: Mapping[str, Any], dropped_volumes: set[str]) -> dict[str, Any]:
+    """Another container of the target's pod (a proxy, a log shipper, a weights helper) as
+    a native sidecar of the clone, started before its server: a server that needs it still
+    works, and it stops when the profiler is done (a plain container would keep the Job's
+    pod running). Its probes go: a native sidecar's startupProbe would hold back the
+    containers after it, and nothing routes traffic to a clone."""
+    sidecar = copy.deepcopy(dict(container))
+    sidecar["restartPolicy"] = "Always"
+    for key in ("livenessProbe", "readinessProbe", "startupProbe"):
+        sidecar.pop(key, None)
+    sidecar["volumeMounts"] = _mounts_without(container, dropped_volumes)
+    return sidecar
+
+
+def profiler_container(
+    plan: RunPlan, base_url: str, server: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    job = plan.spec.job
+    mounts: list[dict[str, Any]] = [
+        {"name": WORK_VOLUME, "mountPath": WORK_DIR},
+        {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
+    ]
+    # The server's volumes at the same paths (read-only): the tokenizer path the server
+    # reports in /server_info then resolves inside the profiler too.
+    for mount in (server or {}).get("volumeMounts") or []:
+        if mount.get("mountPath") not in (WORK_DIR, TOKEN_DIR):
+            mounts.append({**dict(mount), "readOnly": True})
+    container: dict[str, Any] = {
+        "name": PROFILER_CONTAINER,
+        "image": job.image or plan.profiler_image,
+        "command": ["sps-profiler"],
+        "args": profiler_args(plan, base_url),
+        "env": [
+            {"name": "SPS_PROFILER_RUN", "value": plan.run},
+            # A read-only root file system: caches go to the work volume.
+            {"name": "HOME", "value": WORK_DIR},
+            {"name": "MPLCONFIGDIR", "value": f"{WORK_DIR}/matplotlib"},
+        ],
+        "volumeMounts": mounts,
+        "securityContext": copy.deepcopy(RESTRICTED_CONTAINER),
+    }
+    if job.resources is not None:
+        container["resources"] = job.resources.to_k8s()
+    return container
+
+
+def token_volume() -> dict[str, Any]:
+    """The API credentials, for the profiler container only (the cloned server runs the
+    user's image and gets none): what the kubelet would otherwise mount into every
+    container."""
+    return {
+        "name": TOKEN_VOLUME,
+        "projected": {
+            "sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
+                {
+                    "configMap": {
+                        "name": "kube-root-ca.crt",
+                        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                    }
+                },
+                {
+                    "downwardAPI": {
+                        "items": [
+                            {"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}
+                        ]
+                    }
+                },
+            ]
+        },
+    }
+
+
+def pod_own_labels(plan: RunPlan) -> dict[str, str]:
+    """The labels the operator itself puts on a profiling pod."""
+    return {**base_labels(plan.profile, L.COMPONENT_POD), **plan.labels()}
+
+
+def _clone_target(
+    plan: RunPlan,
+    pod: dict[str, Any],
+    volumes: list[dict[str, Any]],
+    init_containers: list[dict[str, Any]],
+    node_selector: dict[str, str],
+    tolerations: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Clone the target's server into the Job's pod (adds to the pod and the lists given:
+    the target's volumes, init containers, sidecars, placement); returns the server
+    container as the profiler sees it."""
+    pod_spec = plan.target_pod_spec
+    container = find_server_container(pod_spec, plan.server_container)
+    if container is None:
+        raise ValueError(f"the target has no container named {plan.server_container!r}")
+    reserved = {WORK_VOLUME, TOKEN_VOLUME, SEED_VOLUME, TABLE_VOLUME}
+    dropped = reserved | {
+        str(v.get("name"))
+        for v in pod_spec.get("volumes") or []
+        if is_table_volume(v, plan.table_config_maps)
+    }
+    volumes += [
+        copy.deepcopy(dict(v))
+        for v in pod_spec.get("volumes") or []
+        if v.get("name") not in dropped
+    ]
+    for init in pod_spec.get("initContainers") or []:
+        copied = copy.deepcopy(dict(init))
+        copied["volumeMounts"] = _mounts_without(init, dropped)
+        init_containers.append(copied)
+    init_containers += [
+        copied_sidecar(c, dropped)
+        for c in pod_spec.get("containers") or []
+        if c.get("name") != container.get("name")
+    ]
+    init_containers.append(server_sidecar(plan, container, dropped))
+    for copied in init_containers[:-1]:
+        if copied.get("name") in OWN_CONTAINERS:  # the clone's own names win
+            copied["name"] = f"target-{copied['name']}"
+    server_view = {**dict(container), "volumeMounts": _mounts_without(container, dropped)}
+    node_selector.update(pod_spec.get("nodeSelector") or {})
+    tolerations += [copy.deepcopy(dict(t)) for t in pod_spec.get("tolerations") or []]
+    # The pod keeps the target's own security context (the server needs it).
+    for key in (
+        "affinity",
+        "imagePullSecrets",
+        "priorityClassName",
+        "runtimeClassName",
+        "securityContext",
+    ):
+        if pod_spec.get(key):
+            pod[key] = copy.deepcopy(pod_spec[key])
+    if plan.volume_pin.node:
+        pin_to_node(pod, plan.volume_pin.node)
+    if plan.phase == RunPhase.OFF_DIAGONAL and plan.seed_table_config_map:
+        volumes.append({"name": SEED_VOLUME, "configMap": {"name": plan.seed_table_config_map}})
+    return server_view
+
+
+def profiling_job(plan: RunPlan) -> dict[str, Any]:
+    """The profiling Job: backoffLimit 0 (profiling failures are rarely transient and GPU
+    time is expensive; the operator decides about retries)."""
+    spec = plan.spec
+    volumes: list[dict[str, Any]] = [{"name": WORK_VOLUME, "emptyDir": {}}, token_volume()]
+    init_containers: list[dict[str, Any]] = []
+    node_selector: dict[str, str] = {}
+    tolerations: list[dict[str, Any]] = []
+    pod: dict[str, Any] = {"restartPolicy": "Never", "automountServiceAccountToken": False}
+    if spec.server.source == ServerSource.EXTERNAL:
+        base_url = str(spec.server.url).rstrip("/")
+        containers = [profiler_container(plan, base_url)]
+    else:
+        base_url = f"http://127.0.0.1:{plan.server_port}"
+        server_view = _clone_target(plan, pod, volumes, init_containers, node_selector, tolerations)
+        containers = [profiler_container(plan, base_url, server_view)]
+    node_selector.update(spec.job.node_selector or {})
+    if spec.server.source != ServerSource.EXTERNAL:
+        # Last, so it always wins: a clone measures the GPU product its table is labelled
+        # with (a spec.job.nodeSelector naming another one is refused: policy.pin_refusal).
+        node_selector[spec.gpu_product_label] = plan.gpu_product
+    tolerations += [t.to_k8s() for t in spec.job.tolerations or []]
+    pod.update(
+        {
+            "serviceAccountName": spec.job.service_account_name or plan.account,
+            "containers": containers,
+            "volumes": volumes,
+        }
+    )
+    if init_containers:
+        pod["initContainers"] = init_containers
+    if node_selector:
+        pod["nodeSelector"] = node_selector
+    if tolerations:
+        pod["tolerations"] = tolerations
+    priority = spec.job.priority_class_name or plan.defaults.priority_class
+    if priority:
+        pod["priorityClassName"] = priority
+    # The user's labels and annotations (and the operator's defaults) first: the operator's
+    # own sps.dev/* labels, which it selects by, always win.
+    extra_labels = {**plan.defaults.labels, **(spec.job.labels or {})}
+    extra_annotations = {**plan.defaults.annotations, **(spec.job.annotations or {})}
+    job_labels = {**extra_labels, **plan.labels()}
+    pod_labels = {**extra_labels, **pod_own_labels(plan)}
+    meta = object_meta(plan.profile, plan.job_name, L.COMPONENT_JOB, job_labels)
+    if plan.volume_pin.node:
+        # Read back while the Job waits: why it waits for that node's GPUs.
+        meta["annotations"] = {L.ANNOTATION_VOLUME_PIN: plan.volume_pin.describe()}
+    template_meta: dict[str, Any] = {"labels": pod_labels}
+    if extra_annotations:
+        meta["annotations"] = {**extra_annotations, **(meta.get("annotations") or {})}
+        template_meta["annotations"] = dict(extra_annotations)
+    job_spec: dict[str, Any] = {
+        "backoffLimit": 0,
+        # The run's own deadline counts from when the Job runs (the operator enforces it);
+        # the Job's bound adds the longest wait for GPUs, so it holds with the operator down.
+        "activeDeadlineSeconds": spec.job.active_deadline_seconds
+        + spec.capacity.wait_timeout_seconds,
+        "template": {"metadata": template_meta, "spec": pod},
+    }
+    if extra_labels.get(L.LABEL_KUEUE_QUEUE):
+        job_spec["suspend"] = True  # Kueue admits it (and unsuspends it) when quota allows
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}
+
+
+def additive_seed(diagonal_json: str) -> str:
+    """Phase 2's seed table: the phase-1 diagonal measurement in the additive format."""
+    table = load_sps_table_text(diagonal_json)
+    if not isinstance(table, SpsCostTable):
+        raise ValueError("phase 1 did not produce a diagonal table")
+    return diagonal_as_additive(table).to_json()
+
+
+def result_config_map(plan: RunPlan) -> dict[str, Any]:
+    """Created empty by the operator; the profiler (and only it) patches it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": object_meta(
+            plan.profile, plan.result_config_map, L.COMPONENT_RESULT, plan.labels()
+        ),
+        "data": {},
+    }
+
+
+def profiler_rbac(plan: RunPlan) -> list[dict[str, Any]]:
+    """ServiceAccount + Role + RoleBinding: the Job may write ONLY its result ConfigMaps."""
+    account = plan.account
+    results = [names.result_config_map(plan.run, RunPhase.DIAGONAL)]
+    if plan.spec.table.kind == TableKind.ADDITIVE:
+        results.append(names.result_config_map(plan.run, RunPhase.OFF_DIAGONAL))
+    meta = object_meta(plan.profile, account, L.COMPONENT_RBAC, {L.LABEL_RUN: plan.run})
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": copy.deepcopy(meta)},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": copy.deepcopy(meta),
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "resourceNames": results,
+                    "verbs": ["get", "patch"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": copy.deepcopy(meta),
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": account,
+            },
+            "subjects": [
+                {"kind": "ServiceAccount", "name": account, "namespace": plan.profile.namespace}
+            ],
+        },
+    ]
+
+
+# --------------------------------------------------------------------------- rollout
+
+
+def inject_apply(
+    deployment: Mapping[str, Any],
+    container_name: str,
+    table_config_map: str,
+    table_hash: str,
+    table_path: str,
+    server_args: Sequence[str],
+) -> dict[str, Any]:
+    """The server-side-apply body for Inject: only the fields the operator owns.
+
+    The args list is atomic in SSA, so the operator necessarily co-owns `args`; it sends the
+    container's current args with its flag set (Git's values unchanged)."""
+    directory, filename = posixpath.split(table_path)
+    args = [*without_flag(list(server_args), TABLE_PATH_FLAG), TABLE_PATH_FLAG, table_path]
+    pod_spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": container_name,
+                "args": args,
+                "volumeMounts": [{"name": TABLE_VOLUME, "mountPath": directory, "readOnly": True}],
+            }
+        ],
+        "volumes": [
+            {
+                "name": TABLE_VOLUME,
+                "configMap": {
+                    "name": table_config_map,
+                    "items": [{"key": L.TABLE_KEY, "path": filename}],
+                },
+            }
+        ],
+    }
+    template = {**_table_annotations(table_config_map, table_hash), "spec": pod_spec}
+    return _deployment_apply(deployment, template)
+
+
+def annotate_apply(
+    deployment: Mapping[str, Any], table_config_map: str, table_hash: str
+) -> dict[str, Any]:
+    """The server-side-apply body for AnnotateOnly: the pod-template annotation, nothing else."""
+    return _deployment_apply(deployment, _table_annotations(table_config_map, table_hash))
+
+
+def _table_annotations(table_config_map: str, table_hash: str) -> dict[str, Any]:
+    """The pod-template metadata the operator owns: which table, at which hash."""
+    return {
+        "metadata": {
+            "annotations": {
+                L.ANNOTATION_TABLE_HASH: table_hash,
+                L.ANNOTATION_TABLE: table_config_map,
+            }
+        }
+    }
+
+
+def _deployment_apply(deployment: Mapping[str, Any], template: dict[str, Any]) -> dict[str, Any]:
+    """A Deployment apply body naming `deployment` and carrying only `template`, made
+    conditional on the resourceVersion `deployment` was read at: the body repeats what was
+    read (the args), so the API server must refuse it (409) once anyone changed the object."""
+    meta = deployment.get("metadata") or {}
+    name = {"name": meta.get("name"), "namespace": meta.get("namespace")}
+    if not meta.get("resourceVersion"):
+        raise ValueError(f"Deployment {name} has no resourceVersion to apply against")
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {**name, "resourceVersion": meta["resourceVersion"]},
+        "spec": {"template": template},
+    }
+
+
+def owner_patch(deployment: Mapping[str, Any], owner: str | None) -> dict[str, Any]:
+    """A merge patch recording (or, with None, removing) the profile that serves the
+    Deployment. It carries the resourceVersion the decision was made on: the API server
+    refuses it (409) if the Deployment changed meanwhile. A merge patch, not an apply: an
+    apply of only this annotation would drop the template fields the operator applied."""
+    meta = deployment.get("metadata") or {}
+    return {
+        "metadata": {
+            "resourceVersion": meta.get("resourceVersion"),
+            "annotations": {L.ANNOTATION_OWNER: owner},
+        }
+    }

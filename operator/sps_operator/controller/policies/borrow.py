@@ -1,0 +1,395 @@
+"""Profiling where GPUs are scarce: why a run waits, and BorrowReplica (pure decisions).
+
+A Clone Job needs as many GPUs of the target's product as one server replica; on a busy
+pool none is free. `waiting` says why a run does not run (the scheduler's words, or
+Kueue's queue). With `capacity.mode: BorrowReplica`, after `borrowAfterSeconds` the
+operator takes one replica out of the target Deployment and gives it back when the run
+ends, whatever the outcome (or, when the new table's rollout needs the slot as its surge
+slot on a full pool, once that rollout completes).
+
+What was borrowed is recorded on the Deployment (annotation `sps.dev/borrowed`) in the
+same write that scales it, conditional on the resourceVersion the decision read: there
+is no moment with a scale and no record, and a pass deciding on a stale copy writes
+nothing. That record is the truth: a run that finds its own record re-attaches it and
+never borrows again. Status (`currentRun.borrow`) mirrors it. Only records the operator's
+own field manager wrote are acted on. One borrow per GPU product at a time is a Lease in
+the operator's namespace, created only if absent. A give-back never fights: replicas are
+restored only if nobody changed them meanwhile.
+
+Refusals (each a reason the status shows): Kueue manages the Deployment (a borrow would
+hand quota from one Kueue workload to whichever Kueue admits next); the Deployment is
+rolling out; a
+HorizontalPodAutoscaler or another server-side-apply manager owns its replicas (a borrow
+would be undone, or fought); too few ready replicas for `minAvailable`; a single replica
+without `allowDowntime`; a PodDisruptionBudget that allows no disruption; another
+borrow on the same GPU product.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sps_operator.api import labels as L
+from sps_operator.api.hashing import digest
+from sps_operator.api.spec import CapacitySpec
+from sps_operator.constants import FIELD_MANAGER, LABEL_PREFIX
+from sps_operator.controller.policies.deployments import deployment_rolled_out
+from sps_operator.controller.policies.placement import PodInfo
+from sps_operator.controller.policies.selectors import matches_selector
+
+Obj = dict[str, Any]
+MAX_TAG_BYTES = 4096  # a borrow record is ~250 bytes; anything much larger is not ours
+MAX_HOLDER = 253
+MAX_REPLICAS = 100_000
+
+
+@dataclass(frozen=True)
+class BorrowTag:
+    """The record on a Deployment of a replica lent to a run."""
+
+    profile_uid: str
+    profile: str
+    run: str
+    replicas: int  # before the borrow
+    product: str
+    at: str
+    hold: str = ""  # after the run: the table whose rollout keeps the slot (its hash)
+
+    def to_annotation(self) -> str:
+        data = asdict(self)
+        if not self.hold:
+            data.pop("hold")
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def read_tag(deployment: Mapping[str, Any]) -> BorrowTag | None:
+    """The borrow recorded on a Deployment (None: none, or not readable as one)."""
+    text = ((deployment.get("metadata") or {}).get("annotations") or {}).get(L.ANNOTATION_BORROWED)
+    if not text or len(text) > MAX_TAG_BYTES:
+        return None
+    try:
+        data = json.loads(text)
+        replicas = data["replicas"]
+        if type(replicas) is not int or not 0 < replicas <= MAX_REPLICAS:
+            return None  # a count the operator never wrote (Infinity, 1e30, "3", true)
+        return BorrowTag(
+            profile_uid=str(data["profile_uid"]),
+            profile=str(data["profile"]),
+            run=str(data["run"]),
+            replicas=replicas,
+            product=str(data["product"]),
+            at=str(data["at"]),
+            hold=str(data.get("hold") or ""),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def written_by_operator(deployment: Mapping[str, Any]) -> bool:
+    """The borrow record was written by the operator's own field manager (managedFields:
+    the annotation key owned by `sps-operator`). Anyone may annotate a Deployment they can
+    edit; a record the operator did not write is never acted on."""
+    key = f"f:{L.ANNOTATION_BORROWED}"
+    for entry in (deployment.get("metadata") or {}).get("managedFields") or []:
+        annotations = ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:annotations")
+        if entry.get("manager") == FIELD_MANAGER and key in (annotations or {}):
+            return True
+    return False
+
+
+def trusted_tag(deployment: Mapping[str, Any] | None) -> BorrowTag | None:
+    """The Deployment's borrow record if the operator wrote it (else None)."""
+    if deployment is None or not written_by_operator(deployment):
+        return None
+    return read_tag(deployment)
+
+
+def replicas_owners(deployment: Mapping[str, Any]) -> list[str]:
+    """Server-side-apply managers other than the operator that own spec.replicas: a GitOps
+    tool applying the Deployment would undo a borrow at its next sync."""
+    owners = []
+    for entry in (deployment.get("metadata") or {}).get("managedFields") or []:
+        spec = (entry.get("fieldsV1") or {}).get("f:spec") or {}
+        if (
+            "f:replicas" in spec
+            and entry.get("operation") == "Apply"
+            and entry.get("manager") != FIELD_MANAGER
+        ):
+            owners.append(str(entry.get("manager")))
+    return owners
+
+
+def _pod_labels(deployment: Mapping[str, Any]) -> Mapping[str, str]:
+    template = (deployment.get("spec") or {}).get("template") or {}
+    return (template.get("metadata") or {}).get("labels") or {}
+
+
+def replicas_changed_by(deployment: Mapping[str, Any]) -> list[str]:
+    """Managers other than the operator that own spec.replicas (who scaled it last)."""
+    return sorted(
+        {
+            str(entry.get("manager"))
+            for entry in (deployment.get("metadata") or {}).get("managedFields") or []
+            if "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {})
+            and entry.get("manager") != FIELD_MANAGER
+        }
+    )
+
+
+def kueue_queue_of(deployment: Mapping[str, Any]) -> str | None:
+    """The Kueue queue a Deployment is managed under (Kueue's pod/Deployment integration:
+    the queue label on the Deployment or on its pod template), None when it names none."""
+    for labels in ((deployment.get("metadata") or {}).get("labels") or {}, _pod_labels(deployment)):
+        queue = labels.get(L.LABEL_KUEUE_QUEUE) if isinstance(labels, Mapping) else None
+        if queue:
+            return str(queue)
+    return None
+
+
+def kueue_managed_refusal(deployment: Mapping[str, Any]) -> str | None:
+    """Why no replica is ever borrowed from a Deployment Kueue manages (None: it names no
+    Kueue queue). Not a matter of time, unlike the other refusals: what to do instead."""
+    queue = kueue_queue_of(deployment)
+    if queue is None:
+        return None
+    name = (deployment.get("metadata") or {}).get("name")
+    return (
+        f"Deployment {name} is managed by Kueue (label {L.LABEL_KUEUE_QUEUE}: {queue}): "
+        "its pods hold Kueue quota, so a borrowed replica's quota goes back to Kueue, "
+        "which may give it to any workload, and the replica given back waits in queue "
+        f"{queue} for its quota again; use capacity.mode Wait and give the profiling Job "
+        "quota in Kueue (its own LocalQueue, or a ClusterQueue that can borrow in a cohort)"
+    )
+
+
+def borrow_refusal(
+    deployment: Mapping[str, Any],
+    capacity: CapacitySpec,
+    pdbs: Iterable[Mapping[str, Any]],
+    hpas: Iterable[Mapping[str, Any]],
+) -> str | None:
+    """Why one replica may not be borrowed from `deployment` now (None: it may)."""
+    name = (deployment.get("metadata") or {}).get("name")
+    managed = kueue_managed_refusal(deployment)
+    if managed is not None:
+        return managed
+    if not deployment_rolled_out(deployment):
+        return f"Deployment {name} is rolling out; borrowing waits until it is done"
+    for hpa in hpas:
+        target = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
+        if target.get("kind") == "Deployment" and target.get("name") == name:
+            return (
+                f"HorizontalPodAutoscaler {hpa['metadata']['name']} manages the replicas of "
+                f"{name}; a borrow would fight it: use capacity.mode Wait, or free a GPU"
+            )
+    owners = replicas_owners(deployment)
+    if owners:
+        return (
+            f"the replicas of {name} are owned by {', '.join(owners)} (server-side apply): its "
+            "next sync would undo a borrow; use capacity.mode Wait, or stop owning replicas in "
+            "Git (e.g. leave spec.replicas out)"
+        )
+    replicas = int((deployment.get("spec") or {}).get("replicas", 1))
+    ready = int((deployment.get("status") or {}).get("readyReplicas", 0))
+    if replicas <= 1 and not capacity.allow_downtime:
+        return (
+            f"{name} has a single replica: borrowing it stops the server; set "
+            "capacity.allowDowntime: true to allow that"
+        )
+    floor = capacity.min_available
+    if floor is None:
+        floor = max(replicas - 1, 1) if replicas > 1 else 0
+    if ready - 1 < floor:
+        return (
+            f"{name} has {ready} ready replicas; borrowing one would leave fewer than "
+            f"minAvailable {floor}"
+        )
+    labels = _pod_labels(deployment)
+    for pdb in pdbs:
+        selector = (pdb.get("spec") or {}).get("selector") or {}
+        if (
+            matches_selector(selector, labels)
+            and int((pdb.get("status") or {}).get("disruptionsAllowed", 0)) < 1
+        ):
+            return (
+                f"PodDisruptionBudget {pdb['metadata']['name']} allows no disruption of {name} now"
+            )
+    return None
+
+
+@dataclass(frozen=True)
+class GiveBack:
+    """What to do to return a borrowed replica."""
+
+    replicas: int | None  # scale to this (None: leave replicas alone)
+    note: str  # what happened, for the event
+
+
+def give_back(deployment: Mapping[str, Any], tag: BorrowTag) -> GiveBack:
+    """Restore the replicas only if they are what the borrow left: someone who changed
+    them meanwhile wins."""
+    current = int((deployment.get("spec") or {}).get("replicas", 1))
+    name = (deployment.get("metadata") or {}).get("name")
+    if current == tag.replicas - 1:
+        return GiveBack(tag.replicas, f"gave the borrowed replica back to {name}")
+    if current == tag.replicas:
+        return GiveBack(None, f"{name} already has its {tag.replicas} replicas back")
+    return GiveBack(
+        None,
+        f"{name} was scaled to {current} replicas meanwhile (not {tag.replicas - 1}); left as "
+        "is, the borrow record removed",
+    )
+
+
+def borrow_patch(deployment: Mapping[str, Any], tag: BorrowTag | None, replicas: int | None) -> Obj:
+    """One JSON merge patch that writes (or removes, `tag` None) the record and sets the
+    replicas together, conditional on the resourceVersion it was decided on: a crash can
+    never leave a scale without its record, and a Deployment that changed since it was
+    read is not written (409)."""
+    meta = deployment.get("metadata") or {}
+    patch: Obj = {
+        "metadata": {
+            "resourceVersion": meta.get("resourceVersion"),
+            "annotations": {L.ANNOTATION_BORROWED: tag.to_annotation() if tag else None},
+        }
+    }
+    if replicas is not None:
+        patch["spec"] = {"replicas": replicas}
+    return patch
+
+
+# ----------------------------------------------------------------------------- the pool
+# One borrow per GPU product at a time, cluster-wide: a Lease per product in the operator's
+# own namespace, created only if absent (the API server decides between two passes, two
+# workers or two operator replicas), and which no tenant can write.
+
+POOL_LEASE_PREFIX = "sps-borrow-"
+COMPONENT_POOL = "borrow-pool"
+ANNOTATION_CLAIM = f"{LABEL_PREFIX}/borrow-claim"
+
+
+@dataclass(frozen=True)
+class PoolClaim:
+    """Who borrows on a GPU product now (the pool Lease's record)."""
+
+    namespace: str
+    profile: str
+    profile_uid: str
+    run: str
+    deployment: str
+    product: str
+    at: str
+
+    @property
+    def holder(self) -> str:
+        return f"{self.namespace}/{self.profile}"
+
+
+def pool_lease_name(product: str) -> str:
+    return POOL_LEASE_PREFIX + digest(product, length=16)
+
+
+def pool_lease(claim: PoolClaim, namespace: str) -> Obj:
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": pool_lease_name(claim.product),
+            "namespace": namespace,
+            "labels": {L.LABEL_MANAGED_BY: L.MANAGED_BY, L.LABEL_COMPONENT: COMPONENT_POOL},
+            "annotations": {
+                ANNOTATION_CLAIM: json.dumps(asdict(claim), sort_keys=True, separators=(",", ":"))
+            },
+        },
+        "spec": {"holderIdentity": claim.holder[:MAX_HOLDER]},
+    }
+
+
+def read_claim(lease: Mapping[str, Any] | None) -> PoolClaim | None:
+    text = (((lease or {}).get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_CLAIM)
+    if not text or len(text) > MAX_TAG_BYTES:
+        return None
+    try:
+        data = json.loads(text)
+        return PoolClaim(**{k: str(data[k]) for k in PoolClaim.__dataclass_fields__})
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def same_run(claim: PoolClaim, uid: str, run: str) -> bool:
+    return claim.profile_uid == uid and claim.run == run
+
+
+# A namespace is a tenant boundary: a profile's status (which its namespace reads) names
+# another run on the same GPU pool only when that run is in the same namespace.
+ANOTHER_NAMESPACE = "a profile in another namespace"
+
+
+def holder_seen_from(holder: str, viewer_namespace: str) -> str:
+    """`holder` ("namespace/name") as a profile in `viewer_namespace` may read it."""
+    return holder if holder.split("/", 1)[0] == viewer_namespace else ANOTHER_NAMESPACE
+
+
+def borrowing_seen_from(claim: PoolClaim, viewer_namespace: str) -> str:
+    """Who borrows on the pool now, as a profile in `viewer_namespace` may read it."""
+    if claim.namespace != viewer_namespace:
+        return f"{ANOTHER_NAMESPACE} is borrowing a replica on GPU product {claim.product}"
+    return (
+        f"{claim.holder} is borrowing a replica of {claim.deployment} on GPU product "
+        f"{claim.product} (run {claim.run}, since {claim.at})"
+    )
+
+
+# ----------------------------------------------------------------------------- turns
+# Several profiles waiting to borrow on one GPU product are served in priority order, then
+# oldest first: the place of each is its run's pending pod, as the API server and the
+# scheduler see it (spec.priority, resolved by admission from its PriorityClass, which the
+# admin's jobPolicy bounds; the pod's creationTimestamp, the API server's clock). Status
+# only says that a run waits for its turn; it never gives a place, so a profile's status
+# (which its namespace may write) cannot jump the queue. This is the scheduler's own
+# order, so no tenant gets more from it than its pods already get from the scheduler.
+
+
+@dataclass(frozen=True)
+class PoolBid:
+    """A run waiting for its turn to borrow on `product`."""
+
+    holder: str  # namespace/name of the profile
+    uid: str
+    product: str
+    priority: int
+    since: str  # its pending pod's creationTimestamp
+
+    @property
+    def place(self) -> tuple[int, str, str]:
+        return (-self.priority, self.since, self.uid)
+
+
+def pool_bid(holder: str, uid: str, product: str, pods: Iterable[PodInfo]) -> PoolBid | None:
+    """The bid of a run whose profiling pods are `pods`: its oldest pending pod of a Job
+    (None: no such pod, so no place in line)."""
+    pending = [
+        pod
+        for pod in pods
+        if pod.unschedulable and not pod.deleting and not pod.node and pod.controller == "Job"
+        and pod.created
+    ]  # fmt: skip
+    if not pending:
+        return None
+    first = min(pending, key=lambda pod: str(pod.created))
+    return PoolBid(holder, uid, product, first.priority or 0, str(first.created))
+
+
+def ahead_of(mine: PoolBid, bids: Iterable[PoolBid]) -> list[PoolBid]:
+    """The bids served before `mine` on its GPU product, first first."""
+    return sorted(
+        (
+            b
+            for b in bids
+            if b.product == mine.product and b.uid != mine.uid and b.place < mine.place
+        ),
+        key=lambda b: b.place,
+    )

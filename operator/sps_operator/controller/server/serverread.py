@@ -1,0 +1,43 @@
+"""One server container, read as the operator reads it (pure).
+
+`observe` (every pass) and `sps-operator fingerprint` (offline, from files) both read
+through here, so the command answers with the operator's reading: the container's
+environment resolved from its ConfigMaps, its command line parsed, what its cost depends
+on, and the keys a profile's table for it is stored under.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sps_operator.api.spec import TableSpec
+from sps_operator.controller.server.podenv import ConfigMapEnv, resolve_env
+from sps_operator.controller.server.serverconfig import (
+    ServerCommand,
+    ServerConfig,
+    legacy_table_fingerprint,
+    parse_server,
+    server_config,
+    table_fingerprint,
+)
+
+
+def read_server(
+    container: Mapping[str, Any],
+    namespace: str | None,
+    config_maps: Mapping[str, ConfigMapEnv | None],
+    sglang_version: str | None,
+) -> tuple[ServerCommand, ServerConfig]:
+    """The container's server command and what its cost depends on; ServerProblem when it
+    is no server the operator understands. `config_maps` as for `podenv.resolve_env`;
+    `sglang_version` is the one the profile states (spec.server.sglangVersion), if any."""
+    command = parse_server(container, resolve_env(container, namespace, config_maps))
+    return command, server_config(container, command, sglang_version)
+
+
+def table_keys(config: ServerConfig, table: TableSpec) -> tuple[str, str]:
+    """The fingerprints a table of kind and sweep `table` for this server is stored under:
+    the current one and version 1's (status.targets[].fingerprint; docs/fingerprint.md)."""
+    spec = table.to_k8s()
+    return table_fingerprint(config, spec), legacy_table_fingerprint(config, spec)

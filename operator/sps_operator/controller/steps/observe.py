@@ -1,0 +1,302 @@
+"""Step 1 of a pass: what the profile's Deployments are (pure, from the snapshot).
+
+For each selected Deployment: which profile serves it, whether its container is an SGLang
+DSpark server the operator understands (and, for AnnotateOnly, whether it mounts the
+table where its server reads it), whether its SGLang build can take the profile's table
+(`compat`), its fingerprint, and the GPU product it settled on. A target with a problem is
+reported and never touched.
+
+Tables stored under fingerprint version 1 (before issue 20) are re-keyed here, once, to
+the current fingerprint of the server they were measured for: an operator upgrade does
+not reprofile servers that did not change (docs/fingerprint.md, Upgrading).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Collection, Mapping
+from datetime import timedelta
+from typing import Any
+
+from sps_operator.api import labels as L
+from sps_operator.api.reasons import (
+    CONFLICT,
+    MIXED_GPU_PRODUCTS,
+    NO_SERVER_CONTAINER,
+    ONE_TABLE_CONFIGMAP_MANY_SERVERS,
+    SHELL_WRAPPED_SERVER,
+    TABLE_NOT_MOUNTED,
+)
+from sps_operator.api.spec import RolloutMode, SpsProfileSpec
+from sps_operator.api.status import RunStatus, TableRef, TargetStatus
+from sps_operator.controller.policies import compat
+from sps_operator.controller.policies.deployments import deployment_rolled_out
+from sps_operator.controller.policies.ownership import ProfileSummary, owner_of, stable_writer
+from sps_operator.controller.policies.placement import MIXED, placement, settle
+from sps_operator.controller.policies.triggers import parse_time
+from sps_operator.controller.server.fingerprint_v1 import is_v1
+from sps_operator.controller.server.podenv import ConfigMapEnv
+from sps_operator.controller.server.serverchanges import server_changes
+from sps_operator.controller.server.serverconfig import (
+    TABLE_PATH_FLAG,
+    ServerProblem,
+    find_server_container,
+)
+from sps_operator.controller.server.serverread import read_server, table_keys
+from sps_operator.controller.steps.state import Pass, Target
+
+
+def observe(p: Pass) -> None:
+    annotate_only = p.spec.rollout.mode == RolloutMode.ANNOTATE_ONLY
+    me = ProfileSummary(
+        p.ref.name,
+        p.ref.uid,
+        str((p.body.get("metadata") or {}).get("creationTimestamp") or ""),
+        p.spec.selector.to_k8s(),
+        stable=str(p.spec.rollout.table_config_map) if annotate_only else None,
+    )
+    profiles = [s for s in p.snapshot.profiles if s.uid != me.uid] + [me]
+    previous = {t.deployment: t for t in p.status.targets}
+    p.targets = []
+    for dep in p.snapshot.deployments:
+        target = Target(deployment=dep, name=dep["metadata"]["name"])
+        p.targets.append(target)
+        target.owner = owner_of(dep, profiles)
+        if target.owner != p.ref.name:
+            target.refuse(
+                CONFLICT,
+                f"served by SpsProfile {target.owner!r} (recorded on the Deployment, or the "
+                f"oldest profile selecting it); {p.ref.name!r} never writes to it: narrow "
+                "spec.selector so one profile selects each Deployment",
+            )
+            continue
+        _understand_server(
+            p.spec,
+            target,
+            p.namespace,
+            p.snapshot.env_config_maps,
+            p.status.diagonal_only_servers,
+        )
+        if target.config is not None and target.table_source == compat.SOURCE_CONST:
+            # Inject replaces `const`: remember the fork while it still shows.
+            p.status.diagonal_only_servers = compat.remembered(
+                p.status.diagonal_only_servers, target.config
+            )
+        if target.problem is not None or target.config is None:
+            continue
+        _place(p, target, previous.get(target.name))
+    adopt_v1_tables(p.status.tables, p.targets, p.status.current_run)
+    for target in p.targets:
+        target.changes = _changes(p, target)
+    if annotate_only:
+        _one_writer(p, profiles)
+        _one_table_for_all(p)
+
+
+def adopt_v1_tables(
+    tables: list[TableRef], targets: list[Target], run: RunStatus | None = None
+) -> None:
+    """Re-key tables stored under a fingerprint of version 1 to the current fingerprint of
+    the server they were measured for: the targets whose version-1 fingerprint is the
+    table's, if they all agree on the current one (they are one server by the current
+    list too). The ConfigMap keeps its version-1 label; `adoptedFrom` vouches for it.
+    A run that started under version 1 is re-keyed alike."""
+    current = {(t.gpu_product, t.fingerprint) for t in tables}
+    for i, table in enumerate(tables):
+        if not is_v1(table.fingerprint):
+            continue
+        now = {t.fingerprint for t in targets if t.legacy_fingerprint == table.fingerprint}
+        if len(now) != 1:
+            continue  # no target is that server any more, or it is several now
+        (fingerprint,) = now
+        if (table.gpu_product, fingerprint) in current:
+            continue
+        tables[i] = table.model_copy(
+            update={"fingerprint": fingerprint, "adopted_from": table.fingerprint}
+        )
+        current.add((table.gpu_product, fingerprint))
+    if run is not None and is_v1(run.fingerprint):
+        now = {t.fingerprint for t in targets if t.legacy_fingerprint == run.fingerprint}
+        if len(now) == 1:
+            run.fingerprint = next(iter(now))
+
+
+def _changes(p: Pass, target: Target) -> list[str]:
+    """What differs between the server of the profile's table that the target runs and
+    the target as it is now (empty when it runs none, or the one measured for it)."""
+    running = next((t for t in p.status.tables if t.config_map == target.running_config_map), None)
+    if running is None or target.config is None or running.fingerprint == target.fingerprint:
+        return []
+    cm = p.config_map(running.config_map)
+    try:
+        meta = json.loads(((cm or {}).get("data") or {}).get(L.META_KEY) or "{}")
+    except ValueError:
+        meta = {}
+    server = meta.get("server") if isinstance(meta, dict) else None
+    if not isinstance(server, Mapping):
+        return []
+    lines = server_changes(server, target.config)
+    if lines or running.gpu_product != target.gpu:
+        return lines
+    if "inputs" not in server:
+        return [
+            "an input that fingerprint version 1 did not record changed (the table was "
+            "measured before the upgrade): `sps-operator fingerprint` lists the server's "
+            "inputs now"
+        ]
+    return ["spec.table (the table kind or sweep) changed"]
+
+
+def _one_writer(p: Pass, profiles: list[ProfileSummary]) -> None:
+    """Several AnnotateOnly profiles may name one stable ConfigMap; one writes it (the one
+    recorded on it, else the oldest). The others refuse their targets (their servers read
+    that profile's table, never theirs) and never write it."""
+    stable = str(p.spec.rollout.table_config_map)
+    writer = stable_writer(p.snapshot.stable, stable, profiles)
+    if writer == p.ref.name:
+        return
+    p.stable_conflict = (
+        f"ConfigMap {stable} is written by SpsProfile {writer!r} (recorded on it, or the "
+        f"oldest AnnotateOnly profile naming it); {p.ref.name!r} never writes it and its "
+        "servers read that profile's table: give each profile its own rollout.tableConfigMap"
+    )
+    for target in p.targets:
+        target.refuse(CONFLICT, p.stable_conflict)
+
+
+def _one_table_for_all(p: Pass) -> None:
+    """AnnotateOnly serves every target through one stable ConfigMap, which holds one
+    table: the targets must agree on (GPU product, fingerprint)."""
+    usable = [t for t in p.targets if t.usable]
+    if len({(t.gpu, t.fingerprint) for t in usable}) <= 1:
+        return
+    listing = ", ".join(f"{t.name} ({t.gpu}, {t.fingerprint})" for t in usable)
+    for target in usable:
+        target.refuse(
+            ONE_TABLE_CONFIGMAP_MANY_SERVERS,
+            f"AnnotateOnly serves one table through ConfigMap {p.spec.rollout.table_config_map}, "
+            f"but these Deployments need different tables: {listing}; give each its own "
+            "SpsProfile and ConfigMap, or use rollout.mode Inject",
+        )
+
+
+def _place(p: Pass, target: Target, previous: TargetStatus | None) -> None:
+    """The GPU product the target's pods settled on (from status, so a restart continues
+    a debounce where it was)."""
+    dep = target.deployment
+    where = placement(
+        dep.get("spec", {}).get("selector") or {},
+        p.snapshot.pods,
+        p.snapshot.node_labels,
+        p.spec.gpu_product_label,
+    )
+    target.products = where.products
+    settled = settle(
+        MIXED if where.mixed else where.product,
+        previous.observed_gpu if previous else None,
+        parse_time(previous.observed_since) if previous else None,
+        p.now,
+        timedelta(seconds=p.settings.gpu_debounce_seconds),
+        rollout_complete=deployment_rolled_out(dep) and where.pods > 0,
+    )
+    target.observed_gpu, target.observed_since = settled.observed, settled.since
+    target.gpu = settled.product
+    if settled.mixed:
+        target.refuse(
+            MIXED_GPU_PRODUCTS,
+            f"pods run on several GPU products ({', '.join(sorted(where.products))}); "
+            "pin the Deployment to one product with a nodeSelector on "
+            f"{p.spec.gpu_product_label}",
+        )
+
+
+def _understand_server(
+    spec: SpsProfileSpec,
+    target: Target,
+    namespace: str,
+    env_config_maps: Mapping[str, ConfigMapEnv | None],
+    diagonal_only: Collection[str],
+) -> None:
+    pod_spec = target.pod_spec
+    container = find_server_container(pod_spec, spec.server_container)
+    if container is None:
+        names = [c.get("name") for c in pod_spec.get("containers") or []]
+        target.refuse(
+            NO_SERVER_CONTAINER,
+            f"no container named {spec.server_container!r}; set spec.serverContainer to one "
+            f"of {names}",
+        )
+        return
+    target.container = container
+    try:
+        command, target.config = read_server(
+            container, namespace, env_config_maps, spec.server.sglang_version
+        )
+    except ServerProblem as exc:
+        target.refuse(exc.reason, str(exc))
+        return
+    target.command = command
+    target.fingerprint, target.legacy_fingerprint = table_keys(target.config, spec.table)
+    target.table_source = compat.table_source(target.config)
+    refused = compat.refusal(spec.table.kind, target.config, diagonal_only)
+    if refused is not None:
+        target.refuse(*refused)
+        return
+    mode = spec.rollout.mode
+    if mode == RolloutMode.INJECT and command.shell:
+        target.refuse(
+            SHELL_WRAPPED_SERVER,
+            "the server is started by a shell script; Inject cannot add "
+            f"{TABLE_PATH_FLAG} to a script. Put the launcher and its flags in command/args "
+            "(exec form), or use rollout.mode AnnotateOnly with the flag in your script",
+        )
+    elif mode == RolloutMode.ANNOTATE_ONLY:
+        problem = annotate_only_mount_problem(spec, pod_spec, container, target.config.table_path)
+        if problem:
+            target.refuse(TABLE_NOT_MOUNTED, problem)
+
+
+def annotate_only_mount_problem(
+    spec: SpsProfileSpec,
+    pod_spec: Mapping[str, Any],
+    container: Mapping[str, Any],
+    table_path: str | None,
+) -> str | None:
+    """Why the server cannot read the stable ConfigMap's table (None: it can). With
+    AnnotateOnly the Deployment in Git must mount it and pass the flag itself."""
+    rollout = spec.rollout
+    stable, path = str(rollout.table_config_map), rollout.table_path
+    directory, filename = posixpath.split(path)
+    advice = (
+        f"mount ConfigMap {stable} at {directory} in container {container.get('name')!r} and "
+        f"start the server with {TABLE_PATH_FLAG} {path} (see docs/gitops.md)"
+    )
+    volumes = {
+        v.get("name"): v
+        for v in pod_spec.get("volumes") or []
+        if (v.get("configMap") or {}).get("name") == stable
+    }
+    if not volumes:
+        return f"the Deployment does not mount ConfigMap {stable}; {advice}"
+    serves = False
+    for mount in container.get("volumeMounts") or []:
+        volume = volumes.get(mount.get("name"))
+        if volume is None:
+            continue
+        items = (volume.get("configMap") or {}).get("items")
+        key = filename
+        if items:
+            key = next((i.get("path") for i in items if i.get("key") == filename), None) or ""
+        if mount.get("subPath"):
+            serves = serves or (mount.get("mountPath") == path and mount["subPath"] == key)
+        else:
+            serves = serves or (mount.get("mountPath") == directory and key == filename)
+    if not serves:
+        return f"ConfigMap {stable} is not mounted so that {path} is its {filename!r} key; {advice}"
+    if table_path != path:
+        return (
+            f"the server reads its table from {table_path or 'nowhere'} "
+            f"({TABLE_PATH_FLAG}), not {path}; {advice}"
+        )
+    return None

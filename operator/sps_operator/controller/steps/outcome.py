@@ -1,0 +1,90 @@
+"""How a run ends, shared by the run and publish steps: the failure record, the event,
+the per-run RBAC removed, the metrics, and objects created (or adopted) for the run."""
+
+from __future__ import annotations
+
+import logging
+
+from sps_operator.api.reasons import JOB_CREATE_FAILED, NAME_TAKEN, PROFILING_FAILED, TABLE_REJECTED
+from sps_operator.api.status import FailureRecord, RunStatus, TableRef
+from sps_operator.controller.kube import names
+from sps_operator.controller.kube.client import Obj, owned_by
+from sps_operator.controller.policies import conditions as cond
+from sps_operator.controller.policies.policy import REFUSAL_REASONS
+from sps_operator.controller.policies.triggers import parse_time, run_spec_hash
+from sps_operator.controller.steps.capacity import close_segment, return_for_run
+from sps_operator.controller.steps.state import Pass
+
+log = logging.getLogger(__name__)
+
+
+class NameTaken(RuntimeError):
+    """An object with a name the run derives exists and belongs to someone else."""
+
+
+def create_owned(p: Pass, obj: Obj) -> None:
+    """Create `obj`, or adopt the existing one if this profile owns it."""
+    meta = obj["metadata"]
+    if p.kube.create(obj):
+        if obj["kind"] == "ConfigMap":
+            p.created[meta["name"]] = obj
+        return
+    existing = p.kube.get(obj["kind"], meta["namespace"], meta["name"])
+    if existing is None:  # deleted in between: the next pass creates it
+        raise NameTaken(f"{obj['kind']} {meta['name']} was deleted while being created")
+    if not owned_by(existing, p.ref.uid):
+        raise NameTaken(
+            f"a {obj['kind']} named {meta['name']} already exists and does not belong to "
+            f"SpsProfile {p.ref.name}; delete or rename it"
+        )
+    log.info("adopting %s %s/%s", obj["kind"], meta["namespace"], meta["name"])
+
+
+def record_failure(
+    p: Pass, run: RunStatus, reason: str, message: str, retryable: bool = True
+) -> None:
+    p.status.last_failure = FailureRecord(
+        run=run.name,
+        reason=reason,
+        message=message[:4000],
+        at=cond.rfc3339(p.now),
+        gpu_product=run.gpu_product,
+        fingerprint=run.fingerprint,
+        attempts=run.attempt or 1,
+        trigger_key=run.trigger_key,
+        retryable=retryable,
+        spec_hash=run_spec_hash(p.spec),
+    )
+    event = PROFILING_FAILED if retryable else TABLE_REJECTED
+    if reason in (JOB_CREATE_FAILED, NAME_TAKEN) or reason in REFUSAL_REASONS:
+        event = JOB_CREATE_FAILED
+    p.event("Warning", event, message)
+
+
+def delete_rbac(p: Pass, run: str) -> None:
+    account = names.profiler_account(run)
+    for kind in ("RoleBinding", "Role", "ServiceAccount"):
+        p.kube.delete(kind, p.namespace, account)
+
+
+def end_run(p: Pass, outcome: str, table: TableRef | None = None) -> None:
+    """The run is over. Whatever the outcome a borrowed replica goes back, unless the
+    `table` it published needs the slot for its rollout (then it goes back after that)."""
+    run = p.status.current_run
+    assert run is not None
+    close_segment(p, run)
+    if table is not None:
+        table.gpu_seconds = run.gpu_seconds or 0.0
+    return_for_run(p, run, table)
+    started = parse_time(run.started_at) or p.now
+    p.metrics.run_finished(p.ref, outcome, (p.now - started).total_seconds())
+    p.status.current_run = None
+
+
+def fail_run(p: Pass, reason: str, message: str, retryable: bool = True) -> None:
+    """End the current run as failed (retried with backoff) or rejected (not retried)."""
+    run = p.status.current_run
+    assert run is not None
+    record_failure(p, run, reason, message, retryable)
+    delete_rbac(p, run.name)
+    end_run(p, "failed" if retryable else "rejected")

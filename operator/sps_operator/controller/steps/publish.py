@@ -1,0 +1,137 @@
+"""Step 4–5 of a pass: judge the finished run's measurement and publish its table.
+
+A table becomes an immutable ConfigMap named by its content hash (and the profile's UID)
+and enters `status.tables` for its (GPU product, fingerprint) only when `acceptance.judge`
+accepts it. A refused table is kept for inspection (`status.rejectedTable`) when it can be
+written at all, and never rolled.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sps_operator.api import labels as L
+from sps_operator.api.reasons import (
+    DOUBTFUL_MEASUREMENT,
+    FIT_FAILED,
+    NAME_TAKEN,
+    SELF_CHECK_FAILED,
+    TABLE_PUBLISHED,
+    TABLE_UNCHANGED,
+)
+from sps_operator.api.result import MAX_MANIFEST_BYTES
+from sps_operator.api.status import TableRef
+from sps_operator.controller.kube import names, table_objects
+from sps_operator.controller.policies import conditions as cond
+from sps_operator.controller.policies.acceptance import api_quality, judge_bounded
+from sps_operator.controller.policies.triggers import table_for
+from sps_operator.controller.steps.outcome import (
+    NameTaken,
+    create_owned,
+    delete_rbac,
+    end_run,
+    fail_run,
+)
+from sps_operator.controller.steps.state import Pass
+from sps_operator.tables.formats import SpsTable, load_sps_table_text
+
+# A measurement that went wrong may go right next time; a gate or a mismatched sweep will
+# not change without a new trigger.
+RETRYABLE = frozenset({DOUBTFUL_MEASUREMENT, FIT_FAILED, SELF_CHECK_FAILED})
+
+
+def table_text(cm: Mapping[str, Any] | None) -> str | None:
+    value = ((cm or {}).get("data") or {}).get(L.TABLE_KEY)
+    return value if isinstance(value, str) else None
+
+
+def load_table(cm: Mapping[str, Any] | None) -> SpsTable | None:
+    text = table_text(cm)
+    if text is None:
+        return None
+    try:
+        return load_sps_table_text(text)
+    except ValueError:
+        return None
+
+
+def _bounded_manifest(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
+    text = json.dumps(manifest, default=str)
+    return manifest if len(text) <= MAX_MANIFEST_BYTES else {"omitted": "manifest too large"}
+
+
+def publish_table(
+    p: Pass, rounds: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]
+) -> None:
+    st = p.status
+    run = st.current_run
+    assert run is not None
+    live = table_for(st.tables, run.gpu_product, run.fingerprint)
+    live_cm = p.config_map(live.config_map) if live else None
+    verdict = judge_bounded(
+        rounds, p.spec, kind=p.spec.table.kind, live=load_table(live_cm), limits=p.settings
+    )
+    if verdict.fit is None or verdict.table_json is None or verdict.table_hash is None:
+        fail_run(p, str(verdict.reason), verdict.message, retryable=verdict.reason in RETRYABLE)
+        return
+    digest = verdict.table_hash
+    cm_name = names.table_config_map(
+        p.ref.name, p.ref.uid, run.gpu_product, run.fingerprint, digest
+    )
+    quality = api_quality(verdict.fit)
+    target = p.target(run.target)
+    meta = {
+        "gpuProduct": run.gpu_product,
+        "fingerprint": run.fingerprint,
+        "run": run.name,
+        "trigger": run.trigger,
+        "target": run.target,
+        "server": target.config.describe() if target and target.config else None,
+        "kind": p.spec.table.kind,
+        "quality": verdict.fit.quality.to_dict(),
+        "profiledAt": cond.rfc3339(p.now),
+        "manifest": _bounded_manifest(manifest),
+    }
+    cm = table_objects.table_config_map(
+        p.ref, cm_name, verdict.table_json, digest, run.gpu_product, run.fingerprint, meta, rounds
+    )
+    try:
+        create_owned(p, cm)
+    except NameTaken as exc:
+        fail_run(p, NAME_TAKEN, str(exc), retryable=False)
+        return
+    ref = TableRef(
+        gpu_product=run.gpu_product,
+        fingerprint=run.fingerprint,
+        kind=p.spec.table.kind,
+        config_map=cm_name,
+        hash=digest,
+        quality=quality,
+        profiled_at=cond.rfc3339(p.now),
+        run=run.name,
+        refresh_count=run.refresh_count,
+    )
+    if not verdict.accepted:
+        if live is None or live.hash != digest:
+            st.rejected_table = ref.model_copy(update={"message": verdict.message})
+        fail_run(p, str(verdict.reason), verdict.message, retryable=verdict.reason in RETRYABLE)
+        return
+    unchanged = live is not None and live.hash == digest
+    if live is not None:
+        # An identical re-measurement keeps the chain: it never becomes its own previous.
+        ref.previous = live.previous if unchanged else live.config_map
+    st.tables = [t for t in st.tables if t is not live] + [ref]
+    if st.last_failure is not None and st.last_failure.trigger_key == run.trigger_key:
+        st.last_failure = None
+    delete_rbac(p, run.name)
+    end_run(p, "succeeded", ref)
+    # The finished run's Job and result stay for inspection until the next run starts.
+    if unchanged:
+        p.event(
+            "Normal", TABLE_UNCHANGED, f"re-measured table {cm_name} is identical to the live one"
+        )
+    else:
+        rms = f"{quality.rms_ms} ms" if quality.rms_ms is not None else "n/a"
+        p.event("Normal", TABLE_PUBLISHED, f"table {cm_name} for {run.gpu_product} (RMS {rms})")

@@ -1,0 +1,545 @@
+"""Step 6 of a pass: put each target's table onto its Deployment, watch the rollout, roll
+back a rollout that fails.
+
+The one rule: a table goes onto a Deployment only if it was measured for that
+Deployment's exact (GPU product, server fingerprint). `eligible_table` is the only way to
+obtain what `apply_*` accept, and it checks that rule against the table ConfigMap itself
+(its labels, its content hash, its owner, SGLang's loader and the self-check), not
+against status alone. A table measured for another server may stay where it already runs
+while a new one is profiled; it is never newly rolled. A table is reported live only when
+the Deployment's template makes its server read it, the rollout completed and every ready
+pod carries its hash: never on a deadline alone. A rollout that does not complete says
+what blocks it, in the words of the scheduler, the kubelet or the Deployment controller.
+A refresh of a table that already runs waits for the minimum interval between rollouts.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from sps_operator.api import labels as L
+from sps_operator.api.hashing import content_hash
+from sps_operator.api.reasons import (
+    PLACEHOLDER_TABLE,
+    ROLLOUT_APPLIED,
+    ROLLOUT_BLOCKED,
+    ROLLOUT_FAILED,
+    TABLE_NOT_ELIGIBLE,
+)
+from sps_operator.api.spec import RolloutMode
+from sps_operator.api.status import FailureRecord, TableRef, TargetState, TargetStatus
+from sps_operator.controller.kube import builders, names, table_objects
+from sps_operator.controller.kube.client import owned_by
+from sps_operator.controller.policies import clocks
+from sps_operator.controller.policies import conditions as cond
+from sps_operator.controller.policies.deployments import (
+    deployment_rolled_out,
+    every_ready_pod_runs,
+    rollout_blockers,
+)
+from sps_operator.controller.policies.ownership import recorded_owner
+from sps_operator.controller.policies.triggers import refresh_trigger_key, run_spec_hash, table_for
+from sps_operator.controller.server.fingerprint_v1 import is_v1
+from sps_operator.controller.steps.capacity import follow_rollout_borrow
+from sps_operator.controller.steps.publish import table_text
+from sps_operator.controller.steps.state import Pass, Target
+from sps_operator.tables.formats import build_uninitialized_sps_table, load_sps_table_text
+from sps_operator.tables.selfcheck import self_check
+
+CHANGED_SINCE_READ = "the Deployment changed since this pass read it; retrying from the new version"
+# The watch event of the change wakes the profile at once; this is the safety net.
+RETRY_AFTER_CONFLICT_SECONDS = 5.0
+# SGLang's own "no table" (build_uninitialized_sps_table): one probe, served as verify-all.
+PLACEHOLDER_JSON = build_uninitialized_sps_table(max_batch_tokens=1).to_json()
+
+
+@dataclass(frozen=True)
+class EligibleTable:
+    """A table checked to have been measured for one target; only `eligible_table` makes
+    one."""
+
+    ref: TableRef
+    text: str
+    deployment: str
+
+
+def eligible_table(p: Pass, target: Target, ref: TableRef) -> EligibleTable | str:
+    """The table, if it may go onto `target`; otherwise why not."""
+    if not target.usable or ref.gpu_product != target.gpu or ref.fingerprint != target.fingerprint:
+        return (
+            f"table {ref.config_map} was measured for ({ref.gpu_product}, {ref.fingerprint}), "
+            f"not for this Deployment's ({target.gpu}, {target.fingerprint})"
+        )
+    cm = p.config_map(ref.config_map)
+    if cm is None or not owned_by(cm, p.ref.uid):
+        return f"table ConfigMap {ref.config_map} is missing or not owned by this profile"
+    labels = cm["metadata"].get("labels") or {}
+    expected = {
+        L.LABEL_GPU: names.label_value(ref.gpu_product),
+        L.LABEL_TABLE_HASH: ref.hash,
+    }
+    # A table re-keyed by an upgrade keeps the fingerprint (version 1) it was stored under.
+    measured_for = {ref.fingerprint, ref.adopted_from} - {None}
+    if (
+        any(labels.get(k) != v for k, v in expected.items())
+        or labels.get(L.LABEL_FINGERPRINT) not in measured_for
+    ):
+        return f"table ConfigMap {ref.config_map} is labelled for another server or table"
+    text = table_text(cm)
+    if text is None or content_hash(text) != ref.hash:
+        return f"table ConfigMap {ref.config_map} does not hold the table of hash {ref.hash}"
+    try:
+        problems = self_check(load_sps_table_text(text))
+    except ValueError as exc:
+        problems = [str(exc)]
+    if problems:
+        return f"table {ref.config_map} fails its self-check: {'; '.join(problems)}"
+    return EligibleTable(ref, text, target.name)
+
+
+# --------------------------------------------------------------------------- template facts
+
+
+def inject_serves(target: Target, table: EligibleTable, table_path: str) -> bool:
+    """The template's server reads `table`: annotated with its hash, the injected volume
+    holds its ConfigMap, mounted where the server's table flag points."""
+    if target.running_hash != table.ref.hash or target.config is None:
+        return False
+    if target.config.table_path != table_path:
+        return False
+    directory, filename = posixpath.split(table_path)
+    volume = next(
+        (v for v in target.pod_spec.get("volumes") or [] if v.get("name") == builders.TABLE_VOLUME),
+        None,
+    )
+    source = (volume or {}).get("configMap") or {}
+    items = source.get("items") or [{"key": L.TABLE_KEY, "path": filename}]
+    mounted = any(
+        m.get("name") == builders.TABLE_VOLUME and m.get("mountPath") == directory
+        for m in (target.container or {}).get("volumeMounts") or []
+    )
+    return (
+        source.get("name") == table.ref.config_map
+        and {"key": L.TABLE_KEY, "path": filename} in items
+        and mounted
+    )
+
+
+def rollout_failed(target: Target, table: TableRef) -> bool:
+    """The Deployment runs `table`'s template and its rollout hit the progress deadline."""
+    dep = target.deployment
+    if target.running_hash != table.hash:
+        return False
+    status = dep.get("status", {})
+    if status.get("observedGeneration", 0) < dep.get("metadata", {}).get("generation", 0):
+        return False
+    return any(
+        c.get("type") == "Progressing"
+        and c.get("status") == "False"
+        and c.get("reason") == "ProgressDeadlineExceeded"
+        for c in status.get("conditions") or []
+    )
+
+
+# --------------------------------------------------------------------------- the step
+
+
+def rollout(p: Pass) -> None:
+    st = p.status
+    mode = p.spec.rollout.mode
+    if mode == RolloutMode.ANNOTATE_ONLY:
+        _annotate_only_preflight(p)
+    statuses: list[TargetStatus] = []
+    before = {t.deployment: t for t in st.targets}
+    for target in p.targets:
+        previous = before.get(target.name)
+        ts = TargetStatus(
+            deployment=target.name,
+            gpu_product=target.gpu or (",".join(sorted(target.products)) or None),
+            fingerprint=target.fingerprint or None,
+            owner=target.owner,
+            observed_gpu=target.observed_gpu,
+            observed_since=cond.rfc3339(target.observed_since) if target.observed_since else None,
+            rolled_at=previous.rolled_at if previous else None,
+            **target.server_report(),
+        )
+        statuses.append(ts)
+        if target.problem is None and target.gpu is None:
+            if _own_rollout_moving(p, target, ts):
+                continue
+            ts.state = TargetState.WAITING
+            ts.message = "waiting for the pods to settle on one GPU product"
+            continue
+        exact = None
+        if target.problem is None:
+            exact = table_for(st.tables, str(target.gpu), target.fingerprint)
+            if exact is None:
+                _report_stale_or_missing(p, target, ts)
+                continue
+            if p.config_map(exact.config_map) is None and p.recent(exact.profiled_at):
+                ts.state, ts.message = TargetState.ROLLING, "the new table is being published"
+                p.wake_within(1.0)
+                continue
+            eligible = eligible_table(p, target, exact)
+            if isinstance(eligible, str):
+                target.refuse(TABLE_NOT_ELIGIBLE, eligible)
+        if target.problem is not None or exact is None or isinstance(eligible, str):
+            ts.state, ts.reason, ts.message = TargetState.REFUSED, target.reason, target.problem
+            continue
+        ts.table, ts.hash = exact.config_map, exact.hash
+        if mode == RolloutMode.DISABLED:
+            ts.state = TargetState.PUBLISHED
+            continue
+        if rollout_failed(target, exact):
+            restored = _roll_back(p, target, exact)
+            if restored is None:
+                # Nothing to return to: the new pods keep trying. Never live on a deadline
+                # alone: live is when every ready pod runs the table.
+                ts.state = TargetState.ROLLING
+                _note_blocked(
+                    p, target, ts, previous, exact.hash,
+                    f"the rollout of table {exact.config_map} passed the Deployment's "
+                    "progressDeadlineSeconds and there is no previous table to return to",
+                )  # fmt: skip
+                continue
+            eligible = restored
+            ts.table, ts.hash = restored.ref.config_map, restored.ref.hash
+            ts.message = "rolled back: the rollout of the new table failed"
+        else:
+            eligible = _held_back(p, target, eligible, ts, previous)
+        ts.state = TargetState.ROLLING
+        if not _claim(p, target):
+            ts.message = "the Deployment changed while being claimed; retrying"
+            continue
+        applied = _apply(p, target, eligible)
+        if applied is None:
+            ts.message = CHANGED_SINCE_READ
+            continue
+        if target.running_hash != eligible.ref.hash:
+            ts.rolled_at = cond.rfc3339(p.now)  # a new table goes onto its template now
+        ts.rolled_out = applied and every_ready_pod_runs(
+            target.deployment, p.snapshot.pods, eligible.ref.hash
+        )
+        if ts.rolled_out:
+            ts.state = TargetState.LIVE
+        else:
+            _note_blocked(p, target, ts, previous, eligible.ref.hash, None)
+    st.targets = statuses
+    follow_rollout_borrow(p, statuses)
+
+
+def _note_blocked(
+    p: Pass,
+    target: Target,
+    ts: TargetStatus,
+    previous: TargetStatus | None,
+    table_hash: str,
+    headline: str | None,
+) -> None:
+    """A rollout that is not done: name what blocks it (the scheduler's, kubelet's or
+    Deployment controller's words about the new pods), and since when."""
+    blockers = rollout_blockers(target.deployment, p.snapshot.pods, table_hash)
+    if headline is None and blockers is None:
+        return
+    ts.reason = ROLLOUT_BLOCKED
+    ts.message = "; ".join(x for x in (headline, blockers, ts.message) if x)
+    since = previous.blocked_since if previous and previous.reason == ROLLOUT_BLOCKED else None
+    ts.blocked_since = since or cond.rfc3339(p.now)
+
+
+def _held_back(
+    p: Pass,
+    target: Target,
+    newest: EligibleTable,
+    ts: TargetStatus,
+    previous: TargetStatus | None,
+) -> EligibleTable:
+    """The table to roll now: `newest`, unless the Deployment already runs the table it
+    replaces (measured for this same server) and got it less than the minimum interval
+    ago: every rollout restarts every server, so a refresh waits (and says so). A first
+    table, a table for a changed server and a rollback never wait."""
+    interval = timedelta(seconds=p.min_interval_seconds)
+    rolled = clocks.trusted(previous.rolled_at if previous else None, p.now)
+    old_name = newest.ref.previous
+    if (
+        interval <= timedelta(0)
+        or rolled is None
+        or old_name is None
+        or target.running_config_map != old_name
+        or target.running_hash == newest.ref.hash
+    ):
+        return newest
+    until = rolled + interval
+    if p.now >= until:
+        return newest
+    old_ref = _stored_ref(p, old_name, newest.ref, target)
+    old = eligible_table(p, target, old_ref) if old_ref is not None else None
+    if not isinstance(old, EligibleTable) or target.running_hash != old.ref.hash:
+        return newest
+    ts.table, ts.hash = old.ref.config_map, old.ref.hash
+    ts.next_table, ts.held_until = newest.ref.config_map, cond.rfc3339(until)
+    ts.message = (
+        f"table {newest.ref.config_map} waits until {ts.held_until}: at most one rollout "
+        f"onto a Deployment per {interval.total_seconds():.0f} s (each restarts every server; "
+        "refresh.minIntervalSeconds and the operator's minimum); the table it replaces, "
+        "measured for this same server, runs meanwhile"
+    )
+    p.wake_within((until - p.now).total_seconds())
+    return old
+
+
+def _own_rollout_moving(p: Pass, target: Target, ts: TargetStatus) -> bool:
+    """A rollout this profile started replaces the pods, so for a moment none (or old and
+    new) run on a settled product: that is the rollout going on, not a GPU move to wait
+    for. Said only while the template still carries the table being rolled and no pod
+    runs on another product than the one it was rolled for (that is a move)."""
+    before = next((t for t in p.status.targets if t.deployment == target.name), None)
+    if (
+        before is None
+        or before.state != TargetState.ROLLING
+        or not before.hash
+        or before.hash != target.running_hash
+        or target.observed_gpu not in (None, before.gpu_product)
+    ):
+        return False
+    ts.state, ts.table, ts.hash = TargetState.ROLLING, before.table, before.hash
+    ts.gpu_product = ts.gpu_product or before.gpu_product
+    ts.message = f"rolling onto table {before.table}: its new pods are starting"
+    _note_blocked(p, target, ts, before, before.hash, None)
+    return True
+
+
+def _report_stale_or_missing(p: Pass, target: Target, ts: TargetStatus) -> None:
+    """No table for this exact server: say what runs meanwhile (it stays, untouched)."""
+    ours = {t.config_map: t for t in p.status.tables}
+    running = target.running_config_map
+    if running in ours:
+        old = ours[running]
+        ts.state, ts.table, ts.hash = TargetState.STALE, old.config_map, old.hash
+        what = "GPU product" if old.gpu_product != target.gpu else "server"
+        follow = (
+            "a new table is being profiled"
+            if p.spec.refresh.on_server_change or what == "GPU product"
+            else "refresh.onServerChange is false"
+        )
+        ts.message = (
+            f"stale: the {what} changed since table {old.config_map} was measured "
+            f"({old.gpu_product}); it stays until a table for this one exists ({follow})"
+        )
+        if target.changes and what == "server":
+            ts.message += "; changed: " + "; ".join(target.changes)
+    else:
+        ts.state = TargetState.NO_TABLE
+        ts.message = f"no table for {target.gpu} and this server yet"
+
+
+def _claim(p: Pass, target: Target) -> bool:
+    """Record this profile as the Deployment's one owner before writing to it. The claim
+    is conditional on the Deployment as read; the object it returns (what was read plus
+    the record) is what the apply that follows is conditional on."""
+    if recorded_owner(target.deployment) == p.ref.name:
+        return True
+    try:
+        target.deployment = p.kube.patch_metadata(
+            "Deployment",
+            p.namespace,
+            target.name,
+            builders.owner_patch(target.deployment, p.ref.name),
+        )
+    except ApiException as exc:
+        if exc.status == 409:
+            return False
+        raise
+    return True
+
+
+def _apply(p: Pass, target: Target, table: EligibleTable) -> bool | None:
+    """Make the template serve `table`; True once it does and the rollout completed, None
+    when the Deployment changed since this pass read it (the apply carries the args as
+    read, so it is refused rather than written over a newer edit; the next pass, woken by
+    that change, starts from it)."""
+    rollout = p.spec.rollout
+    container = target.container or {}
+    if rollout.mode == RolloutMode.INJECT:
+        serving = inject_serves(target, table, rollout.table_path)
+        body = builders.inject_apply(
+            target.deployment,
+            str(container.get("name")),
+            table.ref.config_map,
+            table.ref.hash,
+            rollout.table_path,
+            [str(a) for a in container.get("args") or []],
+        )
+    else:
+        serving = _stable_holds(p, table.ref.hash) and target.running_hash == table.ref.hash
+        if not _write_stable(p, table.text, table.ref.hash, placeholder=False):
+            return False  # the pods restart only once the stable ConfigMap holds the table
+        body = builders.annotate_apply(target.deployment, table.ref.config_map, table.ref.hash)
+    if serving:
+        return deployment_rolled_out(target.deployment)
+    if target.running_hash != table.ref.hash or rollout.mode == RolloutMode.INJECT:
+        try:
+            p.kube.apply(body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            p.wake_within(RETRY_AFTER_CONFLICT_SECONDS)
+            return None
+        p.metrics.rollout(p.ref, str(rollout.mode))
+        p.event(
+            "Normal",
+            ROLLOUT_APPLIED,
+            f"Deployment {target.name} now runs table {table.ref.config_map} ({rollout.mode})",
+        )
+    return False
+
+
+# --------------------------------------------------------------------------- AnnotateOnly
+
+
+def _stable_holds(p: Pass, table_hash: str) -> bool:
+    stable = p.snapshot.stable
+    if stable is None:
+        return False
+    filename = posixpath.basename(p.spec.rollout.table_path)
+    text = (stable.get("data") or {}).get(filename)
+    annotations = stable["metadata"].get("annotations") or {}
+    return (
+        isinstance(text, str)
+        and content_hash(text) == table_hash
+        and annotations.get(L.ANNOTATION_TABLE_HASH) == table_hash
+    )
+
+
+def _claim_stable(p: Pass) -> bool:
+    """Record this profile as the stable ConfigMap's one writer (and take back one released
+    by a deleted profile) before writing it: a merge patch with the resourceVersion the
+    decision was made on, so two profiles deciding at once cannot both write."""
+    stable = p.snapshot.stable
+    if stable is None:
+        return True  # created by this pass's apply; recorded at the next
+    meta = stable["metadata"]
+    released = L.LABEL_RELEASED in (meta.get("labels") or {})
+    if recorded_owner(stable) == p.ref.name and not released:
+        return True
+    claim = {
+        "metadata": {
+            "resourceVersion": meta.get("resourceVersion"),
+            "annotations": {L.ANNOTATION_OWNER: p.ref.name},
+            "labels": {L.LABEL_RELEASED: None},
+        }
+    }
+    try:
+        p.kube.patch_metadata("ConfigMap", p.namespace, str(meta["name"]), claim)
+    except ApiException as exc:
+        if exc.status in (404, 409):
+            return False  # changed or gone since it was read: decided again next pass
+        raise
+    return True
+
+
+def _write_stable(p: Pass, text: str, table_hash: str, placeholder: bool) -> bool:
+    """Make the stable ConfigMap hold `text`; False when this pass may not write it."""
+    if p.stable_conflict is not None or not _claim_stable(p):
+        return False
+    if _stable_holds(p, table_hash):
+        return True
+    p.kube.apply(
+        table_objects.stable_table_apply(
+            p.ref,
+            str(p.spec.rollout.table_config_map),
+            text,
+            table_hash,
+            posixpath.basename(p.spec.rollout.table_path),
+            placeholder,
+        )
+    )
+    return True
+
+
+def _annotate_only_preflight(p: Pass) -> None:
+    """The stable ConfigMap exists from day one, holding SGLang's "no table", so the
+    Deployment in Git can start before the first profile."""
+    if p.snapshot.stable is None and p.stable_conflict is None:
+        _write_stable(p, PLACEHOLDER_JSON, content_hash(PLACEHOLDER_JSON), placeholder=True)
+        p.event(
+            "Normal",
+            PLACEHOLDER_TABLE,
+            f"created ConfigMap {p.spec.rollout.table_config_map} with SGLang's uninitialized "
+            "table (verify-all) until the first table is measured",
+        )
+
+
+# --------------------------------------------------------------------------- rollback
+
+
+def _stored_ref(p: Pass, name: str, like: TableRef, target: Target) -> TableRef | None:
+    """A reference to the table ConfigMap `name` (one `like` replaced: same GPU product,
+    fingerprint and kind), from the ConfigMap's own labels and meta; eligible_table then
+    checks it against the ConfigMap."""
+    cm = p.config_map(name)
+    if cm is None:
+        return None
+    labels = cm["metadata"].get("labels") or {}
+    meta: Any = {}
+    try:
+        meta = json.loads((cm.get("data") or {}).get(L.META_KEY) or "{}")
+    except ValueError:
+        meta = {}
+    meta = meta if isinstance(meta, dict) else {}
+    # A table an upgrade re-keyed keeps its version-1 label, which must still be this
+    # server's version-1 fingerprint.
+    label = labels.get(L.LABEL_FINGERPRINT)
+    adopted = label if is_v1(label or "") and label == target.legacy_fingerprint else None
+    return TableRef(
+        gpu_product=like.gpu_product,
+        fingerprint=like.fingerprint,
+        kind=like.kind,
+        config_map=name,
+        hash=labels.get(L.LABEL_TABLE_HASH, ""),
+        profiled_at=meta.get("profiledAt"),
+        run=meta.get("run"),
+        adopted_from=adopted,
+    )
+
+
+def _roll_back(p: Pass, target: Target, failed: TableRef) -> EligibleTable | None:
+    """Return to the table `failed` replaced (same server, so still eligible); keep
+    `failed` for inspection, say so, and do not profile again for the same trigger."""
+    st = p.status
+    message = (
+        f"Deployment {target.name} did not become available with table "
+        f"{failed.config_map} (ProgressDeadlineExceeded)"
+    )
+    ref = _stored_ref(p, failed.previous, failed, target) if failed.previous else None
+    restored: EligibleTable | None = None
+    if ref is not None:
+        candidate = eligible_table(p, target, ref)
+        restored = candidate if isinstance(candidate, EligibleTable) else None
+    said = st.last_failure
+    already = said is not None and (said.reason, said.run) == (ROLLOUT_FAILED, failed.run or "")
+    if restored is None and already:
+        return None  # nothing to return to, and already said (not once per pass)
+    st.last_failure = FailureRecord(
+        run=failed.run or "",
+        reason=ROLLOUT_FAILED,
+        message=message + (f"; rolled back to {failed.previous}" if restored else ""),
+        at=cond.rfc3339(p.now),
+        gpu_product=failed.gpu_product,
+        fingerprint=failed.fingerprint,
+        trigger_key=refresh_trigger_key(failed.gpu_product, failed.fingerprint, st.refresh_count),
+        retryable=False,
+        spec_hash=run_spec_hash(p.spec),
+    )
+    p.event("Warning", ROLLOUT_FAILED, st.last_failure.message)
+    if restored is None:
+        return None
+    st.rejected_table = failed.model_copy(update={"message": message})
+    st.tables = [t for t in st.tables if t is not failed] + [restored.ref]
+    return restored

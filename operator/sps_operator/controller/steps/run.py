@@ -1,0 +1,527 @@
+"""Steps 2–3 of a pass: start a profiling run, follow its Job, collect its result.
+
+A run is at most one per profile (`status.currentRun`); its objects have deterministic
+names hashed from the profile's UID, so a restarted operator adopts them — but only what
+this profile owns: an object of that name that is not ours stops the run with a message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeGuard
+
+from sps_operator.api import labels as L
+from sps_operator.api import limits
+from sps_operator.api.hashing import content_hash
+from sps_operator.api.reasons import (
+    DEADLINE_EXCEEDED,
+    DIAGONAL_ONLY_SERVER,
+    FIT_FAILED,
+    JOB_CREATE_FAILED,
+    JOB_MISSING,
+    NAME_TAKEN,
+    OFF_DIAGONAL_PHASE_STARTED,
+    PROFILING_FAILED,
+    PROFILING_STARTED,
+    RESULT_MISSING,
+    RESULT_REFUSED,
+    SERVER_CHANGED,
+    TARGET_CHANGED,
+    TARGET_GONE,
+    WAITING_FOR_GPUS,
+)
+from sps_operator.api.result import STATUS_FAILED, STATUS_SUCCEEDED, ResultError, read_result
+from sps_operator.api.spec import ServerSource, TableKind
+from sps_operator.api.status import FailureRecord, RunPhase, RunStatus
+from sps_operator.controller.kube import builders, names, table_objects
+from sps_operator.controller.kube.client import Obj, api_error_detail
+from sps_operator.controller.policies import claims, compat, policy
+from sps_operator.controller.policies import conditions as cond
+from sps_operator.controller.policies.acceptance import judge_bounded
+from sps_operator.controller.policies.clocks import elapsed
+from sps_operator.controller.policies.kueue import run_limit
+from sps_operator.controller.policies.triggers import RunRequest, TargetView, decide_run
+from sps_operator.controller.steps.capacity import (
+    close_segment,
+    follow_wait,
+    job_labels,
+    reattach_borrow,
+)
+from sps_operator.controller.steps.outcome import (
+    NameTaken,
+    create_owned,
+    delete_rbac,
+    end_run,
+    fail_run,
+    record_failure,
+)
+from sps_operator.controller.steps.publish import RETRYABLE, publish_table
+from sps_operator.controller.steps.state import Pass, Target
+
+# How long a Complete Job's result may lag behind its completion (the profiler's final
+# write and the Job's status reach the operator's caches by different watches).
+RESULT_GRACE_SECONDS = 60.0
+
+
+def run_refusal(p: Pass, plan: builders.RunPlan, job: Obj) -> policy.Refusal | None:
+    """Why the Job `plan` built may not be created (None: it may): the admin's policy, the
+    GPU-product pin, the pod selectors of the namespace, the target's volume claims."""
+    settings, spec = p.settings, p.spec
+    clone = spec.server.source != ServerSource.EXTERNAL
+    pod_labels = ((job["spec"]["template"].get("metadata") or {}).get("labels")) or {}
+    snapshot = p.snapshot
+    pin = _volume_pin(p, plan.target_pod_spec, plan.gpu_product) if clone else None
+    return (
+        policy.spec_refusal(
+            settings.policy,
+            spec,
+            namespace=p.namespace,
+            profiler_image=settings.profiler_image,
+            services=snapshot.services,
+        )
+        or policy.job_refusal(
+            settings.policy,
+            job,
+            spec=spec,
+            default_labels=settings.job_defaults.labels,
+            default_priority_class=settings.job_defaults.priority_class,
+        )
+        or (
+            policy.pin_refusal(spec, job, spec.gpu_product_label, plan.gpu_product)
+            if clone
+            else None
+        )
+        or policy.selector_refusal(
+            pod_labels,
+            builders.pod_own_labels(plan),
+            policy.pod_selectors(
+                snapshot.pod_selecting_deployments, snapshot.services, snapshot.pdbs
+            ),
+        )
+        # Last: the only one a wait can fix (a ready pod holding a ReadWriteOnce claim).
+        or (pin if isinstance(pin, policy.Refusal) else None)
+    )
+
+
+def refuse_run(p: Pass, run: RunStatus, refusal: policy.Refusal) -> None:
+    """Record why a run creates nothing. The record carries no trigger: every pass checks
+    again (said once: no new event while the refusal stays the same), and the run starts at
+    the first pass after the cause is fixed."""
+    message = str(refusal)[:4000]
+    said = FailureRecord(
+        run=run.name, reason=refusal.reason, message=message, at=cond.rfc3339(p.now)
+    )
+    last = p.status.last_failure
+    if is_refusal(last) and (last.run, last.reason, last.message) == (
+        said.run, said.reason, said.message
+    ):  # fmt: skip
+        return
+    record_failure(p, run, refusal.reason, message, retryable=False)
+    assert p.status.last_failure is not None
+    p.status.last_failure.trigger_key = None
+
+
+def is_refusal(failure: FailureRecord | None) -> TypeGuard[FailureRecord]:
+    """`failure` records a refusal (no run was created), not a failed run."""
+    return (
+        failure is not None
+        and failure.trigger_key is None
+        and failure.reason in policy.REFUSAL_REASONS
+    )
+
+
+def _table_config_maps(p: Pass) -> frozenset[str]:
+    """ConfigMaps holding tables that a target may mount (never mounted by a clone)."""
+    tables = {
+        n
+        for n, cm in p.snapshot.config_maps.items()
+        if (cm["metadata"].get("labels") or {}).get(L.LABEL_COMPONENT) == L.COMPONENT_TABLE
+    }
+    if p.spec.rollout.table_config_map:
+        tables.add(p.spec.rollout.table_config_map)
+    return frozenset(tables)
+
+
+def _volume_pin(
+    p: Pass, pod_spec: Mapping[str, Any], gpu_product: str
+) -> claims.VolumePin | policy.Refusal:
+    """Where a clone of `pod_spec` can attach the target's claims (or why it cannot)."""
+    snapshot = p.snapshot
+    return claims.volume_pin(
+        pod_spec,
+        snapshot.claims,
+        snapshot.pods,
+        snapshot.node_labels,
+        p.spec.gpu_product_label,
+        gpu_product,
+    )
+
+
+def _plan(
+    p: Pass, target: Target, run: RunStatus, phase: RunPhase, seed: str | None
+) -> builders.RunPlan:
+    pin = (
+        _volume_pin(p, target.pod_spec, run.gpu_product)
+        if p.spec.server.source != ServerSource.EXTERNAL
+        else None
+    )
+    return builders.RunPlan(
+        profile=p.ref,
+        spec=p.spec,
+        run=run.name,
+        phase=phase,
+        gpu_product=run.gpu_product,
+        fingerprint=run.fingerprint,
+        target_pod_spec=target.pod_spec,
+        server_container=(target.container or {}).get("name"),
+        server=target.command,
+        server_port=target.config.port if target.config else 30000,
+        seed_table_config_map=seed,
+        profiler_image=p.settings.profiler_image,
+        table_config_maps=_table_config_maps(p),
+        defaults=p.settings.job_defaults,
+        volume_pin=pin if isinstance(pin, claims.VolumePin) else claims.VolumePin(),
+    )
+
+
+def _create_phase(p: Pass, plan: builders.RunPlan, job: Obj, with_rbac: bool) -> None:
+    # Order matters for restarts: everything the Job needs exists before the Job.
+    if with_rbac and not plan.spec.job.service_account_name:
+        for obj in builders.profiler_rbac(plan):
+            create_owned(p, obj)
+    create_owned(p, builders.result_config_map(plan))
+    create_owned(p, job)
+
+
+def maybe_start_run(p: Pass) -> None:
+    st = p.status
+    usable = [t for t in p.targets if t.usable]
+    running = {t.config_map: t for t in st.tables}
+    views = [
+        TargetView(t.name, t.gpu, t.fingerprint, running.get(t.running_config_map or ""))
+        for t in usable
+    ]
+    refused: tuple[RunStatus, policy.Refusal] | None = None
+    while True:
+        request = decide_run(
+            p.spec, views, st.tables, st.refresh_count, st.refresh_reason, st.last_failure, p.now
+        )
+        if request is None:
+            break
+        target = next(t for t in usable if t.name == request.target)
+        run = _new_run(p, request)
+        if request.trigger == SERVER_CHANGED:
+            run.changes = target.changes[: limits.MAX_REPORT_LINES] or None
+        # An External server cannot be restarted in static mode for a diagonal phase, nor
+        # given a seed table: an Additive profile against it is the off-diagonal phase alone.
+        if (
+            p.spec.server.source == ServerSource.EXTERNAL
+            and p.spec.table.kind == TableKind.ADDITIVE
+        ):
+            run.phase = RunPhase.OFF_DIAGONAL
+            run.job = names.job_name(run.name, run.phase)
+        plan = _plan(p, target, run, run.phase, None)
+        try:
+            job = builders.profiling_job(plan)
+        except ValueError as exc:
+            record_failure(p, run, JOB_CREATE_FAILED, f"could not build the profiling Job: {exc}")
+            return
+        refusal = run_refusal(p, plan, job)
+        if refusal is None:
+            _start(p, run, plan, job)
+            return
+        refused = refused or (run, refusal)
+        # A refusal may concern this server alone (its node affinity): another may run.
+        views = [
+            v
+            for v in views
+            if (v.gpu_product, v.fingerprint) != (request.gpu_product, request.fingerprint)
+        ]
+    if refused is not None:
+        refuse_run(p, *refused)
+    elif is_refusal(st.last_failure):
+        st.last_failure = None  # no run is wanted any more: nothing is refused
+
+
+def _new_run(p: Pass, request: RunRequest) -> RunStatus:
+    name = names.run_name(
+        p.ref.name, p.ref.uid, request.gpu_product, request.fingerprint, request.nonce
+    )
+    return RunStatus(
+        name=name,
+        job=names.job_name(name, RunPhase.DIAGONAL),
+        phase=RunPhase.DIAGONAL,
+        gpu_product=request.gpu_product,
+        fingerprint=request.fingerprint,
+        target=request.target,
+        trigger=request.trigger,
+        started_at=cond.rfc3339(p.now),
+        trigger_key=request.trigger_key,
+        attempt=request.attempt,
+        refresh_count=p.status.refresh_count,
+    )
+
+
+def _start(p: Pass, run: RunStatus, plan: builders.RunPlan, job: Obj) -> None:
+    st = p.status
+    if is_refusal(st.last_failure):
+        st.last_failure = None  # fixed: the run starts
+    cleanup_runs(p, keep=run.name)
+    try:
+        _create_phase(p, plan, job, with_rbac=True)
+    except NameTaken as exc:
+        record_failure(p, run, NAME_TAKEN, str(exc), retryable=False)
+        return
+    except Exception as exc:
+        # A Job the API server rejects will not pass on retry without a change; record it
+        # like a failed run (same backoff), so status says why nothing is profiling.
+        message = f"could not create the profiling Job {plan.job_name}: {api_error_detail(exc)}"
+        record_failure(p, run, JOB_CREATE_FAILED, message)
+        return
+    st.current_run = run
+    p.event(
+        "Normal",
+        PROFILING_STARTED,
+        f"{run.trigger}: profiling {run.target} on {run.gpu_product} "
+        f"(Job {plan.job_name}, attempt {run.attempt})",
+    )
+    p.metrics.run_started(p.ref)
+
+
+def cleanup_runs(p: Pass, keep: str | None) -> None:
+    """Delete the Jobs, result ConfigMaps and seeds of runs other than `keep`."""
+    for job in p.snapshot.jobs.values():
+        if (job["metadata"].get("labels") or {}).get(L.LABEL_RUN) != keep:
+            p.delete_own("Job", job)
+    for cm in p.snapshot.config_maps.values():
+        labels = cm["metadata"].get("labels") or {}
+        component = labels.get(L.LABEL_COMPONENT)
+        if component in (L.COMPONENT_RESULT, L.COMPONENT_SEED) and labels.get(L.LABEL_RUN) != keep:
+            p.delete_own("ConfigMap", cm)
+
+
+# Conditions that end a Job (or announce its end). Not `Suspended`: a Job created suspended
+# for Kueue carries Suspended=True until it is admitted.
+JOB_ENDING = ("Complete", "Failed", "SuccessCriteriaMet", "FailureTarget")
+
+
+def _finished(job: Obj) -> dict[str, Obj]:
+    return {
+        c["type"]: c
+        for c in (job.get("status") or {}).get("conditions") or []
+        if c.get("status") == "True" and c.get("type") in JOB_ENDING
+    }
+
+
+def progress_run(p: Pass) -> None:
+    run = p.status.current_run
+    assert run is not None
+    phase = run.phase
+    job = p.snapshot.jobs.get(run.job)
+    result_cm = p.snapshot.config_maps.get(names.result_config_map(run.name, phase)) or {}
+    if job is None:
+        if p.recent(run.started_at):
+            p.wake_within(1.0)  # created a moment ago: not in the cache yet
+            return
+        fail_run(p, JOB_MISSING, f"Job {run.job} disappeared before it finished")
+        return
+    reattach_borrow(p, run)
+    finished = _finished(job)
+    if not finished and clone_refused(p, run):
+        return
+    if not finished:
+        too_long = follow_wait(p, run, job)
+        if too_long is not None:
+            # At once: a pod scheduled late must not take the GPUs a lent replica is given
+            # back on.
+            p.kube.delete("Job", p.namespace, run.job)
+            fail_run(p, run.waiting.reason if run.waiting else WAITING_FOR_GPUS, too_long)
+            return
+        if _past_deadline(p, run):
+            return
+    try:
+        result = read_result(result_cm.get("data"), result_cm.get("binaryData"))
+    except ResultError as exc:
+        if not finished:
+            return  # the profiler may still be writing; judged when the Job ends
+        fail_run(p, RESULT_REFUSED, f"the result of Job {run.job} was refused: {exc}")
+        return
+    if result.progress:
+        run.progress = result.progress
+    if "Failed" in finished:
+        detail = result.message or finished["Failed"].get("message") or ""
+        why = finished["Failed"].get("reason") or "JobFailed"
+        fail_run(p, PROFILING_FAILED, f"Job {run.job} failed ({why}): {detail}")
+        return
+    if "Complete" not in finished and "SuccessCriteriaMet" not in finished:
+        return
+    if result.status == STATUS_FAILED:
+        fail_run(p, PROFILING_FAILED, f"profiler reported: {result.message}")
+        return
+    if result.status != STATUS_SUCCEEDED or not result.rounds:
+        # The Job's Complete can be seen before the profiler's last write to the result:
+        # wait for it, bounded.
+        run.result_wait_since = run.result_wait_since or cond.rfc3339(p.now)
+        waited = elapsed(run.result_wait_since, p.now)
+        if waited < RESULT_GRACE_SECONDS:
+            p.wake_within(RESULT_GRACE_SECONDS - waited)
+            return
+        fail_run(
+            p,
+            RESULT_MISSING,
+            f"Job {run.job} completed but its result ConfigMap "
+            f"{names.result_config_map(run.name, phase)} still held no final result "
+            f"{waited:.0f} s later (status {result.status!r}"
+            + (f", progress {result.progress}" if result.progress else "")
+            + f"): the profiler's last write never arrived; see `kubectl logs job/{run.job} "
+            "-c profiler`",
+        )
+        return
+    kind = p.spec.table.kind
+    if kind == TableKind.ADDITIVE and phase == RunPhase.DIAGONAL:
+        start_phase2(p, result.rounds)
+        return
+    rounds = list(result.rounds)
+    if kind == TableKind.ADDITIVE:
+        phase1 = p.snapshot.config_maps.get(names.result_config_map(run.name, RunPhase.DIAGONAL))
+        if phase1 is not None:
+            try:
+                first = read_result(phase1.get("data"), phase1.get("binaryData"))
+            except ResultError as exc:
+                fail_run(p, RESULT_REFUSED, f"the phase-1 result was refused: {exc}")
+                return
+            rounds = list(first.rounds) + rounds
+    publish_table(p, rounds, result.manifest)
+
+
+def clone_refused(p: Pass, run: RunStatus) -> bool:
+    """End the run at once when its profiling clone refused to start for a reason a retry
+    cannot change (a loader that reads only diagonal tables, a flag combination SGLang
+    refuses); the Job would otherwise wait for it until the server wait runs out. A
+    diagonal-only server is remembered: Additive is refused for it from now on."""
+    refused = compat.clone_refusal(p.snapshot.pods, run.name, builders.SERVER_CONTAINER)
+    if refused is None:
+        return False
+    reason, meaning, words = refused
+    target = p.target(run.target)
+    same_server = target is not None and target.fingerprint == run.fingerprint
+    if reason == DIAGONAL_ONLY_SERVER and same_server and target and target.config:
+        p.status.diagonal_only_servers = compat.remembered(
+            p.status.diagonal_only_servers, target.config
+        )
+    fail_run(
+        p,
+        reason,
+        f"the profiling server of Job {run.job} refused to start: {meaning}. Its last words: "
+        f"{words}",
+        retryable=False,
+    )
+    return True
+
+
+def target_change(run: RunStatus, target: Target) -> str | None:
+    """How the target's server differs from the one the run started for (None: it is the
+    same: the same fingerprint, on the same GPU product once its pods have settled)."""
+    if target.fingerprint != run.fingerprint:
+        return f"server fingerprint {run.fingerprint} -> {target.fingerprint or 'unknown'}"
+    if target.gpu is not None and target.gpu != run.gpu_product:
+        return f"GPU product {run.gpu_product} -> {target.gpu}"
+    return None
+
+
+def _past_deadline(p: Pass, run: RunStatus) -> bool:
+    """The run's own deadline, counted from when its Job started running (the Job's
+    activeDeadlineSeconds also covers the wait for GPUs: it is the run's deadline plus
+    capacity.waitTimeoutSeconds, a bound that holds while the operator is down), or
+    Kueue's maximum execution time when shorter: a replica lent to the run stays lent no
+    longer. True when the run was ended for it."""
+    limit, source = run_limit(p.spec.job.active_deadline_seconds, job_labels(p))
+    if run.running_since is None:
+        return False
+    ran = elapsed(run.running_since, p.now)
+    if ran < limit:
+        p.wake_within(limit - ran)
+        return False
+    p.kube.delete("Job", p.namespace, run.job)
+    lent = "; the lent replica was given back" if run.borrow is not None else ""
+    fail_run(
+        p,
+        DEADLINE_EXCEEDED,
+        f"Job {run.job} ran {ran:.0f} s, past {source} {limit} (counted from when it started "
+        f"running, not from its wait for GPUs){lent}",
+    )
+    return True
+
+
+def start_phase2(p: Pass, rounds: Sequence[Obj]) -> None:
+    run = p.status.current_run
+    assert run is not None
+    verdict = judge_bounded(rounds, p.spec, kind=TableKind.DIAGONAL, gate=False, limits=p.settings)
+    if not verdict.accepted or verdict.table_json is None:
+        reason = verdict.reason or FIT_FAILED
+        message = f"phase 1 (diagonal): {verdict.message}"
+        fail_run(p, reason, message, retryable=reason in RETRYABLE)
+        return
+    target = p.target(run.target)
+    if target is None or target.command is None:
+        fail_run(p, TARGET_GONE, f"Deployment {run.target} is gone or no longer understood")
+        return
+    changed = target_change(run, target)
+    if changed:
+        # Phase 2 clones the Deployment as it is now: it must be the server phase 1 measured,
+        # or the table would be stored (and rolled) under a server it was not measured on.
+        fail_run(
+            p,
+            TARGET_CHANGED,
+            f"Deployment {run.target} changed between the phases ({changed}): phase 2 would "
+            "measure another server than phase 1. This run ends; the next one profiles the "
+            "server as it is now",
+        )
+        return
+    seed_name = names.seed_table_config_map(run.name)
+    # The seed goes in the additive format the phase-2 table will have: a server whose
+    # loader reads only diagonal tables refuses it in the clone, not in production.
+    seed_json = builders.additive_seed(verdict.table_json)
+    seed = table_objects.table_config_map(
+        p.ref,
+        seed_name,
+        seed_json,
+        content_hash(seed_json),
+        run.gpu_product,
+        run.fingerprint,
+        {"run": run.name, "purpose": "phase-2 seed table"},
+        component=L.COMPONENT_SEED,
+    )
+    seed["metadata"]["labels"][L.LABEL_RUN] = run.name
+    plan = _plan(p, target, run, RunPhase.OFF_DIAGONAL, seed_name)
+    try:
+        job = builders.profiling_job(plan)
+    except ValueError as exc:
+        fail_run(p, JOB_CREATE_FAILED, f"could not build {plan.job_name}: {exc}")
+        return
+    refusal = run_refusal(p, plan, job)
+    if refusal is not None:
+        refuse_run(p, run, refusal)
+        delete_rbac(p, run.name)
+        end_run(p, "rejected")
+        return
+    try:
+        create_owned(p, seed)
+        _create_phase(p, plan, job, with_rbac=False)
+    except NameTaken as exc:
+        fail_run(p, NAME_TAKEN, str(exc), retryable=False)
+        return
+    except Exception as exc:
+        fail_run(p, JOB_CREATE_FAILED, f"could not create {plan.job_name}: {api_error_detail(exc)}")
+        return
+    run.phase = RunPhase.OFF_DIAGONAL
+    run.job = plan.job_name
+    run.diagonal_table = seed_name
+    run.progress = None
+    close_segment(p, run)  # the new Job has its own clock
+    run.result_wait_since = None
+    p.event(
+        "Normal",
+        OFF_DIAGONAL_PHASE_STARTED,
+        f"diagonal phase done; off-diagonal Job {plan.job_name}",
+    )

@@ -1,0 +1,335 @@
+"""The state one reconcile pass works on: what it observed (`Snapshot`, `Target`), what it
+decides (`Pass.status`, handed from step to step) and where it writes (`Pass.kube`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from sps_operator.api import labels as L
+from sps_operator.api.models import SpsProfile
+from sps_operator.api.spec import RolloutMode, SpsProfileSpec
+from sps_operator.api.status import SpsProfileStatus
+from sps_operator.constants import IMAGE
+from sps_operator.controller.kube.builders import JobDefaults, ProfileRef
+from sps_operator.controller.kube.client import KubeApi, Obj, owned_by
+from sps_operator.controller.kube.envsources import EnvSources, read_env_config_maps
+from sps_operator.controller.kube.ratelimit import Periodic
+from sps_operator.controller.policies import clocks
+from sps_operator.controller.policies.borrow import PoolBid
+from sps_operator.controller.policies.claims import ClaimInfo
+from sps_operator.controller.policies.kueue import KUEUE_RECHECK_SECONDS, KueueCache
+from sps_operator.controller.policies.ownership import ProfileSummary
+from sps_operator.controller.policies.placement import PodInfo
+from sps_operator.controller.policies.policy import JobPolicy, ServiceInfo
+from sps_operator.controller.policies.selectors import matches_selector
+from sps_operator.controller.process.metrics import Metrics
+from sps_operator.controller.server.podenv import ConfigMapEnv
+from sps_operator.controller.server.serverconfig import ServerCommand, ServerConfig
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Operator-wide settings (flags of `sps-operator run`, values of the chart)."""
+
+    profiler_image: str = IMAGE
+    gpu_debounce_seconds: float = 30.0
+    # What profile authors may ask of a profiling Job (the admin's jobPolicy).
+    policy: JobPolicy = field(default_factory=JobPolicy)
+    # Labels, annotations and a PriorityClass for every profiling Job (a Kueue queue, say).
+    job_defaults: JobDefaults = field(default_factory=JobDefaults)
+    # A fit runs in a child process with these bounds (its cost depends on what a Job
+    # published); in-process only where a test wants speed.
+    isolate_fits: bool = True
+    fit_seconds: float = 120.0
+    fit_memory_mib: int = 1024
+    # BorrowReplica: where the per-GPU-product pool Leases live (the operator's namespace,
+    # which no tenant can write), and how often a pass may look for orphaned ones.
+    pool_namespace: str = "default"
+    pool_sweep_seconds: float = 60.0
+    # How often a run queued in Kueue looks at Kueue's words again (kueue.py; the flag
+    # exists for the test bed, whose scenarios would otherwise wait out 30 s per step).
+    kueue_recheck_seconds: float = KUEUE_RECHECK_SECONDS
+    # Minimum time between scheduled runs and between rollouts onto one Deployment that
+    # already runs a table measured for it (the flag's and chart's default is 1 h; 0 here
+    # so a test states the interval it means).
+    min_refresh_interval_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything a pass reads, taken once at its start. Steps read only this and write
+    through `KubeApi`."""
+
+    deployments: Sequence[Obj]  # selected by spec.selector, by name
+    jobs: Mapping[str, Obj]  # this profile's Jobs (`belongs_to`), by name
+    config_maps: Mapping[str, Obj]  # this profile's ConfigMaps (`belongs_to`), by name
+    stable: Obj | None  # AnnotateOnly: the stable ConfigMap the Deployments mount
+    # The SpsProfiles of the namespace that select (or are recorded on) one of the selected
+    # Deployments or name the stable ConfigMap: all that ownership must weigh.
+    profiles: Sequence[ProfileSummary]
+    pods: Sequence[PodInfo] = ()
+    node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    pdbs: Sequence[Obj] = ()  # PodDisruptionBudgets of the namespace
+    hpas: Sequence[Obj] = ()  # HorizontalPodAutoscalers of the namespace
+    borrowed: Sequence[Obj] = ()  # Deployments (any namespace) lending a replica to a run
+    # Which of this profile's ConfigMaps (and its stable one) a Deployment of the namespace
+    # mounts, selected or not: nothing mounted is ever deleted.
+    mounted: frozenset[str] = frozenset()
+    # What selects pods in the namespace and may select this profile's profiling pod (a
+    # superset: the policy matches them): it must never pass for one of their pods.
+    pod_selecting_deployments: Sequence[Obj] = ()
+    services: Sequence[ServiceInfo] = ()  # those, and the one spec.server.url names
+    # The ConfigMaps the selected Deployments read env from, by name (None: missing).
+    env_config_maps: Mapping[str, ConfigMapEnv | None] = field(default_factory=dict)
+    # Runs of any namespace waiting for their turn to borrow on this run's GPU product.
+    pool_bids: Sequence[PoolBid] = ()
+    # The PersistentVolumeClaims the selected Deployments mount, by name (absent: not seen).
+    claims: Mapping[str, ClaimInfo] = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls) -> Snapshot:
+        """Before the pass has read anything."""
+        return cls(deployments=(), jobs={}, config_maps={}, stable=None, profiles=())
+
+
+# The operator's caches follow the API by watches: an object it created a moment ago may
+# not be in them yet. For this long, an object the status names but the snapshot lacks is
+# "not seen yet", not "gone".
+CACHE_GRACE = timedelta(seconds=60)
+
+
+class SnapshotSource(Protocol):
+    """Where a pass reads the world from: the caches the operator keeps current from
+    watches (`CachedWorld`), or, in the unit tests, LISTs through the fake API
+    (tests/unit/api_snapshot.py)."""
+
+    def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot: ...
+
+
+def stable_table_name(spec: SpsProfileSpec) -> str | None:
+    """The AnnotateOnly stable ConfigMap's name (None in other rollout modes)."""
+    rollout = spec.rollout
+    return rollout.table_config_map if rollout.mode == RolloutMode.ANNOTATE_ONLY else None
+
+
+def in_namespace(obj: Mapping[str, Any] | None, namespace: str) -> bool:
+    return ((obj or {}).get("metadata") or {}).get("namespace") == namespace
+
+
+def belongs_to(obj: Mapping[str, Any] | None, ref: ProfileRef) -> bool:
+    """The one rule of what is a profile's: in its namespace and owned by it (controller
+    ownerReference to its UID). Labels and UIDs identify; they never authorize."""
+    return in_namespace(obj, ref.namespace) and owned_by(obj, ref.uid)
+
+
+def owned_by_name(objects: Iterable[Obj], ref: ProfileRef) -> dict[str, Obj]:
+    """The profile's own objects among `objects`, by name."""
+    return {o["metadata"]["name"]: o for o in objects if belongs_to(o, ref)}
+
+
+@dataclass(frozen=True)
+class CachedWorld:
+    """What the operator's caches (kopf indexes) hold for one profile, copied on the event
+    loop (`indexes.world_for`): a pass then reads it from any thread and calls the API only
+    to change something (and to read an AnnotateOnly stable ConfigMap not yet labelled as
+    the operator's, once). `read` applies the same rules as the LIST snapshot, whatever
+    the caches handed over."""
+
+    kube: KubeApi
+    deployments: Sequence[Obj]  # candidates for the profile's selector
+    jobs: Sequence[Obj]  # the profile's
+    config_maps: Sequence[Obj]  # the profile's
+    profiles: Sequence[ProfileSummary]
+    stable: Obj | None = None  # the stable ConfigMap, if the caches hold it
+    pods: Sequence[PodInfo] = ()
+    node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    pdbs: Sequence[Obj] = ()
+    hpas: Sequence[Obj] = ()
+    borrowed: Sequence[Obj] = ()  # every namespace's
+    mounted: frozenset[str] = frozenset()
+    pod_selecting_deployments: Sequence[Obj] = ()
+    services: Sequence[ServiceInfo] = ()
+    env_sources: EnvSources | None = None  # the ConfigMaps servers read env from
+    pool_bids: Sequence[PoolBid] = ()
+    claims: Mapping[str, ClaimInfo] = field(default_factory=dict)  # the targets mount
+
+    def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot:
+        selector = spec.selector.to_k8s()
+        selected = [
+            d
+            for d in self.deployments
+            if in_namespace(d, ref.namespace)
+            and matches_selector(selector, (d.get("metadata") or {}).get("labels") or {})
+        ]
+        stable_name = stable_table_name(spec)
+        stable = None
+        if stable_name:
+            stable = self.stable
+            if (
+                stable is None
+                or not in_namespace(stable, ref.namespace)
+                or stable["metadata"].get("name") != stable_name
+            ):
+                stable = self.kube.get("ConfigMap", ref.namespace, stable_name)
+        return Snapshot(
+            deployments=sorted(selected, key=lambda d: d["metadata"]["name"]),
+            jobs=owned_by_name(self.jobs, ref),
+            config_maps=owned_by_name(self.config_maps, ref),
+            stable=stable,
+            profiles=self.profiles,
+            pods=self.pods,
+            node_labels=self.node_labels,
+            pdbs=self.pdbs,
+            hpas=self.hpas,
+            borrowed=self.borrowed,
+            mounted=self.mounted,
+            pod_selecting_deployments=[
+                d for d in self.pod_selecting_deployments if in_namespace(d, ref.namespace)
+            ],
+            services=self.services,
+            env_config_maps=read_env_config_maps(
+                self.kube, ref.namespace, selected, self.env_sources
+            ),
+            pool_bids=self.pool_bids,
+            claims=self.claims,
+        )
+
+
+@dataclass
+class Target:
+    """A Deployment the profile selects, as this pass understood it."""
+
+    deployment: Obj
+    name: str
+    container: Mapping[str, Any] | None = None
+    command: ServerCommand | None = None
+    config: ServerConfig | None = None
+    fingerprint: str = ""  # the table's key: the server's inputs and the table spec
+    legacy_fingerprint: str = ""  # the same by fingerprint version 1 (fingerprint_v1)
+    changes: list[str] = field(default_factory=list)  # since the table it runs was measured
+    table_source: str | None = None  # compat.table_source
+    gpu: str | None = None  # settled GPU product (None: not placed, moving, or mixed)
+    products: frozenset[str] = frozenset()
+    observed_gpu: str | None = None  # what the pods run on now (placement.MIXED for several)
+    observed_since: datetime | None = None
+    owner: str | None = None  # the profile that serves it
+    reason: str | None = None  # why the operator leaves it alone (CamelCase)
+    problem: str | None = None  # ... and what to do about it
+
+    def server_report(self) -> dict[str, Any]:
+        """What status says about the server itself (TargetStatus fields)."""
+        if self.config is None:
+            return {}
+        return {
+            "sglang_version": self.config.version.describe(),
+            "table_source": self.table_source,
+            "unfingerprinted": list(self.config.unfingerprinted) or None,
+        }
+
+    def refuse(self, reason: str, problem: str) -> None:
+        if self.problem is None:
+            self.reason, self.problem = reason, problem
+
+    @property
+    def usable(self) -> bool:
+        """Profiled and served: no problem, and settled on one GPU product."""
+        return self.problem is None and self.gpu is not None
+
+    @property
+    def template(self) -> Mapping[str, Any]:
+        return (self.deployment.get("spec") or {}).get("template") or {}
+
+    @property
+    def pod_spec(self) -> Mapping[str, Any]:
+        return self.template.get("spec") or {}
+
+    @property
+    def _template_annotations(self) -> Mapping[str, str]:
+        return (self.template.get("metadata") or {}).get("annotations") or {}
+
+    @property
+    def running_hash(self) -> str | None:
+        """Hash of the table the pod template says it runs (the operator's annotation)."""
+        return self._template_annotations.get(L.ANNOTATION_TABLE_HASH)
+
+    @property
+    def running_config_map(self) -> str | None:
+        return self._template_annotations.get(L.ANNOTATION_TABLE)
+
+
+@dataclass
+class Pass:
+    """One level-triggered pass over an SpsProfile."""
+
+    body: Mapping[str, Any]
+    profile: SpsProfile
+    ref: ProfileRef
+    status: SpsProfileStatus  # the new status, handed from step to step
+    now: datetime
+    generation: int | None
+    kube: KubeApi
+    settings: Settings
+    metrics: Metrics
+    snapshot: Snapshot
+    targets: list[Target] = field(default_factory=list)
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    created: dict[str, Obj] = field(default_factory=dict)  # ConfigMaps created in this pass
+    wake: float | None = None  # seconds until this profile needs its next pass
+    returned: set[str] = field(default_factory=set)  # Deployments given their replica back
+    stable_conflict: str | None = None  # AnnotateOnly: why another profile writes the stable
+    step: str = "start"  # the step running, for error reports
+    # Work many passes may ask for and one does (the orphaned-borrow sweep), process-wide.
+    pool_sweep: Periodic = field(default_factory=lambda: Periodic(0.0))
+    # What Kueue last said about a suspended Job, process-wide (read at most every few s).
+    kueue_reads: KueueCache = field(default_factory=KueueCache)
+
+    @property
+    def spec(self) -> SpsProfileSpec:
+        return self.profile.spec
+
+    @property
+    def namespace(self) -> str:
+        return self.ref.namespace
+
+    @property
+    def min_interval_seconds(self) -> float:
+        """The minimum time between scheduled runs and between rollouts onto a Deployment
+        that already runs a table measured for it: the operator's, lengthened (never
+        shortened) by the profile's spec.refresh.minIntervalSeconds."""
+        own = self.spec.refresh.min_interval_seconds or 0
+        return max(float(own), self.settings.min_refresh_interval_seconds)
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.events.append((type_, reason, message))
+
+    def config_map(self, name: str) -> Obj | None:
+        """One of this profile's ConfigMaps: as read at the start, or created since."""
+        return self.snapshot.config_maps.get(name) or self.created.get(name)
+
+    def delete_own(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """Delete one of this profile's objects: exactly the one read (its UID is the
+        delete's precondition), in its own namespace, and only if it `belongs_to` it."""
+        meta = obj.get("metadata") or {}
+        if not belongs_to(obj, self.ref):
+            raise RuntimeError(
+                f"refused to delete {kind} {meta.get('namespace')}/{meta.get('name')}: "
+                f"it does not belong to SpsProfile {self.ref.name}"
+            )
+        self.kube.delete(kind, self.namespace, str(meta["name"]), uid=meta.get("uid"))
+
+    def wake_within(self, seconds: float) -> None:
+        """Ask for the next pass no later than `seconds` from now."""
+        self.wake = seconds if self.wake is None else min(self.wake, seconds)
+
+    def recent(self, stamp: str | None) -> bool:
+        """`stamp` (RFC 3339) lies within the cache grace period. A time further ahead of
+        this replica's clock than the skew bound is not recent: another replica's clock
+        must not make "a moment ago" last for hours."""
+        when = clocks.trusted(stamp, self.now)
+        return when is not None and self.now - when < CACHE_GRACE
+
+    def target(self, name: str) -> Target | None:
+        return next((t for t in self.targets if t.name == name), None)
