@@ -13,10 +13,10 @@ from sps_operator.tables.fit import (
     fit_additive_binned_reference,
     fit_additive_cells,
     fit_from_rounds,
-    hat_basis,
     reference_m_bin,
 )
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, load_sps_table_text
+from sps_operator.tables.hatbasis import hat_basis
 from sps_operator.tables.quality import Cell, evaluate, predicted_step_seconds
 
 K = 8
@@ -293,11 +293,11 @@ def test_additive_fit_thins_knots_and_refuses_more_cells_than_a_profile_has(
 
 
 def test_sparse_design_matches_the_dense_hat_basis() -> None:
-    from sps_operator.tables.fit import _additive_design
+    from sps_operator.tables.hatbasis import additive_design
 
     bs_knots, x_knots = [1, 4, 16], [8, 32, 128, 512]
     bs, x = [1, 2, 16, 30], [8, 40, 128, 600]
-    design = _additive_design(bs, bs_knots, x, x_knots)
+    design = additive_design(bs, bs_knots, x, x_knots)
     dense = [
         [1.0, *a[1:], *t[1:]]
         for a, t in zip(hat_basis(bs_knots, bs), hat_basis(x_knots, x), strict=True)

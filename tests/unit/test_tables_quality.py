@@ -10,7 +10,7 @@ import statistics
 import pytest
 
 from sps_operator.api.kinds import TableKind
-from sps_operator.tables import fit as fit_module
+from sps_operator.tables.bound import band_points
 from sps_operator.tables.fit import fit_additive_cells, fit_from_rounds
 from sps_operator.tables.formats import SpsCostTable
 from sps_operator.tables.quality import (
@@ -245,7 +245,7 @@ def test_the_additive_bound_covers_a_bs_at_one_token_per_request() -> None:
     cells = noisy_additive_cells(0, 0.02)
     result = fit_additive_cells(cells)
     assert result.quality.error_bound_rel >= additive_grid_max_error(result.table, additive_truth)
-    points = set(zip(*fit_module._band_points(cells, [1, 48], lambda m: m), strict=True))
+    points = set(zip(*band_points(cells, [1, 48], lambda m: m), strict=True))
     assert {(48, 48), (48, 384), (1, 1), (1, 8)} <= points
 
 

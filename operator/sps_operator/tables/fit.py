@@ -11,6 +11,9 @@
 * `fit_additive_binned_reference`: the reference profiler's additive fit (one-hot bs,
   one-hot `round(M/64)*64` bins, every repeat a row) written independently, kept only
   to compare against in `bench/`.
+
+The hat bases and the sparse design are in `tables/hatbasis.py`; what the cells' noise
+leaves in the table (the noise part of the error bound) in `tables/bound.py`.
 """
 
 from __future__ import annotations
@@ -23,10 +26,15 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-import numpy.typing as npt
 
 from sps_operator.api.kinds import TableKind
 from sps_operator.tables import clockramp
+from sps_operator.tables.bound import (
+    band_points,
+    loo_noise_sd_rel,
+    merged_noise_rel,
+    table_noise_band_rel,
+)
 from sps_operator.tables.formats import (
     SpsAdditiveCostTable,
     SpsCostTable,
@@ -35,16 +43,13 @@ from sps_operator.tables.formats import (
     interp_clamped,
     profile_sps_table,
 )
-from sps_operator.tables.quality import (
-    BOUND_COVERAGE,
-    ROUND_CI_LEVEL_Z,
-    Cell,
-    FitQuality,
-    evaluate,
-    leave_one_out_rel,
+from sps_operator.tables.hatbasis import (
+    FloatArray,
+    SparseDesign,
+    additive_design,
+    second_difference,
 )
-
-FloatArray = npt.NDArray[np.float64]
+from sps_operator.tables.quality import Cell, FitQuality, evaluate, leave_one_out_rel
 
 # Minimum cells for an additive fit (as the reference: fewer cannot say anything about θ).
 MIN_ADDITIVE_CELLS = 4
@@ -236,53 +241,6 @@ def _diagonal_staircase(
 # --- additive: hat-basis penalised least squares ---------------------------------------------
 
 
-def hat_weights(
-    knots: Sequence[float], x: Sequence[float]
-) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], FloatArray]:
-    """Piecewise-linear hat functions on `knots` at `x`, clamped at the ends, as
-    (lower knot index, upper knot index, weight of the upper knot) per point: each point
-    touches at most two knots, so the design stays O(points)."""
-    k = np.asarray(knots, dtype=float)
-    v = np.clip(np.asarray(x, dtype=float), k[0], k[-1])
-    hi = np.clip(np.searchsorted(k, v, side="right"), 1, max(len(k) - 1, 1))
-    lo = hi - 1
-    if len(k) == 1:
-        zeros = np.zeros(len(v), dtype=np.intp)
-        return zeros, zeros, np.zeros(len(v))
-    frac = (v - k[lo]) / (k[hi] - k[lo])
-    return lo.astype(np.intp), hi.astype(np.intp), frac
-
-
-def hat_basis(knots: Sequence[float], x: Sequence[float]) -> FloatArray:
-    """The hat functions as a dense matrix (for inspection and tests).
-
-    Row i holds weights w with sum 1 such that Σ w_k f(knot_k) is SGLang's
-    `_interp_clamped(knots, f, x_i)`.
-    """
-    lo, hi, frac = hat_weights(knots, x)
-    basis = np.zeros((len(x), len(knots)))
-    rows = np.arange(len(x))
-    np.add.at(basis, (rows, lo), 1.0 - frac)
-    np.add.at(basis, (rows, hi), frac)
-    return basis
-
-
-def second_difference(knots: Sequence[float]) -> FloatArray:
-    """Rows = change of slope at each interior knot, scaled by the mean spacing (unitless)."""
-    k = np.asarray(knots, dtype=float)
-    n = len(k)
-    if n < 3:
-        return np.zeros((0, n))
-    h = np.diff(k)
-    scale = float(np.mean(h))
-    rows = np.zeros((n - 2, n))
-    for i in range(1, n - 1):
-        rows[i - 1, i - 1] = 1.0 / h[i - 1]
-        rows[i - 1, i] = -1.0 / h[i - 1] - 1.0 / h[i]
-        rows[i - 1, i + 1] = 1.0 / h[i]
-    return rows * scale
-
-
 def reduce_knots(values: Iterable[int], max_knots: int | None = None) -> list[int]:
     """The distinct values, or `max_knots` (default `MAX_KNOTS_PER_AXIS`) of them evenly
     spread (ends kept) when there are more."""
@@ -292,74 +250,6 @@ def reduce_knots(values: Iterable[int], max_knots: int | None = None) -> list[in
         return distinct
     picks = np.unique(np.round(np.linspace(0, len(distinct) - 1, max_knots)).astype(int))
     return [distinct[i] for i in picks]
-
-
-@dataclass(frozen=True)
-class _SparseDesign:
-    """Each row's (at most 5) nonzero columns and values: bias, two α hats, two θ hats."""
-
-    cols: npt.NDArray[np.intp]
-    vals: FloatArray
-    width: int
-
-    def times(self, beta: FloatArray) -> FloatArray:
-        return np.sum(self.vals * beta[self.cols], axis=1)
-
-    def gram(self, w: FloatArray) -> FloatArray:
-        """XᵀWX in O(rows · 25)."""
-        gram = np.zeros((self.width, self.width))
-        products = w[:, None, None] * self.vals[:, :, None] * self.vals[:, None, :]
-        np.add.at(gram, (self.cols[:, :, None], self.cols[:, None, :]), products)
-        return gram
-
-    def transpose_times(self, v: FloatArray) -> FloatArray:
-        out = np.zeros(self.width)
-        np.add.at(out, self.cols, self.vals * v[:, None])
-        return out
-
-    def quadratic(self, matrix: FloatArray) -> FloatArray:
-        """x_iᵀ M x_i for every row."""
-        block = matrix[self.cols[:, :, None], self.cols[:, None, :]]
-        return np.einsum("ij,ijk,ik->i", self.vals, block, self.vals)
-
-
-def _additive_design(
-    bs: Sequence[int], bs_knots: Sequence[int], x: Sequence[int], x_knots: Sequence[int]
-) -> _SparseDesign:
-    """Columns: bias, α at bs knots 1.. (α(bs₀) = 0), θ at x knots 1.. (θ(x₀) = 0)."""
-    n_alpha = len(bs_knots) - 1
-    a_lo, a_hi, a_f = hat_weights(bs_knots, bs)
-    t_lo, t_hi, t_f = hat_weights(x_knots, x)
-
-    # Knot 0 of each axis has no column: its weight goes to column 0 with value 0.
-    def column(index: npt.NDArray[np.intp], offset: int) -> npt.NDArray[np.intp]:
-        return np.where(index > 0, offset + index - 1, 0).astype(np.intp)
-
-    def value(index: npt.NDArray[np.intp], weight: FloatArray) -> FloatArray:
-        return np.where(index > 0, weight, 0.0)
-
-    n = len(bs)
-    cols = np.stack(
-        [
-            np.zeros(n, dtype=np.intp),
-            column(a_lo, 1),
-            column(a_hi, 1),
-            column(t_lo, 1 + n_alpha),
-            column(t_hi, 1 + n_alpha),
-        ],
-        axis=1,
-    )
-    vals = np.stack(
-        [
-            np.ones(n),
-            value(a_lo, 1.0 - a_f),
-            value(a_hi, a_f),
-            value(t_lo, 1.0 - t_f),
-            value(t_hi, t_f),
-        ],
-        axis=1,
-    )
-    return _SparseDesign(cols, vals, 1 + n_alpha + len(x_knots) - 1)
 
 
 class _PenalisedSystem:
@@ -372,7 +262,7 @@ class _PenalisedSystem:
 
     def __init__(
         self,
-        design: _SparseDesign,
+        design: SparseDesign,
         gram: FloatArray,
         xtwy: FloatArray,
         y: FloatArray,
@@ -466,7 +356,7 @@ def _fit_penalised(
     """
     bs_knots = reduce_knots(c.bs for c in cells)
     x_knots = reduce_knots(theta_x)
-    design = _additive_design([c.bs for c in cells], bs_knots, theta_x, x_knots)
+    design = additive_design([c.bs for c in cells], bs_knots, theta_x, x_knots)
     d_alpha = second_difference(bs_knots)[:, 1:]
     d_theta = second_difference(x_knots)[:, 1:]
     n_alpha = len(bs_knots) - 1
@@ -509,9 +399,9 @@ def _fit_penalised(
     ]
     noise_band_rel = None
     if noise_rel is not None and x_of is not None:
-        points_bs, points_x = _band_points(cells, bs_knots, x_of)
-        grid = _additive_design(points_bs, bs_knots, points_x, x_knots)
-        noise_band_rel = _table_noise_band_rel(design, a_inv, w, y, noise_rel, beta, grid)
+        points_bs, points_x = band_points(cells, bs_knots, x_of)
+        grid = additive_design(points_bs, bs_knots, points_x, x_knots)
+        noise_band_rel = table_noise_band_rel(design, a_inv, w, y, noise_rel, beta, grid)
     return _PenalisedFit(
         bias=float(beta[0]),
         bs_knots=bs_knots,
@@ -524,62 +414,6 @@ def _fit_penalised(
         leverage=[float(h) for h in leverage],
         noise_band_rel=noise_band_rel,
     )
-
-
-# Draws of the fit's noise for the simultaneous band (deterministic: a fixed seed).
-BAND_DRAWS = 4000
-
-
-def _table_noise_band_rel(
-    design: _SparseDesign,
-    a_inv: FloatArray,
-    w: FloatArray,
-    y: FloatArray,
-    noise_rel: Sequence[float],
-    beta: FloatArray,
-    grid: _SparseDesign,
-) -> float:
-    """Relative half-width of a simultaneous band (`BOUND_COVERAGE`) of the fitted step time
-    over the `grid` points: what the cells' measurement noise leaves in the table, at all of
-    them at once.
-
-    β = A⁻¹XᵀWy, so Cov(β) = A⁻¹ XᵀWΣWX A⁻¹ with Σ the cells' variances. The fitted values
-    are correlated (they share knots), so the band's width comes from draws of β's error,
-    not from a Bonferroni z that treats the points as independent.
-    """
-    variance = (np.asarray(noise_rel, dtype=float) * y) ** 2
-    cov = a_inv @ design.gram(w * w * variance) @ a_inv
-    eigenvalues, vectors = np.linalg.eigh((cov + cov.T) / 2)
-    root = vectors * np.sqrt(np.clip(eigenvalues, 0.0, None))
-    draws = np.random.default_rng(0).standard_normal((BAND_DRAWS, root.shape[1])) @ root.T
-    design = grid
-    fitted = design.times(beta)
-    scale = 1.0 / np.where(fitted > 0, fitted, np.inf)
-    # |x_i · δβ| / ŷ_i for every draw and cell: (draws × width) at the cells' columns.
-    errors = np.abs(np.einsum("ck,dck->dc", design.vals, draws[:, design.cols])) * scale
-    return float(np.quantile(np.max(errors, axis=1), BOUND_COVERAGE))
-
-
-def _band_points(
-    cells: Sequence[Cell], bs_knots: Sequence[int], x_of: Callable[[int], int]
-) -> tuple[list[int], list[int]]:
-    """(bs, x) points where the table's noise is largest over the grid the planner reads.
-
-    The planner reads every bs in the measured range at every M from bs (one verify token
-    per request) to bs·K (the diagonal; K from the cells). The table is linear in the hats
-    between knots, and a variance is convex along a segment, so the largest variance over
-    the grid is at a bs knot with a θ knot or an end of that bs's M range.
-    """
-    k = max(c.m // c.bs for c in cells)
-    points_bs: list[int] = []
-    points_x: list[int] = []
-    knots_x = sorted({x_of(c.m) for c in cells})
-    for b in bs_knots:
-        lo, hi = x_of(b), x_of(b * k)
-        for x in {lo, hi, *(x for x in knots_x if lo <= x <= hi)}:
-            points_bs.append(b)
-            points_x.append(x)
-    return points_bs, points_x
 
 
 def fit_additive_cells(
@@ -619,7 +453,7 @@ def fit_additive_cells(
             for c in merged
         ]
     counts = [len(grouped[(c.bs, c.m)]) for c in merged]
-    noise_rel = _merged_noise_rel([grouped[(c.bs, c.m)] for c in merged])
+    noise_rel = merged_noise_rel([grouped[(c.bs, c.m)] for c in merged])
     by_tier = use_tiers and all(c.tier is not None and c.tier >= c.m for c in merged)
     theta_x = [int(c.tier) if by_tier and c.tier is not None else c.m for c in merged]
     ordered_tiers = sorted(tiers or [])
@@ -652,33 +486,13 @@ def fit_additive_cells(
         loo_rel=leave_one_out_rel(merged, lambda i: fit.loo_seconds[i]),
         probe_seconds=[c.t for c in merged],
         noise_band_rel=fit.noise_band_rel,
-        # A leave-one-out residual carries the cell's own noise, inflated by what the fit
-        # loses without it: r/(1 − h) has variance σ²/(1 − h).
         loo_noise_sd_rel=(
             None
             if noise_rel is None
-            else [
-                sd / math.sqrt(1.0 - h)
-                for sd, h, loo in zip(noise_rel, fit.leverage, fit.loo_seconds, strict=True)
-                if loo is not None
-            ]
+            else loo_noise_sd_rel(noise_rel, fit.leverage, fit.loo_seconds)
         ),
     )
     return FitResult(table=table, quality=quality, kind=TableKind.ADDITIVE, smoothing=fit.smoothing)
-
-
-def _merged_noise_rel(groups: Sequence[Sequence[Cell]]) -> list[float] | None:
-    """Relative standard deviation of each merged cell (the median of its repeats) from the
-    rounds' CIs; None when a round has no CI (e.g. another profiler's)."""
-    noise: list[float] = []
-    for group in groups:
-        halves = [c.ci_rel_half for c in group]
-        if any(h is None for h in halves):
-            return None
-        sds = [h / ROUND_CI_LEVEL_Z for h in halves if h is not None]
-        # The median of n repeats is about as precise as their mean: sd / √n.
-        noise.append(statistics.median(sds) / math.sqrt(len(sds)))
-    return noise
 
 
 def _tiers_from_rounds(rounds: Sequence[Mapping[str, Any]]) -> list[int] | None:
