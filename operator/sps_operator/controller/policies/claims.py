@@ -17,13 +17,30 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sps_operator.api.reasons import CLAIM_NODE_UNAVAILABLE, READ_WRITE_ONCE_POD_CLAIM
 from sps_operator.controller.policies.policy import Refusal
 
-if TYPE_CHECKING:  # placement keeps a pod's claims with this module's pod_claims
-    from sps_operator.controller.policies.placement import PodInfo
+
+class ClaimHolder(Protocol):
+    """What a pod must say for `volume_pin` to know where it holds its claims
+    (placement.PodInfo; a Protocol, so that placement, which keeps a pod's claims with this
+    module's `pod_claims`, and this module do not import each other)."""
+
+    @property
+    def node(self) -> str | None: ...
+    @property
+    def ready(self) -> bool: ...
+    @property
+    def deleting(self) -> bool: ...
+    @property
+    def profiling(self) -> bool: ...
+    @property
+    def phase(self) -> str | None: ...
+    @property
+    def claims(self) -> tuple[str, ...]: ...
+
 
 READ_WRITE_ONCE = "ReadWriteOnce"
 READ_WRITE_ONCE_POD = "ReadWriteOncePod"
@@ -88,7 +105,7 @@ class VolumePin:
         return f"its ReadWriteOnce volume claim(s) {claims} pin it to node {self.node}"
 
 
-def _holders(pods: Iterable[PodInfo], claim: str) -> set[str]:
+def _holders(pods: Iterable[ClaimHolder], claim: str) -> set[str]:
     """Nodes where a ready, running pod (not a profiling one) mounts `claim`."""
     return {
         p.node
@@ -105,7 +122,7 @@ def _holders(pods: Iterable[PodInfo], claim: str) -> set[str]:
 def volume_pin(
     pod_spec: Mapping[str, Any],
     claims: Mapping[str, ClaimInfo],
-    pods: Sequence[PodInfo],
+    pods: Sequence[ClaimHolder],
     node_labels: Mapping[str, Mapping[str, str]],
     gpu_label: str,
     gpu_product: str,
