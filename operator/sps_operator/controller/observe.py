@@ -30,6 +30,7 @@ from sps_operator.api.reasons import (
 )
 from sps_operator.api.spec import RolloutMode, SpsProfileSpec
 from sps_operator.api.status import RunStatus, TableRef, TargetStatus
+from sps_operator.api.times import parse_rfc3339
 from sps_operator.controller import compat
 from sps_operator.controller.deployments import deployment_rolled_out
 from sps_operator.controller.fingerprint_v1 import is_v1
@@ -44,7 +45,6 @@ from sps_operator.controller.serverconfig import (
 )
 from sps_operator.controller.serverread import read_server, table_keys
 from sps_operator.controller.state import Pass, Target
-from sps_operator.controller.triggers import parse_time
 
 
 def observe(p: Pass) -> None:
@@ -195,7 +195,7 @@ def _place(p: Pass, target: Target, previous: TargetStatus | None) -> None:
     settled = settle(
         MIXED if where.mixed else where.product,
         previous.observed_gpu if previous else None,
-        parse_time(previous.observed_since) if previous else None,
+        parse_rfc3339(previous.observed_since) if previous else None,
         p.now,
         timedelta(seconds=p.settings.gpu_debounce_seconds),
         rollout_complete=deployment_rolled_out(dep) and where.pods > 0,
