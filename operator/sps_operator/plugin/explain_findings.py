@@ -47,38 +47,6 @@ def failure_finding(name: str, failure: Mapping[str, Any]) -> Finding:
         return Finding(what=what, why=evidence, next=next_step.format(name=name))
     if reason in GATE_FAILURES:
         return gate_finding(name, evidence)
-    if reason == R.JOB_CREATE_FAILED:
-        return Finding(
-            what="The API server refused the profiling Job",
-            why=evidence,
-            next=(
-                "The Job is built from the target's pod spec plus spec.job; the message names "
-                "the invalid field. Fix spec.job (image, resources, tolerations, nodeSelector) "
-                "or the Deployment; if neither sets that field, it is an operator bug: report it "
-                f"with `kubectl get deploy -o yaml` and `kubectl get sps {name} -o yaml`."
-            ),
-        )
-    if reason == R.ROLLOUT_FAILED:
-        return Finding(
-            what="The new table's rollout did not become available; the operator rolled back",
-            why=evidence,
-            next=(
-                "Read the new pods' logs and events (`kubectl rollout status`, `kubectl describe "
-                "pod`): a server that fails with the new table, or a pod that cannot be placed. "
-                "The table stays in status.tables; once the cause is fixed, "
-                f"`kubectl sps reprofile {name}`."
-            ),
-        )
-    if reason == R.FIT_FAILED:
-        return Finding(
-            what="The measured rounds could not be fitted into a table",
-            why=evidence,
-            next=(
-                "Too few usable rounds (a sweep of one batch size, or rounds the profiler "
-                "dropped). Widen spec.table.sweep (batchSizes / maxBatchSize), then "
-                f"`kubectl sps reprofile {name}`."
-            ),
-        )
     if "verify-all" in text or "verifyall" in text or ("budget" in text and "pin" in text):
         return Finding(
             what="The profiling server ignored the pinned verify budget (the verify-all shortcut)",
