@@ -106,31 +106,32 @@ def _lax_number(
             return float(text), []
         except ValueError:
             pass
-        return None, [
-            {
-                "type": "int_parsing",
-                "loc": (*loc, "int"),
-                "msg": "Input should be a valid integer, unable to parse string as an integer",
-                "input": value,
-            },
-            {
-                "type": "float_parsing",
-                "loc": (*loc, "float"),
-                "msg": "Input should be a valid number, unable to parse string as a number",
-                "input": value,
-            },
-        ]
-    return None, [
+        return None, _union_errors(
+            value,
+            loc,
+            "parsing",
+            ", unable to parse string as an integer",
+            ", unable to parse string as a number",
+        )
+    return None, _union_errors(value, loc, "type")
+
+
+def _union_errors(
+    value: Any, loc: tuple[Any, ...], problem: str, int_detail: str = "", float_detail: str = ""
+) -> list[dict[str, Any]]:
+    """pydantic's errors for a value neither member of ``Union[int, float]`` takes: one per
+    member, `problem` naming why (``int_type``/``int_parsing``, ...)."""
+    return [
         {
-            "type": "int_type",
+            "type": f"int_{problem}",
             "loc": (*loc, "int"),
-            "msg": "Input should be a valid integer",
+            "msg": f"Input should be a valid integer{int_detail}",
             "input": value,
         },
         {
-            "type": "float_type",
+            "type": f"float_{problem}",
             "loc": (*loc, "float"),
-            "msg": "Input should be a valid number",
+            "msg": f"Input should be a valid number{float_detail}",
             "input": value,
         },
     ]

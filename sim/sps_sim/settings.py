@@ -11,9 +11,9 @@ import argparse
 import json
 import os
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sps_operator import dspark_arith
 from sps_operator.tables.formats import SpsAdditiveCostTable, build_uninitialized_sps_table
@@ -157,24 +157,28 @@ def resolve_components(env: Mapping[str, str]) -> frozenset[str]:
     return frozenset(out)
 
 
+_Number = TypeVar("_Number", int, float)
+
+
 def _float_env(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        return float(raw)
-    except ValueError as exc:
-        raise ConfigError(f"{name}={raw!r} is not a number") from exc
+    return _number_env(env, name, default, float, "a number")
 
 
 def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
+    return _number_env(env, name, default, int, "an integer")
+
+
+def _number_env(
+    env: Mapping[str, str], name: str, default: _Number, parse: Callable[[str], _Number], what: str
+) -> _Number:
+    """`parse` of the variable `name`; `default` when unset or blank."""
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return default
     try:
-        return int(raw)
+        return parse(raw)
     except ValueError as exc:
-        raise ConfigError(f"{name}={raw!r} is not an integer") from exc
+        raise ConfigError(f"{name}={raw!r} is not {what}") from exc
 
 
 def resolve_decode_capture(

@@ -47,38 +47,6 @@ def failure_finding(name: str, failure: Mapping[str, Any]) -> Finding:
         return Finding(what=what, why=evidence, next=next_step.format(name=name))
     if reason in GATE_FAILURES:
         return gate_finding(name, evidence)
-    if reason == R.JOB_CREATE_FAILED:
-        return Finding(
-            what="The API server refused the profiling Job",
-            why=evidence,
-            next=(
-                "The Job is built from the target's pod spec plus spec.job; the message names "
-                "the invalid field. Fix spec.job (image, resources, tolerations, nodeSelector) "
-                "or the Deployment; if neither sets that field, it is an operator bug: report it "
-                f"with `kubectl get deploy -o yaml` and `kubectl get sps {name} -o yaml`."
-            ),
-        )
-    if reason == R.ROLLOUT_FAILED:
-        return Finding(
-            what="The new table's rollout did not become available; the operator rolled back",
-            why=evidence,
-            next=(
-                "Read the new pods' logs and events (`kubectl rollout status`, `kubectl describe "
-                "pod`): a server that fails with the new table, or a pod that cannot be placed. "
-                "The table stays in status.tables; once the cause is fixed, "
-                f"`kubectl sps reprofile {name}`."
-            ),
-        )
-    if reason == R.FIT_FAILED:
-        return Finding(
-            what="The measured rounds could not be fitted into a table",
-            why=evidence,
-            next=(
-                "Too few usable rounds (a sweep of one batch size, or rounds the profiler "
-                "dropped). Widen spec.table.sweep (batchSizes / maxBatchSize), then "
-                f"`kubectl sps reprofile {name}`."
-            ),
-        )
     if "verify-all" in text or "verifyall" in text or ("budget" in text and "pin" in text):
         return Finding(
             what="The profiling server ignored the pinned verify budget (the verify-all shortcut)",
@@ -291,6 +259,45 @@ _PIN_NEXT = (
 )
 
 
+# Why a run waits, by status.run.waiting.reason: what (the age follows) and what to do
+# ({gpu}: the run's GPU product; the wait bound follows).
+_WAITING_REASONS: dict[str, tuple[str, str]] = {
+    R.QUEUED_IN_KUEUE: (
+        "The profiling Job is queued in Kueue",
+        "Kueue admits the Job (unsuspends it) when its ClusterQueue has quota for "
+        "{gpu}; the message ends with Kueue's own words on the Job's Workload "
+        "(`kubectl get workloads -n <namespace>`). Give the queue quota, or a higher "
+        "priority (spec.job.priorityClassName / a WorkloadPriorityClass).",
+    ),
+    R.LOCAL_QUEUE_MISSING: (
+        "The profiling Job names a Kueue LocalQueue that does not exist",
+        "Create the LocalQueue in this namespace (spec.clusterQueue: a ClusterQueue "
+        "with quota for {gpu}; `kubectl get localqueues -n <namespace>`), or name an "
+        "existing one in spec.job.labels (kueue.x-k8s.io/queue-name); the waiting run "
+        "goes on as soon as it exists.",
+    ),
+    R.BORROW_BLOCKED: (
+        "The profiling Job waits for GPUs and borrowing a replica is refused",
+        "capacity.mode BorrowReplica never borrows below minAvailable ready replicas, "
+        "against a PodDisruptionBudget that allows no disruption, during a rollout, from "
+        "a Deployment whose replicas an HPA or a GitOps apply owns, or twice at once on "
+        "one GPU product (docs/capacity.md). Remove what "
+        "the message names, free a GPU of {gpu}, or add a node; the operator retries "
+        "by itself.",
+    ),
+    R.KUEUE_MANAGED_TARGET: (
+        "The profiling Job waits for GPUs; its target is never borrowed from",
+        "Kueue manages the target Deployment (label kueue.x-k8s.io/queue-name on it or "
+        "its pod template), so capacity.mode BorrowReplica does not borrow from it: the "
+        "lent replica's quota would go to whatever Kueue admits next, and the replica "
+        "would queue for it again. This does not change by itself. Set "
+        "spec.capacity.mode: Wait and give the profiling Job GPU quota in Kueue "
+        "(spec.job.labels kueue.x-k8s.io/queue-name: a LocalQueue of this namespace), or "
+        "free a GPU of {gpu}; the run goes on as soon as a GPU is free.",
+    ),
+}
+
+
 def waiting_finding(
     name: str, spec: Mapping[str, Any], run: Mapping[str, Any], now: datetime
 ) -> Finding | None:
@@ -309,54 +316,10 @@ def waiting_finding(
     why = f"{reason}: {message} (run {run.get('name', '?')}, Job {run.get('job', '?')})"
     bound = f"The run fails if it waits {timeout} s in all (spec.capacity.waitTimeoutSeconds)."
     gpu = run.get("gpuProduct") or "its GPU product"
-    if reason == R.QUEUED_IN_KUEUE:
+    if reason in _WAITING_REASONS:
+        what, next_step = _WAITING_REASONS[reason]
         return Finding(
-            what=f"The profiling Job is queued in Kueue {how_long}",
-            why=why,
-            next=(
-                "Kueue admits the Job (unsuspends it) when its ClusterQueue has quota for "
-                f"{gpu}; the message ends with Kueue's own words on the Job's Workload "
-                "(`kubectl get workloads -n <namespace>`). Give the queue quota, or a higher "
-                f"priority (spec.job.priorityClassName / a WorkloadPriorityClass). {bound}"
-            ),
-        )
-    if reason == R.LOCAL_QUEUE_MISSING:
-        return Finding(
-            what=f"The profiling Job names a Kueue LocalQueue that does not exist {how_long}",
-            why=why,
-            next=(
-                "Create the LocalQueue in this namespace (spec.clusterQueue: a ClusterQueue "
-                f"with quota for {gpu}; `kubectl get localqueues -n <namespace>`), or name an "
-                "existing one in spec.job.labels (kueue.x-k8s.io/queue-name); the waiting run "
-                f"goes on as soon as it exists. {bound}"
-            ),
-        )
-    if reason == R.BORROW_BLOCKED:
-        return Finding(
-            what=f"The profiling Job waits for GPUs and borrowing a replica is refused {how_long}",
-            why=why,
-            next=(
-                "capacity.mode BorrowReplica never borrows below minAvailable ready replicas, "
-                "against a PodDisruptionBudget that allows no disruption, during a rollout, from "
-                "a Deployment whose replicas an HPA or a GitOps apply owns, or twice at once on "
-                "one GPU product (docs/capacity.md). Remove what "
-                f"the message names, free a GPU of {gpu}, or add a node; the operator retries "
-                f"by itself. {bound}"
-            ),
-        )
-    if reason == R.KUEUE_MANAGED_TARGET:
-        return Finding(
-            what=f"The profiling Job waits for GPUs; its target is never borrowed from {how_long}",
-            why=why,
-            next=(
-                "Kueue manages the target Deployment (label kueue.x-k8s.io/queue-name on it or "
-                "its pod template), so capacity.mode BorrowReplica does not borrow from it: the "
-                "lent replica's quota would go to whatever Kueue admits next, and the replica "
-                "would queue for it again. This does not change by itself. Set "
-                "spec.capacity.mode: Wait and give the profiling Job GPU quota in Kueue "
-                "(spec.job.labels kueue.x-k8s.io/queue-name: a LocalQueue of this namespace), or "
-                f"free a GPU of {gpu}; the run goes on as soon as a GPU is free. {bound}"
-            ),
+            what=f"{what} {how_long}", why=why, next=f"{next_step.format(gpu=gpu)} {bound}"
         )
     if _pin_mismatch(message):
         return Finding(

@@ -99,6 +99,26 @@ TARGET_REASONS: dict[str, tuple[str, str]] = {
 
 # Failures a run can end with (status.lastFailure.reason), beyond the heuristics below.
 FAILURE_REASONS: dict[str, tuple[str, str]] = {
+    R.JOB_CREATE_FAILED: (
+        "The API server refused the profiling Job",
+        "The Job is built from the target's pod spec plus spec.job; the message names "
+        "the invalid field. Fix spec.job (image, resources, tolerations, nodeSelector) "
+        "or the Deployment; if neither sets that field, it is an operator bug: report it "
+        "with `kubectl get deploy -o yaml` and `kubectl get sps {name} -o yaml`.",
+    ),
+    R.ROLLOUT_FAILED: (
+        "The new table's rollout did not become available; the operator rolled back",
+        "Read the new pods' logs and events (`kubectl rollout status`, `kubectl describe "
+        "pod`): a server that fails with the new table, or a pod that cannot be placed. "
+        "The table stays in status.tables; once the cause is fixed, "
+        "`kubectl sps reprofile {name}`.",
+    ),
+    R.FIT_FAILED: (
+        "The measured rounds could not be fitted into a table",
+        "Too few usable rounds (a sweep of one batch size, or rounds the profiler "
+        "dropped). Widen spec.table.sweep (batchSizes / maxBatchSize), then "
+        "`kubectl sps reprofile {name}`.",
+    ),
     R.RESULT_REFUSED: (
         "The profiling Job's result was refused as implausible or malformed",
         "The Job runs the server's image; a result outside SGLang's physical bounds is never "

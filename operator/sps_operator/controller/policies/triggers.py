@@ -21,6 +21,7 @@ from sps_operator.api.reasons import (
 )
 from sps_operator.api.spec import SpsProfileSpec
 from sps_operator.api.status import FailureRecord, SpsProfileStatus, TableRef
+from sps_operator.api.times import parse_rfc3339
 from sps_operator.controller.policies.conditions import rfc3339
 
 MAX_ATTEMPTS = 3
@@ -50,12 +51,6 @@ class RunRequest:
     @property
     def nonce(self) -> str:
         return f"{self.trigger_key}#{self.attempt}"
-
-
-def parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def table_for(tables: Sequence[TableRef], gpu: str, fingerprint: str) -> TableRef | None:
@@ -95,7 +90,7 @@ def _retry(
         return True, 1  # the spec changed since: a new first attempt
     if not last_failure.retryable or last_failure.attempts >= MAX_ATTEMPTS:
         return False, last_failure.attempts
-    failed_at = parse_time(last_failure.at) or now
+    failed_at = parse_rfc3339(last_failure.at) or now
     if now < failed_at + timedelta(seconds=backoff_seconds(last_failure.attempts)):
         return False, last_failure.attempts
     return True, last_failure.attempts + 1
@@ -114,7 +109,7 @@ def what_next(failure: FailureRecord, profile: str) -> str:
             f"or capacity starts a new attempt by itself), or `kubectl sps reprofile {profile}` "
             "to try again as is"
         )
-    failed_at = parse_time(failure.at)
+    failed_at = parse_rfc3339(failure.at)
     when = (
         rfc3339(failed_at + timedelta(seconds=backoff_seconds(failure.attempts)))
         if failed_at is not None
@@ -291,8 +286,8 @@ def schedule_state(
     if not schedule:
         return ScheduleState(False, None)
     interval = timedelta(seconds=max(min_interval_seconds, 0.0))
-    last = parse_time(last_schedule)
-    base = last or parse_time(created) or now
+    last = parse_rfc3339(last_schedule)
+    base = last or parse_rfc3339(created) or now
     upcoming = _first_fire_from(schedule, base, last + interval if last and interval else None)
     if upcoming <= now:
         fired = last_fire_time(schedule, now)

@@ -14,7 +14,6 @@ import contextlib
 import platform
 import threading
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any, Protocol
 
 from prometheus_client import (
@@ -31,6 +30,7 @@ from prometheus_client import (
 
 from sps_operator import __version__
 from sps_operator.api.status import SpsProfileStatus
+from sps_operator.api.times import parse_rfc3339
 from sps_operator.controller.policies.cost import cost_added
 
 # Steps of a pass (state.Pass.step) and "status" (the status write): the label of
@@ -50,12 +50,8 @@ class _Ref(Protocol):
 
 def _timestamp(value: str | None) -> float | None:
     """Seconds since the epoch of an RFC 3339 time from status; None when absent or not one."""
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+    when = parse_rfc3339(value)
+    return when.timestamp() if when is not None else None
 
 
 # No `_created` series beside every counter and histogram (prometheus_client's default,

@@ -30,11 +30,11 @@ from sps_operator.api.reasons import (
 )
 from sps_operator.api.spec import RolloutMode, SpsProfileSpec
 from sps_operator.api.status import RunStatus, TableRef, TargetStatus
+from sps_operator.api.times import parse_rfc3339
 from sps_operator.controller.policies import compat
 from sps_operator.controller.policies.deployments import deployment_rolled_out
 from sps_operator.controller.policies.ownership import ProfileSummary, owner_of, stable_writer
 from sps_operator.controller.policies.placement import MIXED, placement, settle
-from sps_operator.controller.policies.triggers import parse_time
 from sps_operator.controller.server.fingerprint_v1 import is_v1
 from sps_operator.controller.server.podenv import ConfigMapEnv
 from sps_operator.controller.server.serverchanges import server_changes
@@ -195,7 +195,7 @@ def _place(p: Pass, target: Target, previous: TargetStatus | None) -> None:
     settled = settle(
         MIXED if where.mixed else where.product,
         previous.observed_gpu if previous else None,
-        parse_time(previous.observed_since) if previous else None,
+        parse_rfc3339(previous.observed_since) if previous else None,
         p.now,
         timedelta(seconds=p.settings.gpu_debounce_seconds),
         rollout_complete=deployment_rolled_out(dep) and where.pods > 0,

@@ -7,11 +7,12 @@ import logging
 
 from sps_operator.api.reasons import JOB_CREATE_FAILED, NAME_TAKEN, PROFILING_FAILED, TABLE_REJECTED
 from sps_operator.api.status import FailureRecord, RunStatus, TableRef
+from sps_operator.api.times import parse_rfc3339
 from sps_operator.controller.kube import names
 from sps_operator.controller.kube.client import Obj, owned_by
 from sps_operator.controller.policies import conditions as cond
 from sps_operator.controller.policies.policy import REFUSAL_REASONS
-from sps_operator.controller.policies.triggers import parse_time, run_spec_hash
+from sps_operator.controller.policies.triggers import run_spec_hash
 from sps_operator.controller.steps.capacity import close_segment, return_for_run
 from sps_operator.controller.steps.state import Pass
 
@@ -76,7 +77,7 @@ def end_run(p: Pass, outcome: str, table: TableRef | None = None) -> None:
     if table is not None:
         table.gpu_seconds = run.gpu_seconds or 0.0
     return_for_run(p, run, table)
-    started = parse_time(run.started_at) or p.now
+    started = parse_rfc3339(run.started_at) or p.now
     p.metrics.run_finished(p.ref, outcome, (p.now - started).total_seconds())
     p.status.current_run = None
 

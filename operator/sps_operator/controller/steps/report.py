@@ -30,9 +30,9 @@ from sps_operator.api.reasons import (
 )
 from sps_operator.api.spec import RolloutMode
 from sps_operator.api.status import TargetState, TargetStatus
+from sps_operator.api.times import parse_rfc3339
 from sps_operator.controller.policies import conditions as cond
 from sps_operator.controller.policies.triggers import (
-    parse_time,
     refresh_pending,
     refresh_trigger_key,
     what_next,
@@ -99,7 +99,7 @@ def report(p: Pass) -> None:
 def _profiling(p: Pass) -> Verdict:
     st, run = p.status, p.status.current_run
     if run is not None and run.waiting is not None:
-        waited = (p.now - (parse_time(run.waiting.since) or p.now)).total_seconds()
+        waited = (p.now - (parse_rfc3339(run.waiting.since) or p.now)).total_seconds()
         return (
             False,
             run.waiting.reason,

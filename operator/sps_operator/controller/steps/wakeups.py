@@ -13,7 +13,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from sps_operator.api.status import TargetState
-from sps_operator.controller.policies.triggers import MAX_ATTEMPTS, backoff_seconds, parse_time
+from sps_operator.api.times import parse_rfc3339
+from sps_operator.controller.policies.triggers import MAX_ATTEMPTS, backoff_seconds
 from sps_operator.controller.steps.state import Pass
 
 
@@ -21,18 +22,18 @@ def next_wake(p: Pass, debounce: timedelta) -> float | None:
     """Seconds from now until this profile's next time-driven pass (None: none)."""
     st, now = p.status, p.now
     due = []
-    if (when := parse_time(st.next_schedule_time)) is not None:
+    if (when := parse_rfc3339(st.next_schedule_time)) is not None:
         due.append(when)
     failure = st.last_failure
     if (
         failure is not None
         and failure.retryable
         and failure.attempts < MAX_ATTEMPTS
-        and (failed := parse_time(failure.at)) is not None
+        and (failed := parse_rfc3339(failure.at)) is not None
     ):
         due.append(failed + timedelta(seconds=backoff_seconds(failure.attempts)))
     for target in st.targets:
-        since = parse_time(target.observed_since)
+        since = parse_rfc3339(target.observed_since)
         # Only a product seen and not yet stable for the debounce settles with time alone.
         if target.state == TargetState.WAITING and target.observed_gpu and since is not None:
             due.append(since + debounce)
