@@ -155,6 +155,15 @@ def test_json_numbers_are_exactly_what_json_carries(value: Any) -> None:
         assert math.isfinite(as_number) and as_number == value
 
 
+def test_integers_a_float_cannot_hold_are_refused_not_rounded() -> None:
+    # Found by the property test above: 2**53 + 1 read back as 2**53; 10**400 made
+    # float() raise OverflowError out of the profiler.
+    assert json_number(2**53) == 2**53
+    assert json_number(-(2**53)) == -(2**53)
+    assert json_number(2**53 + 1) is None
+    assert json_number(10**400) is None
+
+
 def test_the_cases_issue_9_names_get_messages() -> None:
     data = info()
     data["internal_states"][0]["cuda_graph_config"]["decode"]["bs"] = ["a"]

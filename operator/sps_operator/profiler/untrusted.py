@@ -26,9 +26,16 @@ def json_int(value: Any) -> int | None:
     return None
 
 
+# The largest integer a float holds exactly: a JSON integer past it would be read as a
+# neighbouring value (and past ~1.8e308 float() raises), so it is refused, not rounded.
+MAX_EXACT_INT = 2**53
+
+
 def json_number(value: Any) -> float | None:
-    """A finite number (int or float, not bool), else None."""
+    """A finite number (int or float, not bool) exactly as JSON carried it, else None."""
     if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, int) and abs(value) > MAX_EXACT_INT:
         return None
     number = float(value)
     return number if math.isfinite(number) else None
