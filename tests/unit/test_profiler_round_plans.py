@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from sps_operator.profiler.round_plans import round_plan, warmup_plan
 from sps_operator.profiler.rounds import round_finished
-from sps_operator.profiler.runner import expected_length_from
 from sps_operator.profiler.steady import MIN_SETTLE_SECONDS
 from sps_operator.profiler.sweep import ROUND_WARMUP_STEPS, STEP_SLACK, RoundSettings
 
@@ -64,18 +63,3 @@ def test_the_warm_up_is_never_shorter_than_a_cell_round_nor_over_the_cache_it_ga
     assert plan.max_new_tokens >= cell.max_new_tokens
     if plan.max_new_tokens > cell.max_new_tokens:
         assert requests * (cell.rule.prompt_len + plan.max_new_tokens) <= capacity
-
-
-def test_a_warm_up_that_met_its_ci_does_not_size_the_next_rounds() -> None:
-    # A quiet GPU's warm-up runs 3 s (≈ 350 H100 bs-1 steps) to settle the clocks though its
-    # CI needed ≈ 80: read as the next rounds' length, it sized their prompts for 350 steps,
-    # their windows sat 100 tokens below the context, and the KV slope's extrapolation
-    # widened their CIs (the next three rounds 171-176 steps instead of 80-114).
-    settings = RoundSettings()
-    assert expected_length_from("warm-up", 347, True, settings) is None
-    # One that ran to its budget says the GPU's rounds do: the budget, not its settling time.
-    assert expected_length_from("warm-up", 584, False, settings) == settings.step_budget
-    assert expected_length_from("cell", 171, True, settings) == 171
-    assert expected_length_from("anchor", 244, False, settings) == 244
-    assert expected_length_from("pre-flight", 8, True, settings) is None
-    assert expected_length_from("cell", 0, False, settings) is None

@@ -326,23 +326,6 @@ def _jobs(session: Session, cfg: RunConfig, todo: Sequence[SweepCell]) -> list[J
     return build_jobs(todo, warmup=cfg.warmup, probe=probe)
 
 
-def expected_length_from(
-    kind: RoundKind, steady_steps: int, ci_met: bool, settings: RoundSettings
-) -> int | None:
-    """What a measured round says of the next rounds' length (their prompts are sized to
-    centre it on `--context-len`); None when nothing: a pre-flight probe, or a warm-up round
-    that met its CI. The warm-up runs until the clocks have settled, however few steps its
-    CI needed: read as the next rounds' length, 350 steps of a quiet GPU's 3 s put their
-    windows 100 tokens below the context, whose KV slope then widened their CIs and made
-    them longer in turn. One that did not meet its CI says the GPU's rounds run to the
-    budget."""
-    if kind == "pre-flight" or steady_steps <= 0:
-        return None
-    if kind == "warm-up":
-        return None if ci_met else min(steady_steps, settings.step_budget)
-    return steady_steps
-
-
 def _start_round(
     session: Session,
     settings: RoundSettings,
@@ -437,9 +420,8 @@ def _drive(
                 queue, index, settled=active.warmup_done, probed=active.probed
             )
             on_ramp = on_ramp or active.probed
-        expected = expected_length_from(kind, active.steady_steps, active.reached, settings)
-        if measures and expected:
-            recent.append(expected)
+        if measures and kind != "pre-flight" and active.steady_steps:
+            recent.append(active.steady_steps)
         following = start(index + 1)
         try:
             if failure is None and measures:
