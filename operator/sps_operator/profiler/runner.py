@@ -347,9 +347,7 @@ def _start_round(
             session,
             cell,
             settings,
-            warmup_plan(
-                settings, cell.bs * session.context.dp_size, session.context.token_capacity
-            ),
+            warmup_plan(settings),
             warmup_history,
             clock_start=clock,
             probe=probe,
