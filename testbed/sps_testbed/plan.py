@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -73,6 +74,12 @@ def teardown(record: BedRecord, keep: set[int] | None = None) -> list[str]:
     """
     keep = (keep or set()) | {os.getpid()}
     problems: list[str] = []
+    t0 = time.monotonic()
+
+    def done(what: str) -> None:
+        # Seconds since the teardown began, in the record's timings (`teardown:...`).
+        record.timings[f"teardown:{what}"] = round(time.monotonic() - t0, 2)
+
     for pid in record.pids.values():
         if pid in keep or not podnet.pid_alive(pid):
             continue
@@ -85,8 +92,10 @@ def teardown(record: BedRecord, keep: set[int] | None = None) -> list[str]:
         problems += cgroups.remove(node.cgroup_root)
         # The images and containers (hundreds of MB); the logs stay for a look afterwards.
         shutil.rmtree(Path(node.dir) / "containerd", ignore_errors=True)
+        done(f"{node.name} removed")
     # The registry's copy of the seed (hard links, but pushes of its own too).
     shutil.rmtree(Path(record.state_dir) / "registry" / "storage", ignore_errors=True)
+    done("registry storage removed")
     if record.bed_id:
         net = netns.BedNet(record.bed_id)
         netns.delete(net)
@@ -97,4 +106,5 @@ def teardown(record: BedRecord, keep: set[int] | None = None) -> list[str]:
         )
     if record.run_dir:
         shutil.rmtree(record.run_dir, ignore_errors=True)
+    done("run dir removed")
     return problems
