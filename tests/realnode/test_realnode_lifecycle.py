@@ -41,20 +41,24 @@ def _cgroup_dirs(name: str) -> list[Path]:
     return [p for h in hierarchies() for p in h.rglob(name)]
 
 
+def _cli(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`sps-testbed --state-dir=STATE ARGS...`."""
+    argv = [sys.executable, "-m", "sps_testbed.cli", f"--state-dir={state}", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+
+
+def _solo_bed(state: Path) -> RealNodeCluster:
+    """A one-node bed started in `state` with `sps-testbed up`."""
+    out = _cli(state, "up", "--node=solo=NVIDIA-H200:2")
+    assert out.returncode == 0, out.stdout + out.stderr
+    return RealNodeCluster.attach(state)
+
+
 def test_kill_9_of_the_supervisor_leaves_nothing(
     realnode_cluster: RealNodeCluster, tmp_path: Path
 ) -> None:
     state = tmp_path / "bed"
-    cli = [sys.executable, "-m", "sps_testbed.cli", f"--state-dir={state}"]
-    out = subprocess.run(
-        [*cli, "up", "--node=solo=NVIDIA-H200:2"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    bed = RealNodeCluster.attach(state)
+    bed = _solo_bed(state)
     rec = bed.record()
     # Both beds run at once, on different ids and pod networks.
     assert rec.bed_id != realnode_cluster.record().bed_id
@@ -95,19 +99,10 @@ def test_down_leaves_no_containerd_shim_or_container_and_waits_for_no_grace(
     realnode_cluster: RealNodeCluster, tmp_path: Path
 ) -> None:
     state = tmp_path / "bed"
-    cli = [sys.executable, "-m", "sps_testbed.cli", f"--state-dir={state}"]
-    out = subprocess.run(
-        [*cli, "up", "--node=solo=NVIDIA-H200:2"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    bed = RealNodeCluster.attach(state)
+    bed = _solo_bed(state)
     rec = bed.record()
     # `sleep` as its container's PID 1 ignores SIGTERM: a stop that asked the pod to end
-    # would wait out all 300 s of its grace (longer than `down` is given below).
+    # would wait out all 300 s of its grace.
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -133,8 +128,11 @@ def test_down_leaves_no_containerd_shim_or_container_and_waits_for_no_grace(
     )
     assert _processes(f"{rec.run_dir}/solo/containerd.sock"), "no shim of the node found"
 
-    down = subprocess.run([*cli, "down"], capture_output=True, text=True, timeout=120, check=False)
+    down = _cli(state, "down")
     assert down.returncode == 0, down.stdout + down.stderr
+    # The supervisor finished its own stop ("stopped"): not SIGKILLed after `down`'s 90 s
+    # of grace, as it would have been had the stop waited for the pod's 300 s.
+    assert bed.record().status == "stopped", bed.record()
 
     # Right after `down`, not eventually: shims (`-address <run dir>/solo/containerd.sock`),
     # containerd, the node runner and the container are gone, and the node's cgroup was
