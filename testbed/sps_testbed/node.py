@@ -332,19 +332,27 @@ class NodeRunner:
             time.sleep(0.5)
         return 0
 
+    def _log(self, what: str, since: float) -> None:
+        print(f"stop: {what} at {time.monotonic() - since:.2f}s", file=sys.stderr, flush=True)
+
     def stop(self) -> None:
+        t0 = time.monotonic()
         for name in ("device-plugin", "kubelet"):
             proc = self.procs.get(name)
             if proc is not None:
                 terminate_group(proc.pid, grace=5.0)
+                self._log(f"{name} stopped", t0)
         # Containers, shims and whatever else the node started; then containerd itself.
         me = {os.getpid()}
         containerd = self.procs.get("containerd")
         keep = me | ({containerd.pid} if containerd is not None else set())
         cgroups.kill_all(self.cfg.cgroup_root, exclude=keep)
+        self._log("containers and shims killed", t0)
         if containerd is not None:
             terminate_group(containerd.pid, grace=5.0)
+            self._log("containerd stopped", t0)
         cgroups.kill_all(self.cfg.cgroup_root, exclude=me)
+        self._log(f"cgroup empty ({len(cgroups.members(self.cfg.cgroup_root) - me)} left)", t0)
         with contextlib.suppress(OSError):
             self.cfg.ready_file.unlink()
 

@@ -390,17 +390,26 @@ class Supervisor:
         self.record.save()
 
     def stop(self) -> None:
+        t0 = time.monotonic()
+
+        def stopped(what: str) -> None:
+            # Seconds since the stop began, in bed.json (`timings`, keys `stop:...`).
+            self.record.timings[f"stop:{what}"] = round(time.monotonic() - t0, 2)
+
         for name, proc in self.procs.items():
             if name.startswith("node/"):
                 proc.send_signal(signal.SIGTERM)
         for name, proc in self.procs.items():
             if name.startswith("node/"):
                 terminate_group(proc.pid, grace=30.0)
+                stopped(name)
         if "kube-proxy" in self.procs:
             terminate_group(self.procs["kube-proxy"].pid, grace=5.0)
         if self.cp is not None:
             self.cp.stop()
+            stopped("control plane")
         problems = teardown(self.record, keep={self.reaper.pid} if self.reaper else None)
+        stopped("teardown")
         if self.record.status != "failed":
             self.record.status = "stopped"
         if problems:

@@ -1,8 +1,10 @@
-"""A second bed beside the session's: it starts, and a `kill -9` of its supervisor leaves
-nothing behind (containers, cgroups, network namespace, reservations)."""
+"""Beds beside the session's: one starts, and a `kill -9` of its supervisor leaves nothing
+behind (containers, cgroups, network namespace, reservations); another's `down` leaves no
+containerd, shim or container, and waits out no pod's grace period."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -39,20 +41,24 @@ def _cgroup_dirs(name: str) -> list[Path]:
     return [p for h in hierarchies() for p in h.rglob(name)]
 
 
+def _cli(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`sps-testbed --state-dir=STATE ARGS...`."""
+    argv = [sys.executable, "-m", "sps_testbed.cli", f"--state-dir={state}", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+
+
+def _solo_bed(state: Path) -> RealNodeCluster:
+    """A one-node bed started in `state` with `sps-testbed up`."""
+    out = _cli(state, "up", "--node=solo=NVIDIA-H200:2")
+    assert out.returncode == 0, out.stdout + out.stderr
+    return RealNodeCluster.attach(state)
+
+
 def test_kill_9_of_the_supervisor_leaves_nothing(
     realnode_cluster: RealNodeCluster, tmp_path: Path
 ) -> None:
     state = tmp_path / "bed"
-    cli = [sys.executable, "-m", "sps_testbed.cli", f"--state-dir={state}"]
-    out = subprocess.run(
-        [*cli, "up", "--node=solo=NVIDIA-H200:2"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    bed = RealNodeCluster.attach(state)
+    bed = _solo_bed(state)
     rec = bed.record()
     # Both beds run at once, on different ids and pod networks.
     assert rec.bed_id != realnode_cluster.record().bed_id
@@ -87,3 +93,55 @@ def test_kill_9_of_the_supervisor_leaves_nothing(
     assert not Path(f"/run/sps-testbed/beds/{rec.bed_id}").exists()
     routes = subprocess.run(["ip", "route"], capture_output=True, text=True, check=True).stdout
     assert f"spstb-{rec.bed_id}" not in routes
+
+
+def test_down_leaves_no_containerd_shim_or_container_and_waits_for_no_grace(
+    realnode_cluster: RealNodeCluster, tmp_path: Path
+) -> None:
+    state = tmp_path / "bed"
+    bed = _solo_bed(state)
+    rec = bed.record()
+    # `sleep` as its container's PID 1 ignores SIGTERM: a stop that asked the pod to end
+    # would wait out all 300 s of its grace.
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "stubborn"},
+        "spec": {
+            "terminationGracePeriodSeconds": 300,
+            "containers": [
+                {
+                    "name": "sleep",
+                    "image": realnode_cluster.image("operator"),
+                    "command": ["sleep", "601"],
+                }
+            ],
+        },
+    }
+    bed.kubectl("apply", "-f", "-", input=json.dumps(pod))
+    wait_for(
+        "stubborn running",
+        lambda: (
+            bed.kubectl("get", "pod", "stubborn", "-o", "jsonpath={.status.phase}") == "Running"
+        ),
+        timeout=60,
+    )
+    assert _processes(f"{rec.run_dir}/solo/containerd.sock"), "no shim of the node found"
+
+    down = _cli(state, "down")
+    assert down.returncode == 0, down.stdout + down.stderr
+    # The supervisor finished its own stop ("stopped"): not SIGKILLed after `down`'s 90 s
+    # of grace, as it would have been had the stop waited for the pod's 300 s.
+    assert bed.record().status == "stopped", bed.record()
+
+    # Right after `down`, not eventually: shims (`-address <run dir>/solo/containerd.sock`),
+    # containerd, the node runner and the container are gone, and the node's cgroup was
+    # empty before the teardown began.
+    assert not _processes(f"{rec.run_dir}/"), _processes(f"{rec.run_dir}/")
+    assert not _processes(str(state)), _processes(str(state))
+    assert not _processes("sleep\x00601"), _processes("sleep\x00601")
+    runner_log = (state / "nodes" / "solo" / "runner.log").read_text()
+    assert "stop: cgroup empty (0 left)" in runner_log, runner_log
+    # The node's images went to the background deletion, not through the stop.
+    assert not (state / "nodes" / "solo" / "containerd").exists()
+    assert "teardown:solo removed" in bed.record().timings
