@@ -85,6 +85,35 @@ def ramp_band_rel(
     return worst
 
 
+def unsteady_shift_rel(
+    design: SparseDesign,
+    kept_w: FloatArray,
+    y: FloatArray,
+    penalty: FloatArray,
+    beta: FloatArray,
+    grid: SparseDesign,
+) -> float:
+    """Largest relative change of the fitted step time over the `grid` points when the
+    cells weighted 0 in `kept_w` are left out (the same smoothing `penalty`, λP, so the
+    table is extrapolated over them by its smoothness).
+
+    Those are cells whose rounds' drift test dropped their first steps: the level was still
+    moving when the round began (a clock ramp re-armed by an idle gap, a throttle window),
+    and what the round kept may still be moving. On the bench that left rounds 7–21 % slow
+    inside CIs of ±1–5 %; in the noise-only cells, such rounds were as right as any. The
+    table is trusted no further than it holds without them.
+    """
+    gram = design.gram(kept_w)
+    system = gram + penalty
+    system = system + 1e-9 * (float(np.trace(system)) / max(system.shape[0], 1)) * np.eye(
+        system.shape[0]
+    )
+    kept_beta = np.linalg.lstsq(system, design.transpose_times(kept_w * y), rcond=None)[0]
+    fitted = grid.times(beta)
+    scale = 1.0 / np.where(fitted > 0, fitted, np.inf)
+    return float(np.max(np.abs(grid.times(beta - kept_beta)) * scale))
+
+
 def band_points(
     cells: Sequence[Cell], bs_knots: Sequence[int], x_of: Callable[[int], int]
 ) -> tuple[list[int], list[int]]:

@@ -36,6 +36,7 @@ from sps_operator.tables.bound import (
     merged_ramp_shifts,
     ramp_band_rel,
     table_noise_band_rel,
+    unsteady_shift_rel,
 )
 from sps_operator.tables.formats import (
     SpsAdditiveCostTable,
@@ -148,6 +149,7 @@ def cells_from_rounds(rounds: Iterable[Mapping[str, Any]]) -> list[Cell]:
         tier = round_.get("graph_tier")
         ci_rel_half = _ci_rel_half(round_, index)
         noise_ci_rel_half, ramp_shift_rel = _ramp_parts(round_, index)
+        dropped = _optional_number(round_, index, "dropped_drift_steps")
         cells.append(
             Cell(
                 bs=bs,
@@ -158,6 +160,9 @@ def cells_from_rounds(rounds: Iterable[Mapping[str, Any]]) -> list[Cell]:
                 ci_rel_half=ci_rel_half,
                 noise_ci_rel_half=noise_ci_rel_half if ci_rel_half is not None else None,
                 ramp_shift_rel=ramp_shift_rel,
+                drift_dropped=(
+                    dropped is not None and dropped > 0 and round_.get("clock_on_ramp") is True
+                ),
             )
         )
     return cells
@@ -369,6 +374,9 @@ class _PenalisedFit:
     noise_band_rel: float | None = None
     # Largest relative error the clock-ramp correction's uncertainty leaves over the grid.
     ramp_band_rel: float = 0.0
+    # Largest relative change over the grid when the cells whose rounds' start drifted are
+    # left out.
+    unsteady_rel: float = 0.0
 
 
 def _fit_penalised(
@@ -378,6 +386,7 @@ def _fit_penalised(
     noise_rel: Sequence[float] | None = None,
     x_of: Callable[[int], int] | None = None,
     ramp_shifts: Sequence[tuple[float, float]] | None = None,
+    unsteady: Sequence[bool] | None = None,
 ) -> _PenalisedFit:
     """bias + alpha(bs) + theta(x) on hat bases, x = M or the replayed tier; λ by GCV.
 
@@ -385,6 +394,7 @@ def _fit_penalised(
     through the fit to the table over the grid (`noise_band_rel`); `x_of` maps a verify
     token count M to θ's axis (the replayed tier, or M itself). `ramp_shifts`: each cell's
     relative shift at the ends of the clock-ramp model's region (`bound.ramp_band_rel`).
+    `unsteady`: cells whose rounds' start drifted (`bound.unsteady_shift_rel`).
 
     Cost: O(cells) to build the normal equations, O(knots³) per smoothing weight tried.
     """
@@ -433,6 +443,7 @@ def _fit_penalised(
     ]
     noise_band_rel = None
     ramp_band = 0.0
+    unsteady_band = 0.0
     if x_of is not None and (noise_rel is not None or ramp_shifts is not None):
         points_bs, points_x = band_points(cells, bs_knots, x_of)
         grid = additive_design(points_bs, bs_knots, points_x, x_knots)
@@ -440,6 +451,11 @@ def _fit_penalised(
             noise_band_rel = table_noise_band_rel(design, a_inv, w, y, noise_rel, beta, grid)
         if ramp_shifts is not None:
             ramp_band = ramp_band_rel(design, a_inv, w, y, ramp_shifts, beta, grid)
+        if unsteady is not None and any(unsteady):
+            kept_w = np.where(np.asarray(unsteady, dtype=bool), 0.0, w)
+            unsteady_band = unsteady_shift_rel(
+                design, kept_w, y, lam * penalty_gram, beta, grid
+            )
     return _PenalisedFit(
         bias=float(beta[0]),
         bs_knots=bs_knots,
@@ -452,6 +468,7 @@ def _fit_penalised(
         leverage=[float(h) for h in leverage],
         noise_band_rel=noise_band_rel,
         ramp_band_rel=ramp_band,
+        unsteady_rel=unsteady_band,
     )
 
 
@@ -503,7 +520,8 @@ def fit_additive_cells(
         tier = _tier_at(ordered_tiers, m) if by_tier else None
         return m if tier is None else tier
 
-    fit = _fit_penalised(merged, theta_x, counts, noise_rel, x_of, ramp_shifts)
+    unsteady = [any(c.drift_dropped for c in group) for group in groups]
+    fit = _fit_penalised(merged, theta_x, counts, noise_rel, x_of, ramp_shifts, unsteady)
     if not fit.bias > 0:
         raise ValueError(
             f"The additive fit gave bias_seconds={fit.bias:.6g} <= 0, which SGLang refuses; the "
@@ -528,6 +546,7 @@ def fit_additive_cells(
         probe_seconds=[c.t for c in merged],
         noise_band_rel=fit.noise_band_rel,
         ramp_band_rel=fit.ramp_band_rel,
+        unsteady_rel=fit.unsteady_rel,
         loo_noise_sd_rel=(
             None
             if noise_rel is None

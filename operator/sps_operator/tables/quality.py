@@ -48,6 +48,12 @@ class Cell:
     # independent noise (`bound.ramp_band_rel`).
     noise_ci_rel_half: float | None = None
     ramp_shift_rel: tuple[float, float] = (0.0, 0.0)
+    # A round measured on a clock ramp whose drift test dropped its first steps (its level
+    # was still falling when it began: the ramp re-armed by an idle gap, or one the model
+    # does not describe): what it kept may still be falling, beyond what its CI says.
+    # Off a ramp such drops are noise (bench: none of 98 such rounds off by more than
+    # twice its CI).
+    drift_dropped: bool = False
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,7 @@ def error_bound_rel(
     noise_band_rel: float | None = None,
     loo_noise_sd_rel: Sequence[float] | None = None,
     ramp_band_rel: float = 0.0,
+    unsteady_rel: float = 0.0,
 ) -> float:
     """One figure bounding |table − truth| / truth over the grid.
 
@@ -135,7 +142,8 @@ def error_bound_rel(
     relative standard deviation the noise leaves in the table, and `loo_noise_sd_rel`: the
     part of each leave-one-out error, `loo_rel`, that is noise) the bound is
     `_fitted_bound`, plus `ramp_band_rel`, what the clock-ramp correction's uncertainty
-    leaves (one error shared by the corrected rounds, so not part of the noise band);
+    leaves (one error shared by the corrected rounds, so not part of the noise band), plus
+    `unsteady_rel`, how far the table moves without the rounds whose start drifted;
     otherwise the cruder one below.
 
     Three ways the table can be wrong. At a probe, by the measurement: its CI, widened so
@@ -149,7 +157,7 @@ def error_bound_rel(
     """
     if noise_band_rel is not None and loo_rel is not None and loo_noise_sd_rel is not None:
         bound = _fitted_bound(noise_band_rel, loo_rel, loo_noise_sd_rel)
-        return _finite_bound(bound + ramp_band_rel + within_step_rel)
+        return _finite_bound(bound + ramp_band_rel + unsteady_rel + within_step_rel)
     noise = 0.0 if ci_rel_max is None else ci_rel_max * _family_z(num_probes) / ROUND_CI_LEVEL_Z
     if loo_rel_max is not None:
         between = loo_rel_max
@@ -219,6 +227,7 @@ def evaluate(
     noise_band_rel: float | None = None,
     loo_noise_sd_rel: Sequence[float] | None = None,
     ramp_band_rel: float = 0.0,
+    unsteady_rel: float = 0.0,
 ) -> FitQuality:
     """Residual statistics of `table` over `cells`, and its predicted error against truth.
 
@@ -285,5 +294,6 @@ def evaluate(
             noise_band_rel=noise_band_rel,
             loo_noise_sd_rel=loo_noise_sd_rel,
             ramp_band_rel=ramp_band_rel,
+            unsteady_rel=unsteady_rel,
         ),
     )
