@@ -139,6 +139,10 @@ def _ramp_parts(
 
 def cells_from_rounds(rounds: Iterable[Mapping[str, Any]]) -> list[Cell]:
     """One `Cell` per measured round (bs per DP rank, batch_tokens, seconds per step)."""
+    rounds = list(rounds)
+    # Runs that measured on a clock ramp (their anchor too, which is not on the ramp itself
+    # but can meet it again after an idle gap).
+    ramp_runs = {r.get("clock_run") for r in rounds if r.get("clock_on_ramp") is True}
     cells: list[Cell] = []
     for index, round_ in enumerate(rounds):
         bs = int(_round_field(round_, index, "batch_size_per_rank"))
@@ -161,7 +165,7 @@ def cells_from_rounds(rounds: Iterable[Mapping[str, Any]]) -> list[Cell]:
                 noise_ci_rel_half=noise_ci_rel_half if ci_rel_half is not None else None,
                 ramp_shift_rel=ramp_shift_rel,
                 drift_dropped=(
-                    dropped is not None and dropped > 0 and round_.get("clock_on_ramp") is True
+                    dropped is not None and dropped > 0 and round_.get("clock_run") in ramp_runs
                 ),
             )
         )
@@ -223,6 +227,22 @@ def fit_diagonal(
     loo = leave_one_out_rel(probe_cells, predict_without) if len(probes) >= 3 else None
     table = build(probes)
     k = max(1, probes[0][0] // bs_at[probes[0][0]])
+    unsteady_ms = {c.m for c in cells if c.drift_dropped}
+    unsteady = 0.0
+    if unsteady_ms:
+        kept = [p for p in probes if p[0] not in unsteady_ms]
+        grid = range(bs_at[probes[0][0]] * k, bs_at[probes[-1][0]] * k + 1, k)
+        if len(kept) >= 2:
+            without = build(kept)
+            unsteady = max(
+                abs(table.step_seconds(m) - without.step_seconds(m)) / table.step_seconds(m)
+                for m in grid
+            )
+        else:
+            # Nothing is known without them but that the truth is no slower than the
+            # fastest probe: the largest fall to it.
+            fastest = min(1.0 / sps for _m, sps in probes)
+            unsteady = max((table.step_seconds(m) - fastest) / table.step_seconds(m) for m in grid)
     quality = evaluate(
         table,
         cells,
@@ -230,6 +250,7 @@ def fit_diagonal(
         probe_seconds=[1.0 / sps for _m, sps in probes],
         # A measured-probes table's floor steps are what LOO scores already.
         within_step_rel=_within_step_rel(table, k) if tiers else 0.0,
+        unsteady_rel=unsteady,
     )
     return FitResult(table=table, quality=quality, kind=TableKind.DIAGONAL)
 

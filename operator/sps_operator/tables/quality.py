@@ -167,7 +167,7 @@ def error_bound_rel(
             (abs(b - a) / min(a, b) for a, b in itertools.pairwise(ordered)),
             default=0.0,
         )
-    return _finite_bound(max(noise, between) + within_step_rel)
+    return _finite_bound(max(noise, between) + within_step_rel + unsteady_rel)
 
 
 def _finite_bound(bound: float) -> float:
