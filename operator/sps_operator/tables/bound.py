@@ -142,8 +142,9 @@ def merged_noise_rel(groups: Sequence[Sequence[Cell]]) -> list[float] | None:
     noise: list[float] = []
     for group in groups:
         # Without the clock-ramp correction's width: that error is shared, not noise.
-        halves = [c.noise_ci_rel_half if c.noise_ci_rel_half is not None else c.ci_rel_half
-                  for c in group]
+        halves = [
+            c.noise_ci_rel_half if c.noise_ci_rel_half is not None else c.ci_rel_half for c in group
+        ]
         if any(h is None for h in halves):
             return None
         sds = [h / ROUND_CI_LEVEL_Z for h in halves if h is not None]

@@ -113,9 +113,7 @@ def _ci_rel_half(round_: Mapping[str, Any], index: int) -> float | None:
     return (high - low) / (2 * median)
 
 
-def _ramp_parts(
-    round_: Mapping[str, Any], index: int
-) -> tuple[float | None, tuple[float, float]]:
+def _ramp_parts(round_: Mapping[str, Any], index: int) -> tuple[float | None, tuple[float, float]]:
     """A round corrected for the clock ramp (`clockramp.correct_rounds`): the relative
     half-width of its CI before the correction widened it, and the relative shift of its
     median were the slow-down at the high or low end of the model's region. (None, (0, 0))
@@ -474,9 +472,7 @@ def _fit_penalised(
             ramp_band = ramp_band_rel(design, a_inv, w, y, ramp_shifts, beta, grid)
         if unsteady is not None and any(unsteady):
             kept_w = np.where(np.asarray(unsteady, dtype=bool), 0.0, w)
-            unsteady_band = unsteady_shift_rel(
-                design, kept_w, y, lam * penalty_gram, beta, grid
-            )
+            unsteady_band = unsteady_shift_rel(design, kept_w, y, lam * penalty_gram, beta, grid)
     return _PenalisedFit(
         bias=float(beta[0]),
         bs_knots=bs_knots,
