@@ -125,8 +125,8 @@ def test_rounds_whose_start_still_fell_on_a_ramp_run_are_not_trusted() -> None:
 
 
 def test_drift_drops_off_a_ramp_leave_the_bound_alone() -> None:
-    # Off a clock ramp the drift test's drops are noise (the bench's noise-only cells: no
-    # such round off by more than twice its CI): they must not loosen the bound.
+    # Off a clock ramp the drift test's drops are noise (the bench's noise-only cells: 2 of
+    # 57 such rounds outside their CI): they must not loosen the bound.
     rounds = unsteady_additive_rounds(False)
     without_drops = [{k: v for k, v in r.items() if k != "dropped_drift_steps"} for r in rounds]
     bound = fit_corrected_rounds(rounds, None, kind=TableKind.ADDITIVE).quality.error_bound_rel

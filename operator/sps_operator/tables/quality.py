@@ -48,11 +48,11 @@ class Cell:
     # independent noise (`bound.ramp_band_rel`).
     noise_ci_rel_half: float | None = None
     ramp_shift_rel: tuple[float, float] = (0.0, 0.0)
-    # A round measured on a clock ramp whose drift test dropped its first steps (its level
+    # A round of a run on a clock ramp whose drift test dropped its first steps (its level
     # was still falling when it began: the ramp re-armed by an idle gap, or one the model
-    # does not describe): what it kept may still be falling, beyond what its CI says.
-    # Off a ramp such drops are noise (bench: none of 98 such rounds off by more than
-    # twice its CI).
+    # does not describe): what it kept may still be falling, beyond what its CI says (the
+    # bench: 52 of 59 such rounds off by more than their CI). Off a ramp such drops are
+    # noise (2 of 57 outside their CI) and this stays False.
     drift_dropped: bool = False
 
 
