@@ -51,8 +51,8 @@ class Cell:
     # A round of a run on a clock ramp whose drift test dropped its first steps (its level
     # was still falling when it began: the ramp re-armed by an idle gap, or one the model
     # does not describe): what it kept may still be falling, beyond what its CI says (the
-    # bench's clock-ramp cells: 56 of 76 such rounds off by more than their CI). Off a ramp such drops are
-    # noise (2 of 57 outside their CI) and this stays False.
+    # bench's clock-ramp cells: 56 of 76 such rounds off by more than their CI). Off a
+    # ramp such drops are noise (2 of 57 outside their CI) and this stays False.
     drift_dropped: bool = False
 
 
