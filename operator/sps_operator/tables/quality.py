@@ -141,8 +141,9 @@ def error_bound_rel(
     With the fit's own propagation of the cells' noise (`noise_band_rel`: the largest
     relative standard deviation the noise leaves in the table, and `loo_noise_sd_rel`: the
     part of each leave-one-out error, `loo_rel`, that is noise) the bound is
-    `_fitted_bound`, plus `ramp_band_rel`, what the clock-ramp correction's uncertainty
-    leaves (one error shared by the corrected rounds, so not part of the noise band), plus
+    `_fitted_bound`, its noise band combined (root sum of squares) with `ramp_band_rel`,
+    what the clock-ramp correction's uncertainty leaves (one error shared by the corrected
+    rounds, so not part of the noise band), plus
     `unsteady_rel`, how far the table moves without the rounds whose start drifted;
     otherwise the cruder one below.
 
@@ -156,8 +157,10 @@ def error_bound_rel(
     moves across the step, by at most the step's height when costs rise with load.
     """
     if noise_band_rel is not None and loo_rel is not None and loo_noise_sd_rel is not None:
-        bound = _fitted_bound(noise_band_rel, loo_rel, loo_noise_sd_rel)
-        return _finite_bound(bound + ramp_band_rel + unsteady_rel + within_step_rel)
+        # Two independent errors, each at 95 %: the cells' noise and the run's one (A, τ).
+        noise = math.hypot(noise_band_rel, ramp_band_rel)
+        bound = _fitted_bound(noise, loo_rel, loo_noise_sd_rel)
+        return _finite_bound(bound + unsteady_rel + within_step_rel)
     noise = 0.0 if ci_rel_max is None else ci_rel_max * _family_z(num_probes) / ROUND_CI_LEVEL_Z
     if loo_rel_max is not None:
         between = loo_rel_max
