@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sps_operator.api.kinds import TableKind
+from sps_operator.api.result import ResultError, validate_rounds
 from sps_operator.tables.fit import cells_from_rounds, fit_corrected_rounds
 from sps_operator.tables.formats import SpsCostTable
 from sps_operator.tables.quality import predicted_step_seconds
@@ -197,3 +198,20 @@ def test_clock_factors_out_of_order_are_refused(factors: tuple[float, float, flo
     }
     with pytest.raises(ValueError, match="clock_factor"):
         cells_from_rounds([round_])
+
+
+def test_the_operator_bounds_validated_rounds_as_the_profiler_does() -> None:
+    # The operator fits the rounds `api.result` validated (known fields only): dropping
+    # `dropped_drift_steps` there made its bound (what gates.maxErrorBound checks and
+    # ERROR-BOUND shows) narrower than the profiler's own for the same rounds.
+    rounds = unsteady_additive_rounds(True)
+    profiler = fit_corrected_rounds(rounds, None, kind=TableKind.ADDITIVE).quality
+    operator = fit_corrected_rounds(validate_rounds(rounds), None, kind=TableKind.ADDITIVE)
+    assert operator.quality.error_bound_rel == profiler.error_bound_rel
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "many", 10**9])
+def test_a_malformed_dropped_step_count_is_refused(bad: object) -> None:
+    round_ = measured_round(8, 64, 0.012, None, 0.01) | {"dropped_drift_steps": bad}
+    with pytest.raises(ResultError, match="dropped_drift_steps"):
+        validate_rounds([round_])
