@@ -97,11 +97,11 @@ def unsteady_shift_rel(
     cells weighted 0 in `kept_w` are left out (the same smoothing `penalty`, λP, so the
     table is extrapolated over them by its smoothness).
 
-    Those are cells whose rounds' drift test dropped their first steps: the level was still
-    moving when the round began (a clock ramp re-armed by an idle gap, a throttle window),
-    and what the round kept may still be moving. On the bench that left rounds 7–21 % slow
-    inside CIs of ±1–5 %; in the noise-only cells, such rounds were as right as any. The
-    table is trusted no further than it holds without them.
+    Those are cells of a run on a clock ramp whose rounds' drift test dropped their first
+    steps (`quality.Cell.drift_dropped`): the level was still falling when the round began
+    (the ramp re-armed by an idle gap), and what the round kept may still be falling. On
+    the bench that left rounds 7–21 % slow inside CIs of ±1–5 %, at the table's ends where
+    leave-one-out says nothing. The table is trusted no further than it holds without them.
     """
     gram = design.gram(kept_w)
     system = gram + penalty

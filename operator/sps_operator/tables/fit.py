@@ -237,8 +237,8 @@ def fit_diagonal(
                 for m in grid
             )
         else:
-            # Nothing is known without them but that the truth is no slower than the
-            # fastest probe: the largest fall to it.
+            # Fewer than two probes left: nothing is known without them, so the bound
+            # takes the table's whole range (its largest fall to its fastest probe).
             fastest = min(1.0 / sps for _m, sps in probes)
             unsteady = max((table.step_seconds(m) - fastest) / table.step_seconds(m) for m in grid)
     quality = evaluate(

@@ -143,9 +143,9 @@ def error_bound_rel(
     part of each leave-one-out error, `loo_rel`, that is noise) the bound is
     `_fitted_bound`, its noise band combined (root sum of squares) with `ramp_band_rel`,
     what the clock-ramp correction's uncertainty leaves (one error shared by the corrected
-    rounds, so not part of the noise band), plus
-    `unsteady_rel`, how far the table moves without the rounds whose start drifted;
-    otherwise the cruder one below.
+    rounds, so not part of the noise band), plus `unsteady_rel`, how far the table moves
+    without the rounds of a ramp run whose start still fell; otherwise the cruder one
+    below (plus `unsteady_rel` too).
 
     Three ways the table can be wrong. At a probe, by the measurement: its CI, widened so
     all probes are covered at once. Between probes, by interpolation: leave-one-out measures
