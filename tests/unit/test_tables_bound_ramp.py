@@ -215,3 +215,16 @@ def test_a_malformed_dropped_step_count_is_refused(bad: object) -> None:
     round_ = measured_round(8, 64, 0.012, None, 0.01) | {"dropped_drift_steps": bad}
     with pytest.raises(ResultError, match="dropped_drift_steps"):
         validate_rounds([round_])
+
+
+def test_a_diagonal_whose_every_probe_began_falling_is_trusted_for_nothing() -> None:
+    # Every round of the ramp run dropped a falling start: no probe is left to judge the
+    # others by, so the bound spans the table's whole range (its fall to the fastest probe).
+    rounds = []
+    for bs in BSS:
+        round_ = measured_round(bs, bs * K, diagonal_truth(bs) * 1.1, None, 0.01)
+        rounds.append(round_ | {"clock_on_ramp": True, "dropped_drift_steps": 64})
+    result = fit_corrected_rounds(rounds, None, kind=TableKind.DIAGONAL)
+    fastest = diagonal_truth(1) * 1.1
+    slowest = diagonal_truth(48) * 1.1
+    assert result.quality.error_bound_rel >= (slowest - fastest) / slowest
