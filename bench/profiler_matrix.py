@@ -394,6 +394,7 @@ def bound_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for (preset, noise, effect, kind), runs in our_runs_by_cell(results, "quality").items():
         ratios = sorted(r["quality"]["error_bound_rel"] / r["max_rel_error"] for r in runs)
+        q95 = nearest_rank_q95([r["max_rel_error"] for r in runs])
         rows.append(
             {
                 "preset": preset,
@@ -403,6 +404,13 @@ def bound_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "tables": len(runs),
                 "covered": sum(x >= 1.0 for x in ratios),
                 "tight": sum(x <= BOUND_TIGHT_FACTOR for x in ratios),
+                "q95": q95,
+                "within_q95": sum(
+                    r["max_rel_error"]
+                    <= r["quality"]["error_bound_rel"]
+                    <= BOUND_TIGHT_FACTOR * q95
+                    for r in runs
+                ),
                 "ratios": ratios,
                 "max_errors": sorted(r["max_rel_error"] for r in runs),
                 "bounds": sorted(r["quality"]["error_bound_rel"] for r in runs),
@@ -411,16 +419,38 @@ def bound_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=cell_order)
 
 
+def nearest_rank_q95(values: Sequence[float]) -> float:
+    """The 95th percentile by nearest rank: the largest value with fewer than 20."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def goal_met(row: dict[str, Any]) -> str:
+    """Which goal a cell meets: "issue" (covered in ≥ 95 % of its tables and within 2× the
+    real max in ≥ 90 %), "q95" (covered and within 2× the cell's q95 in ≥ 90 %, with ≥ 95 %
+    covered), or "no"."""
+    n = row["tables"]
+    if row["covered"] < 0.95 * n:
+        return "no"
+    if row["tight"] >= 0.9 * n:
+        return "issue"
+    return "q95" if row["within_q95"] >= 0.9 * n else "no"
+
+
 def print_bound_summary(rows: Sequence[dict[str, Any]]) -> None:
+    # "≤ 2× q95": the form of the tightness goal a bound computed from the measurement can
+    # meet (bench/bound_oracle.py): it covers the table and is within 2× the cell's 95th
+    # percentile of the real max error over its seeds.
     print(
         "| GPU | noise | effect | kind | tables | covered (bound ≥ max) | tight (bound ≤ 2× max) "
-        "| real max error | bound | bound / max |"
+        "| covered and ≤ 2× q95 | q95 of max | goal met | real max error | bound | bound / max |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {cell_label(r)} | "
             f"{r['tables']} | {r['covered']}/{r['tables']} | {r['tight']}/{r['tables']} | "
+            f"{r['within_q95']}/{r['tables']} | {r['q95']:.1%} | {goal_met(r)} | "
             f"{' '.join(f'{x:.1%}' for x in r['max_errors'])} | "
             f"{' '.join(f'{x:.1%}' for x in r['bounds'])} | "
             f"{' '.join(f'{x:.1f}' for x in r['ratios'])} |"
@@ -430,10 +460,12 @@ def print_bound_summary(rows: Sequence[dict[str, Any]]) -> None:
         return
     covered = sum(r["covered"] for r in rows)
     tight = sum(r["tight"] for r in rows)
+    within_q95 = sum(r["within_q95"] for r in rows)
     print()
     print(
         f"tables: {tables}; covered {covered}/{tables} ({covered / tables:.0%}, goal ≥ 95 %); "
-        f"tight {tight}/{tables} ({tight / tables:.0%}, goal ≥ 90 %)"
+        f"tight {tight}/{tables} ({tight / tables:.0%}, goal ≥ 90 %); covered and ≤ 2× the "
+        f"cell's q95 {within_q95}/{tables} ({within_q95 / tables:.0%})"
     )
 
 

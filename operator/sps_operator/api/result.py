@@ -173,6 +173,11 @@ class MeasuredRound(BaseModel):
     clock_on_ramp: bool | None = None
     ar1: float | None = Field(default=None, ge=-1.0, le=1.0)
     clock_ramp: ClockRampRecord | None = None
+    # Steps the drift test dropped from the round's start (its level still moving): on a
+    # run on a clock ramp the error bound trusts such a round no further than the table
+    # holds without it (`tables.bound.unsteady_shift_rel`); dropping the field would make
+    # the operator's bound narrower than the profiler's for the same rounds.
+    dropped_drift_steps: int | None = Field(default=None, ge=0, le=MAX_STEADY_STEPS)
 
     @field_validator("clock_s")
     @classmethod

@@ -101,8 +101,11 @@ def gate_finding(name: str, evidence: str) -> Finding:
     bound = (
         " The error bound (ERROR-BOUND in `kubectl sps get -o wide`, "
         "status.tables[].quality.errorBoundRel) is wide when the GPU's steps are noisy or "
-        "autocorrelated (wide round CIs: tighten sweep.ciRelWidth) or when the table "
-        "interpolates across too few batch sizes (leave-one-out error: add sweep.batchSizes)."
+        "autocorrelated (wide round CIs: tighten sweep.ciRelWidth), when the table "
+        "interpolates across too few batch sizes (leave-one-out error: add sweep.batchSizes), "
+        "or when the GPU's clocks were still ramping up (the ramp correction's uncertainty, "
+        "and rounds that began on a ramp an idle gap re-armed: a GPU kept busy or warmed "
+        "before the run avoids both; `kubectl sps reprofile` measures again)."
         if R.ERROR_BOUND_GATE_FAILED in evidence or "maxErrorBound" in evidence
         else ""
     )

@@ -3,7 +3,9 @@
 The noise part of the additive fit's error bound (`quality.evaluate`, `_fitted_bound`):
 each merged cell's noise from its rounds' CIs, propagated through the penalised fit as a
 simultaneous band over the grid the planner reads, and the noise a leave-one-out residual
-carries, against which `quality` weighs the LOO errors for bias.
+carries, against which `quality` weighs the LOO errors for bias. And what the clock-ramp
+correction's own uncertainty leaves: one error shared by every corrected round of a run
+(`ramp_band_rel`), so no average over cells shrinks it.
 """
 
 from __future__ import annotations
@@ -51,6 +53,67 @@ def table_noise_band_rel(
     return float(np.quantile(np.max(errors, axis=1), BOUND_COVERAGE))
 
 
+def ramp_band_rel(
+    design: SparseDesign,
+    a_inv: FloatArray,
+    w: FloatArray,
+    y: FloatArray,
+    shifts: Sequence[tuple[float, float]],
+    beta: FloatArray,
+    grid: SparseDesign,
+) -> float:
+    """Largest relative error over the `grid` points that the clock-ramp correction leaves
+    when the true slow-down sits at either end of the ramp model's region for every round
+    at once (`shifts`: each merged cell's relative shift, low and high; (0, 0) when not
+    corrected).
+
+    The correction is one (A, τ) for the whole run: a slow-down larger than the best fit's
+    is larger for every round on the ramp (the region's ends move every round's correction
+    the same way). As independent noise, 36 cells' average shrank it by √n and the bound
+    missed tables whose early rows were all over-corrected by 2–3 %; here it is propagated
+    as one shift, Δβ = A⁻¹XᵀW(y∘δ).
+    """
+    fitted = grid.times(beta)
+    scale = 1.0 / np.where(fitted > 0, fitted, np.inf)
+    worst = 0.0
+    for end in (0, 1):
+        delta = np.array([s[end] for s in shifts], dtype=float)
+        if not np.any(delta):
+            continue
+        shift_beta = a_inv @ design.transpose_times(w * y * delta)
+        worst = max(worst, float(np.max(np.abs(grid.times(shift_beta)) * scale)))
+    return worst
+
+
+def unsteady_shift_rel(
+    design: SparseDesign,
+    kept_w: FloatArray,
+    y: FloatArray,
+    penalty: FloatArray,
+    beta: FloatArray,
+    grid: SparseDesign,
+) -> float:
+    """Largest relative change of the fitted step time over the `grid` points when the
+    cells weighted 0 in `kept_w` are left out (the same smoothing `penalty`, λP, so the
+    table is extrapolated over them by its smoothness).
+
+    Those are cells of a run on a clock ramp whose rounds' drift test dropped their first
+    steps (`quality.Cell.drift_dropped`): the level was still falling when the round began
+    (the ramp re-armed by an idle gap), and what the round kept may still be falling. On
+    the bench that left rounds 7–21 % slow inside CIs of ±1–5 %, at the table's ends where
+    leave-one-out says nothing. The table is trusted no further than it holds without them.
+    """
+    gram = design.gram(kept_w)
+    system = gram + penalty
+    system = system + 1e-9 * (float(np.trace(system)) / max(system.shape[0], 1)) * np.eye(
+        system.shape[0]
+    )
+    kept_beta = np.linalg.lstsq(system, design.transpose_times(kept_w * y), rcond=None)[0]
+    fitted = grid.times(beta)
+    scale = 1.0 / np.where(fitted > 0, fitted, np.inf)
+    return float(np.max(np.abs(grid.times(beta - kept_beta)) * scale))
+
+
 def band_points(
     cells: Sequence[Cell], bs_knots: Sequence[int], x_of: Callable[[int], int]
 ) -> tuple[list[int], list[int]]:
@@ -78,13 +141,28 @@ def merged_noise_rel(groups: Sequence[Sequence[Cell]]) -> list[float] | None:
     rounds' CIs; None when a round has no CI (e.g. another profiler's)."""
     noise: list[float] = []
     for group in groups:
-        halves = [c.ci_rel_half for c in group]
+        # Without the clock-ramp correction's width: that error is shared, not noise.
+        halves = [
+            c.noise_ci_rel_half if c.noise_ci_rel_half is not None else c.ci_rel_half for c in group
+        ]
         if any(h is None for h in halves):
             return None
         sds = [h / ROUND_CI_LEVEL_Z for h in halves if h is not None]
         # The median of n repeats is about as precise as their mean: sd / √n.
         noise.append(statistics.median(sds) / math.sqrt(len(sds)))
     return noise
+
+
+def merged_ramp_shifts(groups: Sequence[Sequence[Cell]]) -> list[tuple[float, float]]:
+    """Each merged cell's clock-ramp shift (low, high): its repeats' medians', as the merged
+    cell's time is their median."""
+    return [
+        (
+            statistics.median(c.ramp_shift_rel[0] for c in group),
+            statistics.median(c.ramp_shift_rel[1] for c in group),
+        )
+        for group in groups
+    ]
 
 
 def loo_noise_sd_rel(

@@ -33,7 +33,10 @@ from sps_operator.tables.bound import (
     band_points,
     loo_noise_sd_rel,
     merged_noise_rel,
+    merged_ramp_shifts,
+    ramp_band_rel,
     table_noise_band_rel,
+    unsteady_shift_rel,
 )
 from sps_operator.tables.formats import (
     SpsAdditiveCostTable,
@@ -110,8 +113,34 @@ def _ci_rel_half(round_: Mapping[str, Any], index: int) -> float | None:
     return (high - low) / (2 * median)
 
 
+def _ramp_parts(round_: Mapping[str, Any], index: int) -> tuple[float | None, tuple[float, float]]:
+    """A round corrected for the clock ramp (`clockramp.correct_rounds`): the relative
+    half-width of its CI before the correction widened it, and the relative shift of its
+    median were the slow-down at the high or low end of the model's region. (None, (0, 0))
+    for a round that was not corrected."""
+    point = _optional_number(round_, index, "clock_factor")
+    low = _optional_number(round_, index, "clock_factor_low")
+    high = _optional_number(round_, index, "clock_factor_high")
+    if point is None or low is None or high is None:
+        return None, (0.0, 0.0)
+    if not 0 < low <= point <= high:
+        raise ValueError(
+            f"round {index} has clock_factor_low={low}, clock_factor={point}, "
+            f"clock_factor_high={high}; they must be positive and in that order."
+        )
+    median = float(round_["median_step_time"])
+    raw_low = float(round_.get("ci_low", median)) * high / point
+    raw_high = float(round_.get("ci_high", median)) * low / point
+    noise_half = max(0.0, raw_high - raw_low) / (2 * median)
+    return noise_half, (point / high - 1.0, point / low - 1.0)
+
+
 def cells_from_rounds(rounds: Iterable[Mapping[str, Any]]) -> list[Cell]:
     """One `Cell` per measured round (bs per DP rank, batch_tokens, seconds per step)."""
+    rounds = list(rounds)
+    # Runs that measured on a clock ramp (their anchor too, which is not on the ramp itself
+    # but can meet it again after an idle gap).
+    ramp_runs = {r.get("clock_run") for r in rounds if r.get("clock_on_ramp") is True}
     cells: list[Cell] = []
     for index, round_ in enumerate(rounds):
         bs = int(_round_field(round_, index, "batch_size_per_rank"))
@@ -120,6 +149,9 @@ def cells_from_rounds(rounds: Iterable[Mapping[str, Any]]) -> list[Cell]:
         if not (math.isfinite(sps) and sps > 0):
             raise ValueError(f"round {index} has steps_per_sec={sps}; it must be > 0.")
         tier = round_.get("graph_tier")
+        ci_rel_half = _ci_rel_half(round_, index)
+        noise_ci_rel_half, ramp_shift_rel = _ramp_parts(round_, index)
+        dropped = _optional_number(round_, index, "dropped_drift_steps")
         cells.append(
             Cell(
                 bs=bs,
@@ -127,7 +159,12 @@ def cells_from_rounds(rounds: Iterable[Mapping[str, Any]]) -> list[Cell]:
                 t=1.0 / sps,
                 t_se=_optional_number(round_, index, "step_time_se") or 0.0,
                 tier=int(tier) if tier is not None else None,
-                ci_rel_half=_ci_rel_half(round_, index),
+                ci_rel_half=ci_rel_half,
+                noise_ci_rel_half=noise_ci_rel_half if ci_rel_half is not None else None,
+                ramp_shift_rel=ramp_shift_rel,
+                drift_dropped=(
+                    dropped is not None and dropped > 0 and round_.get("clock_run") in ramp_runs
+                ),
             )
         )
     return cells
@@ -188,6 +225,22 @@ def fit_diagonal(
     loo = leave_one_out_rel(probe_cells, predict_without) if len(probes) >= 3 else None
     table = build(probes)
     k = max(1, probes[0][0] // bs_at[probes[0][0]])
+    unsteady_ms = {c.m for c in cells if c.drift_dropped}
+    unsteady = 0.0
+    if unsteady_ms:
+        kept = [p for p in probes if p[0] not in unsteady_ms]
+        grid = range(bs_at[probes[0][0]] * k, bs_at[probes[-1][0]] * k + 1, k)
+        if len(kept) >= 2:
+            without = build(kept)
+            unsteady = max(
+                abs(table.step_seconds(m) - without.step_seconds(m)) / table.step_seconds(m)
+                for m in grid
+            )
+        else:
+            # Fewer than two probes left: nothing is known without them, so the bound
+            # takes the table's whole range (its largest fall to its fastest probe).
+            fastest = min(1.0 / sps for _m, sps in probes)
+            unsteady = max((table.step_seconds(m) - fastest) / table.step_seconds(m) for m in grid)
     quality = evaluate(
         table,
         cells,
@@ -195,6 +248,7 @@ def fit_diagonal(
         probe_seconds=[1.0 / sps for _m, sps in probes],
         # A measured-probes table's floor steps are what LOO scores already.
         within_step_rel=_within_step_rel(table, k) if tiers else 0.0,
+        unsteady_rel=unsteady,
     )
     return FitResult(table=table, quality=quality, kind=TableKind.DIAGONAL)
 
@@ -337,6 +391,11 @@ class _PenalisedFit:
     # Half-width of the simultaneous band the cells' own measurement noise leaves in the
     # table (relative; None when a cell's noise is unknown).
     noise_band_rel: float | None = None
+    # Largest relative error the clock-ramp correction's uncertainty leaves over the grid.
+    ramp_band_rel: float = 0.0
+    # Largest relative change over the grid when the cells whose rounds' start drifted are
+    # left out.
+    unsteady_rel: float = 0.0
 
 
 def _fit_penalised(
@@ -345,12 +404,16 @@ def _fit_penalised(
     counts: Sequence[int],
     noise_rel: Sequence[float] | None = None,
     x_of: Callable[[int], int] | None = None,
+    ramp_shifts: Sequence[tuple[float, float]] | None = None,
+    unsteady: Sequence[bool] | None = None,
 ) -> _PenalisedFit:
     """bias + alpha(bs) + theta(x) on hat bases, x = M or the replayed tier; λ by GCV.
 
     `noise_rel`: each cell's relative standard deviation from its rounds' CIs, propagated
     through the fit to the table over the grid (`noise_band_rel`); `x_of` maps a verify
-    token count M to θ's axis (the replayed tier, or M itself).
+    token count M to θ's axis (the replayed tier, or M itself). `ramp_shifts`: each cell's
+    relative shift at the ends of the clock-ramp model's region (`bound.ramp_band_rel`).
+    `unsteady`: cells whose rounds' start drifted (`bound.unsteady_shift_rel`).
 
     Cost: O(cells) to build the normal equations, O(knots³) per smoothing weight tried.
     """
@@ -398,10 +461,18 @@ def _fit_penalised(
         for i in range(n)
     ]
     noise_band_rel = None
-    if noise_rel is not None and x_of is not None:
+    ramp_band = 0.0
+    unsteady_band = 0.0
+    if x_of is not None and (noise_rel is not None or ramp_shifts is not None):
         points_bs, points_x = band_points(cells, bs_knots, x_of)
         grid = additive_design(points_bs, bs_knots, points_x, x_knots)
-        noise_band_rel = table_noise_band_rel(design, a_inv, w, y, noise_rel, beta, grid)
+        if noise_rel is not None:
+            noise_band_rel = table_noise_band_rel(design, a_inv, w, y, noise_rel, beta, grid)
+        if ramp_shifts is not None:
+            ramp_band = ramp_band_rel(design, a_inv, w, y, ramp_shifts, beta, grid)
+        if unsteady is not None and any(unsteady):
+            kept_w = np.where(np.asarray(unsteady, dtype=bool), 0.0, w)
+            unsteady_band = unsteady_shift_rel(design, kept_w, y, lam * penalty_gram, beta, grid)
     return _PenalisedFit(
         bias=float(beta[0]),
         bs_knots=bs_knots,
@@ -413,6 +484,8 @@ def _fit_penalised(
         loo_seconds=loo_seconds,
         leverage=[float(h) for h in leverage],
         noise_band_rel=noise_band_rel,
+        ramp_band_rel=ramp_band,
+        unsteady_rel=unsteady_band,
     )
 
 
@@ -453,7 +526,9 @@ def fit_additive_cells(
             for c in merged
         ]
     counts = [len(grouped[(c.bs, c.m)]) for c in merged]
-    noise_rel = merged_noise_rel([grouped[(c.bs, c.m)] for c in merged])
+    groups = [grouped[(c.bs, c.m)] for c in merged]
+    noise_rel = merged_noise_rel(groups)
+    ramp_shifts = merged_ramp_shifts(groups)
     by_tier = use_tiers and all(c.tier is not None and c.tier >= c.m for c in merged)
     theta_x = [int(c.tier) if by_tier and c.tier is not None else c.m for c in merged]
     ordered_tiers = sorted(tiers or [])
@@ -462,7 +537,8 @@ def fit_additive_cells(
         tier = _tier_at(ordered_tiers, m) if by_tier else None
         return m if tier is None else tier
 
-    fit = _fit_penalised(merged, theta_x, counts, noise_rel, x_of)
+    unsteady = [any(c.drift_dropped for c in group) for group in groups]
+    fit = _fit_penalised(merged, theta_x, counts, noise_rel, x_of, ramp_shifts, unsteady)
     if not fit.bias > 0:
         raise ValueError(
             f"The additive fit gave bias_seconds={fit.bias:.6g} <= 0, which SGLang refuses; the "
@@ -486,6 +562,8 @@ def fit_additive_cells(
         loo_rel=leave_one_out_rel(merged, lambda i: fit.loo_seconds[i]),
         probe_seconds=[c.t for c in merged],
         noise_band_rel=fit.noise_band_rel,
+        ramp_band_rel=fit.ramp_band_rel,
+        unsteady_rel=fit.unsteady_rel,
         loo_noise_sd_rel=(
             None
             if noise_rel is None

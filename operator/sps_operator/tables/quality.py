@@ -41,6 +41,19 @@ class Cell:
     tier: int | None = None
     # Half-width of the round's confidence interval of its median, relative to `t`.
     ci_rel_half: float | None = None
+    # A round corrected for the clock ramp: its CI before the correction's uncertainty was
+    # added (relative half-width), and where `t` would be (relative shift, low ≤ 0 ≤ high)
+    # were the slow-down at the high or the low end of the ramp model's region. That error
+    # is one (A, τ) for every round of the run, so the fit sees it as a shared shift, not as
+    # independent noise (`bound.ramp_band_rel`).
+    noise_ci_rel_half: float | None = None
+    ramp_shift_rel: tuple[float, float] = (0.0, 0.0)
+    # A round of a run on a clock ramp whose drift test dropped its first steps (its level
+    # was still falling when it began: the ramp re-armed by an idle gap, or one the model
+    # does not describe): what it kept may still be falling, beyond what its CI says (the
+    # bench's clock-ramp cells: 56 of 76 such rounds off by more than their CI). Off a
+    # ramp such drops are noise (2 of 57 outside their CI) and this stays False.
+    drift_dropped: bool = False
 
 
 @dataclass(frozen=True)
@@ -120,13 +133,19 @@ def error_bound_rel(
     loo_rel: Sequence[float] | None = None,
     noise_band_rel: float | None = None,
     loo_noise_sd_rel: Sequence[float] | None = None,
+    ramp_band_rel: float = 0.0,
+    unsteady_rel: float = 0.0,
 ) -> float:
     """One figure bounding |table − truth| / truth over the grid.
 
     With the fit's own propagation of the cells' noise (`noise_band_rel`: the largest
     relative standard deviation the noise leaves in the table, and `loo_noise_sd_rel`: the
     part of each leave-one-out error, `loo_rel`, that is noise) the bound is
-    `_fitted_bound`; otherwise the cruder one below.
+    `_fitted_bound`, its noise band combined (root sum of squares) with `ramp_band_rel`,
+    what the clock-ramp correction's uncertainty leaves (one error shared by the corrected
+    rounds, so not part of the noise band), plus `unsteady_rel`, how far the table moves
+    without the rounds of a ramp run whose start still fell; otherwise the cruder one
+    below (plus `unsteady_rel` too).
 
     Three ways the table can be wrong. At a probe, by the measurement: its CI, widened so
     all probes are covered at once. Between probes, by interpolation: leave-one-out measures
@@ -138,8 +157,10 @@ def error_bound_rel(
     moves across the step, by at most the step's height when costs rise with load.
     """
     if noise_band_rel is not None and loo_rel is not None and loo_noise_sd_rel is not None:
-        bound = _fitted_bound(noise_band_rel, loo_rel, loo_noise_sd_rel)
-        return _finite_bound(bound + within_step_rel)
+        # Two independent errors, each at 95 %: the cells' noise and the run's one (A, τ).
+        noise = math.hypot(noise_band_rel, ramp_band_rel)
+        bound = _fitted_bound(noise, loo_rel, loo_noise_sd_rel)
+        return _finite_bound(bound + unsteady_rel + within_step_rel)
     noise = 0.0 if ci_rel_max is None else ci_rel_max * _family_z(num_probes) / ROUND_CI_LEVEL_Z
     if loo_rel_max is not None:
         between = loo_rel_max
@@ -149,7 +170,7 @@ def error_bound_rel(
             (abs(b - a) / min(a, b) for a, b in itertools.pairwise(ordered)),
             default=0.0,
         )
-    return _finite_bound(max(noise, between) + within_step_rel)
+    return _finite_bound(max(noise, between) + within_step_rel + unsteady_rel)
 
 
 def _finite_bound(bound: float) -> float:
@@ -208,6 +229,8 @@ def evaluate(
     within_step_rel: float = 0.0,
     noise_band_rel: float | None = None,
     loo_noise_sd_rel: Sequence[float] | None = None,
+    ramp_band_rel: float = 0.0,
+    unsteady_rel: float = 0.0,
 ) -> FitQuality:
     """Residual statistics of `table` over `cells`, and its predicted error against truth.
 
@@ -273,5 +296,7 @@ def evaluate(
             loo_rel=loo_rel,
             noise_band_rel=noise_band_rel,
             loo_noise_sd_rel=loo_noise_sd_rel,
+            ramp_band_rel=ramp_band_rel,
+            unsteady_rel=unsteady_rel,
         ),
     )
