@@ -19,7 +19,7 @@ from sps_operator.profiler.rounds import (
     postprocess_round,
     round_finished,
     rows_from_payload,
-    steady_with_clocks,
+    steady_part,
 )
 
 K = 8
@@ -108,9 +108,9 @@ def test_a_round_places_its_window_on_the_run_clock() -> None:
     assert start == pytest.approx(100.4)
     assert end == pytest.approx(100.4 + 59 * 0.01)
     assert "clock_s" not in process([data], bs=4).to_summary()  # no clock kept: no field
-    times, clocks = steady_with_clocks([data], bs=4, prompt_len=250, pinned=False, clock_start=5.0)
-    assert len(times) == len(clocks) == 60
-    assert clocks[0] == pytest.approx(5.4) and clocks[1] == pytest.approx(5.41)
+    part = steady_part([data], bs=4, prompt_len=250, pinned=False, clock_start=5.0)
+    assert len(part.times) == len(part.clocks) == len(part.contexts) == 60
+    assert part.clocks[0] == pytest.approx(5.4) and part.clocks[1] == pytest.approx(5.41)
 
 
 def test_dp_ranks_are_averaged_and_off_target_steps_dropped() -> None:

@@ -19,19 +19,21 @@ from sps_operator.profiler.rounds import (
     PinExpectation,
     RoundError,
     RoundOutcome,
+    SteadySeries,
     StepRow,
     align,
     check_pin,
     live_progress,
     postprocess_round,
     round_finished,
-    steady_with_clocks,
+    steady_part,
 )
 from sps_operator.profiler.session import Session
 from sps_operator.profiler.steady import (
     AR1_MARGIN_SE,
     MIN_SETTLE_SECONDS,
     ar1_from_differences,
+    shows_no_fall,
     still_falling,
 )
 from sps_operator.profiler.sweep import ROUND_WARMUP_STEPS, RoundSettings, SweepCell
@@ -128,12 +130,17 @@ class ActiveRound:
         *,
         clock_start: float = 0.0,
         probe: Sequence[Chunk] = (),
+        previous: SteadySeries | None = None,
     ) -> None:
         self.session, self.cell, self.settings, self.plan = session, cell, settings, plan
         # Warm-up only: the steady step times of the warm-up rounds before this one, and
         # their chunks on the run clock (the ramp model's probe).
         self.history = list(history)
         self.probe = list(probe)
+        # Warm-up only: the warm-up round before this one (`steady_part`), and the same once
+        # it counts in this round's measurement (`_carry_previous`).
+        self.previous = previous
+        self.carried: SteadySeries | None = None
         # The run clock (seconds of decode steps since the run's first) at this round's start.
         self.clock_start = clock_start
         self.clock_end = clock_start
@@ -175,16 +182,35 @@ class ActiveRound:
     def warmup_done(self) -> bool:
         return self.settled or self.capped
 
-    def chunks(self, rank_rows: Sequence[Sequence[StepRow]]) -> list[Chunk]:
-        """This round's steady steps as the ramp model's chunks on the run clock."""
-        times, clocks = steady_with_clocks(
+    def steady_part(self, rank_rows: Sequence[Sequence[StepRow]]) -> SteadySeries:
+        """This round's steady steps on the run clock."""
+        return steady_part(
             rank_rows,
             bs=self.cell.bs,
             prompt_len=self.plan.rule.prompt_len,
             pinned=self.cell.frac is not None,
             clock_start=self.clock_start,
         )
-        return chunk_series(times, clocks)
+
+    def chunks(self, rank_rows: Sequence[Sequence[StepRow]]) -> list[Chunk]:
+        """This round's steady steps as the ramp model's chunks on the run clock."""
+        part = self.steady_part(rank_rows)
+        return chunk_series(part.times, part.clocks)
+
+    def _carry_previous(self, times: Sequence[float]) -> SteadySeries | None:
+        """Warm-up, on settling: the previous warm-up round's steps, when they and this
+        round's show no fall from their start. They were measured at the same cell with the
+        same prompts on clocks that had already settled, so they count in the cell's
+        measurement (a settled round is otherwise judged from its own first step, and on a
+        noisy GPU a round that ran out unsettled is ≈ a whole measuring round thrown away)."""
+        previous = self.previous
+        if previous is None or not previous.times:
+            return None
+        rule = self.plan.rule
+        quiet = shows_no_fall(
+            [*previous.times, *times], z=rule.z, tolerance_rel=rule.ci_rel_width / 2
+        )
+        return previous if quiet else None
 
     def _ramp_probed(self, rank_rows: Sequence[Sequence[StepRow]], times: Sequence[float]) -> bool:
         """Warm-up: has it covered `MIN_SETTLE_SECONDS`, do its steps still fall (the ramp is
@@ -227,7 +253,11 @@ class ActiveRound:
                 rank_rows = self._new_rows(polled)
                 _pin_early_check(session, rank_rows, self.cell, self.where)
                 aligned_count, stats, times = live_progress(
-                    rank_rows, bs=self.cell.bs, rule=plan.rule, pinned=self.cell.frac is not None
+                    rank_rows,
+                    bs=self.cell.bs,
+                    rule=plan.rule,
+                    pinned=self.cell.frac is not None,
+                    carried=self.carried,
                 )
                 self.steady_steps = len(times)
                 self.steady_times = times
@@ -236,7 +266,10 @@ class ActiveRound:
                 ):
                     self.capped = len(self.history) + len(times) >= MAX_WARMUP_STEPS
                     self.settled = not self.capped
-                    goal = "measure"  # on as the cell's round, judged from its first step
+                    # On as the cell's round, judged from its first step (or the previous
+                    # warm-up round's, when they show no fall).
+                    goal = "measure"
+                    self.carried = self._carry_previous(times) if self.settled else None
                 elif goal == "settle" and self._ramp_probed(rank_rows, times):
                     self.probed = True
                     break  # the sweep starts; this cell is measured again at the end
@@ -310,6 +343,7 @@ class ActiveRound:
             rule=self.plan.rule,
             load_info=load_info,
             clock_start=self.clock_start,
+            carried=self.carried,
         )
         return MeasuredRound(outcome=outcome, rank_rows=rank_rows)
 

@@ -23,7 +23,7 @@ from sps_operator.profiler import artifacts
 from sps_operator.profiler.active_round import ActiveRound, MeasuredRound, record_lines
 from sps_operator.profiler.client import DsparkClient, ServerUnavailableError
 from sps_operator.profiler.round_plans import round_plan, warmup_plan
-from sps_operator.profiler.rounds import PinNotTakenError, RoundError, StepRow
+from sps_operator.profiler.rounds import PinNotTakenError, RoundError, SteadySeries, StepRow
 from sps_operator.profiler.server import (
     ServerCheckError,
     ServerContext,
@@ -46,7 +46,14 @@ from sps_operator.profiler.sweep import (
     cell_key_of_round,
     round_max_new_tokens,
 )
-from sps_operator.tables.clockramp import CHUNK_STEPS, MIN_CHUNKS, Chunk, stranded_rounds, thinned
+from sps_operator.tables.clockramp import (
+    CHUNK_STEPS,
+    MIN_CHUNKS,
+    Chunk,
+    chunk_series,
+    stranded_rounds,
+    thinned,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -336,6 +343,7 @@ def _start_round(
     probe: list[Chunk],
     recent: Sequence[int],
     correlations: Sequence[tuple[float, float]],
+    warmup_previous: SteadySeries | None = None,
 ) -> ActiveRound | None:
     """Start the round of queue[index] (None past the end), planned for its kind from what
     the rounds before it showed."""
@@ -351,6 +359,7 @@ def _start_round(
             warmup_history,
             clock_start=clock,
             probe=probe,
+            previous=warmup_previous,
         )
     if kind == "pre-flight":
         plan = round_plan(settings, PREFLIGHT_STEADY_STEPS, goal="probe")
@@ -383,6 +392,7 @@ def _drive(
     correlations: list[tuple[float, float]] = []  # measured rounds' step (φ, se): the prior
     queue: list[Job] = list(jobs)
     warmup_history: list[float] = []  # steady step times of the warm-up rounds so far
+    warmup_previous: SteadySeries | None = None  # the last of them, as a series
     # The warm-up ended on a live ramp: the rounds until the anchor are measured on it.
     on_ramp = False
     probe: list[Chunk] = []  # the same, as the clock-ramp model's chunks
@@ -391,7 +401,16 @@ def _drive(
 
     def start(index: int) -> ActiveRound | None:
         return _start_round(
-            session, settings, queue, index, clock, warmup_history, probe, recent, correlations
+            session,
+            settings,
+            queue,
+            index,
+            clock,
+            warmup_history,
+            probe,
+            recent,
+            correlations,
+            warmup_previous,
         )
 
     active = start(0)
@@ -413,7 +432,8 @@ def _drive(
         if kind == "warm-up" and failure is None:
             if not active.warmup_done:
                 warmup_history.extend(active.steady_times)
-                probe.extend(active.chunks(rows))
+                warmup_previous = active.steady_part(rows)
+                probe.extend(chunk_series(warmup_previous.times, warmup_previous.clocks))
             queue = after_warmup_round(
                 queue, index, settled=active.warmup_done, probed=active.probed
             )

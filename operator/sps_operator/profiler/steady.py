@@ -463,6 +463,30 @@ def still_falling(times: Sequence[float], *, z: float) -> bool:
     return medians[1] - medians[2] > z * math.hypot(ses[1], ses[2])
 
 
+def _quiet(
+    medians: Sequence[float], ses: Sequence[float], *, z: float, tolerance_rel: float
+) -> bool:
+    """Thirds that show no fall: none beyond noise from the second to the last nor from the
+    first to the last, and the fall's confidence bound within a few tolerances."""
+    d2 = medians[1] - medians[2]
+    fall, fall_noise = medians[0] - medians[2], math.hypot(ses[0], ses[2])
+    return (
+        d2 <= z * math.hypot(ses[1], ses[2])
+        and fall <= z * fall_noise
+        and max(fall, 0.0) + z * fall_noise <= QUIET_FALL_TOLERANCES * tolerance_rel * medians[2]
+    )
+
+
+def shows_no_fall(times: Sequence[float], *, z: float, tolerance_rel: float) -> bool:
+    """Do the step times show no fall from their start (`clocks_settled`'s quiet test,
+    whatever span they cover)? What lets an earlier warm-up round's steps count as the cell's
+    measurement: a series that fell was still on the ramp at its start."""
+    if len(times) < 6 * MIN_STEPS_PER_PART:
+        return False
+    medians, ses = _third_medians(times, z)
+    return _quiet(medians, ses, z=z, tolerance_rel=tolerance_rel)
+
+
 def clocks_settled(
     times: Sequence[float],
     *,
@@ -488,15 +512,10 @@ def clocks_settled(
     if len(times) < 6 * MIN_STEPS_PER_PART or math.fsum(times) < min_seconds:
         return False
     medians, ses = _third_medians(times, z)
+    if _quiet(medians, ses, z=z, tolerance_rel=tolerance_rel):
+        return True
     d1, d2 = medians[0] - medians[1], medians[1] - medians[2]
     late_noise = math.hypot(ses[1], ses[2])
-    fall, fall_noise = d1 + d2, math.hypot(ses[0], ses[2])
-    if (
-        d2 <= z * late_noise
-        and fall <= z * fall_noise
-        and max(fall, 0.0) + z * fall_noise <= QUIET_FALL_TOLERANCES * tolerance_rel * medians[2]
-    ):
-        return True
     d2_high = max(d2, 0.0) + z * late_noise
     if d1 <= d2_high:
         return False  # not decaying yet, or too noisy to tell how fast
