@@ -33,7 +33,7 @@ from sps_operator.profiler.steady import (
     AR1_MARGIN_SE,
     MIN_SETTLE_SECONDS,
     ar1_from_differences,
-    shows_no_fall,
+    level_from,
     still_falling,
 )
 from sps_operator.profiler.sweep import ROUND_WARMUP_STEPS, RoundSettings, SweepCell
@@ -198,19 +198,27 @@ class ActiveRound:
         return chunk_series(part.times, part.clocks)
 
     def _carry_previous(self, times: Sequence[float]) -> SteadySeries | None:
-        """Warm-up, on settling: the previous warm-up round's steps, when they and this
-        round's show no fall from their start. They were measured at the same cell with the
-        same prompts on clocks that had already settled, so they count in the cell's
-        measurement (a settled round is otherwise judged from its own first step, and on a
-        noisy GPU a round that ran out unsettled is ≈ a whole measuring round thrown away)."""
+        """Warm-up, on settling: the previous warm-up round's steps from where the settled
+        series reads level (`steady.level_from`). They were measured at the same cell with
+        the same prompts on clocks that had settled, so they count in the cell's measurement
+        (a settled round is otherwise judged from its own first step, and on a noisy GPU a
+        warm-up round that ran out unsettled is a whole measuring round thrown away)."""
         previous = self.previous
         if previous is None or not previous.times:
             return None
         rule = self.plan.rule
-        quiet = shows_no_fall(
-            [*previous.times, *times], z=rule.z, tolerance_rel=rule.ci_rel_width / 2
+        start = level_from([*self.history, *times], z=rule.z, tolerance_rel=rule.ci_rel_width / 2)
+        if start is None:
+            return None
+        # The previous round is the history's last; its series may hold a few more steps
+        # than the history got (read at its end, not at its last poll): counted from the
+        # history's end, a later start, never an earlier one.
+        offset = max(0, start - (len(self.history) - len(previous)))
+        if offset >= len(previous):
+            return None
+        return SteadySeries(
+            previous.times[offset:], previous.contexts[offset:], previous.clocks[offset:]
         )
-        return previous if quiet else None
 
     def _ramp_probed(self, rank_rows: Sequence[Sequence[StepRow]], times: Sequence[float]) -> bool:
         """Warm-up: has it covered `MIN_SETTLE_SECONDS`, do its steps still fall (the ramp is

@@ -71,6 +71,17 @@ def append_lines(path: Path, lines: Iterable[Mapping[str, Any]]) -> None:
         os.fsync(handle.fileno())
 
 
+def write_lines_atomic(path: Path, lines: Iterable[Mapping[str, Any]]) -> None:
+    """Rewrite a JSONL file whole (a round replaced), never leaving a half-written one."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        for line in lines:
+            handle.write(json.dumps(line, separators=(",", ":")) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Lines of a JSONL file; a torn last line (crash mid-write) is dropped, others must parse."""
     if not path.exists():

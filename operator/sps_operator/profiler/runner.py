@@ -22,6 +22,7 @@ from sps_operator.dspark_arith import pinned_verify_tokens, round_up
 from sps_operator.profiler import artifacts
 from sps_operator.profiler.active_round import ActiveRound, MeasuredRound, record_lines
 from sps_operator.profiler.client import DsparkClient, ServerUnavailableError
+from sps_operator.profiler.cross_round import Level, replaces, slow_outliers
 from sps_operator.profiler.round_plans import round_plan, warmup_plan
 from sps_operator.profiler.rounds import PinNotTakenError, RoundError, SteadySeries, StepRow
 from sps_operator.profiler.server import (
@@ -63,6 +64,10 @@ FALLBACK_VOCAB_SIZE = 32000
 # again up to this many times; the last round is kept whatever it shows (flagged by its CI
 # and drift), so a GPU that is always capped still gets a table the gates can judge.
 MAX_RISE_REMEASURES = 2
+
+# Records a concluded round: (its cell, the round, whether it replaces the cell's round
+# recorded before: `cross_round.replaces`).
+Recorder = Callable[[SweepCell, MeasuredRound, bool], None]
 
 
 class ProfilerError(RuntimeError):
@@ -283,12 +288,20 @@ def run_profile(
         session = Session(client, context, vocab, cfg.settings.temperature)
         pin_reset: str | None = None
 
-        def record(cell: SweepCell, measured: MeasuredRound) -> None:
+        def record(cell: SweepCell, measured: MeasuredRound, replace: bool = False) -> None:
             summary = measured.outcome.to_summary() | measured.extra
             if "clock_s" in summary:
                 # Which run's clock: a resumed run starts a clock of its own.
                 summary["clock_run"] = run_id
             artifacts.append_lines(paths.records, record_lines(measured))
+            if replace:
+                # The cell's earlier round read a clock cap: out of the rounds the table is
+                # fitted from (its step records stay in the records file).
+                earlier = [i for i, r in enumerate(rounds) if cell_key_of_round(r) == cell.key]
+                if earlier:
+                    del rounds[earlier[-1]]
+                    artifacts.write_lines_atomic(paths.rounds, rounds)
+                    progress.done -= 1  # the same cell, not one more
             artifacts.append_lines(paths.rounds, [summary])
             rounds.append(summary)
             for w in measured.outcome.warnings:
@@ -383,10 +396,12 @@ def _drive(
     session: Session,
     cfg: RunConfig,
     jobs: Sequence[Job],
-    record: Callable[[SweepCell, MeasuredRound], None],
+    record: Recorder,
 ) -> None:
     """Run the rounds back to back: the next one starts as soon as this one's records are
-    read, before they are validated and written, so the GPU does not idle in between."""
+    read, before they are validated and written, so the GPU does not idle in between.
+    Once every cell is measured, cells that read far slower than their neighbours are
+    measured again (`cross_round`)."""
     settings = cfg.settings
     recent: list[int] = []  # steady steps of the last rounds: the next one's expected length
     correlations: list[tuple[float, float]] = []  # measured rounds' step (φ, se): the prior
@@ -398,6 +413,9 @@ def _drive(
     probe: list[Chunk] = []  # the same, as the clock-ramp model's chunks
     clock = 0.0  # seconds of decode steps since the run's first: the ramp's time axis
     remeasured: dict[tuple[int, int, float | None], int] = {}  # rises measured again, per cell
+    # This run's recorded rounds off any clock ramp, for the check across rounds.
+    levels: dict[tuple[int, int, float | None], Level] = {}
+    rechecked = False
 
     def start(index: int) -> ActiveRound | None:
         return _start_round(
@@ -451,7 +469,7 @@ def _drive(
             queue.append(("cell", cell))  # measured on a round of its own after all
         rise = measured.outcome.level_rise if measured is not None else None
         if (
-            kind == "cell"
+            kind in ("cell", "recheck")
             and rise is not None
             and remeasured.get(cell.key, 0) < MAX_RISE_REMEASURES
         ):
@@ -467,18 +485,30 @@ def _drive(
             )
             # Right after the round already started, so the run's order (a ramp's anchor
             # last) holds.
-            queue.insert(index + 2, ("cell", cell))
+            queue.insert(index + 2, (kind, cell))
             if following is None:
                 following = start(index + 1)
             active = following
             index += 1
             continue
         try:
-            _conclude(kind, cell, active, measured, failure, record)
+            _conclude(kind, cell, active, measured, failure, record, levels)
         except BaseException:
             if following is not None:
                 following.abandon()
             raise
+        if following is None and not rechecked:
+            rechecked = True
+            slow = slow_outliers(list(levels.values()))
+            if slow:
+                logger.warning(
+                    "%d rounds read far slower than their neighbours (a clock cap over a "
+                    "whole round?); measuring them again: %s",
+                    len(slow),
+                    ", ".join(f"bs={bs} frac={frac}" for _r, bs, frac in slow),
+                )
+            queue.extend(("recheck", SweepCell(*key)) for key in slow)
+            following = start(index + 1)
         active = following
         index += 1
 
@@ -513,9 +543,38 @@ def _conclude(
     active: ActiveRound,
     measured: MeasuredRound | None,
     failure: RoundError | None,
-    record: Callable[[SweepCell, MeasuredRound], None],
+    record: Recorder,
+    levels: dict[tuple[int, int, float | None], Level],
 ) -> None:
-    """What a finished round means for the run."""
+    """What a finished round means for the run; `levels` keeps the recorded rounds' step
+    times (those off a clock ramp) for the check across rounds."""
+    if kind == "recheck" and failure is not None:
+        logger.warning(
+            "Round bs=%d frac=%s measured again failed (%s): the first round stands.",
+            cell.bs,
+            cell.frac,
+            failure,
+        )
+        return
+    if measured is not None and kind != "pre-flight" and failure is None:
+        level = _level_of(cell, measured)
+        if kind == "recheck":
+            first = levels.get(cell.key)
+            if first is None or not replaces(first, level):
+                logger.warning(
+                    "Round bs=%d frac=%s measured again reads %.4g s against %.4g s: the "
+                    "first round stands.",
+                    cell.bs,
+                    cell.frac,
+                    level.step_time,
+                    first.step_time if first else float("nan"),
+                )
+                return
+            levels[cell.key] = level
+            record(cell, measured, True)
+            return
+        if not ({"clock_on_ramp", "clock_ramp"} & measured.extra.keys()):
+            levels[cell.key] = level
     if kind == "warm-up":
         if isinstance(failure, PinNotTakenError):
             raise failure
@@ -532,7 +591,7 @@ def _conclude(
                 len(active.history) + active.steady_steps,
             )
         if measured is not None:
-            record(cell, measured)
+            record(cell, measured, False)
         return
     if kind == "pre-flight":
         if isinstance(failure, PinNotTakenError):
@@ -547,7 +606,12 @@ def _conclude(
     if failure is not None:
         raise failure
     assert measured is not None
-    record(cell, measured)
+    record(cell, measured, False)
+
+
+def _level_of(cell: SweepCell, measured: MeasuredRound) -> Level:
+    stats = measured.outcome.stats
+    return Level(cell.key, measured.outcome.batch_tokens, stats.median, stats.se)
 
 
 def _safe_reset(session: Session) -> str:
