@@ -12,6 +12,7 @@ from sps_operator.profiler.rounds import (
     PinExpectation,
     PinNotTakenError,
     RoundError,
+    SteadySeries,
     StepRow,
     StoppingRule,
     check_pin,
@@ -62,6 +63,7 @@ def process(
     frac: float | None = None,
     dp: int = 1,
     clock_start: float | None = None,
+    carried: SteadySeries | None = None,
 ):
     return postprocess_round(
         rank_rows,
@@ -75,6 +77,7 @@ def process(
         rule=RULE,
         load_info={},
         clock_start=clock_start,
+        carried=carried,
     )
 
 
@@ -322,3 +325,24 @@ def test_a_ring_full_while_steps_go_on_is_too_small() -> None:
     watch.check([_ring_rows(1, 40)])
     with pytest.raises(RoundError, match="ring too small"):
         watch.check([_ring_rows(11, 50)])
+
+
+def test_a_carried_warm_up_round_counts_in_the_measurement() -> None:
+    # The previous warm-up round's 60 steady steps (same prompts: same contexts) at 10 ms,
+    # then this round's 60: one window of 120, its clocks from the carried steps' first.
+    data = rows(8, 4, 32, t=0.05) + rows(60, 4, 32, t=0.01, first_ct=8, noise=0.02, seed=3)
+    previous = steady_part(
+        [rows(8, 4, 32, t=0.05) + rows(60, 4, 32, t=0.01, noise=0.02, seed=4, first_ct=8)],
+        bs=4,
+        prompt_len=RULE.prompt_len,
+        pinned=False,
+        clock_start=1.0,
+    )
+    alone = process([data], bs=4, clock_start=3.0).to_summary()
+    summary = process([data], bs=4, clock_start=3.0, carried=previous).to_summary()
+    assert alone["num_steady_steps"] == 60 and "carried_warmup_steps" not in alone
+    assert summary["num_steady_steps"] == 120
+    assert summary["carried_warmup_steps"] == 60
+    assert summary["clock_s"][0] == pytest.approx(previous.clocks[0])
+    assert summary["ci_rel_width"] < alone["ci_rel_width"]
+    assert summary["median_step_time"] == pytest.approx(0.01, rel=0.02)

@@ -7,6 +7,7 @@ and validated; `RingWatch` notices a record ring too small for a round. The swee
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -131,6 +132,7 @@ class ActiveRound:
         clock_start: float = 0.0,
         probe: Sequence[Chunk] = (),
         previous: SteadySeries | None = None,
+        end_on_rise: bool = False,
     ) -> None:
         self.session, self.cell, self.settings, self.plan = session, cell, settings, plan
         # Warm-up only: the steady step times of the warm-up rounds before this one, and
@@ -177,6 +179,10 @@ class ActiveRound:
         self.probed = False
         self.steady_steps = 0
         self.steady_times: list[float] = []
+        # A measuring round whose steps rose mid-round (`steady.level_rise`), seen live: it
+        # is ended there and measured again, not run on to its CI over a clock cap.
+        self.rose: float | None = None
+        self.end_on_rise = end_on_rise
 
     @property
     def warmup_done(self) -> bool:
@@ -297,6 +303,10 @@ class ActiveRound:
                 ):
                     self.reached = stats is not None and stats.done
                     break
+                if self.end_on_rise and goal == "measure" and stats is not None:
+                    self.rose = plan.rule.rise(times)
+                    if self.rose is not None:
+                        break  # measured again (`runner`): its further steps are spent for nothing
                 if not self.load.is_alive():
                     break  # the batch finished or failed: no more steps will come
         # Ending the round must happen even past its deadline (a short bound of its own).
@@ -353,6 +363,9 @@ class ActiveRound:
             clock_start=self.clock_start,
             carried=self.carried,
         )
+        if self.rose is not None and outcome.level_rise is None:
+            # Its last steps may no longer show the rise they showed live: still not kept.
+            outcome = dataclasses.replace(outcome, level_rise=self.rose)
         return MeasuredRound(outcome=outcome, rank_rows=rank_rows)
 
 

@@ -7,9 +7,9 @@ the cap that lies entirely inside it shows nothing: its steps are steady, only a
 (20 % in the simulator's throttling column, 23 % off in a table). What does show is its level
 against the rounds of the same sweep either side of it: step time is smooth in the batch's
 tokens, and a cap only ever slows. So once the sweep is done, each round's step time is
-compared with the line through its two nearest neighbours (by batch tokens, at the same
-repeat and pin); one far above it is measured again, and the new round replaces it only if
-it is faster beyond noise (`replaces`).
+compared with the lines through pairs of its nearest neighbours (by batch tokens, at the
+same repeat and pin); one far above all of them is measured again, and the new round
+replaces it only if it is faster beyond noise (`replaces`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ SLOW_MIN_REL = 0.05
 # A measurement again replaces the first only if it is faster by this many standard errors
 # of the difference (noise alone must not pick the faster of two reads).
 FASTER_Z = 2.0
+# The lines a round is judged against go through two of its this many nearest rounds.
+NEAREST = 4
 
 
 @dataclass(frozen=True)
@@ -39,33 +41,30 @@ class Level:
     se: float  # its standard error
 
 
-def _expected(point: Level, near: Sequence[Level]) -> tuple[float, float]:
-    """The step time the line through `near` (two rounds) gives at `point`, and its
-    standard error."""
-    a, b = near
+def _expected(point: Level, a: Level, b: Level) -> tuple[float, float]:
+    """The step time the line through rounds `a` and `b` gives at `point`, and its standard
+    error."""
     weight = (point.batch_tokens - a.batch_tokens) / (b.batch_tokens - a.batch_tokens)
     value = a.step_time + weight * (b.step_time - a.step_time)
     return value, math.hypot((1 - weight) * a.se, weight * b.se)
 
 
-def _nearest_pair(point: Level, others: Sequence[Level]) -> list[Level] | None:
-    """The neighbours either side of `point` (by batch tokens), else the two nearest on its
-    one side; None without two at distinct token counts."""
-    below = [o for o in others if o.batch_tokens < point.batch_tokens]
-    above = [o for o in others if o.batch_tokens > point.batch_tokens]
-    below.sort(key=lambda o: o.batch_tokens, reverse=True)
-    above.sort(key=lambda o: o.batch_tokens)
-    if below and above:
-        return [below[0], above[0]]
-    side = below or above
-    distinct = {o.batch_tokens: o for o in reversed(side)}
-    ordered = sorted(distinct.values(), key=lambda o: abs(o.batch_tokens - point.batch_tokens))
-    return ordered[:2] if len(ordered) >= 2 else None
+def _neighbour_pairs(point: Level, others: Sequence[Level]) -> list[tuple[Level, Level]]:
+    """Pairs among the rounds nearest to `point` in batch tokens."""
+    near = sorted(others, key=lambda o: abs(o.batch_tokens - point.batch_tokens))[:NEAREST]
+    return [
+        (a, b)
+        for i, a in enumerate(near)
+        for b in near[i + 1 :]
+        if a.batch_tokens != b.batch_tokens
+    ]
 
 
 def slow_outliers(levels: Sequence[Level]) -> list[tuple[int, int, float | None]]:
-    """The cells whose round reads far slower than its neighbours' line (same repeat and
-    pin), in the order given."""
+    """The cells whose round reads far slower than every line through two of its nearest
+    neighbours (same repeat and pin), in the order given. Every line, not one: a neighbour
+    inside a cap itself (or fast by chance) bends the line through it, and must not make a
+    good round read slow."""
     flagged = []
     for point in levels:
         repeat, _bs, frac = point.key
@@ -79,15 +78,19 @@ def slow_outliers(levels: Sequence[Level]) -> list[tuple[int, int, float | None]
             and o.step_time > 0
             and math.isfinite(o.se)
         ]
-        near = _nearest_pair(point, others)
-        if near is None:
-            continue
-        expected, expected_se = _expected(point, near)
-        excess = point.step_time - expected
-        noise = math.hypot(point.se, expected_se)
-        if expected > 0 and excess > SLOW_Z * noise and excess > SLOW_MIN_REL * expected:
+        pairs = _neighbour_pairs(point, others)
+        if pairs and all(_far_above(point, *_expected(point, a, b)) for a, b in pairs):
             flagged.append(point.key)
     return flagged
+
+
+def _far_above(point: Level, expected: float, expected_se: float) -> bool:
+    excess = point.step_time - expected
+    return (
+        expected > 0
+        and excess > SLOW_Z * math.hypot(point.se, expected_se)
+        and excess > SLOW_MIN_REL * expected
+    )
 
 
 def replaces(first: Level, again: Level) -> bool:

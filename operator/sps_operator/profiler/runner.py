@@ -357,9 +357,11 @@ def _start_round(
     recent: Sequence[int],
     correlations: Sequence[tuple[float, float]],
     warmup_previous: SteadySeries | None = None,
+    end_on_rise: bool = False,
 ) -> ActiveRound | None:
     """Start the round of queue[index] (None past the end), planned for its kind from what
-    the rounds before it showed."""
+    the rounds before it showed; `end_on_rise`: a rise would be measured again, so the round
+    ends as soon as one shows."""
     if index >= len(queue):
         return None
     kind, cell = queue[index]
@@ -389,7 +391,7 @@ def _start_round(
         plan = round_plan(
             settings, expected_steps=expected, ar1_prior=Ar1Prior.pooled(correlations)
         )
-    return ActiveRound(session, cell, settings, plan, clock_start=clock)
+    return ActiveRound(session, cell, settings, plan, clock_start=clock, end_on_rise=end_on_rise)
 
 
 def _drive(
@@ -418,6 +420,12 @@ def _drive(
     rechecked = False
 
     def start(index: int) -> ActiveRound | None:
+        kind, cell = queue[index] if index < len(queue) else ("cell", None)
+        end_on_rise = (
+            kind in ("cell", "recheck")
+            and cell is not None
+            and remeasured.get(cell.key, 0) < MAX_RISE_REMEASURES
+        )
         return _start_round(
             session,
             settings,
@@ -429,6 +437,7 @@ def _drive(
             recent,
             correlations,
             warmup_previous,
+            end_on_rise,
         )
 
     active = start(0)
