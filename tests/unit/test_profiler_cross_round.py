@@ -69,3 +69,9 @@ def test_a_round_measured_again_replaces_the_first_only_when_faster_beyond_noise
     assert replaces(first, Level((0, 4, None), 32, 0.010, 0.00005))
     assert not replaces(first, Level((0, 4, None), 32, 0.0119, 0.00006))  # agrees: real
     assert not replaces(first, Level((0, 4, None), 32, 0.014, 0.00006))  # capped again
+
+
+def test_a_capped_neighbour_does_not_excuse_a_capped_round() -> None:
+    # Seen in the matrix: bs=24 and bs=48 both inside a cap; the line through bs=16 and the
+    # capped bs=24 rises so steeply that bs=48 reads below it. Most lines still show it.
+    assert slow_outliers(sweep({24: 0.20, 48: 0.20})) == [(0, 24, None), (0, 48, None)]
