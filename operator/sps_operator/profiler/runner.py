@@ -417,7 +417,8 @@ def _drive(
     remeasured: dict[tuple[int, int, float | None], int] = {}  # rises measured again, per cell
     # This run's recorded rounds off any clock ramp, for the check across rounds.
     levels: dict[tuple[int, int, float | None], Level] = {}
-    rechecked = False
+    # Cells measured again for the check across rounds (once each).
+    rechecked: set[tuple[int, int, float | None]] = set()
 
     def start(index: int) -> ActiveRound | None:
         kind, cell = queue[index] if index < len(queue) else ("cell", None)
@@ -506,9 +507,11 @@ def _drive(
             if following is not None:
                 following.abandon()
             raise
-        if following is None and not rechecked:
-            rechecked = True
-            slow = slow_outliers(list(levels.values()))
+        if following is None:
+            # Again after each pass: a neighbour replaced may show the next one (a cap
+            # often covers two short rounds in a row).
+            slow = [k for k in slow_outliers(list(levels.values())) if k not in rechecked]
+            rechecked.update(slow)
             if slow:
                 logger.warning(
                     "%d rounds read far slower than their neighbours (a clock cap over a "
