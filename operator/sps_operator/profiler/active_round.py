@@ -252,6 +252,7 @@ class ActiveRound:
         session, settings, plan = self.session, self.settings, self.plan
         client = session.client
         steady_started: float | None = None
+        rise_seen: float | None = None  # the rise the last poll showed
         goal = plan.goal
         with client.deadline(self.deadline, self.where):
             while time.monotonic() < self.deadline:
@@ -304,9 +305,13 @@ class ActiveRound:
                     self.reached = stats is not None and stats.done
                     break
                 if self.end_on_rise and goal == "measure" and stats is not None:
-                    self.rose = plan.rule.rise(times)
-                    if self.rose is not None:
+                    rise = plan.rule.rise(times)
+                    # Seen at two polls in a row: tested at every poll, noise alone would
+                    # show one now and then (a cap's rise stays).
+                    if rise is not None and rise_seen is not None:
+                        self.rose = rise
                         break  # measured again (`runner`): its further steps are spent for nothing
+                    rise_seen = rise
                 if not self.load.is_alive():
                     break  # the batch finished or failed: no more steps will come
         # Ending the round must happen even past its deadline (a short bound of its own).
