@@ -32,7 +32,9 @@ from sps_operator.profiler.rounds import (
 from sps_operator.profiler.session import Session
 from sps_operator.profiler.steady import (
     AR1_MARGIN_SE,
+    LIVE_RISE_BLOCK_STEPS,
     MIN_SETTLE_SECONDS,
+    RISE_BLOCKS,
     ar1_from_differences,
     level_from,
     still_falling,
@@ -304,7 +306,11 @@ class ActiveRound:
                 ):
                     self.reached = stats is not None and stats.done
                     break
-                if self.end_on_rise and goal == "measure" and stats is not None:
+                if (
+                    self.end_on_rise
+                    and goal == "measure"
+                    and len(times) >= RISE_BLOCKS * LIVE_RISE_BLOCK_STEPS
+                ):
                     rise = plan.rule.rise(times)
                     # Seen at two polls in a row: tested at every poll, noise alone would
                     # show one now and then (a cap's rise stays).
