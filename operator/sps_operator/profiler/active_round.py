@@ -283,8 +283,8 @@ class ActiveRound:
                 ):
                     self.capped = len(self.history) + len(times) >= MAX_WARMUP_STEPS
                     self.settled = not self.capped
-                    # On as the cell's round, judged from its first step (or the previous
-                    # warm-up round's, when they show no fall).
+                    # On as the cell's round, judged from its first step (and the previous
+                    # warm-up round's from where the clocks read level).
                     goal = "measure"
                     self.carried = self._carry_previous(times) if self.settled else None
                 elif goal == "settle" and self._ramp_probed(rank_rows, times):
