@@ -294,16 +294,17 @@ def run_profile(
                 # Which run's clock: a resumed run starts a clock of its own.
                 summary["clock_run"] = run_id
             artifacts.append_lines(paths.records, record_lines(measured))
-            if replace:
-                # The cell's earlier round read a clock cap: out of the rounds the table is
-                # fitted from (its step records stay in the records file).
-                earlier = [i for i, r in enumerate(rounds) if cell_key_of_round(r) == cell.key]
-                if earlier:
-                    del rounds[earlier[-1]]
-                    artifacts.write_lines_atomic(paths.rounds, rounds)
-                    progress.done -= 1  # the same cell, not one more
-            artifacts.append_lines(paths.rounds, [summary])
-            rounds.append(summary)
+            earlier = [i for i, r in enumerate(rounds) if cell_key_of_round(r) == cell.key]
+            if replace and earlier:
+                # The cell's earlier round read a clock cap: the new one takes its place in
+                # the rounds the table is fitted from (its step records stay in the records
+                # file).
+                rounds[earlier[-1]] = summary
+                artifacts.write_lines_atomic(paths.rounds, rounds)
+                progress.done -= 1  # the same cell, not one more
+            else:
+                artifacts.append_lines(paths.rounds, [summary])
+                rounds.append(summary)
             for w in measured.outcome.warnings:
                 logger.warning("%s", w)
             progress.tick(
