@@ -294,17 +294,8 @@ def run_profile(
                 # Which run's clock: a resumed run starts a clock of its own.
                 summary["clock_run"] = run_id
             artifacts.append_lines(paths.records, record_lines(measured))
-            earlier = [i for i, r in enumerate(rounds) if cell_key_of_round(r) == cell.key]
-            if replace and earlier:
-                # The cell's earlier round read a clock cap: the new one takes its place in
-                # the rounds the table is fitted from (its step records stay in the records
-                # file).
-                rounds[earlier[-1]] = summary
-                artifacts.write_lines_atomic(paths.rounds, rounds)
+            if artifacts.store_round(paths, rounds, summary, cell.key if replace else None):
                 progress.done -= 1  # the same cell, not one more
-            else:
-                artifacts.append_lines(paths.rounds, [summary])
-                rounds.append(summary)
             for w in measured.outcome.warnings:
                 logger.warning("%s", w)
             progress.tick(
@@ -422,12 +413,7 @@ def _drive(
     rechecked: set[tuple[int, int, float | None]] = set()
 
     def start(index: int) -> ActiveRound | None:
-        kind, cell = queue[index] if index < len(queue) else ("cell", None)
-        end_on_rise = (
-            kind in ("cell", "recheck")
-            and cell is not None
-            and remeasured.get(cell.key, 0) < MAX_RISE_REMEASURES
-        )
+        end_on_rise = index < len(queue) and _remeasures_a_rise(*queue[index], remeasured)
         return _start_round(
             session,
             settings,
@@ -478,24 +464,9 @@ def _drive(
             failure = exc
         if stands_for_cell and measured is None and not isinstance(failure, PinNotTakenError):
             queue.append(("cell", cell))  # measured on a round of its own after all
-        rise = measured.outcome.level_rise if measured is not None else None
-        if (
-            kind in ("cell", "recheck")
-            and rise is not None
-            and remeasured.get(cell.key, 0) < MAX_RISE_REMEASURES
-        ):
-            remeasured[cell.key] = remeasured.get(cell.key, 0) + 1
-            logger.warning(
-                "Round bs=%d frac=%s: its step times rose by %.1f%% mid-round beyond KV growth "
-                "(a clock cap setting in?); not averaged in, measured again (%d of %d).",
-                cell.bs,
-                cell.frac,
-                rise * 100,
-                remeasured[cell.key],
-                MAX_RISE_REMEASURES,
-            )
-            # Right after the round already started, so the run's order (a ramp's anchor
-            # last) holds.
+        if _rose(kind, cell, measured, remeasured):
+            # Measured again right after the round already started, so the run's order (a
+            # ramp's anchor last) holds.
             queue.insert(index + 2, (kind, cell))
             if following is None:
                 following = start(index + 1)
@@ -509,21 +480,60 @@ def _drive(
                 following.abandon()
             raise
         if following is None:
-            # Again after each pass: a neighbour replaced may show the next one (a cap
-            # often covers two short rounds in a row).
-            slow = [k for k in slow_outliers(list(levels.values())) if k not in rechecked]
-            rechecked.update(slow)
-            if slow:
-                logger.warning(
-                    "%d rounds read far slower than their neighbours (a clock cap over a "
-                    "whole round?); measuring them again: %s",
-                    len(slow),
-                    ", ".join(f"bs={bs} frac={frac}" for _r, bs, frac in slow),
-                )
-            queue.extend(("recheck", SweepCell(*key)) for key in slow)
+            queue.extend(_rechecks(levels, rechecked))
             following = start(index + 1)
         active = following
         index += 1
+
+
+def _remeasures_a_rise(
+    kind: RoundKind, cell: SweepCell, remeasured: dict[tuple[int, int, float | None], int]
+) -> bool:
+    """Would a rise in this round be measured again (so the round may end on one)?"""
+    return kind in ("cell", "recheck") and remeasured.get(cell.key, 0) < MAX_RISE_REMEASURES
+
+
+def _rose(
+    kind: RoundKind,
+    cell: SweepCell,
+    measured: MeasuredRound | None,
+    remeasured: dict[tuple[int, int, float | None], int],
+) -> bool:
+    """Did the round's steps rise (`steady.level_rise`), so its cell is measured again
+    (counted in `remeasured`) instead of recording it?"""
+    rise = measured.outcome.level_rise if measured is not None else None
+    if rise is None or not _remeasures_a_rise(kind, cell, remeasured):
+        return False
+    remeasured[cell.key] = remeasured.get(cell.key, 0) + 1
+    logger.warning(
+        "Round bs=%d frac=%s: its step times rose by %.1f%% mid-round beyond KV growth "
+        "(a clock cap setting in?); not averaged in, measured again (%d of %d).",
+        cell.bs,
+        cell.frac,
+        rise * 100,
+        remeasured[cell.key],
+        MAX_RISE_REMEASURES,
+    )
+    return True
+
+
+def _rechecks(
+    levels: dict[tuple[int, int, float | None], Level],
+    rechecked: set[tuple[int, int, float | None]],
+) -> list[Job]:
+    """Once the queue is empty: the cells far slower than their neighbours not measured
+    again yet (`cross_round`). Asked again after those rounds: a neighbour replaced may
+    show the next one (a cap often covers two short rounds in a row)."""
+    slow = [k for k in slow_outliers(list(levels.values())) if k not in rechecked]
+    rechecked.update(slow)
+    if slow:
+        logger.warning(
+            "%d rounds read far slower than their neighbours (a clock cap over a whole "
+            "round?); measuring them again: %s",
+            len(slow),
+            ", ".join(f"bs={bs} frac={frac}" for _r, bs, frac in slow),
+        )
+    return [("recheck", SweepCell(*key)) for key in slow]
 
 
 def _note_measured(
