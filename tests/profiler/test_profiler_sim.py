@@ -409,3 +409,51 @@ def test_a_round_that_straddles_a_clock_cap_is_measured_again(
     rounds = read_jsonl(OutPaths.for_out(out).rounds)
     # Every cell once: a round measured again replaces the one that rose, never joins it.
     assert sorted(r["batch_size_per_rank"] for r in rounds) == [1, 2, 4, 8, 16]
+
+
+@pytest.mark.parametrize("capped_bs", [(4,), (8, 16)], ids=["one round", "two in a row"])
+def test_a_round_entirely_inside_a_clock_cap_is_measured_again(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    capped_bs: tuple[int, ...],
+) -> None:
+    # The first round at each of `capped_bs` runs entirely under a cap 25 % slower (the
+    # simulator's step factor while that round's load runs): its steps are steady, only all
+    # slow, so no rise shows. Against its neighbours' lines it reads far slower: measured
+    # again at the end of the sweep (uncapped), and the faster round replaces it. Two in a
+    # row (the last cell among them): the second shows once the first is replaced.
+    from sps_operator.profiler import client as profiler_client
+    from sps_sim import costmodel
+
+    capped = threading.Event()
+    seen: list[int] = []
+    start_load = profiler_client.DsparkClient.start_load
+
+    def start_load_capping(
+        self: profiler_client.DsparkClient, payload: dict[str, Any], deadline: float | None = None
+    ) -> profiler_client.LoadThread:
+        requests = len(payload["input_ids"])
+        if requests in capped_bs and requests not in seen:
+            capped.set()
+        else:
+            capped.clear()
+        seen.append(requests)
+        return start_load(self, payload, deadline)
+
+    monkeypatch.setattr(profiler_client.DsparkClient, "start_load", start_load_capping)
+    monkeypatch.setattr(
+        costmodel, "throttle_factor", lambda _p, _now: 1.25 if capped.is_set() else 1.0
+    )
+    preset = quiet_h100(tmp_path / "quiet.json")
+    out = tmp_path / "capped-sps.json"
+    with running_sim(seed=3, time_scale=10.0, preset=preset) as url:
+        assert profile(url, out, "--batch-size", "1", "2", "4", "8", "16") == 0
+    for bs in capped_bs:
+        assert seen.count(bs) == 2  # the capped round, then the one measured again
+    assert "far slower than their neighbours" in caplog.text
+    rounds = read_jsonl(OutPaths.for_out(out).rounds)
+    assert sorted(r["batch_size_per_rank"] for r in rounds) == [1, 2, 4, 8, 16]
+    for r in rounds:
+        truth = H100.decode_seconds(r["batch_size_per_rank"], r["batch_size_per_rank"] * K)
+        assert r["median_step_time"] == pytest.approx(truth, rel=0.05)

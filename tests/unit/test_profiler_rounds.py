@@ -12,6 +12,7 @@ from sps_operator.profiler.rounds import (
     PinExpectation,
     PinNotTakenError,
     RoundError,
+    SteadySeries,
     StepRow,
     StoppingRule,
     check_pin,
@@ -19,7 +20,7 @@ from sps_operator.profiler.rounds import (
     postprocess_round,
     round_finished,
     rows_from_payload,
-    steady_with_clocks,
+    steady_part,
 )
 
 K = 8
@@ -62,6 +63,7 @@ def process(
     frac: float | None = None,
     dp: int = 1,
     clock_start: float | None = None,
+    carried: SteadySeries | None = None,
 ):
     return postprocess_round(
         rank_rows,
@@ -75,6 +77,7 @@ def process(
         rule=RULE,
         load_info={},
         clock_start=clock_start,
+        carried=carried,
     )
 
 
@@ -108,9 +111,9 @@ def test_a_round_places_its_window_on_the_run_clock() -> None:
     assert start == pytest.approx(100.4)
     assert end == pytest.approx(100.4 + 59 * 0.01)
     assert "clock_s" not in process([data], bs=4).to_summary()  # no clock kept: no field
-    times, clocks = steady_with_clocks([data], bs=4, prompt_len=250, pinned=False, clock_start=5.0)
-    assert len(times) == len(clocks) == 60
-    assert clocks[0] == pytest.approx(5.4) and clocks[1] == pytest.approx(5.41)
+    part = steady_part([data], bs=4, prompt_len=250, pinned=False, clock_start=5.0)
+    assert len(part.times) == len(part.clocks) == len(part.contexts) == 60
+    assert part.clocks[0] == pytest.approx(5.4) and part.clocks[1] == pytest.approx(5.41)
 
 
 def test_dp_ranks_are_averaged_and_off_target_steps_dropped() -> None:
@@ -322,3 +325,24 @@ def test_a_ring_full_while_steps_go_on_is_too_small() -> None:
     watch.check([_ring_rows(1, 40)])
     with pytest.raises(RoundError, match="ring too small"):
         watch.check([_ring_rows(11, 50)])
+
+
+def test_a_carried_warm_up_round_counts_in_the_measurement() -> None:
+    # The previous warm-up round's 60 steady steps (same prompts: same contexts) at 10 ms,
+    # then this round's 60: one window of 120, its clocks from the carried steps' first.
+    data = rows(8, 4, 32, t=0.05) + rows(60, 4, 32, t=0.01, first_ct=8, noise=0.02, seed=3)
+    previous = steady_part(
+        [rows(8, 4, 32, t=0.05) + rows(60, 4, 32, t=0.01, noise=0.02, seed=4, first_ct=8)],
+        bs=4,
+        prompt_len=RULE.prompt_len,
+        pinned=False,
+        clock_start=1.0,
+    )
+    alone = process([data], bs=4, clock_start=3.0).to_summary()
+    summary = process([data], bs=4, clock_start=3.0, carried=previous).to_summary()
+    assert alone["num_steady_steps"] == 60 and "carried_warmup_steps" not in alone
+    assert summary["num_steady_steps"] == 120
+    assert summary["carried_warmup_steps"] == 60
+    assert summary["clock_s"][0] == pytest.approx(previous.clocks[0])
+    assert summary["ci_rel_width"] < alone["ci_rel_width"]
+    assert summary["median_step_time"] == pytest.approx(0.01, rel=0.02)

@@ -13,6 +13,7 @@ from sps_operator.profiler.steady import (
     ar1_from_differences,
     clocks_settled,
     estimate_window,
+    level_from,
     level_rise,
     median_ci,
     median_indicator_tau,
@@ -314,6 +315,27 @@ def test_quiet_noisy_clocks_settle_within_seconds() -> None:
             3000,
         )
         assert settled_at * 0.0125 <= 8.0, (seed, settled_at)
+
+
+def test_a_settled_series_reads_level_from_its_second_third_or_its_last() -> None:
+    # Where a series reads level from, if anywhere: never where more of a ramp is left than
+    # the tolerance (those steps would count in a measurement and read slow). Flat: from the
+    # second third (what the settling test compared) in most series; a fast ramp long gone
+    # by the middle, from there in some; a slow one still ramping, nowhere.
+    def ramp(amplitude: float, tau: float, noise: list[float]) -> list[float]:
+        return [0.0125 * (1 + amplitude * math.exp(-i / tau)) * f for i, f in enumerate(noise)]
+
+    flat_starts, fast_starts = [], []
+    for seed in range(10):
+        noise = ar1_series(600, cv=0.03, phi=0.0, seed=40 + seed)
+        flat_starts.append(level_from(ramp(0.0, 1.0, noise), z=Z, tolerance_rel=0.01))
+        start = level_from(ramp(0.1, 20.0, noise), z=Z, tolerance_rel=0.01)
+        assert start is None or 0.1 * math.exp(-start / 20) < 0.01, (seed, start)
+        fast_starts.append(start)
+        assert level_from(ramp(0.3, 400.0, noise), z=Z, tolerance_rel=0.01) is None, seed
+    assert set(flat_starts) <= {None, 200} and flat_starts.count(200) >= 7
+    assert sum(s is not None for s in fast_starts) >= 3
+    assert level_from([0.0125] * 40, z=Z, tolerance_rel=0.01) is None  # too few steps
 
 
 def test_a_live_ramp_still_falls_and_one_that_is_over_does_not() -> None:

@@ -7,6 +7,7 @@ and validated; `RingWatch` notices a record ring too small for a round. The swee
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -19,19 +20,23 @@ from sps_operator.profiler.rounds import (
     PinExpectation,
     RoundError,
     RoundOutcome,
+    SteadySeries,
     StepRow,
     align,
     check_pin,
     live_progress,
     postprocess_round,
     round_finished,
-    steady_with_clocks,
+    steady_part,
 )
 from sps_operator.profiler.session import Session
 from sps_operator.profiler.steady import (
     AR1_MARGIN_SE,
+    LIVE_RISE_BLOCK_STEPS,
     MIN_SETTLE_SECONDS,
+    RISE_BLOCKS,
     ar1_from_differences,
+    level_from,
     still_falling,
 )
 from sps_operator.profiler.sweep import ROUND_WARMUP_STEPS, RoundSettings, SweepCell
@@ -128,12 +133,18 @@ class ActiveRound:
         *,
         clock_start: float = 0.0,
         probe: Sequence[Chunk] = (),
+        previous: SteadySeries | None = None,
+        end_on_rise: bool = False,
     ) -> None:
         self.session, self.cell, self.settings, self.plan = session, cell, settings, plan
         # Warm-up only: the steady step times of the warm-up rounds before this one, and
         # their chunks on the run clock (the ramp model's probe).
         self.history = list(history)
         self.probe = list(probe)
+        # Warm-up only: the warm-up round before this one (`steady_part`), and the same once
+        # it counts in this round's measurement (`_carry_previous`).
+        self.previous = previous
+        self.carried: SteadySeries | None = None
         # The run clock (seconds of decode steps since the run's first) at this round's start.
         self.clock_start = clock_start
         self.clock_end = clock_start
@@ -170,21 +181,52 @@ class ActiveRound:
         self.probed = False
         self.steady_steps = 0
         self.steady_times: list[float] = []
+        # A measuring round whose steps rose mid-round (`steady.level_rise`), seen live: it
+        # is ended there and measured again, not run on to its CI over a clock cap.
+        self.rose: float | None = None
+        self.end_on_rise = end_on_rise
 
     @property
     def warmup_done(self) -> bool:
         return self.settled or self.capped
 
-    def chunks(self, rank_rows: Sequence[Sequence[StepRow]]) -> list[Chunk]:
-        """This round's steady steps as the ramp model's chunks on the run clock."""
-        times, clocks = steady_with_clocks(
+    def steady_part(self, rank_rows: Sequence[Sequence[StepRow]]) -> SteadySeries:
+        """This round's steady steps on the run clock."""
+        return steady_part(
             rank_rows,
             bs=self.cell.bs,
             prompt_len=self.plan.rule.prompt_len,
             pinned=self.cell.frac is not None,
             clock_start=self.clock_start,
         )
-        return chunk_series(times, clocks)
+
+    def chunks(self, rank_rows: Sequence[Sequence[StepRow]]) -> list[Chunk]:
+        """This round's steady steps as the ramp model's chunks on the run clock."""
+        part = self.steady_part(rank_rows)
+        return chunk_series(part.times, part.clocks)
+
+    def _carry_previous(self, times: Sequence[float]) -> SteadySeries | None:
+        """Warm-up, on settling: the previous warm-up round's steps from where the settled
+        series reads level (`steady.level_from`). They were measured at the same cell with
+        the same prompts on clocks that had settled, so they count in the cell's measurement
+        (a settled round is otherwise judged from its own first step, and on a noisy GPU a
+        warm-up round that ran out unsettled is a whole measuring round thrown away)."""
+        previous = self.previous
+        if previous is None or not previous.times:
+            return None
+        rule = self.plan.rule
+        start = level_from([*self.history, *times], z=rule.z, tolerance_rel=rule.ci_rel_width / 2)
+        if start is None:
+            return None
+        # The previous round is the history's last; its series may hold a few more steps
+        # than the history got (read at its end, not at its last poll): counted from the
+        # history's end, a later start, never an earlier one.
+        offset = max(0, start - (len(self.history) - len(previous)))
+        if offset >= len(previous):
+            return None
+        return SteadySeries(
+            previous.times[offset:], previous.contexts[offset:], previous.clocks[offset:]
+        )
 
     def _ramp_probed(self, rank_rows: Sequence[Sequence[StepRow]], times: Sequence[float]) -> bool:
         """Warm-up: has it covered `MIN_SETTLE_SECONDS`, do its steps still fall (the ramp is
@@ -212,6 +254,7 @@ class ActiveRound:
         session, settings, plan = self.session, self.settings, self.plan
         client = session.client
         steady_started: float | None = None
+        rise_seen: float | None = None  # the rise the last poll showed
         goal = plan.goal
         with client.deadline(self.deadline, self.where):
             while time.monotonic() < self.deadline:
@@ -227,7 +270,11 @@ class ActiveRound:
                 rank_rows = self._new_rows(polled)
                 _pin_early_check(session, rank_rows, self.cell, self.where)
                 aligned_count, stats, times = live_progress(
-                    rank_rows, bs=self.cell.bs, rule=plan.rule, pinned=self.cell.frac is not None
+                    rank_rows,
+                    bs=self.cell.bs,
+                    rule=plan.rule,
+                    pinned=self.cell.frac is not None,
+                    carried=self.carried,
                 )
                 self.steady_steps = len(times)
                 self.steady_times = times
@@ -236,7 +283,10 @@ class ActiveRound:
                 ):
                     self.capped = len(self.history) + len(times) >= MAX_WARMUP_STEPS
                     self.settled = not self.capped
-                    goal = "measure"  # on as the cell's round, judged from its first step
+                    # On as the cell's round, judged from its first step (and the previous
+                    # warm-up round's from where the clocks read level).
+                    goal = "measure"
+                    self.carried = self._carry_previous(times) if self.settled else None
                 elif goal == "settle" and self._ramp_probed(rank_rows, times):
                     self.probed = True
                     break  # the sweep starts; this cell is measured again at the end
@@ -256,6 +306,18 @@ class ActiveRound:
                 ):
                     self.reached = stats is not None and stats.done
                     break
+                if (
+                    self.end_on_rise
+                    and goal == "measure"
+                    and len(times) >= RISE_BLOCKS * LIVE_RISE_BLOCK_STEPS
+                ):
+                    rise = plan.rule.rise(times)
+                    # Seen at two polls in a row: tested at every poll, noise alone would
+                    # show one now and then (a cap's rise stays).
+                    if rise is not None and rise_seen is not None:
+                        self.rose = rise
+                        break  # measured again (`runner`): its further steps are spent for nothing
+                    rise_seen = rise
                 if not self.load.is_alive():
                     break  # the batch finished or failed: no more steps will come
         # Ending the round must happen even past its deadline (a short bound of its own).
@@ -310,7 +372,11 @@ class ActiveRound:
             rule=self.plan.rule,
             load_info=load_info,
             clock_start=self.clock_start,
+            carried=self.carried,
         )
+        if self.rose is not None and outcome.level_rise is None:
+            # Its last steps may no longer show the rise they showed live: still not kept.
+            outcome = dataclasses.replace(outcome, level_rise=self.rose)
         return MeasuredRound(outcome=outcome, rank_rows=rank_rows)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sps_operator import __version__
+from sps_operator.profiler.sweep import cell_key_of_round
 
 CONVERSION_FORMULA = (
     "batch_tokens = num_running_reqs_per_rank * verify_num_draft_tokens (diagonal) or "
@@ -69,6 +70,36 @@ def append_lines(path: Path, lines: Iterable[Mapping[str, Any]]) -> None:
             handle.write(json.dumps(line, separators=(",", ":")) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def write_lines_atomic(path: Path, lines: Iterable[Mapping[str, Any]]) -> None:
+    """Rewrite a JSONL file whole (a round replaced), never leaving a half-written one."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        for line in lines:
+            handle.write(json.dumps(line, separators=(",", ":")) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def store_round(
+    paths: OutPaths,
+    rounds: list[dict[str, Any]],
+    summary: dict[str, Any],
+    replaces: tuple[int, int, float | None] | None,
+) -> bool:
+    """Append a round's line to the rounds file, or, for a cell measured again whose first
+    round read a clock cap (`replaces`: its key), put it in that round's place (its step
+    records stay in the records file). True when it replaced one."""
+    earlier = [i for i, r in enumerate(rounds) if cell_key_of_round(r) == replaces]
+    if replaces is not None and earlier:
+        rounds[earlier[-1]] = summary
+        write_lines_atomic(paths.rounds, rounds)
+        return True
+    append_lines(paths.rounds, [summary])
+    rounds.append(summary)
+    return False
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -257,22 +257,35 @@ def step_clocks_at(aligned: Aligned, cts: Sequence[int], clock_start: float) -> 
     return [before.get(ct, now) for ct in cts]
 
 
-def steady_with_clocks(
+@dataclass(frozen=True)
+class SteadySeries:
+    """A round's steady steps: their times, KV context per request and run clocks."""
+
+    times: list[float]
+    contexts: list[float]
+    clocks: list[float]
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+
+def steady_part(
     rank_rows: Sequence[Sequence[StepRow]],
     *,
     bs: int,
     prompt_len: int,
     pinned: bool,
     clock_start: float,
-) -> tuple[list[float], list[float]]:
-    """A round's steady step times (pinned steps only when pinned) and their run clocks."""
+) -> SteadySeries:
+    """A round's steady steps (pinned steps only when pinned) with their run clocks."""
     aligned = align(rank_rows, bs)
-    cts, times, _contexts = steady_series(aligned, prompt_len)
+    cts, times, contexts = steady_series(aligned, prompt_len)
     if pinned:
         keep = _pinned_steps(aligned, cts)
         cts = [cts[i] for i in keep]
         times = [times[i] for i in keep]
-    return times, step_clocks_at(aligned, cts, clock_start)
+        contexts = [contexts[i] for i in keep]
+    return SteadySeries(times, contexts, step_clocks_at(aligned, cts, clock_start))
 
 
 # --- pin checks ------------------------------------------------------------------------------
@@ -410,6 +423,9 @@ class RoundOutcome:
     # How far its step times rose beyond KV growth over the whole round (`level_rise`):
     # it straddled a clock cap and is measured again. None: they did not.
     level_rise: float | None = None
+    # Steady steps of the warm-up round before this one counted in its measurement (the
+    # clocks showed no fall from their start: `steady.shows_no_fall`).
+    carried_steps: int = 0
 
     def to_summary(self) -> dict[str, Any]:
         summary: dict[str, Any] = {
@@ -447,6 +463,8 @@ class RoundOutcome:
         if self.clocks:
             # The run clock over the measured window: what a clock-ramp model corrects.
             summary["clock_s"] = [self.clocks[self.stats.window_start], self.clocks[-1]]
+        if self.carried_steps:
+            summary["carried_warmup_steps"] = self.carried_steps
         if self.warnings:
             summary["warnings"] = self.warnings
         return summary
@@ -514,10 +532,13 @@ def postprocess_round(
     rule: StoppingRule,
     load_info: dict[str, Any],
     clock_start: float | None = None,
+    carried: SteadySeries | None = None,
 ) -> RoundOutcome:
     """Validate a finished round's records and measure it (raises RoundError/PinNotTakenError).
 
-    `clock_start`: the run clock at the round's first record, to place its steps in time."""
+    `clock_start`: the run clock at the round's first record, to place its steps in time;
+    `carried`: the earlier warm-up round's steady steps, measured before this round's (same
+    cell, same prompts: the stopping rule's window may start in them)."""
     k = gamma + 1
     where = f"Round bs={bs} (per rank, dp={dp_size})" + (
         f" frac={frac}" if frac is not None else ""
@@ -549,7 +570,9 @@ def postprocess_round(
         batch_tokens = expect.m
         budget = expect.budget
         expected_tier = expect.expected_tier
-    stats = rule.judge(times, contexts)
+    clocks = step_clocks_at(aligned, cts, clock_start) if clock_start is not None else None
+    prefix = carried or SteadySeries([], [], [])
+    stats = rule.judge([*prefix.times, *times], [*prefix.contexts, *contexts])
     if stats is None:
         raise RoundError(f"{where}: no steady steps left after filtering.")
     if stats.median < MIN_STEP_SECONDS:
@@ -570,7 +593,7 @@ def postprocess_round(
             f"{where}: {reason} after {stats.num_steps} steps; kept, flagged ci_met=false "
             "(raise --max-steady-steps for tighter rounds)."
         )
-    window_cts = cts[stats.window_start :]
+    window_cts = cts[max(0, stats.window_start - len(prefix)) :]
     per_rank = [
         statistics.median(rank[ct].step_time for ct in window_cts) for rank in aligned.by_ct
     ]
@@ -590,8 +613,9 @@ def postprocess_round(
         context_len=rule.reference_context,
         warnings=warnings,
         graph_tiers=list(tiers) if mode in ("compact", "static") and tiers else None,
-        clocks=step_clocks_at(aligned, cts, clock_start) if clock_start is not None else None,
-        level_rise=rule.rise(times),
+        clocks=[*prefix.clocks, *clocks] if clocks is not None else None,
+        level_rise=rule.rise([*prefix.times, *times]),
+        carried_steps=len(prefix),
     )
 
 
@@ -601,16 +625,24 @@ def _pinned_steps(aligned: Aligned, cts: Sequence[int]) -> list[int]:
 
 
 def live_progress(
-    rank_rows: Sequence[Sequence[StepRow]], *, bs: int, rule: StoppingRule, pinned: bool
+    rank_rows: Sequence[Sequence[StepRow]],
+    *,
+    bs: int,
+    rule: StoppingRule,
+    pinned: bool,
+    carried: SteadySeries | None = None,
 ) -> tuple[int, SteadyStats | None, list[float]]:
     """During a round: aligned steps so far, the stopping statistics (None before there are
-    `rule.min_steps` steady steps) and the steady step times."""
+    `rule.min_steps` steady steps, `carried` ones included: `postprocess_round`) and this
+    round's steady step times."""
     aligned = align(rank_rows, bs)
     cts, times, contexts = steady_series(aligned, rule.prompt_len)
     if pinned:
         keep = _pinned_steps(aligned, cts)
         times = [times[i] for i in keep]
         contexts = [contexts[i] for i in keep]
-    if len(times) < rule.min_steps:
+    prefix = carried or SteadySeries([], [], [])
+    if len(prefix) + len(times) < rule.min_steps:
         return len(aligned.aligned_cts), None, times
-    return len(aligned.aligned_cts), rule.judge(times, contexts), times
+    judged = rule.judge([*prefix.times, *times], [*prefix.contexts, *contexts])
+    return len(aligned.aligned_cts), judged, times

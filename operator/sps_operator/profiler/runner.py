@@ -22,8 +22,9 @@ from sps_operator.dspark_arith import pinned_verify_tokens, round_up
 from sps_operator.profiler import artifacts
 from sps_operator.profiler.active_round import ActiveRound, MeasuredRound, record_lines
 from sps_operator.profiler.client import DsparkClient, ServerUnavailableError
+from sps_operator.profiler.cross_round import Level, replaces, slow_outliers
 from sps_operator.profiler.round_plans import round_plan, warmup_plan
-from sps_operator.profiler.rounds import PinNotTakenError, RoundError, StepRow
+from sps_operator.profiler.rounds import PinNotTakenError, RoundError, SteadySeries, StepRow
 from sps_operator.profiler.server import (
     ServerCheckError,
     ServerContext,
@@ -46,7 +47,14 @@ from sps_operator.profiler.sweep import (
     cell_key_of_round,
     round_max_new_tokens,
 )
-from sps_operator.tables.clockramp import CHUNK_STEPS, MIN_CHUNKS, Chunk, stranded_rounds, thinned
+from sps_operator.tables.clockramp import (
+    CHUNK_STEPS,
+    MIN_CHUNKS,
+    Chunk,
+    chunk_series,
+    stranded_rounds,
+    thinned,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +64,10 @@ FALLBACK_VOCAB_SIZE = 32000
 # again up to this many times; the last round is kept whatever it shows (flagged by its CI
 # and drift), so a GPU that is always capped still gets a table the gates can judge.
 MAX_RISE_REMEASURES = 2
+
+# Records a concluded round: (its cell, the round, whether it replaces the cell's round
+# recorded before: `cross_round.replaces`).
+Recorder = Callable[[SweepCell, MeasuredRound, bool], None]
 
 
 class ProfilerError(RuntimeError):
@@ -276,14 +288,14 @@ def run_profile(
         session = Session(client, context, vocab, cfg.settings.temperature)
         pin_reset: str | None = None
 
-        def record(cell: SweepCell, measured: MeasuredRound) -> None:
+        def record(cell: SweepCell, measured: MeasuredRound, replace: bool = False) -> None:
             summary = measured.outcome.to_summary() | measured.extra
             if "clock_s" in summary:
                 # Which run's clock: a resumed run starts a clock of its own.
                 summary["clock_run"] = run_id
             artifacts.append_lines(paths.records, record_lines(measured))
-            artifacts.append_lines(paths.rounds, [summary])
-            rounds.append(summary)
+            if artifacts.store_round(paths, rounds, summary, cell.key if replace else None):
+                progress.done -= 1  # the same cell, not one more
             for w in measured.outcome.warnings:
                 logger.warning("%s", w)
             progress.tick(
@@ -336,9 +348,12 @@ def _start_round(
     probe: list[Chunk],
     recent: Sequence[int],
     correlations: Sequence[tuple[float, float]],
+    warmup_previous: SteadySeries | None = None,
+    end_on_rise: bool = False,
 ) -> ActiveRound | None:
     """Start the round of queue[index] (None past the end), planned for its kind from what
-    the rounds before it showed."""
+    the rounds before it showed; `end_on_rise`: a rise would be measured again, so the round
+    ends as soon as one shows."""
     if index >= len(queue):
         return None
     kind, cell = queue[index]
@@ -351,6 +366,7 @@ def _start_round(
             warmup_history,
             clock_start=clock,
             probe=probe,
+            previous=warmup_previous,
         )
     if kind == "pre-flight":
         plan = round_plan(settings, PREFLIGHT_STEADY_STEPS, goal="probe")
@@ -367,31 +383,49 @@ def _start_round(
         plan = round_plan(
             settings, expected_steps=expected, ar1_prior=Ar1Prior.pooled(correlations)
         )
-    return ActiveRound(session, cell, settings, plan, clock_start=clock)
+    return ActiveRound(session, cell, settings, plan, clock_start=clock, end_on_rise=end_on_rise)
 
 
 def _drive(
     session: Session,
     cfg: RunConfig,
     jobs: Sequence[Job],
-    record: Callable[[SweepCell, MeasuredRound], None],
+    record: Recorder,
 ) -> None:
     """Run the rounds back to back: the next one starts as soon as this one's records are
-    read, before they are validated and written, so the GPU does not idle in between."""
+    read, before they are validated and written, so the GPU does not idle in between.
+    Once every cell is measured, cells that read far slower than their neighbours are
+    measured again (`cross_round`)."""
     settings = cfg.settings
     recent: list[int] = []  # steady steps of the last rounds: the next one's expected length
     correlations: list[tuple[float, float]] = []  # measured rounds' step (φ, se): the prior
     queue: list[Job] = list(jobs)
     warmup_history: list[float] = []  # steady step times of the warm-up rounds so far
+    warmup_previous: SteadySeries | None = None  # the last of them, as a series
     # The warm-up ended on a live ramp: the rounds until the anchor are measured on it.
     on_ramp = False
     probe: list[Chunk] = []  # the same, as the clock-ramp model's chunks
     clock = 0.0  # seconds of decode steps since the run's first: the ramp's time axis
     remeasured: dict[tuple[int, int, float | None], int] = {}  # rises measured again, per cell
+    # This run's recorded rounds off any clock ramp, for the check across rounds.
+    levels: dict[tuple[int, int, float | None], Level] = {}
+    # Cells measured again for the check across rounds (once each).
+    rechecked: set[tuple[int, int, float | None]] = set()
 
     def start(index: int) -> ActiveRound | None:
+        end_on_rise = index < len(queue) and _remeasures_a_rise(*queue[index], remeasured)
         return _start_round(
-            session, settings, queue, index, clock, warmup_history, probe, recent, correlations
+            session,
+            settings,
+            queue,
+            index,
+            clock,
+            warmup_history,
+            probe,
+            recent,
+            correlations,
+            warmup_previous,
+            end_on_rise,
         )
 
     active = start(0)
@@ -413,7 +447,8 @@ def _drive(
         if kind == "warm-up" and failure is None:
             if not active.warmup_done:
                 warmup_history.extend(active.steady_times)
-                probe.extend(active.chunks(rows))
+                warmup_previous = active.steady_part(rows)
+                probe.extend(chunk_series(warmup_previous.times, warmup_previous.clocks))
             queue = after_warmup_round(
                 queue, index, settled=active.warmup_done, probed=active.probed
             )
@@ -429,38 +464,76 @@ def _drive(
             failure = exc
         if stands_for_cell and measured is None and not isinstance(failure, PinNotTakenError):
             queue.append(("cell", cell))  # measured on a round of its own after all
-        rise = measured.outcome.level_rise if measured is not None else None
-        if (
-            kind == "cell"
-            and rise is not None
-            and remeasured.get(cell.key, 0) < MAX_RISE_REMEASURES
-        ):
-            remeasured[cell.key] = remeasured.get(cell.key, 0) + 1
-            logger.warning(
-                "Round bs=%d frac=%s: its step times rose by %.1f%% mid-round beyond KV growth "
-                "(a clock cap setting in?); not averaged in, measured again (%d of %d).",
-                cell.bs,
-                cell.frac,
-                rise * 100,
-                remeasured[cell.key],
-                MAX_RISE_REMEASURES,
-            )
-            # Right after the round already started, so the run's order (a ramp's anchor
-            # last) holds.
-            queue.insert(index + 2, ("cell", cell))
+        if _rose(kind, cell, measured, remeasured):
+            # Measured again right after the round already started, so the run's order (a
+            # ramp's anchor last) holds.
+            queue.insert(index + 2, (kind, cell))
             if following is None:
                 following = start(index + 1)
             active = following
             index += 1
             continue
         try:
-            _conclude(kind, cell, active, measured, failure, record)
+            _conclude(kind, cell, active, measured, failure, record, levels)
         except BaseException:
             if following is not None:
                 following.abandon()
             raise
+        if following is None:
+            queue.extend(_rechecks(levels, rechecked))
+            following = start(index + 1)
         active = following
         index += 1
+
+
+def _remeasures_a_rise(
+    kind: RoundKind, cell: SweepCell, remeasured: dict[tuple[int, int, float | None], int]
+) -> bool:
+    """Would a rise in this round be measured again (so the round may end on one)?"""
+    return kind in ("cell", "recheck") and remeasured.get(cell.key, 0) < MAX_RISE_REMEASURES
+
+
+def _rose(
+    kind: RoundKind,
+    cell: SweepCell,
+    measured: MeasuredRound | None,
+    remeasured: dict[tuple[int, int, float | None], int],
+) -> bool:
+    """Did the round's steps rise (`steady.level_rise`), so its cell is measured again
+    (counted in `remeasured`) instead of recording it?"""
+    rise = measured.outcome.level_rise if measured is not None else None
+    if rise is None or not _remeasures_a_rise(kind, cell, remeasured):
+        return False
+    remeasured[cell.key] = remeasured.get(cell.key, 0) + 1
+    logger.warning(
+        "Round bs=%d frac=%s: its step times rose by %.1f%% mid-round beyond KV growth "
+        "(a clock cap setting in?); not averaged in, measured again (%d of %d).",
+        cell.bs,
+        cell.frac,
+        rise * 100,
+        remeasured[cell.key],
+        MAX_RISE_REMEASURES,
+    )
+    return True
+
+
+def _rechecks(
+    levels: dict[tuple[int, int, float | None], Level],
+    rechecked: set[tuple[int, int, float | None]],
+) -> list[Job]:
+    """Once the queue is empty: the cells far slower than their neighbours not measured
+    again yet (`cross_round`). Asked again after those rounds: a neighbour replaced may
+    show the next one (a cap often covers two short rounds in a row)."""
+    slow = [k for k in slow_outliers(list(levels.values())) if k not in rechecked]
+    rechecked.update(slow)
+    if slow:
+        logger.warning(
+            "%d rounds read far slower than their neighbours (a clock cap over a whole "
+            "round?); measuring them again: %s",
+            len(slow),
+            ", ".join(f"bs={bs} frac={frac}" for _r, bs, frac in slow),
+        )
+    return [("recheck", SweepCell(*key)) for key in slow]
 
 
 def _note_measured(
@@ -493,9 +566,38 @@ def _conclude(
     active: ActiveRound,
     measured: MeasuredRound | None,
     failure: RoundError | None,
-    record: Callable[[SweepCell, MeasuredRound], None],
+    record: Recorder,
+    levels: dict[tuple[int, int, float | None], Level],
 ) -> None:
-    """What a finished round means for the run."""
+    """What a finished round means for the run; `levels` keeps the recorded rounds' step
+    times (those off a clock ramp) for the check across rounds."""
+    if kind == "recheck" and failure is not None:
+        logger.warning(
+            "Round bs=%d frac=%s measured again failed (%s): the first round stands.",
+            cell.bs,
+            cell.frac,
+            failure,
+        )
+        return
+    if measured is not None and kind != "pre-flight" and failure is None:
+        level = _level_of(cell, measured)
+        if kind == "recheck":
+            first = levels.get(cell.key)
+            if first is None or not replaces(first, level):
+                logger.warning(
+                    "Round bs=%d frac=%s measured again reads %.4g s against %.4g s: the "
+                    "first round stands.",
+                    cell.bs,
+                    cell.frac,
+                    level.step_time,
+                    first.step_time if first else float("nan"),
+                )
+                return
+            levels[cell.key] = level
+            record(cell, measured, True)
+            return
+        if not ({"clock_on_ramp", "clock_ramp"} & measured.extra.keys()):
+            levels[cell.key] = level
     if kind == "warm-up":
         if isinstance(failure, PinNotTakenError):
             raise failure
@@ -512,7 +614,7 @@ def _conclude(
                 len(active.history) + active.steady_steps,
             )
         if measured is not None:
-            record(cell, measured)
+            record(cell, measured, False)
         return
     if kind == "pre-flight":
         if isinstance(failure, PinNotTakenError):
@@ -527,7 +629,12 @@ def _conclude(
     if failure is not None:
         raise failure
     assert measured is not None
-    record(cell, measured)
+    record(cell, measured, False)
+
+
+def _level_of(cell: SweepCell, measured: MeasuredRound) -> Level:
+    stats = measured.outcome.stats
+    return Level(cell.key, measured.outcome.batch_tokens, stats.median, stats.se)
 
 
 def _safe_reset(session: Session) -> str:

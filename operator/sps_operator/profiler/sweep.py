@@ -186,8 +186,9 @@ def cell_key_of_round(round_: dict[str, Any]) -> tuple[int, int, float | None]:
 
 # What a round is for: settling the clocks, probing the pin, measuring a cell, or measuring
 # the warm-up's cell again on warm clocks after the warm-up ended on a live clock ramp (the
-# anchor of the ramp model, `tables.clockramp`).
-RoundKind = Literal["warm-up", "pre-flight", "cell", "anchor"]
+# anchor of the ramp model, `tables.clockramp`), or measuring a cell again whose round read
+# far slower than its neighbours (`profiler.cross_round`).
+RoundKind = Literal["warm-up", "pre-flight", "cell", "anchor", "recheck"]
 Job = tuple[RoundKind, SweepCell]
 
 
