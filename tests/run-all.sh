@@ -3,10 +3,12 @@
 #
 # bed lane (the longest; its output goes to the terminal as it comes): one real-node test
 #   bed (`sps-testbed run`) and on it the tests that use it (marker `realnode`): first
-#   those marked `bed_shared` in two pytest-xdist workers (their own namespaces, an
-#   operator in namespaces mode, a few GPUs, no bound on time), then every other one
-#   alone (those that fill a GPU pool, load every node, run a cluster-wide operator or
-#   bound a time, and every test not marked: alone is the safe default).
+#   those marked `bed_shared` in pytest-xdist workers (their own namespaces, an
+#   operator in namespaces mode, a few GPUs or a pool of their own, no bound on time;
+#   `--dist loadgroup`: the tests that fill the bed's third pool, one `xdist_group`, run
+#   one after another on one worker), then every other one alone (those that load every
+#   node, taint a pool, run a cluster-wide operator or bound a time, Kueue's, and every
+#   test not marked: alone is the safe default).
 # other lane (beside it; its output is kept in $SPS_TEST_LOGS/other.log and printed at
 #   the end): the tests that start beds of their own (`e2e`, not `realnode`: the demo),
 #   lint and types, the control-plane tests (`k8s`, no nodes), the profiler's tests
@@ -58,7 +60,7 @@ case "${1:-}" in
     ;;
   --on-the-bed)  # inside `sps-testbed run`, SPS_TESTBED_ATTACH set
     shift
-    dist=(-n "$workers")
+    dist=(-n "$workers" --dist loadgroup)
     [ "$workers" -eq 0 ] && dist=()
     step bed "bed, shared" "$bin/pytest" "${dist[@]}" -m "realnode and bed_shared" \
       --durations=10 "$@"
