@@ -20,12 +20,12 @@
 #
 # Exits non-zero when any step of either lane fails. Arguments go to every pytest run
 # (e.g. `-x`); PYTEST_ADDOPTS works too. SPS_TEST_WORKERS sets the number of workers for
-# the shared tests (default 2; 0: one process).
+# the shared tests (default 3; 0: one process).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${SPS_TEST_BIN:-.venv/bin}
 logs=${SPS_TEST_LOGS:-.test-logs}
-workers=${SPS_TEST_WORKERS:-2}
+workers=${SPS_TEST_WORKERS:-3}
 low=(nice -n "${SPS_TEST_NICE:-10}")
 high=(nice -n -5)
 
