@@ -36,7 +36,7 @@ step() {  # lane name command...
   echo "==== $name: $*"
   "$@" || rc=$?
   [ "$rc" -eq 5 ] && rc=0
-  [ "$rc" -ne 0 ] && echo "$name (exit $rc)" >> "$logs/$lane.failed"
+  [ "$rc" -ne 0 ] && mkdir -p "$logs" && echo "$name (exit $rc)" >> "$logs/$lane.failed"
   echo "==== $name: exit $rc after $((SECONDS - started)) s"
   return "$rc"
 }
