@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from e2e_env import Env, server_deployment
 
 from sps_sim.costmodel import GPU_RTX_PRO_6000
@@ -21,6 +22,14 @@ POOL = GPU_RTX_PRO_6000
 # The xdist group of the tests that fill the pool: `make test` runs them one after another
 # on one worker (`--dist loadgroup`) while the other shared tests run on the others.
 POOL_GROUP = "gpu-pool"
+# The marks of a module of such tests (`pytestmark = POOL_MARKS`).
+POOL_MARKS = [
+    pytest.mark.k8s,
+    pytest.mark.e2e,
+    pytest.mark.slow,
+    pytest.mark.bed_shared,
+    pytest.mark.xdist_group(POOL_GROUP),
+]
 BORROWED = "sps.dev/borrowed"
 GPU = "nvidia.com/gpu"
 

@@ -32,7 +32,6 @@ from typing import Any
 
 import e2e_pool
 import httpx
-import pytest
 from e2e_env import (
     GROUP,
     PLURAL,
@@ -43,19 +42,13 @@ from e2e_env import (
     sps_profile,
     wait_ready,
 )
-from e2e_pool import GPU, POOL, POOL_GROUP, borrow_tag, wait_serving
+from e2e_pool import GPU, POOL, POOL_MARKS, borrow_tag, wait_serving
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from waiting import wait_for
 
-pytestmark = [
-    pytest.mark.k8s,
-    pytest.mark.e2e,
-    pytest.mark.slow,
-    pytest.mark.bed_shared,
-    pytest.mark.xdist_group(POOL_GROUP),
-]
+pytestmark = POOL_MARKS
 
 # The simulator's time scale (e2e default 40x faster than a GPU). Set it to 1 to measure how
 # long a borrow lasts at the simulated GPU's own speed (docs/capacity.md).

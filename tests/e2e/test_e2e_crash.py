@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 from e2e_env import GROUP, PLURAL, VERSION, Env, sps_profile, wait_ready
-from e2e_pool import BORROWED, POOL_GROUP, borrow_tag, full_pool_deployment, wait_serving
+from e2e_pool import BORROWED, POOL_MARKS, borrow_tag, full_pool_deployment, wait_serving
 from e2e_tenants import Background, Passes
 from kubernetes import client, watch
 
@@ -31,13 +30,7 @@ from sps_operator.controller.process.faults import MARKER
 from waiting import wait_for
 
 # Beside the other shared tests, after the capacity tests on the same pool (one group).
-pytestmark = [
-    pytest.mark.k8s,
-    pytest.mark.e2e,
-    pytest.mark.slow,
-    pytest.mark.bed_shared,
-    pytest.mark.xdist_group(POOL_GROUP),
-]
+pytestmark = POOL_MARKS
 
 # (point, where the operator dies), in the order one borrowed run reaches them.
 CRASH_POINTS = [
