@@ -37,12 +37,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     nothing once an id already carries the suffix (a fixed xdist, an older pytest)."""
     if not getattr(config.option, "loadgroup", False):
         return
-    from _pytest.nodeid import NodeId  # pytest >= 9.2: only there is the suffix lost
-
     for item in items:
         names = {
             str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
             for mark in item.iter_markers("xdist_group")
         }
         if names and "@" not in item.nodeid:
+            from _pytest.nodeid import NodeId  # pytest >= 9.2, where the suffix is lost
+
             item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(sorted(names))}")
