@@ -9,6 +9,7 @@ A cluster starts only when a test asks for it.
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # Property-based tests: a fixed seed and budget in `make test` (reproducible, bounded);
@@ -24,3 +25,24 @@ settings.register_profile(
     "long", max_examples=20_000, deadline=None, suppress_health_check=list(HealthCheck)
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`--dist loadgroup` on pytest 9.2: the `@group` suffix on the node ids that xdist's
+    scheduler groups by. xdist 3.8 still writes `item._nodeid`, which pytest 9.2's
+    structured node ids ignore, so every `xdist_group` mark was silently dropped
+    (pytest-dev/pytest-xdist#1386, fix proposed in #1388): the capacity tests then ran on
+    two workers at once on the one pool. Runs after xdist's own hook in a worker; does
+    nothing once an id already carries the suffix (a fixed xdist, an older pytest)."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        names = {
+            str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+            for mark in item.iter_markers("xdist_group")
+        }
+        if names and "@" not in item.nodeid:
+            from _pytest.nodeid import NodeId  # pytest >= 9.2, where the suffix is lost
+
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(sorted(names))}")

@@ -3,10 +3,12 @@
 #
 # bed lane (the longest; its output goes to the terminal as it comes): one real-node test
 #   bed (`sps-testbed run`) and on it the tests that use it (marker `realnode`): first
-#   those marked `bed_shared` in two pytest-xdist workers (their own namespaces, an
-#   operator in namespaces mode, a few GPUs, no bound on time), then every other one
-#   alone (those that fill a GPU pool, load every node, run a cluster-wide operator or
-#   bound a time, and every test not marked: alone is the safe default).
+#   those marked `bed_shared` in pytest-xdist workers (their own namespaces, an
+#   operator in namespaces mode, a few GPUs or a pool of their own, no bound on time;
+#   `--dist loadgroup`: the tests that fill the bed's third pool, one `xdist_group`, run
+#   one after another on one worker), then every other one alone (those that load every
+#   node, taint a pool, run a cluster-wide operator or bound a time, Kueue's, and every
+#   test not marked: alone is the safe default).
 # other lane (beside it; its output is kept in $SPS_TEST_LOGS/other.log and printed at
 #   the end): the tests that start beds of their own (`e2e`, not `realnode`: the demo),
 #   lint and types, the control-plane tests (`k8s`, no nodes), the profiler's tests
@@ -18,12 +20,12 @@
 #
 # Exits non-zero when any step of either lane fails. Arguments go to every pytest run
 # (e.g. `-x`); PYTEST_ADDOPTS works too. SPS_TEST_WORKERS sets the number of workers for
-# the shared tests (default 2; 0: one process).
+# the shared tests (default 3; 0: one process).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${SPS_TEST_BIN:-.venv/bin}
 logs=${SPS_TEST_LOGS:-.test-logs}
-workers=${SPS_TEST_WORKERS:-2}
+workers=${SPS_TEST_WORKERS:-3}
 low=(nice -n "${SPS_TEST_NICE:-10}")
 high=(nice -n -5)
 
@@ -34,7 +36,7 @@ step() {  # lane name command...
   echo "==== $name: $*"
   "$@" || rc=$?
   [ "$rc" -eq 5 ] && rc=0
-  [ "$rc" -ne 0 ] && echo "$name (exit $rc)" >> "$logs/$lane.failed"
+  [ "$rc" -ne 0 ] && mkdir -p "$logs" && echo "$name (exit $rc)" >> "$logs/$lane.failed"
   echo "==== $name: exit $rc after $((SECONDS - started)) s"
   return "$rc"
 }
@@ -58,7 +60,7 @@ case "${1:-}" in
     ;;
   --on-the-bed)  # inside `sps-testbed run`, SPS_TESTBED_ATTACH set
     shift
-    dist=(-n "$workers")
+    dist=(-n "$workers" --dist loadgroup)
     [ "$workers" -eq 0 ] && dist=()
     step bed "bed, shared" "$bin/pytest" "${dist[@]}" -m "realnode and bed_shared" \
       --durations=10 "$@"

@@ -7,5 +7,13 @@ a network namespace of the bed's own. See docs/dev-cluster.md.
 """
 
 from sps_testbed.cluster import DEFAULT_NODES, KubectlError, NodeSpec, RealNodeCluster, TestbedError
+from sps_testbed.controlplane import TEST_NODES
 
-__all__ = ["DEFAULT_NODES", "KubectlError", "NodeSpec", "RealNodeCluster", "TestbedError"]
+__all__ = [
+    "DEFAULT_NODES",
+    "TEST_NODES",
+    "KubectlError",
+    "NodeSpec",
+    "RealNodeCluster",
+    "TestbedError",
+]

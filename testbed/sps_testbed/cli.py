@@ -21,6 +21,7 @@ from sps_testbed.cluster import (
     TestbedError,
     default_state_dir,
 )
+from sps_testbed.controlplane import TEST_NODES
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
@@ -113,12 +114,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     """Start a bed, run the command with SPS_TESTBED_ATTACH set to it, stop the bed.
 
     The bed is not detached: it stops with this process, however that ends. What the
-    command returns is what this returns; a bed that does not start returns 1."""
+    command returns is what this returns; a bed that does not start returns 1. Its nodes
+    are the tests' (TEST_NODES) unless --node says otherwise."""
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         print("sps-testbed run: no command (sps-testbed run -- pytest ...)", file=sys.stderr)
         return 2
-    nodes = [NodeSpec.parse(n) for n in args.node] or list(DEFAULT_NODES)
+    nodes = [NodeSpec.parse(n) for n in args.node] or list(TEST_NODES)
     with tempfile.TemporaryDirectory(prefix="sps-testbed-") as tmp:
         bed = RealNodeCluster(args.state_dir or Path(tmp), nodes=nodes)
         try:
@@ -175,7 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser(
         "run", help="start a bed, run a command that uses it (SPS_TESTBED_ATTACH), stop it"
     )
-    run.add_argument("--node", action="append", default=[], help="NAME=PRODUCT[:GPUS], repeatable")
+    run.add_argument(
+        "--node",
+        action="append",
+        default=[],
+        help="NAME=PRODUCT[:GPUS], repeatable (default: the tests' six nodes)",
+    )
     run.add_argument("--timeout", type=float, default=420.0)
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
     run.set_defaults(fn=_cmd_run)

@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from sps_sim.costmodel import GPU_H100, GPU_H200
+from sps_sim.costmodel import GPU_H100, GPU_H200, GPU_RTX_PRO_6000
 from sps_testbed import pki as pki_mod
 from sps_testbed import podnet
 from sps_testbed.binaries import Binaries, find_binaries
@@ -127,6 +127,15 @@ DEFAULT_NODES = (
     NodeSpec("gpu-h100-1", GPU_H100),
     NodeSpec("gpu-h200-0", GPU_H200),
     NodeSpec("gpu-h200-1", GPU_H200),
+)
+
+# The bed the test suite starts (its pytest plugin, `sps-testbed run`): the default nodes
+# and a pool of a third product, which the capacity and crash-point tests fill
+# (tests/e2e/e2e_pool.py) while the other tests share the H100 and H200 nodes.
+TEST_NODES = (
+    *DEFAULT_NODES,
+    NodeSpec("gpu-rtx6000-0", GPU_RTX_PRO_6000),
+    NodeSpec("gpu-rtx6000-1", GPU_RTX_PRO_6000),
 )
 
 

@@ -3,7 +3,7 @@ point of sps-testbed, so installing the package is enough).
 
 | fixture             | scope    | what                                                        |
 | ------------------- | -------- | ----------------------------------------------------------- |
-| `realnode_cluster`  | session  | a started RealNodeCluster (two H100 + two H200 nodes)       |
+| `realnode_cluster`  | session  | a started RealNodeCluster (TEST_NODES: 2 H100, 2 H200, 2 RTX) |
 | `realnode_kubectl`  | session  | `kubectl(*args, input=, check=) -> stdout` against the bed  |
 | `realnode_api`      | session  | an admin `kubernetes.client.ApiClient`                      |
 | `realnode_namespace`| function | a fresh namespace (its default SA exists), deleted afterwards |
@@ -36,7 +36,8 @@ from typing import Any
 import pytest
 
 from sps_testbed.artifacts import ArtifactError
-from sps_testbed.cluster import DEFAULT_NODES, NodeSpec, RealNodeCluster, TestbedError
+from sps_testbed.cluster import NodeSpec, RealNodeCluster, TestbedError
+from sps_testbed.controlplane import TEST_NODES
 from sps_testbed.controlplane_fixtures import namespace_name
 from sps_testbed.kueue import KueueError, KueueSetup, create_local_queue
 
@@ -118,7 +119,7 @@ _holder = _BedHolder()
 def _nodes() -> list[NodeSpec]:
     env = os.environ.get("SPS_TESTBED_NODES", "").strip()
     if not env:
-        return list(DEFAULT_NODES)
+        return list(TEST_NODES)
     return [NodeSpec.parse(n.strip()) for n in env.split(",") if n.strip()]
 
 

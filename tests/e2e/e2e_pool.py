@@ -1,5 +1,10 @@
-"""The H200 pool where GPUs are scarce (BorrowReplica): a Deployment whose replicas take
-every GPU of the pool's nodes, and what a borrow leaves on it."""
+"""The pool where GPUs are scarce (BorrowReplica): a Deployment whose replicas take every
+GPU of the pool's nodes, and what a borrow leaves on it.
+
+The pool is a product of its own in the tests' bed (sps_testbed.TEST_NODES: two RTX PRO
+6000 nodes beside the H100 and H200 ones), so the tests that fill it (capacity, crash
+points) run beside the other shared tests, one after another in one xdist group
+(POOL_GROUP): no other test asks for its GPUs."""
 
 from __future__ import annotations
 
@@ -7,12 +12,24 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from e2e_env import Env, server_deployment
 
-from sps_sim.costmodel import GPU_H200
+from sps_sim.costmodel import GPU_RTX_PRO_6000
 from waiting import wait_for
 
-POOL = GPU_H200
+POOL = GPU_RTX_PRO_6000
+# The xdist group of the tests that fill the pool: `make test` runs them one after another
+# on one worker (`--dist loadgroup`) while the other shared tests run on the others.
+POOL_GROUP = "gpu-pool"
+# The marks of a module of such tests (`pytestmark = POOL_MARKS`).
+POOL_MARKS = [
+    pytest.mark.k8s,
+    pytest.mark.e2e,
+    pytest.mark.slow,
+    pytest.mark.bed_shared,
+    pytest.mark.xdist_group(POOL_GROUP),
+]
 BORROWED = "sps.dev/borrowed"
 GPU = "nvidia.com/gpu"
 
@@ -20,8 +37,12 @@ GPU = "nvidia.com/gpu"
 def pool_gpus(env: Env) -> tuple[list[str], int]:
     """The pool's nodes and the GPUs of each (the test bed gives them all the same)."""
     nodes = env.cluster.nodes_with_product(POOL)
+    assert len(nodes) == 2, (
+        f"the bed has {len(nodes)} nodes of {POOL}, these tests want two: start it with "
+        f"the tests' nodes (sps_testbed.TEST_NODES; `sps-testbed run`, the pytest plugin)"
+    )
     counts = {int(env.core.read_node(n).status.allocatable[GPU]) for n in nodes}
-    assert len(nodes) == 2 and len(counts) == 1, (nodes, counts)
+    assert len(counts) == 1, (nodes, counts)
     return nodes, counts.pop()
 
 
@@ -51,7 +72,7 @@ def create_full_pool_deployment(
     every GPU of its node (`change` edits it first); returns the replicas."""
     nodes, per_node = pool_gpus(env)
     wait_for(
-        "the H200 pool free of other tests' pods",
+        f"the {POOL} pool free of other tests' pods",
         lambda: not gpus_held(env, nodes),
         timeout=180,
         interval=1,

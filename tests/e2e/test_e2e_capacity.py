@@ -1,6 +1,6 @@
 """Profiling where GPUs are scarce (issue 12), end to end on the local control plane.
 
-The pool: the two H200 nodes, every GPU of them used by the target Deployment (two
+The pool: the two nodes of e2e_pool.POOL, every GPU of them used by the target Deployment (two
 replicas, each requesting all the GPUs of one node). A Clone Job asks for as many GPUs as
 one replica, so it can only run if a replica makes room:
 - `Wait`: the profile says WaitingForGPUs with the scheduler's words, and `kubectl sps get`
@@ -17,7 +17,9 @@ one replica, so it can only run if a replica makes room:
   annotation and the server's own /server_info agree).
 
 Tests of this file run one after the other on the same pool: each first waits until no
-other test's pods hold its GPUs.
+other test's pods hold its GPUs. The pool is a product no other test asks for, so they
+share the bed with the other `bed_shared` tests, in one xdist group with the crash points
+(e2e_pool.POOL_GROUP: one worker, one after the other).
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from typing import Any
 
 import e2e_pool
 import httpx
-import pytest
 from e2e_env import (
     GROUP,
     PLURAL,
@@ -41,13 +42,13 @@ from e2e_env import (
     sps_profile,
     wait_ready,
 )
-from e2e_pool import GPU, POOL, borrow_tag, wait_serving
+from e2e_pool import GPU, POOL, POOL_MARKS, borrow_tag, wait_serving
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from waiting import wait_for
 
-pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
+pytestmark = POOL_MARKS
 
 # The simulator's time scale (e2e default 40x faster than a GPU). Set it to 1 to measure how
 # long a borrow lasts at the simulated GPU's own speed (docs/capacity.md).

@@ -2,7 +2,7 @@
 of a rollout, restarted, and what is left is as if it had never crashed.
 
 One run of a BorrowReplica profile (`allowDowntime`, so nothing but the run's own record
-stops a second borrow) on the full H200 pool reaches the writes in the order of
+stops a second borrow) on the full pool (e2e_pool.POOL) reaches the writes in the order of
 CRASH_POINTS (`controller/process/faults.py` names them). The operator starts with
 `--pause-before-write` at the first: when that write is about to be sent it logs a marker
 and writes nothing more; the test kills it through containerd (SIGKILL, as a node failure
@@ -21,16 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 from e2e_env import GROUP, PLURAL, VERSION, Env, sps_profile, wait_ready
-from e2e_pool import BORROWED, borrow_tag, full_pool_deployment, wait_serving
+from e2e_pool import BORROWED, POOL_MARKS, borrow_tag, full_pool_deployment, wait_serving
 from e2e_tenants import Background, Passes
 from kubernetes import client, watch
 
 from sps_operator.controller.process.faults import MARKER
 from waiting import wait_for
 
-pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
+# Beside the other shared tests, after the capacity tests on the same pool (one group).
+pytestmark = POOL_MARKS
 
 # (point, where the operator dies), in the order one borrowed run reaches them.
 CRASH_POINTS = [

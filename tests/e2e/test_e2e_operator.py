@@ -656,6 +656,14 @@ def test_e2e_mixed_gpu_products_give_a_condition_not_a_table(env: Env) -> None:
     dep["spec"]["replicas"] = 2
     pod_spec = dep["spec"]["template"]["spec"]
     del pod_spec["nodeSelector"]
+    # H100 or H200, one pod each (the spread); never the third product's pool, which the
+    # capacity tests fill beside this one (e2e_pool.POOL).
+    products = [GPU_H100, GPU_H200]
+    pod_spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "nvidia.com/gpu.product", "operator": "In", "values": products},
+        ]}],
+    }}}  # fmt: skip
     pod_spec["topologySpreadConstraints"] = [
         {
             "maxSkew": 1,

@@ -2,7 +2,7 @@
 
 One operator in cluster mode (the chart's default) serves two namespaces:
 - A, the victim: two profiled servers with live tables (`sps`, Inject; `gitops`,
-  AnnotateOnly), a full H200 pool for BorrowReplica, and objects of its users that have
+  AnnotateOnly), a full pool (e2e_pool.POOL) for BorrowReplica, and objects of its users that have
   nothing to do with SPS (`payments-config`, `billing-config`, a Job `nightly-report`);
 - B, the attacker: a real user (a client certificate signed by the bed's CA) with the
   built-in `edit` role in B only, its own SGLang server behind a Service.
@@ -195,7 +195,7 @@ def tenancy(
         create_local_queue(e2e_cluster.bed, a_ns, ADMIN_QUEUE)
         operator.start()
         tenant = Tenant.enrol(e2e_cluster, b_ns, tmp)
-        # A: users' objects, two profiled servers, the full H200 pool.
+        # A: users' objects, two profiled servers, the full pool.
         a.core.create_namespaced_config_map(a_ns, config_map("payments-config", {},
                                                              {"iban": "DE00 1234"}))  # fmt: skip
         a.core.create_namespaced_config_map(a_ns, config_map("billing-config", {}, {"plan": "b"}))

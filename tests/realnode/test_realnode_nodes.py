@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from realnode_helpers import apply, finished, get_json, logs, pod
 
-from sps_sim.costmodel import GPU_H100, GPU_H200
-from sps_testbed import RealNodeCluster
+from sps_sim.costmodel import GPU_H100, GPU_H200, GPU_RTX_PRO_6000
+from sps_testbed import TEST_NODES, RealNodeCluster
 from waiting import wait_for
 
 # Their own namespaces and a few GPUs: they may run beside other tests (tests/run-all.sh).
@@ -47,8 +47,12 @@ def test_nodes_are_kubelets_with_gpu_labels_and_capacity(realnode_cluster: RealN
         ready = [c for c in status["conditions"] if c["type"] == "Ready"]
         assert ready and ready[0]["status"] == "True", node["metadata"]["name"]
         by_product.setdefault(labels["nvidia.com/gpu.product"], []).append(node["metadata"]["name"])
-    assert sorted(by_product) == sorted([GPU_H100, GPU_H200])
+    # The tests' bed (TEST_NODES): two nodes of each product, named as asked.
+    assert sorted(by_product) == sorted([GPU_H100, GPU_H200, GPU_RTX_PRO_6000])
     assert all(len(v) == 2 for v in by_product.values()), by_product
+    assert {n: p for p, names in by_product.items() for n in names} == {
+        n.name: n.product for n in TEST_NODES
+    }
 
 
 def test_device_plugin_hands_out_gpus_and_the_product(

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
 from sps_testbed import binaries, pki, podnet
-from sps_testbed.controlplane import DEFAULT_NODES, NodeSpec, kubeconfig_yaml
+from sps_testbed.controlplane import DEFAULT_NODES, TEST_NODES, NodeSpec, kubeconfig_yaml
 from sps_testbed.controlplane_cli import build_parser
 
 
@@ -45,6 +45,15 @@ def test_default_nodes_two_h100_two_h200() -> None:
     assert products == ["NVIDIA-H100-80GB-HBM3"] * 2 + ["NVIDIA-H200"] * 2
     assert all(n.gpus == 8 for n in DEFAULT_NODES)
     assert len({n.name for n in DEFAULT_NODES}) == 4
+
+
+def test_the_tests_nodes_add_a_pool_of_a_third_product_to_the_default_ones() -> None:
+    # The capacity and crash-point tests fill it (tests/e2e/e2e_pool.py) beside the others.
+    assert TEST_NODES[: len(DEFAULT_NODES)] == DEFAULT_NODES
+    pool = TEST_NODES[len(DEFAULT_NODES) :]
+    assert [n.product for n in pool] == ["NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"] * 2
+    assert all(n.gpus == 8 for n in pool)
+    assert len({n.name for n in TEST_NODES}) == 6
 
 
 def _cert(path: Path) -> x509.Certificate:
