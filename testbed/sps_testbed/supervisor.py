@@ -129,10 +129,12 @@ class Supervisor:
         self.mark("registry_ready")
         self._start_nodes(rec.pod_cidr, rec.gateway)
         self._start_kube_proxy(rec.pod_cidr)
-        if self.request.get("kube_router"):
-            self._start_network_policy_controller()
         self._wait("nodes Ready", self._nodes_ready, float(self.request.get("node_timeout", 240)))
         self.mark("nodes_ready")
+        if self.request.get("kube_router"):
+            # After the nodes: it looks its node up once, at start, and exits if it is absent.
+            self._start_network_policy_controller()
+            self.mark("network_policy_controller")
         self._start_coredns()
         self._wait("CoreDNS available", self._coredns_available, 120)
         self.mark("coredns_ready")

@@ -106,7 +106,8 @@ def _probe_setup(bed: RealNodeCluster, ns: str, enforced: str, other: str) -> li
     """Servers on `enforced` and `other`, a client on `enforced`; the probe's targets."""
     image = bed.image("operator")
     client = pod("client", image, ["sleep", "3600"], node_selector=_on(enforced), restart="Always")
-    apply(bed, ns, _server("same", image, enforced), _server("other", image, other), client)
+    for obj in (_server("same", image, enforced), _server("other", image, other), client):
+        apply(bed, ns, obj)
 
     def ip(name: str) -> str | bool:
         status = get_json(bed, "pod", name, "-n", ns).get("status", {})
