@@ -67,8 +67,9 @@ def _cli(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def policy_bed(tmp_path: Path) -> Iterator[RealNodeCluster]:
-    """Two nodes, with kube-router's policy controller; stopped afterwards."""
+def policy_bed(realnode_cluster: RealNodeCluster, tmp_path: Path) -> Iterator[RealNodeCluster]:
+    """Two nodes, with kube-router's policy controller; stopped afterwards. Beside the
+    session's bed (which marks this a real-node test, out of `-m "not k8s"`)."""
     state = tmp_path / "bed"
     out = _cli(
         state,
