@@ -13,6 +13,10 @@
   ~/.cache/sps-operator/images, pushed into a registry storage every bed serves a copy of
   (sps_testbed.registry.ensure_seed)
 - the control plane: `sps_testbed.binaries.find_binaries` (build.sh)
+- kube-router, whose network policy controller enforces NetworkPolicy on a bed started
+  with it (opt-in, built on first use, not by `build_artifacts`):
+  `tests/controlplane/build-kube-router.sh`, cached by version in
+  ~/.cache/sps-operator/kube-router
 
 runc, the CNI plugins and skopeo are Debian's
 (`tests/controlplane/setup-host.sh --nodes`).
@@ -199,3 +203,16 @@ def build_artifacts() -> Artifacts:
         registry_seed=seed,
         chart=repo / "charts" / "sps-operator",
     )
+
+
+def build_kube_router() -> Path:
+    """The kube-router binary (built on first use, then cached by version)."""
+    out = Path(
+        _run_script(
+            ["bash", str(repo_root() / "tests/controlplane/build-kube-router.sh")], "kube-router"
+        )
+    )
+    binary = out / "kube-router"
+    if not binary.is_file():
+        raise ArtifactError(f"{binary} missing after build-kube-router.sh")
+    return binary

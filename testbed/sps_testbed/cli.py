@@ -50,9 +50,15 @@ def _install_addons(bed: RealNodeCluster, addons: list[str]) -> None:
 
 def _cmd_up(args: argparse.Namespace) -> int:
     nodes = [NodeSpec.parse(n) for n in args.node] or list(DEFAULT_NODES)
-    bed = RealNodeCluster(args.state_dir, nodes=nodes, detached=True)
+    policies = "network-policies" in args.with_
+    bed = RealNodeCluster(
+        args.state_dir, nodes=nodes, detached=True, with_network_policies=policies
+    )
     if bed.running():
         print(f"test bed already running in {bed.state_dir}")
+        if policies and "kube-router" not in bed.record().pids:
+            print("--with network-policies: only at start; stop the bed first", file=sys.stderr)
+            return 1
         _install_addons(RealNodeCluster.attach(args.state_dir), args.with_)
         return 0
     bed.build()
@@ -69,6 +75,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
     )
     for node in rec.nodes:
         print(f"  node {node.name}: {node.product} x{node.gpus} at {node.node_ip}")
+    if policies:
+        print(f"  NetworkPolicy enforced for the pods on {rec.nodes[0].name} (kube-router)")
     _install_addons(bed, args.with_)
     print(f"export KUBECONFIG={bed.kubeconfig}")
     return 0
@@ -166,9 +174,11 @@ def main(argv: list[str] | None = None) -> int:
         "--with",
         dest="with_",
         action="append",
-        choices=["kueue"],
+        choices=["kueue", "network-policies"],
         default=[],
-        help="also install: kueue (Kueue with a ClusterQueue `gpu`, a flavor per GPU product)",
+        help="also install: kueue (Kueue with a ClusterQueue `gpu`, a flavor per GPU product);"
+        " network-policies (kube-router's policy controller enforces NetworkPolicy for the"
+        " first node's pods; at start only)",
     )
     up.set_defaults(fn=_cmd_up)
     sub.add_parser("down", help="stop the bed and remove what it made").set_defaults(fn=_cmd_down)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sps_testbed import kueue, registry
-from sps_testbed.artifacts import Artifacts, build_artifacts
+from sps_testbed.artifacts import Artifacts, build_artifacts, build_kube_router
 from sps_testbed.controlplane import DEFAULT_NODES, NodeSpec, kubeconfig_yaml
 from sps_testbed.kueue import KueueSetup
 from sps_testbed.node import NodeConfig
@@ -59,12 +59,16 @@ class RealNodeCluster:
         nodes: Sequence[NodeSpec] = DEFAULT_NODES,
         detached: bool = False,
         apiserver_args: Sequence[str] = (),
+        with_network_policies: bool = False,
     ) -> None:
         self.state_dir = (state_dir or default_state_dir()).resolve()
         self.nodes = list(nodes)
         self.detached = detached
         # More kube-apiserver flags (e.g. an audit log for a benchmark).
         self.apiserver_args = list(apiserver_args)
+        # kube-router's network policy controller in the bed's namespace (the supervisor's
+        # `_start_network_policy_controller`): NetworkPolicy enforced for the first node's pods.
+        self.with_network_policies = with_network_policies
         self.artifacts: Artifacts | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self.build_seconds = 0.0
@@ -128,6 +132,8 @@ class RealNodeCluster:
             "artifacts": artifacts.to_json(),
             "apiserver_args": self.apiserver_args,
         }
+        if self.with_network_policies:
+            request["kube_router"] = str(build_kube_router())
         (self.state_dir / "request.json").write_text(json.dumps(request, indent=2) + "\n")
         env = dict(os.environ)
         # Children (node runners, reaper) import sps_testbed from the same interpreter.

@@ -131,6 +131,10 @@ class Supervisor:
         self._start_kube_proxy(rec.pod_cidr)
         self._wait("nodes Ready", self._nodes_ready, float(self.request.get("node_timeout", 240)))
         self.mark("nodes_ready")
+        if self.request.get("kube_router"):
+            # After the nodes: it looks its node up once, at start, and exits if it is absent.
+            self._start_network_policy_controller()
+            self.mark("network_policy_controller")
         self._start_coredns()
         self._wait("CoreDNS available", self._coredns_available, 120)
         self.mark("coredns_ready")
@@ -302,6 +306,28 @@ class Supervisor:
         self.record.pids["kube-proxy"] = proc.pid
         self.record.save()
 
+    def _start_network_policy_controller(self) -> None:
+        # kube-router's network policy controller only (iptables + ipset), one for the bed:
+        # every node shares this network namespace, and an instance deletes the pod chains
+        # it did not make itself, so a second one would undo the first's. It enforces for
+        # the pods whose hostIP is its node's address: the first node's.
+        argv = [
+            self.request["kube_router"],
+            f"--kubeconfig={self.record.kubeconfig}",
+            f"--hostname-override={self.request['nodes'][0]['name']}",
+            "--run-firewall=true",
+            "--run-router=false",
+            "--run-service-proxy=false",
+            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+            "--health-port=0",
+            "--metrics-port=0",
+            "--v=1",
+        ]
+        proc = spawn(argv, self.logs / "kube-router.log")
+        self.procs["kube-router"] = proc
+        self.record.pids["kube-router"] = proc.pid
+        self.record.save()
+
     def _kubectl(self, *args: str, input: str | None = None) -> str:
         assert self.cp is not None
         kubectl = str(self.cp.binaries.kubectl)
@@ -403,8 +429,9 @@ class Supervisor:
             if name.startswith("node/"):
                 terminate_group(proc.pid, grace=30.0)
                 stopped(name)
-        if "kube-proxy" in self.procs:
-            terminate_group(self.procs["kube-proxy"].pid, grace=5.0)
+        for agent in ("kube-proxy", "kube-router"):
+            if agent in self.procs:
+                terminate_group(self.procs[agent].pid, grace=5.0)
         if self.cp is not None:
             self.cp.stop()
             stopped("control plane")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the host packages the tests need (iproute2 for pod network namespaces).
 # --nodes: also what the real-node test bed needs (sps_testbed): runc, the CNI
-# plugins, iptables and conntrack (kube-proxy), mmdebstrap and buildah (images), skopeo
+# plugins, iptables and conntrack (kube-proxy), ipset (kube-router's network policy
+# controller, `sps-testbed up --with network-policies`), mmdebstrap and buildah (images), skopeo
 # (pushes them into the bed's registry).
 set -euo pipefail
 missing=()
@@ -14,6 +15,7 @@ if [ "${1:-}" = "--nodes" ]; then
   [ -x /usr/lib/cni/bridge ] || [ -x /opt/cni/bin/bridge ] || missing+=(containernetworking-plugins)
   command -v iptables >/dev/null || missing+=(iptables)
   command -v conntrack >/dev/null || missing+=(conntrack)
+  command -v ipset >/dev/null || missing+=(ipset)
   command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
   command -v buildah >/dev/null || missing+=(buildah)
   command -v skopeo >/dev/null || missing+=(skopeo)
