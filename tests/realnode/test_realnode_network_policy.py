@@ -114,8 +114,10 @@ def _probe_setup(bed: RealNodeCluster, ns: str, enforced: str, other: str) -> li
         status = get_json(bed, "pod", name, "-n", ns).get("status", {})
         return (status.get("phase") == "Running" and str(status.get("podIP", ""))) or False
 
-    ips = {n: str(wait_for(f"{ns}/{n} running", lambda n=n: ip(n), 120)) for n in ("same", "other")}
-    wait_for(f"{ns}/client running", lambda: ip("client"), 120)
+    # 300 s: the bed of its own pulls the operator image cold (≈ 640 MB unpacked per node)
+    # while the shared phase loads both cores.
+    ips = {n: str(wait_for(f"{ns}/{n} running", lambda n=n: ip(n), 300)) for n in ("same", "other")}
+    wait_for(f"{ns}/client running", lambda: ip("client"), 300)
     # The API server as a pod reaches it: its Service's ClusterIP (DNATed to its endpoint).
     return [f"{ips['same']}:8000", f"{ips['other']}:8000", "10.96.0.1:443"]
 
