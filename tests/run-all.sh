@@ -63,9 +63,9 @@ case "${1:-}" in
     dist=(-n "$workers" --dist loadgroup)
     [ "$workers" -eq 0 ] && dist=()
     step bed "bed, shared" "$bin/pytest" "${dist[@]}" -m "realnode and bed_shared" \
-      --durations=10 "$@"
+      --durations=0 --durations-min=2 "$@"
     step bed "bed, one at a time" "$bin/pytest" -m "realnode and not bed_shared" \
-      --durations=10 "$@"
+      --durations=0 --durations-min=2 "$@"
     exit 0
     ;;
 esac
