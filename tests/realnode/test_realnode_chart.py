@@ -41,6 +41,10 @@ from sps_testbed import RealNodeCluster
 from waiting import wait_for
 
 
+# A bed to itself (a cluster-wide operator, the chart's default), no bound on time:
+# `make test` runs it on a second bed beside the first one's tests (tests/run-all.sh).
+pytestmark = pytest.mark.second_bed
+
 @pytest.fixture(scope="module")
 def release(realnode_cluster: RealNodeCluster) -> Iterator[str]:
     """`helm install charts/sps-operator` into a namespace that enforces `restricted`."""
