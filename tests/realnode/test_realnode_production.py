@@ -49,6 +49,7 @@ SLEEP = "exec sleep 100000"
 # `make test` runs it on a second bed beside the first one's tests (tests/run-all.sh).
 pytestmark = pytest.mark.second_bed
 
+
 @pytest.fixture(scope="module")
 def release(realnode_cluster: RealNodeCluster) -> Iterator[str]:
     with chart_installed(realnode_cluster, f"sps-system-{uuid.uuid4().hex[:5]}") as release_ns:
