@@ -40,10 +40,6 @@ from sps_sim.costmodel import GPU_H100
 from sps_testbed import RealNodeCluster
 from waiting import wait_for
 
-# A bed to itself (a cluster-wide operator, the chart's default), no bound on time:
-# `make test` runs it on a second bed beside the first one's tests (tests/run-all.sh).
-pytestmark = pytest.mark.second_bed
-
 
 @pytest.fixture(scope="module")
 def release(realnode_cluster: RealNodeCluster) -> Iterator[str]:

@@ -45,11 +45,6 @@ RUNTIME_CLASS = "nvidia"
 SLEEP = "exec sleep 100000"
 
 
-# A bed to itself (a cluster-wide operator, every H100 node tainted), no bound on time:
-# `make test` runs it on a second bed beside the first one's tests (tests/run-all.sh).
-pytestmark = pytest.mark.second_bed
-
-
 @pytest.fixture(scope="module")
 def release(realnode_cluster: RealNodeCluster) -> Iterator[str]:
     with chart_installed(realnode_cluster, f"sps-system-{uuid.uuid4().hex[:5]}") as release_ns:
