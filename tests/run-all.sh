@@ -14,8 +14,8 @@
 #   keeps both cores busy, so the demo's bed beside it yields to it.
 # other lane (beside it; its output is kept in $SPS_TEST_LOGS/other.log and printed at
 #   the end): the tests that start beds of their own (`e2e`, not `realnode`: the demo),
-#   lint and types, the unit and simulator tests, the control-plane tests (`k8s`, no
-#   nodes), the profiler's tests against a live simulator. Lint and the unit tests
+#   lint and types, the control-plane tests (`k8s`, no nodes), the profiler's tests
+#   against a live simulator, the unit and simulator tests. Lint and the unit tests
 #   run under `nice 10`, so that the beds keep the CPU they need; the control-plane and
 #   profiler tests run above the bed lane's priority (`nice -10`), because they measure
 #   real time (lease hand-over times; tables within 5-10 % of the simulator's truth,
@@ -54,13 +54,11 @@ case "${1:-}" in
       -o cache_dir=.pytest_cache/other "$@"
     step other lint "${low[@]}" make --no-print-directory lint-checks
     # A cache directory of its own: two pytest processes share the checkout.
-    step other unit "${low[@]}" "$bin/pytest" -m "not k8s and not e2e" --ignore=tests/profiler \
-      -o cache_dir=.pytest_cache/other "$@"
-    # Last: above the bed's priority, and so better after the bed's shared phase, whose
-    # workers keep both cores busy.
     step other control-plane "${high[@]}" "$bin/pytest" -m "k8s and not realnode and not e2e" \
       -o cache_dir=.pytest_cache/other "$@"
     step other profiler "${high[@]}" "$bin/pytest" -m "not k8s and not e2e" tests/profiler \
+      -o cache_dir=.pytest_cache/other "$@"
+    step other unit "${low[@]}" "$bin/pytest" -m "not k8s and not e2e" --ignore=tests/profiler \
       -o cache_dir=.pytest_cache/other "$@"
     exit 0
     ;;
