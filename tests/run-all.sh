@@ -6,17 +6,20 @@
 #   those marked `bed_shared` in pytest-xdist workers (their own namespaces, an
 #   operator in namespaces mode, a few GPUs or a pool of their own, no bound on time;
 #   `--dist loadgroup`: the tests that fill the bed's third pool, one `xdist_group`, run
-#   one after another on one worker), then every other one alone (those that load every
-#   node, taint a pool, run a cluster-wide operator or bound a time, Kueue's, and every
-#   test not marked: alone is the safe default).
+#   one after another on one worker; the longest handed out first, tests/bed_durations.py),
+#   then every other one alone (those that load every node, taint a pool, run a
+#   cluster-wide operator or bound a time, Kueue's, and every test not marked: alone is
+#   the safe default). The whole bed (its control plane, kubelets, containerd and so
+#   every container) runs at `nice -5`: the lane is the longest, and its shared phase
+#   keeps both cores busy, so the demo's bed beside it yields to it.
 # other lane (beside it; its output is kept in $SPS_TEST_LOGS/other.log and printed at
 #   the end): the tests that start beds of their own (`e2e`, not `realnode`: the demo),
 #   lint and types, the control-plane tests (`k8s`, no nodes), the profiler's tests
 #   against a live simulator, the unit and simulator tests. Lint and the unit tests
-#   run under `nice`, so that the beds keep the CPU they need; the control-plane and
-#   profiler tests run above the beds' priority, because they measure real time (lease
-#   hand-over times; tables within 5-10 % of the simulator's truth, which a starved
-#   simulator misses).
+#   run under `nice 10`, so that the beds keep the CPU they need; the control-plane and
+#   profiler tests run above the bed lane's priority (`nice -10`), because they measure
+#   real time (lease hand-over times; tables within 5-10 % of the simulator's truth,
+#   which a starved simulator misses).
 #
 # Exits non-zero when any step of either lane fails. Arguments go to every pytest run
 # (e.g. `-x`); PYTEST_ADDOPTS works too. SPS_TEST_WORKERS sets the number of workers for
@@ -27,7 +30,8 @@ bin=${SPS_TEST_BIN:-.venv/bin}
 logs=${SPS_TEST_LOGS:-.test-logs}
 workers=${SPS_TEST_WORKERS:-3}
 low=(nice -n "${SPS_TEST_NICE:-10}")
-high=(nice -n -5)
+bed=(nice -n -5)
+high=(nice -n -10)
 
 # Runs a step, records its failure and time; `pytest` finding no test (exit 5) is no failure.
 step() {  # lane name command...
@@ -63,9 +67,9 @@ case "${1:-}" in
     dist=(-n "$workers" --dist loadgroup)
     [ "$workers" -eq 0 ] && dist=()
     step bed "bed, shared" "$bin/pytest" "${dist[@]}" -m "realnode and bed_shared" \
-      --durations=10 "$@"
+      --durations=0 --durations-min=2 "$@"
     step bed "bed, one at a time" "$bin/pytest" -m "realnode and not bed_shared" \
-      --durations=10 "$@"
+      --durations=0 --durations-min=2 "$@"
     exit 0
     ;;
 esac
@@ -81,7 +85,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 echo "==== bed lane (the other lane's log: $logs/other.log)"
-step bed "the bed" "$bin/sps-testbed" run -- bash "$0" --on-the-bed "$@"
+step bed "the bed" "${bed[@]}" "$bin/sps-testbed" run -- bash "$0" --on-the-bed "$@"
 bed_seconds=$((SECONDS - start))
 wait "$other_pid"
 

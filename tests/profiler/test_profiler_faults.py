@@ -38,7 +38,7 @@ def test_resume_after_a_torn_line_drops_it_and_continues(
     assert "torn line" in caplog.text
     rounds = read_jsonl(paths.rounds)
     assert rounds[:2] == kept
-    assert [r["batch_size_per_rank"] for r in rounds] == [1, 2, 4, 8]
+    assert sorted(r["batch_size_per_rank"] for r in rounds) == [1, 2, 4, 8]
     assert all(line.endswith("}") for line in paths.rounds.read_text().splitlines())
     read_jsonl(paths.records)  # every line parses
     assert isinstance(load_sps_table_text(out.read_text()), SpsCostTable)

@@ -60,7 +60,9 @@ def test_publish_success_then_operator_fits(
     result = _read(k8s_api, namespace, "run-1")
     assert result.status == "succeeded"
     assert result.progress == "3/3"
-    assert [r["batch_size_per_rank"] for r in result.rounds] == [1, 2, 4]
+    # Sorted: a round measured again (a rise, a clock cap) comes after the others; on a
+    # loaded CI host bs=1 once came last.
+    assert sorted(r["batch_size_per_rank"] for r in result.rounds) == [1, 2, 4]
     assert len(result.manifest["fingerprint"]) == 16
     assert result.manifest["server"]["mode"] == "static"
     fitted = fit_from_rounds(result.rounds, kind=TableKind.DIAGONAL)

@@ -65,7 +65,8 @@ def test_diagonal_static_sweep_writes_a_loadable_table(tmp_path: Path) -> None:
     assert manifest["artifacts_sha256"][paths.rounds.name] == sha256_file(paths.rounds)
     assert manifest["stopping_rule"]["ci_rel_width"] == 0.02
     rounds = read_jsonl(paths.rounds)
-    assert [r["batch_size_per_rank"] for r in rounds] == [1, 4, 8]
+    # Sorted: a round measured again (a rise, a clock cap) comes after the others.
+    assert sorted(r["batch_size_per_rank"] for r in rounds) == [1, 4, 8]
     for r in rounds:  # measured probes are in the table as measured
         assert table.lookup(r["batch_tokens"]) == pytest.approx(r["steps_per_sec"])
     assert main(["fit", "--out", str(out), "--diagonal-probes", "measured", "--no-plot"]) == 0
@@ -289,7 +290,7 @@ def test_server_dies_mid_sweep_then_resume(
     with running_sim(seed=8) as url:
         assert profile(url, out, *args, "--resume") == 0
     rounds = read_jsonl(paths.rounds)
-    assert [r["batch_size_per_rank"] for r in rounds] == [1, 2, 4, 8]
+    assert sorted(r["batch_size_per_rank"] for r in rounds) == [1, 2, 4, 8]
     assert rounds[: len(kept)] == kept  # nothing measured was redone or lost
     assert isinstance(load_sps_table_text(out.read_text()), SpsCostTable)
 
