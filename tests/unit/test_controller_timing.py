@@ -241,3 +241,42 @@ def test_a_failed_attempt_that_is_retried_says_when() -> None:
     h.run_pass()
     stale = h.condition("Stale")[2]
     assert "the last attempt failed (ProfilingFailed): attempt 2 of 3 starts at " in stale
+
+
+def test_a_job_whose_profiler_never_wrote_its_result_names_the_network_policy() -> None:
+    """A default-deny NetworkPolicy without the profiling pods' egress (issue 19 §4): the
+    profiler cannot write even `running`, exits 1, and the Job fails with an empty result."""
+    h = Harness.one_target()
+    h.tick()
+    h.run_pass()
+    h.finish(result={}, ok=False)
+    h.tick()
+    failure = h.run_pass()["lastFailure"]
+    assert failure["reason"] == "ProfilingFailed"
+    assert "the profiler never wrote to its result ConfigMap" in failure["message"]
+    assert "NetworkPolicy" in failure["message"]
+    assert "networkPolicy.profilingPods.enabled" in failure["message"]
+
+
+def test_a_failed_job_whose_profiler_wrote_keeps_its_own_words_only() -> None:
+    h = Harness.one_target()
+    h.tick()
+    h.run_pass()
+    h.finish(result=build_patch(status="failed", message="pin did not hold"), ok=False)
+    h.tick()
+    failure = h.run_pass()["lastFailure"]
+    assert "pin did not hold" in failure["message"]
+    assert "NetworkPolicy" not in failure["message"]
+
+
+def test_a_completed_job_with_nothing_written_names_the_network_policy_after_the_bound() -> None:
+    h = Harness.one_target()
+    h.tick()
+    h.run_pass()
+    h.finish(result={})
+    h.tick()
+    h.run_pass()
+    h.tick(60)
+    failure = h.run_pass()["lastFailure"]
+    assert failure["reason"] == "ResultMissing"
+    assert "the profiler never wrote to its result ConfigMap" in failure["message"]

@@ -515,3 +515,15 @@ def test_a_replica_kept_for_a_rollout_and_a_held_table_are_explained() -> None:
         "A newer table for Deployment server waits for the minimum interval between rollouts",
         "One replica of server stays lent to the new table's rollout",
     ]
+
+
+@pytest.mark.parametrize("reason", [R.PROFILING_FAILED, R.RESULT_MISSING])
+def test_a_profiler_that_wrote_nothing_points_at_the_network_policy(reason: str) -> None:
+    from sps_operator.controller.steps.run import never_written
+
+    message = f"Job llama-0a1b2c3d4e failed (BackoffLimitExceeded): ; {never_written('cm', 'j')}"
+    report = explain(profile({"observedGeneration": 1, "lastFailure": failure(reason, message)}))
+    (finding,) = report["findings"]
+    assert "could not reach the API server" in finding["what"]
+    assert "networkPolicy.profilingPods.enabled=true" in finding["next"]
+    assert "kubectl logs job/llama-0a1b2c3d4e -c profiler" in finding["next"]

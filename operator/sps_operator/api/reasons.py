@@ -117,6 +117,9 @@ JOB_CREATE_FAILED = "JobCreateFailed"
 NAME_TAKEN = "NameTaken"
 JOB_MISSING = "JobMissing"
 RESULT_MISSING = "ResultMissing"
+# In a ProfilingFailed or ResultMissing message when the result ConfigMap holds nothing at
+# all (controller/steps/run.never_written); `kubectl sps explain` then names the egress.
+NEVER_WROTE_RESULT = "never wrote to its result ConfigMap"
 RESULT_REFUSED = "ResultRefused"
 SERVER_REFUSED_TO_START = "ServerRefusedToStart"
 KUEUE_NOT_INSTALLED = "KueueNotInstalled"

@@ -42,6 +42,19 @@ def failure_finding(name: str, failure: Mapping[str, Any]) -> Finding:
     attempts = failure.get("attempts") or 1
     evidence = f"{reason}: {message} (run {failure.get('run', '?')}, at {failure.get('at', '?')}"
     evidence += f", {attempts} attempts)" if attempts and int(attempts) > 1 else ")"
+    if R.NEVER_WROTE_RESULT.lower() in text:  # controller/steps/run.never_written
+        return Finding(
+            what="The profiling pod wrote nothing: it could not reach the API server",
+            why=evidence,
+            next=(
+                "A NetworkPolicy in the namespace most likely denies the profiling pod's egress "
+                "to the API server or the cluster DNS. Allow it: the chart's "
+                "networkPolicy.profilingPods.enabled=true (namespaces mode), or the policy in "
+                "docs/security.md (Network policy) in this namespace. The profiler's own words: "
+                f"`kubectl logs job/{failure.get('run', '<job>')} -c profiler`; then "
+                f"`kubectl sps reprofile {name}`."
+            ),
+        )
     if reason in FAILURE_REASONS:
         what, next_step = FAILURE_REASONS[reason]
         return Finding(what=what, why=evidence, next=next_step.format(name=name))

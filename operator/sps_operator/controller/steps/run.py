@@ -20,6 +20,7 @@ from sps_operator.api.reasons import (
     JOB_CREATE_FAILED,
     JOB_MISSING,
     NAME_TAKEN,
+    NEVER_WROTE_RESULT,
     OFF_DIAGONAL_PHASE_STARTED,
     PROFILING_FAILED,
     PROFILING_STARTED,
@@ -61,6 +62,18 @@ from sps_operator.controller.steps.state import Pass, Target
 # How long a Complete Job's result may lag behind its completion (the profiler's final
 # write and the Job's status reach the operator's caches by different watches).
 RESULT_GRACE_SECONDS = 60.0
+
+
+def never_written(cm: str, job: str) -> str:
+    """Why a result ConfigMap can hold nothing at all when the Job ends: the profiler writes
+    `running` before anything else, so it never reached the API server, or never started."""
+    return (
+        f"the profiler {NEVER_WROTE_RESULT} {cm}: it could not reach the API "
+        "server, or never started. A NetworkPolicy that denies the profiling pod's egress to "
+        "the API server or the cluster DNS does this: allow it (the chart's "
+        "networkPolicy.profilingPods.enabled, or the policy in docs/security.md, Network "
+        f"policy); the profiler's own words: `kubectl logs job/{job} -c profiler`"
+    )
 
 
 def run_refusal(p: Pass, plan: builders.RunPlan, job: Obj) -> policy.Refusal | None:
@@ -348,9 +361,12 @@ def progress_run(p: Pass) -> None:
         return
     if result.progress:
         run.progress = result.progress
+    result_name = names.result_config_map(run.name, phase)
     if "Failed" in finished:
         detail = result.message or finished["Failed"].get("message") or ""
         why = finished["Failed"].get("reason") or "JobFailed"
+        if not result.status:
+            detail = f"{detail}; {never_written(result_name, run.job)}"
         fail_run(p, PROFILING_FAILED, f"Job {run.job} failed ({why}): {detail}")
         return
     if "Complete" not in finished and "SuccessCriteriaMet" not in finished:
@@ -369,12 +385,15 @@ def progress_run(p: Pass) -> None:
         fail_run(
             p,
             RESULT_MISSING,
-            f"Job {run.job} completed but its result ConfigMap "
-            f"{names.result_config_map(run.name, phase)} still held no final result "
-            f"{waited:.0f} s later (status {result.status!r}"
+            f"Job {run.job} completed but its result ConfigMap {result_name} still held no "
+            f"final result {waited:.0f} s later (status {result.status!r}"
             + (f", progress {result.progress}" if result.progress else "")
-            + f"): the profiler's last write never arrived; see `kubectl logs job/{run.job} "
-            "-c profiler`",
+            + (
+                f"): the profiler's last write never arrived; see `kubectl logs job/{run.job} "
+                "-c profiler`"
+                if result.status
+                else f"): {never_written(result_name, run.job)}"
+            ),
         )
         return
     kind = p.spec.table.kind
