@@ -110,6 +110,7 @@ def policy_bed(
         assert out.returncode == 0, out.stdout + out.stderr
         bed = RealNodeCluster.attach(state)
         assert "kube-router" in bed.record().pids
+        bed.build()  # its kubectl and helm (cached: the session's build)
         yield bed
     finally:
         down = _cli(state, "down")
