@@ -165,5 +165,5 @@ def test_a_write_to_an_api_server_that_never_answers_fails_within_its_bound(
     attempts and the pytest timeout ended it; bounded, it fails with a connect timeout."""
     monkeypatch.setattr(publish, "REQUEST_TIMEOUT", (0.5, 0.5))
     publisher = publish.ConfigMapPublisher("result", "ns")
-    with pytest.raises(Exception, match="(?i)time"):
+    with pytest.raises(Exception, match=r"(?i)time"):
         publisher.publish(status="running", message="starting", progress="0/?")
