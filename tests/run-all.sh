@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make test`: every check and every test, in two lanes at once.
+# `make test`: every check and every test, in three lanes at once.
 #
 # bed lane (the longest; its output goes to the terminal as it comes): one real-node test
 #   bed (`sps-testbed run`) and on it the tests that use it (marker `realnode`): first
@@ -8,20 +8,29 @@
 #   `--dist loadgroup`: the tests that fill the bed's third pool, one `xdist_group`, run
 #   one after another on one worker; the longest handed out first, tests/bed_durations.py),
 #   then every other one alone (those that load every node, taint a pool, run a
-#   cluster-wide operator or bound a time, Kueue's, and every test not marked: alone is
-#   the safe default). The whole bed (its control plane, kubelets, containerd and so
-#   every container) runs at `nice -5`: the lane is the longest, and its shared phase
-#   keeps both cores busy, so the demo's bed beside it yields to it.
-# other lane (beside it; its output is kept in $SPS_TEST_LOGS/other.log and printed at
-#   the end): the tests that start beds of their own (`e2e`, not `realnode`: the demo),
-#   lint and types, the control-plane tests (`k8s`, no nodes), the profiler's tests
-#   against a live simulator, the unit and simulator tests. Lint and the unit tests
-#   run under `nice 10`, so that the beds keep the CPU they need; the control-plane and
-#   profiler tests run above the bed lane's priority (`nice -10`), because they measure
-#   real time (lease hand-over times; tables within 5-10 % of the simulator's truth,
-#   which a starved simulator misses).
+#   cluster-wide operator or bound a time, and every test not marked: alone is the safe
+#   default), except the files in `second_bed` below. The whole bed (its control plane,
+#   kubelets, containerd and so every container) runs at `nice -5`.
+# other lane (its log: $SPS_TEST_LOGS/other.log, printed at the end): the tests that
+#   start beds of their own (`e2e`, not `realnode`: the demo), lint and types, the
+#   control-plane tests (`k8s`, no nodes), the profiler's tests against a live simulator;
+#   then, once the bed lane's shared phase is over, a second bed for the one-at-a-time
+#   tests of the files in `second_bed` (Kueue's and the tenants', which installs Kueue
+#   too: one install).
+# unit lane (its log: $SPS_TEST_LOGS/unit.log): the unit and simulator tests in two
+#   workers, once the shared phase is over.
 #
-# Exits non-zero when any step of either lane fails. Arguments go to every pytest run
+# Why this shape (docs/dev-cluster.md, "Where make test's time goes"): the shared phase
+# keeps both cores busy, so whatever runs beside it slows it down (a second bed beside it
+# cost 155 s); the one-at-a-time tests mostly wait (leases, debounces, rollouts: the CPU is
+# 15-60 % busy), so what is left of the CPU work (the unit tests, the second bed's tests)
+# waits for the shared phase's end and runs beside them. Lint and the unit tests run under
+# `nice 10`, so that the beds keep the CPU they need; the control-plane and profiler tests
+# run above the bed lane's priority (`nice -10`), because they measure real time (lease
+# hand-over times; tables within 5-10 % of the simulator's truth, which a starved simulator
+# misses).
+#
+# Exits non-zero when any step of any lane fails. Arguments go to every pytest run
 # (e.g. `-x`); PYTEST_ADDOPTS works too. SPS_TEST_WORKERS sets the number of workers for
 # the shared tests (default 3; 0: one process).
 set -uo pipefail
@@ -32,6 +41,10 @@ workers=${SPS_TEST_WORKERS:-3}
 low=(nice -n "${SPS_TEST_NICE:-10}")
 bed=(nice -n -5)
 high=(nice -n -10)
+# The one-at-a-time tests the second bed runs (the rest of them run on the first bed after
+# its shared phase): about 40 % of that phase's time, which balances the lanes.
+second_bed=(tests/e2e/test_e2e_tenants.py tests/e2e/test_e2e_kueue.py tests/realnode/test_realnode_kueue.py)
+shared_done="$logs/shared.done"
 
 # Runs a step, records its failure and time; `pytest` finding no test (exit 5) is no failure.
 step() {  # lane name command...
@@ -43,6 +56,11 @@ step() {  # lane name command...
   [ "$rc" -ne 0 ] && mkdir -p "$logs" && echo "$name (exit $rc)" >> "$logs/$lane.failed"
   echo "==== $name: exit $rc after $((SECONDS - started)) s"
   return "$rc"
+}
+
+# Returns once the bed lane's shared phase is over (or the bed lane is, however it ended).
+after_the_shared_phase() {
+  while [ ! -e "$shared_done" ]; do sleep 2; done
 }
 
 case "${1:-}" in
@@ -58,8 +76,17 @@ case "${1:-}" in
       -o cache_dir=.pytest_cache/other "$@"
     step other profiler "${high[@]}" "$bin/pytest" -m "not k8s and not e2e" tests/profiler \
       -o cache_dir=.pytest_cache/other "$@"
-    step other unit "${low[@]}" "$bin/pytest" -m "not k8s and not e2e" --ignore=tests/profiler \
-      -o cache_dir=.pytest_cache/other "$@"
+    after_the_shared_phase
+    step other "second bed, one at a time" "${bed[@]}" "$bin/sps-testbed" run -- \
+      "$bin/pytest" -m "realnode and not bed_shared" "${second_bed[@]}" \
+      --durations=0 --durations-min=2 -o cache_dir=.pytest_cache/other "$@"
+    exit 0
+    ;;
+  --unit-lane)
+    shift
+    after_the_shared_phase
+    step unit unit "${low[@]}" "$bin/pytest" -n 2 -m "not k8s and not e2e" \
+      --ignore=tests/profiler -o cache_dir=.pytest_cache/unit "$@"
     exit 0
     ;;
   --on-the-bed)  # inside `sps-testbed run`, SPS_TESTBED_ATTACH set
@@ -68,33 +95,40 @@ case "${1:-}" in
     [ "$workers" -eq 0 ] && dist=()
     step bed "bed, shared" "$bin/pytest" "${dist[@]}" -m "realnode and bed_shared" \
       --durations=0 --durations-min=2 "$@"
+    touch "$shared_done"
     step bed "bed, one at a time" "$bin/pytest" -m "realnode and not bed_shared" \
-      --durations=0 --durations-min=2 "$@"
+      "${second_bed[@]/#/--ignore=}" --durations=0 --durations-min=2 "$@"
     exit 0
     ;;
 esac
 
 mkdir -p "$logs"
-rm -f "$logs"/other.* "$logs"/bed.*
+rm -f "$logs"/other.* "$logs"/bed.* "$logs"/unit.* "$shared_done"
 start=$SECONDS
-# Its own session (process group), so that it can be ended as a whole.
+# Each in its own session (process group), so that it can be ended as a whole.
 setsid bash "$0" --other-lane "$@" > "$logs/other.log" 2>&1 &
 other_pid=$!
-trap 'kill -TERM -- -$other_pid 2>/dev/null' EXIT
+setsid bash "$0" --unit-lane "$@" > "$logs/unit.log" 2>&1 &
+unit_pid=$!
+trap 'kill -TERM -- -$other_pid -$unit_pid 2>/dev/null' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
 echo "==== bed lane (the other lane's log: $logs/other.log)"
 step bed "the bed" "${bed[@]}" "$bin/sps-testbed" run -- bash "$0" --on-the-bed "$@"
 bed_seconds=$((SECONDS - start))
-wait "$other_pid"
+touch "$shared_done"  # even when the bed never got that far
+wait "$other_pid" "$unit_pid"
 
 echo
-echo "==== the other lane (lint, control plane, unit, simulator, profiler): $logs/other.log"
+echo "==== the other lane (the demo, lint, control plane, profiler, a second bed): $logs/other.log"
 cat "$logs/other.log"
 echo
-echo "==== bed lane done after $bed_seconds s, both lanes after $((SECONDS - start)) s"
-failed=$(cat "$logs"/bed.failed "$logs"/other.failed 2>/dev/null)
+echo "==== the unit lane (unit and simulator tests): $logs/unit.log"
+cat "$logs/unit.log"
+echo
+echo "==== bed lane done after $bed_seconds s, all lanes after $((SECONDS - start)) s"
+failed=$(cat "$logs"/bed.failed "$logs"/other.failed "$logs"/unit.failed 2>/dev/null)
 if [ -n "$failed" ]; then
   echo "==== FAILED: $(echo "$failed" | paste -sd ';' -)"
   exit 1

@@ -1,5 +1,7 @@
 """NetworkPolicy is enforced on a bed started with kube-router's policy controller
-(`sps-testbed up --with network-policies`), and not on one without it.
+(`sps-testbed up --with network-policies`), and not on one without it; and a profile in a
+default-deny namespace goes live with the chart's egress policy, and without it fails saying
+what to allow.
 
 A client pod on the first node (the one kube-router enforces for: see docs/dev-cluster.md,
 "Network policy in the bed") probes a server on its own node, a server on another node and
@@ -20,13 +22,32 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from e2e_cluster import E2eCluster
+from e2e_env import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    Env,
+    OperatorRelease,
+    create,
+    install_crd,
+    kubectl_sps,
+    rolled_to,
+    server_deployment,
+    sps_profile,
+    tables,
+    wait_ready,
+)
 from realnode_helpers import apply, get_json, pod
 
+from sps_operator.api import reasons as R
+from sps_sim.costmodel import GPU_H100, GPU_H200
 from sps_testbed import RealNodeCluster
 from waiting import wait_for
 
-# A bed of its own beside the session's, and on the session's bed its own namespace only.
-pytestmark = pytest.mark.bed_shared
+# A bed of its own beside the session's, and on the session's bed its own namespace only;
+# one worker for the module, so that its tests share that bed.
+pytestmark = [pytest.mark.bed_shared, pytest.mark.xdist_group("network-policy-bed")]
 
 # One line of JSON: each target's "open" or "blocked" (a connect within 2 s, or not).
 PROBE = """
@@ -61,27 +82,35 @@ ALLOW_ALL = {
 }
 
 
+# The node whose pods kube-router enforces policies for (the bed's first).
+ENFORCED = "np-0"
+
+
 def _cli(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "sps_testbed.cli", f"--state-dir={state}", *args]
     return subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
 
 
-@pytest.fixture
-def policy_bed(realnode_cluster: RealNodeCluster, tmp_path: Path) -> Iterator[RealNodeCluster]:
-    """Two nodes, with kube-router's policy controller; stopped afterwards. Beside the
-    session's bed (which marks this a real-node test, out of `-m "not k8s"`)."""
-    state = tmp_path / "bed"
+@pytest.fixture(scope="module")
+def policy_bed(
+    realnode_cluster: RealNodeCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RealNodeCluster]:
+    """Two nodes, with kube-router's policy controller; stopped after the module. Beside the
+    session's bed (which marks this a real-node test, out of `-m "not k8s"`). The first node,
+    the enforced one, holds two GPUs: a server and its profiling Job's clone."""
+    state = tmp_path_factory.mktemp("policy-bed") / "bed"
     out = _cli(
         state,
         "up",
-        "--node=np-0=NVIDIA-H200:1",
-        "--node=np-1=NVIDIA-H100:1",
+        f"--node={ENFORCED}={GPU_H200}:2",
+        f"--node=np-1={GPU_H100}:1",
         "--with=network-policies",
     )
     try:
         assert out.returncode == 0, out.stdout + out.stderr
         bed = RealNodeCluster.attach(state)
         assert "kube-router" in bed.record().pids
+        bed.build()  # its kubectl and helm (cached: the session's build)
         yield bed
     finally:
         down = _cli(state, "down")
@@ -148,7 +177,7 @@ def test_default_deny_blocks_pod_and_api_server_traffic_until_a_policy_allows_it
 ) -> None:
     bed = policy_bed
     ns = bed.create_namespace("np-enforced")
-    targets = _probe_setup(bed, ns, enforced="np-0", other="np-1")
+    targets = _probe_setup(bed, ns, enforced=ENFORCED, other="np-1")
     opened = _until(bed, ns, targets, "open")
     assert opened == dict.fromkeys(targets, "open"), f"before any policy: {opened}"
 
@@ -171,3 +200,71 @@ def test_without_the_controller_default_deny_blocks_nothing(
     apply(bed, ns, DENY_ALL)
     seen = _until(bed, ns, targets, "open")
     assert seen == dict.fromkeys(targets, "open"), f"no controller, default-deny: {seen}"
+
+
+def _api_server_endpoint(bed: RealNodeCluster) -> tuple[str, int]:
+    """The API server's address and port as pods reach it after kube-proxy's DNAT, read
+    as docs/security.md tells a user to (the `kubernetes` Service's EndpointSlice)."""
+    (eps,) = get_json(
+        bed, "endpointslices", "-n", "default", "-l", "kubernetes.io/service-name=kubernetes"
+    )["items"]
+    return str(eps["endpoints"][0]["addresses"][0]), int(eps["ports"][0]["port"])
+
+
+def _last_failure(env: Env) -> dict[str, Any] | None:
+    failure = (env.profile().get("status") or {}).get("lastFailure") or {}
+    return dict(failure) if failure.get("reason") else None
+
+
+def test_a_profile_in_a_default_deny_namespace_goes_live_with_the_charts_policy_only(
+    policy_bed: RealNodeCluster, tmp_path: Path
+) -> None:
+    """Issue 19 §4: in a namespace whose default-deny policy (ingress and egress) the user
+    keeps, the chart's `networkPolicy.profilingPods` (the API server's address and port
+    from its EndpointSlice, as docs/security.md says) lets the profiling pod write its
+    result: the table goes live. Without that policy the next run fails within about a
+    minute (the profiler's writes are bounded in time), the status and `kubectl sps explain`
+    say the profiler never wrote its result and which egress to allow, and the live table
+    stays. Every pod of the namespace runs on the enforced node."""
+    bed, cluster = policy_bed, E2eCluster(policy_bed)
+    install_crd(cluster)
+    ns = bed.create_namespace("np-tenant")
+    apply(bed, ns, DENY_ALL)
+    address, port = _api_server_endpoint(bed)
+    release = OperatorRelease(
+        cluster, bed.create_namespace("np-system"), ns, tmp_path / "clock",
+        extra_values=[
+            "networkPolicy.profilingPods.enabled=true",
+            f"networkPolicy.profilingPods.apiServer.cidrs={{{address}/32}}",
+            f"networkPolicy.profilingPods.apiServer.ports={{{port}}}",
+        ],
+    )  # fmt: skip
+    env = Env(cluster, bed.api_client(), ns, release)
+    profile = sps_profile()
+    profile["spec"]["table"]["sweep"]["batchSizes"] = [1, 2]
+    try:
+        create(env, server_deployment(GPU_H200), profile)  # H200: only the enforced node
+        release.start()
+        wait_ready(env, timeout=420)  # both images pulled cold on the bed of its own
+        (table,) = tables(env)
+        wait_for("the server rolled onto the table", lambda: rolled_to(env, table["hash"]), 120)
+        (job,) = env.jobs()
+        (job_pod,) = env.pods(f"job-name={job['metadata']['name']}")
+        assert job_pod["spec"]["nodeName"] == ENFORCED, job_pod["spec"].get("nodeName")
+
+        # The same namespace without the chart's policy: the next run cannot write.
+        bed.kubectl("delete", "networkpolicy", "-n", ns, f"{release.name}-profiling-egress")
+        env.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, ns, PLURAL, "sps",
+            {"metadata": {"annotations": {"sps.dev/reprofile": "without-the-policy"}}},
+        )  # fmt: skip
+        failure = wait_for("the run without the policy failed", lambda: _last_failure(env), 300)
+        assert failure["reason"] == R.PROFILING_FAILED, failure
+        assert R.NEVER_WROTE_RESULT in failure["message"], failure
+        assert "networkPolicy.profilingPods.enabled" in failure["message"], failure
+        assert "could not reach the API server" in kubectl_sps(env, "explain", "sps")
+        assert [t["hash"] for t in tables(env)] == [table["hash"]]  # the live table stays
+        assert rolled_to(env, table["hash"])
+    finally:
+        print(env.diagnostics())
+        release.uninstall()

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from round_lines import round_line
 from sps_operator.api.kinds import TableKind
-from sps_operator.profiler import artifacts, fitting
+from sps_operator.profiler import artifacts, fitting, publish
 from sps_operator.profiler.cli import main
 from sps_operator.profiler.fitting import FitError, fit_profile
 from sps_operator.tables import selfcheck
@@ -117,3 +119,51 @@ def test_a_fit_of_steps_recorded_in_seconds_writes_no_table(
     assert "not a decode step of a real model" in err and "batch_tokens=8 is 0.0106" in err
     assert "seconds where SGLang writes milliseconds" in err
     assert not out.exists()
+
+
+@pytest.fixture
+def silent_api_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A kubeconfig whose server drops every new connection, as a NetworkPolicy that denies
+    the profiler's egress does: a loopback socket whose accept queue is full, so the kernel
+    drops each further SYN and a connect waits (here on 127.0.0.1 only)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    port = server.getsockname()[1]
+    queued = []
+    while True:  # fill the accept queue: the first connect that times out is dropped
+        client = socket.socket()
+        client.settimeout(0.3)
+        try:
+            client.connect(("127.0.0.1", port))
+        except TimeoutError:
+            client.close()
+            break
+        queued.append(client)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{port}",
+                                                "insecure-skip-tls-verify": True}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+    }))  # fmt: skip
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    try:
+        yield
+    finally:
+        for client in queued:
+            client.close()
+        server.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_write_to_an_api_server_that_never_answers_fails_within_its_bound(
+    silent_api_server: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unbounded, the write waited out TCP's SYN retries (minutes) on each of urllib3's
+    attempts and the pytest timeout ended it; bounded, it fails with a connect timeout."""
+    monkeypatch.setattr(publish, "REQUEST_TIMEOUT", (0.5, 0.5))
+    publisher = publish.ConfigMapPublisher("result", "ns")
+    with pytest.raises(Exception, match=r"(?i)time"):
+        publisher.publish(status="running", message="starting", progress="0/?")

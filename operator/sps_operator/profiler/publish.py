@@ -34,6 +34,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+# (connect, read) seconds of each write to the API server. Unbounded, a write from a
+# namespace whose NetworkPolicy drops the profiler's egress waits out TCP's SYN retries
+# (about 2 min) per attempt, and the Job sits silent until its deadline; bounded, the
+# profiler fails within a minute and the operator says why (api/reasons.NEVER_WROTE_RESULT).
+REQUEST_TIMEOUT = (5.0, 30.0)
 
 
 def in_cluster_namespace(path: Path = NAMESPACE_FILE) -> str | None:
@@ -67,7 +72,9 @@ class ConfigMapPublisher:
 
     def publish(self, **fields: Any) -> None:
         patch = build_patch(**fields)
-        self._api.patch_namespaced_config_map(self.name, self.namespace, patch)
+        self._api.patch_namespaced_config_map(
+            self.name, self.namespace, patch, _request_timeout=REQUEST_TIMEOUT
+        )
 
     def publish_quietly(self, **fields: Any) -> None:
         """Progress updates must not kill a sweep: log a failure once and go on."""
