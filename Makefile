@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test setup controlplane testbed realnode lint lint-checks typecheck crds unit clean \
+.PHONY: demo test test-tools setup controlplane testbed realnode lint lint-checks typecheck crds unit clean \
 	release dist release-host publish release-check
 
 $(BIN)/python:
@@ -66,8 +66,16 @@ unit: setup
 # Every test: lint and types, unit, simulator and profiler, control plane, real nodes,
 # end to end. Two lanes at once (tests/run-all.sh): the tests on the real-node bed, and
 # beside them lint and the rest (their log: .test-logs/other.log, printed at the end).
-test: setup controlplane testbed
+test: setup controlplane testbed test-tools
 	SPS_TEST_BIN=$(BIN) bash tests/run-all.sh
+
+# What only the tests use, built (or found in the cache) before the lanes start:
+# kube-router's policy controller for the network-policy bed, promcheck for the chart's
+# alert rules. Built on first use instead, under the lanes' load, kube-router took 20 min
+# on a fresh machine and the bed waiting for it timed out.
+test-tools: setup
+	bash tests/controlplane/build-kube-router.sh > /dev/null
+	$(BIN)/python tests/ship/promcheck.py > /dev/null
 
 # The release (docs/release.md): wheel, sdist, the image as an amd64+arm64 OCI index, the
 # chart pinned to it, SBOMs and SHA256SUMS into dist/, from a clean tree (ALLOW_DIRTY=1

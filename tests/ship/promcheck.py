@@ -64,3 +64,7 @@ def check_exprs(exprs: list[str]) -> subprocess.CompletedProcess[str]:
 def metric_names(result: subprocess.CompletedProcess[str]) -> set[str]:
     assert result.returncode == 0, result.stderr
     return set(json.loads(result.stdout)["metrics"])
+
+
+if __name__ == "__main__":  # `make test-tools`: build it before the tests need it
+    print(binary())
