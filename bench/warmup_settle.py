@@ -3,12 +3,13 @@
 Offline (no server, no profiler run): step times are drawn from the simulator's own noise
 model (`sps_sim.costmodel.NoiseSource`) for the matrix's effects at one fixed step
 time, polled every `--poll-steps` steps as the warm-up polls, and judged as the warm-up
-judges them: `sps_operator.profiler.steady.clocks_settled` (settled), or — after 3 s — a
-ramp the model describes (`sps_operator.tables.clockramp.ramp_evident`: the sweep starts on
-the ramp and the fit corrects it). Per effect: the model seconds the warm-up took (its GPU
-time), the clock ramp left at that point, and how many seeds ended on a ramp, over
-`--seeds` seeds (`--no-model`: settling only, as before the ramp model), and how many
-settled while more than the tolerance of a ramp was left.
+judges them: settled by `sps_operator.profiler.steady.clocks_settled`, or by a ramp the
+model places as over before the current round (`sps_operator.tables.clockramp.
+ramp_over_from`), or — after 3 s — on a ramp the model describes (`ramp_evident`: the
+sweep starts on the ramp and the fit corrects it). Per effect: the model seconds the
+warm-up took (its GPU time), the clock ramp left at that point, and how many seeds ended
+on a ramp, over `--seeds` seeds (`--no-model`: the thirds only, as before the ramp model),
+and how many settled while more than the tolerance of a ramp was left.
 
     .venv/bin/python bench/warmup_settle.py --seeds 40
 """
@@ -29,7 +30,7 @@ from sps_operator.profiler.steady import (
     still_falling,
 )
 from sps_operator.profiler.sweep import DEFAULT_CI_LEVEL_Z, DEFAULT_CI_REL_WIDTH
-from sps_operator.tables.clockramp import CHUNK_STEPS, chunk_series, ramp_evident
+from sps_operator.tables.clockramp import CHUNK_STEPS, chunk_series, ramp_evident, ramp_over_from
 from sps_sim.costmodel import EFFECTS_OFF, GPU_H100, PRESETS, CostPreset, NoiseSource
 
 QUIET = {key: value for key, value in EFFECTS_OFF.items() if key != "noise_cv"}
@@ -81,7 +82,7 @@ def settle(
             times.append(step)
         if clocks_settled(times, z=DEFAULT_CI_LEVEL_Z, tolerance_rel=tolerance):
             break
-        if model and now >= MIN_SETTLE_SECONDS and still_falling(times, z=DEFAULT_CI_LEVEL_Z):
+        if model and now >= MIN_SETTLE_SECONDS and len(times) >= CHUNK_STEPS:
             chunks = []
             for start in range(0, len(times), ROUND_STEPS):
                 part = chunk_series(
@@ -90,8 +91,14 @@ def settle(
                 chunks += [(c[0], c[1], c[2]) for c in part]
             phi, phi_se = ar1_from_differences(times)
             step_ar1 = phi + AR1_MARGIN_SE * phi_se
-            if len(times) >= CHUNK_STEPS and ramp_evident(chunks, tolerance, step_ar1):
+            live = still_falling(times, z=DEFAULT_CI_LEVEL_Z)
+            if live and ramp_evident(chunks, tolerance, step_ar1):
                 on_ramp = True
+                break
+            # A ramp the model places as over before the current round's start.
+            over_from = ramp_over_from(chunks, tolerance, step_ar1)
+            round_start = clocks[(len(times) - 1) // ROUND_STEPS * ROUND_STEPS]
+            if over_from is not None and over_from <= round_start:
                 break
     left = preset.warmup_amplitude * math.exp(-now / preset.warmup_tau_s)
     return now, left if preset.warmup_amplitude else 0.0, on_ramp

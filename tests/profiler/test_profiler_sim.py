@@ -462,3 +462,22 @@ def test_a_round_entirely_inside_a_clock_cap_is_measured_again(
     for r in rounds:
         truth = H100.decode_seconds(r["batch_size_per_rank"], r["batch_size_per_rank"] * K)
         assert r["median_step_time"] == pytest.approx(truth, rel=0.05)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_short_ramp_that_is_over_ends_the_warm_up_early(tmp_path: Path, seed: int) -> None:
+    # +30 % decaying over 0.5 s under 10 % noise: the ramp is over after ≈ 2 s, but it keeps
+    # the first third of the series slow, and the thirds alone waited 3-5 warm-up rounds
+    # (≈ 2.2 s each here) before calling the clocks settled. The model places the ramp at
+    # the start (`clockramp.ramp_over_from`): the warm-up ends in its second or third round.
+    preset = quiet_h100(
+        tmp_path / "short-ramp.json", noise_cv=0.10, warmup_amplitude=0.3, warmup_tau_s=0.5
+    )
+    out = tmp_path / "short-ramp-sps.json"
+    with running_sim(seed=seed, time_scale=10.0, preset=preset) as url:
+        assert profile(url, out, "--batch-size", "1", "2") == 0
+    rounds = read_jsonl(OutPaths.for_out(out).rounds)
+    first = next(r for r in rounds if r["batch_size_per_rank"] == 1)
+    # Its measured window ends within the third warm-up round (≈ 6.9 s on the run clock; a
+    # fourth round ends at ≈ 9.2 s, the thirds alone at 11.4 s on both seeds).
+    assert first["clock_s"][1] <= 8.0

@@ -346,3 +346,13 @@ def test_a_carried_warm_up_round_counts_in_the_measurement() -> None:
     assert summary["clock_s"][0] == pytest.approx(previous.clocks[0])
     assert summary["ci_rel_width"] < alone["ci_rel_width"]
     assert summary["median_step_time"] == pytest.approx(0.01, rel=0.02)
+
+
+def test_a_series_is_cut_by_index_and_by_run_clock() -> None:
+    series = SteadySeries([0.01, 0.02, 0.03], [10.0, 11.0, 12.0], [5.0, 5.01, 5.03])
+    assert series.from_index(-4) == series
+    assert series.from_index(1) == SteadySeries([0.02, 0.03], [11.0, 12.0], [5.01, 5.03])
+    assert series.from_index(3) is None
+    assert series.from_clock(5.005) == SteadySeries([0.02, 0.03], [11.0, 12.0], [5.01, 5.03])
+    assert series.from_clock(5.0) == series
+    assert series.from_clock(5.04) is None

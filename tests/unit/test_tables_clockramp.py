@@ -23,6 +23,7 @@ from sps_operator.tables.clockramp import (
     correct_rounds,
     fit_ramp,
     ramp_evident,
+    ramp_over_from,
     ramps_by_run,
     step_clocks,
     stranded_rounds,
@@ -139,6 +140,42 @@ def test_a_ramp_is_evident_in_a_noisy_warm_up_and_quiet_clocks_are_not(seed: int
     # A short ramp (τ 0.5 s) that is over when the warm-up is judged: nothing to model.
     over, _anchor, _end = probe_and_anchor(5.0, noise=0.03, seed=seed * 1000, tau=0.5)
     assert not ramp_evident(over, 0.01)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_short_ramp_that_is_over_is_placed_near_the_warm_ups_start(seed: int) -> None:
+    # The simulator's default ramp (+10 %, τ 0.5 s: within 1 % from 1.15 s on) under 3 %
+    # noise, judged after 3.5 s: every ramp the data allow is within 1 % from some point
+    # before the warm-up's end, and not before the truth's (it is in the region).
+    probe, _anchor, end = probe_and_anchor(
+        3.5, noise=0.03, seed=seed * 1000, amplitude=0.10, tau=0.5
+    )
+    over_from = ramp_over_from(probe, 0.01)
+    assert over_from is not None
+    assert 0.5 * math.log(0.10 / 0.01) <= over_from < end
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_live_ramp_is_never_placed_before_the_warm_ups_end(seed: int) -> None:
+    # +30 % decaying over 5 s, 10 % noise: 6 % is left at 8 s, so nothing may say "over".
+    for seconds in (3.5, 5.0, 8.0):
+        probe, _anchor, end = probe_and_anchor(seconds, noise=0.10, seed=seed * 1000)
+        over_from = ramp_over_from(probe, 0.01)
+        assert over_from is None or over_from > end
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_ramp_the_noise_hides_keeps_the_warm_up_going(seed: int) -> None:
+    # No ramp at all at 10 % noise: a small ramp with a long τ fits as well, so the model
+    # cannot say the clocks are level (the thirds test decides such warm-ups).
+    probe, _anchor, end = probe_and_anchor(5.0, noise=0.10, seed=seed * 1000, amplitude=0.0)
+    over_from = ramp_over_from(probe, 0.01)
+    assert over_from is None or over_from > end
+
+
+def test_too_few_chunks_place_nothing() -> None:
+    probe, _anchor, _end = probe_and_anchor(3.0, amplitude=0.10, tau=0.5)
+    assert ramp_over_from(probe[:3], 0.01) is None
 
 
 def test_clocks_that_jump_to_speed_are_no_ramp_the_model_may_use() -> None:

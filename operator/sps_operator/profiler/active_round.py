@@ -40,7 +40,7 @@ from sps_operator.profiler.steady import (
     still_falling,
 )
 from sps_operator.profiler.sweep import ROUND_WARMUP_STEPS, RoundSettings, SweepCell
-from sps_operator.tables.clockramp import Chunk, chunk_series, ramp_evident
+from sps_operator.tables.clockramp import Chunk, chunk_series, ramp_evident, ramp_over_from
 
 logger = logging.getLogger(__name__)
 
@@ -221,12 +221,7 @@ class ActiveRound:
         # The previous round is the history's last; its series may hold a few more steps
         # than the history got (read at its end, not at its last poll): counted from the
         # history's end, a later start, never an earlier one.
-        offset = max(0, start - (len(self.history) - len(previous)))
-        if offset >= len(previous):
-            return None
-        return SteadySeries(
-            previous.times[offset:], previous.contexts[offset:], previous.clocks[offset:]
-        )
+        return previous.from_index(start - (len(self.history) - len(previous)))
 
     def _ramp_probed(self, rank_rows: Sequence[Sequence[StepRow]], times: Sequence[float]) -> bool:
         """Warm-up: has it covered `MIN_SETTLE_SECONDS`, do its steps still fall (the ramp is
@@ -235,9 +230,24 @@ class ActiveRound:
         if sum(series) < MIN_SETTLE_SECONDS or not still_falling(series, z=self.plan.rule.z):
             return False
         tolerance = self.plan.rule.ci_rel_width / 2
-        phi, phi_se = ar1_from_differences(series)
-        step_ar1 = phi + AR1_MARGIN_SE * phi_se
-        return ramp_evident([*self.probe, *self.chunks(rank_rows)], tolerance, step_ar1)
+        return ramp_evident([*self.probe, *self.chunks(rank_rows)], tolerance, _step_ar1(series))
+
+    def _ramp_over(self, rank_rows: Sequence[Sequence[StepRow]], times: Sequence[float]) -> bool:
+        """Warm-up: has it covered `MIN_SETTLE_SECONDS`, and does every ramp the model allows
+        leave at most the tolerance from before this round's start (`ramp_over_from`)? Then
+        the clocks have settled, this round counts from its first step and the previous
+        warm-up round from where the ramp was within the tolerance (`carried`)."""
+        series = [*self.history, *times]
+        if sum(series) < MIN_SETTLE_SECONDS:
+            return False
+        tolerance = self.plan.rule.ci_rel_width / 2
+        chunks = [*self.probe, *self.chunks(rank_rows)]
+        over_from = ramp_over_from(chunks, tolerance, _step_ar1(series))
+        if over_from is None or over_from > self.clock_start:
+            return False
+        if self.previous is not None:
+            self.carried = self.previous.from_clock(over_from)
+        return True
 
     def _new_rows(self, polled: Sequence[Sequence[StepRow]]) -> list[list[StepRow]]:
         rank_rows = [
@@ -290,6 +300,9 @@ class ActiveRound:
                 elif goal == "settle" and self._ramp_probed(rank_rows, times):
                     self.probed = True
                     break  # the sweep starts; this cell is measured again at the end
+                elif goal == "settle" and self._ramp_over(rank_rows, times):
+                    self.settled = True
+                    goal = "measure"  # on as the cell's round, as above
                 if aligned_count >= ROUND_WARMUP_STEPS and steady_started is None:
                     steady_started = time.monotonic()
                 steady_seconds = time.monotonic() - steady_started if steady_started else 0.0
@@ -395,3 +408,9 @@ def record_lines(measured: MeasuredRound) -> list[dict[str, Any]]:
             line.update(row.to_record())
             lines.append(line)
     return lines
+
+
+def _step_ar1(series: Sequence[float]) -> float:
+    """The warm-up steps' lag-1 correlation at the top of its margin (`fit_ramp`)."""
+    phi, phi_se = ar1_from_differences(series)
+    return phi + AR1_MARGIN_SE * phi_se

@@ -268,6 +268,18 @@ class SteadySeries:
     def __len__(self) -> int:
         return len(self.times)
 
+    def from_index(self, start: int) -> SteadySeries | None:
+        """Its steps from `start` on; None when none is left."""
+        if start >= len(self.times):
+            return None
+        start = max(0, start)
+        return SteadySeries(self.times[start:], self.contexts[start:], self.clocks[start:])
+
+    def from_clock(self, clock: float) -> SteadySeries | None:
+        """Its steps that began at run clock `clock` or later; None when none did."""
+        later = [i for i, c in enumerate(self.clocks) if c >= clock]
+        return self.from_index(later[0]) if later else None
+
 
 def steady_part(
     rank_rows: Sequence[Sequence[StepRow]],

@@ -266,6 +266,29 @@ def ramp_evident(
     return model.amplitude * math.exp(-probe[-1][0] / model.tau_s) > tolerance_rel
 
 
+def ramp_over_from(
+    probe: Sequence[Chunk], tolerance_rel: float, step_ar1: float | None = None
+) -> float | None:
+    """From which run-clock second has every ramp the warm-up's chunks allow at most
+    `tolerance_rel` left? The latest τ·ln(A/tolerance) over the fitted (A, τ) region (at
+    the evidence threshold, `EVIDENCE_CHI2`; A within the tolerance counts from 0). None
+    when the model does not describe the chunks (too few, or residuals that drift): then
+    the model-free settling test (`steady.clocks_settled`) alone decides.
+
+    What ends a warm-up whose first steps showed a short ramp that is over: the thirds of
+    the settling test keep it in the first third's median, at 10 % noise for seconds after
+    the clocks are level, while the model places it at the series' start. A ramp the data
+    cannot place (a small A with a long τ, within the noise) stays in the region, and its
+    tail keeps the warm-up going."""
+    model = fit_ramp(probe, [], step_ar1, REGION_CHI2)
+    if model is None or not model.fits or not model.region:
+        return None
+    return max(
+        (tau * math.log(a / tolerance_rel) for a, tau in model.region if a > tolerance_rel),
+        default=0.0,
+    )
+
+
 def thinned(chunks: Sequence[Chunk], limit: int = MAX_RAMP_CHUNKS) -> list[Chunk]:
     """At most `limit` of the chunks, evenly spread (every k-th, the last kept): what a
     round's line records of a very long warm-up or anchor (`--min-steady-steps`)."""
