@@ -119,7 +119,10 @@ def test_a_server_that_never_answers_holds_a_round_for_its_timeout_only(
 def test_a_record_ring_smaller_than_a_round_is_named(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with running_sim(["--record-ring-size", "40"], seed=23, time_scale=20.0) as url:
+    # Time scale 4: a round of ≈ 134 steps lasts ≈ 0.36 s, several polls even on a loaded
+    # host. At 20 (71 ms) a late poll saw the whole round at once, and a ring that filled
+    # before the first poll reads as "never stabilized" (RingWatch needs two polls).
+    with running_sim(["--record-ring-size", "40"], seed=23, time_scale=4.0) as url:
         rc = profile(url, tmp_path / "ring.json", "--batch-size", "1", command="run")
     assert rc == 1
     err = capsys.readouterr().err
