@@ -109,7 +109,10 @@ def test_e2e_a_restart_during_a_gpu_move_continues_the_debounce(env: Env) -> Non
     assert target["observedSince"] == seen["observedSince"]  # continued, not restarted
     started = time.mktime(time.strptime(run["startedAt"], "%Y-%m-%dT%H:%M:%SZ"))
     since = time.mktime(time.strptime(seen["observedSince"], "%Y-%m-%dT%H:%M:%SZ"))
-    assert debounce - 1 <= started - since <= debounce + 15
+    # Continued, not restarted, is the observedSince above; this only bounds how late the
+    # run starts after the debounce (38 s after the move on a host 2-3x slower than usual,
+    # 2026-12-05: the operator's restart and pass under make test's load).
+    assert debounce - 1 <= started - since <= debounce + 30
 
 
 # Twice the operator's workers (--workers), so that passes queue and Jobs and rollouts of
