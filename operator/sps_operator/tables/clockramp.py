@@ -271,7 +271,7 @@ def ramp_over_from(
 ) -> float | None:
     """From which run-clock second has every ramp the warm-up's chunks allow at most
     `tolerance_rel` left? The latest τ·ln(A/tolerance) over the fitted (A, τ) region (at
-    the evidence threshold, `EVIDENCE_CHI2`; A within the tolerance counts from 0). None
+    the correction's 95 % threshold, `REGION_CHI2`; A within the tolerance counts from 0). None
     when the model does not describe the chunks (too few, or residuals that drift): then
     the model-free settling test (`steady.clocks_settled`) alone decides.
 
