@@ -44,7 +44,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +114,8 @@ class Job:
     seed: int
     time_scale: float
     sglang: str | None
+    # Our side's `--max-effective-steps` (None: the profiler's default; 0: off).
+    max_effective_steps: float | None = None
 
     @property
     def cell(self) -> tuple[str, float, str, str]:
@@ -181,8 +183,11 @@ def run_job(job: Job) -> dict[str, Any]:
         clock_ramp: dict[str, Any] | None = None
         with running_sim(sim_args, env=env, time_scale=scale) as url:
             if job.tool == "ours":
+                cap = job.max_effective_steps
                 settings = RoundSettings(
-                    poll_interval_seconds=0.25 / scale, round_timeout_seconds=300.0 / scale
+                    poll_interval_seconds=0.25 / scale,
+                    round_timeout_seconds=300.0 / scale,
+                    **({} if cap is None else {"max_effective_steps": cap or None}),
                 )
                 cfg = RunConfig(
                     base_url=url,
@@ -500,6 +505,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--bug-demo", action="store_true", help="also run the verify-all bug demo")
     p.add_argument("--tools", nargs="*", default=list(TOOLS), choices=TOOLS, help="sides to run")
     p.add_argument(
+        "--max-effective-steps",
+        type=float,
+        default=None,
+        help="our side's --max-effective-steps (default: the profiler's; 0: off)",
+    )
+    p.add_argument(
         "--summarise",
         nargs="+",
         type=Path,
@@ -544,7 +555,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed = ns.seed + index + repeat * len(cells)
             for tool in ns.tools:
                 sglang = str(ns.sglang) if ns.sglang else None
-                jobs.append(Job(preset, noise, effect, kind, tool, seed, ns.time_scale, sglang))
+                job = Job(preset, noise, effect, kind, tool, seed, ns.time_scale, sglang)
+                jobs.append(replace(job, max_effective_steps=ns.max_effective_steps))
     # Longest first (the reference's additive sweeps), so the pool ends together.
     jobs.sort(key=lambda j: (j.tool != "reference", j.kind != "additive"))
     results: list[dict[str, Any]] = []

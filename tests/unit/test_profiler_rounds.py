@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -356,3 +357,39 @@ def test_a_series_is_cut_by_index_and_by_run_clock() -> None:
     assert series.from_clock(5.005) == SteadySeries([0.02, 0.03], [11.0, 12.0], [5.01, 5.03])
     assert series.from_clock(5.0) == series
     assert series.from_clock(5.04) is None
+
+
+def ar1_series(n: int, phi: float, noise: float, seed: int) -> list[float]:
+    """Step times at 10 ms with Gaussian AR(1) noise of marginal SD `noise` (relative)."""
+    rng = random.Random(seed)
+    x, out = 0.0, []
+    for _ in range(n):
+        x = phi * x + math.sqrt(1 - phi * phi) * rng.gauss(0, noise)
+        out.append(0.01 * (1 + x))
+    return out
+
+
+def test_a_noisy_round_stops_at_its_effective_steps_and_a_correlated_one_at_the_cap() -> None:
+    # 10 % noise: no round meets the 2 % CI. Uncorrelated steps reach 110 effective steps
+    # long before the 240-step cap; steps correlated at 0.8 hold far fewer per step, and
+    # the step cap ends them first.
+    contexts = [300.0 + i for i in range(240)]
+    white = ar1_series(240, 0.0, 0.1, seed=5)
+    correlated = ar1_series(240, 0.8, 0.1, seed=5)
+
+    def first_stop(times: list[float]) -> int:
+        for n in range(RULE.min_steps, len(times) + 1):
+            stats = RULE.judge(times[:n], contexts[:n])
+            assert stats is not None and not stats.done
+            if round_finished(
+                "measure", RULE, stats, times[:n], step_budget=240, effective_budget=110.0
+            ):
+                return n
+        raise AssertionError("never stopped")
+
+    assert 110 <= first_stop(white) <= 150
+    assert first_stop(correlated) == 240
+    # Without the effective budget (`--max-effective-steps 0`) only the step cap stops it.
+    stats = RULE.judge(white[:200], contexts[:200])
+    assert stats is not None
+    assert not round_finished("measure", RULE, stats, white[:200], step_budget=240)

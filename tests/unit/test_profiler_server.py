@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +206,21 @@ def test_fracs_and_settings_validation() -> None:
     for bad in ({"context_len": 0}, {"max_steady_steps": 0}, {"input_len": 0}):
         with pytest.raises(ValueError, match="must be >= 1"):
             RoundSettings(**bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="--max-effective-steps must be > 0"):
+        RoundSettings(max_effective_steps=0.0)
+
+
+def test_the_effective_steps_cap_reaches_every_measuring_round_and_0_turns_it_off() -> None:
+    from sps_operator.profiler.cli import _settings, build_parser
+    from sps_operator.profiler.round_plans import round_plan
+
+    def plan_for(*flags: str) -> float:
+        args = build_parser().parse_args(["run", "--base-url", "http://x", *flags])
+        return round_plan(_settings(args)).effective_budget
+
+    assert plan_for() == 110.0
+    assert plan_for("--max-effective-steps", "150") == 150.0
+    assert plan_for("--max-effective-steps", "0") == math.inf
 
 
 def test_vocab_size_resolution(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

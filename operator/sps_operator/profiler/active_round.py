@@ -315,7 +315,14 @@ class ActiveRound:
                 if (
                     goal != "settle"
                     and seconds_ok
-                    and round_finished(goal, plan.rule, stats, times, plan.step_budget)
+                    and round_finished(
+                        goal,
+                        plan.rule,
+                        stats,
+                        times,
+                        plan.step_budget,
+                        effective_budget=plan.effective_budget,
+                    )
                 ):
                     self.reached = stats is not None and stats.done
                     break

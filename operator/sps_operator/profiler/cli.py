@@ -116,6 +116,14 @@ def _add_round_args(parser: argparse.ArgumentParser) -> None:
         help="Stop a round after this many steady steps even if the CI is still wide.",
     )
     parser.add_argument(
+        "--max-effective-steps",
+        type=float,
+        default=sw.DEFAULT_MAX_EFFECTIVE_STEPS,
+        help="Stop a round whose CI is still wide once its window holds this many effective "
+        "(independent) steps: steps divided by their autocorrelation time (default "
+        "%(default)s; 0: no such cap, only --max-steady-steps).",
+    )
+    parser.add_argument(
         "--poll-interval",
         type=float,
         default=sw.DEFAULT_POLL_INTERVAL_SECONDS,
@@ -273,6 +281,7 @@ def _settings(args: argparse.Namespace) -> sw.RoundSettings:
         min_steady_steps=args.min_steady_steps,
         min_steady_seconds=args.min_steady_seconds,
         max_steady_steps=args.max_steady_steps,
+        max_effective_steps=args.max_effective_steps or None,
         round_timeout_seconds=args.round_timeout,
         ramp_token_slack=args.ramp_token_slack,
         poll_interval_seconds=args.poll_interval,

@@ -3,6 +3,7 @@ rule, and its goal (measure, settle the clocks, or probe the pin)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from sps_operator.profiler.rounds import RoundGoal, StoppingRule
@@ -20,6 +21,8 @@ class RoundPlan:
     # "settle" (the warm-up): keep the load running until the clocks have settled;
     # "probe" (the pre-flight): stop once the pin is seen on enough steps.
     goal: RoundGoal = "measure"
+    # A measuring round also stops at this many effective steps (`round_finished`).
+    effective_budget: float = math.inf
 
 
 def round_plan(
@@ -38,7 +41,14 @@ def round_plan(
         reference_context=settings.context_len,
         ar1_prior=ar1_prior,
     )
-    return RoundPlan(rule, round_max_new_tokens(settings), settings.step_budget, goal)
+    effective = settings.max_effective_steps
+    return RoundPlan(
+        rule,
+        round_max_new_tokens(settings),
+        settings.step_budget,
+        goal,
+        math.inf if effective is None else effective,
+    )
 
 
 def warmup_plan(settings: RoundSettings) -> RoundPlan:

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -177,11 +178,14 @@ def round_finished(
     times: Sequence[float],
     step_budget: int,
     history: Sequence[float] = (),
+    effective_budget: float = math.inf,
 ) -> bool:
     """May the round stop now, given its steady steps so far (`stats` is None before
     `rule.min_steps` of them)?
 
-    * measure: the stopping rule holds, or the step budget is spent;
+    * measure: the stopping rule holds, or the step budget is spent, or a window that does
+      not drift holds `effective_budget` effective steps (`WindowEstimate.ess`: a drifting
+      one measures on, as below the step budget it always has);
     * settle: the clocks have settled (`clocks_settled`) over the earlier warm-up rounds'
       steady steps (`history`) and this round's, read as one series, or the budget is spent
       over them all;
@@ -200,7 +204,11 @@ def round_finished(
         return False
     if goal == "probe":
         return True
-    return stats.done or stats.num_steps >= step_budget
+    return (
+        stats.done
+        or stats.num_steps >= step_budget
+        or (not stats.window.drifting and stats.window.ess >= effective_budget)
+    )
 
 
 # --- alignment -------------------------------------------------------------------------------
@@ -602,8 +610,9 @@ def postprocess_round(
             else f"the CI is {stats.rel_width:.1%} wide (target {rule.ci_rel_width:.1%})"
         )
         warnings.append(
-            f"{where}: {reason} after {stats.num_steps} steps; kept, flagged ci_met=false "
-            "(raise --max-steady-steps for tighter rounds)."
+            f"{where}: {reason} after {stats.num_steps} steps "
+            f"({stats.window.ess:.0f} effective); kept, flagged ci_met=false (raise "
+            "--max-steady-steps and --max-effective-steps for tighter rounds)."
         )
     window_cts = cts[max(0, stats.window_start - len(prefix)) :]
     per_rank = [

@@ -33,6 +33,11 @@ MIN_STEADY_STEPS_FLOOR = 48
 # with the warm-up steps and the prefill, under half of the reference's 572-step request, so a
 # round never costs more GPU time than half of a reference round, however noisy the GPU.
 DEFAULT_MAX_STEADY_STEPS = 240
+# A round that has not met the CI stops once its window holds this many effective
+# (independent) steps: past that, where noise is light on correlation, more steps of one
+# round buy less than the fit's average over the sweep's rounds already gives; where the
+# steps are strongly correlated the step cap above ends the round first.
+DEFAULT_MAX_EFFECTIVE_STEPS = 110.0
 # Steps a request may run past the step budget before it ends on its own (the reference
 # allows 64: steps the GPU runs for nothing when a poll comes late).
 STEP_SLACK = 4
@@ -58,6 +63,8 @@ class RoundSettings:
     min_steady_steps: int | None = None
     min_steady_seconds: float | None = None
     max_steady_steps: int = DEFAULT_MAX_STEADY_STEPS
+    # None: no cap on effective steps (only `max_steady_steps`).
+    max_effective_steps: float | None = DEFAULT_MAX_EFFECTIVE_STEPS
     round_timeout_seconds: float = DEFAULT_ROUND_TIMEOUT_SECONDS
     ramp_token_slack: int = 0
     poll_interval_seconds: float = DEFAULT_POLL_INTERVAL_SECONDS
@@ -69,6 +76,8 @@ class RoundSettings:
             raise ValueError(f"--context-len must be >= 1, got {self.context_len}.")
         if self.max_steady_steps < 1:
             raise ValueError(f"--max-steady-steps must be >= 1, got {self.max_steady_steps}.")
+        if self.max_effective_steps is not None and not self.max_effective_steps > 0:
+            raise ValueError(f"--max-effective-steps must be > 0, got {self.max_effective_steps}.")
         if not 0 < self.ci_rel_width < 1:
             raise ValueError(f"--ci-rel-width must be in (0, 1), got {self.ci_rel_width}.")
         if self.min_steady_steps is not None and self.min_steady_steps < 1:
