@@ -183,12 +183,13 @@ def run_job(job: Job) -> dict[str, Any]:
         clock_ramp: dict[str, Any] | None = None
         with running_sim(sim_args, env=env, time_scale=scale) as url:
             if job.tool == "ours":
-                cap = job.max_effective_steps
                 settings = RoundSettings(
-                    poll_interval_seconds=0.25 / scale,
-                    round_timeout_seconds=300.0 / scale,
-                    **({} if cap is None else {"max_effective_steps": cap or None}),
+                    poll_interval_seconds=0.25 / scale, round_timeout_seconds=300.0 / scale
                 )
+                if job.max_effective_steps is not None:
+                    settings = replace(
+                        settings, max_effective_steps=job.max_effective_steps or None
+                    )
                 cfg = RunConfig(
                     base_url=url,
                     batch_sizes=batch_sizes,
