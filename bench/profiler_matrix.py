@@ -556,8 +556,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed = ns.seed + index + repeat * len(cells)
             for tool in ns.tools:
                 sglang = str(ns.sglang) if ns.sglang else None
-                job = Job(preset, noise, effect, kind, tool, seed, ns.time_scale, sglang)
-                jobs.append(replace(job, max_effective_steps=ns.max_effective_steps))
+                cell = (preset, noise, effect, kind)
+                jobs.append(Job(*cell, tool, seed, ns.time_scale, sglang, ns.max_effective_steps))
     # Longest first (the reference's additive sweeps), so the pool ends together.
     jobs.sort(key=lambda j: (j.tool != "reference", j.kind != "additive"))
     results: list[dict[str, Any]] = []

@@ -3,7 +3,6 @@ restart during a GPU move, many profiles at once."""
 
 from __future__ import annotations
 
-import calendar
 import re
 import time
 from typing import Any
@@ -24,6 +23,7 @@ from e2e_env import (
 )
 from kubernetes import client
 
+from sps_operator.api.times import parse_rfc3339
 from sps_operator.controller.process.leader import Timing
 from sps_sim.costmodel import GPU_H100, GPU_H200
 from waiting import wait_for
@@ -85,10 +85,11 @@ def process_started_at(env: Env) -> float:
 
 
 def utc_seconds(stamp: str) -> float:
-    """An RFC 3339 timestamp (`Z`, any fraction: Kubernetes' and the container log's) as
-    seconds since the epoch."""
-    whole, _, fraction = stamp.rstrip("Z").partition(".")
-    return calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S")) + float(f"0.{fraction or 0}")
+    """An RFC 3339 timestamp (Kubernetes' whole seconds, the container log's nanoseconds)
+    as seconds since the epoch."""
+    parsed = parse_rfc3339(stamp)
+    assert parsed is not None, stamp
+    return parsed.timestamp()
 
 
 def test_e2e_a_restart_during_a_gpu_move_continues_the_debounce(env: Env) -> None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
 import random
 
 import pytest
+from test_profiler_steady import ar1_series
 
 from sps_operator.dspark_arith import compact_tiers, runner_capture_bs
 from sps_operator.profiler.active_round import RingWatch
@@ -359,23 +359,13 @@ def test_a_series_is_cut_by_index_and_by_run_clock() -> None:
     assert series.from_clock(5.04) is None
 
 
-def ar1_series(n: int, phi: float, noise: float, seed: int) -> list[float]:
-    """Step times at 10 ms with Gaussian AR(1) noise of marginal SD `noise` (relative)."""
-    rng = random.Random(seed)
-    x, out = 0.0, []
-    for _ in range(n):
-        x = phi * x + math.sqrt(1 - phi * phi) * rng.gauss(0, noise)
-        out.append(0.01 * (1 + x))
-    return out
-
-
 def test_a_noisy_round_stops_at_its_effective_steps_and_a_correlated_one_at_the_cap() -> None:
     # 10 % noise: no round meets the 2 % CI. Uncorrelated steps reach 110 effective steps
     # long before the 240-step cap; steps correlated at 0.8 hold far fewer per step, and
     # the step cap ends them first.
     contexts = [300.0 + i for i in range(240)]
-    white = ar1_series(240, 0.0, 0.1, seed=5)
-    correlated = ar1_series(240, 0.8, 0.1, seed=5)
+    white = [0.01 * t for t in ar1_series(240, cv=0.1, phi=0.0, seed=5)]
+    correlated = [0.01 * t for t in ar1_series(240, cv=0.1, phi=0.8, seed=5)]
 
     def first_stop(times: list[float]) -> int:
         for n in range(RULE.min_steps, len(times) + 1):

@@ -41,13 +41,12 @@ def round_plan(
         reference_context=settings.context_len,
         ar1_prior=ar1_prior,
     )
-    effective = settings.max_effective_steps
     return RoundPlan(
         rule,
         round_max_new_tokens(settings),
         settings.step_budget,
         goal,
-        math.inf if effective is None else effective,
+        settings.effective_budget,
     )
 
 

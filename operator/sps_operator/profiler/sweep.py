@@ -119,6 +119,12 @@ class RoundSettings:
         )
         return max(self.max_steady_steps, self.min_steps, by_seconds)
 
+    @property
+    def effective_budget(self) -> float:
+        """Most effective steps a round's window may hold before it stops
+        (`rounds.round_finished`); unbounded when the cap is off."""
+        return math.inf if self.max_effective_steps is None else self.max_effective_steps
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
