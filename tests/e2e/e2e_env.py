@@ -57,6 +57,12 @@ BASE_ARGS = (
 # ----------------------------------------------------------------------------- helpers
 
 
+def ready_true(obj: dict[str, Any]) -> bool:
+    """Whether `obj`'s status (a pod's, a profile's) has the condition Ready=True."""
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
 @dataclass
 class OperatorRelease:
     """The chart installed (on the first `start`) as release `name` in `namespace`,
@@ -129,6 +135,22 @@ class OperatorRelease:
             self.installed = True
         else:
             self.scale(self.replicas)
+        self.wait_up()
+
+    def wait_up(self, timeout: float = 600) -> None:
+        """Until each of `replicas` pods is Ready (its process serves its health endpoint,
+        leading or standing by). A test's own waits then time what the operator does, not
+        how long the bed takes to pull, unpack and import it: under make test's load that
+        took over 3 min once, and a test's first 180 s wait ran out with an empty log."""
+
+        def up() -> bool:
+            failure = self.failure()
+            if failure:
+                raise AssertionError(failure)
+            ready = [pod for pod in self.pods() if ready_true(pod)]
+            return len(ready) >= self.replicas
+
+        wait_for(f"{self.replicas} operator replica(s) Ready", up, timeout=timeout, interval=1)
 
     def upgrade(self) -> None:
         """`helm upgrade` to the current values (e.g. other `extra_args`): the pods restart
@@ -442,13 +464,9 @@ def serving_pod_info(env: Env, table_hash: str) -> dict[str, Any]:
     def ready_pod() -> dict[str, Any] | None:
         for pod in env.pods("deploy=server"):
             ann = pod["metadata"].get("annotations") or {}
-            ready = any(
-                c["type"] == "Ready" and c["status"] == "True"
-                for c in pod.get("status", {}).get("conditions") or []
-            )
             if (
                 ann.get("sps.dev/table-hash") == table_hash
-                and ready
+                and ready_true(pod)
                 and not pod["metadata"].get("deletionTimestamp")
             ):
                 return pod

@@ -39,6 +39,7 @@ from e2e_env import (
     VERSION,
     Env,
     kubectl_sps,
+    ready_true,
     sps_profile,
     wait_ready,
 )
@@ -189,15 +190,7 @@ def test_e2e_borrow_replica_profiles_rolls_and_gives_the_replica_back(env: Env) 
     # Both replicas back, serving the new table, the record gone.
     dep = given_back(env)
     assert dep["spec"]["template"]["metadata"]["annotations"]["sps.dev/table-hash"] == table["hash"]
-    pods = [
-        p
-        for p in env.pods("deploy=server")
-        if not p["metadata"].get("deletionTimestamp")
-        and any(
-            c["type"] == "Ready" and c["status"] == "True"
-            for c in (p.get("status") or {}).get("conditions") or []
-        )
-    ]
+    pods = ready_server_pods(env)
     assert len(pods) == 2
     assert {p["metadata"]["annotations"]["sps.dev/table-hash"] for p in pods} == {table["hash"]}
     # The Job ran in the pool, on the GPUs the borrowed replica freed.
@@ -306,11 +299,7 @@ def ready_server_pods(env: Env) -> list[dict[str, Any]]:
     return [
         p
         for p in env.pods("deploy=server")
-        if not p["metadata"].get("deletionTimestamp")
-        and any(
-            c["type"] == "Ready" and c["status"] == "True"
-            for c in (p.get("status") or {}).get("conditions") or []
-        )
+        if not p["metadata"].get("deletionTimestamp") and ready_true(p)
     ]
 
 

@@ -14,6 +14,7 @@ from e2e_env import (
     VERSION,
     Env,
     create,
+    ready_true,
     rolled_to,
     server_deployment,
     sps_profile,
@@ -184,14 +185,7 @@ def test_e2e_many_profiles_created_at_once_all_become_ready_none_lost_or_duplica
         return list(items["items"])
 
     def not_ready() -> list[str]:
-        return sorted(
-            p["metadata"]["name"]
-            for p in profiles()
-            if not any(
-                c["type"] == "Ready" and c["status"] == "True"
-                for c in (p.get("status") or {}).get("conditions") or []
-            )
-        )
+        return sorted(p["metadata"]["name"] for p in profiles() if not ready_true(p))
 
     wait_for(f"all {count} Ready", lambda: not not_ready(), timeout=900, interval=2)
     print(f"{count} profiles Ready {time.monotonic() - started:.0f} s after the operator started")
