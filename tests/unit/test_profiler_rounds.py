@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -17,12 +18,15 @@ from sps_operator.profiler.rounds import (
     StepRow,
     StoppingRule,
     check_pin,
+    drift_after_an_early_stop,
     live_progress,
     postprocess_round,
     round_finished,
     rows_from_payload,
     steady_part,
+    stopped_on_effective_steps,
 )
+from sps_operator.profiler.steady import TAIL_STEPS
 
 K = 8
 GAMMA = 7
@@ -383,3 +387,55 @@ def test_a_noisy_round_stops_at_its_effective_steps_and_a_correlated_one_at_the_
     stats = RULE.judge(white[:200], contexts[:200])
     assert stats is not None
     assert not round_finished("measure", RULE, stats, white[:200], step_budget=240)
+
+
+def first_effective_stop(times: list[float], contexts: list[float]) -> int | None:
+    """The first step count at which a measuring round of `times` may stop, before 240."""
+    for n in range(RULE.min_steps, 240):
+        stats = RULE.judge(times[:n], contexts[:n])
+        if round_finished(
+            "measure", RULE, stats, times[:n], step_budget=240, effective_budget=110.0
+        ):
+            return n
+    return None
+
+
+@pytest.mark.parametrize("seed", [5, 6, 7])
+def test_the_effective_steps_stop_waits_while_the_last_steps_read_capped(seed: int) -> None:
+    # 10 % noise: the round would stop on its effective steps. A clock cap (+30 %) that set
+    # in `TAIL_STEPS` steps before that point: the last steps read slower, so it does not
+    # stop there (it runs on, where the rise shows, or to its step cap).
+    contexts = [300.0 + i for i in range(300)]
+    white = [0.01 * t for t in ar1_series(300, cv=0.1, phi=0.0, seed=seed)]
+    stop = first_effective_stop(white, contexts)
+    assert stop is not None
+    at_stop = RULE.judge(white[:stop], contexts[:stop])
+    assert at_stop is not None
+    assert stopped_on_effective_steps(RULE, at_stop, white[:stop], 240, 110.0)
+    capped = [t * (1.3 if i >= stop - TAIL_STEPS else 1.0) for i, t in enumerate(white)]
+    stats = RULE.judge(capped[:stop], contexts[:stop])
+    assert stats is not None
+    assert not stopped_on_effective_steps(RULE, stats, capped[:stop], 240, 110.0)
+    # Not a stop on its effective steps: at its step budget, or below its effective one.
+    assert not stopped_on_effective_steps(RULE, at_stop, white[:stop], stop, 110.0)
+    assert not stopped_on_effective_steps(RULE, at_stop, white[:stop], 240, 1e9)
+
+
+def test_a_round_stopped_early_is_measured_again_when_its_last_records_read_capped() -> None:
+    # What `ActiveRound.measure` acts on for a round that stopped on its effective steps:
+    # the records read at its end show a cap that set in as it stopped, as slower last
+    # steps (`tail_rise`) or as a window the KV line no longer explains.
+    outcome = process([rows(8, 4, 32, t=0.05) + rows(120, 4, 32, first_ct=8, noise=0.1)], bs=4)
+    assert outcome.tail_rise is None and not outcome.stats.window.drifting
+    assert drift_after_an_early_stop(outcome) is None
+    assert drift_after_an_early_stop(dataclasses.replace(outcome, tail_rise=0.2)) == 0.2
+    window = dataclasses.replace(outcome.stats.window, drifting=True, drift_rel=0.159)
+    drifting = dataclasses.replace(outcome, stats=dataclasses.replace(outcome.stats, window=window))
+    assert drift_after_an_early_stop(drifting) == pytest.approx(0.159)
+    # From the records themselves: the last `TAIL_STEPS` steps read 25 % slower.
+    capped = rows(8, 4, 32, t=0.05) + [
+        dataclasses.replace(r, step_time=r.step_time * (1.25 if i >= 120 - TAIL_STEPS else 1.0))
+        for i, r in enumerate(rows(120, 4, 32, first_ct=8, noise=0.1))
+    ]
+    late = drift_after_an_early_stop(process([capped], bs=4))
+    assert late is not None and late > 0.1

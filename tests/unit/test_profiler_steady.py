@@ -9,6 +9,8 @@ import pytest
 
 from sps_operator.profiler.steady import (
     AR1_PRIOR_MIN_SE,
+    RISE_Z,
+    TAIL_STEPS,
     Ar1Prior,
     ar1_from_differences,
     clocks_settled,
@@ -21,6 +23,7 @@ from sps_operator.profiler.steady import (
     sen_slope,
     steady_stats,
     still_falling,
+    tail_rise,
 )
 
 Z = 1.96
@@ -395,3 +398,32 @@ def test_kv_growth_falling_clocks_and_noise_are_no_rise(phi: float) -> None:
         rise(ar1_series(240, cv=0.1, phi=phi, seed=200 + seed)) is not None for seed in range(40)
     )
     assert alarms <= 2
+
+
+def tail(times: list[float], excess_z: float = RISE_Z) -> float | None:
+    return tail_rise(times, ci_rel_width=0.02, z=Z, excess_z=excess_z)
+
+
+@pytest.mark.parametrize("phi", [0.0, 0.3])
+def test_the_last_steps_read_capped_show_a_tail_rise_kv_growth_and_noise_rarely(
+    phi: float,
+) -> None:
+    # A cap (+30 %) over a round's last `TAIL_STEPS` steps at 10 % noise: what the
+    # effective-steps stop waits on, and what is measured again when the records read after
+    # that stop show it. KV growth as steep as the bench's, and noise alone, rarely read so
+    # at a rise's threshold (a false alarm there costs a round measured again). Correlated
+    # steps widen the tail's interval: at φ = 0.3 about half the caps show.
+    caught = 0
+    for seed in range(20):
+        noise = ar1_series(140, cv=0.1, phi=phi, seed=300 + seed)
+        capped = [0.01 * (1.3 if i >= 140 - TAIL_STEPS else 1.0) * f for i, f in enumerate(noise)]
+        caught += tail(capped) is not None
+    assert caught >= (16 if phi == 0.0 else 6)
+    ctx = contexts(140, 150)
+    alarms = 0
+    for seed in range(40):
+        noise = ar1_series(140, cv=0.1, phi=phi, seed=400 + seed)
+        growing = [(0.01 + 2e-5 * (c - REF)) * f for c, f in zip(ctx, noise, strict=True)]
+        alarms += (tail(noise) is not None) + (tail(growing) is not None)
+    assert alarms <= 4  # of 80
+    assert tail([0.01] * (3 * TAIL_STEPS)) is None  # too few blocks to judge

@@ -24,10 +24,12 @@ from sps_operator.profiler.rounds import (
     StepRow,
     align,
     check_pin,
+    drift_after_an_early_stop,
     live_progress,
     postprocess_round,
     round_finished,
     steady_part,
+    stopped_on_effective_steps,
 )
 from sps_operator.profiler.session import Session
 from sps_operator.profiler.steady import (
@@ -185,6 +187,9 @@ class ActiveRound:
         # is ended there and measured again, not run on to its CI over a clock cap.
         self.rose: float | None = None
         self.end_on_rise = end_on_rise
+        # A measuring round that stopped on its effective steps (`stopped_on_effective_steps`):
+        # its records read at the end are checked for a cap that set in after the stop.
+        self.stopped_early = False
 
     @property
     def warmup_done(self) -> bool:
@@ -325,6 +330,13 @@ class ActiveRound:
                     )
                 ):
                     self.reached = stats is not None and stats.done
+                    self.stopped_early = (
+                        goal == "measure"
+                        and stats is not None
+                        and stopped_on_effective_steps(
+                            plan.rule, stats, times, plan.step_budget, plan.effective_budget
+                        )
+                    )
                     break
                 if (
                     self.end_on_rise
@@ -397,6 +409,10 @@ class ActiveRound:
         if self.rose is not None and outcome.level_rise is None:
             # Its last steps may no longer show the rise they showed live: still not kept.
             outcome = dataclasses.replace(outcome, level_rise=self.rose)
+        if self.stopped_early and outcome.level_rise is None:
+            late = drift_after_an_early_stop(outcome)
+            if late is not None:
+                outcome = dataclasses.replace(outcome, level_rise=late)
         return MeasuredRound(outcome=outcome, rank_rows=rank_rows)
 
 

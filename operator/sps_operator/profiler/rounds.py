@@ -21,11 +21,14 @@ from typing import Any, Literal
 
 from sps_operator.api.limits import MAX_STEP_SECONDS, MIN_STEP_SECONDS
 from sps_operator.profiler.steady import (
+    RISE_Z,
+    TAIL_Z,
     Ar1Prior,
     SteadyStats,
     clocks_settled,
     level_rise,
     steady_stats,
+    tail_rise,
 )
 from sps_operator.profiler.sweep import (
     DEFAULT_CI_LEVEL_Z,
@@ -156,6 +159,16 @@ class StoppingRule:
             ar1_prior=self.ar1_prior,
         )
 
+    def tail_rise(self, times: Sequence[float], excess_z: float = TAIL_Z) -> float | None:
+        """How much slower the round's last steps read than the ones before (`tail_rise`)."""
+        return tail_rise(
+            times,
+            ci_rel_width=self.ci_rel_width,
+            z=self.z,
+            ar1_prior=self.ar1_prior,
+            excess_z=excess_z,
+        )
+
     def rise(self, times: Sequence[float]) -> float | None:
         """A significant rise of the round's step times over all of them (`level_rise`)."""
         return level_rise(
@@ -207,8 +220,43 @@ def round_finished(
     return (
         stats.done
         or stats.num_steps >= step_budget
-        or (not stats.window.drifting and stats.window.ess >= effective_budget)
+        or stopped_on_effective_steps(rule, stats, times, step_budget, effective_budget)
     )
+
+
+def stopped_on_effective_steps(
+    rule: StoppingRule,
+    stats: SteadyStats,
+    times: Sequence[float],
+    step_budget: int,
+    effective_budget: float,
+) -> bool:
+    """Does the round stop only because its window, which does not drift, holds
+    `effective_budget` effective steps (its CI not met, its step budget not spent)? Not
+    while its last steps read slower than the ones before (`steady.tail_rise`): a clock cap
+    setting in at its end, which a round run on shows (`level_rise`) and one stopped there
+    would average in (RTX PRO 6000, 10 % noise, throttling: a bs-4 round stopped at 170
+    steps as a cap set in, a 16.9 % max grid error)."""
+    return (
+        not stats.done
+        and stats.num_steps < step_budget
+        and not stats.window.drifting
+        and stats.window.ess >= effective_budget
+        and rule.tail_rise(times) is None
+    )
+
+
+def drift_after_an_early_stop(outcome: RoundOutcome) -> float | None:
+    """For a round that `stopped_on_effective_steps`: how far (relative) the records read at
+    its end show a cap that set in as it stopped, or None. Its window did not drift and its
+    last steps read level when it stopped; the few steps after that now read slower
+    (`tail_rise`, at a rise's threshold), or make the window drift (the KV line no longer
+    explains them: RTX PRO 6000, 10 % noise, throttling, rounds at bs 4 and 40 kept with a
+    13-16 % drift and a 17-20 % max grid error). Measured again like a rise."""
+    if outcome.tail_rise is not None:
+        return outcome.tail_rise
+    window = outcome.stats.window
+    return abs(window.drift_rel) if window.drifting else None
 
 
 # --- alignment -------------------------------------------------------------------------------
@@ -443,6 +491,9 @@ class RoundOutcome:
     # How far its step times rose beyond KV growth over the whole round (`level_rise`):
     # it straddled a clock cap and is measured again. None: they did not.
     level_rise: float | None = None
+    # How much slower its last steps read than the ones before (`steady.tail_rise`): for a
+    # round that stopped on its effective steps, a cap that set in after it stopped.
+    tail_rise: float | None = None
     # Steady steps of the warm-up round before this one counted in its measurement (the
     # clocks showed no fall from their start: `steady.shows_no_fall`).
     carried_steps: int = 0
@@ -636,6 +687,8 @@ def postprocess_round(
         graph_tiers=list(tiers) if mode in ("compact", "static") and tiers else None,
         clocks=[*prefix.clocks, *clocks] if clocks is not None else None,
         level_rise=rule.rise([*prefix.times, *times]),
+        # Acted on once the round is over (a round measured again): a rise's threshold.
+        tail_rise=rule.tail_rise(times, RISE_Z),
         carried_steps=len(prefix),
     )
 

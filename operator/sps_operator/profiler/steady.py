@@ -446,6 +446,46 @@ def level_rise(
     return worst
 
 
+# The effective-steps stop (`rounds.round_finished`) waits while the round's last this many
+# steps read slower than the steps before them: a clock cap setting in at the round's end,
+# which the blocks of `level_rise` are too coarse to show yet. A false alarm costs only the
+# steps up to the next poll, so its threshold is lower than a rise's (`RISE_Z`).
+TAIL_STEPS = 16
+TAIL_Z = 2.0
+
+
+def tail_rise(
+    times: Sequence[float],
+    *,
+    ci_rel_width: float,
+    z: float,
+    ar1_prior: Ar1Prior | None = None,
+    excess_z: float = TAIL_Z,
+) -> float | None:
+    """How much slower (relative) the series' last `TAIL_STEPS` steps read than the steps
+    before them, beyond the series' steady trend (KV growth: the median difference between
+    neighbouring blocks of as many steps), or None when not beyond `excess_z` standard
+    errors and half the CI target."""
+    blocks = len(times) // TAIL_STEPS
+    if blocks < 4:
+        return None
+    tau = _step_correlation(times, ar1_prior).tau
+    tail, head = times[-TAIL_STEPS:], times[:-TAIL_STEPS]
+    starts = range(len(times) - blocks * TAIL_STEPS, len(times), TAIL_STEPS)
+    block_medians = [statistics.median(times[i : i + TAIL_STEPS]) for i in starts]
+    per_step = statistics.median(b - a for a, b in itertools.pairwise(block_medians)) / TAIL_STEPS
+    tail_med, tail_lo, tail_hi = median_ci(tail, z, tau)
+    head_med, head_lo, head_hi = median_ci(head, z, tau)
+    # The tail's centre lies this many steps after the head's.
+    expected = head_med + per_step * len(times) / 2
+    excess = tail_med - expected
+    noise = excess_z * math.hypot(tail_hi - tail_lo, head_hi - head_lo) / (2 * z)
+    level = statistics.median(times)
+    if excess > noise and excess > ci_rel_width / 2 * level:
+        return excess / level
+    return None
+
+
 def _third_medians(times: Sequence[float], z: float) -> tuple[list[float], list[float]]:
     """The medians of the series' thirds and their standard errors (autocorrelation from
     the last third)."""
