@@ -18,15 +18,17 @@ from sps_operator.profiler.rounds import (
     StepRow,
     StoppingRule,
     check_pin,
-    drift_after_an_early_stop,
     live_progress,
     postprocess_round,
-    round_finished,
     rows_from_payload,
     steady_part,
-    stopped_on_effective_steps,
 )
 from sps_operator.profiler.steady import TAIL_STEPS
+from sps_operator.profiler.stopping import (
+    drift_after_an_early_stop,
+    round_finished,
+    stopped_on_effective_steps,
+)
 
 K = 8
 GAMMA = 7

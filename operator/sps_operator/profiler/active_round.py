@@ -24,12 +24,9 @@ from sps_operator.profiler.rounds import (
     StepRow,
     align,
     check_pin,
-    drift_after_an_early_stop,
     live_progress,
     postprocess_round,
-    round_finished,
     steady_part,
-    stopped_on_effective_steps,
 )
 from sps_operator.profiler.session import Session
 from sps_operator.profiler.steady import (
@@ -37,9 +34,15 @@ from sps_operator.profiler.steady import (
     LIVE_RISE_BLOCK_STEPS,
     MIN_SETTLE_SECONDS,
     RISE_BLOCKS,
+    SteadyStats,
     ar1_from_differences,
     level_from,
     still_falling,
+)
+from sps_operator.profiler.stopping import (
+    drift_after_an_early_stop,
+    round_finished,
+    stopped_on_effective_steps,
 )
 from sps_operator.profiler.sweep import ROUND_WARMUP_STEPS, RoundSettings, SweepCell
 from sps_operator.tables.clockramp import Chunk, chunk_series, ramp_evident, ramp_over_from
@@ -254,6 +257,12 @@ class ActiveRound:
             self.carried = self.previous.from_clock(over_from)
         return True
 
+    def _stopped_early(self, stats: SteadyStats | None, times: Sequence[float]) -> bool:
+        plan = self.plan
+        return stats is not None and stopped_on_effective_steps(
+            plan.rule, stats, times, plan.step_budget, plan.effective_budget
+        )
+
     def _new_rows(self, polled: Sequence[Sequence[StepRow]]) -> list[list[StepRow]]:
         rank_rows = [
             [r for r in rows if r.forward_ct > mark]
@@ -330,13 +339,7 @@ class ActiveRound:
                     )
                 ):
                     self.reached = stats is not None and stats.done
-                    self.stopped_early = (
-                        goal == "measure"
-                        and stats is not None
-                        and stopped_on_effective_steps(
-                            plan.rule, stats, times, plan.step_budget, plan.effective_budget
-                        )
-                    )
+                    self.stopped_early = goal == "measure" and self._stopped_early(stats, times)
                     break
                 if (
                     self.end_on_rise

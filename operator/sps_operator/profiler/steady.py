@@ -446,7 +446,7 @@ def level_rise(
     return worst
 
 
-# The effective-steps stop (`rounds.round_finished`) waits while the round's last this many
+# The effective-steps stop (`stopping.round_finished`) waits while the round's last this many
 # steps read slower than the steps before them: a clock cap setting in at the round's end,
 # which the blocks of `level_rise` are too coarse to show yet. A false alarm costs only the
 # steps up to the next poll, so its threshold is lower than a rise's (`RISE_Z`).

@@ -122,7 +122,7 @@ class RoundSettings:
     @property
     def effective_budget(self) -> float:
         """Most effective steps a round's window may hold before it stops
-        (`rounds.round_finished`); unbounded when the cap is off."""
+        (`stopping.round_finished`); unbounded when the cap is off."""
         return math.inf if self.max_effective_steps is None else self.max_effective_steps
 
     def to_dict(self) -> dict[str, Any]:
