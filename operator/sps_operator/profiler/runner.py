@@ -22,7 +22,8 @@ from sps_operator.dspark_arith import pinned_verify_tokens, round_up
 from sps_operator.profiler import artifacts
 from sps_operator.profiler.active_round import ActiveRound, MeasuredRound, record_lines
 from sps_operator.profiler.client import DsparkClient, ServerUnavailableError
-from sps_operator.profiler.cross_round import Level, replaces, slow_outliers
+from sps_operator.profiler.cross_round import Level, replaces
+from sps_operator.profiler.remeasure import Remeasures
 from sps_operator.profiler.round_plans import round_plan, warmup_plan
 from sps_operator.profiler.rounds import PinNotTakenError, RoundError, SteadySeries, StepRow
 from sps_operator.profiler.server import (
@@ -60,10 +61,6 @@ logger = logging.getLogger(__name__)
 
 PREFLIGHT_STEADY_STEPS = 8
 FALLBACK_VOCAB_SIZE = 32000
-# A cell whose round straddled a clock cap (its steps rose: `steady.level_rise`) is measured
-# again up to this many times; the last round is kept whatever it shows (flagged by its CI
-# and drift), so a GPU that is always capped still gets a table the gates can judge.
-MAX_RISE_REMEASURES = 2
 
 # Records a concluded round: (its cell, the round, whether it replaces the cell's round
 # recorded before: `cross_round.replaces`).
@@ -350,10 +347,12 @@ def _start_round(
     correlations: Sequence[tuple[float, float]],
     warmup_previous: SteadySeries | None = None,
     end_on_rise: bool = False,
+    before_rise: SteadySeries | None = None,
 ) -> ActiveRound | None:
     """Start the round of queue[index] (None past the end), planned for its kind from what
     the rounds before it showed; `end_on_rise`: a rise would be measured again, so the round
-    ends as soon as one shows."""
+    ends as soon as one shows; `before_rise`: the level steps of the cell's round that rose,
+    counted in this one's measurement."""
     if index >= len(queue):
         return None
     kind, cell = queue[index]
@@ -383,7 +382,15 @@ def _start_round(
         plan = round_plan(
             settings, expected_steps=expected, ar1_prior=Ar1Prior.pooled(correlations)
         )
-    return ActiveRound(session, cell, settings, plan, clock_start=clock, end_on_rise=end_on_rise)
+    return ActiveRound(
+        session,
+        cell,
+        settings,
+        plan,
+        clock_start=clock,
+        end_on_rise=end_on_rise,
+        before_rise=before_rise,
+    )
 
 
 def _drive(
@@ -406,14 +413,13 @@ def _drive(
     on_ramp = False
     probe: list[Chunk] = []  # the same, as the clock-ramp model's chunks
     clock = 0.0  # seconds of decode steps since the run's first: the ramp's time axis
-    remeasured: dict[tuple[int, int, float | None], int] = {}  # rises measured again, per cell
+    again = Remeasures()
     # This run's recorded rounds off any clock ramp, for the check across rounds.
     levels: dict[tuple[int, int, float | None], Level] = {}
-    # Cells measured again for the check across rounds (once each).
-    rechecked: set[tuple[int, int, float | None]] = set()
 
     def start(index: int) -> ActiveRound | None:
-        end_on_rise = index < len(queue) and _remeasures_a_rise(*queue[index], remeasured)
+        end_on_rise = index < len(queue) and again.ends_on_rise(*queue[index])
+        carried = again.carried(queue[index][1]) if index < len(queue) else None
         return _start_round(
             session,
             settings,
@@ -426,6 +432,7 @@ def _drive(
             correlations,
             warmup_previous,
             end_on_rise,
+            carried,
         )
 
     active = start(0)
@@ -464,7 +471,7 @@ def _drive(
             failure = exc
         if stands_for_cell and measured is None and not isinstance(failure, PinNotTakenError):
             queue.append(("cell", cell))  # measured on a round of its own after all
-        if _rose(kind, cell, measured, remeasured):
+        if measured is not None and again.rose(kind, cell, active, measured):
             # Measured again right after the round already started, so the run's order (a
             # ramp's anchor last) holds.
             queue.insert(index + 2, (kind, cell))
@@ -480,60 +487,10 @@ def _drive(
                 following.abandon()
             raise
         if following is None:
-            queue.extend(_rechecks(levels, rechecked))
+            queue.extend(again.rechecks(levels))
             following = start(index + 1)
         active = following
         index += 1
-
-
-def _remeasures_a_rise(
-    kind: RoundKind, cell: SweepCell, remeasured: dict[tuple[int, int, float | None], int]
-) -> bool:
-    """Would a rise in this round be measured again (so the round may end on one)?"""
-    return kind in ("cell", "recheck") and remeasured.get(cell.key, 0) < MAX_RISE_REMEASURES
-
-
-def _rose(
-    kind: RoundKind,
-    cell: SweepCell,
-    measured: MeasuredRound | None,
-    remeasured: dict[tuple[int, int, float | None], int],
-) -> bool:
-    """Did the round's steps rise (`steady.level_rise`), so its cell is measured again
-    (counted in `remeasured`) instead of recording it?"""
-    rise = measured.outcome.level_rise if measured is not None else None
-    if rise is None or not _remeasures_a_rise(kind, cell, remeasured):
-        return False
-    remeasured[cell.key] = remeasured.get(cell.key, 0) + 1
-    logger.warning(
-        "Round bs=%d frac=%s: its step times rose by %.1f%% mid-round beyond KV growth "
-        "(a clock cap setting in?); not averaged in, measured again (%d of %d).",
-        cell.bs,
-        cell.frac,
-        rise * 100,
-        remeasured[cell.key],
-        MAX_RISE_REMEASURES,
-    )
-    return True
-
-
-def _rechecks(
-    levels: dict[tuple[int, int, float | None], Level],
-    rechecked: set[tuple[int, int, float | None]],
-) -> list[Job]:
-    """Once the queue is empty: the cells far slower than their neighbours not measured
-    again yet (`cross_round`). Asked again after those rounds: a neighbour replaced may
-    show the next one (a cap often covers two short rounds in a row)."""
-    slow = [k for k in slow_outliers(list(levels.values())) if k not in rechecked]
-    rechecked.update(slow)
-    if slow:
-        logger.warning(
-            "%d rounds read far slower than their neighbours (a clock cap over a whole "
-            "round?); measuring them again: %s",
-            len(slow),
-            ", ".join(f"bs={bs} frac={frac}" for _r, bs, frac in slow),
-        )
-    return [("recheck", SweepCell(*key)) for key in slow]
 
 
 def _note_measured(

@@ -399,6 +399,10 @@ RISE_BLOCKS = 8
 # A rise must exceed this many standard errors of the two blocks' medians: a false alarm
 # costs a round measured again.
 RISE_Z = 3.0
+# ... and this many between blocks two apart (the jump across a block a cap set in inside):
+# at `RISE_Z` they doubled the false alarms (`bench/rise_false_alarms.py`); at 4 the rates
+# are as without them, and a +20 % cap at 3 % noise shows in 200 of 200 rounds, not 142.
+RISE_Z_TWO_APART = 4.0
 # Checked while the round runs (at every poll), only once each block holds this many steps:
 # from fewer, the blocks' intervals are too coarse, and at φ = 0.8 one round in eight showed
 # a rise at two polls in a row from 48 steps on, under 1 % from 120 (i.i.d. and φ = 0.3 with
@@ -406,15 +410,31 @@ RISE_Z = 3.0
 LIVE_RISE_BLOCK_STEPS = 15
 
 
-def level_rise(
+@dataclass(frozen=True)
+class Rise:
+    """A jump up in a round's step times (`find_rise`)."""
+
+    rel: float  # the largest jump beyond the round's steady trend, relative to its median
+    # The round's first steps, up to the start of the last block the first raised one reads
+    # raised against: the cap set in after them.
+    level_steps: int
+
+
+def _material(excess: float, noise: float, ci_rel_width: float, level: float) -> bool:
+    """Is a rise beyond its noise and over half the CI target (a rise that matters)?"""
+    return excess > noise and excess > ci_rel_width / 2 * level
+
+
+def find_rise(
     times: Sequence[float],
     *,
     ci_rel_width: float,
     z: float,
     ar1_prior: Ar1Prior | None = None,
-) -> float | None:
+) -> Rise | None:
     """How far the round's step times jumped up between neighbouring stretches beyond the
-    round's steady trend (relative), or None when no jump is significant and material.
+    round's steady trend, and how many of its first steps read level before; None when no
+    jump is significant and material.
 
     A round that straddles a throttle window (a power or thermal clock cap) has slower steps
     after the cap sets in, or a slow stretch in its middle. The stopping rule trims only a
@@ -423,7 +443,7 @@ def level_rise(
     into the cell. Here the round is cut into blocks; KV growth (linear in the steps, as
     every request ages together) moves each block's median by the same amount, the median
     of the differences, and a cap is a difference far above it. The caller measures the
-    cell again.
+    cell again, and the steps the cap set in after count in that measurement.
     """
     blocks = min(RISE_BLOCKS, len(times) // MIN_STEPS_PER_PART)
     if blocks < 4:
@@ -434,21 +454,29 @@ def level_rise(
     cis = [median_ci(part, z, tau) for part in parts]
     medians = [m for m, _lo, _hi in cis]
     ses = [(hi - lo) / (2 * z) for _m, lo, hi in cis]
-    steps = [b - a for a, b in itertools.pairwise(medians)]
-    trend = statistics.median(steps)
+    trend = statistics.median(b - a for a, b in itertools.pairwise(medians))
     level = statistics.median(times)
-    worst: float | None = None
-    for i, step in enumerate(steps):
-        excess = step - trend
-        noise = RISE_Z * math.hypot(ses[i], ses[i + 1])
-        if excess > noise and excess > ci_rel_width / 2 * level:
-            worst = max(worst or 0.0, excess / level)
-    return worst
+    # Neighbours, and blocks two apart: a cap that sets in mid-block leaves that block's
+    # median between the two levels, and its wide interval can hide both halves of the jump.
+    pairs = [(i, i + 1) for i in range(blocks - 1)] + [(i, i + 2) for i in range(blocks - 2)]
+    rises = []
+    for i, j in pairs:
+        excess = medians[j] - medians[i] - (j - i) * trend
+        z_pair = RISE_Z if j == i + 1 else RISE_Z_TWO_APART
+        if _material(excess, z_pair * math.hypot(ses[i], ses[j]), ci_rel_width, level):
+            rises.append((j, i, excess / level))
+    if not rises:
+        return None
+    # The first block that reads raised, j: the cap set in before its end, and after the
+    # start of every block i it reads raised against (block i would read capped too).
+    first_raised = min(j for j, _i, _rel in rises)
+    after = max(i for j, i, _rel in rises if j == first_raised)
+    return Rise(max(rel for _j, _i, rel in rises), after * size)
 
 
 # The effective-steps stop (`stopping.round_finished`) waits while the round's last this many
 # steps read slower than the steps before them: a clock cap setting in at the round's end,
-# which the blocks of `level_rise` are too coarse to show yet. A false alarm costs only the
+# which the blocks of `find_rise` are too coarse to show yet. A false alarm costs only the
 # steps up to the next poll, so its threshold is lower than a rise's (`RISE_Z`).
 TAIL_STEPS = 16
 TAIL_Z = 2.0
@@ -481,9 +509,7 @@ def tail_rise(
     excess = tail_med - expected
     noise = excess_z * math.hypot(tail_hi - tail_lo, head_hi - head_lo) / (2 * z)
     level = statistics.median(times)
-    if excess > noise and excess > ci_rel_width / 2 * level:
-        return excess / level
-    return None
+    return excess / level if _material(excess, noise, ci_rel_width, level) else None
 
 
 def _third_medians(times: Sequence[float], z: float) -> tuple[list[float], list[float]]:
