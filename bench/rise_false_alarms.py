@@ -1,4 +1,4 @@
-"""How often `steady.find_rise` calls a rise in rounds with no cap (offline, seconds).
+"""How often `steady.level_rise` calls a rise in rounds with no cap (offline, seconds).
 
 Simulated noise-only rounds of 244 steps (lognormal noise, AR(1), outliers, a slight KV
 trend), judged at the round's end and, as `ActiveRound.wait` does, at every poll (every 12
@@ -20,7 +20,7 @@ from sps_operator.profiler.steady import (
     LIVE_RISE_BLOCK_STEPS,
     RISE_BLOCKS,
     Ar1Prior,
-    find_rise,
+    level_rise,
 )
 
 STEPS = 244
@@ -45,7 +45,7 @@ def noise_only_round(cv: float, phi: float, outlier_prob: float, seed: int) -> l
 def alarms(times: Sequence[float], first: int, in_a_row: int, prior: Ar1Prior | None) -> bool:
     run = 0
     for n in range(first, len(times) + 1, POLL_STEPS):
-        seen = find_rise(times[:n], ci_rel_width=0.02, z=1.96, ar1_prior=prior) is not None
+        seen = level_rise(times[:n], ci_rel_width=0.02, z=1.96, ar1_prior=prior) is not None
         run = run + 1 if seen else 0
         if run >= in_a_row:
             return True
@@ -67,7 +67,7 @@ def main() -> int:
         for seed in range(ns.rounds):
             times = noise_only_round(cv, phi, outliers, seed)
             prior = Ar1Prior(phi, 0.05)
-            counts[0] += find_rise(times, ci_rel_width=0.02, z=1.96) is not None
+            counts[0] += level_rise(times, ci_rel_width=0.02, z=1.96) is not None
             counts[1] += alarms(times, 48, 1, None)
             counts[2] += alarms(times, 48, 2, None)
             counts[3] += alarms(times, live_first, 2, None)

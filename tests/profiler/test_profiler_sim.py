@@ -416,48 +416,6 @@ def test_a_round_that_straddles_a_clock_cap_is_measured_again(
     assert sorted(r["batch_size_per_rank"] for r in rounds) == [1, 2, 4, 8, 16]
 
 
-def test_a_cell_measured_again_after_a_rise_keeps_the_steps_before_it(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The first bs-8 round's steps are capped 25 % slower from its 60th step on (the
-    # simulator's step factor, counted per step from that round's load). It rises, is
-    # measured again, and the steps it ran before the cap count in the new round.
-    from sps_operator.profiler import client as profiler_client
-    from sps_sim import costmodel
-
-    steps_into_first_bs8: list[int] = []
-    loads: list[int] = []
-    start_load = profiler_client.DsparkClient.start_load
-
-    def start_load_counting(
-        self: profiler_client.DsparkClient, payload: dict[str, Any], deadline: float | None = None
-    ) -> profiler_client.LoadThread:
-        loads.append(len(payload["input_ids"]))
-        return start_load(self, payload, deadline)
-
-    def throttle(_p: object, _now: float) -> float:
-        if loads and loads[-1] == 8 and loads.count(8) == 1:
-            steps_into_first_bs8.append(1)
-            return 1.25 if len(steps_into_first_bs8) > 60 else 1.0
-        return 1.0
-
-    monkeypatch.setattr(profiler_client.DsparkClient, "start_load", start_load_counting)
-    monkeypatch.setattr(costmodel, "throttle_factor", throttle)
-    preset = quiet_h100(tmp_path / "quiet.json")
-    out = tmp_path / "rise-sps.json"
-    with running_sim(seed=4, time_scale=10.0, preset=preset) as url:
-        assert profile(url, out, "--batch-size", "1", "4", "8", "16") == 0
-    assert "mid-round beyond KV growth" in caplog.text
-    assert loads.count(8) == 2
-    rounds = read_jsonl(OutPaths.for_out(out).rounds)
-    assert sorted(r["batch_size_per_rank"] for r in rounds) == [1, 4, 8, 16]
-    (again,) = [r for r in rounds if r["batch_size_per_rank"] == 8]
-    # Seeds 1-8: 20-38 steps carried, the cap's first step counted from the load (≤ 60).
-    assert 8 <= again["carried_steps_before_rise"] <= 60
-    truth = H100.decode_seconds(8, 8 * K)
-    assert again["median_step_time"] == pytest.approx(truth, rel=0.03)
-
-
 @pytest.mark.parametrize("capped_bs", [(4,), (8, 16)], ids=["one round", "two in a row"])
 def test_a_round_entirely_inside_a_clock_cap_is_measured_again(
     tmp_path: Path,

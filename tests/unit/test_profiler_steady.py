@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import random
-import statistics
 
 import pytest
 
@@ -16,8 +15,8 @@ from sps_operator.profiler.steady import (
     ar1_from_differences,
     clocks_settled,
     estimate_window,
-    find_rise,
     level_from,
+    level_rise,
     median_ci,
     median_indicator_tau,
     rank_tau,
@@ -360,8 +359,7 @@ def test_a_live_ramp_still_falls_and_one_that_is_over_does_not() -> None:
 
 
 def rise(times: list[float]) -> float | None:
-    found = find_rise(times, ci_rel_width=0.02, z=Z)
-    return found.rel if found else None
+    return level_rise(times, ci_rel_width=0.02, z=Z)
 
 
 @pytest.mark.parametrize(
@@ -386,10 +384,10 @@ def test_a_round_that_straddles_a_clock_cap_shows_its_rise(start: int, end: int)
         assert found is not None and found > 0.1
 
 
-def capped_round(cv: float, start: int, seed: int, amplitude: float = 0.2) -> list[float]:
-    """200 steps at φ = 0.3 whose clocks are capped from step `start` on."""
+def capped_round(cv: float, start: int, seed: int) -> list[float]:
+    """200 steps at φ = 0.3 whose clocks are capped 20 % slower from step `start` on."""
     noise = ar1_series(200, cv=cv, phi=0.3, seed=seed)
-    return [0.01 * (1 + amplitude if i >= start else 1.0) * f for i, f in enumerate(noise)]
+    return [0.01 * (1.2 if i >= start else 1.0) * f for i, f in enumerate(noise)]
 
 
 def test_a_cap_that_sets_in_mid_block_shows_its_rise() -> None:
@@ -397,28 +395,8 @@ def test_a_cap_that_sets_in_mid_block_shows_its_rise() -> None:
     # block's median between the two levels with a wide interval: compared with its
     # neighbours only, neither half of the jump was significant (3 % noise, +20 %: 2 of 20
     # seen); against the blocks two apart it shows (20 of 20).
-    found = [
-        find_rise(capped_round(0.03, 25 * (1 + seed % 6) + 12, 600 + seed), ci_rel_width=0.02, z=Z)
-        for seed in range(20)
-    ]
+    found = [rise(capped_round(0.03, 25 * (1 + seed % 6) + 12, 600 + seed)) for seed in range(20)]
     assert sum(f is not None for f in found) >= 19
-
-
-@pytest.mark.parametrize("cv", [0.03, 0.1])
-def test_the_steps_a_rise_keeps_all_precede_the_cap(cv: float) -> None:
-    # What a round that rose passes on to its cell's next round: steps that read level. A
-    # cap (+20 %) setting in anywhere in the round: every step kept comes before it, and
-    # most of the steps before it are kept.
-    kept_shares = []
-    for seed in range(40):
-        start = 40 + (seed * 37) % 150
-        found = find_rise(capped_round(cv, start, 500 + seed), ci_rel_width=0.02, z=Z)
-        if found is None:
-            continue
-        assert found.level_steps <= start
-        kept_shares.append(found.level_steps / start)
-    assert len(kept_shares) >= (34 if cv < 0.05 else 8)
-    assert statistics.median(kept_shares) >= 0.5
 
 
 @pytest.mark.parametrize("phi", [0.3, 0.8])

@@ -140,7 +140,6 @@ class ActiveRound:
         probe: Sequence[Chunk] = (),
         previous: SteadySeries | None = None,
         end_on_rise: bool = False,
-        before_rise: SteadySeries | None = None,
     ) -> None:
         self.session, self.cell, self.settings, self.plan = session, cell, settings, plan
         # Warm-up only: the steady step times of the warm-up rounds before this one, and
@@ -150,10 +149,7 @@ class ActiveRound:
         # Warm-up only: the warm-up round before this one (`steady_part`), and the same once
         # it counts in this round's measurement (`_carry_previous`).
         self.previous = previous
-        # A cell measured again after a rise: the steps of the round that rose from before
-        # its rise count in this round's measurement (`steps_before_rise`).
-        self.carried: SteadySeries | None = before_rise
-        self.carried_before_rise = before_rise is not None
+        self.carried: SteadySeries | None = None
         # The run clock (seconds of decode steps since the run's first) at this round's start.
         self.clock_start = clock_start
         self.clock_end = clock_start
@@ -190,7 +186,7 @@ class ActiveRound:
         self.probed = False
         self.steady_steps = 0
         self.steady_times: list[float] = []
-        # A measuring round whose steps rose mid-round (`steady.find_rise`), seen live: it
+        # A measuring round whose steps rose mid-round (`steady.level_rise`), seen live: it
         # is ended there and measured again, not run on to its CI over a clock cap.
         self.rose: float | None = None
         self.end_on_rise = end_on_rise
@@ -211,13 +207,6 @@ class ActiveRound:
             pinned=self.cell.frac is not None,
             clock_start=self.clock_start,
         )
-
-    def steps_before_rise(self, measured: MeasuredRound) -> SteadySeries | None:
-        """Of a round that rose: its steps (those it carried first) from before the rise,
-        which count in its cell's next round (`steady.find_rise`); None when none read level."""
-        own = self.steady_part(measured.rank_rows)
-        series = self.carried.then(own) if self.carried else own
-        return series.head(measured.outcome.steps_before_rise)
 
     def chunks(self, rank_rows: Sequence[Sequence[StepRow]]) -> list[Chunk]:
         """This round's steady steps as the ramp model's chunks on the run clock."""
@@ -361,9 +350,9 @@ class ActiveRound:
                     # Seen at two polls in a row: tested at every poll, noise alone would
                     # show one now and then (a cap's rise stays).
                     if rise is not None and rise_seen is not None:
-                        self.rose = rise.rel
+                        self.rose = rise
                         break  # measured again (`runner`): its further steps are spent for nothing
-                    rise_seen = rise.rel if rise else None
+                    rise_seen = rise
                 if not self.load.is_alive():
                     break  # the batch finished or failed: no more steps will come
         # Ending the round must happen even past its deadline (a short bound of its own).
@@ -419,7 +408,6 @@ class ActiveRound:
             load_info=load_info,
             clock_start=self.clock_start,
             carried=self.carried,
-            carried_before_rise=self.carried_before_rise,
         )
         if self.rose is not None and outcome.level_rise is None:
             # Its last steps may no longer show the rise they showed live: still not kept.

@@ -2,7 +2,7 @@
 clock cap (pure).
 
 A throttle window (a power or thermal cap) slows every step inside it. A round that straddles
-one shows a rise (`steady.find_rise`) and is measured again at once; a round shorter than
+one shows a rise (`steady.level_rise`) and is measured again at once; a round shorter than
 the cap that lies entirely inside it shows nothing: its steps are steady, only all slow
 (20 % in the simulator's throttling column, 23 % off in a table). What does show is its level
 against the rounds of the same sweep either side of it: step time is smooth in the batch's

@@ -1,23 +1,22 @@
 """Which cells are measured again within a run, and what the new round starts from.
 
 Two reasons (`docs/profiler.md`, "The stopping rule"): a round whose steps rose mid-round
-(`steady.find_rise`: a clock cap set in) is measured again right away, its steps from
-before the rise counting in the new round; and once the queue is empty, a round far slower
-than its neighbours (`cross_round`: a cap over the whole round) is measured again once.
+(`steady.level_rise`: a clock cap set in) is measured again right away; and once the queue
+is empty, a round far slower than its neighbours (`cross_round`: a cap over the whole
+round) is measured again once.
 """
 
 from __future__ import annotations
 
 import logging
 
-from sps_operator.profiler.active_round import ActiveRound, MeasuredRound
+from sps_operator.profiler.active_round import MeasuredRound
 from sps_operator.profiler.cross_round import Level, slow_outliers
-from sps_operator.profiler.rounds import SteadySeries
 from sps_operator.profiler.sweep import Job, RoundKind, SweepCell
 
 logger = logging.getLogger(__name__)
 
-# A cell whose round straddled a clock cap (its steps rose: `steady.find_rise`) is measured
+# A cell whose round straddled a clock cap (its steps rose: `steady.level_rise`) is measured
 # again up to this many times; the last round is kept whatever it shows (flagged by its CI
 # and drift), so a GPU that is always capped still gets a table the gates can judge.
 MAX_RISE_REMEASURES = 2
@@ -26,46 +25,31 @@ CellKey = tuple[int, int, float | None]
 
 
 class Remeasures:
-    """One run's cells measured again: rises per cell, the steps a rise left, the cells
-    checked against their neighbours."""
+    """One run's cells measured again: rises per cell, and the cells checked against their
+    neighbours."""
 
     def __init__(self) -> None:
         self.rises: dict[CellKey, int] = {}
-        # A cell measured again after a rise: the steps of the round that rose from before it.
-        self.before_rise: dict[CellKey, SteadySeries] = {}
         self.rechecked: set[CellKey] = set()
 
     def ends_on_rise(self, kind: RoundKind, cell: SweepCell) -> bool:
         """Would a rise in this round be measured again (so the round may end on one)?"""
         return kind in ("cell", "recheck") and self.rises.get(cell.key, 0) < MAX_RISE_REMEASURES
 
-    def carried(self, cell: SweepCell) -> SteadySeries | None:
-        """The level steps a rise left for this cell's next round (once)."""
-        return self.before_rise.pop(cell.key, None)
-
-    def rose(
-        self, kind: RoundKind, cell: SweepCell, active: ActiveRound, measured: MeasuredRound
-    ) -> bool:
-        """Did the round's steps rise, so its cell is measured again instead of recording
-        it? Then its steps from before the rise are kept for that round (off a clock ramp:
-        on one, a round's clocks place its correction)."""
+    def rose(self, kind: RoundKind, cell: SweepCell, measured: MeasuredRound) -> bool:
+        """Did the round's steps rise, so its cell is measured again instead of recording it?"""
         rise = measured.outcome.level_rise
         if rise is None or not self.ends_on_rise(kind, cell):
             return False
         self.rises[cell.key] = self.rises.get(cell.key, 0) + 1
-        level = active.steps_before_rise(measured)
-        kept = level is not None and "clock_on_ramp" not in measured.extra
-        if level is not None and kept:
-            self.before_rise[cell.key] = level
         logger.warning(
             "Round bs=%d frac=%s: its step times rose by %.1f%% mid-round beyond KV growth "
-            "(a clock cap setting in?); not averaged in, measured again (%d of %d)%s.",
+            "(a clock cap setting in?); not averaged in, measured again (%d of %d).",
             cell.bs,
             cell.frac,
             rise * 100,
             self.rises[cell.key],
             MAX_RISE_REMEASURES,
-            f", its {len(level)} steps before the rise kept" if level is not None and kept else "",
         )
         return True
 

@@ -23,9 +23,8 @@ from sps_operator.profiler.steady import (
     RISE_Z,
     TAIL_Z,
     Ar1Prior,
-    Rise,
     SteadyStats,
-    find_rise,
+    level_rise,
     steady_stats,
     tail_rise,
 )
@@ -168,9 +167,9 @@ class StoppingRule:
             excess_z=excess_z,
         )
 
-    def rise(self, times: Sequence[float]) -> Rise | None:
-        """A significant rise of the round's step times over all of them (`find_rise`)."""
-        return find_rise(
+    def rise(self, times: Sequence[float]) -> float | None:
+        """A significant rise of the round's step times over all of them (`level_rise`)."""
+        return level_rise(
             times,
             ci_rel_width=self.ci_rel_width,
             z=self.z,
@@ -254,20 +253,6 @@ class SteadySeries:
             return None
         start = max(0, start)
         return SteadySeries(self.times[start:], self.contexts[start:], self.clocks[start:])
-
-    def head(self, count: int) -> SteadySeries | None:
-        """Its first `count` steps; None when that is none."""
-        if count <= 0 or not self.times:
-            return None
-        return SteadySeries(self.times[:count], self.contexts[:count], self.clocks[:count])
-
-    def then(self, later: SteadySeries) -> SteadySeries:
-        """Its steps followed by `later`'s (one cell's steps from two rounds)."""
-        return SteadySeries(
-            [*self.times, *later.times],
-            [*self.contexts, *later.contexts],
-            [*self.clocks, *later.clocks],
-        )
 
     def from_clock(self, clock: float) -> SteadySeries | None:
         """Its steps that began at run clock `clock` or later; None when none did."""
@@ -426,22 +411,16 @@ class RoundOutcome:
     graph_tiers: list[int] | None = None
     # The run clock at each steady step (None when the driver keeps no clock).
     clocks: list[float] | None = None
-    # How far its step times rose beyond KV growth over the whole round (`find_rise`):
+    # How far its step times rose beyond KV growth over the whole round (`level_rise`):
     # it straddled a clock cap and is measured again. None: they did not.
     level_rise: float | None = None
-    # Of a round that rose: its first steps (`carried` ones included) that read level before
-    # the rise, which count in the measurement of its cell again (`carried_before_rise`).
-    steps_before_rise: int = 0
     # How much slower its last steps read than the ones before (`steady.tail_rise`, at a
     # rise's threshold: acted on by measuring the cell again): for a round that stopped on
     # its effective steps, a cap that set in after it stopped.
     tail_rise: float | None = None
-    # Steady steps of an earlier round at this cell counted in its measurement: the warm-up
-    # round before it (its clocks read level from there: `steady.level_from`), or, for a
-    # round measured again after a rise, the steps of the round that rose before its rise
-    # (`carried_before_rise`).
+    # Steady steps of the warm-up round before this one counted in its measurement (the
+    # clocks showed no fall from their start: `steady.shows_no_fall`).
     carried_steps: int = 0
-    carried_before_rise: bool = False
 
     def to_summary(self) -> dict[str, Any]:
         summary: dict[str, Any] = {
@@ -480,10 +459,7 @@ class RoundOutcome:
             # The run clock over the measured window: what a clock-ramp model corrects.
             summary["clock_s"] = [self.clocks[self.stats.window_start], self.clocks[-1]]
         if self.carried_steps:
-            before_rise = self.carried_before_rise
-            summary["carried_steps_before_rise" if before_rise else "carried_warmup_steps"] = (
-                self.carried_steps
-            )
+            summary["carried_warmup_steps"] = self.carried_steps
         if self.warnings:
             summary["warnings"] = self.warnings
         return summary
@@ -552,14 +528,12 @@ def postprocess_round(
     load_info: dict[str, Any],
     clock_start: float | None = None,
     carried: SteadySeries | None = None,
-    carried_before_rise: bool = False,
 ) -> RoundOutcome:
     """Validate a finished round's records and measure it (raises RoundError/PinNotTakenError).
 
     `clock_start`: the run clock at the round's first record, to place its steps in time;
-    `carried`: an earlier round's steady steps at this cell, measured before this round's
-    (same cell, same prompts: the stopping rule's window may start in them), the warm-up
-    round's or, with `carried_before_rise`, those of a round that rose before its rise."""
+    `carried`: the earlier warm-up round's steady steps, measured before this round's (same
+    cell, same prompts: the stopping rule's window may start in them)."""
     k = gamma + 1
     where = f"Round bs={bs} (per rank, dp={dp_size})" + (
         f" frac={frac}" if frac is not None else ""
@@ -605,9 +579,17 @@ def postprocess_round(
             "table can be made from it."
         )
     if not stats.done:
-        warnings.append(_ci_not_met(where, stats, rule))
+        reason = (
+            f"step times still drift by {stats.drift:.1%} in a way KV growth does not explain"
+            if stats.window.drifting
+            else f"the CI is {stats.rel_width:.1%} wide (target {rule.ci_rel_width:.1%})"
+        )
+        warnings.append(
+            f"{where}: {reason} after {stats.num_steps} steps "
+            f"({stats.window.ess:.0f} effective); kept, flagged ci_met=false (raise "
+            "--max-steady-steps and --max-effective-steps for tighter rounds)."
+        )
     window_cts = cts[max(0, stats.window_start - len(prefix)) :]
-    rise = rule.rise([*prefix.times, *times])
     per_rank = [
         statistics.median(rank[ct].step_time for ct in window_cts) for rank in aligned.by_ct
     ]
@@ -628,25 +610,9 @@ def postprocess_round(
         warnings=warnings,
         graph_tiers=list(tiers) if mode in ("compact", "static") and tiers else None,
         clocks=[*prefix.clocks, *clocks] if clocks is not None else None,
-        level_rise=rise.rel if rise else None,
-        steps_before_rise=rise.level_steps if rise else 0,
+        level_rise=rule.rise([*prefix.times, *times]),
         tail_rise=rule.tail_rise(times, RISE_Z),
         carried_steps=len(prefix),
-        carried_before_rise=carried_before_rise and bool(prefix),
-    )
-
-
-def _ci_not_met(where: str, stats: SteadyStats, rule: StoppingRule) -> str:
-    """The warning of a round kept without meeting its CI: why, and what to raise."""
-    reason = (
-        f"step times still drift by {stats.drift:.1%} in a way KV growth does not explain"
-        if stats.window.drifting
-        else f"the CI is {stats.rel_width:.1%} wide (target {rule.ci_rel_width:.1%})"
-    )
-    return (
-        f"{where}: {reason} after {stats.num_steps} steps "
-        f"({stats.window.ess:.0f} effective); kept, flagged ci_met=false (raise "
-        "--max-steady-steps and --max-effective-steps for tighter rounds)."
     )
 
 

@@ -347,12 +347,10 @@ def _start_round(
     correlations: Sequence[tuple[float, float]],
     warmup_previous: SteadySeries | None = None,
     end_on_rise: bool = False,
-    before_rise: SteadySeries | None = None,
 ) -> ActiveRound | None:
     """Start the round of queue[index] (None past the end), planned for its kind from what
     the rounds before it showed; `end_on_rise`: a rise would be measured again, so the round
-    ends as soon as one shows; `before_rise`: the level steps of the cell's round that rose,
-    counted in this one's measurement."""
+    ends as soon as one shows."""
     if index >= len(queue):
         return None
     kind, cell = queue[index]
@@ -382,15 +380,7 @@ def _start_round(
         plan = round_plan(
             settings, expected_steps=expected, ar1_prior=Ar1Prior.pooled(correlations)
         )
-    return ActiveRound(
-        session,
-        cell,
-        settings,
-        plan,
-        clock_start=clock,
-        end_on_rise=end_on_rise,
-        before_rise=before_rise,
-    )
+    return ActiveRound(session, cell, settings, plan, clock_start=clock, end_on_rise=end_on_rise)
 
 
 def _drive(
@@ -419,7 +409,6 @@ def _drive(
 
     def start(index: int) -> ActiveRound | None:
         end_on_rise = index < len(queue) and again.ends_on_rise(*queue[index])
-        carried = again.carried(queue[index][1]) if index < len(queue) else None
         return _start_round(
             session,
             settings,
@@ -432,7 +421,6 @@ def _drive(
             correlations,
             warmup_previous,
             end_on_rise,
-            carried,
         )
 
     active = start(0)
@@ -471,7 +459,7 @@ def _drive(
             failure = exc
         if stands_for_cell and measured is None and not isinstance(failure, PinNotTakenError):
             queue.append(("cell", cell))  # measured on a round of its own after all
-        if measured is not None and again.rose(kind, cell, active, measured):
+        if measured is not None and again.rose(kind, cell, measured):
             # Measured again right after the round already started, so the run's order (a
             # ramp's anchor last) holds.
             queue.insert(index + 2, (kind, cell))

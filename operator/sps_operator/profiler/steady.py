@@ -410,31 +410,20 @@ RISE_Z_TWO_APART = 4.0
 LIVE_RISE_BLOCK_STEPS = 15
 
 
-@dataclass(frozen=True)
-class Rise:
-    """A jump up in a round's step times (`find_rise`)."""
-
-    rel: float  # the largest jump beyond the round's steady trend, relative to its median
-    # The round's first steps, up to the start of the last block the first raised one reads
-    # raised against: the cap set in after them.
-    level_steps: int
-
-
 def _material(excess: float, noise: float, ci_rel_width: float, level: float) -> bool:
     """Is a rise beyond its noise and over half the CI target (a rise that matters)?"""
     return excess > noise and excess > ci_rel_width / 2 * level
 
 
-def find_rise(
+def level_rise(
     times: Sequence[float],
     *,
     ci_rel_width: float,
     z: float,
     ar1_prior: Ar1Prior | None = None,
-) -> Rise | None:
+) -> float | None:
     """How far the round's step times jumped up between neighbouring stretches beyond the
-    round's steady trend, and how many of its first steps read level before; None when no
-    jump is significant and material.
+    round's steady trend (relative), or None when no jump is significant and material.
 
     A round that straddles a throttle window (a power or thermal clock cap) has slower steps
     after the cap sets in, or a slow stretch in its middle. The stopping rule trims only a
@@ -443,7 +432,7 @@ def find_rise(
     into the cell. Here the round is cut into blocks; KV growth (linear in the steps, as
     every request ages together) moves each block's median by the same amount, the median
     of the differences, and a cap is a difference far above it. The caller measures the
-    cell again, and the steps the cap set in after count in that measurement.
+    cell again.
     """
     blocks = min(RISE_BLOCKS, len(times) // MIN_STEPS_PER_PART)
     if blocks < 4:
@@ -459,24 +448,18 @@ def find_rise(
     # Neighbours, and blocks two apart: a cap that sets in mid-block leaves that block's
     # median between the two levels, and its wide interval can hide both halves of the jump.
     pairs = [(i, i + 1) for i in range(blocks - 1)] + [(i, i + 2) for i in range(blocks - 2)]
-    rises = []
+    worst: float | None = None
     for i, j in pairs:
         excess = medians[j] - medians[i] - (j - i) * trend
         z_pair = RISE_Z if j == i + 1 else RISE_Z_TWO_APART
         if _material(excess, z_pair * math.hypot(ses[i], ses[j]), ci_rel_width, level):
-            rises.append((j, i, excess / level))
-    if not rises:
-        return None
-    # The first block that reads raised, j: the cap set in before its end, and after the
-    # start of every block i it reads raised against (block i would read capped too).
-    first_raised = min(j for j, _i, _rel in rises)
-    after = max(i for j, i, _rel in rises if j == first_raised)
-    return Rise(max(rel for _j, _i, rel in rises), after * size)
+            worst = max(worst or 0.0, excess / level)
+    return worst
 
 
 # The effective-steps stop (`stopping.round_finished`) waits while the round's last this many
 # steps read slower than the steps before them: a clock cap setting in at the round's end,
-# which the blocks of `find_rise` are too coarse to show yet. A false alarm costs only the
+# which the blocks of `level_rise` are too coarse to show yet. A false alarm costs only the
 # steps up to the next poll, so its threshold is lower than a rise's (`RISE_Z`).
 TAIL_STEPS = 16
 TAIL_Z = 2.0

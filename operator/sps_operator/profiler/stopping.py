@@ -61,7 +61,7 @@ def stopped_on_effective_steps(
     """Does the round stop only because its window, which does not drift, holds
     `effective_budget` effective steps (its CI not met, its step budget not spent)? Not
     while its last steps read slower than the ones before (`steady.tail_rise`): a clock cap
-    setting in at its end, which a round run on shows (`find_rise`) and one stopped there
+    setting in at its end, which a round run on shows (`level_rise`) and one stopped there
     would average in (RTX PRO 6000, 10 % noise, throttling: a bs-4 round stopped at 170
     steps as a cap set in, a 16.9 % max grid error)."""
     return (
