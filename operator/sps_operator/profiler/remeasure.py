@@ -1,4 +1,4 @@
-"""Which cells are measured again within a run, and what the new round starts from.
+"""Which cells are measured again within a run, and how many times.
 
 Two reasons (`docs/profiler.md`, "The stopping rule"): a round whose steps rose mid-round
 (`steady.level_rise`: a clock cap set in) is measured again right away; and once the queue

@@ -23,7 +23,7 @@ from sps_operator.profiler import artifacts
 from sps_operator.profiler.active_round import ActiveRound, MeasuredRound, record_lines
 from sps_operator.profiler.client import DsparkClient, ServerUnavailableError
 from sps_operator.profiler.cross_round import Level, replaces
-from sps_operator.profiler.remeasure import Remeasures
+from sps_operator.profiler.remeasure import CellKey, Remeasures
 from sps_operator.profiler.round_plans import round_plan, warmup_plan
 from sps_operator.profiler.rounds import PinNotTakenError, RoundError, SteadySeries, StepRow
 from sps_operator.profiler.server import (
@@ -405,7 +405,7 @@ def _drive(
     clock = 0.0  # seconds of decode steps since the run's first: the ramp's time axis
     again = Remeasures()
     # This run's recorded rounds off any clock ramp, for the check across rounds.
-    levels: dict[tuple[int, int, float | None], Level] = {}
+    levels: dict[CellKey, Level] = {}
 
     def start(index: int) -> ActiveRound | None:
         end_on_rise = index < len(queue) and again.ends_on_rise(*queue[index])
@@ -512,7 +512,7 @@ def _conclude(
     measured: MeasuredRound | None,
     failure: RoundError | None,
     record: Recorder,
-    levels: dict[tuple[int, int, float | None], Level],
+    levels: dict[CellKey, Level],
 ) -> None:
     """What a finished round means for the run; `levels` keeps the recorded rounds' step
     times (those off a clock ramp) for the check across rounds."""
