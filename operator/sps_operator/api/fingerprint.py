@@ -39,6 +39,11 @@ FINGERPRINT_VERSION = 2
 FINGERPRINT_PREFIX = f"v{FINGERPRINT_VERSION}-"
 
 
+# SGLang's environ.py copies every `SGL_X` variable over `SGLANG_X` when it is imported.
+SGL_PREFIX = "SGL_"
+SGLANG_PREFIX = "SGLANG_"
+
+
 class Where(StrEnum):
     ARGS = "args"
     ENV = "env"
@@ -62,9 +67,29 @@ class CostInput:
     kind: Kind = Kind.VALUE
     since: str | None = None  # first SGLang release where it changes a step's cost
     until: str | None = None  # first release where nothing reads it any more
-    default: str | None = None  # env: SGLang's default (normalised); that value is omitted
+    # SGLang's default (normalised): an input set to it is the server without it. Every env
+    # switch has one; a flag only when added after version 2's first list (an earlier flag
+    # written at its default stays counted, so no existing table goes stale).
+    default: str | None = None
+    # env: older names SGLang copies over this one at start (`_print_deprecated_env`); its
+    # `SGL_` spelling (`sgl_spelling`) is copied last and wins over all of them.
+    old_names: tuple[str, ...] = ()
     fingerprinted: bool = True  # False: read, known not to change a step's cost
     server_info: bool = True  # flags: /server_info reports the field (every ServerArgs does)
+
+    @property
+    def sgl_spelling(self) -> str | None:
+        """The `SGL_` spelling of an `SGLANG_` variable (SGLang copies `SGL_X` over
+        `SGLANG_X` at start, so it wins); None for a flag or the image."""
+        if self.where != Where.ENV or not self.name.startswith(SGLANG_PREFIX):
+            return None
+        return SGL_PREFIX + self.name[len(SGLANG_PREFIX) :]
+
+    def env_spellings(self) -> tuple[str, ...]:
+        """The variables SGLang reads as this one, the winner first: `SGL_X`, then the
+        deprecated old names, then `SGLANG_X` itself."""
+        sgl = self.sgl_spelling
+        return (*([sgl] if sgl else []), *reversed(self.old_names), self.name)
 
     @property
     def label(self) -> str:
@@ -98,6 +123,8 @@ _LORA = "LoRA kernels run in every step (DSpark + LoRA needs static mode, see co
 _NOT_DSPARK = "an option of another speculative algorithm; DSpark does not read it"
 _BUDGET = "changes which budget the planner picks, not what a step of a given size costs"
 _OBSERVE = "observability or profiling (the profiling clone sets its own); small overhead only"
+_COLLECTIVE = "the all-reduce / all-gather implementation: communication in every step"
+_PER_POD = "per pod of a multi-node group (its rank, the leader's address), not a cost"
 
 COST_INPUTS: tuple[CostInput, ...] = (
     CostInput(
@@ -125,6 +152,25 @@ COST_INPUTS: tuple[CostInput, ...] = (
     _flag("moe_dense_tp_size", _PARALLEL),
     _switch("enable_dp_attention", _PARALLEL + " (and DP's per-step synchronisation)"),
     _switch("enable_dp_lm_head", "vocab-parallel LM head over bs·K verify tokens"),
+    # Added after version 2's first list: written at SGLang's default, each is the server
+    # without it (so the upgrade reprofiles only servers that set one).
+    _flag(
+        "pp_size",
+        _PARALLEL + " (pp > 1 also turns off DSpark's DP tier gathering)",
+        "--pipeline-parallel-size",
+        default="1",
+    ),
+    _flag("nnodes", _PARALLEL + " (a multi-node group: collectives cross nodes)", default="1"),
+    _flag(
+        "disaggregation_mode",
+        "PD disaggregation: a decode server pins the full-width verify graph "
+        "(no DP tier gathering); see compatibility",
+        default="null",
+    ),
+    _switch("disable_custom_all_reduce", _COLLECTIVE),
+    _switch("enable_nccl_nvls", _COLLECTIVE),
+    _switch("enable_symm_mem", _COLLECTIVE),
+    _switch("enable_eplb", "expert rebalancing: which GPU runs which experts, and its pauses"),
     # ---- attention, MoE, kernels
     _flag("attention_backend", "the verify forward's attention kernels"),
     _flag("decode_attention_backend", "the verify forward's attention kernels"),
@@ -133,12 +179,20 @@ COST_INPUTS: tuple[CostInput, ...] = (
         "speculative_attention_mode",
         "target verify and draft extend use prefill or decode attention",
     ),
+    _flag(
+        "prefill_attention_backend",
+        "target verify runs on the prefill attention backend by default "
+        "(speculative_attention_mode=prefill)",
+    ),
     _flag("triton_attention_num_kv_splits", "the Triton decode kernel's split"),
     _flag("page_size", "KV page granularity: attention kernels and the verify window's KV writes"),
     _flag("moe_a2a_backend", "the MoE all-to-all: communication per MoE layer per step"),
     _flag("moe_runner_backend", "the MoE GEMM kernels"),
     _flag("speculative_moe_runner_backend", _DRAFT),
     _flag("speculative_moe_a2a_backend", _DRAFT),
+    _switch("enable_w4a4_mxfp4_megamoe", "MegaMoE: the target's fused W4A4 MXFP4 MoE kernels"),
+    _switch("speculative_enable_w4a4_mxfp4_megamoe", _DRAFT),
+    _flag("speculative_dsa_topk_backend", _DRAFT),
     _switch("enable_torch_compile", "compiled kernels in the captured graphs"),
     _flag("torch_compile_max_bs", "up to which batch size the graphs are compiled"),
     _switch("enable_deterministic_inference", "deterministic kernels are slower"),
@@ -233,6 +287,35 @@ COST_INPUTS: tuple[CostInput, ...] = (
         "under DP attention: which group the per-step synchronisation uses",
     ),
     _bool_env("SGLANG_ENABLE_OVERLAP_PLAN_STREAM", False, "the planner on its own stream"),
+    _bool_env(
+        "SGLANG_DSPARK_OPT_FUSED_GREEDY_MARKOV",
+        False,
+        "the draft's greedy Markov sampling fused into the captured draft graph",
+    ),
+    _env(
+        "SGLANG_SPEC_TP_SYNC",
+        "which speculative decisions rank 0 broadcasts to its TP group every step",
+        kind=Kind.TEXT,
+        default="all",
+    ),
+    _bool_env(
+        "SGLANG_ENABLE_METADATA_GLUE_GRAPH",
+        False,
+        "the per-replay attention-metadata prep captured in a CUDA graph (host cost per step)",
+    ),
+    _bool_env("SGLANG_OPT_FUSED_KDA_VERIFY", False, "fused KDA kernels in the verify forward"),
+    _bool_env(
+        "SGLANG_TEST_RAGGED_VERIFY_FORCE_UNIFORM_CAPTURE",
+        False,
+        "compact: verify graphs captured uniform, so a step replays another graph",
+    ),
+    # Its default changed between releases (False, then True): any value written counts.
+    _env(
+        "SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2",
+        _COLLECTIVE + " (default differs by release)",
+        kind=Kind.BOOL,
+        old_names=("SGLANG_USE_JIT_ALL_REDUCE",),
+    ),
     # ---- read, not a step cost
     _flag(
         "speculative_dspark_sps_table_path",
@@ -260,6 +343,8 @@ COST_INPUTS: tuple[CostInput, ...] = (
     _flag("cuda_graph_bs_prefill", "prefill graphs only", kind=Kind.LIST, fingerprinted=False),
     _flag("cuda_graph_backend_prefill", "prefill graphs only", fingerprinted=False),
     _flag("cuda_graph_tc_compiler", "prefill graphs only", fingerprinted=False),
+    _flag("node_rank", _PER_POD, fingerprinted=False),
+    _flag("dist_init_addr", _PER_POD, "--nccl-init-addr", fingerprinted=False),
     _env("SGLANG_DSPARK_ENABLE_SPS_RECORD", _OBSERVE, kind=Kind.TEXT, fingerprinted=False),
     _env("SGLANG_DSPARK_DEBUG_DUMP", _OBSERVE, kind=Kind.TEXT, fingerprinted=False),
     _env("SGLANG_DSPARK_LOG_SPS_PRED_INTERVAL", _OBSERVE, kind=Kind.TEXT, fingerprinted=False),
@@ -297,8 +382,12 @@ ENV_INPUTS: tuple[CostInput, ...] = tuple(e for e in COST_INPUTS if e.where == W
 
 # What looks like a cost input: a flag or variable of one of these families that the list
 # does not know is reported as "not fingerprinted".
-COST_LOOKING_FLAGS = ("--speculative-", "--cuda-graph-", "--attention-", "--moe-")
+COST_LOOKING_FLAGS = ("--speculative-", "--cuda-graph-", "--attention-", "--moe-", "--prefill-")
 COST_LOOKING_ENV = ("SGLANG_DSPARK_",)
+# Every variable name the list knows, under each spelling SGLang reads it by.
+ENV_SPELLINGS: dict[str, CostInput] = {
+    spelling: entry for entry in ENV_INPUTS for spelling in entry.env_spellings()
+}
 
 # The /server_info fields the profiler records as the server's cost-relevant arguments.
 SERVER_INFO_FIELDS: tuple[str, ...] = tuple(
@@ -310,8 +399,15 @@ def cost_looking_flag(flag: str) -> bool:
     return flag.startswith(COST_LOOKING_FLAGS)
 
 
+def sglang_name(name: str) -> str:
+    """The variable SGLang reads `name` as: `SGL_X` is copied over `SGLANG_X` at start."""
+    if name.startswith(SGL_PREFIX):
+        return SGLANG_PREFIX + name[len(SGL_PREFIX) :]
+    return name
+
+
 def cost_looking_env(name: str) -> bool:
-    return name.startswith(COST_LOOKING_ENV)
+    return sglang_name(name).startswith(COST_LOOKING_ENV)
 
 
 def normalised(entry: CostInput, value: str) -> str:
@@ -323,7 +419,8 @@ def normalised(entry: CostInput, value: str) -> str:
         return "true"
     if lowered in ("false", "0", "no", "n"):
         return "false"
-    return str(entry.default)  # SGLang warns and uses the default
+    # SGLang warns and uses the default; where that differs by release, the text counts.
+    return str(entry.default) if entry.default is not None else lowered
 
 
 # --------------------------------------------------------------------------- versions
@@ -488,8 +585,16 @@ def fingerprint_doc(entries: Iterable[CostInput] = COST_INPUTS) -> str:
     ]
     for e in counted:
         spellings = ", ".join(f"`{s}`" for s in e.spellings) if e.where == Where.ARGS else ""
-        if e.kind == Kind.BOOL or (e.kind == Kind.TEXT and e.default):
-            spellings = f"default {e.default}"
+        if e.where == Where.ENV:
+            spellings = f"default {e.default}" if e.default is not None else ""
+            if e.old_names:
+                spellings += (
+                    ("; " if spellings else "")
+                    + "old name "
+                    + ", ".join(f"`{n}`" for n in e.old_names)
+                )
+        elif e.default is not None:
+            spellings += f"; default {e.default}"
         if e.kind in (Kind.SWITCH, Kind.LIST):
             spellings += f" ({e.kind})"
         bound = []

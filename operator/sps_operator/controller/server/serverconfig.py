@@ -74,7 +74,8 @@ KNOWN_FLAGS: dict[str, Kind] = {
     **{flag: entry.kind for flag, entry in F.FLAG_SPELLINGS.items()},
     **_OTHER_FLAGS,
 }
-FINGERPRINTED_ENV = tuple(e.name for e in F.ENV_INPUTS if e.fingerprinted)
+# Every spelling of every fingerprinted variable (`SGL_X`, old names, `SGLANG_X`).
+FINGERPRINTED_ENV = tuple(s for e in F.ENV_INPUTS if e.fingerprinted for s in e.env_spellings())
 
 
 class ServerProblem(ValueError):
@@ -101,6 +102,7 @@ class ServerCommand:
     argv: tuple[str, ...] = ()  # the server's flags as it gets them
     flags: tuple[FlagRead, ...] = ()  # what the operator read of `argv`
     envs: tuple[InputRead, ...] = ()  # the list's variables the server gets
+    legacy_env: Mapping[str, str] = field(default_factory=dict)  # as fingerprint v1 read it
     unfingerprinted: tuple[str, ...] = ()  # cost-looking inputs the list lacks, unreadable ones
 
     @property
@@ -504,7 +506,7 @@ def parse_server(container: Mapping[str, Any], env: ContainerEnv | None = None) 
             f"({ALGORITHM_FLAG} is {algorithm or 'unset'!r}); SPS tables are only for "
             f"servers started with {ALGORITHM_FLAG} DSPARK",
         )
-    envs, env_notes = _read_env(env, script_env)
+    envs, env_notes, legacy_env = _read_env(env, script_env)
     return ServerCommand(
         launcher=tuple(w.kubelet_form for w in words[:n]),
         args=tuple(w.kubelet_form for w in arg_words),
@@ -513,6 +515,7 @@ def parse_server(container: Mapping[str, Any], env: ContainerEnv | None = None) 
         argv=tuple(w.seen for w in arg_words),
         flags=tuple(flags),
         envs=tuple(envs),
+        legacy_env=legacy_env,
         unfingerprinted=tuple(
             f"{flag} (args): looks like a cost input, not in the fingerprint" for flag in unknown
         )
@@ -561,42 +564,62 @@ def _shown(text: str, limit: int = 60) -> str:
 
 def _read_env(
     env: ContainerEnv, script_env: Mapping[str, str]
-) -> tuple[list[InputRead], list[str]]:
-    """The list's variables the server gets, and what could set a fingerprinted one
-    unseen or looks like a cost input but is not in the list. A script's `VAR=value` is
-    set last, so it wins."""
+) -> tuple[list[InputRead], list[str], dict[str, str]]:
+    """The list's variables the server gets, what could set a fingerprinted one unseen or
+    looks like a cost input but is not in the list, and what fingerprint version 1 read.
+    A script's `VAR=value` is set last, so it wins; of a variable's spellings, the one
+    SGLang copies last wins (`SGL_X` over any other, `CostInput.env_spellings`)."""
     read: list[InputRead] = []
     notes: list[str] = []
+    legacy: dict[str, str] = {}
     for entry in F.ENV_INPUTS:
-        name = entry.name
-        if name in script_env:
-            read.append(InputRead(name, name, script_env[name], "env (the shell script)"))
-            continue
-        found = env.lookup(name)
-        if found is None:
-            continue
-        if found.value is None:
-            if not entry.fingerprinted:
-                continue
-            if found.definite:
-                raise ServerProblem(
-                    HIDDEN_COST_INPUT,
-                    f"the server's environment variable {name} comes from {found.source}: "
-                    "a change there would not make the table stale; set it in env, or from "
-                    "a ConfigMap key (the operator reads ConfigMaps, never Secrets)",
-                )
-            continue
-        where = "env" if found.source == "literal" else f"env ({found.source})"
-        read.append(InputRead(name, name, found.value, where))
+        won: InputRead | None = None
+        for spelling in entry.env_spellings():
+            try:
+                got = _env_value(entry, spelling, env, script_env)
+            except ServerProblem:
+                if won is None:
+                    raise
+                continue  # a spelling SGLang overwrites: what it holds does not matter
+            if spelling in fingerprint_v1.ENV and got is not None:
+                legacy[spelling] = got.value
+            won = won or got
+        if won is not None:
+            read.append(won)
     for source in env.opaque_sources():
         notes.append(
             f"{source} (envFrom): may set fingerprinted variables the operator cannot read"
         )
-    known = {e.name for e in F.ENV_INPUTS}
-    for name in sorted((env.names() | set(script_env)) - known):
+    for name in sorted((env.names() | set(script_env)) - set(F.ENV_SPELLINGS)):
         if F.cost_looking_env(name):
             notes.append(f"{name} (env): looks like a cost input, not in the fingerprint")
-    return read, notes
+    return read, notes, legacy
+
+
+def _env_value(
+    entry: CostInput, spelling: str, env: ContainerEnv, script_env: Mapping[str, str]
+) -> InputRead | None:
+    """`spelling` of `entry` as the server gets it; None when unset (or maybe set by an
+    envFrom the operator cannot read); ServerProblem when a fingerprinted one is set from
+    what the operator cannot read."""
+    name = entry.name
+    alias = "" if spelling == name else f" {spelling}, which SGLang copies over {name}"
+    if spelling in script_env:
+        return InputRead(name, name, script_env[spelling], f"env{alias} (the shell script)")
+    found = env.lookup(spelling)
+    if found is None:
+        return None
+    if found.value is None:
+        if entry.fingerprinted and found.definite:
+            raise ServerProblem(
+                HIDDEN_COST_INPUT,
+                f"the server's environment variable {spelling} comes from {found.source}: "
+                "a change there would not make the table stale; set it in env, or from "
+                "a ConfigMap key (the operator reads ConfigMaps, never Secrets)",
+            )
+        return None
+    where = "env" + alias if found.source == "literal" else f"env{alias} ({found.source})"
+    return InputRead(name, name, found.value, where)
 
 
 def server_config(
@@ -635,7 +658,6 @@ def server_config(
             f"image {image}: a tag that moves, so the code behind it may change unseen; pin "
             "a digest or a release tag, or the table stays after the image changed"
         )
-    env_v1 = {r.name: r.value for r in command.envs if r.name in fingerprint_v1.ENV}
     return ServerConfig(
         image=image,
         inputs=inputs,
@@ -644,7 +666,7 @@ def server_config(
         port=_port(command.flags),
         table_path=command.table_path,
         unfingerprinted=tuple(cut_value(u) for u in unfingerprinted[:MAX_REPORTED]),
-        legacy=fingerprint_v1.describe_v1(image, command.argv, env_v1),
+        legacy=fingerprint_v1.describe_v1(image, command.argv, command.legacy_env),
     )
 
 
@@ -654,6 +676,8 @@ def _normalised_value(entry: CostInput, command: ServerCommand, written: str) ->
     if entry.where == Where.ENV:
         value = F.normalised(entry, written)
         return None if entry.default is not None and value == entry.default else value
+    if entry.default is not None and written.strip() == entry.default:
+        return None
     if entry.kind == Kind.LIST:
         flag = next(f for f in command.flags if F.FLAG_SPELLINGS.get(f.flag) is entry)
         return list(flag.value) if isinstance(flag.value, tuple) else [flag.value]
