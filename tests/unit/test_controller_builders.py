@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any
 
@@ -95,6 +96,7 @@ def test_job_clone_mode_sidecar_and_profiler() -> None:
         "SGLANG_DSPARK_ENABLE_SPS_RECORD": "1",
         "SGLANG_SIMULATE_ACC_LEN": "1.0",
         "SGLANG_SIMULATE_ACC_METHOD": "match-expected",
+        "SGLANG_EXPOSE_OWN_ENV_VARS": "1",
     }
     assert sidecar["startupProbe"]["httpGet"] == {"path": "/health", "port": 30000}
     assert sidecar["readinessProbe"]["httpGet"]["path"] == "/health"
@@ -420,3 +422,28 @@ def test_plain_sidecars_become_native_sidecars_before_the_server() -> None:
     assert pod["imagePullSecrets"] == [{"name": "registry"}]
     assert pod["runtimeClassName"] == "nvidia"
     assert pod["tolerations"] == TARGET_POD["tolerations"]
+
+
+def test_the_clone_s_profiling_env_is_not_overwritten_by_an_sgl_spelling() -> None:
+    """SGLang copies SGL_X over SGLANG_X at start: a server written with
+    SGL_RAGGED_VERIFY_MODE=compact would run the diagonal phase's clone compact, and one
+    with SGL_DSPARK_ENABLE_SPS_RECORD=0 would record nothing."""
+    pod = copy.deepcopy(TARGET_POD)
+    pod["containers"][0]["env"] = [
+        {"name": "SGL_RAGGED_VERIFY_MODE", "value": "compact"},
+        {"name": "SGL_DSPARK_ENABLE_SPS_RECORD", "value": "0"},
+        {"name": "SGL_KEEP_ME", "value": "x"},
+    ]
+    p = plan()
+    p = dataclasses.replace(p, target_pod_spec=pod, server=parse_server(pod["containers"][0]))
+    sidecar = builders.profiling_job(p)["spec"]["template"]["spec"]["initContainers"][-1]
+    env = env_of(sidecar)
+    assert "SGL_RAGGED_VERIFY_MODE" not in env and "SGL_DSPARK_ENABLE_SPS_RECORD" not in env
+    assert env["SGLANG_RAGGED_VERIFY_MODE"] == "static" and env["SGL_KEEP_ME"] == "x"
+    # An envFrom may carry an SGL_ spelling unseen: the clone sets the twin, which wins.
+    pod["containers"][0]["envFrom"] = [{"configMapRef": {"name": "site"}}]
+    p = dataclasses.replace(p, target_pod_spec=pod, server=parse_server(pod["containers"][0]))
+    sidecar = builders.profiling_job(p)["spec"]["template"]["spec"]["initContainers"][-1]
+    env = env_of(sidecar)
+    assert env["SGL_RAGGED_VERIFY_MODE"] == env["SGLANG_RAGGED_VERIFY_MODE"] == "static"
+    assert env["SGL_DSPARK_ENABLE_SPS_RECORD"] == "1"

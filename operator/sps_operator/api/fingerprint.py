@@ -44,6 +44,20 @@ SGL_PREFIX = "SGL_"
 SGLANG_PREFIX = "SGLANG_"
 
 
+def sglang_name(name: str) -> str:
+    """The variable SGLang reads `name` as: `SGL_X` is copied over `SGLANG_X` at start."""
+    if name.startswith(SGL_PREFIX):
+        return SGLANG_PREFIX + name[len(SGL_PREFIX) :]
+    return name
+
+
+def sgl_twin(name: str) -> str:
+    """The `SGL_` spelling SGLang copies over `name` (`name` itself for another one)."""
+    if name.startswith(SGLANG_PREFIX):
+        return SGL_PREFIX + name[len(SGLANG_PREFIX) :]
+    return name
+
+
 class Where(StrEnum):
     ARGS = "args"
     ENV = "env"
@@ -83,7 +97,7 @@ class CostInput:
         `SGLANG_X` at start, so it wins); None for a flag or the image."""
         if self.where != Where.ENV or not self.name.startswith(SGLANG_PREFIX):
             return None
-        return SGL_PREFIX + self.name[len(SGLANG_PREFIX) :]
+        return sgl_twin(self.name)
 
     def env_spellings(self) -> tuple[str, ...]:
         """The variables SGLang reads as this one, the winner first: `SGL_X`, then the
@@ -397,13 +411,6 @@ SERVER_INFO_FIELDS: tuple[str, ...] = tuple(
 
 def cost_looking_flag(flag: str) -> bool:
     return flag.startswith(COST_LOOKING_FLAGS)
-
-
-def sglang_name(name: str) -> str:
-    """The variable SGLang reads `name` as: `SGL_X` is copied over `SGLANG_X` at start."""
-    if name.startswith(SGL_PREFIX):
-        return SGLANG_PREFIX + name[len(SGL_PREFIX) :]
-    return name
 
 
 def cost_looking_env(name: str) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sps_operator.api import labels as L
+from sps_operator.api.fingerprint import sgl_twin, sglang_name
 from sps_operator.api.kinds import RunPhase
 from sps_operator.api.spec import DEFAULT_ADDITIVE_FRACS, ServerSource, SpsProfileSpec, TableKind
 from sps_operator.constants import API_GROUP, API_VERSION, IMAGE, KIND
@@ -32,6 +33,9 @@ PROFILING_ENV_COMMON = {
     "SGLANG_DSPARK_ENABLE_SPS_RECORD": "1",
     "SGLANG_SIMULATE_ACC_LEN": "1.0",
     "SGLANG_SIMULATE_ACC_METHOD": "match-expected",
+    # Newer SGLang then reports its resolved environment in /server_info, which the
+    # profiler records beside the table (older builds ignore it).
+    "SGLANG_EXPOSE_OWN_ENV_VARS": "1",
 }
 SERVER_CONTAINER = "sglang-server"
 PROFILER_CONTAINER = "profiler"
@@ -212,9 +216,17 @@ def profiler_args(plan: RunPlan, base_url: str) -> list[str]:
     return args
 
 
-def _with_env(env: Sequence[Mapping[str, Any]], overrides: Mapping[str, str]) -> list[dict]:
-    kept = [dict(e) for e in env if e.get("name") not in overrides]
-    return kept + [{"name": k, "value": v} for k, v in overrides.items()]
+def _with_env(
+    env: Sequence[Mapping[str, Any]], overrides: Mapping[str, str], env_from: bool = False
+) -> list[dict]:
+    """`env` with `overrides` set. SGLang copies `SGL_X` over `SGLANG_X` at start, so an
+    `SGL_` spelling of an override is dropped too; with an `envFrom` (which may carry one
+    the operator cannot see, and which `env` wins over) the `SGL_` twin is set as well."""
+    kept = [dict(e) for e in env if sglang_name(str(e.get("name"))) not in overrides]
+    out = kept + [{"name": k, "value": v} for k, v in overrides.items()]
+    if env_from:
+        out += [{"name": sgl_twin(k), "value": v} for k, v in overrides.items() if sgl_twin(k) != k]
+    return out
 
 
 def is_table_volume(volume: Mapping[str, Any], table_config_maps: frozenset[str]) -> bool:
@@ -272,7 +284,7 @@ def server_sidecar(
         **PROFILING_ENV_COMMON,
         "SGLANG_RAGGED_VERIFY_MODE": verify_mode(plan.spec, plan.phase),
     }
-    sidecar["env"] = _with_env(sidecar.get("env") or [], env)
+    sidecar["env"] = _with_env(sidecar.get("env") or [], env, bool(sidecar.get("envFrom")))
     probe = {
         "httpGet": {"path": "/health", "port": plan.server_port},
         "periodSeconds": 2,
