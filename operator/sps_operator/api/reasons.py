@@ -103,6 +103,8 @@ CONFIG_FILE_FLAGS = "ConfigFileFlags"
 DIAGONAL_ONLY_SERVER = "DiagonalOnlyServer"
 LORA_NEEDS_STATIC_MODE = "LoraNeedsStaticMode"
 LORA_UNSUPPORTED = "LoraUnsupported"
+PD_DISAGGREGATED_SERVER = "PdDisaggregatedServer"
+ENGRAM_COMPACT_TABLE = "EngramCompactTable"
 ROLLOUT_BLOCKED = "RolloutBlocked"
 TARGET_PROBLEM = "TargetProblem"
 # Refusals before a run creates anything (the admin policy).
@@ -224,6 +226,12 @@ REASONS: dict[str, Reason] = {
         Kind.PROBLEM, "the server refuses DSpark with LoRA in this mode"
     ),
     LORA_UNSUPPORTED: Reason(Kind.PROBLEM, "the server's release refuses DSpark with LoRA"),
+    PD_DISAGGREGATED_SERVER: Reason(
+        Kind.PROBLEM, "a PD-disaggregated server, which a profiling clone cannot be alone"
+    ),
+    ENGRAM_COMPACT_TABLE: Reason(
+        Kind.PROBLEM, "an Engram model whose CUDA-graph capture a compact-mode table breaks"
+    ),
     ROLLOUT_BLOCKED: Reason(
         Kind.PROBLEM, "the new pods cannot start (unschedulable, image pull, crash loop)"
     ),

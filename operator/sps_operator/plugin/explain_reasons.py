@@ -95,6 +95,23 @@ TARGET_REASONS: dict[str, tuple[str, str]] = {
         "cannot start. Use a later SGLang in static mode, or run without LoRA; if the image "
         "tag misleads, set spec.server.sglangVersion.",
     ),
+    R.PD_DISAGGREGATED_SERVER: (
+        "The server is one half of a PD-disaggregated pair (--disaggregation-mode)",
+        "A decode server takes requests only with the KV cache its prefill peer sends it, so a "
+        "profiling clone alone cannot run the profiler's batches; and it replays the full-width "
+        "verify graph whatever the budget (no DP tier gathering), so a table measured on a "
+        "clone without the mode would be another server's. A prefill server never decodes. "
+        "Narrow spec.selector to servers without --disaggregation-mode, or profile a twin "
+        "without it yourself and use server.source External (docs/compatibility.md).",
+    ),
+    R.ENGRAM_COMPACT_TABLE: (
+        "An Engram model (DeepSeek-V4.1-Flash) cannot capture its CUDA graphs with a table",
+        "With SGLANG_RAGGED_VERIFY_MODE compact (or cap-accept) and a profiled table, capture "
+        "dies on every rank ('engram target-verify expects one equal block per request', "
+        "sglang #39173), so the operator puts no table onto it and profiles none in compact "
+        "mode. Run it in static mode with table.kind Diagonal, or wait for a fixed SGLang and "
+        "set spec.server.sglangVersion (docs/compatibility.md).",
+    ),
 }
 
 # Failures a run can end with (status.lastFailure.reason), beyond the heuristics below.
@@ -248,6 +265,12 @@ FAILURE_REASONS: dict[str, tuple[str, str]] = {
         "The message has the server's last words and what they mean (e.g. the fzyzcjy fork "
         "needs --speculative-dspark-sps-table-path=const in compact mode). Fix the "
         "Deployment, then `kubectl sps reprofile {name}`.",
+    ),
+    R.ENGRAM_COMPACT_TABLE: (
+        "The profiling clone died capturing its CUDA graphs with a table (an Engram model)",
+        "SGLang's Engram target-verify cannot capture compact verify graphs with a profiled "
+        "table (sglang #39173); the run is not retried. Use table.kind Diagonal in static "
+        "mode (docs/compatibility.md); the message has the server's last words.",
     ),
     R.LORA_NEEDS_STATIC_MODE: (
         "The profiling clone refused LoRA in its mode",

@@ -19,10 +19,19 @@ that would then fail, and says why in a condition:
   reported, and the profiled table replaces it (an injected path wins).
 * DSpark + LoRA: upstream refuses LoRA outside static mode (#34337, after v0.5.17);
   releases up to v0.5.17 refuse LoRA with DSpark in any mode.
+* A PD-disaggregated server (`--disaggregation-mode prefill|decode`) is refused: a decode
+  server takes requests only with the KV its prefill peer sends, so a clone alone cannot
+  run the profiler's batches, and it replays the full-width verify graph whatever the
+  budget; a prefill server never decodes.
+* DeepSeek-V4.1-Flash (an Engram model) with a table in compact or cap-accept mode dies in
+  CUDA-graph capture on every rank (sglang #39173, open): refused outside static mode, and
+  for Additive (phase 2's clone is compact with a seed table). A clone that dies so is
+  recognised by its last words.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Sequence
 
 from sps_operator.api import labels as L
@@ -30,8 +39,10 @@ from sps_operator.api import limits
 from sps_operator.api.fingerprint import Position, ServerVersion
 from sps_operator.api.reasons import (
     DIAGONAL_ONLY_SERVER,
+    ENGRAM_COMPACT_TABLE,
     LORA_NEEDS_STATIC_MODE,
     LORA_UNSUPPORTED,
+    PD_DISAGGREGATED_SERVER,
     SERVER_REFUSED_TO_START,
 )
 from sps_operator.api.spec import TableKind
@@ -54,6 +65,9 @@ LORA_REFUSED = (
     "LoRA with EAGLE/NEXTN/EAGLE3 speculative decoding does not support",
     "Currently LoRA is only compatible with NGRAM speculative decoding",
 )
+ENGRAM_CAPTURE_FAILED = "engram target-verify expects one equal block per request"
+# Engram models, by the model path's words (sglang #39173: DeepSeek-V4.1-Flash).
+ENGRAM_MODELS = re.compile(r"deepseek[-_]?v4\.?1[-_]?flash", re.IGNORECASE)
 # The last release that refuses LoRA with any speculative algorithm but NGRAM.
 LAST_RELEASE_WITHOUT_DSPARK_LORA = (0, 5, 17)
 MAX_EVIDENCE = 600
@@ -140,6 +154,33 @@ def refusal(kind: str, config: ServerConfig, learned: Collection[str]) -> tuple[
                 "second phase runs a compact-mode clone, which SGLang refuses with LoRA. Set "
                 "table.kind: Diagonal"
             )
+    disaggregation = (config.value("disaggregation_mode") or "null").strip()
+    if disaggregation != "null":
+        return PD_DISAGGREGATED_SERVER, (
+            f"the server runs --disaggregation-mode {disaggregation}: "
+            + (
+                "a decode server takes requests only with the KV cache its prefill peer "
+                "sends, so a profiling clone of it alone cannot run the profiler's batches, "
+                "and it replays the full-width verify graph whatever the budget (no DP tier "
+                "gathering), so a clone without the mode would measure another server"
+                if disaggregation == "decode"
+                else "a prefill server runs no decode steps, so an SPS table does nothing there"
+            )
+            + ". Select servers without --disaggregation-mode, or measure a twin without it "
+            "and use server.source External"
+        )
+    model = config.value("model_path") or ""
+    if ENGRAM_MODELS.search(model) and (mode != "static" or kind == TableKind.ADDITIVE):
+        where = (
+            f"in SGLANG_RAGGED_VERIFY_MODE={mode!r}"
+            if mode != "static"
+            else "in phase 2 of an Additive run (a compact clone with a seed table)"
+        )
+        return ENGRAM_COMPACT_TABLE, (
+            f"{model} is an Engram model: {where} a profiled table makes its CUDA-graph "
+            f"capture die on every rank ({ENGRAM_CAPTURE_FAILED}; sglang #39173), so no table "
+            "is measured or put onto it. Run it in static mode with table.kind Diagonal"
+        )
     if kind == TableKind.ADDITIVE:
         evidence = diagonal_only_evidence(config, learned)
         if evidence is not None:
@@ -166,6 +207,11 @@ def start_refusal(message: str) -> tuple[str, str] | None:
         return SERVER_REFUSED_TO_START, (
             "the server refuses to start in compact mode without a table path (the "
             f"fzyzcjy/sglang fork): start it with {TABLE_PATH_FLAG}=const"
+        )
+    if ENGRAM_CAPTURE_FAILED in message:
+        return ENGRAM_COMPACT_TABLE, (
+            "the server's CUDA-graph capture died with the table (an Engram model, sglang "
+            "#39173): use table.kind Diagonal in static mode"
         )
     if any(words in message for words in LORA_REFUSED):
         return LORA_NEEDS_STATIC_MODE, "the server refuses LoRA in this mode"
