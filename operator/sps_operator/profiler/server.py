@@ -15,6 +15,7 @@ from typing import Any
 
 from sps_operator.api.fingerprint import SERVER_INFO_FIELDS
 from sps_operator.api.hashing import content_hash
+from sps_operator.api.resolved import resolved_report
 from sps_operator.dspark_arith import compact_tiers, default_decode_capture_bs, runner_capture_bs
 from sps_operator.profiler.sweep import REQUIRED_SIMULATE_ACC_LEN
 from sps_operator.profiler.untrusted import json_int, shown
@@ -60,6 +61,9 @@ class ServerContext:
     tokenizer_path: str | None
     vocab_size: int | None
     cost_args: dict[str, Any] = field(default_factory=dict)
+    # What the server says it resolved (api/resolved.py): kept beside the table so that a
+    # serving server's report can be compared with it; not part of `fingerprint`.
+    resolved: dict[str, Any] = field(default_factory=dict)
 
     @property
     def cuda_graph_max_bs(self) -> int | None:
@@ -310,6 +314,7 @@ def server_context_from_info(
         tokenizer_path=tokenizer_path or _str_or_none(info.get("tokenizer_path")),
         vocab_size=vocab,
         cost_args=cost_args,
+        resolved=resolved_report(info),
     )
 
 
