@@ -100,12 +100,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"sps-sim: error: {exc}", file=sys.stderr)
         return 2
-    from sps_sim.server import serve_forever
+    from sps_sim.group import GroupError
+    from sps_sim.server import serve_forever, serve_group
 
     try:
-        asyncio.run(serve_forever(settings))
+        asyncio.run(serve_group(settings) if settings.group else serve_forever(settings))
     except KeyboardInterrupt:
         return 0
+    except GroupError as exc:
+        rank = settings.group.node_rank if settings.group else 0
+        print(f"sps-sim: error: node rank {rank}: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(
             f"sps-sim: error: cannot serve on {settings.host}:{settings.port}: {exc}",

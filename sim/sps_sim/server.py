@@ -21,6 +21,7 @@ from aiohttp import web
 from sps_operator import __version__
 from sps_sim import protocol
 from sps_sim.engine import Engine, Request
+from sps_sim.group import lead, serve_as_worker, table_identity
 from sps_sim.settings import SimSettings
 
 log = logging.getLogger("sps_sim")
@@ -367,3 +368,21 @@ async def serve_forever(settings: SimSettings) -> None:
         await stop.wait()
     finally:
         await server.stop()
+
+
+async def serve_group(settings: SimSettings) -> None:
+    """One rank of a multi-node group (sps_sim.group): rank 0 serves HTTP once every rank
+    joined with the same table; another rank stays until rank 0 goes."""
+    group = settings.group
+    assert group is not None
+    table = table_identity(settings.table_info)
+    if not group.leader:
+        await serve_as_worker(group, table)
+        return
+    rendezvous, workers = await lead(group, table)
+    try:
+        await serve_forever(settings)
+    finally:
+        for writer in workers:
+            writer.close()
+        rendezvous.close()

@@ -27,6 +27,7 @@ from sps_sim.costmodel import (
     with_noise_cv,
 )
 from sps_sim.engine import KNOWN_COMPONENTS, MODES, EngineConfig
+from sps_sim.group import DEFAULT_JOIN_TIMEOUT_S, GroupConfig, group_preset, parse_group
 from sps_sim.tableload import LoadedTable, built_table, load_table_file
 
 DEFAULT_GAMMA = 7
@@ -63,6 +64,8 @@ class SimSettings:
     capture_derived_status: str | None = None
     # INFO lines start-up prints (as the real server logs them).
     notices: list[str] = field(default_factory=list)
+    # A multi-node group (sps_sim.group); None for a single node.
+    group: GroupConfig | None = None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -108,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--context-length", type=int, default=None)
     g.add_argument("--enable-lora", action="store_true", default=None)
     g.add_argument("--lora-paths", nargs="*", default=None)
+    g.add_argument("--nnodes", type=int, default=1)
+    g.add_argument("--node-rank", type=int, default=0)
+    g.add_argument("--dist-init-addr", "--nccl-init-addr", dest="dist_init_addr", default=None)
     s = p.add_argument_group("simulator options (also SPS_SIM_* environment variables)")
     s.add_argument("--preset", default=None, help="GPU product name or a JSON/YAML cost file")
     s.add_argument("--time-scale", type=float, default=None, help="model seconds per real second")
@@ -221,7 +227,12 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
     parser = build_parser()
     ns, unknown = parser.parse_known_args(list(argv))
     warnings: list[str] = []
-    preset = _preset(ns, env, warnings)
+    try:
+        join_timeout = _float_env(env, "SPS_SIM_GROUP_JOIN_TIMEOUT", DEFAULT_JOIN_TIMEOUT_S)
+        group = parse_group(ns.nnodes, ns.node_rank, ns.dist_init_addr, join_timeout)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    preset = group_preset(_preset(ns, env, warnings), ns.nnodes)
     opts = _sim_options(ns, env)
     dspark = _is_dspark(ns, warnings)
     gamma = _gamma(ns, dspark)
@@ -294,6 +305,11 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
         enable_lora=enable_lora,
         capture=(max_bs, decode_bs, backend),
     )
+    if group is not None:
+        # What newer SGLang reports (a group is always served by such a build here).
+        server_args.update(nnodes=group.nnodes, node_rank=group.node_rank,
+                           dist_init_addr=ns.dist_init_addr, world_size=ns.tp_size,
+                           disaggregation_mode="null")  # fmt: skip
     return SimSettings(
         host=ns.host,
         port=ns.port,
@@ -313,6 +329,7 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
         sglang_flavor=flavor,
         capture_derived_status=capture_status,
         notices=notices,
+        group=group,
     )
 
 
