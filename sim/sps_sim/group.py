@@ -86,6 +86,18 @@ def group_preset(preset: CostPreset, nnodes: int) -> CostPreset:
     )
 
 
+def group_server_args(
+    group: GroupConfig | None, dist_init_addr: str | None, tp_size: int
+) -> dict[str, Any]:
+    """What /server_info adds for a group, as newer SGLang reports it (nothing for one
+    node, whose answer stays as before)."""
+    if group is None:
+        return {}
+    return {"nnodes": group.nnodes, "node_rank": group.node_rank,
+            "dist_init_addr": dist_init_addr, "world_size": tp_size,
+            "disaggregation_mode": "null"}  # fmt: skip
+
+
 def table_identity(table_info: dict[str, Any] | None) -> str:
     """What a rank loaded, compared across the group: the table's hash, or none."""
     if not table_info or not table_info.get("loaded"):
@@ -159,9 +171,10 @@ async def lead(group: GroupConfig, table: str) -> tuple[asyncio.Server, list[asy
     return server, [writer for _, writer in joined.values()]
 
 
-async def join(group: GroupConfig, table: str) -> asyncio.StreamReader:
+async def join(group: GroupConfig, table: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """A worker: connect to rank 0 (retrying until the join timeout), say which table it
-    loaded, and wait for rank 0's verdict. Returns the connection to watch."""
+    loaded, and wait for rank 0's verdict. Returns the connection to watch (both ends:
+    a StreamWriter that is collected closes the connection)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + group.join_timeout_s
     while True:
@@ -184,12 +197,15 @@ async def join(group: GroupConfig, table: str) -> asyncio.StreamReader:
         raise GroupError("node rank 0 never said whether the group formed") from None
     if not verdict.get("ok"):
         raise GroupError(str(verdict.get("error") or "node rank 0 refused the group"))
-    return reader
+    return reader, writer
 
 
 async def serve_as_worker(group: GroupConfig, table: str) -> None:
     """A worker's life: join, then stay until rank 0 goes (GroupError then)."""
-    reader = await join(group, table)
+    reader, writer = await join(group, table)
     log.info("sps-sim: node rank %d joined the group of %d", group.node_rank, group.nnodes)
-    await reader.read()  # EOF when rank 0 exits
+    try:
+        await reader.read()  # EOF when rank 0 exits
+    finally:
+        writer.close()
     raise GroupError("node rank 0 left the group")

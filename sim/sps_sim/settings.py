@@ -27,7 +27,13 @@ from sps_sim.costmodel import (
     with_noise_cv,
 )
 from sps_sim.engine import KNOWN_COMPONENTS, MODES, EngineConfig
-from sps_sim.group import DEFAULT_JOIN_TIMEOUT_S, GroupConfig, group_preset, parse_group
+from sps_sim.group import (
+    DEFAULT_JOIN_TIMEOUT_S,
+    GroupConfig,
+    group_preset,
+    group_server_args,
+    parse_group,
+)
 from sps_sim.tableload import LoadedTable, built_table, load_table_file
 
 DEFAULT_GAMMA = 7
@@ -224,14 +230,9 @@ def resolve_decode_capture(
 def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) -> SimSettings:
     """Parse a launch_server command line and environment into simulator settings."""
     env = os.environ if env is None else env
-    parser = build_parser()
-    ns, unknown = parser.parse_known_args(list(argv))
+    ns, unknown = build_parser().parse_known_args(list(argv))
     warnings: list[str] = []
-    try:
-        join_timeout = _float_env(env, "SPS_SIM_GROUP_JOIN_TIMEOUT", DEFAULT_JOIN_TIMEOUT_S)
-        group = parse_group(ns.nnodes, ns.node_rank, ns.dist_init_addr, join_timeout)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
+    group = _group(ns, env)
     preset = group_preset(_preset(ns, env, warnings), ns.nnodes)
     opts = _sim_options(ns, env)
     dspark = _is_dspark(ns, warnings)
@@ -304,12 +305,7 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
         max_running=max_running,
         enable_lora=enable_lora,
         capture=(max_bs, decode_bs, backend),
-    )
-    if group is not None:
-        # What newer SGLang reports (a group is always served by such a build here).
-        server_args.update(nnodes=group.nnodes, node_rank=group.node_rank,
-                           dist_init_addr=ns.dist_init_addr, world_size=ns.tp_size,
-                           disaggregation_mode="null")  # fmt: skip
+    ) | group_server_args(group, ns.dist_init_addr, ns.tp_size)
     return SimSettings(
         host=ns.host,
         port=ns.port,
@@ -331,6 +327,14 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
         notices=notices,
         group=group,
     )
+
+
+def _group(ns: argparse.Namespace, env: Mapping[str, str]) -> GroupConfig | None:
+    try:
+        join_timeout = _float_env(env, "SPS_SIM_GROUP_JOIN_TIMEOUT", DEFAULT_JOIN_TIMEOUT_S)
+        return parse_group(ns.nnodes, ns.node_rank, ns.dist_init_addr, join_timeout)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def _preset(ns: argparse.Namespace, env: Mapping[str, str], warnings: list[str]) -> CostPreset:

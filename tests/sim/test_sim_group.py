@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,9 @@ def test_rank_0_serves_only_after_every_rank_joined(tmp_path: Path) -> None:
             assert (info["nnodes"], info["node_rank"], info["world_size"]) == (2, 0, 4)
             assert info["disaggregation_mode"] == "null"
             assert server_info(worker_port) is None  # only node rank 0 serves HTTP
-            assert worker.poll() is None
+            # ... while the worker stays in the group (it holds its connection open).
+            time.sleep(1.5)
+            assert worker.poll() is None, stop(worker)
         finally:
             ((code_0, _),) = stop(leader)
         # A worker whose rank 0 went exits, non-zero, saying so.

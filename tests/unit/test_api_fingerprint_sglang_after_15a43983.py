@@ -244,3 +244,51 @@ def test_a_server_that_sets_no_new_input_keeps_its_fingerprint(
     defaults = ["--pp-size", "1", "--nnodes", "1", "--disaggregation-mode", "null"]
     c = container([*args, *defaults], literal({**env, "SGLANG_SPEC_TP_SYNC": "all"}))
     assert server_config(c, parse_server(c)).fingerprint() == v2
+
+
+NEW_FLAGS = {  # flag: (SGLang's default, another value)
+    "--pp-size": ("1", "2"), "--pipeline-parallel-size": ("1", "4"), "--nnodes": ("1", "2"),
+    "--disaggregation-mode": ("null", "decode"), "--prefill-attention-backend": (None, "fa3"),
+    "--speculative-dsa-topk-backend": (None, "triton"),
+}  # fmt: skip
+NEW_SWITCHES = ["--enable-eplb", "--enable-symm-mem", "--enable-nccl-nvls",
+                "--disable-custom-all-reduce", "--enable-w4a4-mxfp4-megamoe",
+                "--speculative-enable-w4a4-mxfp4-megamoe"]  # fmt: skip
+written = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from(sorted(NEW_FLAGS)), st.booleans(), st.booleans()),
+        st.tuples(st.sampled_from(NEW_SWITCHES), st.just(False), st.booleans()),
+    ),
+    max_size=6,
+)
+
+
+@given(flags=written)
+def test_any_command_line_of_new_inputs_counts_exactly_what_differs_from_sglang(
+    flags: list[tuple[str, bool, bool]],
+) -> None:
+    """Written in any order, `--flag v` or `--flag=v`, the last one winning: the server's
+    fingerprint is that of the command line with only the non-default values."""
+    args: list[str] = []
+    final: dict[str, str | None] = {}
+    for flag, other, inline in flags:
+        entry = F.FLAG_SPELLINGS[flag]
+        if flag in NEW_SWITCHES:
+            args.append(flag)
+            final[entry.name] = "true"
+            continue
+        default, another = NEW_FLAGS[flag]
+        value = another if other or default is None else default
+        args += [f"{flag}={value}"] if inline else [flag, value]
+        final[entry.name] = value
+    counted = config(container(args)).inputs
+    for name, value in final.items():
+        entry = F.BY_NAME[name]
+        if value is None or (entry.kind != Kind.SWITCH and value == entry.default):
+            assert name not in counted
+        else:
+            assert counted[name] == value
+    expected = [w for n, v in final.items() if v is not None and v != F.BY_NAME[n].default
+                for w in ([F.BY_NAME[n].spellings[0]] if F.BY_NAME[n].kind == Kind.SWITCH
+                          else [F.BY_NAME[n].spellings[0], v])]  # fmt: skip
+    assert config(container(args)).fingerprint() == fp(expected)
