@@ -202,6 +202,8 @@ class SimServer:
                 "graph": {"decode": 1.2},
             }
             state["effective_max_running_requests_per_dp"] = cfg.max_running_per_dp
+            if self.settings.own_env is not None:
+                state["env_vars"] = self.settings.own_env
             if rank.spec_verify_ct > 0:
                 state["avg_spec_accept_length"] = rank.spec_accepted_tokens / rank.spec_verify_ct
             if cfg.records_enabled:

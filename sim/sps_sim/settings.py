@@ -72,6 +72,9 @@ class SimSettings:
     notices: list[str] = field(default_factory=list)
     # A multi-node group (sps_sim.group); None for a single node.
     group: GroupConfig | None = None
+    # The server's own environment, reported in /server_info when it was started with
+    # SGLANG_EXPOSE_OWN_ENV_VARS=1 (newer SGLang); None otherwise.
+    own_env: dict[str, str] | None = None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -229,7 +232,7 @@ def resolve_decode_capture(
 
 def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) -> SimSettings:
     """Parse a launch_server command line and environment into simulator settings."""
-    env = os.environ if env is None else env
+    env = sglang_environ(os.environ if env is None else env)
     ns, unknown = build_parser().parse_known_args(list(argv))
     warnings: list[str] = []
     group = _group(ns, env)
@@ -241,8 +244,7 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
     components = resolve_components(env)
     simulate_acc_len, acc_method, lag_env = _simulated_acceptance(env)
     max_running = _max_running(ns, dspark)
-    attn_dp = ns.dp_size if ns.enable_dp_attention else 1
-    max_running_per_dp = max(1, max_running // attn_dp)
+    max_running_per_dp = max(1, max_running // (ns.dp_size if ns.enable_dp_attention else 1))
 
     max_bs, decode_bs, backend = resolve_decode_capture(ns, preset)
 
@@ -326,7 +328,25 @@ def build_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
         capture_derived_status=capture_status,
         notices=notices,
         group=group,
+        own_env=own_env(env),
     )
+
+
+def sglang_environ(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment as SGLang leaves it at import: every `SGL_X` copied over `SGLANG_X`."""
+    out = dict(env)
+    for key, value in env.items():
+        if key.startswith("SGL_"):
+            out[key.replace("SGL_", "SGLANG_", 1)] = value
+    return out
+
+
+def own_env(env: Mapping[str, str]) -> dict[str, str] | None:
+    """What newer SGLang reports of its environment (`exportable_env_vars`: the variables
+    it declares that are set; here every `SGLANG_` one) when asked to; None when not."""
+    if not _env_flag(env, "SGLANG_EXPOSE_OWN_ENV_VARS"):
+        return None
+    return {k: v for k, v in sorted(env.items()) if k.startswith("SGLANG_")}
 
 
 def _group(ns: argparse.Namespace, env: Mapping[str, str]) -> GroupConfig | None:
