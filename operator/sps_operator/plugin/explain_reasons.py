@@ -101,8 +101,9 @@ TARGET_REASONS: dict[str, tuple[str, str]] = {
         "profiling clone alone cannot run the profiler's batches; and it replays the full-width "
         "verify graph whatever the budget (no DP tier gathering), so a table measured on a "
         "clone without the mode would be another server's. A prefill server never decodes. "
-        "Narrow spec.selector to servers without --disaggregation-mode, or profile a twin "
-        "without it yourself and use server.source External (docs/compatibility.md).",
+        "No table the operator can measure fits it (a table measured without the mode "
+        "prices budgets the server does not run), so none is measured or rolled. Narrow "
+        "spec.selector to servers without --disaggregation-mode (docs/compatibility.md).",
     ),
     R.ENGRAM_COMPACT_TABLE: (
         "An Engram model (DeepSeek-V4.1-Flash) cannot capture its CUDA graphs with a table",

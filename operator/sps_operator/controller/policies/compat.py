@@ -166,8 +166,8 @@ def refusal(kind: str, config: ServerConfig, learned: Collection[str]) -> tuple[
                 if disaggregation == "decode"
                 else "a prefill server runs no decode steps, so an SPS table does nothing there"
             )
-            + ". Select servers without --disaggregation-mode, or measure a twin without it "
-            "and use server.source External"
+            + ". No table the operator can measure fits it, so none is measured or put onto "
+            "it: narrow spec.selector to servers without --disaggregation-mode"
         )
     model = config.value("model_path") or ""
     if ENGRAM_MODELS.search(model) and (mode != "static" or kind == TableKind.ADDITIVE):
