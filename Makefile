@@ -25,11 +25,13 @@ controlplane:
 	bash testbed/recipes/setup-host.sh
 	bash testbed/recipes/build.sh
 
-# The real-node test bed's host packages, node binaries (kubelet, kube-proxy, CoreDNS,
-# device plugin), Kueue (its manager and config/) and images (operator from the
-# Dockerfile, SGLang stand-in, Kueue), all cached.
+# The real-node test bed's host packages, the inotify limits its kubelets need (raised to
+# kind's recommendation when root, else it says what to run), node binaries (kubelet,
+# kube-proxy, CoreDNS, device plugin), Kueue (its manager and config/) and images
+# (operator from the Dockerfile, SGLang stand-in, Kueue), all cached.
 testbed: setup controlplane
 	bash testbed/recipes/setup-host.sh --nodes
+	$(BIN)/sps-testbed preflight --raise-limits --beds 0
 	$(BIN)/sps-testbed build
 
 # Only the tests on real nodes (tests/realnode).

@@ -102,6 +102,11 @@ case "${1:-}" in
     ;;
 esac
 
+# Before any bed starts, at once: a bed left running (a demo) and the host's inotify limits.
+# The suite's two beds start beside a running one when the limits leave room; else this says
+# what runs, how to stop it and which limits to raise.
+"$bin/sps-testbed" preflight --beds 2 || exit 1
+
 mkdir -p "$logs"
 rm -f "$logs"/other.* "$logs"/bed.* "$logs"/unit.* "$shared_done"
 start=$SECONDS

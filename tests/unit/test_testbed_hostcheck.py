@@ -1,0 +1,138 @@
+"""Before a bed starts (sps_testbed.hostcheck): the inotify room for the beds to start, the
+beds already running and how to stop them, and the limits the host setup raises."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sps_testbed import hostcheck
+from sps_testbed.hostcheck import InotifyLimits, InotifyUse, RunningBed
+
+FRESH = InotifyLimits(max_user_instances=128, max_user_watches=65536)
+RAISED = InotifyLimits(max_user_instances=512, max_user_watches=524288)
+
+
+def test_a_fresh_machine_fits_make_tests_two_beds_and_nothing_more() -> None:
+    assert hostcheck.inotify_problems(FRESH, InotifyUse(0, 0), beds=2) == []
+    # The failure the issue saw: make test's two beds beside a demo left running.
+    problems = hostcheck.inotify_problems(FRESH, InotifyUse(50, 3000), beds=2)
+    assert len(problems) == 1
+    assert "max_user_instances is 128" in problems[0]
+    assert "hold 50" in problems[0]
+
+
+def test_the_second_bed_of_make_test_fits_beside_the_first_on_a_fresh_machine() -> None:
+    # The first bed holds about 50 when the second starts.
+    assert hostcheck.inotify_problems(FRESH, InotifyUse(49, 4000), beds=1) == []
+
+
+def test_kinds_limits_fit_the_suite_beside_a_demo() -> None:
+    assert hostcheck.inotify_problems(RAISED, InotifyUse(50, 3000), beds=2) == []
+
+
+def test_too_few_watches_is_a_problem_of_its_own() -> None:
+    problems = hostcheck.inotify_problems(InotifyLimits(512, 8192), InotifyUse(0, 100), beds=1)
+    assert len(problems) == 1
+    assert "max_user_watches is 8192" in problems[0]
+
+
+@given(
+    instances=st.integers(0, 10_000),
+    watches=st.integers(0, 2_000_000),
+    used_instances=st.integers(0, 10_000),
+    used_watches=st.integers(0, 2_000_000),
+    beds=st.integers(0, 5),
+)
+def test_the_check_passes_exactly_when_the_free_room_covers_the_beds(
+    instances: int, watches: int, used_instances: int, used_watches: int, beds: int
+) -> None:
+    problems = hostcheck.inotify_problems(
+        InotifyLimits(instances, watches), InotifyUse(used_instances, used_watches), beds
+    )
+    fits = (
+        instances - used_instances >= beds * hostcheck.INSTANCES_PER_BED
+        and watches - used_watches >= beds * hostcheck.WATCHES_PER_BED
+    )
+    assert (problems == []) == fits
+
+
+def test_raised_limits_are_kinds_and_never_lower() -> None:
+    assert hostcheck.raised_limits(FRESH) == RAISED
+    high = InotifyLimits(8192, 1_048_576)
+    assert hostcheck.raised_limits(high) == high
+
+
+def test_a_demo_left_running_is_named_with_the_command_that_stops_it() -> None:
+    demo = RunningBed(1, 100, "/home/dev/sps/.demo/bed")
+    ok, lines = hostcheck.preflight_report(RAISED, InotifyUse(50, 3000), [demo], beds=2)
+    assert ok
+    assert "sps-testbed demo down --state-dir /home/dev/sps/.demo" in lines[0]
+    assert "fit beside it" in lines[-1]
+
+
+def test_no_room_says_what_runs_how_to_stop_it_and_what_to_raise() -> None:
+    demo = RunningBed(1, 100, "/home/dev/sps/.demo/bed")
+    mine = RunningBed(2, 200, "/var/tmp/mybed")
+    run = RunningBed(3, 300, "/tmp/sps-testbed-abc123")
+    ok, lines = hostcheck.preflight_report(FRESH, InotifyUse(100, 6000), [demo, mine, run], 2)
+    assert not ok
+    text = "\n".join(lines)
+    assert "sps-testbed demo down --state-dir /home/dev/sps/.demo" in text
+    assert "sps-testbed down --state-dir /var/tmp/mybed" in text
+    assert "sps-testbed down --state-dir /tmp/sps-testbed-abc123" in text
+    assert "another make test" in text
+    assert hostcheck.RAISE_COMMAND in text
+
+
+def test_no_room_and_no_bed_running_says_what_to_raise() -> None:
+    ok, lines = hostcheck.preflight_report(FRESH, InotifyUse(100, 0), [], beds=1)
+    assert not ok
+    assert lines[-1].strip() == hostcheck.RAISE_COMMAND
+
+
+def test_running_beds_are_those_whose_holder_lives(tmp_path: Path) -> None:
+    (tmp_path / "1").write_text(json.dumps({"pid": os.getpid(), "state_dir": "/s/.demo/bed"}))
+    (tmp_path / "2").write_text(json.dumps({"pid": 2**22 + 7, "state_dir": "/gone"}))
+    (tmp_path / "3").write_text("not json")
+    assert hostcheck.running_beds(tmp_path) == [RunningBed(1, os.getpid(), "/s/.demo/bed")]
+    assert hostcheck.running_beds(tmp_path / "missing") == []
+
+
+def _fake_proc(root: Path, instances: int, watches: int) -> Path:
+    base = root / "sys" / "fs" / "inotify"
+    base.mkdir(parents=True)
+    (base / "max_user_instances").write_text(f"{instances}\n")
+    (base / "max_user_watches").write_text(f"{watches}\n")
+    return root
+
+
+def test_raise_limits_writes_only_what_is_below_kinds(tmp_path: Path) -> None:
+    proc = _fake_proc(tmp_path, 128, 1_048_576)
+    changed = hostcheck.raise_limits(proc)
+    if os.geteuid() != 0:
+        assert changed == [f"not root, the limits stay as they are; run: {hostcheck.RAISE_COMMAND}"]
+        return
+    assert changed == ["fs.inotify.max_user_instances: 128 -> 512"]
+    assert hostcheck.read_limits(proc) == InotifyLimits(512, 1_048_576)
+    assert hostcheck.raise_limits(proc) == []
+
+
+def test_this_processes_inotify_instances_are_counted(tmp_path: Path) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init()
+    assert fd >= 0
+    try:
+        assert libc.inotify_add_watch(fd, str(tmp_path).encode(), 0x100) >= 0  # IN_CREATE
+        after = hostcheck.count_inotify(os.getuid())
+    finally:
+        os.close(fd)
+    # Other processes of this user may hold some too: at least ours is counted.
+    assert after.instances >= 1
+    assert after.watches >= 1
