@@ -31,7 +31,7 @@ controlplane:
 # (operator from the Dockerfile, SGLang stand-in, Kueue), all cached.
 testbed: setup controlplane
 	bash testbed/recipes/setup-host.sh --nodes
-	$(BIN)/sps-testbed preflight --raise-limits --beds 0
+	$(BIN)/sps-testbed preflight --raise-limits --beds 0 --nodes 0
 	$(BIN)/sps-testbed build
 
 # Only the tests on real nodes (tests/realnode).

@@ -148,11 +148,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_preflight(args: argparse.Namespace) -> int:
     """Before beds start: the beds already running (and how to stop them), and whether the
-    inotify limits leave room for `--beds` more; non-zero when they do not."""
+    inotify limits leave room for `--beds` more of `--nodes` nodes in all; non-zero when
+    they do not."""
     if args.raise_limits:
         for line in hostcheck.raise_limits():
             print(f"sps-testbed preflight: {line}")
-    ok, lines = hostcheck.check(args.beds)
+    ok, lines = hostcheck.check(hostcheck.BedsToStart(args.beds, args.nodes))
     for line in lines:
         print(f"sps-testbed preflight: {line}", file=sys.stdout if ok else sys.stderr)
     return 0 if ok else 1
@@ -210,9 +211,15 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
     run.set_defaults(fn=_cmd_run)
     preflight = sub.add_parser(
-        "preflight", help="may N more beds start here: running beds, inotify limits"
+        "preflight", help="may more beds start here: the beds running, the inotify limits"
     )
     preflight.add_argument("--beds", type=int, default=1, help="beds to start (default 1)")
+    preflight.add_argument(
+        "--nodes",
+        type=int,
+        default=len(DEFAULT_NODES),
+        help=f"their nodes, all beds together (default {len(DEFAULT_NODES)})",
+    )
     preflight.add_argument(
         "--raise-limits",
         action="store_true",

@@ -117,7 +117,7 @@ class RealNodeCluster:
             raise TestbedError("the real-node test bed needs root (namespaces, cgroups, mounts)")
         if self.running():
             raise TestbedError(f"a test bed is already running in {self.state_dir}; stop it first")
-        room, lines = hostcheck.check(beds=1)
+        room, lines = hostcheck.check(hostcheck.BedsToStart(1, len(self.nodes)))
         if not room:
             raise TestbedError("no room for another bed on this host:\n" + "\n".join(lines))
         if not self.nodes:

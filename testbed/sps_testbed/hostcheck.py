@@ -20,11 +20,14 @@ from pathlib import Path
 
 from sps_testbed.podnet import pid_alive
 
-# Measured: make test's two beds (six nodes each, with their pods) held 99 instances.
-INSTANCES_PER_BED = 50
-# Not measured per bed: kubelets watch a few paths per pod. A fresh user's whole default
-# was 8192, which is taken as one bed's share.
-WATCHES_PER_BED = 8192
+# A bed's need grows with its nodes (a kubelet and a containerd each) plus its control
+# plane. Calibrated on make test, whose beds held 99 instances at its peak (the session's six
+# nodes beside the demo's four and the network-policy bed's two: 12 nodes, 3 control planes).
+INSTANCES_PER_NODE = 7
+INSTANCES_PER_CONTROL_PLANE = 5
+# Not measured: kubelets watch a few paths per pod. A fresh user's whole default was 8192,
+# taken as a six-node bed's share.
+WATCHES_PER_NODE = 1365
 # kind's known-issues page recommends these for several clusters on one host.
 RECOMMENDED_INSTANCES = 512
 RECOMMENDED_WATCHES = 524288
@@ -57,22 +60,39 @@ class RunningBed:
     state_dir: str
 
 
-def inotify_problems(limits: InotifyLimits, used: InotifyUse, beds: int) -> list[str]:
-    """What keeps `beds` more beds from starting beside what runs now ([] when they fit)."""
+@dataclass(frozen=True)
+class BedsToStart:
+    """What is about to start: its beds (control planes) and their nodes, all beds together."""
+
+    beds: int
+    nodes: int
+
+    @property
+    def instances(self) -> int:
+        return self.beds * INSTANCES_PER_CONTROL_PLANE + self.nodes * INSTANCES_PER_NODE
+
+    @property
+    def watches(self) -> int:
+        return self.nodes * WATCHES_PER_NODE
+
+    def __str__(self) -> str:
+        return f"{self.beds} bed(s) of {self.nodes} node(s)"
+
+
+def inotify_problems(limits: InotifyLimits, used: InotifyUse, start: BedsToStart) -> list[str]:
+    """What keeps `start` from starting beside what runs now ([] when it fits)."""
     problems: list[str] = []
-    need = beds * INSTANCES_PER_BED
     free = limits.max_user_instances - used.instances
-    if free < need:
+    if free < start.instances:
         problems.append(
             f"fs.inotify.max_user_instances is {limits.max_user_instances} and this user's "
-            f"processes hold {used.instances}: {beds} bed(s) need about {need} more"
+            f"processes hold {used.instances}: {start} need about {start.instances} more"
         )
-    need_watches = beds * WATCHES_PER_BED
     free_watches = limits.max_user_watches - used.watches
-    if free_watches < need_watches:
+    if free_watches < start.watches:
         problems.append(
             f"fs.inotify.max_user_watches is {limits.max_user_watches} and this user's "
-            f"processes hold {used.watches}: {beds} bed(s) need about {need_watches} more"
+            f"processes hold {used.watches}: {start} need about {start.watches} more"
         )
     return problems
 
@@ -97,14 +117,14 @@ def stop_command(bed: RunningBed) -> str:
 
 
 def preflight_report(
-    limits: InotifyLimits, used: InotifyUse, running: list[RunningBed], beds: int
+    limits: InotifyLimits, used: InotifyUse, running: list[RunningBed], start: BedsToStart
 ) -> tuple[bool, list[str]]:
-    """Whether `beds` more beds may start, and the lines that say why and what to run."""
+    """Whether `start` may start, and the lines that say why and what to run."""
     lines = [f"a test bed is running: {b.state_dir}; stop it: {stop_command(b)}" for b in running]
-    problems = inotify_problems(limits, used, beds)
+    problems = inotify_problems(limits, used, start)
     if not problems:
         if running:
-            lines.append(f"the {beds} bed(s) to start fit beside it (inotify); they start")
+            lines.append(f"the {start} to start fit beside it (inotify limits)")
         return True, lines
     lines += problems
     if running:
@@ -186,6 +206,6 @@ def raise_limits(proc: Path = Path("/proc")) -> list[str]:
     return done
 
 
-def check(beds: int) -> tuple[bool, list[str]]:
-    """The host as it is now: may `beds` more beds start (see preflight_report)."""
-    return preflight_report(read_limits(), count_inotify(os.getuid()), running_beds(), beds)
+def check(start: BedsToStart) -> tuple[bool, list[str]]:
+    """The host as it is now: may `start` start (see preflight_report)."""
+    return preflight_report(read_limits(), count_inotify(os.getuid()), running_beds(), start)
