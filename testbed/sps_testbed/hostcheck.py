@@ -123,7 +123,7 @@ def preflight_report(
     lines = [f"a test bed is running: {b.state_dir}; stop it: {stop_command(b)}" for b in running]
     problems = inotify_problems(limits, used, start)
     if not problems:
-        if running:
+        if running and start.beds:
             lines.append(f"the {start} to start fit beside it (inotify limits)")
         return True, lines
     lines += problems

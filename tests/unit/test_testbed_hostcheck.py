@@ -96,6 +96,16 @@ def test_a_demo_left_running_is_named_with_the_command_that_stops_it() -> None:
     assert "fit beside it" in lines[-1]
 
 
+def test_the_host_setup_names_a_running_bed_and_starts_none() -> None:
+    demo = RunningBed(1, 100, "/home/dev/sps/.demo/bed")
+    ok, lines = hostcheck.preflight_report(FRESH, InotifyUse(33, 0), [demo], BedsToStart(0, 0))
+    assert ok
+    assert lines == [
+        "a test bed is running: /home/dev/sps/.demo/bed; "
+        "stop it: sps-testbed demo down --state-dir /home/dev/sps/.demo"
+    ]
+
+
 def test_no_room_says_what_runs_how_to_stop_it_and_what_to_raise() -> None:
     demo = RunningBed(1, 100, "/home/dev/sps/.demo/bed")
     mine = RunningBed(2, 200, "/var/tmp/mybed")
