@@ -20,14 +20,14 @@ from pathlib import Path
 
 from sps_testbed.podnet import pid_alive
 
-# A bed's need grows with its nodes (a kubelet and a containerd each) plus its control
-# plane. Calibrated on make test, whose beds held 99 instances at its peak (the session's six
-# nodes beside the demo's four and the network-policy bed's two: 12 nodes, 3 control planes).
-INSTANCES_PER_NODE = 7
-INSTANCES_PER_CONTROL_PLANE = 5
-# Not measured: kubelets watch a few paths per pod. A fresh user's whole default was 8192,
-# taken as a six-node bed's share.
-WATCHES_PER_NODE = 1365
+# A bed's need grows with its nodes plus its control plane. Counted on a running six-node
+# test bed: 45 instances (5 per kubelet, 1 per containerd; kube-apiserver 6, the controller
+# manager, scheduler and kube-proxy 1 each) and 1,381 watches (≈ 230 per kubelet, growing
+# with its pods). make test's peak, 12 nodes under 3 control planes, then needs 99, what its
+# beds were seen to hold.
+INSTANCES_PER_NODE = 6
+INSTANCES_PER_CONTROL_PLANE = 9
+WATCHES_PER_NODE = 512
 # kind's known-issues page recommends these for several clusters on one host.
 RECOMMENDED_INSTANCES = 512
 RECOMMENDED_WATCHES = 524288
