@@ -22,14 +22,16 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml sim/pyproject.toml testbed/pypr
 
 # Builds (or reuses from the cache) the pinned control-plane binaries.
 controlplane:
-	bash tests/controlplane/setup-host.sh
-	bash tests/controlplane/build.sh
+	bash testbed/recipes/setup-host.sh
+	bash testbed/recipes/build.sh
 
-# The real-node test bed's host packages, node binaries (kubelet, kube-proxy, CoreDNS,
-# device plugin), Kueue (its manager and config/) and images (operator from the
-# Dockerfile, SGLang stand-in, Kueue), all cached.
+# The real-node test bed's host packages, the inotify limits its kubelets need (raised to
+# kind's recommendation when root, else it says what to run), node binaries (kubelet,
+# kube-proxy, CoreDNS, device plugin), Kueue (its manager and config/) and images
+# (operator from the Dockerfile, SGLang stand-in, Kueue), all cached.
 testbed: setup controlplane
-	bash tests/controlplane/setup-host.sh --nodes
+	bash testbed/recipes/setup-host.sh --nodes
+	$(BIN)/sps-testbed preflight --raise-limits --beds 0 --nodes 0
 	$(BIN)/sps-testbed build
 
 # Only the tests on real nodes (tests/realnode).
@@ -74,7 +76,7 @@ test: setup controlplane testbed test-tools
 # alert rules. Built on first use instead, under the lanes' load, kube-router took 20 min
 # on a fresh machine and the bed waiting for it timed out.
 test-tools: setup
-	bash tests/controlplane/build-kube-router.sh > /dev/null
+	bash testbed/recipes/build-kube-router.sh > /dev/null
 	$(BIN)/python tests/ship/promcheck.py > /dev/null
 
 # The release (docs/release.md): wheel, sdist, the image as an amd64+arm64 OCI index, the

@@ -10,7 +10,7 @@
 # Environment: ALLOW_DIRTY=1 builds from uncommitted changes (not a release);
 # RELEASE_TAG=v<v> (CI) must match the version; RELEASE_ARCHES (default "amd64 arm64");
 # DIST (default dist); PYTHON (default .venv/bin/python); HELM (default: the pinned build
-# of tests/controlplane, built when missing).
+# of testbed/recipes, built when missing).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)

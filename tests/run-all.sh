@@ -102,6 +102,12 @@ case "${1:-}" in
     ;;
 esac
 
+# Before any bed starts, at once: a bed left running (a demo) and the host's inotify limits.
+# The suite's beds start beside a running one when the limits leave room; else this says
+# what runs, how to stop it and which limits to raise. Its peak: the bed lane's six nodes
+# beside the demo's four and the network-policy bed's two (later the second bed's six).
+"$bin/sps-testbed" preflight --beds 3 --nodes 12 || exit 1
+
 mkdir -p "$logs"
 rm -f "$logs"/other.* "$logs"/bed.* "$logs"/unit.* "$shared_done"
 start=$SECONDS

@@ -208,7 +208,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_helm(args: argparse.Namespace) -> int:
     """The path of helm: $HELM, else the test bed's pinned build (built from the Go module
-    proxy when missing, helm alone: tests/controlplane/build.sh)."""
+    proxy when missing, helm alone: testbed/recipes/build.sh)."""
     from sps_testbed.binaries import BinariesError, cache_dir, run_build
 
     explicit = os.environ.get("HELM")

@@ -1,12 +1,12 @@
 """What a test bed runs, built from the repo's own files and cached outside it.
 
 - node binaries (kubelet, kube-proxy, CoreDNS, the GPU device plugin, pause):
-  `tests/controlplane/build-nodes.sh`, cached by version in ~/.cache/sps-operator/nodes
+  `testbed/recipes/build-nodes.sh`, cached by version in ~/.cache/sps-operator/nodes
 - Kueue's manager and its rendered config/ (CRDs, RBAC, webhooks, Deployment):
-  `tests/controlplane/build-kueue.sh`, cached by version in ~/.cache/sps-operator/kueue
-- containerd 2.x (daemon, runc shim, ctr): `tests/controlplane/build-containerd.sh`, cached
+  `testbed/recipes/build-kueue.sh`, cached by version in ~/.cache/sps-operator/kueue
+- containerd 2.x (daemon, runc shim, ctr): `testbed/recipes/build-containerd.sh`, cached
   by version in ~/.cache/sps-operator/containerd
-- the CNCF Distribution registry: `tests/controlplane/build-registry.sh`, cached by version
+- the CNCF Distribution registry: `testbed/recipes/build-registry.sh`, cached by version
   in ~/.cache/sps-operator/registry
 - images (operator from the Dockerfile, the SGLang stand-in, pause, CoreDNS, Kueue):
   `testbed/images/build.sh`, OCI archives cached by a hash of their inputs in
@@ -15,11 +15,11 @@
 - the control plane: `sps_testbed.binaries.find_binaries` (build.sh)
 - kube-router, whose network policy controller enforces NetworkPolicy on a bed started
   with it (opt-in, built on first use, not by `build_artifacts`):
-  `tests/controlplane/build-kube-router.sh`, cached by version in
+  `testbed/recipes/build-kube-router.sh`, cached by version in
   ~/.cache/sps-operator/kube-router
 
 runc, the CNI plugins and skopeo are Debian's
-(`tests/controlplane/setup-host.sh --nodes`).
+(`testbed/recipes/setup-host.sh --nodes`).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def repo_root() -> Path:
         return Path(env).resolve()
     here = Path(__file__).resolve()
     for parent in here.parents:
-        if (parent / "tests" / "controlplane" / "build-nodes.sh").is_file():
+        if (parent / "testbed" / "recipes" / "build-nodes.sh").is_file():
             return parent
     raise ArtifactError(
         f"cannot find the sps-operator repository above {here}; set SPS_TESTBED_REPO"
@@ -118,7 +118,7 @@ def host_tools() -> dict[str, Path]:
     if missing:
         raise ArtifactError(
             f"missing host tools: {', '.join(missing)}; "
-            "run `bash tests/controlplane/setup-host.sh --nodes`"
+            "run `bash testbed/recipes/setup-host.sh --nodes`"
         )
     return found
 
@@ -130,7 +130,7 @@ def cni_bin_dir() -> Path:
     raise ArtifactError(
         "no CNI plugins (bridge, host-local) in "
         + " or ".join(CNI_PLUGIN_DIRS)
-        + "; run `bash tests/controlplane/setup-host.sh --nodes`"
+        + "; run `bash testbed/recipes/setup-host.sh --nodes`"
     )
 
 
@@ -144,20 +144,20 @@ def build_artifacts() -> Artifacts:
     except Exception as err:  # find_binaries raises its own error types
         raise ArtifactError(f"control-plane binaries: {err}") from err
     node_bin = Path(
-        _run_script(["bash", str(repo / "tests/controlplane/build-nodes.sh")], "node binaries")
+        _run_script(["bash", str(repo / "testbed/recipes/build-nodes.sh")], "node binaries")
     )
     containerd_bin = Path(
-        _run_script(["bash", str(repo / "tests/controlplane/build-containerd.sh")], "containerd")
+        _run_script(["bash", str(repo / "testbed/recipes/build-containerd.sh")], "containerd")
     )
     kueue_dir = Path(
         _run_script(
-            ["bash", str(repo / "tests/controlplane/build-kueue.sh")],
+            ["bash", str(repo / "testbed/recipes/build-kueue.sh")],
             "Kueue",
             env={**os.environ, "KUBECTL": str(cp.kubectl)},
         )
     )
     registry_dir = Path(
-        _run_script(["bash", str(repo / "tests/controlplane/build-registry.sh")], "the registry")
+        _run_script(["bash", str(repo / "testbed/recipes/build-registry.sh")], "the registry")
     )
     manifest = Path(
         _run_script(
@@ -209,7 +209,7 @@ def build_kube_router() -> Path:
     """The kube-router binary (built on first use, then cached by version)."""
     out = Path(
         _run_script(
-            ["bash", str(repo_root() / "tests/controlplane/build-kube-router.sh")], "kube-router"
+            ["bash", str(repo_root() / "testbed/recipes/build-kube-router.sh")], "kube-router"
         )
     )
     binary = out / "kube-router"

@@ -2,7 +2,7 @@
 
 Order: `KUBEBUILDER_ASSETS` (the envtest convention: a directory with etcd,
 kube-apiserver and kubectl) for whatever it holds, then the version-keyed build
-cache that `tests/controlplane/build.sh` fills. What neither has is built by
+cache that `testbed/recipes/build.sh` fills. What neither has is built by
 build.sh, unless building is switched off; then a missing binary is an error.
 """
 
@@ -50,11 +50,11 @@ class Binaries:
 
 
 def recipe_dir() -> Path:
-    """`tests/controlplane` of the source checkout (override: `SPS_CONTROLPLANE_RECIPE`)."""
+    """`testbed/recipes` of the source checkout (override: `SPS_CONTROLPLANE_RECIPE`)."""
     override = os.environ.get("SPS_CONTROLPLANE_RECIPE")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[2] / "tests" / "controlplane"
+    return Path(__file__).resolve().parents[1] / "recipes"
 
 
 def _pin(go_mod: Path, module: str) -> str:
@@ -105,7 +105,7 @@ def run_build(recipe: Path | None = None, only: list[str] | None = None, log: bo
         raise BinariesError(
             f"control-plane build recipe not found at {script}; set KUBEBUILDER_ASSETS to a "
             "directory with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, "
-            "kubectl, or SPS_CONTROLPLANE_RECIPE to tests/controlplane of a checkout"
+            "kubectl, or SPS_CONTROLPLANE_RECIPE to testbed/recipes of a checkout"
         )
     targets = only or list(CONTROL_PLANE_BINARIES + OPTIONAL_BINARIES)
     if shutil.which("go") is None and not all(_executable(cache_dir(recipe) / b) for b in targets):
@@ -162,7 +162,7 @@ def find_binaries(build: bool = True) -> Binaries:
         where = ", ".join(str(d) for d in dirs) or "(nowhere)"
         raise BinariesError(
             f"control-plane binaries missing: {', '.join(missing)} (looked in {where}); "
-            "run tests/controlplane/build.sh or set KUBEBUILDER_ASSETS"
+            "run testbed/recipes/build.sh or set KUBEBUILDER_ASSETS"
         )
     return Binaries(
         etcd=found["etcd"],

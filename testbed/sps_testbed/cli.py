@@ -1,4 +1,5 @@
-"""`sps-testbed build|up|down|status|env|run|demo|controlplane`: the test bed from the shell."""
+"""`sps-testbed build|up|down|status|env|run|preflight|demo|controlplane`: the test bed
+from the shell."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from sps_testbed import kueue
+from sps_testbed import hostcheck, kueue
 from sps_testbed.artifacts import ArtifactError, build_artifacts
 from sps_testbed.cluster import (
     DEFAULT_NODES,
@@ -129,7 +130,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print("sps-testbed run: no command (sps-testbed run -- pytest ...)", file=sys.stderr)
         return 2
     nodes = [NodeSpec.parse(n) for n in args.node] or list(TEST_NODES)
-    with tempfile.TemporaryDirectory(prefix="sps-testbed-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=hostcheck.RUN_STATE_PREFIX) as tmp:
         bed = RealNodeCluster(args.state_dir or Path(tmp), nodes=nodes)
         try:
             bed.build()
@@ -143,6 +144,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
             return subprocess.run(command, env=env, check=False).returncode
         finally:
             bed.stop()
+
+
+def _cmd_preflight(args: argparse.Namespace) -> int:
+    """Before beds start: the beds already running (and how to stop them), and whether the
+    inotify limits leave room for `--beds` more of `--nodes` nodes in all; non-zero when
+    they do not."""
+    if args.raise_limits:
+        for line in hostcheck.raise_limits():
+            print(f"sps-testbed preflight: {line}")
+    ok, lines = hostcheck.check(hostcheck.BedsToStart(args.beds, args.nodes))
+    for line in lines:
+        print(f"sps-testbed preflight: {line}", file=sys.stdout if ok else sys.stderr)
+    return 0 if ok else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,6 +210,22 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--timeout", type=float, default=420.0)
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
     run.set_defaults(fn=_cmd_run)
+    preflight = sub.add_parser(
+        "preflight", help="may more beds start here: the beds running, the inotify limits"
+    )
+    preflight.add_argument("--beds", type=int, default=1, help="beds to start (default 1)")
+    preflight.add_argument(
+        "--nodes",
+        type=int,
+        default=len(DEFAULT_NODES),
+        help=f"their nodes, all beds together (default {len(DEFAULT_NODES)})",
+    )
+    preflight.add_argument(
+        "--raise-limits",
+        action="store_true",
+        help=f"first raise the inotify limits to kind's {hostcheck.RAISE_COMMAND!r} (root)",
+    )
+    preflight.set_defaults(fn=_cmd_preflight)
     sub.add_parser("demo", help="the embedded-default demo on a bed of its own (make demo)")
     sub.add_parser("controlplane", help="the control plane alone, no nodes: up|down|env|status")
     args = parser.parse_args(argv)

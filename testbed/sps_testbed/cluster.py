@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sps_testbed import kueue, registry
+from sps_testbed import hostcheck, kueue, registry
 from sps_testbed.artifacts import Artifacts, build_artifacts, build_kube_router
 from sps_testbed.controlplane import DEFAULT_NODES, NodeSpec, kubeconfig_yaml
 from sps_testbed.kueue import KueueSetup
@@ -117,6 +117,9 @@ class RealNodeCluster:
             raise TestbedError("the real-node test bed needs root (namespaces, cgroups, mounts)")
         if self.running():
             raise TestbedError(f"a test bed is already running in {self.state_dir}; stop it first")
+        room, lines = hostcheck.check(hostcheck.BedsToStart(1, len(self.nodes)))
+        if not room:
+            raise TestbedError("no room for another bed on this host:\n" + "\n".join(lines))
         if not self.nodes:
             raise ValueError("a test bed needs at least one node")
         names = [n.name for n in self.nodes]

@@ -46,6 +46,7 @@ import yaml
 from sps_operator.plugin.cli import watch_rows
 from sps_operator.plugin.view import get_row, render_get, watch_layout
 from sps_sim.costmodel import GPU_H100, GPU_H200
+from sps_testbed import hostcheck
 from sps_testbed.binaries import find_binaries
 from sps_testbed.cluster import KubectlError, RealNodeCluster, TestbedError
 
@@ -490,7 +491,7 @@ class Demo:
 
 
 def bed_dir(state_dir: Path) -> Path:
-    return state_dir / "bed"
+    return state_dir / hostcheck.DEMO_BED_DIR
 
 
 def stop_previous(bed_state: Path) -> bool:

@@ -1,7 +1,7 @@
 """Kueue in the test bed, run the way a user's cluster runs it.
 
-The manager (built by `tests/controlplane/build-kueue.sh` at the pin in
-`tests/controlplane/kueue/go.mod`) runs as the Deployment `kueue-controller-manager` in
+The manager (built by `testbed/recipes/build-kueue.sh` at the pin in
+`testbed/recipes/kueue/go.mod`) runs as the Deployment `kueue-controller-manager` in
 `kueue-system`, from an image of that binary (`testbed/images/build.sh`), installed from the
 same module's `config/default` as `kubectl kustomize` renders it: the CRDs, RBAC, the
 mutating and validating webhooks, the visibility API (an APIService) and the manager's

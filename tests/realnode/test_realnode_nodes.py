@@ -15,7 +15,7 @@ from waiting import wait_for
 # Their own namespaces and a few GPUs: they may run beside other tests (tests/run-all.sh).
 pytestmark = pytest.mark.bed_shared
 
-CONTAINERD_GO_MOD = Path(__file__).parents[1] / "controlplane" / "containerd" / "go.mod"
+CONTAINERD_GO_MOD = Path(__file__).parents[2] / "testbed" / "recipes" / "containerd" / "go.mod"
 
 
 def pinned_containerd() -> str:

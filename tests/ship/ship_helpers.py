@@ -40,7 +40,7 @@ def find_helm() -> Path:
         return Path(on_path)
     raise FileNotFoundError(
         f"helm not found (looked at $SPS_HELM, {', '.join(map(str, dirs))}, PATH); "
-        "run `make controlplane` (tests/controlplane/build.sh) to build it"
+        "run `make controlplane` (testbed/recipes/build.sh) to build it"
     )
 
 

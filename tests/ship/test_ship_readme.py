@@ -43,7 +43,7 @@ def test_relative_links_resolve(doc: Path) -> None:
 
 
 def test_the_tested_kubernetes_version_is_the_pinned_one() -> None:
-    go_mod = (ROOT / "tests" / "controlplane" / "go.mod").read_text()
+    go_mod = (ROOT / "testbed" / "recipes" / "go.mod").read_text()
     pinned = re.search(r"k8s\.io/kubernetes (v[0-9.]+)", go_mod)
     assert pinned is not None
     assert f"**{pinned[1]}**" in (ROOT / "README.md").read_text()

@@ -1,6 +1,6 @@
 """HTTP client of a DSpark server in profiling mode (requests, keep-alive).
 
-`requests`, as SGLang's own profiler (bench/http_client.py: at the profiler's 4 polls a
+`requests`, as SGLang's own profiler (measured against httpx: at the profiler's 4 polls a
 second httpx's 0.4–0.7 ms less per call is noise). Every call is bounded: by
 `--http-timeout`, and inside a round by the time left before `--round-timeout`, so a server
 that accepts and never answers holds a round for at most its timeout.

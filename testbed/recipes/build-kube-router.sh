@@ -2,7 +2,7 @@
 # Builds kube-router (github.com/cloudnativelabs/kube-router/v2/cmd/kube-router, pinned in
 # kube-router/go.mod) from the Go module proxy into a cache outside the repo, keyed by
 # version. The test bed runs only its network policy controller (iptables + ipset), opt-in,
-# to enforce NetworkPolicy: see docs/dev-cluster.md ("Network policy add-on") for why this
+# to enforce NetworkPolicy: see docs/dev-cluster.md ("Network policy in the bed") for why this
 # one and what the pin's advisories cover. Re-running is a no-op when cached.
 # Usage: build-kube-router.sh [CACHE_DIR]   (prints the directory: kube-router, version)
 set -euo pipefail
