@@ -6,6 +6,7 @@
 #   sps-operator-<v>.tgz            the chart, image.digest pinned to that index
 #   sps-operator-<v>-linux-<arch>.spdx.json   SBOM per architecture (Debian + Python)
 #   sps-operator-<v>.index-digest   the index's digest (sha256:...)
+#   sps-operator-<v>.provenance.json  SLSA v1 provenance predicate (`make publish` attests it)
 #   SHA256SUMS                      over every file above
 # Environment: ALLOW_DIRTY=1 builds from uncommitted changes (not a release);
 # RELEASE_TAG=v<v> (CI) must match the version; RELEASE_ARCHES (default "amd64 arm64");
@@ -61,6 +62,10 @@ done
 
 step "chart, image pinned to $digest"
 rel chart "$dist" --digest "$digest" --helm "$helm" >&2
+
+step "provenance"
+rel provenance "$dist" --version "$version" --arches "${arches[@]}" \
+  --out "$dist/sps-operator-$version.provenance.json"
 
 rel checksums "$dist"
 step "done: $dist"
