@@ -17,6 +17,7 @@ from pathlib import Path
 from sps_release.chart import pin_image_digest
 from sps_release.checksums import format_sums, parse_sums
 from sps_release.elf import HEADER_SIZE, elf_architecture, foreign_binaries
+from sps_release.lock import build_requirements, image_requirements
 from sps_release.oci import platform_digests
 from sps_release.provenance import provenance_predicate
 from sps_release.reproducible import normalize_tar_gz
@@ -216,6 +217,16 @@ def cmd_platforms(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_lock_inputs(args: argparse.Namespace) -> int:
+    """requirements/image.in and build.in from pyproject.toml (what `make lock` pins)."""
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    out = Path(args.out)
+    header = "# Generated from pyproject.toml by `make lock` (release/lock.sh). Do not edit.\n"
+    (out / "image.in").write_text(header + "\n".join(image_requirements(pyproject)) + "\n")
+    (out / "build.in").write_text(header + "\n".join(build_requirements(pyproject)) + "\n")
+    return 0
+
+
 def cmd_helm(args: argparse.Namespace) -> int:
     """The path of helm: $HELM, else the test bed's pinned build (built from the Go module
     proxy when missing, helm alone: tests/controlplane/build.sh)."""
@@ -234,7 +245,13 @@ def cmd_helm(args: argparse.Namespace) -> int:
 
 
 # The files of the tree the image is built from, beside the commit, in the provenance.
-PROVENANCE_MATERIALS = ("Dockerfile", "pyproject.toml", "release/build-image.sh")
+PROVENANCE_MATERIALS = (
+    "Dockerfile",
+    "pyproject.toml",
+    "requirements/image.txt",
+    "requirements/build.txt",
+    "release/build-image.sh",
+)
 
 
 def cmd_provenance(args: argparse.Namespace) -> int:
@@ -296,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("index", help="the image index JSON")
     p.add_argument("--arches", nargs="+", required=True)
     p.set_defaults(run=cmd_platforms)
+    p = sub.add_parser("lock-inputs", help="requirements/*.in from pyproject.toml")
+    p.add_argument("out")
+    p.set_defaults(run=cmd_lock_inputs)
     p = sub.add_parser("helm", help="print the path of helm (building it if needed)")
     p.set_defaults(run=cmd_helm)
     p = sub.add_parser("checksums", help=f"write {SUMS} over every file in DIST")
