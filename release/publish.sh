@@ -44,14 +44,12 @@ chart_repo=${CHART_REPO:-oci://$registry/charts}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # skopeo copy takes --dest-* options, skopeo inspect the same without the prefix.
-tls=() helm_tls=() cosign_tls=() cosign_env=()
+tls=() helm_tls=() cosign_tls=()
 if [ "${PLAIN_HTTP:-0}" = 1 ]; then
   tls=(tls-verify=false) helm_tls=(--plain-http) cosign_tls=(--allow-http-registry)
 elif [ -n "${CA:-}" ]; then
   mkdir "$tmp/certs" && cp "$CA" "$tmp/certs/ca.crt"
-  tls=(cert-dir="$tmp/certs") helm_tls=(--ca-file "$CA")
-  # Go's TLS reads the roots from SSL_CERT_FILE: the registry's CA, for cosign only.
-  cosign_env=(SSL_CERT_FILE="$CA")
+  tls=(cert-dir="$tmp/certs") helm_tls=(--ca-file "$CA") cosign_tls=(--registry-cacert "$CA")
 fi
 creds=()
 export HELM_REGISTRY_CONFIG="$tmp/helm-registry.json"
@@ -62,12 +60,12 @@ if [ -n "${REGISTRY_USER:-}" ]; then
   printf '%s' "$REGISTRY_PASSWORD" | "$helm" registry login "$registry" "${helm_tls[@]}" \
     --username "$REGISTRY_USER" --password-stdin
   if [ "$sign" != 0 ]; then
-    printf '%s' "$REGISTRY_PASSWORD" | env "${cosign_env[@]}" "$cosign" login "$registry" \
+    printf '%s' "$REGISTRY_PASSWORD" | "$cosign" login "$registry" \
       --username "$REGISTRY_USER" --password-stdin
   fi
 fi
 # Key-based and offline: nothing goes to Rekor (the public transparency log) or Fulcio.
-cosign_run() { env "${cosign_env[@]}" "$cosign" "$@" "${cosign_tls[@]}"; }
+cosign_run() { "$cosign" "$@" "${cosign_tls[@]}"; }
 sign_opts=(--key "${COSIGN_KEY:-}" --tlog-upload=false --yes)
 
 echo "==== $image ($digest)" >&2
