@@ -295,7 +295,7 @@ def test_ship_plugin_reprofile_sets_the_annotation_only(
     k8s_cluster: K8sCluster, profiles: str
 ) -> None:
     before = json.loads(k8s_cluster.kubectl("get", "sps", "llama", "-n", profiles, "-o", "json"))
-    out = kubectl_sps(k8s_cluster, "reprofile", "llama", "--token", "t-42", "-n", profiles).stdout
+    out = kubectl_sps(k8s_cluster, "reprofile", "llama", "--value", "t-42", "-n", profiles).stdout
     assert "reprofile requested (sps.dev/reprofile=t-42)" in out
     after = json.loads(k8s_cluster.kubectl("get", "sps", "llama", "-n", profiles, "-o", "json"))
     assert after["metadata"]["annotations"][names.ANNOTATION_REPROFILE] == "t-42"
