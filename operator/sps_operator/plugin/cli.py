@@ -1,6 +1,6 @@
 """`kubectl sps` — a kubectl plugin (the executable `kubectl-sps` on PATH).
 
-    kubectl sps get [NAME] [-A] [-w] [-o wide|name|jsonpath=T]  profiles: GPU, table, state
+    kubectl sps get [NAME] [-A] [-w] [-o wide|name]  profiles: GPU, table, state
     kubectl sps table NAME [--gpu P] [--plot FILE.png] [--rejected]
     kubectl sps diff OLD NEW                    predicted step-time change over the grid
     kubectl sps export NAME [--gpu P] [--name N] the table ConfigMap as YAML for Git
@@ -30,7 +30,7 @@ from sps_operator import __version__
 from sps_operator.api import labels as L
 from sps_operator.api.result import decode_rounds
 from sps_operator.constants import API_GROUP
-from sps_operator.plugin import completion, jsonpath, view
+from sps_operator.plugin import completion, view
 from sps_operator.plugin import diff as diffmod
 from sps_operator.plugin import explain as explainmod
 from sps_operator.plugin.kubeflags import ConnectionFlags, parse_request_timeout
@@ -51,8 +51,8 @@ if TYPE_CHECKING:  # keeps `kubectl sps --help` free of the kubernetes import
 
 
 OUTPUTS = ("human", "json", "yaml")
-# `kubectl sps get` also takes kubectl's -o wide, -o name and -o jsonpath=TEMPLATE.
-GET_OUTPUTS = (*OUTPUTS, "wide", "name", "jsonpath=TEMPLATE")
+# `kubectl sps get` also takes kubectl's -o wide and -o name; -o jsonpath is kubectl get's.
+GET_OUTPUTS = (*OUTPUTS, "wide", "name")
 
 
 def _common(outputs: tuple[str, ...] = OUTPUTS) -> argparse.ArgumentParser:
@@ -102,8 +102,13 @@ def connection_flags(args: argparse.Namespace) -> ConnectionFlags:
 
 def _output(allowed: tuple[str, ...]) -> Callable[[str], str]:
     def parse(value: str) -> str:
-        if value in allowed or ("jsonpath=TEMPLATE" in allowed and value.startswith("jsonpath=")):
+        if value in allowed:
             return value
+        if value.startswith(("jsonpath", "custom-columns", "go-template")):
+            raise argparse.ArgumentTypeError(
+                f"{value!r}: kubectl's own reads the API objects: "
+                f"kubectl get spsprofiles -o {value.split('=', 1)[0]}=..."
+            )
         raise argparse.ArgumentTypeError(f"{value!r}: one of {', '.join(allowed)}")
 
     return parse
@@ -191,12 +196,6 @@ def cmd_get(args: argparse.Namespace, cluster: Cluster) -> int:
         now = datetime.now(UTC)
         return [view.get_row(p, now) for p in profiles()]
 
-    if args.output.startswith("jsonpath="):
-        # As kubectl: over the API objects (one, or a List of them).
-        found = profiles()
-        data = found[0] if args.name else {"apiVersion": "v1", "kind": "List", "items": found}
-        print(jsonpath.render(args.output.removeprefix("jsonpath="), data))
-        return 0
     if args.output == "name":
         print("\n".join(f"spsprofile.{API_GROUP}/{p['metadata']['name']}" for p in profiles()))
         return 0
