@@ -120,5 +120,5 @@ def test_version_prints_the_client_and_every_operator_pod(
     assert data["client"] == __version__
     assert [o["version"] for o in data["operators"]] == ["0.1.0", "0.2.0"]
     cluster.pods = []
-    out = run(capsys, cluster, "version", "--operator-namespace", "ops")
-    assert "no operator pod found (ops, selector app.kubernetes.io/part-of" in out
+    missing = run(capsys, cluster, "version", "--operator-namespace", "ops")
+    assert "no operator pod found (ops, selector app.kubernetes.io/part-of" in missing
