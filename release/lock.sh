@@ -3,6 +3,7 @@
 # each pinned version (every platform: the arm64 build checks the same lock), into
 #   requirements/image.txt   the base dependencies and the `operator` extra (pyproject.toml)
 #   requirements/build.txt   the build-system requirements (the operator's own wheel)
+#   requirements/plugin.txt  the base dependencies: what the krew archives' kubectl-sps carries
 # The Dockerfile installs them with --require-hashes, so two builds of one commit install
 # the same files. pip-tools (pinned below) runs from a venv in the cache. Run it after a
 # change of the dependencies in pyproject.toml; tests/ship/test_ship_dockerfile.py fails
@@ -25,10 +26,10 @@ unset PIP_FIND_LINKS PIP_EXTRA_INDEX_URL
 mkdir -p "$out"
 PYTHONPATH="$here" "$py" -m sps_release lock-inputs "$out"
 cd "$repo"
-for name in image build; do
+for name in image build plugin; do
   # --allow-unsafe: setuptools is a requirement (build.txt) and must be pinned too.
   CUSTOM_COMPILE_COMMAND="make lock" "$cache/bin/pip-compile" --quiet --generate-hashes \
     --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links \
     --output-file "requirements/$name.txt" "requirements/$name.in"
 done
-echo "locked: requirements/image.txt requirements/build.txt" >&2
+echo "locked: requirements/image.txt build.txt plugin.txt" >&2

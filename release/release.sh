@@ -7,6 +7,7 @@
 #   sps-operator-<v>-linux-<arch>.spdx.json   SBOM per architecture (Debian + Python)
 #   sps-operator-<v>.index-digest   the index's digest (sha256:...)
 #   sps-operator-<v>.provenance.json  SLSA v1 provenance predicate (`make publish` attests it)
+#   kubectl-sps_v<v>_<os>_<arch>.tar.gz, sps.yaml   the krew archives (pex) and manifest
 #   SHA256SUMS                      over every file above
 # Environment: ALLOW_DIRTY=1 builds from uncommitted changes (not a release);
 # RELEASE_TAG=v<v> (CI) must match the version; RELEASE_ARCHES (default "amd64 arm64");
@@ -36,6 +37,9 @@ rm -rf "$dist"
 mkdir -p "$dist"
 step "python: sdist and wheel $version"
 rel python-dists "${dirty[@]}" "$dist" >&2
+
+step "kubectl sps: krew archives (pex) and manifest"
+bash "$here/build-plugin.sh" "$dist" "$version" >&2
 
 step "image: ${arches[*]}"
 oci="$dist/sps-operator-$version.oci.tar"

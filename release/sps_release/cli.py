@@ -17,7 +17,8 @@ from pathlib import Path
 from sps_release.chart import pin_image_digest
 from sps_release.checksums import format_sums, parse_sums
 from sps_release.elf import HEADER_SIZE, elf_architecture, foreign_binaries
-from sps_release.lock import build_requirements, image_requirements
+from sps_release.krew import render_manifest
+from sps_release.lock import build_requirements, image_requirements, plugin_requirements
 from sps_release.oci import platform_digests
 from sps_release.provenance import provenance_predicate
 from sps_release.reproducible import normalize_tar_gz
@@ -224,6 +225,16 @@ def cmd_lock_inputs(args: argparse.Namespace) -> int:
     header = "# Generated from pyproject.toml by `make lock` (release/lock.sh). Do not edit.\n"
     (out / "image.in").write_text(header + "\n".join(image_requirements(pyproject)) + "\n")
     (out / "build.in").write_text(header + "\n".join(build_requirements(pyproject)) + "\n")
+    (out / "plugin.in").write_text(header + "\n".join(plugin_requirements(pyproject)) + "\n")
+    return 0
+
+
+def cmd_krew_manifest(args: argparse.Namespace) -> int:
+    """plugins/krew/sps.yaml with the URL and sha256 of each archive in DIST."""
+    dist = Path(args.dist)
+    digests = {p.name: _sha256(p) for p in sorted(dist.glob("kubectl-sps_*.tar.gz"))}
+    template = (ROOT / "plugins/krew/sps.yaml").read_text()
+    Path(args.out).write_text(render_manifest(template, args.tag, digests))
     return 0
 
 
@@ -316,6 +327,11 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("lock-inputs", help="requirements/*.in from pyproject.toml")
     p.add_argument("out")
     p.set_defaults(run=cmd_lock_inputs)
+    p = sub.add_parser("krew-manifest", help="the krew manifest of the archives in DIST")
+    p.add_argument("dist")
+    p.add_argument("--tag", required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(run=cmd_krew_manifest)
     p = sub.add_parser("helm", help="print the path of helm (building it if needed)")
     p.set_defaults(run=cmd_helm)
     p = sub.add_parser("checksums", help=f"write {SUMS} over every file in DIST")

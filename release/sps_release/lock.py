@@ -1,7 +1,8 @@
 """What the image installs, from pyproject.toml alone: the base dependencies and the
 `operator` extra, with the extras it names of this same package (`sps-operator[plot]`)
 expanded. `make lock` (release/lock.sh) pins these with hashes into requirements/image.txt,
-which the Dockerfile installs with `--require-hashes`."""
+which the Dockerfile installs with `--require-hashes`; and requirements/plugin.txt, what the
+krew archives of `kubectl sps` carry."""
 
 from __future__ import annotations
 
@@ -33,6 +34,11 @@ def image_requirements(pyproject: str) -> list[str]:
     extras: dict[str, list[str]] = project.get("optional-dependencies", {})
     names = _expand(extras, list(project["dependencies"]) + list(extras["operator"]), frozenset())
     return list(dict.fromkeys(names))
+
+
+def plugin_requirements(pyproject: str) -> list[str]:
+    """What `kubectl sps` needs alone (the base dependencies): the krew archives' pex."""
+    return list(tomllib.loads(pyproject)["project"]["dependencies"])
 
 
 def build_requirements(pyproject: str) -> list[str]:

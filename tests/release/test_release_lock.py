@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from sps_release.lock import build_requirements, image_requirements
+from sps_release.lock import build_requirements, image_requirements, plugin_requirements
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCKS = ROOT / "requirements"
@@ -43,9 +43,10 @@ def test_the_lock_inputs_are_what_pyproject_asks_now() -> None:
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert inputs("image") == image_requirements(pyproject), "run `make lock`"
     assert inputs("build") == build_requirements(pyproject), "run `make lock`"
+    assert inputs("plugin") == plugin_requirements(pyproject), "run `make lock`"
 
 
-@pytest.mark.parametrize("name", ["image", "build"])
+@pytest.mark.parametrize("name", ["image", "build", "plugin"])
 def test_every_requirement_is_pinned_once_with_hashes(name: str) -> None:
     locked = pins((LOCKS / f"{name}.txt").read_text())
     for line in inputs(name):
