@@ -9,28 +9,21 @@
 # (`python:3.11.13-slim-bookworm@sha256:...`) to make the build fully reproducible.
 ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
 
-# ---- stage 1: the wheels of every dependency, from pyproject.toml alone ------------
-# No source yet: a change under operator/ leaves this stage cached (docker, `buildah bud
-# --layers`), so only the thin layers below build again.
+# ---- stage 1: the wheels of every dependency, from the lock alone ------------------
+# requirements/image.txt pins every dependency with the SHA-256 of its files (`make lock`,
+# from pyproject.toml), so two builds of one commit install the same files and a changed
+# file on the index fails the build. No source yet: a change under operator/ leaves this
+# stage cached (docker, `buildah bud --layers`), so only the thin layers below build again.
 FROM ${PYTHON_IMAGE} AS deps
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml ./
-# The image's requirements: the base dependencies and the `operator` extra, with the
-# extras it names of this same package (`sps-operator[plot]`) expanded.
-RUN python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb")); \
-        extra = p["project"]["optional-dependencies"]; \
-        own = "sps-operator["; \
-        expand = lambda reqs: [x for r in reqs for x in ([y for e in r[len(own):-1].split(",") for y in expand(extra[e])] if r.startswith(own) else [r])]; \
-        open("requirements.txt", "w").write("\n".join(p["project"]["dependencies"] + expand(extra["operator"]))); \
-        open("build-requirements.txt", "w").write("\n".join(p["build-system"]["requires"]))' \
-    && pip wheel --wheel-dir /wheels -r requirements.txt \
-    && pip install -r build-requirements.txt \
-    && cp requirements.txt /wheels/
+COPY requirements/image.txt requirements/build.txt ./
+RUN pip wheel --require-hashes --no-deps --wheel-dir /wheels -r image.txt \
+    && pip install --require-hashes --no-deps -r build.txt
 
 # ---- stage 2: the operator's own wheel ------------------------------------------------
 FROM deps AS build
-COPY README.md ./
+COPY pyproject.toml README.md ./
 COPY operator/ operator/
 RUN pip wheel --no-deps --no-build-isolation --wheel-dir /dist .
 
@@ -41,8 +34,9 @@ FROM ${PYTHON_IMAGE} AS runtime
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     MPLCONFIGDIR=/tmp/matplotlib
+# Exactly the wheels of the lock, checked there; `pip check` below finds one missing.
 COPY --from=deps /wheels /wheels
-RUN pip install --no-index --find-links /wheels -r /wheels/requirements.txt \
+RUN pip install --no-index --no-deps /wheels/*.whl \
     && rm -rf /wheels
 # A numeric UID so Kubernetes can verify runAsNonRoot without a passwd lookup.
 RUN groupadd --gid 65532 sps && useradd --uid 65532 --gid 65532 --no-create-home --shell /usr/sbin/nologin sps

@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 
 .PHONY: demo test test-tools setup controlplane testbed realnode lint lint-checks typecheck crds unit clean \
-	release dist release-host publish release-check
+	release dist release-host publish release-check lock cosign
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -86,13 +86,23 @@ release: setup release-host
 	bash release/release.sh
 dist: release
 
+# Pins the image's Python dependencies with hashes into requirements/ (from pyproject.toml;
+# the Dockerfile installs them with --require-hashes). After a change of the dependencies.
+lock:
+	PYTHON=$(BIN)/python bash release/lock.sh
+
+# The pinned cosign (release/cosign/go.mod), built from the Go module proxy into the cache.
+cosign:
+	bash release/build-cosign.sh
+
 # buildah, skopeo, mmdebstrap, qemu-user-static and its binfmt_misc handler (root).
 release-host:
 	bash release/setup-host.sh
 
 # Pushes dist/ (the image index and the chart) to REGISTRY=host[:port], trusting CA=path:
 # <REGISTRY>/sps-dev/sps-operator:<version> and oci://<REGISTRY>/charts/sps-operator
-# (IMAGE_REPO, CHART_REPO override them; docs/release.md).
+# (IMAGE_REPO, CHART_REPO override them; docs/release.md), signed with cosign and the key
+# COSIGN_KEY (password COSIGN_PASSWORD), SBOMs and provenance attested.
 publish:
 	REGISTRY=$(REGISTRY) CA=$(CA) bash release/publish.sh
 

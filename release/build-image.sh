@@ -57,7 +57,7 @@ for arch in "${arches[@]}"; do
     buildah commit -q --rm "$c" "$base_ref" >/dev/null
   fi
   image_ref="localhost/sps-release/sps-operator:$version-$arch"
-  deps_ref="localhost/sps-release/operator-deps-$arch:$(hash_str "$key $(hash_files Dockerfile pyproject.toml)")"
+  deps_ref="localhost/sps-release/operator-deps-$arch:$(hash_str "$key $(hash_files Dockerfile requirements)")"
   echo "buildah: sps-operator $version linux/$arch from Dockerfile" >&2
   # pip inside the build reaches PyPI through the host's CA bundle. The dependencies'
   # stage is tagged, so that the test bed's prune of untagged images keeps it.

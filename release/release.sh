@@ -6,6 +6,8 @@
 #   sps-operator-<v>.tgz            the chart, image.digest pinned to that index
 #   sps-operator-<v>-linux-<arch>.spdx.json   SBOM per architecture (Debian + Python)
 #   sps-operator-<v>.index-digest   the index's digest (sha256:...)
+#   sps-operator-<v>.provenance.json  SLSA v1 provenance predicate (`make publish` attests it)
+#   kubectl-sps_v<v>_<os>_<arch>.tar.gz, sps.yaml   the krew archives (pex) and manifest
 #   SHA256SUMS                      over every file above
 # Environment: ALLOW_DIRTY=1 builds from uncommitted changes (not a release);
 # RELEASE_TAG=v<v> (CI) must match the version; RELEASE_ARCHES (default "amd64 arm64");
@@ -36,6 +38,9 @@ mkdir -p "$dist"
 step "python: sdist and wheel $version"
 rel python-dists "${dirty[@]}" "$dist" >&2
 
+step "kubectl sps: krew archives (pex) and manifest"
+bash "$here/build-plugin.sh" "$dist" "$version" >&2
+
 step "image: ${arches[*]}"
 oci="$dist/sps-operator-$version.oci.tar"
 # Under the image cache's lock for the build and for reading the images back.
@@ -61,6 +66,10 @@ done
 
 step "chart, image pinned to $digest"
 rel chart "$dist" --digest "$digest" --helm "$helm" >&2
+
+step "provenance"
+rel provenance "$dist" --version "$version" --arches "${arches[@]}" \
+  --out "$dist/sps-operator-$version.provenance.json"
 
 rel checksums "$dist"
 step "done: $dist"

@@ -17,7 +17,10 @@ from pathlib import Path
 from sps_release.chart import pin_image_digest
 from sps_release.checksums import format_sums, parse_sums
 from sps_release.elf import HEADER_SIZE, elf_architecture, foreign_binaries
+from sps_release.krew import render_manifest
+from sps_release.lock import build_requirements, image_requirements, plugin_requirements
 from sps_release.oci import platform_digests
+from sps_release.provenance import provenance_predicate
 from sps_release.reproducible import normalize_tar_gz
 from sps_release.sbom import Component, debian_packages, python_distribution, spdx_document
 from sps_release.versions import IMAGE_REPOSITORY, Sources, disagreements, package_version
@@ -25,6 +28,8 @@ from sps_release.versions import IMAGE_REPOSITORY, Sources, disagreements, packa
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "sps-operator"
 SUMS = "SHA256SUMS"
+# Who built it when SPS_RELEASE_BUILDER_ID does not say (CI sets it to the workflow run).
+BUILDER_ID = "https://github.com/sps-dev/sps-operator/blob/main/release/release.sh"
 
 
 def fail(message: str) -> int:
@@ -206,6 +211,33 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_platforms(args: argparse.Namespace) -> int:
+    """`<arch> <manifest digest>` per line of an index that holds exactly --arches."""
+    found = platform_digests(Path(args.index).read_bytes(), args.arches)
+    print("".join(f"{arch} {found[arch]}\n" for arch in args.arches), end="")
+    return 0
+
+
+def cmd_lock_inputs(args: argparse.Namespace) -> int:
+    """requirements/image.in and build.in from pyproject.toml (what `make lock` pins)."""
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    out = Path(args.out)
+    header = "# Generated from pyproject.toml by `make lock` (release/lock.sh). Do not edit.\n"
+    (out / "image.in").write_text(header + "\n".join(image_requirements(pyproject)) + "\n")
+    (out / "build.in").write_text(header + "\n".join(build_requirements(pyproject)) + "\n")
+    (out / "plugin.in").write_text(header + "\n".join(plugin_requirements(pyproject)) + "\n")
+    return 0
+
+
+def cmd_krew_manifest(args: argparse.Namespace) -> int:
+    """plugins/krew/sps.yaml with the URL and sha256 of each archive in DIST."""
+    dist = Path(args.dist)
+    digests = {p.name: _sha256(p) for p in sorted(dist.glob("kubectl-sps_*.tar.gz"))}
+    template = (ROOT / "plugins/krew/sps.yaml").read_text()
+    Path(args.out).write_text(render_manifest(template, args.tag, digests))
+    return 0
+
+
 def cmd_helm(args: argparse.Namespace) -> int:
     """The path of helm: $HELM, else the test bed's pinned build (built from the Go module
     proxy when missing, helm alone: testbed/recipes/build.sh)."""
@@ -220,6 +252,41 @@ def cmd_helm(args: argparse.Namespace) -> int:
         print(cached if cached.is_file() else run_build(only=["helm"], log=False) / "helm")
     except (BinariesError, OSError) as err:
         return fail(f"no helm: {err}; set HELM=/path/to/helm")
+    return 0
+
+
+# The files of the tree the image is built from, beside the commit, in the provenance.
+PROVENANCE_MATERIALS = (
+    "Dockerfile",
+    "pyproject.toml",
+    "requirements/image.txt",
+    "requirements/build.txt",
+    "release/build-image.sh",
+)
+
+
+def cmd_provenance(args: argparse.Namespace) -> int:
+    """The SLSA provenance predicate of the release in DIST (after its SBOMs and chart)."""
+    dist = Path(args.dist)
+    materials = {
+        name: _sha256(ROOT / name) for name in PROVENANCE_MATERIALS if (ROOT / name).is_file()
+    }
+    byproducts = {
+        p.name: _sha256(p)
+        for p in sorted(dist.iterdir())
+        if p.is_file() and p.name.endswith((".spdx.json", ".tgz", ".whl", ".tar.gz"))
+    }
+    predicate = provenance_predicate(
+        version=args.version,
+        commit=_git("rev-parse", "HEAD").strip(),
+        dirty=bool(_git("status", "--porcelain", "--untracked-files=normal").strip()),
+        arches=args.arches,
+        source_date_epoch=int(os.environ.get("SOURCE_DATE_EPOCH", "0")),
+        builder_id=os.environ.get("SPS_RELEASE_BUILDER_ID") or BUILDER_ID,
+        materials=materials,
+        byproducts=byproducts,
+    )
+    Path(args.out).write_text(json.dumps(predicate, indent=1, sort_keys=True) + "\n")
     return 0
 
 
@@ -247,6 +314,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--version", required=True)
     p.add_argument("--out", required=True)
     p.set_defaults(run=cmd_sbom)
+    p = sub.add_parser("provenance", help="SLSA provenance predicate of the release in DIST")
+    p.add_argument("dist")
+    p.add_argument("--version", required=True)
+    p.add_argument("--arches", nargs="+", required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(run=cmd_provenance)
+    p = sub.add_parser("platforms", help="the manifest digest of each architecture")
+    p.add_argument("index", help="the image index JSON")
+    p.add_argument("--arches", nargs="+", required=True)
+    p.set_defaults(run=cmd_platforms)
+    p = sub.add_parser("lock-inputs", help="requirements/*.in from pyproject.toml")
+    p.add_argument("out")
+    p.set_defaults(run=cmd_lock_inputs)
+    p = sub.add_parser("krew-manifest", help="the krew manifest of the archives in DIST")
+    p.add_argument("dist")
+    p.add_argument("--tag", required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(run=cmd_krew_manifest)
     p = sub.add_parser("helm", help="print the path of helm (building it if needed)")
     p.set_defaults(run=cmd_helm)
     p = sub.add_parser("checksums", help=f"write {SUMS} over every file in DIST")

@@ -72,13 +72,13 @@ if ! have "$base_ref"; then
 fi
 
 # ---- operator: the project's Dockerfile ------------------------------------------
-# With --layers: the Dockerfile installs the dependencies from pyproject.toml before it
+# With --layers: the Dockerfile installs the dependencies from the lock (requirements/) before it
 # copies any source, so after a change under operator/ buildah reuses those layers from
 # its storage and builds only the operator's own wheel and layer. The dependencies'
 # stage is tagged by what it is built from, so that the prune at the end keeps it.
-op_key=$(hash_str "$base_key $(hash_files Dockerfile pyproject.toml README.md operator)")
+op_key=$(hash_str "$base_key $(hash_files Dockerfile pyproject.toml requirements README.md operator)")
 op_tar="$cache/sps-operator-$op_key.tar"
-deps_ref="localhost/sps-testbed/operator-deps:$(hash_str "$base_key $(hash_files Dockerfile pyproject.toml)")"
+deps_ref="localhost/sps-testbed/operator-deps:$(hash_str "$base_key $(hash_files Dockerfile requirements)")"
 if [ ! -s "$op_tar" ]; then
   echo "buildah: $operator_ref from Dockerfile ($op_key)" >&2
   # pip inside the build reaches PyPI through the host's CA bundle.

@@ -515,3 +515,23 @@ def test_k8s_controlplane_crd_sps_status_text_bounds_fit_what_the_operator_write
     stored = custom.get_namespaced_custom_object(SPS_GROUP, API_VERSION, namespace, plural, "st")
     assert len(stored["status"]["currentRun"]["progress"]) == limits.MAX_PROGRESS_LENGTH
     assert len(stored["status"]["lastFailure"]["message"]) == limits.MAX_MESSAGE_LENGTH
+
+
+def test_k8s_controlplane_crd_sps_refusal_names_the_field_of_a_one_field_rule(
+    k8s_api: ApiClient, namespace: str, sps_crd: tuple[str, str]
+) -> None:
+    """The CEL rules' fieldPath and reason reach the client: a bad `spec.job.image` is
+    refused at `spec.job.image` with FieldValueInvalid (before: at `spec.job`)."""
+    plural, kind = sps_crd
+    custom = client.CustomObjectsApi(k8s_api)
+    with pytest.raises(client.ApiException) as info:
+        custom.create_namespaced_custom_object(
+            SPS_GROUP, API_VERSION, namespace, plural,
+            _sps(kind, "bad-image", {"job": {"image": "Not An Image!"}}),
+        )  # fmt: skip
+    assert info.value.status == 422
+    causes = json.loads(info.value.body)["details"]["causes"]
+    assert {"reason": "FieldValueInvalid", "field": "spec.job.image"} in [
+        {"reason": c.get("reason"), "field": c.get("field")} for c in causes
+    ], causes
+    assert "spec.job.image:" in _message(info.value)

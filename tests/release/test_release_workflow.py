@@ -40,6 +40,9 @@ def test_it_builds_and_publishes_through_the_makefile_and_nothing_else() -> None
     assert steps[PUBLISH]["env"] == {
         "REGISTRY_USER": "${{ github.actor }}",
         "REGISTRY_PASSWORD": "${{ secrets.GITHUB_TOKEN }}",
+        "COSIGN_KEY": "env://COSIGN_PRIVATE_KEY",
+        "COSIGN_PRIVATE_KEY": "${{ secrets.COSIGN_PRIVATE_KEY }}",
+        "COSIGN_PASSWORD": "${{ secrets.COSIGN_PASSWORD }}",
     }
     assert runs.index("make release") < runs.index(PUBLISH)
     assert workflow()["permissions"] == {"contents": "write", "packages": "write"}
@@ -59,3 +62,14 @@ def test_the_go_version_file_it_names_exists() -> None:
     (job,) = workflow()["jobs"].values()
     (go,) = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/setup-go")]
     assert (ROOT / go["with"]["go-version-file"]).is_file()
+
+
+def test_the_go_version_it_sets_up_builds_the_pinned_cosign() -> None:
+    """publish builds cosign (release/cosign/go.mod) with the Go the workflow sets up."""
+    (job,) = workflow()["jobs"].values()
+    (go,) = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/setup-go")]
+    wanted = re.search(r"^go (\S+)$", (ROOT / go["with"]["go-version-file"]).read_text(), re.M)
+    needed = re.search(r"^go (\S+)$", (ROOT / "release/cosign/go.mod").read_text(), re.M)
+    assert wanted and needed
+    have, need = (tuple(map(int, m.group(1).split("."))) for m in (wanted, needed))
+    assert have >= need

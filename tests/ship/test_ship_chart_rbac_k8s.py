@@ -80,7 +80,7 @@ def test_namespace_edit_and_view_users_with_the_charts_roles(
                         kubeconfig=alice)  # fmt: skip
         cluster.kubectl("label", "spsprofile", "llama", "-n", namespace, "team=ml",
                         kubeconfig=alice)  # fmt: skip
-        done = plugin(alice, "reprofile", "llama", "-n", namespace, "--token", "t-1")
+        done = plugin(alice, "reprofile", "llama", "-n", namespace, "--value", "t-1")
         assert done.returncode == 0, done.stderr
         annotations = json.loads(cluster.kubectl(
             "get", "spsprofile", "llama", "-n", namespace, "-o", "json"

@@ -6,8 +6,6 @@ import fnmatch
 import json
 import re
 import shlex
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -198,23 +196,3 @@ def test_oci_labels(instructions: list[tuple[str, str]]) -> None:
     labels = " ".join(r for w, r in stages(instructions)[-1] if w == "LABEL")
     for key in ("title", "description", "version", "source", "licenses", "revision"):
         assert f"org.opencontainers.image.{key}=" in labels, key
-
-
-def test_the_dependency_layer_installs_the_operator_extra(
-    instructions: list[tuple[str, str]], tmp_path: Path
-) -> None:
-    """The image runs the operator: its dependency layer (built from pyproject.toml alone)
-    must hold the `operator` extra, and the extras it names, not only the plugin's base."""
-    (command,) = [r for w, r in instructions if w == "RUN" and "requirements.txt" in r
-                  and r.startswith("python -c")]  # fmt: skip
-    words = shlex.split(command.split("&&")[0])
-    (tmp_path / "pyproject.toml").write_bytes((ROOT / "pyproject.toml").read_bytes())
-    subprocess.run([sys.executable, *words[1:]], cwd=tmp_path, check=True)
-    wanted = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    extras = wanted["optional-dependencies"]
-    got = (tmp_path / "requirements.txt").read_text().splitlines()
-    own = [r for r in extras["operator"] if r.startswith("sps-operator[")]
-    assert own, "the operator extra names the plot extra"
-    expected = wanted["dependencies"] + [r for r in extras["operator"] if r not in own]
-    expected += extras["plot"]
-    assert sorted(got) == sorted(expected)

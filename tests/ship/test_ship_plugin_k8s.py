@@ -295,7 +295,7 @@ def test_ship_plugin_reprofile_sets_the_annotation_only(
     k8s_cluster: K8sCluster, profiles: str
 ) -> None:
     before = json.loads(k8s_cluster.kubectl("get", "sps", "llama", "-n", profiles, "-o", "json"))
-    out = kubectl_sps(k8s_cluster, "reprofile", "llama", "--token", "t-42", "-n", profiles).stdout
+    out = kubectl_sps(k8s_cluster, "reprofile", "llama", "--value", "t-42", "-n", profiles).stdout
     assert "reprofile requested (sps.dev/reprofile=t-42)" in out
     after = json.loads(k8s_cluster.kubectl("get", "sps", "llama", "-n", profiles, "-o", "json"))
     assert after["metadata"]["annotations"][names.ANNOTATION_REPROFILE] == "t-42"
@@ -317,3 +317,22 @@ def test_ship_plugin_explain(k8s_cluster: K8sCluster, profiles: str) -> None:
     assert [f["what"] for f in healthy["findings"]] == [
         "A new table failed an acceptance gate and was not rolled out"
     ]
+
+
+def test_ship_plugin_takes_kubectls_connection_flags(
+    k8s_cluster: K8sCluster, profiles: str
+) -> None:
+    """`--as` reaches the API server (impersonation by the admin the kubeconfig names: an
+    unprivileged user is refused, in the server's words); `--server` replaces the
+    kubeconfig's address; `--request-timeout` bounds each request."""
+    ok = kubectl_sps(k8s_cluster, "get", "-n", profiles, "--request-timeout", "30s")
+    assert "llama" in ok.stdout
+    nobody = kubectl_sps(k8s_cluster, "get", "-n", profiles, "--as", "nobody", check=False)
+    assert nobody.returncode == 1
+    assert "forbidden" in nobody.stderr and "SpsProfiles" in nobody.stderr
+    dead = kubectl_sps(
+        k8s_cluster, "get", "-n", profiles, "--server", "https://127.0.0.1:9",
+        "--request-timeout", "5s", check=False,
+    )  # fmt: skip
+    assert dead.returncode == 1
+    assert "cannot reach the API server" in dead.stderr

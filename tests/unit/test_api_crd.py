@@ -83,7 +83,40 @@ def test_names_printer_columns_and_status_subresource() -> None:
     assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert columns["Reason"] == '.status.conditions[?(@.type=="Ready")].reason'
-    assert set(columns) == {"GPU", "Table", "Ready", "Reason", "Age"}
+    assert set(columns) == {"GPU", "Table", "Ready", "Reason", "Age", "Message"}
+    # Message only with `-o wide` (priority 1): the default view stays one short line.
+    priority = {c["name"]: c.get("priority", 0) for c in version["additionalPrinterColumns"]}
+    assert priority == {"GPU": 0, "Table": 0, "Ready": 0, "Reason": 0, "Age": 0, "Message": 1}
+    assert columns["Message"] == '.status.conditions[?(@.type=="Ready")].message'
+
+
+def test_every_list_is_typed() -> None:
+    """A list without x-kubernetes-list-type merges by guess under server-side apply."""
+    schema = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    lists = {path: node for path, node in _walk(schema) if node.get("type") == "array"}
+    assert len(lists) >= 8
+    for path, node in lists.items():
+        assert node.get("x-kubernetes-list-type") in ("atomic", "map", "set"), path
+    conditions = [n for p, n in lists.items() if p.endswith("conditions")]
+    assert [n["x-kubernetes-list-type"] for n in conditions] == ["map"]
+
+
+def test_cel_rules_name_the_field_they_refuse_and_a_reason() -> None:
+    schema = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    located: dict[str, list[str]] = {}
+    for path, node in _walk(schema):
+        for rule in node.get("x-kubernetes-validations", []):
+            assert rule["reason"] == "FieldValueInvalid", (path, rule)
+            if "fieldPath" in rule:
+                # The API server refuses a fieldPath that is not a field of the node.
+                assert rule["fieldPath"][1:] in node["properties"], (path, rule)
+                located.setdefault(path.replace("/properties/", "."), []).append(rule["fieldPath"])
+    assert ".image" in located[".spec.job"]
+    assert ".schedule" in located[".spec.refresh"]
+    assert ".maxBatchSize" in located[".spec.table.sweep"]
+    # A rule over two fields (source and url) is about the object, not one of them.
+    server = dict(_walk(schema))["/properties/spec/properties/server"]
+    assert all("fieldPath" not in r for r in server["x-kubernetes-validations"])
 
 
 def test_cel_rules_carry_messages() -> None:
@@ -144,5 +177,12 @@ def test_status_text_written_from_jobs_is_bounded() -> None:
 def test_the_name_rule_sits_at_the_root_where_cel_may_read_metadata_name() -> None:
     root = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     rules = root["x-kubernetes-validations"]
-    assert rules == [{"rule": "size(self.metadata.name) <= 40", "message": rules[0]["message"]}]
+    assert rules == [
+        {
+            "rule": "size(self.metadata.name) <= 40",
+            "message": rules[0]["message"],
+            "reason": "FieldValueInvalid",
+            "fieldPath": ".metadata",
+        }
+    ]
     assert "at most 40 characters" in rules[0]["message"]

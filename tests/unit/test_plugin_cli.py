@@ -27,17 +27,17 @@ def test_parser_accepts_every_command_with_output_flag() -> None:
         "x",
     )
     assert parser.parse_args(["get", "-A", "-w"]).all_namespaces is True
-    assert parser.parse_args(["reprofile", "llama", "--token", "t1"]).token == "t1"
+    assert parser.parse_args(["reprofile", "llama", "--value", "t1"]).value == "t1"
     assert parser.parse_args(["export", "llama", "--name", "pinned"]).new_name == "pinned"
-    # kubectl's -o wide, name and jsonpath for get; the other commands refuse them.
-    for output in ("wide", "name", "jsonpath={.items[*].metadata.name}", "json"):
+    # kubectl's -o wide and name for get; the other commands refuse them.
+    for output in ("wide", "name", "json"):
         assert parser.parse_args(["get", "-o", output]).output == output
     for command, output in (["table", "wide"], ["explain", "name"], ["get", "jsonpath"]):
         with pytest.raises(SystemExit):
             parser.parse_args([command, "x", "-o", output] if command != "get" else
                               [command, "-o", output])  # fmt: skip
     assert set(cli.COMMANDS) == {
-        "get", "table", "diff", "export", "reprofile", "explain", "version"
+        "get", "table", "diff", "export", "reprofile", "explain", "version", "completion"
     }  # fmt: skip
 
 

@@ -8,6 +8,7 @@ API server prunes unknown fields instead), CEL rules stay.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -35,6 +36,13 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    # `kubectl get sps -o wide`: what Ready's reason means for this profile.
+    {
+        "name": "Message",
+        "type": "string",
+        "priority": 1,
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].message',
+    },
 ]
 
 _DROP_KEYS = {"title"}
@@ -89,6 +97,28 @@ def structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         out.pop("type", None)
     elif "type" not in out and "properties" in out:
         out["type"] = "object"
+    if out.get("type") == "array":
+        # Server-side apply replaces a list whole unless a model says it is a map or a set.
+        out.setdefault("x-kubernetes-list-type", "atomic")
+    if "x-kubernetes-validations" in out:
+        out["x-kubernetes-validations"] = [
+            _located(rule, out.get("properties", {})) for rule in out["x-kubernetes-validations"]
+        ]
+    return out
+
+
+_SELF_FIELD = re.compile(r"\bself\.([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _located(rule: dict[str, Any], properties: dict[str, Any]) -> dict[str, Any]:
+    """A CEL rule with the `reason` and `fieldPath` the API server reports a refusal with:
+    a rule that reads one field of its object is about that field (so `kubectl apply` and
+    `status.details.causes` name `spec.job.image`, not `spec.job`); a rule over several
+    fields stays on the object. A model's own reason or fieldPath wins."""
+    out = {"reason": "FieldValueInvalid", **rule}
+    fields = set(_SELF_FIELD.findall(str(rule.get("rule", ""))))
+    if "fieldPath" not in out and len(fields) == 1 and next(iter(fields)) in properties:
+        out["fieldPath"] = f".{next(iter(fields))}"
     return out
 
 
@@ -101,7 +131,7 @@ def model_schema(model: type[Any]) -> dict[str, Any]:
 def build_crd() -> dict[str, Any]:
     spec_schema = model_schema(SpsProfileSpec)
     status_schema = model_schema(SpsProfileStatus)
-    root = {
+    root: dict[str, Any] = {
         "type": "object",
         "description": "SpsProfile keeps a current SGLang DSpark SPS cost table under every "
         "Deployment it selects: it profiles per GPU product, fits, gates, publishes and rolls out.",
@@ -113,8 +143,8 @@ def build_crd() -> dict[str, Any]:
             "spec": spec_schema,
             "status": status_schema,
         },
-        "x-kubernetes-validations": ROOT_RULES,
     }
+    root["x-kubernetes-validations"] = [_located(r, root["properties"]) for r in ROOT_RULES]
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

@@ -1,12 +1,13 @@
 """`kubectl sps` — a kubectl plugin (the executable `kubectl-sps` on PATH).
 
-    kubectl sps get [NAME] [-A] [-w] [-o wide|name|jsonpath=T]  profiles: GPU, table, state
+    kubectl sps get [NAME] [-A] [-w] [-o wide|name]  profiles: GPU, table, state
     kubectl sps table NAME [--gpu P] [--plot FILE.png] [--rejected]
     kubectl sps diff OLD NEW                    predicted step-time change over the grid
     kubectl sps export NAME [--gpu P] [--name N] the table ConfigMap as YAML for Git
-    kubectl sps reprofile NAME [--token T]      request a new run (annotation, not spec)
+    kubectl sps reprofile NAME [--value V]      request a new run (annotation, not spec)
     kubectl sps explain NAME                    why the last run failed, and what next
     kubectl sps version [--client]              the plugin's and the operator's versions
+    kubectl sps completion bash|zsh             shell completion script
 
 A table reference (diff) is PROFILE, PROFILE@GPU, PROFILE@rejected,
 configmap/NAME, log:POD[/CONTAINER] (the table a server with SGLang PR #35413 derived at
@@ -29,9 +30,10 @@ from sps_operator import __version__
 from sps_operator.api import labels as L
 from sps_operator.api.result import decode_rounds
 from sps_operator.constants import API_GROUP
+from sps_operator.plugin import completion, view
 from sps_operator.plugin import diff as diffmod
 from sps_operator.plugin import explain as explainmod
-from sps_operator.plugin import jsonpath, view
+from sps_operator.plugin.kubeflags import ConnectionFlags, parse_request_timeout
 from sps_operator.plugin.view import PluginError
 from sps_operator.tables.formats import (
     SpsCostTable,
@@ -49,8 +51,8 @@ if TYPE_CHECKING:  # keeps `kubectl sps --help` free of the kubernetes import
 
 
 OUTPUTS = ("human", "json", "yaml")
-# `kubectl sps get` also takes kubectl's -o wide, -o name and -o jsonpath=TEMPLATE.
-GET_OUTPUTS = (*OUTPUTS, "wide", "name", "jsonpath=TEMPLATE")
+# `kubectl sps get` also takes kubectl's -o wide and -o name; -o jsonpath is kubectl get's.
+GET_OUTPUTS = (*OUTPUTS, "wide", "name")
 
 
 def _common(outputs: tuple[str, ...] = OUTPUTS) -> argparse.ArgumentParser:
@@ -61,13 +63,52 @@ def _common(outputs: tuple[str, ...] = OUTPUTS) -> argparse.ArgumentParser:
     )
     common.add_argument("--kubeconfig", help="path to the kubeconfig (default: $KUBECONFIG)")
     common.add_argument("--context", help="kubeconfig context (default: the current one)")
+    # kubectl's own connection flags, with kubectl's names and meanings.
+    common.add_argument("-s", "--server", help="the API server's address (kubectl --server)")
+    common.add_argument("--token", help="bearer token for the API server")
+    common.add_argument("--as", dest="impersonate", metavar="USER", help="impersonate a user")
+    common.add_argument("--certificate-authority", help="CA certificate file of the API server")
+    common.add_argument(
+        "--insecure-skip-tls-verify", action="store_true", help="do not verify the server's cert"
+    )
+    common.add_argument(
+        "--request-timeout",
+        default=None,
+        type=_request_timeout,
+        help="how long to wait for one request: 0 (none, the default), 30s, 1m... (as kubectl)",
+    )
     return common
+
+
+def _request_timeout(value: str) -> float | None:
+    try:
+        return parse_request_timeout(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def connection_flags(args: argparse.Namespace) -> ConnectionFlags:
+    return ConnectionFlags(
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        server=args.server,
+        token=args.token,
+        impersonate=args.impersonate,
+        certificate_authority=args.certificate_authority,
+        insecure_skip_tls_verify=args.insecure_skip_tls_verify,
+        request_timeout=args.request_timeout,
+    )
 
 
 def _output(allowed: tuple[str, ...]) -> Callable[[str], str]:
     def parse(value: str) -> str:
-        if value in allowed or ("jsonpath=TEMPLATE" in allowed and value.startswith("jsonpath=")):
+        if value in allowed:
             return value
+        if value.startswith(("jsonpath", "custom-columns", "go-template")):
+            raise argparse.ArgumentTypeError(
+                f"{value!r}: kubectl's own reads the API objects: "
+                f"kubectl get spsprofiles -o {value.split('=', 1)[0]}=..."
+            )
         raise argparse.ArgumentTypeError(f"{value!r}: one of {', '.join(allowed)}")
 
     return parse
@@ -108,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     reprofile = sub.add_parser("reprofile", parents=[common], help="request a new profiling run")
     reprofile.add_argument("name")
-    reprofile.add_argument("--token", help="annotation value (default: the current UTC time)")
+    reprofile.add_argument("--value", help="the annotation's value (default: the current UTC time)")
 
     explain = sub.add_parser("explain", parents=[common], help="why the last run failed")
     explain.add_argument("name")
@@ -119,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--operator-namespace",
         help="where the operator runs (default: look in every namespace)",
     )
+
+    completion_cmd = sub.add_parser("completion", help="shell completion script (bash, zsh)")
+    completion_cmd.add_argument("shell", choices=["bash", "zsh"])
     return parser
 
 
@@ -152,12 +196,6 @@ def cmd_get(args: argparse.Namespace, cluster: Cluster) -> int:
         now = datetime.now(UTC)
         return [view.get_row(p, now) for p in profiles()]
 
-    if args.output.startswith("jsonpath="):
-        # As kubectl: over the API objects (one, or a List of them).
-        found = profiles()
-        data = found[0] if args.name else {"apiVersion": "v1", "kind": "List", "items": found}
-        print(jsonpath.render(args.output.removeprefix("jsonpath="), data))
-        return 0
     if args.output == "name":
         print("\n".join(f"spsprofile.{API_GROUP}/{p['metadata']['name']}" for p in profiles()))
         return 0
@@ -336,7 +374,7 @@ def cmd_export(args: argparse.Namespace, cluster: Cluster) -> int:
 
 def cmd_reprofile(args: argparse.Namespace, cluster: Cluster) -> int:
     namespace = _namespace(args, cluster)
-    token = args.token or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    token = args.value or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     cluster.annotate_reprofile(namespace, args.name, token)
     data = {
         "name": args.name,
@@ -385,6 +423,17 @@ def cmd_version(args: argparse.Namespace, cluster: Cluster | None) -> int:
     return 0
 
 
+def cmd_completion(args: argparse.Namespace, cluster: Any) -> int:
+    """`source <(kubectl sps completion bash)`; kubectl's own completion uses the
+    `kubectl_complete-sps` entry point instead."""
+    parser = build_parser()
+    script = (
+        completion.bash_script(parser) if args.shell == "bash" else completion.zsh_script(parser)
+    )
+    print(script, end="")
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Any], int]] = {
     "get": cmd_get,
     "table": cmd_table,
@@ -393,10 +442,13 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Any], int]] = {
     "reprofile": cmd_reprofile,
     "explain": cmd_explain,
     "version": cmd_version,
+    "completion": cmd_completion,
 }
 
 
 def _needs_cluster(args: argparse.Namespace) -> bool:
+    if args.command == "completion":
+        return False
     if args.command == "version":
         return not args.client
     if args.command != "diff":
@@ -415,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         if _needs_cluster(args):
             from sps_operator.plugin.client import Cluster
 
-            cluster = Cluster(args.kubeconfig, args.context)
+            cluster = Cluster(connection_flags(args))
         return COMMANDS[args.command](args, cluster)
     except PluginError as exc:
         print(f"error: {exc}", file=sys.stderr)

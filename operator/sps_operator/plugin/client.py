@@ -6,23 +6,45 @@ from typing import Any
 
 from sps_operator.api import labels as L
 from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
+from sps_operator.plugin.kubeflags import ConnectionFlags
 from sps_operator.plugin.view import PluginError
 
 
 class Cluster:
     """The current kubeconfig context (or an explicit one), as kubectl would use it."""
 
-    def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
+    def __init__(self, flags: ConnectionFlags | None = None) -> None:
         from kubernetes import client, config
 
+        flags = flags or ConnectionFlags()
+        kubeconfig, context = flags.kubeconfig, flags.context
         try:
             config.load_kube_config(config_file=kubeconfig, context=context)
         except Exception as exc:  # kubeconfig missing or malformed: say so in one line
             try:
                 config.load_incluster_config()
             except Exception:
-                raise PluginError(f"cannot load a kubeconfig: {exc}") from None
-        self.api = client.ApiClient()
+                # kubectl --server URL --token T works without a kubeconfig; so does this.
+                if not (flags.server and flags.token):
+                    raise PluginError(f"cannot load a kubeconfig: {exc}") from None
+                client.Configuration.set_default(client.Configuration())
+        configuration = client.Configuration.get_default_copy()
+        if flags.server:
+            configuration.host = flags.server.rstrip("/")
+        if flags.token:
+            # The key the client's auth settings read (kubeconfig tokens land there too).
+            configuration.api_key = {"BearerToken": f"Bearer {flags.token}"}
+            # Else the kubeconfig's hook puts its own token back before every request.
+            configuration.refresh_api_key_hook = None
+            configuration.api_key_prefix = {}
+        if flags.certificate_authority:
+            configuration.ssl_ca_cert = flags.certificate_authority
+        if flags.insecure_skip_tls_verify:
+            configuration.verify_ssl = False
+        self.request_timeout = flags.request_timeout
+        self.api = client.ApiClient(configuration)
+        if flags.impersonate:
+            self.api.set_default_header("Impersonate-User", flags.impersonate)
         self.core = client.CoreV1Api(self.api)
         self.batch = client.BatchV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
@@ -38,7 +60,10 @@ class Cluster:
 
     def _call(self, what: str, func: Any, *args: Any, **kwargs: Any) -> Any:
         from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
 
+        if self.request_timeout is not None:
+            kwargs.setdefault("_request_timeout", self.request_timeout)
         try:
             return func(*args, **kwargs)
         except ApiException as exc:
@@ -47,7 +72,7 @@ class Cluster:
             if exc.status == 403:
                 raise PluginError(f"forbidden: {what} ({exc.reason})") from None
             raise PluginError(f"{what}: {exc.status} {exc.reason}") from None
-        except OSError as exc:
+        except (OSError, HTTPError) as exc:  # HTTPError: urllib3's, a --request-timeout too
             raise PluginError(f"{what}: cannot reach the API server: {exc}") from None
 
     def list_profiles(self, namespace: str | None) -> list[dict[str, Any]]:
