@@ -54,8 +54,8 @@ def _tool(name: str) -> str:
 
 
 def _build_script(name: str) -> Path:
-    """The Go tools' build scripts (tests/controlplane/, moving to testbed/)."""
-    for path in (ROOT / "tests/controlplane" / name, *sorted(ROOT.glob(f"testbed/**/{name}"))):
+    """The Go tools' build scripts (testbed/recipes/)."""
+    for path in sorted(ROOT.glob(f"testbed/**/{name}")):
         if path.is_file():
             return path
     raise FileNotFoundError(name)
