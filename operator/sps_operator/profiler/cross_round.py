@@ -29,6 +29,11 @@ SLOW_MIN_REL = 0.05
 FASTER_Z = 2.0
 # The lines a round is judged against go through two of its this many nearest rounds.
 NEAREST = 4
+# How far a round may read slower than a round of more batch tokens (and at least as many
+# requests, same repeat and pin), in standard errors of the difference, before it is
+# measured again: step time cannot fall as the batch grows, so only noise (or a cap over
+# the slower round) makes it. A false alarm costs a round.
+NON_MONOTONE_Z = 2.5
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,32 @@ def slow_outliers(levels: Sequence[Level]) -> list[tuple[int, int, float | None]
         above = sum(_far_above(point, *_expected(point, a, b)) for a, b in pairs)
         if pairs and above > len(pairs) / 2:
             flagged.append(point.key)
+    return flagged
+
+
+def slower_than_larger(
+    levels: Sequence[Level],
+) -> dict[tuple[int, int, float | None], Level]:
+    """The cells whose round reads slower, beyond noise, than a round of more batch tokens
+    and at least as many requests (same repeat and pin), each with the fastest such round.
+    Unlike the lines above, this needs no clean neighbour: several neighbouring rounds
+    inside one cap are all slower than the first round of more tokens after the cap."""
+    flagged: dict[tuple[int, int, float | None], Level] = {}
+    for point in levels:
+        repeat, bs, frac = point.key
+        for other in levels:
+            if (
+                other.key[0] == repeat
+                and other.key[2] == frac
+                and other.key[1] >= bs
+                and other.batch_tokens > point.batch_tokens
+                and math.isfinite(other.se)
+                and point.step_time - other.step_time
+                > NON_MONOTONE_Z * math.hypot(point.se, other.se)
+            ):
+                best = flagged.get(point.key)
+                if best is None or other.step_time < best.step_time:
+                    flagged[point.key] = other
     return flagged
 
 

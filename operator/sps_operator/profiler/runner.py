@@ -23,7 +23,7 @@ from sps_operator.profiler import artifacts
 from sps_operator.profiler.active_round import ActiveRound, MeasuredRound, record_lines
 from sps_operator.profiler.client import DsparkClient, ServerUnavailableError
 from sps_operator.profiler.cross_round import Level, replaces
-from sps_operator.profiler.remeasure import CellKey, Remeasures
+from sps_operator.profiler.remeasure import Remeasures, round_levels
 from sps_operator.profiler.round_plans import round_plan, warmup_plan
 from sps_operator.profiler.rounds import PinNotTakenError, RoundError, SteadySeries, StepRow
 from sps_operator.profiler.server import (
@@ -284,6 +284,7 @@ def run_profile(
         manifest("running", None)
         session = Session(client, context, vocab, cfg.settings.temperature)
         pin_reset: str | None = None
+        again = Remeasures()
 
         def record(cell: SweepCell, measured: MeasuredRound, replace: bool = False) -> None:
             summary = measured.outcome.to_summary() | measured.extra
@@ -304,7 +305,7 @@ def run_profile(
 
         try:
             try:
-                _drive(session, cfg, _jobs(session, cfg, todo), record)
+                _drive(session, cfg, _jobs(session, cfg, todo), record, rounds, again)
             except ServerUnavailableError as exc:
                 raise ServerUnavailableError(
                     f"The server stopped answering mid-sweep ({exc}); the {len(rounds)} "
@@ -314,13 +315,13 @@ def run_profile(
         except BaseException as exc:
             if cfg.fracs is not None:
                 pin_reset = _safe_reset(session)
-            manifest("failed", pin_reset, {"error": str(exc)})
+            manifest("failed", pin_reset, {"error": str(exc), "remeasured": again.log})
             raise
         if cfg.fracs is not None:
             pin_reset = _safe_reset(session)
         if not rounds:
             raise ProfilerError("No rounds were measured.")
-        data = manifest("succeeded", pin_reset)
+        data = manifest("succeeded", pin_reset, {"remeasured": again.log})
         return RunSummary(paths, rounds, data, context, pin_reset, warnings)
 
 
@@ -388,11 +389,14 @@ def _drive(
     cfg: RunConfig,
     jobs: Sequence[Job],
     record: Recorder,
+    rounds: Sequence[dict[str, Any]],
+    again: Remeasures,
 ) -> None:
     """Run the rounds back to back: the next one starts as soon as this one's records are
     read, before they are validated and written, so the GPU does not idle in between.
-    Once every cell is measured, cells that read far slower than their neighbours are
-    measured again (`cross_round`)."""
+    Once every cell is measured, cells out of line with the others (`rounds`, as recorded,
+    read as the fit reads them) are measured again (`remeasure`); one still out of line
+    when its rechecks are spent fails the run."""
     settings = cfg.settings
     recent: list[int] = []  # steady steps of the last rounds: the next one's expected length
     correlations: list[tuple[float, float]] = []  # measured rounds' step (φ, se): the prior
@@ -403,12 +407,11 @@ def _drive(
     on_ramp = False
     probe: list[Chunk] = []  # the same, as the clock-ramp model's chunks
     clock = 0.0  # seconds of decode steps since the run's first: the ramp's time axis
-    again = Remeasures()
-    # This run's recorded rounds off any clock ramp, for the check across rounds.
-    levels: dict[CellKey, Level] = {}
 
     def start(index: int) -> ActiveRound | None:
         end_on_rise = index < len(queue) and again.ends_on_rise(*queue[index])
+        if index < len(queue) and again.is_recheck(*queue[index]):
+            again.starting(queue[index][1], clock)
         return _start_round(
             session,
             settings,
@@ -469,13 +472,25 @@ def _drive(
             index += 1
             continue
         try:
-            _conclude(kind, cell, active, measured, failure, record, levels)
+            _conclude(kind, cell, active, measured, failure, record, rounds, again)
         except BaseException:
             if following is not None:
                 following.abandon()
             raise
         if following is None:
-            queue.extend(again.rechecks(levels))
+            rechecks = again.rechecks(rounds)
+            left = again.left_out_of_line(rounds) if not rechecks else {}
+            if left:
+                raise ProfilerError(
+                    "Rounds still out of line with the others after measuring them again "
+                    "(a GPU throttling for longer than the run could wait out?): "
+                    + "; ".join(
+                        f"bs={bs} frac={frac}: {why}" for (_r, bs, frac), why in left.items()
+                    )
+                    + f". The rounds are in {artifacts.OutPaths.for_out(cfg.out).rounds}; "
+                    "rerun when the GPU is not capped (check its clocks and power limit)."
+                )
+            queue.extend(rechecks)
             following = start(index + 1)
         active = following
         index += 1
@@ -512,11 +527,14 @@ def _conclude(
     measured: MeasuredRound | None,
     failure: RoundError | None,
     record: Recorder,
-    levels: dict[CellKey, Level],
+    rounds: Sequence[dict[str, Any]],
+    again: Remeasures,
 ) -> None:
-    """What a finished round means for the run; `levels` keeps the recorded rounds' step
-    times (those off a clock ramp) for the check across rounds."""
-    if kind == "recheck" and failure is not None:
+    """What a finished round means for the run; a recheck replaces the cell's recorded round
+    (as the fit reads it: `remeasure.round_levels`) only if it is faster beyond noise."""
+    recheck = again.is_recheck(kind, cell)
+    if recheck and failure is not None:
+        again.concluded(cell, False)
         logger.warning(
             "Round bs=%d frac=%s measured again failed (%s): the first round stands.",
             cell.bs,
@@ -526,8 +544,9 @@ def _conclude(
         return
     if measured is not None and kind != "pre-flight" and failure is None:
         level = _level_of(cell, measured)
-        if kind == "recheck":
-            first = levels.get(cell.key)
+        if recheck:
+            first = round_levels(rounds).levels.get(cell.key)
+            again.concluded(cell, first is not None and replaces(first, level))
             if first is None or not replaces(first, level):
                 logger.warning(
                     "Round bs=%d frac=%s measured again reads %.4g s against %.4g s: the "
@@ -538,11 +557,8 @@ def _conclude(
                     first.step_time if first else float("nan"),
                 )
                 return
-            levels[cell.key] = level
             record(cell, measured, True)
             return
-        if not ({"clock_on_ramp", "clock_ramp"} & measured.extra.keys()):
-            levels[cell.key] = level
     if kind == "warm-up":
         if isinstance(failure, PinNotTakenError):
             raise failure
