@@ -19,7 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sps_operator.profiler.active_round import MeasuredRound
-from sps_operator.profiler.cross_round import Level, slow_outliers, slower_than_larger
+from sps_operator.profiler.cross_round import (
+    Level,
+    above_local_fit,
+    slow_outliers,
+    slower_than_larger,
+)
 from sps_operator.profiler.sweep import Job, RoundKind, SweepCell, cell_key_of_round
 from sps_operator.tables.clockramp import correct_rounds, stranded_rounds
 
@@ -93,17 +98,18 @@ def out_of_line(levels: Sequence[Level]) -> dict[CellKey, str]:
         )
     for key in slow_outliers(levels):
         reasons.setdefault(key, "far slower than the lines through its nearest neighbours")
+    for key in above_local_fit(levels):
+        reasons.setdefault(key, "far slower than the line fitted through its nearest neighbours")
     return reasons
 
 
-def episode_spans(
-    keys: Sequence[CellKey], windows: Mapping[CellKey, tuple[float, float]]
-) -> list[float]:
-    """The run-clock spans of the episodes the flagged rounds show: rounds measured back to
-    back (gaps under `EPISODE_GAP_S`) are one episode, from the first's start to the last's
-    end (a lower bound: the cap may have started before and ended after)."""
+def episode_spans(windows: Sequence[tuple[float, float]]) -> list[float]:
+    """The run-clock spans of the episodes that the windows of rounds out of line or whose
+    steps rose show: rounds measured back to back (gaps under `EPISODE_GAP_S`) are one
+    episode, from the first's start to the last's end (a lower bound: the cap may have
+    started before and ended after)."""
     spans: list[float] = []
-    ordered = sorted(windows[k] for k in keys if k in windows)
+    ordered = sorted(windows)
     start = end = math.nan
     for window in ordered:
         if not math.isnan(end) and window[0] - end <= EPISODE_GAP_S:
@@ -131,17 +137,27 @@ class Remeasures:
     flagged_end: dict[CellKey, float] = field(default_factory=dict)
     reasons: dict[CellKey, str] = field(default_factory=dict)
     log: list[dict[str, Any]] = field(default_factory=list)
+    # The run-clock windows of rounds whose steps rose (not recorded: measured again).
+    rise_windows: list[tuple[float, float]] = field(default_factory=list)
 
     def ends_on_rise(self, kind: RoundKind, cell: SweepCell) -> bool:
         """Would a rise in this round be measured again (so the round may end on one)?"""
         return kind in ("cell", "recheck") and self.rises.get(cell.key, 0) < MAX_RISE_REMEASURES
 
-    def rose(self, kind: RoundKind, cell: SweepCell, measured: MeasuredRound) -> bool:
-        """Did the round's steps rise, so its cell is measured again instead of recording it?"""
+    def rose(
+        self,
+        kind: RoundKind,
+        cell: SweepCell,
+        measured: MeasuredRound,
+        window: tuple[float, float] = (0.0, 0.0),
+    ) -> bool:
+        """Did the round's steps rise, so its cell is measured again instead of recording it?
+        `window`: the round's on the run clock (a rise marks an episode there too)."""
         rise = measured.outcome.level_rise
         if rise is None or not self.ends_on_rise(kind, cell):
             return False
         self.rises[cell.key] = self.rises.get(cell.key, 0) + 1
+        self.rise_windows.append(window)
         self.log.append(
             _entry(cell.key, f"its steps rose by {rise:.1%} mid-round (a clock cap setting in?)")
         )
@@ -164,7 +180,8 @@ class Remeasures:
         stands out. An anchor is measured again as an anchor (it carries the ramp model)."""
         seen = round_levels(rounds)
         flagged = out_of_line(list(seen.levels.values()))
-        self.episode_s = max([self.episode_s, *episode_spans(list(flagged), seen.windows)])
+        windows = [seen.windows[k] for k in flagged if k in seen.windows]
+        self.episode_s = max([self.episode_s, *episode_spans(windows + self.rise_windows)])
         due = [
             key
             for key in flagged

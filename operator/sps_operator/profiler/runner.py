@@ -462,7 +462,8 @@ def _drive(
             failure = exc
         if stands_for_cell and measured is None and not isinstance(failure, PinNotTakenError):
             queue.append(("cell", cell))  # measured on a round of its own after all
-        if measured is not None and again.rose(kind, cell, measured):
+        window = (active.clock_start, active.clock_end)
+        if measured is not None and again.rose(kind, cell, measured, window):
             # Measured again right after the round already started, so the run's order (a
             # ramp's anchor last) holds.
             queue.insert(index + 2, (kind, cell))
