@@ -195,6 +195,7 @@ def run_job(job: Job) -> dict[str, Any]:
             env = {"SGLANG_RAGGED_VERIFY_MODE": "compact"}
         started = time.monotonic()
         quality: dict[str, Any] | None = None
+        remeasured: list[dict[str, Any]] | None = None
         clock_ramp: dict[str, Any] | None = None
         with running_sim(sim_args, env=env, time_scale=scale) as url:
             if job.tool == "ours":
@@ -213,7 +214,9 @@ def run_job(job: Job) -> dict[str, Any]:
                     out=str(workdir / "ours.json"),
                     vocab_size=32000,
                 )
-                rounds = run_profile(cfg).rounds
+                summary = run_profile(cfg)
+                rounds = summary.rounds
+                remeasured = summary.manifest.get("remeasured")
                 fit = fit_from_rounds(rounds, TableKind(job.kind.capitalize()))
                 table: SpsTable = fit.table
                 quality = fit.quality.to_dict()
@@ -249,6 +252,8 @@ def run_job(job: Job) -> dict[str, Any]:
         # ours: the clock-ramp model the rounds were corrected with (None: the warm-up
         # waited the clocks out)
         "clock_ramp": clock_ramp,
+        # ours: the cells measured again within the run and why (the manifest's `remeasured`)
+        "remeasured": remeasured,
         "table": table.to_dict(),
         # ours: the rounds the table was fitted from, so its bound can be computed again
         # offline by later code (--rebound) against the same real error
