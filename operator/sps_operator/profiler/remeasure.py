@@ -46,6 +46,10 @@ MAX_RECHECK_ROUNDS = 4
 # episode (a cap over several rounds in a row; the gap between rounds is tens of ms).
 EPISODE_GAP_S = 0.5
 
+# Entries of the manifest's `remeasured` kept (the rest only counted: `omitted`), so the
+# manifest stays far inside the operator's bound on it (`api/result.MAX_MANIFEST_BYTES`).
+MAX_LOG_ENTRIES = 64
+
 CellKey = tuple[int, int, float | None]
 
 
@@ -139,6 +143,7 @@ class Remeasures:
     log: list[dict[str, Any]] = field(default_factory=list)
     # The run-clock windows of rounds whose steps rose (not recorded: measured again).
     rise_windows: list[tuple[float, float]] = field(default_factory=list)
+    omitted: int = 0  # log entries beyond `MAX_LOG_ENTRIES`
 
     def ends_on_rise(self, kind: RoundKind, cell: SweepCell) -> bool:
         """Would a rise in this round be measured again (so the round may end on one)?"""
@@ -158,7 +163,7 @@ class Remeasures:
             return False
         self.rises[cell.key] = self.rises.get(cell.key, 0) + 1
         self.rise_windows.append(window)
-        self.log.append(
+        self._note(
             _entry(cell.key, f"its steps rose by {rise:.1%} mid-round (a clock cap setting in?)")
         )
         logger.warning(
@@ -224,7 +229,17 @@ class Remeasures:
             "episode_s": round(self.episode_s, 3),
             "counted": late,
         }
-        self.log.append(entry)
+        self._note(entry)
+
+    def _note(self, entry: dict[str, Any]) -> None:
+        if len(self.log) < MAX_LOG_ENTRIES:
+            self.log.append(entry)
+        else:
+            self.omitted += 1
+
+    def manifest(self) -> dict[str, Any]:
+        """What the manifest says about the cells measured again."""
+        return {"remeasured": self.log, "remeasured_omitted": self.omitted}
 
     def concluded(self, cell: SweepCell, replaced: bool) -> None:
         """The outcome of the cell's last recheck: did it replace the round it checked?"""

@@ -315,13 +315,13 @@ def run_profile(
         except BaseException as exc:
             if cfg.fracs is not None:
                 pin_reset = _safe_reset(session)
-            manifest("failed", pin_reset, {"error": str(exc), "remeasured": again.log})
+            manifest("failed", pin_reset, {"error": str(exc)} | again.manifest())
             raise
         if cfg.fracs is not None:
             pin_reset = _safe_reset(session)
         if not rounds:
             raise ProfilerError("No rounds were measured.")
-        data = manifest("succeeded", pin_reset, {"remeasured": again.log})
+        data = manifest("succeeded", pin_reset, again.manifest())
         return RunSummary(paths, rounds, data, context, pin_reset, warnings)
 
 
