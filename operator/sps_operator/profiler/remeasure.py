@@ -42,6 +42,11 @@ MAX_RECHECKS = 2
 # before that time rather than idle the GPU (an idle gap re-arms its clock ramp), and one
 # that does not replace the first round then proves nothing.
 MAX_RECHECK_ROUNDS = 4
+# A recheck runs to at most this fraction of `--max-steady-steps`: it only has to tell a
+# capped first round (a cap slows by 10 % and more) from a good one beyond 2 standard errors
+# (`cross_round.FASTER_Z`), and half a round's steps do that; it stands for its cell if it
+# replaces the first, with the CI its steps give (the bound carries it).
+RECHECK_STEPS_FRACTION = 0.5
 # Rounds out of line whose windows on the run clock are closer than this are taken as one
 # episode (a cap over several rounds in a row; the gap between rounds is tens of ms).
 EPISODE_GAP_S = 0.5
@@ -147,7 +152,10 @@ class Remeasures:
 
     def ends_on_rise(self, kind: RoundKind, cell: SweepCell) -> bool:
         """Would a rise in this round be measured again (so the round may end on one)?"""
-        return kind in ("cell", "recheck") and self.rises.get(cell.key, 0) < MAX_RISE_REMEASURES
+        return (
+            kind in ("cell", "recheck", "anchor")
+            and self.rises.get(cell.key, 0) < MAX_RISE_REMEASURES
+        )
 
     def rose(
         self,

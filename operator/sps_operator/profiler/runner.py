@@ -14,7 +14,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -23,7 +23,7 @@ from sps_operator.profiler import artifacts
 from sps_operator.profiler.active_round import ActiveRound, MeasuredRound, record_lines
 from sps_operator.profiler.client import DsparkClient, ServerUnavailableError
 from sps_operator.profiler.cross_round import Level, replaces
-from sps_operator.profiler.remeasure import Remeasures, round_levels
+from sps_operator.profiler.remeasure import RECHECK_STEPS_FRACTION, Remeasures, round_levels
 from sps_operator.profiler.round_plans import round_plan, warmup_plan
 from sps_operator.profiler.rounds import PinNotTakenError, RoundError, SteadySeries, StepRow
 from sps_operator.profiler.server import (
@@ -60,6 +60,9 @@ from sps_operator.tables.clockramp import (
 logger = logging.getLogger(__name__)
 
 PREFLIGHT_STEADY_STEPS = 8
+# A cell whose round rose is measured again after this many other rounds (when as many are
+# left before the anchor): a cap lasts seconds, longer than one round.
+RISE_REMEASURE_AFTER = 2
 FALLBACK_VOCAB_SIZE = 32000
 
 # Records a concluded round: (its cell, the round, whether it replaces the cell's round
@@ -410,11 +413,18 @@ def _drive(
 
     def start(index: int) -> ActiveRound | None:
         end_on_rise = index < len(queue) and again.ends_on_rise(*queue[index])
+        round_settings = settings
         if index < len(queue) and again.is_recheck(*queue[index]):
             again.starting(queue[index][1], clock)
+            # A recheck asks whether the first round read a cap (12 % and more, against
+            # a round's 1-2 % standard error): half a round answers that.
+            round_settings = replace(
+                settings,
+                max_steady_steps=max(1, int(settings.max_steady_steps * RECHECK_STEPS_FRACTION)),
+            )
         return _start_round(
             session,
-            settings,
+            round_settings,
             queue,
             index,
             clock,
@@ -464,9 +474,11 @@ def _drive(
             queue.append(("cell", cell))  # measured on a round of its own after all
         window = (active.clock_start, active.clock_end)
         if measured is not None and again.rose(kind, cell, measured, window):
-            # Measured again right after the round already started, so the run's order (a
-            # ramp's anchor last) holds.
-            queue.insert(index + 2, (kind, cell))
+            # Measured again `RISE_REMEASURE_AFTER` rounds later, so the cap whose start the
+            # rise saw has time to end (issue 37: right after the next round, the round
+            # measured again often lay inside the same cap), but before a ramp's anchor (the
+            # run's order, anchor last, holds).
+            queue.insert(_rise_remeasure_at(queue, index), (kind, cell))
             if following is None:
                 following = start(index + 1)
             active = following
@@ -495,6 +507,15 @@ def _drive(
             following = start(index + 1)
         active = following
         index += 1
+
+
+def _rise_remeasure_at(queue: Sequence[Job], index: int) -> int:
+    """Where the cell of the round at `index`, whose steps rose, is measured again: after
+    `RISE_REMEASURE_AFTER` rounds if as many come before the anchor, never before the round
+    already started (index + 1)."""
+    anchors = [i for i in range(index + 1, len(queue)) if queue[i][0] == "anchor"]
+    latest = anchors[0] if anchors else len(queue)
+    return max(index + 2, min(index + 1 + RISE_REMEASURE_AFTER, latest))
 
 
 def _note_measured(
