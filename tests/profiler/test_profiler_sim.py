@@ -528,6 +528,27 @@ def test_three_rounds_in_a_row_inside_one_cap_are_measured_again(
     assert any("cannot fall as the batch grows" in e["reason"] for e in remeasured)
 
 
+def test_a_cell_still_out_of_line_after_its_rechecks_fails_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Every round of bs 4 is capped: its rechecks never read faster, and a table with it
+    # would be non-monotone. The run fails (no table) and says which cell and why; the
+    # manifest lists the rounds measured again.
+    seen, _ = _capping_rounds(monkeypatch, lambda requests, _seen: requests == 4, 1.25)
+    preset = quiet_h100(tmp_path / "quiet.json")
+    out = tmp_path / "always-capped-sps.json"
+    with running_sim(seed=3, time_scale=10.0, preset=preset) as url:
+        assert profile(url, out, "--batch-size", "1", "2", "4", "8", "16") == 1
+    assert "out of line with the others after measuring them again" in capsys.readouterr().err
+    assert not out.exists()
+    manifest = json.loads(OutPaths.for_out(out).manifest.read_text())
+    assert manifest["status"] == "failed"
+    rechecks = [e for e in manifest["remeasured"] if e["bs"] == 4 and "after_s" in e]
+    assert 2 <= len(rechecks) <= 4
+    assert not any(e["replaced"] for e in rechecks)
+    assert seen.count(4) == 1 + len(rechecks)
+
+
 def test_an_anchor_inside_a_cap_is_measured_again_as_the_anchor(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
