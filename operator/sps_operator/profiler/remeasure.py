@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sps_operator.profiler.active_round import MeasuredRound
@@ -25,7 +25,13 @@ from sps_operator.profiler.cross_round import (
     slow_outliers,
     slower_than_larger,
 )
-from sps_operator.profiler.sweep import Job, RoundKind, SweepCell, cell_key_of_round
+from sps_operator.profiler.sweep import (
+    Job,
+    RoundKind,
+    RoundSettings,
+    SweepCell,
+    cell_key_of_round,
+)
 from sps_operator.tables.clockramp import correct_rounds, stranded_rounds
 
 logger = logging.getLogger(__name__)
@@ -221,10 +227,15 @@ class Remeasures:
     def is_recheck(self, kind: RoundKind, cell: SweepCell) -> bool:
         return kind == "recheck" or (kind == "anchor" and cell.key in self.flagged_end)
 
-    def starting(self, cell: SweepCell, clock: float) -> None:
-        """A recheck of `cell` starts at run-clock second `clock`: it counts towards
+    def starting(
+        self, kind: RoundKind, cell: SweepCell, settings: RoundSettings, clock: float
+    ) -> RoundSettings:
+        """The settings of the round of `cell` starting at run-clock second `clock`. A
+        recheck runs to `RECHECK_STEPS_FRACTION` of `--max-steady-steps`, and counts towards
         `MAX_RECHECKS` only if the longest episode seen, begun as the first round ended, is
         over by then."""
+        if not self.is_recheck(kind, cell):
+            return settings
         key = cell.key
         end = self.flagged_end.get(key, 0.0)
         late = clock >= end + self.episode_s
@@ -238,6 +249,8 @@ class Remeasures:
             "counted": late,
         }
         self._note(entry)
+        steps = max(1, int(settings.max_steady_steps * RECHECK_STEPS_FRACTION))
+        return replace(settings, max_steady_steps=steps)
 
     def _note(self, entry: dict[str, Any]) -> None:
         if len(self.log) < MAX_LOG_ENTRIES:

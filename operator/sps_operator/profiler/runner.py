@@ -14,7 +14,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -23,7 +23,7 @@ from sps_operator.profiler import artifacts
 from sps_operator.profiler.active_round import ActiveRound, MeasuredRound, record_lines
 from sps_operator.profiler.client import DsparkClient, ServerUnavailableError
 from sps_operator.profiler.cross_round import Level, replaces
-from sps_operator.profiler.remeasure import RECHECK_STEPS_FRACTION, Remeasures, round_levels
+from sps_operator.profiler.remeasure import Remeasures, round_levels
 from sps_operator.profiler.round_plans import round_plan, warmup_plan
 from sps_operator.profiler.rounds import PinNotTakenError, RoundError, SteadySeries, StepRow
 from sps_operator.profiler.server import (
@@ -285,9 +285,8 @@ def run_profile(
             return data
 
         manifest("running", None)
-        session = Session(client, context, vocab, cfg.settings.temperature)
+        session, again = Session(client, context, vocab, cfg.settings.temperature), Remeasures()
         pin_reset: str | None = None
-        again = Remeasures()
 
         def record(cell: SweepCell, measured: MeasuredRound, replace: bool = False) -> None:
             summary = measured.outcome.to_summary() | measured.extra
@@ -413,18 +412,9 @@ def _drive(
 
     def start(index: int) -> ActiveRound | None:
         end_on_rise = index < len(queue) and again.ends_on_rise(*queue[index])
-        round_settings = settings
-        if index < len(queue) and again.is_recheck(*queue[index]):
-            again.starting(queue[index][1], clock)
-            # A recheck asks whether the first round read a cap (12 % and more, against
-            # a round's 1-2 % standard error): half a round answers that.
-            round_settings = replace(
-                settings,
-                max_steady_steps=max(1, int(settings.max_steady_steps * RECHECK_STEPS_FRACTION)),
-            )
         return _start_round(
             session,
-            round_settings,
+            again.starting(*queue[index], settings, clock) if index < len(queue) else settings,
             queue,
             index,
             clock,
@@ -474,10 +464,7 @@ def _drive(
             queue.append(("cell", cell))  # measured on a round of its own after all
         window = (active.clock_start, active.clock_end)
         if measured is not None and again.rose(kind, cell, measured, window):
-            # Measured again `RISE_REMEASURE_AFTER` rounds later, so the cap whose start the
-            # rise saw has time to end (issue 37: right after the next round, the round
-            # measured again often lay inside the same cap), but before a ramp's anchor (the
-            # run's order, anchor last, holds).
+            # Later, so the cap whose start the rise saw has time to end (`_rise_remeasure_at`).
             queue.insert(_rise_remeasure_at(queue, index), (kind, cell))
             if following is None:
                 following = start(index + 1)
@@ -491,28 +478,33 @@ def _drive(
                 following.abandon()
             raise
         if following is None:
-            rechecks = again.rechecks(rounds)
-            left = again.left_out_of_line(rounds) if not rechecks else {}
-            if left:
-                raise ProfilerError(
-                    "Rounds still out of line with the others after measuring them again "
-                    "(a GPU throttling for longer than the run could wait out?): "
-                    + "; ".join(
-                        f"bs={bs} frac={frac}: {why}" for (_r, bs, frac), why in left.items()
-                    )
-                    + f". The rounds are in {artifacts.OutPaths.for_out(cfg.out).rounds}; "
-                    "rerun when the GPU is not capped (check its clocks and power limit)."
-                )
-            queue.extend(rechecks)
+            queue.extend(_rechecks(again, rounds, cfg))
             following = start(index + 1)
         active = following
         index += 1
 
 
+def _rechecks(again: Remeasures, rounds: Sequence[dict[str, Any]], cfg: RunConfig) -> list[Job]:
+    """Once the queue is empty: the cells out of line to measure again; none left to
+    measure again while some still are out of line fails the run."""
+    rechecks = again.rechecks(rounds)
+    left = again.left_out_of_line(rounds) if not rechecks else {}
+    if left:
+        raise ProfilerError(
+            "Rounds still out of line with the others after measuring them again "
+            "(a GPU throttling for longer than the run could wait out?): "
+            + "; ".join(f"bs={bs} frac={frac}: {why}" for (_r, bs, frac), why in left.items())
+            + f". The rounds are in {artifacts.OutPaths.for_out(cfg.out).rounds}; "
+            "rerun when the GPU is not capped (check its clocks and power limit)."
+        )
+    return rechecks
+
+
 def _rise_remeasure_at(queue: Sequence[Job], index: int) -> int:
     """Where the cell of the round at `index`, whose steps rose, is measured again: after
-    `RISE_REMEASURE_AFTER` rounds if as many come before the anchor, never before the round
-    already started (index + 1)."""
+    `RISE_REMEASURE_AFTER` rounds if as many come before the anchor (the run's order, anchor
+    last, holds), never before the round already started (index + 1). Right after the next
+    round (before issue 37) it often lay inside the same cap."""
     anchors = [i for i in range(index + 1, len(queue)) if queue[i][0] == "anchor"]
     latest = anchors[0] if anchors else len(queue)
     return max(index + 2, min(index + 1 + RISE_REMEASURE_AFTER, latest))
