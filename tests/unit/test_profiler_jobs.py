@@ -58,3 +58,19 @@ def test_a_warm_up_on_a_modelled_ramp_moves_its_cell_to_the_end_as_the_anchor() 
         ("cell", CELLS[2]),
         ("anchor", CELLS[0]),
     ]
+
+
+def test_a_cell_whose_round_rose_is_measured_again_two_rounds_later_before_the_anchor() -> None:
+    # Issue 37: measured again right after the next round, the cell often lay inside the
+    # same cap (5 s, two rounds); two rounds later it is past it. The anchor stays last.
+    from sps_operator.profiler.runner import _rise_remeasure_at
+    from sps_operator.profiler.sweep import Job, SweepCell
+
+    cells = [("cell", SweepCell(0, bs, None)) for bs in (2, 4, 8, 16)]
+    anchor: list[Job] = [("anchor", SweepCell(0, 1, None))]
+    queue: list[Job] = [*cells, *anchor]
+    assert _rise_remeasure_at(queue, 0) == 3  # after bs 4 and bs 8
+    assert _rise_remeasure_at(queue, 2) == 4  # only bs 16 is left before the anchor
+    assert _rise_remeasure_at(queue, 3) == 5  # the round already started (the anchor) first
+    assert _rise_remeasure_at(queue, 4) == 6  # the anchor itself: at the end
+    assert _rise_remeasure_at(cells, 3) == 5

@@ -29,6 +29,14 @@ SLOW_MIN_REL = 0.05
 FASTER_Z = 2.0
 # The lines a round is judged against go through two of its this many nearest rounds.
 NEAREST = 4
+# The leave-one-out line a round is judged against is fitted through this many of its
+# nearest rounds: local, so a knee or graph tiers bend it little.
+FIT_NEAREST = 5
+# How far a round may read slower than a round of more batch tokens (and at least as many
+# requests, same repeat and pin), in standard errors of the difference, before it is
+# measured again: step time cannot fall as the batch grows, so only noise (or a cap over
+# the slower round) makes it. A false alarm costs a round.
+NON_MONOTONE_Z = 2.5
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,79 @@ def slow_outliers(levels: Sequence[Level]) -> list[tuple[int, int, float | None]
         if pairs and above > len(pairs) / 2:
             flagged.append(point.key)
     return flagged
+
+
+def slower_than_larger(
+    levels: Sequence[Level],
+) -> dict[tuple[int, int, float | None], Level]:
+    """The cells whose round reads slower, beyond noise, than a round of more batch tokens
+    and at least as many requests (same repeat and pin), each with the fastest such round.
+    Unlike the lines above, this needs no clean neighbour: several neighbouring rounds
+    inside one cap are all slower than the first round of more tokens after the cap."""
+    flagged: dict[tuple[int, int, float | None], Level] = {}
+    for point in levels:
+        repeat, bs, frac = point.key
+        for other in levels:
+            if (
+                other.key[0] == repeat
+                and other.key[2] == frac
+                and other.key[1] >= bs
+                and other.batch_tokens > point.batch_tokens
+                and math.isfinite(other.se)
+                and point.step_time - other.step_time
+                > NON_MONOTONE_Z * math.hypot(point.se, other.se)
+            ):
+                best = flagged.get(point.key)
+                if best is None or other.step_time < best.step_time:
+                    flagged[point.key] = other
+    return flagged
+
+
+def above_local_fit(levels: Sequence[Level]) -> list[tuple[int, int, float | None]]:
+    """The cells whose round reads far slower than the weighted least-squares line through
+    its `FIT_NEAREST` nearest rounds (same repeat and pin; leave one out): the test for the
+    ends of a sweep, where the lines through pairs extrapolate too far to see a cap (the
+    largest cell has no round of more tokens for `slower_than_larger`). Same thresholds as
+    the lines (`SLOW_Z`, `SLOW_MIN_REL`)."""
+    flagged = []
+    for point in levels:
+        repeat, _bs, frac = point.key
+        others = sorted(
+            (
+                o
+                for o in levels
+                if o.key != point.key
+                and o.key[0] == repeat
+                and o.key[2] == frac
+                and o.step_time > 0
+                and o.se > 0
+                and math.isfinite(o.se)
+            ),
+            key=lambda o: abs(o.batch_tokens - point.batch_tokens),
+        )[:FIT_NEAREST]
+        fitted = _line_at(point.batch_tokens, others)
+        if fitted is not None and _far_above(point, *fitted):
+            flagged.append(point.key)
+    return flagged
+
+
+def _line_at(x: float, points: Sequence[Level]) -> tuple[float, float] | None:
+    """The weighted least-squares line through `points` (step time against batch tokens,
+    weights 1/se²) at `x`, and its standard error; None with fewer than 3 distinct x."""
+    if len({p.batch_tokens for p in points}) < 3:
+        return None
+    weights = [1 / (p.se * p.se) for p in points]
+    total = sum(weights)
+    mean_x = sum(w * p.batch_tokens for w, p in zip(weights, points, strict=True)) / total
+    mean_y = sum(w * p.step_time for w, p in zip(weights, points, strict=True)) / total
+    sxx = sum(w * (p.batch_tokens - mean_x) ** 2 for w, p in zip(weights, points, strict=True))
+    sxy = sum(
+        w * (p.batch_tokens - mean_x) * (p.step_time - mean_y)
+        for w, p in zip(weights, points, strict=True)
+    )
+    slope = sxy / sxx
+    value = mean_y + slope * (x - mean_x)
+    return value, math.sqrt(1 / total + (x - mean_x) ** 2 / sxx)
 
 
 def _far_above(point: Level, expected: float, expected_se: float) -> bool:

@@ -23,7 +23,7 @@ from sps_operator.profiler import artifacts
 from sps_operator.profiler.active_round import ActiveRound, MeasuredRound, record_lines
 from sps_operator.profiler.client import DsparkClient, ServerUnavailableError
 from sps_operator.profiler.cross_round import Level, replaces
-from sps_operator.profiler.remeasure import CellKey, Remeasures
+from sps_operator.profiler.remeasure import Remeasures, round_levels
 from sps_operator.profiler.round_plans import round_plan, warmup_plan
 from sps_operator.profiler.rounds import PinNotTakenError, RoundError, SteadySeries, StepRow
 from sps_operator.profiler.server import (
@@ -60,6 +60,9 @@ from sps_operator.tables.clockramp import (
 logger = logging.getLogger(__name__)
 
 PREFLIGHT_STEADY_STEPS = 8
+# A cell whose round rose is measured again after this many other rounds (when as many are
+# left before the anchor): a cap lasts seconds, longer than one round.
+RISE_REMEASURE_AFTER = 2
 FALLBACK_VOCAB_SIZE = 32000
 
 # Records a concluded round: (its cell, the round, whether it replaces the cell's round
@@ -282,7 +285,7 @@ def run_profile(
             return data
 
         manifest("running", None)
-        session = Session(client, context, vocab, cfg.settings.temperature)
+        session, again = Session(client, context, vocab, cfg.settings.temperature), Remeasures()
         pin_reset: str | None = None
 
         def record(cell: SweepCell, measured: MeasuredRound, replace: bool = False) -> None:
@@ -304,7 +307,7 @@ def run_profile(
 
         try:
             try:
-                _drive(session, cfg, _jobs(session, cfg, todo), record)
+                _drive(session, cfg, _jobs(session, cfg, todo), record, rounds, again)
             except ServerUnavailableError as exc:
                 raise ServerUnavailableError(
                     f"The server stopped answering mid-sweep ({exc}); the {len(rounds)} "
@@ -314,13 +317,13 @@ def run_profile(
         except BaseException as exc:
             if cfg.fracs is not None:
                 pin_reset = _safe_reset(session)
-            manifest("failed", pin_reset, {"error": str(exc)})
+            manifest("failed", pin_reset, {"error": str(exc)} | again.manifest())
             raise
         if cfg.fracs is not None:
             pin_reset = _safe_reset(session)
         if not rounds:
             raise ProfilerError("No rounds were measured.")
-        data = manifest("succeeded", pin_reset)
+        data = manifest("succeeded", pin_reset, again.manifest())
         return RunSummary(paths, rounds, data, context, pin_reset, warnings)
 
 
@@ -388,11 +391,14 @@ def _drive(
     cfg: RunConfig,
     jobs: Sequence[Job],
     record: Recorder,
+    rounds: Sequence[dict[str, Any]],
+    again: Remeasures,
 ) -> None:
     """Run the rounds back to back: the next one starts as soon as this one's records are
     read, before they are validated and written, so the GPU does not idle in between.
-    Once every cell is measured, cells that read far slower than their neighbours are
-    measured again (`cross_round`)."""
+    Once every cell is measured, cells out of line with the others (`rounds`, as recorded,
+    read as the fit reads them) are measured again (`remeasure`); one still out of line
+    when its rechecks are spent fails the run."""
     settings = cfg.settings
     recent: list[int] = []  # steady steps of the last rounds: the next one's expected length
     correlations: list[tuple[float, float]] = []  # measured rounds' step (φ, se): the prior
@@ -403,15 +409,12 @@ def _drive(
     on_ramp = False
     probe: list[Chunk] = []  # the same, as the clock-ramp model's chunks
     clock = 0.0  # seconds of decode steps since the run's first: the ramp's time axis
-    again = Remeasures()
-    # This run's recorded rounds off any clock ramp, for the check across rounds.
-    levels: dict[CellKey, Level] = {}
 
     def start(index: int) -> ActiveRound | None:
         end_on_rise = index < len(queue) and again.ends_on_rise(*queue[index])
         return _start_round(
             session,
-            settings,
+            again.starting(*queue[index], settings, clock) if index < len(queue) else settings,
             queue,
             index,
             clock,
@@ -459,26 +462,52 @@ def _drive(
             failure = exc
         if stands_for_cell and measured is None and not isinstance(failure, PinNotTakenError):
             queue.append(("cell", cell))  # measured on a round of its own after all
-        if measured is not None and again.rose(kind, cell, measured):
-            # Measured again right after the round already started, so the run's order (a
-            # ramp's anchor last) holds.
-            queue.insert(index + 2, (kind, cell))
+        window = (active.clock_start, active.clock_end)
+        if measured is not None and again.rose(kind, cell, measured, window):
+            # Later, so the cap whose start the rise saw has time to end (`_rise_remeasure_at`).
+            queue.insert(_rise_remeasure_at(queue, index), (kind, cell))
             if following is None:
                 following = start(index + 1)
             active = following
             index += 1
             continue
         try:
-            _conclude(kind, cell, active, measured, failure, record, levels)
+            _conclude(kind, cell, active, measured, failure, record, rounds, again)
         except BaseException:
             if following is not None:
                 following.abandon()
             raise
         if following is None:
-            queue.extend(again.rechecks(levels))
+            queue.extend(_rechecks(again, rounds, cfg))
             following = start(index + 1)
         active = following
         index += 1
+
+
+def _rechecks(again: Remeasures, rounds: Sequence[dict[str, Any]], cfg: RunConfig) -> list[Job]:
+    """Once the queue is empty: the cells out of line to measure again; none left to
+    measure again while some still are out of line fails the run."""
+    rechecks = again.rechecks(rounds)
+    left = again.left_out_of_line(rounds) if not rechecks else {}
+    if left:
+        raise ProfilerError(
+            "Rounds still out of line with the others after measuring them again "
+            "(a GPU throttling for longer than the run could wait out?): "
+            + "; ".join(f"bs={bs} frac={frac}: {why}" for (_r, bs, frac), why in left.items())
+            + f". The rounds are in {artifacts.OutPaths.for_out(cfg.out).rounds}; "
+            "rerun when the GPU is not capped (check its clocks and power limit)."
+        )
+    return rechecks
+
+
+def _rise_remeasure_at(queue: Sequence[Job], index: int) -> int:
+    """Where the cell of the round at `index`, whose steps rose, is measured again: after
+    `RISE_REMEASURE_AFTER` rounds if as many come before the anchor (the run's order, anchor
+    last, holds), never before the round already started (index + 1). Right after the next
+    round (before issue 37) it often lay inside the same cap."""
+    anchors = [i for i in range(index + 1, len(queue)) if queue[i][0] == "anchor"]
+    latest = anchors[0] if anchors else len(queue)
+    return max(index + 2, min(index + 1 + RISE_REMEASURE_AFTER, latest))
 
 
 def _note_measured(
@@ -512,11 +541,14 @@ def _conclude(
     measured: MeasuredRound | None,
     failure: RoundError | None,
     record: Recorder,
-    levels: dict[CellKey, Level],
+    rounds: Sequence[dict[str, Any]],
+    again: Remeasures,
 ) -> None:
-    """What a finished round means for the run; `levels` keeps the recorded rounds' step
-    times (those off a clock ramp) for the check across rounds."""
-    if kind == "recheck" and failure is not None:
+    """What a finished round means for the run; a recheck replaces the cell's recorded round
+    (as the fit reads it: `remeasure.round_levels`) only if it is faster beyond noise."""
+    recheck = again.is_recheck(kind, cell)
+    if recheck and failure is not None:
+        again.concluded(cell, False)
         logger.warning(
             "Round bs=%d frac=%s measured again failed (%s): the first round stands.",
             cell.bs,
@@ -526,8 +558,9 @@ def _conclude(
         return
     if measured is not None and kind != "pre-flight" and failure is None:
         level = _level_of(cell, measured)
-        if kind == "recheck":
-            first = levels.get(cell.key)
+        if recheck:
+            first = round_levels(rounds).levels.get(cell.key)
+            again.concluded(cell, first is not None and replaces(first, level))
             if first is None or not replaces(first, level):
                 logger.warning(
                     "Round bs=%d frac=%s measured again reads %.4g s against %.4g s: the "
@@ -538,11 +571,8 @@ def _conclude(
                     first.step_time if first else float("nan"),
                 )
                 return
-            levels[cell.key] = level
             record(cell, measured, True)
             return
-        if not ({"clock_on_ramp", "clock_ramp"} & measured.extra.keys()):
-            levels[cell.key] = level
     if kind == "warm-up":
         if isinstance(failure, PinNotTakenError):
             raise failure
