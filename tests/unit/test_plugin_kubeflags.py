@@ -129,7 +129,7 @@ def test_kubectl_completion_offers_commands_then_their_flags(
     assert "--value" in completion.candidates(parser, ["reprofile", "llama", "--"])
     # Hidden flags stay hidden.
     assert "--watch-timeout" not in completion.candidates(parser, ["get", "--"])
-    completion.kubectl_complete(["table", "--pl"])
+    cli.kubectl_complete(["table", "--pl"])
     assert capsys.readouterr().out == "--plot\n:4\n"
 
 

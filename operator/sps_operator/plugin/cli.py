@@ -474,5 +474,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def kubectl_complete(argv: list[str] | None = None) -> int:
+    """`kubectl_complete-sps WORDS...`: kubectl's completion of `kubectl sps WORDS`."""
+    words = sys.argv[1:] if argv is None else argv
+    for candidate in completion.candidates(build_parser(), words):
+        print(candidate)
+    print(f":{completion.NO_FILE_COMPLETION}")
+    return 0
+
+
 if __name__ == "__main__":
     sys.exit(main())

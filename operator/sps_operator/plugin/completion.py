@@ -9,7 +9,6 @@ from the commands and flags):
 from __future__ import annotations
 
 import argparse
-import sys
 
 NO_FILE_COMPLETION = 4
 
@@ -76,14 +75,3 @@ def zsh_script(parser: argparse.ArgumentParser) -> str:
         "# kubectl-sps completion (zsh): source <(kubectl sps completion zsh)\n"
         "autoload -U +X bashcompinit && bashcompinit\n" + bash_script(parser).split("\n", 1)[1]
     )
-
-
-def kubectl_complete(argv: list[str] | None = None) -> int:
-    """`kubectl_complete-sps WORDS...`: kubectl's completion of `kubectl sps WORDS`."""
-    from sps_operator.plugin.cli import build_parser
-
-    words = sys.argv[1:] if argv is None else argv
-    for candidate in candidates(build_parser(), words):
-        print(candidate)
-    print(f":{NO_FILE_COMPLETION}")
-    return 0
