@@ -26,7 +26,7 @@ from sps_operator.constants import API_GROUP, KIND, LABEL_PREFIX
 from sps_operator.controller.kube.builders import ProfileRef, base_labels
 from sps_operator.controller.kube.client import KubeApi, Obj
 from sps_operator.controller.kube.envsources import EnvSources, referenced_config_maps
-from sps_operator.controller.policies.borrow import PoolBid, pool_bid
+from sps_operator.controller.policies.borrow import PoolBid, pdb_covers, pool_bid
 from sps_operator.controller.policies.claims import ClaimInfo, claim_info, pod_claims
 from sps_operator.controller.policies.ownership import (
     ProfileSummary,
@@ -320,11 +320,13 @@ def deployments_selected(deployments: Index, namespace: str, selector: Any) -> l
 
 
 def deployments_covered(deployments: Index, namespace: str, selector: Any) -> list[Obj]:
-    """The Deployments whose pods `selector` (a PodDisruptionBudget's) matches."""
+    """The Deployments whose pods `selector` (a PodDisruptionBudget's) matches: an empty
+    one (`{}`) every Deployment of the namespace (policy/v1), a null one none."""
     if not isinstance(selector, Mapping):
         return []
+    pdb = {"spec": {"selector": selector}}
     return [d for d in with_label(deployments, TEMPLATE, namespace, selector)
-            if matches_selector(selector, _template_labels(d))]  # fmt: skip
+            if pdb_covers(pdb, _template_labels(d))]  # fmt: skip
 
 
 @dataclass(frozen=True)

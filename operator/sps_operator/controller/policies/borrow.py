@@ -165,6 +165,17 @@ def kueue_managed_refusal(deployment: Mapping[str, Any]) -> str | None:
     )
 
 
+def pdb_covers(pdb: Mapping[str, Any], pod_labels: Mapping[str, str]) -> bool:
+    """A PodDisruptionBudget covers pods with `pod_labels` (policy/v1): an empty selector
+    (`selector: {}`) covers every pod of its namespace, an absent (null) one none."""
+    selector = (pdb.get("spec") or {}).get("selector")
+    if not isinstance(selector, Mapping):
+        return False
+    if not selector.get("matchLabels") and not selector.get("matchExpressions"):
+        return True
+    return matches_selector(selector, pod_labels)
+
+
 def borrow_refusal(
     deployment: Mapping[str, Any],
     capacity: CapacitySpec,
@@ -209,9 +220,8 @@ def borrow_refusal(
         )
     labels = _pod_labels(deployment)
     for pdb in pdbs:
-        selector = (pdb.get("spec") or {}).get("selector") or {}
         if (
-            matches_selector(selector, labels)
+            pdb_covers(pdb, labels)
             and int((pdb.get("status") or {}).get("disruptionsAllowed", 0)) < 1
         ):
             return (
