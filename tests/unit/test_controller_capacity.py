@@ -9,7 +9,15 @@ import re
 from typing import Any
 
 from api_snapshot import ApiSnapshot
-from capacity_harness import BORROW, NO_GPU, harness, job_pod, local_queue, start_waiting
+from capacity_harness import (
+    BORROW,
+    NO_GPU,
+    harness,
+    job_owner,
+    job_pod,
+    local_queue,
+    start_waiting,
+)
 from controller_harness import H100, NODES, NS, Harness, deployment, profile_body
 from kubernetes.client.rest import ApiException
 
@@ -525,7 +533,8 @@ def test_two_profiles_borrowing_on_one_gpu_product_at_the_same_moment_take_turns
     for profile, namespace in (("p", NS), ("q", "tenant-b")):
         run = h.kube.obj("SpsProfile", profile, namespace)["status"]["currentRun"]["name"]
         labels = {L.LABEL_RUN: run, L.LABEL_COMPONENT: L.COMPONENT_POD}
-        h.pods.append(PodInfo(f"{run}-x", labels, None, unschedulable=NO_GPU))
+        h.pods.append(PodInfo(f"{run}-x", labels, None, unschedulable=NO_GPU,
+                              **job_owner(h, profile, namespace)))  # fmt: skip
     h.tick()
     h.run_pass()
     h.reconciler.reconcile(copy.deepcopy(other), ApiSnapshot(h.kube, h.pods_now(), NODES))

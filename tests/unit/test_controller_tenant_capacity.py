@@ -3,12 +3,15 @@ believes it (the borrow record, the queue, the holds, the messages, the cost of 
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
-from capacity_harness import BORROW, harness
-from controller_harness import Harness, deployment, indexes_of
+from capacity_harness import BORROW, harness, job_pod
+from controller_harness import H100, Harness, deployment, indexes_of, profile_body
 
+from sps_operator.api import labels as L
 from sps_operator.api.spec import CapacitySpec
+from sps_operator.controller import indexes as ix
 from sps_operator.controller.indexes import deployments_covered
 from sps_operator.controller.policies.borrow import borrow_refusal, pdb_covers
 
@@ -54,3 +57,84 @@ def test_an_empty_pdb_selector_covers_every_pod_of_its_namespace() -> None:
         "server"
     ]
     assert deployments_covered(idx.deployments, "serving", None) == []
+
+
+# ----------------------------------------------------------------------------- the queue
+
+
+def other_namespace_run(
+    priority: int, since: str, *, job_uid: str = "uj-b"
+) -> list[dict[str, Any]]:
+    """A BorrowReplica run of namespace team-b waiting for its turn on H100: its profile
+    (status as the operator wrote it), its Job and its Job's pending pod."""
+    waiting = {"reason": "BorrowBlocked", "message": "m", "since": since, "poolTurn": True}
+    q = profile_body("q") | {"metadata": {"name": "q", "namespace": "team-b", "uid": "uq"}}
+    q["status"] = {"currentRun": {"name": "q-run", "job": "q-run", "gpuProduct": H100,
+                                  "waiting": waiting, "jobUid": job_uid}}  # fmt: skip
+    job = {"kind": "Job", "metadata": {
+        "name": "q-run", "namespace": "team-b", "uid": "uj-b",
+        "labels": {L.LABEL_MANAGED_BY: L.MANAGED_BY},
+        "ownerReferences": [{"apiVersion": "sps.dev/v1alpha1", "kind": "SpsProfile",
+                             "uid": "uq", "controller": True}]},
+        "spec": {"template": {"spec": {}}}}  # fmt: skip
+    return [q, job, team_b_pod("q-run-x", priority, since, owner="uj-b")]
+
+
+def team_b_pod(name: str, priority: int, since: str, owner: str | None) -> dict[str, Any]:
+    ref = {"kind": "Job", "controller": True} | ({"uid": owner} if owner else {})
+    return {
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "team-b", "creationTimestamp": since,
+                     "labels": {L.LABEL_RUN: "q-run", L.LABEL_COMPONENT: L.COMPONENT_POD},
+                     "ownerReferences": [ref]},
+        "spec": {"priority": priority},
+        "status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "message": "no GPU"}]},
+    }  # fmt: skip
+
+
+def cached_pass(h: Harness, extra: list[dict[str, Any]]) -> dict[str, Any]:
+    """p's pass on the operator's caches, with `extra` objects of other namespaces."""
+    assert h.reconciler is not None
+    body = copy.deepcopy(h.kube.obj("SpsProfile", "p"))
+    world = ix.world_for(h.kube, body, indexes_of(h.cluster_objects() + extra))
+    h.reconciler.reconcile(body, world)
+    return h.status()
+
+
+def waiting_to_borrow(extra: list[dict[str, Any]]) -> tuple[Harness, dict[str, Any]]:
+    """p's run waits to borrow on H100 (its Job's pod pending since 12:00:00, priority 0),
+    past its grace, with `extra` in the caches; returns p's waiting status."""
+    h = harness(**BORROW)
+    h.tick()
+    cached_pass(h, extra)
+    job_pod(h)
+    h.tick()
+    cached_pass(h, extra)
+    h.tick(31)
+    return h, cached_pass(h, extra)["currentRun"].get("waiting") or {}
+
+
+def test_a_waiting_message_names_no_detail_of_another_namespace() -> None:
+    """team-a's waiting message once showed the priority and the pending-since time of
+    team-b's profiling pod."""
+    h, waiting = waiting_to_borrow(other_namespace_run(1000, "2026-03-01T11:58:07Z"))
+    assert waiting["reason"] == "BorrowBlocked" and waiting["poolTurn"] is True, waiting
+    message = waiting["message"]
+    assert "comes after a profile in another namespace" in message
+    assert "1000" not in message and "11:58:07" not in message and "team-b" not in message
+    assert not h.kube.scales
+
+
+def test_a_bare_pod_with_the_run_label_and_kind_job_does_not_take_a_turn() -> None:
+    """team-b's bare pod with its run's label, an ownerReference of kind "Job" and priority
+    2e9 put team-b ahead of team-a's older run; only pods of the Job the status records
+    count, so team-a borrows."""
+    forged = [team_b_pod("bare", 2_000_000_000, "2026-03-01T11:00:00Z", owner=None)]
+    run = other_namespace_run(0, "2026-03-01T12:30:00Z")
+    h, waiting = waiting_to_borrow(run[:2] + forged)
+    assert "poolTurn" not in (waiting or {}), waiting
+    assert h.kube.scales == [("server", 1)]
+    # Its real Job's pod, younger and at the same priority, comes after team-a's.
+    h, waiting = waiting_to_borrow(run + forged)
+    assert h.kube.scales == [("server", 1)]

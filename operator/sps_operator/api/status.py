@@ -192,6 +192,12 @@ class RunStatus(StatusModel):
 
     name: str = Field(description="Run name; also the name of its result ConfigMap.")
     job: str = Field(description="The Job of the current phase.")
+    job_uid: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The UID of that Job, as the operator read it: its pods are the pods "
+        "whose controller is this UID (a GPU pool's order is read from them only).",
+    )
     phase: RunPhase
     gpu_product: str
     fingerprint: str

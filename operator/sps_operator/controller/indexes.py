@@ -391,11 +391,17 @@ def pool_bids(idx: Indexes, body: Mapping[str, Any]) -> list[PoolBid]:
         return []
     bids = []
     for summary in values(idx.profiles, (POOL, product)):
-        if summary.deleting or not summary.pool_run:
+        if summary.deleting or not summary.pool_run or not summary.pool_job_uid:
             continue
+        # Its Job: the operator's (controller: the profile), the UID its status records.
+        job = next(
+            (j for j in values(idx.jobs, (OWNER, summary.namespace, summary.uid))
+             if _meta(j).get("uid") == summary.pool_job_uid),
+            None,
+        )  # fmt: skip
         pods = values(idx.pods, (LABEL, summary.namespace, L.LABEL_RUN, summary.pool_run))
         holder = f"{summary.namespace}/{summary.name}"
-        bid = pool_bid(holder, summary.uid, product, pods)
+        bid = pool_bid(holder, summary.uid, product, pods, job)
         if bid is not None:
             bids.append(bid)
     return bids

@@ -378,14 +378,30 @@ class PoolBid:
         return (-self.priority, self.since, self.uid)
 
 
-def pool_bid(holder: str, uid: str, product: str, pods: Iterable[PodInfo]) -> PoolBid | None:
-    """The bid of a run whose profiling pods are `pods`: its oldest pending pod of a Job
-    (None: no such pod, so no place in line)."""
+def job_pods(pods: Iterable[PodInfo], job: Mapping[str, Any] | None) -> list[PodInfo]:
+    """The pods of `job` (the run's Job, found by the UID its status records): those whose
+    controller ownerReference is that UID. A pod anyone may create with the run's labels or
+    an ownerReference of kind "Job" is not one of them."""
+    uid = ((job or {}).get("metadata") or {}).get("uid")
+    if not uid:
+        return []
+    return [pod for pod in pods if pod.controller_uid == uid]
+
+
+def pool_bid(
+    holder: str, uid: str, product: str, pods: Iterable[PodInfo], job: Mapping[str, Any] | None
+) -> PoolBid | None:
+    """The bid of a run whose Job is `job`: its oldest pending pod (None: no such pod, so
+    no place in line). Only the Job's own pods count (`job_pods`), and only at the
+    PriorityClass the operator gave the Job's pod template: a pod a tenant adds under the
+    Job's UID gains nothing by a higher class."""
+    template = (((job or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+    klass = template.get("priorityClassName") or None
     pending = [
         pod
-        for pod in pods
-        if pod.unschedulable and not pod.deleting and not pod.node and pod.controller == "Job"
-        and pod.created
+        for pod in job_pods(pods, job)
+        if pod.unschedulable and not pod.deleting and not pod.node and pod.created
+        and pod.priority_class == klass
     ]  # fmt: skip
     if not pending:
         return None

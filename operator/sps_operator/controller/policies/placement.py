@@ -52,6 +52,9 @@ class PodInfo:
     phase: str | None = None
     unschedulable: str | None = None  # the scheduler's message while it cannot place the pod
     controller: str | None = None  # the kind of its controlling owner (ReplicaSet, Job, ...)
+    # The UID of its controlling owner: a profiling run's pods are those of its Job's UID
+    # (recorded in status), never those that carry its labels or the kind string "Job".
+    controller_uid: str | None = None
     ready: bool = False  # condition Ready=True
     table_hash: str | None = None  # its annotation sps.dev/table-hash (the template's)
     stuck: str | None = None  # the kubelet's words for a container that cannot run
@@ -62,6 +65,7 @@ class PodInfo:
     # when the API server created it: the order of profiles waiting on one GPU pool.
     priority: int | None = None
     created: str | None = None
+    priority_class: str | None = None  # spec.priorityClassName (bounded)
     claims: tuple[str, ...] = ()  # the PersistentVolumeClaims it mounts (bounded)
 
     @property
@@ -113,10 +117,10 @@ def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
         ),
         None,
     )
-    controller = next(
-        (str(o.get("kind")) for o in meta.get("ownerReferences") or [] if o.get("controller")),
-        None,
-    )
+    owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+    controller = str(owner.get("kind")) if owner else None
+    controller_uid = str(owner.get("uid"))[:MAX_HASH] if owner and owner.get("uid") else None
+    priority_class = spec.get("priorityClassName")
     table_hash = (meta.get("annotations") or {}).get(L.ANNOTATION_TABLE_HASH)
     exits = []
     # Only a profiling pod's last words are read (a clone's refusal to start); the index
@@ -142,6 +146,7 @@ def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
         phase=status.get("phase"),
         unschedulable=unschedulable,
         controller=controller,
+        controller_uid=controller_uid,
         ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
         table_hash=str(table_hash)[:MAX_HASH] if table_hash else None,
         stuck=_stuck(status),
@@ -149,6 +154,7 @@ def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
         priority=_priority(spec.get("priority")),
         created=str(meta["creationTimestamp"])[:40] if meta.get("creationTimestamp") else None,
         claims=pod_claims(spec),
+        priority_class=str(priority_class)[: MAX_HASH * 4] if priority_class else None,
     )
 
 

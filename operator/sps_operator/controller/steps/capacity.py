@@ -49,6 +49,7 @@ from sps_operator.controller.policies.borrow import (
     borrow_refusal,
     give_back,
     holder_seen_from,
+    job_pods,
     kueue_managed_refusal,
     pool_bid,
     replicas_changed_by,
@@ -89,14 +90,16 @@ POOL_RECHECK_SECONDS = 15.0
 # ----------------------------------------------------------------------------- the wait
 
 
+def _run_job(p: Pass, run: RunStatus) -> Mapping[str, Any] | None:
+    """The run's Job: the one of the profile's Jobs whose UID the status records."""
+    job = p.snapshot.jobs.get(run.job)
+    uid = ((job or {}).get("metadata") or {}).get("uid")
+    return job if uid and uid == run.job_uid else None
+
+
 def _run_pods(p: Pass, run: RunStatus) -> list[Any]:
-    return [
-        pod
-        for pod in p.snapshot.pods
-        if pod.labels.get(L.LABEL_RUN) == run.name
-        and pod.labels.get(L.LABEL_COMPONENT) == L.COMPONENT_POD
-        and not pod.deleting
-    ]
+    """The pods of the run's Job (controller UID), not those carrying its labels."""
+    return [pod for pod in job_pods(p.snapshot.pods, _run_job(p, run)) if not pod.deleting]
 
 
 def _read_kueue(p: Pass, job: Mapping[str, Any], queue: str) -> KueueState:
@@ -325,7 +328,8 @@ class PoolTurn(str):
 def _turn(p: Pass, run: RunStatus) -> PoolTurn | None:
     """Why this run must let others borrow on its GPU product first (None: its turn):
     waiting runs are served by their pending pod's priority, then the oldest pod."""
-    mine = pool_bid(f"{p.namespace}/{p.ref.name}", p.ref.uid, run.gpu_product, _run_pods(p, run))
+    mine = pool_bid(f"{p.namespace}/{p.ref.name}", p.ref.uid, run.gpu_product, p.snapshot.pods,
+                    _run_job(p, run))  # fmt: skip
     if mine is None:
         return None
     first = ahead_of(mine, p.snapshot.pool_bids)
@@ -333,11 +337,13 @@ def _turn(p: Pass, run: RunStatus) -> PoolTurn | None:
         return None
     more = f", and {len(first) - 1} more" if len(first) > 1 else ""
     ahead = holder_seen_from(first[0].holder, p.namespace)
+    if ahead == first[0].holder:
+        # Its priority and its pod's age are details of its namespace: said only there.
+        ahead += f" (priority {first[0].priority}, waiting since {first[0].since})"
     return PoolTurn(
-        f"its turn to borrow on GPU product {run.gpu_product} comes after {ahead} "
-        f"(priority {first[0].priority}, waiting since {first[0].since}){more}: waiting runs "
-        f"are served by their pod's priority, then oldest first (this run: priority "
-        f"{mine.priority}, since {mine.since})"
+        f"its turn to borrow on GPU product {run.gpu_product} comes after {ahead}{more}: "
+        f"waiting runs are served by their pod's priority, then oldest first (this run: "
+        f"priority {mine.priority}, since {mine.since})"
     )
 
 

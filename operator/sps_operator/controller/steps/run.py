@@ -338,6 +338,8 @@ def progress_run(p: Pass) -> None:
             return
         fail_run(p, JOB_MISSING, f"Job {run.job} disappeared before it finished")
         return
+    # Its pods are those whose controller is this very Job (a GPU pool's order, the wait).
+    run.job_uid = str((job.get("metadata") or {}).get("uid") or "")[:64] or None
     reattach_borrow(p, run)
     finished = _finished(job)
     if not finished and clone_refused(p, run):
