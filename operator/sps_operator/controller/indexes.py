@@ -272,8 +272,10 @@ def namespaced_entries(body: Mapping[str, Any]) -> dict[Key, Any]:
     return {(NAMESPACE, _namespace(body)): slim(body)}
 
 
-def borrowed_entries(body: Mapping[str, Any]) -> dict[Any, Any]:
-    return {"all": slim(body)}
+def borrowed_entries(body: Mapping[str, Any]) -> dict[Key, Any]:
+    """Deployments carrying a borrow record, by namespace: a pass reads its own namespace's
+    only, so what another tenant annotates costs it nothing."""
+    return {(NAMESPACE, _namespace(body)): slim(body)}
 
 
 # --------------------------------------------------------------------------- lookups
@@ -456,7 +458,7 @@ def world_for(
         node_labels={n: next(iter(s)) for n in nodes if (s := values(idx.node_labels, n))},
         pdbs=values(idx.pdbs, (NAMESPACE, ns)),
         hpas=values(idx.hpas, (NAMESPACE, ns)),
-        borrowed=values(idx.borrowed, "all"),
+        borrowed=values(idx.borrowed, (NAMESPACE, ns)),
         mounted=frozenset(n for n in names if n and (MOUNTS, ns, n) in idx.deployments),
         pod_selecting_deployments=pod_selecting,
         services=services,

@@ -74,7 +74,7 @@ class Snapshot:
     node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     pdbs: Sequence[Obj] = ()  # PodDisruptionBudgets of the namespace
     hpas: Sequence[Obj] = ()  # HorizontalPodAutoscalers of the namespace
-    borrowed: Sequence[Obj] = ()  # Deployments (any namespace) lending a replica to a run
+    borrowed: Sequence[Obj] = ()  # Deployments of the namespace carrying a borrow record
     # Which of this profile's ConfigMaps (and its stable one) a Deployment of the namespace
     # mounts, selected or not: nothing mounted is ever deleted.
     mounted: frozenset[str] = frozenset()
@@ -148,7 +148,7 @@ class CachedWorld:
     node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     pdbs: Sequence[Obj] = ()
     hpas: Sequence[Obj] = ()
-    borrowed: Sequence[Obj] = ()  # every namespace's
+    borrowed: Sequence[Obj] = ()  # the namespace's
     mounted: frozenset[str] = frozenset()
     pod_selecting_deployments: Sequence[Obj] = ()
     services: Sequence[ServiceInfo] = ()
@@ -184,7 +184,7 @@ class CachedWorld:
             node_labels=self.node_labels,
             pdbs=self.pdbs,
             hpas=self.hpas,
-            borrowed=self.borrowed,
+            borrowed=[d for d in self.borrowed if in_namespace(d, ref.namespace)],
             mounted=self.mounted,
             pod_selecting_deployments=[
                 d for d in self.pod_selecting_deployments if in_namespace(d, ref.namespace)
