@@ -22,10 +22,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit"))
 
-from controller_harness import Harness, deployment, indexes_of  # noqa: E402
+from controller_harness import Harness, deployment, indexes_of
 
-from sps_operator.api import labels as L  # noqa: E402
-from sps_operator.controller import indexes as ix  # noqa: E402
+from sps_operator.api import labels as L
+from sps_operator.controller import indexes as ix
 
 
 def annotated(i: int) -> dict[str, Any]:
