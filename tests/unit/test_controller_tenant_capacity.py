@@ -154,3 +154,30 @@ def test_a_pass_reads_only_its_own_namespaces_borrow_records() -> None:
     idx = indexes_of([*h.cluster_objects(), theirs, mine])
     world = ix.world_for(h.kube, h.kube.obj("SpsProfile", "p"), idx)
     assert [d["metadata"]["name"] for d in world.borrowed] == ["mine"]
+
+
+# ----------------------------------------------------------------------------- the GPU label
+
+
+def test_a_profile_that_sees_no_gpu_label_says_why() -> None:
+    """Without read access to Nodes (chart rbac.nodeAccess: false), or on nodes without the
+    GPU label, a profile said "waiting for the pods to settle"."""
+
+    def target_message(node_labels: dict[str, dict[str, str]]) -> str:
+        h = Harness.one_target()
+        body = copy.deepcopy(h.kube.obj("SpsProfile", "p"))
+        objects = [o for o in h.cluster_objects() if o["kind"] != "Node"]
+        objects += [{"kind": "Node", "metadata": {"name": n, "labels": labels}}
+                    for n, labels in node_labels.items()]  # fmt: skip
+        assert h.reconciler is not None
+        h.tick()
+        h.reconciler.reconcile(body, ix.world_for(h.kube, body, indexes_of(objects)))
+        (target,) = h.status()["targets"]
+        assert target["state"] == "Waiting", target
+        return str(target["message"])
+
+    unread = target_message({})  # the node index is empty: the operator may not read Nodes
+    assert "cannot read the nodes" in unread and "rbac.nodeAccess: true" in unread
+    unlabelled = target_message({"n1": {"kubernetes.io/hostname": "n1"}})
+    assert "without the label nvidia.com/gpu.product" in unlabelled
+    assert "spec.gpuProductLabel" in unlabelled and "nodeAccess" not in unlabelled

@@ -168,6 +168,7 @@ class Placement:
     products: frozenset[str]
     pods: int  # pods on nodes counted
     unlabelled: int  # pods on nodes without the GPU label
+    unseen: int = 0  # of those, pods on nodes the operator cannot read (no node in its cache)
 
     @property
     def product(self) -> str | None:
@@ -185,7 +186,7 @@ def placement(
     gpu_label: str,
 ) -> Placement:
     products: set[str] = set()
-    counted = unlabelled = 0
+    counted = unlabelled = unseen = 0
     for pod in pods:
         if pod.deleting or not pod.node or pod.phase in ("Succeeded", "Failed"):
             continue
@@ -194,12 +195,32 @@ def placement(
         if not matches_selector(pod_selector, pod.labels):
             continue
         counted += 1
-        product = (node_labels.get(pod.node) or {}).get(gpu_label)
+        node = node_labels.get(pod.node)
+        product = (node or {}).get(gpu_label)
         if product:
             products.add(product)
         else:
             unlabelled += 1
-    return Placement(frozenset(products), counted, unlabelled)
+            unseen += node is None
+    return Placement(frozenset(products), counted, unlabelled, unseen)
+
+
+def unplaced_note(where: Placement, gpu_label: str) -> str | None:
+    """Why pods that run tell no GPU product, when none of them does (None: some do, or
+    none runs yet): the operator cannot read their nodes, or the nodes lack the label."""
+    if where.products or not where.pods:
+        return None
+    if where.unseen:
+        return (
+            f"the operator cannot read the nodes its {where.pods} running pods are on, so "
+            "it cannot tell their GPU product: grant it read access to Nodes (chart value "
+            "rbac.nodeAccess: true)"
+        )
+    return (
+        f"its {where.pods} running pods are on nodes without the label {gpu_label}: label "
+        "the GPU nodes (NVIDIA GPU feature discovery does), or set spec.gpuProductLabel to "
+        "the label they carry"
+    )
 
 
 MIXED = "<mixed>"

@@ -215,6 +215,7 @@ class Target:
     products: frozenset[str] = frozenset()
     observed_gpu: str | None = None  # what the pods run on now (placement.MIXED for several)
     observed_since: datetime | None = None
+    unplaced: str | None = None  # why its running pods tell no GPU product (placement)
     owner: str | None = None  # the profile that serves it
     reason: str | None = None  # why the operator leaves it alone (CamelCase)
     problem: str | None = None  # ... and what to do about it
