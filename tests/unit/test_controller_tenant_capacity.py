@@ -4,21 +4,28 @@ believes it (the borrow record, the queue, the holds, the messages, the cost of 
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
-from capacity_harness import BORROW, harness, job_pod
-from controller_harness import H100, Harness, deployment, indexes_of, profile_body
+from api_snapshot import ApiSnapshot
+from capacity_harness import BORROW, harness, job_pod, start_waiting
+from controller_harness import H100, NODES, NS, Harness, deployment, indexes_of, profile_body
 
 from sps_operator.api import labels as L
 from sps_operator.api.spec import CapacitySpec
 from sps_operator.controller import indexes as ix
 from sps_operator.controller.indexes import deployments_covered
-from sps_operator.controller.policies.borrow import borrow_refusal, pdb_covers
+from sps_operator.controller.policies.borrow import (
+    ANNOTATION_CLAIM,
+    BorrowTag,
+    borrow_refusal,
+    pdb_covers,
+    read_claim,
+    written_by_operator,
+)
 
 
 def blocked_by(h: Harness) -> str:
-    from capacity_harness import start_waiting
-
     start_waiting(h)
     h.tick(30)
     waiting = h.run_pass()["currentRun"]["waiting"]
@@ -181,3 +188,70 @@ def test_a_profile_that_sees_no_gpu_label_says_why() -> None:
     unlabelled = target_message({"n1": {"kubernetes.io/hostname": "n1"}})
     assert "without the label nvidia.com/gpu.product" in unlabelled
     assert "spec.gpuProductLabel" in unlabelled and "nodeAccess" not in unlabelled
+
+
+# ----------------------------------------------------------------------------- the record
+
+
+def test_a_record_forged_with_the_operators_field_manager_frees_no_other_pool() -> None:
+    """team-b annotated its own Deployment with `--field-manager=sps-operator`, naming
+    team-a's profile UID and run: team-b's pass deleted team-a's pool Lease, and both
+    borrowed on one GPU product at once. The pool Lease is the record now."""
+    h = harness(**BORROW)
+    start_waiting(h)
+    h.tick(30)
+    run = h.run_pass()["currentRun"]
+    assert h.kube.scales == [("server", 1)] and len(h.kube.kinds("Lease")) == 1
+    uid = h.kube.obj("SpsProfile", "p")["metadata"]["uid"]
+    # team-b: its own full pool, a BorrowReplica profile, and the forged record.
+    mine = deployment("q-server", labels={"app": "q"})
+    mine["metadata"]["namespace"] = "team-b"
+    mine["spec"]["replicas"] = 2
+    h.add(mine)
+    h.kube.roll(h.kube.obj("Deployment", "q-server", "team-b"))
+    q = profile_body("q", **BORROW)
+    q["metadata"]["namespace"] = "team-b"
+    q["spec"]["selector"] = {"matchLabels": {"app": "q"}}
+    h.add(q)
+    forged = BorrowTag(uid, "p", run["name"], 3, H100, "2026-03-01T00:00:00Z")
+    annotate = {"metadata": {"annotations": {L.ANNOTATION_BORROWED: forged.to_annotation()}}}
+    h.kube.patch_metadata("Deployment", "team-b", "q-server", annotate)  # as sps-operator
+    assert written_by_operator(h.kube.obj("Deployment", "q-server", "team-b"))
+    assert h.reconciler is not None
+    for _ in range(3):
+        h.tick(600)
+        h.reconciler.reconcile(copy.deepcopy(h.kube.obj("SpsProfile", "q", "team-b")),
+                               ApiSnapshot(h.kube, h.pods_now(), NODES))  # fmt: skip
+    (lease,) = h.kube.kinds("Lease")
+    assert read_claim(lease) is not None and read_claim(lease).namespace == NS  # type: ignore[union-attr]
+    assert h.kube.scales == [("server", 1)]  # team-b's Deployment neither scaled up nor down
+    assert h.kube.obj("Deployment", "q-server", "team-b")["spec"]["replicas"] == 2
+    # team-a's borrow goes on, and is given back as the Lease says.
+    job_pod(h, unschedulable=None)
+    h.finish()
+    h.settle(passes=5)
+    assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 2
+    assert not h.kube.kinds("Lease")
+
+
+def test_a_borrow_recorded_by_the_previous_version_is_given_back() -> None:
+    """An upgrade: the previous version's pool Lease had no replicas (they were on the
+    Deployment, trusted by field manager). Named by its Lease, that record is honoured."""
+    h = harness(**BORROW)
+    start_waiting(h)
+    h.tick(30)
+    h.run_pass()
+    (lease,) = h.kube.kinds("Lease")
+    claim = json.loads(lease["metadata"]["annotations"][ANNOTATION_CLAIM])
+    del claim["replicas"]  # as the previous version wrote it
+    lease["metadata"]["annotations"][ANNOTATION_CLAIM] = json.dumps(claim)
+    h.kube.obj("SpsProfile", "p")["status"]["currentRun"].pop("borrow")  # and status lost
+    h.tick()
+    assert h.run_pass()["currentRun"]["borrow"]["replicas"] == 2  # re-attached
+    job_pod(h, unschedulable=None)
+    h.finish()
+    h.settle(passes=5)
+    dep = h.kube.obj("Deployment", "server")
+    assert dep["spec"]["replicas"] == 2 and L.ANNOTATION_BORROWED not in dep["metadata"][
+        "annotations"]  # fmt: skip
+    assert not h.kube.kinds("Lease")

@@ -7,14 +7,18 @@ operator takes one replica out of the target Deployment and gives it back when t
 ends, whatever the outcome (or, when the new table's rollout needs the slot as its surge
 slot on a full pool, once that rollout completes).
 
-What was borrowed is recorded on the Deployment (annotation `sps.dev/borrowed`) in the
-same write that scales it, conditional on the resourceVersion the decision read: there
-is no moment with a scale and no record, and a pass deciding on a stale copy writes
-nothing. That record is the truth: a run that finds its own record re-attaches it and
-never borrows again. Status (`currentRun.borrow`) mirrors it. Only records the operator's
-own field manager wrote are acted on. One borrow per GPU product at a time is a Lease in
-the operator's namespace, created only if absent. A give-back never fights: replicas are
-restored only if nobody changed them meanwhile.
+What was borrowed is recorded where only the operator writes: the GPU product's pool Lease
+in the operator's namespace (`PoolClaim`: the profile, the run, the lender's namespace and
+name, its replicas before, the table a rollout keeps the slot for), created only if absent
+before anything is scaled; one borrow per GPU product at a time is that same Lease. The
+Deployment gets a copy (annotation `sps.dev/borrowed`) in the same write that scales it,
+conditional on the resourceVersion the decision read, so there is no moment with a scale
+and no copy, and a pass deciding on a stale copy writes nothing. The copy is for people,
+and says which Lease to read: anyone who may edit a Deployment may write it (a field
+manager's name is no proof), so a borrow is acted on only when the pool Lease names that
+very Deployment and run (`confirmed_tag`), and its numbers come from the Lease. Status
+(`currentRun.borrow`) mirrors it. A give-back never fights: replicas are restored only if
+nobody changed them meanwhile.
 
 Refusals (each a reason the status shows): Kueue manages the Deployment (a borrow would
 hand quota from one Kueue workload to whichever Kueue admits next); the Deployment is
@@ -100,11 +104,33 @@ def written_by_operator(deployment: Mapping[str, Any]) -> bool:
     return False
 
 
-def trusted_tag(deployment: Mapping[str, Any] | None) -> BorrowTag | None:
-    """The Deployment's borrow record if the operator wrote it (else None)."""
-    if deployment is None or not written_by_operator(deployment):
+def confirmed_tag(
+    claim: PoolClaim | None, deployment: Mapping[str, Any] | None
+) -> BorrowTag | None:
+    """The borrow of a replica of `deployment`, as the pool Lease's `claim` records it (None:
+    the Lease records no borrow from it). The copy on the Deployment must name the Lease's
+    run: it is written in the same write as the scale, so it says the scale happened (a
+    claim alone may be one whose scale was never written); everything else comes from the
+    Lease. A claim of a version that kept the numbers on the Deployment (no `replicas`) is
+    honoured with the copy its field manager wrote, as that version did: only the Lease,
+    which no tenant writes, says which Deployment and run it is."""
+    if claim is None or deployment is None:
         return None
-    return read_tag(deployment)
+    meta = deployment.get("metadata") or {}
+    copy = read_tag(deployment)
+    if (
+        copy is None
+        or (meta.get("namespace"), meta.get("name")) != (claim.namespace, claim.deployment)
+        or (copy.profile_uid, copy.run) != (claim.profile_uid, claim.run)
+    ):
+        return None
+    if claim.replicas is None:  # recorded by a previous version
+        if not written_by_operator(deployment):
+            return None
+        return BorrowTag(claim.profile_uid, claim.profile, claim.run, copy.replicas,
+                         claim.product, claim.at, copy.hold)  # fmt: skip
+    return BorrowTag(claim.profile_uid, claim.profile, claim.run, claim.replicas,
+                     claim.product, claim.at, claim.hold)  # fmt: skip
 
 
 def replicas_owners(deployment: Mapping[str, Any]) -> list[str]:
@@ -283,7 +309,8 @@ ANNOTATION_CLAIM = f"{LABEL_PREFIX}/borrow-claim"
 
 @dataclass(frozen=True)
 class PoolClaim:
-    """Who borrows on a GPU product now (the pool Lease's record)."""
+    """Who borrows on a GPU product now, from which Deployment (the pool Lease's record:
+    the truth of a borrow, in a namespace only the operator writes)."""
 
     namespace: str
     profile: str
@@ -292,6 +319,10 @@ class PoolClaim:
     deployment: str
     product: str
     at: str
+    # The lender's replicas before the borrow (None: a claim of a previous version, which
+    # kept them on the Deployment), and the table hash whose rollout keeps the slot.
+    replicas: int | None = None
+    hold: str = ""
 
     @property
     def holder(self) -> str:
@@ -310,12 +341,20 @@ def pool_lease(claim: PoolClaim, namespace: str) -> Obj:
             "name": pool_lease_name(claim.product),
             "namespace": namespace,
             "labels": {L.LABEL_MANAGED_BY: L.MANAGED_BY, L.LABEL_COMPONENT: COMPONENT_POOL},
-            "annotations": {
-                ANNOTATION_CLAIM: json.dumps(asdict(claim), sort_keys=True, separators=(",", ":"))
-            },
+            "annotations": {ANNOTATION_CLAIM: claim_annotation(claim)},
         },
         "spec": {"holderIdentity": claim.holder[:MAX_HOLDER]},
     }
+
+
+_CLAIM_TEXT = ("namespace", "profile", "profile_uid", "run", "deployment", "product", "at")
+
+
+def claim_annotation(claim: PoolClaim) -> str:
+    data = asdict(claim)
+    if not claim.hold:
+        data.pop("hold")
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
 def read_claim(lease: Mapping[str, Any] | None) -> PoolClaim | None:
@@ -324,8 +363,12 @@ def read_claim(lease: Mapping[str, Any] | None) -> PoolClaim | None:
         return None
     try:
         data = json.loads(text)
-        return PoolClaim(**{k: str(data[k]) for k in PoolClaim.__dataclass_fields__})
-    except (ValueError, KeyError, TypeError, AttributeError):
+        replicas = data.get("replicas")
+        if replicas is not None and (type(replicas) is not int or not 0 < replicas <= MAX_REPLICAS):
+            return None
+        return PoolClaim(**{k: str(data[k]) for k in _CLAIM_TEXT}, replicas=replicas,
+                         hold=str(data.get("hold") or "")[:64])  # fmt: skip
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
 
 

@@ -52,8 +52,8 @@ from sps_operator.controller.policies.borrow import (
     job_pods,
     kueue_managed_refusal,
     pool_bid,
+    read_tag,
     replicas_changed_by,
-    trusted_tag,
 )
 from sps_operator.controller.policies.clocks import elapsed
 from sps_operator.controller.policies.cost import add_cost, bounded_seconds, job_gpus
@@ -69,9 +69,11 @@ from sps_operator.controller.policies.kueue import (
     run_limit,
 )
 from sps_operator.controller.steps.gpupool import (
-    ORPHAN_GRACE,
     claim_pool,
+    hold_pool,
+    lent_by,
     older_than,
+    pool_claim,
     release_pool,
     sweep_pools,
 )
@@ -85,6 +87,9 @@ HOLD_MARGIN = timedelta(seconds=60)
 # A run waiting for its turn on a GPU pool looks again this often (a pool freed, or a run
 # ahead that stopped waiting, wakes no one).
 POOL_RECHECK_SECONDS = 15.0
+# A pass reads at most this many pool Leases for copies of borrow records naming its
+# profile (one per GPU product: a run borrows on one; the orphan sweep covers the rest).
+MAX_POOLS_READ = 2
 
 
 # ----------------------------------------------------------------------------- the wait
@@ -284,9 +289,12 @@ def _lenders(p: Pass) -> dict[str, Mapping[str, Any]]:
 
 
 def _own_tag(p: Pass, dep: Mapping[str, Any] | None, run: str) -> BorrowTag | None:
-    """The record on `dep` of a replica lent to `run` of this profile, if the operator
-    wrote it."""
-    tag = trusted_tag(dep)
+    """The borrow of a replica of `dep` by `run` of this profile, as its pool Lease records
+    it (the copy on `dep` only says which Lease to read)."""
+    hint = read_tag(dep) if dep is not None else None
+    if hint is None or hint.profile_uid != p.ref.uid or hint.run != run:
+        return None  # (no Lease read for a copy that names another run)
+    tag = lent_by(p, dep)
     return tag if tag is not None and tag.profile_uid == p.ref.uid and tag.run == run else None
 
 
@@ -356,7 +364,7 @@ def _borrow(p: Pass, run: RunStatus) -> str | None:
     refusal = borrow_refusal(dep, p.spec.capacity, p.snapshot.pdbs, p.snapshot.hpas)
     if refusal is not None:
         return refusal
-    recorded = trusted_tag(dep)
+    recorded = lent_by(p, dep)
     if recorded is not None:
         # Never a record over a record: the one there is given back first.
         return (
@@ -366,14 +374,14 @@ def _borrow(p: Pass, run: RunStatus) -> str | None:
     turn = _turn(p, run)
     if turn is not None:
         return turn
+    replicas = int((dep.get("spec") or {}).get("replicas", 1))
     claim = PoolClaim(
         p.namespace, p.ref.name, p.ref.uid, run.name, run.target, run.gpu_product,
-        cond.rfc3339(p.now),
+        cond.rfc3339(p.now), replicas,
     )  # fmt: skip
     busy = claim_pool(p, claim)
     if busy is not None:
         return PoolTurn(busy)
-    replicas = int((dep.get("spec") or {}).get("replicas", 1))
     tag = BorrowTag(p.ref.uid, p.ref.name, run.name, replicas, run.gpu_product, claim.at)
     try:
         # The record and the scale in one write, on the Deployment as it was read.
@@ -512,6 +520,10 @@ def _hold_for_rollout(
         or max_unavailable(dep, tag.replicas) != 0
     ):
         return False
+    # The Lease first (the truth), then the copy people read.
+    claim = pool_claim(p, run.gpu_product)
+    if claim is None or not hold_pool(p, claim, table.hash):
+        return False
     try:
         p.kube.patch_deployment(p.namespace, target.name,
                                 borrow_patch(dep, replace(tag, hold=table.hash), None))  # fmt: skip
@@ -590,17 +602,23 @@ def follow_rollout_borrow(p: Pass, statuses: Sequence[TargetStatus]) -> None:
 
 
 def return_orphans(p: Pass) -> None:
-    """Give back what a Deployment of the namespace says was lent to a run of this profile
-    that no longer runs (nor holds the slot for its rollout), or to a profile that no longer
-    exists; re-attach a record whose status was lost; then, at most once a minute for the
-    whole operator, look for orphaned pool Leases."""
+    """Give back what the pool Lease says was lent to a run of this profile that no longer
+    runs (nor holds the slot for its rollout), found through the copies on the namespace's
+    Deployments; re-attach a borrow whose status was lost; then, at most once a minute for
+    the whole operator, look for orphaned pool Leases (a profile gone, a copy removed)."""
     run = p.status.current_run
     held = p.status.rollout_borrow
-    alive = {s.uid for s in p.snapshot.profiles}
+    products: set[str] = set()
     for name, dep in sorted(_lenders(p).items()):
-        tag = trusted_tag(dep)
-        if tag is None or name in p.returned:
+        hint = read_tag(dep)
+        if hint is None or hint.profile_uid != p.ref.uid or name in p.returned:
             continue  # (a record this pass removed is still in its snapshot)
+        products.add(hint.product)
+        if len(products) > MAX_POOLS_READ:
+            break  # copies anyone may write must not buy API reads: the sweep does the rest
+        tag = lent_by(p, dep)
+        if tag is None:
+            continue  # no pool Lease records it: a copy is no borrow
         if tag.profile_uid == p.ref.uid:
             if run is not None and tag.run == run.name:
                 reattach_borrow(p, run)
@@ -615,9 +633,5 @@ def return_orphans(p: Pass) -> None:
                 )  # fmt: skip
                 continue
             if _return(p, dep, tag, why=f"run {tag.run} is over"):
-                release_pool(p, tag.product, tag.profile_uid, tag.run)
-        elif tag.profile_uid not in alive and older_than(tag.at, p.now, ORPHAN_GRACE):
-            why = f"SpsProfile {tag.profile} (uid {tag.profile_uid}) no longer exists"
-            if _return(p, dep, tag, why=why):
                 release_pool(p, tag.product, tag.profile_uid, tag.run)
     sweep_pools(p)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,17 +19,21 @@ from kubernetes.client.rest import ApiException
 from sps_operator.api import labels as L
 from sps_operator.api.reasons import REPLICA_RETURNED
 from sps_operator.controller.policies.borrow import (
+    ANNOTATION_CLAIM,
     COMPONENT_POOL,
+    BorrowTag,
     PoolClaim,
     borrow_patch,
     borrowing_seen_from,
+    claim_annotation,
+    confirmed_tag,
     give_back,
     holder_seen_from,
     pool_lease,
     pool_lease_name,
     read_claim,
+    read_tag,
     same_run,
-    trusted_tag,
 )
 from sps_operator.controller.policies.clocks import trusted
 from sps_operator.controller.steps.state import Pass
@@ -46,6 +51,40 @@ def older_than(stamp: str | None, now: datetime, limit: timedelta) -> bool:
     orphan alive."""
     when = trusted(stamp, now)
     return when is None or now - when >= limit
+
+
+def pool_claim(p: Pass, product: str) -> PoolClaim | None:
+    """What the GPU product's pool Lease records now (None: no borrow, or unreadable)."""
+    if not product:
+        return None
+    return read_claim(p.kube.get("Lease", p.settings.pool_namespace, pool_lease_name(product)))
+
+
+def lent_by(p: Pass, deployment: Mapping[str, Any] | None) -> BorrowTag | None:
+    """The borrow of a replica of `deployment` as its pool Lease records it: the copy on
+    the Deployment only says which Lease to read (`confirmed_tag`)."""
+    hint = read_tag(deployment) if deployment is not None else None
+    return confirmed_tag(pool_claim(p, hint.product), deployment) if hint is not None else None
+
+
+def hold_pool(p: Pass, claim: PoolClaim, table: str) -> bool:
+    """Record on the pool Lease that the slot stays lent for the rollout of `table`
+    (conditional on the Lease as read); False when the Lease is not this claim's now."""
+    namespace = p.settings.pool_namespace
+    lease = p.kube.get("Lease", namespace, pool_lease_name(claim.product))
+    if lease is None or read_claim(lease) != claim:
+        return False
+    meta = lease["metadata"]
+    patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"),
+                          "annotations": {ANNOTATION_CLAIM: claim_annotation(
+                              replace(claim, hold=table))}}}  # fmt: skip
+    try:
+        p.kube.patch_metadata("Lease", namespace, str(meta["name"]), patch)
+    except ApiException as exc:
+        if exc.status in (404, 409):
+            return False
+        raise
+    return True
 
 
 def claim_pool(p: Pass, claim: PoolClaim) -> str | None:
@@ -75,13 +114,16 @@ def claim_pool(p: Pass, claim: PoolClaim) -> str | None:
 
 
 def release_pool(p: Pass, product: str, uid: str, run: str) -> None:
-    """Delete the pool Lease of `product` if it is `run`'s."""
+    """Delete the pool Lease of `product` if it is `run`'s (a run of this pass's namespace:
+    a pass never frees another namespace's pool, whatever a record there says)."""
     if not product:
         return
     namespace = p.settings.pool_namespace
     lease = p.kube.get("Lease", namespace, pool_lease_name(product))
     claim = read_claim(lease)
     if lease is None or claim is None or not same_run(claim, uid, run):
+        return
+    if claim.namespace != p.namespace:
         return
     try:
         p.kube.delete(
@@ -132,8 +174,8 @@ def _sweep_one(p: Pass, lease: Mapping[str, Any], claim: PoolClaim, why: str) ->
         if exc.status != 403:
             raise
         dep = None  # not ours to give back: only the record goes
-    tag = trusted_tag(dep)
-    if tag is not None and (tag.profile_uid, tag.run) == (claim.profile_uid, claim.run):
+    tag = confirmed_tag(claim, dep)
+    if tag is not None:
         assert dep is not None
         action = give_back(dep, tag)
         try:
