@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from typing import Any
 
 from api_snapshot import ApiSnapshot
@@ -18,11 +19,14 @@ from sps_operator.controller.indexes import deployments_covered
 from sps_operator.controller.policies.borrow import (
     ANNOTATION_CLAIM,
     BorrowTag,
+    PoolBid,
+    ahead_of,
     borrow_refusal,
     pdb_covers,
     read_claim,
     written_by_operator,
 )
+from sps_operator.controller.policies.policy import BORROW_BOUNDS
 
 
 def blocked_by(h: Harness) -> str:
@@ -109,10 +113,12 @@ def cached_pass(h: Harness, extra: list[dict[str, Any]]) -> dict[str, Any]:
     return h.status()
 
 
-def waiting_to_borrow(extra: list[dict[str, Any]]) -> tuple[Harness, dict[str, Any]]:
+def waiting_to_borrow(
+    extra: list[dict[str, Any]], wait: int = 3600
+) -> tuple[Harness, dict[str, Any]]:
     """p's run waits to borrow on H100 (its Job's pod pending since 12:00:00, priority 0),
     past its grace, with `extra` in the caches; returns p's waiting status."""
-    h = harness(**BORROW)
+    h = harness(capacity={**BORROW["capacity"], "waitTimeoutSeconds": wait})
     h.tick()
     cached_pass(h, extra)
     job_pod(h)
@@ -255,3 +261,69 @@ def test_a_borrow_recorded_by_the_previous_version_is_given_back() -> None:
     assert dep["spec"]["replicas"] == 2 and L.ANNOTATION_BORROWED not in dep["metadata"][
         "annotations"]  # fmt: skip
     assert not h.kube.kinds("Lease")
+
+
+# ----------------------------------------------------------------------------- the bounds
+
+
+def test_a_rollout_hold_ends_at_the_admins_bound_whatever_the_progress_deadline() -> None:
+    """team-b set progressDeadlineSeconds 2147483647 with pods that never become ready:
+    the pool Lease would have been held for 68 years (issue 33 §2)."""
+    from test_controller_full_pool import BORROW_SOON, borrowed_then_finished, passes
+
+    h = harness(replicas=2, **BORROW_SOON)
+    h.kube.obj("Deployment", "server")["spec"]["progressDeadlineSeconds"] = 2147483647
+    borrowed_then_finished(h)
+    status = passes(h, 2)
+    assert status["rolloutBorrow"] and h.kube.kinds("Lease")  # kept for the rollout
+    (lease,) = h.kube.kinds("Lease")
+    assert read_claim(lease).hold == status["tables"][0]["hash"]  # type: ignore[union-attr]
+    bound = BORROW_BOUNDS.max_rollout_hold_seconds  # the documented default: 1800 s
+    h.tick(bound - 10)
+    assert passes(h, 1)["rolloutBorrow"]  # still within the admin's bound
+    h.tick(10)
+    status = passes(h, 1)
+    assert status.get("rolloutBorrow") is None and not h.kube.kinds("Lease")
+    assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 2
+    (note,) = [m for r, m in h.kube.events if r == "ReplicaReturned"]
+    assert f"did not complete within {bound:.0f} s" in note
+    assert "borrowPolicy.maxRolloutHoldSeconds" in note
+
+
+def test_a_replica_lent_to_a_run_goes_back_at_the_admins_bound() -> None:
+    """A run that borrowed but whose pod never starts waited as long as its own
+    waitTimeoutSeconds (up to 7 days) with the replica lent."""
+    h = harness(capacity={**BORROW["capacity"], "waitTimeoutSeconds": 7 * 24 * 3600})
+    start_waiting(h)
+    h.tick(30)
+    assert h.run_pass()["currentRun"]["borrow"]
+    h.tick(BORROW_BOUNDS.max_lent_seconds - 1)  # the documented default: 4 h
+    assert h.run_pass()["currentRun"]["borrow"]
+    h.tick(1)
+    status = h.run_pass()
+    assert status.get("currentRun") is None and not h.kube.kinds("Job")
+    failure = status["lastFailure"]
+    assert failure["reason"] == "DeadlineExceeded"
+    assert "borrowPolicy.maxLentSeconds" in failure["message"]
+    assert "the lent replica was given back" in failure["message"]
+    assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 2
+    assert not h.kube.kinds("Lease")
+
+
+def test_a_place_in_line_holds_others_back_no_longer_than_the_admins_bound() -> None:
+    """team-b's run first in line at a high priority, whose pass never borrows, held
+    team-a back for as long as it waited."""
+    h, waiting = waiting_to_borrow(other_namespace_run(1000, "2026-03-01T11:59:00Z"), 86400)
+    assert waiting.get("poolTurn") is True and not h.kube.scales
+    bound = BORROW_BOUNDS.max_pool_turn_seconds  # the documented default: 1 h
+    h.tick(bound)  # team-b's pod has waited past the bound; team-a's has not (created later)
+    h.pods = [replace(p, created="2026-03-01T12:59:00Z") if p.unschedulable else p
+              for p in h.pods]  # fmt: skip
+    cached_pass(h, other_namespace_run(1000, "2026-03-01T11:59:00Z"))
+    assert h.kube.scales == [("server", 1)]
+    # Both runs order the same bids the same way: an expired bid goes after the others.
+    mine = PoolBid("a/p", "ua", H100, 0, "2026-03-01T12:59:00Z")
+    old = PoolBid("b/q", "uq", H100, 1000, "2026-03-01T11:59:00Z")
+    cut = "2026-03-01T12:00:00Z"
+    assert ahead_of(mine, [old], cut) == [] and ahead_of(old, [mine], cut) == [mine]
+    assert ahead_of(mine, [old]) == [old] and ahead_of(old, [mine]) == []

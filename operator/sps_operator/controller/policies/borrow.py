@@ -45,6 +45,7 @@ from sps_operator.controller.policies.placement import PodInfo
 from sps_operator.controller.policies.selectors import matches_selector
 
 Obj = dict[str, Any]
+
 MAX_TAG_BYTES = 4096  # a borrow record is ~250 bytes; anything much larger is not ours
 MAX_HOLDER = 253
 MAX_REPLICAS = 100_000
@@ -452,13 +453,20 @@ def pool_bid(
     return PoolBid(holder, uid, product, first.priority or 0, str(first.created))
 
 
-def ahead_of(mine: PoolBid, bids: Iterable[PoolBid]) -> list[PoolBid]:
-    """The bids served before `mine` on its GPU product, first first."""
+def ahead_of(mine: PoolBid, bids: Iterable[PoolBid], expired_before: str = "") -> list[PoolBid]:
+    """The bids served before `mine` on its GPU product, first first. A bid waiting since
+    before `expired_before` (the admin's bound of a place in line) holds no one back any
+    more: it goes after every bid that has not waited that long. Every pass orders the
+    same bids the same way, so no two runs ever wait for each other."""
+
+    def place(bid: PoolBid) -> tuple[bool, int, str, str]:
+        return (bid.since < expired_before, *bid.place)
+
     return sorted(
         (
             b
             for b in bids
-            if b.product == mine.product and b.uid != mine.uid and b.place < mine.place
+            if b.product == mine.product and b.uid != mine.uid and place(b) < place(mine)
         ),
-        key=lambda b: b.place,
+        key=place,
     )

@@ -90,6 +90,8 @@ POOL_RECHECK_SECONDS = 15.0
 # A pass reads at most this many pool Leases for copies of borrow records naming its
 # profile (one per GPU product: a run borrows on one; the orphan sweep covers the rest).
 MAX_POOLS_READ = 2
+# A bound further than this is no bound (and a date that far away cannot be written).
+MAX_BOUND_SECONDS = 365 * 24 * 3600.0
 
 
 # ----------------------------------------------------------------------------- the wait
@@ -340,7 +342,9 @@ def _turn(p: Pass, run: RunStatus) -> PoolTurn | None:
                     _run_job(p, run))  # fmt: skip
     if mine is None:
         return None
-    first = ahead_of(mine, p.snapshot.pool_bids)
+    bound = min(p.settings.max_pool_turn_seconds, MAX_BOUND_SECONDS)
+    expired = cond.rfc3339(p.now - timedelta(seconds=bound))
+    first = ahead_of(mine, p.snapshot.pool_bids, expired)
     if not first:
         return None
     more = f", and {len(first) - 1} more" if len(first) > 1 else ""
@@ -348,6 +352,11 @@ def _turn(p: Pass, run: RunStatus) -> PoolTurn | None:
     if ahead == first[0].holder:
         # Its priority and its pod's age are details of its namespace: said only there.
         ahead += f" (priority {first[0].priority}, waiting since {first[0].since})"
+    if mine.since < expired:
+        more += (
+            f"; this run has held its place {bound:.0f} s (the admin's bound, chart "
+            "borrowPolicy.maxPoolTurnSeconds): runs that have waited less go first"
+        )
     return PoolTurn(
         f"its turn to borrow on GPU product {run.gpu_product} comes after {ahead}{more}: "
         f"waiting runs are served by their pod's priority, then oldest first (this run: "
@@ -460,8 +469,10 @@ def _return(
         bound = (
             p.spec.capacity.wait_timeout_seconds
             + p.spec.job.active_deadline_seconds
-            + progress_deadline_seconds(deployment)
-            + HOLD_MARGIN.total_seconds()
+            + min(
+                progress_deadline_seconds(deployment) + HOLD_MARGIN.total_seconds(),
+                p.settings.max_rollout_hold_seconds,
+            )
         )
         lent = bounded_seconds(tag.at, p.now, bound)
         p.status.cost = add_cost(p.status.cost, tag.product, lent_seconds=lent)
@@ -566,7 +577,10 @@ def follow_rollout_borrow(p: Pass, statuses: Sequence[TargetStatus]) -> None:
         release_pool(p, product, p.ref.uid, held.run or "")
         p.status.rollout_borrow = None
         return
-    limit = timedelta(seconds=progress_deadline_seconds(dep)) + HOLD_MARGIN
+    limit = min(
+        timedelta(seconds=progress_deadline_seconds(dep)) + HOLD_MARGIN,
+        timedelta(seconds=p.settings.max_rollout_hold_seconds),
+    )
     why = None
     if ts is None:
         why = "it is no longer a target of this profile"
@@ -577,7 +591,8 @@ def follow_rollout_borrow(p: Pass, statuses: Sequence[TargetStatus]) -> None:
     elif older_than(held.held_since, p.now, limit):
         why = (
             f"its rollout did not complete within {limit.total_seconds():.0f} s (the "
-            "Deployment's progressDeadlineSeconds and a margin)"
+            "Deployment's progressDeadlineSeconds and a margin, at most the admin's bound, "
+            "chart borrowPolicy.maxRolloutHoldSeconds)"
         )
     if why is None:
         assert ts is not None

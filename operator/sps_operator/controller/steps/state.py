@@ -23,7 +23,7 @@ from sps_operator.controller.policies.claims import ClaimInfo
 from sps_operator.controller.policies.kueue import KUEUE_RECHECK_SECONDS, KueueCache
 from sps_operator.controller.policies.ownership import ProfileSummary
 from sps_operator.controller.policies.placement import PodInfo
-from sps_operator.controller.policies.policy import JobPolicy, ServiceInfo
+from sps_operator.controller.policies.policy import BORROW_BOUNDS, JobPolicy, ServiceInfo
 from sps_operator.controller.policies.selectors import matches_selector
 from sps_operator.controller.process.metrics import Metrics
 from sps_operator.controller.server.podenv import ConfigMapEnv
@@ -49,6 +49,12 @@ class Settings:
     # which no tenant can write), and how often a pass may look for orphaned ones.
     pool_namespace: str = "default"
     pool_sweep_seconds: float = 60.0
+    # The admin's bounds of every hold of the shared GPU pool (chart borrowPolicy; no
+    # tenant value lengthens them): a replica lent to a run (from the borrow to the run's
+    # end), the slot kept for a rollout after it, a waiting run's place ahead of others.
+    max_lent_seconds: float = BORROW_BOUNDS.max_lent_seconds
+    max_rollout_hold_seconds: float = BORROW_BOUNDS.max_rollout_hold_seconds
+    max_pool_turn_seconds: float = BORROW_BOUNDS.max_pool_turn_seconds
     # How often a run queued in Kueue looks at Kueue's words again (kueue.py; the flag
     # exists for the test bed, whose scenarios would otherwise wait out 30 s per step).
     kueue_recheck_seconds: float = KUEUE_RECHECK_SECONDS
