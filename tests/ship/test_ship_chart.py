@@ -127,7 +127,7 @@ def test_default_render_cluster_mode() -> None:
     assert rules_grant(leader, "coordination.k8s.io", "leases", "update")
     assert not rules_grant(leader, "coordination.k8s.io", "leases", "delete")
     pools = roles["sps-operator-borrow"]["rules"]
-    for verb in ("get", "list", "create", "delete"):
+    for verb in ("get", "list", "create", "patch", "delete"):
         assert rules_grant(pools, "coordination.k8s.io", "leases", verb), verb
     assert not rules_grant(pools, "coordination.k8s.io", "leases", "update")
     # The borrow record and the replicas are one patch of the Deployment: no scale access.

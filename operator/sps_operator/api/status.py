@@ -431,5 +431,6 @@ class SpsProfileStatus(StatusModel):
         default=None,
         description="A replica still lent after its run ended: on a full pool the freed slot "
         "is the surge slot the new table's rollout needs; given back when that rollout "
-        "completes (or fails, or takes longer than the Deployment's progress deadline).",
+        "completes (or fails, or takes longer than the Deployment's progress deadline or "
+        "the admin's bound, chart borrowPolicy.maxRolloutHoldSeconds).",
     )
