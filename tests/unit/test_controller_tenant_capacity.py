@@ -20,9 +20,11 @@ from sps_operator.controller.policies.borrow import (
     ANNOTATION_CLAIM,
     BorrowTag,
     PoolBid,
+    PoolClaim,
     ahead_of,
     borrow_refusal,
     pdb_covers,
+    pool_lease,
     read_claim,
     written_by_operator,
 )
@@ -327,3 +329,24 @@ def test_a_place_in_line_holds_others_back_no_longer_than_the_admins_bound() -> 
     cut = "2026-03-01T12:00:00Z"
     assert ahead_of(mine, [old], cut) == [] and ahead_of(old, [mine], cut) == [mine]
     assert ahead_of(mine, [old]) == [old] and ahead_of(old, [mine]) == []
+
+
+def test_a_claim_left_by_a_crash_before_the_scale_records_the_replicas_borrowed_later() -> None:
+    """Killed between taking the pool and scaling: the next pass scales the Deployment as it
+    is then, and the Lease (the record) must say so, or the give-back restores a stale
+    count (here it would leave the lender at 1 of 2)."""
+    h = harness(**BORROW)
+    start_waiting(h)
+    run = h.status()["currentRun"]
+    uid = h.kube.obj("SpsProfile", "p")["metadata"]["uid"]
+    claim = PoolClaim(NS, "p", uid, run["name"], "server", H100, "2026-03-01T12:00:00Z", 5)
+    h.add(pool_lease(claim, h.settings.pool_namespace))  # decided when it had 5 replicas
+    h.tick(30)
+    assert h.run_pass()["currentRun"]["borrow"]["replicas"] == 2
+    (lease,) = h.kube.kinds("Lease")
+    assert read_claim(lease).replicas == 2  # type: ignore[union-attr]
+    job_pod(h, unschedulable=None)
+    h.finish()
+    h.settle(passes=5)
+    assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 2
+    assert not h.kube.kinds("Lease")

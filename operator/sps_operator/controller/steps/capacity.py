@@ -73,7 +73,6 @@ from sps_operator.controller.steps.gpupool import (
     hold_pool,
     lent_by,
     older_than,
-    pool_claim,
     release_pool,
     sweep_pools,
 )
@@ -532,8 +531,7 @@ def _hold_for_rollout(
     ):
         return False
     # The Lease first (the truth), then the copy people read.
-    claim = pool_claim(p, run.gpu_product)
-    if claim is None or not hold_pool(p, claim, table.hash):
+    if not hold_pool(p, run.gpu_product, p.ref.uid, run.name, table.hash):
         return False
     try:
         p.kube.patch_deployment(p.namespace, target.name,

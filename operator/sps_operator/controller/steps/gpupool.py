@@ -54,10 +54,14 @@ def older_than(stamp: str | None, now: datetime, limit: timedelta) -> bool:
 
 
 def pool_claim(p: Pass, product: str) -> PoolClaim | None:
-    """What the GPU product's pool Lease records now (None: no borrow, or unreadable)."""
+    """What the GPU product's pool Lease records now (None: no borrow, or unreadable); read
+    once per pass until this pass writes it."""
     if not product:
         return None
-    return read_claim(p.kube.get("Lease", p.settings.pool_namespace, pool_lease_name(product)))
+    if product not in p.pool_reads:
+        lease = p.kube.get("Lease", p.settings.pool_namespace, pool_lease_name(product))
+        p.pool_reads[product] = read_claim(lease)
+    return p.pool_reads[product]
 
 
 def lent_by(p: Pass, deployment: Mapping[str, Any] | None) -> BorrowTag | None:
@@ -67,19 +71,25 @@ def lent_by(p: Pass, deployment: Mapping[str, Any] | None) -> BorrowTag | None:
     return confirmed_tag(pool_claim(p, hint.product), deployment) if hint is not None else None
 
 
-def hold_pool(p: Pass, claim: PoolClaim, table: str) -> bool:
-    """Record on the pool Lease that the slot stays lent for the rollout of `table`
-    (conditional on the Lease as read); False when the Lease is not this claim's now."""
-    namespace = p.settings.pool_namespace
-    lease = p.kube.get("Lease", namespace, pool_lease_name(claim.product))
-    if lease is None or read_claim(lease) != claim:
+def hold_pool(p: Pass, product: str, uid: str, run: str, table: str) -> bool:
+    """Record on the pool Lease of `run` that the slot stays lent for the rollout of
+    `table`; False when the Lease is not that run's now."""
+    lease = p.kube.get("Lease", p.settings.pool_namespace, pool_lease_name(product))
+    claim = read_claim(lease)
+    if lease is None or claim is None or not same_run(claim, uid, run):
         return False
-    meta = lease["metadata"]
+    return _write_claim(p, lease, replace(claim, hold=table))
+
+
+def _write_claim(p: Pass, lease: Mapping[str, Any], claim: PoolClaim) -> bool:
+    """Rewrite the record of the pool Lease `lease`, conditional on it as read; False when
+    it changed or went since."""
+    meta = lease.get("metadata") or {}
     patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"),
-                          "annotations": {ANNOTATION_CLAIM: claim_annotation(
-                              replace(claim, hold=table))}}}  # fmt: skip
+                          "annotations": {ANNOTATION_CLAIM: claim_annotation(claim)}}}  # fmt: skip
+    p.pool_reads.pop(claim.product, None)
     try:
-        p.kube.patch_metadata("Lease", namespace, str(meta["name"]), patch)
+        p.kube.patch_metadata("Lease", p.settings.pool_namespace, str(meta.get("name")), patch)
     except ApiException as exc:
         if exc.status in (404, 409):
             return False
@@ -90,6 +100,7 @@ def hold_pool(p: Pass, claim: PoolClaim, table: str) -> bool:
 def claim_pool(p: Pass, claim: PoolClaim) -> str | None:
     """Take the GPU product's pool Lease for `claim` (None), or say who holds it."""
     namespace = p.settings.pool_namespace
+    p.pool_reads.pop(claim.product, None)
     for _ in range(2):
         if p.kube.create(pool_lease(claim, namespace)):
             return None
@@ -98,7 +109,11 @@ def claim_pool(p: Pass, claim: PoolClaim) -> str | None:
             continue  # released in between: try once more
         holder = read_claim(lease)
         if holder is not None and same_run(holder, claim.profile_uid, claim.run):
-            return None  # ours already (taken before a crash, or a 409 retried)
+            # Ours already (taken before a crash, or a 409 retried): it records what this
+            # decision read (the replicas may have changed since).
+            if holder == claim or _write_claim(p, lease, claim):
+                return None
+            continue
         if holder is None:
             return (
                 f"the pool record Lease {namespace}/{lease['metadata']['name']} for GPU product "
@@ -125,6 +140,7 @@ def release_pool(p: Pass, product: str, uid: str, run: str) -> None:
         return
     if claim.namespace != p.namespace:
         return
+    p.pool_reads.pop(product, None)
     try:
         p.kube.delete(
             "Lease", namespace, lease["metadata"]["name"], uid=lease["metadata"].get("uid")
@@ -188,6 +204,7 @@ def _sweep_one(p: Pass, lease: Mapping[str, Any], claim: PoolClaim, why: str) ->
                 raise
         p.kube.event(dep, "Normal", REPLICA_RETURNED, f"{action.note} ({why})", p.now)
     meta = lease.get("metadata") or {}
+    p.pool_reads.pop(claim.product, None)
     try:
         p.kube.delete(
             "Lease", p.settings.pool_namespace, str(meta.get("name")), uid=meta.get("uid")

@@ -286,6 +286,9 @@ class Pass:
     created: dict[str, Obj] = field(default_factory=dict)  # ConfigMaps created in this pass
     wake: float | None = None  # seconds until this profile needs its next pass
     returned: set[str] = field(default_factory=set)  # Deployments given their replica back
+    # What the pool Leases recorded when this pass read them, by GPU product (dropped when
+    # this pass writes one): a pass reads each at most once.
+    pool_reads: dict[str, Any] = field(default_factory=dict)
     stable_conflict: str | None = None  # AnnotateOnly: why another profile writes the stable
     step: str = "start"  # the step running, for error reports
     # Work many passes may ask for and one does (the orphaned-borrow sweep), process-wide.
