@@ -8,6 +8,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from api_snapshot import ApiSnapshot
 from capacity_harness import BORROW, harness, job_pod, start_waiting
 from controller_harness import H100, NODES, NS, Harness, deployment, indexes_of, profile_body
@@ -16,6 +17,7 @@ from sps_operator.api import labels as L
 from sps_operator.api.spec import CapacitySpec
 from sps_operator.controller import indexes as ix
 from sps_operator.controller.indexes import deployments_covered
+from sps_operator.controller.main import parse_args
 from sps_operator.controller.policies.borrow import (
     ANNOTATION_CLAIM,
     BorrowTag,
@@ -350,3 +352,12 @@ def test_a_claim_left_by_a_crash_before_the_scale_records_the_replicas_borrowed_
     h.settle(passes=5)
     assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 2
     assert not h.kube.kinds("Lease")
+
+
+def test_the_admins_bounds_are_positive_and_at_most_a_year() -> None:
+    assert parse_args([]).max_pool_turn_seconds == BORROW_BOUNDS.max_pool_turn_seconds
+    for flag in ("--max-lent-seconds", "--max-rollout-hold-seconds", "--max-pool-turn-seconds"):
+        assert getattr(parse_args([f"{flag}=600"]), flag[2:].replace("-", "_")) == 600
+        for bad in ("0", "-5", "nan", "inf", "1e12"):
+            with pytest.raises(SystemExit):
+                parse_args([f"{flag}={bad}"])

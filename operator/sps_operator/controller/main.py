@@ -200,7 +200,7 @@ def _add_job_policy_args(parser: argparse.ArgumentParser) -> None:
          "that waited less"),
     ):  # fmt: skip
         parser.add_argument(
-            bound_flag, type=positive_seconds, default=seconds,
+            bound_flag, type=bound_seconds, default=seconds,
             help=f"{about} (default {seconds:.0f})",
         )  # fmt: skip
     parser.add_argument(
@@ -246,6 +246,15 @@ def positive_seconds(text: str) -> float:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+def bound_seconds(text: str) -> float:
+    """An admin's bound of a hold: positive seconds, at most a year (a longer one is no
+    bound, and a date that far away cannot be computed)."""
+    value = positive_seconds(text)
+    if value > 365 * 24 * 3600:
+        raise argparse.ArgumentTypeError(f"{text!r} is more than a year")
     return value
 
 
