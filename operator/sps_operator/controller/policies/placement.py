@@ -212,12 +212,12 @@ def unplaced_note(where: Placement, gpu_label: str) -> str | None:
         return None
     if where.unseen:
         return (
-            f"the operator cannot read the nodes its {where.pods} running pods are on, so "
+            f"the operator cannot read the nodes its running pods ({where.pods}) are on, so "
             "it cannot tell their GPU product: grant it read access to Nodes (chart value "
             "rbac.nodeAccess: true)"
         )
     return (
-        f"its {where.pods} running pods are on nodes without the label {gpu_label}: label "
+        f"its running pods ({where.pods}) are on nodes without the label {gpu_label}: label "
         "the GPU nodes (NVIDIA GPU feature discovery does), or set spec.gpuProductLabel to "
         "the label they carry"
     )
