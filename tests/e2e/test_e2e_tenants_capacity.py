@@ -44,13 +44,14 @@ def two_tenants(
     realnode_namespace: str,
     operator_namespace: str,
     tmp_path: Path,
-) -> Iterator[tuple[Env, Tenant]]:
+) -> Iterator[tuple[Env, str]]:
+    """A's env (the operator watching A and B, namespaces mode) and B's namespace."""
     b = e2e_cluster.create_namespace(f"team-b-{secrets.token_hex(3)}")
     operator = OperatorRelease(e2e_cluster, operator_namespace, f"{realnode_namespace},{b}",
                                tmp_path / "clock")  # fmt: skip
     env = Env(e2e_cluster, e2e_api, realnode_namespace, operator)
     try:
-        yield env, Tenant.enrol(e2e_cluster, b, tmp_path)
+        yield env, b
     finally:
         print(env.diagnostics())
         operator.uninstall()
@@ -65,13 +66,14 @@ def pool_leases(env: Env) -> list[dict[str, Any]]:
 
 
 def test_e2e_a_record_forged_by_another_tenant_frees_no_pool_and_scales_nothing(
-    two_tenants: tuple[Env, Tenant],
+    two_tenants: tuple[Env, str], tmp_path: Path
 ) -> None:
-    env, tenant = two_tenants
+    env, b = two_tenants
     e2e_pool.full_pool_deployment(env)
     profile = sps_profile(capacity={"mode": "BorrowReplica", "borrowAfterSeconds": 5})
     env.custom.create_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, profile)
-    env.operator.start()
+    env.operator.start()  # installs the chart: its user roles aggregate into `edit`
+    tenant = Tenant.enrol(env.cluster, b, tmp_path)
 
     def borrowed() -> dict[str, Any] | None:
         run = (env.profile().get("status") or {}).get("currentRun") or {}
