@@ -31,6 +31,7 @@ from sps_operator.controller.policies.borrow import (
     written_by_operator,
 )
 from sps_operator.controller.policies.policy import BORROW_BOUNDS
+from sps_operator.controller.release import release
 
 
 def blocked_by(h: Harness) -> str:
@@ -264,6 +265,19 @@ def test_a_borrow_recorded_by_the_previous_version_is_given_back() -> None:
     dep = h.kube.obj("Deployment", "server")
     assert dep["spec"]["replicas"] == 2 and L.ANNOTATION_BORROWED not in dep["metadata"][
         "annotations"]  # fmt: skip
+    assert not h.kube.kinds("Lease")
+    # ... and so is one whose profile is deleted across the upgrade (the finalizer).
+    h = harness(**BORROW)
+    start_waiting(h)
+    h.tick(30)
+    h.run_pass()
+    (lease,) = h.kube.kinds("Lease")
+    claim = json.loads(lease["metadata"]["annotations"][ANNOTATION_CLAIM])
+    del claim["replicas"]
+    lease["metadata"]["annotations"][ANNOTATION_CLAIM] = json.dumps(claim)
+    uid = h.kube.obj("SpsProfile", "p")["metadata"]["uid"]
+    release(h.kube, NS, "p", uid, pool_namespace=h.settings.pool_namespace)
+    assert h.kube.obj("Deployment", "server")["spec"]["replicas"] == 2
     assert not h.kube.kinds("Lease")
 
 
