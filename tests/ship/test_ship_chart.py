@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import astuple
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from ship_helpers import CHART, ROOT, by_kind, helm, render
 
 from sps_operator.api import labels as L
 from sps_operator.controller.main import job_policy, key_values, parse_args
-from sps_operator.controller.policies.policy import JobPolicy, NameRule
+from sps_operator.controller.policies.policy import BORROW_BOUNDS, JobPolicy, NameRule
 
 
 def rules_grant(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
@@ -126,7 +127,7 @@ def test_default_render_cluster_mode() -> None:
     assert rules_grant(leader, "coordination.k8s.io", "leases", "update")
     assert not rules_grant(leader, "coordination.k8s.io", "leases", "delete")
     pools = roles["sps-operator-borrow"]["rules"]
-    for verb in ("get", "list", "create", "delete"):
+    for verb in ("get", "list", "create", "patch", "delete"):
         assert rules_grant(pools, "coordination.k8s.io", "leases", verb), verb
     assert not rules_grant(pools, "coordination.k8s.io", "leases", "update")
     # The borrow record and the replicas are one patch of the Deployment: no scale access.
@@ -301,6 +302,16 @@ def test_job_defaults_become_operator_flags_it_parses() -> None:
         "example.com/owner": "ml team, on call: 42"
     }
     assert parsed.job_priority_class == "profiling-low"
+
+
+def test_the_borrow_bounds_become_flags_the_operator_parses_to_its_own_defaults() -> None:
+    """Issue 33 §2: every hold of the shared GPU pool has the admin's bound; the chart's
+    defaults are the operator's, and a value reaches it."""
+    parsed = parse_args(operator_container(render())["args"][1:])
+    assert (parsed.max_lent_seconds, parsed.max_rollout_hold_seconds,
+            parsed.max_pool_turn_seconds) == astuple(BORROW_BOUNDS)  # fmt: skip
+    args = operator_container(render("borrowPolicy.maxRolloutHoldSeconds=600"))["args"]
+    assert parse_args(args[1:]).max_rollout_hold_seconds == 600
 
 
 def test_the_admin_policy_becomes_flags_the_operator_parses_to_its_own_defaults(

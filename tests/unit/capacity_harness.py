@@ -28,10 +28,19 @@ def harness(replicas: int = 2, **spec: Any) -> Harness:
 def job_pod(h: Harness, unschedulable: str | None = NO_GPU) -> None:
     """The profiling Job's pod, as the pod index has it."""
     run = h.status()["currentRun"]["name"]
-    labels = {L.LABEL_RUN: run, L.LABEL_COMPONENT: L.COMPONENT_POD}
+    uid = h.kube.obj("SpsProfile", "p")["metadata"]["uid"]
+    labels = {L.LABEL_RUN: run, L.LABEL_COMPONENT: L.COMPONENT_POD, L.LABEL_PROFILE_UID: uid}
     h.pods = [p for p in h.pods if p.labels.get(L.LABEL_RUN) != run]
     node = None if unschedulable else "n1"
-    h.pods.append(PodInfo(f"{run}-xyz", labels, node, unschedulable=unschedulable))
+    h.pods.append(PodInfo(f"{run}-xyz", labels, node, unschedulable=unschedulable,
+                          **job_owner(h)))  # fmt: skip
+
+
+def job_owner(h: Harness, profile: str = "p", namespace: str = NS) -> dict[str, Any]:
+    """A pod's controller: the profile's current Job (as the Job controller sets it)."""
+    job = h.status(profile, namespace)["currentRun"]["job"]
+    meta = h.kube.obj("Job", job, namespace)["metadata"]
+    return {"controller": "Job", "controller_uid": meta["uid"], "created": "2026-03-01T12:00:00Z"}
 
 
 def start_waiting(h: Harness) -> None:

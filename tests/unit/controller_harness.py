@@ -223,8 +223,12 @@ class Harness:
                 meta["creationTimestamp"] = pod.created
             if pod.controller:
                 meta["ownerReferences"] = [{"kind": pod.controller, "controller": True}]
+                if pod.controller_uid:
+                    meta["ownerReferences"][0]["uid"] = pod.controller_uid
             if pod.priority is not None:
                 spec["priority"] = pod.priority
+            if pod.priority_class:
+                spec["priorityClassName"] = pod.priority_class
             if pod.unschedulable:
                 status["phase"] = "Pending"
                 status["conditions"] = [{"type": "PodScheduled", "status": "False",
@@ -251,8 +255,8 @@ class Harness:
             self.run_pass(name)
         return self.status(name)
 
-    def status(self, name: str = "p") -> dict[str, Any]:
-        return copy.deepcopy(self.kube.obj("SpsProfile", name, NS).get("status") or {})
+    def status(self, name: str = "p", namespace: str = NS) -> dict[str, Any]:
+        return copy.deepcopy(self.kube.obj("SpsProfile", name, namespace).get("status") or {})
 
     def condition(self, type_: str, name: str = "p") -> tuple[str, str, str]:
         c = next(c for c in self.status(name).get("conditions") or [] if c["type"] == type_)

@@ -9,7 +9,15 @@ import re
 from typing import Any
 
 from api_snapshot import ApiSnapshot
-from capacity_harness import BORROW, NO_GPU, harness, job_pod, local_queue, start_waiting
+from capacity_harness import (
+    BORROW,
+    NO_GPU,
+    harness,
+    job_owner,
+    job_pod,
+    local_queue,
+    start_waiting,
+)
 from controller_harness import H100, NODES, NS, Harness, deployment, profile_body
 from kubernetes.client.rest import ApiException
 
@@ -256,7 +264,8 @@ def test_a_deleted_profile_gives_back_and_someone_elses_scale_wins() -> None:
     h.tick(30)
     h.run_pass()
     h.kube.obj("Deployment", "server")["spec"]["replicas"] = 5  # scaled by a human meanwhile
-    release(h.kube, NS, "p", h.kube.obj("SpsProfile", "p")["metadata"]["uid"])
+    uid = h.kube.obj("SpsProfile", "p")["metadata"]["uid"]
+    release(h.kube, NS, "p", uid, pool_namespace=h.settings.pool_namespace)
     dep = h.kube.obj("Deployment", "server")
     assert dep["spec"]["replicas"] == 5 and L.ANNOTATION_BORROWED not in dep["metadata"][
         "annotations"]  # fmt: skip
@@ -444,27 +453,28 @@ def test_a_forged_borrow_record_blocks_nothing_and_is_never_acted_on() -> None:
     assert h.kube.scales == [("server", 1)]
 
 
-def test_a_record_left_by_a_deleted_profile_is_given_back_after_a_grace_period() -> None:
+def test_a_borrow_left_by_a_deleted_profile_is_given_back_by_its_pool_lease() -> None:
     """A profile whose finalizer was removed by hand left its lender one replica short
-    forever: another profile's pass in the namespace gives the replica back."""
-    h = harness(**BORROW)
-    lender = deployment("lender", labels={"app": "other"})
-    lender["spec"]["replicas"] = 1
-    h.add(lender)
-    record = {"metadata": {"annotations": {L.ANNOTATION_BORROWED: json.dumps({
-        "profile_uid": "uid-gone", "profile": "gone", "run": "gone-1", "replicas": 2,
-        "product": H100, "at": "2026-03-01T12:00:00Z"})}}}  # fmt: skip
-    h.kube.patch_metadata("Deployment", NS, "lender", record)  # the operator wrote it
-    h.tick()
-    h.run_pass()
-    assert h.kube.obj("Deployment", "lender")["spec"]["replicas"] == 1  # within the grace
-    h.tick(300)
-    h.run_pass()
-    lender = h.kube.obj("Deployment", "lender")
-    assert lender["spec"]["replicas"] == 2
-    assert L.ANNOTATION_BORROWED not in lender["metadata"]["annotations"]
-    (note,) = [m for r, m in h.kube.events if r == "ReplicaReturned"]
-    assert "SpsProfile gone (uid uid-gone) no longer exists" in note
+    forever: the operator's sweep of pool Leases gives it back. A record on a Deployment
+    that no pool Lease names is no borrow: nothing acts on it (issue 33 §1)."""
+    for leased in (False, True):
+        h = harness(**BORROW)
+        lender = deployment("lender", labels={"app": "other"})
+        lender["spec"]["replicas"] = 1
+        h.add(lender)
+        tag = BorrowTag("uid-gone", "gone", "gone-1", 2, H100, "2026-03-01T12:00:00Z")
+        record = {"metadata": {"annotations": {L.ANNOTATION_BORROWED: tag.to_annotation()}}}
+        h.kube.patch_metadata("Deployment", NS, "lender", record)  # the operator wrote it
+        if leased:
+            claim = PoolClaim(NS, "gone", "uid-gone", "gone-1", "lender", H100, tag.at, 2)
+            h.add(pool_lease(claim, h.settings.pool_namespace))
+        h.tick(600)
+        h.run_pass()
+        lender = h.kube.obj("Deployment", "lender")
+        assert lender["spec"]["replicas"] == (2 if leased else 1)
+        assert (L.ANNOTATION_BORROWED in lender["metadata"]["annotations"]) is not leased
+        notes = [m for r, m in h.kube.events if r == "ReplicaReturned"]
+        assert len(notes) == leased and all("uid-gone) no longer exists" in n for n in notes)
 
 
 def test_an_orphaned_pool_lease_in_another_namespace_is_swept_and_its_replica_returned() -> None:
@@ -476,7 +486,7 @@ def test_an_orphaned_pool_lease_in_another_namespace_is_swept_and_its_replica_re
     tag = BorrowTag("uid-gone", "gone", "gone-1", 2, H100, "2026-03-01T12:00:00Z")
     dep = h.kube.obj("Deployment", "lender", "tenant-b")
     h.kube.patch_deployment("tenant-b", "lender", borrow_patch(dep, tag, None))
-    claim = PoolClaim("tenant-b", "gone", "uid-gone", "gone-1", "lender", H100, tag.at)
+    claim = PoolClaim("tenant-b", "gone", "uid-gone", "gone-1", "lender", H100, tag.at, 2)
     h.add(pool_lease(claim, h.settings.pool_namespace))
     h.tick()
     h.run_pass()  # the first pass of the process sweeps: the profile is gone
@@ -525,7 +535,8 @@ def test_two_profiles_borrowing_on_one_gpu_product_at_the_same_moment_take_turns
     for profile, namespace in (("p", NS), ("q", "tenant-b")):
         run = h.kube.obj("SpsProfile", profile, namespace)["status"]["currentRun"]["name"]
         labels = {L.LABEL_RUN: run, L.LABEL_COMPONENT: L.COMPONENT_POD}
-        h.pods.append(PodInfo(f"{run}-x", labels, None, unschedulable=NO_GPU))
+        h.pods.append(PodInfo(f"{run}-x", labels, None, unschedulable=NO_GPU,
+                              **job_owner(h, profile, namespace)))  # fmt: skip
     h.tick()
     h.run_pass()
     h.reconciler.reconcile(copy.deepcopy(other), ApiSnapshot(h.kube, h.pods_now(), NODES))

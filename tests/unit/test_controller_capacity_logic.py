@@ -4,6 +4,7 @@ records and pool claims read from untrusted text, and times from another clock."
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,10 +18,10 @@ from sps_operator.controller.policies.borrow import (
     BorrowTag,
     PoolClaim,
     borrow_patch,
+    confirmed_tag,
     pool_lease,
     read_claim,
     read_tag,
-    trusted_tag,
     written_by_operator,
 )
 from sps_operator.controller.policies.deployments import (
@@ -126,17 +127,33 @@ def test_what_blocks_a_rollout_is_named_pod_by_pod_and_bounded() -> None:
 # ----------------------------------------------------------------------------- records
 
 
-def test_only_a_record_the_operators_field_manager_wrote_is_trusted() -> None:
-    tag = BorrowTag("uid", "p", "run", 2, "H100", "2026-03-01T12:00:00Z")
+def test_a_record_is_what_the_pool_lease_says_never_what_a_deployment_says() -> None:
+    """Issue 33 §1: `kubectl annotate --field-manager=sps-operator` makes any record look
+    written by the operator. The pool Lease (the operator's namespace) is the record; the
+    copy on the Deployment only names it."""
+    at = "2026-03-01T12:00:00Z"
+    tag = BorrowTag("uid", "p", "run", 9, "H100", at)
     d = dep()
     d["metadata"]["annotations"] = {"sps.dev/borrowed": tag.to_annotation()}
-    assert read_tag(d) == tag and trusted_tag(d) is None and not written_by_operator(d)
-    d["metadata"]["managedFields"] = [{"manager": "kubectl-annotate", "operation": "Update",
+    d["metadata"]["managedFields"] = [{"manager": "sps-operator", "operation": "Update",
         "fieldsV1": {"f:metadata": {"f:annotations": {"f:sps.dev/borrowed": {}}}}}]  # fmt: skip
-    assert trusted_tag(d) is None
-    d["metadata"]["managedFields"].append({"manager": "sps-operator", "operation": "Update",
-        "fieldsV1": {"f:metadata": {"f:annotations": {"f:sps.dev/borrowed": {}}}}})  # fmt: skip
-    assert trusted_tag(d) == tag
+    assert read_tag(d) == tag and written_by_operator(d)  # the forgery looks perfect ...
+    assert confirmed_tag(None, d) is None  # ... and is no borrow without its Lease
+    ns, name = d["metadata"].setdefault("namespace", "serving"), d["metadata"]["name"]
+    claim = PoolClaim(ns, "p", "uid", "run", name, "H100", at, replicas=2)
+    assert confirmed_tag(claim, d) == replace(tag, replicas=2)  # the Lease's numbers
+    for other in (replace(claim, namespace="team-a"), replace(claim, deployment="x"),
+                  replace(claim, run="r2"), replace(claim, profile_uid="u2")):  # fmt: skip
+        assert confirmed_tag(other, d) is None
+    bare = dep()  # the Lease alone: claimed, but the scale was never written
+    bare["metadata"]["namespace"] = ns
+    assert confirmed_tag(claim, bare) is None
+    # A claim of the previous version (numbers on the Deployment) is honoured with a copy
+    # the operator's field manager wrote, as that version did, never with another's.
+    legacy = replace(claim, replicas=None)
+    assert confirmed_tag(legacy, d) == tag
+    d["metadata"]["managedFields"][0]["manager"] = "kubectl-annotate"
+    assert confirmed_tag(legacy, d) is None
 
 
 def test_a_borrow_is_one_conditional_write_of_record_and_replicas() -> None:
@@ -183,7 +200,8 @@ def test_any_record_text_reads_as_a_record_or_as_none(text: str) -> None:
     tag = read_tag({"metadata": {"annotations": {"sps.dev/borrowed": text}}})
     assert tag is None or isinstance(tag.replicas, int)
     claim = read_claim({"metadata": {"annotations": {"sps.dev/borrow-claim": text}}})
-    assert claim is None or all(isinstance(v, str) for v in vars(claim).values())
+    assert claim is None or claim.replicas is None or 0 < claim.replicas <= 100_000
+    assert claim is None or all(isinstance(getattr(claim, k), str) for k in ("run", "hold"))
 
 
 # ----------------------------------------------------------------------------- clocks

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from sps_operator.api import labels as L
 from sps_operator.controller import indexes as ix
+from sps_operator.controller.policies.borrow import pdb_covers
 from sps_operator.controller.policies.selectors import matches_selector
 
 NAMESPACES = ("a", "b")
@@ -93,7 +94,9 @@ def test_a_budget_finds_exactly_the_deployments_whose_pods_it_covers(
         d
         for d in deps
         if d["metadata"]["namespace"] == "a"
-        and matches_selector(selector, d["spec"]["template"]["metadata"]["labels"])
+        and pdb_covers(
+            {"spec": {"selector": selector}}, d["spec"]["template"]["metadata"]["labels"]
+        )
     ]
     assert names(found) == names(expected)
 

@@ -4,9 +4,10 @@ priority of their pending pods, then oldest first, wherever the operator decides
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
-from capacity_harness import BORROW, NO_GPU, harness
+from capacity_harness import BORROW, NO_GPU, harness, job_owner
 from controller_harness import H100, NS, Harness, deployment, indexes_of, profile_body
 
 from sps_operator.api import labels as L
@@ -41,8 +42,9 @@ def pending_pod(h: Harness, profile: str, priority: int, created: str) -> None:
     h.pods = [p for p in h.pods if p.labels.get(L.LABEL_RUN) != run]
     uid = h.kube.obj("SpsProfile", profile)["metadata"]["uid"]
     labels = {L.LABEL_RUN: run, L.LABEL_COMPONENT: L.COMPONENT_POD, L.LABEL_PROFILE_UID: uid}
-    h.pods.append(PodInfo(f"{run}-x", labels, None, unschedulable=NO_GPU, controller="Job",
-                          priority=priority, created=created))  # fmt: skip
+    owner = job_owner(h, profile) | {"created": created}
+    h.pods.append(PodInfo(f"{run}-x", labels, None, unschedulable=NO_GPU, priority=priority,
+                          **owner))  # fmt: skip
 
 
 def hold_pool(h: Harness) -> dict[str, Any]:
@@ -125,29 +127,50 @@ def test_equal_priorities_are_served_oldest_first() -> None:
 
 
 def test_a_place_in_line_comes_from_a_pending_pod_of_a_job_never_from_status() -> None:
-    def objects(pod: dict[str, Any] | None) -> list[dict[str, Any]]:
+    def objects(*pods: dict[str, Any], job_uid: str = "uj") -> list[dict[str, Any]]:
         waiting = {"reason": "BorrowBlocked", "message": "m", "since": "2020-01-01T00:00:00Z",
                    "poolTurn": True, "queuePosition": 1}  # fmt: skip
         q = profile_body("q") | {"metadata": {"name": "q", "namespace": "b", "uid": "uq"}}
-        q["status"] = {"currentRun": {"name": "q-run", "gpuProduct": H100, "waiting": waiting}}
-        return [q, *([pod] if pod else [])]
+        q["status"] = {"currentRun": {"name": "q-run", "gpuProduct": H100, "waiting": waiting,
+                                      "jobUid": job_uid}}  # fmt: skip
+        job = {"kind": "Job", "metadata": {
+            "name": "q-run", "namespace": "b", "uid": "uj", "labels": {
+                L.LABEL_MANAGED_BY: L.MANAGED_BY},
+            "ownerReferences": [{"apiVersion": "sps.dev/v1alpha1", "kind": "SpsProfile",
+                                 "uid": "uq", "controller": True}]},
+            "spec": {"template": {"spec": {"priorityClassName": "low"}}}}  # fmt: skip
+        return [q, job, *pods]
 
     pod = {
         "kind": "Pod",
         "metadata": {"name": "q-run-x", "namespace": "b", "labels": {L.LABEL_RUN: "q-run"},
                      "creationTimestamp": "2026-03-01T12:00:00Z",
-                     "ownerReferences": [{"kind": "Job", "controller": True}]},
-        "spec": {"priority": 7},
+                     "ownerReferences": [{"kind": "Job", "controller": True, "uid": "uj"}]},
+        "spec": {"priority": 7, "priorityClassName": "low"},
         "status": {"conditions": [{"type": "PodScheduled", "status": "False", "message": "no"}]},
     }  # fmt: skip
     me = {"status": {"currentRun": {"gpuProduct": H100}}}
     (bid,) = pool_bids(indexes_of(objects(pod)), me)
     # The pod's priority and creation time, not status's "since 2020".
     assert bid == PoolBid("b/q", "uq", H100, 7, "2026-03-01T12:00:00Z")
-    assert pool_bids(indexes_of(objects(None)), me) == []  # status alone: no place
+    assert pool_bids(indexes_of(objects()), me) == []  # status alone: no place
     not_a_job = copy.deepcopy(pod)
     not_a_job["metadata"]["ownerReferences"] = []
     assert pool_bids(indexes_of(objects(not_a_job)), me) == []
+    # Issue 33 §1: the kind string "Job" is no proof; nor is the run's label. Only a pod
+    # whose controller is the UID the profile's status records counts, at the class the
+    # operator gave the Job's pods.
+    bare = copy.deepcopy(pod)
+    bare["metadata"] |= {"name": "bare", "creationTimestamp": "2020-01-01T00:00:00Z"}
+    bare["metadata"]["ownerReferences"] = [{"kind": "Job", "controller": True, "uid": "forged"}]
+    bare["spec"] = {"priority": 2_000_000_000, "priorityClassName": "low"}
+    assert pool_bids(indexes_of(objects(bare)), me) == []
+    assert pool_bids(indexes_of(objects(pod, bare)), me) == [bid]
+    higher = copy.deepcopy(bare)
+    higher["metadata"]["ownerReferences"][0]["uid"] = "uj"  # under the Job's own UID ...
+    higher["spec"]["priorityClassName"] = "system-node-critical"  # ... at another class
+    assert pool_bids(indexes_of(objects(pod, higher)), me) == [bid]
+    assert pool_bids(indexes_of(objects(pod, job_uid="other")), me) == []
     running = copy.deepcopy(pod)
     running["spec"]["nodeName"] = "n1"
     running["status"] = {}
@@ -172,7 +195,9 @@ def test_ahead_of_orders_by_priority_then_age_then_uid() -> None:
     assert [b.uid for b in ahead_of(mine, others)] == ["a", "b"]
     pods = [PodInfo("x", {}, None, unschedulable="no", controller="Job", priority=None,
                     created="2026-03-01T12:00:00Z")]  # fmt: skip
-    assert pool_bid("ns/m", "m", H100, pods) == PoolBid("ns/m", "m", H100, 0, pods[0].created)
+    job = {"metadata": {"uid": "j"}}
+    pods = [replace(pods[0], controller_uid="j")]
+    assert pool_bid("ns/m", "m", H100, pods, job) == PoolBid("ns/m", "m", H100, 0, pods[0].created)
 
 
 def test_another_namespace_is_never_named_to_a_waiting_profile() -> None:

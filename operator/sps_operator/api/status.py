@@ -192,6 +192,12 @@ class RunStatus(StatusModel):
 
     name: str = Field(description="Run name; also the name of its result ConfigMap.")
     job: str = Field(description="The Job of the current phase.")
+    job_uid: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The UID of that Job, as the operator read it: its pods are the pods "
+        "whose controller is this UID (a GPU pool's order is read from them only).",
+    )
     phase: RunPhase
     gpu_product: str
     fingerprint: str
@@ -425,5 +431,6 @@ class SpsProfileStatus(StatusModel):
         default=None,
         description="A replica still lent after its run ended: on a full pool the freed slot "
         "is the surge slot the new table's rollout needs; given back when that rollout "
-        "completes (or fails, or takes longer than the Deployment's progress deadline).",
+        "completes (or fails, or takes longer than the Deployment's progress deadline or "
+        "the admin's bound, chart borrowPolicy.maxRolloutHoldSeconds).",
     )

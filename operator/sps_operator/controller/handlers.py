@@ -84,7 +84,7 @@ def _register_caches(registry: kopf.OperatorRegistry) -> None:
     async def sps_deployments(body: kopf.Body, **_: Any) -> dict[Any, Any]:
         return ix.deployment_entries(body)
 
-    # Deployments of every namespace lending a replica: one borrow per GPU product. (A
+    # Deployments lending a replica, by namespace (a pass reads its own namespace's). (A
     # filter, not a None result: an object that stops matching leaves the index.)
     @kopf.index(
         *DEPLOYMENTS,

@@ -26,7 +26,7 @@ from sps_operator.constants import API_GROUP, KIND, LABEL_PREFIX
 from sps_operator.controller.kube.builders import ProfileRef, base_labels
 from sps_operator.controller.kube.client import KubeApi, Obj
 from sps_operator.controller.kube.envsources import EnvSources, referenced_config_maps
-from sps_operator.controller.policies.borrow import PoolBid, pool_bid
+from sps_operator.controller.policies.borrow import PoolBid, pdb_covers, pool_bid
 from sps_operator.controller.policies.claims import ClaimInfo, claim_info, pod_claims
 from sps_operator.controller.policies.ownership import (
     ProfileSummary,
@@ -272,8 +272,10 @@ def namespaced_entries(body: Mapping[str, Any]) -> dict[Key, Any]:
     return {(NAMESPACE, _namespace(body)): slim(body)}
 
 
-def borrowed_entries(body: Mapping[str, Any]) -> dict[Any, Any]:
-    return {"all": slim(body)}
+def borrowed_entries(body: Mapping[str, Any]) -> dict[Key, Any]:
+    """Deployments carrying a borrow record, by namespace: a pass reads its own namespace's
+    only, so what another tenant annotates costs it nothing."""
+    return {(NAMESPACE, _namespace(body)): slim(body)}
 
 
 # --------------------------------------------------------------------------- lookups
@@ -320,11 +322,13 @@ def deployments_selected(deployments: Index, namespace: str, selector: Any) -> l
 
 
 def deployments_covered(deployments: Index, namespace: str, selector: Any) -> list[Obj]:
-    """The Deployments whose pods `selector` (a PodDisruptionBudget's) matches."""
+    """The Deployments whose pods `selector` (a PodDisruptionBudget's) matches: an empty
+    one (`{}`) every Deployment of the namespace (policy/v1), a null one none."""
     if not isinstance(selector, Mapping):
         return []
+    pdb = {"spec": {"selector": selector}}
     return [d for d in with_label(deployments, TEMPLATE, namespace, selector)
-            if matches_selector(selector, _template_labels(d))]  # fmt: skip
+            if pdb_covers(pdb, _template_labels(d))]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -389,11 +393,17 @@ def pool_bids(idx: Indexes, body: Mapping[str, Any]) -> list[PoolBid]:
         return []
     bids = []
     for summary in values(idx.profiles, (POOL, product)):
-        if summary.deleting or not summary.pool_run:
+        if summary.deleting or not summary.pool_run or not summary.pool_job_uid:
             continue
+        # Its Job: the operator's (controller: the profile), the UID its status records.
+        job = next(
+            (j for j in values(idx.jobs, (OWNER, summary.namespace, summary.uid))
+             if _meta(j).get("uid") == summary.pool_job_uid),
+            None,
+        )  # fmt: skip
         pods = values(idx.pods, (LABEL, summary.namespace, L.LABEL_RUN, summary.pool_run))
         holder = f"{summary.namespace}/{summary.name}"
-        bid = pool_bid(holder, summary.uid, product, pods)
+        bid = pool_bid(holder, summary.uid, product, pods, job)
         if bid is not None:
             bids.append(bid)
     return bids
@@ -448,7 +458,7 @@ def world_for(
         node_labels={n: next(iter(s)) for n in nodes if (s := values(idx.node_labels, n))},
         pdbs=values(idx.pdbs, (NAMESPACE, ns)),
         hpas=values(idx.hpas, (NAMESPACE, ns)),
-        borrowed=values(idx.borrowed, "all"),
+        borrowed=values(idx.borrowed, (NAMESPACE, ns)),
         mounted=frozenset(n for n in names if n and (MOUNTS, ns, n) in idx.deployments),
         pod_selecting_deployments=pod_selecting,
         services=services,

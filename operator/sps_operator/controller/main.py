@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from sps_operator import __version__
 from sps_operator.constants import IMAGE
 from sps_operator.controller.policies.kueue import KUEUE_RECHECK_SECONDS
-from sps_operator.controller.policies.policy import JobPolicy, NameRule
+from sps_operator.controller.policies.policy import BORROW_BOUNDS, JobPolicy, NameRule
 
 if TYPE_CHECKING:
     from sps_operator.controller.process.leader import LeaseElector
@@ -187,6 +187,22 @@ def _add_job_policy_args(parser: argparse.ArgumentParser) -> None:
             help=f"{what} (comma-separated fnmatch patterns, empty for none; default: "
             f"{','.join(default) or 'none'})",
         )
+    bounds = BORROW_BOUNDS
+    for bound_flag, seconds, about in (
+        ("--max-lent-seconds", bounds.max_lent_seconds,
+         "the longest a replica stays lent to a run (capacity.mode BorrowReplica), from the "
+         "borrow: past it the run ends and the replica goes back"),
+        ("--max-rollout-hold-seconds", bounds.max_rollout_hold_seconds,
+         "the longest a lent replica is kept for the rollout of the run's table (never "
+         "longer than the Deployment's progressDeadlineSeconds and a minute)"),
+        ("--max-pool-turn-seconds", bounds.max_pool_turn_seconds,
+         "how long a run waiting to borrow on a GPU product keeps its place ahead of runs "
+         "that waited less"),
+    ):  # fmt: skip
+        parser.add_argument(
+            bound_flag, type=bound_seconds, default=seconds,
+            help=f"{about} (default {seconds:.0f})",
+        )  # fmt: skip
     parser.add_argument(
         "--max-active-deadline-seconds",
         type=int,
@@ -230,6 +246,15 @@ def positive_seconds(text: str) -> float:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+def bound_seconds(text: str) -> float:
+    """An admin's bound of a hold: positive seconds, at most a year (a longer one is no
+    bound, and a date that far away cannot be computed)."""
+    value = positive_seconds(text)
+    if value > 365 * 24 * 3600:
+        raise argparse.ArgumentTypeError(f"{text!r} is more than a year")
     return value
 
 
@@ -313,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
             policy=job_policy(args),
             min_refresh_interval_seconds=args.min_refresh_interval_seconds,
             pool_namespace=args.lease_namespace,
+            max_lent_seconds=args.max_lent_seconds,
+            max_rollout_hold_seconds=args.max_rollout_hold_seconds,
+            max_pool_turn_seconds=args.max_pool_turn_seconds,
             kueue_recheck_seconds=args.kueue_recheck_seconds,
             job_defaults=JobDefaults(
                 labels=key_values(args.job_label, "--job-label"),

@@ -27,10 +27,12 @@ from sps_operator.controller.kube.builders import owner_patch
 from sps_operator.controller.kube.client import KubeApi, Obj, owned_by
 from sps_operator.controller.policies.borrow import (
     COMPONENT_POOL,
+    PoolClaim,
     borrow_patch,
+    confirmed_tag,
     give_back,
     read_claim,
-    trusted_tag,
+    read_tag,
 )
 from sps_operator.controller.policies.ownership import profile_summary, recorded_owner
 
@@ -86,8 +88,8 @@ def nothing_to_release(
     if any(owned_by(cm, uid) for cm in config_maps):
         return False
     for dep in deployments:
-        tag = trusted_tag(dep)
-        if recorded_owner(dep) == name or (tag is not None and tag.profile_uid == uid):
+        copy = read_tag(dep)  # (only a hint here: `release` reads the pool Leases)
+        if recorded_owner(dep) == name or (copy is not None and copy.profile_uid == uid):
             return False
     return True
 
@@ -120,14 +122,20 @@ def release(
             released.append(cm_name)
     if stable:
         released += _release_stable(kube, namespace, name, stable, deployments)
-    for dep in deployments:
-        _unless_gone(_release_deployment, kube, namespace, name, uid, dep)
+    # The borrows of the profile's runs, as the pool Leases record them (no tenant writes
+    # there); the copies on the Deployments only say which.
+    leases = []
     if pool_namespace:
         for lease in kube.list_leases(pool_namespace, f"{L.LABEL_COMPONENT}={COMPONENT_POOL}"):
             claim = read_claim(lease)
-            if claim is not None and claim.profile_uid == uid:
-                meta = lease["metadata"]
-                _unless_gone(kube.delete, "Lease", pool_namespace, meta["name"], meta.get("uid"))
+            if claim is not None and claim.profile_uid == uid and claim.namespace == namespace:
+                leases.append((lease, claim))
+    claims = [claim for _, claim in leases]
+    for dep in deployments:
+        _unless_gone(_release_deployment, kube, namespace, name, uid, dep, claims)
+    for lease, _ in leases:
+        meta = lease["metadata"]
+        _unless_gone(kube.delete, "Lease", pool_namespace, meta["name"], meta.get("uid"))
     return released
 
 
@@ -183,13 +191,18 @@ def _unless_gone(call: Callable[..., object], *args: Any) -> bool:
 
 
 def _release_deployment(
-    kube: KubeApi, namespace: str, name: str, uid: str, dep: Mapping[str, Any]
+    kube: KubeApi,
+    namespace: str,
+    name: str,
+    uid: str,
+    dep: Mapping[str, Any],
+    claims: Iterable[PoolClaim] = (),
 ) -> None:
-    tag = trusted_tag(dep)
+    tag = next((t for c in claims if (t := confirmed_tag(c, dep)) is not None), None)
     if tag is not None and tag.profile_uid == uid:
         # A run of the deleted profile borrowed a replica: it goes back first (record and
-        # replicas in one write; a 409 keeps the finalizer and kopf retries). Its pool
-        # Lease is left to the sweep, which finds the profile gone.
+        # replicas in one write; a 409 keeps the finalizer and kopf retries); then its pool
+        # Lease goes.
         action = give_back(dep, tag)
         kube.patch_deployment(namespace, dep["metadata"]["name"],
                               borrow_patch(dep, None, action.replicas))  # fmt: skip

@@ -274,6 +274,7 @@ class Kube:
         call = {
             "Deployment": self.apps.patch_namespaced_deployment,
             "ConfigMap": self.core.patch_namespaced_config_map,
+            "Lease": client.CoordinationV1Api(self.api).patch_namespaced_lease,
         }[kind]
         response = call(
             name,

@@ -7,14 +7,18 @@ operator takes one replica out of the target Deployment and gives it back when t
 ends, whatever the outcome (or, when the new table's rollout needs the slot as its surge
 slot on a full pool, once that rollout completes).
 
-What was borrowed is recorded on the Deployment (annotation `sps.dev/borrowed`) in the
-same write that scales it, conditional on the resourceVersion the decision read: there
-is no moment with a scale and no record, and a pass deciding on a stale copy writes
-nothing. That record is the truth: a run that finds its own record re-attaches it and
-never borrows again. Status (`currentRun.borrow`) mirrors it. Only records the operator's
-own field manager wrote are acted on. One borrow per GPU product at a time is a Lease in
-the operator's namespace, created only if absent. A give-back never fights: replicas are
-restored only if nobody changed them meanwhile.
+What was borrowed is recorded where only the operator writes: the GPU product's pool Lease
+in the operator's namespace (`PoolClaim`: the profile, the run, the lender's namespace and
+name, its replicas before, the table a rollout keeps the slot for), created only if absent
+before anything is scaled; one borrow per GPU product at a time is that same Lease. The
+Deployment gets a copy (annotation `sps.dev/borrowed`) in the same write that scales it,
+conditional on the resourceVersion the decision read, so there is no moment with a scale
+and no copy, and a pass deciding on a stale copy writes nothing. The copy is for people,
+and says which Lease to read: anyone who may edit a Deployment may write it (a field
+manager's name is no proof), so a borrow is acted on only when the pool Lease names that
+very Deployment and run (`confirmed_tag`), and its numbers come from the Lease. Status
+(`currentRun.borrow`) mirrors it. A give-back never fights: replicas are restored only if
+nobody changed them meanwhile.
 
 Refusals (each a reason the status shows): Kueue manages the Deployment (a borrow would
 hand quota from one Kueue workload to whichever Kueue admits next); the Deployment is
@@ -41,6 +45,7 @@ from sps_operator.controller.policies.placement import PodInfo
 from sps_operator.controller.policies.selectors import matches_selector
 
 Obj = dict[str, Any]
+
 MAX_TAG_BYTES = 4096  # a borrow record is ~250 bytes; anything much larger is not ours
 MAX_HOLDER = 253
 MAX_REPLICAS = 100_000
@@ -100,11 +105,33 @@ def written_by_operator(deployment: Mapping[str, Any]) -> bool:
     return False
 
 
-def trusted_tag(deployment: Mapping[str, Any] | None) -> BorrowTag | None:
-    """The Deployment's borrow record if the operator wrote it (else None)."""
-    if deployment is None or not written_by_operator(deployment):
+def confirmed_tag(
+    claim: PoolClaim | None, deployment: Mapping[str, Any] | None
+) -> BorrowTag | None:
+    """The borrow of a replica of `deployment`, as the pool Lease's `claim` records it (None:
+    the Lease records no borrow from it). The copy on the Deployment must name the Lease's
+    run: it is written in the same write as the scale, so it says the scale happened (a
+    claim alone may be one whose scale was never written); everything else comes from the
+    Lease. A claim of a version that kept the numbers on the Deployment (no `replicas`) is
+    honoured with the copy its field manager wrote, as that version did: only the Lease,
+    which no tenant writes, says which Deployment and run it is."""
+    if claim is None or deployment is None:
         return None
-    return read_tag(deployment)
+    meta = deployment.get("metadata") or {}
+    copy = read_tag(deployment)
+    if (
+        copy is None
+        or (meta.get("namespace"), meta.get("name")) != (claim.namespace, claim.deployment)
+        or (copy.profile_uid, copy.run) != (claim.profile_uid, claim.run)
+    ):
+        return None
+    if claim.replicas is None:  # recorded by a previous version
+        if not written_by_operator(deployment):
+            return None
+        return BorrowTag(claim.profile_uid, claim.profile, claim.run, copy.replicas,
+                         claim.product, claim.at, copy.hold)  # fmt: skip
+    return BorrowTag(claim.profile_uid, claim.profile, claim.run, claim.replicas,
+                     claim.product, claim.at, claim.hold)  # fmt: skip
 
 
 def replicas_owners(deployment: Mapping[str, Any]) -> list[str]:
@@ -165,6 +192,17 @@ def kueue_managed_refusal(deployment: Mapping[str, Any]) -> str | None:
     )
 
 
+def pdb_covers(pdb: Mapping[str, Any], pod_labels: Mapping[str, str]) -> bool:
+    """A PodDisruptionBudget covers pods with `pod_labels` (policy/v1): an empty selector
+    (`selector: {}`) covers every pod of its namespace, an absent (null) one none."""
+    selector = (pdb.get("spec") or {}).get("selector")
+    if not isinstance(selector, Mapping):
+        return False
+    if not selector.get("matchLabels") and not selector.get("matchExpressions"):
+        return True
+    return matches_selector(selector, pod_labels)
+
+
 def borrow_refusal(
     deployment: Mapping[str, Any],
     capacity: CapacitySpec,
@@ -209,9 +247,8 @@ def borrow_refusal(
         )
     labels = _pod_labels(deployment)
     for pdb in pdbs:
-        selector = (pdb.get("spec") or {}).get("selector") or {}
         if (
-            matches_selector(selector, labels)
+            pdb_covers(pdb, labels)
             and int((pdb.get("status") or {}).get("disruptionsAllowed", 0)) < 1
         ):
             return (
@@ -273,7 +310,8 @@ ANNOTATION_CLAIM = f"{LABEL_PREFIX}/borrow-claim"
 
 @dataclass(frozen=True)
 class PoolClaim:
-    """Who borrows on a GPU product now (the pool Lease's record)."""
+    """Who borrows on a GPU product now, from which Deployment (the pool Lease's record:
+    the truth of a borrow, in a namespace only the operator writes)."""
 
     namespace: str
     profile: str
@@ -282,6 +320,10 @@ class PoolClaim:
     deployment: str
     product: str
     at: str
+    # The lender's replicas before the borrow (None: a claim of a previous version, which
+    # kept them on the Deployment), and the table hash whose rollout keeps the slot.
+    replicas: int | None = None
+    hold: str = ""
 
     @property
     def holder(self) -> str:
@@ -300,12 +342,20 @@ def pool_lease(claim: PoolClaim, namespace: str) -> Obj:
             "name": pool_lease_name(claim.product),
             "namespace": namespace,
             "labels": {L.LABEL_MANAGED_BY: L.MANAGED_BY, L.LABEL_COMPONENT: COMPONENT_POOL},
-            "annotations": {
-                ANNOTATION_CLAIM: json.dumps(asdict(claim), sort_keys=True, separators=(",", ":"))
-            },
+            "annotations": {ANNOTATION_CLAIM: claim_annotation(claim)},
         },
         "spec": {"holderIdentity": claim.holder[:MAX_HOLDER]},
     }
+
+
+_CLAIM_TEXT = ("namespace", "profile", "profile_uid", "run", "deployment", "product", "at")
+
+
+def claim_annotation(claim: PoolClaim) -> str:
+    data = asdict(claim)
+    if not claim.hold:
+        data.pop("hold")
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
 def read_claim(lease: Mapping[str, Any] | None) -> PoolClaim | None:
@@ -314,8 +364,12 @@ def read_claim(lease: Mapping[str, Any] | None) -> PoolClaim | None:
         return None
     try:
         data = json.loads(text)
-        return PoolClaim(**{k: str(data[k]) for k in PoolClaim.__dataclass_fields__})
-    except (ValueError, KeyError, TypeError, AttributeError):
+        replicas = data.get("replicas")
+        if replicas is not None and (type(replicas) is not int or not 0 < replicas <= MAX_REPLICAS):
+            return None
+        return PoolClaim(**{k: str(data[k]) for k in _CLAIM_TEXT}, replicas=replicas,
+                         hold=str(data.get("hold") or "")[:64])  # fmt: skip
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
 
 
@@ -368,14 +422,30 @@ class PoolBid:
         return (-self.priority, self.since, self.uid)
 
 
-def pool_bid(holder: str, uid: str, product: str, pods: Iterable[PodInfo]) -> PoolBid | None:
-    """The bid of a run whose profiling pods are `pods`: its oldest pending pod of a Job
-    (None: no such pod, so no place in line)."""
+def job_pods(pods: Iterable[PodInfo], job: Mapping[str, Any] | None) -> list[PodInfo]:
+    """The pods of `job` (the run's Job, found by the UID its status records): those whose
+    controller ownerReference is that UID. A pod anyone may create with the run's labels or
+    an ownerReference of kind "Job" is not one of them."""
+    uid = ((job or {}).get("metadata") or {}).get("uid")
+    if not uid:
+        return []
+    return [pod for pod in pods if pod.controller_uid == uid]
+
+
+def pool_bid(
+    holder: str, uid: str, product: str, pods: Iterable[PodInfo], job: Mapping[str, Any] | None
+) -> PoolBid | None:
+    """The bid of a run whose Job is `job`: its oldest pending pod (None: no such pod, so
+    no place in line). Only the Job's own pods count (`job_pods`), and only at the
+    PriorityClass the operator gave the Job's pod template: a pod a tenant adds under the
+    Job's UID gains nothing by a higher class."""
+    template = (((job or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+    klass = template.get("priorityClassName") or None
     pending = [
         pod
-        for pod in pods
-        if pod.unschedulable and not pod.deleting and not pod.node and pod.controller == "Job"
-        and pod.created
+        for pod in job_pods(pods, job)
+        if pod.unschedulable and not pod.deleting and not pod.node and pod.created
+        and pod.priority_class == klass
     ]  # fmt: skip
     if not pending:
         return None
@@ -383,13 +453,20 @@ def pool_bid(holder: str, uid: str, product: str, pods: Iterable[PodInfo]) -> Po
     return PoolBid(holder, uid, product, first.priority or 0, str(first.created))
 
 
-def ahead_of(mine: PoolBid, bids: Iterable[PoolBid]) -> list[PoolBid]:
-    """The bids served before `mine` on its GPU product, first first."""
+def ahead_of(mine: PoolBid, bids: Iterable[PoolBid], expired_before: str = "") -> list[PoolBid]:
+    """The bids served before `mine` on its GPU product, first first. A bid waiting since
+    before `expired_before` (the admin's bound of a place in line) holds no one back any
+    more: it goes after every bid that has not waited that long. Every pass orders the
+    same bids the same way, so no two runs ever wait for each other."""
+
+    def place(bid: PoolBid) -> tuple[bool, int, str, str]:
+        return (bid.since < expired_before, *bid.place)
+
     return sorted(
         (
             b
             for b in bids
-            if b.product == mine.product and b.uid != mine.uid and b.place < mine.place
+            if b.product == mine.product and b.uid != mine.uid and place(b) < place(mine)
         ),
-        key=lambda b: b.place,
+        key=place,
     )

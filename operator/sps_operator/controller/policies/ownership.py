@@ -41,6 +41,7 @@ class ProfileSummary:
     # the run's pending pod, not status, gives its place: `borrow.pool_bid`).
     pool_run: str | None = None
     pool_product: str | None = None
+    pool_job_uid: str | None = None  # its Job's UID (status): only that Job's pods count
     # Its run waits for a Kueue LocalQueue of the namespace to be created.
     queue_missing: bool = False
 
@@ -80,9 +81,12 @@ def _pool_turn(status: Any) -> dict[str, str]:
     if not isinstance(waiting, Mapping) or waiting.get("poolTurn") is not True:
         return {}
     name, product = run.get("name"), run.get("gpuProduct")  # type: ignore[union-attr]
+    job_uid = run.get("jobUid")  # type: ignore[union-attr]
     if not isinstance(name, str) or not isinstance(product, str) or not name or not product:
         return {}
-    return {"pool_run": name, "pool_product": product}
+    if not isinstance(job_uid, str) or not job_uid:
+        return {}  # no Job recorded: no pod of it to place the run
+    return {"pool_run": name, "pool_product": product, "pool_job_uid": job_uid[:64]}
 
 
 def stable_config_map(spec: Mapping[str, Any]) -> str | None:

@@ -52,6 +52,9 @@ class PodInfo:
     phase: str | None = None
     unschedulable: str | None = None  # the scheduler's message while it cannot place the pod
     controller: str | None = None  # the kind of its controlling owner (ReplicaSet, Job, ...)
+    # The UID of its controlling owner: a profiling run's pods are those of its Job's UID
+    # (recorded in status), never those that carry its labels or the kind string "Job".
+    controller_uid: str | None = None
     ready: bool = False  # condition Ready=True
     table_hash: str | None = None  # its annotation sps.dev/table-hash (the template's)
     stuck: str | None = None  # the kubelet's words for a container that cannot run
@@ -62,6 +65,7 @@ class PodInfo:
     # when the API server created it: the order of profiles waiting on one GPU pool.
     priority: int | None = None
     created: str | None = None
+    priority_class: str | None = None  # spec.priorityClassName (bounded)
     claims: tuple[str, ...] = ()  # the PersistentVolumeClaims it mounts (bounded)
 
     @property
@@ -113,10 +117,10 @@ def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
         ),
         None,
     )
-    controller = next(
-        (str(o.get("kind")) for o in meta.get("ownerReferences") or [] if o.get("controller")),
-        None,
-    )
+    owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+    controller = str(owner.get("kind")) if owner else None
+    controller_uid = str(owner.get("uid"))[:MAX_HASH] if owner and owner.get("uid") else None
+    priority_class = spec.get("priorityClassName")
     table_hash = (meta.get("annotations") or {}).get(L.ANNOTATION_TABLE_HASH)
     exits = []
     # Only a profiling pod's last words are read (a clone's refusal to start); the index
@@ -142,6 +146,7 @@ def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
         phase=status.get("phase"),
         unschedulable=unschedulable,
         controller=controller,
+        controller_uid=controller_uid,
         ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
         table_hash=str(table_hash)[:MAX_HASH] if table_hash else None,
         stuck=_stuck(status),
@@ -149,6 +154,7 @@ def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
         priority=_priority(spec.get("priority")),
         created=str(meta["creationTimestamp"])[:40] if meta.get("creationTimestamp") else None,
         claims=pod_claims(spec),
+        priority_class=str(priority_class)[: MAX_HASH * 4] if priority_class else None,
     )
 
 
@@ -162,6 +168,7 @@ class Placement:
     products: frozenset[str]
     pods: int  # pods on nodes counted
     unlabelled: int  # pods on nodes without the GPU label
+    unseen: int = 0  # of those, pods on nodes the operator cannot read (no node in its cache)
 
     @property
     def product(self) -> str | None:
@@ -179,7 +186,7 @@ def placement(
     gpu_label: str,
 ) -> Placement:
     products: set[str] = set()
-    counted = unlabelled = 0
+    counted = unlabelled = unseen = 0
     for pod in pods:
         if pod.deleting or not pod.node or pod.phase in ("Succeeded", "Failed"):
             continue
@@ -188,12 +195,32 @@ def placement(
         if not matches_selector(pod_selector, pod.labels):
             continue
         counted += 1
-        product = (node_labels.get(pod.node) or {}).get(gpu_label)
+        node = node_labels.get(pod.node)
+        product = (node or {}).get(gpu_label)
         if product:
             products.add(product)
         else:
             unlabelled += 1
-    return Placement(frozenset(products), counted, unlabelled)
+            unseen += node is None
+    return Placement(frozenset(products), counted, unlabelled, unseen)
+
+
+def unplaced_note(where: Placement, gpu_label: str) -> str | None:
+    """Why pods that run tell no GPU product, when none of them does (None: some do, or
+    none runs yet): the operator cannot read their nodes, or the nodes lack the label."""
+    if where.products or not where.pods:
+        return None
+    if where.unseen:
+        return (
+            f"the operator cannot read the nodes its running pods ({where.pods}) are on, so "
+            "it cannot tell their GPU product: grant it read access to Nodes (chart value "
+            "rbac.nodeAccess: true)"
+        )
+    return (
+        f"its running pods ({where.pods}) are on nodes without the label {gpu_label}: label "
+        "the GPU nodes (NVIDIA GPU feature discovery does), or set spec.gpuProductLabel to "
+        "the label they carry"
+    )
 
 
 MIXED = "<mixed>"

@@ -62,6 +62,19 @@ NAMESPACE_PLACEHOLDER = "{namespace}"
 
 
 @dataclass(frozen=True)
+class BorrowBounds:
+    """The admin's bounds of the holds of a shared GPU pool (seconds; chart borrowPolicy,
+    flags --max-lent-seconds, --max-rollout-hold-seconds, --max-pool-turn-seconds)."""
+
+    max_lent_seconds: float = 4 * 3600  # a replica lent to a run, from the borrow
+    max_rollout_hold_seconds: float = 1800  # the slot kept for a rollout after the run
+    max_pool_turn_seconds: float = 3600  # a waiting run's place ahead of others in line
+
+
+BORROW_BOUNDS = BorrowBounds()
+
+
+@dataclass(frozen=True)
 class Refusal:
     """Why the operator creates no Job for a run, and what to fix."""
 

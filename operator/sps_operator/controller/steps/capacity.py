@@ -49,10 +49,11 @@ from sps_operator.controller.policies.borrow import (
     borrow_refusal,
     give_back,
     holder_seen_from,
+    job_pods,
     kueue_managed_refusal,
     pool_bid,
+    read_tag,
     replicas_changed_by,
-    trusted_tag,
 )
 from sps_operator.controller.policies.clocks import elapsed
 from sps_operator.controller.policies.cost import add_cost, bounded_seconds, job_gpus
@@ -68,8 +69,9 @@ from sps_operator.controller.policies.kueue import (
     run_limit,
 )
 from sps_operator.controller.steps.gpupool import (
-    ORPHAN_GRACE,
     claim_pool,
+    hold_pool,
+    lent_by,
     older_than,
     release_pool,
     sweep_pools,
@@ -84,19 +86,26 @@ HOLD_MARGIN = timedelta(seconds=60)
 # A run waiting for its turn on a GPU pool looks again this often (a pool freed, or a run
 # ahead that stopped waiting, wakes no one).
 POOL_RECHECK_SECONDS = 15.0
+# A pass reads at most this many pool Leases for copies of borrow records naming its
+# profile (one per GPU product: a run borrows on one; the orphan sweep covers the rest).
+MAX_POOLS_READ = 2
+# A bound further than this is no bound (and a date that far away cannot be written).
+MAX_BOUND_SECONDS = 365 * 24 * 3600.0
 
 
 # ----------------------------------------------------------------------------- the wait
 
 
+def _run_job(p: Pass, run: RunStatus) -> Mapping[str, Any] | None:
+    """The run's Job: the one of the profile's Jobs whose UID the status records."""
+    job = p.snapshot.jobs.get(run.job)
+    uid = ((job or {}).get("metadata") or {}).get("uid")
+    return job if uid and uid == run.job_uid else None
+
+
 def _run_pods(p: Pass, run: RunStatus) -> list[Any]:
-    return [
-        pod
-        for pod in p.snapshot.pods
-        if pod.labels.get(L.LABEL_RUN) == run.name
-        and pod.labels.get(L.LABEL_COMPONENT) == L.COMPONENT_POD
-        and not pod.deleting
-    ]
+    """The pods of the run's Job (controller UID), not those carrying its labels."""
+    return [pod for pod in job_pods(p.snapshot.pods, _run_job(p, run)) if not pod.deleting]
 
 
 def _read_kueue(p: Pass, job: Mapping[str, Any], queue: str) -> KueueState:
@@ -281,9 +290,12 @@ def _lenders(p: Pass) -> dict[str, Mapping[str, Any]]:
 
 
 def _own_tag(p: Pass, dep: Mapping[str, Any] | None, run: str) -> BorrowTag | None:
-    """The record on `dep` of a replica lent to `run` of this profile, if the operator
-    wrote it."""
-    tag = trusted_tag(dep)
+    """The borrow of a replica of `dep` by `run` of this profile, as its pool Lease records
+    it (the copy on `dep` only says which Lease to read)."""
+    hint = read_tag(dep) if dep is not None else None
+    if hint is None or hint.profile_uid != p.ref.uid or hint.run != run:
+        return None  # (no Lease read for a copy that names another run)
+    tag = lent_by(p, dep)
     return tag if tag is not None and tag.profile_uid == p.ref.uid and tag.run == run else None
 
 
@@ -325,19 +337,29 @@ class PoolTurn(str):
 def _turn(p: Pass, run: RunStatus) -> PoolTurn | None:
     """Why this run must let others borrow on its GPU product first (None: its turn):
     waiting runs are served by their pending pod's priority, then the oldest pod."""
-    mine = pool_bid(f"{p.namespace}/{p.ref.name}", p.ref.uid, run.gpu_product, _run_pods(p, run))
+    mine = pool_bid(f"{p.namespace}/{p.ref.name}", p.ref.uid, run.gpu_product, p.snapshot.pods,
+                    _run_job(p, run))  # fmt: skip
     if mine is None:
         return None
-    first = ahead_of(mine, p.snapshot.pool_bids)
+    bound = min(p.settings.max_pool_turn_seconds, MAX_BOUND_SECONDS)
+    expired = cond.rfc3339(p.now - timedelta(seconds=bound))
+    first = ahead_of(mine, p.snapshot.pool_bids, expired)
     if not first:
         return None
     more = f", and {len(first) - 1} more" if len(first) > 1 else ""
     ahead = holder_seen_from(first[0].holder, p.namespace)
+    if ahead == first[0].holder:
+        # Its priority and its pod's age are details of its namespace: said only there.
+        ahead += f" (priority {first[0].priority}, waiting since {first[0].since})"
+    if mine.since < expired:
+        more += (
+            f"; this run has held its place {bound:.0f} s (the admin's bound, chart "
+            "borrowPolicy.maxPoolTurnSeconds): runs that have waited less go first"
+        )
     return PoolTurn(
-        f"its turn to borrow on GPU product {run.gpu_product} comes after {ahead} "
-        f"(priority {first[0].priority}, waiting since {first[0].since}){more}: waiting runs "
-        f"are served by their pod's priority, then oldest first (this run: priority "
-        f"{mine.priority}, since {mine.since})"
+        f"its turn to borrow on GPU product {run.gpu_product} comes after {ahead}{more}: "
+        f"waiting runs are served by their pod's priority, then oldest first (this run: "
+        f"priority {mine.priority}, since {mine.since})"
     )
 
 
@@ -350,7 +372,7 @@ def _borrow(p: Pass, run: RunStatus) -> str | None:
     refusal = borrow_refusal(dep, p.spec.capacity, p.snapshot.pdbs, p.snapshot.hpas)
     if refusal is not None:
         return refusal
-    recorded = trusted_tag(dep)
+    recorded = lent_by(p, dep)
     if recorded is not None:
         # Never a record over a record: the one there is given back first.
         return (
@@ -360,14 +382,14 @@ def _borrow(p: Pass, run: RunStatus) -> str | None:
     turn = _turn(p, run)
     if turn is not None:
         return turn
+    replicas = int((dep.get("spec") or {}).get("replicas", 1))
     claim = PoolClaim(
         p.namespace, p.ref.name, p.ref.uid, run.name, run.target, run.gpu_product,
-        cond.rfc3339(p.now),
+        cond.rfc3339(p.now), replicas,
     )  # fmt: skip
     busy = claim_pool(p, claim)
     if busy is not None:
         return PoolTurn(busy)
-    replicas = int((dep.get("spec") or {}).get("replicas", 1))
     tag = BorrowTag(p.ref.uid, p.ref.name, run.name, replicas, run.gpu_product, claim.at)
     try:
         # The record and the scale in one write, on the Deployment as it was read.
@@ -446,8 +468,10 @@ def _return(
         bound = (
             p.spec.capacity.wait_timeout_seconds
             + p.spec.job.active_deadline_seconds
-            + progress_deadline_seconds(deployment)
-            + HOLD_MARGIN.total_seconds()
+            + min(
+                progress_deadline_seconds(deployment) + HOLD_MARGIN.total_seconds(),
+                p.settings.max_rollout_hold_seconds,
+            )
         )
         lent = bounded_seconds(tag.at, p.now, bound)
         p.status.cost = add_cost(p.status.cost, tag.product, lent_seconds=lent)
@@ -506,6 +530,9 @@ def _hold_for_rollout(
         or max_unavailable(dep, tag.replicas) != 0
     ):
         return False
+    # The Lease first (the truth), then the copy people read.
+    if not hold_pool(p, run.gpu_product, p.ref.uid, run.name, table.hash):
+        return False
     try:
         p.kube.patch_deployment(p.namespace, target.name,
                                 borrow_patch(dep, replace(tag, hold=table.hash), None))  # fmt: skip
@@ -548,7 +575,10 @@ def follow_rollout_borrow(p: Pass, statuses: Sequence[TargetStatus]) -> None:
         release_pool(p, product, p.ref.uid, held.run or "")
         p.status.rollout_borrow = None
         return
-    limit = timedelta(seconds=progress_deadline_seconds(dep)) + HOLD_MARGIN
+    limit = min(
+        timedelta(seconds=progress_deadline_seconds(dep)) + HOLD_MARGIN,
+        timedelta(seconds=p.settings.max_rollout_hold_seconds),
+    )
     why = None
     if ts is None:
         why = "it is no longer a target of this profile"
@@ -559,7 +589,8 @@ def follow_rollout_borrow(p: Pass, statuses: Sequence[TargetStatus]) -> None:
     elif older_than(held.held_since, p.now, limit):
         why = (
             f"its rollout did not complete within {limit.total_seconds():.0f} s (the "
-            "Deployment's progressDeadlineSeconds and a margin)"
+            "Deployment's progressDeadlineSeconds and a margin, at most the admin's bound, "
+            "chart borrowPolicy.maxRolloutHoldSeconds)"
         )
     if why is None:
         assert ts is not None
@@ -584,17 +615,23 @@ def follow_rollout_borrow(p: Pass, statuses: Sequence[TargetStatus]) -> None:
 
 
 def return_orphans(p: Pass) -> None:
-    """Give back what a Deployment of the namespace says was lent to a run of this profile
-    that no longer runs (nor holds the slot for its rollout), or to a profile that no longer
-    exists; re-attach a record whose status was lost; then, at most once a minute for the
-    whole operator, look for orphaned pool Leases."""
+    """Give back what the pool Lease says was lent to a run of this profile that no longer
+    runs (nor holds the slot for its rollout), found through the copies on the namespace's
+    Deployments; re-attach a borrow whose status was lost; then, at most once a minute for
+    the whole operator, look for orphaned pool Leases (a profile gone, a copy removed)."""
     run = p.status.current_run
     held = p.status.rollout_borrow
-    alive = {s.uid for s in p.snapshot.profiles}
+    products: set[str] = set()
     for name, dep in sorted(_lenders(p).items()):
-        tag = trusted_tag(dep)
-        if tag is None or name in p.returned:
+        hint = read_tag(dep)
+        if hint is None or hint.profile_uid != p.ref.uid or name in p.returned:
             continue  # (a record this pass removed is still in its snapshot)
+        products.add(hint.product)
+        if len(products) > MAX_POOLS_READ:
+            break  # copies anyone may write must not buy API reads: the sweep does the rest
+        tag = lent_by(p, dep)
+        if tag is None:
+            continue  # no pool Lease records it: a copy is no borrow
         if tag.profile_uid == p.ref.uid:
             if run is not None and tag.run == run.name:
                 reattach_borrow(p, run)
@@ -609,9 +646,5 @@ def return_orphans(p: Pass) -> None:
                 )  # fmt: skip
                 continue
             if _return(p, dep, tag, why=f"run {tag.run} is over"):
-                release_pool(p, tag.product, tag.profile_uid, tag.run)
-        elif tag.profile_uid not in alive and older_than(tag.at, p.now, ORPHAN_GRACE):
-            why = f"SpsProfile {tag.profile} (uid {tag.profile_uid}) no longer exists"
-            if _return(p, dep, tag, why=why):
                 release_pool(p, tag.product, tag.profile_uid, tag.run)
     sweep_pools(p)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,17 +19,21 @@ from kubernetes.client.rest import ApiException
 from sps_operator.api import labels as L
 from sps_operator.api.reasons import REPLICA_RETURNED
 from sps_operator.controller.policies.borrow import (
+    ANNOTATION_CLAIM,
     COMPONENT_POOL,
+    BorrowTag,
     PoolClaim,
     borrow_patch,
     borrowing_seen_from,
+    claim_annotation,
+    confirmed_tag,
     give_back,
     holder_seen_from,
     pool_lease,
     pool_lease_name,
     read_claim,
+    read_tag,
     same_run,
-    trusted_tag,
 )
 from sps_operator.controller.policies.clocks import trusted
 from sps_operator.controller.steps.state import Pass
@@ -48,9 +53,54 @@ def older_than(stamp: str | None, now: datetime, limit: timedelta) -> bool:
     return when is None or now - when >= limit
 
 
+def pool_claim(p: Pass, product: str) -> PoolClaim | None:
+    """What the GPU product's pool Lease records now (None: no borrow, or unreadable); read
+    once per pass until this pass writes it."""
+    if not product:
+        return None
+    if product not in p.pool_reads:
+        lease = p.kube.get("Lease", p.settings.pool_namespace, pool_lease_name(product))
+        p.pool_reads[product] = read_claim(lease)
+    return p.pool_reads[product]
+
+
+def lent_by(p: Pass, deployment: Mapping[str, Any] | None) -> BorrowTag | None:
+    """The borrow of a replica of `deployment` as its pool Lease records it: the copy on
+    the Deployment only says which Lease to read (`confirmed_tag`)."""
+    hint = read_tag(deployment) if deployment is not None else None
+    return confirmed_tag(pool_claim(p, hint.product), deployment) if hint is not None else None
+
+
+def hold_pool(p: Pass, product: str, uid: str, run: str, table: str) -> bool:
+    """Record on the pool Lease of `run` that the slot stays lent for the rollout of
+    `table`; False when the Lease is not that run's now."""
+    lease = p.kube.get("Lease", p.settings.pool_namespace, pool_lease_name(product))
+    claim = read_claim(lease)
+    if lease is None or claim is None or not same_run(claim, uid, run):
+        return False
+    return _write_claim(p, lease, replace(claim, hold=table))
+
+
+def _write_claim(p: Pass, lease: Mapping[str, Any], claim: PoolClaim) -> bool:
+    """Rewrite the record of the pool Lease `lease`, conditional on it as read; False when
+    it changed or went since."""
+    meta = lease.get("metadata") or {}
+    patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"),
+                          "annotations": {ANNOTATION_CLAIM: claim_annotation(claim)}}}  # fmt: skip
+    p.pool_reads.pop(claim.product, None)
+    try:
+        p.kube.patch_metadata("Lease", p.settings.pool_namespace, str(meta.get("name")), patch)
+    except ApiException as exc:
+        if exc.status in (404, 409):
+            return False
+        raise
+    return True
+
+
 def claim_pool(p: Pass, claim: PoolClaim) -> str | None:
     """Take the GPU product's pool Lease for `claim` (None), or say who holds it."""
     namespace = p.settings.pool_namespace
+    p.pool_reads.pop(claim.product, None)
     for _ in range(2):
         if p.kube.create(pool_lease(claim, namespace)):
             return None
@@ -59,7 +109,11 @@ def claim_pool(p: Pass, claim: PoolClaim) -> str | None:
             continue  # released in between: try once more
         holder = read_claim(lease)
         if holder is not None and same_run(holder, claim.profile_uid, claim.run):
-            return None  # ours already (taken before a crash, or a 409 retried)
+            # Ours already (taken before a crash, or a 409 retried): it records what this
+            # decision read (the replicas may have changed since).
+            if holder == claim or _write_claim(p, lease, claim):
+                return None
+            continue
         if holder is None:
             return (
                 f"the pool record Lease {namespace}/{lease['metadata']['name']} for GPU product "
@@ -75,7 +129,8 @@ def claim_pool(p: Pass, claim: PoolClaim) -> str | None:
 
 
 def release_pool(p: Pass, product: str, uid: str, run: str) -> None:
-    """Delete the pool Lease of `product` if it is `run`'s."""
+    """Delete the pool Lease of `product` if it is `run`'s (a run of this pass's namespace:
+    a pass never frees another namespace's pool, whatever a record there says)."""
     if not product:
         return
     namespace = p.settings.pool_namespace
@@ -83,6 +138,9 @@ def release_pool(p: Pass, product: str, uid: str, run: str) -> None:
     claim = read_claim(lease)
     if lease is None or claim is None or not same_run(claim, uid, run):
         return
+    if claim.namespace != p.namespace:
+        return
+    p.pool_reads.pop(product, None)
     try:
         p.kube.delete(
             "Lease", namespace, lease["metadata"]["name"], uid=lease["metadata"].get("uid")
@@ -132,8 +190,8 @@ def _sweep_one(p: Pass, lease: Mapping[str, Any], claim: PoolClaim, why: str) ->
         if exc.status != 403:
             raise
         dep = None  # not ours to give back: only the record goes
-    tag = trusted_tag(dep)
-    if tag is not None and (tag.profile_uid, tag.run) == (claim.profile_uid, claim.run):
+    tag = confirmed_tag(claim, dep)
+    if tag is not None:
         assert dep is not None
         action = give_back(dep, tag)
         try:
@@ -146,6 +204,7 @@ def _sweep_one(p: Pass, lease: Mapping[str, Any], claim: PoolClaim, why: str) ->
                 raise
         p.kube.event(dep, "Normal", REPLICA_RETURNED, f"{action.note} ({why})", p.now)
     meta = lease.get("metadata") or {}
+    p.pool_reads.pop(claim.product, None)
     try:
         p.kube.delete(
             "Lease", p.settings.pool_namespace, str(meta.get("name")), uid=meta.get("uid")

@@ -34,7 +34,7 @@ from sps_operator.api.times import parse_rfc3339
 from sps_operator.controller.policies import compat
 from sps_operator.controller.policies.deployments import deployment_rolled_out
 from sps_operator.controller.policies.ownership import ProfileSummary, owner_of, stable_writer
-from sps_operator.controller.policies.placement import MIXED, placement, settle
+from sps_operator.controller.policies.placement import MIXED, placement, settle, unplaced_note
 from sps_operator.controller.server.fingerprint_v1 import is_v1
 from sps_operator.controller.server.podenv import ConfigMapEnv
 from sps_operator.controller.server.serverchanges import server_changes
@@ -192,6 +192,7 @@ def _place(p: Pass, target: Target, previous: TargetStatus | None) -> None:
         p.spec.gpu_product_label,
     )
     target.products = where.products
+    target.unplaced = unplaced_note(where, p.spec.gpu_product_label)
     settled = settle(
         MIXED if where.mixed else where.product,
         previous.observed_gpu if previous else None,

@@ -174,7 +174,7 @@ def rollout(p: Pass) -> None:
             if _own_rollout_moving(p, target, ts):
                 continue
             ts.state = TargetState.WAITING
-            ts.message = "waiting for the pods to settle on one GPU product"
+            ts.message = target.unplaced or "waiting for the pods to settle on one GPU product"
             continue
         exact = None
         if target.problem is None:

@@ -338,6 +338,8 @@ def progress_run(p: Pass) -> None:
             return
         fail_run(p, JOB_MISSING, f"Job {run.job} disappeared before it finished")
         return
+    # Its pods are those whose controller is this very Job (a GPU pool's order, the wait).
+    run.job_uid = str((job.get("metadata") or {}).get("uid") or "")[:64] or None
     reattach_borrow(p, run)
     finished = _finished(job)
     if not finished and clone_refused(p, run):
@@ -454,6 +456,8 @@ def _past_deadline(p: Pass, run: RunStatus) -> bool:
     capacity.waitTimeoutSeconds, a bound that holds while the operator is down), or
     Kueue's maximum execution time when shorter: a replica lent to the run stays lent no
     longer. True when the run was ended for it."""
+    if _lent_too_long(p, run):
+        return True
     limit, source = run_limit(p.spec.job.active_deadline_seconds, job_labels(p))
     if run.running_since is None:
         return False
@@ -468,6 +472,28 @@ def _past_deadline(p: Pass, run: RunStatus) -> bool:
         DEADLINE_EXCEEDED,
         f"Job {run.job} ran {ran:.0f} s, past {source} {limit} (counted from when it started "
         f"running, not from its wait for GPUs){lent}",
+    )
+    return True
+
+
+def _lent_too_long(p: Pass, run: RunStatus) -> bool:
+    """A replica lent to the run goes back at the admin's bound (chart
+    borrowPolicy.maxLentSeconds), counted from the borrow, whatever the run's own limits
+    (its wait for the pod is a tenant's value): the run ends. True when it was ended."""
+    if run.borrow is None:
+        return False
+    bound = p.settings.max_lent_seconds
+    lent = elapsed(run.borrow.at, p.now)
+    if lent < bound:
+        p.wake_within(bound - lent)
+        return False
+    p.kube.delete("Job", p.namespace, run.job)
+    fail_run(
+        p,
+        DEADLINE_EXCEEDED,
+        f"a replica of {run.borrow.deployment} was lent to run {run.name} for {lent:.0f} s, "
+        f"the admin's bound (chart borrowPolicy.maxLentSeconds {bound:.0f}); the run ended "
+        "and the lent replica was given back",
     )
     return True
 

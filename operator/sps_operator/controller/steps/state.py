@@ -23,7 +23,7 @@ from sps_operator.controller.policies.claims import ClaimInfo
 from sps_operator.controller.policies.kueue import KUEUE_RECHECK_SECONDS, KueueCache
 from sps_operator.controller.policies.ownership import ProfileSummary
 from sps_operator.controller.policies.placement import PodInfo
-from sps_operator.controller.policies.policy import JobPolicy, ServiceInfo
+from sps_operator.controller.policies.policy import BORROW_BOUNDS, JobPolicy, ServiceInfo
 from sps_operator.controller.policies.selectors import matches_selector
 from sps_operator.controller.process.metrics import Metrics
 from sps_operator.controller.server.podenv import ConfigMapEnv
@@ -49,6 +49,12 @@ class Settings:
     # which no tenant can write), and how often a pass may look for orphaned ones.
     pool_namespace: str = "default"
     pool_sweep_seconds: float = 60.0
+    # The admin's bounds of every hold of the shared GPU pool (chart borrowPolicy; no
+    # tenant value lengthens them): a replica lent to a run (from the borrow to the run's
+    # end), the slot kept for a rollout after it, a waiting run's place ahead of others.
+    max_lent_seconds: float = BORROW_BOUNDS.max_lent_seconds
+    max_rollout_hold_seconds: float = BORROW_BOUNDS.max_rollout_hold_seconds
+    max_pool_turn_seconds: float = BORROW_BOUNDS.max_pool_turn_seconds
     # How often a run queued in Kueue looks at Kueue's words again (kueue.py; the flag
     # exists for the test bed, whose scenarios would otherwise wait out 30 s per step).
     kueue_recheck_seconds: float = KUEUE_RECHECK_SECONDS
@@ -74,7 +80,7 @@ class Snapshot:
     node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     pdbs: Sequence[Obj] = ()  # PodDisruptionBudgets of the namespace
     hpas: Sequence[Obj] = ()  # HorizontalPodAutoscalers of the namespace
-    borrowed: Sequence[Obj] = ()  # Deployments (any namespace) lending a replica to a run
+    borrowed: Sequence[Obj] = ()  # Deployments of the namespace carrying a borrow record
     # Which of this profile's ConfigMaps (and its stable one) a Deployment of the namespace
     # mounts, selected or not: nothing mounted is ever deleted.
     mounted: frozenset[str] = frozenset()
@@ -148,7 +154,7 @@ class CachedWorld:
     node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     pdbs: Sequence[Obj] = ()
     hpas: Sequence[Obj] = ()
-    borrowed: Sequence[Obj] = ()  # every namespace's
+    borrowed: Sequence[Obj] = ()  # the namespace's
     mounted: frozenset[str] = frozenset()
     pod_selecting_deployments: Sequence[Obj] = ()
     services: Sequence[ServiceInfo] = ()
@@ -184,7 +190,7 @@ class CachedWorld:
             node_labels=self.node_labels,
             pdbs=self.pdbs,
             hpas=self.hpas,
-            borrowed=self.borrowed,
+            borrowed=[d for d in self.borrowed if in_namespace(d, ref.namespace)],
             mounted=self.mounted,
             pod_selecting_deployments=[
                 d for d in self.pod_selecting_deployments if in_namespace(d, ref.namespace)
@@ -215,6 +221,7 @@ class Target:
     products: frozenset[str] = frozenset()
     observed_gpu: str | None = None  # what the pods run on now (placement.MIXED for several)
     observed_since: datetime | None = None
+    unplaced: str | None = None  # why its running pods tell no GPU product (placement)
     owner: str | None = None  # the profile that serves it
     reason: str | None = None  # why the operator leaves it alone (CamelCase)
     problem: str | None = None  # ... and what to do about it
@@ -279,6 +286,9 @@ class Pass:
     created: dict[str, Obj] = field(default_factory=dict)  # ConfigMaps created in this pass
     wake: float | None = None  # seconds until this profile needs its next pass
     returned: set[str] = field(default_factory=set)  # Deployments given their replica back
+    # What the pool Leases recorded when this pass read them, by GPU product (dropped when
+    # this pass writes one): a pass reads each at most once.
+    pool_reads: dict[str, Any] = field(default_factory=dict)
     stable_conflict: str | None = None  # AnnotateOnly: why another profile writes the stable
     step: str = "start"  # the step running, for error reports
     # Work many passes may ask for and one does (the orphaned-borrow sweep), process-wide.
