@@ -114,6 +114,22 @@ def test_a_table_rolled_off_is_let_go_and_goes_with_the_profile() -> None:
     assert collected(h.kube.obj("ConfigMap", older), alive={server_uid})
 
 
+def test_a_table_rolled_off_stays_held_while_the_rollout_runs() -> None:
+    # The old ReplicaSet's pods still mount it: a profile gone now must not take it.
+    h = Harness.one_target(refresh={"token": "a"})
+    first = h.profile_once()["targets"][0]["table"]
+    h.kube.instant_rollout = False
+    h.kube.obj("SpsProfile", "p")["spec"]["refresh"] = {"token": "b"}
+    h.profile_once(result=build_patch(status="succeeded", rounds=rounds(scale=1.2)))
+    h.settle()
+    server = h.kube.obj("Deployment", "server")
+    assert h.status()["targets"][0]["table"] != first
+    assert not collected(h.kube.obj("ConfigMap", first), alive={server["metadata"]["uid"]})
+    h.kube.roll(server)
+    h.settle()
+    assert collected(h.kube.obj("ConfigMap", first), alive={server["metadata"]["uid"]})
+
+
 def test_release_keeps_the_deployment_holding_its_table() -> None:
     h = Harness.one_target()
     live = h.profile_once()["targets"][0]["table"]
