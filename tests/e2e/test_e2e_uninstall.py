@@ -97,6 +97,8 @@ def wait_collected(env: Env, cm_name: str) -> None:
         lambda: gone(lambda: env.config_map(cm_name)),
         timeout=120,
     )
+    # Dependents of one owner are queued together; a moment for the table's turn.
+    time.sleep(5)
 
 
 def crd_gone(env: Env) -> bool:
