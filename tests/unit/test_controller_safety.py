@@ -535,7 +535,11 @@ def test_deletion_releases_exactly_the_tables_a_template_mounts() -> None:
     older = status["tables"][0]["previous"]
     uid = h.kube.obj("SpsProfile", "p")["metadata"]["uid"]
     assert release(h.kube, NS, "p", uid) == [mounted]
-    assert "ownerReferences" not in h.kube.obj("ConfigMap", mounted)["metadata"]
+    server = h.kube.obj("Deployment", "server")["metadata"]
+    # The profile lets it go; the Deployment that mounts it holds it (goes with it).
+    assert h.kube.obj("ConfigMap", mounted)["metadata"]["ownerReferences"] == [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "name": "server", "uid": server["uid"]}
+    ]
     assert h.kube.obj("ConfigMap", mounted)["metadata"]["labels"][L.LABEL_RELEASED] == "true"
     assert h.kube.obj("ConfigMap", older)["metadata"]["ownerReferences"]  # goes with the profile
     assert L.ANNOTATION_OWNER not in (h.kube.obj("Deployment", "server")["metadata"].get(

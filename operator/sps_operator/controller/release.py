@@ -2,10 +2,16 @@
 
 Everything the profile created goes with it (ownerReferences, garbage collection) except
 the table ConfigMaps that a Deployment's pod template mounts, and a replica a run of it
-borrowed goes back to its Deployment: those are released (owner
-dropped, labelled released) so the servers keep running and can restart. Exactly those:
-a table no template mounts goes with the profile. The profile's name is removed from the
-Deployments it served, so another profile may take them over.
+borrowed goes back to its Deployment: those tables are released (the profile's owner
+reference dropped, each mounting Deployment an owner, labelled released) so the servers
+keep running and can restart, and each goes with the last Deployment that holds it.
+Exactly those: a table no template mounts goes with the profile. The profile's name is
+removed from the Deployments it served, so another profile may take them over. The
+Deployments a table is rolled onto hold it from the start (steps/holders.py), so the
+tables they mount survive even a finalizer removed by hand.
+
+The profile's volume, mount and table flag stay in the Deployments (un-injecting them
+would restart every server the profile served; the table they mount stays with them).
 
 An AnnotateOnly stable ConfigMap has no owner (it must outlive a profile re-created by
 GitOps). The profile recorded on it as its writer releases it the same way when a
@@ -34,22 +40,14 @@ from sps_operator.controller.policies.borrow import (
     read_claim,
     read_tag,
 )
-from sps_operator.controller.policies.ownership import profile_summary, recorded_owner
+from sps_operator.controller.policies.ownership import (
+    mounted_config_maps,
+    profile_summary,
+    recorded_owner,
+    released_owner_references,
+)
 
 log = logging.getLogger(__name__)
-
-
-def mounted_config_maps(deployment: Mapping[str, Any]) -> set[str]:
-    """ConfigMaps the Deployment's pod template mounts (directly or projected)."""
-    pod_spec = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
-    names: set[str] = set()
-    for volume in pod_spec.get("volumes") or []:
-        sources = [volume.get("configMap") or {}]
-        sources += [
-            s.get("configMap") or {} for s in (volume.get("projected") or {}).get("sources") or []
-        ]
-        names |= {str(s["name"]) for s in sources if s.get("name")}
-    return names
 
 
 def tables_to_release(
@@ -108,16 +106,25 @@ def release(
     `pool_namespace`); raises on any API error (the finalizer stays until this succeeds).
     Returns the released ConfigMaps."""
     deployments = kube.list_deployments(namespace, "")
-    ours = [
-        cm["metadata"]["name"]
+    ours = {
+        cm["metadata"]["name"]: cm
         for cm in kube.list_config_maps(namespace, f"{L.LABEL_PROFILE_UID}={uid}")
         if (cm["metadata"].get("labels") or {}).get(L.LABEL_COMPONENT) == L.COMPONENT_TABLE
         and cm["metadata"].get("namespace") == namespace
         and owned_by(cm, uid)
-    ]
+    }
     released = []
     for cm_name in sorted(tables_to_release(deployments, ours)):
-        patch = {"metadata": {"ownerReferences": None, "labels": {L.LABEL_RELEASED: "true"}}}
+        cm = ours[cm_name]
+        mounting = [d for d in deployments if cm_name in mounted_config_maps(d)]
+        patch = {
+            "metadata": {
+                # Conditional: the list replaces the ConfigMap's whole ownerReferences.
+                "resourceVersion": cm["metadata"].get("resourceVersion"),
+                "ownerReferences": released_owner_references(cm, uid, mounting),
+                "labels": {L.LABEL_RELEASED: "true"},
+            }
+        }
         if _unless_gone(kube.patch_metadata, "ConfigMap", namespace, cm_name, patch):
             released.append(cm_name)
     if stable:

@@ -13,6 +13,9 @@ Every other profile reports `Conflict` naming the owner and never writes to it.
 
 The same rule gives an AnnotateOnly stable ConfigMap (which several profiles may name)
 its one writer: the profile recorded on it, else the oldest naming it.
+
+And which objects hold a table ConfigMap: its profile, and each Deployment that mounts it
+(see "table holders" below).
 """
 
 from __future__ import annotations
@@ -129,3 +132,84 @@ def stable_writer(
         return recorded
     candidates = sorted(alive, key=lambda p: (p.created, p.name))
     return candidates[0].name if candidates else None
+
+
+# --------------------------------------------------------------------------- table holders
+#
+# A table ConfigMap is owned by its profile (the controller reference) and also by each
+# Deployment whose pod template mounts it (a plain reference): the garbage collector
+# deletes an object only when every owner is gone, so a table a Deployment mounts outlives
+# its profile, the operator and the CRD, even when the profile's finalizer never runs
+# (removed by hand), and goes with the Deployment once both are gone. The operator writes
+# such a reference only from a Deployment it read in the ConfigMap's own namespace (the
+# collector resolves ownerReferences within the dependent's namespace only) and touches
+# no reference but that Deployment's and the profile's.
+
+WORKLOAD_API_VERSION = "apps/v1"
+WORKLOAD_KIND = "Deployment"
+
+
+def mounted_config_maps(deployment: Mapping[str, Any]) -> set[str]:
+    """ConfigMaps the Deployment's pod template mounts (directly or projected)."""
+    pod_spec = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    names: set[str] = set()
+    for volume in pod_spec.get("volumes") or []:
+        sources = [volume.get("configMap") or {}]
+        sources += [
+            s.get("configMap") or {} for s in (volume.get("projected") or {}).get("sources") or []
+        ]
+        names |= {str(s["name"]) for s in sources if s.get("name")}
+    return names
+
+
+def workload_reference(deployment: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The non-controller ownerReference that makes `deployment` hold a table (None: it has
+    no name or UID to refer to)."""
+    meta = deployment.get("metadata") or {}
+    name, uid = meta.get("name"), meta.get("uid")
+    if not isinstance(name, str) or not isinstance(uid, str) or not name or not uid:
+        return None
+    # No controller (the profile is), no blockOwnerDeletion (it needs update on
+    # deployments/finalizers under OwnerReferencesPermissionEnforcement; GC needs none).
+    return {"apiVersion": WORKLOAD_API_VERSION, "kind": WORKLOAD_KIND, "name": name, "uid": uid}
+
+
+def _namespace(obj: Mapping[str, Any]) -> Any:
+    return (obj.get("metadata") or {}).get("namespace")
+
+
+def held_owner_references(
+    config_map: Mapping[str, Any], deployment: Mapping[str, Any], holds: bool
+) -> list[dict[str, Any]] | None:
+    """The ConfigMap's ownerReferences with `deployment` holding it (`holds`) or not; None
+    when they already say so, or when `deployment` may not hold it (another namespace, or
+    no UID): nothing to write."""
+    ref = workload_reference(deployment)
+    namespace = _namespace(config_map)
+    if ref is None or not namespace or _namespace(deployment) != namespace:
+        return None
+    current = _references(config_map)
+    others = [r for r in current if r.get("uid") != ref["uid"]]
+    if holds:
+        return None if ref in current else [*others, ref]
+    return None if len(others) == len(current) else others
+
+
+def released_owner_references(
+    config_map: Mapping[str, Any], profile_uid: str, mounting: Iterable[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """A table's ownerReferences once its profile lets it go (the finalizer): the profile's
+    reference dropped, each Deployment of its namespace in `mounting` holding it (a table
+    rolled out before Deployments held tables gets its holders here), others kept."""
+    meta = dict(config_map.get("metadata") or {})
+    meta["ownerReferences"] = [r for r in _references(config_map) if r.get("uid") != profile_uid]
+    for deployment in mounting:
+        held = held_owner_references({"metadata": meta}, deployment, True)
+        if held is not None:
+            meta["ownerReferences"] = held
+    return list(meta["ownerReferences"])
+
+
+def _references(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return [dict(r) for r in refs if isinstance(r, Mapping)]

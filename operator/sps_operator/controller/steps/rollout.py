@@ -47,6 +47,7 @@ from sps_operator.controller.policies.ownership import recorded_owner
 from sps_operator.controller.policies.triggers import refresh_trigger_key, run_spec_hash, table_for
 from sps_operator.controller.server.fingerprint_v1 import is_v1
 from sps_operator.controller.steps.capacity import follow_rollout_borrow
+from sps_operator.controller.steps.holders import hold_tables
 from sps_operator.controller.steps.publish import table_text
 from sps_operator.controller.steps.state import Pass, Target
 from sps_operator.tables.formats import build_uninitialized_sps_table, load_sps_table_text
@@ -217,6 +218,7 @@ def rollout(p: Pass) -> None:
         if not _claim(p, target):
             ts.message = "the Deployment changed while being claimed; retrying"
             continue
+        hold_tables(p, target, eligible.ref.config_map if mode == RolloutMode.INJECT else None)
         applied = _apply(p, target, eligible)
         if applied is None:
             ts.message = CHANGED_SINCE_READ

@@ -283,7 +283,7 @@ class Pass:
     snapshot: Snapshot
     targets: list[Target] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)
-    created: dict[str, Obj] = field(default_factory=dict)  # ConfigMaps created in this pass
+    created: dict[str, Obj] = field(default_factory=dict)  # ConfigMaps written in this pass
     wake: float | None = None  # seconds until this profile needs its next pass
     returned: set[str] = field(default_factory=set)  # Deployments given their replica back
     # What the pool Leases recorded when this pass read them, by GPU product (dropped when
