@@ -119,7 +119,7 @@ class Reconciler:
         except Exception as exc:
             failed_step = failed_step or "report"
             log.exception("report of %s/%s failed", p.namespace, p.ref.name)
-            p.status.last_failure = _failure(p, RECONCILE_ERROR, f"report: {api_error_detail(exc)}")
+            p.status.last_failure = _failure(p, RECONCILE_ERROR, f"report: {_detail(exc)}")
         if self._write_status(p, before, str(meta.get("resourceVersion") or "")):
             self.metrics.cost_written(p.ref, before.get("cost"), p.status.cost)
         else:
@@ -172,14 +172,21 @@ class Reconciler:
 
     def _record_error(self, p: Pass, exc: BaseException) -> None:
         """A step raised: say which and why; end the run it belongs to unless the cause is
-        transient (then the run is followed again after the backoff)."""
-        message = f"{p.step}: {api_error_detail(exc)}"
+        transient (then the run is followed again after the backoff). Never raises: ending
+        the run reads what the step may have choked on (a borrow record, a Deployment),
+        so when that fails too, the failure is recorded without it and the run is followed
+        again after the backoff."""
+        message = f"{p.step}: {_detail(exc)}"
         log.warning("pass of %s/%s failed in %s", p.namespace, p.ref.name, message)
         if p.status.current_run is not None and not is_transient(exc):
-            fail_run(p, RECONCILE_ERROR, message)
-            return
+            try:
+                fail_run(p, RECONCILE_ERROR, message)
+                return
+            except Exception as again:
+                message += f"; ending the run failed too: {_detail(again)}"
+                log.warning("ending the run of %s/%s failed", p.namespace, p.ref.name)
         p.status.last_failure = _failure(p, RECONCILE_ERROR, message)
-        p.event("Warning", RECONCILE_ERROR, message)
+        p.event("Warning", RECONCILE_ERROR, message[:1024])
 
     def _note_outcome(self, uid: str, failed: bool, now: datetime) -> None:
         if not failed:
@@ -255,6 +262,15 @@ class Reconciler:
                 level = logging.WARNING if is_transient(err) else logging.ERROR
                 log.log(level, "status of %s/%s not written: %s", meta["namespace"], meta["name"],
                         err)  # fmt: skip
+
+
+def _detail(exc: BaseException) -> str:
+    """What went wrong, as status may say it; never raises (an exception whose text
+    itself fails is named by its type)."""
+    try:
+        return api_error_detail(exc)[:2000]
+    except Exception:
+        return type(exc).__name__
 
 
 def _failure(p: Pass, reason: str, message: str) -> FailureRecord:
