@@ -49,8 +49,10 @@ def other_data_writers(obj: Mapping[str, Any]) -> list[str]:
 
 def reverted_by(stable: Mapping[str, Any] | None, filename: str) -> str | None:
     """Why the stable ConfigMap is contested (who else writes it), or None. Contested:
-    it carries the operator's hash annotation (the operator wrote a table there) but its
-    bytes no longer hash to it, and another field manager owns its data."""
+    it carries the operator's hash annotation (the operator wrote a table there; a
+    publisher that replaces `data` keeps annotations) but its bytes no longer hash to it,
+    and another field manager owns its data. A ConfigMap someone else created and the
+    operator has not written yet is taken over, not contested."""
     if stable is None:
         return None
     meta = stable.get("metadata") or {}

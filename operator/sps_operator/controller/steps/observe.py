@@ -176,7 +176,8 @@ def _second_writer(p: Pass) -> None:
     if stable is None or p.stable_conflict is not None:
         return
     system = stable_writers.system_object(stable)
-    writer = stable_writers.reverted_by(stable, posixpath.basename(p.spec.rollout.table_path))
+    filename = posixpath.basename(p.spec.rollout.table_path)
+    writer = stable_writers.reverted_by(stable, filename)
     if system is None and writer is None:
         return
     if system is not None:
