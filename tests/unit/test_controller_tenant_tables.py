@@ -127,6 +127,28 @@ def test_a_modified_live_table_is_refused_measured_again_and_republished() -> No
     assert h.condition("Ready")[:2] == ("True", "TableLive")
 
 
+def test_a_table_modified_while_another_gpus_table_runs_is_not_reused_on_moving_back() -> None:
+    """Reuse after a GPU move is a use too: the H100 table recreated while the Deployment
+    ran on H200 is refused when it moves back (TableModified), and measured again. (The
+    bytes check held here before issue 33 too; this guards it and the new remedy.)"""
+    from controller_harness import H100
+
+    h = Harness()
+    h.add(deployment())
+    h.add(profile_body())
+    for node in ("n1", "n2"):
+        h.place(node=node)
+        status = h.profile_once()
+    h100 = next(t for t in status["tables"] if t["gpuProduct"] == H100)
+    forged = forge(h, h100["configMap"])
+    h.place(node="n1")
+    h.tick(60)
+    status = h.settle()
+    assert h.running_hash() != forged
+    assert "TableModified" in [e[0] for e in h.kube.events]
+    assert status.get("currentRun") or all(t["hash"] != forged for t in status["tables"])
+
+
 # --------------------------------------------------------------------------- §3 what servers run
 
 
