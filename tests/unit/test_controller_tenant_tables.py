@@ -347,3 +347,29 @@ def test_a_system_configmap_is_never_written() -> None:
     status = h.settle()
     assert status["targets"][0]["reason"] == "StableTableContested"
     assert h.kube.obj("ConfigMap", "llama-sps")["data"] == {"ca.crt": "x"}
+
+
+def test_a_pass_that_fails_outside_its_steps_still_writes_status_and_never_raises() -> None:
+    """What escapes the pass's own handling (here: reading the world itself raises
+    RecursionError, as a nested record once did) is written as Degraded ReconcileError,
+    and the daemon's call returns a retry instead of raising."""
+    import sps_operator.controller.steps.reconcile as reconcile_module
+
+    h = Harness.one_target()
+
+    def boom(*_: Any, **__: Any) -> None:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    original = reconcile_module.report
+    reconcile_module.report = boom  # the pass's own error path calls report too
+    original_write = reconcile_module.Reconciler._write_status
+    reconcile_module.Reconciler._write_status = boom  # type: ignore[method-assign]
+    try:
+        h.tick()
+        h.run_pass()
+    finally:
+        reconcile_module.report = original
+        reconcile_module.Reconciler._write_status = original_write  # type: ignore[method-assign]
+    degraded = h.condition("Degraded")
+    assert degraded[:2] == ("True", "ReconcileError"), degraded
+    assert "RecursionError" in degraded[2]

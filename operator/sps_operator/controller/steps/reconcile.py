@@ -41,6 +41,8 @@ from sps_operator.controller.steps.state import Pass, Settings, Snapshot, Snapsh
 from sps_operator.controller.steps.wakeups import next_wake
 
 log = logging.getLogger("sps_operator.reconcile")
+# After a pass failed outside its steps (its own handling failed): look again then.
+LAST_RESORT_RETRY_SECONDS = 60.0
 
 
 @dataclass
@@ -76,7 +78,42 @@ class Reconciler:
 
     def reconcile(self, body: Mapping[str, Any], world: SnapshotSource) -> float | None:
         """One pass; returns the seconds until the profile next needs one although nothing
-        changes (a schedule, a retry, a settling placement), or None."""
+        changes (a schedule, a retry, a settling placement), or None. Never raises: what
+        escapes the pass's own handling (which records failures step by step) is written
+        as a minimal status here, and the pass is retried after a pause."""
+        try:
+            return self._reconcile(body, world)
+        except Exception as exc:
+            log.exception("pass failed outside its steps")
+            self._last_resort_status(body, exc)
+            return LAST_RESORT_RETRY_SECONDS
+
+    def _last_resort_status(self, body: Mapping[str, Any], exc: BaseException) -> None:
+        """Degraded=True ReconcileError with what failed: the one write that needs nothing
+        the failed pass computed."""
+        try:
+            meta = body.get("metadata") or {}
+            now = self.clock().replace(microsecond=0)
+            message = f"the pass failed: {_detail(exc)}"
+            try:
+                before = SpsProfileStatus.model_validate(body.get("status") or {}).conditions
+            except Exception:
+                before = []
+            conditions = cond.set_condition(
+                before, cond.DEGRADED, True, RECONCILE_ERROR, message, now, meta.get("generation")
+            )
+            failure = FailureRecord(
+                run="", reason=RECONCILE_ERROR, message=message, at=cond.rfc3339(now)
+            )
+            self.kube.patch_status(
+                str(meta["namespace"]),
+                str(meta["name"]),
+                {"conditions": [c.to_k8s() for c in conditions], "lastFailure": failure.to_k8s()},
+            )
+        except Exception:
+            log.exception("the last-resort status was not written either")
+
+    def _reconcile(self, body: Mapping[str, Any], world: SnapshotSource) -> float | None:
         now = self.clock().replace(microsecond=0)
         meta = body.get("metadata") or {}
         if meta.get("deletionTimestamp"):
