@@ -15,6 +15,7 @@ import copy
 import json
 from typing import Any
 
+import pytest
 from controller_harness import NS, Harness, deployment, profile_body, rounds
 from test_controller_reconcile import started
 
@@ -276,7 +277,6 @@ def test_the_error_path_writes_status_even_when_ending_the_run_fails_too() -> No
 def test_kube_root_ca_is_refused_up_front_with_a_validation_message() -> None:
     """Reproduced (issue 33 §2): AnnotateOnly with tableConfigMap kube-root-ca.crt fought
     kube-controller-manager's root-CA publisher (50 reverts, 50 applies, no backoff)."""
-    import pytest
     from pydantic import ValidationError
 
     from sps_operator.api.spec import RolloutSpec
@@ -299,19 +299,28 @@ def annotate_only_live() -> Harness:
     return h
 
 
-def test_a_second_writer_of_the_stable_configmap_stops_the_profile_naming_it() -> None:
+@pytest.mark.parametrize("consistent_annotation", [False, True])
+def test_a_second_writer_of_the_stable_configmap_stops_the_profile_naming_it(
+    consistent_annotation: bool,
+) -> None:
     """Another writer puts its own data back into the stable ConfigMap: the operator
-    writes it back at most once, then stops with its own reason naming the writer."""
+    writes it back at most once, then stops with its own reason naming the writer. Also
+    when the writer sets the hash annotation to its own bytes' hash: the annotation is a
+    claim, the bytes are checked against the hashes in status."""
     h = annotate_only_live()
     stable = h.kube.obj("ConfigMap", "llama-sps")
     for revert in range(5):
-        stable["data"] = {"ca.crt": f"-----BEGIN CERTIFICATE----- {revert}"}
+        stable["data"] = {"table.json": f'{{"forged": {revert}}}'}
+        if consistent_annotation:
+            stable["metadata"]["annotations"][L.ANNOTATION_TABLE_HASH] = content_hash(
+                stable["data"]["table.json"]
+            )
         stable["metadata"].setdefault("managedFields", []).append(
             {
                 "manager": "kube-controller-manager",
                 "operation": "Update",
                 "time": f"2030-01-01T00:00:0{revert}Z",
-                "fieldsV1": {"f:data": {"f:ca.crt": {}}},
+                "fieldsV1": {"f:data": {"f:table.json": {}}},
             }
         )
         h.tick()
@@ -319,7 +328,7 @@ def test_a_second_writer_of_the_stable_configmap_stops_the_profile_naming_it() -
     target = status["targets"][0]
     assert target["reason"] == "StableTableContested", target
     assert "kube-controller-manager" in target["message"]
-    assert "table.json" not in h.kube.obj("ConfigMap", "llama-sps")["data"]  # never written back
+    assert "forged" in h.kube.obj("ConfigMap", "llama-sps")["data"]["table.json"]  # not rewritten
     assert h.condition("Ready")[:2] != ("True", "TableLive")
 
 

@@ -14,12 +14,17 @@ longer hash to it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from sps_operator.api import labels as L
 from sps_operator.api.hashing import content_hash
 from sps_operator.constants import FIELD_MANAGER
+from sps_operator.tables.formats import build_uninitialized_sps_table
+
+# SGLang's own "no table" (build_uninitialized_sps_table): what AnnotateOnly writes first.
+PLACEHOLDER_JSON = build_uninitialized_sps_table(max_batch_tokens=1).to_json()
+PLACEHOLDER_HASH = content_hash(PLACEHOLDER_JSON)
 
 # Label and annotation prefixes (exactly these domains, not subdomains such as
 # app.kubernetes.io) that the cluster's own components put on their objects.
@@ -47,20 +52,23 @@ def other_data_writers(obj: Mapping[str, Any]) -> list[str]:
     return [name[:128] for _, name in sorted(entries, reverse=True)]
 
 
-def reverted_by(stable: Mapping[str, Any] | None, filename: str) -> str | None:
+def reverted_by(
+    stable: Mapping[str, Any] | None, filename: str, written: Collection[str]
+) -> str | None:
     """Why the stable ConfigMap is contested (who else writes it), or None. Contested:
-    it carries the operator's hash annotation (the operator wrote a table there; a
-    publisher that replaces `data` keeps annotations) but its bytes no longer hash to it,
-    and another field manager owns its data. A ConfigMap someone else created and the
-    operator has not written yet is taken over, not contested."""
+    the operator wrote a table there (its hash annotation is on it; a publisher that
+    replaces `data` keeps annotations), its bytes hash to none of the tables the operator
+    may have written (`written`: the hashes in status and the placeholder's; the
+    annotation's value is a claim anyone can edit), and another field manager owns its
+    data. A ConfigMap someone else created and the operator has not written yet is taken
+    over, not contested."""
     if stable is None:
         return None
     meta = stable.get("metadata") or {}
-    recorded = (meta.get("annotations") or {}).get(L.ANNOTATION_TABLE_HASH)
-    if not isinstance(recorded, str) or not recorded:
+    if not (meta.get("annotations") or {}).get(L.ANNOTATION_TABLE_HASH):
         return None
     text = (stable.get("data") or {}).get(filename)
-    if isinstance(text, str) and content_hash(text) == recorded:
+    if isinstance(text, str) and content_hash(text) in written:
         return None
     writers = other_data_writers(stable)
     if not writers:

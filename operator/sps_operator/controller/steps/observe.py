@@ -177,7 +177,8 @@ def _second_writer(p: Pass) -> None:
         return
     system = stable_writers.system_object(stable)
     filename = posixpath.basename(p.spec.rollout.table_path)
-    writer = stable_writers.reverted_by(stable, filename)
+    written = {t.hash for t in p.status.tables} | {stable_writers.PLACEHOLDER_HASH}
+    writer = stable_writers.reverted_by(stable, filename, written)
     if system is None and writer is None:
         return
     if system is not None:

@@ -49,19 +49,18 @@ from sps_operator.controller.policies.deployments import (
     rollout_blockers,
 )
 from sps_operator.controller.policies.ownership import recorded_owner
+from sps_operator.controller.policies.stable_writers import PLACEHOLDER_HASH, PLACEHOLDER_JSON
 from sps_operator.controller.policies.triggers import refresh_trigger_key, run_spec_hash, table_for
 from sps_operator.controller.server.fingerprint_v1 import is_v1
 from sps_operator.controller.steps.capacity import follow_rollout_borrow
 from sps_operator.controller.steps.publish import table_text
 from sps_operator.controller.steps.state import Pass, Target
-from sps_operator.tables.formats import build_uninitialized_sps_table, load_sps_table_text
+from sps_operator.tables.formats import load_sps_table_text
 from sps_operator.tables.selfcheck import self_check
 
 CHANGED_SINCE_READ = "the Deployment changed since this pass read it; retrying from the new version"
 # The watch event of the change wakes the profile at once; this is the safety net.
 RETRY_AFTER_CONFLICT_SECONDS = 5.0
-# SGLang's own "no table" (build_uninitialized_sps_table): one probe, served as verify-all.
-PLACEHOLDER_JSON = build_uninitialized_sps_table(max_batch_tokens=1).to_json()
 
 
 @dataclass(frozen=True)
@@ -518,7 +517,7 @@ def _annotate_only_preflight(p: Pass) -> None:
     """The stable ConfigMap exists from day one, holding SGLang's "no table", so the
     Deployment in Git can start before the first profile."""
     if p.snapshot.stable is None and p.stable_conflict is None:
-        _write_stable(p, PLACEHOLDER_JSON, content_hash(PLACEHOLDER_JSON), placeholder=True)
+        _write_stable(p, PLACEHOLDER_JSON, PLACEHOLDER_HASH, placeholder=True)
         p.event(
             "Normal",
             PLACEHOLDER_TABLE,
