@@ -51,6 +51,7 @@ def selecting(deployment: str) -> Obj:
 def shadowed_server() -> Obj:
     """The tenant's own table file mounted (subPath) where the operator injects its table."""
     dep = server_deployment(GPU_H100, name="shadowed")
+    dep["spec"]["replicas"] = 0  # its template is what is judged; no GPU is taken
     pod = dep["spec"]["template"]["spec"]
     pod["volumes"] = [{"name": "mine", "configMap": {"name": "my-fast-table"}}]
     pod["containers"][0]["volumeMounts"] = [
@@ -76,7 +77,12 @@ def recreate_forged(tenant: Tenant, name: str, speedup: float = 3.0) -> str:
             "name": name,
             "labels": {**meta.get("labels", {}), L.LABEL_TABLE_HASH: content_hash(text)},
             "annotations": meta.get("annotations", {}),
-            "ownerReferences": meta.get("ownerReferences", []),
+            # blockOwnerDeletion would need update on the profile's finalizers, which
+            # `edit` lacks; the reference is the same claim without it.
+            "ownerReferences": [
+                {k: v for k, v in ref.items() if k != "blockOwnerDeletion"}
+                for ref in meta.get("ownerReferences", [])
+            ],
         },
         "immutable": True,
         "data": {**cm["data"], L.TABLE_KEY: text},
