@@ -103,8 +103,8 @@ def events(env: Env, reason: str) -> list[str]:
 
 
 def test_e2e_a_tenant_cannot_make_status_lie_about_its_tables(env: Env, tmp_path: Path) -> None:
+    env.operator.start()  # the chart aggregates the SpsProfile rights into `edit`
     tenant = Tenant.enrol(env.cluster, env.namespace, tmp_path)
-    env.operator.start()
 
     # 1. A ConfigMap the cluster writes itself is refused before any fight can start.
     rollout = {"mode": "AnnotateOnly", "tableConfigMap": "kube-root-ca.crt"}
