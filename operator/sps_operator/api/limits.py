@@ -128,3 +128,13 @@ MAX_REPORT_LINE_LENGTH = 256
 
 # refresh.minIntervalSeconds: at most 30 days between scheduled runs / rollouts.
 MAX_REFRESH_INTERVAL_SECONDS = 30 * 24 * 3600
+
+# --- what the operator parses of a tenant's Deployment, per pass ---------------------------
+# A server's command line: SGLang's own launch lines run to ~100 words; a line of thousands
+# of flags is not a server the operator can read, and reading an unknown flag costs a scan
+# of the known ones (110,000 unknown flags in a 1.4 MB target took 2.5 CPU s per pass).
+MAX_SERVER_ARGS = 2048
+MAX_SERVER_ARGS_CHARS = 128 * 1024
+MAX_SERVER_ENV = 1024
+# The Deployment's pod template as JSON: real templates are a few KiB to a few tens of KiB.
+MAX_TARGET_TEMPLATE_BYTES = 512 * 1024

@@ -97,6 +97,10 @@ ONE_TABLE_CONFIGMAP_MANY_SERVERS = "OneTableConfigMapManyServers"
 MIXED_GPU_PRODUCTS = "MixedGpuProducts"
 NO_SERVER_CONTAINER = "NoServerContainer"
 TABLE_NOT_ELIGIBLE = "TableNotEligible"
+TABLE_MODIFIED = "TableModified"
+TABLE_MOUNT_SHADOWED = "TableMountShadowed"
+TARGET_TOO_LARGE = "TargetTooLarge"
+STABLE_TABLE_CONTESTED = "StableTableContested"
 HIDDEN_COST_INPUT = "HiddenCostInput"
 AMBIGUOUS_FLAG = "AmbiguousFlag"
 CONFIG_FILE_FLAGS = "ConfigFileFlags"
@@ -214,6 +218,18 @@ REASONS: dict[str, Reason] = {
     MIXED_GPU_PRODUCTS: Reason(Kind.PROBLEM, "a Deployment's pods run on several GPU products"),
     NO_SERVER_CONTAINER: Reason(Kind.PROBLEM, "spec.serverContainer names no container"),
     TABLE_NOT_ELIGIBLE: Reason(Kind.PROBLEM, "a table in status does not match its ConfigMap"),
+    TABLE_MODIFIED: Reason(
+        Kind.PROBLEM, "a table ConfigMap's bytes do not hash to what the operator published"
+    ),
+    TABLE_MOUNT_SHADOWED: Reason(
+        Kind.PROBLEM, "the server container mounts something over the table's path"
+    ),
+    TARGET_TOO_LARGE: Reason(
+        Kind.PROBLEM, "the Deployment or its server's command line exceeds what the operator reads"
+    ),
+    STABLE_TABLE_CONTESTED: Reason(
+        Kind.PROBLEM, "AnnotateOnly: another writer keeps changing the stable ConfigMap"
+    ),
     HIDDEN_COST_INPUT: Reason(
         Kind.PROBLEM, "a cost input of the server comes from what the operator cannot read"
     ),

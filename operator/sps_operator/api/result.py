@@ -30,7 +30,6 @@ import itertools
 import json
 import math
 import re
-import sys
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sps_operator.api import limits
 from sps_operator.api.limits import MAX_STEP_SECONDS, MIN_STEP_SECONDS
+from sps_operator.api.untrusted_json import Unreadable, read_json
 
 STATUS_RUNNING = "running"
 STATUS_SUCCEEDED = "succeeded"
@@ -352,43 +352,13 @@ def _bounded_gunzip(packed: str, limit: int) -> bytes:
     return out
 
 
-def _nesting(value: Any) -> int:
-    """How deeply arrays and objects nest in a parsed JSON value (iterative: no recursion)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = (
-            item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-        )
-        for child in children:
-            if isinstance(child, dict | list):
-                if depth + 1 > MAX_JSON_DEPTH:
-                    return depth + 1
-                stack.append((child, depth + 1))
-        deepest = max(deepest, depth)
-    return deepest
-
-
-def parse_json(text: str, what: str) -> Any:
-    """`json.loads` of untrusted text, every failure a ResultError naming `what`: malformed
-    text, nesting past `MAX_JSON_DEPTH` (or the parser's own recursion limit), and an
-    integer beyond Python's int-string limit (4300 digits: a plain ValueError)."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ResultError(f"{what} is not JSON: {exc.msg}") from None
-    except RecursionError:
-        raise ResultError(f"{what} is not JSON: nested too deeply") from None
-    except ValueError:
-        raise ResultError(
-            f"{what} is not JSON the profiler writes: a number has more than "
-            f"{sys.get_int_max_str_digits()} digits"
-        ) from None
-    if isinstance(value, dict | list) and _nesting(value) > MAX_JSON_DEPTH:
-        raise ResultError(
-            f"{what} nests arrays and objects more than {MAX_JSON_DEPTH} deep; the profiler "
-            "never does"
-        )
+def parse_json(text: str, what: str, max_bytes: int = MAX_MANIFEST_BYTES) -> Any:
+    """Untrusted JSON text through the one bounded parser (`untrusted_json`), every
+    refusal a ResultError naming `what`: malformed text, more than `max_bytes`, nesting
+    past `MAX_JSON_DEPTH`, an integer beyond Python's int-string limit."""
+    value = read_json(text, max_bytes=max_bytes, max_depth=MAX_JSON_DEPTH, non_finite=True)
+    if isinstance(value, Unreadable):
+        raise ResultError(f"{what} {value.why}")
     return value
 
 
@@ -401,7 +371,7 @@ def parse_jsonl(text: str, source: str) -> list[Any]:
             raise ResultError(f"{source} line {number} is {len(line)} characters; too long")
         if len(lines) >= MAX_ROUNDS:
             raise ResultError(f"{source} has more than {MAX_ROUNDS} lines")
-        lines.append(parse_json(line, f"{source} line {number}"))
+        lines.append(parse_json(line, f"{source} line {number}", MAX_ROUND_LINE_BYTES))
     return lines
 
 

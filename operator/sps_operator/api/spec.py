@@ -36,11 +36,13 @@ from sps_operator.api.validation import (
     MSG_SELECTOR_EMPTY,
     MSG_SERVER_CONTAINER,
     MSG_SWEEP_CELLS,
+    MSG_SYSTEM_CONFIG_MAP,
     MSG_TABLE_PATH,
     MSG_TABLE_PATH_DOTS,
     MSG_TABLE_PATH_SYSTEM,
     NONEMPTY_LABEL_VALUE_PATTERN,
     SGLANG_VERSION_PATTERN,
+    SYSTEM_CONFIG_MAP_PATTERN,
     TABLE_PATH_DOT_SEGMENT_PATTERN,
     TABLE_PATH_IN_SYSTEM_DIR_PATTERN,
     TABLE_PATH_PATTERN,
@@ -455,6 +457,11 @@ class RolloutSpec(ApiModel):
                     MSG_ANNOTATE_ONLY_CM,
                 ),
                 cel_rule(
+                    "!has(self.tableConfigMap) || "
+                    f"!self.tableConfigMap.matches({cel_string(SYSTEM_CONFIG_MAP_PATTERN)})",
+                    MSG_SYSTEM_CONFIG_MAP,
+                ),
+                cel_rule(
                     f"self.tablePath.matches({cel_string(TABLE_PATH_PATTERN)})", MSG_TABLE_PATH
                 ),
                 cel_rule(
@@ -498,6 +505,8 @@ class RolloutSpec(ApiModel):
     def _checks(self) -> RolloutSpec:
         if self.mode == RolloutMode.ANNOTATE_ONLY and not self.table_config_map:
             raise ValueError(MSG_ANNOTATE_ONLY_CM)
+        if self.table_config_map and full_match(SYSTEM_CONFIG_MAP_PATTERN, self.table_config_map):
+            raise ValueError(MSG_SYSTEM_CONFIG_MAP)
         path = self.table_path
         check(full_match(TABLE_PATH_PATTERN, path), MSG_TABLE_PATH)
         check(not full_match(TABLE_PATH_DOT_SEGMENT_PATTERN, path), MSG_TABLE_PATH_DOTS)

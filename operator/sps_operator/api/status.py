@@ -100,6 +100,13 @@ class TableRef(StatusModel):
     previous: str | None = Field(
         default=None, description="The table it replaced (rollback target on a failed rollout)."
     )
+    previous_hash: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The content hash of the table it replaced, as the operator published "
+        "it: a rollback returns only to a ConfigMap whose bytes still hash to this (never to "
+        "what the ConfigMap's own labels claim).",
+    )
     adopted_from: str | None = Field(
         default=None,
         max_length=63,

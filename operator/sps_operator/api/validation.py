@@ -187,6 +187,18 @@ MSG_ANNOTATE_ONLY_CM = (
     "rollout.tableConfigMap is required for mode AnnotateOnly: name the ConfigMap that the "
     "Deployment in Git mounts at rollout.tablePath"
 )
+# ConfigMaps the cluster itself writes in every namespace (kube-controller-manager's root
+# CA, kubeadm's, the API server's, a service mesh's CA): an AnnotateOnly table written into
+# one would be fought over by its publisher forever.
+SYSTEM_CONFIG_MAP_PATTERN = (
+    r"^(kube-.*|extension-apiserver-authentication|cluster-info|kubeadm-config|"
+    r"kubelet-config|coredns|istio-ca-root-cert|openshift-service-ca\.crt)$"
+)
+MSG_SYSTEM_CONFIG_MAP = (
+    "rollout.tableConfigMap names a ConfigMap the cluster writes itself (kube-root-ca.crt, "
+    "kube-*, cluster-info, ...): its publisher would overwrite the table and the two would "
+    "fight; name a ConfigMap of your own"
+)
 MSG_TABLE_PATH = (
     "rollout.tablePath must be an absolute file path of letters, digits, '.', '_', '-' and '/' "
     "(no '//', no trailing '/'), e.g. /etc/sps/table/table.json"

@@ -62,6 +62,35 @@ TARGET_REASONS: dict[str, tuple[str, str]] = {
         "The table ConfigMap was changed or removed by hand. `kubectl sps reprofile` to "
         "measure a new one; the operator will not roll a table it cannot verify.",
     ),
+    R.TABLE_MODIFIED: (
+        "A table ConfigMap does not hold the bytes the operator published",
+        "Someone replaced or edited it under its name (a table is its content hash, recorded "
+        "in status when it was published; its labels and owner prove nothing). The operator "
+        "never rolls it: it drops the table from status.tables and measures it again, and "
+        "the new run's publish replaces the ConfigMap. Find who recreated it (`kubectl get "
+        "cm <name> -o yaml`: managedFields, creationTimestamp) and do not edit table "
+        "ConfigMaps.",
+    ),
+    R.TABLE_MOUNT_SHADOWED: (
+        "The server container mounts something at or under the table's path",
+        "A volume mount of the Deployment's own (a subPath file at the table path, a "
+        "directory over it) would hide the table the operator puts there while status said "
+        "it runs. Remove the mount, or move it out of spec.rollout.tablePath's directory.",
+    ),
+    R.TARGET_TOO_LARGE: (
+        "The Deployment, or its server's command line, is larger than the operator reads",
+        "The message says which limit (object size, or flags of the server's command "
+        "line): the operator parses at most that much of a tenant's object per pass. Trim "
+        "the Deployment (unused flags, huge annotations) below the limit.",
+    ),
+    R.STABLE_TABLE_CONTESTED: (
+        "AnnotateOnly: something else keeps writing the stable table ConfigMap",
+        "The message names the other writer (its field manager) and how often the operator "
+        "had to write the table back. Two writers of one ConfigMap fight forever: point "
+        "spec.rollout.tableConfigMap at a ConfigMap only the operator writes (never a "
+        "system one such as kube-root-ca.crt), or stop the other writer (a GitOps tool "
+        "syncing it: exclude its data, docs/gitops.md).",
+    ),
     R.NO_SERVER_CONTAINER: (
         "spec.serverContainer names no container of the Deployment",
         "Set spec.serverContainer to the SGLang container's name.",

@@ -39,6 +39,7 @@ from typing import Any
 from sps_operator.api import labels as L
 from sps_operator.api.hashing import digest
 from sps_operator.api.spec import CapacitySpec
+from sps_operator.api.untrusted_json import read_json_object, readable
 from sps_operator.constants import FIELD_MANAGER, LABEL_PREFIX
 from sps_operator.controller.policies.deployments import deployment_rolled_out
 from sps_operator.controller.policies.placement import PodInfo
@@ -73,10 +74,10 @@ class BorrowTag:
 def read_tag(deployment: Mapping[str, Any]) -> BorrowTag | None:
     """The borrow recorded on a Deployment (None: none, or not readable as one)."""
     text = ((deployment.get("metadata") or {}).get("annotations") or {}).get(L.ANNOTATION_BORROWED)
-    if not text or len(text) > MAX_TAG_BYTES:
+    data = read_json_object(text, max_bytes=MAX_TAG_BYTES, max_depth=1)
+    if not readable(data):
         return None
     try:
-        data = json.loads(text)
         replicas = data["replicas"]
         if type(replicas) is not int or not 0 < replicas <= MAX_REPLICAS:
             return None  # a count the operator never wrote (Infinity, 1e30, "3", true)
@@ -360,16 +361,16 @@ def claim_annotation(claim: PoolClaim) -> str:
 
 def read_claim(lease: Mapping[str, Any] | None) -> PoolClaim | None:
     text = (((lease or {}).get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_CLAIM)
-    if not text or len(text) > MAX_TAG_BYTES:
+    data = read_json_object(text, max_bytes=MAX_TAG_BYTES, max_depth=1)
+    if not readable(data):
         return None
     try:
-        data = json.loads(text)
         replicas = data.get("replicas")
         if replicas is not None and (type(replicas) is not int or not 0 < replicas <= MAX_REPLICAS):
             return None
         return PoolClaim(**{k: str(data[k]) for k in _CLAIM_TEXT}, replicas=replicas,
                          hold=str(data.get("hold") or "")[:64])  # fmt: skip
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 

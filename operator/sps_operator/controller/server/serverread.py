@@ -8,9 +8,11 @@ on, and the keys a profile's table for it is stored under.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
+from sps_operator.api import limits
 from sps_operator.api.spec import TableSpec
 from sps_operator.controller.server.podenv import ConfigMapEnv, resolve_env
 from sps_operator.controller.server.serverconfig import (
@@ -41,3 +43,39 @@ def table_keys(config: ServerConfig, table: TableSpec) -> tuple[str, str]:
     the current one and version 1's (status.targets[].fingerprint; docs/fingerprint.md)."""
     spec = table.to_k8s()
     return table_fingerprint(config, spec), legacy_table_fingerprint(config, spec)
+
+
+def target_size_problem(
+    pod_spec: Mapping[str, Any], container: Mapping[str, Any] | None
+) -> str | None:
+    """Why the operator does not read this target at all (too large to parse within a
+    pass: the limit it exceeds), or None. Checked before anything parses it."""
+    server = container or {}
+    words = [*(server.get("command") or []), *(server.get("args") or [])]
+    if len(words) > limits.MAX_SERVER_ARGS:
+        return (
+            f"the server's command line has {len(words)} words; the operator reads at most "
+            f"{limits.MAX_SERVER_ARGS}"
+        )
+    chars = sum(len(str(w)) for w in words)
+    if chars > limits.MAX_SERVER_ARGS_CHARS:
+        return (
+            f"the server's command line has {chars} characters; the operator reads at most "
+            f"{limits.MAX_SERVER_ARGS_CHARS}"
+        )
+    env = server.get("env") or []
+    if len(env) > limits.MAX_SERVER_ENV:
+        return (
+            f"the server container has {len(env)} environment variables; the operator reads "
+            f"at most {limits.MAX_SERVER_ENV}"
+        )
+    try:
+        size = len(json.dumps(pod_spec, separators=(",", ":"), default=str))
+    except (TypeError, ValueError, RecursionError):
+        return "the Deployment's pod template cannot be read as JSON"
+    if size > limits.MAX_TARGET_TEMPLATE_BYTES:
+        return (
+            f"the Deployment's pod template is {size} bytes as JSON; the operator reads at "
+            f"most {limits.MAX_TARGET_TEMPLATE_BYTES}"
+        )
+    return None

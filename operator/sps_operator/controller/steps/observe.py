@@ -13,7 +13,6 @@ not reprofile servers that did not change (docs/fingerprint.md, Upgrading).
 
 from __future__ import annotations
 
-import json
 import posixpath
 from collections.abc import Collection, Mapping
 from datetime import timedelta
@@ -26,12 +25,18 @@ from sps_operator.api.reasons import (
     NO_SERVER_CONTAINER,
     ONE_TABLE_CONFIGMAP_MANY_SERVERS,
     SHELL_WRAPPED_SERVER,
+    STABLE_TABLE_CONTESTED,
+    TABLE_MOUNT_SHADOWED,
     TABLE_NOT_MOUNTED,
+    TARGET_TOO_LARGE,
 )
 from sps_operator.api.spec import RolloutMode, SpsProfileSpec
 from sps_operator.api.status import RunStatus, TableRef, TargetStatus
 from sps_operator.api.times import parse_rfc3339
-from sps_operator.controller.policies import compat
+from sps_operator.api.untrusted_json import read_json_object, readable
+from sps_operator.controller.kube import builders
+from sps_operator.controller.kube.table_objects import MAX_META_BYTES
+from sps_operator.controller.policies import compat, stable_writers
 from sps_operator.controller.policies.deployments import deployment_rolled_out
 from sps_operator.controller.policies.ownership import ProfileSummary, owner_of, stable_writer
 from sps_operator.controller.policies.placement import MIXED, placement, settle, unplaced_note
@@ -43,7 +48,7 @@ from sps_operator.controller.server.serverconfig import (
     ServerProblem,
     find_server_container,
 )
-from sps_operator.controller.server.serverread import read_server, table_keys
+from sps_operator.controller.server.serverread import read_server, table_keys, target_size_problem
 from sps_operator.controller.steps.state import Pass, Target
 
 
@@ -91,6 +96,7 @@ def observe(p: Pass) -> None:
         target.changes = _changes(p, target)
     if annotate_only:
         _one_writer(p, profiles)
+        _second_writer(p)
         _one_table_for_all(p)
 
 
@@ -129,11 +135,9 @@ def _changes(p: Pass, target: Target) -> list[str]:
     if running is None or target.config is None or running.fingerprint == target.fingerprint:
         return []
     cm = p.config_map(running.config_map)
-    try:
-        meta = json.loads(((cm or {}).get("data") or {}).get(L.META_KEY) or "{}")
-    except ValueError:
-        meta = {}
-    server = meta.get("server") if isinstance(meta, dict) else None
+    text = ((cm or {}).get("data") or {}).get(L.META_KEY) or "{}"
+    meta = read_json_object(text, max_bytes=MAX_META_BYTES)
+    server = meta.get("server") if readable(meta) else None
     if not isinstance(server, Mapping):
         return []
     lines = server_changes(server, target.config)
@@ -163,6 +167,32 @@ def _one_writer(p: Pass, profiles: list[ProfileSummary]) -> None:
     )
     for target in p.targets:
         target.refuse(CONFLICT, p.stable_conflict)
+
+
+def _second_writer(p: Pass) -> None:
+    """The stable ConfigMap is the cluster's own object, or something else writes the
+    table back out of it: the operator never writes it (no fight), and says who."""
+    stable, name = p.snapshot.stable, str(p.spec.rollout.table_config_map)
+    if stable is None or p.stable_conflict is not None:
+        return
+    system = stable_writers.system_object(stable)
+    filename = posixpath.basename(p.spec.rollout.table_path)
+    written = {t.hash for t in p.status.tables} | {stable_writers.PLACEHOLDER_HASH}
+    writer = stable_writers.reverted_by(stable, filename, written)
+    if system is None and writer is None:
+        return
+    if system is not None:
+        why = f"it is the cluster's own object (it carries {system})"
+    else:
+        why = f"{writer} wrote other data over the table the operator put there"
+    p.stable_conflict = (
+        f"ConfigMap {name} has a second writer: {why}; the operator stopped writing it so "
+        "the two do not overwrite each other at every pass. Name a ConfigMap only the "
+        "operator writes in spec.rollout.tableConfigMap, or stop the other writer and delete "
+        "the ConfigMap (the operator recreates it)"
+    )
+    for target in p.targets:
+        target.refuse(STABLE_TABLE_CONTESTED, p.stable_conflict)
 
 
 def _one_table_for_all(p: Pass) -> None:
@@ -230,6 +260,10 @@ def _understand_server(
         )
         return
     target.container = container
+    too_large = target_size_problem(pod_spec, container)
+    if too_large is not None:
+        target.refuse(TARGET_TOO_LARGE, too_large + "; trim it below the limit")
+        return
     try:
         command, target.config = read_server(
             container, namespace, env_config_maps, spec.server.sglang_version
@@ -245,7 +279,10 @@ def _understand_server(
         target.refuse(*refused)
         return
     mode = spec.rollout.mode
-    if mode == RolloutMode.INJECT and command.shell:
+    shadow = shadowing_mount(spec, pod_spec, container)
+    if shadow is not None:
+        target.refuse(TABLE_MOUNT_SHADOWED, shadow)
+    elif mode == RolloutMode.INJECT and command.shell:
         target.refuse(
             SHELL_WRAPPED_SERVER,
             "the server is started by a shell script; Inject cannot add "
@@ -256,6 +293,59 @@ def _understand_server(
         problem = annotate_only_mount_problem(spec, pod_spec, container, target.config.table_path)
         if problem:
             target.refuse(TABLE_NOT_MOUNTED, problem)
+
+
+def _under(path: str, top: str) -> bool:
+    path, top = posixpath.normpath(path), posixpath.normpath(top)
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def shadowing_mount(
+    spec: SpsProfileSpec, pod_spec: Mapping[str, Any], container: Mapping[str, Any]
+) -> str | None:
+    """A mount of the server container's own at or under where the table is mounted (the
+    directory of rollout.tablePath), which would hide the table the operator puts there
+    while status says it runs (a subPath file at the table path, a volume over the
+    directory); None when there is none. What the operator mounts itself (Inject's
+    volume) and, with AnnotateOnly, the mount of the stable ConfigMap that serves the
+    table do not count. The server's /server_info reports only the table's path, never
+    its bytes (contract §2), so what the container mounts is the evidence."""
+    if spec.rollout.mode == RolloutMode.DISABLED:
+        return None
+    path = spec.rollout.table_path
+    directory = posixpath.dirname(path)
+    stable = str(spec.rollout.table_config_map)
+    stable_volumes = {
+        v.get("name")
+        for v in pod_spec.get("volumes") or []
+        if spec.rollout.mode == RolloutMode.ANNOTATE_ONLY
+        and (v.get("configMap") or {}).get("name") == stable
+    }
+    entries = [
+        ("volumeMount", m, str(m.get("mountPath") or ""))
+        for m in container.get("volumeMounts") or []
+    ]
+    entries += [
+        ("volumeDevice", d, str(d.get("devicePath") or ""))
+        for d in container.get("volumeDevices") or []
+    ]
+    for kind, entry, where in entries:
+        if not where or not _under(where, directory):
+            continue
+        name = entry.get("name")
+        at = posixpath.normpath(where)
+        injected = spec.rollout.mode == RolloutMode.INJECT and name == builders.TABLE_VOLUME
+        if kind == "volumeMount" and (
+            (injected and at == directory) or (name in stable_volumes and at in (directory, path))
+        ):
+            continue
+        return (
+            f"container {container.get('name')!r} has its own {kind} {name!r} at {where}, at or "
+            f"under {directory} where the table is mounted: it would hide the table "
+            f"{path} the server reads while status says the table runs. Remove it, or move it "
+            "out of that directory"
+        )
+    return None
 
 
 def annotate_only_mount_problem(

@@ -13,11 +13,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sps_operator.api import labels as L
+from sps_operator.api.hashing import content_hash
 from sps_operator.api.reasons import (
     DOUBTFUL_MEASUREMENT,
     FIT_FAILED,
     NAME_TAKEN,
     SELF_CHECK_FAILED,
+    TABLE_MODIFIED,
     TABLE_PUBLISHED,
     TABLE_UNCHANGED,
 )
@@ -47,9 +49,11 @@ def table_text(cm: Mapping[str, Any] | None) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def load_table(cm: Mapping[str, Any] | None) -> SpsTable | None:
+def load_table(cm: Mapping[str, Any] | None, recorded_hash: str) -> SpsTable | None:
+    """The table in `cm` if its bytes are the ones the operator published (`recorded_hash`,
+    from status); a modified ConfigMap is no table to compare a new one with."""
     text = table_text(cm)
-    if text is None:
+    if text is None or content_hash(text) != recorded_hash:
         return None
     try:
         return load_sps_table_text(text)
@@ -62,6 +66,27 @@ def _bounded_manifest(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
     return manifest if len(text) <= MAX_MANIFEST_BYTES else {"omitted": "manifest too large"}
 
 
+def _replace_if_modified(p: Pass, cm: Mapping[str, Any], digest: str) -> None:
+    """`create_owned` adopted an existing ConfigMap of this table's name: if its bytes are
+    not this table's (someone replaced it under the name), delete exactly that object and
+    publish the table again. It is immutable, so it cannot be corrected in place."""
+    name = cm["metadata"]["name"]
+    if p.created.get(name) is cm:
+        return  # created just now: its bytes are the table's
+    existing = p.kube.get("ConfigMap", p.namespace, name)
+    if existing is None or content_hash(table_text(existing) or "") == digest:
+        return
+    p.delete_own("ConfigMap", existing)
+    p.event(
+        "Warning",
+        TABLE_MODIFIED,
+        f"table ConfigMap {name} held other bytes than the table of hash {digest}; replaced",
+    )
+    if not p.kube.create(dict(cm)):
+        raise NameTaken(f"ConfigMap {name} was recreated by someone else while being replaced")
+    p.created[name] = dict(cm)
+
+
 def publish_table(
     p: Pass, rounds: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]
 ) -> None:
@@ -69,9 +94,9 @@ def publish_table(
     run = st.current_run
     assert run is not None
     live = table_for(st.tables, run.gpu_product, run.fingerprint)
-    live_cm = p.config_map(live.config_map) if live else None
+    live_table = load_table(p.config_map(live.config_map), live.hash) if live else None
     verdict = judge_bounded(
-        rounds, p.spec, kind=p.spec.table.kind, live=load_table(live_cm), limits=p.settings
+        rounds, p.spec, kind=p.spec.table.kind, live=live_table, limits=p.settings
     )
     if verdict.fit is None or verdict.table_json is None or verdict.table_hash is None:
         fail_run(p, str(verdict.reason), verdict.message, retryable=verdict.reason in RETRYABLE)
@@ -99,6 +124,7 @@ def publish_table(
     )
     try:
         create_owned(p, cm)
+        _replace_if_modified(p, cm, digest)
     except NameTaken as exc:
         fail_run(p, NAME_TAKEN, str(exc), retryable=False)
         return
@@ -122,6 +148,7 @@ def publish_table(
     if live is not None:
         # An identical re-measurement keeps the chain: it never becomes its own previous.
         ref.previous = live.previous if unchanged else live.config_map
+        ref.previous_hash = live.previous_hash if unchanged else live.hash
     st.tables = [t for t in st.tables if t is not live] + [ref]
     if st.last_failure is not None and st.last_failure.trigger_key == run.trigger_key:
         st.last_failure = None

@@ -41,6 +41,8 @@ from sps_operator.controller.steps.state import Pass, Settings, Snapshot, Snapsh
 from sps_operator.controller.steps.wakeups import next_wake
 
 log = logging.getLogger("sps_operator.reconcile")
+# After a pass failed outside its steps (its own handling failed): look again then.
+LAST_RESORT_RETRY_SECONDS = 60.0
 
 
 @dataclass
@@ -76,7 +78,42 @@ class Reconciler:
 
     def reconcile(self, body: Mapping[str, Any], world: SnapshotSource) -> float | None:
         """One pass; returns the seconds until the profile next needs one although nothing
-        changes (a schedule, a retry, a settling placement), or None."""
+        changes (a schedule, a retry, a settling placement), or None. Never raises: what
+        escapes the pass's own handling (which records failures step by step) is written
+        as a minimal status here, and the pass is retried after a pause."""
+        try:
+            return self._reconcile(body, world)
+        except Exception as exc:
+            log.exception("pass failed outside its steps")
+            self._last_resort_status(body, exc)
+            return LAST_RESORT_RETRY_SECONDS
+
+    def _last_resort_status(self, body: Mapping[str, Any], exc: BaseException) -> None:
+        """Degraded=True ReconcileError with what failed: the one write that needs nothing
+        the failed pass computed."""
+        try:
+            meta = body.get("metadata") or {}
+            now = self.clock().replace(microsecond=0)
+            message = f"the pass failed: {_detail(exc)}"
+            try:
+                before = SpsProfileStatus.model_validate(body.get("status") or {}).conditions
+            except Exception:
+                before = []
+            conditions = cond.set_condition(
+                before, cond.DEGRADED, True, RECONCILE_ERROR, message, now, meta.get("generation")
+            )
+            failure = FailureRecord(
+                run="", reason=RECONCILE_ERROR, message=message, at=cond.rfc3339(now)
+            )
+            self.kube.patch_status(
+                str(meta["namespace"]),
+                str(meta["name"]),
+                {"conditions": [c.to_k8s() for c in conditions], "lastFailure": failure.to_k8s()},
+            )
+        except Exception:
+            log.exception("the last-resort status was not written either")
+
+    def _reconcile(self, body: Mapping[str, Any], world: SnapshotSource) -> float | None:
         now = self.clock().replace(microsecond=0)
         meta = body.get("metadata") or {}
         if meta.get("deletionTimestamp"):
@@ -119,7 +156,7 @@ class Reconciler:
         except Exception as exc:
             failed_step = failed_step or "report"
             log.exception("report of %s/%s failed", p.namespace, p.ref.name)
-            p.status.last_failure = _failure(p, RECONCILE_ERROR, f"report: {api_error_detail(exc)}")
+            p.status.last_failure = _failure(p, RECONCILE_ERROR, f"report: {_detail(exc)}")
         if self._write_status(p, before, str(meta.get("resourceVersion") or "")):
             self.metrics.cost_written(p.ref, before.get("cost"), p.status.cost)
         else:
@@ -172,14 +209,21 @@ class Reconciler:
 
     def _record_error(self, p: Pass, exc: BaseException) -> None:
         """A step raised: say which and why; end the run it belongs to unless the cause is
-        transient (then the run is followed again after the backoff)."""
-        message = f"{p.step}: {api_error_detail(exc)}"
+        transient (then the run is followed again after the backoff). Never raises: ending
+        the run reads what the step may have choked on (a borrow record, a Deployment),
+        so when that fails too, the failure is recorded without it and the run is followed
+        again after the backoff."""
+        message = f"{p.step}: {_detail(exc)}"
         log.warning("pass of %s/%s failed in %s", p.namespace, p.ref.name, message)
         if p.status.current_run is not None and not is_transient(exc):
-            fail_run(p, RECONCILE_ERROR, message)
-            return
+            try:
+                fail_run(p, RECONCILE_ERROR, message)
+                return
+            except Exception as again:
+                message += f"; ending the run failed too: {_detail(again)}"
+                log.warning("ending the run of %s/%s failed", p.namespace, p.ref.name)
         p.status.last_failure = _failure(p, RECONCILE_ERROR, message)
-        p.event("Warning", RECONCILE_ERROR, message)
+        p.event("Warning", RECONCILE_ERROR, message[:1024])
 
     def _note_outcome(self, uid: str, failed: bool, now: datetime) -> None:
         if not failed:
@@ -255,6 +299,15 @@ class Reconciler:
                 level = logging.WARNING if is_transient(err) else logging.ERROR
                 log.log(level, "status of %s/%s not written: %s", meta["namespace"], meta["name"],
                         err)  # fmt: skip
+
+
+def _detail(exc: BaseException) -> str:
+    """What went wrong, as status may say it; never raises (an exception whose text
+    itself fails is named by its type)."""
+    try:
+        return api_error_detail(exc)[:2000]
+    except Exception:
+        return type(exc).__name__
 
 
 def _failure(p: Pass, reason: str, message: str) -> FailureRecord:

@@ -15,8 +15,9 @@ A refresh of a table that already runs waits for the minimum interval between ro
 
 from __future__ import annotations
 
-import json
 import posixpath
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -30,12 +31,16 @@ from sps_operator.api.reasons import (
     ROLLOUT_APPLIED,
     ROLLOUT_BLOCKED,
     ROLLOUT_FAILED,
+    TABLE_MODIFIED,
     TABLE_NOT_ELIGIBLE,
 )
 from sps_operator.api.spec import RolloutMode
 from sps_operator.api.status import FailureRecord, TableRef, TargetState, TargetStatus
+from sps_operator.api.times import parse_rfc3339
+from sps_operator.api.untrusted_json import read_json_object, readable
 from sps_operator.controller.kube import builders, names, table_objects
 from sps_operator.controller.kube.client import owned_by
+from sps_operator.controller.kube.table_objects import MAX_META_BYTES
 from sps_operator.controller.policies import clocks
 from sps_operator.controller.policies import conditions as cond
 from sps_operator.controller.policies.deployments import (
@@ -44,20 +49,19 @@ from sps_operator.controller.policies.deployments import (
     rollout_blockers,
 )
 from sps_operator.controller.policies.ownership import recorded_owner
+from sps_operator.controller.policies.stable_writers import PLACEHOLDER_HASH, PLACEHOLDER_JSON
 from sps_operator.controller.policies.triggers import refresh_trigger_key, run_spec_hash, table_for
 from sps_operator.controller.server.fingerprint_v1 import is_v1
 from sps_operator.controller.steps.capacity import follow_rollout_borrow
 from sps_operator.controller.steps.holders import hold_tables
 from sps_operator.controller.steps.publish import table_text
 from sps_operator.controller.steps.state import Pass, Target
-from sps_operator.tables.formats import build_uninitialized_sps_table, load_sps_table_text
+from sps_operator.tables.formats import load_sps_table_text
 from sps_operator.tables.selfcheck import self_check
 
 CHANGED_SINCE_READ = "the Deployment changed since this pass read it; retrying from the new version"
 # The watch event of the change wakes the profile at once; this is the safety net.
 RETRY_AFTER_CONFLICT_SECONDS = 5.0
-# SGLang's own "no table" (build_uninitialized_sps_table): one probe, served as verify-all.
-PLACEHOLDER_JSON = build_uninitialized_sps_table(max_batch_tokens=1).to_json()
 
 
 @dataclass(frozen=True)
@@ -70,16 +74,44 @@ class EligibleTable:
     deployment: str
 
 
-def eligible_table(p: Pass, target: Target, ref: TableRef) -> EligibleTable | str:
+@dataclass(frozen=True)
+class NotEligible:
+    """Why a table may not go onto a target (`reason`: TableNotEligible, or TableModified
+    when the ConfigMap's bytes are not the ones the operator published)."""
+
+    reason: str
+    message: str
+
+
+def bytes_match(cm: Mapping[str, Any] | None, recorded_hash: str | None) -> bool:
+    """The ConfigMap's table bytes hash to `recorded_hash`, the hash the operator recorded
+    in status when it published them. A table is its bytes: its name, labels and owner
+    are claims anyone who can edit the namespace can make."""
+    text = table_text(cm)
+    return text is not None and bool(recorded_hash) and content_hash(text) == recorded_hash
+
+
+def eligible_table(p: Pass, target: Target, ref: TableRef) -> EligibleTable | NotEligible:
     """The table, if it may go onto `target`; otherwise why not."""
     if not target.usable or ref.gpu_product != target.gpu or ref.fingerprint != target.fingerprint:
-        return (
+        return NotEligible(
+            TABLE_NOT_ELIGIBLE,
             f"table {ref.config_map} was measured for ({ref.gpu_product}, {ref.fingerprint}), "
-            f"not for this Deployment's ({target.gpu}, {target.fingerprint})"
+            f"not for this Deployment's ({target.gpu}, {target.fingerprint})",
         )
     cm = p.config_map(ref.config_map)
     if cm is None or not owned_by(cm, p.ref.uid):
-        return f"table ConfigMap {ref.config_map} is missing or not owned by this profile"
+        return NotEligible(
+            TABLE_NOT_ELIGIBLE,
+            f"table ConfigMap {ref.config_map} is missing or not owned by this profile",
+        )
+    if not bytes_match(cm, ref.hash):
+        return NotEligible(
+            TABLE_MODIFIED,
+            f"table ConfigMap {ref.config_map} does not hold the table the operator published "
+            f"(its bytes do not hash to {ref.hash}, recorded in status): it was replaced or "
+            "edited, so it is never rolled",
+        )
     labels = cm["metadata"].get("labels") or {}
     expected = {
         L.LABEL_GPU: names.label_value(ref.gpu_product),
@@ -91,16 +123,20 @@ def eligible_table(p: Pass, target: Target, ref: TableRef) -> EligibleTable | st
         any(labels.get(k) != v for k, v in expected.items())
         or labels.get(L.LABEL_FINGERPRINT) not in measured_for
     ):
-        return f"table ConfigMap {ref.config_map} is labelled for another server or table"
-    text = table_text(cm)
-    if text is None or content_hash(text) != ref.hash:
-        return f"table ConfigMap {ref.config_map} does not hold the table of hash {ref.hash}"
+        return NotEligible(
+            TABLE_NOT_ELIGIBLE,
+            f"table ConfigMap {ref.config_map} is labelled for another server or table",
+        )
+    text = str(table_text(cm))
     try:
         problems = self_check(load_sps_table_text(text))
     except ValueError as exc:
         problems = [str(exc)]
     if problems:
-        return f"table {ref.config_map} fails its self-check: {'; '.join(problems)}"
+        return NotEligible(
+            TABLE_NOT_ELIGIBLE,
+            f"table {ref.config_map} fails its self-check: {'; '.join(problems)}",
+        )
     return EligibleTable(ref, text, target.name)
 
 
@@ -188,9 +224,11 @@ def rollout(p: Pass) -> None:
                 p.wake_within(1.0)
                 continue
             eligible = eligible_table(p, target, exact)
-            if isinstance(eligible, str):
-                target.refuse(TABLE_NOT_ELIGIBLE, eligible)
-        if target.problem is not None or exact is None or isinstance(eligible, str):
+            if isinstance(eligible, NotEligible):
+                target.refuse(eligible.reason, eligible.message)
+                if eligible.reason == TABLE_MODIFIED:
+                    _forget_modified(p, exact, eligible.message)
+        if target.problem is not None or exact is None or isinstance(eligible, NotEligible):
             ts.state, ts.reason, ts.message = TargetState.REFUSED, target.reason, target.problem
             continue
         ts.table, ts.hash = exact.config_map, exact.hash
@@ -234,6 +272,18 @@ def rollout(p: Pass) -> None:
             _note_blocked(p, target, ts, previous, eligible.ref.hash, None)
     st.targets = statuses
     follow_rollout_borrow(p, statuses)
+
+
+def _forget_modified(p: Pass, table: TableRef, message: str) -> None:
+    """A live table whose ConfigMap no longer holds the bytes the operator published: say
+    so, and drop it from status.tables so the run that measured it is repeated (status
+    keeps only the table's hash, not its bytes, so the operator cannot republish it; the
+    repeated run's publish replaces the modified ConfigMap, `publish.publish_table`)."""
+    if table not in p.status.tables:
+        return  # another target of this pass found it first
+    p.status.tables = [t for t in p.status.tables if t is not table]
+    p.event("Warning", TABLE_MODIFIED, message + "; measuring it again")
+    p.wake_within(0)
 
 
 def _note_blocked(
@@ -280,7 +330,7 @@ def _held_back(
     until = rolled + interval
     if p.now >= until:
         return newest
-    old_ref = _stored_ref(p, old_name, newest.ref, target)
+    old_ref = _stored_ref(p, old_name, newest.ref.previous_hash, newest.ref, target)
     old = eligible_table(p, target, old_ref) if old_ref is not None else None
     if not isinstance(old, EligibleTable) or target.running_hash != old.ref.hash:
         return newest
@@ -469,7 +519,7 @@ def _annotate_only_preflight(p: Pass) -> None:
     """The stable ConfigMap exists from day one, holding SGLang's "no table", so the
     Deployment in Git can start before the first profile."""
     if p.snapshot.stable is None and p.stable_conflict is None:
-        _write_stable(p, PLACEHOLDER_JSON, content_hash(PLACEHOLDER_JSON), placeholder=True)
+        _write_stable(p, PLACEHOLDER_JSON, PLACEHOLDER_HASH, placeholder=True)
         p.event(
             "Normal",
             PLACEHOLDER_TABLE,
@@ -481,20 +531,29 @@ def _annotate_only_preflight(p: Pass) -> None:
 # --------------------------------------------------------------------------- rollback
 
 
-def _stored_ref(p: Pass, name: str, like: TableRef, target: Target) -> TableRef | None:
+# A run name the operator derives (a DNS label); anything else in a table's meta is not one.
+_RUN_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _stored_ref(
+    p: Pass, name: str, recorded_hash: str | None, like: TableRef, target: Target
+) -> TableRef | None:
     """A reference to the table ConfigMap `name` (one `like` replaced: same GPU product,
-    fingerprint and kind), from the ConfigMap's own labels and meta; eligible_table then
-    checks it against the ConfigMap."""
+    fingerprint and kind) under the hash the operator recorded for it when it published
+    it (`recorded_hash`, from status): eligible_table then checks the ConfigMap's bytes
+    against that hash, never against the ConfigMap's own labels. Its provenance for
+    status (when, which run) is read from its meta through the bounded parser, kept only
+    when it has the form the operator writes."""
     cm = p.config_map(name)
-    if cm is None:
+    if cm is None or not recorded_hash:
         return None
     labels = cm["metadata"].get("labels") or {}
-    meta: Any = {}
-    try:
-        meta = json.loads((cm.get("data") or {}).get(L.META_KEY) or "{}")
-    except ValueError:
-        meta = {}
-    meta = meta if isinstance(meta, dict) else {}
+    meta = read_json_object((cm.get("data") or {}).get(L.META_KEY), max_bytes=MAX_META_BYTES)
+    meta = meta if readable(meta) else {}
+    stamp = meta.get("profiledAt")
+    profiled = parse_rfc3339(stamp) if isinstance(stamp, str) and len(stamp) < 64 else None
+    profiled = profiled if profiled is not None and profiled.tzinfo is not None else None
+    run = meta.get("run")
     # A table an upgrade re-keyed keeps its version-1 label, which must still be this
     # server's version-1 fingerprint.
     label = labels.get(L.LABEL_FINGERPRINT)
@@ -504,9 +563,9 @@ def _stored_ref(p: Pass, name: str, like: TableRef, target: Target) -> TableRef 
         fingerprint=like.fingerprint,
         kind=like.kind,
         config_map=name,
-        hash=labels.get(L.LABEL_TABLE_HASH, ""),
-        profiled_at=meta.get("profiledAt"),
-        run=meta.get("run"),
+        hash=recorded_hash,
+        profiled_at=cond.rfc3339(profiled) if profiled else None,
+        run=run if isinstance(run, str) and _RUN_NAME.match(run) else None,
         adopted_from=adopted,
     )
 
@@ -519,15 +578,34 @@ def _roll_back(p: Pass, target: Target, failed: TableRef) -> EligibleTable | Non
         f"Deployment {target.name} did not become available with table "
         f"{failed.config_map} (ProgressDeadlineExceeded)"
     )
-    ref = _stored_ref(p, failed.previous, failed, target) if failed.previous else None
+    ref = (
+        _stored_ref(p, failed.previous, failed.previous_hash, failed, target)
+        if failed.previous
+        else None
+    )
     restored: EligibleTable | None = None
+    refused: NotEligible | None = None
     if ref is not None:
         candidate = eligible_table(p, target, ref)
-        restored = candidate if isinstance(candidate, EligibleTable) else None
+        if isinstance(candidate, EligibleTable):
+            restored = candidate
+        else:
+            refused = candidate
     said = st.last_failure
     already = said is not None and (said.reason, said.run) == (ROLLOUT_FAILED, failed.run or "")
     if restored is None and already:
         return None  # nothing to return to, and already said (not once per pass)
+    if refused is not None:
+        # Never back onto bytes the operator did not publish: the failed table's pods keep
+        # trying, and status says why there is no way back.
+        message += f"; not rolled back to {failed.previous}: {refused.message}"
+        if refused.reason == TABLE_MODIFIED:
+            p.event("Warning", TABLE_MODIFIED, refused.message)
+    elif restored is None and failed.previous:
+        message += (
+            f"; not rolled back to {failed.previous}: it is gone, or its hash was not "
+            "recorded when it was replaced (published before this operator version)"
+        )
     st.last_failure = FailureRecord(
         run=failed.run or "",
         reason=ROLLOUT_FAILED,
