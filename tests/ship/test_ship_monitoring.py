@@ -25,8 +25,11 @@ pytestmark = pytest.mark.slow  # builds promcheck once (cached)
 DASHBOARD = CHART / "dashboards" / "sps-operator.json"
 ALERTS = {
     "SpsTableStale", "SpsProfileStalled", "SpsProfilingRunsFailing", "SpsProfileWaitingForGPUs",
-    "SpsReplicaBorrowedTooLong", "SpsOperatorNoLeader",
+    "SpsReplicaBorrowedTooLong", "SpsOperatorNoLeader", "SpsOperatorAbsent",
 }  # fmt: skip
+# The alerts that mean no profile of any tenant is served (a page); the others are one
+# profile's (a ticket).
+OPERATOR_ALERTS = {"SpsOperatorNoLeader", "SpsOperatorAbsent"}
 
 
 def exported() -> tuple[set[str], set[str]]:
@@ -80,6 +83,44 @@ def test_the_alerts_parse_as_promtool_checks_them_and_use_exported_metrics(
             assert "kubectl" in alert["annotations"]["description"], alert["alert"]
 
 
+def github_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a page's headings (lowercase, punctuation dropped, spaces
+    to hyphens)."""
+    headings = re.findall(r"^#+ (.+)$", markdown, re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_alert_severities_differ_and_each_runbook_is_a_troubleshooting_section() -> None:
+    (rule,) = by_kind(render("metrics.prometheusRule.enabled=true"), "PrometheusRule")
+    rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    for name, alert in rules.items():
+        expected = "critical" if name in OPERATOR_ALERTS else "warning"
+        assert alert["labels"]["severity"] == expected, name
+    anchors = github_anchors((ROOT / "docs" / "troubleshooting.md").read_text())
+    base = "https://github.com/sps-dev/sps-operator/blob/main/docs/troubleshooting.md#"
+    for name, alert in rules.items():
+        url = alert["annotations"]["runbook_url"]
+        assert url.startswith(base), url
+        assert url.removeprefix(base) in anchors, (name, url)
+    # The operator's own absence: its job as the ServiceMonitor names it (the Service).
+    absent = rules["SpsOperatorAbsent"]["expr"]
+    assert absent == 'absent(up{job="sps-operator-metrics", namespace="sps-system"} == 1)'
+    (service,) = [s for s in by_kind(render(), "Service") if "metrics" in s["metadata"]["name"]]
+    assert service["metadata"]["name"] == "sps-operator-metrics"
+
+
+def test_the_servicemonitor_keeps_the_profiles_own_namespace_label() -> None:
+    # Without honorLabels, Prometheus renames the operator's `namespace` (the profile's)
+    # to exported_namespace and sets the Service's: every alert would name sps-system.
+    (monitor,) = by_kind(render("metrics.serviceMonitor.enabled=true"), "ServiceMonitor")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["honorLabels"] is True
+    # Every rule and panel groups and filters by `namespace`, never exported_namespace.
+    (rule,) = by_kind(render("metrics.prometheusRule.enabled=true"), "PrometheusRule")
+    assert "exported_namespace" not in json.dumps(rule)
+    assert "exported_namespace" not in DASHBOARD.read_text()
+
+
 @pytest.mark.parametrize(
     ("rule", "error"),
     [
@@ -103,12 +144,23 @@ def test_the_rules_follow_values() -> None:
     (rule,) = by_kind(
         render("metrics.prometheusRule.enabled=true", "metrics.prometheusRule.waitingSeconds=60",
                "metrics.prometheusRule.labels.release=prom",
-               "metrics.prometheusRule.severity=page"),
+               "metrics.prometheusRule.severities.operator=page",
+               "metrics.prometheusRule.severities.profile=ticket",
+               "metrics.prometheusRule.runbookBaseURL=https://wiki.example/sps/",
+               "metrics.prometheusRule.operatorJob=sps", "metrics.prometheusRule.absentFor=3m"),
         "PrometheusRule",
     )  # fmt: skip
     rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
     assert rules["SpsProfileWaitingForGPUs"]["expr"].endswith("> 60")
-    assert {r["labels"]["severity"] for r in rules.values()} == {"page"}
+    assert {r["labels"]["severity"] for n, r in rules.items() if n in OPERATOR_ALERTS} == {"page"}
+    assert {r["labels"]["severity"] for n, r in rules.items() if n not in OPERATOR_ALERTS} == {
+        "ticket"
+    }
+    assert rules["SpsTableStale"]["annotations"]["runbook_url"] == (
+        "https://wiki.example/sps#spstablestale"
+    )
+    assert rules["SpsOperatorAbsent"]["expr"].startswith('absent(up{job="sps", ')
+    assert rules["SpsOperatorAbsent"]["for"] == "3m"
     assert rule["metadata"]["labels"]["release"] == "prom"
     assert not by_kind(render(), "PrometheusRule")
     assert not by_kind(
