@@ -502,6 +502,15 @@ def test_the_operator_pod_policy_admits_only_probes_and_the_named_scrapers() -> 
     assert [r["ports"][0]["port"] for r in closed["spec"]["ingress"]] == [8080]
 
 
+def test_the_test_entry_point_is_a_value_and_not_the_default() -> None:
+    # The production container runs the image's `sps-operator` (which refuses the test
+    # hooks); only a release that names the test entry point takes them.
+    assert "command" not in operator_container(render())
+    testing = ["python", "-m", "sps_operator.controller.testing_main"]
+    container = operator_container(render(f"operator.command={{{','.join(testing)}}}"))
+    assert container["command"] == testing and container["args"][0] == "run"
+
+
 def test_profiling_egress_policy_is_refused_in_cluster_mode() -> None:
     with pytest.raises(subprocess.CalledProcessError) as error:
         render("networkPolicy.profilingPods.enabled=true")
