@@ -128,6 +128,33 @@ def servicemonitor_scrape_config(
     }
 
 
+def as_static(
+    job: dict[str, Any], address: str, service: dict[str, Any], pod: str, container: str
+) -> dict[str, Any]:
+    """`job` (servicemonitor_scrape_config's) with Kubernetes discovery replaced by one
+    target at `address` that carries the meta labels discovery gives an EndpointSlice
+    endpoint of `service` backed by `pod`: the job's own relabelling then runs on it
+    unchanged (a bed-free scrape of a local process as the ServiceMonitor would scrape it)."""
+    meta = service["metadata"]
+    (port,) = service["spec"]["ports"]
+    labels = {
+        "__meta_kubernetes_namespace": meta["namespace"],
+        "__meta_kubernetes_service_name": meta["name"],
+        "__meta_kubernetes_endpointslice_port_name": port["name"],
+        "__meta_kubernetes_endpointslice_address_target_kind": "Pod",
+        "__meta_kubernetes_endpointslice_address_target_name": pod,
+        "__meta_kubernetes_pod_name": pod,
+        "__meta_kubernetes_pod_container_name": container,
+        "__meta_kubernetes_pod_phase": "Running",
+    }
+    for key, value in meta.get("labels", {}).items():
+        labels[f"__meta_kubernetes_service_label_{_sane(key)}"] = value
+        labels[f"__meta_kubernetes_service_labelpresent_{_sane(key)}"] = "true"
+    out = {k: v for k, v in job.items() if k != "kubernetes_sd_configs"}
+    out["static_configs"] = [{"targets": [address], "labels": labels}]
+    return out
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

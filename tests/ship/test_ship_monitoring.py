@@ -12,13 +12,15 @@ from typing import Any
 import pytest
 import yaml
 from promcheck import check_exprs, check_rules, metric_names
-from prometheus_client import generate_latest
+from prometheus_client import generate_latest, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 from ship_helpers import CHART, ROOT, by_kind, render
 
+import promserver
 from sps_operator.api.status import SpsProfileStatus
 from sps_operator.controller.kube.builders import ProfileRef
 from sps_operator.controller.process.metrics import Metrics
+from waiting import wait_for
 
 pytestmark = pytest.mark.slow  # builds promcheck once (cached)
 
@@ -166,6 +168,67 @@ def test_the_rules_follow_values() -> None:
     assert not by_kind(
         render("metrics.enabled=false", "metrics.prometheusRule.enabled=true"), "PrometheusRule"
     )
+
+
+def test_a_real_prometheus_alerts_for_a_failing_profile_in_its_own_namespace(
+    tmp_path: Path,
+) -> None:
+    """Prometheus itself (tests/promserver.py) scrapes an operator's /metrics on 127.0.0.1
+    through the scrape job the Prometheus Operator generates for the chart's ServiceMonitor
+    (the target labelled as discovery labels the metrics Service's endpoint) and evaluates
+    the chart's rules: the alert names team-a, where the failing profile is, not the
+    operator's namespace, and not team-b's profile of the same name; with the operator gone,
+    SpsOperatorAbsent pages. (tests/realnode/test_realnode_monitoring.py: the same against
+    the operator on the bed.)"""
+    objects = render(
+        "metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true",
+        "metrics.prometheusRule.stalledFor=1s", "metrics.prometheusRule.absentFor=1s",
+    )  # fmt: skip
+    (monitor,) = by_kind(objects, "ServiceMonitor")
+    (service,) = [
+        s for s in by_kind(objects, "Service") if s["metadata"]["name"].endswith("-metrics")
+    ]
+    (rule,) = by_kind(objects, "PrometheusRule")
+    m = Metrics()
+    at = "2026-03-01T12:00:00Z"
+    stalled = {"type": "Stalled", "status": "True", "reason": "JobPolicy", "lastTransitionTime": at}
+    failing = SpsProfileStatus.model_validate({"conditions": [stalled]})
+    m.status(ProfileRef("llama", "team-a", "u1"), failing)
+    m.status(
+        ProfileRef("llama", "team-b", "u2"),
+        SpsProfileStatus.model_validate(
+            {"conditions": [{**stalled, "status": "False", "reason": "Suspended"}]}
+        ),
+    )
+    m.leading(True)
+    server, _ = start_http_server(0, addr="127.0.0.1", registry=m.registry)
+    address = f"127.0.0.1:{server.server_address[1]}"
+    job = promserver.servicemonitor_scrape_config(monitor, tmp_path / "unused-kubeconfig", "1s")
+    job = promserver.as_static(job, address, service, "sps-operator-0", "operator")
+    try:
+        with promserver.running(tmp_path / "prometheus", [job], rule["spec"]) as url:
+
+            def firing(name: str) -> list[dict[str, Any]]:
+                return [
+                    a for a in promserver.alerts(url)
+                    if a["labels"]["alertname"] == name and a["state"] == "firing"
+                ]  # fmt: skip
+
+            (alert,) = wait_for("SpsProfileStalled", lambda: firing("SpsProfileStalled"), 60)
+            assert (alert["labels"]["namespace"], alert["labels"]["profile"]) == ("team-a", "llama")
+            assert alert["labels"]["severity"] == "warning"
+            assert "-n team-a`" in alert["annotations"]["description"]
+            (up,) = promserver.query(url, "up")
+            assert up["metric"]["namespace"] == "sps-system"  # the Service's, on its own series
+            assert up["metric"]["job"] == "sps-operator-metrics" and up["value"][1] == "1"
+            assert not firing("SpsOperatorAbsent")
+            server.shutdown()
+            server.server_close()
+            (absent,) = wait_for("SpsOperatorAbsent", lambda: firing("SpsOperatorAbsent"), 60)
+            assert absent["labels"]["severity"] == "critical"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def dashboard_queries(dashboard: dict[str, Any]) -> list[str]:
