@@ -8,6 +8,7 @@ operator pod)."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -52,8 +53,12 @@ def test_an_alert_names_the_failing_profiles_own_namespace(
                 timeout=300,
             )
 
+            # Rendered offline (the bed has no Prometheus Operator CRDs to install them into),
+            # for the bed's Kubernetes version.
+            server_version = json.loads(bed.kubectl("version", "-o", "json"))["serverVersion"]
             rendered = bed.helm(
                 "template", "sps-operator", *bed.chart_args(), "--namespace", release_ns,
+                "--kube-version", server_version["gitVersion"],
                 *(a for v in values for a in ("--set", v)),
                 "--set", "metrics.serviceMonitor.enabled=true",
                 "--set", "metrics.prometheusRule.enabled=true",
