@@ -3,7 +3,9 @@ generates for a ServiceMonitor.
 
 The server is Debian's `prometheus` package: `apt-get download`ed and unpacked into the
 cache (never installed, so no service starts), run on 127.0.0.1 with a config the test
-writes. The package lists come from `tests/controlplane/setup-host.sh --nodes` (it runs
+writes. Debian builds it without Kubernetes discovery: `as_static` gives a job the target
+with the meta labels discovery would, so its relabelling runs as the Prometheus Operator
+generated it. The package lists come from `tests/controlplane/setup-host.sh --nodes` (it runs
 `apt-get update` when they do not offer `prometheus`). A missing package fails, never skips.
 """
 
@@ -134,7 +136,8 @@ def as_static(
     """`job` (servicemonitor_scrape_config's) with Kubernetes discovery replaced by one
     target at `address` that carries the meta labels discovery gives an EndpointSlice
     endpoint of `service` backed by `pod`: the job's own relabelling then runs on it
-    unchanged (a bed-free scrape of a local process as the ServiceMonitor would scrape it)."""
+    unchanged (Debian's Prometheus has no Kubernetes discovery; a test reads the Service and
+    its EndpointSlice from the cluster, or serves a local process)."""
     meta = service["metadata"]
     (port,) = service["spec"]["ports"]
     labels = {

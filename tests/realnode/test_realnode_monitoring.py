@@ -1,10 +1,13 @@
 """The chart's monitoring, for real: a Prometheus server (tests/promserver.py) scrapes the
 operator the chart installed, with the scrape job the Prometheus Operator generates for
-the chart's ServiceMonitor (targets from the bed's EndpointSlices, `namespace` set to the
-Service's), evaluates the chart's PrometheusRule, and alerts for a failing profile in the
-profile's own namespace, not the operator's, and not for a same-named profile of another
-namespace. Prometheus listens on 127.0.0.1 and reaches only the bed (its API server, the
-operator pod)."""
+the chart's ServiceMonitor, evaluates the chart's PrometheusRule, and alerts for a failing
+profile in the profile's own namespace, not the operator's, and not for a same-named
+profile of another namespace. Debian's Prometheus is built without Kubernetes discovery,
+so the test reads the metrics Service and its EndpointSlice from the bed and hands
+Prometheus the target with the meta labels discovery gives it; the relabelling (the
+`namespace` target label from the Service's namespace, honor_labels from the
+ServiceMonitor) is Prometheus's own. Prometheus listens on 127.0.0.1 and reaches only the
+operator pod on the bed's network."""
 
 from __future__ import annotations
 
@@ -68,6 +71,22 @@ def test_an_alert_names_the_failing_profiles_own_namespace(
             (monitor,) = [o for o in objects if o["kind"] == "ServiceMonitor"]
             (rule,) = [o for o in objects if o["kind"] == "PrometheusRule"]
             scrape = promserver.servicemonitor_scrape_config(monitor, bed.kubeconfig, "2s")
+            service = get_json(bed, "service", "sps-operator-metrics", "-n", release_ns)
+            (port,) = service["spec"]["ports"]
+            (endpoint,) = wait_for(
+                "the metrics Service's endpoint",
+                lambda: [
+                    e
+                    for sl in get_json(bed, "endpointslices", "-n", release_ns, "-l",
+                                       "kubernetes.io/service-name=sps-operator-metrics")["items"]
+                    for e in sl.get("endpoints") or []
+                    if (e.get("conditions") or {}).get("ready")
+                ],
+                timeout=120,
+            )  # fmt: skip
+            address = f"{endpoint['addresses'][0]}:{port['port']}"
+            pod = endpoint["targetRef"]["name"]
+            scrape = promserver.as_static(scrape, address, service, pod, "operator")
             with promserver.running(tmp_path / "prometheus", [scrape], rule["spec"]) as url:
                 firing = wait_for(
                     "SpsProfileStalled firing",
