@@ -3,7 +3,8 @@
 # --nodes: also what the real-node test bed needs (sps_testbed): runc, the CNI
 # plugins, iptables and conntrack (kube-proxy), ipset (kube-router's network policy
 # controller, `sps-testbed up --with network-policies`), mmdebstrap and buildah (images), skopeo
-# (pushes them into the bed's registry).
+# (pushes them into the bed's registry), and package lists that offer `prometheus` (the
+# monitoring test's server: tests/promserver.py downloads and unpacks it, never installs it).
 set -euo pipefail
 missing=()
 command -v ip >/dev/null || missing+=(iproute2)
@@ -24,4 +25,8 @@ fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then echo "need root to install: ${missing[*]}" >&2; exit 1; fi
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
+if [ "${1:-}" = "--nodes" ] && ! apt-cache show prometheus >/dev/null 2>&1; then
+  if [ "$(id -u)" -ne 0 ]; then echo "need root to update the package lists (prometheus)" >&2; exit 1; fi
+  apt-get update -qq
 fi

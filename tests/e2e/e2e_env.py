@@ -115,6 +115,9 @@ class OperatorRelease:
             *self.extra_values,
             "operator.logLevel=verbose",
             "operator.logFormat=plain",
+            # The test entry point: the only one that takes --clock-offset-file and
+            # --pause-before-write (`sps-operator run` refuses them).
+            "operator.command={python,-m,sps_operator.controller.testing_main}",
             f"operator.extraArgs={{{','.join(args)}}}",
             "extraVolumes[0].name=clock",
             f"extraVolumes[0].hostPath.path={self.clock_dir}",

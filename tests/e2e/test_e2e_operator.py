@@ -136,7 +136,8 @@ def test_e2e_diagonal_profile_publish_and_roll(env: Env) -> None:
 
     assert metric("sps_profiling_runs_started_total") == 1.0
     assert metric("sps_profiling_runs_finished_total", outcome="succeeded") == 1.0
-    assert metric("sps_profiling_duration_seconds_count") == 1.0
+    duration = ("sps_profiling_duration_seconds_count", (("namespace", env.namespace),))
+    assert samples[duration] == 1.0  # per namespace
     assert metric("sps_rollouts_total", mode="Inject") == 1.0
     profiled = metric("sps_table_profiled_timestamp_seconds", gpu_product=GPU_H100)
     assert profiled is not None and 0 <= time.time() - profiled < 600

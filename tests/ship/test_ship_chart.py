@@ -482,6 +482,46 @@ def test_profiling_egress_policy_is_off_by_default_and_per_watched_namespace() -
     assert "to" not in policy["spec"]["egress"][1]
 
 
+def test_the_operator_pod_policy_admits_only_probes_and_the_named_scrapers() -> None:
+    # Off by default (a scraper left out would silently lose the metrics).
+    assert not by_kind(render(), "NetworkPolicy")
+    prometheus = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+    }
+    objects = render(
+        "networkPolicy.operator.enabled=true",
+        "networkPolicy.operator.metricsFrom[0].namespaceSelector.matchLabels"
+        r".kubernetes\.io/metadata\.name=monitoring",
+        "networkPolicy.operator.metricsFrom[0].podSelector.matchLabels"
+        r".app\.kubernetes\.io/name=prometheus",
+    )
+    (policy,) = by_kind(objects, "NetworkPolicy")
+    (deployment,) = by_kind(objects, "Deployment")
+    spec = policy["spec"]
+    assert policy["metadata"]["namespace"] == "sps-system"
+    # It selects the operator's pods (and no profiling pod: those carry other labels).
+    assert spec["podSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    assert spec["policyTypes"] == ["Ingress"]  # egress (the API server) unrestricted
+    health, metrics = spec["ingress"]
+    assert health == {"ports": [{"protocol": "TCP", "port": 8080}]}  # the kubelet's probes
+    assert metrics == {"ports": [{"protocol": "TCP", "port": 9090}], "from": [prometheus]}
+    ports = {p["containerPort"] for p in operator_container(objects)["ports"]}
+    assert ports == {8080, 9090}  # nothing else served, so nothing else to admit
+    # No scraper named: the metrics port admits no one.
+    (closed,) = by_kind(render("networkPolicy.operator.enabled=true"), "NetworkPolicy")
+    assert [r["ports"][0]["port"] for r in closed["spec"]["ingress"]] == [8080]
+
+
+def test_the_test_entry_point_is_a_value_and_not_the_default() -> None:
+    # The production container runs the image's `sps-operator` (which refuses the test
+    # hooks); only a release that names the test entry point takes them.
+    assert "command" not in operator_container(render())
+    testing = ["python", "-m", "sps_operator.controller.testing_main"]
+    container = operator_container(render(f"operator.command={{{','.join(testing)}}}"))
+    assert container["command"] == testing and container["args"][0] == "run"
+
+
 def test_profiling_egress_policy_is_refused_in_cluster_mode() -> None:
     with pytest.raises(subprocess.CalledProcessError) as error:
         render("networkPolicy.profilingPods.enabled=true")

@@ -12,21 +12,26 @@ from typing import Any
 import pytest
 import yaml
 from promcheck import check_exprs, check_rules, metric_names
-from prometheus_client import generate_latest
+from prometheus_client import generate_latest, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 from ship_helpers import CHART, ROOT, by_kind, render
 
+import promserver
 from sps_operator.api.status import SpsProfileStatus
 from sps_operator.controller.kube.builders import ProfileRef
 from sps_operator.controller.process.metrics import Metrics
+from waiting import wait_for
 
 pytestmark = pytest.mark.slow  # builds promcheck once (cached)
 
 DASHBOARD = CHART / "dashboards" / "sps-operator.json"
 ALERTS = {
     "SpsTableStale", "SpsProfileStalled", "SpsProfilingRunsFailing", "SpsProfileWaitingForGPUs",
-    "SpsReplicaBorrowedTooLong", "SpsOperatorNoLeader",
+    "SpsReplicaBorrowedTooLong", "SpsOperatorNoLeader", "SpsOperatorAbsent",
 }  # fmt: skip
+# The alerts that mean no profile of any tenant is served (a page); the others are one
+# profile's (a ticket).
+OPERATOR_ALERTS = {"SpsOperatorNoLeader", "SpsOperatorAbsent"}
 
 
 def exported() -> tuple[set[str], set[str]]:
@@ -74,10 +79,49 @@ def test_the_alerts_parse_as_promtool_checks_them_and_use_exported_metrics(
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump(rule["spec"]))
     used = metric_names(check_rules(path))
-    assert used and used <= SAMPLES, used - SAMPLES
+    # `up`: Prometheus's own series of each target (SpsOperatorAbsent).
+    assert used and used <= SAMPLES | {"up"}, used - SAMPLES
     for group in rule["spec"]["groups"]:
         for alert in group["rules"]:
             assert "kubectl" in alert["annotations"]["description"], alert["alert"]
+
+
+def github_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a page's headings (lowercase, punctuation dropped, spaces
+    to hyphens)."""
+    headings = re.findall(r"^#+ (.+)$", markdown, re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_alert_severities_differ_and_each_runbook_is_a_troubleshooting_section() -> None:
+    (rule,) = by_kind(render("metrics.prometheusRule.enabled=true"), "PrometheusRule")
+    rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    for name, alert in rules.items():
+        expected = "critical" if name in OPERATOR_ALERTS else "warning"
+        assert alert["labels"]["severity"] == expected, name
+    anchors = github_anchors((ROOT / "docs" / "troubleshooting.md").read_text())
+    base = "https://github.com/sps-dev/sps-operator/blob/main/docs/troubleshooting.md#"
+    for name, alert in rules.items():
+        url = alert["annotations"]["runbook_url"]
+        assert url.startswith(base), url
+        assert url.removeprefix(base) in anchors, (name, url)
+    # The operator's own absence: its job as the ServiceMonitor names it (the Service).
+    absent = rules["SpsOperatorAbsent"]["expr"]
+    assert absent == 'absent(up{job="sps-operator-metrics", namespace="sps-system"} == 1)'
+    (service,) = [s for s in by_kind(render(), "Service") if "metrics" in s["metadata"]["name"]]
+    assert service["metadata"]["name"] == "sps-operator-metrics"
+
+
+def test_the_servicemonitor_keeps_the_profiles_own_namespace_label() -> None:
+    # Without honorLabels, Prometheus renames the operator's `namespace` (the profile's)
+    # to exported_namespace and sets the Service's: every alert would name sps-system.
+    (monitor,) = by_kind(render("metrics.serviceMonitor.enabled=true"), "ServiceMonitor")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["honorLabels"] is True
+    # Every rule and panel groups and filters by `namespace`, never exported_namespace.
+    (rule,) = by_kind(render("metrics.prometheusRule.enabled=true"), "PrometheusRule")
+    assert "exported_namespace" not in json.dumps(rule)
+    assert "exported_namespace" not in DASHBOARD.read_text()
 
 
 @pytest.mark.parametrize(
@@ -103,17 +147,89 @@ def test_the_rules_follow_values() -> None:
     (rule,) = by_kind(
         render("metrics.prometheusRule.enabled=true", "metrics.prometheusRule.waitingSeconds=60",
                "metrics.prometheusRule.labels.release=prom",
-               "metrics.prometheusRule.severity=page"),
+               "metrics.prometheusRule.severities.operator=page",
+               "metrics.prometheusRule.severities.profile=ticket",
+               "metrics.prometheusRule.runbookBaseURL=https://wiki.example/sps/",
+               "metrics.prometheusRule.operatorJob=sps", "metrics.prometheusRule.absentFor=3m"),
         "PrometheusRule",
     )  # fmt: skip
     rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
     assert rules["SpsProfileWaitingForGPUs"]["expr"].endswith("> 60")
-    assert {r["labels"]["severity"] for r in rules.values()} == {"page"}
+    assert {r["labels"]["severity"] for n, r in rules.items() if n in OPERATOR_ALERTS} == {"page"}
+    assert {r["labels"]["severity"] for n, r in rules.items() if n not in OPERATOR_ALERTS} == {
+        "ticket"
+    }
+    assert rules["SpsTableStale"]["annotations"]["runbook_url"] == (
+        "https://wiki.example/sps#spstablestale"
+    )
+    assert rules["SpsOperatorAbsent"]["expr"].startswith('absent(up{job="sps", ')
+    assert rules["SpsOperatorAbsent"]["for"] == "3m"
     assert rule["metadata"]["labels"]["release"] == "prom"
     assert not by_kind(render(), "PrometheusRule")
     assert not by_kind(
         render("metrics.enabled=false", "metrics.prometheusRule.enabled=true"), "PrometheusRule"
     )
+
+
+def test_a_real_prometheus_alerts_for_a_failing_profile_in_its_own_namespace(
+    tmp_path: Path,
+) -> None:
+    """Prometheus itself (tests/promserver.py) scrapes an operator's /metrics on 127.0.0.1
+    through the scrape job the Prometheus Operator generates for the chart's ServiceMonitor
+    (the target labelled as discovery labels the metrics Service's endpoint) and evaluates
+    the chart's rules: the alert names team-a, where the failing profile is, not the
+    operator's namespace, and not team-b's profile of the same name; with the operator gone,
+    SpsOperatorAbsent pages. (tests/realnode/test_realnode_monitoring.py: the same against
+    the operator on the bed.)"""
+    objects = render(
+        "metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true",
+        "metrics.prometheusRule.stalledFor=1s", "metrics.prometheusRule.absentFor=1s",
+    )  # fmt: skip
+    (monitor,) = by_kind(objects, "ServiceMonitor")
+    (service,) = [
+        s for s in by_kind(objects, "Service") if s["metadata"]["name"].endswith("-metrics")
+    ]
+    (rule,) = by_kind(objects, "PrometheusRule")
+    m = Metrics()
+    at = "2026-03-01T12:00:00Z"
+    stalled = {"type": "Stalled", "status": "True", "reason": "JobPolicy", "lastTransitionTime": at}
+    failing = SpsProfileStatus.model_validate({"conditions": [stalled]})
+    m.status(ProfileRef("llama", "team-a", "u1"), failing)
+    m.status(
+        ProfileRef("llama", "team-b", "u2"),
+        SpsProfileStatus.model_validate(
+            {"conditions": [{**stalled, "status": "False", "reason": "Suspended"}]}
+        ),
+    )
+    m.leading(True)
+    server, _ = start_http_server(0, addr="127.0.0.1", registry=m.registry)
+    address = f"127.0.0.1:{server.server_address[1]}"
+    job = promserver.servicemonitor_scrape_config(monitor, tmp_path / "unused-kubeconfig", "1s")
+    job = promserver.as_static(job, address, service, "sps-operator-0", "operator")
+    try:
+        with promserver.running(tmp_path / "prometheus", [job], rule["spec"]) as url:
+
+            def firing(name: str) -> list[dict[str, Any]]:
+                return [
+                    a for a in promserver.alerts(url)
+                    if a["labels"]["alertname"] == name and a["state"] == "firing"
+                ]  # fmt: skip
+
+            (alert,) = wait_for("SpsProfileStalled", lambda: firing("SpsProfileStalled"), 60)
+            assert (alert["labels"]["namespace"], alert["labels"]["profile"]) == ("team-a", "llama")
+            assert alert["labels"]["severity"] == "warning"
+            assert "-n team-a`" in alert["annotations"]["description"]
+            (up,) = promserver.query(url, "up")
+            assert up["metric"]["namespace"] == "sps-system"  # the Service's, on its own series
+            assert up["metric"]["job"] == "sps-operator-metrics" and up["value"][1] == "1"
+            assert not firing("SpsOperatorAbsent")
+            server.shutdown()
+            server.server_close()
+            (absent,) = wait_for("SpsOperatorAbsent", lambda: firing("SpsOperatorAbsent"), 60)
+            assert absent["labels"]["severity"] == "critical"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def dashboard_queries(dashboard: dict[str, Any]) -> list[str]:

@@ -10,6 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [
     ROOT / "README.md",
+    ROOT / "SECURITY.md",
     *sorted((ROOT / "docs").glob("*.md")),
     ROOT / "examples" / "README.md",
     ROOT / "charts" / "sps-operator" / "README.md",

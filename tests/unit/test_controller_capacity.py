@@ -286,8 +286,7 @@ def test_the_wait_ends_when_the_job_runs_and_status_no_longer_says_it_waits() ->
     assert h.reconciler is not None
     registry = h.reconciler.metrics.registry
     assert (
-        registry.get_sample_value("sps_gpu_wait_seconds_count", {"namespace": NS, "profile": "p"})
-        == 1.0
+        registry.get_sample_value("sps_gpu_wait_seconds_count", {"namespace": NS}) == 1.0
     )  # one wait, observed once
 
 

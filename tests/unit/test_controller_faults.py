@@ -65,8 +65,8 @@ def test_an_unknown_point_is_refused_with_the_known_ones() -> None:
     with pytest.raises(ValueError, match=r"unknown write 'scal'.*borrow-record"):
         parse_point("status@scal")
     with pytest.raises(SystemExit):
-        parse_args(["--pause-before-write=borrow"])
-    assert parse_args(["--pause-before-write=claim"]).pause_before_write == "claim"
+        parse_args(["--pause-before-write=borrow"], testing=True)
+    assert parse_args(["--pause-before-write=claim"], testing=True).pause_before_write == "claim"
     assert parse_args([]).pause_before_write is None
 
 
@@ -128,3 +128,19 @@ def test_a_pass_stops_after_the_rollouts_apply_before_its_status() -> None:
         h.run_pass()
     assert h.running_hash() is not None  # the template was rolled ...
     assert not h.status().get("tables")  # ... and status never heard of the table
+
+
+@pytest.mark.parametrize("flag", ["--pause-before-write=claim", "--clock-offset-file=/tmp/x"])
+def test_the_production_command_refuses_the_test_hooks(
+    flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `sps-operator run` does not know them: only the test entry point does.
+    with pytest.raises(SystemExit):
+        parse_args([flag])
+    assert "unrecognized arguments" in capsys.readouterr().err
+    from sps_operator.controller.testing_main import main as testing_main
+
+    with pytest.raises(SystemExit) as exit_:
+        testing_main(["run", flag, "--help"])
+    assert exit_.value.code == 0
+    assert flag.split("=")[0] in capsys.readouterr().out

@@ -45,8 +45,12 @@ def test_runs_started_and_finished_are_separate_counters() -> None:
     assert got[of("sps_profiling_runs_finished_total", outcome="succeeded")] == 1.0
     assert got[of("sps_profiling_runs_finished_total", outcome="failed")] == 1.0
     assert of("sps_profiling_runs_finished_total", outcome="started") not in got
-    assert got[of("sps_profiling_duration_seconds_count")] == 2.0
-    assert got[of("sps_profiling_duration_seconds_sum")] == 15.5
+    # The histograms are per namespace: no profile label.
+    assert got[("sps_profiling_duration_seconds_count", (("namespace", "ns"),))] == 2.0
+    assert got[("sps_profiling_duration_seconds_sum", (("namespace", "ns"),))] == 15.5
+    assert not [
+        k for k in got if k[0].startswith("sps_profiling_duration") and "profile" in dict(k[1])
+    ]
     assert got[of("sps_rollouts_total", mode="Inject")] == 1.0
 
 
@@ -99,8 +103,10 @@ def test_status_gauges_mirror_the_status_and_go_with_it() -> None:
     assert got[of("sps_replica_borrowed_timestamp_seconds", deployment="server")] == (
         datetime(2026, 3, 1, 11, 0, 10, tzinfo=UTC).timestamp()
     )
+    # One series per condition type, labelled with its status now (not one per status).
     assert got[of("sps_profile_condition", type="Ready", status="false")] == 1.0
-    assert got[of("sps_profile_condition", type="Ready", status="true")] == 0.0
+    assert of("sps_profile_condition", type="Ready", status="true") not in got
+    assert of("sps_profile_condition", type="Ready", status="unknown") not in got
 
     # The wait and the borrow end, the table is gone, Ready turns True: their series go.
     m.status(
@@ -115,6 +121,7 @@ def test_status_gauges_mirror_the_status_and_go_with_it() -> None:
     assert not [k for k in got if k[0].startswith("sps_replica_borrowed")]
     assert not [k for k in got if k[0].startswith("sps_table_profiled")]
     assert got[of("sps_profile_condition", type="Ready", status="true")] == 1.0
+    assert of("sps_profile_condition", type="Ready", status="false") not in got
 
 
 def test_a_time_that_is_not_one_sets_no_gauge() -> None:
@@ -131,14 +138,22 @@ def test_a_deleted_profiles_series_are_removed() -> None:
         m.rollout(ref, "Inject")
         m.status(ref, status(tables=[TABLE]))
         m.passed(ref)
+    m.gpu_wait(REF, 5.0)
+    m.gpu_wait(ProfileRef("r", "other", "uid-3"), 5.0)
     m.forget("ns", "p")
     text = generate_latest(m.registry).decode()
     assert 'profile="p"' not in text
+    # The namespace's histograms stay while a profile of it lives, and go with the last.
+    assert 'sps_gpu_wait_seconds_count{namespace="ns"}' in text
     assert (
         'sps_table_profiled_timestamp_seconds{gpu_product="NVIDIA-H200",namespace="ns",'
         'profile="q"}' in text
     )
     m.forget("ns", "p")  # twice: nothing left, no error
+    m.forget("ns", "q")
+    text = generate_latest(m.registry).decode()
+    assert 'namespace="ns"' not in text
+    assert 'sps_gpu_wait_seconds_count{namespace="other"} 1.0' in text
 
 
 def test_build_info_leader_passes_and_the_process_collectors() -> None:

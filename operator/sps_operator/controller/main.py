@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("sps_operator.main")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None, *, testing: bool = False) -> argparse.Namespace:
+    """`sps-operator run`'s flags; the test-only hooks only with `testing` (the test entry
+    point, controller/testing_main.py): the production command refuses them."""
     parser = argparse.ArgumentParser(
         prog="sps-operator run",
         description="Run the SpsProfile operator (kopf, standalone: one replica).",
@@ -46,7 +48,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--kube-burst", type=int, default=40, help="requests allowed at once above --kube-qps"
     )
     _add_job_policy_args(parser)
-    _add_log_and_testing_args(parser)
+    _add_log_args(parser)
+    if testing:
+        _add_testing_hooks(parser)
+    else:
+        parser.set_defaults(pause_before_write=None, clock_offset_file=None)
     args = parser.parse_args(argv)
     if args.pause_before_write:
         from sps_operator.controller.process.faults import parse_point
@@ -211,22 +217,26 @@ def _add_job_policy_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_log_and_testing_args(parser: argparse.ArgumentParser) -> None:
+def _add_log_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--debug", action="store_true")
     parser.add_argument("--log-format", choices=["plain", "full", "json"], default="full")
-    parser.add_argument(
-        "--clock-offset-file",
-        type=Path,
-        default=None,
-        help="testing: seconds to add to the wall clock, re-read on every pass",
-    )
     parser.add_argument(
         "--kueue-recheck-seconds",
         type=positive_seconds,
         default=KUEUE_RECHECK_SECONDS,
         help="testing: how often a run queued in Kueue looks at Kueue's words again (a "
         "Workload is read at most half as often)",
+    )
+
+
+def _add_testing_hooks(parser: argparse.ArgumentParser) -> None:
+    """Hooks that only the bed's tests use; absent from `sps-operator run`."""
+    parser.add_argument(
+        "--clock-offset-file",
+        type=Path,
+        default=None,
+        help="testing: seconds to add to the wall clock, re-read on every pass",
     )
     parser.add_argument(
         "--pause-before-write",
@@ -300,8 +310,8 @@ def make_clock(offset_file: Path | None) -> Callable[[], datetime]:
     return clock
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def main(argv: list[str] | None = None, *, testing: bool = False) -> int:
+    args = parse_args(argv, testing=testing)
     # `kill -USR1 <pid>` prints every thread's stack to stderr: a stuck pass says where.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     import kopf

@@ -61,6 +61,10 @@ disable_created_metrics()
 
 # The labels of every per-profile series.
 _LABELS = ["namespace", "profile"]
+# The histograms are per namespace, not per profile: a histogram is 13-14 series, and what
+# reads them (the dashboard's quantiles) aggregates over profiles; one profile's run times
+# are in its status (`kubectl sps explain`).
+_NAMESPACE = ["namespace"]
 
 
 class Metrics:
@@ -74,6 +78,8 @@ class Metrics:
         # Every label set used, per profile: a deleted profile's series are removed, not left
         # frozen at their last value.
         self._series: dict[tuple[str, str], set[tuple[Any, tuple[str, ...]]]] = {}
+        # The namespaces whose per-namespace series exist: removed with their last profile.
+        self._namespace_series: dict[str, set[Any]] = {}
         self._lock = threading.Lock()
         # In the order /metrics shows them.
         self._add_operator_metrics()
@@ -127,15 +133,16 @@ class Metrics:
         )
         self.duration = Histogram(
             "sps_profiling_duration_seconds",
-            "Wall time of a profiling run, start to published (or failed).",
-            _LABELS,
+            "Wall time of a profiling run, start to published (or failed), per namespace.",
+            _NAMESPACE,
             buckets=(10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200),
             registry=self.registry,
         )
         self.waits = Histogram(
             "sps_gpu_wait_seconds",
-            "Time a profiling Job waited for GPUs (or for Kueue) before it ran or gave up.",
-            _LABELS,
+            "Time a profiling Job waited for GPUs (or for Kueue) before it ran or gave up, "
+            "per namespace.",
+            _NAMESPACE,
             buckets=(1, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600),
             registry=self.registry,
         )
@@ -156,8 +163,8 @@ class Metrics:
         )
         self.condition = Gauge(
             "sps_profile_condition",
-            "1 for the status each condition of an SpsProfile has (true, false, unknown), "
-            "0 for the others.",
+            "1, labelled with the status each condition of an SpsProfile has now (true, "
+            "false, unknown): one series per condition type.",
             [*_LABELS, "type", "status"],
             registry=self.registry,
         )
@@ -208,6 +215,12 @@ class Metrics:
             self._series.setdefault((ref.namespace, ref.name), set()).add((metric, labels))
         return metric.labels(*labels)
 
+    def _namespace_child(self, metric: Any, ref: _Ref) -> Any:
+        with self._lock:
+            self._series.setdefault((ref.namespace, ref.name), set())
+            self._namespace_series.setdefault(ref.namespace, set()).add(metric)
+        return metric.labels(ref.namespace)
+
     def _set_only(
         self, metric: Any, ref: _Ref, values: Iterable[tuple[tuple[str, ...], float]]
     ) -> None:
@@ -233,14 +246,14 @@ class Metrics:
             self.pass_errors.labels(step).inc()
 
     def gpu_wait(self, ref: _Ref, seconds: float) -> None:
-        self._child(self.waits, ref).observe(max(seconds, 0.0))
+        self._namespace_child(self.waits, ref).observe(max(seconds, 0.0))
 
     def run_started(self, ref: _Ref) -> None:
         self._child(self.runs_started, ref).inc()
 
     def run_finished(self, ref: _Ref, outcome: str, seconds: float) -> None:
         self._child(self.runs_finished, ref, outcome).inc()
-        self._child(self.duration, ref).observe(max(seconds, 0.0))
+        self._namespace_child(self.duration, ref).observe(max(seconds, 0.0))
 
     def passed(self, ref: _Ref) -> None:
         self._child(self.passes, ref).inc()
@@ -259,9 +272,9 @@ class Metrics:
             self.condition,
             ref,
             (
-                ((c.type, value), 1.0 if str(c.status).lower() == value else 0.0)
+                ((c.type, str(c.status).lower()), 1.0)
                 for c in status.conditions
-                for value in ("true", "false", "unknown")
+                if str(c.status).lower() in ("true", "false", "unknown")
             ),
         )
         run = status.current_run
@@ -290,9 +303,11 @@ class Metrics:
                 self._child(self.lent_seconds, ref, product).inc(lent)
 
     def forget(self, namespace: str, name: str) -> None:
-        """Remove every series of a deleted profile."""
+        """Remove every series of a deleted profile, and its namespace's with its last one."""
         with self._lock:
             series = self._series.pop((namespace, name), set())
+            if not any(ns == namespace for ns, _ in self._series):
+                series |= {(m, (namespace,)) for m in self._namespace_series.pop(namespace, ())}
         for metric, labels in series:
             with contextlib.suppress(KeyError):
                 metric.remove(*labels)
