@@ -43,7 +43,8 @@ bed=(nice -n -5)
 high=(nice -n -10)
 # The one-at-a-time tests the second bed runs (the rest of them run on the first bed after
 # its shared phase): about 40 % of that phase's time, which balances the lanes.
-second_bed=(tests/e2e/test_e2e_tenants.py tests/e2e/test_e2e_kueue.py tests/realnode/test_realnode_kueue.py)
+second_bed=(tests/e2e/test_e2e_tenants.py tests/e2e/test_e2e_tenants_capacity.py tests/e2e/test_e2e_tenants_tables.py
+  tests/e2e/test_e2e_kueue.py tests/realnode/test_realnode_kueue.py)
 shared_done="$logs/shared.done"
 
 # Runs a step, records its failure and time; `pytest` finding no test (exit 5) is no failure.
