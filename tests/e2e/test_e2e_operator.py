@@ -588,9 +588,14 @@ def test_e2e_delete_profile_cleans_up_and_leaves_deployment_serving(env: Env) ->
 
     wait_for("owned objects collected", lambda: not owned_left(), timeout=90)
     released = env.config_map(table["configMap"])
-    assert not released["metadata"].get("ownerReferences")
-    assert released["metadata"]["labels"]["sps.dev/released"] == "true"
     dep = env.deployment()
+    # Released, held only by the Deployment that mounts it (issue 36 §1): the collector keeps
+    # it while the Deployment exists, and takes it with the Deployment.
+    owners = released["metadata"].get("ownerReferences") or []
+    assert [(o["kind"], o["uid"], o.get("controller")) for o in owners] == [
+        ("Deployment", dep["metadata"]["uid"], None)
+    ], owners
+    assert released["metadata"]["labels"]["sps.dev/released"] == "true"
     # Untouched: the same template (the ownership record leaves the metadata, which bumps
     # a Deployment's generation but restarts nothing).
     assert dep["spec"]["template"] == template
