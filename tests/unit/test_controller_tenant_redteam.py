@@ -1,0 +1,174 @@
+"""What issue 33 and issue 36 §1 built, attacked afresh by a tenant with `edit` in one
+namespace (team-b) against another (team-a, the harness's namespace NS), with cases the
+issue text does not list. Each attack is played in-process against the real reconciler
+and the unit tests' fake API (or the pure function it reaches). A handled attack is a
+regression guard; a hole found is asserted safe and marked xfail(strict) until fixed."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from controller_harness import NS, Harness, deployment, profile_body
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sps_operator.api import labels as L
+from sps_operator.api.untrusted_json import _TOKENS, Unreadable, nesting_depth, read_json
+from sps_operator.controller.kube.table_objects import MAX_META_BYTES
+from sps_operator.controller.release import release
+
+TEAM_B = "team-b"
+
+# --------------------------------------------------------------------------- the bounded parser
+
+
+def test_an_unterminated_string_of_escaped_quotes_is_scanned_once() -> None:
+    """Hole found and fixed: the depth scan's string token needed a closing quote, so a
+    text of `"` then `\\"` repeated failed to match from every quote and rescanned the
+    rest of the text each time (quadratic). A table ConfigMap's meta.json (256 KiB, which
+    a tenant can delete and recreate with its own bytes) read on every pass took ~4 min
+    of CPU under the GIL (16 KB: 0.84 s, before the fix), stalling every tenant's pass.
+    Now the unterminated string is one token that runs to the end: one scan."""
+    small = '"' + '\\"' * 2000
+    assert [m.span() for m in _TOKENS.finditer(small)] == [(0, len(small))]
+    assert nesting_depth(small, 32) == 0
+    # At the bound the operator reads meta.json with: refused as JSON, not rescanned.
+    text = '"' + '\\"' * ((MAX_META_BYTES - 1) // 2)
+    value = read_json(text, max_bytes=MAX_META_BYTES)
+    assert isinstance(value, Unreadable) and "Unterminated string" in value.why
+
+
+def test_brackets_after_an_unterminated_string_never_reach_json_loads_deeply() -> None:
+    # The brackets that follow an unterminated quote are inside the string for the scan;
+    # json.loads stops at the string anyway, so no recursion is reached.
+    text = '["' + "[" * 100_000
+    assert isinstance(read_json(text, max_bytes=200_000), Unreadable)
+    text = "[" * 40 + '"'
+    value = read_json(text, max_bytes=1000)
+    assert isinstance(value, Unreadable) and "nests" in value.why
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet='"\\[]{}a,:0 ', max_size=60))
+def test_the_bounded_parser_agrees_with_json_or_refuses(text: str) -> None:
+    value = read_json(text, max_bytes=1000)
+    try:
+        expected: Any = json.loads(text)
+    except ValueError:
+        assert isinstance(value, Unreadable)
+        return
+    if nesting_depth(text, 32) <= 32:
+        assert value == expected
+
+
+# --------------------------------------------------------------------------- shadowing mounts
+
+
+def _shadowed(mount_path: str) -> dict[str, Any]:
+    dep = deployment()
+    pod = dep["spec"]["template"]["spec"]
+    pod["volumes"] = [{"name": "mine", "configMap": {"name": "my-fast-table"}}]
+    pod["containers"][0]["volumeMounts"] = [
+        {"name": "mine", "mountPath": mount_path, "subPath": "table.json"}
+    ]
+    return dep
+
+
+def test_a_shadowing_mount_spelled_with_a_leading_double_slash_is_refused() -> None:
+    """Hole found and fixed: posixpath.normpath keeps a leading `//` (POSIX allows it),
+    the container runtime does not: `//etc/sps/table/table.json` escaped the check and
+    shadowed the injected table while status said TableLive."""
+    for path in ("//etc/sps/table/table.json", "//etc/sps/table", "//etc//sps/./table/"):
+        h = Harness()
+        h.add(_shadowed(path))
+        h.add(profile_body())
+        h.place()
+        target = h.settle()["targets"][0]
+        assert target.get("reason") == "TableMountShadowed", (path, target)
+        assert h.condition("Ready")[:2] != ("True", "TableLive")
+        assert not h.kube.kinds("Job")
+
+
+def test_the_operators_own_volume_name_does_not_excuse_a_tenant_mount() -> None:
+    """A tenant names its own volume like the operator's (`sps-table`) and mounts it at
+    the table file with subPath: only the operator's mount of the directory is excused."""
+    dep = _shadowed("/etc/sps/table/table.json")
+    pod = dep["spec"]["template"]["spec"]
+    pod["volumes"][0]["name"] = "sps-table"
+    pod["containers"][0]["volumeMounts"][0]["name"] = "sps-table"
+    h = Harness()
+    h.add(dep)
+    h.add(profile_body())
+    h.place()
+    assert h.settle()["targets"][0].get("reason") == "TableMountShadowed"
+
+
+# --------------------------------------------------------------------------- table holders
+
+
+def _team_b_deployment(table: str) -> dict[str, Any]:
+    """team-b's Deployment, labelled like team-a's servers, mounting a ConfigMap of its
+    own namespace named like team-a's table."""
+    dep = copy.deepcopy(deployment())
+    dep["metadata"].update(name="server", namespace=TEAM_B, uid="uid-b-server")
+    dep["spec"]["template"]["spec"]["volumes"] = [
+        {"name": "t", "configMap": {"name": table}},
+        {"name": "p", "projected": {"sources": [{"configMap": {"name": table}}]}},
+    ]
+    return dep
+
+
+def _refs(h: Harness, name: str, namespace: str = NS) -> list[dict[str, Any]]:
+    return list(h.kube.obj("ConfigMap", name, namespace)["metadata"].get("ownerReferences") or [])
+
+
+def test_a_deployment_of_another_namespace_never_becomes_a_holder_of_a_table() -> None:
+    """team-b mounts a ConfigMap named like team-a's table and carries team-a's labels;
+    team-a's passes (on the operator's cluster-wide caches) and its finalizer never add
+    team-b's Deployment as an owner of team-a's table, nor drop team-a's holder."""
+    h = Harness()
+    h.add(deployment())
+    h.add(profile_body())
+    h.place()
+    (table,) = h.profile_once()["tables"]
+    name = table["configMap"]
+    before = _refs(h, name)
+    h.add(_team_b_deployment(name))
+    for _ in range(3):
+        h.tick()
+        h.run_cached_pass()
+    after = _refs(h, name)
+    assert after == before
+    assert all(r.get("uid") != "uid-b-server" for r in after)
+    profile = h.kube.obj("SpsProfile", "p", NS)
+    release(h.kube, NS, "p", profile["metadata"]["uid"])
+    assert all(r.get("uid") != "uid-b-server" for r in _refs(h, name))
+
+
+def test_a_config_map_of_another_namespace_with_team_as_labels_is_not_team_as() -> None:
+    """team-b creates, in its own namespace, a ConfigMap with team-a's profile UID label,
+    the table component label, an ownerReference to team-a's profile and forged bytes:
+    team-a's passes and finalizer neither list it as a table nor write to it."""
+    h = Harness()
+    h.add(deployment())
+    h.add(profile_body())
+    h.place()
+    (table,) = h.profile_once()["tables"]
+    real = h.kube.obj("ConfigMap", table["configMap"], NS)
+    forged = copy.deepcopy(real)
+    forged["metadata"]["namespace"] = TEAM_B
+    forged["metadata"]["name"] = "p-forged"
+    forged["metadata"]["uid"] = "uid-forged"
+    forged["metadata"]["resourceVersion"] = "1"
+    h.add(forged)
+    snapshot = copy.deepcopy(h.kube.obj("ConfigMap", "p-forged", TEAM_B))
+    for _ in range(3):
+        h.tick()
+        status = h.run_cached_pass()
+    assert "p-forged" not in {t["configMap"] for t in status["tables"]}
+    uid = h.kube.obj("SpsProfile", "p", NS)["metadata"]["uid"]
+    assert "p-forged" not in release(h.kube, NS, "p", uid)
+    assert h.kube.obj("ConfigMap", "p-forged", TEAM_B) == snapshot
+    assert L.LABEL_RELEASED not in (snapshot["metadata"].get("labels") or {})
