@@ -11,7 +11,6 @@ import json
 from typing import Any
 
 import pytest
-
 from controller_harness import NS, Harness, deployment, profile_body
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -259,3 +258,31 @@ def test_a_contested_holder_reference_is_not_rewritten_every_pass() -> None:
         h.run_pass()
         writes += sum(1 for kind, n, _ in h.kube.metadata_patches[before:] if n == name)
     assert writes <= 4, f"{writes} writes for 10 strips"
+
+
+# --------------------------------------------------------------------------- the pool's queue
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="team-a's bid, once it waited past maxPoolTurnSeconds (because others held the "
+    "pool), goes after every fresh bid: team-b alternating two profiles whose runs each "
+    "hold the pool just under the bound always has a fresh bid ahead, and team-a never "
+    "gets a turn (the bound meant for a wedged head of line starves the longest waiter)",
+)
+def test_a_long_wait_does_not_put_a_run_behind_every_younger_run() -> None:
+    from datetime import timedelta
+
+    from test_controller_tenant_capacity import cached_pass, other_namespace_run, waiting_to_borrow
+
+    from sps_operator.controller.policies.policy import BORROW_BOUNDS
+
+    # team-a's run waits from 12:00 behind team-b's earlier bid (which then takes the pool).
+    h, waiting = waiting_to_borrow(other_namespace_run(0, "2026-03-01T11:59:00Z"), 86400)
+    assert waiting.get("poolTurn") is True and not h.kube.scales
+    # Past the bound, team-b's second profile bids afresh, at the same priority, an hour
+    # after team-a: it goes first, and so does every next fresh bid of team-b.
+    h.tick(BORROW_BOUNDS.max_pool_turn_seconds + 60)
+    fresh = (h.now - timedelta(seconds=60)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    waiting = cached_pass(h, other_namespace_run(0, fresh))["currentRun"].get("waiting") or {}
+    assert h.kube.scales == [("server", 1)], waiting
