@@ -286,3 +286,53 @@ def test_a_long_wait_does_not_put_a_run_behind_every_younger_run() -> None:
     fresh = (h.now - timedelta(seconds=60)).strftime("%Y-%m-%dT%H:%M:%SZ")
     waiting = cached_pass(h, other_namespace_run(0, fresh))["currentRun"].get("waiting") or {}
     assert h.kube.scales == [("server", 1)], waiting
+
+
+# --------------------------------------------------------------------------- $(VAR) expansion
+
+
+def _doubling_env(steps: int) -> list[dict[str, str]]:
+    """E0 = x; E1 = $(E0)$(E0); ... each variable twice the one before (and its "where
+    from" twice as long): a few hundred bytes of env, 2**steps characters expanded."""
+    env = [{"name": "E0", "value": "x"}]
+    env += [{"name": f"E{i}", "value": f"$(E{i - 1})$(E{i - 1})"} for i in range(1, steps)]
+    return env
+
+
+def test_a_doubling_env_chain_is_bounded_and_refused() -> None:
+    """Hole found and fixed: the operator expands `$(VAR)` in env values as the kubelet
+    does, with no bound: 40 variables of a team-b server doubling each other (600 bytes
+    of env, far below TargetTooLarge's limits) grew a value of 2**40 characters and a
+    "where from" as large in the pass, which ran out of memory (or ran for hours, holding
+    the GIL every other tenant's pass needs). A value longer than MAX_EXPANDED_CHARS once
+    expanded is one the operator does not know; a command line whose expansion exceeds
+    the limit is TargetTooLarge."""
+    from sps_operator.api import limits
+    from sps_operator.controller.server.podenv import (
+        MAX_EXPANDED_CHARS,
+        MAX_SOURCE_CHARS,
+        resolve_env,
+    )
+
+    env = resolve_env({"env": _doubling_env(60)}, NS, {})
+    values = [env.lookup(f"E{i}") for i in range(60)]
+    assert all(v is not None for v in values)
+    known = [v for v in values if v is not None and not v.hidden]
+    assert known and all(len(v.value or "") <= MAX_EXPANDED_CHARS for v in known)
+    assert all(len(v.source) <= MAX_SOURCE_CHARS for v in values if v is not None)
+    first = next(v for v in values if v is not None and v.hidden)  # E15: 32 Ki characters
+    assert first is values[15] and "longer than" in first.source
+    assert all(v is not None and v.hidden for v in values[15:])
+    # In the server's args, through a pass: refused with the limit, never profiled.
+    h = Harness()
+    dep = deployment()
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    container["env"] = _doubling_env(14)  # 8 Ki characters, under the value bound
+    container["args"] += ["--served-model-name", "$(E13)" * 40]  # 320 Ki expanded
+    h.add(dep)
+    h.add(profile_body())
+    h.place()
+    target = h.settle()["targets"][0]
+    assert target["reason"] == "TargetTooLarge", target
+    assert str(limits.MAX_SERVER_ARGS_CHARS) in target["message"]
+    assert not h.kube.kinds("Job")
