@@ -336,3 +336,20 @@ def test_a_doubling_env_chain_is_bounded_and_refused() -> None:
     assert target["reason"] == "TargetTooLarge", target
     assert str(limits.MAX_SERVER_ARGS_CHARS) in target["message"]
     assert not h.kube.kinds("Job")
+
+
+# --------------------------------------------------------------------------- the test-only hooks
+
+
+def test_the_test_only_hooks_are_not_reachable_from_production_arguments() -> None:
+    """The clock offset and the write pauses are flags of the test entry point only: the
+    production command refuses them (a tenant can reach neither the operator's arguments
+    nor its namespace; nothing a profile says switches them on)."""
+    from sps_operator.controller.main import parse_args
+
+    for flag in ("--clock-offset-file=/tmp/x", "--pause-before-write=apply-deployment"):
+        with pytest.raises(SystemExit):
+            parse_args([flag])
+        assert parse_args([flag], testing=True) is not None
+    production = parse_args([])
+    assert production.clock_offset_file is None and production.pause_before_write is None
