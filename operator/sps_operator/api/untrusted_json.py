@@ -33,7 +33,10 @@ MAX_ABS_INT = 2**63 - 1
 DEFAULT_MAX_DEPTH = 32
 
 # A JSON string (escapes honoured) or one bracket: strings are skipped by the depth scan.
-_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+# An unterminated string runs to the end of the text (the closing quote is optional): a
+# match that had to fail would rescan the rest of the text from every later quote, and
+# `"` followed by 128 Ki of `\"` then took minutes (quadratic). json.loads refuses it.
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]', re.DOTALL)
 
 
 @dataclass(frozen=True)

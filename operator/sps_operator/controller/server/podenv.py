@@ -27,11 +27,19 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sps_operator.api import limits
+
 OPERATOR, OPENER, CLOSER = "$", "(", ")"
 # What the operator keeps of a ConfigMap the servers read env from: a model path or a flag
 # value is short; a ConfigMap is up to 1 MiB and anyone in the namespace may create one.
 MAX_VALUE_CHARS = 1024
 MAX_KEYS = 256
+# An env value longer than this once expanded is one the operator does not know, and the
+# words of a "where from" are cut at MAX_SOURCE_CHARS: `$(A)$(A)` in B, `$(B)$(B)` in C
+# ... doubles at every variable, and 40 of them (a few hundred bytes of env) once grew
+# a value and its source without bound (memory and CPU exponential in the env's length).
+MAX_EXPANDED_CHARS = 16 * MAX_VALUE_CHARS
+MAX_SOURCE_CHARS = 512
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,7 @@ class Expansion:
     kubelet_form: str  # given to the kubelet in the same environment, it expands to `seen`
     hidden: tuple[HiddenRef, ...] = ()
     sources: tuple[str, ...] = ()  # where the known references' values came from
+    too_long: bool = False  # expanding stopped at `max_chars` (seen is cut there)
 
     def hidden_before(self, position: int) -> bool:
         return any(ref.start < position for ref in self.hidden)
@@ -80,11 +89,12 @@ def escape(text: str) -> str:
     return text.replace(OPERATOR, OPERATOR * 2)
 
 
-def expand(text: str, lookup: Lookup) -> Expansion:
+def expand(text: str, lookup: Lookup, max_chars: int | None = None) -> Expansion:
     """`text` with `$(VAR)` references expanded as the kubelet expands command, args and
     env values: `$$` is `$`; `$(NAME)` is NAME's value, or stays as written when NAME is not
     defined; the name is everything up to the first `)`; a `$` before anything else, an
-    unclosed `$(` and a trailing `$` are literal; values are not expanded again."""
+    unclosed `$(` and a trailing `$` are literal; values are not expanded again. A known
+    value that would take the result past `max_chars` stops it (`too_long`)."""
     seen: list[str] = []
     exec_form: list[str] = []
     hidden: list[HiddenRef] = []
@@ -122,6 +132,8 @@ def expand(text: str, lookup: Lookup) -> Expansion:
                 seen.append(reference)
                 exec_form.append(reference)  # the clone's same environment resolves it
                 length += len(reference)
+            elif max_chars is not None and length + len(str(value.value)) > max_chars:
+                return Expansion("".join(seen), "".join(exec_form), tuple(hidden), (), True)
             else:
                 literal(str(value.value))
                 sources.append(f"$({name}): {value.source}")
@@ -129,6 +141,27 @@ def expand(text: str, lookup: Lookup) -> Expansion:
         checkpoint = cursor
     literal(text[checkpoint:])
     return Expansion("".join(seen), "".join(exec_form), tuple(hidden), tuple(sources))
+
+
+EXPANDED_TOO_LONG = (
+    f"the server's command line is longer than {limits.MAX_SERVER_ARGS_CHARS} characters "
+    "once its $(VAR)s are expanded; the operator reads at most that"
+)
+
+
+def expand_words(
+    words: Iterable[Any], lookup: Lookup, max_chars: int = limits.MAX_SERVER_ARGS_CHARS
+) -> list[Expansion] | None:
+    """Each of `words` expanded (`expand`), None when together they expand to more than
+    `max_chars` characters (their values can repeat a long one many times)."""
+    out: list[Expansion] = []
+    for word in words:
+        expansion = expand(str(word), lookup, max(max_chars, 0))
+        if expansion.too_long:
+            return None
+        max_chars -= len(expansion.seen)
+        out.append(expansion)
+    return out
 
 
 # --------------------------------------------------------------------------- ConfigMaps
@@ -293,13 +326,17 @@ def resolve_env(
         name = str(entry["name"])
         literal = entry.get("value")
         if literal:
-            expanded = expand(str(literal), current)
-            if expanded.hidden:
+            expanded = expand(str(literal), current, MAX_EXPANDED_CHARS)
+            if expanded.too_long:
+                why = f"its value is longer than {MAX_EXPANDED_CHARS} characters once expanded"
+                explicit[name] = EnvValue(None, why)
+            elif expanded.hidden:
                 ref = expanded.hidden[0]
-                why = f"its value uses $({ref.name}), {ref.value.source}"
+                why = f"its value uses $({ref.name}), {ref.value.source}"[:MAX_SOURCE_CHARS]
                 explicit[name] = EnvValue(None, why, ref.value.definite)
             else:
-                explicit[name] = EnvValue(expanded.seen, "; ".join(expanded.sources) or "literal")
+                source = "; ".join(expanded.sources)[:MAX_SOURCE_CHARS] or "literal"
+                explicit[name] = EnvValue(expanded.seen, source)
         elif isinstance(entry.get("valueFrom"), Mapping):
             resolved = _value_from(entry["valueFrom"], namespace, config_maps)
             if resolved is not _SKIP:

@@ -38,14 +38,16 @@ from sps_operator.api.reasons import (
     HIDDEN_COST_INPUT,
     NOT_A_DSPARK_SERVER,
     NOT_AN_SGLANG_SERVER,
+    TARGET_TOO_LARGE,
     UNREADABLE_SHELL_SCRIPT,
 )
 from sps_operator.controller.server import fingerprint_v1
 from sps_operator.controller.server.podenv import (
+    EXPANDED_TOO_LONG,
     ContainerEnv,
     Expansion,
     escape,
-    expand,
+    expand_words,
     resolve_env,
 )
 
@@ -466,10 +468,10 @@ def parse_server(container: Mapping[str, Any], env: ContainerEnv | None = None) 
     `env` is the container's environment (`podenv.resolve_env`); without it, only literal
     values are known."""
     env = env if env is not None else resolve_env(container, None, {})
-    words = [
-        expand(str(t), env.lookup)
-        for t in [*(container.get("command") or []), *(container.get("args") or [])]
-    ]
+    argv = [*(container.get("command") or []), *(container.get("args") or [])]
+    words = expand_words(argv, env.lookup)
+    if words is None:
+        raise ServerProblem(TARGET_TOO_LARGE, EXPANDED_TOO_LONG)
     tokens = [w.seen for w in words]
     script = _shell_script(tokens)
     script_env: dict[str, str] = {}

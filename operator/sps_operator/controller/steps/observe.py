@@ -295,8 +295,14 @@ def _understand_server(
             target.refuse(TABLE_NOT_MOUNTED, problem)
 
 
+def _clean(path: str) -> str:
+    """`path` as the container runtime resolves it: POSIX normpath keeps a leading `//`,
+    the runtime does not (`//etc/sps/table` is `/etc/sps/table` in the container)."""
+    return posixpath.normpath("/" + path.lstrip("/") if path.startswith("/") else path)
+
+
 def _under(path: str, top: str) -> bool:
-    path, top = posixpath.normpath(path), posixpath.normpath(top)
+    path, top = _clean(path), _clean(top)
     return path == top or path.startswith(top.rstrip("/") + "/")
 
 
@@ -313,7 +319,7 @@ def shadowing_mount(
     if spec.rollout.mode == RolloutMode.DISABLED:
         return None
     path = spec.rollout.table_path
-    directory = posixpath.dirname(path)
+    directory = _clean(posixpath.dirname(path))
     stable = str(spec.rollout.table_config_map)
     stable_volumes = {
         v.get("name")
@@ -333,10 +339,11 @@ def shadowing_mount(
         if not where or not _under(where, directory):
             continue
         name = entry.get("name")
-        at = posixpath.normpath(where)
+        at = _clean(where)
         injected = spec.rollout.mode == RolloutMode.INJECT and name == builders.TABLE_VOLUME
         if kind == "volumeMount" and (
-            (injected and at == directory) or (name in stable_volumes and at in (directory, path))
+            (injected and at == directory)
+            or (name in stable_volumes and at in (directory, _clean(path)))
         ):
             continue
         return (
