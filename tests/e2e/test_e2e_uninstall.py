@@ -107,6 +107,27 @@ def crd_gone(env: Env) -> bool:
     return not out.strip()
 
 
+def force_crd_gone(env: Env) -> None:
+    """Removes the finalizer of every SpsProfile left in the cluster until the CRD is gone.
+
+    This test runs alone on its bed (not `bed_shared`), but profiles of earlier tests may
+    still be there, in namespaces being deleted, their operators gone: each would hold a
+    terminating CRD for ever, and every later test would find it "terminating"."""
+    patch = json.dumps({"metadata": {"finalizers": None}})
+
+    def gone_after_forcing() -> bool:
+        if crd_gone(env):
+            return True
+        listed = env.cluster.kubectl("get", "spsprofiles", "-A", "-o", "json", check=False)
+        for item in (json.loads(listed) if listed.strip() else {}).get("items", []):
+            meta = item["metadata"]
+            env.cluster.kubectl("patch", "spsprofile", meta["name"], "-n", meta["namespace"],
+                                "--type=merge", "-p", patch, check=False)  # fmt: skip
+        return crd_gone(env)
+
+    wait_for("the CRD gone", gone_after_forcing, timeout=120, interval=2)
+
+
 def server_restarts_with(env: Env, table: dict[str, Any]) -> None:
     """The table's ConfigMap is there, owned by the Deployment; a server pod deleted comes
     back Ready, serving the table."""
@@ -145,10 +166,7 @@ def test_e2e_every_uninstall_order_leaves_servers_able_to_restart(env: Env) -> N
         env.cluster.kubectl("delete", "crd", CRD, "--wait=false")
         time.sleep(5)
         assert not crd_gone(env), "the CRD went although the profile's finalizer is pending"
-        patch = json.dumps({"metadata": {"finalizers": None}})
-        env.cluster.kubectl("patch", "spsprofile", "sps", "-n", env.namespace,
-                            "--type=merge", "-p", patch)  # fmt: skip
-        wait_for("the CRD gone", lambda: crd_gone(env), timeout=120)
+        force_crd_gone(env)
         wait_collected(env, control)
         server_restarts_with(env, table)
         timings["1 uninstall, delete crd, finalizer forced"] = time.monotonic() - started
@@ -174,13 +192,14 @@ def test_e2e_every_uninstall_order_leaves_servers_able_to_restart(env: Env) -> N
         # kopf stops serving a resource whose CRD is terminating ("Non-patchable resources
         # will not be served"), so the finalizer waits here too: removed by hand.
         time.sleep(15)
-        env.cluster.kubectl("patch", "spsprofile", "sps", "-n", env.namespace,
-                            "--type=merge", "-p", patch, check=False)  # fmt: skip
-        wait_for("the CRD gone", lambda: crd_gone(env), timeout=120)
+        force_crd_gone(env)
         env.operator.uninstall()
         wait_collected(env, control)
         server_restarts_with(env, table)
         timings["3 delete crd, operator running, then uninstall"] = time.monotonic() - started
     finally:
         print(f"uninstall orders: cumulative seconds {timings}")
+        if not crd_gone(env):
+            env.cluster.kubectl("delete", "crd", CRD, "--wait=false", check=False)
+            force_crd_gone(env)
         install_crd(env.cluster)
