@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import copy
 import json
+import resource
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -308,21 +311,35 @@ def test_a_doubling_env_chain_is_bounded_and_refused() -> None:
     expanded is one the operator does not know; a command line whose expansion exceeds
     the limit is TargetTooLarge."""
     from sps_operator.api import limits
-    from sps_operator.controller.server.podenv import (
-        MAX_EXPANDED_CHARS,
-        MAX_SOURCE_CHARS,
-        resolve_env,
+    from sps_operator.controller.server.podenv import MAX_EXPANDED_CHARS, MAX_SOURCE_CHARS
+
+    # In a child under a 1 GiB address-space limit and a time limit: should the bound ever
+    # go, this test fails with MemoryError there instead of taking the machine's memory.
+    probe = (
+        "import json, sys\n"
+        "from sps_operator.controller.server.podenv import resolve_env\n"
+        "env = resolve_env({'env': json.loads(sys.argv[1])}, sys.argv[2], {})\n"
+        "values = [env.lookup(f'E{i}') for i in range(60)]\n"
+        "print(json.dumps([None if v is None else [v.hidden, len(v.value or ''), "
+        "len(v.source), 'longer than' in v.source] for v in values]))\n"
     )
 
-    env = resolve_env({"env": _doubling_env(60)}, NS, {})
-    values = [env.lookup(f"E{i}") for i in range(60)]
+    def limit_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    child = subprocess.run(
+        [sys.executable, "-c", probe, json.dumps(_doubling_env(60)), NS],
+        capture_output=True, text=True, timeout=120, preexec_fn=limit_memory, check=False,
+    )  # fmt: skip
+    assert child.returncode == 0, child.stderr[-2000:]
+    values = json.loads(child.stdout)
     assert all(v is not None for v in values)
-    known = [v for v in values if v is not None and not v.hidden]
-    assert known and all(len(v.value or "") <= MAX_EXPANDED_CHARS for v in known)
-    assert all(len(v.source) <= MAX_SOURCE_CHARS for v in values if v is not None)
-    first = next(v for v in values if v is not None and v.hidden)  # E15: 32 Ki characters
-    assert first is values[15] and "longer than" in first.source
-    assert all(v is not None and v.hidden for v in values[15:])
+    known = [v for v in values if not v[0]]
+    assert known and all(length <= MAX_EXPANDED_CHARS for _, length, _, _ in known)
+    assert all(source <= MAX_SOURCE_CHARS for _, _, source, _ in values)
+    first = next(i for i, v in enumerate(values) if v[0])  # E15: 32 Ki characters
+    assert first == 15 and values[15][3]
+    assert all(v[0] for v in values[15:])
     # In the server's args, through a pass: refused with the limit, never profiled.
     h = Harness()
     dep = deployment()
