@@ -18,7 +18,7 @@ from sps_operator.controller.policies.ownership import profile_summary
 from sps_operator.controller.policies.placement import PodInfo
 from sps_operator.controller.policies.policy import service_info
 from sps_operator.controller.policies.selectors import selector_string
-from sps_operator.controller.release import mounted_config_maps
+from sps_operator.controller.finalizer import mounted_config_maps
 from sps_operator.controller.steps.state import Snapshot, owned_by_name, stable_table_name
 
 

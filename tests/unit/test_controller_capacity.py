@@ -35,7 +35,7 @@ from sps_operator.controller.policies.borrow import (
 )
 from sps_operator.controller.policies.placement import PodInfo
 from sps_operator.controller.policies.policy import JobPolicy, NameRule
-from sps_operator.controller.release import release
+from sps_operator.controller.finalizer import release
 from sps_operator.controller.steps.reconcile import Reconciler
 from sps_operator.controller.steps.state import Settings, Snapshot
 

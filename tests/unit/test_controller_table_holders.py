@@ -14,7 +14,7 @@ from sps_operator.controller.policies.ownership import (
     held_owner_references,
     released_owner_references,
 )
-from sps_operator.controller.release import release
+from sps_operator.controller.finalizer import release
 
 PROFILE_REF = {
     "apiVersion": "sps.dev/v1alpha1",

@@ -31,7 +31,7 @@ from sps_operator.controller.policies.borrow import (
     written_by_operator,
 )
 from sps_operator.controller.policies.policy import BORROW_BOUNDS
-from sps_operator.controller.release import release
+from sps_operator.controller.finalizer import release
 
 
 def blocked_by(h: Harness) -> str:

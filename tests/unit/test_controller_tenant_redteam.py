@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from sps_operator.api import labels as L
 from sps_operator.api.untrusted_json import _TOKENS, Unreadable, nesting_depth, read_json
 from sps_operator.controller.kube.table_objects import MAX_META_BYTES
-from sps_operator.controller.release import release
+from sps_operator.controller.finalizer import release
 
 TEAM_B = "team-b"
 

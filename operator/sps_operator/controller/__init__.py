@@ -2,7 +2,7 @@
 imports only from the floors under it (tests/unit/test_controller_layers.py holds them):
 
     (this folder)  kopf wiring and the process: `main`, `handlers`, the caches
-                   (`indexes`), wake-ups (`kicks`), the finalizer (`release`), the
+                   (`indexes`), wake-ups (`kicks`), the finalizer (`finalizer`), the
                    offline `fingerprint` command
     steps/         one reconcile pass and its steps, on the pass state
     process/       the operator process's own plumbing: leader election, liveness,

@@ -42,7 +42,7 @@ from sps_operator.controller.kicks import (
 from sps_operator.controller.kube.client import api_error_detail
 from sps_operator.controller.kube.envsources import EnvSources
 from sps_operator.controller.policies.ownership import stable_config_map
-from sps_operator.controller.release import nothing_to_release, release
+from sps_operator.controller.finalizer import nothing_to_release, release
 from sps_operator.controller.steps.reconcile import Reconciler
 
 log = logging.getLogger("sps_operator.handlers")

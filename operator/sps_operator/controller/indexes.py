@@ -37,7 +37,7 @@ from sps_operator.controller.policies.ownership import (
 from sps_operator.controller.policies.placement import PodInfo, pod_info
 from sps_operator.controller.policies.policy import ServiceInfo, service_info
 from sps_operator.controller.policies.selectors import matches_selector
-from sps_operator.controller.release import mounted_config_maps
+from sps_operator.controller.finalizer import mounted_config_maps
 from sps_operator.controller.steps.state import CachedWorld
 
 Key = tuple[str, ...]

@@ -2,4 +2,4 @@
 roll out → trim history → report, each a function of the pass state (`state.Pass`).
 
 Steps may import `policies`, `server`, `kube` and `process`; never the kopf wiring
-above them (`handlers`, `main`, `indexes`, `kicks`, `release`)."""
+above them (`handlers`, `main`, `indexes`, `kicks`, `finalizer`)."""
