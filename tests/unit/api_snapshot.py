@@ -9,16 +9,16 @@ from dataclasses import dataclass, field
 
 from sps_operator.api import labels as L
 from sps_operator.api.spec import SpsProfileSpec
+from sps_operator.controller.finalizer import mounted_config_maps
 from sps_operator.controller.kube.builders import ProfileRef
 from sps_operator.controller.kube.client import KubeApi, Obj
 from sps_operator.controller.kube.envsources import read_env_config_maps
 from sps_operator.controller.policies.borrow import PoolBid
 from sps_operator.controller.policies.claims import ClaimInfo
+from sps_operator.controller.policies.job_policy import service_info
 from sps_operator.controller.policies.ownership import profile_summary
 from sps_operator.controller.policies.placement import PodInfo
-from sps_operator.controller.policies.policy import service_info
 from sps_operator.controller.policies.selectors import selector_string
-from sps_operator.controller.finalizer import mounted_config_maps
 from sps_operator.controller.steps.state import Snapshot, owned_by_name, stable_table_name
 
 

@@ -24,6 +24,7 @@ from kubernetes.client.rest import ApiException
 from sps_operator.api import labels as L
 from sps_operator.api.models import SpsProfile
 from sps_operator.api.spec import CapacitySpec
+from sps_operator.controller.finalizer import release
 from sps_operator.controller.kube.builders import ProfileRef
 from sps_operator.controller.policies.borrow import (
     BorrowTag,
@@ -33,9 +34,8 @@ from sps_operator.controller.policies.borrow import (
     kueue_managed_refusal,
     pool_lease,
 )
+from sps_operator.controller.policies.job_policy import JobPolicy, NameRule
 from sps_operator.controller.policies.placement import PodInfo
-from sps_operator.controller.policies.policy import JobPolicy, NameRule
-from sps_operator.controller.finalizer import release
 from sps_operator.controller.steps.reconcile import Reconciler
 from sps_operator.controller.steps.state import Settings, Snapshot
 

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from sps_operator.api import labels as L
 from sps_operator.api.untrusted_json import _TOKENS, Unreadable, nesting_depth, read_json
-from sps_operator.controller.kube.table_objects import MAX_META_BYTES
 from sps_operator.controller.finalizer import release
+from sps_operator.controller.kube.table_objects import MAX_META_BYTES
 
 TEAM_B = "team-b"
 
@@ -278,7 +278,7 @@ def test_a_long_wait_does_not_put_a_run_behind_every_younger_run() -> None:
 
     from test_controller_tenant_capacity import cached_pass, other_namespace_run, waiting_to_borrow
 
-    from sps_operator.controller.policies.policy import BORROW_BOUNDS
+    from sps_operator.controller.policies.job_policy import BORROW_BOUNDS
 
     # team-a's run waits from 12:00 behind team-b's earlier bid (which then takes the pool).
     h, waiting = waiting_to_borrow(other_namespace_run(0, "2026-03-01T11:59:00Z"), 86400)

@@ -36,8 +36,9 @@ from sps_operator.api.spec import ServerSource, TableKind
 from sps_operator.api.status import FailureRecord, RunPhase, RunStatus
 from sps_operator.controller.kube import builders, names, table_objects
 from sps_operator.controller.kube.client import Obj, api_error_detail
-from sps_operator.controller.policies import claims, compat, policy
+from sps_operator.controller.policies import claims, compat
 from sps_operator.controller.policies import conditions as cond
+from sps_operator.controller.policies import job_policy as policy
 from sps_operator.controller.policies.acceptance import judge_bounded
 from sps_operator.controller.policies.clocks import elapsed
 from sps_operator.controller.policies.kueue import run_limit

@@ -20,10 +20,10 @@ from sps_operator.controller.kube.ratelimit import Periodic
 from sps_operator.controller.policies import clocks
 from sps_operator.controller.policies.borrow import PoolBid
 from sps_operator.controller.policies.claims import ClaimInfo
+from sps_operator.controller.policies.job_policy import BORROW_BOUNDS, JobPolicy, ServiceInfo
 from sps_operator.controller.policies.kueue import KUEUE_RECHECK_SECONDS, KueueCache
 from sps_operator.controller.policies.ownership import ProfileSummary
 from sps_operator.controller.policies.placement import PodInfo
-from sps_operator.controller.policies.policy import BORROW_BOUNDS, JobPolicy, ServiceInfo
 from sps_operator.controller.policies.selectors import matches_selector
 from sps_operator.controller.process.metrics import Metrics
 from sps_operator.controller.server.podenv import ConfigMapEnv
