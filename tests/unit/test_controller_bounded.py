@@ -7,7 +7,7 @@ import time
 import pytest
 from controller_harness import Harness
 
-from sps_operator.controller.policies.bounded import BoundExceeded, CallFailed, call_bounded
+from sps_operator.controller.process.bounded import BoundExceeded, CallFailed, call_bounded
 from sps_operator.controller.steps.state import Settings
 
 MIB = 2**20

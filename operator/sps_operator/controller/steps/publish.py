@@ -27,8 +27,9 @@ from sps_operator.api.result import MAX_MANIFEST_BYTES
 from sps_operator.api.status import TableRef
 from sps_operator.controller.kube import names, table_objects
 from sps_operator.controller.policies import conditions as cond
-from sps_operator.controller.policies.acceptance import api_quality, judge_bounded
+from sps_operator.controller.policies.acceptance import api_quality
 from sps_operator.controller.policies.triggers import table_for
+from sps_operator.controller.process.bounded import judge_bounded
 from sps_operator.controller.steps.outcome import (
     NameTaken,
     create_owned,

@@ -39,10 +39,10 @@ from sps_operator.controller.kube.client import Obj, api_error_detail
 from sps_operator.controller.policies import claims, compat
 from sps_operator.controller.policies import conditions as cond
 from sps_operator.controller.policies import job_policy as policy
-from sps_operator.controller.policies.acceptance import judge_bounded
 from sps_operator.controller.policies.clocks import elapsed
 from sps_operator.controller.policies.kueue import run_limit
 from sps_operator.controller.policies.triggers import RunRequest, TargetView, decide_run
+from sps_operator.controller.process.bounded import judge_bounded
 from sps_operator.controller.steps.capacity import (
     close_segment,
     follow_wait,
