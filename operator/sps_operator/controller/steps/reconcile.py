@@ -24,10 +24,10 @@ from sps_operator.api.reasons import CLOCK_SKEW, INVALID_SPEC, RECONCILE_ERROR, 
 from sps_operator.api.status import FailureRecord, SpsProfileStatus
 from sps_operator.controller.kube import builders
 from sps_operator.controller.kube.client import KubeApi, api_error_detail, is_transient
+from sps_operator.controller.kube.kueue_cache import KUEUE_READ_SECONDS, KueueCache
 from sps_operator.controller.kube.ratelimit import Periodic
 from sps_operator.controller.policies import conditions as cond
 from sps_operator.controller.policies.clocks import bound_recorded_times
-from sps_operator.controller.policies.kueue import KUEUE_READ_SECONDS, KueueCache
 from sps_operator.controller.policies.triggers import backoff_seconds, note_refresh_requests
 from sps_operator.controller.process.metrics import Metrics
 from sps_operator.controller.steps.capacity import return_orphans
