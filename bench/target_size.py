@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sps_operator.api.spec import SpsProfileSpec
-from sps_operator.controller.server.serverread import read_server
+from sps_operator.controller.sglang.serverread import read_server
 from sps_operator.controller.steps.observe import _understand_server
 from sps_operator.controller.steps.state import Target
 

@@ -24,7 +24,7 @@ from sps_operator.api.reasons import (
 from sps_operator.api.result import build_patch
 from sps_operator.controller.policies import compat
 from sps_operator.controller.policies.placement import MAX_EXIT_MESSAGE, PodInfo, pod_info
-from sps_operator.controller.server.serverconfig import (
+from sps_operator.controller.sglang.serverconfig import (
     TABLE_PATH_FLAG,
     legacy_table_fingerprint,
     parse_server,

@@ -15,7 +15,7 @@ from sps_operator.api import labels as L
 from sps_operator.api.reasons import ENGRAM_COMPACT_TABLE, PD_DISAGGREGATED_SERVER
 from sps_operator.controller.policies import compat
 from sps_operator.controller.policies.placement import PodInfo
-from sps_operator.controller.server.serverconfig import parse_server, server_config
+from sps_operator.controller.sglang.serverconfig import parse_server, server_config
 from sps_operator.plugin.explain import explain, render_explain
 from sps_operator.plugin.explain_reasons import FAILURE_REASONS, TARGET_REASONS
 

@@ -23,8 +23,8 @@ from sps_operator.api.reasons import (
     NOT_AN_SGLANG_SERVER,
     UNREADABLE_SHELL_SCRIPT,
 )
-from sps_operator.controller.server.podenv import ConfigMapEnv, EnvValue, resolve_env
-from sps_operator.controller.server.serverconfig import (
+from sps_operator.controller.sglang.podenv import ConfigMapEnv, EnvValue, resolve_env
+from sps_operator.controller.sglang.serverconfig import (
     FINGERPRINTED_ENV,
     ServerCommand,
     ServerConfig,

@@ -15,7 +15,7 @@ PACKAGE = pathlib.Path(sps_operator.__path__[0])
 CONTROLLER = "sps_operator.controller"
 
 # Bottom to top; a module may import from its own floor and the ones before it.
-FLOORS = ("server", "policies", "kube", "process", "steps", "wiring")
+FLOORS = ("sglang", "policies", "kube", "process", "steps", "wiring")
 WIRING = "wiring"  # the modules directly in controller/: kopf, the process, the CLI's
 ENTRY_POINT = "sps_operator.controller.main"  # `sps-operator run` (sps_operator/cli.py)
 
@@ -93,13 +93,13 @@ def test_no_floor_imports_one_above_it() -> None:
     assert not upward_arrows(graph), "\n".join(upward_arrows(graph))
 
 
-def test_policies_and_server_import_no_steps_kube_or_process() -> None:
+def test_policies_and_sglang_import_no_steps_kube_or_process() -> None:
     """Said on its own because it is the rule that keeps policies pure."""
     graph = package_imports()
     impure = sorted(
         f"{module} imports {target}"
         for module, imported in graph.items()
-        if floor_of(module) in {"policies", "server"}
+        if floor_of(module) in {"policies", "sglang"}
         for target in imported
         if floor_of(target) in {"steps", "kube", "process", WIRING} and target != CONTROLLER
     )

@@ -99,7 +99,7 @@ def test_the_pin_wins_over_every_node_selector_in_the_job() -> None:
 
 
 def _server() -> Any:
-    from sps_operator.controller.server.serverconfig import parse_server
+    from sps_operator.controller.sglang.serverconfig import parse_server
 
     return parse_server(deployment()["spec"]["template"]["spec"]["containers"][0])
 

@@ -311,13 +311,13 @@ def test_a_doubling_env_chain_is_bounded_and_refused() -> None:
     expanded is one the operator does not know; a command line whose expansion exceeds
     the limit is TargetTooLarge."""
     from sps_operator.api import limits
-    from sps_operator.controller.server.podenv import MAX_EXPANDED_CHARS, MAX_SOURCE_CHARS
+    from sps_operator.controller.sglang.podenv import MAX_EXPANDED_CHARS, MAX_SOURCE_CHARS
 
     # In a child under a 1 GiB address-space limit and a time limit: should the bound ever
     # go, this test fails with MemoryError there instead of taking the machine's memory.
     probe = (
         "import json, sys\n"
-        "from sps_operator.controller.server.podenv import resolve_env\n"
+        "from sps_operator.controller.sglang.podenv import resolve_env\n"
         "env = resolve_env({'env': json.loads(sys.argv[1])}, sys.argv[2], {})\n"
         "values = [env.lookup(f'E{i}') for i in range(60)]\n"
         "print(json.dumps([None if v is None else [v.hidden, len(v.value or ''), "

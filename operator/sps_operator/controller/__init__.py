@@ -6,10 +6,10 @@ imports only from the floors under it (tests/unit/test_controller_layers.py hold
                    offline `fingerprint` command
     steps/         one reconcile pass and its steps, on the pass state
     process/       the operator process's own plumbing: leader election, liveness,
-                   metrics, fault injection
+                   metrics, fault injection, the fit in a bounded child process
     kube/          the door to the API server and the objects that go through it
     policies/      pure decisions: when to profile, what a Job may be, where it runs,
                    whether a result becomes a table
-    server/        what an SGLang server container runs, read without I/O
+    sglang/        what an SGLang server container runs, read without I/O
 
 Nothing imports `main` or `handlers` but the command line (`sps_operator.cli`)."""

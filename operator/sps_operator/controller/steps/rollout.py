@@ -51,7 +51,7 @@ from sps_operator.controller.policies.deployments import (
 from sps_operator.controller.policies.ownership import recorded_owner
 from sps_operator.controller.policies.stable_writers import PLACEHOLDER_HASH, PLACEHOLDER_JSON
 from sps_operator.controller.policies.triggers import refresh_trigger_key, run_spec_hash, table_for
-from sps_operator.controller.server.fingerprint_v1 import is_v1
+from sps_operator.controller.sglang.fingerprint_v1 import is_v1
 from sps_operator.controller.steps.capacity import follow_rollout_borrow
 from sps_operator.controller.steps.holders import hold_tables
 from sps_operator.controller.steps.publish import table_text

@@ -27,8 +27,8 @@ from sps_operator.controller.policies.ownership import ProfileSummary
 from sps_operator.controller.policies.placement import PodInfo
 from sps_operator.controller.policies.selectors import matches_selector
 from sps_operator.controller.process.metrics import Metrics
-from sps_operator.controller.server.podenv import ConfigMapEnv
-from sps_operator.controller.server.serverconfig import ServerCommand, ServerConfig
+from sps_operator.controller.sglang.podenv import ConfigMapEnv
+from sps_operator.controller.sglang.serverconfig import ServerCommand, ServerConfig
 
 
 @dataclass(frozen=True)
