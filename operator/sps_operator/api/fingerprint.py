@@ -6,7 +6,7 @@ where the operator reads it (the container's args, its environment, its image), 
 which spellings, what `/server_info` calls it (the profiler records those), since which
 SGLang release it changes a step's cost and until which it is read at all, and why. The
 operator's parser (`controller/sglang/serverconfig.py`), the profiler's record of the server
-(`profiler/server.py`), docs/fingerprint.md (`fingerprint_doc`, checked by a test) and
+(`profiler/server_info.py`), docs/fingerprint.md (`fingerprint_doc`, checked by a test) and
 `sps-operator fingerprint` all come from this list.
 
 Read against SGLang's sources: upstream main 15a43983 (2026-08-22), releases v0.5.16 (the

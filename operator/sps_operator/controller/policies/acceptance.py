@@ -12,7 +12,7 @@ clock-ramp models, coverage, ramp correction (once), plausibility, fit, self-che
 Coverage is defined against what sps-profiler measures for the spec's sweep (`asked_cells`):
 every (repeat, batch size, fraction) once. It never leaves a cell out on its own: a batch
 size above the server's caps (`--max-running-requests`, the CUDA-graph max bs, the KV
-capacity) fails the whole run before anything is measured (`profiler.server.validate_sweep`),
+capacity) fails the whole run before anything is measured (`profiler.server_info.validate_sweep`),
 and a round that fails fails the run. The one round a fit legitimately drops is one
 stranded on a clock ramp it cannot correct (`tables.clockramp.stranded_rounds`); it covers
 nothing, and the cell counts only when measured again (so a stranded round and its
