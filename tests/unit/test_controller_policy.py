@@ -614,7 +614,7 @@ def _spec() -> SpsProfileSpec:
 
 
 def test_every_refusal_and_the_phase_change_are_explained() -> None:
+    from sps_operator.api.reason_registry import FAILURE_ADVICE
     from sps_operator.controller.steps.run import TARGET_CHANGED
-    from sps_operator.plugin.explain_reasons import FAILURE_REASONS
 
-    assert job_policy.REFUSAL_REASONS | {TARGET_CHANGED} <= FAILURE_REASONS.keys()
+    assert job_policy.REFUSAL_REASONS | {TARGET_CHANGED} <= FAILURE_ADVICE.keys()

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sps_operator.api import reason_registry as registry
 from sps_operator.api import reasons as R
 from sps_operator.plugin.explain import explain, render_explain
 
@@ -397,7 +398,7 @@ GENERIC = {R.PROFILING_FAILED, R.INVALID_SPEC}
     "reason",
     sorted(
         r
-        for r, d in R.REASONS.items()
+        for r, d in registry.REASONS.items()
         if d.kind in (R.Kind.FAILURE, R.Kind.WAITING) and r not in GENERIC
     ),
 )
@@ -409,7 +410,7 @@ def test_every_failure_reason_of_the_list_gets_specific_advice(reason: str) -> N
 
 
 @pytest.mark.parametrize(
-    "reason", sorted(r for r, d in R.REASONS.items() if d.kind == R.Kind.PROBLEM)
+    "reason", sorted(r for r, d in registry.REASONS.items() if d.kind == R.Kind.PROBLEM)
 )
 def test_every_target_reason_of_the_list_is_explained(reason: str) -> None:
     status = {
