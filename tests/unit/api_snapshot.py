@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sps_operator.api import labels as L
 from sps_operator.api.spec import SpsProfileSpec
@@ -18,8 +19,23 @@ from sps_operator.controller.policies.claims import ClaimInfo
 from sps_operator.controller.policies.job_policy import service_info
 from sps_operator.controller.policies.ownership import profile_summary
 from sps_operator.controller.policies.placement import PodInfo
-from sps_operator.controller.policies.selectors import selector_string
 from sps_operator.controller.steps.state import Snapshot, owned_by_name, stable_table_name
+
+
+def selector_string(selector: Mapping[str, Any]) -> str:
+    """The string form of a metav1.LabelSelector a LIST takes (this world reads by LIST)."""
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+        if op == "In":
+            parts.append(f"{key} in ({','.join(values)})")
+        elif op == "NotIn":
+            parts.append(f"{key} notin ({','.join(values)})")
+        elif op == "Exists":
+            parts.append(key)
+        elif op == "DoesNotExist":
+            parts.append(f"!{key}")
+    return ",".join(parts)
 
 
 def mounted(deployments: Iterable[Obj], names: Iterable[str | None]) -> frozenset[str]:
