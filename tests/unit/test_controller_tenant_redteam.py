@@ -266,13 +266,6 @@ def test_a_contested_holder_reference_is_not_rewritten_every_pass() -> None:
 # --------------------------------------------------------------------------- the pool's queue
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="team-a's bid, once it waited past maxPoolTurnSeconds (because others held the "
-    "pool), goes after every fresh bid: team-b alternating two profiles whose runs each "
-    "hold the pool just under the bound always has a fresh bid ahead, and team-a never "
-    "gets a turn (the bound meant for a wedged head of line starves the longest waiter)",
-)
 def test_a_long_wait_does_not_put_a_run_behind_every_younger_run() -> None:
     from datetime import timedelta
 

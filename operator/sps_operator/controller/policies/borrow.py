@@ -32,8 +32,9 @@ borrow on the same GPU product.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sps_operator.api import labels as L
@@ -454,14 +455,18 @@ def pool_bid(
     return PoolBid(holder, uid, product, first.priority or 0, str(first.created))
 
 
-def ahead_of(mine: PoolBid, bids: Iterable[PoolBid], expired_before: str = "") -> list[PoolBid]:
-    """The bids served before `mine` on its GPU product, first first. A bid waiting since
-    before `expired_before` (the admin's bound of a place in line) holds no one back any
-    more: it goes after every bid that has not waited that long. Every pass orders the
-    same bids the same way, so no two runs ever wait for each other."""
+def ahead_of(
+    mine: PoolBid, bids: Iterable[PoolBid], stalled: Mapping[str, str] | None = None
+) -> list[PoolBid]:
+    """The bids served before `mine` on its GPU product, first first. A bid in `stalled`
+    (a head of line that was offered the free pool and did not take it within the admin's
+    bound, `PoolLine`) holds no one back any more: it goes after every bid that has not
+    stalled, and stalled bids go in the order they stalled. Every pass orders the same bids
+    the same way, so no two runs ever wait for each other."""
+    marks = stalled or {}
 
-    def place(bid: PoolBid) -> tuple[bool, int, str, str]:
-        return (bid.since < expired_before, *bid.place)
+    def place(bid: PoolBid) -> tuple[str, int, str, str]:
+        return (marks.get(bid.uid, ""), *bid.place)
 
     return sorted(
         (
@@ -471,3 +476,61 @@ def ahead_of(mine: PoolBid, bids: Iterable[PoolBid], expired_before: str = "") -
         ),
         key=place,
     )
+
+
+@dataclass(frozen=True)
+class PoolLine:
+    """What the operator remembers of the line on one GPU product between passes: which
+    bid, first in line, has been offered the free pool since when, and which bids stalled
+    (their profile's UID: when they were sent back). A bid that waits because another run
+    holds the pool is never offered, so it keeps its place however long it waits; only a
+    head of line that lets a free pool go unused for the whole bound (its pass no longer
+    runs, or fails before it borrows) goes after the others."""
+
+    offered: str = ""  # the head's profile UID
+    offered_at: str = ""  # RFC 3339
+    stalled: Mapping[str, str] = field(default_factory=dict)
+
+
+def observe_line(
+    line: PoolLine, bids: Iterable[PoolBid], pool_free: bool, now: str, expired_before: str
+) -> PoolLine:
+    """The line after a look at it at `now` (`bids`: the bids on its product; `pool_free`:
+    no run holds the product's pool Lease; a head offered before `expired_before` stalled).
+    Marks of bids that left the line are forgotten."""
+    bids = list(bids)
+    present = {b.uid for b in bids}
+    stalled = {uid: at for uid, at in line.stalled.items() if uid in present}
+    if not pool_free or not bids:
+        return PoolLine(stalled=stalled)  # nobody is offered a pool that is held
+    head = min(bids, key=lambda b: (stalled.get(b.uid, ""), *b.place))
+    if line.offered != head.uid or not line.offered_at:
+        return PoolLine(head.uid, now, stalled)
+    if line.offered_at <= expired_before:
+        return PoolLine(stalled={**stalled, head.uid: now})
+    return PoolLine(line.offered, line.offered_at, stalled)
+
+
+class PoolLines:
+    """The `PoolLine` of every GPU product, process-wide (thread-safe: passes run in a
+    pool of threads). In memory: what it records is the operator's own observation of
+    time, which no tenant can write; an operator restart forgets it, which only gives a
+    stalled head one more bound (it is offered again from the restart)."""
+
+    def __init__(self) -> None:
+        self._lines: dict[str, PoolLine] = {}
+        self._lock = threading.Lock()
+
+    def look(
+        self, product: str, bids: Iterable[PoolBid], pool_free: bool, now: str,
+        expired_before: str,
+    ) -> Mapping[str, str]:  # fmt: skip
+        """Observe the line on `product` now; returns its stalled bids (`ahead_of`)."""
+        with self._lock:
+            line = self._lines.get(product, PoolLine())
+            line = observe_line(line, bids, pool_free, now, expired_before)
+            if line == PoolLine():
+                self._lines.pop(product, None)
+            else:
+                self._lines[product] = line
+            return dict(line.stalled)

@@ -26,6 +26,7 @@ from sps_operator.controller.kube import builders
 from sps_operator.controller.kube.client import KubeApi, api_error_detail, is_transient
 from sps_operator.controller.kube.ratelimit import Periodic
 from sps_operator.controller.policies import conditions as cond
+from sps_operator.controller.policies.borrow import PoolLines
 from sps_operator.controller.policies.clocks import bound_recorded_times
 from sps_operator.controller.policies.kueue import KUEUE_READ_SECONDS, KueueCache
 from sps_operator.controller.policies.triggers import backoff_seconds, note_refresh_requests
@@ -69,6 +70,7 @@ class Reconciler:
         # next pass that same resourceVersion, and the pass must not act on the old status.
         self._written: dict[str, tuple[str, dict[str, Any]]] = {}
         self.pool_sweep = Periodic(self.settings.pool_sweep_seconds)
+        self.pool_lines = PoolLines()
         # Read at most half as often as a queued run looks again (15 s by default).
         self.kueue_reads = KueueCache(
             seconds=min(KUEUE_READ_SECONDS, self.settings.kueue_recheck_seconds / 2)
@@ -141,6 +143,7 @@ class Reconciler:
             metrics=self.metrics,
             snapshot=Snapshot.empty(),
             pool_sweep=self.pool_sweep,
+            pool_lines=self.pool_lines,
             kueue_reads=self.kueue_reads,
         )
         started = time.monotonic()

@@ -18,7 +18,7 @@ from sps_operator.controller.kube.client import KubeApi, Obj, owned_by
 from sps_operator.controller.kube.envsources import EnvSources, read_env_config_maps
 from sps_operator.controller.kube.ratelimit import Periodic
 from sps_operator.controller.policies import clocks
-from sps_operator.controller.policies.borrow import PoolBid
+from sps_operator.controller.policies.borrow import PoolBid, PoolLines
 from sps_operator.controller.policies.claims import ClaimInfo
 from sps_operator.controller.policies.kueue import KUEUE_RECHECK_SECONDS, KueueCache
 from sps_operator.controller.policies.ownership import ProfileSummary
@@ -293,6 +293,8 @@ class Pass:
     step: str = "start"  # the step running, for error reports
     # Work many passes may ask for and one does (the orphaned-borrow sweep), process-wide.
     pool_sweep: Periodic = field(default_factory=lambda: Periodic(0.0))
+    # Who was offered each GPU product's free pool and who stalled, process-wide.
+    pool_lines: PoolLines = field(default_factory=PoolLines)
     # What Kueue last said about a suspended Job, process-wide (read at most every few s).
     kueue_reads: KueueCache = field(default_factory=KueueCache)
 
