@@ -101,6 +101,7 @@ TABLE_MODIFIED = "TableModified"
 TABLE_MOUNT_SHADOWED = "TableMountShadowed"
 TARGET_TOO_LARGE = "TargetTooLarge"
 STABLE_TABLE_CONTESTED = "StableTableContested"
+HOLDER_REFERENCE_CONTESTED = "HolderReferenceContested"
 HIDDEN_COST_INPUT = "HiddenCostInput"
 AMBIGUOUS_FLAG = "AmbiguousFlag"
 CONFIG_FILE_FLAGS = "ConfigFileFlags"
@@ -229,6 +230,9 @@ REASONS: dict[str, Reason] = {
     ),
     STABLE_TABLE_CONTESTED: Reason(
         Kind.PROBLEM, "AnnotateOnly: another writer keeps changing the stable ConfigMap"
+    ),
+    HOLDER_REFERENCE_CONTESTED: Reason(
+        Kind.PROBLEM, "something keeps removing a Deployment's holder reference from a table"
     ),
     HIDDEN_COST_INPUT: Reason(
         Kind.PROBLEM, "a cost input of the server comes from what the operator cannot read"

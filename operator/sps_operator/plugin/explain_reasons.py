@@ -91,6 +91,16 @@ TARGET_REASONS: dict[str, tuple[str, str]] = {
         "system one such as kube-root-ca.crt), or stop the other writer (a GitOps tool "
         "syncing it: exclude its data, docs/gitops.md).",
     ),
+    R.HOLDER_REFERENCE_CONTESTED: (
+        "Something keeps removing the reference that makes a Deployment hold its table",
+        "The operator makes each Deployment that mounts a table an owner of its ConfigMap, "
+        "so the garbage collector keeps the table while the Deployment needs it, even when "
+        "the profile goes. Something (a person, a GitOps tool syncing the ConfigMap, a "
+        "controller) removes that reference again after each write; the operator writes it "
+        "back with a backoff (1 min, doubling, at most hourly) instead of at every pass. "
+        "Find the writer (`kubectl get cm <table> --show-managed-fields -o yaml`) and stop "
+        "it touching ownerReferences of the operator's table ConfigMaps.",
+    ),
     R.NO_SERVER_CONTAINER: (
         "spec.serverContainer names no container of the Deployment",
         "Set spec.serverContainer to the SGLang container's name.",

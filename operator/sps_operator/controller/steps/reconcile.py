@@ -29,6 +29,7 @@ from sps_operator.controller.policies import conditions as cond
 from sps_operator.controller.policies.borrow import PoolLines
 from sps_operator.controller.policies.clocks import bound_recorded_times
 from sps_operator.controller.policies.kueue import KUEUE_READ_SECONDS, KueueCache
+from sps_operator.controller.policies.stable_writers import Rewrites
 from sps_operator.controller.policies.triggers import backoff_seconds, note_refresh_requests
 from sps_operator.controller.process.metrics import Metrics
 from sps_operator.controller.steps.capacity import return_orphans
@@ -71,6 +72,7 @@ class Reconciler:
         self._written: dict[str, tuple[str, dict[str, Any]]] = {}
         self.pool_sweep = Periodic(self.settings.pool_sweep_seconds)
         self.pool_lines = PoolLines()
+        self.rewrites = Rewrites()
         # Read at most half as often as a queued run looks again (15 s by default).
         self.kueue_reads = KueueCache(
             seconds=min(KUEUE_READ_SECONDS, self.settings.kueue_recheck_seconds / 2)
@@ -144,6 +146,7 @@ class Reconciler:
             snapshot=Snapshot.empty(),
             pool_sweep=self.pool_sweep,
             pool_lines=self.pool_lines,
+            rewrites=self.rewrites,
             kueue_reads=self.kueue_reads,
         )
         started = time.monotonic()

@@ -25,6 +25,7 @@ from sps_operator.controller.policies.ownership import ProfileSummary
 from sps_operator.controller.policies.placement import PodInfo
 from sps_operator.controller.policies.policy import BORROW_BOUNDS, JobPolicy, ServiceInfo
 from sps_operator.controller.policies.selectors import matches_selector
+from sps_operator.controller.policies.stable_writers import Rewrites
 from sps_operator.controller.process.metrics import Metrics
 from sps_operator.controller.server.podenv import ConfigMapEnv
 from sps_operator.controller.server.serverconfig import ServerCommand, ServerConfig
@@ -295,6 +296,10 @@ class Pass:
     pool_sweep: Periodic = field(default_factory=lambda: Periodic(0.0))
     # Who was offered each GPU product's free pool and who stalled, process-wide.
     pool_lines: PoolLines = field(default_factory=PoolLines)
+    # The operator's write-backs of what another writer undoes, process-wide (backoff).
+    rewrites: Rewrites = field(default_factory=Rewrites)
+    # What another writer keeps undoing now, as (reason, message): Degraded says so.
+    contested: list[tuple[str, str]] = field(default_factory=list)
     # What Kueue last said about a suspended Job, process-wide (read at most every few s).
     kueue_reads: KueueCache = field(default_factory=KueueCache)
 
