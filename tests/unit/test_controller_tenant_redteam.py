@@ -109,6 +109,81 @@ def test_the_operators_own_volume_name_does_not_excuse_a_tenant_mount() -> None:
     assert h.settle()["targets"][0].get("reason") == "TableMountShadowed"
 
 
+# --------------------------------------------------------------------------- adoption
+
+
+def _precreated_job(change: str) -> Harness:
+    """A run's Job name is derived from the profile's UID (no secret): someone who may
+    create Jobs in the namespace creates one under it first, with the profile as its
+    controller ownerReference, before the operator's pass (played as a crash between the
+    operator's create and its status write, the one case adoption is for)."""
+    h = Harness.one_target()
+    h.tick()
+    run = h.run_pass()["currentRun"]
+    job = copy.deepcopy(h.kube.obj("Job", run["job"]))
+    pod = job["spec"]["template"]["spec"]
+    if change == "labels":
+        job["metadata"]["labels"] = {}
+    elif change == "priority":
+        pod["priorityClassName"] = "team-high"
+    elif change == "image":
+        pod["containers"][0]["image"] = "registry.example/mine:latest"
+    elif change == "account":
+        pod["serviceAccountName"] = "default"
+    h.kube.objects[("SpsProfile", NS, "p")]["status"]["currentRun"] = None
+    h.kube.objects[("Job", NS, run["job"])] = job
+    h.reconciler = type(h.reconciler)(h.kube, h.settings, clock=lambda: h.now)  # restart
+    h.tick()
+    h.run_pass()
+    return h
+
+
+@pytest.mark.parametrize("change", ["labels", "priority", "image", "account"])
+def test_a_job_created_ahead_of_the_run_under_its_name_is_never_adopted(change: str) -> None:
+    """Hole found and fixed: a Job under the run's name whose controller ownerReference
+    named the profile was adopted whatever it ran: its own image, account, or a
+    PriorityClass beyond the admin's jobPolicy (which also placed it ahead of others in the
+    GPU pool's line). Now only the Job the operator would create is adopted."""
+    h = _precreated_job(change)
+    status = h.status()
+    assert status.get("currentRun") is None, status.get("currentRun")
+    failure = status["lastFailure"]
+    assert failure["reason"] == "NameTaken", failure
+    assert "kubectl delete job" in failure["message"], failure["message"]
+
+
+def test_the_operators_own_job_found_after_a_crash_is_adopted() -> None:
+    h = _precreated_job("none")
+    status = h.status()
+    assert status["currentRun"]["job"] and "lastFailure" not in status, status
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+_fields = st.sampled_from(["metadata", "spec", "template", "labels", "ownerReferences", "uid",
+                           "controller", "containers", "image", "name", "kind"])  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(_fields, _json | st.dictionaries(_fields, _json, max_size=4), max_size=4))
+def test_adoption_reads_any_object_without_raising(existing: dict[str, Any]) -> None:
+    from sps_operator.controller.policies.ownership import adoption_refusal
+
+    container = {"name": "c", "image": "i"}
+    built = {"kind": "Job", "metadata": {"labels": {"a": "b"}},
+             "spec": {"template": {"spec": {"containers": [container]}}}}  # fmt: skip
+    try:
+        refusal = adoption_refusal(existing, built, "uid")
+    except (AttributeError, TypeError):
+        pytest.fail("adoption_refusal raised on an object someone else wrote")
+    assert refusal is not None  # none of these names the profile as its controller
+
+
 # --------------------------------------------------------------------------- table holders
 
 
