@@ -158,6 +158,27 @@ def test_the_operators_own_job_found_after_a_crash_is_adopted() -> None:
     assert status["currentRun"]["job"] and "lastFailure" not in status, status
 
 
+def test_a_job_deleted_and_created_again_under_its_name_mid_run_is_not_followed() -> None:
+    """Hole found and fixed: each pass took the run's Job by name (among the Jobs that name
+    the profile as controller) and recorded its UID afresh, so a Job deleted and created
+    again under the run's name, with its own pod template, became the run's Job: followed,
+    its result read, its PriorityClass its place in the GPU pool's line."""
+    h = Harness.one_target()
+    h.tick()
+    run = h.run_pass()["currentRun"]
+    h.tick()
+    assert h.run_pass()["currentRun"]["jobUid"]
+    job = copy.deepcopy(h.kube.obj("Job", run["job"]))
+    job["metadata"]["uid"] = "uid-recreated"
+    job["spec"]["template"]["spec"]["priorityClassName"] = "team-high"
+    h.kube.objects[("Job", NS, run["job"])] = job
+    h.tick()
+    status = h.run_pass()
+    assert status.get("currentRun") is None or status["currentRun"]["name"] != run["name"]
+    failure = status["lastFailure"]
+    assert failure["reason"] == "JobMissing" and "uid-recreated" in failure["message"], failure
+
+
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=8),
     lambda inner: (
