@@ -512,10 +512,11 @@ def _write_stable(p: Pass, text: str, table_hash: str, placeholder: bool) -> boo
     name = str(p.spec.rollout.table_config_map)
     key = ("stable", p.namespace, name)
     wait, count = p.rewrites.wait(key, table_hash, p.now)
+    if wait > 0 and count <= 1:
+        return True  # written a moment ago: the cache may not show it yet
     if wait > 0:
         p.wake_within(wait)
-        if count > 1:  # (once: the cache may not show the operator's own write yet)
-            p.contested.append((STABLE_TABLE_CONTESTED, _stable_rewritten(p, name, count, wait)))
+        p.contested.append((STABLE_TABLE_CONTESTED, _stable_rewritten(name, count, wait)))
         return False
     p.kube.apply(
         table_objects.stable_table_apply(
@@ -529,18 +530,19 @@ def _write_stable(p: Pass, text: str, table_hash: str, placeholder: bool) -> boo
     )
     count = p.rewrites.wrote(key, table_hash, p.now)
     if count > 1:
-        message = _stable_rewritten(p, name, count, p.rewrites.wait(key, table_hash, p.now)[0])
+        message = _stable_rewritten(name, count, p.rewrites.wait(key, table_hash, p.now)[0])
         p.event("Warning", STABLE_TABLE_CONTESTED, message)
         p.contested.append((STABLE_TABLE_CONTESTED, message))
     return True
 
 
-def _stable_rewritten(p: Pass, name: str, count: int, wait: float) -> str:
+def _stable_rewritten(name: str, count: int, wait: float) -> str:
     return (
-        f"ConfigMap {name} lost the table the operator wrote into it {count} times in a row "
-        f"(replaced without its annotation, or deleted); it is written back with a backoff "
-        f"(next in {wait:.0f} s, at most every {MAX_REWRITE_SECONDS:.0f} s). Name a ConfigMap "
-        "only the operator writes in spec.rollout.tableConfigMap, or stop the other writer"
+        f"ConfigMap {name} lost the table the operator wrote there, {count} times in a row "
+        "(replaced without the operator's annotation, or deleted); it is written back with a "
+        f"backoff (next in {wait:.0f} s, at most every {MAX_REWRITE_SECONDS:.0f} s). Name a "
+        "ConfigMap only the operator writes in spec.rollout.tableConfigMap, or stop the other "
+        "writer"
     )
 
 
