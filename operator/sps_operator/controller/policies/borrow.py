@@ -406,7 +406,9 @@ def borrowing_seen_from(claim: PoolClaim, viewer_namespace: str) -> str:
 # admin's jobPolicy bounds; the pod's creationTimestamp, the API server's clock). Status
 # only says that a run waits for its turn; it never gives a place, so a profile's status
 # (which its namespace may write) cannot jump the queue. This is the scheduler's own
-# order, so no tenant gets more from it than its pods already get from the scheduler.
+# order, so no tenant gets more from it than its pods already get from the scheduler. One
+# exception, the admin's bound (`PoolLine`): a first in line that leaves the free pool
+# unused that long goes after the others; waiting while others hold the pool costs nothing.
 
 
 @dataclass(frozen=True)
