@@ -67,3 +67,16 @@ def test_writes_of_one_content_are_never_closer_than_the_backoff_allows(gaps: li
     for start in written:
         window = [w for w in written if start <= w < start + timedelta(hours=1)]
         assert len(window) <= 7
+
+
+def test_the_memory_is_bounded_and_forgets_quiet_objects_first() -> None:
+    from sps_operator.controller.policies import stable_writers
+
+    rewrites = Rewrites()
+    old = T0 - timedelta(seconds=QUIET_SECONDS + 1)
+    for i in range(stable_writers.MAX_CONTESTS - 1):
+        rewrites.wrote(("holder", str(i)), "hold", old)
+    rewrites.wrote(KEY, "hold", T0)
+    rewrites.wrote(("new",), "hold", T0)  # full: the quiet ones go, the contested one stays
+    assert rewrites.wait(KEY, "hold", T0) == (REWRITE_SECONDS, 1)
+    assert len(rewrites._last) == 2

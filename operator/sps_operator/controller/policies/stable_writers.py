@@ -154,8 +154,11 @@ class Rewrites:
         """Record a write of `what` into `key` at `now`; returns how many in a row."""
         with self._lock:
             if len(self._last) >= MAX_CONTESTS and key not in self._last:
-                # Forget the oldest: at worst it is written back once more, without waiting.
-                del self._last[min(self._last, key=lambda k: self._last[k].at)]
+                # Forget what is quiet, else the oldest: at worst written back once more.
+                for old in [k for k, r in self._last.items() if not _again(r, r.what, now)]:
+                    del self._last[old]
+                if len(self._last) >= MAX_CONTESTS:
+                    del self._last[min(self._last, key=lambda k: self._last[k].at)]
             record = after_write(self._last.get(key), what, now)
             self._last[key] = record
             return record.count
