@@ -362,6 +362,7 @@ def test_a_stable_configmap_undone_at_every_pass_is_written_back_with_a_backoff(
     assert degraded[:2] == ("True", "StableTableContested"), degraded
     assert "backoff" in degraded[2]
     assert "StableTableContested" in [e[0] for e in h.kube.events]
+    assert h.condition("Ready")[:2] != ("True", "TableLive")  # the servers would read theirs
     # Left alone, the table is written back once and the contest is over.
     h.tick(3600)
     h.run_pass()
