@@ -211,3 +211,40 @@ def test_another_namespace_is_never_named_to_a_waiting_profile() -> None:
     )
     assert holder_seen_from("tenant-ab/secret", "tenant-a") == "a profile in another namespace"
     assert holder_seen_from("tenant-ab/secret", "tenant-ab") == "tenant-ab/secret"
+
+
+def test_a_run_that_waits_while_another_holds_the_pool_keeps_its_place_past_the_bound() -> None:
+    """Issue 33: `maxPoolTurnSeconds` once sent every run that had waited past it after
+    every younger run, so a run waiting while others held the pool lost its place to each
+    fresh one. The bound now expires only a first in line that leaves the free pool
+    unused: p, waiting since 12:00 behind x's borrow for longer than the bound, still goes
+    before q's pod created just now."""
+    capacity = {**BORROW["capacity"], "waitTimeoutSeconds": 86400}
+    h = harness(capacity=capacity)
+    second_pool(h, "q")
+    h.kube.obj("SpsProfile", "q")["spec"]["capacity"] = capacity
+    hold_pool(h)
+    h.tick()
+    passes(h, "p", "q")
+    pending_pod(h, "p", 0, "2026-03-01T12:00:00Z")
+    pending_pod(h, "q", 0, "2026-03-01T12:00:01Z")
+    h.tick()
+    passes(h, "p", "q")
+    h.tick(31)
+    got = passes(h, "p", "q")
+    assert all(got[n]["currentRun"]["waiting"]["poolTurn"] for n in ("p", "q")), got
+    for _ in range(6):  # x holds the pool 1.5 h (the bound: 1 h); p and q look every 15 min
+        h.tick(900)
+        passes(h, "p", "q")
+    assert not h.kube.scales
+    pending_pod(h, "q", 0, "2026-03-01T13:30:00Z")  # q's pod created again: a fresh bid
+    free_pool(h)
+    h.tick()
+    q = h.run_cached_pass("q")
+    assert not h.kube.scales
+    assert (
+        f"comes after {NS}/p (priority 0, waiting since 2026-03-01T12:00:00Z)"
+        in (q["currentRun"]["waiting"]["message"])
+    )
+    h.run_cached_pass("p")
+    assert h.kube.scales == [("server", 1)]

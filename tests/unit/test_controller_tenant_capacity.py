@@ -330,7 +330,7 @@ def test_a_replica_lent_to_a_run_goes_back_at_the_admins_bound() -> None:
 
 def test_a_place_in_line_holds_others_back_no_longer_than_the_admins_bound() -> None:
     """team-b's run first in line at a high priority, whose pass never borrows, held
-    team-a back for as long as it waited."""
+    team-a back for as long as it waited: offered the free pool for the bound, it stalled."""
     h, waiting = waiting_to_borrow(other_namespace_run(1000, "2026-03-01T11:59:00Z"), 86400)
     assert waiting.get("poolTurn") is True and not h.kube.scales
     bound = BORROW_BOUNDS.max_pool_turn_seconds  # the documented default: 1 h
@@ -339,11 +339,11 @@ def test_a_place_in_line_holds_others_back_no_longer_than_the_admins_bound() -> 
               for p in h.pods]  # fmt: skip
     cached_pass(h, other_namespace_run(1000, "2026-03-01T11:59:00Z"))
     assert h.kube.scales == [("server", 1)]
-    # Both runs order the same bids the same way: an expired bid goes after the others.
+    # Both runs order the same bids the same way: a stalled bid goes after the others.
     mine = PoolBid("a/p", "ua", H100, 0, "2026-03-01T12:59:00Z")
     old = PoolBid("b/q", "uq", H100, 1000, "2026-03-01T11:59:00Z")
-    cut = "2026-03-01T12:00:00Z"
-    assert ahead_of(mine, [old], cut) == [] and ahead_of(old, [mine], cut) == [mine]
+    stalled = {"uq": "2026-03-01T13:00:31Z"}
+    assert ahead_of(mine, [old], stalled) == [] and ahead_of(old, [mine], stalled) == [mine]
     assert ahead_of(mine, [old]) == [old] and ahead_of(old, [mine]) == []
 
 

@@ -332,6 +332,47 @@ def test_a_second_writer_of_the_stable_configmap_stops_the_profile_naming_it(
     assert h.condition("Ready")[:2] != ("True", "TableLive")
 
 
+@pytest.mark.parametrize("undo", ["replace", "delete"])
+def test_a_stable_configmap_undone_at_every_pass_is_written_back_with_a_backoff(
+    undo: str,
+) -> None:
+    """Hole found and fixed: a writer that replaces the stable ConfigMap whole, without the
+    operator's annotation (a `kubectl replace`, a GitOps tool forcing its copy), or deletes
+    it, looked like a ConfigMap nobody had written yet: the operator wrote the table back
+    at every pass, one write per revert, with no reason. Now each write back of the same
+    table waits twice as long as the one before (capped), and status says so."""
+    h = annotate_only_live()
+    live = h.kube.obj("ConfigMap", "llama-sps")["data"]["table.json"]
+    writes = 0
+    for _ in range(10):
+        if undo == "delete":
+            h.kube.objects.pop(("ConfigMap", NS, "llama-sps"), None)
+        else:
+            stable = h.kube.obj("ConfigMap", "llama-sps")
+            stable["data"] = {"table.json": '{"theirs": 1}'}
+            stable["metadata"]["annotations"] = {}
+        before = len(h.kube.applied)
+        h.tick(60)
+        h.run_pass()
+        writes += sum(
+            1 for body in h.kube.applied[before:] if body["metadata"]["name"] == "llama-sps"
+        )
+    assert 1 <= writes <= 4, f"{writes} writes for 10 reverts"
+    degraded = h.condition("Degraded")
+    assert degraded[:2] == ("True", "StableTableContested"), degraded
+    assert "backoff" in degraded[2]
+    assert "StableTableContested" in [e[0] for e in h.kube.events]
+    assert h.condition("Ready")[:2] != ("True", "TableLive")  # the servers would read theirs
+    # Left alone, the table is written back once and the contest is over.
+    h.tick(3600)
+    h.run_pass()
+    assert h.kube.obj("ConfigMap", "llama-sps")["data"]["table.json"] == live
+    h.tick(60)
+    h.run_pass()
+    assert h.condition("Degraded")[:2] == ("False", "AsExpected")
+    assert h.condition("Ready")[:2] == ("True", "TableLive")
+
+
 def test_a_system_configmap_is_never_written() -> None:
     """An existing ConfigMap the cluster marks as its own (a kubernetes.io/ annotation)
     named in tableConfigMap is never written, whatever its name."""

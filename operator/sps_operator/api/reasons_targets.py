@@ -149,6 +149,20 @@ TARGET_REASONS: dict[str, Reason] = {
             "syncing it: exclude its data, docs/gitops.md).",
         ),
     ),
+    R.HOLDER_REFERENCE_CONTESTED: Reason(
+        Kind.PROBLEM,
+        "something keeps removing a Deployment's holder reference from a table",
+        target=Advice(
+            "Something keeps removing the reference that makes a Deployment hold its table",
+            "The operator makes each Deployment that mounts a table an owner of its ConfigMap, "
+            "so the garbage collector keeps the table while the Deployment needs it, even when "
+            "the profile goes. Something (a person, a GitOps tool syncing the ConfigMap, a "
+            "controller) removes that reference again after each write; the operator writes it "
+            "back with a backoff (1 min, doubling, at most hourly) instead of at every pass. "
+            "Find the writer (`kubectl get cm <table> --show-managed-fields -o yaml`) and stop "
+            "it touching ownerReferences of the operator's table ConfigMaps.",
+        ),
+    ),
     R.HIDDEN_COST_INPUT: Reason(
         Kind.PROBLEM,
         "a cost input of the server comes from what the operator cannot read",

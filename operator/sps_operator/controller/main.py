@@ -202,8 +202,9 @@ def _add_job_policy_args(parser: argparse.ArgumentParser) -> None:
          "the longest a lent replica is kept for the rollout of the run's table (never "
          "longer than the Deployment's progressDeadlineSeconds and a minute)"),
         ("--max-pool-turn-seconds", bounds.max_pool_turn_seconds,
-         "how long a run waiting to borrow on a GPU product keeps its place ahead of runs "
-         "that waited less"),
+         "how long the first run in line to borrow on a GPU product may leave the free pool "
+         "unused before it goes after the others (a run waiting while others hold the pool "
+         "keeps its place)"),
     ):  # fmt: skip
         parser.add_argument(
             bound_flag, type=bound_seconds, default=seconds,

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sps_operator.api import labels as L
@@ -405,7 +405,9 @@ def borrowing_seen_from(claim: PoolClaim, viewer_namespace: str) -> str:
 # admin's jobPolicy bounds; the pod's creationTimestamp, the API server's clock). Status
 # only says that a run waits for its turn; it never gives a place, so a profile's status
 # (which its namespace may write) cannot jump the queue. This is the scheduler's own
-# order, so no tenant gets more from it than its pods already get from the scheduler.
+# order, so no tenant gets more from it than its pods already get from the scheduler. One
+# exception, the admin's bound (`PoolLine`): a first in line that leaves the free pool
+# unused that long goes after the others; waiting while others hold the pool costs nothing.
 
 
 @dataclass(frozen=True)
@@ -454,14 +456,18 @@ def pool_bid(
     return PoolBid(holder, uid, product, first.priority or 0, str(first.created))
 
 
-def ahead_of(mine: PoolBid, bids: Iterable[PoolBid], expired_before: str = "") -> list[PoolBid]:
-    """The bids served before `mine` on its GPU product, first first. A bid waiting since
-    before `expired_before` (the admin's bound of a place in line) holds no one back any
-    more: it goes after every bid that has not waited that long. Every pass orders the
-    same bids the same way, so no two runs ever wait for each other."""
+def ahead_of(
+    mine: PoolBid, bids: Iterable[PoolBid], stalled: Mapping[str, str] | None = None
+) -> list[PoolBid]:
+    """The bids served before `mine` on its GPU product, first first. A bid in `stalled`
+    (a head of line that was offered the free pool and did not take it within the admin's
+    bound, `PoolLine`) holds no one back any more: it goes after every bid that has not
+    stalled, and stalled bids go in the order they stalled. Every pass orders the same bids
+    the same way, so no two runs ever wait for each other."""
+    marks = stalled or {}
 
-    def place(bid: PoolBid) -> tuple[bool, int, str, str]:
-        return (bid.since < expired_before, *bid.place)
+    def place(bid: PoolBid) -> tuple[str, int, str, str]:
+        return (marks.get(bid.uid, ""), *bid.place)
 
     return sorted(
         (
@@ -471,3 +477,36 @@ def ahead_of(mine: PoolBid, bids: Iterable[PoolBid], expired_before: str = "") -
         ),
         key=place,
     )
+
+
+@dataclass(frozen=True)
+class PoolLine:
+    """What the operator remembers of the line on one GPU product between passes: which
+    bid, first in line, has been offered the free pool since when, and which bids stalled
+    (their profile's UID: when they were sent back). A bid that waits because another run
+    holds the pool is never offered, so it keeps its place however long it waits; only a
+    head of line that lets a free pool go unused for the whole bound (its pass no longer
+    runs, or fails before it borrows) goes after the others."""
+
+    offered: str = ""  # the head's profile UID
+    offered_at: str = ""  # RFC 3339
+    stalled: Mapping[str, str] = field(default_factory=dict)
+
+
+def observe_line(
+    line: PoolLine, bids: Iterable[PoolBid], pool_free: bool, now: str, expired_before: str
+) -> PoolLine:
+    """The line after a look at it at `now` (`bids`: the bids on its product; `pool_free`:
+    no run holds the product's pool Lease; a head offered before `expired_before` stalled).
+    Marks of bids that left the line are forgotten."""
+    bids = list(bids)
+    present = {b.uid for b in bids}
+    stalled = {uid: at for uid, at in line.stalled.items() if uid in present}
+    if not pool_free or not bids:
+        return PoolLine(stalled=stalled)  # nobody is offered a pool that is held
+    head = min(bids, key=lambda b: (stalled.get(b.uid, ""), *b.place))
+    if line.offered != head.uid or not line.offered_at:
+        return PoolLine(head.uid, now, stalled)
+    if line.offered_at <= expired_before:
+        return PoolLine(stalled={**stalled, head.uid: now})
+    return PoolLine(line.offered, line.offered_at, stalled)

@@ -68,7 +68,7 @@ class BorrowBounds:
 
     max_lent_seconds: float = 4 * 3600  # a replica lent to a run, from the borrow
     max_rollout_hold_seconds: float = 1800  # the slot kept for a rollout after the run
-    max_pool_turn_seconds: float = 3600  # a waiting run's place ahead of others in line
+    max_pool_turn_seconds: float = 3600  # a head of line leaving the free pool unused
 
 
 BORROW_BOUNDS = BorrowBounds()

@@ -15,6 +15,8 @@ longer hash to it.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sps_operator.api import labels as L
@@ -74,3 +76,50 @@ def reverted_by(
     if not writers:
         return None
     return ", ".join(writers[:3])
+
+
+# ----------------------------------------------------------------------------- write-backs
+# Something the operator writes that another writer keeps undoing (a table's holder
+# reference stripped, a stable ConfigMap replaced without the operator's annotation, or
+# deleted) is written back with a capped exponential backoff, per object: each write of
+# the same content within QUIET_SECONDS of the operator's previous one waits twice as long
+# as the one before, at most MAX_REWRITE_SECONDS. Writing the same content again is itself
+# the sign: the operator never needs to unless something undid its write. Kept in memory,
+# not in status: it is the operator's own count of its own writes, which no tenant can
+# edit, and an operator restart forgets it, which costs one write per contested object.
+
+REWRITE_SECONDS = 60.0
+MAX_REWRITE_SECONDS = 3600.0
+QUIET_SECONDS = 2 * MAX_REWRITE_SECONDS
+MAX_CONTESTS = 10_000  # objects remembered at once (each a few hundred bytes)
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """The operator's writes of one content into one object, each within QUIET_SECONDS of
+    the one before."""
+
+    what: str  # the content written (a hash, "hold"), compared only
+    count: int
+    at: datetime  # the last one
+
+
+def again(last: Rewrite | None, what: str, now: datetime) -> bool:
+    """A write of `what` now repeats `last` (the same content, not long after)."""
+    if last is None or last.what != what:
+        return False
+    return 0 <= (now - last.at).total_seconds() < QUIET_SECONDS  # (a clock gone back: fresh)
+
+
+def rewrite_wait(last: Rewrite | None, what: str, now: datetime) -> float:
+    """Seconds before `what` may be written again (0: now)."""
+    if last is None or not again(last, what, now):
+        return 0.0
+    delay = min(REWRITE_SECONDS * 2 ** min(last.count - 1, 32), MAX_REWRITE_SECONDS)
+    return max(delay - (now - last.at).total_seconds(), 0.0)
+
+
+def after_write(last: Rewrite | None, what: str, now: datetime) -> Rewrite:
+    """The record once `what` was written at `now`."""
+    count = last.count + 1 if last is not None and again(last, what, now) else 1
+    return Rewrite(what, count, now)

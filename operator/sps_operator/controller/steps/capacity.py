@@ -73,6 +73,7 @@ from sps_operator.controller.steps.gpupool import (
     hold_pool,
     lent_by,
     older_than,
+    pool_claim,
     release_pool,
     sweep_pools,
 )
@@ -336,14 +337,18 @@ class PoolTurn(str):
 
 def _turn(p: Pass, run: RunStatus) -> PoolTurn | None:
     """Why this run must let others borrow on its GPU product first (None: its turn):
-    waiting runs are served by their pending pod's priority, then the oldest pod."""
+    waiting runs are served by their pending pod's priority, then the oldest pod; a head
+    of line that let the free pool go unused for the admin's bound goes after the others."""
     mine = pool_bid(f"{p.namespace}/{p.ref.name}", p.ref.uid, run.gpu_product, p.snapshot.pods,
                     _run_job(p, run))  # fmt: skip
     if mine is None:
         return None
     bound = min(p.settings.max_pool_turn_seconds, MAX_BOUND_SECONDS)
     expired = cond.rfc3339(p.now - timedelta(seconds=bound))
-    first = ahead_of(mine, p.snapshot.pool_bids, expired)
+    bids = [b for b in p.snapshot.pool_bids if b.product == mine.product and b.uid != mine.uid]
+    free = pool_claim(p, run.gpu_product) is None
+    stalled = p.pool_lines.look(mine.product, [*bids, mine], free, cond.rfc3339(p.now), expired)
+    first = ahead_of(mine, bids, stalled)
     if not first:
         return None
     more = f", and {len(first) - 1} more" if len(first) > 1 else ""
@@ -351,10 +356,11 @@ def _turn(p: Pass, run: RunStatus) -> PoolTurn | None:
     if ahead == first[0].holder:
         # Its priority and its pod's age are details of its namespace: said only there.
         ahead += f" (priority {first[0].priority}, waiting since {first[0].since})"
-    if mine.since < expired:
+    if mine.uid in stalled:
         more += (
-            f"; this run has held its place {bound:.0f} s (the admin's bound, chart "
-            "borrowPolicy.maxPoolTurnSeconds): runs that have waited less go first"
+            f"; this run was first in line with the pool free for {bound:.0f} s (the admin's "
+            "bound, chart borrowPolicy.maxPoolTurnSeconds) and did not borrow: runs that "
+            "did not stall go first"
         )
     return PoolTurn(
         f"its turn to borrow on GPU product {run.gpu_product} comes after {ahead}{more}: "

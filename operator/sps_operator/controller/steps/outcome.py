@@ -9,9 +9,10 @@ from sps_operator.api.reasons import JOB_CREATE_FAILED, NAME_TAKEN, PROFILING_FA
 from sps_operator.api.status import FailureRecord, RunStatus, TableRef
 from sps_operator.api.times import parse_rfc3339
 from sps_operator.controller.kube import names
-from sps_operator.controller.kube.client import Obj, owned_by
+from sps_operator.controller.kube.client import Obj
 from sps_operator.controller.policies import conditions as cond
 from sps_operator.controller.policies.job_policy import REFUSAL_REASONS
+from sps_operator.controller.policies.ownership import adoption_refusal
 from sps_operator.controller.policies.triggers import run_spec_hash
 from sps_operator.controller.steps.capacity import close_segment, return_for_run
 from sps_operator.controller.steps.state import Pass
@@ -24,7 +25,9 @@ class NameTaken(RuntimeError):
 
 
 def create_owned(p: Pass, obj: Obj) -> None:
-    """Create `obj`, or adopt the existing one if this profile owns it."""
+    """Create `obj`, or adopt the existing one if it is this profile's own, as the operator
+    would have created it (`ownership.adoption_refusal`); else NameTaken, saying what to
+    delete."""
     meta = obj["metadata"]
     if p.kube.create(obj):
         if obj["kind"] == "ConfigMap":
@@ -33,10 +36,13 @@ def create_owned(p: Pass, obj: Obj) -> None:
     existing = p.kube.get(obj["kind"], meta["namespace"], meta["name"])
     if existing is None:  # deleted in between: the next pass creates it
         raise NameTaken(f"{obj['kind']} {meta['name']} was deleted while being created")
-    if not owned_by(existing, p.ref.uid):
+    refusal = adoption_refusal(existing, obj, p.ref.uid)
+    if refusal is not None:
         raise NameTaken(
             f"a {obj['kind']} named {meta['name']} already exists and does not belong to "
-            f"SpsProfile {p.ref.name}; delete or rename it"
+            f"SpsProfile {p.ref.name} ({refusal}): the operator never adopts an object it did "
+            f"not create; delete it (kubectl delete {obj['kind'].lower()} {meta['name']} -n "
+            f"{meta['namespace']}) and find who created it"
         )
     log.info("adopting %s %s/%s", obj["kind"], meta["namespace"], meta["name"])
 

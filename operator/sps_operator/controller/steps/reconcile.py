@@ -29,6 +29,7 @@ from sps_operator.controller.kube.ratelimit import Periodic
 from sps_operator.controller.policies import conditions as cond
 from sps_operator.controller.policies.clocks import bound_recorded_times
 from sps_operator.controller.policies.triggers import backoff_seconds, note_refresh_requests
+from sps_operator.controller.process.memories import PoolLines, Rewrites
 from sps_operator.controller.process.metrics import Metrics
 from sps_operator.controller.steps.capacity import return_orphans
 from sps_operator.controller.steps.history import trim_history
@@ -69,6 +70,8 @@ class Reconciler:
         # next pass that same resourceVersion, and the pass must not act on the old status.
         self._written: dict[str, tuple[str, dict[str, Any]]] = {}
         self.pool_sweep = Periodic(self.settings.pool_sweep_seconds)
+        self.pool_lines = PoolLines()
+        self.rewrites = Rewrites()
         # Read at most half as often as a queued run looks again (15 s by default).
         self.kueue_reads = KueueCache(
             seconds=min(KUEUE_READ_SECONDS, self.settings.kueue_recheck_seconds / 2)
@@ -141,6 +144,8 @@ class Reconciler:
             metrics=self.metrics,
             snapshot=Snapshot.empty(),
             pool_sweep=self.pool_sweep,
+            pool_lines=self.pool_lines,
+            rewrites=self.rewrites,
             kueue_reads=self.kueue_reads,
         )
         started = time.monotonic()

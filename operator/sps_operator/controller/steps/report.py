@@ -206,8 +206,11 @@ def _degraded(p: Pass) -> Verdict:
             str(first.reason or TARGET_PROBLEM),
             "; ".join(f"{t.deployment}: {t.message}" for t in refused),
         )
+    contested = "; ".join(message for _, message in p.contested)
     if failure is not None:
-        return (True, failure.reason, failure.message)
+        return (True, failure.reason, failure.message + (f"; {contested}" if contested else ""))
+    if p.contested:
+        return (True, p.contested[0][0], contested)
     return (False, AS_EXPECTED, "")
 
 

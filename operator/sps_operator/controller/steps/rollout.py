@@ -31,6 +31,7 @@ from sps_operator.api.reasons import (
     ROLLOUT_APPLIED,
     ROLLOUT_BLOCKED,
     ROLLOUT_FAILED,
+    STABLE_TABLE_CONTESTED,
     TABLE_MODIFIED,
     TABLE_NOT_ELIGIBLE,
 )
@@ -49,7 +50,11 @@ from sps_operator.controller.policies.deployments import (
     rollout_blockers,
 )
 from sps_operator.controller.policies.ownership import recorded_owner
-from sps_operator.controller.policies.stable_writers import PLACEHOLDER_HASH, PLACEHOLDER_JSON
+from sps_operator.controller.policies.stable_writers import (
+    MAX_REWRITE_SECONDS,
+    PLACEHOLDER_HASH,
+    PLACEHOLDER_JSON,
+)
 from sps_operator.controller.policies.triggers import refresh_trigger_key, run_spec_hash, table_for
 from sps_operator.controller.sglang.fingerprint_v1 import is_v1
 from sps_operator.controller.steps.capacity import follow_rollout_borrow
@@ -502,24 +507,54 @@ def _write_stable(p: Pass, text: str, table_hash: str, placeholder: bool) -> boo
         return False
     if _stable_holds(p, table_hash):
         return True
+    # Writing the same table again means something undid the last write (replaced the
+    # ConfigMap without the operator's annotation, deleted it): back off, and say so.
+    name = str(p.spec.rollout.table_config_map)
+    key = ("stable", p.namespace, name)
+    wait, count = p.rewrites.wait(key, table_hash, p.now)
+    if wait > 0 and count <= 1:
+        return True  # written a moment ago: the cache may not show it yet
+    if wait > 0:
+        p.wake_within(wait)
+        p.contested.append((STABLE_TABLE_CONTESTED, _stable_rewritten(name, count, wait)))
+        return False
     p.kube.apply(
         table_objects.stable_table_apply(
             p.ref,
-            str(p.spec.rollout.table_config_map),
+            name,
             text,
             table_hash,
             posixpath.basename(p.spec.rollout.table_path),
             placeholder,
         )
     )
+    count = p.rewrites.wrote(key, table_hash, p.now)
+    if count > 1:
+        message = _stable_rewritten(name, count, p.rewrites.wait(key, table_hash, p.now)[0])
+        p.event("Warning", STABLE_TABLE_CONTESTED, message)
+        p.contested.append((STABLE_TABLE_CONTESTED, message))
     return True
+
+
+def _stable_rewritten(name: str, count: int, wait: float) -> str:
+    return (
+        f"ConfigMap {name} lost the table the operator wrote there, {count} times in a row "
+        "(replaced without the operator's annotation, or deleted); it is written back with a "
+        f"backoff (next in {wait:.0f} s, at most every {MAX_REWRITE_SECONDS:.0f} s). Name a "
+        "ConfigMap only the operator writes in spec.rollout.tableConfigMap, or stop the other "
+        "writer"
+    )
 
 
 def _annotate_only_preflight(p: Pass) -> None:
     """The stable ConfigMap exists from day one, holding SGLang's "no table", so the
     Deployment in Git can start before the first profile."""
     if p.snapshot.stable is None and p.stable_conflict is None:
-        _write_stable(p, PLACEHOLDER_JSON, PLACEHOLDER_HASH, placeholder=True)
+        key = ("stable", p.namespace, str(p.spec.rollout.table_config_map))
+        if p.rewrites.last_written(key, p.now) not in (None, PLACEHOLDER_HASH):
+            return  # deleted after the operator wrote a table there: the rollout writes it back
+        if not _write_stable(p, PLACEHOLDER_JSON, PLACEHOLDER_HASH, placeholder=True):
+            return
         p.event(
             "Normal",
             PLACEHOLDER_TABLE,

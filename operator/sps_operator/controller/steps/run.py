@@ -340,7 +340,19 @@ def progress_run(p: Pass) -> None:
         fail_run(p, JOB_MISSING, f"Job {run.job} disappeared before it finished")
         return
     # Its pods are those whose controller is this very Job (a GPU pool's order, the wait).
-    run.job_uid = str((job.get("metadata") or {}).get("uid") or "")[:64] or None
+    uid = str((job.get("metadata") or {}).get("uid") or "")[:64] or None
+    if run.job_uid is not None and uid != run.job_uid:
+        # Deleted and created again under its name: not the Job the operator created, so
+        # never followed (its pod template, its result) nor deleted (it is not ours).
+        fail_run(
+            p,
+            JOB_MISSING,
+            f"Job {run.job} (uid {run.job_uid}) was deleted and another Job created under its "
+            f"name (uid {uid}): the operator follows only the Job it created; delete the "
+            f"other one (kubectl delete job {run.job} -n {p.namespace}) and find who created it",
+        )
+        return
+    run.job_uid = uid
     reattach_borrow(p, run)
     finished = _finished(job)
     if not finished and clone_refused(p, run):
@@ -562,6 +574,7 @@ def start_phase2(p: Pass, rounds: Sequence[Obj]) -> None:
         return
     run.phase = RunPhase.OFF_DIAGONAL
     run.job = plan.job_name
+    run.job_uid = None  # recorded when the new Job is first seen
     run.diagonal_table = seed_name
     run.progress = None
     close_segment(p, run)  # the new Job has its own clock
