@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -58,9 +59,18 @@ def new_profile(env: Env, name: str) -> None:
     )
 
 
-def control_config_map(env: Env, name: str) -> str:
-    """A ConfigMap owned by profile `name` alone, as an unmounted table is: once it is
-    gone, the garbage collector has done its work on the profile's dependents."""
+@dataclass
+class Control:
+    """A ConfigMap owned by a profile alone, as an unmounted table is, and that profile's
+    UID."""
+
+    name: str
+    profile_uid: str
+
+
+def control_config_map(env: Env, name: str) -> Control:
+    """A ConfigMap owned by profile `name` alone: once it is gone, the garbage collector
+    has taken up the profile's dependents."""
     profile = env.profile(name)
     cm_name = f"control-{name}"
     env.core.create_namespaced_config_map(
@@ -81,7 +91,7 @@ def control_config_map(env: Env, name: str) -> str:
             "data": {"x": "y"},
         },
     )
-    return cm_name
+    return Control(cm_name, profile["metadata"]["uid"])
 
 
 def gone(read: Any) -> bool:
@@ -92,14 +102,56 @@ def gone(read: Any) -> bool:
     return False
 
 
-def wait_collected(env: Env, cm_name: str) -> None:
+def wait_collected(env: Env, control: Control, table: dict[str, Any]) -> None:
+    """Until the collector has deleted the control ConfigMap and is done with the table's:
+    its reference to the profile gone (the collector drops a reference to an owner that is
+    gone from a dependent that has another, the Deployment; the finalizer, when it ran,
+    dropped it before). Whatever the collector does to the table, it has done by then."""
     wait_for(
-        f"the garbage collector deleted {cm_name}",
-        lambda: gone(lambda: env.config_map(cm_name)),
+        f"the garbage collector deleted {control.name}",
+        lambda: gone(lambda: env.config_map(control.name)),
         timeout=120,
     )
-    # Dependents of one owner are queued together; a moment for the table's turn.
-    time.sleep(5)
+
+    def done_with_table() -> bool:
+        try:
+            refs = env.config_map(table["configMap"])["metadata"].get("ownerReferences") or []
+        except ApiException as exc:
+            if exc.status == 404:  # deleted: server_restarts_with says so
+                return True
+            raise
+        return control.profile_uid not in {r.get("uid") for r in refs}
+
+    wait_for(f"no reference to the gone profile on {table['configMap']}", done_with_table,
+             timeout=60)  # fmt: skip
+
+
+# What kopf logs once it stops serving a resource whose CRD is terminating (its patch verb
+# gone), naming the resource.
+STOPPED_SERVING = ("Non-patchable resources will not be served", PLURAL)
+
+
+def stopped_serving_line(env: Env) -> str | None:
+    """The operator's log line saying it stopped serving SpsProfiles, if there is one."""
+    pods = env.operator.pods()
+    log = env.operator.pod_log(pods[0]["metadata"]["name"], tail=2000) if pods else ""
+    return next((ln for ln in log.splitlines() if all(t in ln for t in STOPPED_SERVING)), None)
+
+
+def wait_finalizer_pending(env: Env, name: str) -> None:
+    """Until the CRD's deletion has reached profile `name` (its deletionTimestamp) and its
+    finalizer holds it there (and with it the CRD)."""
+
+    def pending() -> bool:
+        try:
+            meta = env.profile(name)["metadata"]
+        except ApiException as exc:
+            if exc.status == 404:
+                raise AssertionError(f"profile {name} went with no finalizer run") from None
+            raise
+        return bool(meta.get("deletionTimestamp")) and bool(meta.get("finalizers"))
+
+    wait_for(f"profile {name} being deleted, its finalizer pending", pending, timeout=60)
 
 
 def crd_gone(env: Env) -> bool:
@@ -164,10 +216,10 @@ def test_e2e_every_uninstall_order_leaves_servers_able_to_restart(env: Env) -> N
         control = control_config_map(env, "sps")
         env.operator.uninstall()
         env.cluster.kubectl("delete", "crd", CRD, "--wait=false")
-        time.sleep(5)
+        wait_finalizer_pending(env, "sps")
         assert not crd_gone(env), "the CRD went although the profile's finalizer is pending"
         force_crd_gone(env)
-        wait_collected(env, control)
+        wait_collected(env, control, table)
         server_restarts_with(env, table)
         timings["1 uninstall, delete crd, finalizer forced"] = time.monotonic() - started
 
@@ -178,7 +230,7 @@ def test_e2e_every_uninstall_order_leaves_servers_able_to_restart(env: Env) -> N
         table = live_table(env, "sps")
         control = control_config_map(env, "sps")
         env.delete_profile("sps")
-        wait_collected(env, control)
+        wait_collected(env, control, table)
         cm = env.config_map(table["configMap"])
         assert cm["metadata"]["labels"].get("sps.dev/released") == "true", cm["metadata"]
         server_restarts_with(env, table)
@@ -188,13 +240,15 @@ def test_e2e_every_uninstall_order_leaves_servers_able_to_restart(env: Env) -> N
         new_profile(env, "sps")
         table = live_table(env, "sps")
         control = control_config_map(env, "sps")
+        assert stopped_serving_line(env) is None, "kopf stopped serving before the deletion"
         env.cluster.kubectl("delete", "crd", CRD, "--wait=false")
-        # kopf stops serving a resource whose CRD is terminating ("Non-patchable resources
-        # will not be served"), so the finalizer waits here too: removed by hand.
-        time.sleep(15)
+        # kopf stops serving a resource whose CRD is terminating, so the finalizer waits
+        # here too: removed by hand once the operator has seen the CRD go.
+        wait_for("the operator stopped serving SpsProfiles", lambda: stopped_serving_line(env),
+                 timeout=60, interval=1)  # fmt: skip
         force_crd_gone(env)
         env.operator.uninstall()
-        wait_collected(env, control)
+        wait_collected(env, control, table)
         server_restarts_with(env, table)
         timings["3 delete crd, operator running, then uninstall"] = time.monotonic() - started
     finally:
