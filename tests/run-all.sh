@@ -16,7 +16,8 @@
 #   control-plane tests (`k8s`, no nodes), the profiler's tests against a live simulator;
 #   then, once the bed lane's shared phase is over, a second bed for the one-at-a-time
 #   tests of the files in `second_bed` (Kueue's and the tenants', which installs Kueue
-#   too: one install).
+#   too: one install; LeaderWorkerSet's, so that LWS is installed in one bed only and
+#   beside Kueue, which an LWS target's queued profiling needs).
 # unit lane (its log: $SPS_TEST_LOGS/unit.log): the unit and simulator tests in two
 #   workers, once the shared phase is over.
 #
@@ -44,7 +45,7 @@ high=(nice -n -10)
 # The one-at-a-time tests the second bed runs (the rest of them run on the first bed after
 # its shared phase): about 40 % of that phase's time, which balances the lanes.
 second_bed=(tests/e2e/test_e2e_tenants.py tests/e2e/test_e2e_tenants_capacity.py tests/e2e/test_e2e_tenants_tables.py
-  tests/e2e/test_e2e_kueue.py tests/realnode/test_realnode_kueue.py)
+  tests/e2e/test_e2e_kueue.py tests/realnode/test_realnode_kueue.py tests/realnode/test_realnode_lws.py)
 shared_done="$logs/shared.done"
 
 # Runs a step, records its failure and time; `pytest` finding no test (exit 5) is no failure.

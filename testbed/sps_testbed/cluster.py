@@ -26,10 +26,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sps_testbed import hostcheck, kueue, registry
+from sps_testbed import hostcheck, kueue, lws, registry
 from sps_testbed.artifacts import Artifacts, build_artifacts, build_kube_router
 from sps_testbed.controlplane import DEFAULT_NODES, NodeSpec, kubeconfig_yaml
 from sps_testbed.kueue import KueueSetup
+from sps_testbed.lws import LwsSetup
 from sps_testbed.node import NodeConfig
 from sps_testbed.pki import issue_user
 from sps_testbed.plan import BED_FILE, BedRecord, teardown
@@ -347,7 +348,7 @@ class RealNodeCluster:
 
     def image(self, role: str) -> str:
         """The public reference of an image the bed's registry holds (the nodes resolve it
-        there): operator, sglang, pause, coredns, kueue."""
+        there): operator, sglang, pause, coredns, kueue, lws."""
         if self.artifacts is None:
             req = json.loads((self.state_dir / "request.json").read_text())
             return str(req["artifacts"]["images"][role]["ref"])
@@ -366,6 +367,20 @@ class RealNodeCluster:
 
     def uninstall_kueue(self, timeout: float = 180.0) -> None:
         kueue.uninstall(self, self.kueue_dir(), timeout)
+
+    def lws_dir(self) -> Path:
+        """LeaderWorkerSet's build: its manager binary, rendered config/ (lws.yaml), version."""
+        if self.artifacts is None:
+            req = json.loads((self.state_dir / "request.json").read_text())
+            return Path(req["artifacts"]["lws_dir"])
+        return self.artifacts.lws_dir
+
+    def install_lws(self, timeout: float = 300.0) -> LwsSetup:
+        """LeaderWorkerSet with its webhooks (sps_testbed.lws); idempotent."""
+        return lws.install(self, self.lws_dir(), self.image("lws"), timeout)
+
+    def uninstall_lws(self, timeout: float = 180.0) -> None:
+        lws.uninstall(self, self.lws_dir(), timeout)
 
     def logs(self, node: str, component: str = "kubelet") -> Path:
         return self.state_dir / "nodes" / node / "logs" / f"{component}.log"
