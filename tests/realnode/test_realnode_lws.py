@@ -204,7 +204,7 @@ def test_a_two_node_group_forms_on_real_kubelets_and_its_leader_reports_it(
     ), body["sps_table"]
     assert "all 2 node ranks joined" in log_of(bed, ns, leader["metadata"]["name"])
     assert "node rank 1 joined the group of 2" in log_of(bed, ns, worker["metadata"]["name"])
-    # Formed once: no rank restarted on the way (a restart recreates the whole group).
+    # No rank restarted in place on the way.
     for pod in pods.values():
         assert pod["status"]["containerStatuses"][0]["restartCount"] == 0, pod["status"]
     lws_status = get_json(bed, "leaderworkerset", "group", "-n", ns)

@@ -3,6 +3,9 @@ bed changes them, and how it sees LWS's webhooks serve (sps_testbed.lws)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 import yaml
 
@@ -15,6 +18,7 @@ from sps_testbed.lws import (
     defaulted_by_webhook,
     probe_manifest,
 )
+from sps_testbed.pytest_plugin import addon_modules_last
 
 # The shape of `kubectl kustomize config/default` of LWS v0.9.0, cut down to what the bed
 # touches.
@@ -100,3 +104,24 @@ def test_only_the_webhooks_defaults_say_they_served() -> None:
     served = {**probe, "spec": {**probe["spec"], "networkConfig": {"subdomainPolicy": "Shared"}}}
     assert defaulted_by_webhook(served)
     assert not defaulted_by_webhook({})
+
+
+def test_the_modules_of_either_add_on_run_after_every_other_bed_test() -> None:
+    def item(nodeid: str, *fixtures: str) -> Any:
+        return SimpleNamespace(nodeid=nodeid, fixturenames=fixtures)
+
+    items = [
+        item("t/test_lws.py::a", "realnode_lws"),
+        item("t/test_lws.py::b", "realnode_cluster"),
+        item("t/test_kueue.py::a", "realnode_kueue"),
+        item("t/test_bed.py::a", "realnode_cluster"),
+        item("t/test_unit.py::a"),
+    ]
+    ordered = [i.nodeid for i in addon_modules_last(items)]
+    assert ordered == [
+        "t/test_bed.py::a",
+        "t/test_lws.py::a",
+        "t/test_lws.py::b",  # its whole module, in order
+        "t/test_kueue.py::a",
+        "t/test_unit.py::a",
+    ]
