@@ -28,6 +28,7 @@ from typing import Any
 
 from sps_testbed import hostcheck, kueue, lws, registry
 from sps_testbed.artifacts import Artifacts, build_artifacts, build_kube_router
+from sps_testbed.binaries import find_binaries
 from sps_testbed.controlplane import DEFAULT_NODES, NodeSpec, kubeconfig_yaml
 from sps_testbed.kueue import KueueSetup
 from sps_testbed.lws import LwsSetup
@@ -71,6 +72,7 @@ class RealNodeCluster:
         # `_start_network_policy_controller`): NetworkPolicy enforced for the first node's pods.
         self.with_network_policies = with_network_policies
         self.artifacts: Artifacts | None = None
+        self._cached_tool_dirs: list[Path] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self.build_seconds = 0.0
         self.start_seconds = 0.0
@@ -228,9 +230,20 @@ class RealNodeCluster:
         env["KUBECONFIG"] = str(self.kubeconfig)
         with contextlib.suppress(TestbedError):
             env.update(self.registry_env())
-        bins = self.artifacts.controlplane.path_dirs() if self.artifacts else []
-        env["PATH"] = os.pathsep.join([*(str(b) for b in bins), env.get("PATH", "")])
+        env["PATH"] = os.pathsep.join([*(str(b) for b in self._tool_dirs()), env.get("PATH", "")])
         return env
+
+    def _tool_dirs(self) -> list[Path]:
+        """Where the pinned kubectl and helm are: the build's, or for a bed attached without
+        one (`sps-testbed up --with ...` on a running bed) the cached binaries, never
+        silently an older kubectl on PATH (which reads a stream of JSON documents as one)."""
+        if self.artifacts is not None:
+            return list(self.artifacts.controlplane.path_dirs())
+        if self._cached_tool_dirs is None:
+            self._cached_tool_dirs = []
+            with contextlib.suppress(Exception):  # none cached: PATH's, as before
+                self._cached_tool_dirs = list(find_binaries(build=False).path_dirs())
+        return self._cached_tool_dirs
 
     def _tool(self, argv: list[str], input: str | None, check: bool, timeout: float) -> str:
         proc = subprocess.run(

@@ -3,12 +3,16 @@ bed changes them, and how it sees LWS's webhooks serve (sps_testbed.lws)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
 
+from sps_testbed.binaries import CONTROL_PLANE_BINARIES, OPTIONAL_BINARIES
+from sps_testbed.cluster import RealNodeCluster
 from sps_testbed.lws import (
     API_VERSION,
     DEPLOYMENT,
@@ -125,3 +129,20 @@ def test_the_modules_of_either_add_on_run_after_every_other_bed_test() -> None:
         "t/test_kueue.py::a",
         "t/test_unit.py::a",
     ]
+
+
+def test_a_bed_attached_without_a_build_runs_the_pinned_kubectl_not_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `sps-testbed up --with lws` on a running bed attaches without building; an older
+    # kubectl on PATH read the add-on's stream of JSON documents as one and failed.
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    for name in (*CONTROL_PLANE_BINARIES, *OPTIONAL_BINARIES):
+        (assets / name).write_text("#!/bin/sh\n")
+        (assets / name).chmod(0o755)
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(assets))
+    monkeypatch.setenv("PATH", "/usr/bin")
+    bed = RealNodeCluster(tmp_path / "state", detached=True)
+    assert bed.artifacts is None
+    assert bed.env()["PATH"].split(os.pathsep)[0] == str(assets)
