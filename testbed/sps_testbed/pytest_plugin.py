@@ -21,8 +21,8 @@ sets, so that several pytest processes (pytest-xdist's workers) share one bed.
 Kueue and LeaderWorkerSet (the add-ons) are each installed the first time a test asks for
 it. The modules of the tests that use one run after every other test that uses the bed
 (addon_modules_last), so the bed stops right after them; should a bed test still follow (a
-reordering plugin), an add-on is removed after the last test that uses it, so that test
-sees a bed without it. Their tests must not be marked `bed_shared`: one process installs
+reordering plugin), the add-ons are removed after the last test that uses one, so that test
+sees a bed without them. Their tests must not be marked `bed_shared`: one process installs
 each.
 """
 
@@ -81,18 +81,15 @@ def addon_modules_last(items: list[pytest.Item]) -> list[pytest.Item]:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items[:] = addon_modules_last(items)
     _holder.last = None
-    _holder.last_kueue = None
-    _holder.last_lws = None
+    _holder.last_addon = None
     for item in items:
         if _uses_bed(item):
             item.add_marker("realnode")
             # Like every test that starts a cluster: `-m "not k8s"` leaves it out.
             item.add_marker("k8s")
             _holder.last = item.nodeid
-        if _uses_kueue(item):
-            _holder.last_kueue = item.nodeid
-        if _uses_lws(item):
-            _holder.last_lws = item.nodeid
+        if _uses_kueue(item) or _uses_lws(item):
+            _holder.last_addon = item.nodeid
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -103,15 +100,15 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         _holder.lws = None
     yield  # the fixtures' own teardown
     # Four kubelets are not free on two cores: the bed stops after the last test that uses
-    # it, not at the end of the whole session; an add-on goes after the last test that uses it.
+    # it, not at the end of the whole session; the add-ons go after the last test that uses
+    # one (not each after its own: one add-on's tests do not mind the other's presence, as
+    # on a real cluster, and removing Kueue takes half a minute).
     # An attached bed is its starter's to stop (`sps-testbed run`).
     if last_bed_user and _holder.bed is not None and not _holder.attached:
         _holder.bed.stop()
-    else:
-        if item.nodeid == _holder.last_kueue:
-            _uninstall_kueue()
-        if item.nodeid == _holder.last_lws:
-            _uninstall_lws()
+    elif item.nodeid == _holder.last_addon:
+        _uninstall_kueue()
+        _uninstall_lws()
 
 
 class _BedHolder:
@@ -124,10 +121,9 @@ class _BedHolder:
         self.last: str | None = None
         self.kueue: KueueSetup | None = None
         self.kueue_error: str | None = None
-        self.last_kueue: str | None = None
         self.lws: LwsSetup | None = None
         self.lws_error: str | None = None
-        self.last_lws: str | None = None
+        self.last_addon: str | None = None
 
 
 _holder = _BedHolder()
