@@ -28,7 +28,7 @@ from typing import Any
 
 from sps_testbed import hostcheck, kueue, lws, registry
 from sps_testbed.artifacts import Artifacts, build_artifacts, build_kube_router
-from sps_testbed.binaries import find_binaries
+from sps_testbed.binaries import BinariesError, find_binaries
 from sps_testbed.controlplane import DEFAULT_NODES, NodeSpec, kubeconfig_yaml
 from sps_testbed.kueue import KueueSetup
 from sps_testbed.lws import LwsSetup
@@ -241,7 +241,7 @@ class RealNodeCluster:
             return list(self.artifacts.controlplane.path_dirs())
         if self._cached_tool_dirs is None:
             self._cached_tool_dirs = []
-            with contextlib.suppress(Exception):  # none cached: PATH's, as before
+            with contextlib.suppress(BinariesError, OSError):  # none cached: PATH's, as before
                 self._cached_tool_dirs = list(find_binaries(build=False).path_dirs())
         return self._cached_tool_dirs
 
