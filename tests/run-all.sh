@@ -16,7 +16,8 @@
 #   control-plane tests (`k8s`, no nodes), the profiler's tests against a live simulator;
 #   then, once the bed lane's shared phase is over, a second bed for the one-at-a-time
 #   tests of the files in `second_bed` (Kueue's and the tenants', which installs Kueue
-#   too: one install; the production server's).
+#   too: one install; LeaderWorkerSet's, so that LWS is installed in one bed only and
+#   beside Kueue, which an LWS target's queued profiling needs; the production server's).
 # unit lane (its log: $SPS_TEST_LOGS/unit.log): the unit and simulator tests in two
 #   workers, once the shared phase is over.
 #
@@ -45,9 +46,11 @@ high=(nice -n -10)
 # its shared phase): Kueue's and the tenants' (one Kueue install) and the production
 # server's (before Kueue: the plugin runs Kueue's modules last). From the recorded
 # durations both beds then take about 350 s after the shared phase (the first bed's tests
-# alone were 415 s, the second bed's 294 s), the unit lane 307 s.
+# alone were 415 s, the second bed's 294 s), the unit lane 307 s; LeaderWorkerSet's add
+# about 45 s to the second bed.
 second_bed=(tests/e2e/test_e2e_tenants.py tests/e2e/test_e2e_tenants_capacity.py tests/e2e/test_e2e_tenants_tables.py
-  tests/e2e/test_e2e_kueue.py tests/realnode/test_realnode_kueue.py tests/realnode/test_realnode_production.py)
+  tests/realnode/test_realnode_production.py tests/e2e/test_e2e_kueue.py tests/realnode/test_realnode_kueue.py
+  tests/realnode/test_realnode_lws.py)
 shared_done="$logs/shared.done"
 
 # Runs a step, records its failure and time; `pytest` finding no test (exit 5) is no failure.

@@ -4,7 +4,7 @@ SGLang across nodes: one process per node, every rank loads the SPS table from i
 filesystem at start (a missing file fails that rank), rank 0 serves HTTP once the group
 has formed, and ranks that load different tables break the group (reported: the workers
 fail an assertion, the head hangs). The simulator plays the group on a TCP rendezvous at
-`--dist-init-addr`: rank 0 listens, every other rank connects and says which table it
+`--dist-init-addr`: rank 0 listens on its port, every other rank connects and says which table it
 loaded; rank 0 checks that every rank joined once, with the same group size and the same
 table bytes (or all none), and answers each. A group that does not form, or whose ranks
 loaded different tables, fails at start on every rank with the reason. Then rank 0 serves
@@ -151,7 +151,9 @@ async def lead(group: GroupConfig, table: str) -> tuple[asyncio.Server, list[asy
         if problems or len(joined) == group.nnodes - 1:
             complete.set()
 
-    server = await asyncio.start_server(on_join, group.host, group.port)
+    # Every interface, as torch's TCPStore on SGLang's rank 0 listens: the address given may
+    # be rank 0's own DNS name (LWS_LEADER_ADDRESS), not resolvable yet when it starts.
+    server = await asyncio.start_server(on_join, None, group.port)
     try:
         await asyncio.wait_for(complete.wait(), group.join_timeout_s)
     except TimeoutError:

@@ -7,14 +7,16 @@
 #   pause      the pod sandbox (registry.k8s.io/pause:3.10) from nodetools/pause
 #   coredns    cluster DNS from the CoreDNS built by build-nodes.sh
 #   kueue      Kueue's manager built by build-kueue.sh (registry.k8s.io/kueue/kueue:<version>)
+#   lws        LeaderWorkerSet's manager built by build-lws.sh (registry.k8s.io/lws/lws:<version>)
 # Each is exported as an OCI archive named by a hash of its inputs, under
 # ${SPS_IMAGES_CACHE:-~/.cache/sps-operator/images}; nothing is rebuilt when cached.
-# Usage: build.sh NODE_BIN_DIR KUEUE_DIR   (prints the path of a JSON manifest {ref: archive})
+# Usage: build.sh NODE_BIN_DIR KUEUE_DIR LWS_DIR   (prints the path of a JSON manifest {ref: archive})
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-nodebin=${1:?usage: build.sh NODE_BIN_DIR KUEUE_DIR}
-kueuedir=${2:?usage: build.sh NODE_BIN_DIR KUEUE_DIR}
+nodebin=${1:?usage: build.sh NODE_BIN_DIR KUEUE_DIR LWS_DIR}
+kueuedir=${2:?usage: build.sh NODE_BIN_DIR KUEUE_DIR LWS_DIR}
+lwsdir=${3:?usage: build.sh NODE_BIN_DIR KUEUE_DIR LWS_DIR}
 cache=${SPS_IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sps-operator/images}
 mkdir -p "$cache/containers"
 exec 9>"$cache/.lock"
@@ -52,6 +54,7 @@ pause_ref="registry.k8s.io/pause:3.10"
 coredns_version=$("$nodebin/coredns" -version 2>/dev/null | awk -F'[-]' '/CoreDNS/ {print $2; exit}')
 coredns_ref="registry.k8s.io/coredns/coredns:v${coredns_version:-unknown}"
 kueue_ref="registry.k8s.io/kueue/kueue:$(cat "$kueuedir/version")"
+lws_ref="registry.k8s.io/lws/lws:$(cat "$lwsdir/version")"
 
 # ---- base ------------------------------------------------------------------------
 base_pkgs="python3,python3-pip,python3-venv,python-is-python3,ca-certificates,passwd"
@@ -104,7 +107,7 @@ if [ ! -s "$sg_tar" ]; then
   export_image "$sglang_ref" "$sg_tar"
 fi
 
-# ---- pause, coredns, kueue: one static binary each ---------------------------------
+# ---- pause, coredns, kueue, lws: one static binary each ---------------------------------
 scratch_image() {  # ref binary archive user
   [ -s "$3" ] && return 0
   c=$(buildah from scratch)
@@ -118,6 +121,9 @@ scratch_image "$coredns_ref" "$nodebin/coredns" "$cache/coredns-$(sha256sum "$no
 # Kueue's own image is distroless/static:nonroot with /manager; this is the same binary.
 kueue_tar="$cache/kueue-$(sha256sum "$kueuedir/manager" | cut -c1-16).tar"
 scratch_image "$kueue_ref" "$kueuedir/manager" "$kueue_tar" 65532:65532
+# So is LeaderWorkerSet's (distroless/static:nonroot, /manager).
+lws_tar="$cache/lws-$(sha256sum "$lwsdir/manager" | cut -c1-16).tar"
+scratch_image "$lws_ref" "$lwsdir/manager" "$lws_tar" 65532:65532
 
 # Every source change makes a new operator image: keep the newest few of each kind.
 prune() { ls -1t "$cache"/$1-*.tar 2>/dev/null | tail -n +$(( ${SPS_IMAGES_KEEP:-4} + 1 )) | xargs -r rm -f; }
@@ -130,14 +136,15 @@ buildah images --noheading --format '{{.CreatedAtRaw}}|{{.Name}}:{{.Tag}}' \
   | tail -n +$(( ${SPS_IMAGES_KEEP:-4} + 1 )) | xargs -r buildah rmi >/dev/null 2>&1 || true
 buildah rmi --prune >/dev/null 2>&1 || true
 
-manifest="$cache/manifest-$(hash_str "$op_key $sg_key $(sha256sum "$nodebin/pause" "$nodebin/coredns") $kueue_ref $kueue_tar").json"
+manifest="$cache/manifest-$(hash_str "$op_key $sg_key $(sha256sum "$nodebin/pause" "$nodebin/coredns") $kueue_ref $kueue_tar $lws_ref $lws_tar").json"
 cat > "$manifest" <<JSON
 {
   "operator": {"ref": "$operator_ref", "archive": "$op_tar"},
   "sglang": {"ref": "$sglang_ref", "archive": "$sg_tar"},
   "pause": {"ref": "$pause_ref", "archive": "$cache/pause-$(sha256sum "$nodebin/pause" | cut -c1-16).tar"},
   "coredns": {"ref": "$coredns_ref", "archive": "$cache/coredns-$(sha256sum "$nodebin/coredns" | cut -c1-16).tar"},
-  "kueue": {"ref": "$kueue_ref", "archive": "$kueue_tar"}
+  "kueue": {"ref": "$kueue_ref", "archive": "$kueue_tar"},
+  "lws": {"ref": "$lws_ref", "archive": "$lws_tar"}
 }
 JSON
 echo "$manifest"

@@ -4,11 +4,13 @@
   `testbed/recipes/build-nodes.sh`, cached by version in ~/.cache/sps-operator/nodes
 - Kueue's manager and its rendered config/ (CRDs, RBAC, webhooks, Deployment):
   `testbed/recipes/build-kueue.sh`, cached by version in ~/.cache/sps-operator/kueue
+- LeaderWorkerSet's manager and its rendered config/ (the same):
+  `testbed/recipes/build-lws.sh`, cached by version in ~/.cache/sps-operator/lws
 - containerd 2.x (daemon, runc shim, ctr): `testbed/recipes/build-containerd.sh`, cached
   by version in ~/.cache/sps-operator/containerd
 - the CNCF Distribution registry: `testbed/recipes/build-registry.sh`, cached by version
   in ~/.cache/sps-operator/registry
-- images (operator from the Dockerfile, the SGLang stand-in, pause, CoreDNS, Kueue):
+- images (operator from the Dockerfile, the SGLang stand-in, pause, CoreDNS, Kueue, LWS):
   `testbed/images/build.sh`, OCI archives cached by a hash of their inputs in
   ~/.cache/sps-operator/images, pushed into a registry storage every bed serves a copy of
   (sps_testbed.registry.ensure_seed)
@@ -56,6 +58,7 @@ class Artifacts:
     node_bin: Path
     containerd_bin: Path  # containerd, containerd-shim-runc-v2, ctr
     kueue_dir: Path  # manager, kueue.yaml (kubectl kustomize config/default), version
+    lws_dir: Path  # manager, lws.yaml (kubectl kustomize config/default), version
     images: dict[str, Image]
     cni_bin: Path
     host_tools: dict[str, Path]
@@ -68,6 +71,7 @@ class Artifacts:
             "node_bin": str(self.node_bin),
             "containerd_bin": str(self.containerd_bin),
             "kueue_dir": str(self.kueue_dir),
+            "lws_dir": str(self.lws_dir),
             "cni_bin": str(self.cni_bin),
             "images": {
                 k: {"ref": v.ref, "archive": str(v.archive)} for k, v in self.images.items()
@@ -156,12 +160,25 @@ def build_artifacts() -> Artifacts:
             env={**os.environ, "KUBECTL": str(cp.kubectl)},
         )
     )
+    lws_dir = Path(
+        _run_script(
+            ["bash", str(repo / "testbed/recipes/build-lws.sh")],
+            "LeaderWorkerSet",
+            env={**os.environ, "KUBECTL": str(cp.kubectl)},
+        )
+    )
     registry_dir = Path(
         _run_script(["bash", str(repo / "testbed/recipes/build-registry.sh")], "the registry")
     )
     manifest = Path(
         _run_script(
-            ["bash", str(repo / "testbed/images/build.sh"), str(node_bin), str(kueue_dir)],
+            [
+                "bash",
+                str(repo / "testbed/images/build.sh"),
+                str(node_bin),
+                str(kueue_dir),
+                str(lws_dir),
+            ],
             "images",
         )
     )
@@ -176,6 +193,9 @@ def build_artifacts() -> Artifacts:
     for name in ("manager", "kueue.yaml", "version"):
         if not (kueue_dir / name).is_file():
             raise ArtifactError(f"{kueue_dir / name} missing after build-kueue.sh")
+    for name in ("manager", "lws.yaml", "version"):
+        if not (lws_dir / name).is_file():
+            raise ArtifactError(f"{lws_dir / name} missing after build-lws.sh")
     for name in ("registry", "version"):
         if not (registry_dir / name).is_file():
             raise ArtifactError(f"{registry_dir / name} missing after build-registry.sh")
@@ -196,6 +216,7 @@ def build_artifacts() -> Artifacts:
         node_bin=node_bin,
         containerd_bin=containerd_bin,
         kueue_dir=kueue_dir,
+        lws_dir=lws_dir,
         images=images,
         cni_bin=cni,
         host_tools=tools,

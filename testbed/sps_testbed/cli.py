@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from sps_testbed import hostcheck, kueue
+from sps_testbed import hostcheck, kueue, lws
 from sps_testbed.artifacts import ArtifactError, build_artifacts
 from sps_testbed.cluster import (
     DEFAULT_NODES,
@@ -30,6 +30,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     art = build_artifacts()
     print(f"node binaries: {art.node_bin}")
     print(f"kueue: {art.kueue_dir}")
+    print(f"lws: {art.lws_dir}")
     for role, image in art.images.items():
         print(f"image {role}: {image.ref} ({image.archive})")
     print(f"built in {time.monotonic() - t0:.1f}s")
@@ -47,6 +48,13 @@ def _install_addons(bed: RealNodeCluster, addons: list[str]) -> None:
         )
         print("  a namespace needs only a LocalQueue (kubectl apply -n NS -f -):")
         print(yaml.safe_dump(kueue.local_queue("NS"), sort_keys=False), end="")
+    if "lws" in addons:
+        lws_setup = bed.install_lws()
+        print(
+            f"LeaderWorkerSet {lws_setup.version} in {lws.NAMESPACE} ({lws_setup.image}), "
+            f"webhooks serving in {lws_setup.timings['webhooks_serving']:.1f}s "
+            f"({lws_setup.timings}); kind LeaderWorkerSet, apiVersion {lws.API_VERSION}"
+        )
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
@@ -188,9 +196,10 @@ def main(argv: list[str] | None = None) -> int:
         "--with",
         dest="with_",
         action="append",
-        choices=["kueue", "network-policies"],
+        choices=["kueue", "lws", "network-policies"],
         default=[],
         help="also install: kueue (Kueue with a ClusterQueue `gpu`, a flavor per GPU product);"
+        " lws (LeaderWorkerSet with its webhooks);"
         " network-policies (kube-router's policy controller enforces NetworkPolicy for the"
         " first node's pods; at start only)",
     )
@@ -231,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.fn(args)
-    except (TestbedError, ArtifactError, kueue.KueueError, ValueError) as err:
+    except (TestbedError, ArtifactError, kueue.KueueError, lws.LwsError, ValueError) as err:
         print(f"sps-testbed: {err}", file=sys.stderr)
         return 1
     return code

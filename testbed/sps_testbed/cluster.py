@@ -26,10 +26,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sps_testbed import hostcheck, kueue, registry
+from sps_testbed import hostcheck, kueue, lws, registry
 from sps_testbed.artifacts import Artifacts, build_artifacts, build_kube_router
+from sps_testbed.binaries import BinariesError, find_binaries
 from sps_testbed.controlplane import DEFAULT_NODES, NodeSpec, kubeconfig_yaml
 from sps_testbed.kueue import KueueSetup
+from sps_testbed.lws import LwsSetup
 from sps_testbed.node import NodeConfig
 from sps_testbed.pki import issue_user
 from sps_testbed.plan import BED_FILE, BedRecord, teardown
@@ -70,6 +72,7 @@ class RealNodeCluster:
         # `_start_network_policy_controller`): NetworkPolicy enforced for the first node's pods.
         self.with_network_policies = with_network_policies
         self.artifacts: Artifacts | None = None
+        self._cached_tool_dirs: list[Path] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self.build_seconds = 0.0
         self.start_seconds = 0.0
@@ -227,9 +230,20 @@ class RealNodeCluster:
         env["KUBECONFIG"] = str(self.kubeconfig)
         with contextlib.suppress(TestbedError):
             env.update(self.registry_env())
-        bins = self.artifacts.controlplane.path_dirs() if self.artifacts else []
-        env["PATH"] = os.pathsep.join([*(str(b) for b in bins), env.get("PATH", "")])
+        env["PATH"] = os.pathsep.join([*(str(b) for b in self._tool_dirs()), env.get("PATH", "")])
         return env
+
+    def _tool_dirs(self) -> list[Path]:
+        """Where the pinned kubectl and helm are: the build's, or for a bed attached without
+        one (`sps-testbed up --with ...` on a running bed) the cached binaries, never
+        silently an older kubectl on PATH (which reads a stream of JSON documents as one)."""
+        if self.artifacts is not None:
+            return list(self.artifacts.controlplane.path_dirs())
+        if self._cached_tool_dirs is None:
+            self._cached_tool_dirs = []
+            with contextlib.suppress(BinariesError, OSError):  # none cached: PATH's, as before
+                self._cached_tool_dirs = list(find_binaries(build=False).path_dirs())
+        return self._cached_tool_dirs
 
     def _tool(self, argv: list[str], input: str | None, check: bool, timeout: float) -> str:
         proc = subprocess.run(
@@ -347,7 +361,7 @@ class RealNodeCluster:
 
     def image(self, role: str) -> str:
         """The public reference of an image the bed's registry holds (the nodes resolve it
-        there): operator, sglang, pause, coredns, kueue."""
+        there): operator, sglang, pause, coredns, kueue, lws."""
         if self.artifacts is None:
             req = json.loads((self.state_dir / "request.json").read_text())
             return str(req["artifacts"]["images"][role]["ref"])
@@ -366,6 +380,20 @@ class RealNodeCluster:
 
     def uninstall_kueue(self, timeout: float = 180.0) -> None:
         kueue.uninstall(self, self.kueue_dir(), timeout)
+
+    def lws_dir(self) -> Path:
+        """LeaderWorkerSet's build: its manager binary, rendered config/ (lws.yaml), version."""
+        if self.artifacts is None:
+            req = json.loads((self.state_dir / "request.json").read_text())
+            return Path(req["artifacts"]["lws_dir"])
+        return self.artifacts.lws_dir
+
+    def install_lws(self, timeout: float = 300.0) -> LwsSetup:
+        """LeaderWorkerSet with its webhooks (sps_testbed.lws); idempotent."""
+        return lws.install(self, self.lws_dir(), self.image("lws"), timeout)
+
+    def uninstall_lws(self, timeout: float = 180.0) -> None:
+        lws.uninstall(self, self.lws_dir(), timeout)
 
     def logs(self, node: str, component: str = "kubelet") -> Path:
         return self.state_dir / "nodes" / node / "logs" / f"{component}.log"

@@ -29,11 +29,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import yaml
 
 from sps_operator.constants import GPU_PRODUCT_LABEL, GPU_RESOURCE
+from sps_testbed.addon import FIELD_MANAGER, condition, deployment_available, manager_state, poll
+from sps_testbed.addon import NOT_YET as _NOT_YET
+from sps_testbed.addon import Bed as _Bed
+from sps_testbed.addon import dump as _dump
+from sps_testbed.addon import get_json as _get
 from sps_testbed.controlplane import NodeSpec
 
 NAMESPACE = "kueue-system"
@@ -52,20 +57,10 @@ MANAGER_CPU_REQUEST = "100m"
 # The shipped readiness probe (first after 5 s, then every 10 s) leaves a ready manager
 # unnoticed for up to 10 s; every `make test` waits for it, so the bed probes every second.
 MANAGER_READINESS_PERIOD_SECONDS = 1
-FIELD_MANAGER = "sps-testbed"
-# Errors while Kueue's webhooks are not serving yet: no endpoints, no caBundle, CRDs not
-# established.
-_NOT_YET = ("failed calling webhook", "no matches for kind", "ensure CRDs are installed")
 
 
 class KueueError(RuntimeError):
     """Kueue did not install, configure or uninstall; the message says what it saw."""
-
-
-class _Bed(Protocol):
-    def kubectl(
-        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
-    ) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -186,45 +181,16 @@ def local_queue(
     }
 
 
-def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    """The status condition of type `kind` ({} when absent)."""
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == kind:
-            return dict(cond)
-    return {}
-
-
-def _dump(docs: Sequence[dict[str, Any]]) -> str:
-    return "\n---\n".join(json.dumps(d) for d in docs)
-
-
 def _poll(what: str, check: Callable[[], Any], timeout: float, detail: Callable[[], str]) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise KueueError(f"{what}: not within {timeout:.0f}s\n{detail()}")
-        time.sleep(0.5)
-
-
-def _get(bed: _Bed, *args: str) -> dict[str, Any]:
-    out = bed.kubectl("get", *args, "-o", "json", check=False)
-    return dict(json.loads(out)) if out.strip() else {}
+    return poll(what, check, timeout, detail, KueueError)
 
 
 def _manager_state(bed: _Bed) -> str:
-    pods = bed.kubectl("get", "pods", "-n", NAMESPACE, "-o", "wide", check=False)
-    logs = bed.kubectl(
-        "logs", "-n", NAMESPACE, f"deployment/{DEPLOYMENT}", "--tail=30", check=False
-    )
-    return f"--- pods in {NAMESPACE} ---\n{pods}\n--- manager log (tail) ---\n{logs}"
+    return manager_state(bed, NAMESPACE, DEPLOYMENT)
 
 
 def _available(bed: _Bed) -> bool:
-    dep = _get(bed, "deployment", DEPLOYMENT, "-n", NAMESPACE)
-    return int((dep.get("status") or {}).get("availableReplicas") or 0) >= 1
+    return deployment_available(bed, NAMESPACE, DEPLOYMENT)
 
 
 def _apply_when_served(bed: _Bed, docs: Sequence[dict[str, Any]], timeout: float) -> None:

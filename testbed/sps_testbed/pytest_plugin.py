@@ -9,6 +9,7 @@ point of sps-testbed, so installing the package is enough).
 | `realnode_namespace`| function | a fresh namespace (its default SA exists), deleted afterwards |
 | `realnode_kueue`    | session  | Kueue installed on that bed (sps_testbed.kueue): KueueSetup  |
 | `realnode_kueue_namespace` | function | a fresh namespace, its LocalQueue `gpu` -> CQ `gpu` |
+| `realnode_lws`      | session  | LeaderWorkerSet on that bed (sps_testbed.lws): LwsSetup     |
 
 A test that uses any of them gets the `realnode` marker. If the bed cannot be built or
 started, the test fails with the reason (it never skips). `SPS_TESTBED_TEST_DIR` fixes the
@@ -17,11 +18,12 @@ state directory (to look at logs after a run); `SPS_TESTBED_NODES` overrides the
 instead of starting one, and leaves it running: what `sps-testbed run -- pytest ...`
 sets, so that several pytest processes (pytest-xdist's workers) share one bed.
 
-Kueue is installed the first time a test asks for it. The modules of the tests that use it
-run after every other test that uses the bed (kueue_modules_last), so the bed stops right
-after them; should a bed test still follow (a reordering plugin), Kueue is removed after the
-last test that uses it, so that test sees a bed without Kueue. Kueue's tests must not be
-marked `bed_shared`: one process installs it.
+Kueue and LeaderWorkerSet (the add-ons) are each installed the first time a test asks for
+it. The modules of the tests that use one run after every other test that uses the bed
+(addon_modules_last), so the bed stops right after them; should a bed test still follow (a
+reordering plugin), the add-ons are removed after the last test that uses one, so that test
+sees a bed without them. Their tests must not be marked `bed_shared`: one process installs
+each.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from sps_testbed.cluster import NodeSpec, RealNodeCluster, TestbedError
 from sps_testbed.controlplane import TEST_NODES
 from sps_testbed.controlplane_fixtures import namespace_name
 from sps_testbed.kueue import KueueError, KueueSetup, create_local_queue
+from sps_testbed.lws import LwsError, LwsSetup
 
 FIXTURES = ("realnode_cluster", "realnode_kubectl", "realnode_api", "realnode_namespace")
 Kubectl = Callable[..., str]
@@ -56,15 +59,19 @@ def _uses_kueue(item: pytest.Item) -> bool:
     return "realnode_kueue" in getattr(item, "fixturenames", ())
 
 
+def _uses_lws(item: pytest.Item) -> bool:
+    return "realnode_lws" in getattr(item, "fixturenames", ())
+
+
 def _uses_bed(item: pytest.Item) -> bool:
     return any(f in getattr(item, "fixturenames", ()) for f in FIXTURES)
 
 
-def kueue_modules_last(items: list[pytest.Item]) -> list[pytest.Item]:
-    """`items` with every module that has a test using Kueue moved, whole and in order,
-    to just after the last other test that uses the bed: the bed then stops right after
-    them, and Kueue's removal (half a minute) is never needed."""
-    modules = {item.nodeid.split("::")[0] for item in items if _uses_kueue(item)}
+def addon_modules_last(items: list[pytest.Item]) -> list[pytest.Item]:
+    """`items` with every module that has a test using an add-on (Kueue, LWS) moved, whole
+    and in order, to just after the last other test that uses the bed: the bed then stops
+    right after them, and an add-on's removal (half a minute) is never needed."""
+    modules = {item.nodeid.split("::")[0] for item in items if _uses_kueue(item) or _uses_lws(item)}
     moved = [item for item in items if item.nodeid.split("::")[0] in modules]
     rest = [item for item in items if item.nodeid.split("::")[0] not in modules]
     after = max((i + 1 for i, item in enumerate(rest) if _uses_bed(item)), default=0)
@@ -72,32 +79,36 @@ def kueue_modules_last(items: list[pytest.Item]) -> list[pytest.Item]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items[:] = kueue_modules_last(items)
+    items[:] = addon_modules_last(items)
     _holder.last = None
-    _holder.last_kueue = None
+    _holder.last_addon = None
     for item in items:
         if _uses_bed(item):
             item.add_marker("realnode")
             # Like every test that starts a cluster: `-m "not k8s"` leaves it out.
             item.add_marker("k8s")
             _holder.last = item.nodeid
-        if _uses_kueue(item):
-            _holder.last_kueue = item.nodeid
+        if _uses_kueue(item) or _uses_lws(item):
+            _holder.last_addon = item.nodeid
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     last_bed_user = item.nodeid == _holder.last
     if last_bed_user:
-        _holder.kueue = None  # the bed stops next: nothing of Kueue to remove first
+        _holder.kueue = None  # the bed stops next: nothing of the add-ons to remove first
+        _holder.lws = None
     yield  # the fixtures' own teardown
     # Four kubelets are not free on two cores: the bed stops after the last test that uses
-    # it, not at the end of the whole session; Kueue goes after the last test that uses it.
+    # it, not at the end of the whole session; the add-ons go after the last test that uses
+    # one (not each after its own: one add-on's tests do not mind the other's presence, as
+    # on a real cluster, and removing Kueue takes half a minute).
     # An attached bed is its starter's to stop (`sps-testbed run`).
     if last_bed_user and _holder.bed is not None and not _holder.attached:
         _holder.bed.stop()
-    elif item.nodeid == _holder.last_kueue:
+    elif item.nodeid == _holder.last_addon:
         _uninstall_kueue()
+        _uninstall_lws()
 
 
 class _BedHolder:
@@ -110,7 +121,9 @@ class _BedHolder:
         self.last: str | None = None
         self.kueue: KueueSetup | None = None
         self.kueue_error: str | None = None
-        self.last_kueue: str | None = None
+        self.lws: LwsSetup | None = None
+        self.lws_error: str | None = None
+        self.last_addon: str | None = None
 
 
 _holder = _BedHolder()
@@ -229,6 +242,35 @@ def _uninstall_kueue() -> None:
         t0 = time.monotonic()
         _holder.bed.uninstall_kueue()
         _holder.summary += f"; removed in {time.monotonic() - t0:.1f}s"
+
+
+@pytest.fixture(scope="session")
+def realnode_lws(realnode_cluster: RealNodeCluster) -> Iterator[LwsSetup]:
+    """LeaderWorkerSet on the session's bed, its webhooks serving."""
+    if _holder.lws_error is not None:
+        pytest.fail(f"LWS failed to install earlier in this session:\n{_holder.lws_error}")
+    try:
+        setup = realnode_cluster.install_lws()
+    except (LwsError, TestbedError, OSError) as err:
+        _holder.lws_error = str(err)
+        pytest.fail(f"LeaderWorkerSet did not install on the test bed:\n{err}", pytrace=False)
+    _holder.lws = setup
+    _holder.summary += (
+        f"\nLeaderWorkerSet {setup.version}: installed and serving in "
+        f"{setup.timings['webhooks_serving']:.1f}s ({setup.timings})"
+    )
+    try:
+        yield setup
+    finally:
+        _uninstall_lws()
+
+
+def _uninstall_lws() -> None:
+    if _holder.lws is not None and _holder.bed is not None:
+        _holder.lws = None
+        t0 = time.monotonic()
+        _holder.bed.uninstall_lws()
+        _holder.summary += f"; LWS removed in {time.monotonic() - t0:.1f}s"
 
 
 @pytest.fixture()

@@ -107,6 +107,23 @@ def test_a_group_whose_ranks_load_different_tables_fails_at_start(tmp_path: Path
     assert server_info(port) is None
 
 
+def test_rank_0_listens_on_every_interface_not_only_the_name_it_is_given(
+    tmp_path: Path,
+) -> None:
+    # As torch's TCPStore on SGLang's rank 0: the rendezvous listens on the port on every
+    # interface. Under LeaderWorkerSet, --dist-init-addr is the leader's DNS name, which
+    # may not resolve yet when the leader starts; only the workers need it to.
+    t0, t1 = tables(tmp_path, TABLE, TABLE)
+    dist_port, port = free_port(), free_port()
+    leader = rank(0, 2, f"leader.invalid:{dist_port}", port, t0)
+    worker = rank(1, 2, f"127.0.0.1:{dist_port}", free_port(), t1)
+    try:
+        info = wait_for("the group to serve", lambda: server_info(port), 30, 0.1)
+        assert info["dist_init_addr"] == f"leader.invalid:{dist_port}"
+    finally:
+        stop(leader, worker)
+
+
 def test_a_rank_without_the_table_breaks_the_group_too(tmp_path: Path) -> None:
     (t0,) = tables(tmp_path, TABLE)
     addr, port = f"127.0.0.1:{free_port()}", free_port()
