@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from api_snapshot import ApiSnapshot
+from api_snapshot import api_snapshot
 from capacity_harness import BORROW, harness, job_pod, local_queue
 from controller_harness import NODES, NS, Harness, indexes_of
 from hypothesis import given
@@ -199,7 +199,7 @@ def test_a_queued_run_looks_again_as_often_as_the_operator_is_told(
     h.tick()
     h.kube.calls.clear()
     body = copy.deepcopy(h.kube.obj("SpsProfile", "p", NS))
-    wake = h.reconciler.reconcile(body, ApiSnapshot(h.kube, h.pods_now(), NODES))
+    wake = h.reconciler.reconcile(body, api_snapshot(h.kube, body, h.pods_now(), NODES))
     assert wake is not None and wake <= (recheck or KUEUE_RECHECK_SECONDS)
     assert h.kube.calls.count("list_workloads") == 1
     h.tick(read_again_after - 0.5)

@@ -602,9 +602,15 @@ def test_services_are_read_from_the_namespace() -> None:
     other = _service("elsewhere", {"app": "x"})
     other["metadata"]["namespace"] = "other"
     h.add(other)
-    from api_snapshot import ApiSnapshot
+    from api_snapshot import api_snapshot
 
-    snap = ApiSnapshot(h.kube).read(builders.ProfileRef("p", NS, "uid"), _spec())
+    body = {
+        "metadata": {"name": "p", "namespace": NS, "uid": "uid"},
+        "spec": profile_body()["spec"],
+    }
+    snap = api_snapshot(h.kube, body).for_profile(
+        h.kube, builders.ProfileRef("p", NS, "uid"), _spec()
+    )
     assert list(snap.services) == [ServiceInfo("web", {"app": "web"}, "NodePort")]
     assert [d["metadata"]["name"] for d in snap.pod_selecting_deployments] == ["server"]
 

@@ -727,7 +727,7 @@ def test_a_pass_that_starts_or_ends_a_run_asks_for_another_at_once() -> None:
     """Status writes wake nobody: a pass that starts or ends a run asks for the next pass
     now, so a request that came while the run was busy (a reprofile annotation) is not left
     to the resync minutes later."""
-    from api_snapshot import ApiSnapshot
+    from api_snapshot import api_snapshot
     from controller_harness import NODES
 
     h = Harness.one_target()
@@ -736,7 +736,7 @@ def test_a_pass_that_starts_or_ends_a_run_asks_for_another_at_once() -> None:
         h.tick()
         body = copy.deepcopy(h.kube.obj("SpsProfile", "p", NS))
         assert h.reconciler is not None
-        return h.reconciler.reconcile(body, ApiSnapshot(h.kube, list(h.pods), NODES))
+        return h.reconciler.reconcile(body, api_snapshot(h.kube, body, list(h.pods), NODES))
 
     assert one_pass() == 0  # started a run
     assert h.status().get("currentRun")

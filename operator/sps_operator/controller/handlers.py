@@ -256,7 +256,6 @@ def _register_passes(
             while not stopped:
                 woken.clear()
                 world = ix.world_for(
-                    reconciler.kube,
                     body,
                     ix.Indexes(
                         deployments=sps_deployments,

@@ -37,7 +37,7 @@ from sps_operator.controller.steps.outcome import fail_run
 from sps_operator.controller.steps.report import report
 from sps_operator.controller.steps.rollout import rollout
 from sps_operator.controller.steps.run import maybe_start_run, progress_run
-from sps_operator.controller.steps.state import Pass, Settings, Snapshot, SnapshotSource
+from sps_operator.controller.steps.state import Pass, Settings, Snapshot, World
 from sps_operator.controller.steps.wakeups import next_wake
 
 log = logging.getLogger("sps_operator.reconcile")
@@ -76,7 +76,7 @@ class Reconciler:
 
     # ------------------------------------------------------------------ entry
 
-    def reconcile(self, body: Mapping[str, Any], world: SnapshotSource) -> float | None:
+    def reconcile(self, body: Mapping[str, Any], world: World) -> float | None:
         """One pass; returns the seconds until the profile next needs one although nothing
         changes (a schedule, a retry, a settling placement), or None. Never raises: what
         escapes the pass's own handling (which records failures step by step) is written
@@ -113,7 +113,7 @@ class Reconciler:
         except Exception:
             log.exception("the last-resort status was not written either")
 
-    def _reconcile(self, body: Mapping[str, Any], world: SnapshotSource) -> float | None:
+    def _reconcile(self, body: Mapping[str, Any], world: World) -> float | None:
         now = self.clock().replace(microsecond=0)
         meta = body.get("metadata") or {}
         if meta.get("deletionTimestamp"):
@@ -179,12 +179,13 @@ class Reconciler:
             wake = min(wake or math.inf, (backoff.until - now).total_seconds())
         return wake
 
-    def _steps(self, p: Pass, meta: Mapping[str, Any], world: SnapshotSource) -> None:
+    def _steps(self, p: Pass, meta: Mapping[str, Any], world: World) -> None:
         p.step = "clocks"
         for skew in bound_recorded_times(p.status, p.now):
             p.event("Warning", CLOCK_SKEW, f"{skew}; counted from now instead")
         p.step = "read"
-        p.snapshot = world.read(p.ref, p.spec)
+        read = world() if callable(world) else world  # (a unit test's LIST snapshot)
+        p.snapshot = read.for_profile(self.kube, p.ref, p.spec)
         p.step = "trigger"
         note_refresh_requests(
             p.status, p.spec, meta.get("annotations") or {}, meta.get("creationTimestamp"), p.now,
