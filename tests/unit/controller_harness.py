@@ -18,12 +18,12 @@ from sps_operator.api.kinds import RunPhase
 from sps_operator.api.result import build_patch
 from sps_operator.controller import indexes as ix
 from sps_operator.controller.kube import names
+from sps_operator.controller.passes.state import Settings
 from sps_operator.controller.policies.claims import claim_info
 from sps_operator.controller.policies.deployments import deployment_rolled_out
 from sps_operator.controller.policies.placement import PodInfo
 from sps_operator.controller.policies.selectors import matches_selector
-from sps_operator.controller.steps.reconcile import Reconciler
-from sps_operator.controller.steps.state import Settings
+from sps_operator.controller.reconcile.reconciler import Reconciler
 
 NS = "serving"
 H100, H200 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-H200"

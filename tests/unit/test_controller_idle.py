@@ -11,8 +11,8 @@ from controller_harness import NODES, NS, Harness, deployment, indexes_of, profi
 
 from sps_operator.api.result import build_patch
 from sps_operator.controller import indexes as ix
+from sps_operator.controller.passes.state import Settings
 from sps_operator.controller.policies.placement import PodInfo
-from sps_operator.controller.steps.state import Settings
 
 
 def wake_after_pass(h: Harness, name: str = "p") -> float | None:

@@ -19,6 +19,7 @@ from sps_operator.api import labels as L
 from sps_operator.api.labels import max_exec_seconds
 from sps_operator.controller.kicks import profiles_waiting_for_a_local_queue
 from sps_operator.controller.main import parse_args
+from sps_operator.controller.passes.state import Settings
 from sps_operator.controller.policies.kueue import (
     KUEUE_RECHECK_SECONDS,
     WORDS_LIMIT,
@@ -30,8 +31,7 @@ from sps_operator.controller.policies.kueue import (
     queue_position,
     run_limit,
 )
-from sps_operator.controller.steps.reconcile import Reconciler
-from sps_operator.controller.steps.state import Settings
+from sps_operator.controller.reconcile.reconciler import Reconciler
 
 QUEUE = "gpu-profiling"
 QUOTA = (
@@ -273,7 +273,7 @@ def test_a_local_queue_created_wakes_the_runs_waiting_for_it_and_is_read_at_once
     local_queue(h)
     assert h.reconciler is not None
     h.tick()  # well within the read interval: what was read is forgotten, not waited out
-    h.reconciler.kueue_reads.forget_queue(NS, QUEUE)
+    h.reconciler.capacity.queue_created(NS, QUEUE)
     assert h.run_pass()["currentRun"]["waiting"]["reason"] == "QueuedInKueue"
     idx = indexes_of(h.cluster_objects())
     assert profiles_waiting_for_a_local_queue(NS, idx.profiles) == []

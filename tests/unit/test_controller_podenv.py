@@ -308,7 +308,7 @@ def test_a_pass_from_the_caches_reads_the_configmaps_its_servers_use() -> None:
     from sps_operator.controller import indexes as ix
     from sps_operator.controller.kicks import profiles_selecting
     from sps_operator.controller.kube.builders import ProfileRef
-    from sps_operator.controller.steps.state import Snapshot
+    from sps_operator.controller.passes.state import Snapshot
 
     kube = FakeKube()
     kube.put({"kind": "ConfigMap", "metadata": {"name": "models"}, "data": {"m": "llama"}})

@@ -29,10 +29,10 @@ from sps_operator.api.result import build_patch
 from sps_operator.api.spec import ServerSpec, SpsProfileSpec
 from sps_operator.controller.kube import builders
 from sps_operator.controller.kube.names import label_value as names_label
+from sps_operator.controller.passes.state import Settings
 from sps_operator.controller.policies import policy
 from sps_operator.controller.policies.placement import PodInfo, placement
 from sps_operator.controller.policies.policy import JobPolicy, NameRule, ServiceInfo
-from sps_operator.controller.steps.state import Settings
 
 GPU = "nvidia.com/gpu.product"
 QUEUE = L.LABEL_KUEUE_QUEUE
@@ -620,7 +620,7 @@ def _spec() -> SpsProfileSpec:
 
 
 def test_every_refusal_and_the_phase_change_are_explained() -> None:
-    from sps_operator.controller.steps.run import TARGET_CHANGED
+    from sps_operator.controller.profiling.run import TARGET_CHANGED
     from sps_operator.plugin.explain_reasons import FAILURE_REASONS
 
     assert policy.REFUSAL_REASONS | {TARGET_CHANGED} <= FAILURE_REASONS.keys()

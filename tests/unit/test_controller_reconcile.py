@@ -11,9 +11,9 @@ from controller_harness import H100, H200, NS, Harness, deployment, profile_body
 from kubernetes.client.rest import ApiException
 
 from sps_operator.api.result import build_patch
+from sps_operator.controller.passes.state import Settings
 from sps_operator.controller.policies.placement import PodInfo
-from sps_operator.controller.steps.reconcile import Reconciler
-from sps_operator.controller.steps.state import Settings
+from sps_operator.controller.reconcile.reconciler import Reconciler
 
 
 def started(h: Harness, name: str = "p") -> dict:

@@ -27,9 +27,9 @@ from kubernetes.client.rest import ApiException
 from sps_operator.api import labels as L
 from sps_operator.api.kinds import RunPhase
 from sps_operator.api.result import build_patch
+from sps_operator.controller.passes.state import Settings
 from sps_operator.controller.policies.policy import JobPolicy
 from sps_operator.controller.release import nothing_to_release, release
-from sps_operator.controller.steps.state import Settings
 
 
 def live_harness(**spec: object) -> Harness:
@@ -550,7 +550,7 @@ def test_release_that_fails_keeps_the_finalizer() -> None:
     import kopf
 
     from sps_operator.controller.handlers import release_or_retry
-    from sps_operator.controller.steps.reconcile import Reconciler
+    from sps_operator.controller.reconcile.reconciler import Reconciler
 
     h = live_harness()
     h.kube.fail["patch_ConfigMap"] = ApiException(status=500, reason="Boom")

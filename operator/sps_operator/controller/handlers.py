@@ -42,8 +42,8 @@ from sps_operator.controller.kicks import (
 from sps_operator.controller.kube.client import api_error_detail
 from sps_operator.controller.kube.envsources import EnvSources
 from sps_operator.controller.policies.ownership import stable_config_map
+from sps_operator.controller.reconcile.reconciler import Reconciler
 from sps_operator.controller.release import nothing_to_release, release
-from sps_operator.controller.steps.reconcile import Reconciler
 
 log = logging.getLogger("sps_operator.handlers")
 OURS = {L.LABEL_MANAGED_BY: L.MANAGED_BY}
@@ -195,7 +195,7 @@ def _register_wakeups(
             return
         uids = profiles_waiting_for_a_local_queue(namespace, sps_profiles)
         if uids:
-            reconciler.kueue_reads.forget_queue(namespace, name)
+            reconciler.capacity.queue_created(namespace, name)
             kicks.kick(namespace, uids)
 
     @kopf.on.event(API_GROUP, API_VERSION, PLURAL, id="sps_wake_profile", registry=registry)  # type: ignore[arg-type]

@@ -418,7 +418,7 @@ def _chain(gate: bool) -> tuple[Link, ...]:
 
 
 class FitLimits(Protocol):
-    """The bounds of a fit in a child process (the operator's `steps.state.Settings` has
+    """The bounds of a fit in a child process (the operator's `passes.state.Settings` has
     them; a policy does not import the steps above it)."""
 
     @property

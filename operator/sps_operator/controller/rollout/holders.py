@@ -1,4 +1,4 @@
-"""Part of step 6: the Deployments a table is rolled onto hold it (ownership.py says why).
+"""Part of the rollout step: the Deployments a table is rolled onto hold it (ownership.py says why).
 
 A target's Deployment holds exactly this profile's tables its pod template mounts, plus
 the one about to be rolled onto it (held before the template names it, so no moment
@@ -13,12 +13,13 @@ from __future__ import annotations
 from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
+from sps_operator.controller.passes.state import Target
 from sps_operator.controller.policies.deployments import deployment_rolled_out
 from sps_operator.controller.policies.ownership import held_owner_references, mounted_config_maps
-from sps_operator.controller.steps.state import Pass, Target
+from sps_operator.controller.rollout.state import RolloutPass
 
 
-def hold_tables(p: Pass, target: Target, rolling: str | None = None) -> None:
+def hold_tables(p: RolloutPass, target: Target, rolling: str | None = None) -> None:
     mounted = mounted_config_maps(target.deployment)
     settled = deployment_rolled_out(target.deployment)
     names = set(p.snapshot.config_maps) | set(p.created) | ({rolling} if rolling else set())

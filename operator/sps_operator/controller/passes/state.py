@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from sps_operator.api import labels as L
 from sps_operator.api.models import SpsProfile
 from sps_operator.api.spec import RolloutMode, SpsProfileSpec
-from sps_operator.api.status import SpsProfileStatus
+from sps_operator.api.status import RunStatus, SpsProfileStatus, TableRef, TargetStatus
 from sps_operator.constants import IMAGE
 from sps_operator.controller.kube.builders import JobDefaults, ProfileRef
 from sps_operator.controller.kube.client import KubeApi, Obj, owned_by
@@ -241,6 +241,22 @@ class Target:
         return self._template_annotations.get(L.ANNOTATION_TABLE)
 
 
+class Capacity(Protocol):
+    """The GPU capacity service (controller/capacity/service.py) as the reconcilers see
+    it: the one door to the pool, borrowing, Kueue and cost."""
+
+    def job_labels(self, p: Pass) -> dict[str, str]: ...
+    def run_limit(self, p: Pass) -> tuple[int, str]: ...
+    def follow_wait(self, p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None: ...
+    def reattach_borrow(self, p: Pass, run: RunStatus) -> None: ...
+    def close_segment(self, p: Pass, run: RunStatus) -> None: ...
+    def return_for_run(
+        self, p: Pass, run: RunStatus, table: TableRef | None = None, why: str = ""
+    ) -> None: ...
+    def follow_rollout_borrow(self, p: Pass, statuses: Sequence[TargetStatus]) -> None: ...
+    def return_orphans(self, p: Pass) -> None: ...
+
+
 @dataclass
 class Pass:
     """One level-triggered pass over an SpsProfile."""
@@ -255,6 +271,7 @@ class Pass:
     settings: Settings
     metrics: Metrics
     snapshot: Snapshot
+    capacity: Capacity
     targets: list[Target] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)
     created: dict[str, Obj] = field(default_factory=dict)  # ConfigMaps written in this pass
@@ -292,17 +309,6 @@ class Pass:
     def config_map(self, name: str) -> Obj | None:
         """One of this profile's ConfigMaps: as read at the start, or created since."""
         return self.snapshot.config_maps.get(name) or self.created.get(name)
-
-    def delete_own(self, kind: str, obj: Mapping[str, Any]) -> None:
-        """Delete one of this profile's objects: exactly the one read (its UID is the
-        delete's precondition), in its own namespace, and only if it `belongs_to` it."""
-        meta = obj.get("metadata") or {}
-        if not belongs_to(obj, self.ref):
-            raise RuntimeError(
-                f"refused to delete {kind} {meta.get('namespace')}/{meta.get('name')}: "
-                f"it does not belong to SpsProfile {self.ref.name}"
-            )
-        self.kube.delete(kind, self.namespace, str(meta["name"]), uid=meta.get("uid"))
 
     def wake_within(self, seconds: float) -> None:
         """Ask for the next pass no later than `seconds` from now."""
