@@ -250,7 +250,6 @@ def test_the_error_path_writes_status_even_when_ending_the_run_fails_too() -> No
     """A step raises, and ending its run (which reads the same objects) raises as well:
     the pass still records the failure in status instead of raising."""
     import sps_operator.controller.profiling.reconciler as profiling_module
-    import sps_operator.controller.reconcile.reconciler as reconcile_module
 
     h = Harness.one_target()
     h.tick()
@@ -260,13 +259,13 @@ def test_the_error_path_writes_status_even_when_ending_the_run_fails_too() -> No
     def boom(*_: Any, **__: Any) -> None:
         raise RecursionError("maximum recursion depth exceeded")
 
-    original_progress, original_fail = profiling_module.progress_run, reconcile_module.fail_run
-    profiling_module.progress_run, reconcile_module.fail_run = boom, boom
+    original_progress, original_fail = profiling_module.progress_run, profiling_module.fail_run
+    profiling_module.progress_run, profiling_module.fail_run = boom, boom
     try:
         h.tick()
         status = h.run_pass()
     finally:
-        profiling_module.progress_run, reconcile_module.fail_run = original_progress, original_fail
+        profiling_module.progress_run, profiling_module.fail_run = original_progress, original_fail
     failure = status["lastFailure"]
     assert failure["reason"] == "ReconcileError"
     assert "ending the run failed too" in failure["message"]

@@ -13,6 +13,7 @@ from typing import Any
 
 from sps_operator.controller.policies.triggers import note_refresh_requests
 from sps_operator.controller.profiling.history import trim_history
+from sps_operator.controller.profiling.outcome import fail_run
 from sps_operator.controller.profiling.publish import publish_table
 from sps_operator.controller.profiling.run import maybe_start_run, progress_run
 from sps_operator.controller.profiling.state import ProfilingPass
@@ -37,6 +38,11 @@ def get_table(p: ProfilingPass) -> None:
     if p.status.current_run is None:
         p.step = "start"
         maybe_start_run(p)
+
+
+def end_run_failed(p: ProfilingPass, reason: str, message: str) -> None:
+    """A step raised: end the current run as failed (retried with backoff)."""
+    fail_run(p, reason, message)
 
 
 def trim(p: ProfilingPass) -> None:

@@ -38,7 +38,6 @@ from sps_operator.controller.policies.clocks import bound_recorded_times
 from sps_operator.controller.policies.triggers import backoff_seconds
 from sps_operator.controller.process.metrics import Metrics
 from sps_operator.controller.profiling import reconciler as profiling
-from sps_operator.controller.profiling.outcome import fail_run
 from sps_operator.controller.profiling.state import ProfilingPass
 from sps_operator.controller.rollout import reconciler as rollout
 from sps_operator.controller.rollout.state import RolloutPass
@@ -212,7 +211,7 @@ class Reconciler:
         log.warning("pass of %s/%s failed in %s", p.namespace, p.ref.name, message)
         if p.status.current_run is not None and not is_transient(exc):
             try:
-                fail_run(p, RECONCILE_ERROR, message)
+                profiling.end_run_failed(p, RECONCILE_ERROR, message)
                 return
             except Exception as again:
                 message += f"; ending the run failed too: {_detail(again)}"
