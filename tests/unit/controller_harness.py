@@ -342,3 +342,12 @@ def indexes_of(objects: list[dict[str, Any]]) -> ix.Indexes:
             for key, value in entries(copy.deepcopy(obj)).items():
                 built[name].setdefault(key, []).append(value)
     return ix.Indexes(**built)
+
+
+def started(h: Harness, name: str = "p") -> dict[str, Any]:
+    """One pass that starts a run; the run."""
+    h.tick()
+    h.run_pass(name)
+    run = h.status(name)["currentRun"]
+    assert run, h.status(name)
+    return dict(run)
