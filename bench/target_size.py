@@ -24,7 +24,7 @@ from typing import Any
 from sps_operator.api.spec import SpsProfileSpec
 from sps_operator.controller.passes.observe import _understand_server
 from sps_operator.controller.passes.state import Target
-from sps_operator.controller.server.serverread import read_server
+from sps_operator.controller.sglang.serverread import read_server
 
 SERVER = [
     "--model-path", "org/model-8b", "--speculative-algorithm", "DSPARK",

@@ -2,6 +2,6 @@
 
 Modules: ``costmodel`` (presets, noise), ``graphs`` (capture lists, tiers), ``engine`` (server
 state, pure), ``settings`` (command line + environment), ``protocol`` (request parsing and
-error bodies), ``server`` (aiohttp routes), ``cli`` (``sps-sim``), ``truth`` (ground-truth
+error bodies), ``http_server`` (aiohttp routes), ``cli`` (``sps-sim``), ``truth`` (ground-truth
 grid), ``testing`` (``running_sim`` for tests).
 """

@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sps-sim: error: {exc}", file=sys.stderr)
         return 2
     from sps_sim.group import GroupError
-    from sps_sim.server import serve_forever, serve_group
+    from sps_sim.http_server import serve_forever, serve_group
 
     try:
         asyncio.run(serve_group(settings) if settings.group else serve_forever(settings))

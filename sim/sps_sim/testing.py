@@ -48,7 +48,7 @@ def running_sim(
     **kw: Any,
 ) -> Iterator[str]:
     """Start sps-sim in a thread with its own event loop; yield its base URL; stop it."""
-    from sps_sim.server import SimServer
+    from sps_sim.http_server import SimServer
 
     argv = list(args) if args is not None else []
     if not any(a.startswith("--speculative-algorithm") for a in argv):

@@ -36,7 +36,7 @@ from e2e_env import (
 
 from sps_operator.api import labels as L
 from sps_operator.api.models import SpsProfile
-from sps_operator.controller.server.serverconfig import (
+from sps_operator.controller.sglang.serverconfig import (
     legacy_table_fingerprint,
     parse_server,
     server_config,

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from lupa import LuaRuntime
 
+from sps_operator.api import reason_registry as registry
 from sps_operator.api import reasons as R
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +70,7 @@ def with_conditions(*conditions: dict[str, str]) -> dict[str, Any]:
 def generated() -> Iterator[Any]:
     """(profile, expected health, text in the message) for every reason, in the contexts the
     operator's report step puts it (controller/passes/report.py)."""
-    for reason, meaning in R.REASONS.items():
+    for reason, meaning in registry.REASONS.items():
         kind = meaning.kind
         if kind in NOT_READY_FALSE:
             if kind == R.Kind.TRIGGER:  # a run started for this reason
@@ -115,9 +116,9 @@ def test_every_reason_has_its_health(obj: dict[str, Any], expected: str, in_mess
     status, message = health(obj)
     assert status == expected, message
     assert in_message in message
-    # The operator's own rule (api.reasons.health, which sets Reconciling/Stalled) agrees.
+    # The operator's own rule (api.reason_registry.health, which sets Reconciling/Stalled) agrees.
     conditions = {c["type"]: (c["status"], c["reason"]) for c in obj["status"]["conditions"]}
-    assert R.health(conditions) == expected
+    assert registry.health(conditions) == expected
 
 
 def test_every_kind_of_reason_is_decided() -> None:
@@ -130,9 +131,9 @@ def test_the_lua_lists_are_the_reason_lists() -> None:
         assert match, name
         return set(re.findall(r"(\w+) = true", match.group(1)))
 
-    assert lua_set("waiting") == R.WAITING_REASONS
-    assert lua_set("progressing") == R.PROGRESSING_REASONS
-    assert lua_set("suspended") == R.SUSPENDED_REASONS
+    assert lua_set("waiting") == registry.WAITING_REASONS
+    assert lua_set("progressing") == registry.PROGRESSING_REASONS
+    assert lua_set("suspended") == registry.SUSPENDED_REASONS
 
 
 def test_the_health_table_in_the_docs_is_the_reason_lists() -> None:
@@ -142,8 +143,8 @@ def test_the_health_table_in_the_docs_is_the_reason_lists() -> None:
         for m in re.finditer(r"^\| `(\w+)` \| [^|]* \| ([^|]*) \|$", text, re.M)
     }
     assert rows[R.Health.HEALTHY] == {R.TABLE_LIVE}
-    assert rows[R.Health.PROGRESSING] == R.WAITING_REASONS | R.PROGRESSING_REASONS
-    assert rows[R.Health.SUSPENDED] == R.SUSPENDED_REASONS
+    assert rows[R.Health.PROGRESSING] == registry.WAITING_REASONS | registry.PROGRESSING_REASONS
+    assert rows[R.Health.SUSPENDED] == registry.SUSPENDED_REASONS
 
 
 @pytest.mark.parametrize(

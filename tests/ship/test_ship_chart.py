@@ -14,7 +14,7 @@ from ship_helpers import CHART, ROOT, by_kind, helm, render
 
 from sps_operator.api import labels as L
 from sps_operator.controller.main import job_policy, key_values, parse_args
-from sps_operator.controller.policies.policy import BORROW_BOUNDS, JobPolicy, NameRule
+from sps_operator.controller.policies.job_policy import BORROW_BOUNDS, JobPolicy, NameRule
 
 
 def rules_grant(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:

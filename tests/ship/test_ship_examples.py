@@ -11,7 +11,7 @@ import yaml
 from ship_helpers import ROOT, apply_chart_crd
 
 from sps_operator.api.spec import SpsProfileSpec
-from sps_operator.controller.policies.policy import JobPolicy, spec_refusal
+from sps_operator.controller.policies.job_policy import JobPolicy, spec_refusal
 from sps_testbed.controlplane_fixtures import K8sCluster
 
 EXAMPLES = ROOT / "examples"

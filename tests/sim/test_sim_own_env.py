@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 
 from sps_operator.api.resolved import resolved_report
-from sps_operator.profiler.server import server_context_from_info
+from sps_operator.profiler.server_info import server_context_from_info
 from sps_sim.settings import build_settings
 from sps_sim.testing import running_sim
 

@@ -9,14 +9,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sps_operator.api import labels as L
+from sps_operator.controller.finalizer import mounted_config_maps
 from sps_operator.controller.kube.client import KubeApi, Obj
 from sps_operator.controller.passes.state import Snapshot, by_name
 from sps_operator.controller.policies.borrow import PoolBid
 from sps_operator.controller.policies.claims import ClaimInfo
+from sps_operator.controller.policies.job_policy import service_info
 from sps_operator.controller.policies.ownership import profile_summary, stable_config_map
 from sps_operator.controller.policies.placement import PodInfo
-from sps_operator.controller.policies.policy import service_info
-from sps_operator.controller.release import mounted_config_maps
 
 
 def mounted(deployments: Iterable[Obj], names: Iterable[str | None]) -> frozenset[str]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
+from sps_operator.api import reason_registry as registry
 from sps_operator.api import reasons as R
 from sps_operator.constants import FIELD_MANAGER
 from sps_operator.controller.kube.client import KubeApi, Obj
@@ -25,8 +26,8 @@ from sps_operator.controller.kube.client import KubeApi, Obj
 # Every reason a pass writes (status and events) that api/reasons.py does not list; the
 # autouse fixture in tests/unit/conftest.py fails the test that wrote one.
 UNLISTED_REASONS: list[str] = []
-STATUS_REASONS = set(R.REASONS)
-EVENT_REASONS = set(R.REASONS) | set(R.EVENT_REASONS)
+STATUS_REASONS = set(registry.REASONS)
+EVENT_REASONS = set(registry.REASONS) | set(R.EVENT_REASONS)
 
 
 def status_reasons(status: Mapping[str, Any]) -> list[str]:

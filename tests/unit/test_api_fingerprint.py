@@ -22,9 +22,9 @@ from sps_operator.api.reasons import (
     UNREADABLE_SHELL_SCRIPT,
 )
 from sps_operator.controller.fingerprint_cmd import with_doc
-from sps_operator.controller.server.podenv import ConfigMapEnv, resolve_env
-from sps_operator.controller.server.serverchanges import server_changes
-from sps_operator.controller.server.serverconfig import (
+from sps_operator.controller.sglang.podenv import ConfigMapEnv, resolve_env
+from sps_operator.controller.sglang.serverchanges import server_changes
+from sps_operator.controller.sglang.serverconfig import (
     ServerConfig,
     ServerProblem,
     legacy_table_fingerprint,

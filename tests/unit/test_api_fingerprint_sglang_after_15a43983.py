@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from sps_operator.api import fingerprint as F
 from sps_operator.api.fingerprint import Kind
 from sps_operator.api.reasons import HIDDEN_COST_INPUT
-from sps_operator.controller.server.podenv import resolve_env
-from sps_operator.controller.server.serverconfig import (
+from sps_operator.controller.sglang.podenv import resolve_env
+from sps_operator.controller.sglang.serverconfig import (
     ServerConfig,
     ServerProblem,
     parse_server,

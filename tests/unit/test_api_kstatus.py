@@ -18,6 +18,7 @@ import pytest
 from controller_harness import NS, Harness, deployment, profile_body
 from fakekube import FakeKube
 
+from sps_operator.api import reason_registry as registry
 from sps_operator.api import reasons as R
 from sps_operator.api.status import Condition
 from sps_operator.controller.policies import conditions as cond
@@ -66,13 +67,13 @@ def kstatus_of(*conditions: tuple[str, str, str]) -> tuple[str, list[Condition]]
     return kstatus(obj), written
 
 
-@pytest.mark.parametrize("reason", sorted(R.REASONS))
+@pytest.mark.parametrize("reason", sorted(registry.REASONS))
 def test_flux_reads_every_ready_reason_as_argo_cd_does(reason: str) -> None:
-    kind = R.REASONS[reason].kind
+    kind = registry.REASONS[reason].kind
     ready = ("Ready", "True" if kind == R.Kind.LIVE else "False", reason)
     for profiling in (("Profiling", "False", "Idle"), ("Profiling", "False", reason)):
         got, written = kstatus_of(profiling, ready)
-        health = R.health({c.type: (str(c.status), c.reason) for c in written})
+        health = registry.health({c.type: (str(c.status), c.reason) for c in written})
         assert got == FLUX_READS[health], (profiling, ready)
         types = [c.type for c in written]
         assert types.count("Reconciling") == 1 and types.count("Stalled") == 1

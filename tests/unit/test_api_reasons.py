@@ -10,6 +10,7 @@ import ast
 import re
 from pathlib import Path
 
+from sps_operator.api import reason_registry as registry
 from sps_operator.api import reasons as R
 
 PACKAGE = Path(R.__file__).resolve().parents[1]
@@ -85,7 +86,7 @@ def camel_words(*folders: Path) -> dict[str, set[str]]:
     return found
 
 
-KNOWN = set(R.REASONS) | set(R.EVENT_REASONS) | set(R.CONDITION_TYPES)
+KNOWN = set(registry.REASONS) | set(R.EVENT_REASONS) | set(R.CONDITION_TYPES)
 # The name of each listed word in api/reasons.py (its constant).
 CONSTANT_OF = {
     value: name
@@ -99,7 +100,7 @@ def test_every_word_the_controller_and_plugin_write_is_in_the_list() -> None:
     assert len(words) > 50, "the scan found almost nothing: it no longer reads the modules"
     unknown = {w: sorted(files) for w, files in words.items() if w not in KNOWN | KUBERNETES_WORDS}
     assert not unknown, (
-        f"add these to sps_operator/api/reasons.py (with what they mean), or to "
+        f"add these to sps_operator/api/reasons.py (and an entry in api/reasons_*.py), or to "
         f"KUBERNETES_WORDS here if they are not the operator's reasons: {unknown}"
     )
 
@@ -126,7 +127,7 @@ def test_every_listed_reason_is_set_by_the_controller() -> None:
                 used.add(node.id)
             elif isinstance(node, ast.Attribute):
                 used.add(node.attr)
-    listed = set(R.REASONS) | set(R.EVENT_REASONS)
+    listed = set(registry.REASONS) | set(R.EVENT_REASONS)
     unused = sorted(r for r in listed if CONSTANT_OF[r] not in used)
     assert not unused, f"listed in api/reasons.py but set nowhere: {unused}"
 
@@ -134,11 +135,11 @@ def test_every_listed_reason_is_set_by_the_controller() -> None:
 def test_no_word_is_both_a_reason_and_a_kubernetes_word() -> None:
     assert not KNOWN & KUBERNETES_WORDS
     # An event reason that is also a condition reason is listed once, as a reason.
-    assert not set(R.REASONS) & set(R.EVENT_REASONS)
+    assert not set(registry.REASONS) & set(R.EVENT_REASONS)
 
 
 def test_every_reason_says_what_it_means() -> None:
-    for name, reason in R.REASONS.items():
+    for name, reason in registry.REASONS.items():
         assert CAMEL.match(name), name
         assert reason.meaning and len(reason.meaning) <= 100, name
     for type_, meaning in R.CONDITION_TYPES.items():
@@ -155,7 +156,7 @@ def doc_section(doc: str, heading: str) -> str:
 def test_the_operator_docs_name_every_reason() -> None:
     conditions = doc_section("operator.md", "Conditions")
     events = doc_section("operator.md", "Events (constant reasons)")
-    missing = [r for r in R.REASONS if f"`{r}`" not in conditions]
+    missing = [r for r in registry.REASONS if f"`{r}`" not in conditions]
     missing += [r for r in R.EVENT_REASONS if f"`{r}`" not in events]
     missing += [c for c in R.CONDITION_TYPES if c not in (R.RECONCILING, R.STALLED)
                 and f"| `{c}` |" not in conditions]  # fmt: skip

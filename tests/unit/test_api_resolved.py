@@ -15,7 +15,7 @@ from sps_operator.api.resolved import (
     resolved_drift,
     resolved_report,
 )
-from sps_operator.profiler.server import server_context_from_info
+from sps_operator.profiler.server_info import server_context_from_info
 
 
 def info(**top: Any) -> dict[str, Any]:

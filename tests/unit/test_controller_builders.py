@@ -13,7 +13,7 @@ from sps_operator.api.kinds import RunPhase
 from sps_operator.api.limits import MAX_PROFILE_NAME
 from sps_operator.api.spec import SpsProfileSpec
 from sps_operator.controller.kube import builders, names, table_objects
-from sps_operator.controller.server.serverconfig import parse_server
+from sps_operator.controller.sglang.serverconfig import parse_server
 
 PROFILE = builders.ProfileRef("llama", "serving", "uid-1")
 TARGET_POD: dict[str, Any] = {

@@ -23,6 +23,7 @@ from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
 from sps_operator.api.spec import CapacitySpec
+from sps_operator.controller.finalizer import release
 from sps_operator.controller.passes.state import Settings
 from sps_operator.controller.policies.borrow import (
     BorrowTag,
@@ -32,10 +33,9 @@ from sps_operator.controller.policies.borrow import (
     kueue_managed_refusal,
     pool_lease,
 )
+from sps_operator.controller.policies.job_policy import JobPolicy, NameRule
 from sps_operator.controller.policies.placement import PodInfo
-from sps_operator.controller.policies.policy import JobPolicy, NameRule
 from sps_operator.controller.reconcile.reconciler import Reconciler
-from sps_operator.controller.release import release
 
 
 def test_a_run_that_cannot_get_gpus_says_so_and_gives_up_after_its_timeout() -> None:

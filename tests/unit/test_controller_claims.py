@@ -24,8 +24,8 @@ from sps_operator.controller.policies.claims import (
     pod_claims,
     volume_pin,
 )
+from sps_operator.controller.policies.job_policy import Refusal
 from sps_operator.controller.policies.placement import PodInfo, pod_info
-from sps_operator.controller.policies.policy import Refusal
 
 GPU = "nvidia.com/gpu.product"
 WEIGHTS = "weights"

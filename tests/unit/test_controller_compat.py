@@ -15,6 +15,7 @@ from controller_harness import profile_body as body
 from sps_operator.api import labels as L
 from sps_operator.api import limits
 from sps_operator.api.models import SpsProfile
+from sps_operator.api.reason_registry import FAILURE_ADVICE, TARGET_ADVICE
 from sps_operator.api.reasons import (
     DIAGONAL_ONLY_SERVER,
     LORA_NEEDS_STATIC_MODE,
@@ -24,14 +25,13 @@ from sps_operator.api.reasons import (
 from sps_operator.api.result import build_patch
 from sps_operator.controller.policies import compat
 from sps_operator.controller.policies.placement import MAX_EXIT_MESSAGE, PodInfo, pod_info
-from sps_operator.controller.server.serverconfig import (
+from sps_operator.controller.sglang.serverconfig import (
     TABLE_PATH_FLAG,
     legacy_table_fingerprint,
     parse_server,
     server_config,
 )
 from sps_operator.plugin.explain import explain, render_explain
-from sps_operator.plugin.explain_reasons import FAILURE_REASONS, TARGET_REASONS
 from sps_operator.plugin.view import get_row
 from sps_sim import flavors
 
@@ -90,7 +90,7 @@ def test_an_additive_profile_against_the_fork_is_refused_before_any_job() -> Non
     assert not h.kube.kinds("Job") and status.get("currentRun") is None
     assert f"{TABLE_PATH_FLAG}=const" in server_args(h)  # untouched
     assert h.condition("Ready")[:2] == ("False", DIAGONAL_ONLY_SERVER)
-    assert DIAGONAL_ONLY_SERVER in TARGET_REASONS
+    assert DIAGONAL_ONLY_SERVER in TARGET_ADVICE
     assert any("Diagonal" in f["next"] for f in findings(h))
 
 
@@ -166,7 +166,7 @@ def test_a_diagonal_only_loader_refuses_the_additive_seed_in_the_clone_never_in_
         run["job"],
         run["job"].removesuffix("-p2"),
     }
-    assert DIAGONAL_ONLY_SERVER in FAILURE_REASONS
+    assert DIAGONAL_ONLY_SERVER in FAILURE_ADVICE
     # The same server with a Diagonal profile is profiled as usual.
     h.kube.edit("SpsProfile", "p", lambda p: p["spec"].update(table=body()["spec"]["table"]))
     assert h.profile_once()["targets"][0]["state"] == "Live"
@@ -222,7 +222,7 @@ def test_the_clone_s_start_up_refusals_end_the_run_with_their_reason(
     assert status.get("currentRun") is None
     failure = status["lastFailure"]
     assert (failure["reason"], failure["retryable"]) == (reason, False)
-    assert reason in FAILURE_REASONS
+    assert reason in FAILURE_ADVICE
     if reason == SERVER_REFUSED_TO_START:
         assert f"{TABLE_PATH_FLAG}=const" in failure["message"]
 

@@ -12,12 +12,12 @@ from controller_harness import NS, SERVER_ARGS, Harness, deployment
 from controller_harness import profile_body as body
 
 from sps_operator.api import labels as L
+from sps_operator.api.reason_registry import FAILURE_ADVICE, TARGET_ADVICE
 from sps_operator.api.reasons import ENGRAM_COMPACT_TABLE, PD_DISAGGREGATED_SERVER
 from sps_operator.controller.policies import compat
 from sps_operator.controller.policies.placement import PodInfo
-from sps_operator.controller.server.serverconfig import parse_server, server_config
+from sps_operator.controller.sglang.serverconfig import parse_server, server_config
 from sps_operator.plugin.explain import explain, render_explain
-from sps_operator.plugin.explain_reasons import FAILURE_REASONS, TARGET_REASONS
 
 COMPACT = [{"name": "SGLANG_RAGGED_VERIFY_MODE", "value": "compact"}]
 V41 = "deepseek-ai/DeepSeek-V4.1-Flash"
@@ -61,7 +61,7 @@ def test_a_pd_disaggregated_server_is_refused_before_any_job_saying_why(mode: st
     assert ("prefill peer" if mode == "decode" else "no decode steps") in target["message"]
     assert not h.kube.kinds("Job")
     text = render_explain(explain(h.kube.obj("SpsProfile", "p", NS)))
-    assert TARGET_REASONS[PD_DISAGGREGATED_SERVER][0] in text
+    assert TARGET_ADVICE[PD_DISAGGREGATED_SERVER].what in text
 
 
 def test_a_server_with_disaggregation_mode_null_is_an_ordinary_server() -> None:
@@ -113,4 +113,4 @@ def test_a_clone_that_dies_capturing_with_the_table_ends_the_run_unretried() -> 
     failure = h.run_pass()["lastFailure"]
     assert (failure["reason"], failure["retryable"]) == (ENGRAM_COMPACT_TABLE, False)
     assert compat.ENGRAM_CAPTURE_FAILED in failure["message"]
-    assert ENGRAM_COMPACT_TABLE in FAILURE_REASONS
+    assert ENGRAM_COMPACT_TABLE in FAILURE_ADVICE

@@ -17,14 +17,15 @@ from controller_harness import NS, SERVER_ARGS, Harness, container, deployment, 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sps_operator.api.reason_registry import TARGET_ADVICE
 from sps_operator.api.reasons import (
     HIDDEN_COST_INPUT,
     NOT_A_DSPARK_SERVER,
     NOT_AN_SGLANG_SERVER,
     UNREADABLE_SHELL_SCRIPT,
 )
-from sps_operator.controller.server.podenv import ConfigMapEnv, EnvValue, resolve_env
-from sps_operator.controller.server.serverconfig import (
+from sps_operator.controller.sglang.podenv import ConfigMapEnv, EnvValue, resolve_env
+from sps_operator.controller.sglang.serverconfig import (
     FINGERPRINTED_ENV,
     ServerCommand,
     ServerConfig,
@@ -33,7 +34,6 @@ from sps_operator.controller.server.serverconfig import (
     server_config,
 )
 from sps_operator.plugin.explain import explain
-from sps_operator.plugin.explain_reasons import TARGET_REASONS
 
 MODEL_FROM_ARGS = [a if a != "org/model-8b" else "$(MODEL)" for a in SERVER_ARGS]
 
@@ -286,7 +286,7 @@ def test_a_model_from_a_secret_is_refused_and_explained() -> None:
     assert target["state"] == "Refused" and target["reason"] == HIDDEN_COST_INPUT
     assert "Secret 'hf' key 'model'" in target["message"]
     assert status.get("currentRun") is None and not h.kube.kinds("Job")
-    assert HIDDEN_COST_INPUT in TARGET_REASONS
+    assert HIDDEN_COST_INPUT in TARGET_ADVICE
     body = h.kube.obj("SpsProfile", "p")
     findings = explain(body)["findings"]
     assert any(HIDDEN_COST_INPUT in f["why"] and "ConfigMap" in f["next"] for f in findings)

@@ -17,7 +17,7 @@ from sps_operator.api.kinds import RunPhase
 from sps_operator.api.spec import SpsProfileSpec
 from sps_operator.cli import main as sps_operator
 from sps_operator.controller.kube import builders
-from sps_operator.controller.server.serverconfig import TABLE_PATH_FLAG, parse_server
+from sps_operator.controller.sglang.serverconfig import TABLE_PATH_FLAG, parse_server
 from sps_operator.plugin import cli as plugin
 from sps_operator.tables.formats import (
     SpsAdditiveCostTable,

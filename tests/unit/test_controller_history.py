@@ -9,7 +9,7 @@ from test_controller_safety import ANNOTATE_ONLY, annotate_only_deployment
 
 from sps_operator.api import labels as L
 from sps_operator.api.result import build_patch
-from sps_operator.controller.release import nothing_to_release, release
+from sps_operator.controller.finalizer import nothing_to_release, release
 
 
 def table_config_maps(h: Harness, gpu: str | None = None) -> list[str]:

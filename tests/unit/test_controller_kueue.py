@@ -18,12 +18,12 @@ from kubernetes.client.rest import ApiException
 from sps_operator.api import labels as L
 from sps_operator.api.labels import max_exec_seconds
 from sps_operator.controller.kicks import profiles_waiting_for_a_local_queue
+from sps_operator.controller.kube.kueue_cache import KueueCache
 from sps_operator.controller.main import parse_args
 from sps_operator.controller.passes.state import Settings
 from sps_operator.controller.policies.kueue import (
     KUEUE_RECHECK_SECONDS,
     WORDS_LIMIT,
-    KueueCache,
     KueueState,
     kueue_deactivated,
     kueue_words,

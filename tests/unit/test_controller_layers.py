@@ -16,7 +16,7 @@ CONTROLLER = "sps_operator.controller"
 
 # Bottom to top; a module may import from its own floor and the ones before it.
 FLOORS = (
-    "server", "policies", "kube", "process", "passes", "capacity", "profiling", "rollout",
+    "sglang", "policies", "kube", "process", "passes", "capacity", "profiling", "rollout",
     "reconcile", "wiring",
 )  # fmt: skip
 # The two reconcilers of a pass meet only in `status` (and the orchestrator above them),
@@ -139,13 +139,13 @@ def test_the_reconcilers_import_neither_each_other_nor_the_capacity_insides() ->
     ]
 
 
-def test_policies_and_server_import_no_pass_kube_or_process() -> None:
+def test_policies_and_sglang_import_no_pass_kube_or_process() -> None:
     """Said on its own because it is the rule that keeps policies pure."""
     graph = package_imports()
     impure = sorted(
         f"{module} imports {target}"
         for module, imported in graph.items()
-        if floor_of(module) in {"policies", "server"}
+        if floor_of(module) in {"policies", "sglang"}
         for target in imported
         if floor_of(target) in FLOORS[FLOORS.index("kube") :] and target != CONTROLLER
     )

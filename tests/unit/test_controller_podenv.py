@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sps_operator.controller.kube.envsources import EnvSources, read_env_config_maps
-from sps_operator.controller.server.podenv import (
+from sps_operator.controller.sglang.podenv import (
     MAX_KEYS,
     MAX_VALUE_CHARS,
     ConfigMapEnv,

@@ -30,9 +30,9 @@ from sps_operator.api.spec import ServerSpec, SpsProfileSpec
 from sps_operator.controller.kube import builders
 from sps_operator.controller.kube.names import label_value as names_label
 from sps_operator.controller.passes.state import Settings
-from sps_operator.controller.policies import policy
+from sps_operator.controller.policies import job_policy
+from sps_operator.controller.policies.job_policy import JobPolicy, NameRule, ServiceInfo
 from sps_operator.controller.policies.placement import PodInfo, placement
-from sps_operator.controller.policies.policy import JobPolicy, NameRule, ServiceInfo
 
 GPU = "nvidia.com/gpu.product"
 QUEUE = L.LABEL_KUEUE_QUEUE
@@ -99,7 +99,7 @@ def test_the_pin_wins_over_every_node_selector_in_the_job() -> None:
 
 
 def _server() -> Any:
-    from sps_operator.controller.server.serverconfig import parse_server
+    from sps_operator.controller.sglang.serverconfig import parse_server
 
     return parse_server(deployment()["spec"]["template"]["spec"]["containers"][0])
 
@@ -565,7 +565,7 @@ def test_any_url_is_refused_or_admitted_never_an_exception(url: str) -> None:
         server=ServerSpec.model_construct(source="External", url=url),
         job=JobOverrides.model_construct(active_deadline_seconds=60),
     )
-    found = policy.spec_refusal(
+    found = job_policy.spec_refusal(
         JobPolicy(allowed_server_hosts=("*",)), spec, namespace=NS, profiler_image="i"
     )
     assert found is None or found.reason == "JobPolicy"
@@ -581,7 +581,7 @@ def test_every_spelling_of_a_link_local_address_is_refused(low: int, form: str) 
         "mapped": f"[::ffff:169.254.{low >> 8}.{low & 255}]",
     }[form]
     spec = SpsProfileSpec.model_validate({**profile_body()["spec"], **external(f"http://{host}/")})
-    found = policy.spec_refusal(
+    found = job_policy.spec_refusal(
         JobPolicy(allowed_server_hosts=("*",)), spec, namespace=NS, profiler_image="i"
     )
     assert found is not None and "link-local" in found.message
@@ -589,11 +589,11 @@ def test_every_spelling_of_a_link_local_address_is_refused(low: int, form: str) 
 
 
 def test_host_patterns_match_label_by_label() -> None:
-    assert policy.host_matches("a.ns.svc.cluster.local", "*.ns.svc.cluster.local")
-    assert not policy.host_matches("a.b.ns.svc.cluster.local", "*.ns.svc.cluster.local")
-    assert not policy.host_matches("a.other.svc.ns.svc.cluster.local", "*.ns.svc.cluster.local")
-    assert policy.host_matches("gpu-3.inference.example.com", "gpu-*.inference.example.com")
-    assert policy.host_matches("anything.at.all", "*")
+    assert job_policy.host_matches("a.ns.svc.cluster.local", "*.ns.svc.cluster.local")
+    assert not job_policy.host_matches("a.b.ns.svc.cluster.local", "*.ns.svc.cluster.local")
+    assert not job_policy.host_matches("a.other.svc.ns.svc.cluster.local", "*.ns.svc.cluster.local")
+    assert job_policy.host_matches("gpu-3.inference.example.com", "gpu-*.inference.example.com")
+    assert job_policy.host_matches("anything.at.all", "*")
 
 
 def test_services_are_read_from_the_namespace() -> None:
@@ -620,7 +620,7 @@ def _spec() -> SpsProfileSpec:
 
 
 def test_every_refusal_and_the_phase_change_are_explained() -> None:
+    from sps_operator.api.reason_registry import FAILURE_ADVICE
     from sps_operator.controller.profiling.run import TARGET_CHANGED
-    from sps_operator.plugin.explain_reasons import FAILURE_REASONS
 
-    assert policy.REFUSAL_REASONS | {TARGET_CHANGED} <= FAILURE_REASONS.keys()
+    assert job_policy.REFUSAL_REASONS | {TARGET_CHANGED} <= FAILURE_ADVICE.keys()

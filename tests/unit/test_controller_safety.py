@@ -27,9 +27,9 @@ from kubernetes.client.rest import ApiException
 from sps_operator.api import labels as L
 from sps_operator.api.kinds import RunPhase
 from sps_operator.api.result import build_patch
+from sps_operator.controller.finalizer import nothing_to_release, release
 from sps_operator.controller.passes.state import Settings
-from sps_operator.controller.policies.policy import JobPolicy
-from sps_operator.controller.release import nothing_to_release, release
+from sps_operator.controller.policies.job_policy import JobPolicy
 
 
 def live_harness(**spec: object) -> Harness:

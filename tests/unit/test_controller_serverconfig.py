@@ -13,7 +13,7 @@ from sps_operator.api.reasons import (
     NOT_AN_SGLANG_SERVER,
     UNREADABLE_SHELL_SCRIPT,
 )
-from sps_operator.controller.server.serverconfig import (
+from sps_operator.controller.sglang.serverconfig import (
     ServerConfig,
     ServerProblem,
     find_server_container,

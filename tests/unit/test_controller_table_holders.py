@@ -10,11 +10,11 @@ from typing import Any
 from controller_harness import NS, Harness, rounds
 
 from sps_operator.api.result import build_patch
+from sps_operator.controller.finalizer import release
 from sps_operator.controller.policies.ownership import (
     held_owner_references,
     released_owner_references,
 )
-from sps_operator.controller.release import release
 
 PROFILE_REF = {
     "apiVersion": "sps.dev/v1alpha1",

@@ -16,6 +16,7 @@ from controller_harness import H100, NODES, NS, Harness, deployment, indexes_of,
 from sps_operator.api import labels as L
 from sps_operator.api.spec import CapacitySpec
 from sps_operator.controller import indexes as ix
+from sps_operator.controller.finalizer import release
 from sps_operator.controller.indexes import deployments_covered
 from sps_operator.controller.main import parse_args
 from sps_operator.controller.policies.borrow import (
@@ -30,8 +31,7 @@ from sps_operator.controller.policies.borrow import (
     read_claim,
     written_by_operator,
 )
-from sps_operator.controller.policies.policy import BORROW_BOUNDS
-from sps_operator.controller.release import release
+from sps_operator.controller.policies.job_policy import BORROW_BOUNDS
 
 
 def blocked_by(h: Harness) -> str:

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from sps_operator.api import labels as L
 from sps_operator.api.untrusted_json import _TOKENS, Unreadable, nesting_depth, read_json
+from sps_operator.controller.finalizer import release
 from sps_operator.controller.kube.table_objects import MAX_META_BYTES
-from sps_operator.controller.release import release
 
 TEAM_B = "team-b"
 
@@ -278,7 +278,7 @@ def test_a_long_wait_does_not_put_a_run_behind_every_younger_run() -> None:
 
     from test_controller_tenant_capacity import cached_pass, other_namespace_run, waiting_to_borrow
 
-    from sps_operator.controller.policies.policy import BORROW_BOUNDS
+    from sps_operator.controller.policies.job_policy import BORROW_BOUNDS
 
     # team-a's run waits from 12:00 behind team-b's earlier bid (which then takes the pool).
     h, waiting = waiting_to_borrow(other_namespace_run(0, "2026-03-01T11:59:00Z"), 86400)
@@ -311,13 +311,13 @@ def test_a_doubling_env_chain_is_bounded_and_refused() -> None:
     expanded is one the operator does not know; a command line whose expansion exceeds
     the limit is TargetTooLarge."""
     from sps_operator.api import limits
-    from sps_operator.controller.server.podenv import MAX_EXPANDED_CHARS, MAX_SOURCE_CHARS
+    from sps_operator.controller.sglang.podenv import MAX_EXPANDED_CHARS, MAX_SOURCE_CHARS
 
     # In a child under a 1 GiB address-space limit and a time limit: should the bound ever
     # go, this test fails with MemoryError there instead of taking the machine's memory.
     probe = (
         "import json, sys\n"
-        "from sps_operator.controller.server.podenv import resolve_env\n"
+        "from sps_operator.controller.sglang.podenv import resolve_env\n"
         "env = resolve_env({'env': json.loads(sys.argv[1])}, sys.argv[2], {})\n"
         "values = [env.lookup(f'E{i}') for i in range(60)]\n"
         "print(json.dumps([None if v is None else [v.hidden, len(v.value or ''), "

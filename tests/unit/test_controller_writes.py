@@ -18,7 +18,7 @@ from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
 from sps_operator.api.result import build_patch
-from sps_operator.controller.release import release
+from sps_operator.controller.finalizer import release
 
 USER_FLAG = ["--max-running-requests", "64"]
 

@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from sps_operator.api import labels as L
 from sps_operator.api.limits import DEFAULT_MAX_BATCH_SIZE, MIN_STEP_SECONDS
 from sps_operator.api.spec import SpsProfileSpec
-from sps_operator.controller.server.serverconfig import (
+from sps_operator.controller.sglang.serverconfig import (
     ServerProblem,
     parse_server,
     server_config,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sps_operator.plot import plot_table
 from sps_operator.plugin import cli
-from sps_operator.plugin.plot import plot_table
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable
 
 DIAG = '{"sample_batch_tokens":[8,16],"sample_steps_per_sec":[1000.0,500.0],"max_batch_tokens":32}'
@@ -118,7 +118,7 @@ def test_plot_writes_a_png(tmp_path: Path, table: SpsCostTable | SpsAdditiveCost
 
 
 def test_diagonal_fit_plot_with_cells(tmp_path: Path) -> None:
-    from sps_operator.plugin.plot import plot_diagonal_fit
+    from sps_operator.plot import plot_diagonal_fit
     from sps_operator.tables.quality import Cell
 
     table = SpsCostTable([8, 16, 32], [1000.0, 500.0, 260.0], 64)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sps_operator.api import reason_registry as registry
 from sps_operator.api import reasons as R
 from sps_operator.plugin.explain import explain, render_explain
 
@@ -397,7 +398,7 @@ GENERIC = {R.PROFILING_FAILED, R.INVALID_SPEC}
     "reason",
     sorted(
         r
-        for r, d in R.REASONS.items()
+        for r, d in registry.REASONS.items()
         if d.kind in (R.Kind.FAILURE, R.Kind.WAITING) and r not in GENERIC
     ),
 )
@@ -409,7 +410,7 @@ def test_every_failure_reason_of_the_list_gets_specific_advice(reason: str) -> N
 
 
 @pytest.mark.parametrize(
-    "reason", sorted(r for r, d in R.REASONS.items() if d.kind == R.Kind.PROBLEM)
+    "reason", sorted(r for r, d in registry.REASONS.items() if d.kind == R.Kind.PROBLEM)
 )
 def test_every_target_reason_of_the_list_is_explained(reason: str) -> None:
     status = {
@@ -527,3 +528,18 @@ def test_a_profiler_that_wrote_nothing_points_at_the_network_policy(reason: str)
     assert "could not reach the API server" in finding["what"]
     assert "networkPolicy.profilingPods.enabled=true" in finding["next"]
     assert "kubectl logs job/llama-0a1b2c3d4e -c profiler" in finding["next"]
+
+
+@pytest.mark.parametrize("reason", [R.SUSPENDED, R.INVALID_SPEC, R.NO_TABLE, R.PROFILING_FAILED])
+def test_a_profile_not_ready_gets_the_next_step_of_its_reason(reason: str) -> None:
+    """The registry's advice for Ready's reason, not only where to look."""
+    status = {"observedGeneration": 1, "conditions": [ready("False", reason, "x")]}
+    (finding,) = explain(profile(status))["findings"]
+    assert finding["what"] == "The profile is not ready"
+    expected = registry.fill(registry.REASONS[reason].advice, name="llama", run="<job>")
+    assert finding["next"] == expected and "{" not in expected
+    unknown = {"observedGeneration": 1, "conditions": [ready("False", "SomethingNew", "x")]}
+    (finding,) = explain(profile(unknown))["findings"]
+    assert (
+        finding["next"] == "`kubectl describe sps llama` shows each Deployment's state and message."
+    )

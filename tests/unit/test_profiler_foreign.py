@@ -20,7 +20,7 @@ from loopback import serving
 from sps_operator.profiler import client as client_module
 from sps_operator.profiler.cli import main
 from sps_operator.profiler.client import DsparkClient, ServerResponseError, ServerUnavailableError
-from sps_operator.profiler.server import ServerCheckError, server_context_from_info
+from sps_operator.profiler.server_info import ServerCheckError, server_context_from_info
 from sps_operator.profiler.session import Session
 from sps_operator.profiler.untrusted import shown
 

@@ -15,10 +15,10 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_profiler_server import info
+from test_profiler_server_info import info
 
 from sps_operator.profiler.rounds import STEP_CPU_MS_MAX, RoundError, rows_from_payload
-from sps_operator.profiler.server import (
+from sps_operator.profiler.server_info import (
     ServerCheckError,
     server_context_from_info,
     validate_sweep,

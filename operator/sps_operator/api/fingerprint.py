@@ -5,8 +5,8 @@ which it is stored is a hash of the inputs below, as the server gets them. Each 
 where the operator reads it (the container's args, its environment, its image), under
 which spellings, what `/server_info` calls it (the profiler records those), since which
 SGLang release it changes a step's cost and until which it is read at all, and why. The
-operator's parser (`controller/server/serverconfig.py`), the profiler's record of the server
-(`profiler/server.py`), docs/fingerprint.md (`fingerprint_doc`, checked by a test) and
+operator's parser (`controller/sglang/serverconfig.py`), the profiler's record of the server
+(`profiler/server_info.py`), docs/fingerprint.md (`fingerprint_doc`, checked by a test) and
 `sps-operator fingerprint` all come from this list.
 
 Read against SGLang's sources: upstream main 15a43983 (2026-08-22), releases v0.5.16 (the
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 # The fingerprint's own version: a table stored under another one is compared with the
-# function of its version (controller/server/fingerprint_v1.py keeps the previous one).
+# function of its version (controller/sglang/fingerprint_v1.py keeps the previous one).
 FINGERPRINT_VERSION = 2
 FINGERPRINT_PREFIX = f"v{FINGERPRINT_VERSION}-"
 

@@ -1,21 +1,19 @@
-"""Every condition type and reason an SpsProfile's status can carry, with what it means,
-and how health tools read them (pure, no I/O).
+"""Every condition type and reason an SpsProfile's status can carry, spelled once, and the
+shape of the registry that says what each means (pure, no I/O).
 
-The one place they are spelled: the controller sets them and `kubectl sps explain`
-(plugin/explain*.py) explains them by these constants. tests/unit/test_api_reasons.py fails
-when a module retypes one, when a CamelCase string of the controller or the plugin is
-neither here nor declared another vocabulary's, when one here is set nowhere, and when
-docs/operator.md does not name it; the unit tests' fake API fails a test whose passes write
-a reason not listed here (tests/unit/conftest.py). What GitOps tools see follows from it:
-`health` is the rule the Argo CD health check in docs/gitops.md implements in Lua
-(tests/ship/test_ship_argocd_health.py runs the Lua against every reason and checks the
-docs' table), and the kstatus conditions `Reconciling` and `Stalled` that Flux reads are set
-from it (controller/steps/report.py).
+The controller sets them and `kubectl sps explain` explains them by these constants; the
+registry (api/reason_registry.py, its entries in api/reasons_status.py, reasons_targets.py
+and reasons_runs.py) holds, side by side for each reason, what it means, its kind (which
+sets the health Argo CD and kstatus read) and the advice `kubectl sps explain` gives.
+tests/unit/test_api_reasons.py fails when a module retypes one, when a CamelCase string of
+the controller or the plugin is neither here nor declared another vocabulary's, when one
+here is set nowhere, when one lacks its meaning or advice, and when docs/operator.md does
+not name it; the unit tests' fake API fails a test whose passes write a reason not listed
+(tests/unit/conftest.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -124,7 +122,7 @@ NAME_TAKEN = "NameTaken"
 JOB_MISSING = "JobMissing"
 RESULT_MISSING = "ResultMissing"
 # In a ProfilingFailed or ResultMissing message when the result ConfigMap holds nothing at
-# all (controller/steps/run.never_written); `kubectl sps explain` then names the egress.
+# all (controller/profiling/run.never_written); `kubectl sps explain` then names the egress.
 NEVER_WROTE_RESULT = "never wrote to its result ConfigMap"
 RESULT_REFUSED = "ResultRefused"
 SERVER_REFUSED_TO_START = "ServerRefusedToStart"
@@ -161,142 +159,29 @@ CLOCK_SKEW = "ClockSkew"
 
 
 @dataclass(frozen=True)
+class Advice:
+    """What `kubectl sps explain` says of a reason where it meets it: what is wrong, in one
+    line, and the next step."""
+
+    what: str
+    next: str
+
+
+@dataclass(frozen=True)
 class Reason:
+    """One entry of the registry: what the reason means (status, docs), its kind (which sets
+    its health), and the advice `kubectl sps explain` gives: `advice`, the next step when a
+    condition carries it, and where explain meets it in a status field, what it says there:
+    of a refused target (`target`), a waiting run (`waiting`), a run that ended with it
+    (`failure`). Every reason has at least one."""
+
     kind: Kind
     meaning: str
+    advice: str = ""
+    target: Advice | None = None
+    waiting: Advice | None = None
+    failure: Advice | None = None
 
-
-REASONS: dict[str, Reason] = {
-    # Ready / TableReady / RolledOut when all is well.
-    TABLE_LIVE: Reason(Kind.LIVE, "every target runs a table measured for it"),
-    ROLLED_OUT: Reason(Kind.LIVE, "every target's Deployment serves its table"),
-    AS_EXPECTED: Reason(Kind.INFO, "Degraded=False: nothing needs attention"),
-    IDLE: Reason(Kind.INFO, "Profiling=False: no run in progress"),
-    CURRENT: Reason(Kind.INFO, "Stale=False: every table in use matches its server"),
-    ROLLOUT_DISABLED: Reason(Kind.INFO, "spec.rollout.mode is Disabled: tables are published only"),
-    ROLLOUT_HELD: Reason(
-        Kind.INFO, "RolledOut=False: a newer table waits for the minimum rollout interval"
-    ),
-    # Work in progress.
-    PROFILING: Reason(Kind.PROGRESSING, "a run is measuring the table"),
-    NO_TABLE: Reason(
-        Kind.PROGRESSING, "a target has no table for its server yet (a run starts or runs)"
-    ),
-    WAITING: Reason(
-        Kind.PROGRESSING, "a target's GPU product is not settled yet (pods moving or pending)"
-    ),
-    ROLLOUT_PENDING: Reason(Kind.PROGRESSING, "a Deployment is rolling onto its new table"),
-    # A run's Job that cannot run yet; the run fails with the same reason after
-    # spec.capacity.waitTimeoutSeconds.
-    WAITING_FOR_GPUS: Reason(Kind.WAITING, "no node has free GPUs of the product"),
-    QUEUED_IN_KUEUE: Reason(Kind.WAITING, "the Job is suspended until Kueue admits it"),
-    BORROW_BLOCKED: Reason(Kind.WAITING, "no GPU is free and a replica may not be borrowed"),
-    KUEUE_MANAGED_TARGET: Reason(
-        Kind.WAITING, "no GPU is free and BorrowReplica never borrows from a target Kueue manages"
-    ),
-    LOCAL_QUEUE_MISSING: Reason(Kind.WAITING, "the Kueue LocalQueue the Job names does not exist"),
-    # Nothing to do by design.
-    SUSPENDED: Reason(Kind.SUSPENDED, "spec.suspend is true"),
-    NO_TARGETS: Reason(Kind.SUSPENDED, "the selector matches no Deployment in the namespace"),
-    # Triggers (Profiling=True, Stale=True).
-    GPU_CHANGED: Reason(Kind.TRIGGER, "a target moved to a GPU product without a table"),
-    SERVER_CHANGED: Reason(Kind.TRIGGER, "a target's server changed (image, model, flags)"),
-    REFRESH_TOKEN: Reason(Kind.TRIGGER, "spec.refresh.token changed"),
-    REPROFILE_REQUESTED: Reason(Kind.TRIGGER, "the sps.dev/reprofile annotation changed"),
-    SCHEDULE: Reason(Kind.TRIGGER, "spec.refresh.schedule fired"),
-    REFRESH_REQUESTED: Reason(Kind.TRIGGER, "a refresh was requested (its kind unrecorded)"),
-    # Targets the operator leaves alone (status.targets[].reason).
-    CONFLICT: Reason(Kind.PROBLEM, "another SpsProfile serves the Deployment or ConfigMap"),
-    NOT_AN_SGLANG_SERVER: Reason(Kind.PROBLEM, "the container does not start an SGLang server"),
-    NOT_A_DSPARK_SERVER: Reason(Kind.PROBLEM, "the server does not run DSpark decoding"),
-    UNREADABLE_SHELL_SCRIPT: Reason(Kind.PROBLEM, "the server is started by a complex script"),
-    SHELL_WRAPPED_SERVER: Reason(Kind.PROBLEM, "Inject cannot add its flag to a shell script"),
-    TABLE_NOT_MOUNTED: Reason(Kind.PROBLEM, "AnnotateOnly: the server does not read the table"),
-    ONE_TABLE_CONFIGMAP_MANY_SERVERS: Reason(
-        Kind.PROBLEM, "AnnotateOnly: one ConfigMap for servers that need different tables"
-    ),
-    MIXED_GPU_PRODUCTS: Reason(Kind.PROBLEM, "a Deployment's pods run on several GPU products"),
-    NO_SERVER_CONTAINER: Reason(Kind.PROBLEM, "spec.serverContainer names no container"),
-    TABLE_NOT_ELIGIBLE: Reason(Kind.PROBLEM, "a table in status does not match its ConfigMap"),
-    TABLE_MODIFIED: Reason(
-        Kind.PROBLEM, "a table ConfigMap's bytes do not hash to what the operator published"
-    ),
-    TABLE_MOUNT_SHADOWED: Reason(
-        Kind.PROBLEM, "the server container mounts something over the table's path"
-    ),
-    TARGET_TOO_LARGE: Reason(
-        Kind.PROBLEM, "the Deployment or its server's command line exceeds what the operator reads"
-    ),
-    STABLE_TABLE_CONTESTED: Reason(
-        Kind.PROBLEM, "AnnotateOnly: another writer keeps changing the stable ConfigMap"
-    ),
-    HIDDEN_COST_INPUT: Reason(
-        Kind.PROBLEM, "a cost input of the server comes from what the operator cannot read"
-    ),
-    AMBIGUOUS_FLAG: Reason(Kind.PROBLEM, "a server flag the operator cannot read unambiguously"),
-    CONFIG_FILE_FLAGS: Reason(Kind.PROBLEM, "the server reads flags from a config file"),
-    DIAGONAL_ONLY_SERVER: Reason(
-        Kind.PROBLEM, "an Additive profile for a server whose loader reads only diagonal tables"
-    ),
-    LORA_NEEDS_STATIC_MODE: Reason(
-        Kind.PROBLEM, "the server refuses DSpark with LoRA in this mode"
-    ),
-    LORA_UNSUPPORTED: Reason(Kind.PROBLEM, "the server's release refuses DSpark with LoRA"),
-    PD_DISAGGREGATED_SERVER: Reason(
-        Kind.PROBLEM, "a PD-disaggregated server, which a profiling clone cannot be alone"
-    ),
-    ENGRAM_COMPACT_TABLE: Reason(
-        Kind.PROBLEM, "an Engram model whose CUDA-graph capture a compact-mode table breaks"
-    ),
-    ROLLOUT_BLOCKED: Reason(
-        Kind.PROBLEM, "the new pods cannot start (unschedulable, image pull, crash loop)"
-    ),
-    TARGET_PROBLEM: Reason(Kind.PROBLEM, "a target is refused (no reason recorded)"),
-    # Refusals before a run creates anything (the admin policy).
-    JOB_POLICY: Reason(Kind.FAILURE, "spec.job or spec.server asks what the policy forbids"),
-    GPU_PIN_CONFLICT: Reason(Kind.FAILURE, "the Job would not run on the table's GPU product"),
-    JOB_LABELS_SELECT_PODS: Reason(Kind.FAILURE, "spec.job.labels would select server pods"),
-    READ_WRITE_ONCE_POD_CLAIM: Reason(
-        Kind.FAILURE, "the target mounts a ReadWriteOncePod claim a clone can never share"
-    ),
-    CLAIM_NODE_UNAVAILABLE: Reason(
-        Kind.FAILURE, "no ready target pod holds its ReadWriteOnce claims on a node of the product"
-    ),
-    # Failed runs (status.lastFailure.reason).
-    PROFILING_FAILED: Reason(Kind.FAILURE, "the profiling Job or the profiler failed"),
-    JOB_CREATE_FAILED: Reason(Kind.FAILURE, "the API server refused the profiling Job"),
-    NAME_TAKEN: Reason(Kind.FAILURE, "an object of the run's name belongs to someone else"),
-    JOB_MISSING: Reason(Kind.FAILURE, "the Job disappeared before it finished"),
-    RESULT_MISSING: Reason(Kind.FAILURE, "the Job completed without a result"),
-    RESULT_REFUSED: Reason(Kind.FAILURE, "the Job's result was malformed or implausible"),
-    SERVER_REFUSED_TO_START: Reason(
-        Kind.FAILURE, "the profiling clone of the server refused to start"
-    ),
-    KUEUE_NOT_INSTALLED: Reason(
-        Kind.FAILURE, "the Job names a Kueue queue but Kueue is not installed"
-    ),
-    KUEUE_DEACTIVATED: Reason(
-        Kind.FAILURE, "Kueue deactivated the Job's Workload (e.g. its maximum execution time)"
-    ),
-    DEADLINE_EXCEEDED: Reason(
-        Kind.FAILURE,
-        "the Job ran past spec.job.activeDeadlineSeconds or Kueue's max-exec-time-seconds",
-    ),
-    TARGET_GONE: Reason(Kind.FAILURE, "the Deployment went away between the phases"),
-    TARGET_CHANGED: Reason(Kind.FAILURE, "the Deployment changed between the phases"),
-    SWEEP_MISMATCH: Reason(Kind.FAILURE, "the result measured cells not asked for"),
-    INCOMPLETE_SWEEP: Reason(Kind.FAILURE, "the result lacks cells the sweep asked for"),
-    DOUBTFUL_MEASUREMENT: Reason(Kind.FAILURE, "more tokens measured as faster"),
-    FIT_FAILED: Reason(Kind.FAILURE, "the rounds could not be fitted into a table"),
-    SELF_CHECK_FAILED: Reason(Kind.FAILURE, "the fitted table fails its self-check"),
-    FIT_QUALITY_GATE_FAILED: Reason(Kind.FAILURE, "the table fails spec.gates' fit quality"),
-    ERROR_BOUND_GATE_FAILED: Reason(Kind.FAILURE, "the table's error bound exceeds spec.gates"),
-    CHANGE_GATE_FAILED: Reason(Kind.FAILURE, "the table changes more than spec.gates allow"),
-    ROLLOUT_FAILED: Reason(Kind.FAILURE, "the new table's rollout failed; rolled back"),
-    RECONCILE_ERROR: Reason(Kind.FAILURE, "a step of the operator's pass failed"),
-    STATUS_WRITE_FAILED: Reason(Kind.FAILURE, "the API server refused the full status"),
-    INVALID_SPEC: Reason(Kind.FAILURE, "the spec does not validate"),
-}
 
 # Reasons of the Events the operator posts on an SpsProfile (besides failure reasons).
 EVENT_REASONS: dict[str, str] = {
@@ -314,11 +199,6 @@ EVENT_REASONS: dict[str, str] = {
     CLOCK_SKEW: "a recorded time was ahead of this replica's clock; counted from now",
 }
 
-# What the health rule below reads.
-WAITING_REASONS = frozenset(r for r, d in REASONS.items() if d.kind == Kind.WAITING)
-PROGRESSING_REASONS = frozenset(r for r, d in REASONS.items() if d.kind == Kind.PROGRESSING)
-SUSPENDED_REASONS = frozenset(r for r, d in REASONS.items() if d.kind == Kind.SUSPENDED)
-
 
 class Health(StrEnum):
     """Argo CD's health statuses; kstatus: Progressing is InProgress, Degraded Failed, the
@@ -328,25 +208,3 @@ class Health(StrEnum):
     PROGRESSING = "Progressing"
     SUSPENDED = "Suspended"
     DEGRADED = "Degraded"
-
-
-def health(conditions: Mapping[str, tuple[str, str]]) -> Health:
-    """The profile's health from its conditions ({type: (status, reason)}), once the status
-    reflects the latest spec. Waiting is progress, not failure: a run in progress or whose
-    Job waits for capacity, a rollout, a target whose GPU settles. Suspended: nothing to do
-    by design. Degraded: only what needs someone to act (a failed or refused run, a refused
-    target, an invalid spec)."""
-    ready = conditions.get(READY)
-    if ready is None:
-        return Health.PROGRESSING
-    status, reason = ready
-    if status == "True":
-        return Health.HEALTHY
-    if reason in SUSPENDED_REASONS:
-        return Health.SUSPENDED
-    profiling = conditions.get(PROFILING)
-    if profiling is not None and (profiling[0] == "True" or profiling[1] in WAITING_REASONS):
-        return Health.PROGRESSING  # a run exists: it runs, or its Job waits for capacity
-    if reason in PROGRESSING_REASONS:
-        return Health.PROGRESSING
-    return Health.DEGRADED

@@ -30,14 +30,14 @@ import yaml
 from sps_operator.api.fingerprint import DOC_BEGIN, DOC_END, fingerprint_doc
 from sps_operator.api.spec import SpsProfileSpec, TableKind
 from sps_operator.controller.policies import compat
-from sps_operator.controller.server.podenv import ConfigMapEnv, env_config_maps
-from sps_operator.controller.server.serverchanges import server_changes
-from sps_operator.controller.server.serverconfig import (
+from sps_operator.controller.sglang.podenv import ConfigMapEnv, env_config_maps
+from sps_operator.controller.sglang.serverchanges import server_changes
+from sps_operator.controller.sglang.serverconfig import (
     ServerConfig,
     ServerProblem,
     find_server_container,
 )
-from sps_operator.controller.server.serverread import read_server, table_keys
+from sps_operator.controller.sglang.serverread import read_server, table_keys
 
 
 class InputError(Exception):

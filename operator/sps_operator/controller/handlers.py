@@ -29,6 +29,7 @@ from sps_operator.api import labels as L
 from sps_operator.api.labels import KUEUE_GROUP
 from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
 from sps_operator.controller import indexes as ix
+from sps_operator.controller.finalizer import nothing_to_release, release
 from sps_operator.controller.kicks import (
     Kicks,
     profile_neighbours,
@@ -43,7 +44,6 @@ from sps_operator.controller.kube.client import api_error_detail
 from sps_operator.controller.kube.envsources import EnvSources
 from sps_operator.controller.policies.ownership import stable_config_map
 from sps_operator.controller.reconcile.reconciler import Reconciler
-from sps_operator.controller.release import nothing_to_release, release
 
 log = logging.getLogger("sps_operator.handlers")
 OURS = {L.LABEL_MANAGED_BY: L.MANAGED_BY}

@@ -23,12 +23,14 @@ from typing import Any
 
 from sps_operator.api import labels as L
 from sps_operator.constants import API_GROUP, KIND, LABEL_PREFIX
+from sps_operator.controller.finalizer import mounted_config_maps
 from sps_operator.controller.kube.builders import ProfileRef, base_labels
 from sps_operator.controller.kube.client import Obj
 from sps_operator.controller.kube.envsources import EnvSources, referenced_config_maps
 from sps_operator.controller.passes.state import Snapshot, by_name
 from sps_operator.controller.policies.borrow import PoolBid, pdb_covers, pool_bid
 from sps_operator.controller.policies.claims import ClaimInfo, claim_info, pod_claims
+from sps_operator.controller.policies.job_policy import ServiceInfo, service_info
 from sps_operator.controller.policies.ownership import (
     ProfileSummary,
     profile_summary,
@@ -36,9 +38,7 @@ from sps_operator.controller.policies.ownership import (
     stable_config_map,
 )
 from sps_operator.controller.policies.placement import PodInfo, pod_info
-from sps_operator.controller.policies.policy import ServiceInfo, service_info
 from sps_operator.controller.policies.selectors import matches_selector
-from sps_operator.controller.release import mounted_config_maps
 
 Key = tuple[str, ...]
 Index = Mapping[Any, Iterable[Any]]

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from sps_operator import __version__
 from sps_operator.constants import IMAGE
+from sps_operator.controller.policies.job_policy import BORROW_BOUNDS, JobPolicy, NameRule
 from sps_operator.controller.policies.kueue import KUEUE_RECHECK_SECONDS
-from sps_operator.controller.policies.policy import BORROW_BOUNDS, JobPolicy, NameRule
 
 if TYPE_CHECKING:
     from sps_operator.controller.process.leader import LeaseElector

@@ -321,12 +321,13 @@ def cmd_table(args: argparse.Namespace, cluster: Cluster) -> int:
 def write_plot(cm: dict[str, Any], table: SpsTable, path: Path, title: str) -> tuple[Path, bool]:
     """The fit against the measured cells the table ConfigMap keeps beside the table;
     the table alone when it kept none."""
+    from sps_operator import plot
+
     try:
-        import matplotlib  # noqa: F401
-        import numpy  # noqa: F401
-    except ModuleNotFoundError as exc:
+        plot.require_plotting()
+    except plot.PlotUnavailable as exc:
         raise PluginError(
-            f"--plot needs {exc.name}, which is not installed: pip install 'sps-operator[plot]'"
+            f"--plot needs {exc.module}, which is not installed: {plot.INSTALL_PLOT}"
         ) from None
     from sps_operator.tables.fit import cells_from_rounds
 
@@ -336,16 +337,10 @@ def write_plot(cm: dict[str, Any], table: SpsTable, path: Path, title: str) -> t
         cells = []
     path.parent.mkdir(parents=True, exist_ok=True)
     if cells and isinstance(table, SpsCostTable):
-        from sps_operator.plugin.plot import plot_diagonal_fit
-
-        return plot_diagonal_fit(table, cells, path, title), True
+        return plot.plot_diagonal_fit(table, cells, path, title), True
     if cells:
-        from sps_operator.profiler.plot import plot_fit
-
-        return plot_fit(cells, table, path, title), True
-    from sps_operator.plugin.plot import plot_table
-
-    return plot_table(table, path, title), False
+        return plot.plot_fit(cells, table, path, title), True
+    return plot.plot_table(table, path, title), False
 
 
 def cmd_diff(args: argparse.Namespace, cluster: Cluster | None) -> int:

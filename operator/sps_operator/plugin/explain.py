@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sps_operator.api import reasons as R
+from sps_operator.api.reason_registry import GATE_FAILURES, REASONS, TARGET_ADVICE, fill
 from sps_operator.api.result import clean_text
 from sps_operator.plugin.explain_findings import (
     MAX_EVIDENCE,
@@ -26,7 +27,6 @@ from sps_operator.plugin.explain_findings import (
     schedule_and_clock_findings,
     waiting_finding,
 )
-from sps_operator.plugin.explain_reasons import GATE_FAILURES, TARGET_REASONS
 from sps_operator.plugin.view import age, conditions_by_type, profile_state
 
 
@@ -112,11 +112,7 @@ def _mixed_gpu_findings(p: _Profile) -> list[Finding]:
         Finding(
             what="The targets run on several GPU products",
             why="; ".join(mixed_evidence) or f"GPU products: {gpu}",
-            next=(
-                "One table fits one GPU product. Pin each Deployment to one pool "
-                "(nodeSelector nvidia.com/gpu.product: <product>), or split it into one "
-                "Deployment per pool; the operator keeps a table per product."
-            ),
+            next=fill(REASONS[R.MIXED_GPU_PRODUCTS].advice, name=p.name),
         )
     ]
 
@@ -125,13 +121,13 @@ def _refused_target_findings(p: _Profile) -> list[Finding]:
     findings = []
     for target in p.status.get("targets") or []:
         reason = str(target.get("reason") or "")
-        if target.get("state") == "Refused" and reason in TARGET_REASONS:
-            what, next_step = TARGET_REASONS[reason]
+        if target.get("state") == "Refused" and reason in TARGET_ADVICE:
+            advice = TARGET_ADVICE[reason]
             findings.append(
                 Finding(
-                    what=f"{what} (Deployment {target.get('deployment')})",
+                    what=f"{advice.what} (Deployment {target.get('deployment')})",
                     why=f"{reason}: {target.get('message') or ''}",
-                    next=next_step,
+                    next=fill(advice.next, name=p.name),
                 )
             )
     return findings
@@ -233,7 +229,7 @@ def _no_target_findings(p: _Profile) -> list[Finding]:
         Finding(
             what="No Deployment matches the selector",
             why=f"spec.selector = {p.spec.get('selector')}",
-            next="Label the SGLang Deployment(s) in this namespace to match spec.selector.",
+            next=fill(REASONS[R.NO_TARGETS].advice, name=p.name),
         )
     ]
 
@@ -243,11 +239,15 @@ def _not_ready_findings(p: _Profile) -> list[Finding]:
     ready = p.conds.get(R.READY) or {}
     if not p.status or ready.get("status") == "True" or p.status.get("currentRun"):
         return []
+    known = REASONS.get(str(ready.get("reason") or ""))
+    # Without advice of its own (a refused target's reason): where each Deployment's is.
+    advice = (known.advice if known is not None else "") or REASONS[R.TARGET_PROBLEM].advice
+    run = (p.status.get("lastFailure") or {}).get("run")
     return [
         Finding(
             what="The profile is not ready",
             why=f"{ready.get('reason', 'Unknown')}: {ready.get('message', '')}",
-            next=f"`kubectl describe sps {p.name}` shows each Deployment's state and message.",
+            next=fill(advice, name=p.name, run=run or "<job>"),
         )
     ]
 

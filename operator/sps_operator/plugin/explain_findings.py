@@ -12,8 +12,14 @@ from datetime import datetime
 from typing import Any
 
 from sps_operator.api import reasons as R
+from sps_operator.api.reason_registry import (
+    FAILURE_ADVICE,
+    GATE_FAILURES,
+    REASONS,
+    WAITING_ADVICE,
+    fill,
+)
 from sps_operator.api.result import clean_text
-from sps_operator.plugin.explain_reasons import FAILURE_REASONS, GATE_FAILURES
 from sps_operator.plugin.view import age
 
 # Text from the cluster (a Job's message, an event) is shown cleaned and bounded: a Job
@@ -42,7 +48,7 @@ def failure_finding(name: str, failure: Mapping[str, Any]) -> Finding:
     attempts = failure.get("attempts") or 1
     evidence = f"{reason}: {message} (run {failure.get('run', '?')}, at {failure.get('at', '?')}"
     evidence += f", {attempts} attempts)" if attempts and int(attempts) > 1 else ")"
-    if R.NEVER_WROTE_RESULT.lower() in text:  # controller/steps/run.never_written
+    if R.NEVER_WROTE_RESULT.lower() in text:  # controller/profiling/run.never_written
         return Finding(
             what="The profiling pod wrote nothing: it could not reach the API server",
             why=evidence,
@@ -55,9 +61,13 @@ def failure_finding(name: str, failure: Mapping[str, Any]) -> Finding:
                 f"`kubectl sps reprofile {name}`."
             ),
         )
-    if reason in FAILURE_REASONS:
-        what, next_step = FAILURE_REASONS[reason]
-        return Finding(what=what, why=evidence, next=next_step.format(name=name))
+    if reason in FAILURE_ADVICE:
+        advice = FAILURE_ADVICE[reason]
+        return Finding(
+            what=advice.what,
+            why=evidence,
+            next=fill(advice.next, name=name, run=failure.get("run", "<job>")),
+        )
     if reason in GATE_FAILURES:
         return gate_finding(name, evidence)
     if "verify-all" in text or "verifyall" in text or ("budget" in text and "pin" in text):
@@ -102,11 +112,7 @@ def failure_finding(name: str, failure: Mapping[str, Any]) -> Finding:
     return Finding(
         what="The last profiling run failed",
         why=evidence,
-        next=(
-            "Read the profiler's log: "
-            f"`kubectl logs job/{failure.get('run', '<job>')} -c profiler`; "
-            f"fix the cause, then `kubectl sps reprofile {name}`."
-        ),
+        next=fill(REASONS[R.PROFILING_FAILED].advice, name=name, run=failure.get("run", "<job>")),
     )
 
 
@@ -125,13 +131,7 @@ def gate_finding(name: str, evidence: str) -> Finding:
     return Finding(
         what="A new table failed an acceptance gate and was not rolled out",
         why=evidence,
-        next=(
-            f"Look at it: `kubectl sps table {name} --rejected` and compare with the live one "
-            f"(`kubectl sps diff {name} {name}@rejected`). It is not retried as it is. If the "
-            "change is real (new image, driver, clocks), relax spec.gates (maxChange, "
-            "maxErrorBound, maxRmsMs, minR2): the changed spec starts a new attempt by itself; "
-            f"if it is noise, `kubectl sps reprofile {name}` to measure again.{bound}"
-        ),
+        next=fill(REASONS[R.FIT_QUALITY_GATE_FAILED].advice, name=name) + bound,
     )
 
 
@@ -275,45 +275,6 @@ _PIN_NEXT = (
 )
 
 
-# Why a run waits, by status.run.waiting.reason: what (the age follows) and what to do
-# ({gpu}: the run's GPU product; the wait bound follows).
-_WAITING_REASONS: dict[str, tuple[str, str]] = {
-    R.QUEUED_IN_KUEUE: (
-        "The profiling Job is queued in Kueue",
-        "Kueue admits the Job (unsuspends it) when its ClusterQueue has quota for "
-        "{gpu}; the message ends with Kueue's own words on the Job's Workload "
-        "(`kubectl get workloads -n <namespace>`). Give the queue quota, or a higher "
-        "priority (spec.job.priorityClassName / a WorkloadPriorityClass).",
-    ),
-    R.LOCAL_QUEUE_MISSING: (
-        "The profiling Job names a Kueue LocalQueue that does not exist",
-        "Create the LocalQueue in this namespace (spec.clusterQueue: a ClusterQueue "
-        "with quota for {gpu}; `kubectl get localqueues -n <namespace>`), or name an "
-        "existing one in spec.job.labels (kueue.x-k8s.io/queue-name); the waiting run "
-        "goes on as soon as it exists.",
-    ),
-    R.BORROW_BLOCKED: (
-        "The profiling Job waits for GPUs and borrowing a replica is refused",
-        "capacity.mode BorrowReplica never borrows below minAvailable ready replicas, "
-        "against a PodDisruptionBudget that allows no disruption, during a rollout, from "
-        "a Deployment whose replicas an HPA or a GitOps apply owns, or twice at once on "
-        "one GPU product (docs/capacity.md). Remove what "
-        "the message names, free a GPU of {gpu}, or add a node; the operator retries "
-        "by itself.",
-    ),
-    R.KUEUE_MANAGED_TARGET: (
-        "The profiling Job waits for GPUs; its target is never borrowed from",
-        "Kueue manages the target Deployment (label kueue.x-k8s.io/queue-name on it or "
-        "its pod template), so capacity.mode BorrowReplica does not borrow from it: the "
-        "lent replica's quota would go to whatever Kueue admits next, and the replica "
-        "would queue for it again. This does not change by itself. Set "
-        "spec.capacity.mode: Wait and give the profiling Job GPU quota in Kueue "
-        "(spec.job.labels kueue.x-k8s.io/queue-name: a LocalQueue of this namespace), or "
-        "free a GPU of {gpu}; the run goes on as soon as a GPU is free.",
-    ),
-}
-
-
 def waiting_finding(
     name: str, spec: Mapping[str, Any], run: Mapping[str, Any], now: datetime
 ) -> Finding | None:
@@ -332,10 +293,12 @@ def waiting_finding(
     why = f"{reason}: {message} (run {run.get('name', '?')}, Job {run.get('job', '?')})"
     bound = f"The run fails if it waits {timeout} s in all (spec.capacity.waitTimeoutSeconds)."
     gpu = run.get("gpuProduct") or "its GPU product"
-    if reason in _WAITING_REASONS:
-        what, next_step = _WAITING_REASONS[reason]
+    if reason in WAITING_ADVICE:
+        advice = WAITING_ADVICE[reason]
         return Finding(
-            what=f"{what} {how_long}", why=why, next=f"{next_step.format(gpu=gpu)} {bound}"
+            what=f"{advice.what} {how_long}",
+            why=why,
+            next=f"{fill(advice.next, name=name, gpu=gpu)} {bound}",
         )
     if _pin_mismatch(message):
         return Finding(

@@ -75,15 +75,22 @@ def fit_profile(
     _describe(result.table, paths.table.name)
     _update_manifest(paths, result)
     if plot:
-        from sps_operator.profiler.plot import plot_fit
+        from sps_operator.plot import INSTALL_PLOT, PlotUnavailable, plot_fit
 
         q = result.quality
-        plot_fit(
-            cells_from_rounds(rounds),
-            result.table,
-            paths.plot,
-            title=f"{resolved.lower()} fit: RMS {q.rms_ms:.3f} ms ({q.rms_rel:.2%}), R² {q.r2:.4f}",
-        )
+        try:
+            plot_fit(
+                cells_from_rounds(rounds),
+                result.table,
+                paths.plot,
+                title=f"{resolved.lower()} fit: RMS {q.rms_ms:.3f} ms ({q.rms_rel:.2%}), "
+                f"R² {q.r2:.4f}",
+            )
+        except PlotUnavailable as exc:
+            raise FitError(
+                f"{paths.table} was written, but the plot needs {exc.module}, which is not "
+                f"installed: {INSTALL_PLOT}, or pass --no-plot"
+            ) from None
         logger.info("Wrote %s", paths.plot)
     return result
 

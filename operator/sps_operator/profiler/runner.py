@@ -2,7 +2,7 @@
 
 Thin on purpose: what a round means lives in `rounds`, how one is driven on the server in
 `active_round` (its plan in `round_plans`, the server state kept across rounds in
-`session`), what the server allows in `server`, the sweep in `sweep`, files in
+`session`), what the server allows in `server_info`, the sweep in `sweep`, files in
 `artifacts`.
 """
 
@@ -26,7 +26,7 @@ from sps_operator.profiler.cross_round import Level, replaces
 from sps_operator.profiler.remeasure import Remeasures, round_levels
 from sps_operator.profiler.round_plans import round_plan, warmup_plan
 from sps_operator.profiler.rounds import PinNotTakenError, RoundError, SteadySeries, StepRow
-from sps_operator.profiler.server import (
+from sps_operator.profiler.server_info import (
     ServerCheckError,
     ServerContext,
     server_context_from_info,

@@ -12,7 +12,7 @@ from typing import Any
 from sps_operator.profiler.client import DsparkClient, ServerUnavailableError
 from sps_operator.profiler.round_plans import RoundPlan
 from sps_operator.profiler.rounds import PinNotTakenError, RoundError, StepRow, rows_from_payload
-from sps_operator.profiler.server import INFO_RECORD_PAYLOAD_KEY, ServerContext
+from sps_operator.profiler.server_info import INFO_RECORD_PAYLOAD_KEY, ServerContext
 from sps_operator.profiler.sweep import PROFILE_SEED, RANDOM_TOKEN_HIGH_MARGIN, RANDOM_TOKEN_LOW
 
 logger = logging.getLogger(__name__)

@@ -9,9 +9,10 @@ from typing import Any
 
 from sps_operator.api.status import RunStatus, TableRef, TargetStatus
 from sps_operator.controller.capacity import runs
+from sps_operator.controller.kube.kueue_cache import KUEUE_READ_SECONDS, KueueCache
 from sps_operator.controller.kube.ratelimit import Periodic
 from sps_operator.controller.passes.state import Pass, Settings
-from sps_operator.controller.policies.kueue import KUEUE_READ_SECONDS, KueueCache, run_limit
+from sps_operator.controller.policies.kueue import run_limit
 
 
 class GpuCapacity:

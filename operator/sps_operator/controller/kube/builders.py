@@ -20,7 +20,7 @@ from sps_operator.api.spec import DEFAULT_ADDITIVE_FRACS, ServerSource, SpsProfi
 from sps_operator.constants import API_GROUP, API_VERSION, IMAGE, KIND
 from sps_operator.controller.kube import names
 from sps_operator.controller.policies.claims import VolumePin, pin_to_node
-from sps_operator.controller.server.serverconfig import (
+from sps_operator.controller.sglang.serverconfig import (
     CONST_TABLE_PATH,
     TABLE_PATH_FLAG,
     ServerCommand,

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sps_operator.controller.kube.client import KubeApi
-from sps_operator.controller.server.podenv import ConfigMapEnv, env_config_maps
+from sps_operator.controller.sglang.podenv import ConfigMapEnv, env_config_maps
 
 MAX_ENTRIES = 10_000
 

@@ -41,15 +41,15 @@ from sps_operator.controller.policies import compat, stable_writers
 from sps_operator.controller.policies.deployments import deployment_rolled_out
 from sps_operator.controller.policies.ownership import ProfileSummary, owner_of, stable_writer
 from sps_operator.controller.policies.placement import MIXED, placement, settle, unplaced_note
-from sps_operator.controller.server.fingerprint_v1 import is_v1
-from sps_operator.controller.server.podenv import ConfigMapEnv
-from sps_operator.controller.server.serverchanges import server_changes
-from sps_operator.controller.server.serverconfig import (
+from sps_operator.controller.sglang.fingerprint_v1 import is_v1
+from sps_operator.controller.sglang.podenv import ConfigMapEnv
+from sps_operator.controller.sglang.serverchanges import server_changes
+from sps_operator.controller.sglang.serverconfig import (
     TABLE_PATH_FLAG,
     ServerProblem,
     find_server_container,
 )
-from sps_operator.controller.server.serverread import read_server, table_keys, target_size_problem
+from sps_operator.controller.sglang.serverread import read_server, table_keys, target_size_problem
 
 
 def observe(p: Pass) -> None:

@@ -16,18 +16,19 @@ from sps_operator.constants import IMAGE
 from sps_operator.controller.kube.builders import JobDefaults, ProfileRef
 from sps_operator.controller.kube.client import KubeApi, Obj, owned_by
 from sps_operator.controller.kube.envsources import EnvSources, read_env_config_maps
+from sps_operator.controller.kube.kueue_cache import KueueCache
 from sps_operator.controller.kube.ratelimit import Periodic
 from sps_operator.controller.policies import clocks
 from sps_operator.controller.policies.borrow import PoolBid
 from sps_operator.controller.policies.claims import ClaimInfo
-from sps_operator.controller.policies.kueue import KUEUE_RECHECK_SECONDS, KueueCache
+from sps_operator.controller.policies.job_policy import BORROW_BOUNDS, JobPolicy, ServiceInfo
+from sps_operator.controller.policies.kueue import KUEUE_RECHECK_SECONDS
 from sps_operator.controller.policies.ownership import ProfileSummary
 from sps_operator.controller.policies.placement import PodInfo
-from sps_operator.controller.policies.policy import BORROW_BOUNDS, JobPolicy, ServiceInfo
 from sps_operator.controller.policies.selectors import matches_selector
 from sps_operator.controller.process.metrics import Metrics
-from sps_operator.controller.server.podenv import ConfigMapEnv
-from sps_operator.controller.server.serverconfig import ServerCommand, ServerConfig
+from sps_operator.controller.sglang.podenv import ConfigMapEnv
+from sps_operator.controller.sglang.serverconfig import ServerCommand, ServerConfig
 
 
 @dataclass(frozen=True)

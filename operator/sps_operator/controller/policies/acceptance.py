@@ -12,7 +12,7 @@ clock-ramp models, coverage, ramp correction (once), plausibility, fit, self-che
 Coverage is defined against what sps-profiler measures for the spec's sweep (`asked_cells`):
 every (repeat, batch size, fraction) once. It never leaves a cell out on its own: a batch
 size above the server's caps (`--max-running-requests`, the CUDA-graph max bs, the KV
-capacity) fails the whole run before anything is measured (`profiler.server.validate_sweep`),
+capacity) fails the whole run before anything is measured (`profiler.server_info.validate_sweep`),
 and a round that fails fails the run. The one round a fit legitimately drops is one
 stranded on a clock ramp it cannot correct (`tables.clockramp.stranded_rounds`); it covers
 nothing, and the cell counts only when measured again (so a stranded round and its
@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
 from sps_operator.api.hashing import content_hash
 from sps_operator.api.kinds import TableKind
@@ -38,7 +38,6 @@ from sps_operator.api.reasons import (
 )
 from sps_operator.api.spec import DEFAULT_ADDITIVE_FRACS, SpsProfileSpec, SweepSpec
 from sps_operator.api.status import FitQuality
-from sps_operator.controller.policies.bounded import BoundExceeded, CallFailed, call_bounded
 from sps_operator.controller.policies.gates import check_gates
 from sps_operator.tables.clockramp import (
     RampModel,
@@ -410,51 +409,8 @@ def judge(
     gate: bool = True,
 ) -> Verdict:
     """Check, fit, self-check and (with `gate`) gate the validated rounds of a run."""
-    return run_chain(_chain(gate), Judgement(rounds, spec, kind, live))
+    return run_chain(judgement_chain(gate), Judgement(rounds, spec, kind, live))
 
 
-def _chain(gate: bool) -> tuple[Link, ...]:
+def judgement_chain(gate: bool) -> tuple[Link, ...]:
     return JUDGEMENT_CHAIN if gate else TABLE_CHAIN
-
-
-class FitLimits(Protocol):
-    """The bounds of a fit in a child process (the operator's `passes.state.Settings` has
-    them; a policy does not import the steps above it)."""
-
-    @property
-    def isolate_fits(self) -> bool: ...
-    @property
-    def fit_seconds(self) -> float: ...
-    @property
-    def fit_memory_mib(self) -> int: ...
-
-
-def judge_bounded(
-    rounds: Sequence[Mapping[str, Any]],
-    spec: SpsProfileSpec,
-    *,
-    kind: TableKind,
-    live: SpsTable | None = None,
-    gate: bool = True,
-    limits: FitLimits | None = None,
-) -> Verdict:
-    """`judge` in a child process bounded in time and memory (`limits`), or in-process
-    when `limits` is None or says not to isolate."""
-    if limits is None or not limits.isolate_fits:
-        return judge(rounds, spec, kind=kind, live=live, gate=gate)
-    try:
-        return call_bounded(
-            run_chain,
-            _chain(gate),
-            Judgement(list(rounds), spec, kind, live),
-            seconds=limits.fit_seconds,
-            memory_bytes=limits.fit_memory_mib * 2**20,
-        )
-    except BoundExceeded as exc:
-        return Verdict(
-            FIT_FAILED,
-            f"the fit of {len(rounds)} rounds {exc}; measure fewer cells "
-            "(spec.table.sweep), or raise the operator's fit limits",
-        )
-    except CallFailed as exc:
-        return Verdict(FIT_FAILED, f"the fit failed: {exc}")

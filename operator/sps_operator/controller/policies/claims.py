@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sps_operator.api.reasons import CLAIM_NODE_UNAVAILABLE, READ_WRITE_ONCE_POD_CLAIM
-from sps_operator.controller.policies.policy import Refusal
+from sps_operator.controller.policies.job_policy import Refusal
 
 
 class ClaimHolder(Protocol):

@@ -47,7 +47,7 @@ from sps_operator.api.reasons import (
 )
 from sps_operator.api.spec import TableKind
 from sps_operator.controller.policies.placement import PodInfo
-from sps_operator.controller.server.serverconfig import (
+from sps_operator.controller.sglang.serverconfig import (
     CAPTURE_DERIVED_ENV,
     CONST_TABLE_PATH,
     TABLE_PATH_FLAG,

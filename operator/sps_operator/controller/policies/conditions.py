@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from sps_operator.api.reason_registry import health
 from sps_operator.api.reasons import (
     DEGRADED,
     NO_TABLE,
@@ -20,7 +21,6 @@ from sps_operator.api.reasons import (
     STALLED,
     TABLE_READY,
     Health,
-    health,
 )
 from sps_operator.api.status import Condition, ConditionStatus
 
@@ -83,7 +83,7 @@ def with_kstatus(
     conditions: Sequence[Condition], now: datetime, generation: int | None
 ) -> list[Condition]:
     """The list with kstatus's abnormal-true conditions set from Ready (and Profiling), by
-    the rule Argo CD's health check uses (api.reasons.health): `Reconciling` True while the
+    the rule Argo CD's health check uses (api.reason_registry.health): `Reconciling` True while the
     operator works towards Ready, `Stalled` True when it cannot without a fix. Flux's
     kustomize-controller (kstatus) then waits for a profile that is in progress and fails
     one that is stalled, with Ready's reason and message."""

@@ -8,29 +8,26 @@ from whoever can write Workloads in the namespace: it is only shown, bounded and
 control characters, and only from a Workload of the profile's namespace that the run's
 Job owns (the label finds it; it never proves anything).
 
-Why read on demand and not watch: Workloads carry none of the operator's labels, so a
-kopf index would hold (and handle every status change of) every Workload of the cluster,
-each batch job's, to learn about the few Jobs this operator queued; and whether Kueue is
-served at all would hang on kopf noticing CRDs come and go (with every handler held while
-a newly found resource is indexed). A LIST of one Job's Workloads by label, only while that
-Job is suspended under a queue label, at most once per `KUEUE_READ_SECONDS` per Job
-(`KueueCache`), costs O(queued runs), answers "is Kueue served" (a 404 on the LIST) and
-"what does it say", and never depends on the CRD at start-up. The price: Kueue's words may
-be up to `KUEUE_RECHECK_SECONDS` old (the Job's unsuspension, which the Job watch sees,
-still wakes the profile at once). The one watch on Kueue is an event handler for
-LocalQueue creations (no cache: nothing waits for it; kopf serves it once the CRD
-exists), which wakes the runs of that namespace waiting in LocalQueueMissing at once.
-The queue position comes from Kueue's visibility API (`pendingworkloads` of the
-LocalQueue, an aggregated API server in Kueue's manager), read with the Workload.
+Why read on demand and not watch: Workloads carry none of the operator's labels, so a kopf
+index would hold (and handle every status change of) every Workload of the cluster, each
+batch job's, to learn about the few Jobs this operator queued; and whether Kueue is served
+at all would hang on kopf noticing CRDs come and go (with every handler held while a newly
+found resource is indexed). A LIST of one Job's Workloads by label, only while that Job is
+suspended under a queue label, at most once per `KUEUE_READ_SECONDS` per Job
+(`kube.kueue_cache.KueueCache`), costs O(queued runs), answers "is Kueue served" (a 404 on
+the LIST) and "what does it say", and never depends on the CRD at start-up. The price:
+Kueue's words may be up to `KUEUE_RECHECK_SECONDS` old (the Job's unsuspension, which the
+Job watch sees, still wakes the profile at once). The one watch on Kueue is an event
+handler for LocalQueue creations (no cache: nothing waits for it; kopf serves it once the
+CRD exists), which wakes the runs of that namespace waiting in LocalQueueMissing at once.
+The queue position comes from Kueue's visibility API (`pendingworkloads` of the LocalQueue,
+an aggregated API server in Kueue's manager), read with the Workload.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 
 from sps_operator.api import labels as L
@@ -44,11 +41,9 @@ from sps_operator.api.reasons import (
 from sps_operator.api.result import clean_text
 
 WORDS_LIMIT = 512  # characters of Kueue's message kept in status
-KUEUE_READ_SECONDS = 15.0  # a Job's Workload is read at most this often
 # A queued run's profile is looked at again this often: Kueue's words change without an
 # event the operator watches (a Job's unsuspension is one: that wakes it at once).
 KUEUE_RECHECK_SECONDS = 30.0
-CACHE_ENTRIES = 1024  # Jobs remembered; the oldest is forgotten first
 
 
 @dataclass(frozen=True)
@@ -231,36 +226,3 @@ def queued_message(job: str, queue: str, state: KueueState) -> tuple[str, str]:
     elif state.position_note:
         said += f"; position unknown: {state.position_note}"
     return QUEUED_IN_KUEUE, f"Job {job} is suspended until Kueue queue {queue} admits it{said}"
-
-
-class KueueCache:
-    """What was last read per Job, for `KUEUE_READ_SECONDS`; at most `CACHE_ENTRIES`
-    Jobs (shared by every pass of the operator; passes of one profile never overlap, and
-    a lost race only costs one more read)."""
-
-    def __init__(self, seconds: float = KUEUE_READ_SECONDS, entries: int = CACHE_ENTRIES):
-        self._ttl = timedelta(seconds=seconds)
-        self._entries = entries
-        self._read: OrderedDict[tuple[str, str, str], tuple[datetime, KueueState]] = OrderedDict()
-        # Passes (threads) read and write it, the LocalQueue watch (the event loop) forgets.
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[str, str, str], now: datetime) -> KueueState | None:
-        with self._lock:
-            found = self._read.get(key)
-        if found is None or not (found[0] <= now < found[0] + self._ttl):
-            return None
-        return found[1]
-
-    def put(self, key: tuple[str, str, str], now: datetime, state: KueueState) -> None:
-        with self._lock:
-            self._read[key] = (now, state)
-            self._read.move_to_end(key)
-            while len(self._read) > self._entries:
-                self._read.popitem(last=False)
-
-    def forget_queue(self, namespace: str, queue: str) -> None:
-        """A LocalQueue was created: what was read of it in `namespace` is stale."""
-        with self._lock:
-            for key in [k for k in self._read if k[0] == namespace and k[2] == queue]:
-                del self._read[key]

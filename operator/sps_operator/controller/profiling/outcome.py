@@ -19,7 +19,7 @@ from sps_operator.api.times import parse_rfc3339
 from sps_operator.controller.kube import names
 from sps_operator.controller.kube.client import Obj, owned_by
 from sps_operator.controller.policies import conditions as cond
-from sps_operator.controller.policies.policy import REFUSAL_REASONS
+from sps_operator.controller.policies.job_policy import REFUSAL_REASONS
 from sps_operator.controller.policies.triggers import run_spec_hash
 from sps_operator.controller.profiling.state import ProfilingPass
 

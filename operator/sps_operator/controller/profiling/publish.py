@@ -24,8 +24,9 @@ from sps_operator.api.status import TableRef
 from sps_operator.controller.kube import names, table_objects
 from sps_operator.controller.kube.table_objects import table_text
 from sps_operator.controller.policies import conditions as cond
-from sps_operator.controller.policies.acceptance import api_quality, judge_bounded
+from sps_operator.controller.policies.acceptance import api_quality
 from sps_operator.controller.policies.triggers import table_for
+from sps_operator.controller.process.bounded import judge_bounded
 from sps_operator.controller.profiling.outcome import (
     RETRYABLE,
     NameTaken,

@@ -39,11 +39,12 @@ from sps_operator.api.status import FailureRecord, RunPhase, RunStatus
 from sps_operator.controller.kube import builders, names, table_objects
 from sps_operator.controller.kube.client import Obj, api_error_detail
 from sps_operator.controller.passes.state import Target
-from sps_operator.controller.policies import claims, compat, policy
+from sps_operator.controller.policies import claims, compat
 from sps_operator.controller.policies import conditions as cond
-from sps_operator.controller.policies.acceptance import judge_bounded
+from sps_operator.controller.policies import job_policy as policy
 from sps_operator.controller.policies.clocks import elapsed
 from sps_operator.controller.policies.triggers import RunRequest, TargetView, decide_run
+from sps_operator.controller.process.bounded import judge_bounded
 from sps_operator.controller.profiling.outcome import (
     RETRYABLE,
     NameTaken,

@@ -54,7 +54,7 @@ from sps_operator.controller.policies.stable_writers import PLACEHOLDER_HASH, PL
 from sps_operator.controller.policies.triggers import refresh_trigger_key, run_spec_hash, table_for
 from sps_operator.controller.rollout.holders import hold_tables
 from sps_operator.controller.rollout.state import RolloutPass
-from sps_operator.controller.server.fingerprint_v1 import is_v1
+from sps_operator.controller.sglang.fingerprint_v1 import is_v1
 from sps_operator.tables.formats import load_sps_table_text
 from sps_operator.tables.selfcheck import self_check
 

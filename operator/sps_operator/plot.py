@@ -1,7 +1,13 @@
-"""PNG plots of SPS tables (matplotlib, no display needed)."""
+"""PNG plots of SPS tables (matplotlib on the file-only Agg backend, no display needed):
+the profiler's fit plot (`plot_fit`) and `kubectl sps table --plot` (`plot_table`,
+`plot_diagonal_fit`, and `plot_fit` when the table kept its measured cells).
+
+matplotlib and numpy are the `plot` extra; without them every plot raises
+`PlotUnavailable`, which says how to install them."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -12,6 +18,26 @@ from sps_operator.tables.quality import Cell, predicted_step_seconds
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+PLOT_MODULES = ("matplotlib", "numpy")  # the `plot` extra (pyproject.toml)
+INSTALL_PLOT = "pip install 'sps-operator[plot]'"
+
+
+class PlotUnavailable(RuntimeError):
+    """A module plotting needs (`module`) is not installed."""
+
+    def __init__(self, module: str) -> None:
+        super().__init__(f"plotting needs {module}, which is not installed: {INSTALL_PLOT}")
+        self.module = module
+
+
+def require_plotting() -> None:
+    """Raise `PlotUnavailable` naming the first module of the `plot` extra that is missing."""
+    for name in PLOT_MODULES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:  # matplotlib without numpy names numpy
+            raise PlotUnavailable(exc.name or name) from None
 
 
 def plot_table(table: SpsTable, path: Path, title: str) -> Path:
@@ -59,6 +85,57 @@ def plot_table(table: SpsTable, path: Path, title: str) -> Path:
     return _save(plt, fig, path, title)
 
 
+def plot_fit(cells: Sequence[Cell], table: SpsTable, path: Path, title: str = "") -> Path:
+    """The measured cells, the fit through them and the residuals, side by side."""
+    plt = _pyplot()
+    batch_sizes = sorted({c.bs for c in cells})
+    cmap = plt.get_cmap("viridis", max(len(batch_sizes), 2))
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5.2))
+    raw_ax, fit_ax, resid_ax = axes
+    for index, bs in enumerate(batch_sizes):
+        color = cmap(index)
+        points = sorted((c for c in cells if c.bs == bs), key=lambda c: c.m)
+        ms = [c.m for c in points]
+        ts = [c.t * 1e3 for c in points]
+        raw_ax.plot(ms, ts, "o-", color=color, ms=4, lw=1, label=f"bs={bs}")
+        fit_ax.plot(ms, ts, "o", color=color, ms=4)
+        lo, hi = min(ms), max(ms)
+        grid = list(range(lo, hi + 1)) if hi > lo else [lo]
+        fit_ax.plot(
+            grid, [predicted_step_seconds(table, bs, m) * 1e3 for m in grid], "-", color=color, lw=1
+        )
+        resid_ax.plot(
+            ms,
+            [(c.t - predicted_step_seconds(table, c.bs, c.m)) / c.t * 100 for c in points],
+            "o",
+            color=color,
+            ms=4,
+        )
+    if isinstance(table, SpsCostTable):
+        # A diagonal table is one curve over M (its floor steps), not one per batch size.
+        lo_m, hi_m = min(c.m for c in cells), max(c.m for c in cells)
+        grid_m = list(range(lo_m, hi_m + 1))
+        fit_ax.plot(grid_m, [table.step_seconds(m) * 1e3 for m in grid_m], "-", color="black", lw=1)
+    raw_ax.set_title("raw cells: median step time")
+    fit_ax.set_title("fit (lines) vs cells (dots)")
+    resid_ax.set_title("residual (measured - fit) / measured")
+    resid_ax.axhline(0.0, color="grey", lw=0.8)
+    for ax in axes:
+        ax.set_xlabel("M = verify tokens per rank")
+        ax.grid(alpha=0.3)
+    raw_ax.set_ylabel("step time (ms)")
+    fit_ax.set_ylabel("step time (ms)")
+    resid_ax.set_ylabel("residual (%)")
+    if len(batch_sizes) <= 20:
+        raw_ax.legend(fontsize=7, ncol=2)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_diagonal_fit(table: SpsCostTable, cells: Sequence[Cell], path: Path, title: str) -> Path:
     """A diagonal table against the cells it was fitted to: the planner's floor-step curve
     with the measured medians on it, and the residuals."""
@@ -102,6 +179,7 @@ def plot_diagonal_fit(table: SpsCostTable, cells: Sequence[Cell], path: Path, ti
 
 def _pyplot() -> ModuleType:
     """matplotlib.pyplot on the file-only Agg backend, imported late (it is slow to load)."""
+    require_plotting()
     import matplotlib
 
     matplotlib.use("Agg")

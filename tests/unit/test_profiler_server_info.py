@@ -12,7 +12,7 @@ import pytest
 
 from sps_operator.dspark_arith import default_decode_capture_bs
 from sps_operator.profiler.runner import preflight_cell
-from sps_operator.profiler.server import (
+from sps_operator.profiler.server_info import (
     ServerCheckError,
     resolve_capture_bs,
     server_context_from_info,

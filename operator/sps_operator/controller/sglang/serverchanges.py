@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sps_operator.controller.server.serverconfig import ServerConfig, cut_value
+from sps_operator.controller.sglang.serverconfig import ServerConfig, cut_value
 
 MAX_CHANGES = 12
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from sps_operator.api import limits
 from sps_operator.api.spec import TableSpec
-from sps_operator.controller.server.podenv import ConfigMapEnv, resolve_env
-from sps_operator.controller.server.serverconfig import (
+from sps_operator.controller.sglang.podenv import ConfigMapEnv, resolve_env
+from sps_operator.controller.sglang.serverconfig import (
     ServerCommand,
     ServerConfig,
     legacy_table_fingerprint,

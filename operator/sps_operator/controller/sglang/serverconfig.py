@@ -41,8 +41,8 @@ from sps_operator.api.reasons import (
     TARGET_TOO_LARGE,
     UNREADABLE_SHELL_SCRIPT,
 )
-from sps_operator.controller.server import fingerprint_v1
-from sps_operator.controller.server.podenv import (
+from sps_operator.controller.sglang import fingerprint_v1
+from sps_operator.controller.sglang.podenv import (
     EXPANDED_TOO_LONG,
     ContainerEnv,
     Expansion,
