@@ -17,51 +17,6 @@ from sps_sim.settings import ConfigError, SimSettings, build_settings
 
 log = logging.getLogger("sps_sim")
 
-_PYTHON_NAMES = ("python", "python3")
-
-
-def strip_launcher(argv: Sequence[str]) -> list[str]:
-    """Turn an SGLang container command into sps-sim arguments.
-
-    Accepts ``python3 -m sglang.launch_server ARGS``, ``python -m sglang.launch_server ARGS``,
-    ``sglang serve ARGS`` (also with paths like ``/usr/bin/python3.11``), a bare
-    ``sglang.launch_server ARGS`` and ``sps-sim ARGS``. Flags alone (the image's entrypoint
-    was the launcher) are returned unchanged; any other program raises ValueError.
-    """
-    args = list(argv)
-    if not args:
-        return args
-    head = os.path.basename(args[0])
-    if head.startswith(_PYTHON_NAMES):
-        rest = args[1:]
-        # skip interpreter options such as -u or -X dev before -m
-        i = 0
-        while i < len(rest) and rest[i] != "-m" and rest[i].startswith("-"):
-            i += 2 if rest[i] in ("-X", "-W") else 1
-        if (
-            i + 1 < len(rest)
-            and rest[i] == "-m"
-            and rest[i + 1]
-            in (
-                "sglang.launch_server",
-                "sglang",
-                "sps_sim",
-            )
-        ):
-            tail = rest[i + 2 :]
-            if rest[i + 1] == "sglang" and tail[:1] == ["serve"]:
-                tail = tail[1:]
-            return tail
-        raise ValueError(f"not an SGLang server command: {' '.join(args)!r}")
-    if head == "sglang" and args[1:2] == ["serve"]:
-        return args[2:]
-    if head in ("sglang.launch_server", "sps-sim", "launch_server"):
-        rest = args[1:]
-        return rest[1:] if rest[:1] == ["serve"] else rest
-    if args[0].startswith("-"):
-        return args
-    raise ValueError(f"not an SGLang server command: {' '.join(args)!r}")
-
 
 def prepare(argv: Sequence[str]) -> SimSettings:
     """Settings from argv + environment, with the ignored flags and warnings reported once."""

@@ -15,7 +15,6 @@ import httpx
 import pytest
 
 from sps_sim import costmodel
-from sps_sim.cli import strip_launcher
 from sps_sim.costmodel import GPU_H100, GPU_H200, GPU_RTX_PRO_6000
 from sps_sim.settings import ConfigError, build_settings
 from sps_sim.truth import truth_grid
@@ -168,28 +167,6 @@ def test_truth_grid_and_cli(tmp_path: Path) -> None:
     jout = tmp_path / "truth.json"
     subprocess.run([PY, "-m", "sps_sim", "truth", "--out", str(jout), "--max-bs", "2"], check=True)
     assert json.loads(jout.read_text())["preset"] == GPU_H100
-
-
-@pytest.mark.parametrize(
-    ("argv", "expected"),
-    [
-        (["python3", "-m", "sglang.launch_server", "--port", "1"], ["--port", "1"]),
-        (["/usr/bin/python3.11", "-u", "-m", "sglang.launch_server", "--tp", "2"], ["--tp", "2"]),
-        (["python", "-m", "sglang.launch_server"], []),
-        (["sglang", "serve", "--model-path", "m"], ["--model-path", "m"]),
-        (["/opt/venv/bin/sglang", "serve"], []),
-        (["sps-sim", "--port", "3"], ["--port", "3"]),
-        (["--port", "3"], ["--port", "3"]),
-    ],
-)
-def test_strip_launcher(argv: list[str], expected: list[str]) -> None:
-    assert strip_launcher(argv) == expected
-
-
-@pytest.mark.parametrize("argv", [["bash", "-c", "x"], ["python3", "-m", "vllm.entrypoints"]])
-def test_strip_launcher_refuses_other_programs(argv: list[str]) -> None:
-    with pytest.raises(ValueError, match="not an SGLang server command"):
-        strip_launcher(argv)
 
 
 def _get_json(port: int, path: str) -> Any:

@@ -27,7 +27,6 @@ from sps_operator.controller.policies.borrow import (
 from sps_operator.controller.policies.deployments import (
     every_ready_pod_runs,
     max_unavailable,
-    needs_surge_slot,
     rollout_blockers,
 )
 from sps_operator.controller.policies.placement import MAX_POD_TEXT, PodInfo, pod_info
@@ -85,11 +84,10 @@ def test_the_pod_index_keeps_the_schedulers_and_kubelets_words_bounded() -> None
 
 
 def test_a_rollout_needs_a_surge_slot_exactly_when_it_may_take_no_pod_down_first() -> None:
-    assert needs_surge_slot(dep(2))  # defaults 25 %/25 %: maxUnavailable floor(0.5) = 0
-    assert not needs_surge_slot(dep(4))  # floor(1.0) = 1: rolls in place
-    assert not needs_surge_slot(dep(2, {"rollingUpdate": {"maxUnavailable": 1}}))
-    assert needs_surge_slot(dep(8, {"rollingUpdate": {"maxUnavailable": "10%"}}))
-    assert not needs_surge_slot(dep(2, {"type": "Recreate"}))
+    assert max_unavailable(dep(2), 2) == 0  # defaults 25 %/25 %: floor(0.5) = 0
+    assert max_unavailable(dep(4), 4) == 1  # floor(1.0) = 1: rolls in place
+    assert max_unavailable(dep(2, {"rollingUpdate": {"maxUnavailable": 1}}), 2) == 1
+    assert max_unavailable(dep(8, {"rollingUpdate": {"maxUnavailable": "10%"}}), 8) == 0
     assert max_unavailable(dep(2, {"type": "Recreate"}), 2) is None
     # Both zero: the Deployment controller lets one go, or it could never progress.
     assert max_unavailable(dep(3, {"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 0}}), 3) == 1

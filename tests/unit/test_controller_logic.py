@@ -10,7 +10,7 @@ from sps_operator.controller.policies import conditions as cond
 from sps_operator.controller.policies.deployments import deployment_rolled_out
 from sps_operator.controller.policies.gates import check_gates, relative_change
 from sps_operator.controller.policies.placement import MIXED, PodInfo, Settled, placement, settle
-from sps_operator.controller.policies.selectors import matches_selector, selector_string
+from sps_operator.controller.policies.selectors import matches_selector
 from sps_operator.controller.profiling.history import PublishedTable, tables_to_delete
 from sps_operator.tables.formats import SpsCostTable
 
@@ -82,7 +82,7 @@ def test_placement_from_pod_and_node_indexes() -> None:
     assert placement(sel, [pod("a", "n9")], NODES, "nvidia.com/gpu.product").unlabelled == 1
 
 
-def test_selector_matching_and_string_form() -> None:
+def test_selector_matching() -> None:
     sel = {
         "matchLabels": {"app": "srv"},
         "matchExpressions": [
@@ -94,7 +94,6 @@ def test_selector_matching_and_string_form() -> None:
     assert not matches_selector(sel, {"app": "srv", "tier": "c"})
     assert not matches_selector(sel, {"app": "srv", "tier": "a", "canary": "1"})
     assert not matches_selector({}, {"app": "srv"})
-    assert selector_string(sel) == "app=srv,tier in (a,b),!canary"
 
 
 def test_a_moving_placement_counts_after_the_debounce_a_settled_one_at_once() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -25,7 +26,6 @@ from sps_operator.tables.clockramp import (
     ramp_evident,
     ramp_over_from,
     ramps_by_run,
-    step_clocks,
     stranded_rounds,
     thinned,
 )
@@ -34,6 +34,15 @@ from sps_operator.tables.selfcheck import doubtful_cells
 from strategies import json_values
 
 STEP = 0.0106  # an H100 bs-1 step
+
+
+def step_clocks(start: float, times: Sequence[float]) -> list[float]:
+    """The run clock at the start of each step of a series that begins at `start`."""
+    clocks, now = [], start
+    for t in times:
+        clocks.append(now)
+        now += t
+    return clocks
 
 
 def ramp(t: float, amplitude: float = 0.30, tau: float = 5.0) -> float:

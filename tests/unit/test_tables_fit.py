@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 
 from round_lines import round_line
@@ -16,13 +19,27 @@ from sps_operator.tables.fit import (
     reference_m_bin,
 )
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, load_sps_table_text
-from sps_operator.tables.hatbasis import hat_basis
+from sps_operator.tables.hatbasis import hat_weights
 from sps_operator.tables.quality import Cell, evaluate, predicted_step_seconds
 
 K = 8
 GAMMA = 7
 CAPTURE_BS = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4)]
 TIERS = sorted({b * K for b in CAPTURE_BS})
+
+
+def hat_basis(knots: Sequence[float], x: Sequence[float]) -> npt.NDArray[np.float64]:
+    """The hat functions as a dense matrix (the fit builds the sparse one: `hatbasis`).
+
+    Row i holds weights w with sum 1 such that Σ w_k f(knot_k) is SGLang's
+    `_interp_clamped(knots, f, x_i)`.
+    """
+    lo, hi, frac = hat_weights(knots, x)
+    basis = np.zeros((len(x), len(knots)))
+    rows = np.arange(len(x))
+    np.add.at(basis, (rows, lo), 1.0 - frac)
+    np.add.at(basis, (rows, hi), frac)
+    return basis
 
 
 def tier(m: int) -> int:

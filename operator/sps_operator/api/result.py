@@ -18,7 +18,7 @@ Python's int-string limit become ResultError, never a bare ValueError), and
 step (`limits.MIN_STEP_SECONDS` to `MAX_STEP_SECONDS`: 0.1 ms to SGLang's 1000 ms
 recording cap). Whatever does not pass raises `ResultError` with what is wrong; unknown
 round fields are dropped. Whether the rounds are the sweep that was asked for, each cell
-once, is `controller.acceptance`'s to judge.
+once, is `controller.policies.acceptance`'s to judge.
 """
 
 from __future__ import annotations

@@ -419,7 +419,7 @@ class RoundOutcome:
     # its effective steps, a cap that set in after it stopped.
     tail_rise: float | None = None
     # Steady steps of the warm-up round before this one counted in its measurement (the
-    # clocks showed no fall from their start: `steady.shows_no_fall`).
+    # clocks showed no fall from their start: `steady.still_falling` said no).
     carried_steps: int = 0
 
     def to_summary(self) -> dict[str, Any]:

@@ -82,15 +82,6 @@ def chunk_series(
     return out
 
 
-def step_clocks(start: float, times: Sequence[float]) -> list[float]:
-    """The run clock at the start of each step of a series that begins at `start`."""
-    clocks, now = [], start
-    for t in times:
-        clocks.append(now)
-        now += t
-    return clocks
-
-
 def _chunk_tau(residuals: npt.NDArray[np.float64]) -> float:
     """Integrated autocorrelation time of a series of residuals, from the lag-1 correlation
     of its first differences (φ = 1 + 2ρ for an AR(1)): blind to a level step or a trend the

@@ -34,20 +34,6 @@ def hat_weights(
     return lo.astype(np.intp), hi.astype(np.intp), frac
 
 
-def hat_basis(knots: Sequence[float], x: Sequence[float]) -> FloatArray:
-    """The hat functions as a dense matrix (for inspection and tests).
-
-    Row i holds weights w with sum 1 such that Σ w_k f(knot_k) is SGLang's
-    `_interp_clamped(knots, f, x_i)`.
-    """
-    lo, hi, frac = hat_weights(knots, x)
-    basis = np.zeros((len(x), len(knots)))
-    rows = np.arange(len(x))
-    np.add.at(basis, (rows, lo), 1.0 - frac)
-    np.add.at(basis, (rows, hi), frac)
-    return basis
-
-
 def second_difference(knots: Sequence[float]) -> FloatArray:
     """Rows = change of slope at each interior knot, scaled by the mean spacing (unitless)."""
     k = np.asarray(knots, dtype=float)

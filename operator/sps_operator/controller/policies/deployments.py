@@ -55,14 +55,6 @@ def max_unavailable(dep: Mapping[str, Any], replicas: int) -> int | None:
     return unavailable
 
 
-def needs_surge_slot(dep: Mapping[str, Any]) -> bool:
-    """A rollout of this Deployment starts no new pod before an old one is gone only if a
-    node has room for one more (maxUnavailable resolves to 0): on a full pool it waits for
-    a free slot forever."""
-    replicas = int((dep.get("spec") or {}).get("replicas", 1))
-    return max_unavailable(dep, replicas) == 0
-
-
 def target_pods(dep: Mapping[str, Any], pods: Iterable[PodInfo]) -> list[PodInfo]:
     """The Deployment's pods (by its selector) that are not being deleted."""
     selector = (dep.get("spec") or {}).get("selector") or {}

@@ -1,25 +1,10 @@
-"""Label selectors (pure): the string form the API's LIST takes, and matching in memory.
-Both read a metav1.LabelSelector dict."""
+"""Label selectors (pure): a metav1.LabelSelector dict matched in memory (the caches hold
+every object; no LIST by selector)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-
-
-def selector_string(selector: Mapping[str, Any]) -> str:
-    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
-        if op == "In":
-            parts.append(f"{key} in ({','.join(values)})")
-        elif op == "NotIn":
-            parts.append(f"{key} notin ({','.join(values)})")
-        elif op == "Exists":
-            parts.append(key)
-        elif op == "DoesNotExist":
-            parts.append(f"!{key}")
-    return ",".join(parts)
 
 
 def matches_selector(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:

@@ -3,7 +3,7 @@
 Kept for one release so an upgrade does not reprofile every server: a table stored under
 a version-1 fingerprint stays valid for a server whose version-1 fingerprint, computed
 here, is still the same (the server did not change). The observe step then re-keys the
-table to the current fingerprint (`serverconfig.adopt_legacy_tables`). Do not change this
+table to the current fingerprint (`observe.adopt_v1_tables`). Do not change this
 module: a changed byte changes every version-1 value. Delete it, and the adoption, in the
 release after the one that introduced version 2 (docs/fingerprint.md, Upgrading).
 """
