@@ -22,9 +22,9 @@ from collections.abc import Callable
 from typing import Any
 
 from sps_operator.api.spec import SpsProfileSpec
+from sps_operator.controller.passes.observe import _understand_server
+from sps_operator.controller.passes.state import Target
 from sps_operator.controller.sglang.serverread import read_server
-from sps_operator.controller.steps.observe import _understand_server
-from sps_operator.controller.steps.state import Target
 
 SERVER = [
     "--model-path", "org/model-8b", "--speculative-algorithm", "DSPARK",

@@ -69,7 +69,7 @@ def with_conditions(*conditions: dict[str, str]) -> dict[str, Any]:
 
 def generated() -> Iterator[Any]:
     """(profile, expected health, text in the message) for every reason, in the contexts the
-    operator's report step puts it (controller/steps/report.py)."""
+    operator's report step puts it (controller/passes/report.py)."""
     for reason, meaning in registry.REASONS.items():
         kind = meaning.kind
         if kind in NOT_READY_FALSE:

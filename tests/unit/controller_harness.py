@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from api_snapshot import ApiSnapshot
+from api_snapshot import api_snapshot
 from fakekube import FakeKube
 
 from sps_operator.api import labels as L
@@ -18,12 +18,12 @@ from sps_operator.api.kinds import RunPhase
 from sps_operator.api.result import build_patch
 from sps_operator.controller import indexes as ix
 from sps_operator.controller.kube import names
+from sps_operator.controller.passes.state import Settings
 from sps_operator.controller.policies.claims import claim_info
 from sps_operator.controller.policies.deployments import deployment_rolled_out
 from sps_operator.controller.policies.placement import PodInfo
 from sps_operator.controller.policies.selectors import matches_selector
-from sps_operator.controller.steps.reconcile import Reconciler
-from sps_operator.controller.steps.state import Settings
+from sps_operator.controller.reconcile.reconciler import Reconciler
 
 NS = "serving"
 H100, H200 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-H200"
@@ -208,8 +208,10 @@ class Harness:
             claim_info(c["metadata"]["name"], c.get("spec") or {}, c.get("status") or {})
             for c in self.kube.kinds("PersistentVolumeClaim")
         ]
-        snapshot = ApiSnapshot(self.kube, self.pods_now(), NODES, {c.name: c for c in claims})
-        self.reconciler.reconcile(body, snapshot)
+        by_name = {c.name: c for c in claims}
+        # Read inside the pass, as the pass reads: an API error there is the pass's.
+        pods = self.pods_now()
+        self.reconciler.reconcile(body, lambda: api_snapshot(self.kube, body, pods, NODES, by_name))
         return self.status(name)
 
     def cluster_objects(self) -> list[dict[str, Any]]:
@@ -245,7 +247,7 @@ class Harness:
         objects through the same index functions), not on LISTs of one namespace."""
         assert self.reconciler is not None
         body = copy.deepcopy(self.kube.obj("SpsProfile", name, namespace))
-        world = ix.world_for(self.kube, body, indexes_of(self.cluster_objects()))
+        world = ix.world_for(body, indexes_of(self.cluster_objects()))
         self.reconciler.reconcile(body, world)
         return copy.deepcopy(self.kube.obj("SpsProfile", name, namespace).get("status") or {})
 
@@ -340,3 +342,12 @@ def indexes_of(objects: list[dict[str, Any]]) -> ix.Indexes:
             for key, value in entries(copy.deepcopy(obj)).items():
                 built[name].setdefault(key, []).append(value)
     return ix.Indexes(**built)
+
+
+def started(h: Harness, name: str = "p") -> dict[str, Any]:
+    """One pass that starts a run; the run."""
+    h.tick()
+    h.run_pass(name)
+    run = h.status(name)["currentRun"]
+    assert run, h.status(name)
+    return dict(run)

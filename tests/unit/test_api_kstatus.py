@@ -22,7 +22,7 @@ from sps_operator.api import reason_registry as registry
 from sps_operator.api import reasons as R
 from sps_operator.api.status import Condition
 from sps_operator.controller.policies import conditions as cond
-from sps_operator.controller.steps.reconcile import Reconciler
+from sps_operator.controller.reconcile.reconciler import Reconciler
 
 CURRENT, IN_PROGRESS, FAILED, TERMINATING = "Current", "InProgress", "Failed", "Terminating"
 FLUX_READS = {

@@ -7,8 +7,8 @@ import time
 import pytest
 from controller_harness import Harness
 
+from sps_operator.controller.passes.state import Settings
 from sps_operator.controller.process.bounded import BoundExceeded, CallFailed, call_bounded
-from sps_operator.controller.steps.state import Settings
 
 MIB = 2**20
 

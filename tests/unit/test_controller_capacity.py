@@ -8,7 +8,7 @@ import json
 import re
 from typing import Any
 
-from api_snapshot import ApiSnapshot
+from api_snapshot import api_snapshot
 from capacity_harness import (
     BORROW,
     NO_GPU,
@@ -22,10 +22,9 @@ from controller_harness import H100, NODES, NS, Harness, deployment, profile_bod
 from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
-from sps_operator.api.models import SpsProfile
 from sps_operator.api.spec import CapacitySpec
 from sps_operator.controller.finalizer import release
-from sps_operator.controller.kube.builders import ProfileRef
+from sps_operator.controller.passes.state import Settings
 from sps_operator.controller.policies.borrow import (
     BorrowTag,
     PoolClaim,
@@ -36,8 +35,7 @@ from sps_operator.controller.policies.borrow import (
 )
 from sps_operator.controller.policies.job_policy import JobPolicy, NameRule
 from sps_operator.controller.policies.placement import PodInfo
-from sps_operator.controller.steps.reconcile import Reconciler
-from sps_operator.controller.steps.state import Settings, Snapshot
+from sps_operator.controller.reconcile.reconciler import Reconciler
 
 
 def test_a_run_that_cannot_get_gpus_says_so_and_gives_up_after_its_timeout() -> None:
@@ -511,26 +509,13 @@ def waiting_profile(h: Harness, namespace: str, name: str) -> dict[str, Any]:
     return h.add(body)
 
 
-class Frozen:
-    """A snapshot read once (a cache that has not seen what other passes wrote since)."""
-
-    def __init__(self, h: Harness, body: dict[str, Any]) -> None:
-        meta = body["metadata"]
-        ref = ProfileRef(meta["name"], meta["namespace"], meta["uid"])
-        spec = SpsProfile.model_validate(body).spec
-        self.snapshot = ApiSnapshot(h.kube, h.pods_now(), NODES).read(ref, spec)
-
-    def read(self, ref: ProfileRef, spec: Any) -> Snapshot:
-        return self.snapshot
-
-
 def test_two_profiles_borrowing_on_one_gpu_product_at_the_same_moment_take_turns() -> None:
     h = harness(**BORROW)
     other = waiting_profile(h, "tenant-b", "q")
     assert h.reconciler is not None
     h.tick()
     h.run_pass()
-    h.reconciler.reconcile(copy.deepcopy(other), ApiSnapshot(h.kube, h.pods_now(), NODES))
+    h.reconciler.reconcile(copy.deepcopy(other), api_snapshot(h.kube, other, h.pods_now(), NODES))
     for profile, namespace in (("p", NS), ("q", "tenant-b")):
         run = h.kube.obj("SpsProfile", profile, namespace)["status"]["currentRun"]["name"]
         labels = {L.LABEL_RUN: run, L.LABEL_COMPONENT: L.COMPONENT_POD}
@@ -538,10 +523,10 @@ def test_two_profiles_borrowing_on_one_gpu_product_at_the_same_moment_take_turns
                               **job_owner(h, profile, namespace)))  # fmt: skip
     h.tick()
     h.run_pass()
-    h.reconciler.reconcile(copy.deepcopy(other), ApiSnapshot(h.kube, h.pods_now(), NODES))
+    h.reconciler.reconcile(copy.deepcopy(other), api_snapshot(h.kube, other, h.pods_now(), NODES))
     h.tick(31)
     other = h.kube.obj("SpsProfile", "q", "tenant-b")
-    seen_before = Frozen(h, other)  # q's caches, read before p borrows
+    seen_before = api_snapshot(h.kube, other, h.pods_now(), NODES)  # q's caches, before p borrows
     h.run_pass()
     h.reconciler.reconcile(copy.deepcopy(other), seen_before)
     assert h.kube.scales == [("server", 1)]  # p borrowed; q did not
@@ -559,7 +544,7 @@ def test_a_give_back_decided_on_a_stale_copy_never_overwrites_a_newer_scale() ->
     job_pod(h, unschedulable=None)
     h.finish(result={"data": {"status": "failed", "message": "boom"}}, ok=False)
     h.tick()
-    stale = Frozen(h, h.kube.obj("SpsProfile", "p"))
+    stale = api_snapshot(h.kube, h.kube.obj("SpsProfile", "p"), h.pods_now(), NODES)  # read once
     h.kube.obj("Deployment", "server")["spec"]["replicas"] = 7  # a human scales meanwhile
     h.kube.obj("Deployment", "server")["metadata"]["resourceVersion"] = "999"
     assert h.reconciler is not None

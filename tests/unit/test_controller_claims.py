@@ -201,7 +201,7 @@ def test_the_claim_index_feeds_the_cached_pass() -> None:
     body = h.kube.obj("SpsProfile", "p", NS)
     from controller_harness import indexes_of
 
-    world = ix.world_for(h.kube, body, indexes_of(objects))
+    world = ix.world_for(body, indexes_of(objects))
     assert set(world.claims) == {WEIGHTS}
     assert world.claims[WEIGHTS].pod_exclusive
 

@@ -15,7 +15,7 @@ from test_controller_metrics import samples
 from sps_operator.api.status import CostRecord
 from sps_operator.controller.policies.cost import add_cost, cost_added, job_gpus
 from sps_operator.controller.process.metrics import Metrics
-from sps_operator.controller.steps.reconcile import Reconciler
+from sps_operator.controller.reconcile.reconciler import Reconciler
 
 GPUS = 2
 

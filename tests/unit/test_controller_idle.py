@@ -6,13 +6,13 @@ from __future__ import annotations
 import copy
 from datetime import timedelta
 
-from api_snapshot import ApiSnapshot
+from api_snapshot import api_snapshot
 from controller_harness import NODES, NS, Harness, deployment, indexes_of, profile_body
 
 from sps_operator.api.result import build_patch
 from sps_operator.controller import indexes as ix
+from sps_operator.controller.passes.state import Settings
 from sps_operator.controller.policies.placement import PodInfo
-from sps_operator.controller.steps.state import Settings
 
 
 def wake_after_pass(h: Harness, name: str = "p") -> float | None:
@@ -20,7 +20,7 @@ def wake_after_pass(h: Harness, name: str = "p") -> float | None:
     assert h.reconciler is not None
     h.tick()
     body = copy.deepcopy(h.kube.obj("SpsProfile", name, NS))
-    return h.reconciler.reconcile(body, ApiSnapshot(h.kube, list(h.pods), NODES))
+    return h.reconciler.reconcile(body, api_snapshot(h.kube, body, list(h.pods), NODES))
 
 
 def scaled_to_zero(name: str = "server") -> dict:
@@ -107,7 +107,7 @@ def test_a_pass_reads_its_own_objects_not_the_fleet() -> None:
     h = fleet(200)
     idx = indexes_of(h.cluster_objects())
     body = h.kube.obj("SpsProfile", "p0")
-    world = ix.world_for(h.kube, body, idx)
+    world = ix.world_for(body, idx)
     assert [d["metadata"]["name"] for d in world.deployments] == ["d0"]
     assert [p.name for p in world.profiles] == ["p0"]
     assert [p.name for p in world.pods] == ["d0-0"]

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from api_snapshot import ApiSnapshot
+from api_snapshot import api_snapshot
 from capacity_harness import BORROW, harness, job_pod, local_queue
 from controller_harness import NODES, NS, Harness, indexes_of
 from hypothesis import given
@@ -20,6 +20,7 @@ from sps_operator.api.labels import max_exec_seconds
 from sps_operator.controller.kicks import profiles_waiting_for_a_local_queue
 from sps_operator.controller.kube.kueue_cache import KueueCache
 from sps_operator.controller.main import parse_args
+from sps_operator.controller.passes.state import Settings
 from sps_operator.controller.policies.kueue import (
     KUEUE_RECHECK_SECONDS,
     WORDS_LIMIT,
@@ -30,8 +31,7 @@ from sps_operator.controller.policies.kueue import (
     queue_position,
     run_limit,
 )
-from sps_operator.controller.steps.reconcile import Reconciler
-from sps_operator.controller.steps.state import Settings
+from sps_operator.controller.reconcile.reconciler import Reconciler
 
 QUEUE = "gpu-profiling"
 QUOTA = (
@@ -199,7 +199,7 @@ def test_a_queued_run_looks_again_as_often_as_the_operator_is_told(
     h.tick()
     h.kube.calls.clear()
     body = copy.deepcopy(h.kube.obj("SpsProfile", "p", NS))
-    wake = h.reconciler.reconcile(body, ApiSnapshot(h.kube, h.pods_now(), NODES))
+    wake = h.reconciler.reconcile(body, api_snapshot(h.kube, body, h.pods_now(), NODES))
     assert wake is not None and wake <= (recheck or KUEUE_RECHECK_SECONDS)
     assert h.kube.calls.count("list_workloads") == 1
     h.tick(read_again_after - 0.5)
@@ -273,7 +273,7 @@ def test_a_local_queue_created_wakes_the_runs_waiting_for_it_and_is_read_at_once
     local_queue(h)
     assert h.reconciler is not None
     h.tick()  # well within the read interval: what was read is forgotten, not waited out
-    h.reconciler.kueue_reads.forget_queue(NS, QUEUE)
+    h.reconciler.capacity.queue_created(NS, QUEUE)
     assert h.run_pass()["currentRun"]["waiting"]["reason"] == "QueuedInKueue"
     idx = indexes_of(h.cluster_objects())
     assert profiles_waiting_for_a_local_queue(NS, idx.profiles) == []

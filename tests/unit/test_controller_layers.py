@@ -15,7 +15,14 @@ PACKAGE = pathlib.Path(sps_operator.__path__[0])
 CONTROLLER = "sps_operator.controller"
 
 # Bottom to top; a module may import from its own floor and the ones before it.
-FLOORS = ("sglang", "policies", "kube", "process", "steps", "wiring")
+FLOORS = (
+    "sglang", "policies", "kube", "process", "passes", "capacity", "profiling", "rollout",
+    "reconcile", "wiring",
+)  # fmt: skip
+# The two reconcilers of a pass meet only in `status` (and the orchestrator above them),
+# and reach the GPU capacity only through the interface the pass hands them.
+RECONCILERS = ("profiling", "rollout")
+CAPACITY_INSIDES = ("capacity", "policies.borrow", "policies.kueue", "policies.cost")
 WIRING = "wiring"  # the modules directly in controller/: kopf, the process, the CLI's
 ENTRY_POINT = "sps_operator.controller.main"  # `sps-operator run` (sps_operator/cli.py)
 
@@ -88,12 +95,51 @@ def test_every_controller_module_is_on_a_known_floor() -> None:
 def test_no_floor_imports_one_above_it() -> None:
     graph = package_imports()
     # The walk sees arrows, across floors and inside one.
-    assert "sps_operator.controller.steps.run" in graph["sps_operator.controller.steps.reconcile"]
-    assert "sps_operator.controller.kube.client" in graph["sps_operator.controller.steps.state"]
+    assert f"{CONTROLLER}.profiling.run" in graph[f"{CONTROLLER}.profiling.reconciler"]
+    assert f"{CONTROLLER}.kube.client" in graph[f"{CONTROLLER}.passes.state"]
     assert not upward_arrows(graph), "\n".join(upward_arrows(graph))
 
 
-def test_policies_and_sglang_import_no_steps_kube_or_process() -> None:
+def reconciler_arrows(graph: dict[str, set[str]]) -> list[str]:
+    """Every import from one reconciler into the other, or into the capacity's insides."""
+    wrong = []
+    for module, imported in graph.items():
+        floor = floor_of(module)
+        if floor not in RECONCILERS:
+            continue
+        for target in imported:
+            inside = target.removeprefix(CONTROLLER + ".")
+            other = floor_of(target) in RECONCILERS and floor_of(target) != floor
+            if other or any(inside == c or inside.startswith(c + ".") for c in CAPACITY_INSIDES):
+                wrong.append(f"{module} imports {target}")
+    return sorted(wrong)
+
+
+def test_the_reconcilers_import_neither_each_other_nor_the_capacity_insides() -> None:
+    graph = package_imports()
+    assert f"{CONTROLLER}.passes.state" in graph[f"{CONTROLLER}.rollout.apply"]
+    assert not reconciler_arrows(graph), "\n".join(reconciler_arrows(graph))
+    # The check itself: a rollout step calling into capacity, a run publishing by the
+    # rollout's module, a profiling step reading Kueue's policy.
+    planted = {
+        f"{CONTROLLER}.rollout.apply": imports_of(
+            "from sps_operator.controller.capacity.runs import follow_rollout_borrow\n"
+            "from sps_operator.controller.profiling.publish import load_table\n",
+            f"{CONTROLLER}.rollout.apply",
+        ),
+        f"{CONTROLLER}.profiling.run": imports_of(
+            "from sps_operator.controller.policies.kueue import run_limit\n",
+            f"{CONTROLLER}.profiling.run",
+        ),
+    }
+    assert reconciler_arrows(planted) == [
+        f"{CONTROLLER}.profiling.run imports {CONTROLLER}.policies.kueue",
+        f"{CONTROLLER}.rollout.apply imports {CONTROLLER}.capacity.runs",
+        f"{CONTROLLER}.rollout.apply imports {CONTROLLER}.profiling.publish",
+    ]
+
+
+def test_policies_and_sglang_import_no_pass_kube_or_process() -> None:
     """Said on its own because it is the rule that keeps policies pure."""
     graph = package_imports()
     impure = sorted(
@@ -101,7 +147,7 @@ def test_policies_and_sglang_import_no_steps_kube_or_process() -> None:
         for module, imported in graph.items()
         if floor_of(module) in {"policies", "sglang"}
         for target in imported
-        if floor_of(target) in {"steps", "kube", "process", WIRING} and target != CONTROLLER
+        if floor_of(target) in FLOORS[FLOORS.index("kube") :] and target != CONTROLLER
     )
     assert not impure, impure
 
@@ -127,18 +173,19 @@ def test_the_walk_finds_an_upward_arrow() -> None:
     wiring (in a TYPE_CHECKING block), relative and `from package import module` forms."""
     graph = {
         f"{CONTROLLER}.policies.triggers": imports_of(
-            "from sps_operator.controller.steps import state\n", f"{CONTROLLER}.policies.triggers"
+            "from sps_operator.controller.passes import state\n", f"{CONTROLLER}.policies.triggers"
         ),
         f"{CONTROLLER}.kube.names": imports_of(
             "from typing import TYPE_CHECKING\n"
             "if TYPE_CHECKING:\n    from ..handlers import release_or_retry\n",
             f"{CONTROLLER}.kube.names",
         ),
-        f"{CONTROLLER}.steps.run": imports_of(
-            "from sps_operator.controller.policies import acceptance\n", f"{CONTROLLER}.steps.run"
+        f"{CONTROLLER}.profiling.run": imports_of(
+            "from sps_operator.controller.policies import acceptance\n",
+            f"{CONTROLLER}.profiling.run",
         ),
     }
     assert upward_arrows(graph) == [
         f"{CONTROLLER}.kube.names (kube) imports {CONTROLLER}.handlers (wiring)",
-        f"{CONTROLLER}.policies.triggers (policies) imports {CONTROLLER}.steps.state (steps)",
+        f"{CONTROLLER}.policies.triggers (policies) imports {CONTROLLER}.passes.state (passes)",
     ]

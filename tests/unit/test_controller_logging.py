@@ -32,7 +32,9 @@ def test_default_level_drops_kopfs_per_event_lines_and_keeps_ours(restore_loggin
     configure_logging(debug=False, verbose=False, log_format="plain")
     assert not logging.getLogger("kopf.objects").isEnabledFor(logging.INFO)
     assert logging.getLogger("kopf.objects").isEnabledFor(logging.WARNING)
-    assert logging.getLogger("sps_operator.controller.steps.reconcile").isEnabledFor(logging.INFO)
+    assert logging.getLogger("sps_operator.controller.reconcile.reconciler").isEnabledFor(
+        logging.INFO
+    )
 
 
 def test_verbose_shows_kopfs_handler_lines(restore_logging: None) -> None:

@@ -11,7 +11,7 @@ from sps_operator.controller.policies.deployments import deployment_rolled_out
 from sps_operator.controller.policies.gates import check_gates, relative_change
 from sps_operator.controller.policies.placement import MIXED, PodInfo, Settled, placement, settle
 from sps_operator.controller.policies.selectors import matches_selector
-from sps_operator.controller.steps.history import PublishedTable, tables_to_delete
+from sps_operator.controller.profiling.history import PublishedTable, tables_to_delete
 from sps_operator.tables.formats import SpsCostTable
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)

@@ -298,8 +298,9 @@ def test_the_cache_is_bounded() -> None:
 
 
 def test_a_pass_from_the_caches_reads_the_configmaps_its_servers_use() -> None:
-    """The operator's own path (CachedWorld): a change of the ConfigMap wakes the profiles
-    selecting its readers, and the next pass reads the changed one from the cache."""
+    """The operator's own path (a Snapshot from the caches): a change of the ConfigMap
+    wakes the profiles selecting its readers, and the next pass reads the changed one from
+    the cache."""
     from controller_harness import NS, deployment, indexes_of, profile_body
     from fakekube import FakeKube
 
@@ -307,7 +308,7 @@ def test_a_pass_from_the_caches_reads_the_configmaps_its_servers_use() -> None:
     from sps_operator.controller import indexes as ix
     from sps_operator.controller.kicks import profiles_selecting
     from sps_operator.controller.kube.builders import ProfileRef
-    from sps_operator.controller.steps.state import CachedWorld
+    from sps_operator.controller.passes.state import Snapshot
 
     kube = FakeKube()
     kube.put({"kind": "ConfigMap", "metadata": {"name": "models"}, "data": {"m": "llama"}})
@@ -320,15 +321,15 @@ def test_a_pass_from_the_caches_reads_the_configmaps_its_servers_use() -> None:
     spec = SpsProfileSpec.model_validate(profile["spec"])
     ref = ProfileRef("p", NS, profile["metadata"]["uid"])
 
-    def world() -> CachedWorld:
-        return CachedWorld(kube, [reader, other], [], [], [], env_sources=cache)
+    def world() -> Snapshot:
+        return Snapshot(deployments=[reader, other], env_sources=cache)
 
-    assert world().read(ref, spec).env_config_maps == {"models": cm(m="llama")}
+    assert world().for_profile(kube, ref, spec).env_config_maps == {"models": cm(m="llama")}
     gets = kube.calls.count("get")
     idx = indexes_of([reader, other, profile])
     readers = ix.values(idx.deployments, (ix.ENV, NS, "models"))
     assert [d["metadata"]["name"] for d in readers] == [reader["metadata"]["name"]]
     assert cache.observe(NS, "models", {"data": {"m": "mistral"}}, referenced=True)
     assert profiles_selecting(readers[0], idx.profiles, NS) == [profile["metadata"]["uid"]]
-    assert world().read(ref, spec).env_config_maps == {"models": cm(m="mistral")}
+    assert world().for_profile(kube, ref, spec).env_config_maps == {"models": cm(m="mistral")}
     assert kube.calls.count("get") == gets  # from the cache, not the API

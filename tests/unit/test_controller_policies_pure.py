@@ -38,7 +38,9 @@ FORBIDDEN_LOADED = (
     "kopf", "kubernetes", "aiohttp", "requests", "urllib3", "prometheus_client",
     "multiprocessing", "subprocess", "concurrent", "asyncio",
     "sps_operator.controller.kube", "sps_operator.controller.process",
-    "sps_operator.controller.steps", "sps_operator.controller.handlers",
+    "sps_operator.controller.passes", "sps_operator.controller.capacity",
+    "sps_operator.controller.profiling", "sps_operator.controller.rollout",
+    "sps_operator.controller.reconcile", "sps_operator.controller.handlers",
     "sps_operator.controller.indexes", "sps_operator.controller.main",
 )  # fmt: skip
 

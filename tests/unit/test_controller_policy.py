@@ -29,10 +29,10 @@ from sps_operator.api.result import build_patch
 from sps_operator.api.spec import ServerSpec, SpsProfileSpec
 from sps_operator.controller.kube import builders
 from sps_operator.controller.kube.names import label_value as names_label
+from sps_operator.controller.passes.state import Settings
 from sps_operator.controller.policies import job_policy
 from sps_operator.controller.policies.job_policy import JobPolicy, NameRule, ServiceInfo
 from sps_operator.controller.policies.placement import PodInfo, placement
-from sps_operator.controller.steps.state import Settings
 
 GPU = "nvidia.com/gpu.product"
 QUEUE = L.LABEL_KUEUE_QUEUE
@@ -602,9 +602,15 @@ def test_services_are_read_from_the_namespace() -> None:
     other = _service("elsewhere", {"app": "x"})
     other["metadata"]["namespace"] = "other"
     h.add(other)
-    from api_snapshot import ApiSnapshot
+    from api_snapshot import api_snapshot
 
-    snap = ApiSnapshot(h.kube).read(builders.ProfileRef("p", NS, "uid"), _spec())
+    body = {
+        "metadata": {"name": "p", "namespace": NS, "uid": "uid"},
+        "spec": profile_body()["spec"],
+    }
+    snap = api_snapshot(h.kube, body).for_profile(
+        h.kube, builders.ProfileRef("p", NS, "uid"), _spec()
+    )
     assert list(snap.services) == [ServiceInfo("web", {"app": "web"}, "NodePort")]
     assert [d["metadata"]["name"] for d in snap.pod_selecting_deployments] == ["server"]
 
@@ -615,6 +621,6 @@ def _spec() -> SpsProfileSpec:
 
 def test_every_refusal_and_the_phase_change_are_explained() -> None:
     from sps_operator.api.reason_registry import FAILURE_ADVICE
-    from sps_operator.controller.steps.run import TARGET_CHANGED
+    from sps_operator.controller.profiling.run import TARGET_CHANGED
 
     assert job_policy.REFUSAL_REASONS | {TARGET_CHANGED} <= FAILURE_ADVICE.keys()

@@ -28,8 +28,8 @@ from sps_operator.api import labels as L
 from sps_operator.api.kinds import RunPhase
 from sps_operator.api.result import build_patch
 from sps_operator.controller.finalizer import nothing_to_release, release
+from sps_operator.controller.passes.state import Settings
 from sps_operator.controller.policies.job_policy import JobPolicy
-from sps_operator.controller.steps.state import Settings
 
 
 def live_harness(**spec: object) -> Harness:
@@ -550,7 +550,7 @@ def test_release_that_fails_keeps_the_finalizer() -> None:
     import kopf
 
     from sps_operator.controller.handlers import release_or_retry
-    from sps_operator.controller.steps.reconcile import Reconciler
+    from sps_operator.controller.reconcile.reconciler import Reconciler
 
     h = live_harness()
     h.kube.fail["patch_ConfigMap"] = ApiException(status=500, reason="Boom")
@@ -727,7 +727,7 @@ def test_a_pass_that_starts_or_ends_a_run_asks_for_another_at_once() -> None:
     """Status writes wake nobody: a pass that starts or ends a run asks for the next pass
     now, so a request that came while the run was busy (a reprofile annotation) is not left
     to the resync minutes later."""
-    from api_snapshot import ApiSnapshot
+    from api_snapshot import api_snapshot
     from controller_harness import NODES
 
     h = Harness.one_target()
@@ -736,7 +736,7 @@ def test_a_pass_that_starts_or_ends_a_run_asks_for_another_at_once() -> None:
         h.tick()
         body = copy.deepcopy(h.kube.obj("SpsProfile", "p", NS))
         assert h.reconciler is not None
-        return h.reconciler.reconcile(body, ApiSnapshot(h.kube, list(h.pods), NODES))
+        return h.reconciler.reconcile(body, api_snapshot(h.kube, body, list(h.pods), NODES))
 
     assert one_pass() == 0  # started a run
     assert h.status().get("currentRun")

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from api_snapshot import ApiSnapshot
+from api_snapshot import api_snapshot
 from capacity_harness import BORROW, harness, job_pod, start_waiting
 from controller_harness import H100, NODES, NS, Harness, deployment, indexes_of, profile_body
 
@@ -113,7 +113,7 @@ def cached_pass(h: Harness, extra: list[dict[str, Any]]) -> dict[str, Any]:
     """p's pass on the operator's caches, with `extra` objects of other namespaces."""
     assert h.reconciler is not None
     body = copy.deepcopy(h.kube.obj("SpsProfile", "p"))
-    world = ix.world_for(h.kube, body, indexes_of(h.cluster_objects() + extra))
+    world = ix.world_for(body, indexes_of(h.cluster_objects() + extra))
     h.reconciler.reconcile(body, world)
     return h.status()
 
@@ -170,7 +170,7 @@ def test_a_pass_reads_only_its_own_namespaces_borrow_records() -> None:
     mine = deployment("mine")
     mine["metadata"]["annotations"] = {L.ANNOTATION_BORROWED: "{}"}
     idx = indexes_of([*h.cluster_objects(), theirs, mine])
-    world = ix.world_for(h.kube, h.kube.obj("SpsProfile", "p"), idx)
+    world = ix.world_for(h.kube.obj("SpsProfile", "p"), idx)
     assert [d["metadata"]["name"] for d in world.borrowed] == ["mine"]
 
 
@@ -189,7 +189,7 @@ def test_a_profile_that_sees_no_gpu_label_says_why() -> None:
                     for n, labels in node_labels.items()]  # fmt: skip
         assert h.reconciler is not None
         h.tick()
-        h.reconciler.reconcile(body, ix.world_for(h.kube, body, indexes_of(objects)))
+        h.reconciler.reconcile(body, ix.world_for(body, indexes_of(objects)))
         (target,) = h.status()["targets"]
         assert target["state"] == "Waiting", target
         return str(target["message"])
@@ -231,8 +231,8 @@ def test_a_record_forged_with_the_operators_field_manager_frees_no_other_pool() 
     assert h.reconciler is not None
     for _ in range(3):
         h.tick(600)
-        h.reconciler.reconcile(copy.deepcopy(h.kube.obj("SpsProfile", "q", "team-b")),
-                               ApiSnapshot(h.kube, h.pods_now(), NODES))  # fmt: skip
+        body = copy.deepcopy(h.kube.obj("SpsProfile", "q", "team-b"))
+        h.reconciler.reconcile(body, api_snapshot(h.kube, body, h.pods_now(), NODES))
     (lease,) = h.kube.kinds("Lease")
     assert read_claim(lease) is not None and read_claim(lease).namespace == NS  # type: ignore[union-attr]
     assert h.kube.scales == [("server", 1)]  # team-b's Deployment neither scaled up nor down

@@ -249,7 +249,7 @@ def test_a_deeply_nested_borrow_record_never_fails_a_pass_nor_its_error_path() -
 def test_the_error_path_writes_status_even_when_ending_the_run_fails_too() -> None:
     """A step raises, and ending its run (which reads the same objects) raises as well:
     the pass still records the failure in status instead of raising."""
-    import sps_operator.controller.steps.reconcile as reconcile_module
+    import sps_operator.controller.profiling.reconciler as profiling_module
 
     h = Harness.one_target()
     h.tick()
@@ -259,13 +259,13 @@ def test_the_error_path_writes_status_even_when_ending_the_run_fails_too() -> No
     def boom(*_: Any, **__: Any) -> None:
         raise RecursionError("maximum recursion depth exceeded")
 
-    original_progress, original_fail = reconcile_module.progress_run, reconcile_module.fail_run
-    reconcile_module.progress_run, reconcile_module.fail_run = boom, boom
+    original_progress, original_fail = profiling_module.progress_run, profiling_module.fail_run
+    profiling_module.progress_run, profiling_module.fail_run = boom, boom
     try:
         h.tick()
         status = h.run_pass()
     finally:
-        reconcile_module.progress_run, reconcile_module.fail_run = original_progress, original_fail
+        profiling_module.progress_run, profiling_module.fail_run = original_progress, original_fail
     failure = status["lastFailure"]
     assert failure["reason"] == "ReconcileError"
     assert "ending the run failed too" in failure["message"]
@@ -403,7 +403,7 @@ def test_a_pass_that_fails_outside_its_steps_still_writes_status_and_never_raise
     """What escapes the pass's own handling (here: reading the world itself raises
     RecursionError, as a nested record once did) is written as Degraded ReconcileError,
     and the daemon's call returns a retry instead of raising."""
-    import sps_operator.controller.steps.reconcile as reconcile_module
+    import sps_operator.controller.reconcile.reconciler as reconcile_module
 
     h = Harness.one_target()
 

@@ -11,8 +11,8 @@ from capacity_harness import job_pod
 from controller_harness import Harness, deployment, profile_body, rounds
 
 from sps_operator.api.result import build_patch
+from sps_operator.controller.passes.state import Settings
 from sps_operator.controller.policies import conditions as cond
-from sps_operator.controller.steps.state import Settings
 from sps_operator.plugin.explain import explain, render_explain
 
 HOUR = 3600

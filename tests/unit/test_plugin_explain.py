@@ -520,7 +520,7 @@ def test_a_replica_kept_for_a_rollout_and_a_held_table_are_explained() -> None:
 
 @pytest.mark.parametrize("reason", [R.PROFILING_FAILED, R.RESULT_MISSING])
 def test_a_profiler_that_wrote_nothing_points_at_the_network_policy(reason: str) -> None:
-    from sps_operator.controller.steps.run import never_written
+    from sps_operator.controller.profiling.run import never_written
 
     message = f"Job llama-0a1b2c3d4e failed (BackoffLimitExceeded): ; {never_written('cm', 'j')}"
     report = explain(profile({"observedGeneration": 1, "lastFailure": failure(reason, message)}))

@@ -123,7 +123,7 @@ NAME_TAKEN = "NameTaken"
 JOB_MISSING = "JobMissing"
 RESULT_MISSING = "ResultMissing"
 # In a ProfilingFailed or ResultMissing message when the result ConfigMap holds nothing at
-# all (controller/steps/run.never_written); `kubectl sps explain` then names the egress.
+# all (controller/profiling/run.never_written); `kubectl sps explain` then names the egress.
 NEVER_WROTE_RESULT = "never wrote to its result ConfigMap"
 RESULT_REFUSED = "ResultRefused"
 SERVER_REFUSED_TO_START = "ServerRefusedToStart"

@@ -4,7 +4,11 @@ imports only from the floors under it (tests/unit/test_controller_layers.py hold
     (this folder)  kopf wiring and the process: `main`, `handlers`, the caches
                    (`indexes`), wake-ups (`kicks`), the finalizer (`finalizer`), the
                    offline `fingerprint` command
-    steps/         one reconcile pass and its steps, on the pass state
+    passes/        what both reconcilers share: the pass state, observe, report, wake-ups
+    capacity/      the GPU capacity service (pool, borrow, Kueue, cost) both call
+    profiling/     the profiling reconciler: trigger → run → publish (status.tables)
+    rollout/       the rollout reconciler: status.tables → servers, rollback, Live
+    reconcile/     the one place that orders a pass: profiling, rollout, report, write
     process/       the operator process's own plumbing: leader election, liveness,
                    metrics, fault injection, the fit in a bounded child process
     kube/          the door to the API server and the objects that go through it

@@ -7,7 +7,7 @@ reference dropped, each mounting Deployment an owner, labelled released) so the 
 keep running and can restart, and each goes with the last Deployment that holds it.
 Exactly those: a table no template mounts goes with the profile. The profile's name is
 removed from the Deployments it served, so another profile may take them over. The
-Deployments a table is rolled onto hold it from the start (steps/holders.py), so the
+Deployments a table is rolled onto hold it from the start (rollout/holders.py), so the
 tables they mount survive even a finalizer removed by hand.
 
 The profile's volume, mount and table flag stay in the Deployments (un-injecting them

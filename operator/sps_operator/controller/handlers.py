@@ -43,7 +43,7 @@ from sps_operator.controller.kicks import (
 from sps_operator.controller.kube.client import api_error_detail
 from sps_operator.controller.kube.envsources import EnvSources
 from sps_operator.controller.policies.ownership import stable_config_map
-from sps_operator.controller.steps.reconcile import Reconciler
+from sps_operator.controller.reconcile.reconciler import Reconciler
 
 log = logging.getLogger("sps_operator.handlers")
 OURS = {L.LABEL_MANAGED_BY: L.MANAGED_BY}
@@ -65,7 +65,8 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, runtime: R
     env_sources = EnvSources()
     pool = ThreadPoolExecutor(max_workers=runtime.workers, thread_name_prefix="sps-pass")
     _register_caches(registry)
-    _register_wakeups(registry, reconciler, kicks, env_sources)
+    _register_profiling_wakeups(registry, reconciler, kicks)
+    _register_wakeups(registry, kicks, env_sources)
     _register_passes(registry, reconciler, runtime, kicks, env_sources, pool)
 
 
@@ -126,10 +127,43 @@ def _register_caches(registry: kopf.OperatorRegistry) -> None:
         return ix.profile_entries(body)
 
 
-def _register_wakeups(
-    registry: kopf.OperatorRegistry, reconciler: Reconciler, kicks: Kicks, env_sources: EnvSources
+def _register_profiling_wakeups(
+    registry: kopf.OperatorRegistry, reconciler: Reconciler, kicks: Kicks
 ) -> None:
-    """Events that wake the passes of the profiles they concern."""
+    """Events only the profiling reconciler acts on (a run's Job, what its wait for GPUs
+    depends on). They wake the one daemon of the profiles they concern, like any other."""
+
+    @kopf.on.event("batch", "v1", "jobs", labels=OURS, id="sps_wake_job", registry=registry)  # type: ignore[arg-type]
+    async def wake_job(namespace: str, body: kopf.Body, **_: Any) -> None:
+        kicks.kick(namespace, [ix.controller_profile(body)])
+
+    @kopf.on.event("policy", "v1", "poddisruptionbudgets", id="sps_wake_pdb", registry=registry)  # type: ignore[arg-type]
+    async def wake_pdb(
+        namespace: str, body: kopf.Body, sps_deployments: Any, sps_profiles: Any, **_: Any
+    ) -> None:
+        kicks.kick(namespace, profiles_for_pdb(body, namespace, sps_deployments, sps_profiles))
+
+    # A LocalQueue created in a namespace wakes the runs there waiting for one at once,
+    # not at their next recheck. Only creations count (a LocalQueue's status changes with
+    # every admission); a namespace without such runs costs one index lookup. Kueue not
+    # installed: kopf serves this once the CRD appears (it watches CRDs).
+    @kopf.on.event(KUEUE_GROUP, "localqueues", id="sps_wake_local_queue", registry=registry)  # type: ignore[arg-type]
+    async def wake_local_queue(
+        namespace: str, name: str, type: str | None, sps_profiles: Any, **_: Any
+    ) -> None:
+        if type != "ADDED":
+            return
+        uids = profiles_waiting_for_a_local_queue(namespace, sps_profiles)
+        if uids:
+            reconciler.capacity.queue_created(namespace, name)
+            kicks.kick(namespace, uids)
+
+
+def _register_wakeups(
+    registry: kopf.OperatorRegistry, kicks: Kicks, env_sources: EnvSources
+) -> None:
+    """Events that change what a pass observes of its targets, its tables or its profile:
+    both reconcilers read those (a run is decided on the targets, a rollout onto them)."""
 
     @kopf.on.event(*DEPLOYMENTS, id="sps_wake_deployment", registry=registry)  # type: ignore[arg-type]
     async def wake_deployment(namespace: str, body: kopf.Body, sps_profiles: Any, **_: Any) -> None:
@@ -141,16 +175,6 @@ def _register_wakeups(
         **_: Any,
     ) -> None:  # fmt: skip
         kicks.kick(namespace, profiles_for_pod(labels, namespace, sps_deployments, sps_profiles))
-
-    @kopf.on.event("policy", "v1", "poddisruptionbudgets", id="sps_wake_pdb", registry=registry)  # type: ignore[arg-type]
-    async def wake_pdb(
-        namespace: str, body: kopf.Body, sps_deployments: Any, sps_profiles: Any, **_: Any
-    ) -> None:
-        kicks.kick(namespace, profiles_for_pdb(body, namespace, sps_deployments, sps_profiles))
-
-    @kopf.on.event("batch", "v1", "jobs", labels=OURS, id="sps_wake_job", registry=registry)  # type: ignore[arg-type]
-    async def wake_job(namespace: str, body: kopf.Body, **_: Any) -> None:
-        kicks.kick(namespace, [ix.controller_profile(body)])
 
     @kopf.on.event("", "v1", "configmaps", labels=OURS, id="sps_wake_cm", registry=registry)  # type: ignore[arg-type]
     async def wake_config_map(namespace: str, body: kopf.Body, sps_profiles: Any, **_: Any) -> None:
@@ -181,21 +205,6 @@ def _register_wakeups(
             return
         namespaces = set(ix.values(sps_pods, (ix.NODE, name)))
         for namespace, uids in profiles_in(namespaces, sps_profiles).items():
-            kicks.kick(namespace, uids)
-
-    # A LocalQueue created in a namespace wakes the runs there waiting for one at once,
-    # not at their next recheck. Only creations count (a LocalQueue's status changes with
-    # every admission); a namespace without such runs costs one index lookup. Kueue not
-    # installed: kopf serves this once the CRD appears (it watches CRDs).
-    @kopf.on.event(KUEUE_GROUP, "localqueues", id="sps_wake_local_queue", registry=registry)  # type: ignore[arg-type]
-    async def wake_local_queue(
-        namespace: str, name: str, type: str | None, sps_profiles: Any, **_: Any
-    ) -> None:
-        if type != "ADDED":
-            return
-        uids = profiles_waiting_for_a_local_queue(namespace, sps_profiles)
-        if uids:
-            reconciler.kueue_reads.forget_queue(namespace, name)
             kicks.kick(namespace, uids)
 
     @kopf.on.event(API_GROUP, API_VERSION, PLURAL, id="sps_wake_profile", registry=registry)  # type: ignore[arg-type]
@@ -256,7 +265,6 @@ def _register_passes(
             while not stopped:
                 woken.clear()
                 world = ix.world_for(
-                    reconciler.kube,
                     body,
                     ix.Indexes(
                         deployments=sps_deployments,

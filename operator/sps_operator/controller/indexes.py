@@ -25,8 +25,9 @@ from sps_operator.api import labels as L
 from sps_operator.constants import API_GROUP, KIND, LABEL_PREFIX
 from sps_operator.controller.finalizer import mounted_config_maps
 from sps_operator.controller.kube.builders import ProfileRef, base_labels
-from sps_operator.controller.kube.client import KubeApi, Obj
+from sps_operator.controller.kube.client import Obj
 from sps_operator.controller.kube.envsources import EnvSources, referenced_config_maps
+from sps_operator.controller.passes.state import Snapshot, by_name
 from sps_operator.controller.policies.borrow import PoolBid, pdb_covers, pool_bid
 from sps_operator.controller.policies.claims import ClaimInfo, claim_info, pod_claims
 from sps_operator.controller.policies.job_policy import ServiceInfo, service_info
@@ -38,7 +39,6 @@ from sps_operator.controller.policies.ownership import (
 )
 from sps_operator.controller.policies.placement import PodInfo, pod_info
 from sps_operator.controller.policies.selectors import matches_selector
-from sps_operator.controller.steps.state import CachedWorld
 
 Key = tuple[str, ...]
 Index = Mapping[Any, Iterable[Any]]
@@ -410,12 +410,11 @@ def pool_bids(idx: Indexes, body: Mapping[str, Any]) -> list[PoolBid]:
 
 
 def world_for(
-    kube: KubeApi,
     body: Mapping[str, Any],
     idx: Indexes,
     job_labels: Mapping[str, str] | None = None,
     env_sources: EnvSources | None = None,
-) -> CachedWorld:
+) -> Snapshot:
     """What one profile's pass reads, copied from the caches on the event loop (a pass
     then reads it from any thread): its selected Deployments, the profiles that select or
     own one of them or name its stable ConfigMap, their pods and those of its Jobs, the
@@ -446,12 +445,11 @@ def world_for(
         for claim in pod_claims(pod_spec):
             claims.update((c.name, c) for c in values(idx.claims, (NAME, ns, claim)))
     pod_selecting, services = _pod_selectors_for(idx, body, job_labels or {})
-    return CachedWorld(
+    return Snapshot(
         pool_bids=pool_bids(idx, body),
-        kube=kube,
         deployments=deployments,
-        jobs=values(idx.jobs, (OWNER, ns, uid)),
-        config_maps=config_maps,
+        jobs=by_name(values(idx.jobs, (OWNER, ns, uid))),
+        config_maps=by_name(config_maps),
         stable=stable,
         profiles=list(profiles.values()),
         pods=list(pods.values()),

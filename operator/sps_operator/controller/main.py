@@ -322,9 +322,9 @@ def main(argv: list[str] | None = None, *, testing: bool = False) -> int:
     from sps_operator.controller.kube.builders import JobDefaults
     from sps_operator.controller.kube.client import Kube
     from sps_operator.controller.kube.ratelimit import TokenBucket
+    from sps_operator.controller.passes.state import Settings
     from sps_operator.controller.process.metrics import Metrics
-    from sps_operator.controller.steps.reconcile import Reconciler
-    from sps_operator.controller.steps.state import Settings
+    from sps_operator.controller.reconcile.reconciler import Reconciler
 
     configure_logging(debug=args.debug, verbose=args.verbose, log_format=args.log_format)
     if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):

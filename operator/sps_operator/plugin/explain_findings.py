@@ -48,7 +48,7 @@ def failure_finding(name: str, failure: Mapping[str, Any]) -> Finding:
     attempts = failure.get("attempts") or 1
     evidence = f"{reason}: {message} (run {failure.get('run', '?')}, at {failure.get('at', '?')}"
     evidence += f", {attempts} attempts)" if attempts and int(attempts) > 1 else ")"
-    if R.NEVER_WROTE_RESULT.lower() in text:  # controller/steps/run.never_written
+    if R.NEVER_WROTE_RESULT.lower() in text:  # controller/profiling/run.never_written
         return Finding(
             what="The profiling pod wrote nothing: it could not reach the API server",
             why=evidence,

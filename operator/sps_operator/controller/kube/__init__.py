@@ -4,4 +4,5 @@
 (`builders`, `table_objects`), the cache of ConfigMaps servers read env from
 (`envsources`), and what was last read of Kueue per Job (`kueue_cache`).
 
-May import `policies` and `sglang`; never `steps`, `process` or the kopf wiring."""
+May import `policies` and `sglang`; never `process`, the pass packages above or the kopf
+wiring."""

@@ -1,5 +1,5 @@
 """What was last read of Kueue per suspended Job, shared by every pass (a thread-locked
-cache; the reads are in `steps/capacity.py`, what they mean in `policies/kueue.py`)."""
+cache; the reads are in `capacity/runs.py`, what they mean in `policies/kueue.py`)."""
 
 from __future__ import annotations
 

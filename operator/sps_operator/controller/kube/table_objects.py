@@ -22,6 +22,12 @@ from sps_operator.controller.kube.builders import ProfileRef, object_meta
 MAX_META_BYTES = 256 * 1024
 
 
+def table_text(cm: Mapping[str, Any] | None) -> str | None:
+    """The table a table ConfigMap holds, as text (None: none there)."""
+    value = ((cm or {}).get("data") or {}).get(L.TABLE_KEY)
+    return value if isinstance(value, str) else None
+
+
 def table_config_map(
     profile: ProfileRef,
     name: str,

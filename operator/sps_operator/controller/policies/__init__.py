@@ -5,5 +5,5 @@ the conditions, times and costs they are stated in. No module here does I/O, hol
 or starts a process (`process.bounded` runs the fit in a child process; `kube.kueue_cache`
 caches Kueue's objects).
 
-Policies import only each other and `sglang`: never `steps`, `kube`, `process` or the
-kopf wiring, so each is unit-tested on plain values."""
+Policies import only each other and `sglang`: never `kube`, `process`, the pass packages
+or the kopf wiring, so each is unit-tested on plain values."""

@@ -80,7 +80,7 @@ def call_bounded(fn: Callable[..., T], *args: Any, seconds: float, memory_bytes:
 
 
 class FitLimits(Protocol):
-    """The bounds of a fit in a child process (the operator's `steps.state.Settings` has
+    """The bounds of a fit in a child process (the operator's `passes.state.Settings` has
     them; this floor does not import the steps above it)."""
 
     @property

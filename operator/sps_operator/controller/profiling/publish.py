@@ -1,4 +1,4 @@
-"""Step 4–5 of a pass: judge the finished run's measurement and publish its table.
+"""The publish step of profiling: judge the finished run's measurement and publish its table.
 
 A table becomes an immutable ConfigMap named by its content hash (and the profile's UID)
 and enters `status.tables` for its (GPU product, fingerprint) only when `acceptance.judge`
@@ -12,13 +12,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sps_operator.api import labels as L
 from sps_operator.api.hashing import content_hash
 from sps_operator.api.reasons import (
-    DOUBTFUL_MEASUREMENT,
-    FIT_FAILED,
     NAME_TAKEN,
-    SELF_CHECK_FAILED,
     TABLE_MODIFIED,
     TABLE_PUBLISHED,
     TABLE_UNCHANGED,
@@ -26,28 +22,21 @@ from sps_operator.api.reasons import (
 from sps_operator.api.result import MAX_MANIFEST_BYTES
 from sps_operator.api.status import TableRef
 from sps_operator.controller.kube import names, table_objects
+from sps_operator.controller.kube.table_objects import table_text
 from sps_operator.controller.policies import conditions as cond
 from sps_operator.controller.policies.acceptance import api_quality
 from sps_operator.controller.policies.triggers import table_for
 from sps_operator.controller.process.bounded import judge_bounded
-from sps_operator.controller.steps.outcome import (
+from sps_operator.controller.profiling.outcome import (
+    RETRYABLE,
     NameTaken,
     create_owned,
     delete_rbac,
     end_run,
     fail_run,
 )
-from sps_operator.controller.steps.state import Pass
+from sps_operator.controller.profiling.state import ProfilingPass
 from sps_operator.tables.formats import SpsTable, load_sps_table_text
-
-# A measurement that went wrong may go right next time; a gate or a mismatched sweep will
-# not change without a new trigger.
-RETRYABLE = frozenset({DOUBTFUL_MEASUREMENT, FIT_FAILED, SELF_CHECK_FAILED})
-
-
-def table_text(cm: Mapping[str, Any] | None) -> str | None:
-    value = ((cm or {}).get("data") or {}).get(L.TABLE_KEY)
-    return value if isinstance(value, str) else None
 
 
 def load_table(cm: Mapping[str, Any] | None, recorded_hash: str) -> SpsTable | None:
@@ -67,7 +56,7 @@ def _bounded_manifest(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
     return manifest if len(text) <= MAX_MANIFEST_BYTES else {"omitted": "manifest too large"}
 
 
-def _replace_if_modified(p: Pass, cm: Mapping[str, Any], digest: str) -> None:
+def _replace_if_modified(p: ProfilingPass, cm: Mapping[str, Any], digest: str) -> None:
     """`create_owned` adopted an existing ConfigMap of this table's name: if its bytes are
     not this table's (someone replaced it under the name), delete exactly that object and
     publish the table again. It is immutable, so it cannot be corrected in place."""
@@ -89,7 +78,7 @@ def _replace_if_modified(p: Pass, cm: Mapping[str, Any], digest: str) -> None:
 
 
 def publish_table(
-    p: Pass, rounds: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]
+    p: ProfilingPass, rounds: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]
 ) -> None:
     st = p.status
     run = st.current_run

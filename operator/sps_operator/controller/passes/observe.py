@@ -36,6 +36,7 @@ from sps_operator.api.times import parse_rfc3339
 from sps_operator.api.untrusted_json import read_json_object, readable
 from sps_operator.controller.kube import builders
 from sps_operator.controller.kube.table_objects import MAX_META_BYTES
+from sps_operator.controller.passes.state import Pass, Target
 from sps_operator.controller.policies import compat, stable_writers
 from sps_operator.controller.policies.deployments import deployment_rolled_out
 from sps_operator.controller.policies.ownership import ProfileSummary, owner_of, stable_writer
@@ -49,7 +50,6 @@ from sps_operator.controller.sglang.serverconfig import (
     find_server_container,
 )
 from sps_operator.controller.sglang.serverread import read_server, table_keys, target_size_problem
-from sps_operator.controller.steps.state import Pass, Target
 
 
 def observe(p: Pass) -> None:

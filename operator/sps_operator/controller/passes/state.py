@@ -3,15 +3,15 @@ decides (`Pass.status`, handed from step to step) and where it writes (`Pass.kub
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from sps_operator.api import labels as L
 from sps_operator.api.models import SpsProfile
 from sps_operator.api.spec import RolloutMode, SpsProfileSpec
-from sps_operator.api.status import SpsProfileStatus
+from sps_operator.api.status import RunStatus, SpsProfileStatus, TableRef, TargetStatus
 from sps_operator.constants import IMAGE
 from sps_operator.controller.kube.builders import JobDefaults, ProfileRef
 from sps_operator.controller.kube.client import KubeApi, Obj, owned_by
@@ -68,16 +68,20 @@ class Settings:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Everything a pass reads, taken once at its start. Steps read only this and write
-    through `KubeApi`."""
+    """Everything a pass reads, taken once at its start: built straight from the
+    operator's caches on the event loop (`indexes.world_for`) or, in the unit tests, from
+    LISTs through the fake API (tests/unit/api_snapshot.py). `for_profile` then applies
+    the rules of what is the profile's, whatever the source handed over. Steps read only
+    this and write through `KubeApi`."""
 
-    deployments: Sequence[Obj]  # selected by spec.selector, by name
-    jobs: Mapping[str, Obj]  # this profile's Jobs (`belongs_to`), by name
-    config_maps: Mapping[str, Obj]  # this profile's ConfigMaps (`belongs_to`), by name
-    stable: Obj | None  # AnnotateOnly: the stable ConfigMap the Deployments mount
+    # Candidates for spec.selector; after `for_profile`, those it selects, by name.
+    deployments: Sequence[Obj] = ()
+    jobs: Mapping[str, Obj] = field(default_factory=dict)  # the profile's (`belongs_to`), by name
+    config_maps: Mapping[str, Obj] = field(default_factory=dict)  # the profile's, by name
+    stable: Obj | None = None  # AnnotateOnly: the stable ConfigMap the Deployments mount
     # The SpsProfiles of the namespace that select (or are recorded on) one of the selected
     # Deployments or name the stable ConfigMap: all that ownership must weigh.
-    profiles: Sequence[ProfileSummary]
+    profiles: Sequence[ProfileSummary] = ()
     pods: Sequence[PodInfo] = ()
     node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     pdbs: Sequence[Obj] = ()  # PodDisruptionBudgets of the namespace
@@ -90,8 +94,10 @@ class Snapshot:
     # superset: the policy matches them): it must never pass for one of their pods.
     pod_selecting_deployments: Sequence[Obj] = ()
     services: Sequence[ServiceInfo] = ()  # those, and the one spec.server.url names
-    # The ConfigMaps the selected Deployments read env from, by name (None: missing).
+    # The ConfigMaps the selected Deployments read env from, by name (None: missing);
+    # `for_profile` reads them through `env_sources` (the cache) or the API.
     env_config_maps: Mapping[str, ConfigMapEnv | None] = field(default_factory=dict)
+    env_sources: EnvSources | None = None
     # Runs of any namespace waiting for their turn to borrow on this run's GPU product.
     pool_bids: Sequence[PoolBid] = ()
     # The PersistentVolumeClaims the selected Deployments mount, by name (absent: not seen).
@@ -100,21 +106,53 @@ class Snapshot:
     @classmethod
     def empty(cls) -> Snapshot:
         """Before the pass has read anything."""
-        return cls(deployments=(), jobs={}, config_maps={}, stable=None, profiles=())
+        return cls()
 
+    def for_profile(self, kube: KubeApi, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot:
+        """The same snapshot with the rules of what is the profile's applied: the
+        Deployments its validated selector selects in its namespace, its own Jobs and
+        ConfigMaps, its namespace's borrowed and pod-selecting Deployments; and what only
+        the API may tell (an AnnotateOnly stable ConfigMap the caches do not hold yet, the
+        ConfigMaps the servers read env from), read here, off the event loop."""
+        selector = spec.selector.to_k8s()
+        selected = [
+            d
+            for d in self.deployments
+            if in_namespace(d, ref.namespace)
+            and matches_selector(selector, (d.get("metadata") or {}).get("labels") or {})
+        ]
+        stable_name = stable_table_name(spec)
+        stable = None
+        if stable_name:
+            stable = self.stable
+            if (
+                stable is None
+                or not in_namespace(stable, ref.namespace)
+                or stable["metadata"].get("name") != stable_name
+            ):
+                stable = kube.get("ConfigMap", ref.namespace, stable_name)
+        return replace(
+            self,
+            deployments=sorted(selected, key=lambda d: d["metadata"]["name"]),
+            jobs=owned_by_name(self.jobs.values(), ref),
+            config_maps=owned_by_name(self.config_maps.values(), ref),
+            stable=stable,
+            borrowed=[d for d in self.borrowed if in_namespace(d, ref.namespace)],
+            pod_selecting_deployments=[
+                d for d in self.pod_selecting_deployments if in_namespace(d, ref.namespace)
+            ],
+            env_config_maps=read_env_config_maps(kube, ref.namespace, selected, self.env_sources),
+        )
+
+
+# What a pass is handed: the snapshot, or (the unit tests' LISTs) how to read it inside the
+# pass, where an API error is the pass's to report.
+World = Snapshot | Callable[[], Snapshot]
 
 # The operator's caches follow the API by watches: an object it created a moment ago may
 # not be in them yet. For this long, an object the status names but the snapshot lacks is
 # "not seen yet", not "gone".
 CACHE_GRACE = timedelta(seconds=60)
-
-
-class SnapshotSource(Protocol):
-    """Where a pass reads the world from: the caches the operator keeps current from
-    watches (`CachedWorld`), or, in the unit tests, LISTs through the fake API
-    (tests/unit/api_snapshot.py)."""
-
-    def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot: ...
 
 
 def stable_table_name(spec: SpsProfileSpec) -> str | None:
@@ -138,72 +176,8 @@ def owned_by_name(objects: Iterable[Obj], ref: ProfileRef) -> dict[str, Obj]:
     return {o["metadata"]["name"]: o for o in objects if belongs_to(o, ref)}
 
 
-@dataclass(frozen=True)
-class CachedWorld:
-    """What the operator's caches (kopf indexes) hold for one profile, copied on the event
-    loop (`indexes.world_for`): a pass then reads it from any thread and calls the API only
-    to change something (and to read an AnnotateOnly stable ConfigMap not yet labelled as
-    the operator's, once). `read` applies the same rules as the LIST snapshot, whatever
-    the caches handed over."""
-
-    kube: KubeApi
-    deployments: Sequence[Obj]  # candidates for the profile's selector
-    jobs: Sequence[Obj]  # the profile's
-    config_maps: Sequence[Obj]  # the profile's
-    profiles: Sequence[ProfileSummary]
-    stable: Obj | None = None  # the stable ConfigMap, if the caches hold it
-    pods: Sequence[PodInfo] = ()
-    node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    pdbs: Sequence[Obj] = ()
-    hpas: Sequence[Obj] = ()
-    borrowed: Sequence[Obj] = ()  # the namespace's
-    mounted: frozenset[str] = frozenset()
-    pod_selecting_deployments: Sequence[Obj] = ()
-    services: Sequence[ServiceInfo] = ()
-    env_sources: EnvSources | None = None  # the ConfigMaps servers read env from
-    pool_bids: Sequence[PoolBid] = ()
-    claims: Mapping[str, ClaimInfo] = field(default_factory=dict)  # the targets mount
-
-    def read(self, ref: ProfileRef, spec: SpsProfileSpec) -> Snapshot:
-        selector = spec.selector.to_k8s()
-        selected = [
-            d
-            for d in self.deployments
-            if in_namespace(d, ref.namespace)
-            and matches_selector(selector, (d.get("metadata") or {}).get("labels") or {})
-        ]
-        stable_name = stable_table_name(spec)
-        stable = None
-        if stable_name:
-            stable = self.stable
-            if (
-                stable is None
-                or not in_namespace(stable, ref.namespace)
-                or stable["metadata"].get("name") != stable_name
-            ):
-                stable = self.kube.get("ConfigMap", ref.namespace, stable_name)
-        return Snapshot(
-            deployments=sorted(selected, key=lambda d: d["metadata"]["name"]),
-            jobs=owned_by_name(self.jobs, ref),
-            config_maps=owned_by_name(self.config_maps, ref),
-            stable=stable,
-            profiles=self.profiles,
-            pods=self.pods,
-            node_labels=self.node_labels,
-            pdbs=self.pdbs,
-            hpas=self.hpas,
-            borrowed=[d for d in self.borrowed if in_namespace(d, ref.namespace)],
-            mounted=self.mounted,
-            pod_selecting_deployments=[
-                d for d in self.pod_selecting_deployments if in_namespace(d, ref.namespace)
-            ],
-            services=self.services,
-            env_config_maps=read_env_config_maps(
-                self.kube, ref.namespace, selected, self.env_sources
-            ),
-            pool_bids=self.pool_bids,
-            claims=self.claims,
-        )
+def by_name(objects: Iterable[Obj]) -> dict[str, Obj]:
+    return {str((o.get("metadata") or {}).get("name", "")): o for o in objects}
 
 
 @dataclass
@@ -269,6 +243,22 @@ class Target:
         return self._template_annotations.get(L.ANNOTATION_TABLE)
 
 
+class Capacity(Protocol):
+    """The GPU capacity service (controller/capacity/service.py) as the reconcilers see
+    it: the one door to the pool, borrowing, Kueue and cost."""
+
+    def job_labels(self, p: Pass) -> dict[str, str]: ...
+    def run_limit(self, p: Pass) -> tuple[int, str]: ...
+    def follow_wait(self, p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None: ...
+    def reattach_borrow(self, p: Pass, run: RunStatus) -> None: ...
+    def close_segment(self, p: Pass, run: RunStatus) -> None: ...
+    def return_for_run(
+        self, p: Pass, run: RunStatus, table: TableRef | None = None, why: str = ""
+    ) -> None: ...
+    def follow_rollout_borrow(self, p: Pass, statuses: Sequence[TargetStatus]) -> None: ...
+    def return_orphans(self, p: Pass) -> None: ...
+
+
 @dataclass
 class Pass:
     """One level-triggered pass over an SpsProfile."""
@@ -283,6 +273,7 @@ class Pass:
     settings: Settings
     metrics: Metrics
     snapshot: Snapshot
+    capacity: Capacity
     targets: list[Target] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)
     created: dict[str, Obj] = field(default_factory=dict)  # ConfigMaps written in this pass
@@ -326,17 +317,6 @@ class Pass:
     def config_map(self, name: str) -> Obj | None:
         """One of this profile's ConfigMaps: as read at the start, or created since."""
         return self.snapshot.config_maps.get(name) or self.created.get(name)
-
-    def delete_own(self, kind: str, obj: Mapping[str, Any]) -> None:
-        """Delete one of this profile's objects: exactly the one read (its UID is the
-        delete's precondition), in its own namespace, and only if it `belongs_to` it."""
-        meta = obj.get("metadata") or {}
-        if not belongs_to(obj, self.ref):
-            raise RuntimeError(
-                f"refused to delete {kind} {meta.get('namespace')}/{meta.get('name')}: "
-                f"it does not belong to SpsProfile {self.ref.name}"
-            )
-        self.kube.delete(kind, self.namespace, str(meta["name"]), uid=meta.get("uid"))
 
     def wake_within(self, seconds: float) -> None:
         """Ask for the next pass no later than `seconds` from now."""

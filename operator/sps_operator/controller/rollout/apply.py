@@ -1,4 +1,4 @@
-"""Step 6 of a pass: put each target's table onto its Deployment, watch the rollout, roll
+"""The rollout step: put each target's table onto its Deployment, watch the rollout, roll
 back a rollout that fails.
 
 The one rule: a table goes onto a Deployment only if it was measured for that
@@ -41,7 +41,8 @@ from sps_operator.api.times import parse_rfc3339
 from sps_operator.api.untrusted_json import read_json_object, readable
 from sps_operator.controller.kube import builders, names, table_objects
 from sps_operator.controller.kube.client import owned_by
-from sps_operator.controller.kube.table_objects import MAX_META_BYTES
+from sps_operator.controller.kube.table_objects import MAX_META_BYTES, table_text
+from sps_operator.controller.passes.state import Target
 from sps_operator.controller.policies import clocks
 from sps_operator.controller.policies import conditions as cond
 from sps_operator.controller.policies.deployments import (
@@ -56,11 +57,9 @@ from sps_operator.controller.policies.stable_writers import (
     PLACEHOLDER_JSON,
 )
 from sps_operator.controller.policies.triggers import refresh_trigger_key, run_spec_hash, table_for
+from sps_operator.controller.rollout.holders import hold_tables
+from sps_operator.controller.rollout.state import RolloutPass
 from sps_operator.controller.sglang.fingerprint_v1 import is_v1
-from sps_operator.controller.steps.capacity import follow_rollout_borrow
-from sps_operator.controller.steps.holders import hold_tables
-from sps_operator.controller.steps.publish import table_text
-from sps_operator.controller.steps.state import Pass, Target
 from sps_operator.tables.formats import load_sps_table_text
 from sps_operator.tables.selfcheck import self_check
 
@@ -96,7 +95,7 @@ def bytes_match(cm: Mapping[str, Any] | None, recorded_hash: str | None) -> bool
     return text is not None and bool(recorded_hash) and content_hash(text) == recorded_hash
 
 
-def eligible_table(p: Pass, target: Target, ref: TableRef) -> EligibleTable | NotEligible:
+def eligible_table(p: RolloutPass, target: Target, ref: TableRef) -> EligibleTable | NotEligible:
     """The table, if it may go onto `target`; otherwise why not."""
     if not target.usable or ref.gpu_product != target.gpu or ref.fingerprint != target.fingerprint:
         return NotEligible(
@@ -192,7 +191,7 @@ def rollout_failed(target: Target, table: TableRef) -> bool:
 # --------------------------------------------------------------------------- the step
 
 
-def rollout(p: Pass) -> None:
+def rollout(p: RolloutPass) -> None:
     st = p.status
     mode = p.spec.rollout.mode
     if mode == RolloutMode.ANNOTATE_ONLY:
@@ -276,10 +275,9 @@ def rollout(p: Pass) -> None:
         else:
             _note_blocked(p, target, ts, previous, eligible.ref.hash, None)
     st.targets = statuses
-    follow_rollout_borrow(p, statuses)
 
 
-def _forget_modified(p: Pass, table: TableRef, message: str) -> None:
+def _forget_modified(p: RolloutPass, table: TableRef, message: str) -> None:
     """A live table whose ConfigMap no longer holds the bytes the operator published: say
     so, and drop it from status.tables so the run that measured it is repeated (status
     keeps only the table's hash, not its bytes, so the operator cannot republish it; the
@@ -292,7 +290,7 @@ def _forget_modified(p: Pass, table: TableRef, message: str) -> None:
 
 
 def _note_blocked(
-    p: Pass,
+    p: RolloutPass,
     target: Target,
     ts: TargetStatus,
     previous: TargetStatus | None,
@@ -311,7 +309,7 @@ def _note_blocked(
 
 
 def _held_back(
-    p: Pass,
+    p: RolloutPass,
     target: Target,
     newest: EligibleTable,
     ts: TargetStatus,
@@ -351,7 +349,7 @@ def _held_back(
     return old
 
 
-def _own_rollout_moving(p: Pass, target: Target, ts: TargetStatus) -> bool:
+def _own_rollout_moving(p: RolloutPass, target: Target, ts: TargetStatus) -> bool:
     """A rollout this profile started replaces the pods, so for a moment none (or old and
     new) run on a settled product: that is the rollout going on, not a GPU move to wait
     for. Said only while the template still carries the table being rolled and no pod
@@ -372,7 +370,7 @@ def _own_rollout_moving(p: Pass, target: Target, ts: TargetStatus) -> bool:
     return True
 
 
-def _report_stale_or_missing(p: Pass, target: Target, ts: TargetStatus) -> None:
+def _report_stale_or_missing(p: RolloutPass, target: Target, ts: TargetStatus) -> None:
     """No table for this exact server: say what runs meanwhile (it stays, untouched)."""
     ours = {t.config_map: t for t in p.status.tables}
     running = target.running_config_map
@@ -396,7 +394,7 @@ def _report_stale_or_missing(p: Pass, target: Target, ts: TargetStatus) -> None:
         ts.message = f"no table for {target.gpu} and this server yet"
 
 
-def _claim(p: Pass, target: Target) -> bool:
+def _claim(p: RolloutPass, target: Target) -> bool:
     """Record this profile as the Deployment's one owner before writing to it. The claim
     is conditional on the Deployment as read; the object it returns (what was read plus
     the record) is what the apply that follows is conditional on."""
@@ -416,7 +414,7 @@ def _claim(p: Pass, target: Target) -> bool:
     return True
 
 
-def _apply(p: Pass, target: Target, table: EligibleTable) -> bool | None:
+def _apply(p: RolloutPass, target: Target, table: EligibleTable) -> bool | None:
     """Make the template serve `table`; True once it does and the rollout completed, None
     when the Deployment changed since this pass read it (the apply carries the args as
     read, so it is refused rather than written over a newer edit; the next pass, woken by
@@ -460,7 +458,7 @@ def _apply(p: Pass, target: Target, table: EligibleTable) -> bool | None:
 # --------------------------------------------------------------------------- AnnotateOnly
 
 
-def _stable_holds(p: Pass, table_hash: str) -> bool:
+def _stable_holds(p: RolloutPass, table_hash: str) -> bool:
     stable = p.snapshot.stable
     if stable is None:
         return False
@@ -474,7 +472,7 @@ def _stable_holds(p: Pass, table_hash: str) -> bool:
     )
 
 
-def _claim_stable(p: Pass) -> bool:
+def _claim_stable(p: RolloutPass) -> bool:
     """Record this profile as the stable ConfigMap's one writer (and take back one released
     by a deleted profile) before writing it: a merge patch with the resourceVersion the
     decision was made on, so two profiles deciding at once cannot both write."""
@@ -501,7 +499,7 @@ def _claim_stable(p: Pass) -> bool:
     return True
 
 
-def _write_stable(p: Pass, text: str, table_hash: str, placeholder: bool) -> bool:
+def _write_stable(p: RolloutPass, text: str, table_hash: str, placeholder: bool) -> bool:
     """Make the stable ConfigMap hold `text`; False when this pass may not write it."""
     if p.stable_conflict is not None or not _claim_stable(p):
         return False
@@ -546,7 +544,7 @@ def _stable_rewritten(name: str, count: int, wait: float) -> str:
     )
 
 
-def _annotate_only_preflight(p: Pass) -> None:
+def _annotate_only_preflight(p: RolloutPass) -> None:
     """The stable ConfigMap exists from day one, holding SGLang's "no table", so the
     Deployment in Git can start before the first profile."""
     if p.snapshot.stable is None and p.stable_conflict is None:
@@ -571,7 +569,7 @@ _RUN_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 def _stored_ref(
-    p: Pass, name: str, recorded_hash: str | None, like: TableRef, target: Target
+    p: RolloutPass, name: str, recorded_hash: str | None, like: TableRef, target: Target
 ) -> TableRef | None:
     """A reference to the table ConfigMap `name` (one `like` replaced: same GPU product,
     fingerprint and kind) under the hash the operator recorded for it when it published
@@ -605,7 +603,7 @@ def _stored_ref(
     )
 
 
-def _roll_back(p: Pass, target: Target, failed: TableRef) -> EligibleTable | None:
+def _roll_back(p: RolloutPass, target: Target, failed: TableRef) -> EligibleTable | None:
     """Return to the table `failed` replaced (same server, so still eligible); keep
     `failed` for inspection, say so, and do not profile again for the same trigger."""
     st = p.status

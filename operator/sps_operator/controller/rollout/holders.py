@@ -1,4 +1,4 @@
-"""Part of step 6: the Deployments a table is rolled onto hold it (ownership.py says why).
+"""Part of the rollout step: the Deployments a table is rolled onto hold it (ownership.py says why).
 
 A target's Deployment holds exactly this profile's tables its pod template mounts, plus
 the one about to be rolled onto it (held before the template names it, so no moment
@@ -15,13 +15,14 @@ from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
 from sps_operator.api.reasons import HOLDER_REFERENCE_CONTESTED
+from sps_operator.controller.passes.state import Target
 from sps_operator.controller.policies.deployments import deployment_rolled_out
 from sps_operator.controller.policies.ownership import held_owner_references, mounted_config_maps
 from sps_operator.controller.policies.stable_writers import MAX_REWRITE_SECONDS
-from sps_operator.controller.steps.state import Pass, Target
+from sps_operator.controller.rollout.state import RolloutPass
 
 
-def hold_tables(p: Pass, target: Target, rolling: str | None = None) -> None:
+def hold_tables(p: RolloutPass, target: Target, rolling: str | None = None) -> None:
     mounted = mounted_config_maps(target.deployment)
     settled = deployment_rolled_out(target.deployment)
     names = set(p.snapshot.config_maps) | set(p.created) | ({rolling} if rolling else set())
@@ -58,7 +59,9 @@ def hold_tables(p: Pass, target: Target, rolling: str | None = None) -> None:
             p.contested.append((HOLDER_REFERENCE_CONTESTED, message))
 
 
-def _may_write_back(p: Pass, key: tuple[str, ...], what: str, table: str, deployment: str) -> bool:
+def _may_write_back(
+    p: RolloutPass, key: tuple[str, ...], what: str, table: str, deployment: str
+) -> bool:
     """Whether the holder reference may be written now: the operator wrote it a moment ago
     and something removed it since, it waits (memories.Rewrites: capped backoff), and
     Degraded says so once it was written back at least once."""
@@ -72,7 +75,7 @@ def _may_write_back(p: Pass, key: tuple[str, ...], what: str, table: str, deploy
     return False
 
 
-def _contested(p: Pass, key: tuple[str, ...], what: str, table: str, deployment: str) -> str:
+def _contested(p: RolloutPass, key: tuple[str, ...], what: str, table: str, deployment: str) -> str:
     wait, count = p.rewrites.wait(key, what, p.now)
     return (
         f"the reference that makes Deployment {deployment} hold table ConfigMap {table} was "

@@ -1,4 +1,4 @@
-"""The GPU pool record: one borrow at a time per GPU product (steps of a pass).
+"""The GPU pool record: one borrow at a time per GPU product (the capacity service).
 
 A run that borrows a replica first takes its GPU product's pool Lease (in the operator's
 pool namespace); giving back deletes it. A Lease whose run is over, or whose profile is
@@ -18,6 +18,7 @@ from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
 from sps_operator.api.reasons import REPLICA_RETURNED
+from sps_operator.controller.passes.state import Pass
 from sps_operator.controller.policies.borrow import (
     ANNOTATION_CLAIM,
     COMPONENT_POOL,
@@ -36,7 +37,6 @@ from sps_operator.controller.policies.borrow import (
     same_run,
 )
 from sps_operator.controller.policies.clocks import trusted
-from sps_operator.controller.steps.state import Pass
 
 log = logging.getLogger(__name__)
 

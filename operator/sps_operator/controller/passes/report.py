@@ -31,13 +31,13 @@ from sps_operator.api.reasons import (
 from sps_operator.api.spec import RolloutMode
 from sps_operator.api.status import TargetState, TargetStatus
 from sps_operator.api.times import parse_rfc3339
+from sps_operator.controller.passes.state import Pass
 from sps_operator.controller.policies import conditions as cond
 from sps_operator.controller.policies.triggers import (
     refresh_pending,
     refresh_trigger_key,
     what_next,
 )
-from sps_operator.controller.steps.state import Pass
 
 
 def _stale_refresh(p: Pass) -> list[str]:

@@ -1,6 +1,10 @@
-"""One level-triggered pass over an SpsProfile: observe → trigger → run → publish →
-roll out → trim history → report. Each step is a function of the pass state (`state.Pass`)
-in a module of its own; status is the hand-off between them and what survives a restart.
+"""One level-triggered pass over an SpsProfile, the one place that orders its steps: read
+the world, the profiling reconciler (take requests, observe the targets, follow or start
+a run and publish its table), the capacity's orphans, the rollout reconciler (put the
+tables of `status.tables` on the servers), the profiling reconciler's history trim, then
+the report and the one status write. Each reconciler has its own pass state
+(`profiling.state.ProfilingPass`, `rollout.state.RolloutPass`); status is the hand-off
+between them and what survives a restart.
 
 The pass never raises: whatever goes wrong in a step becomes `lastFailure`, a Degraded
 condition and an event, the run it belongs to ends (and is retried with backoff), and the
@@ -22,28 +26,31 @@ from pydantic import BaseModel, ValidationError
 from sps_operator.api.models import SpsProfile
 from sps_operator.api.reasons import CLOCK_SKEW, INVALID_SPEC, RECONCILE_ERROR, STATUS_WRITE_FAILED
 from sps_operator.api.status import FailureRecord, SpsProfileStatus
+from sps_operator.controller.capacity.service import GpuCapacity
 from sps_operator.controller.kube import builders
 from sps_operator.controller.kube.client import KubeApi, api_error_detail, is_transient
-from sps_operator.controller.kube.kueue_cache import KUEUE_READ_SECONDS, KueueCache
-from sps_operator.controller.kube.ratelimit import Periodic
+from sps_operator.controller.passes.observe import observe
+from sps_operator.controller.passes.report import report
+from sps_operator.controller.passes.state import Pass, Settings, Snapshot, World
+from sps_operator.controller.passes.wakeups import next_wake
 from sps_operator.controller.policies import conditions as cond
 from sps_operator.controller.policies.clocks import bound_recorded_times
-from sps_operator.controller.policies.triggers import backoff_seconds, note_refresh_requests
-from sps_operator.controller.process.memories import PoolLines, Rewrites
+from sps_operator.controller.policies.triggers import backoff_seconds
+from sps_operator.controller.process.memories import Rewrites
 from sps_operator.controller.process.metrics import Metrics
-from sps_operator.controller.steps.capacity import return_orphans
-from sps_operator.controller.steps.history import trim_history
-from sps_operator.controller.steps.observe import observe
-from sps_operator.controller.steps.outcome import fail_run
-from sps_operator.controller.steps.report import report
-from sps_operator.controller.steps.rollout import rollout
-from sps_operator.controller.steps.run import maybe_start_run, progress_run
-from sps_operator.controller.steps.state import Pass, Settings, Snapshot, SnapshotSource
-from sps_operator.controller.steps.wakeups import next_wake
+from sps_operator.controller.profiling import reconciler as profiling
+from sps_operator.controller.profiling.state import ProfilingPass
+from sps_operator.controller.rollout import reconciler as rollout
+from sps_operator.controller.rollout.state import RolloutPass
 
 log = logging.getLogger("sps_operator.reconcile")
 # After a pass failed outside its steps (its own handling failed): look again then.
 LAST_RESORT_RETRY_SECONDS = 60.0
+
+
+@dataclass
+class ReconcilePass(ProfilingPass, RolloutPass):
+    """One pass: the state the profiling and then the rollout reconciler work on."""
 
 
 @dataclass
@@ -69,17 +76,13 @@ class Reconciler:
         # object it was computed from: a cache that has not yet seen the write hands the
         # next pass that same resourceVersion, and the pass must not act on the old status.
         self._written: dict[str, tuple[str, dict[str, Any]]] = {}
-        self.pool_sweep = Periodic(self.settings.pool_sweep_seconds)
-        self.pool_lines = PoolLines()
+        self.capacity = GpuCapacity(self.settings)
+        # What the rollout wrote back into objects something else keeps undoing.
         self.rewrites = Rewrites()
-        # Read at most half as often as a queued run looks again (15 s by default).
-        self.kueue_reads = KueueCache(
-            seconds=min(KUEUE_READ_SECONDS, self.settings.kueue_recheck_seconds / 2)
-        )
 
     # ------------------------------------------------------------------ entry
 
-    def reconcile(self, body: Mapping[str, Any], world: SnapshotSource) -> float | None:
+    def reconcile(self, body: Mapping[str, Any], world: World) -> float | None:
         """One pass; returns the seconds until the profile next needs one although nothing
         changes (a schedule, a retry, a settling placement), or None. Never raises: what
         escapes the pass's own handling (which records failures step by step) is written
@@ -116,7 +119,7 @@ class Reconciler:
         except Exception:
             log.exception("the last-resort status was not written either")
 
-    def _reconcile(self, body: Mapping[str, Any], world: SnapshotSource) -> float | None:
+    def _reconcile(self, body: Mapping[str, Any], world: World) -> float | None:
         now = self.clock().replace(microsecond=0)
         meta = body.get("metadata") or {}
         if meta.get("deletionTimestamp"):
@@ -132,7 +135,7 @@ class Reconciler:
             self._report_invalid(body, exc, now)
             return None
         before = _status_dict(profile.status)
-        p = Pass(
+        p = ReconcilePass(
             body=body,
             profile=profile,
             ref=builders.ProfileRef(meta["name"], meta["namespace"], uid),
@@ -143,10 +146,11 @@ class Reconciler:
             settings=self.settings,
             metrics=self.metrics,
             snapshot=Snapshot.empty(),
-            pool_sweep=self.pool_sweep,
-            pool_lines=self.pool_lines,
+            capacity=self.capacity,
+            pool_sweep=self.capacity.pool_sweep,
+            pool_lines=self.capacity.pool_lines,
             rewrites=self.rewrites,
-            kueue_reads=self.kueue_reads,
+            kueue_reads=self.capacity.kueue_reads,
         )
         started = time.monotonic()
         failed_step: str | None = None
@@ -184,35 +188,25 @@ class Reconciler:
             wake = min(wake or math.inf, (backoff.until - now).total_seconds())
         return wake
 
-    def _steps(self, p: Pass, meta: Mapping[str, Any], world: SnapshotSource) -> None:
+    def _steps(self, p: ReconcilePass, meta: Mapping[str, Any], world: World) -> None:
         p.step = "clocks"
         for skew in bound_recorded_times(p.status, p.now):
             p.event("Warning", CLOCK_SKEW, f"{skew}; counted from now instead")
         p.step = "read"
-        p.snapshot = world.read(p.ref, p.spec)
-        p.step = "trigger"
-        note_refresh_requests(
-            p.status, p.spec, meta.get("annotations") or {}, meta.get("creationTimestamp"), p.now,
-            p.min_interval_seconds,
-        )  # fmt: skip
+        read = world() if callable(world) else world  # (a unit test's LIST snapshot)
+        p.snapshot = read.for_profile(self.kube, p.ref, p.spec)
+        profiling.take_requests(p, meta)
         p.step = "observe"
         observe(p)
-        if p.status.current_run is not None:
-            p.step = "run"
-            progress_run(p)
-        if p.status.current_run is None:
-            p.step = "start"
-            maybe_start_run(p)
+        profiling.get_table(p)
         p.step = "capacity"
-        return_orphans(p)
-        p.step = "rollout"
-        rollout(p)
-        p.step = "history"
-        trim_history(p)
+        p.capacity.return_orphans(p)
+        rollout.put_tables(p)
+        profiling.trim(p)
 
     # ------------------------------------------------------------------ failures
 
-    def _record_error(self, p: Pass, exc: BaseException) -> None:
+    def _record_error(self, p: ReconcilePass, exc: BaseException) -> None:
         """A step raised: say which and why; end the run it belongs to unless the cause is
         transient (then the run is followed again after the backoff). Never raises: ending
         the run reads what the step may have choked on (a borrow record, a Deployment),
@@ -222,7 +216,7 @@ class Reconciler:
         log.warning("pass of %s/%s failed in %s", p.namespace, p.ref.name, message)
         if p.status.current_run is not None and not is_transient(exc):
             try:
-                fail_run(p, RECONCILE_ERROR, message)
+                profiling.end_run_failed(p, RECONCILE_ERROR, message)
                 return
             except Exception as again:
                 message += f"; ending the run failed too: {_detail(again)}"

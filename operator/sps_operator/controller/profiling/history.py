@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sps_operator.api import labels as L
-from sps_operator.controller.steps.state import Pass
+from sps_operator.controller.profiling.state import ProfilingPass
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def tables_to_delete(
     return sorted(doomed)
 
 
-def tables_to_keep(p: Pass) -> set[str]:
+def tables_to_keep(p: ProfilingPass) -> set[str]:
     """The tables no trim may delete (see the module's docstring)."""
     st = p.status
     live = {t.table for t in st.targets if t.table}
@@ -61,7 +61,7 @@ def tables_to_keep(p: Pass) -> set[str]:
     return keep | set(p.snapshot.mounted)
 
 
-def trim_history(p: Pass) -> None:
+def trim_history(p: ProfilingPass) -> None:
     """Delete this profile's table ConfigMaps beyond spec.historyLimit per GPU product."""
     st = p.status
     tables = {

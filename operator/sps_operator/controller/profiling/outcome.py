@@ -1,11 +1,19 @@
-"""How a run ends, shared by the run and publish steps: the failure record, the event,
+"""How a run ends, shared by the profiling steps (run, publish): the failure record, the event,
 the per-run RBAC removed, the metrics, and objects created (or adopted) for the run."""
 
 from __future__ import annotations
 
 import logging
 
-from sps_operator.api.reasons import JOB_CREATE_FAILED, NAME_TAKEN, PROFILING_FAILED, TABLE_REJECTED
+from sps_operator.api.reasons import (
+    DOUBTFUL_MEASUREMENT,
+    FIT_FAILED,
+    JOB_CREATE_FAILED,
+    NAME_TAKEN,
+    PROFILING_FAILED,
+    SELF_CHECK_FAILED,
+    TABLE_REJECTED,
+)
 from sps_operator.api.status import FailureRecord, RunStatus, TableRef
 from sps_operator.api.times import parse_rfc3339
 from sps_operator.controller.kube import names
@@ -14,17 +22,20 @@ from sps_operator.controller.policies import conditions as cond
 from sps_operator.controller.policies.job_policy import REFUSAL_REASONS
 from sps_operator.controller.policies.ownership import adoption_refusal
 from sps_operator.controller.policies.triggers import run_spec_hash
-from sps_operator.controller.steps.capacity import close_segment, return_for_run
-from sps_operator.controller.steps.state import Pass
+from sps_operator.controller.profiling.state import ProfilingPass
 
 log = logging.getLogger(__name__)
+
+# A measurement that went wrong may go right next time; a gate or a mismatched sweep will
+# not change without a new trigger.
+RETRYABLE = frozenset({DOUBTFUL_MEASUREMENT, FIT_FAILED, SELF_CHECK_FAILED})
 
 
 class NameTaken(RuntimeError):
     """An object with a name the run derives exists and belongs to someone else."""
 
 
-def create_owned(p: Pass, obj: Obj) -> None:
+def create_owned(p: ProfilingPass, obj: Obj) -> None:
     """Create `obj`, or adopt the existing one if it is this profile's own, as the operator
     would have created it (`ownership.adoption_refusal`); else NameTaken, saying what to
     delete."""
@@ -48,7 +59,7 @@ def create_owned(p: Pass, obj: Obj) -> None:
 
 
 def record_failure(
-    p: Pass, run: RunStatus, reason: str, message: str, retryable: bool = True
+    p: ProfilingPass, run: RunStatus, reason: str, message: str, retryable: bool = True
 ) -> None:
     p.status.last_failure = FailureRecord(
         run=run.name,
@@ -68,27 +79,27 @@ def record_failure(
     p.event("Warning", event, message)
 
 
-def delete_rbac(p: Pass, run: str) -> None:
+def delete_rbac(p: ProfilingPass, run: str) -> None:
     account = names.profiler_account(run)
     for kind in ("RoleBinding", "Role", "ServiceAccount"):
         p.kube.delete(kind, p.namespace, account)
 
 
-def end_run(p: Pass, outcome: str, table: TableRef | None = None) -> None:
+def end_run(p: ProfilingPass, outcome: str, table: TableRef | None = None) -> None:
     """The run is over. Whatever the outcome a borrowed replica goes back, unless the
     `table` it published needs the slot for its rollout (then it goes back after that)."""
     run = p.status.current_run
     assert run is not None
-    close_segment(p, run)
+    p.capacity.close_segment(p, run)
     if table is not None:
         table.gpu_seconds = run.gpu_seconds or 0.0
-    return_for_run(p, run, table)
+    p.capacity.return_for_run(p, run, table)
     started = parse_rfc3339(run.started_at) or p.now
     p.metrics.run_finished(p.ref, outcome, (p.now - started).total_seconds())
     p.status.current_run = None
 
 
-def fail_run(p: Pass, reason: str, message: str, retryable: bool = True) -> None:
+def fail_run(p: ProfilingPass, reason: str, message: str, retryable: bool = True) -> None:
     """End the current run as failed (retried with backoff) or rejected (not retried)."""
     run = p.status.current_run
     assert run is not None

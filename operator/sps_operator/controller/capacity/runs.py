@@ -1,4 +1,4 @@
-"""A run's GPUs: why it waits, borrowing a replica, giving it back (steps of a pass).
+"""A run's GPUs: why it waits, borrowing a replica, giving it back (the capacity service).
 
 The decisions are in `borrow.py`; this module reads the snapshot, writes through
 `KubeApi`, and keeps `status.currentRun.waiting` / `.borrow` and `status.rolloutBorrow`
@@ -39,7 +39,17 @@ from sps_operator.api.status import (
     TargetState,
     TargetStatus,
 )
+from sps_operator.controller.capacity.gpupool import (
+    claim_pool,
+    hold_pool,
+    lent_by,
+    older_than,
+    pool_claim,
+    release_pool,
+    sweep_pools,
+)
 from sps_operator.controller.kube.client import Obj, api_error_detail
+from sps_operator.controller.passes.state import Pass
 from sps_operator.controller.policies import conditions as cond
 from sps_operator.controller.policies.borrow import (
     BorrowTag,
@@ -68,16 +78,6 @@ from sps_operator.controller.policies.kueue import (
     queued_message,
     run_limit,
 )
-from sps_operator.controller.steps.gpupool import (
-    claim_pool,
-    hold_pool,
-    lent_by,
-    older_than,
-    pool_claim,
-    release_pool,
-    sweep_pools,
-)
-from sps_operator.controller.steps.state import Pass
 
 log = logging.getLogger(__name__)
 

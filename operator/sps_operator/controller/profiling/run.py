@@ -1,4 +1,5 @@
-"""Steps 2–3 of a pass: start a profiling run, follow its Job, collect its result.
+"""The run step of profiling: start a profiling run, follow its Job, collect its result
+(the profiling reconciler publishes it).
 
 A run is at most one per profile (`status.currentRun`); its objects have deterministic
 names hashed from the profile's UID, so a restarted operator adopts them — but only what
@@ -8,6 +9,7 @@ this profile owns: an object of that name that is not ours stops the run with a 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from sps_operator.api import labels as L
@@ -36,20 +38,15 @@ from sps_operator.api.spec import ServerSource, TableKind
 from sps_operator.api.status import FailureRecord, RunPhase, RunStatus
 from sps_operator.controller.kube import builders, names, table_objects
 from sps_operator.controller.kube.client import Obj, api_error_detail
+from sps_operator.controller.passes.state import Target
 from sps_operator.controller.policies import claims, compat
 from sps_operator.controller.policies import conditions as cond
 from sps_operator.controller.policies import job_policy as policy
 from sps_operator.controller.policies.clocks import elapsed
-from sps_operator.controller.policies.kueue import run_limit
 from sps_operator.controller.policies.triggers import RunRequest, TargetView, decide_run
 from sps_operator.controller.process.bounded import judge_bounded
-from sps_operator.controller.steps.capacity import (
-    close_segment,
-    follow_wait,
-    job_labels,
-    reattach_borrow,
-)
-from sps_operator.controller.steps.outcome import (
+from sps_operator.controller.profiling.outcome import (
+    RETRYABLE,
     NameTaken,
     create_owned,
     delete_rbac,
@@ -57,8 +54,17 @@ from sps_operator.controller.steps.outcome import (
     fail_run,
     record_failure,
 )
-from sps_operator.controller.steps.publish import RETRYABLE, publish_table
-from sps_operator.controller.steps.state import Pass, Target
+from sps_operator.controller.profiling.state import ProfilingPass
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a finished run measured: the rounds a table is fitted from, and the Job's
+    manifest of how it measured them."""
+
+    rounds: Sequence[Mapping[str, Any]]
+    manifest: Mapping[str, Any]
+
 
 # How long a Complete Job's result may lag behind its completion (the profiler's final
 # write and the Job's status reach the operator's caches by different watches).
@@ -77,7 +83,7 @@ def never_written(cm: str, job: str) -> str:
     )
 
 
-def run_refusal(p: Pass, plan: builders.RunPlan, job: Obj) -> policy.Refusal | None:
+def run_refusal(p: ProfilingPass, plan: builders.RunPlan, job: Obj) -> policy.Refusal | None:
     """Why the Job `plan` built may not be created (None: it may): the admin's policy, the
     GPU-product pin, the pod selectors of the namespace, the target's volume claims."""
     settings, spec = p.settings, p.spec
@@ -117,7 +123,7 @@ def run_refusal(p: Pass, plan: builders.RunPlan, job: Obj) -> policy.Refusal | N
     )
 
 
-def refuse_run(p: Pass, run: RunStatus, refusal: policy.Refusal) -> None:
+def refuse_run(p: ProfilingPass, run: RunStatus, refusal: policy.Refusal) -> None:
     """Record why a run creates nothing. The record carries no trigger: every pass checks
     again (said once: no new event while the refusal stays the same), and the run starts at
     the first pass after the cause is fixed."""
@@ -144,7 +150,7 @@ def is_refusal(failure: FailureRecord | None) -> TypeGuard[FailureRecord]:
     )
 
 
-def _table_config_maps(p: Pass) -> frozenset[str]:
+def _table_config_maps(p: ProfilingPass) -> frozenset[str]:
     """ConfigMaps holding tables that a target may mount (never mounted by a clone)."""
     tables = {
         n
@@ -157,7 +163,7 @@ def _table_config_maps(p: Pass) -> frozenset[str]:
 
 
 def _volume_pin(
-    p: Pass, pod_spec: Mapping[str, Any], gpu_product: str
+    p: ProfilingPass, pod_spec: Mapping[str, Any], gpu_product: str
 ) -> claims.VolumePin | policy.Refusal:
     """Where a clone of `pod_spec` can attach the target's claims (or why it cannot)."""
     snapshot = p.snapshot
@@ -172,7 +178,7 @@ def _volume_pin(
 
 
 def _plan(
-    p: Pass, target: Target, run: RunStatus, phase: RunPhase, seed: str | None
+    p: ProfilingPass, target: Target, run: RunStatus, phase: RunPhase, seed: str | None
 ) -> builders.RunPlan:
     pin = (
         _volume_pin(p, target.pod_spec, run.gpu_product)
@@ -198,7 +204,7 @@ def _plan(
     )
 
 
-def _create_phase(p: Pass, plan: builders.RunPlan, job: Obj, with_rbac: bool) -> None:
+def _create_phase(p: ProfilingPass, plan: builders.RunPlan, job: Obj, with_rbac: bool) -> None:
     # Order matters for restarts: everything the Job needs exists before the Job.
     if with_rbac and not plan.spec.job.service_account_name:
         for obj in builders.profiler_rbac(plan):
@@ -207,7 +213,7 @@ def _create_phase(p: Pass, plan: builders.RunPlan, job: Obj, with_rbac: bool) ->
     create_owned(p, job)
 
 
-def maybe_start_run(p: Pass) -> None:
+def maybe_start_run(p: ProfilingPass) -> None:
     st = p.status
     usable = [t for t in p.targets if t.usable]
     running = {t.config_map: t for t in st.tables}
@@ -257,7 +263,7 @@ def maybe_start_run(p: Pass) -> None:
         st.last_failure = None  # no run is wanted any more: nothing is refused
 
 
-def _new_run(p: Pass, request: RunRequest) -> RunStatus:
+def _new_run(p: ProfilingPass, request: RunRequest) -> RunStatus:
     name = names.run_name(
         p.ref.name, p.ref.uid, request.gpu_product, request.fingerprint, request.nonce
     )
@@ -276,7 +282,7 @@ def _new_run(p: Pass, request: RunRequest) -> RunStatus:
     )
 
 
-def _start(p: Pass, run: RunStatus, plan: builders.RunPlan, job: Obj) -> None:
+def _start(p: ProfilingPass, run: RunStatus, plan: builders.RunPlan, job: Obj) -> None:
     st = p.status
     if is_refusal(st.last_failure):
         st.last_failure = None  # fixed: the run starts
@@ -302,7 +308,7 @@ def _start(p: Pass, run: RunStatus, plan: builders.RunPlan, job: Obj) -> None:
     p.metrics.run_started(p.ref)
 
 
-def cleanup_runs(p: Pass, keep: str | None) -> None:
+def cleanup_runs(p: ProfilingPass, keep: str | None) -> None:
     """Delete the Jobs, result ConfigMaps and seeds of runs other than `keep`."""
     for job in p.snapshot.jobs.values():
         if (job["metadata"].get("labels") or {}).get(L.LABEL_RUN) != keep:
@@ -327,7 +333,28 @@ def _finished(job: Obj) -> dict[str, Obj]:
     }
 
 
-def progress_run(p: Pass) -> None:
+def _replaced_job(p: ProfilingPass, run: RunStatus, job: Obj) -> bool:
+    """Whether the run's Job was deleted and created again under its name (another UID):
+    not the Job the operator created, so never followed (its pod template, its result) nor
+    deleted (it is not ours); the run ends JobMissing. Else records the Job's UID: its pods
+    are those whose controller is this very Job (a GPU pool's order, the wait)."""
+    uid = str((job.get("metadata") or {}).get("uid") or "")[:64] or None
+    if run.job_uid is not None and uid != run.job_uid:
+        fail_run(
+            p,
+            JOB_MISSING,
+            f"Job {run.job} (uid {run.job_uid}) was deleted and another Job created under its "
+            f"name (uid {uid}): the operator follows only the Job it created; delete the "
+            f"other one (kubectl delete job {run.job} -n {p.namespace}) and find who created it",
+        )
+        return True
+    run.job_uid = uid
+    return False
+
+
+def progress_run(p: ProfilingPass) -> Measured | None:
+    """Follow the current run; what it measured once its Job finished with a result the
+    table is to be fitted from (the profiling reconciler publishes it), else None."""
     run = p.status.current_run
     assert run is not None
     phase = run.phase
@@ -336,44 +363,32 @@ def progress_run(p: Pass) -> None:
     if job is None:
         if p.recent(run.started_at):
             p.wake_within(1.0)  # created a moment ago: not in the cache yet
-            return
+            return None
         fail_run(p, JOB_MISSING, f"Job {run.job} disappeared before it finished")
-        return
-    # Its pods are those whose controller is this very Job (a GPU pool's order, the wait).
-    uid = str((job.get("metadata") or {}).get("uid") or "")[:64] or None
-    if run.job_uid is not None and uid != run.job_uid:
-        # Deleted and created again under its name: not the Job the operator created, so
-        # never followed (its pod template, its result) nor deleted (it is not ours).
-        fail_run(
-            p,
-            JOB_MISSING,
-            f"Job {run.job} (uid {run.job_uid}) was deleted and another Job created under its "
-            f"name (uid {uid}): the operator follows only the Job it created; delete the "
-            f"other one (kubectl delete job {run.job} -n {p.namespace}) and find who created it",
-        )
-        return
-    run.job_uid = uid
-    reattach_borrow(p, run)
+        return None
+    if _replaced_job(p, run, job):
+        return None
+    p.capacity.reattach_borrow(p, run)
     finished = _finished(job)
     if not finished and clone_refused(p, run):
-        return
+        return None
     if not finished:
-        too_long = follow_wait(p, run, job)
+        too_long = p.capacity.follow_wait(p, run, job)
         if too_long is not None:
             # At once: a pod scheduled late must not take the GPUs a lent replica is given
             # back on.
             p.kube.delete("Job", p.namespace, run.job)
             fail_run(p, run.waiting.reason if run.waiting else WAITING_FOR_GPUS, too_long)
-            return
+            return None
         if _past_deadline(p, run):
-            return
+            return None
     try:
         result = read_result(result_cm.get("data"), result_cm.get("binaryData"))
     except ResultError as exc:
         if not finished:
-            return  # the profiler may still be writing; judged when the Job ends
+            return None  # the profiler may still be writing; judged when the Job ends
         fail_run(p, RESULT_REFUSED, f"the result of Job {run.job} was refused: {exc}")
-        return
+        return None
     if result.progress:
         run.progress = result.progress
     result_name = names.result_config_map(run.name, phase)
@@ -383,12 +398,12 @@ def progress_run(p: Pass) -> None:
         if not result.status:
             detail = f"{detail}; {never_written(result_name, run.job)}"
         fail_run(p, PROFILING_FAILED, f"Job {run.job} failed ({why}): {detail}")
-        return
+        return None
     if "Complete" not in finished and "SuccessCriteriaMet" not in finished:
-        return
+        return None
     if result.status == STATUS_FAILED:
         fail_run(p, PROFILING_FAILED, f"profiler reported: {result.message}")
-        return
+        return None
     if result.status != STATUS_SUCCEEDED or not result.rounds:
         # The Job's Complete can be seen before the profiler's last write to the result:
         # wait for it, bounded.
@@ -396,7 +411,7 @@ def progress_run(p: Pass) -> None:
         waited = elapsed(run.result_wait_since, p.now)
         if waited < RESULT_GRACE_SECONDS:
             p.wake_within(RESULT_GRACE_SECONDS - waited)
-            return
+            return None
         fail_run(
             p,
             RESULT_MISSING,
@@ -410,11 +425,11 @@ def progress_run(p: Pass) -> None:
                 else f"): {never_written(result_name, run.job)}"
             ),
         )
-        return
+        return None
     kind = p.spec.table.kind
     if kind == TableKind.ADDITIVE and phase == RunPhase.DIAGONAL:
         start_phase2(p, result.rounds)
-        return
+        return None
     rounds = list(result.rounds)
     if kind == TableKind.ADDITIVE:
         phase1 = p.snapshot.config_maps.get(names.result_config_map(run.name, RunPhase.DIAGONAL))
@@ -423,12 +438,12 @@ def progress_run(p: Pass) -> None:
                 first = read_result(phase1.get("data"), phase1.get("binaryData"))
             except ResultError as exc:
                 fail_run(p, RESULT_REFUSED, f"the phase-1 result was refused: {exc}")
-                return
+                return None
             rounds = list(first.rounds) + rounds
-    publish_table(p, rounds, result.manifest)
+    return Measured(rounds, result.manifest)
 
 
-def clone_refused(p: Pass, run: RunStatus) -> bool:
+def clone_refused(p: ProfilingPass, run: RunStatus) -> bool:
     """End the run at once when its profiling clone refused to start for a reason a retry
     cannot change (a loader that reads only diagonal tables, a flag combination SGLang
     refuses); the Job would otherwise wait for it until the server wait runs out. A
@@ -463,7 +478,7 @@ def target_change(run: RunStatus, target: Target) -> str | None:
     return None
 
 
-def _past_deadline(p: Pass, run: RunStatus) -> bool:
+def _past_deadline(p: ProfilingPass, run: RunStatus) -> bool:
     """The run's own deadline, counted from when its Job started running (the Job's
     activeDeadlineSeconds also covers the wait for GPUs: it is the run's deadline plus
     capacity.waitTimeoutSeconds, a bound that holds while the operator is down), or
@@ -471,7 +486,7 @@ def _past_deadline(p: Pass, run: RunStatus) -> bool:
     longer. True when the run was ended for it."""
     if _lent_too_long(p, run):
         return True
-    limit, source = run_limit(p.spec.job.active_deadline_seconds, job_labels(p))
+    limit, source = p.capacity.run_limit(p)
     if run.running_since is None:
         return False
     ran = elapsed(run.running_since, p.now)
@@ -489,7 +504,7 @@ def _past_deadline(p: Pass, run: RunStatus) -> bool:
     return True
 
 
-def _lent_too_long(p: Pass, run: RunStatus) -> bool:
+def _lent_too_long(p: ProfilingPass, run: RunStatus) -> bool:
     """A replica lent to the run goes back at the admin's bound (chart
     borrowPolicy.maxLentSeconds), counted from the borrow, whatever the run's own limits
     (its wait for the pod is a tenant's value): the run ends. True when it was ended."""
@@ -511,7 +526,7 @@ def _lent_too_long(p: Pass, run: RunStatus) -> bool:
     return True
 
 
-def start_phase2(p: Pass, rounds: Sequence[Obj]) -> None:
+def start_phase2(p: ProfilingPass, rounds: Sequence[Obj]) -> None:
     run = p.status.current_run
     assert run is not None
     verdict = judge_bounded(rounds, p.spec, kind=TableKind.DIAGONAL, gate=False, limits=p.settings)
@@ -577,7 +592,7 @@ def start_phase2(p: Pass, rounds: Sequence[Obj]) -> None:
     run.job_uid = None  # recorded when the new Job is first seen
     run.diagonal_table = seed_name
     run.progress = None
-    close_segment(p, run)  # the new Job has its own clock
+    p.capacity.close_segment(p, run)  # the new Job has its own clock
     run.result_wait_since = None
     p.event(
         "Normal",

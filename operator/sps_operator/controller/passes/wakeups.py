@@ -14,8 +14,8 @@ from datetime import timedelta
 
 from sps_operator.api.status import TargetState
 from sps_operator.api.times import parse_rfc3339
+from sps_operator.controller.passes.state import Pass
 from sps_operator.controller.policies.triggers import MAX_ATTEMPTS, backoff_seconds
-from sps_operator.controller.steps.state import Pass
 
 
 def next_wake(p: Pass, debounce: timedelta) -> float | None:

@@ -1,0 +1,1 @@
+"""The profiling reconciler (`reconciler`): getting a table (trigger → run → publish)."""
