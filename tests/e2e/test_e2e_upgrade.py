@@ -1,0 +1,347 @@
+"""`helm upgrade` from the last release, 0.1.0, while profiles run and tables are live, and
+`helm rollback` to it (issue 36 §1).
+
+0.1.0 is commit 18c8f3b: the tree before c9c618e, the first change CHANGELOG.md lists under
+"Upgrading from 0.1.0" (there is no tag). Its operator image is built from that tree as the
+bed built it then (`sps_testbed.artifacts.build_past_release`, cached by commit) and pushed
+into the bed's registry; its chart is installed from that tree, with its CRD from the
+chart's `crds/` directory, as a 0.1.0 user has it.
+
+One test, on the bed's one-at-a-time phase (it deletes the CRD and runs 0.1.0's operator):
+two servers with live tables, `steady` (no run at the upgrade) and `rerun` (a second run in
+progress at the upgrade); `helm upgrade --take-ownership` to the current chart with the
+values the bed's releases use. After it: the steady server's pods are the same pods (UIDs,
+restart counts), the run ends with a table, the CRD is the chart's (a field new since 0.1.0
+is kept). Then `helm rollback` to 0.1.0: the CRD stays, the tables keep their Deployment
+holder, and a server pod deleted comes back Ready with its table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from e2e_env import (
+    CRD,
+    GROUP,
+    PLURAL,
+    VERSION,
+    Env,
+    crd_gone,
+    force_crd_gone,
+    install_crd,
+    ready_true,
+    server_deployment,
+)
+from kubernetes.client.rest import ApiException
+
+from sps_sim.costmodel import GPU_H100, GPU_H200
+from sps_testbed.artifacts import ArtifactError, PastRelease, build_past_release
+from sps_testbed.registry import RegistryError, published, push_image
+from waiting import wait_crd_established, wait_for
+
+pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
+
+RELEASE_0_1_0 = "18c8f3be64800e980440da49800f0b8a0a30c2de"
+# The field new since 0.1.0 the upgraded CRD must keep (0.1.0's CRD prunes it).
+NEW_FIELD = ("refresh", "minIntervalSeconds")
+
+
+@pytest.fixture(scope="module")
+def release_0_1_0(e2e_cluster: Any) -> PastRelease:
+    """0.1.0's tree and operator image, the image pushed into the bed's registry. Fails
+    (never skips) when it cannot: an upgrade test that does not run proves nothing."""
+    try:
+        release = build_past_release(RELEASE_0_1_0)
+    except ArtifactError as err:
+        pytest.fail(
+            f"cannot build 0.1.0's operator image ({RELEASE_0_1_0[:12]}): {err}", pytrace=False
+        )
+    reg = e2e_cluster.bed.registry_env()
+    try:
+        push_image(
+            f"oci-archive:{release.operator.archive}",
+            reg["SPS_TESTBED_REGISTRY"],
+            published(release.operator.ref),
+            Path(reg["SPS_TESTBED_CA"]).parent,
+            shutil.which("skopeo") or "skopeo",
+        )
+    except RegistryError as err:
+        pytest.fail(f"cannot push 0.1.0's operator image into the bed: {err}", pytrace=False)
+    return release
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def old_values(env: Env, release: PastRelease) -> list[str]:
+    """0.1.0's chart values as the bed's releases set them, in the keys 0.1.0 has (its
+    schema refuses the others): its `sps-operator run` has no test entry point."""
+    _, _, tag = release.operator.ref.rpartition(":")
+    return [
+        f"image.tag={tag}",
+        "replicaCount=1",
+        "watch.mode=namespaces",
+        f"watch.namespaces={{{env.namespace}}}",
+        "operator.logLevel=verbose",
+        "operator.logFormat=plain",
+        "operator.extraArgs={--resync-seconds=60,--gpu-debounce-seconds=2}",
+    ]
+
+
+def sets(values: list[str]) -> list[str]:
+    return [arg for value in values for arg in ("--set", value)]
+
+
+def operator_image_up(env: Env, image: str) -> bool:
+    """One Ready operator pod, running `image`, and no other pod of the release."""
+    pods = env.operator.all_pods()
+    return (
+        len(pods) == 1
+        and pods[0]["spec"]["containers"][0]["image"] == image
+        and ready_true(pods[0])
+    )
+
+
+def profile_for(name: str) -> dict[str, Any]:
+    sweep = {"batchSizes": [1, 2, 4, 8], "ciRelWidth": 0.05, "repeats": 1, "vocabSize": 32000}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SpsProfile",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"matchLabels": {"deploy": name}},
+            "serverContainer": "sglang",
+            "table": {"kind": "Diagonal", "sweep": sweep},
+            "job": {"activeDeadlineSeconds": 600},
+        },
+    }
+
+
+def status(env: Env, name: str) -> dict[str, Any]:
+    return dict(env.profile(name).get("status") or {})
+
+
+def live_table(env: Env, name: str) -> dict[str, Any] | None:
+    """The profile's one table, once its Deployment runs it on every replica."""
+    tables = status(env, name).get("tables") or []
+    if len(tables) != 1:
+        return None
+    dep = env.deployment(name)
+    template = dep["spec"]["template"].get("metadata") or {}
+    st = dep.get("status") or {}
+    rolled = (
+        (template.get("annotations") or {}).get("sps.dev/table-hash") == tables[0]["hash"]
+        and st.get("observedGeneration", 0) >= dep["metadata"]["generation"]
+        and st.get("updatedReplicas") == st.get("availableReplicas") == st.get("replicas") == 1
+    )
+    return dict(tables[0]) if rolled else None
+
+
+def server_pods(env: Env, name: str) -> dict[str, int]:
+    """UID -> restart count of each server pod of Deployment `name`."""
+    return {
+        p["metadata"]["uid"]: sum(
+            s.get("restartCount", 0) for s in (p.get("status") or {}).get("containerStatuses") or []
+        )
+        for p in env.pods(f"deploy={name}")
+        if not p["metadata"].get("deletionTimestamp")
+    }
+
+
+def holders(env: Env, config_map: str) -> set[str]:
+    refs = env.config_map(config_map)["metadata"].get("ownerReferences") or []
+    return {f"{r['kind']}/{r['name']}" for r in refs}
+
+
+def patch_spec(env: Env, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    obj = env.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, env.namespace, PLURAL, name, {"spec": spec}
+    )
+    return cast(dict[str, Any], obj)
+
+
+def restart_serves_table(env: Env, name: str, table: dict[str, Any]) -> None:
+    """A server pod deleted comes back Ready, mounting the table's ConfigMap."""
+    old = set(server_pods(env, name))
+    pod = env.pods(f"deploy={name}")[0]["metadata"]["name"]
+    env.core.delete_namespaced_pod(pod, env.namespace, grace_period_seconds=0)
+
+    def back() -> dict[str, Any] | None:
+        for p in env.pods(f"deploy={name}"):
+            if p["metadata"]["uid"] not in old and ready_true(p):
+                return p
+        return None
+
+    new = wait_for(f"a new Ready {name} pod", back, timeout=180)
+    mounted = {v["configMap"]["name"] for v in new["spec"]["volumes"] if v.get("configMap")}
+    assert table["configMap"] in mounted, (table, new["spec"]["volumes"])
+
+
+def cleanup(env: Env) -> None:
+    """Profiles deleted by the operator if one runs, else their finalizers forced; the
+    current CRD back for the next module."""
+    for name in ("steady", "rerun"):
+        with contextlib.suppress(ApiException):
+            env.custom.delete_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, name)
+    deadline = time.monotonic() + 60
+    patch = json.dumps({"metadata": {"finalizers": None}})
+    while time.monotonic() < deadline:
+        left = env.cluster.kubectl(
+            "get", "spsprofiles", "-n", env.namespace, "-o", "name", check=False
+        ).split()
+        if not left:
+            break
+        if time.monotonic() > deadline - 30:
+            for obj in left:
+                env.cluster.kubectl(
+                    "patch", obj, "-n", env.namespace, "--type=merge", "-p", patch, check=False
+                )
+        time.sleep(2)
+    install_crd(env.cluster)
+
+
+# ----------------------------------------------------------------------------- the test
+
+
+def test_e2e_helm_upgrade_from_0_1_0_and_rollback(env: Env, release_0_1_0: PastRelease) -> None:
+    op = env.operator
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+    try:
+        # 0.1.0 as its users have it: its CRD from the chart's crds/ (Helm installs it
+        # only when there is none), its operator.
+        if not crd_gone(env):
+            env.cluster.kubectl("delete", "crd", CRD, "--wait=false")
+            force_crd_gone(env)
+        env.cluster.helm(
+            "install",
+            op.name,
+            str(release_0_1_0.chart),
+            "--namespace",
+            op.namespace,
+            *sets(old_values(env, release_0_1_0)),
+        )
+        op.installed = True
+        wait_crd_established(env.cluster.kubectl)
+        wait_for(
+            "0.1.0's operator Ready",
+            lambda: operator_image_up(env, release_0_1_0.operator.ref),
+            timeout=600,
+        )
+        timings["0.1.0 installed"] = time.monotonic() - started
+
+        for name, gpu in (("steady", GPU_H100), ("rerun", GPU_H200)):
+            dep = server_deployment(gpu, name=name)
+            env.apps.create_namespaced_deployment(env.namespace, dep)
+            env.custom.create_namespaced_custom_object(
+                GROUP, VERSION, env.namespace, PLURAL, profile_for(name)
+            )
+        first = {
+            name: wait_for(
+                f"{name}'s table live under 0.1.0",
+                lambda name=name: live_table(env, name),
+                timeout=420,
+            )
+            for name in ("steady", "rerun")
+        }
+        timings["0.1.0 tables live"] = time.monotonic() - started
+        # 0.1.0's CRD does not know the new field: the API server drops it.
+        kept = patch_spec(env, "steady", {NEW_FIELD[0]: {NEW_FIELD[1]: 0}})["spec"]
+        assert NEW_FIELD[1] not in (kept.get(NEW_FIELD[0]) or {}), kept
+
+        # A second run of `rerun`, in progress at the upgrade: its Job's pod running.
+        patch_spec(env, "rerun", {"refresh": {"token": "before-the-upgrade"}})
+
+        def second_run() -> dict[str, Any] | None:
+            run = status(env, "rerun").get("run") or {}
+            if not run.get("job") or run.get("name") == first["rerun"].get("run"):
+                return None
+            pods = env.pods(f"job-name={run['job']}")
+            running = any((p.get("status") or {}).get("phase") == "Running" for p in pods)
+            return dict(run) if running else None
+
+        run = wait_for("rerun's second run's Job running", second_run, timeout=300)
+        before = {name: server_pods(env, name) for name in ("steady", "rerun")}
+        timings["second run running"] = time.monotonic() - started
+
+        # The upgrade, with the values the bed's releases use; the CRD taken over.
+        values = [v for v in op.values() if not v.startswith("crds.enabled=")]
+        env.cluster.helm(
+            "upgrade",
+            op.name,
+            *env.cluster.bed.chart_args(),
+            "--namespace",
+            op.namespace,
+            "--take-ownership",
+            "--set",
+            "crds.enabled=true",
+            *sets(values),
+        )
+        current = env.cluster.bed.image("operator")
+        wait_for("the current operator Ready", lambda: operator_image_up(env, current), timeout=600)
+        timings["upgraded"] = time.monotonic() - started
+
+        # The CRD is the chart's now: the new field is kept.
+        crd = json.loads(env.cluster.kubectl("get", "crd", CRD, "-o", "json"))
+        assert crd["metadata"].get("annotations", {}).get("meta.helm.sh/release-name") == op.name
+        kept = patch_spec(env, "steady", {NEW_FIELD[0]: {NEW_FIELD[1]: 0}})["spec"]
+        assert kept[NEW_FIELD[0]][NEW_FIELD[1]] == 0, kept
+
+        # The run ends with a table (its own, or a retry's), and the server runs it.
+        def rerun_table() -> dict[str, Any] | None:
+            table = live_table(env, "rerun")
+            measured = ("run", "profiledAt")
+            fresh = table and [table.get(k) for k in measured] != [
+                first["rerun"].get(k) for k in measured
+            ]
+            return table if fresh else None
+
+        second = wait_for("rerun's table from the second run live", rerun_table, timeout=480)
+        final = status(env, "rerun")
+        print(f"run at the upgrade: {run}\ntable after it: {second}\nstatus: {final}")
+        assert not final.get("run"), final
+        assert second.get("run"), second
+        timings["second table live"] = time.monotonic() - started
+
+        # The steady server: same pods, no restart; its table still the one it runs.
+        assert (live_table(env, "steady") or {}).get("hash") == first["steady"]["hash"]
+        assert server_pods(env, "steady") == before["steady"], (before, server_pods(env, "steady"))
+        ready = next(c for c in status(env, "steady")["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "True", ready
+        # The current operator makes each Deployment a holder of the table it mounts.
+        for name, table in (("steady", first["steady"]), ("rerun", second)):
+            wait_for(
+                f"{name} holds its table",
+                lambda name=name, table=table: (
+                    f"Deployment/{name}" in holders(env, table["configMap"])
+                ),
+                timeout=120,
+            )
+
+        # Rollback to 0.1.0: the CRD is kept (resource-policy keep), so are the profiles,
+        # and 0.1.0 leaves what the current operator wrote: the holders, the servers.
+        env.cluster.helm("rollback", op.name, "1", "--namespace", op.namespace)
+        wait_for(
+            "0.1.0's operator Ready again",
+            lambda: operator_image_up(env, release_0_1_0.operator.ref),
+            timeout=600,
+        )
+        timings["rolled back"] = time.monotonic() - started
+        time.sleep(20)  # a few passes of 0.1.0 over what the current operator wrote
+        assert not crd_gone(env), "helm rollback deleted the CRD"
+        for name, table in (("steady", first["steady"]), ("rerun", second)):
+            assert (live_table(env, name) or {}).get("hash") == table["hash"], status(env, name)
+            assert f"Deployment/{name}" in holders(env, table["configMap"])
+        assert server_pods(env, "steady") == before["steady"]
+        restart_serves_table(env, "steady", first["steady"])
+        restart_serves_table(env, "rerun", second)
+        timings["a pod of each server restarted under 0.1.0"] = time.monotonic() - started
+    finally:
+        print(f"upgrade: cumulative seconds {timings}")
+        cleanup(env)
