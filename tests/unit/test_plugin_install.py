@@ -11,6 +11,8 @@ import textwrap
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 EXTRAS_ONLY = ["kopf", "numpy", "matplotlib", "aiohttp", "prometheus_client", "cronsim"]
 DIAG = '{"sample_batch_tokens":[8,16],"sample_steps_per_sec":[1000.0,500.0],"max_batch_tokens":32}'
@@ -71,3 +73,26 @@ def test_the_plugin_runs_with_the_extras_missing(tmp_path: Path) -> None:
     assert result["codes"][2] == 2
     assert "pip install 'sps-operator[operator]'" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_each_plot_names_the_extra_when_matplotlib_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`kubectl sps table --plot` and the profiler's fit plot, installed without the `plot`
+    extra, say which extra to install."""
+    from sps_operator.plugin.plot import plot_table
+    from sps_operator.profiler.plot import plot_fit
+    from sps_operator.tables.formats import SpsCostTable
+
+    table = SpsCostTable([8, 16], [1000.0, 500.0], 32)
+    for module in [m for m in sys.modules if m.split(".")[0] == "matplotlib"]:
+        monkeypatch.delitem(sys.modules, module)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as if not installed
+    for plot in (
+        lambda: plot_table(table, tmp_path / "t.png", "t"),
+        lambda: plot_fit([], table, tmp_path / "f.png"),
+    ):
+        with pytest.raises(ModuleNotFoundError) as err:
+            plot()
+        assert "pip install 'sps-operator[plot]'" in str(err.value)
+        assert err.value.name == "matplotlib"

@@ -102,7 +102,12 @@ def plot_diagonal_fit(table: SpsCostTable, cells: Sequence[Cell], path: Path, ti
 
 def _pyplot() -> ModuleType:
     """matplotlib.pyplot on the file-only Agg backend, imported late (it is slow to load)."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ModuleNotFoundError as exc:  # the kubectl plugin's install leaves it out
+        raise ModuleNotFoundError(
+            f"plotting needs {exc.name}: pip install 'sps-operator[plot]'", name=exc.name
+        ) from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

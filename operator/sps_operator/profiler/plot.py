@@ -10,7 +10,12 @@ from sps_operator.tables.quality import Cell, predicted_step_seconds
 
 
 def plot_fit(cells: Sequence[Cell], table: SpsTable, path: Path, title: str = "") -> Path:
-    import matplotlib
+    try:
+        import matplotlib
+    except ModuleNotFoundError as exc:  # the kubectl plugin's install leaves it out
+        raise ModuleNotFoundError(
+            f"plotting needs {exc.name}: pip install 'sps-operator[plot]'", name=exc.name
+        ) from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
