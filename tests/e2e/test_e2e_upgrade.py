@@ -340,6 +340,14 @@ def test_e2e_helm_upgrade_from_0_1_0_and_rollback(env: Env, release_0_1_0: PastR
             assert (live_table(env, name) or {}).get("hash") == table["hash"], status(env, name)
             assert f"Deployment/{name}" in holders(env, table["configMap"])
         assert server_pods(env, "steady") == before["steady"]
+        # 0.1.0 refuses the spec that uses a field it does not know, says which, and
+        # leaves the profile's objects alone; without the field it serves it again.
+        ready = next(c for c in status(env, "steady")["conditions"] if c["type"] == "Ready")
+        assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec"), ready
+        assert NEW_FIELD[1] in ready["message"], ready
+        patch_spec(env, "steady", {NEW_FIELD[0]: {NEW_FIELD[1]: None}})
+        wait_for("steady Ready under 0.1.0 without the new field",
+                 lambda: ready_true(env.profile("steady")), timeout=120)  # fmt: skip
         restart_serves_table(env, "steady", first["steady"])
         restart_serves_table(env, "rerun", second)
         timings["a pod of each server restarted under 0.1.0"] = time.monotonic() - started
