@@ -263,7 +263,7 @@ def test_e2e_helm_upgrade_from_0_1_0_and_rollback(env: Env, release_0_1_0: PastR
         patch_spec(env, "rerun", {"refresh": {"token": "before-the-upgrade"}})
 
         def second_run() -> dict[str, Any] | None:
-            run = status(env, "rerun").get("run") or {}
+            run = status(env, "rerun").get("currentRun") or {}
             return dict(run) if run.get("job") else None
 
         run = wait_for("rerun's second run started", second_run, timeout=120)
@@ -305,7 +305,7 @@ def test_e2e_helm_upgrade_from_0_1_0_and_rollback(env: Env, release_0_1_0: PastR
         second = wait_for("rerun's table from the second run live", rerun_table, timeout=480)
         final = status(env, "rerun")
         print(f"run at the upgrade: {run}\ntable after it: {second}\nstatus: {final}")
-        assert not final.get("run"), final
+        assert not final.get("currentRun"), final
         # Adopted: the run 0.1.0 started measured the table the current operator published.
         assert second.get("run") == run["name"], (run, second)
         timings["second table live"] = time.monotonic() - started
