@@ -128,19 +128,18 @@ def status(env: Env, name: str) -> dict[str, Any]:
 
 
 def live_table(env: Env, name: str) -> dict[str, Any] | None:
-    """The profile's one table, once its Deployment runs it on every replica."""
-    tables = status(env, name).get("tables") or []
-    if len(tables) != 1:
-        return None
+    """The profile's table its Deployment runs on every replica, once rolled out."""
     dep = env.deployment(name)
     template = dep["spec"]["template"].get("metadata") or {}
+    running = (template.get("annotations") or {}).get("sps.dev/table-hash")
     st = dep.get("status") or {}
     rolled = (
-        (template.get("annotations") or {}).get("sps.dev/table-hash") == tables[0]["hash"]
-        and st.get("observedGeneration", 0) >= dep["metadata"]["generation"]
+        st.get("observedGeneration", 0) >= dep["metadata"]["generation"]
         and st.get("updatedReplicas") == st.get("availableReplicas") == st.get("replicas") == 1
     )
-    return dict(tables[0]) if rolled else None
+    tables = status(env, name).get("tables") or []
+    table = next((t for t in tables if running and t["hash"] == running), None)
+    return dict(table) if rolled and table else None
 
 
 def server_pods(env: Env, name: str) -> dict[str, int]:
