@@ -237,3 +237,63 @@ def build_kube_router() -> Path:
     if not binary.is_file():
         raise ArtifactError(f"{binary} missing after build-kube-router.sh")
     return binary
+
+
+@dataclass(frozen=True)
+class PastRelease:
+    """A past commit's tree (its chart, its Dockerfile) and its operator image."""
+
+    commit: str
+    tree: Path
+    operator: Image
+
+    @property
+    def chart(self) -> Path:
+        return self.tree / "charts" / "sps-operator"
+
+
+def _past_tree(repo: Path, commit: str) -> Path:
+    """`git archive` of `commit`, unpacked once into ~/.cache/sps-operator/trees/<commit>
+    (no worktree: the repository's own state is left alone)."""
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sps-operator"
+    tree = base / "trees" / commit
+    if (tree / ".complete").is_file():
+        return tree
+    shutil.rmtree(tree, ignore_errors=True)
+    tree.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", str(repo), "archive", "--format=tar", commit],
+        capture_output=True, check=False, timeout=120,
+    )  # fmt: skip
+    if archive.returncode != 0:
+        raise ArtifactError(
+            f"git archive {commit} in {repo} failed: {archive.stderr.decode().strip()}"
+            " (a shallow clone lacks it: fetch the history, `git fetch --unshallow`)"
+        )
+    untar = subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout,
+                           capture_output=True, check=False)  # fmt: skip
+    if untar.returncode != 0:
+        raise ArtifactError(f"unpacking {commit} into {tree}: {untar.stderr.decode().strip()}")
+    (tree / ".complete").touch()
+    return tree
+
+
+def build_past_release(commit: str) -> PastRelease:
+    """The operator image of a past commit, built as the bed built it then
+    (`testbed/images/build-operator-at.sh`: that tree's Dockerfile FROM the bed's base),
+    cached by commit; raise ArtifactError with the reason if it cannot be built."""
+    repo = repo_root()
+    proc = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", f"{commit}^{{commit}}"],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    if proc.returncode != 0:
+        raise ArtifactError(f"commit {commit} is not in {repo}: {proc.stderr.strip()}")
+    full = proc.stdout.strip()
+    tree = _past_tree(repo, full)
+    line = _run_script(
+        ["bash", str(repo / "testbed/images/build-operator-at.sh"), str(tree), full],
+        f"the operator image of {full[:12]}",
+    )
+    ref, _, archive = line.partition(" ")
+    if not Path(archive).is_file():
+        raise ArtifactError(f"image archive {archive} missing after build-operator-at.sh")
+    return PastRelease(full, tree, Image(ref=ref, archive=Path(archive)))

@@ -37,6 +37,7 @@ from waiting import wait_crd_established, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUP, VERSION, PLURAL = "sps.dev", "v1alpha1", "spsprofiles"
+CRD = f"{PLURAL}.{GROUP}"
 SIM_TIME_SCALE = "40"
 TABLE_PATH = "/etc/sps/table/table.json"
 CLOCK_MOUNT = "/var/run/sps-clock"
@@ -507,6 +508,32 @@ def install_crd(cluster: E2eCluster) -> None:
         str(ROOT / "crds" / "sps.dev_spsprofiles.yaml"),
     )  # fmt: skip
     wait_crd_established(cluster.kubectl)
+
+
+def crd_gone(env: Env) -> bool:
+    out = env.cluster.kubectl("get", "crd", CRD, "--ignore-not-found", "-o", "name")
+    return not out.strip()
+
+
+def force_crd_gone(env: Env) -> None:
+    """Removes the finalizer of every SpsProfile left in the cluster until the CRD is gone.
+
+    This test runs alone on its bed (not `bed_shared`), but profiles of earlier tests may
+    still be there, in namespaces being deleted, their operators gone: each would hold a
+    terminating CRD for ever, and every later test would find it "terminating"."""
+    patch = json.dumps({"metadata": {"finalizers": None}})
+
+    def gone_after_forcing() -> bool:
+        if crd_gone(env):
+            return True
+        listed = env.cluster.kubectl("get", "spsprofiles", "-A", "-o", "json", check=False)
+        for item in (json.loads(listed) if listed.strip() else {}).get("items", []):
+            meta = item["metadata"]
+            env.cluster.kubectl("patch", "spsprofile", meta["name"], "-n", meta["namespace"],
+                                "--type=merge", "-p", patch, check=False)  # fmt: skip
+        return crd_gone(env)
+
+    wait_for("the CRD gone", gone_after_forcing, timeout=120, interval=2)
 
 
 def create(env: Env, deployment: dict[str, Any], profile: dict[str, Any]) -> None:

@@ -15,17 +15,19 @@ fixture installs it again, and so does this test when it ends).
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from e2e_env import (
+    CRD,
     GROUP,
     PLURAL,
     VERSION,
     Env,
+    crd_gone,
+    force_crd_gone,
     install_crd,
     rolled_to,
     server_deployment,
@@ -39,8 +41,6 @@ from sps_sim.costmodel import GPU_H100
 from waiting import wait_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
-
-CRD = "spsprofiles.sps.dev"
 
 
 def live_table(env: Env, name: str) -> dict[str, Any]:
@@ -152,32 +152,6 @@ def wait_finalizer_pending(env: Env, name: str) -> None:
         return bool(meta.get("deletionTimestamp")) and bool(meta.get("finalizers"))
 
     wait_for(f"profile {name} being deleted, its finalizer pending", pending, timeout=60)
-
-
-def crd_gone(env: Env) -> bool:
-    out = env.cluster.kubectl("get", "crd", CRD, "--ignore-not-found", "-o", "name")
-    return not out.strip()
-
-
-def force_crd_gone(env: Env) -> None:
-    """Removes the finalizer of every SpsProfile left in the cluster until the CRD is gone.
-
-    This test runs alone on its bed (not `bed_shared`), but profiles of earlier tests may
-    still be there, in namespaces being deleted, their operators gone: each would hold a
-    terminating CRD for ever, and every later test would find it "terminating"."""
-    patch = json.dumps({"metadata": {"finalizers": None}})
-
-    def gone_after_forcing() -> bool:
-        if crd_gone(env):
-            return True
-        listed = env.cluster.kubectl("get", "spsprofiles", "-A", "-o", "json", check=False)
-        for item in (json.loads(listed) if listed.strip() else {}).get("items", []):
-            meta = item["metadata"]
-            env.cluster.kubectl("patch", "spsprofile", meta["name"], "-n", meta["namespace"],
-                                "--type=merge", "-p", patch, check=False)  # fmt: skip
-        return crd_gone(env)
-
-    wait_for("the CRD gone", gone_after_forcing, timeout=120, interval=2)
 
 
 def server_restarts_with(env: Env, table: dict[str, Any]) -> None:

@@ -213,9 +213,9 @@ def test_a_queued_run_looks_again_as_often_as_the_operator_is_told(
 @pytest.mark.parametrize("text", ["0", "-3", "nan", "inf", "soon"])
 def test_the_recheck_flag_refuses_what_is_not_a_positive_time(text: str) -> None:
     with pytest.raises(SystemExit):
-        parse_args([f"--kueue-recheck-seconds={text}"])
+        parse_args([f"--kueue-recheck-seconds={text}"], testing=True)
     assert parse_args([]).kueue_recheck_seconds == KUEUE_RECHECK_SECONDS
-    assert parse_args(["--kueue-recheck-seconds=2.5"]).kueue_recheck_seconds == 2.5
+    assert parse_args(["--kueue-recheck-seconds=2.5"], testing=True).kueue_recheck_seconds == 2.5
 
 
 def test_a_workload_that_cannot_be_read_is_said_and_the_run_waits_on() -> None:

@@ -457,14 +457,20 @@ def test_a_doubling_env_chain_is_bounded_and_refused() -> None:
 
 
 def test_the_test_only_hooks_are_not_reachable_from_production_arguments() -> None:
-    """The clock offset and the write pauses are flags of the test entry point only: the
-    production command refuses them (a tenant can reach neither the operator's arguments
-    nor its namespace; nothing a profile says switches them on)."""
+    """The clock offset, the write pauses and the Kueue recheck interval are flags of the
+    test entry point only: the production command refuses them (a tenant can reach neither
+    the operator's arguments nor its namespace; nothing a profile says switches them on)."""
     from sps_operator.controller.main import parse_args
+    from sps_operator.controller.policies.kueue import KUEUE_RECHECK_SECONDS
 
-    for flag in ("--clock-offset-file=/tmp/x", "--pause-before-write=apply-deployment"):
+    for flag in (
+        "--clock-offset-file=/tmp/x",
+        "--pause-before-write=apply-deployment",
+        "--kueue-recheck-seconds=3",
+    ):
         with pytest.raises(SystemExit):
             parse_args([flag])
         assert parse_args([flag], testing=True) is not None
     production = parse_args([])
     assert production.clock_offset_file is None and production.pause_before_write is None
+    assert production.kueue_recheck_seconds == KUEUE_RECHECK_SECONDS

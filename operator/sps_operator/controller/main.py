@@ -52,7 +52,11 @@ def parse_args(argv: list[str] | None, *, testing: bool = False) -> argparse.Nam
     if testing:
         _add_testing_hooks(parser)
     else:
-        parser.set_defaults(pause_before_write=None, clock_offset_file=None)
+        parser.set_defaults(
+            pause_before_write=None,
+            clock_offset_file=None,
+            kueue_recheck_seconds=KUEUE_RECHECK_SECONDS,
+        )
     args = parser.parse_args(argv)
     if args.pause_before_write:
         from sps_operator.controller.process.faults import parse_point
@@ -222,13 +226,6 @@ def _add_log_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--debug", action="store_true")
     parser.add_argument("--log-format", choices=["plain", "full", "json"], default="full")
-    parser.add_argument(
-        "--kueue-recheck-seconds",
-        type=positive_seconds,
-        default=KUEUE_RECHECK_SECONDS,
-        help="testing: how often a run queued in Kueue looks at Kueue's words again (a "
-        "Workload is read at most half as often)",
-    )
 
 
 def _add_testing_hooks(parser: argparse.ArgumentParser) -> None:
@@ -246,6 +243,15 @@ def _add_testing_hooks(parser: argparse.ArgumentParser) -> None:
         help="testing only (crash-point tests): when the first write of KIND (after one of "
         "AFTER) is about to be sent, log a marker line and block every write from then on "
         "(controller/process/faults.py)",
+    )
+    # A production operator has no reason to ask Kueue more often than every 30 s; the bed's
+    # Kueue scenarios would each wait out one such recheck per step.
+    parser.add_argument(
+        "--kueue-recheck-seconds",
+        type=positive_seconds,
+        default=KUEUE_RECHECK_SECONDS,
+        help="testing: how often a run queued in Kueue looks at Kueue's words again (a "
+        "Workload is read at most half as often)",
     )
 
 

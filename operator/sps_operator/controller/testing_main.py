@@ -1,4 +1,5 @@
-"""The operator with its test-only hooks (`--pause-before-write`, `--clock-offset-file`):
+"""The operator with its test-only hooks (`--pause-before-write`, `--clock-offset-file`,
+`--kueue-recheck-seconds`):
 
     python -m sps_operator.controller.testing_main run [FLAGS...]
 

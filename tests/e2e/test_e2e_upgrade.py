@@ -1,0 +1,422 @@
+"""`helm upgrade` from the last release, 0.1.0, while profiles run and tables are live, and
+`helm rollback` to it (issue 36 §1).
+
+0.1.0 is commit 18c8f3b: the tree before c9c618e, the first change CHANGELOG.md lists under
+"Upgrading from 0.1.0" (there is no tag). Its operator image is built from that tree as the
+bed built it then (`sps_testbed.artifacts.build_past_release`, cached by commit) and pushed
+into the bed's registry; its chart is installed from that tree, with its CRD from the
+chart's `crds/` directory, as a 0.1.0 user has it.
+
+One test, on the bed's one-at-a-time phase (it deletes the CRD and runs 0.1.0's operator):
+two servers with live tables, `steady` (no run at the upgrade) and `rerun` (a second run in
+progress at the upgrade); `helm upgrade --take-ownership` to the current chart with the
+values the bed's releases use. After it: the steady server's pods are the same pods (UIDs,
+restart counts), the run ends with a table, the CRD is the chart's (a field new since 0.1.0
+is kept). Then `helm rollback` to 0.1.0: the CRD stays, the tables keep their Deployment
+holder, and a server pod deleted comes back Ready with its table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from e2e_env import (
+    CRD,
+    GROUP,
+    PLURAL,
+    VERSION,
+    Env,
+    crd_gone,
+    force_crd_gone,
+    install_crd,
+    ready_true,
+    server_deployment,
+)
+from kubernetes.client.rest import ApiException
+
+from sps_sim.costmodel import GPU_H100, GPU_H200
+from sps_testbed.artifacts import ArtifactError, PastRelease, build_past_release
+from sps_testbed.registry import RegistryError, published, push_image
+from waiting import wait_crd_established, wait_for
+
+pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
+
+RELEASE_0_1_0 = "18c8f3be64800e980440da49800f0b8a0a30c2de"
+# The field new since 0.1.0 the upgraded CRD must keep (0.1.0's CRD prunes it).
+NEW_FIELD = ("refresh", "minIntervalSeconds")
+
+
+@pytest.fixture(scope="module")
+def release_0_1_0(e2e_cluster: Any) -> PastRelease:
+    """0.1.0's tree and operator image, the image pushed into the bed's registry. Fails
+    (never skips) when it cannot: an upgrade test that does not run proves nothing."""
+    try:
+        release = build_past_release(RELEASE_0_1_0)
+    except ArtifactError as err:
+        pytest.fail(
+            f"cannot build 0.1.0's operator image ({RELEASE_0_1_0[:12]}): {err}", pytrace=False
+        )
+    reg = e2e_cluster.bed.registry_env()
+    try:
+        push_image(
+            f"oci-archive:{release.operator.archive}",
+            reg["SPS_TESTBED_REGISTRY"],
+            published(release.operator.ref),
+            Path(reg["SPS_TESTBED_CA"]).parent,
+            shutil.which("skopeo") or "skopeo",
+        )
+    except RegistryError as err:
+        pytest.fail(f"cannot push 0.1.0's operator image into the bed: {err}", pytrace=False)
+    return release
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def old_values(env: Env, release: PastRelease) -> list[str]:
+    """0.1.0's chart values as the bed's releases set them, in the keys 0.1.0 has (its
+    schema refuses the others): its `sps-operator run` has no test entry point."""
+    _, _, tag = release.operator.ref.rpartition(":")
+    return [
+        f"image.tag={tag}",
+        "replicaCount=1",
+        "watch.mode=namespaces",
+        f"watch.namespaces={{{env.namespace}}}",
+        "operator.logLevel=verbose",
+        "operator.logFormat=plain",
+        "operator.extraArgs={--resync-seconds=60,--gpu-debounce-seconds=2}",
+    ]
+
+
+def sets(values: list[str]) -> list[str]:
+    return [arg for value in values for arg in ("--set", value)]
+
+
+def operator_image_up(env: Env, image: str) -> bool:
+    """One Ready operator pod, running `image`, and no other pod of the release."""
+    pods = env.operator.all_pods()
+    return (
+        len(pods) == 1
+        and pods[0]["spec"]["containers"][0]["image"] == image
+        and ready_true(pods[0])
+    )
+
+
+def profile_for(name: str) -> dict[str, Any]:
+    sweep = {"batchSizes": [1, 2, 4, 8], "ciRelWidth": 0.05, "repeats": 1, "vocabSize": 32000}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SpsProfile",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"matchLabels": {"deploy": name}},
+            "serverContainer": "sglang",
+            "table": {"kind": "Diagonal", "sweep": sweep},
+            "job": {"activeDeadlineSeconds": 600},
+        },
+    }
+
+
+def status(env: Env, name: str) -> dict[str, Any]:
+    return dict(env.profile(name).get("status") or {})
+
+
+def live_table(env: Env, name: str) -> dict[str, Any] | None:
+    """The profile's table its Deployment runs on every replica, once rolled out."""
+    dep = env.deployment(name)
+    template = dep["spec"]["template"].get("metadata") or {}
+    running = (template.get("annotations") or {}).get("sps.dev/table-hash")
+    st = dep.get("status") or {}
+    rolled = (
+        st.get("observedGeneration", 0) >= dep["metadata"]["generation"]
+        and st.get("updatedReplicas") == st.get("availableReplicas") == st.get("replicas") == 1
+    )
+    tables = status(env, name).get("tables") or []
+    table = next((t for t in tables if running and t["hash"] == running), None)
+    return dict(table) if rolled and table else None
+
+
+def server_pods(env: Env, name: str) -> dict[str, int]:
+    """UID -> restart count of each server pod of Deployment `name`."""
+    return {
+        p["metadata"]["uid"]: sum(
+            s.get("restartCount", 0) for s in (p.get("status") or {}).get("containerStatuses") or []
+        )
+        for p in env.pods(f"deploy={name}")
+        if not p["metadata"].get("deletionTimestamp")
+    }
+
+
+def holders(env: Env, config_map: str) -> set[str]:
+    refs = env.config_map(config_map)["metadata"].get("ownerReferences") or []
+    return {f"{r['kind']}/{r['name']}" for r in refs}
+
+
+def fill_gpus(env: Env, product: str) -> list[str]:
+    """Pods (pause) holding every free GPU of `product`'s nodes; their names."""
+    nodes = json.loads(
+        env.cluster.kubectl("get", "nodes", "-l", f"nvidia.com/gpu.product={product}", "-o", "json")
+    )["items"]
+    pods = json.loads(env.cluster.kubectl("get", "pods", "-A", "-o", "json"))["items"]
+    names = []
+    for node in nodes:
+        node_name = node["metadata"]["name"]
+        used = sum(
+            int(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))
+            for p in pods
+            if p["spec"].get("nodeName") == node_name
+            and not p["metadata"].get("deletionTimestamp")  # its GPUs are being freed
+            and p["status"].get("phase") not in ("Succeeded", "Failed")
+            for c in p["spec"]["containers"]
+        )
+        free = int(node["status"]["allocatable"].get("nvidia.com/gpu", 0)) - used
+        if free <= 0:
+            continue
+        name = f"gpu-filler-{node_name}"
+        env.core.create_namespaced_pod(env.namespace, {
+            "metadata": {"name": name},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": node_name},
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{
+                    "name": "pause", "image": env.cluster.bed.image("pause"),
+                    "resources": {"limits": {"nvidia.com/gpu": str(free)}},
+                }],
+            },
+        })  # fmt: skip
+        names.append(name)
+
+    def running() -> bool:
+        phases = {p["metadata"]["name"]: p["status"].get("phase") for p in env.pods("")}
+        return all(phases.get(n) == "Running" for n in names)
+
+    wait_for(f"fillers {names} running", running, timeout=120)
+    return names
+
+
+def patch_spec(env: Env, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    obj = env.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, env.namespace, PLURAL, name, {"spec": spec}
+    )
+    return cast(dict[str, Any], obj)
+
+
+def mounted_config_maps(pod_spec: dict[str, Any]) -> set[str]:
+    return {v["configMap"]["name"] for v in pod_spec.get("volumes") or [] if v.get("configMap")}
+
+
+def rolled_out(env: Env, name: str) -> bool:
+    """No run in progress, and every replica of the Deployment runs its current template."""
+    dep = env.deployment(name)
+    st = dep.get("status") or {}
+    return not status(env, name).get("currentRun") and (
+        st.get("observedGeneration", 0) >= dep["metadata"]["generation"]
+        and st.get("updatedReplicas") == st.get("availableReplicas") == st.get("replicas") == 1
+    )
+
+
+def restart_serves_table(env: Env, name: str) -> None:
+    """A server pod deleted comes back Ready, mounting the table ConfigMaps the
+    Deployment names (each of them there)."""
+    tables = mounted_config_maps(env.deployment(name)["spec"]["template"]["spec"])
+    assert tables, env.deployment(name)["spec"]["template"]["spec"]
+    for cm in tables:
+        env.config_map(cm)  # 404 raises
+    old = set(server_pods(env, name))
+    pod = env.pods(f"deploy={name}")[0]["metadata"]["name"]
+    env.core.delete_namespaced_pod(pod, env.namespace, grace_period_seconds=0)
+
+    def back() -> dict[str, Any] | None:
+        for p in env.pods(f"deploy={name}"):
+            if p["metadata"]["uid"] not in old and ready_true(p):
+                return p
+        return None
+
+    new = wait_for(f"a new Ready {name} pod", back, timeout=180)
+    assert tables <= mounted_config_maps(new["spec"]), (tables, new["spec"]["volumes"])
+
+
+def cleanup(env: Env) -> None:
+    """Profiles deleted by the operator if one runs, else their finalizers forced; the
+    current CRD back for the next module."""
+    for name in ("steady", "rerun"):
+        with contextlib.suppress(ApiException):
+            env.custom.delete_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, name)
+    deadline = time.monotonic() + 60
+    patch = json.dumps({"metadata": {"finalizers": None}})
+    while time.monotonic() < deadline:
+        left = env.cluster.kubectl(
+            "get", "spsprofiles", "-n", env.namespace, "-o", "name", check=False
+        ).split()
+        if not left:
+            break
+        if time.monotonic() > deadline - 30:
+            for obj in left:
+                env.cluster.kubectl(
+                    "patch", obj, "-n", env.namespace, "--type=merge", "-p", patch, check=False
+                )
+        time.sleep(2)
+    install_crd(env.cluster)
+
+
+# ----------------------------------------------------------------------------- the test
+
+
+def test_e2e_helm_upgrade_from_0_1_0_and_rollback(env: Env, release_0_1_0: PastRelease) -> None:
+    op = env.operator
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+    try:
+        # 0.1.0 as its users have it: its CRD from the chart's crds/ (Helm installs it
+        # only when there is none), its operator.
+        if not crd_gone(env):
+            env.cluster.kubectl("delete", "crd", CRD, "--wait=false")
+            force_crd_gone(env)
+        env.cluster.helm(
+            "install",
+            op.name,
+            str(release_0_1_0.chart),
+            "--namespace",
+            op.namespace,
+            *sets(old_values(env, release_0_1_0)),
+        )
+        op.installed = True
+        wait_crd_established(env.cluster.kubectl)
+        wait_for(
+            "0.1.0's operator Ready",
+            lambda: operator_image_up(env, release_0_1_0.operator.ref),
+            timeout=600,
+        )
+        timings["0.1.0 installed"] = time.monotonic() - started
+
+        for name, gpu in (("steady", GPU_H100), ("rerun", GPU_H200)):
+            dep = server_deployment(gpu, name=name)
+            env.apps.create_namespaced_deployment(env.namespace, dep)
+            env.custom.create_namespaced_custom_object(
+                GROUP, VERSION, env.namespace, PLURAL, profile_for(name)
+            )
+        first = {
+            name: wait_for(
+                f"{name}'s table live under 0.1.0",
+                lambda name=name: live_table(env, name),
+                timeout=420,
+            )
+            for name in ("steady", "rerun")
+        }
+        timings["0.1.0 tables live"] = time.monotonic() - started
+        # 0.1.0's CRD does not know the new field: the API server drops it.
+        kept = patch_spec(env, "steady", {NEW_FIELD[0]: {NEW_FIELD[1]: 0}})["spec"]
+        assert NEW_FIELD[1] not in (kept.get(NEW_FIELD[0]) or {}), kept
+
+        # A second run of `rerun`, in progress at the upgrade: its Job waits for GPUs that
+        # fillers hold (a run of the stand-in takes 15 s: 0.1.0 finished it while the
+        # current operator's pod started, so the upgrade found no run to take over).
+        fillers = fill_gpus(env, GPU_H200)
+        patch_spec(env, "rerun", {"refresh": {"token": "before-the-upgrade"}})
+
+        def second_run() -> dict[str, Any] | None:
+            run = status(env, "rerun").get("currentRun") or {}
+            waiting = (run.get("waiting") or {}).get("reason")
+            return dict(run) if run.get("job") and waiting == "WaitingForGPUs" else None
+
+        run = wait_for("rerun's second run waiting for GPUs", second_run, timeout=180)
+        before = {name: server_pods(env, name) for name in ("steady", "rerun")}
+        timings["second run running"] = time.monotonic() - started
+
+        # The upgrade, with the values the bed's releases use; the CRD taken over.
+        values = [v for v in op.values() if not v.startswith("crds.enabled=")]
+        env.cluster.helm(
+            "upgrade",
+            op.name,
+            *env.cluster.bed.chart_args(),
+            "--namespace",
+            op.namespace,
+            "--take-ownership",
+            "--set",
+            "crds.enabled=true",
+            *sets(values),
+        )
+        current = env.cluster.bed.image("operator")
+        wait_for("the current operator Ready", lambda: operator_image_up(env, current), timeout=600)
+        timings["upgraded"] = time.monotonic() - started
+
+        # The CRD is the chart's now: the new field is kept.
+        crd = json.loads(env.cluster.kubectl("get", "crd", CRD, "-o", "json"))
+        assert crd["metadata"].get("annotations", {}).get("meta.helm.sh/release-name") == op.name
+        kept = patch_spec(env, "steady", {NEW_FIELD[0]: {NEW_FIELD[1]: 0}})["spec"]
+        assert kept[NEW_FIELD[0]][NEW_FIELD[1]] == 0, kept
+
+        # The run 0.1.0 started is the current operator's now; once GPUs are free it ends
+        # with a table, and the server runs it.
+        for filler in fillers:
+            env.core.delete_namespaced_pod(filler, env.namespace, grace_period_seconds=0)
+
+        def rerun_table() -> dict[str, Any] | None:
+            table = live_table(env, "rerun")
+            measured = ("run", "profiledAt")
+            fresh = table and [table.get(k) for k in measured] != [
+                first["rerun"].get(k) for k in measured
+            ]
+            return table if fresh else None
+
+        second = wait_for("rerun's table from the second run live", rerun_table, timeout=480)
+        final = status(env, "rerun")
+        print(f"run at the upgrade: {run}\ntable after it: {second}\nstatus: {final}")
+        assert not final.get("currentRun"), final
+        # The table answers the refresh (the run 0.1.0 started, adopted, or a retry: the
+        # printed status says which).
+        assert second.get("refreshCount", 0) >= 1, second
+        print(f"the run at the upgrade measured the table: {second.get('run') == run['name']}")
+        timings["second table live"] = time.monotonic() - started
+
+        # The steady server: same pods, no restart; its table still the one it runs.
+        assert (live_table(env, "steady") or {}).get("hash") == first["steady"]["hash"]
+        assert server_pods(env, "steady") == before["steady"], (before, server_pods(env, "steady"))
+        ready = next(c for c in status(env, "steady")["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "True", ready
+        # The current operator makes each Deployment a holder of the table it mounts.
+        for name, table in (("steady", first["steady"]), ("rerun", second)):
+            wait_for(
+                f"{name} holds its table",
+                lambda name=name, table=table: (
+                    f"Deployment/{name}" in holders(env, table["configMap"])
+                ),
+                timeout=120,
+            )
+
+        # Rollback to 0.1.0: the CRD is kept (resource-policy keep), so are the profiles;
+        # 0.1.0 leaves the holders the current operator added.
+        env.cluster.helm("rollback", op.name, "1", "--namespace", op.namespace)
+        wait_for(
+            "0.1.0's operator Ready again",
+            lambda: operator_image_up(env, release_0_1_0.operator.ref),
+            timeout=600,
+        )
+        timings["rolled back"] = time.monotonic() - started
+        time.sleep(20)  # a few passes of 0.1.0 over what the current operator wrote
+        assert not crd_gone(env), "helm rollback deleted the CRD"
+        assert "Deployment/steady" in holders(env, first["steady"]["configMap"])
+        # 0.1.0 refuses the spec that uses a field it does not know, says which, and
+        # leaves the profile's objects and its server alone.
+        ready = next(c for c in status(env, "steady")["conditions"] if c["type"] == "Ready")
+        assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec"), ready
+        assert NEW_FIELD[1] in ready["message"], ready
+        assert server_pods(env, "steady") == before["steady"]
+        # rerun: the tables the current operator re-keyed (version-2 fingerprints,
+        # docs/fingerprint.md) are not 0.1.0's, so it profiles the server again
+        # (ServerChanged) and rolls it; then, as for steady, a server pod deleted comes back
+        # Ready with the table its Deployment mounts.
+        wait_for("rerun rolled out under 0.1.0", lambda: rolled_out(env, "rerun"), timeout=420)
+        print(f"rerun under 0.1.0 after the rollback: {status(env, 'rerun').get('tables')}")
+        for name in ("steady", "rerun"):
+            restart_serves_table(env, name)
+        timings["a pod of each server restarted under 0.1.0"] = time.monotonic() - started
+    finally:
+        print(f"upgrade: cumulative seconds {timings}")
+        cleanup(env)
