@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the test bed's container images from the repo's own files, with no registry:
-#   base       mmdebstrap (Debian bookworm minbase + python3, pip) imported into buildah
+#   base       mmdebstrap (Debian bookworm minbase + python3, pip; base.sh) imported into buildah
 #   operator   the project's Dockerfile, FROM that base (ghcr.io/sps-dev/sps-operator:<appVersion>)
 #   sglang     testbed/images/sglang/Containerfile FROM the operator image, with the
 #              simulator from sim/ (lmsysorg/sglang:<tag>)
@@ -54,14 +54,14 @@ coredns_ref="registry.k8s.io/coredns/coredns:v${coredns_version:-unknown}"
 kueue_ref="registry.k8s.io/kueue/kueue:$(cat "$kueuedir/version")"
 
 # ---- base ------------------------------------------------------------------------
-base_pkgs="python3,python3-pip,python3-venv,python-is-python3,ca-certificates,passwd"
-base_key=$(hash_str "bookworm minbase $base_pkgs")
+. "$here/base.sh"
+base_key=$(hash_str "$base_recipe")
 base_ref="localhost/sps-testbed/base:$base_key"
 if ! have "$base_ref"; then
   tar="$cache/base-$base_key.tar"
   if [ ! -s "$tar" ]; then
     echo "mmdebstrap: Debian bookworm base ($base_key)" >&2
-    "${nice[@]}" mmdebstrap --quiet --variant=minbase --format=tar --include="$base_pkgs" bookworm "$tar.tmp" >&2
+    "${nice[@]}" mmdebstrap --quiet "${base_opts[@]}" --format=tar --include="$base_pkgs" bookworm "$tar.tmp" >&2
     mv "$tar.tmp" "$tar"
   fi
   c=$(buildah from scratch)
