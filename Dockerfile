@@ -37,8 +37,7 @@ RUN pip wheel --no-deps --no-build-isolation --wheel-dir /dist .
 # operator, then the labels (the revision changes with every commit).
 FROM ${PYTHON_IMAGE} AS runtime
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
-    MPLCONFIGDIR=/tmp/matplotlib
+    PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 # Exactly the wheels of the lock, checked there; `pip check` below finds one missing.
 # Installed in the deps stage under /staging (the paths they get in this base) and
 # copied once: copying the wheels here would leave them (~60 MB) in a layer of their own
