@@ -28,7 +28,7 @@ hash_files() { (cd "$repo" && find "$@" -type f ! -path '*/__pycache__/*' ! -pat
 have() { buildah inspect --type image "$1" >/dev/null 2>&1; }
 host_arch=$(dpkg --print-architecture)
 
-base_pkgs="python3,python3-pip,python3-venv,python-is-python3,ca-certificates,passwd"
+. "$repo/testbed/images/base.sh"  # base_pkgs, base_opts, base_recipe
 list="localhost/sps-release/sps-operator-index:$version"
 buildah manifest rm "$list" >/dev/null 2>&1 || true
 buildah manifest create "$list" >/dev/null
@@ -38,15 +38,15 @@ for arch in "${arches[@]}"; do
     exit 3
   fi
   # The host's key is the test bed's (testbed/images/build.sh), so they share the base.
-  if [ "$arch" = "$host_arch" ]; then key=$(hash_str "bookworm minbase $base_pkgs")
-  else key=$(hash_str "bookworm minbase $base_pkgs $arch"); fi
+  if [ "$arch" = "$host_arch" ]; then key=$(hash_str "$base_recipe")
+  else key=$(hash_str "$base_recipe $arch"); fi
   base_ref="localhost/sps-testbed/base:$key"
   [ "$arch" = "$host_arch" ] || base_ref="localhost/sps-release/base-$arch:$key"
   if ! have "$base_ref"; then
     tar="$cache/base-$key.tar"
     if [ ! -s "$tar" ]; then
       echo "mmdebstrap: Debian bookworm base, $arch ($key)" >&2
-      "${nice[@]}" mmdebstrap --quiet --variant=minbase --architectures="$arch" --format=tar \
+      "${nice[@]}" mmdebstrap --quiet "${base_opts[@]}" --architectures="$arch" --format=tar \
         --include="$base_pkgs" bookworm "$tar.tmp" >&2
       mv "$tar.tmp" "$tar"
     fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the test bed's container images from the repo's own files, with no registry:
-#   base       mmdebstrap (Debian bookworm minbase + python3, pip) imported into buildah
+#   base       mmdebstrap (Debian bookworm minbase + python3, pip; base.sh) imported into buildah
 #   operator   the project's Dockerfile, FROM that base (ghcr.io/sps-dev/sps-operator:<appVersion>)
 #   sglang     testbed/images/sglang/Containerfile FROM the operator image, with the
 #              simulator from sim/ (lmsysorg/sglang:<tag>)

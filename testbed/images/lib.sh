@@ -32,14 +32,15 @@ export_image() {  # ref archive
 }
 
 ensure_base() {
-  base_pkgs="python3,python3-pip,python3-venv,python-is-python3,ca-certificates,passwd"
-  base_key=$(hash_str "bookworm minbase $base_pkgs")
+  # shellcheck source=testbed/images/base.sh
+  . "$(dirname "${BASH_SOURCE[0]}")/base.sh"
+  base_key=$(hash_str "$base_recipe")
   base_ref="localhost/sps-testbed/base:$base_key"
   if ! have "$base_ref"; then
     tar="$cache/base-$base_key.tar"
     if [ ! -s "$tar" ]; then
       echo "mmdebstrap: Debian bookworm base ($base_key)" >&2
-      "${nice[@]}" mmdebstrap --quiet --variant=minbase --format=tar --include="$base_pkgs" bookworm "$tar.tmp" >&2
+      "${nice[@]}" mmdebstrap --quiet "${base_opts[@]}" --format=tar --include="$base_pkgs" bookworm "$tar.tmp" >&2
       mv "$tar.tmp" "$tar"
     fi
     c=$(buildah from scratch)

@@ -148,6 +148,25 @@ def test_runtime_installs_only_wheels_built_in_the_earlier_stages(
     assert not any("operator/" in r for r in copies)
 
 
+def test_runtime_copies_installed_files_never_the_wheels_themselves(
+    instructions: list[tuple[str, str]],
+) -> None:
+    """A wheel copied into the runtime stays in its layer under what pip installs from it,
+    pulled and unpacked by every node (59 MB): the dependencies arrive installed."""
+    *_, runtime = stages(instructions)
+    copied = [r.split()[1] for w, r in runtime if w == "COPY" and r.startswith("--from=deps")]
+    assert copied == ["/staging"], copied
+
+
+def test_the_image_carries_no_plot_extra() -> None:
+    """Profiling Jobs never plot (`sps-profiler run`); matplotlib, fontTools and Pillow are
+    ~95 MB of the image. numpy stays: the fit needs it."""
+    lock = (ROOT / "requirements" / "image.txt").read_text()
+    pins = {ln.split("==")[0] for ln in lock.splitlines() if "==" in ln and ln[0].isalpha()}
+    assert "numpy" in pins
+    assert not pins & {"matplotlib", "fonttools", "pillow", "contourpy", "kiwisolver"}, pins
+
+
 def test_user_is_non_root_and_numeric(instructions: list[tuple[str, str]]) -> None:
     runtime = stages(instructions)[-1]
     users = [r for w, r in runtime if w == "USER"]
