@@ -252,13 +252,12 @@ class FakeKube(KubeApi):
 
     # ---- writes
 
-    def create(self, obj: Mapping[str, Any]) -> bool:
+    def create(self, obj: Mapping[str, Any]) -> str | None:
         self._call(f"create_{obj['kind']}")
         meta = obj["metadata"]
         if (obj["kind"], meta["namespace"], meta["name"]) in self.objects:
-            return False
-        self.put(copy.deepcopy(dict(obj)))
-        return True
+            return None
+        return str(self.put(copy.deepcopy(dict(obj)))["metadata"]["uid"])
 
     def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
         self._call(f"delete_{kind}")

@@ -46,6 +46,7 @@ def _job_precreated_with(change: str) -> Harness:
         job["spec"]["parallelism"] = 64
     h.kube.objects[("SpsProfile", NS, "p")]["status"]["currentRun"] = None
     h.kube.objects[("Job", NS, run["job"])] = job
+    assert h.reconciler is not None
     h.reconciler = type(h.reconciler)(h.kube, h.settings, clock=lambda: h.now)  # restart
     h.tick()
     h.run_pass()
@@ -79,21 +80,17 @@ def test_the_precreated_job_helper_changes_nothing_it_is_not_asked_to() -> None:
     assert "lastFailure" not in status, status
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole: the run's Job UID is recorded at its first sight, not from the create: a "
-    "Job replaced before the next pass (own template, PriorityClass) is followed",
-)
 def test_a_job_replaced_before_the_pass_that_first_sees_it_is_not_followed() -> None:
-    """The mid-run replacement is refused once the run recorded its Job's UID; the create
-    pass does not record it (the fake's create, like the real client's, returns only
-    True), so a Job deleted and created again under the run's name before the next pass
-    becomes the run's Job: its pod template, and its PriorityClass its place in a shared
-    GPU pool's line (`pool_bid` reads the class of the Job the status records)."""
+    """Hole found and fixed: the mid-run replacement was refused only once the run had
+    recorded its Job's UID, at the pass after the create (the create's answer was
+    dropped), so a Job deleted and created again under the run's name before that pass
+    became the run's Job: its pod template followed, its PriorityClass its place in a
+    shared GPU pool's line (`pool_bid` reads the class of the Job the status records).
+    Now the UID comes from the create itself."""
     h = Harness.one_target()
     h.tick()
     run = h.run_pass()["currentRun"]
-    assert run["jobUid"] is None  # the window
+    assert run["jobUid"], run  # recorded at the create: no window
     job = copy.deepcopy(h.kube.obj("Job", run["job"]))
     job["metadata"]["uid"] = "uid-recreated"
     job["spec"]["template"]["spec"]["priorityClassName"] = "team-high"
@@ -101,6 +98,8 @@ def test_a_job_replaced_before_the_pass_that_first_sees_it_is_not_followed() -> 
     h.tick()
     status = h.run_pass()
     assert (status.get("currentRun") or {}).get("jobUid") != "uid-recreated", status
+    failure = status["lastFailure"]
+    assert failure["reason"] == "JobMissing" and "uid-recreated" in failure["message"], failure
 
 
 def test_a_team_b_job_named_and_owned_like_team_as_run_is_not_team_as() -> None:

@@ -102,7 +102,7 @@ def claim_pool(p: Pass, claim: PoolClaim) -> str | None:
     namespace = p.settings.pool_namespace
     p.pool_reads.pop(claim.product, None)
     for _ in range(2):
-        if p.kube.create(pool_lease(claim, namespace)):
+        if p.kube.create(pool_lease(claim, namespace)) is not None:
             return None
         lease = p.kube.get("Lease", namespace, pool_lease_name(claim.product))
         if lease is None:

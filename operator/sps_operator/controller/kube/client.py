@@ -45,7 +45,7 @@ class KubeApi(Protocol):
     def pending_workloads(self, namespace: str, queue: str, limit: int) -> Obj | None: ...
 
     # Writes.
-    def create(self, obj: Mapping[str, Any]) -> bool: ...
+    def create(self, obj: Mapping[str, Any]) -> str | None: ...
     def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None: ...
     def apply(self, body: Obj) -> None: ...
     def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj: ...
@@ -200,9 +200,9 @@ class Kube:
 
     # ---- writes
 
-    def create(self, obj: Mapping[str, Any]) -> bool:
-        """Create; False when it already exists (deterministic names make that an
-        adoption, which the caller checks with `owned_by`)."""
+    def create(self, obj: Mapping[str, Any]) -> str | None:
+        """Create; the new object's UID, None when one exists under the name
+        (deterministic names make that an adoption, which the caller checks)."""
         ns = obj["metadata"]["namespace"]
         kind = obj["kind"]
         body: Any = dict(obj)  # the client accepts plain dicts (camelCase) as bodies
@@ -215,12 +215,12 @@ class Kube:
             "Lease": lambda: client.CoordinationV1Api(self.api).create_namespaced_lease(ns, body),
         }
         try:
-            calls[kind]()
+            created = calls[kind]()
         except ApiException as exc:
             if exc.status == 409:
-                return False
+                return None
             raise
-        return True
+        return str(getattr(getattr(created, "metadata", None), "uid", None) or "")
 
     def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
         """Delete; with `uid`, only that very object (a precondition: one created since

@@ -35,15 +35,16 @@ class NameTaken(RuntimeError):
     """An object with a name the run derives exists and belongs to someone else."""
 
 
-def create_owned(p: ProfilingPass, obj: Obj) -> None:
+def create_owned(p: ProfilingPass, obj: Obj) -> str | None:
     """Create `obj`, or adopt the existing one if it is this profile's own, as the operator
     would have created it (`ownership.adoption_refusal`); else NameTaken, saying what to
-    delete."""
+    delete. Returns the UID of the object created or adopted (None: unknown)."""
     meta = obj["metadata"]
-    if p.kube.create(obj):
+    uid = p.kube.create(obj)
+    if uid is not None:
         if obj["kind"] == "ConfigMap":
             p.created[meta["name"]] = obj
-        return
+        return uid or None
     existing = p.kube.get(obj["kind"], meta["namespace"], meta["name"])
     if existing is None:  # deleted in between: the next pass creates it
         raise NameTaken(f"{obj['kind']} {meta['name']} was deleted while being created")
@@ -56,6 +57,7 @@ def create_owned(p: ProfilingPass, obj: Obj) -> None:
             f"{meta['namespace']}) and find who created it"
         )
     log.info("adopting %s %s/%s", obj["kind"], meta["namespace"], meta["name"])
+    return str((existing.get("metadata") or {}).get("uid") or "") or None
 
 
 def record_failure(

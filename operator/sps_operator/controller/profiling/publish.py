@@ -72,7 +72,7 @@ def _replace_if_modified(p: ProfilingPass, cm: Mapping[str, Any], digest: str) -
         TABLE_MODIFIED,
         f"table ConfigMap {name} held other bytes than the table of hash {digest}; replaced",
     )
-    if not p.kube.create(dict(cm)):
+    if p.kube.create(dict(cm)) is None:
         raise NameTaken(f"ConfigMap {name} was recreated by someone else while being replaced")
     p.created[name] = dict(cm)
 

@@ -204,13 +204,18 @@ def _plan(
     )
 
 
-def _create_phase(p: ProfilingPass, plan: builders.RunPlan, job: Obj, with_rbac: bool) -> None:
+def _create_phase(
+    p: ProfilingPass, plan: builders.RunPlan, job: Obj, with_rbac: bool
+) -> str | None:
+    """Create what a phase needs; the UID of its Job, recorded at once: a Job replaced
+    under its name before the next pass is then not the run's (`_replaced_job`)."""
     # Order matters for restarts: everything the Job needs exists before the Job.
     if with_rbac and not plan.spec.job.service_account_name:
         for obj in builders.profiler_rbac(plan):
             create_owned(p, obj)
     create_owned(p, builders.result_config_map(plan))
-    create_owned(p, job)
+    uid = create_owned(p, job)
+    return uid[:64] if uid else None
 
 
 def maybe_start_run(p: ProfilingPass) -> None:
@@ -288,7 +293,7 @@ def _start(p: ProfilingPass, run: RunStatus, plan: builders.RunPlan, job: Obj) -
         st.last_failure = None  # fixed: the run starts
     cleanup_runs(p, keep=run.name)
     try:
-        _create_phase(p, plan, job, with_rbac=True)
+        run.job_uid = _create_phase(p, plan, job, with_rbac=True)
     except NameTaken as exc:
         record_failure(p, run, NAME_TAKEN, str(exc), retryable=False)
         return
@@ -580,7 +585,7 @@ def start_phase2(p: ProfilingPass, rounds: Sequence[Obj]) -> None:
         return
     try:
         create_owned(p, seed)
-        _create_phase(p, plan, job, with_rbac=False)
+        job_uid = _create_phase(p, plan, job, with_rbac=False)
     except NameTaken as exc:
         fail_run(p, NAME_TAKEN, str(exc), retryable=False)
         return
@@ -589,7 +594,7 @@ def start_phase2(p: ProfilingPass, rounds: Sequence[Obj]) -> None:
         return
     run.phase = RunPhase.OFF_DIAGONAL
     run.job = plan.job_name
-    run.job_uid = None  # recorded when the new Job is first seen
+    run.job_uid = job_uid
     run.diagonal_table = seed_name
     run.progress = None
     p.capacity.close_segment(p, run)  # the new Job has its own clock
