@@ -80,3 +80,19 @@ def test_the_memory_is_bounded_and_forgets_quiet_objects_first() -> None:
     rewrites.wrote(("new",), "hold", T0)  # full: the quiet ones go, the contested one stays
     assert rewrites.wait(KEY, "hold", T0) == (REWRITE_SECONDS, 1)
     assert len(rewrites._last) == 2
+
+
+def test_a_full_memory_of_contested_objects_forgets_the_least_recently_written() -> None:
+    """Past the bound with nothing quiet, a new key pushes out the key written longest ago
+    (in write order, kept without a scan: bench/rewrite_memory.py), and a key written again
+    moves to the back."""
+    from sps_operator.controller.policies import stable_writers
+
+    rewrites = Rewrites()
+    for i in range(stable_writers.MAX_CONTESTS):
+        rewrites.wrote(("holder", str(i)), "hold", T0)
+    rewrites.wrote(("holder", "0"), "hold", T0)  # written again: now the most recent
+    rewrites.wrote(("new",), "hold", T0)
+    assert rewrites.wait(("holder", "0"), "hold", T0)[1] == 2
+    assert rewrites.wait(("holder", "1"), "hold", T0) == (0.0, 0)  # forgotten
+    assert len(rewrites._last) == stable_writers.MAX_CONTESTS

@@ -7,6 +7,7 @@ what that costs)."""
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 
@@ -50,7 +51,10 @@ class Rewrites:
     names the object (e.g. ("holder", namespace, ConfigMap, Deployment UID))."""
 
     def __init__(self) -> None:
-        self._last: dict[tuple[str, ...], Rewrite] = {}
+        # In the order of the last write to each key (oldest first), so that a full memory
+        # forgets from the front in constant time: a scan of all 10,000 under the lock at
+        # every new key cost 6 ms a write, which a tenant's churn would make everyone pay.
+        self._last: OrderedDict[tuple[str, ...], Rewrite] = OrderedDict()
         self._lock = threading.Lock()
 
     def wait(self, key: tuple[str, ...], what: str, now: datetime) -> tuple[float, int]:
@@ -73,11 +77,14 @@ class Rewrites:
         """Record a write of `what` into `key` at `now`; returns how many in a row."""
         with self._lock:
             if len(self._last) >= MAX_CONTESTS and key not in self._last:
-                # Forget what is quiet, else the oldest: at worst written back once more.
-                for old in [k for k, r in self._last.items() if not again(r, r.what, now)]:
-                    del self._last[old]
-                if len(self._last) >= MAX_CONTESTS:
-                    del self._last[min(self._last, key=lambda k: self._last[k].at)]
+                # Forget what is quiet (the oldest, at the front), else the oldest: at worst
+                # a key forgotten is written back once more. Each key is dropped once.
+                while self._last:
+                    first = next(iter(self._last.values()))
+                    if len(self._last) < MAX_CONTESTS and again(first, first.what, now):
+                        break
+                    self._last.popitem(last=False)
             record = after_write(self._last.get(key), what, now)
             self._last[key] = record
+            self._last.move_to_end(key)
             return record.count
