@@ -221,6 +221,14 @@ def rolled_out(env: Env, name: str) -> bool:
     )
 
 
+def own_table_live(env: Env, name: str) -> bool:
+    """The Deployment mounts a table 0.1.0 measured itself: its fingerprint is 0.1.0's
+    (the current operator's carry their version, `v2-`: docs/fingerprint.md)."""
+    tables = status(env, name).get("tables") or []
+    own = {t["configMap"] for t in tables if not str(t.get("fingerprint", "")).startswith("v2-")}
+    return bool(own & mounted_config_maps(env.deployment(name)["spec"]["template"]["spec"]))
+
+
 def restart_serves_table(env: Env, name: str) -> None:
     """A server pod deleted comes back Ready, mounting the table ConfigMaps the
     Deployment names (each of them there)."""
@@ -412,7 +420,14 @@ def test_e2e_helm_upgrade_from_0_1_0_and_rollback(env: Env, release_0_1_0: PastR
         # docs/fingerprint.md) are not 0.1.0's, so it profiles the server again
         # (ServerChanged) and rolls it; then, as for steady, a server pod deleted comes back
         # Ready with the table its Deployment mounts.
-        wait_for("rerun rolled out under 0.1.0", lambda: rolled_out(env, "rerun"), timeout=420)
+        # Waited for as 0.1.0's own table live, not just "no run": between two passes of
+        # 0.1.0 the server can look rolled out before its ServerChanged run starts, and a pod
+        # restarted then would meet that run's rollout.
+        wait_for(
+            "rerun rolled out onto 0.1.0's own table",
+            lambda: own_table_live(env, "rerun") and rolled_out(env, "rerun"),
+            timeout=420,
+        )
         print(f"rerun under 0.1.0 after the rollback: {status(env, 'rerun').get('tables')}")
         for name in ("steady", "rerun"):
             restart_serves_table(env, name)
