@@ -49,9 +49,10 @@ STATUS_REASONS: dict[str, Reason] = {
         Kind.INFO,
         "RolledOut=False: a newer table waits for the minimum rollout interval",
         advice=(
-            "Nothing to do: the newer table is rolled by itself once the minimum interval between "
-            "rollouts has passed (spec.refresh.minIntervalSeconds, or the chart value "
-            "refresh.minIntervalSeconds, whichever is longer)."
+            "Nothing to do: the newer table (from a scheduled refresh) is rolled by itself once "
+            "the minimum interval between rollouts has passed (spec.refresh.minIntervalSeconds, "
+            "or the chart value refresh.minIntervalSeconds, whichever is longer). To roll it "
+            "sooner, ask for a table: `kubectl sps reprofile {name}` (rolls once measured)."
         ),
     ),
     R.PROFILING: Reason(

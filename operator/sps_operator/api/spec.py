@@ -550,10 +550,11 @@ class RefreshSpec(ApiModel):
         ge=0,
         le=L.MAX_REFRESH_INTERVAL_SECONDS,
         description="Minimum time between two scheduled runs, and between two rollouts of a "
-        "new table onto one Deployment that already runs a table measured for it (each "
-        "rollout restarts every server). It may only lengthen the operator's own minimum "
-        "(chart value refresh.minIntervalSeconds, default 1 h); a first table, a table for a "
-        "changed server and a rollback are never held back.",
+        "scheduled refresh's table onto one Deployment that already runs a table measured for "
+        "it (each rollout restarts every server). It may only lengthen the operator's own "
+        "minimum (chart value refresh.minIntervalSeconds, default 1 h); a first table, a table "
+        "for a changed server, a table a user asked for (a new token, `kubectl sps "
+        "reprofile`) and a rollback are never held back.",
     )
 
     @model_validator(mode="after")

@@ -89,6 +89,13 @@ class TableRef(StatusModel):
     quality: FitQuality | None = None
     profiled_at: str | None = optional_timestamp()
     run: str | None = Field(default=None, description="The run that measured it.")
+    trigger: str | None = Field(
+        default=None,
+        max_length=63,
+        description="Why it was measured (its run's trigger): a table a user asked for "
+        "(RefreshToken, ReprofileRequested) rolls as soon as it is ready; a scheduled refresh "
+        "(Schedule) waits for the minimum interval between rollouts.",
+    )
     refresh_count: int | None = Field(
         default=None,
         ge=0,

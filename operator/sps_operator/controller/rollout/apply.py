@@ -10,7 +10,8 @@ while a new one is profiled; it is never newly rolled. A table is reported live 
 the Deployment's template makes its server read it, the rollout completed and every ready
 pod carries its hash: never on a deadline alone. A rollout that does not complete says
 what blocks it, in the words of the scheduler, the kubelet or the Deployment controller.
-A refresh of a table that already runs waits for the minimum interval between rollouts.
+A scheduled refresh of a table that already runs waits for the minimum interval between
+rollouts; a refresh a user asked for does not.
 """
 
 from __future__ import annotations
@@ -56,7 +57,12 @@ from sps_operator.controller.policies.stable_writers import (
     PLACEHOLDER_HASH,
     PLACEHOLDER_JSON,
 )
-from sps_operator.controller.policies.triggers import refresh_trigger_key, run_spec_hash, table_for
+from sps_operator.controller.policies.triggers import (
+    USER_REQUESTED,
+    refresh_trigger_key,
+    run_spec_hash,
+    table_for,
+)
 from sps_operator.controller.rollout.holders import hold_tables
 from sps_operator.controller.rollout.state import RolloutPass
 from sps_operator.controller.sglang.fingerprint_v1 import is_v1
@@ -317,13 +323,15 @@ def _held_back(
 ) -> EligibleTable:
     """The table to roll now: `newest`, unless the Deployment already runs the table it
     replaces (measured for this same server) and got it less than the minimum interval
-    ago: every rollout restarts every server, so a refresh waits (and says so). A first
-    table, a table for a changed server and a rollback never wait."""
+    ago: every rollout restarts every server, so a scheduled refresh waits (and says so).
+    A first table, a table for a changed server, a table a user asked for (token,
+    `kubectl sps reprofile`) and a rollback never wait."""
     interval = timedelta(seconds=p.min_interval_seconds)
     rolled = clocks.trusted(previous.rolled_at if previous else None, p.now)
     old_name = newest.ref.previous
     if (
         interval <= timedelta(0)
+        or newest.ref.trigger in USER_REQUESTED
         or rolled is None
         or old_name is None
         or target.running_config_map != old_name
@@ -341,9 +349,10 @@ def _held_back(
     ts.next_table, ts.held_until = newest.ref.config_map, cond.rfc3339(until)
     ts.message = (
         f"table {newest.ref.config_map} waits until {ts.held_until}: at most one rollout "
-        f"onto a Deployment per {interval.total_seconds():.0f} s (each restarts every server; "
-        "refresh.minIntervalSeconds and the operator's minimum); the table it replaces, "
-        "measured for this same server, runs meanwhile"
+        f"onto a Deployment per {interval.total_seconds():.0f} s for a scheduled refresh (each "
+        "restarts every server; refresh.minIntervalSeconds and the operator's minimum); the "
+        "table it replaces, measured for this same server, runs meanwhile. `kubectl sps "
+        "reprofile` or a new refresh.token rolls its new table at once"
     )
     p.wake_within((until - p.now).total_seconds())
     return old
