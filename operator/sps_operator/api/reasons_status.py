@@ -78,6 +78,15 @@ STATUS_REASONS: dict[str, Reason] = {
         "a Deployment is rolling onto its new table",
         advice="Wait for the rollout: `kubectl rollout status deployment/<name>`.",
     ),
+    R.ROLLOUT_QUEUED: Reason(
+        Kind.PROGRESSING,
+        "a Deployment waits for its turn: rollout.maxConcurrent of the profile's targets roll",
+        advice=(
+            "Nothing to do: it rolls once one of the rolling targets is live (or its rollout "
+            "failed). To roll more at once raise spec.rollout.maxConcurrent (a count or a "
+            "percentage), up to the operator's ceiling (chart value rollout.maxConcurrent)."
+        ),
+    ),
     R.SUSPENDED: Reason(
         Kind.SUSPENDED,
         "spec.suspend is true",

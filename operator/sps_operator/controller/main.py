@@ -117,6 +117,13 @@ def _add_watch_args(parser: argparse.ArgumentParser) -> None:
         "rollouts of a new table onto a Deployment that already runs one measured for it (a "
         "profile's spec.refresh.minIntervalSeconds may only lengthen it)",
     )
+    parser.add_argument(
+        "--max-concurrent-rollouts",
+        type=int,
+        default=10,
+        help="the most targets of one profile mid-rollout at once, whatever its "
+        "spec.rollout.maxConcurrent asks (0: no ceiling)",
+    )
 
 
 def _add_job_default_args(parser: argparse.ArgumentParser) -> None:
@@ -354,6 +361,7 @@ def main(argv: list[str] | None = None, *, testing: bool = False) -> int:
             gpu_debounce_seconds=args.gpu_debounce_seconds,
             policy=job_policy(args),
             min_refresh_interval_seconds=args.min_refresh_interval_seconds,
+            max_concurrent_rollouts=max(args.max_concurrent_rollouts, 0),
             pool_namespace=args.lease_namespace,
             max_lent_seconds=args.max_lent_seconds,
             max_rollout_hold_seconds=args.max_rollout_hold_seconds,

@@ -11,7 +11,8 @@ the Deployment's template makes its server read it, the rollout completed and ev
 pod carries its hash: never on a deadline alone. A rollout that does not complete says
 what blocks it, in the words of the scheduler, the kubelet or the Deployment controller.
 A scheduled refresh of a table that already runs waits for the minimum interval between
-rollouts; a refresh a user asked for does not.
+rollouts; a refresh a user asked for does not. New tables go onto templates at the pace
+rollout.maxConcurrent sets (turns.py); a rollback is never held.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from sps_operator.api.reasons import (
     ROLLOUT_APPLIED,
     ROLLOUT_BLOCKED,
     ROLLOUT_FAILED,
+    ROLLOUT_QUEUED,
     STABLE_TABLE_CONTESTED,
     TABLE_MODIFIED,
     TABLE_NOT_ELIGIBLE,
@@ -63,6 +65,7 @@ from sps_operator.controller.policies.triggers import (
     run_spec_hash,
     table_for,
 )
+from sps_operator.controller.rollout import turns
 from sps_operator.controller.rollout.holders import hold_tables
 from sps_operator.controller.rollout.state import RolloutPass
 from sps_operator.controller.sglang.fingerprint_v1 import is_v1
@@ -204,6 +207,10 @@ def rollout(p: RolloutPass) -> None:
         _annotate_only_preflight(p)
     statuses: list[TargetStatus] = []
     before = {t.deployment: t for t in st.targets}
+    rolling = turns.rolling_now(p)
+    candidates: list[turns.Candidate] = []  # a new table for its template: paced
+    chosen: dict[str, EligibleTable] = {}
+    rolled_back: list[str] = []
     for target in p.targets:
         previous = before.get(target.name)
         ts = TargetStatus(
@@ -260,27 +267,46 @@ def rollout(p: RolloutPass) -> None:
             eligible = restored
             ts.table, ts.hash = restored.ref.config_map, restored.ref.hash
             ts.message = "rolled back: the rollout of the new table failed"
+            rolled_back.append(target.name)  # never held by the pace
         else:
             eligible = _held_back(p, target, eligible, ts, previous)
-        ts.state = TargetState.ROLLING
-        if not _claim(p, target):
-            ts.message = "the Deployment changed while being claimed; retrying"
-            continue
-        hold_tables(p, target, eligible.ref.config_map if mode == RolloutMode.INJECT else None)
-        applied = _apply(p, target, eligible)
-        if applied is None:
-            ts.message = CHANGED_SINCE_READ
-            continue
-        if target.running_hash != eligible.ref.hash:
-            ts.rolled_at = cond.rfc3339(p.now)  # a new table goes onto its template now
-        ts.rolled_out = applied and every_ready_pod_runs(
-            target.deployment, p.snapshot.pods, eligible.ref.hash
-        )
-        if ts.rolled_out:
-            ts.state = TargetState.LIVE
-        else:
-            _note_blocked(p, target, ts, previous, eligible.ref.hash, None)
+            if target.running_hash != eligible.ref.hash:
+                candidates.append(turns.Candidate(target, ts, previous, eligible.ref))
+                chosen[target.name] = eligible
+                continue
+        _put_on(p, target, ts, previous, eligible)
+    for c in turns.take_turns_now(p, candidates, rolling, rolled_back):
+        _put_on(p, c.target, c.ts, c.previous, chosen[c.target.name])
     st.targets = statuses
+
+
+def _put_on(
+    p: RolloutPass,
+    target: Target,
+    ts: TargetStatus,
+    previous: TargetStatus | None,
+    eligible: EligibleTable,
+) -> None:
+    """Make the target's template serve `eligible` and report how far its rollout is."""
+    ts.state = TargetState.ROLLING
+    if not _claim(p, target):
+        ts.message = "the Deployment changed while being claimed; retrying"
+        return
+    inject = p.spec.rollout.mode == RolloutMode.INJECT
+    hold_tables(p, target, eligible.ref.config_map if inject else None)
+    applied = _apply(p, target, eligible)
+    if applied is None:
+        ts.message = CHANGED_SINCE_READ
+        return
+    if target.running_hash != eligible.ref.hash:
+        ts.rolled_at = cond.rfc3339(p.now)  # a new table goes onto its template now
+    ts.rolled_out = applied and every_ready_pod_runs(
+        target.deployment, p.snapshot.pods, eligible.ref.hash
+    )
+    if ts.rolled_out:
+        ts.state = TargetState.LIVE
+    else:
+        _note_blocked(p, target, ts, previous, eligible.ref.hash, None)
 
 
 def _forget_modified(p: RolloutPass, table: TableRef, message: str) -> None:
@@ -367,6 +393,7 @@ def _own_rollout_moving(p: RolloutPass, target: Target, ts: TargetStatus) -> boo
     if (
         before is None
         or before.state != TargetState.ROLLING
+        or before.reason == ROLLOUT_QUEUED
         or not before.hash
         or before.hash != target.running_hash
         or target.observed_gpu not in (None, before.gpu_product)
