@@ -21,6 +21,7 @@ from sps_operator import __version__
 from sps_operator.constants import IMAGE
 from sps_operator.controller.policies.job_policy import BORROW_BOUNDS, JobPolicy, NameRule
 from sps_operator.controller.policies.kueue import KUEUE_RECHECK_SECONDS
+from sps_operator.controller.policies.pace import DEFAULT_CEILING
 
 if TYPE_CHECKING:
     from sps_operator.controller.process.leader import LeaseElector
@@ -120,7 +121,7 @@ def _add_watch_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-concurrent-rollouts",
         type=int,
-        default=10,
+        default=DEFAULT_CEILING,
         help="the most targets of one profile mid-rollout at once, whatever its "
         "spec.rollout.maxConcurrent asks (0: no ceiling)",
     )
