@@ -15,6 +15,7 @@ from ship_helpers import CHART, ROOT, by_kind, helm, render
 from sps_operator.api import labels as L
 from sps_operator.controller.main import job_policy, key_values, parse_args
 from sps_operator.controller.policies.job_policy import BORROW_BOUNDS, JobPolicy, NameRule
+from sps_operator.controller.policies.pace import DEFAULT_CEILING
 
 
 def rules_grant(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
@@ -312,6 +313,14 @@ def test_the_borrow_bounds_become_flags_the_operator_parses_to_its_own_defaults(
             parsed.max_pool_turn_seconds) == astuple(BORROW_BOUNDS)  # fmt: skip
     args = operator_container(render("borrowPolicy.maxRolloutHoldSeconds=600"))["args"]
     assert parse_args(args[1:]).max_rollout_hold_seconds == 600
+
+
+def test_the_rollout_ceiling_becomes_a_flag_the_operator_parses_to_its_own_default() -> None:
+    """Issue 34 §1: the chart's ceiling on targets mid-rollout at once is the operator's."""
+    parsed = parse_args(operator_container(render())["args"][1:])
+    assert parsed.max_concurrent_rollouts == DEFAULT_CEILING == 10
+    args = operator_container(render("rollout.maxConcurrent=3"))["args"]
+    assert parse_args(args[1:]).max_concurrent_rollouts == 3
 
 
 def test_the_admin_policy_becomes_flags_the_operator_parses_to_its_own_defaults(

@@ -7,9 +7,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from capacity_harness import job_pod
 from controller_harness import Harness, deployment, profile_body, rounds
 
+from sps_operator.api import labels as L
 from sps_operator.api.result import build_patch
 from sps_operator.controller.passes.state import Settings
 from sps_operator.controller.policies import conditions as cond
@@ -126,26 +128,56 @@ def test_a_profile_may_lengthen_the_minimum_interval_but_not_shorten_it() -> Non
     assert "(7200 s:" in h.run_pass()["scheduleHeldBack"]
 
 
-def test_a_refreshed_table_waits_for_the_minimum_interval_between_rollouts() -> None:
-    h = hourly(refresh={"token": "a"})
-    (first,) = h.profile_once()["tables"]
+def test_a_scheduled_refresh_waits_for_the_minimum_interval_between_rollouts() -> None:
+    h = hourly(refresh={"schedule": "0 * * * *", "token": "a"})
+    h.profile_once()
+    h.tick(50 * 60)
+    _asked_again(h, "token")  # rolled at once, at 12:50
+    (first,) = h.profile_once(result=build_patch(status="succeeded", rounds=rounds(0.9)))["tables"]
     assert h.running_hash() == first["hash"]
-    h.tick(600)
-    h.kube.obj("SpsProfile", "p")["spec"]["refresh"] = {"token": "b"}
-    h.profile_once(result=build_patch(status="succeeded", rounds=rounds(scale=1.2)))
-    (second,) = h.status()["tables"]
-    assert second["hash"] != first["hash"]
+    h.tick(600)  # the schedule fires at 13:00, ten minutes after that rollout
+    status = h.profile_once(result=build_patch(status="succeeded", rounds=rounds(scale=1.2)))
+    (second,) = status["tables"]
+    assert second["hash"] != first["hash"] and second["trigger"] == "Schedule"
     # Ten minutes after the last rollout: the new table waits, the old one serves.
     assert h.running_hash() == first["hash"]
     (target,) = h.status()["targets"]
     assert target["state"] == "Live" and target["table"] == first["configMap"]
     assert target["nextTable"] == second["configMap"] and target["heldUntil"]
+    assert "scheduled refresh" in target["message"] and "kubectl sps reprofile" in target["message"]
     assert h.condition("Ready")[0] == "True"
     assert h.condition("RolledOut")[:2] == ("False", "RolloutHeld")
     assert "waits for the minimum interval between rollouts" in explained(h)
     h.tick(HOUR)
     h.settle(passes=2)
     assert h.running_hash() == second["hash"]
+    assert h.condition("RolledOut")[:2] == ("True", "RolledOut")
+
+
+def _asked_again(h: Harness, how: str) -> None:
+    profile = h.kube.obj("SpsProfile", "p")
+    if how == "token":
+        profile["spec"]["refresh"]["token"] = "b"
+    else:  # what `kubectl sps reprofile` writes
+        profile["metadata"].setdefault("annotations", {})[L.ANNOTATION_REPROFILE] = "r1"
+
+
+@pytest.mark.parametrize("how", ["token", "reprofile"])
+def test_a_table_a_user_asked_for_rolls_as_soon_as_it_is_ready(how: str) -> None:
+    """Issue 34: `kubectl sps reprofile` two minutes after a rollout measured a new table,
+    then held it for 55 minutes (RolloutHeld). Only a scheduled refresh waits."""
+    h = hourly(refresh={"token": "a"})
+    (first,) = h.profile_once()["tables"]
+    h.tick(120)
+    _asked_again(h, how)
+    status = h.profile_once(result=build_patch(status="succeeded", rounds=rounds(scale=1.2)))
+    (second,) = status["tables"]
+    assert second["hash"] != first["hash"]
+    assert second["trigger"] == ("RefreshToken" if how == "token" else "ReprofileRequested")
+    assert h.running_hash() == second["hash"]
+    (target,) = status["targets"]
+    assert target["state"] == "Live" and target["table"] == second["configMap"]
+    assert "heldUntil" not in target and "nextTable" not in target
     assert h.condition("RolledOut")[:2] == ("True", "RolledOut")
 
 

@@ -224,6 +224,7 @@ or into a Role in each watched namespace (namespaces mode).
 - {{ printf "--job-priority-class=%s" . | quote }}
 {{- end }}
 - --min-refresh-interval-seconds={{ int .Values.refresh.minIntervalSeconds }}
+- --max-concurrent-rollouts={{ int .Values.rollout.maxConcurrent }}
 - --max-lent-seconds={{ int .Values.borrowPolicy.maxLentSeconds }}
 - --max-rollout-hold-seconds={{ int .Values.borrowPolicy.maxRolloutHoldSeconds }}
 - --max-pool-turn-seconds={{ int .Values.borrowPolicy.maxPoolTurnSeconds }}

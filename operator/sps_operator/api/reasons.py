@@ -67,6 +67,7 @@ ROLLOUT_HELD = "RolloutHeld"
 NO_TABLE = "NoTable"
 WAITING = "Waiting"
 ROLLOUT_PENDING = "RolloutPending"
+ROLLOUT_QUEUED = "RolloutQueued"
 # A run's Job that cannot run yet; the run fails with the same reason after
 # spec.capacity.waitTimeoutSeconds.
 WAITING_FOR_GPUS = "WaitingForGPUs"

@@ -49,9 +49,10 @@ STATUS_REASONS: dict[str, Reason] = {
         Kind.INFO,
         "RolledOut=False: a newer table waits for the minimum rollout interval",
         advice=(
-            "Nothing to do: the newer table is rolled by itself once the minimum interval between "
-            "rollouts has passed (spec.refresh.minIntervalSeconds, or the chart value "
-            "refresh.minIntervalSeconds, whichever is longer)."
+            "Nothing to do: the newer table (from a scheduled refresh) is rolled by itself once "
+            "the minimum interval between rollouts has passed (spec.refresh.minIntervalSeconds, "
+            "or the chart value refresh.minIntervalSeconds, whichever is longer). To roll it "
+            "sooner, ask for a table: `kubectl sps reprofile {name}` (rolls once measured)."
         ),
     ),
     R.PROFILING: Reason(
@@ -76,6 +77,15 @@ STATUS_REASONS: dict[str, Reason] = {
         Kind.PROGRESSING,
         "a Deployment is rolling onto its new table",
         advice="Wait for the rollout: `kubectl rollout status deployment/<name>`.",
+    ),
+    R.ROLLOUT_QUEUED: Reason(
+        Kind.PROGRESSING,
+        "a Deployment waits for its turn: rollout.maxConcurrent of the profile's targets roll",
+        advice=(
+            "Nothing to do: it rolls once one of the rolling targets is live (or its rollout "
+            "failed). To roll more at once raise spec.rollout.maxConcurrent (a count or a "
+            "percentage), up to the operator's ceiling (chart value rollout.maxConcurrent)."
+        ),
     ),
     R.SUSPENDED: Reason(
         Kind.SUSPENDED,

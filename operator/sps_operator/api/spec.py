@@ -5,6 +5,7 @@ refresh, gates). The Job overrides live in `api/job.py`; the rules and messages 
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -447,6 +448,29 @@ def table_path_system_message(directory: str) -> str:
     )
 
 
+MAX_CONCURRENT_COUNT = 100_000
+MSG_MAX_CONCURRENT = (
+    "rollout.maxConcurrent: a count of at least 1 (at most 100000) or a percentage of the "
+    "profile's targets from 1% to 100%, such as 25%"
+)
+
+
+def max_concurrent_count(asked: int | str, targets: int) -> int | None:
+    """`rollout.maxConcurrent` as a count for `targets` targets: an int as is, a percentage
+    "N%" of them rounded up (as a Deployment's maxSurge); None when it is neither."""
+    if isinstance(asked, bool):
+        return None
+    if isinstance(asked, int):
+        return asked if 1 <= asked <= MAX_CONCURRENT_COUNT else None
+    text = str(asked)
+    if len(text) > 4 or not text.endswith("%") or not text[:-1].isdigit():
+        return None
+    share = int(text[:-1])
+    if not 0 < share <= 100:
+        return None
+    return math.ceil(share * max(targets, 0) / 100)
+
+
 class RolloutSpec(ApiModel):
     model_config = ConfigDict(
         json_schema_extra={
@@ -501,8 +525,19 @@ class RolloutSpec(ApiModel):
         "(not /, /etc, /usr, /tmp, ...).",
     )
 
+    max_concurrent: int | str = Field(
+        default="25%",
+        description="How many of the profile's targets may be mid-rollout at once (from the "
+        "operator's patch of a Deployment's template until its rollout completed and every "
+        "ready pod runs the table, or the rollout failed): a count, or a percentage of the "
+        "targets rounded up, at least 1. The others wait in line (reason RolloutQueued), the "
+        "longest waiting first, then by name. Capped by the operator's ceiling (chart value "
+        "rollout.maxConcurrent, default 10). A rollback is never held.",
+    )
+
     @model_validator(mode="after")
     def _checks(self) -> RolloutSpec:
+        check(max_concurrent_count(self.max_concurrent, 1) is not None, MSG_MAX_CONCURRENT)
         if self.mode == RolloutMode.ANNOTATE_ONLY and not self.table_config_map:
             raise ValueError(MSG_ANNOTATE_ONLY_CM)
         if self.table_config_map and full_match(SYSTEM_CONFIG_MAP_PATTERN, self.table_config_map):
@@ -550,10 +585,11 @@ class RefreshSpec(ApiModel):
         ge=0,
         le=L.MAX_REFRESH_INTERVAL_SECONDS,
         description="Minimum time between two scheduled runs, and between two rollouts of a "
-        "new table onto one Deployment that already runs a table measured for it (each "
-        "rollout restarts every server). It may only lengthen the operator's own minimum "
-        "(chart value refresh.minIntervalSeconds, default 1 h); a first table, a table for a "
-        "changed server and a rollback are never held back.",
+        "scheduled refresh's table onto one Deployment that already runs a table measured for "
+        "it (each rollout restarts every server). It may only lengthen the operator's own "
+        "minimum (chart value refresh.minIntervalSeconds, default 1 h); a first table, a table "
+        "for a changed server, a table a user asked for (a new token, `kubectl sps "
+        "reprofile`) and a rollback are never held back.",
     )
 
     @model_validator(mode="after")

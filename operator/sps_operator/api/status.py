@@ -89,6 +89,13 @@ class TableRef(StatusModel):
     quality: FitQuality | None = None
     profiled_at: str | None = optional_timestamp()
     run: str | None = Field(default=None, description="The run that measured it.")
+    trigger: str | None = Field(
+        default=None,
+        max_length=63,
+        description="Why it was measured (its run's trigger): a table a user asked for "
+        "(RefreshToken, ReprofileRequested) rolls as soon as it is ready; a scheduled refresh "
+        "(Schedule) waits for the minimum interval between rollouts.",
+    )
     refresh_count: int | None = Field(
         default=None,
         ge=0,
@@ -275,7 +282,9 @@ class TargetStatus(StatusModel):
     table: str | None = Field(
         default=None,
         description="Table ConfigMap it runs: measured for it (state Live, Rolling, "
-        "Published) or, with state Stale, for a previous server or GPU product.",
+        "Published) or, with state Stale, for a previous server or GPU product; with reason "
+        "RolloutQueued, the one it runs while nextTable waits for its turn (none: it runs "
+        "none of this profile's).",
     )
     hash: str | None = None
     rolled_out: bool = Field(
@@ -332,10 +341,15 @@ class TargetStatus(StatusModel):
         "until then (nextTable).",
     )
     next_table: str | None = Field(
-        default=None, description="The newer table that waits (see heldUntil)."
+        default=None, description="The newer table that waits (see heldUntil, queuedSince)."
     )
     blocked_since: str | None = optional_timestamp(
         description="Since when its rollout has been blocked (reason RolloutBlocked).",
+    )
+    queued_since: str | None = optional_timestamp(
+        description="Since when it waits for its turn to roll nextTable (reason RolloutQueued: "
+        "rollout.maxConcurrent of the profile's targets are mid-rollout); the longest waiting "
+        "rolls first.",
     )
 
 

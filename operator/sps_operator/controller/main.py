@@ -21,6 +21,7 @@ from sps_operator import __version__
 from sps_operator.constants import IMAGE
 from sps_operator.controller.policies.job_policy import BORROW_BOUNDS, JobPolicy, NameRule
 from sps_operator.controller.policies.kueue import KUEUE_RECHECK_SECONDS
+from sps_operator.controller.policies.pace import DEFAULT_CEILING
 
 if TYPE_CHECKING:
     from sps_operator.controller.process.leader import LeaseElector
@@ -116,6 +117,13 @@ def _add_watch_args(parser: argparse.ArgumentParser) -> None:
         help="minimum seconds between two scheduled runs of a profile, and between two "
         "rollouts of a new table onto a Deployment that already runs one measured for it (a "
         "profile's spec.refresh.minIntervalSeconds may only lengthen it)",
+    )
+    parser.add_argument(
+        "--max-concurrent-rollouts",
+        type=int,
+        default=DEFAULT_CEILING,
+        help="the most targets of one profile mid-rollout at once, whatever its "
+        "spec.rollout.maxConcurrent asks (0: no ceiling)",
     )
 
 
@@ -354,6 +362,7 @@ def main(argv: list[str] | None = None, *, testing: bool = False) -> int:
             gpu_debounce_seconds=args.gpu_debounce_seconds,
             policy=job_policy(args),
             min_refresh_interval_seconds=args.min_refresh_interval_seconds,
+            max_concurrent_rollouts=max(args.max_concurrent_rollouts, 0),
             pool_namespace=args.lease_namespace,
             max_lent_seconds=args.max_lent_seconds,
             max_rollout_hold_seconds=args.max_rollout_hold_seconds,

@@ -193,9 +193,11 @@ def rollout_findings(status: Mapping[str, Any]) -> list[Finding]:
                     why=message,
                     next=(
                         f"It is rolled at {target['heldUntil']} by itself; each rollout restarts "
-                        "every server, so refreshes of a table that runs are spaced by the "
-                        "operator's minimum (chart value refresh.minIntervalSeconds) or the "
-                        "profile's spec.refresh.minIntervalSeconds, whichever is longer."
+                        "every server, so scheduled refreshes of a table that runs are spaced by "
+                        "the operator's minimum (chart value refresh.minIntervalSeconds) or the "
+                        "profile's spec.refresh.minIntervalSeconds, whichever is longer. A table "
+                        "you ask for (`kubectl sps reprofile`, a new spec.refresh.token) rolls as "
+                        "soon as it is ready."
                     ),
                 )
             )

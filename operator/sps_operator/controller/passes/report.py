@@ -22,6 +22,7 @@ from sps_operator.api.reasons import (
     ROLLOUT_DISABLED,
     ROLLOUT_HELD,
     ROLLOUT_PENDING,
+    ROLLOUT_QUEUED,
     SERVER_CHANGED,
     SUSPENDED,
     TABLE_LIVE,
@@ -166,7 +167,11 @@ class _Rolling:
 def _rolling(p: Pass) -> _Rolling:
     targets = p.status.targets
     rolling = [t.deployment for t in targets if t.state == TargetState.ROLLING]
-    blocked = [t for t in targets if t.state == TargetState.ROLLING and t.reason]
+    # What blocks a rollout comes before a target waiting for its turn (RolloutQueued).
+    blocked = sorted(
+        (t for t in targets if t.state == TargetState.ROLLING and t.reason),
+        key=lambda t: t.reason == ROLLOUT_QUEUED,
+    )
     held = [t for t in targets if t.held_until]
     roll_reason, roll_message = ROLLOUT_PENDING, f"rolling: {', '.join(rolling)}"
     if blocked:

@@ -64,6 +64,10 @@ class Settings:
     # already runs a table measured for it (the flag's and chart's default is 1 h; 0 here
     # so a test states the interval it means).
     min_refresh_interval_seconds: float = 0.0
+    # The most targets of one profile mid-rollout at once, whatever its
+    # spec.rollout.maxConcurrent asks (the flag's and chart's default is 10; 0, no ceiling,
+    # here so a test states the one it means).
+    max_concurrent_rollouts: int = 0
 
 
 @dataclass(frozen=True)

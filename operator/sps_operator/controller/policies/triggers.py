@@ -53,6 +53,11 @@ class RunRequest:
         return f"{self.trigger_key}#{self.attempt}"
 
 
+# A refresh a user asked for (a changed refresh.token, `kubectl sps reprofile`): its table
+# rolls as soon as it is ready; only a scheduled one waits for the minimum interval.
+USER_REQUESTED = frozenset({REFRESH_TOKEN, REPROFILE_REQUESTED})
+
+
 def table_for(tables: Sequence[TableRef], gpu: str, fingerprint: str) -> TableRef | None:
     return next((t for t in tables if t.gpu_product == gpu and t.fingerprint == fingerprint), None)
 

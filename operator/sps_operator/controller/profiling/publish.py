@@ -127,6 +127,7 @@ def publish_table(
         quality=quality,
         profiled_at=cond.rfc3339(p.now),
         run=run.name,
+        trigger=run.trigger,
         refresh_count=run.refresh_count,
     )
     if not verdict.accepted:

@@ -10,7 +10,9 @@ while a new one is profiled; it is never newly rolled. A table is reported live 
 the Deployment's template makes its server read it, the rollout completed and every ready
 pod carries its hash: never on a deadline alone. A rollout that does not complete says
 what blocks it, in the words of the scheduler, the kubelet or the Deployment controller.
-A refresh of a table that already runs waits for the minimum interval between rollouts.
+A scheduled refresh of a table that already runs waits for the minimum interval between
+rollouts; a refresh a user asked for does not. New tables go onto templates at the pace
+rollout.maxConcurrent sets (turns.py); a rollback is never held.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from sps_operator.api.reasons import (
     ROLLOUT_APPLIED,
     ROLLOUT_BLOCKED,
     ROLLOUT_FAILED,
+    ROLLOUT_QUEUED,
     STABLE_TABLE_CONTESTED,
     TABLE_MODIFIED,
     TABLE_NOT_ELIGIBLE,
@@ -56,7 +59,13 @@ from sps_operator.controller.policies.stable_writers import (
     PLACEHOLDER_HASH,
     PLACEHOLDER_JSON,
 )
-from sps_operator.controller.policies.triggers import refresh_trigger_key, run_spec_hash, table_for
+from sps_operator.controller.policies.triggers import (
+    USER_REQUESTED,
+    refresh_trigger_key,
+    run_spec_hash,
+    table_for,
+)
+from sps_operator.controller.rollout import turns
 from sps_operator.controller.rollout.holders import hold_tables
 from sps_operator.controller.rollout.state import RolloutPass
 from sps_operator.controller.sglang.fingerprint_v1 import is_v1
@@ -198,6 +207,10 @@ def rollout(p: RolloutPass) -> None:
         _annotate_only_preflight(p)
     statuses: list[TargetStatus] = []
     before = {t.deployment: t for t in st.targets}
+    rolling = turns.rolling_now(p)
+    candidates: list[turns.Candidate] = []  # a new table for its template: paced
+    chosen: dict[str, EligibleTable] = {}
+    rolled_back: list[str] = []
     for target in p.targets:
         previous = before.get(target.name)
         ts = TargetStatus(
@@ -254,27 +267,46 @@ def rollout(p: RolloutPass) -> None:
             eligible = restored
             ts.table, ts.hash = restored.ref.config_map, restored.ref.hash
             ts.message = "rolled back: the rollout of the new table failed"
+            rolled_back.append(target.name)  # never held by the pace
         else:
             eligible = _held_back(p, target, eligible, ts, previous)
-        ts.state = TargetState.ROLLING
-        if not _claim(p, target):
-            ts.message = "the Deployment changed while being claimed; retrying"
-            continue
-        hold_tables(p, target, eligible.ref.config_map if mode == RolloutMode.INJECT else None)
-        applied = _apply(p, target, eligible)
-        if applied is None:
-            ts.message = CHANGED_SINCE_READ
-            continue
-        if target.running_hash != eligible.ref.hash:
-            ts.rolled_at = cond.rfc3339(p.now)  # a new table goes onto its template now
-        ts.rolled_out = applied and every_ready_pod_runs(
-            target.deployment, p.snapshot.pods, eligible.ref.hash
-        )
-        if ts.rolled_out:
-            ts.state = TargetState.LIVE
-        else:
-            _note_blocked(p, target, ts, previous, eligible.ref.hash, None)
+            if target.running_hash != eligible.ref.hash:
+                candidates.append(turns.Candidate(target, ts, previous, eligible.ref))
+                chosen[target.name] = eligible
+                continue
+        _put_on(p, target, ts, previous, eligible)
+    for c in turns.take_turns_now(p, candidates, rolling, rolled_back):
+        _put_on(p, c.target, c.ts, c.previous, chosen[c.target.name])
     st.targets = statuses
+
+
+def _put_on(
+    p: RolloutPass,
+    target: Target,
+    ts: TargetStatus,
+    previous: TargetStatus | None,
+    eligible: EligibleTable,
+) -> None:
+    """Make the target's template serve `eligible` and report how far its rollout is."""
+    ts.state = TargetState.ROLLING
+    if not _claim(p, target):
+        ts.message = "the Deployment changed while being claimed; retrying"
+        return
+    inject = p.spec.rollout.mode == RolloutMode.INJECT
+    hold_tables(p, target, eligible.ref.config_map if inject else None)
+    applied = _apply(p, target, eligible)
+    if applied is None:
+        ts.message = CHANGED_SINCE_READ
+        return
+    if target.running_hash != eligible.ref.hash:
+        ts.rolled_at = cond.rfc3339(p.now)  # a new table goes onto its template now
+    ts.rolled_out = applied and every_ready_pod_runs(
+        target.deployment, p.snapshot.pods, eligible.ref.hash
+    )
+    if ts.rolled_out:
+        ts.state = TargetState.LIVE
+    else:
+        _note_blocked(p, target, ts, previous, eligible.ref.hash, None)
 
 
 def _forget_modified(p: RolloutPass, table: TableRef, message: str) -> None:
@@ -317,13 +349,15 @@ def _held_back(
 ) -> EligibleTable:
     """The table to roll now: `newest`, unless the Deployment already runs the table it
     replaces (measured for this same server) and got it less than the minimum interval
-    ago: every rollout restarts every server, so a refresh waits (and says so). A first
-    table, a table for a changed server and a rollback never wait."""
+    ago: every rollout restarts every server, so a scheduled refresh waits (and says so).
+    A first table, a table for a changed server, a table a user asked for (token,
+    `kubectl sps reprofile`) and a rollback never wait."""
     interval = timedelta(seconds=p.min_interval_seconds)
     rolled = clocks.trusted(previous.rolled_at if previous else None, p.now)
     old_name = newest.ref.previous
     if (
         interval <= timedelta(0)
+        or newest.ref.trigger in USER_REQUESTED
         or rolled is None
         or old_name is None
         or target.running_config_map != old_name
@@ -341,9 +375,10 @@ def _held_back(
     ts.next_table, ts.held_until = newest.ref.config_map, cond.rfc3339(until)
     ts.message = (
         f"table {newest.ref.config_map} waits until {ts.held_until}: at most one rollout "
-        f"onto a Deployment per {interval.total_seconds():.0f} s (each restarts every server; "
-        "refresh.minIntervalSeconds and the operator's minimum); the table it replaces, "
-        "measured for this same server, runs meanwhile"
+        f"onto a Deployment per {interval.total_seconds():.0f} s for a scheduled refresh (each "
+        "restarts every server; refresh.minIntervalSeconds and the operator's minimum); the "
+        "table it replaces, measured for this same server, runs meanwhile. `kubectl sps "
+        "reprofile` or a new refresh.token rolls its new table at once"
     )
     p.wake_within((until - p.now).total_seconds())
     return old
@@ -358,6 +393,7 @@ def _own_rollout_moving(p: RolloutPass, target: Target, ts: TargetStatus) -> boo
     if (
         before is None
         or before.state != TargetState.ROLLING
+        or before.reason == ROLLOUT_QUEUED
         or not before.hash
         or before.hash != target.running_hash
         or target.observed_gpu not in (None, before.gpu_product)
