@@ -18,6 +18,7 @@ from controller_harness import NS, Harness, deployment, indexes_of, profile_body
 
 from sps_operator.api import labels as L
 from sps_operator.api.limits import MAX_TARGET_TEMPLATE_BYTES
+from sps_operator.controller.kube.builders import SERVER_CONTAINER
 
 TEAM_B = "team-b"
 
@@ -158,3 +159,39 @@ def test_explain_shows_this_profiles_newest_warning_not_an_old_or_a_former_ones(
     del no_uid["involvedObject"]["uid"]
     findings = explain(_unready_profile("uid-now"), events=[no_uid])["findings"]
     assert [f["what"] for f in findings] == ["Warning event StableTableContested"], findings
+
+
+# --------------------------------------------------------------------------- the clone
+
+
+def _knob_from_config_map(h: Harness, value: str) -> None:
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "knobs", "namespace": NS},
+          "data": {"fast": value}}  # fmt: skip
+    h.kube.objects.pop(("ConfigMap", NS, "knobs"), None)
+    h.add(cm)
+
+
+def test_the_clone_runs_the_fingerprinted_env_values_not_a_reference_read_later() -> None:
+    """A fingerprinted variable (`SGLANG_DSPARK_FAST_KERNEL`, one of the cost inputs SGLang
+    reads from the environment) set from a ConfigMap key: the fingerprint is computed from
+    the value when the run starts, but the clone was given the reference, so its pod read
+    the ConfigMap when it started (after a wait in Kueue or for the pool: hours). A change
+    in between (a GitOps sync, the tenant) made it measure another configuration than its
+    table is labelled for; a change back made that table go live on the first one. The
+    clone's command line was already pinned to the values read; now its fingerprinted
+    variables are too."""
+    h = Harness()
+    _knob_from_config_map(h, "1")
+    knob = {"name": "SGLANG_DSPARK_FAST_KERNEL",
+            "valueFrom": {"configMapKeyRef": {"name": "knobs", "key": "fast"}}}  # fmt: skip
+    h.add(deployment(env=[knob, {"name": "PLAIN", "value": "kept"}]))
+    h.add(profile_body())
+    h.place()
+    h.tick()
+    run = h.run_pass()["currentRun"]
+    job = h.kube.obj("Job", run["job"])
+    containers = job["spec"]["template"]["spec"]["initContainers"]
+    server = next(c for c in containers if c["name"] == SERVER_CONTAINER)
+    env = {e["name"]: e for e in server["env"]}
+    assert env["SGLANG_DSPARK_FAST_KERNEL"] == {"name": "SGLANG_DSPARK_FAST_KERNEL", "value": "1"}
+    assert env["PLAIN"] == {"name": "PLAIN", "value": "kept"}
