@@ -195,3 +195,31 @@ def test_the_clone_runs_the_fingerprinted_env_values_not_a_reference_read_later(
     env = {e["name"]: e for e in server["env"]}
     assert env["SGLANG_DSPARK_FAST_KERNEL"] == {"name": "SGLANG_DSPARK_FAST_KERNEL", "value": "1"}
     assert env["PLAIN"] == {"name": "PLAIN", "value": "kept"}
+
+
+def _operator_pod(namespace: str, image: str) -> dict[str, Any]:
+    labels = dict(part.split("=") for part in L.OPERATOR_POD_SELECTOR.split(","))
+    return {
+        "metadata": {"name": "sps-operator-0", "namespace": namespace, "labels": labels},
+        "spec": {"containers": [{"name": L.OPERATOR_CONTAINER, "image": image}]},
+        "status": {"containerStatuses": [{"name": L.OPERATOR_CONTAINER, "ready": True}]},
+    }
+
+
+def test_kubectl_sps_version_prints_no_terminal_escape_from_a_tenants_pod() -> None:
+    """Hole found and fixed: `kubectl sps version` without --operator-namespace lists the
+    pods of every namespace carrying the operator's labels (which anyone may put on a pod)
+    and printed their image as it is. The API server refuses only surrounding whitespace in
+    an image, so team-b's pod (never pulled: it need not run) with ESC/BEL sequences in it
+    wrote into the terminal of whoever asked, e.g. the admin: OSC 52 sets their clipboard,
+    CSI erases the line that says which namespace the pod is in. Now what a pod says is
+    printed as clean text; the pod's namespace still shows that it is not the operator's."""
+    from sps_operator.plugin.view import operator_pod_version, render_version
+
+    evil = "ghcr.io/x/sps-operator:9.9.9\x1b]52;c;cm0gLXJmIH4K\x07\x1b[2K\x1b[1A\r"
+    pods = [_operator_pod("sps-system", "ghcr.io/sps/sps-operator:0.2.0"),
+            _operator_pod(TEAM_B, evil)]  # fmt: skip
+    versions = [operator_pod_version(p) for p in pods]
+    text = render_version("0.2.0", versions, "every namespace")
+    assert not any(ch in text for ch in "\x1b\x07\r"), repr(text)
+    assert f"({TEAM_B}/sps-operator-0, " in text  # whose pod it is stays visible
