@@ -223,3 +223,40 @@ def test_kubectl_sps_version_prints_no_terminal_escape_from_a_tenants_pod() -> N
     text = render_version("0.2.0", versions, "every namespace")
     assert not any(ch in text for ch in "\x1b\x07\r"), repr(text)
     assert f"({TEAM_B}/sps-operator-0, " in text  # whose pod it is stays visible
+
+
+# --------------------------------------------------------------------------- deletion
+
+
+def test_deleting_a_profile_looks_at_its_namespaces_borrow_records(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Hole found and fixed (while reading what the delete handler believes): when the
+    borrowed-Deployments cache became keyed by namespace (issue 33 §2), `sps_release` kept
+    reading it under the old key "all", which no longer exists, so a borrow recorded on a
+    Deployment that does not record the profile as its owner was never seen: with status
+    missing the borrow (the crash between the record and the status write, the case this
+    check is for), deletion released nothing and the replica stayed lent until the orphan
+    sweep, minutes later. Now it reads the profile's own namespace's records."""
+    import kopf
+
+    from sps_operator.controller import handlers
+    from sps_operator.controller.policies.borrow import BorrowTag
+
+    h = Harness()
+    assert h.reconciler is not None
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, h.reconciler, handlers.Runtime())
+    handler = next(x for x in registry._changing.get_all_handlers() if x.id == "sps_release")
+    release: Any = handler.fn
+    tag = BorrowTag("uid-p", "p", "p-run", 2, "NVIDIA-H100-80GB-HBM3", "2026-03-01T12:00:00Z")
+    lender = deployment("lender")
+    lender["metadata"]["annotations"] = {L.ANNOTATION_BORROWED: tag.to_annotation()}
+    caches = indexes_of([{**lender, "metadata": {**lender["metadata"], "namespace": NS}}])
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(handlers, "release_or_retry", lambda *_, **kw: calls.append(kw))
+    body = profile_body()
+    release(namespace=NS, name="p", uid="uid-p", spec=body["spec"], status={},
+            sps_deployments=caches.deployments, sps_config_maps=caches.config_maps,
+            sps_borrowed=caches.borrowed)  # fmt: skip
+    assert calls == [{"lists_needed": True}], calls
