@@ -284,3 +284,31 @@ def test_deleting_a_profile_looks_at_its_namespaces_borrow_records(
             sps_deployments=caches.deployments, sps_config_maps=caches.config_maps,
             sps_borrowed=caches.borrowed)  # fmt: skip
     assert calls == [{"lists_needed": True}], calls
+
+
+def test_a_profile_created_again_under_its_name_mid_run_never_takes_the_former_run() -> None:
+    """team-b deletes its profile while its run's Job runs (the finalizer done, or stripped:
+    `edit` may) and creates it again under the same name at once; the former Job and its
+    result ConfigMap remain until garbage collection, and the former Job then completes
+    with a result written by its pod (team-b's image). The new profile (another UID) runs
+    its own Job, never follows or adopts the former one, and never publishes its result."""
+    h = Harness.one_target()
+    h.tick()
+    former = h.run_pass()["currentRun"]
+    old_body = h.kube.objects.pop(("SpsProfile", NS, "p"))
+    h.add(profile_body())
+    new_uid = h.kube.obj("SpsProfile", "p")["metadata"]["uid"]
+    assert new_uid != old_body["metadata"]["uid"]
+    h.tick()
+    run = h.run_pass()["currentRun"]
+    assert run["name"] != former["name"] and run["jobUid"] != former["jobUid"], run
+    # The former Job completes with a table-worthy result, before garbage collection.
+    fresh = h.status()
+    h.kube.objects[("SpsProfile", NS, "p")]["status"]["currentRun"] = former
+    h.finish()
+    h.kube.objects[("SpsProfile", NS, "p")]["status"] = fresh
+    status = h.settle()
+    assert status["tables"] == [], status["tables"]
+    assert status["currentRun"]["name"] == run["name"], status["currentRun"]
+    job = h.kube.obj("Job", run["job"])
+    assert [o["uid"] for o in job["metadata"]["ownerReferences"]] == [new_uid]
