@@ -81,28 +81,29 @@ def test_another_tenants_objects_cost_the_operators_caches_a_bounded_size(kind: 
     assert _retained_bytes(obj) <= RETAINED_BOUND.get(kind, SMALL_BOUND)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole: the env ConfigMap cache is bounded by entries (10,000), each by keys and "
-    "value length (256 x 1 KiB): ~2.6 GB at the bound, against the chart's 512Mi limit",
-)
 def test_the_env_configmap_cache_is_bounded_in_bytes_not_only_in_entries() -> None:
-    """`EnvSources` keeps the ConfigMaps server containers read env from, a reduced copy of
-    each, at most 10,000 of them. team-b: one Deployment at 0 replicas whose container has
-    an `envFrom` entry for each of 2,000 ConfigMaps of its own, each with 256 keys of 1,024
-    characters (~260 KB: below the 1 MiB a ConfigMap may hold). The watch keeps each one a
-    Deployment references: ~520 MB, past the operator's 512Mi limit with 2,000 objects;
-    and team-b's churn evicts team-a's entries, which team-a's passes then GET again."""
-    from sps_operator.controller.kube.envsources import MAX_ENTRIES, EnvSources
+    """Hole found and fixed: `EnvSources` keeps a reduced copy of each ConfigMap server
+    containers read env from, and was bounded by entries only (10,000, each up to 256 keys
+    of 1 KiB: 2.5 GiB at the bound). team-b: one Deployment at 0 replicas with an `envFrom`
+    entry for each of 2,000 ConfigMaps of its own, each with 256 keys of 1,024 characters
+    (~260 KB, below the 1 MiB a ConfigMap may hold): the watch kept every one, ~520 MB,
+    past the operator's 512Mi limit. Now the cache also holds at most `MAX_CHARS`
+    characters, forgetting the oldest (a pass reads a forgotten one again with a GET)."""
+    from sps_operator.controller.kube.envsources import MAX_CHARS, MAX_ENTRIES, EnvSources
     from sps_operator.controller.sglang.podenv import MAX_KEYS, MAX_VALUE_CHARS
 
-    data = {f"K{i:03d}": "v" * MAX_VALUE_CHARS for i in range(MAX_KEYS)}
+    value = "v" * MAX_VALUE_CHARS  # one string object: the test itself stays small
+    data = {f"K{i:03d}": value for i in range(MAX_KEYS)}
     cache = EnvSources()
-    assert cache.observe(TEAM_B, "cm-0", {"data": data}, referenced=True)
-    kept = cache.read(None, TEAM_B, ["cm-0"])["cm-0"]  # type: ignore[arg-type]
-    assert kept is not None and kept.complete and not kept.too_long  # all of it is kept
-    per_entry = sum(len(k) + len(v) for k, v in kept.values.items())
-    assert per_entry * MAX_ENTRIES <= 128 * 2**20, f"{per_entry * MAX_ENTRIES / 2**30:.1f} GiB"
+    count = 2000
+    for i in range(count):
+        cache.observe(TEAM_B, f"cm-{i}", {"data": data}, referenced=True)
+    per_entry = MAX_KEYS * (4 + MAX_VALUE_CHARS)
+    assert per_entry * MAX_ENTRIES > 2 * 2**30  # what the entry bound alone allowed
+    assert len(cache) * per_entry <= MAX_CHARS <= 128 * 2**20, len(cache)
+    assert cache._chars == len(cache) * per_entry  # the count follows what is kept
+    kept = cache.read(None, TEAM_B, [f"cm-{count - 1}"])  # type: ignore[arg-type]
+    assert kept[f"cm-{count - 1}"] is not None  # the newest is kept (no GET: kube is None)
 
 
 # --------------------------------------------------------------------------- the API budget
