@@ -204,12 +204,13 @@ def test_the_clone_runs_the_fingerprinted_env_values_not_a_reference_read_later(
     in between (a GitOps sync, the tenant) made it measure another configuration than its
     table is labelled for; a change back made that table go live on the first one. The
     clone's command line was already pinned to the values read; now its fingerprinted
-    variables are too."""
+    variables are too (a Secret, which no cost input may come from, stays a reference)."""
     h = Harness()
     _knob_from_config_map(h, "1")
     knob = {"name": "SGLANG_DSPARK_FAST_KERNEL",
             "valueFrom": {"configMapKeyRef": {"name": "knobs", "key": "fast"}}}  # fmt: skip
-    h.add(deployment(env=[knob, {"name": "PLAIN", "value": "kept"}]))
+    token = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "t"}}}
+    h.add(deployment(env=[knob, {"name": "PLAIN", "value": "kept"}, token]))
     h.add(profile_body())
     h.place()
     h.tick()
@@ -220,6 +221,7 @@ def test_the_clone_runs_the_fingerprinted_env_values_not_a_reference_read_later(
     env = {e["name"]: e for e in server["env"]}
     assert env["SGLANG_DSPARK_FAST_KERNEL"] == {"name": "SGLANG_DSPARK_FAST_KERNEL", "value": "1"}
     assert env["PLAIN"] == {"name": "PLAIN", "value": "kept"}
+    assert env["HF_TOKEN"] == token  # not a cost input: a Secret stays a reference
 
 
 def _operator_pod(namespace: str, image: str) -> dict[str, Any]:
