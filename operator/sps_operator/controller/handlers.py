@@ -294,9 +294,8 @@ def _register_passes(
         sps_deployments: Any, sps_config_maps: Any, sps_borrowed: Any, **_: Any,
     ) -> None:  # fmt: skip
         stable = stable_config_map(spec)
-        deployments = ix.values(sps_deployments, (ix.RECORDED, namespace, name)) + [
-            d for d in ix.values(sps_borrowed, "all") if d["metadata"].get("namespace") == namespace
-        ]
+        deployments = ix.values(sps_deployments, (ix.RECORDED, namespace, name))
+        deployments += ix.values(sps_borrowed, (ix.NAMESPACE, namespace))
         owned = ix.values(sps_config_maps, (ix.OWNER, namespace, uid))
         idle = nothing_to_release(name, uid, status, deployments, owned, stable)
         release_or_retry(reconciler, namespace, name, uid, stable, lists_needed=not idle)

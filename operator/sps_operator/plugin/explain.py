@@ -210,7 +210,13 @@ def _current_run_findings(p: _Profile) -> list[Finding]:
 
 
 def _warning_event_findings(p: _Profile) -> list[Finding]:
-    for event in p.events:
+    # The newest about this very profile: events are listed by name, oldest first, and
+    # outlive a profile deleted and created again under its name.
+    uid = p.meta.get("uid")
+    for event in reversed(p.events):
+        about = (event.get("involvedObject") or event.get("regarding") or {}).get("uid")
+        if uid and about and about != uid:
+            continue
         if event.get("type") == "Warning":
             return [
                 Finding(

@@ -14,6 +14,7 @@ from typing import Any
 
 from sps_operator.api import labels as L
 from sps_operator.api import reasons as R
+from sps_operator.api.result import clean_text
 from sps_operator.api.times import parse_rfc3339
 from sps_operator.constants import LABEL_PREFIX
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, SpsTable
@@ -282,6 +283,9 @@ def image_tag(image: str) -> str | None:
     return last.split(":", 1)[1] if ":" in last else None
 
 
+MAX_POD_FIELD = 512  # characters of an operator pod's image (or name) shown
+
+
 def operator_pod_version(pod: Mapping[str, Any]) -> dict[str, str]:
     """Which version an operator pod runs: the tag of its container's image (the chart
     keeps the tag in a digest-pinned reference), else the pod's app.kubernetes.io/version
@@ -300,12 +304,17 @@ def operator_pod_version(pod: Mapping[str, Any]) -> dict[str, str]:
     )
     labels = meta.get("labels") or {}
     version = image_tag(image) or labels.get("app.kubernetes.io/version") or "unknown"
-    return {
-        "namespace": str(meta.get("namespace", "")),
-        "pod": str(meta.get("name", "")),
-        "version": str(version),
+    found = {
+        "namespace": meta.get("namespace", ""),
+        "pod": meta.get("name", ""),
+        "version": version,
         "image": image,
-        "imageID": str(status.get("imageID") or ""),
+        "imageID": status.get("imageID") or "",
+    }
+    # Printable text only: the selector finds any namespace's pod with these labels, and
+    # an image may hold terminal escape sequences (the API server checks only whitespace).
+    return {
+        **{k: clean_text(v, MAX_POD_FIELD) for k, v in found.items()},
         "ready": "true" if status.get("ready") else "false",
     }
 

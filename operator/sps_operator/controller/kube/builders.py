@@ -20,6 +20,7 @@ from sps_operator.api.spec import DEFAULT_ADDITIVE_FRACS, ServerSource, SpsProfi
 from sps_operator.constants import API_GROUP, API_VERSION, IMAGE, KIND
 from sps_operator.controller.kube import names
 from sps_operator.controller.policies.claims import VolumePin, pin_to_node
+from sps_operator.controller.sglang.podenv import escape
 from sps_operator.controller.sglang.serverconfig import (
     CONST_TABLE_PATH,
     TABLE_PATH_FLAG,
@@ -279,7 +280,11 @@ def server_sidecar(
         sidecar["volumeMounts"] = mounts
     else:
         sidecar.pop("volumeMounts", None)
+    # The values the fingerprint read of the list's variables, not the ConfigMap keys they
+    # came from: an edit before the clone's pod starts cannot change what it measures.
+    pinned = {read.name: escape(read.value) for read in server.envs}
     env = {
+        **pinned,
         **server.env,
         **PROFILING_ENV_COMMON,
         "SGLANG_RAGGED_VERIFY_MODE": verify_mode(plan.spec, plan.phase),

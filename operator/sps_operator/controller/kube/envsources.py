@@ -6,7 +6,8 @@ from a ConfigMap key: `podenv`). They are not the operator's objects, so the ope
 own caches (by its label) do not hold them, and caching every ConfigMap of the cluster
 would cost memory in proportion to what anyone creates. This cache holds only what a pass
 asked for or a watch event showed to be referenced by a Deployment of the same namespace,
-each reduced to `podenv.ConfigMapEnv` (bounded), and at most `max_entries` of them:
+each reduced to `podenv.ConfigMapEnv` (bounded), and at most `max_entries` of them
+holding at most `MAX_CHARS` characters in all:
 
 * a pass reads through it: a name it does not hold is read from the API once (a GET) and
   kept, found or not;
@@ -28,6 +29,15 @@ from sps_operator.controller.kube.client import KubeApi
 from sps_operator.controller.sglang.podenv import ConfigMapEnv, env_config_maps
 
 MAX_ENTRIES = 10_000
+# Characters kept in all (keys and values): 10,000 entries of up to 256 keys of 1 KiB would
+# be 2.5 GiB, which a tenant's ConfigMaps at 0 replicas could fill past the pod's limit.
+MAX_CHARS = 64 * 2**20
+
+
+def _chars(value: ConfigMapEnv | None) -> int:
+    if value is None:
+        return 0
+    return sum(len(k) + len(v) for k, v in value.values.items()) + sum(map(len, value.too_long))
 
 
 def referenced_config_maps(deployments: Iterable[Mapping[str, Any]]) -> set[str]:
@@ -47,6 +57,7 @@ class EnvSources:
         self._entries: OrderedDict[tuple[str, str], ConfigMapEnv | None] = OrderedDict()
         self._lock = threading.Lock()
         self._max = max_entries
+        self._chars = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -65,7 +76,9 @@ class EnvSources:
                     continue
             fetched = ConfigMapEnv.of(kube.get("ConfigMap", namespace, name))
             with self._lock:
-                out[name] = self._entries.setdefault(key, fetched)
+                if key not in self._entries:
+                    self._put(key, fetched)
+                out[name] = self._entries[key]
                 self._trim()
         return out
 
@@ -80,13 +93,18 @@ class EnvSources:
             if key not in self._entries and not referenced:
                 return False
             changed = key not in self._entries or self._entries[key] != value
-            self._entries[key] = value
+            self._put(key, value)
             self._trim()
         return changed
 
+    def _put(self, key: tuple[str, str], value: ConfigMapEnv | None) -> None:
+        self._chars += _chars(value) - _chars(self._entries.get(key))
+        self._entries[key] = value
+
     def _trim(self) -> None:
-        while len(self._entries) > self._max:
-            self._entries.popitem(last=False)  # read again from the API when needed
+        while len(self._entries) > self._max or self._chars > MAX_CHARS:
+            _, value = self._entries.popitem(last=False)  # read again from the API when needed
+            self._chars -= _chars(value)
 
 
 def read_env_config_maps(
