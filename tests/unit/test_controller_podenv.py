@@ -333,3 +333,19 @@ def test_a_pass_from_the_caches_reads_the_configmaps_its_servers_use() -> None:
     assert profiles_selecting(readers[0], idx.profiles, NS) == [profile["metadata"]["uid"]]
     assert world().for_profile(kube, ref, spec).env_config_maps == {"models": cm(m="mistral")}
     assert kube.calls.count("get") == gets  # from the cache, not the API
+
+
+def test_an_unreferenced_configmap_event_is_not_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ConfigMap event of the cluster reaches the cache: one that no Deployment reads
+    is dropped before it is parsed (a tenant's 60,000-key ConfigMap cost ms per event)."""
+    parsed: list[object] = []
+    monkeypatch.setattr(
+        "sps_operator.controller.kube.envsources.ConfigMapEnv.of",
+        lambda body: parsed.append(body),
+    )
+    cache = EnvSources()
+    body = {"metadata": {"name": "big"}, "data": {"K": "v"}}
+    assert cache.observe("team-b", "big", body, referenced=False) is False
+    assert parsed == []
+    cache.observe("team-b", "big", body, referenced=True)
+    assert parsed == [body]

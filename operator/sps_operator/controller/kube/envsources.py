@@ -88,10 +88,11 @@ class EnvSources:
         """A watch event (`body` None: deleted). Kept when held already or `referenced` by a
         Deployment of the namespace; True when what a pass would read changed."""
         key = (namespace, name)
-        value = ConfigMapEnv.of(body)
         with self._lock:
             if key not in self._entries and not referenced:
-                return False
+                return False  # before parsing: every ConfigMap event of the cluster comes here
+        value = ConfigMapEnv.of(body)
+        with self._lock:
             changed = key not in self._entries or self._entries[key] != value
             self._put(key, value)
             self._trim()
