@@ -137,6 +137,17 @@ TARGET_REASONS: dict[str, Reason] = {
             "Deployment (unused flags, huge annotations) below the limit.",
         ),
     ),
+    R.GROUP_MISMATCH: Reason(
+        Kind.PROBLEM,
+        "a LeaderWorkerSet's templates are not one server",
+        target=Advice(
+            "The LeaderWorkerSet's leader and worker templates are not one server",
+            "Every rank of a group loads the table itself, so the leader's and the workers' "
+            "server containers must have the same cost inputs (only the per-rank arguments "
+            "--node-rank and --dist-init-addr may differ) and --nnodes must be the group size "
+            "(leaderWorkerTemplate.size). The message names what differs.",
+        ),
+    ),
     R.STABLE_TABLE_CONTESTED: Reason(
         Kind.PROBLEM,
         "AnnotateOnly: another writer keeps changing the stable ConfigMap",

@@ -19,6 +19,7 @@ from kubernetes.client.rest import ApiException
 from sps_operator.api.labels import KUEUE_GROUP, KUEUE_VERSIONS, KUEUE_VISIBILITY_GROUP
 from sps_operator.constants import API_GROUP, API_VERSION, FIELD_MANAGER, KIND, PLURAL
 from sps_operator.controller.kube.ratelimit import TokenBucket
+from sps_operator.controller.policies import workloads
 
 log = logging.getLogger(__name__)
 APPLY = "application/apply-patch+yaml"
@@ -30,6 +31,7 @@ class KubeApi(Protocol):
 
     # Reads (None when absent).
     def list_deployments(self, namespace: str, label_selector: str) -> list[Obj]: ...
+    def list_targets(self, namespace: str, label_selector: str) -> list[Obj]: ...
     def list_config_maps(self, namespace: str, label_selector: str) -> list[Obj]: ...
     def list_jobs(self, namespace: str, label_selector: str) -> list[Obj]: ...
     def list_profiles(self, namespace: str) -> list[Obj]: ...
@@ -93,6 +95,30 @@ class Kube:
 
     def list_deployments(self, namespace: str, label_selector: str) -> list[Obj]:
         return self._items(self.apps.list_namespaced_deployment, namespace, label_selector)
+
+    def list_targets(self, namespace: str, label_selector: str) -> list[Obj]:
+        """The workloads a profile may serve, of every kind the API serves (a
+        LeaderWorkerSet only where its CRD is installed), each with its kind set."""
+        found = [
+            {**d, "kind": workloads.DEPLOYMENT}
+            for d in self.list_deployments(namespace, label_selector)
+        ]
+        found += [
+            {**d, "kind": workloads.STATEFUL_SET}
+            for d in self._items(self.apps.list_namespaced_stateful_set, namespace, label_selector)
+        ]
+        lws = workloads.KINDS[workloads.LEADER_WORKER_SET]
+        try:
+            resp = self.custom.list_namespaced_custom_object(
+                lws.group, lws.version, namespace, lws.plural,
+                label_selector=label_selector, _preload_content=False,
+            )  # fmt: skip
+        except ApiException as exc:
+            if exc.status != 404:  # 404: the API does not serve LeaderWorkerSets
+                raise
+        else:
+            found += [{**d, "kind": lws.kind} for d in _raw(resp).get("items", [])]
+        return found
 
     def list_config_maps(self, namespace: str, label_selector: str) -> list[Obj]:
         return self._items(self.core.list_namespaced_config_map, namespace, label_selector)
@@ -164,6 +190,12 @@ class Kube:
         calls: dict[str, Callable[[], Any]] = {
             "Deployment": lambda: self.apps.read_namespaced_deployment(
                 name, namespace, _preload_content=False
+            ),
+            "StatefulSet": lambda: self.apps.read_namespaced_stateful_set(
+                name, namespace, _preload_content=False
+            ),
+            "LeaderWorkerSet": lambda: self.custom.get_namespaced_custom_object(
+                *_lws(), namespace, _lws_plural(), name, _preload_content=False
             ),
             "Job": lambda: self.batch.read_namespaced_job(name, namespace, _preload_content=False),
             "ConfigMap": lambda: self.core.read_namespaced_config_map(
@@ -256,6 +288,8 @@ class Kube:
         changed since, so a force never writes stale values over a newer edit."""
         patch = {
             "Deployment": self.apps.patch_namespaced_deployment,
+            "StatefulSet": self.apps.patch_namespaced_stateful_set,
+            "LeaderWorkerSet": self._patch_lws,
             "ConfigMap": self.core.patch_namespaced_config_map,
         }[body["kind"]]
         meta = body["metadata"]
@@ -268,11 +302,18 @@ class Kube:
             _content_type=APPLY,
         )
 
+    def _patch_lws(self, name: str, namespace: str, body: Any, **kwargs: Any) -> Any:
+        return self.custom.patch_namespaced_custom_object(
+            *_lws(), namespace, _lws_plural(), name, body, **kwargs
+        )
+
     def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj:
         """A JSON merge patch (of metadata) under the operator's field manager; returns the
         object as patched (a later conditional write in the same pass starts from it)."""
         call = {
             "Deployment": self.apps.patch_namespaced_deployment,
+            "StatefulSet": self.apps.patch_namespaced_stateful_set,
+            "LeaderWorkerSet": self._patch_lws,
             "ConfigMap": self.core.patch_namespaced_config_map,
             "Lease": client.CoordinationV1Api(self.api).patch_namespaced_lease,
         }[kind]
@@ -341,6 +382,15 @@ class Kube:
             self.core.create_namespaced_event(meta.get("namespace"), body)
         except ApiException as exc:
             log.warning("could not post event %s: %s", reason, exc.reason)
+
+
+def _lws() -> tuple[str, str]:
+    lws = workloads.KINDS[workloads.LEADER_WORKER_SET]
+    return lws.group, lws.version
+
+
+def _lws_plural() -> str:
+    return workloads.KINDS[workloads.LEADER_WORKER_SET].plural
 
 
 def owned_by(obj: Mapping[str, Any] | None, uid: str) -> bool:

@@ -18,7 +18,7 @@ from sps_operator.controller.kube.client import KubeApi, Obj, owned_by
 from sps_operator.controller.kube.envsources import EnvSources, read_env_config_maps
 from sps_operator.controller.kube.kueue_cache import KueueCache
 from sps_operator.controller.kube.ratelimit import Periodic
-from sps_operator.controller.policies import clocks
+from sps_operator.controller.policies import clocks, workloads
 from sps_operator.controller.policies.borrow import PoolBid
 from sps_operator.controller.policies.claims import ClaimInfo
 from sps_operator.controller.policies.job_policy import BORROW_BOUNDS, JobPolicy, ServiceInfo
@@ -64,6 +64,10 @@ class Settings:
     # already runs a table measured for it (the flag's and chart's default is 1 h; 0 here
     # so a test states the interval it means).
     min_refresh_interval_seconds: float = 0.0
+    # How long a roll of a StatefulSet or LeaderWorkerSet may take before it counts as
+    # failed and rolls back (those kinds have no progressDeadlineSeconds; a Deployment's
+    # own deadline counts for it).
+    workload_progress_seconds: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -182,9 +186,10 @@ def by_name(objects: Iterable[Obj]) -> dict[str, Obj]:
 
 @dataclass
 class Target:
-    """A Deployment the profile selects, as this pass understood it."""
+    """A workload the profile selects (a Deployment, StatefulSet or LeaderWorkerSet:
+    `policies.workloads`), as this pass understood it."""
 
-    deployment: Obj
+    deployment: Obj  # the workload object, of any of those kinds
     name: str
     container: Mapping[str, Any] | None = None
     command: ServerCommand | None = None
@@ -222,25 +227,36 @@ class Target:
         return self.problem is None and self.gpu is not None
 
     @property
+    def kind(self) -> str:
+        return workloads.kind_of(self.deployment).kind
+
+    @property
     def template(self) -> Mapping[str, Any]:
-        return (self.deployment.get("spec") or {}).get("template") or {}
+        """The server's pod template (a LeaderWorkerSet's leader, or its one template)."""
+        return workloads.server_template(self.deployment)
 
     @property
     def pod_spec(self) -> Mapping[str, Any]:
         return self.template.get("spec") or {}
 
-    @property
-    def _template_annotations(self) -> Mapping[str, str]:
-        return (self.template.get("metadata") or {}).get("annotations") or {}
+    def _annotation(self, key: str) -> str | None:
+        """The operator's pod-template annotation `key`, when every template of the
+        workload carries the same value (a LeaderWorkerSet whose leader and workers
+        disagree runs no one table)."""
+        found = {
+            str(((t.get("metadata") or {}).get("annotations") or {}).get(key) or "")
+            for _, t in workloads.templates(self.deployment)
+        }
+        return next(iter(found)) or None if len(found) == 1 else None
 
     @property
     def running_hash(self) -> str | None:
         """Hash of the table the pod template says it runs (the operator's annotation)."""
-        return self._template_annotations.get(L.ANNOTATION_TABLE_HASH)
+        return self._annotation(L.ANNOTATION_TABLE_HASH)
 
     @property
     def running_config_map(self) -> str | None:
-        return self._template_annotations.get(L.ANNOTATION_TABLE)
+        return self._annotation(L.ANNOTATION_TABLE)
 
 
 class Capacity(Protocol):

@@ -15,11 +15,12 @@ A refresh of a table that already runs waits for the minimum interval between ro
 
 from __future__ import annotations
 
+import itertools
 import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from kubernetes.client.rest import ApiException
@@ -43,7 +44,7 @@ from sps_operator.controller.kube import builders, names, table_objects
 from sps_operator.controller.kube.client import owned_by
 from sps_operator.controller.kube.table_objects import MAX_META_BYTES, table_text
 from sps_operator.controller.passes.state import Target
-from sps_operator.controller.policies import clocks
+from sps_operator.controller.policies import clocks, workloads
 from sps_operator.controller.policies import conditions as cond
 from sps_operator.controller.policies.deployments import (
     deployment_rolled_out,
@@ -60,6 +61,7 @@ from sps_operator.controller.policies.triggers import refresh_trigger_key, run_s
 from sps_operator.controller.rollout.holders import hold_tables
 from sps_operator.controller.rollout.state import RolloutPass
 from sps_operator.controller.sglang.fingerprint_v1 import is_v1
+from sps_operator.controller.sglang.serverconfig import TABLE_PATH_FLAG, find_server_container
 from sps_operator.tables.formats import load_sps_table_text
 from sps_operator.tables.selfcheck import self_check
 
@@ -148,44 +150,71 @@ def eligible_table(p: RolloutPass, target: Target, ref: TableRef) -> EligibleTab
 
 
 def inject_serves(target: Target, table: EligibleTable, table_path: str) -> bool:
-    """The template's server reads `table`: annotated with its hash, the injected volume
-    holds its ConfigMap, mounted where the server's table flag points."""
+    """Every template of the workload makes its server read `table` (a LeaderWorkerSet's
+    leader and workers alike): annotated with its hash, the injected volume holds its
+    ConfigMap, mounted where the server's table flag points."""
     if target.running_hash != table.ref.hash or target.config is None:
         return False
     if target.config.table_path != table_path:
         return False
     directory, filename = posixpath.split(table_path)
-    volume = next(
-        (v for v in target.pod_spec.get("volumes") or [] if v.get("name") == builders.TABLE_VOLUME),
-        None,
-    )
-    source = (volume or {}).get("configMap") or {}
-    items = source.get("items") or [{"key": L.TABLE_KEY, "path": filename}]
-    mounted = any(
-        m.get("name") == builders.TABLE_VOLUME and m.get("mountPath") == directory
-        for m in (target.container or {}).get("volumeMounts") or []
-    )
-    return (
-        source.get("name") == table.ref.config_map
-        and {"key": L.TABLE_KEY, "path": filename} in items
-        and mounted
-    )
+    for i, (_, template) in enumerate(workloads.templates(target.deployment)):
+        pod_spec = template.get("spec") or {}
+        volume = next(
+            (v for v in pod_spec.get("volumes") or [] if v.get("name") == builders.TABLE_VOLUME),
+            None,
+        )
+        source = (volume or {}).get("configMap") or {}
+        items = source.get("items") or [{"key": L.TABLE_KEY, "path": filename}]
+        container = find_server_container(pod_spec, _server_name(target)) or {}
+        mounted = any(
+            m.get("name") == builders.TABLE_VOLUME and m.get("mountPath") == directory
+            for m in container.get("volumeMounts") or []
+        )
+        args = [str(a) for a in container.get("args") or []]
+        # (the server's own template: its flag as target.config read it, above)
+        flagged = (
+            i == 0
+            or f"{TABLE_PATH_FLAG}={table_path}" in args
+            or any(a == TABLE_PATH_FLAG and b == table_path for a, b in itertools.pairwise(args))
+        )
+        if not (
+            source.get("name") == table.ref.config_map
+            and {"key": L.TABLE_KEY, "path": filename} in items
+            and mounted
+            and flagged
+        ):
+            return False
+    return True
 
 
-def rollout_failed(target: Target, table: TableRef) -> bool:
-    """The Deployment runs `table`'s template and its rollout hit the progress deadline."""
-    dep = target.deployment
+def _deadline(target: Target) -> str:
+    if target.kind == workloads.DEPLOYMENT:
+        return "Deployment's progressDeadlineSeconds"
+    return f"operator's progress bound for a {target.kind} (chart rollout.progressSeconds)"
+
+
+def _server_name(target: Target) -> str:
+    return str((target.container or {}).get("name") or "")
+
+
+def rollout_failed(
+    target: Target, table: TableRef, rolled_at: str | None, now: datetime, admin_seconds: float
+) -> bool:
+    """The workload runs `table`'s template and its roll failed: a Deployment's own
+    ProgressDeadlineExceeded; for the kinds without a progress deadline, not rolled out
+    within the admin's bound since the table went onto the template (a roll that waits
+    for the user, OnDelete or a partition, has not failed)."""
+    workload = target.deployment
     if target.running_hash != table.hash:
         return False
-    status = dep.get("status", {})
-    if status.get("observedGeneration", 0) < dep.get("metadata", {}).get("generation", 0):
+    if target.kind == workloads.DEPLOYMENT:
+        return workloads.deadline_exceeded(workload)
+    if workloads.rolled_out(workload) or workloads.roll_waits(workload) is not None:
         return False
-    return any(
-        c.get("type") == "Progressing"
-        and c.get("status") == "False"
-        and c.get("reason") == "ProgressDeadlineExceeded"
-        for c in status.get("conditions") or []
-    )
+    since = clocks.trusted(rolled_at, now)
+    bound = workloads.progress_deadline_seconds(workload, admin_seconds)
+    return since is not None and now - since > timedelta(seconds=bound)
 
 
 # --------------------------------------------------------------------------- the step
@@ -202,6 +231,7 @@ def rollout(p: RolloutPass) -> None:
         previous = before.get(target.name)
         ts = TargetStatus(
             deployment=target.name,
+            kind=target.kind,
             gpu_product=target.gpu or (",".join(sorted(target.products)) or None),
             fingerprint=target.fingerprint or None,
             owner=target.owner,
@@ -239,7 +269,13 @@ def rollout(p: RolloutPass) -> None:
         if mode == RolloutMode.DISABLED:
             ts.state = TargetState.PUBLISHED
             continue
-        if rollout_failed(target, exact):
+        if rollout_failed(
+            target,
+            exact,
+            previous.rolled_at if previous else None,
+            p.now,
+            p.settings.workload_progress_seconds,
+        ):
             restored = _roll_back(p, target, exact)
             if restored is None:
                 # Nothing to return to: the new pods keep trying. Never live on a deadline
@@ -247,8 +283,8 @@ def rollout(p: RolloutPass) -> None:
                 ts.state = TargetState.ROLLING
                 _note_blocked(
                     p, target, ts, previous, exact.hash,
-                    f"the rollout of table {exact.config_map} passed the Deployment's "
-                    "progressDeadlineSeconds and there is no previous table to return to",
+                    f"the rollout of table {exact.config_map} passed the {_deadline(target)} "
+                    "and there is no previous table to return to",
                 )  # fmt: skip
                 continue
             eligible = restored
@@ -402,7 +438,7 @@ def _claim(p: RolloutPass, target: Target) -> bool:
         return True
     try:
         target.deployment = p.kube.patch_metadata(
-            "Deployment",
+            target.kind,
             p.namespace,
             target.name,
             builders.owner_patch(target.deployment, p.ref.name),
@@ -450,7 +486,7 @@ def _apply(p: RolloutPass, target: Target, table: EligibleTable) -> bool | None:
         p.event(
             "Normal",
             ROLLOUT_APPLIED,
-            f"Deployment {target.name} now runs table {table.ref.config_map} ({rollout.mode})",
+            f"{target.kind} {target.name} now runs table {table.ref.config_map} ({rollout.mode})",
         )
     return False
 
@@ -608,8 +644,14 @@ def _roll_back(p: RolloutPass, target: Target, failed: TableRef) -> EligibleTabl
     `failed` for inspection, say so, and do not profile again for the same trigger."""
     st = p.status
     message = (
-        f"Deployment {target.name} did not become available with table "
-        f"{failed.config_map} (ProgressDeadlineExceeded)"
+        f"{target.kind} {target.name} did not become available with table "
+        f"{failed.config_map} ("
+        + (
+            "ProgressDeadlineExceeded"
+            if target.kind == workloads.DEPLOYMENT
+            else "not rolled out within the operator's progress bound"
+        )
+        + ")"
     )
     ref = (
         _stored_ref(p, failed.previous, failed.previous_hash, failed, target)
