@@ -286,12 +286,13 @@ class Kube:
         it. A Deployment body carries the resourceVersion its content was read at
         (`builders.inject_apply`, `annotate_apply`): the API server refuses it (409) when the object
         changed since, so a force never writes stale values over a newer edit."""
-        patch = {
+        patches: dict[str, Callable[..., Any]] = {
             "Deployment": self.apps.patch_namespaced_deployment,
             "StatefulSet": self.apps.patch_namespaced_stateful_set,
             "LeaderWorkerSet": self._patch_lws,
             "ConfigMap": self.core.patch_namespaced_config_map,
-        }[body["kind"]]
+        }
+        patch = patches[body["kind"]]
         meta = body["metadata"]
         patch(
             meta["name"],
@@ -310,13 +311,14 @@ class Kube:
     def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj:
         """A JSON merge patch (of metadata) under the operator's field manager; returns the
         object as patched (a later conditional write in the same pass starts from it)."""
-        call = {
+        calls: dict[str, Callable[..., Any]] = {
             "Deployment": self.apps.patch_namespaced_deployment,
             "StatefulSet": self.apps.patch_namespaced_stateful_set,
             "LeaderWorkerSet": self._patch_lws,
             "ConfigMap": self.core.patch_namespaced_config_map,
             "Lease": client.CoordinationV1Api(self.api).patch_namespaced_lease,
-        }[kind]
+        }
+        call = calls[kind]
         response = call(
             name,
             namespace,
