@@ -32,7 +32,7 @@ def stateful_set(name: str = "db", **spec: Any) -> dict[str, Any]:
             "template": {
                 "metadata": {"labels": pod_labels},
                 "spec": {"containers": [container()]},
-            },  # fmt: skip
+            },
             **spec,
         },
         "status": {
@@ -40,7 +40,7 @@ def stateful_set(name: str = "db", **spec: Any) -> dict[str, Any]:
             "replicas": 2,
             "readyReplicas": 2,
             "updatedReplicas": 2,
-        },  # fmt: skip
+        },
     }
 
 
@@ -49,8 +49,9 @@ def leader_worker_set(
 ) -> dict[str, Any]:
     group = ["--nnodes", str(size), "--dist-init-addr", "$(LWS_LEADER_ADDRESS):5000"]
     leader = container(args=[*SERVER_ARGS, *group, "--node-rank", "0"])
-    worker = container(args=worker_args or [*SERVER_ARGS, *group, "--node-rank",
-                                            "$(LWS_WORKER_INDEX)"])  # fmt: skip
+    worker = container(
+        args=worker_args or [*SERVER_ARGS, *group, "--node-rank", "$(LWS_WORKER_INDEX)"]
+    )
     return {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
@@ -68,7 +69,7 @@ def leader_worker_set(
             "replicas": 1,
             "readyReplicas": 1,
             "updatedReplicas": 1,
-        },  # fmt: skip
+        },
     }
 
 
@@ -110,7 +111,10 @@ def test_a_stateful_set_gets_its_table_live_and_status_names_its_kind() -> None:
     status = h.profile_once()
     (target,) = status["targets"]
     assert (target["deployment"], target["kind"], target["state"]) == (
-        "db", "StatefulSet", "Live"), target  # fmt: skip
+        "db",
+        "StatefulSet",
+        "Live",
+    ), target
     sts = h.kube.obj("StatefulSet", "db")
     assert served(sts["spec"]["template"], target["table"])
     assert sts["metadata"]["annotations"]["sps.dev/owner"] == "p"  # claimed as its own
@@ -137,8 +141,9 @@ def test_an_on_delete_stateful_set_says_the_roll_waits_for_the_users_deletes() -
 
 
 def test_a_stateful_set_roll_past_the_admins_bound_goes_back_to_the_previous_table() -> None:
-    h = Harness(settings=Settings(gpu_debounce_seconds=0, isolate_fits=False,
-                                  workload_progress_seconds=300))  # fmt: skip
+    h = Harness(
+        settings=Settings(gpu_debounce_seconds=0, isolate_fits=False, workload_progress_seconds=300)
+    )
     h.add(stateful_set())
     h.add(profile_body(refresh={"token": "a"}))
     h.pods = sts_pods()
@@ -192,8 +197,13 @@ def test_a_worker_without_the_table_keeps_the_group_from_live() -> None:
     worker = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]
     saved = copy.deepcopy(worker)
     h.kube.instant_rollout = False
-    h.kube.edit("LeaderWorkerSet", "big", lambda o: o["spec"]["leaderWorkerTemplate"]
-                ["workerTemplate"]["metadata"]["annotations"].clear())  # fmt: skip
+    h.kube.edit(
+        "LeaderWorkerSet",
+        "big",
+        lambda o: o["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"][
+            "annotations"
+        ].clear(),
+    )
     h.tick()
     (target,) = h.run_pass()["targets"]
     assert target["state"] != "Live", target
@@ -218,8 +228,9 @@ def test_a_group_whose_ranks_are_not_one_server_is_refused() -> None:
 def test_nnodes_must_be_the_group_size() -> None:
     h = Harness()
     h.add(leader_worker_set(size=2))
-    h.kube.edit("LeaderWorkerSet", "big",
-                lambda o: o["spec"]["leaderWorkerTemplate"].update(size=4))  # fmt: skip
+    h.kube.edit(
+        "LeaderWorkerSet", "big", lambda o: o["spec"]["leaderWorkerTemplate"].update(size=4)
+    )
     h.add(profile_body())
     h.pods = group_pods(size=4)
     h.tick()

@@ -85,8 +85,10 @@ def test_an_lws_selects_its_pods_by_its_name_label_every_group() -> None:
     ]
     assert [p.name for p in deployments.target_pods(lws(), pods)] == ["big-0", "big-0-1"]
     # Live needs every ready pod of every group: a worker without the hash says no.
-    pods = [p if p.name != "big-0" else PodInfo(p.name, p.labels, p.node, ready=True,
-            table_hash="h") for p in pods]  # fmt: skip
+    pods = [
+        p if p.name != "big-0" else PodInfo(p.name, p.labels, p.node, ready=True, table_hash="h")
+        for p in pods
+    ]
     assert not deployments.every_ready_pod_runs(lws(), pods, "h")
 
 
@@ -112,8 +114,9 @@ def test_unavailable_budget_per_kind() -> None:
     wide = stateful_set(updateStrategy={"rollingUpdate": {"maxUnavailable": "50%"}})
     assert workloads.max_unavailable(wide, 4) == 2
     assert workloads.max_unavailable(lws(), 4) == 1  # LWS's default: one group
-    surge = lws(rolloutStrategy={"rollingUpdateConfiguration": {"maxSurge": 1,
-                                                                "maxUnavailable": 0}})  # fmt: skip
+    surge = lws(
+        rolloutStrategy={"rollingUpdateConfiguration": {"maxSurge": 1, "maxUnavailable": 0}}
+    )
     assert workloads.max_unavailable(surge, 4) == 0
     recreate = {"kind": "Deployment", "spec": {"strategy": {"type": "Recreate"}}}
     assert workloads.max_unavailable(recreate, 3) is None
@@ -130,8 +133,9 @@ def test_progress_bound_is_the_admins_for_kinds_without_a_deadline() -> None:
 def test_what_waits_for_a_person() -> None:
     on_delete = stateful_set(updateStrategy={"type": "OnDelete"})
     assert "waits for you to delete them" in str(workloads.roll_waits(on_delete))
-    parted = stateful_set(updateStrategy={"type": "RollingUpdate",
-                                          "rollingUpdate": {"partition": 1}})  # fmt: skip
+    parted = stateful_set(
+        updateStrategy={"type": "RollingUpdate", "rollingUpdate": {"partition": 1}}
+    )
     assert "partition is 1" in str(workloads.roll_waits(parted))
     assert workloads.roll_waits(stateful_set()) is None
     lws_parted = lws(rolloutStrategy={"rollingUpdateConfiguration": {"partition": 2}})
@@ -143,8 +147,9 @@ def test_what_waits_for_a_person() -> None:
 
 
 def test_inject_writes_every_template_with_its_own_args() -> None:
-    body = builders.inject_apply(lws(), "sglang", "t-cm", "h1", "/etc/sps/table.json",
-                                 ["--node-rank", "0"])  # fmt: skip
+    body = builders.inject_apply(
+        lws(), "sglang", "t-cm", "h1", "/etc/sps/table.json", ["--node-rank", "0"]
+    )
     assert (body["apiVersion"], body["kind"]) == ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
     lwt = body["spec"]["leaderWorkerTemplate"]
     leader, worker = lwt["leaderTemplate"], lwt["workerTemplate"]
@@ -154,7 +159,9 @@ def test_inject_writes_every_template_with_its_own_args() -> None:
     assert leader["spec"]["containers"][0]["args"][:2] == ["--node-rank", "0"]
     assert worker["spec"]["containers"][0]["args"][:2] == ["--node-rank", "1"]
     assert worker["spec"]["containers"][0]["args"][-2:] == [
-        "--speculative-dspark-sps-table-path", "/etc/sps/table.json"]  # fmt: skip
+        "--speculative-dspark-sps-table-path",
+        "/etc/sps/table.json",
+    ]
     # Without a leader template, none is created by the apply.
     body = builders.inject_apply(lws(leader=False), "sglang", "t", "h", "/etc/sps/t.json", [])
     assert "leaderTemplate" not in body["spec"]["leaderWorkerTemplate"]
@@ -168,25 +175,50 @@ JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
     lambda inner: (
         st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
-    ),  # fmt: skip
+    ),
     max_leaves=12,
 )
 FIELDS = st.dictionaries(
-    st.sampled_from(["replicas", "selector", "template", "leaderWorkerTemplate", "strategy",
-                     "updateStrategy", "rolloutStrategy", "progressDeadlineSeconds"]),
-    JSON, max_size=5,
-)  # fmt: skip
+    st.sampled_from(
+        [
+            "replicas",
+            "selector",
+            "template",
+            "leaderWorkerTemplate",
+            "strategy",
+            "updateStrategy",
+            "rolloutStrategy",
+            "progressDeadlineSeconds",
+        ]
+    ),
+    JSON,
+    max_size=5,
+)
 WORKLOADS = st.fixed_dictionaries(
     {
         "kind": st.sampled_from(["Deployment", "StatefulSet", "LeaderWorkerSet", "x", None]),
         "metadata": st.one_of(JSON, st.fixed_dictionaries({"name": JSON, "generation": JSON})),
         "spec": st.one_of(JSON, FIELDS),
-        "status": st.one_of(JSON, st.dictionaries(
-            st.sampled_from(["observedGeneration", "replicas", "readyReplicas", "updatedReplicas",
-                             "availableReplicas", "conditions", "updateRevision"]),
-            JSON, max_size=5)),
+        "status": st.one_of(
+            JSON,
+            st.dictionaries(
+                st.sampled_from(
+                    [
+                        "observedGeneration",
+                        "replicas",
+                        "readyReplicas",
+                        "updatedReplicas",
+                        "availableReplicas",
+                        "conditions",
+                        "updateRevision",
+                    ]
+                ),
+                JSON,
+                max_size=5,
+            ),
+        ),
     }
-)  # fmt: skip
+)
 
 
 @settings(max_examples=300, deadline=None)
