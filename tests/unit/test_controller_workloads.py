@@ -236,3 +236,14 @@ def test_no_workload_a_tenant_writes_makes_the_adapter_raise(obj: Any, count: in
     workloads.roll_waits(obj)
     workloads.controller_failure(obj)
     assert workloads.replicas(obj) >= 0 and workloads.group_size(obj) >= 1
+
+
+def test_borrow_replica_refuses_the_kinds_it_cannot_lend_with_what_to_do() -> None:
+    from sps_operator.api.spec import CapacitySpec
+    from sps_operator.controller.policies.borrow import borrow_refusal
+
+    capacity = CapacitySpec(mode="BorrowReplica")
+    for obj in (stateful_set(), lws()):
+        refusal = borrow_refusal(obj, capacity, [], [])
+        assert refusal is not None and "capacity.mode Wait" in refusal, refusal
+        assert obj["kind"] in refusal
