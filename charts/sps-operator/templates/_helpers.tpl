@@ -233,6 +233,7 @@ or into a Role in each watched namespace (namespaces mode).
 - {{ printf "--job-priority-class=%s" . | quote }}
 {{- end }}
 - --min-refresh-interval-seconds={{ int .Values.refresh.minIntervalSeconds }}
+- --workload-progress-seconds={{ int .Values.workloadProgressSeconds }}
 - --max-lent-seconds={{ int .Values.borrowPolicy.maxLentSeconds }}
 - --max-rollout-hold-seconds={{ int .Values.borrowPolicy.maxRolloutHoldSeconds }}
 - --max-pool-turn-seconds={{ int .Values.borrowPolicy.maxPoolTurnSeconds }}

@@ -191,7 +191,7 @@ def inject_serves(target: Target, table: EligibleTable, table_path: str) -> bool
 def _deadline(target: Target) -> str:
     if target.kind == workloads.DEPLOYMENT:
         return "Deployment's progressDeadlineSeconds"
-    return f"operator's progress bound for a {target.kind} (chart rollout.progressSeconds)"
+    return f"operator's progress bound for a {target.kind} (chart workloadProgressSeconds)"
 
 
 def _server_name(target: Target) -> str:
