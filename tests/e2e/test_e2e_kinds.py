@@ -110,3 +110,21 @@ def test_e2e_a_stateful_set_of_two_replicas_gets_its_table_live(env: Env) -> Non
     assert "Target StatefulSet server: Live" in explained, explained
     wide = kubectl_sps(env, "get", "-o", "wide")
     assert "StatefulSet" in wide, wide
+
+    # A profile that names LeaderWorkerSets where the bed has no LWS (this bed installs it
+    # only `--with lws`) says so in the next pass, asking the API server's discovery; the
+    # StatefulSet stays live. (On a bed with LWS, nothing is said.)
+    served = bool(env.cluster.kubectl("api-resources", "--api-group=leaderworkerset.x-k8s.io",
+                                      "-o", "name", check=False).strip())  # fmt: skip
+    kinds = {"spec": {"targetKinds": ["StatefulSet", "LeaderWorkerSet"]}}
+    env.custom.patch_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, "sps", kinds)
+
+    def said() -> dict[str, Any] | None:
+        c = env.condition("Degraded")
+        return c if (c.get("reason") == "KindNotInstalled") != served else None
+
+    degraded = wait_for("Degraded says whether LWS is served", said, timeout=60)
+    if not served:
+        assert degraded["status"] == "True" and "LeaderWorkerSet" in degraded["message"]
+    (target,) = env.profile()["status"]["targets"]
+    assert (target["kind"], target["state"]) == ("StatefulSet", "Live"), target

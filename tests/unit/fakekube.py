@@ -165,6 +165,7 @@ class FakeKube(KubeApi):
         self.reject_status: ApiException | None = None
         self.instant_rollout = True
         self.kueue_installed = True  # False: the API group kueue.x-k8s.io is not served
+        self.lws_installed = True  # False: leaderworkerset.x-k8s.io is not served
         # Kueue's visibility API: (namespace, LocalQueue) -> its pending workloads summary;
         # None: the API is not served.
         self.pending: dict[tuple[str, str], Obj] | None = {}
@@ -233,11 +234,11 @@ class FakeKube(KubeApi):
 
     def list_targets(self, namespace: str, label_selector: str) -> list[Obj]:
         self._call("list_targets")
-        return [
-            o
-            for kind in ("Deployment", "StatefulSet", "LeaderWorkerSet")
-            for o in self._list(kind, namespace, label_selector)
-        ]
+        return [o for kind in workloads.KINDS if self.serves(kind)
+                for o in self._list(kind, namespace, label_selector)]  # fmt: skip
+
+    def serves(self, kind: str) -> bool:
+        return kind != workloads.LEADER_WORKER_SET or self.lws_installed
 
     def list_config_maps(self, namespace: str, label_selector: str) -> list[Obj]:
         self._call("list_config_maps")

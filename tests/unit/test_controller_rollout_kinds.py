@@ -236,3 +236,39 @@ def test_nnodes_must_be_the_group_size() -> None:
     h.tick()
     (target,) = h.run_pass()["targets"]
     assert target["reason"] == "GroupMismatch" and "--nnodes 2" in target["message"], target
+
+
+def test_target_kinds_narrows_the_selection_and_an_uninstalled_kind_says_so_at_once() -> None:
+    """spec.targetKinds: only the kinds named are targets; a named kind the cluster does
+    not serve (no LeaderWorkerSet CRD) makes the profile Degraded in its first pass, and
+    the kinds it does serve are served meanwhile."""
+    h = Harness()
+    h.add(stateful_set())
+    h.add(leader_worker_set())
+    h.add(profile_body(targetKinds=["StatefulSet"]))
+    h.pods = sts_pods() + group_pods()
+    h.tick()
+    status = h.run_pass()
+    assert [(t["kind"], t["deployment"]) for t in status["targets"]] == [("StatefulSet", "db")]
+    assert h.condition("Degraded")[0] == "False"
+
+    h.kube.lws_installed = False
+    h.kube.obj("SpsProfile", "p")["spec"]["targetKinds"] = ["StatefulSet", "LeaderWorkerSet"]
+    h.tick()
+    status = h.run_pass()
+    degraded = h.condition("Degraded")
+    assert degraded[:2] == ("True", "KindNotInstalled"), degraded
+    assert "LeaderWorkerSet" in degraded[2] and "spec.targetKinds" in degraded[2]
+    assert [t["kind"] for t in status["targets"]] == ["StatefulSet"]
+    # The kinds served go on: the StatefulSet's table goes live.
+    h.finish()
+    h.settle()
+    (target,) = h.status()["targets"]
+    assert target["state"] == "Live", target
+    assert h.condition("Degraded")[1] == "KindNotInstalled"
+
+    # The default asks nothing of discovery and says nothing: it takes what is served.
+    del h.kube.obj("SpsProfile", "p")["spec"]["targetKinds"]
+    h.tick()
+    h.run_pass()
+    assert h.condition("Degraded")[0] == "False"

@@ -148,6 +148,15 @@ TARGET_REASONS: dict[str, Reason] = {
             "(leaderWorkerTemplate.size). The message names what differs.",
         ),
     ),
+    R.KIND_NOT_INSTALLED: Reason(
+        Kind.PROBLEM,
+        "spec.targetKinds names a kind the cluster does not serve",
+        advice=(
+            "spec.targetKinds names a kind of workload the API server does not serve (the "
+            "LeaderWorkerSet CRD, leaderworkerset.x-k8s.io, is not installed): install it, or "
+            "remove the kind from spec.targetKinds. The other kinds are served meanwhile."
+        ),
+    ),
     R.STABLE_TABLE_CONTESTED: Reason(
         Kind.PROBLEM,
         "AnnotateOnly: another writer keeps changing the stable ConfigMap",

@@ -13,7 +13,7 @@ from pydantic import ConfigDict, Field, model_validator
 from sps_operator.api import cron
 from sps_operator.api import limits as L
 from sps_operator.api.job import JobOverrides
-from sps_operator.api.kinds import TableKind  # re-exported
+from sps_operator.api.kinds import TableKind, WorkloadKind  # re-exported
 from sps_operator.api.validation import (
     DNS_LABEL_PATTERN,
     MAX_LABEL_KEY,
@@ -611,7 +611,16 @@ class SpsProfileSpec(ApiModel):
         }
     )
     selector: LabelSelector = Field(
-        description="Deployments (in this namespace) whose SGLang server gets the table."
+        description="Workloads (in this namespace: Deployments, StatefulSets, "
+        "LeaderWorkerSets) whose SGLang server gets the table."
+    )
+    target_kinds: list[WorkloadKind] | None = Field(
+        default=None,
+        max_length=3,
+        description="The kinds of workload the selector selects (default: every kind the "
+        "cluster serves). A kind listed here that the cluster does not serve (the "
+        "LeaderWorkerSet CRD not installed) makes the profile Degraded with reason "
+        "KindNotInstalled.",
     )
     server_container: str | None = Field(
         default=None,

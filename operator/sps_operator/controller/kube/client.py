@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
@@ -23,6 +24,8 @@ from sps_operator.controller.policies import workloads
 
 log = logging.getLogger(__name__)
 APPLY = "application/apply-patch+yaml"
+# How often `serves` asks discovery again about a workload kind a profile names.
+SERVED_RECHECK_SECONDS = 60.0
 Obj = dict[str, Any]
 
 
@@ -32,6 +35,7 @@ class KubeApi(Protocol):
     # Reads (None when absent).
     def list_deployments(self, namespace: str, label_selector: str) -> list[Obj]: ...
     def list_targets(self, namespace: str, label_selector: str) -> list[Obj]: ...
+    def serves(self, kind: str) -> bool: ...
     def list_config_maps(self, namespace: str, label_selector: str) -> list[Obj]: ...
     def list_jobs(self, namespace: str, label_selector: str) -> list[Obj]: ...
     def list_profiles(self, namespace: str) -> list[Obj]: ...
@@ -90,6 +94,7 @@ class Kube:
         self.rbac = client.RbacAuthorizationV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.kueue_version = KUEUE_VERSIONS[0]  # the one the last LIST of Workloads found
+        self._served: dict[str, tuple[bool, float]] = {}  # kind -> (served, when asked)
 
     # ---- reads
 
@@ -119,6 +124,26 @@ class Kube:
         else:
             found += [{**d, "kind": lws.kind} for d in _raw(resp).get("items", [])]
         return found
+
+    def serves(self, kind: str) -> bool:
+        """The API server serves this workload kind (discovery, at most once a minute per
+        kind: a CRD installed later is seen within a minute)."""
+        workload = workloads.KINDS[kind]
+        if not workload.group or workload.group == "apps":
+            return True
+        now = time.monotonic()
+        cached = self._served.get(kind)
+        if cached is not None and now - cached[1] < SERVED_RECHECK_SECONDS:
+            return cached[0]
+        try:
+            resources = self.custom.get_api_resources(workload.group, workload.version)
+            served = any(r.name == workload.plural for r in resources.resources or [])
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            served = False
+        self._served[kind] = (served, now)
+        return served
 
     def list_config_maps(self, namespace: str, label_selector: str) -> list[Obj]:
         return self._items(self.core.list_namespaced_config_map, namespace, label_selector)

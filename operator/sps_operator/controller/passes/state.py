@@ -106,6 +106,8 @@ class Snapshot:
     pool_bids: Sequence[PoolBid] = ()
     # The PersistentVolumeClaims the selected Deployments mount, by name (absent: not seen).
     claims: Mapping[str, ClaimInfo] = field(default_factory=dict)
+    # The kinds spec.targetKinds names that the API server does not serve (`for_profile`).
+    unserved_kinds: tuple[str, ...] = ()
 
     @classmethod
     def empty(cls) -> Snapshot:
@@ -119,12 +121,16 @@ class Snapshot:
         the API may tell (an AnnotateOnly stable ConfigMap the caches do not hold yet, the
         ConfigMaps the servers read env from), read here, off the event loop."""
         selector = spec.selector.to_k8s()
+        kinds = [str(k) for k in spec.target_kinds or workloads.KIND_NAMES]
         selected = [
             d
             for d in self.deployments
             if in_namespace(d, ref.namespace)
+            and workloads.kind_of(d).kind in kinds
             and matches_selector(selector, (d.get("metadata") or {}).get("labels") or {})
         ]
+        # Only kinds the profile names are asked about (the default takes what is served).
+        unserved = tuple(k for k in kinds if spec.target_kinds and not kube.serves(k))
         stable_name = stable_table_name(spec)
         stable = None
         if stable_name:
@@ -146,6 +152,7 @@ class Snapshot:
                 d for d in self.pod_selecting_deployments if in_namespace(d, ref.namespace)
             ],
             env_config_maps=read_env_config_maps(kube, ref.namespace, selected, self.env_sources),
+            unserved_kinds=unserved,
         )
 
 

@@ -18,9 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-DEPLOYMENT = "Deployment"
-STATEFUL_SET = "StatefulSet"
-LEADER_WORKER_SET = "LeaderWorkerSet"
+from sps_operator.api.kinds import WorkloadKind as KindName
+
+DEPLOYMENT = KindName.DEPLOYMENT.value
+STATEFUL_SET = KindName.STATEFUL_SET.value
+LEADER_WORKER_SET = KindName.LEADER_WORKER_SET.value
 LWS_GROUP = "leaderworkerset.x-k8s.io"
 # The label LWS puts on every pod of a LeaderWorkerSet (its name); LWS has no spec.selector.
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
