@@ -272,3 +272,22 @@ def test_target_kinds_narrows_the_selection_and_an_uninstalled_kind_says_so_at_o
     h.tick()
     h.run_pass()
     assert h.condition("Degraded")[0] == "False"
+
+
+def test_a_stateful_set_named_like_a_selected_deployment_is_left_alone_and_says_why() -> None:
+    from controller_harness import deployment
+
+    h = Harness()
+    h.add(deployment(name="db"))
+    h.add(stateful_set(name="db"))
+    h.add(profile_body())
+    h.place("db")
+    h.profile_once()
+    targets = h.status()["targets"]
+    assert [(t["kind"], t["state"]) for t in targets] == [
+        ("Deployment", "Live"),
+        ("StatefulSet", "Refused"),
+    ], targets
+    assert "of the same name" in targets[1]["message"]
+    template = h.kube.obj("StatefulSet", "db")["spec"]["template"]
+    assert "annotations" not in (template.get("metadata") or {})

@@ -64,9 +64,20 @@ def observe(p: Pass) -> None:
     profiles = [s for s in p.snapshot.profiles if s.uid != me.uid] + [me]
     previous = {t.deployment: t for t in p.status.targets}
     p.targets = []
+    kinds_by_name: dict[str, str] = {}
     for dep in p.snapshot.deployments:
         target = Target(deployment=dep, name=dep["metadata"]["name"])
         p.targets.append(target)
+        first = kinds_by_name.setdefault(target.name, target.kind)
+        if first != target.kind:
+            # Status lists targets by name: two of one name would share one entry.
+            target.refuse(
+                CONFLICT,
+                f"the profile also selects {first} {target.name}, of the same name; status "
+                f"lists targets by name, so {target.kind} {target.name} is left alone: narrow "
+                "spec.selector or spec.targetKinds so one workload of each name is selected",
+            )
+            continue
         target.owner = owner_of(dep, profiles)
         if target.owner != p.ref.name:
             target.refuse(
