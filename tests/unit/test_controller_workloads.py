@@ -100,6 +100,13 @@ def test_rolled_out_per_kind() -> None:
     unobserved = stateful_set()
     unobserved["metadata"]["generation"] = 3
     assert not workloads.rolled_out(unobserved)
+    # OnDelete: the controller never moves currentRevision on; every pod updated and ready
+    # is rolled out.
+    deleted = stateful_set(updateStrategy={"type": "OnDelete"})
+    deleted["status"]["currentRevision"] = "r1"
+    assert workloads.rolled_out(deleted)
+    deleted["status"]["updatedReplicas"] = 1
+    assert not workloads.rolled_out(deleted)
     assert workloads.rolled_out(lws())
     updating = lws()
     updating["status"]["conditions"] = [{"type": "UpdateInProgress", "status": "True"}]
@@ -141,7 +148,7 @@ def test_what_waits_for_a_person() -> None:
     lws_parted = lws(rolloutStrategy={"rollingUpdateConfiguration": {"partition": 2}})
     assert "partition is 2" in str(workloads.roll_waits(lws_parted))
     # Status says so while the roll is not done.
-    on_delete["status"]["updateRevision"] = "r3"
+    on_delete["status"]["updatedReplicas"] = 0  # its pods still run the old template
     blockers = deployments.rollout_blockers(on_delete, [], "h")
     assert blockers is not None and "OnDelete" in blockers
 

@@ -150,11 +150,14 @@ def rolled_out(obj: Mapping[str, Any]) -> bool:
         )
     if kind == STATEFUL_SET:
         current, update = status.get("currentRevision"), status.get("updateRevision")
+        # The StatefulSet controller moves currentRevision on only under RollingUpdate; an
+        # OnDelete one is rolled out once every pod is updated and ready.
+        on_delete = _map(_map(obj.get("spec")).get("updateStrategy")).get("type") == "OnDelete"
         return (
             _int(status.get("updatedReplicas"), 0) >= want
             and _int(status.get("readyReplicas"), 0) >= want
             and _int(status.get("replicas"), 0) <= want
-            and (not update or current == update)
+            and (on_delete or not update or current == update)
         )
     return (
         _int(status.get("updatedReplicas"), 0) >= want
