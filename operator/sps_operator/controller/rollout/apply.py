@@ -15,12 +15,11 @@ A refresh of a table that already runs waits for the minimum interval between ro
 
 from __future__ import annotations
 
-import itertools
 import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from kubernetes.client.rest import ApiException
@@ -60,8 +59,8 @@ from sps_operator.controller.policies.stable_writers import (
 from sps_operator.controller.policies.triggers import refresh_trigger_key, run_spec_hash, table_for
 from sps_operator.controller.rollout.holders import hold_tables
 from sps_operator.controller.rollout.state import RolloutPass
+from sps_operator.controller.rollout.templates import deadline_name, inject_serves, rollout_failed
 from sps_operator.controller.sglang.fingerprint_v1 import is_v1
-from sps_operator.controller.sglang.serverconfig import TABLE_PATH_FLAG, find_server_container
 from sps_operator.tables.formats import load_sps_table_text
 from sps_operator.tables.selfcheck import self_check
 
@@ -146,77 +145,6 @@ def eligible_table(p: RolloutPass, target: Target, ref: TableRef) -> EligibleTab
     return EligibleTable(ref, text, target.name)
 
 
-# --------------------------------------------------------------------------- template facts
-
-
-def inject_serves(target: Target, table: EligibleTable, table_path: str) -> bool:
-    """Every template of the workload makes its server read `table` (a LeaderWorkerSet's
-    leader and workers alike): annotated with its hash, the injected volume holds its
-    ConfigMap, mounted where the server's table flag points."""
-    if target.running_hash != table.ref.hash or target.config is None:
-        return False
-    if target.config.table_path != table_path:
-        return False
-    directory, filename = posixpath.split(table_path)
-    for i, (_, template) in enumerate(workloads.templates(target.deployment)):
-        pod_spec = template.get("spec") or {}
-        volume = next(
-            (v for v in pod_spec.get("volumes") or [] if v.get("name") == builders.TABLE_VOLUME),
-            None,
-        )
-        source = (volume or {}).get("configMap") or {}
-        items = source.get("items") or [{"key": L.TABLE_KEY, "path": filename}]
-        container = find_server_container(pod_spec, _server_name(target)) or {}
-        mounted = any(
-            m.get("name") == builders.TABLE_VOLUME and m.get("mountPath") == directory
-            for m in container.get("volumeMounts") or []
-        )
-        args = [str(a) for a in container.get("args") or []]
-        # (the server's own template: its flag as target.config read it, above)
-        flagged = (
-            i == 0
-            or f"{TABLE_PATH_FLAG}={table_path}" in args
-            or any(a == TABLE_PATH_FLAG and b == table_path for a, b in itertools.pairwise(args))
-        )
-        if not (
-            source.get("name") == table.ref.config_map
-            and {"key": L.TABLE_KEY, "path": filename} in items
-            and mounted
-            and flagged
-        ):
-            return False
-    return True
-
-
-def _deadline(target: Target) -> str:
-    if target.kind == workloads.DEPLOYMENT:
-        return "Deployment's progressDeadlineSeconds"
-    return f"operator's progress bound for a {target.kind} (chart workloadProgressSeconds)"
-
-
-def _server_name(target: Target) -> str:
-    return str((target.container or {}).get("name") or "")
-
-
-def rollout_failed(
-    target: Target, table: TableRef, rolled_at: str | None, now: datetime, admin_seconds: float
-) -> bool:
-    """The workload runs `table`'s template and its roll failed: a Deployment's own
-    ProgressDeadlineExceeded; for the kinds without a progress deadline, not rolled out
-    within the admin's bound since the table went onto the template (a roll that waits
-    for the user, OnDelete or a partition, has not failed)."""
-    workload = target.deployment
-    if target.running_hash != table.hash:
-        return False
-    if target.kind == workloads.DEPLOYMENT:
-        return workloads.deadline_exceeded(workload)
-    if workloads.rolled_out(workload) or workloads.roll_waits(workload) is not None:
-        return False
-    since = clocks.trusted(rolled_at, now)
-    bound = workloads.progress_deadline_seconds(workload, admin_seconds)
-    return since is not None and now - since > timedelta(seconds=bound)
-
-
 # --------------------------------------------------------------------------- the step
 
 
@@ -283,7 +211,7 @@ def rollout(p: RolloutPass) -> None:
                 ts.state = TargetState.ROLLING
                 _note_blocked(
                     p, target, ts, previous, exact.hash,
-                    f"the rollout of table {exact.config_map} passed the {_deadline(target)} "
+                    f"the rollout of table {exact.config_map} passed the {deadline_name(target)} "
                     "and there is no previous table to return to",
                 )  # fmt: skip
                 continue
@@ -458,7 +386,7 @@ def _apply(p: RolloutPass, target: Target, table: EligibleTable) -> bool | None:
     rollout = p.spec.rollout
     container = target.container or {}
     if rollout.mode == RolloutMode.INJECT:
-        serving = inject_serves(target, table, rollout.table_path)
+        serving = inject_serves(target, table.ref, rollout.table_path)
         body = builders.inject_apply(
             target.deployment,
             str(container.get("name")),
