@@ -204,3 +204,46 @@ def test_k8s_controlplane_a_claim_then_an_apply_in_one_pass(
     assert stale.value.status == 409
     now = kube.get("Deployment", namespace, "server") or {}
     assert now["metadata"]["annotations"][L.ANNOTATION_OWNER] == "p"
+
+
+def test_k8s_controlplane_the_operator_applies_its_table_into_a_stateful_set(
+    k8s_api: ApiClient, namespace: str
+) -> None:
+    """Issue 34 on the real API server: the client lists a StatefulSet as a target (with its
+    kind), claims it and applies the table's volume, mount, flag and annotations into its
+    template; the user's fields stay, and the operator owns only what it applied. No
+    LeaderWorkerSet CRD here: the list skips the kind and discovery says it is not served."""
+    apps = client.AppsV1Api(k8s_api)
+    kube = Kube(k8s_api)
+    sts = _server_deployment(namespace)
+    sts["kind"] = "StatefulSet"
+    sts["spec"]["serviceName"] = "server"
+    sts["metadata"]["labels"] = {"app": "sglang"}
+    apps.create_namespaced_stateful_set(namespace, sts)
+    (listed,) = [t for t in kube.list_targets(namespace, "app=sglang")]
+    assert (listed["kind"], listed["metadata"]["name"]) == ("StatefulSet", "server")
+    assert kube.serves("StatefulSet") and not kube.serves("LeaderWorkerSet")
+
+    read = kube.get("StatefulSet", namespace, "server")
+    assert read is not None
+    claimed = kube.patch_metadata("StatefulSet", namespace, "server", owner_patch(read, "p"))
+    for _attempt in range(3):  # a status write in between refuses it (409): read again
+        try:
+            kube.apply(_inject(claimed))
+            break
+        except client.ApiException as exc:
+            assert exc.status == 409
+            claimed = kube.get("StatefulSet", namespace, "server") or {}
+    else:
+        pytest.fail("the apply was refused three times")
+    now = kube.get("StatefulSet", namespace, "server") or {}
+    template = now["spec"]["template"]
+    (server,) = template["spec"]["containers"]
+    assert server["args"] == [*SERVER_ARGS, *TABLE_FLAG]
+    assert server["image"] == "lmsysorg/sglang:v1" and server["command"][0] == "python3"
+    assert template["metadata"]["annotations"][L.ANNOTATION_TABLE_HASH] == "hash0"
+    assert template["metadata"]["labels"] == {"app": "sglang"}
+    assert [v["configMap"]["name"] for v in template["spec"]["volumes"]] == ["p-table-0"]
+    assert now["metadata"]["annotations"][L.ANNOTATION_OWNER] == "p"
+    managers = {m["manager"] for m in now["metadata"]["managedFields"]}
+    assert FIELD_MANAGER in managers

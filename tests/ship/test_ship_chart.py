@@ -14,6 +14,7 @@ from ship_helpers import CHART, ROOT, by_kind, helm, render
 
 from sps_operator.api import labels as L
 from sps_operator.controller.main import job_policy, key_values, parse_args
+from sps_operator.controller.passes.state import Settings
 from sps_operator.controller.policies.job_policy import BORROW_BOUNDS, JobPolicy, NameRule
 from sps_operator.controller.policies.pace import DEFAULT_CEILING
 
@@ -321,6 +322,22 @@ def test_the_rollout_ceiling_becomes_a_flag_the_operator_parses_to_its_own_defau
     assert parsed.max_concurrent_rollouts == DEFAULT_CEILING == 10
     args = operator_container(render("rollout.maxConcurrent=3"))["args"]
     assert parse_args(args[1:]).max_concurrent_rollouts == 3
+
+
+def test_the_workload_progress_bound_becomes_a_flag_the_operator_parses() -> None:
+    """Issue 34: the admin's bound of a StatefulSet's or LeaderWorkerSet's roll (they have
+    no progressDeadlineSeconds); the chart's default is the operator's; and the chart's
+    RBAC lets the operator patch the new kinds."""
+    rendered = render()
+    parsed = parse_args(operator_container(rendered)["args"][1:])
+    assert parsed.workload_progress_seconds == Settings().workload_progress_seconds == 600
+    args = operator_container(render("workloadProgressSeconds=1200"))["args"]
+    assert parse_args(args[1:]).workload_progress_seconds == 1200
+    rules = [r for role in by_kind(rendered, "ClusterRole") for r in role.get("rules") or []]
+    for group, resource in [("apps", "statefulsets"), ("leaderworkerset.x-k8s.io",
+                                                       "leaderworkersets")]:  # fmt: skip
+        (rule,) = [r for r in rules if group in r["apiGroups"] and resource in r["resources"]]
+        assert {"get", "list", "watch", "patch"} <= set(rule["verbs"])
 
 
 def test_the_admin_policy_becomes_flags_the_operator_parses_to_its_own_defaults(

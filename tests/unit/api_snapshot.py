@@ -36,7 +36,7 @@ def api_snapshot(
     meta = body.get("metadata") or {}
     ns = str(meta.get("namespace") or "")
     mine = f"{L.LABEL_PROFILE_UID}={meta.get('uid', '')}"
-    every = kube.list_deployments(ns, "")
+    every = kube.list_targets(ns, "")
     config_maps = by_name(kube.list_config_maps(ns, mine))
     return Snapshot(
         deployments=every,
@@ -47,7 +47,7 @@ def api_snapshot(
         node_labels=node_labels or {},
         pdbs=kube.list_pdbs(ns),
         hpas=kube.list_hpas(ns),
-        borrowed=[d for d in every if borrowed(d)],
+        borrowed=[d for d in every if borrowed(d) and d.get("kind") == "Deployment"],
         mounted=mounted(every, [*config_maps, stable_config_map(body.get("spec") or {})]),
         pod_selecting_deployments=every,
         services=[

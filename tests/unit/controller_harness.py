@@ -19,6 +19,7 @@ from sps_operator.api.result import build_patch
 from sps_operator.controller import indexes as ix
 from sps_operator.controller.kube import names
 from sps_operator.controller.passes.state import Settings
+from sps_operator.controller.policies import workloads
 from sps_operator.controller.policies.claims import claim_info
 from sps_operator.controller.policies.deployments import deployment_rolled_out
 from sps_operator.controller.policies.placement import PodInfo
@@ -188,13 +189,18 @@ class Harness:
             dep = next(
                 (
                     d
-                    for d in self.kube.kinds("Deployment")
-                    if matches_selector((d["spec"].get("selector") or {}), pod.labels)
+                    for kind in workloads.KINDS
+                    for d in self.kube.kinds(kind)
+                    if matches_selector(workloads.pod_selector(d) or {}, pod.labels)
                 ),
                 None,
             )
             if dep is not None and deployment_rolled_out(dep):
-                annotations = (dep["spec"]["template"].get("metadata") or {}).get("annotations")
+                # A LeaderWorkerSet's worker (index > 0) runs the worker template.
+                found = workloads.templates(dep)
+                worker = pod.labels.get(workloads.LWS_WORKER_INDEX_LABEL, "0") != "0"
+                template = found[-1][1] if worker else found[0][1]
+                annotations = (template.get("metadata") or {}).get("annotations")
                 pod = dataclasses.replace(
                     pod, table_hash=(annotations or {}).get("sps.dev/table-hash")
                 )
@@ -315,8 +321,8 @@ def _borrowing(obj: dict[str, Any]) -> bool:
     return L.ANNOTATION_BORROWED in (obj["metadata"].get("annotations") or {})
 
 
-INDEXED = {
-    "deployments": ("Deployment", None, ix.deployment_entries),
+INDEXED: dict[str, tuple[Any, Any, Any]] = {
+    "deployments": (tuple(workloads.KINDS), None, ix.deployment_entries),
     "borrowed": ("Deployment", _borrowing, ix.borrowed_entries),
     "jobs": ("Job", _ours, ix.job_entries),
     "config_maps": ("ConfigMap", _ours, ix.config_map_entries),
@@ -337,9 +343,11 @@ def indexes_of(objects: list[dict[str, Any]]) -> ix.Indexes:
     for obj in objects:
         kind = obj["kind"]
         for name, (indexed_kind, wanted, entries) in INDEXED.items():
-            if kind != indexed_kind or (wanted is not None and not wanted(obj)):
+            kinds = indexed_kind if isinstance(indexed_kind, tuple) else (indexed_kind,)
+            if kind not in kinds or (wanted is not None and not wanted(obj)):
                 continue
-            for key, value in entries(copy.deepcopy(obj)).items():
+            made = entries(copy.deepcopy(obj), kind) if name == "deployments" else None
+            for key, value in (made or entries(copy.deepcopy(obj))).items():
                 built[name].setdefault(key, []).append(value)
     return ix.Indexes(**built)
 

@@ -22,6 +22,7 @@ from sps_operator.api import reason_registry as registry
 from sps_operator.api import reasons as R
 from sps_operator.constants import FIELD_MANAGER
 from sps_operator.controller.kube.client import KubeApi, Obj
+from sps_operator.controller.policies import workloads
 
 # Every reason a pass writes (status and events) that api/reasons.py does not list; the
 # autouse fixture in tests/unit/conftest.py fails the test that wrote one.
@@ -124,6 +125,31 @@ def _own(obj: Obj, patch: Mapping[str, Any]) -> None:
         fields.setdefault("f:spec", {})["f:replicas"] = {}
 
 
+def _at(obj: Obj, path: tuple[str, ...]) -> Obj:
+    for key in path:
+        obj = obj[key]
+    return obj
+
+
+def _apply_template(template: Obj, applied: Obj) -> bool:
+    """Server-side apply of the operator's fields of one pod template; True if it changed."""
+    before = copy.deepcopy(template)
+    merge(template.setdefault("metadata", {}), applied.get("metadata") or {})
+    pod = applied.get("spec") or {}
+    current_pod = template.setdefault("spec", {})
+    for applied_container in pod.get("containers") or []:
+        for container in current_pod.get("containers") or []:
+            if container["name"] == applied_container["name"]:
+                container["args"] = list(applied_container.get("args") or [])
+                _merge_named(
+                    container.setdefault("volumeMounts", []),
+                    applied_container.get("volumeMounts") or [],
+                )
+    if pod.get("volumes"):
+        _merge_named(current_pod.setdefault("volumes", []), pod["volumes"])
+    return template != before
+
+
 class FakeKube(KubeApi):
     """Enough of the API server for reconcile passes, in memory."""
 
@@ -139,6 +165,7 @@ class FakeKube(KubeApi):
         self.reject_status: ApiException | None = None
         self.instant_rollout = True
         self.kueue_installed = True  # False: the API group kueue.x-k8s.io is not served
+        self.lws_installed = True  # False: leaderworkerset.x-k8s.io is not served
         # Kueue's visibility API: (namespace, LocalQueue) -> its pending workloads summary;
         # None: the API is not served.
         self.pending: dict[tuple[str, str], Obj] | None = {}
@@ -178,7 +205,7 @@ class FakeKube(KubeApi):
         obj = self.objects[(kind, namespace, name)]
         spec = copy.deepcopy(obj.get("spec"))
         change(obj)
-        if kind == "Deployment" and obj.get("spec") != spec:
+        if kind in workloads.KINDS and obj.get("spec") != spec:
             obj["metadata"]["generation"] += 1
             if self.instant_rollout:
                 self.roll(obj)
@@ -204,6 +231,14 @@ class FakeKube(KubeApi):
     def list_deployments(self, namespace: str, label_selector: str) -> list[Obj]:
         self._call("list_deployments")
         return self._list("Deployment", namespace, label_selector)
+
+    def list_targets(self, namespace: str, label_selector: str) -> list[Obj]:
+        self._call("list_targets")
+        return [o for kind in workloads.KINDS if self.serves(kind)
+                for o in self._list(kind, namespace, label_selector)]  # fmt: skip
+
+    def serves(self, kind: str) -> bool:
+        return kind != workloads.LEADER_WORKER_SET or self.lws_installed
 
     def list_config_maps(self, namespace: str, label_selector: str) -> list[Obj]:
         self._call("list_config_maps")
@@ -282,23 +317,10 @@ class FakeKube(KubeApi):
             self._bump(current)
             return
         dep = self.objects[key]
-        template = dep["spec"]["template"]
-        applied = body["spec"]["template"]
-        before = copy.deepcopy(template)
-        merge(template.setdefault("metadata", {}), applied.get("metadata") or {})
-        pod = applied.get("spec") or {}
-        current_pod = template.setdefault("spec", {})
-        for applied_container in pod.get("containers") or []:
-            for container in current_pod.get("containers") or []:
-                if container["name"] == applied_container["name"]:
-                    container["args"] = list(applied_container.get("args") or [])
-                    _merge_named(
-                        container.setdefault("volumeMounts", []),
-                        applied_container.get("volumeMounts") or [],
-                    )
-        if pod.get("volumes"):
-            _merge_named(current_pod.setdefault("volumes", []), pod["volumes"])
-        if template != before:
+        changed = False
+        for path, _ in workloads.templates(body):
+            changed = _apply_template(_at(dep, path), _at(body, path)) or changed
+        if changed:
             dep["metadata"]["generation"] += 1
             self._bump(dep)
             if self.instant_rollout:
@@ -307,8 +329,11 @@ class FakeKube(KubeApi):
     def roll(self, dep: Obj) -> None:
         """The Deployment controller and the kubelet: the template is rolled and available."""
         replicas = dep["spec"].get("replicas", 1)
+        revision = f"rev-{dep['metadata']['generation']}"
         dep.setdefault("status", {}).update(
             {
+                "currentRevision": revision,  # a StatefulSet's
+                "updateRevision": revision,
                 "observedGeneration": dep["metadata"]["generation"],
                 "replicas": replicas,
                 "updatedReplicas": replicas,

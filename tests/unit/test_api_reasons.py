@@ -38,6 +38,7 @@ KUBERNETES_WORDS = {
     "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
     "AnnotateOnly",  # a rollout mode, in a message
     "GatesPassed",  # a passed gate's verdict, never written to status
+    "StatefulSet", "LeaderWorkerSet", "OnDelete", "UpdateInProgress",  # workload kinds, fields
     # PersistentVolumeClaim access modes, and a pod phase
     "ReadWriteOnce", "ReadWriteOncePod", "ReadOnlyMany", "ReadWriteMany", "Running",
     # the plugin's: spec values, target states, a condition status, the CRD's plural, and

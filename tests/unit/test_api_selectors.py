@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from sps_operator.api.spec import LabelSelector, LabelSelectorRequirement, RolloutSpec
+from sps_operator.api.label_selector import LabelSelector, LabelSelectorRequirement
+from sps_operator.api.spec import RolloutSpec
 from sps_operator.api.validation import (
     MAX_TABLE_PATH,
     MSG_EXPRESSION_KEY,

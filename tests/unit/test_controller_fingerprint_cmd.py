@@ -186,3 +186,28 @@ def test_kubectl_sps_diff_compares_with_the_table_a_server_derived() -> None:
     assert isinstance(table, SpsAdditiveCostTable) and list(table.m_probes) == [8, 16]
     with pytest.raises(plugin.PluginError, match="has no 'DSpark SPS table derived from' line"):
         plugin.load_table_ref("log:server-abc", LogCluster("started"), "serving")  # type: ignore[arg-type]
+
+
+def test_the_command_reads_a_leader_worker_sets_leader_as_the_operator_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34: a LeaderWorkerSet has no spec.template; the operator fingerprints its
+    leader's server (--nnodes counts, the per-rank arguments do not)."""
+    group = ["--nnodes", "2", "--dist-init-addr", "$(LWS_LEADER_ADDRESS):5000"]
+    lws = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "big"},
+        "spec": {"leaderWorkerTemplate": {
+            "size": 2,
+            "leaderTemplate": {"spec": {"containers": [
+                container(args=[*SERVER_ARGS, *group, "--node-rank", "0"])]}},
+            "workerTemplate": {"spec": {"containers": [
+                container(args=[*SERVER_ARGS, *group, "--node-rank", "1"])]}},
+        }},
+    }  # fmt: skip
+    code, report, err = run(capsys, "-f", write(tmp_path, "lws.yaml", lws), "-o", "json")
+    assert code == 0, err
+    inputs = {r["input"]: r for r in report["inputs"]}
+    assert inputs["--nnodes"]["value"] == "2"
+    assert "--node-rank" not in inputs and "--dist-init-addr" not in inputs

@@ -285,7 +285,8 @@ def test_deleting_a_profile_looks_at_its_namespaces_borrow_records(
     body = profile_body()
     release(namespace=NS, name="p", uid="uid-p", spec=body["spec"], status={},
             sps_deployments=caches.deployments, sps_config_maps=caches.config_maps,
-            sps_borrowed=caches.borrowed)  # fmt: skip
+            sps_borrowed=caches.borrowed, sps_stateful_sets={},
+            sps_leader_worker_sets={})  # fmt: skip
     assert calls == [{"lists_needed": True}], calls
 
 

@@ -543,3 +543,22 @@ def test_a_profile_not_ready_gets_the_next_step_of_its_reason(reason: str) -> No
     assert (
         finding["next"] == "`kubectl describe sps llama` shows each Deployment's state and message."
     )
+
+
+def test_explain_names_each_targets_kind() -> None:
+    """Issue 34: status lists each target with its kind; explain shows it, and a finding
+    about a StatefulSet says StatefulSet (and the `kubectl rollout status` for it)."""
+    status = blocked("the StatefulSet's updateStrategy is OnDelete: the roll waits for you")
+    status["targets"][0]["kind"] = "StatefulSet"
+    status["targets"].append({"deployment": "big", "kind": "LeaderWorkerSet", "state": "Live",
+                              "table": "p-table-1"})  # fmt: skip
+    report = explain(profile(status))
+    assert report["targets"] == [
+        "StatefulSet server: Rolling",
+        "LeaderWorkerSet big: Live (p-table-1)",
+    ]
+    (finding,) = report["findings"]
+    assert finding["what"].startswith("The rollout of the new table onto StatefulSet server")
+    assert "kubectl rollout status statefulset/server" in finding["next"]
+    text = render_explain(report)
+    assert "  Target LeaderWorkerSet big: Live (p-table-1)" in text

@@ -60,9 +60,9 @@ def test_get_wide_adds_targets_reason_run_and_last_failure(
 ) -> None:
     out = run(capsys, Profiles(profile("llama")), "get", "-o", "wide").splitlines()
     assert out[0].split() == ["NAME", "KIND", "GPU", "TABLE", "STATE", "PROGRESS", "TARGETS",
-                              "REASON", "RUN", "LAST", "FAILURE", "GPU-SECONDS", "ERROR-BOUND",
-                              "QUEUE", "AGE"]  # fmt: skip
-    assert out[1].split()[6:10] == ["1/2", "TableLive", "-", "ProfilingFailed"]
+                              "WORKLOADS", "REASON", "RUN", "LAST", "FAILURE", "GPU-SECONDS",
+                              "ERROR-BOUND", "QUEUE", "AGE"]  # fmt: skip
+    assert out[1].split()[6:11] == ["1/2", "Deployment", "TableLive", "-", "ProfilingFailed"]
     plain = run(capsys, Profiles(profile("llama")), "get").splitlines()
     assert "TARGETS" not in plain[0]
 

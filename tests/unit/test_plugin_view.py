@@ -152,6 +152,7 @@ def test_get_row_and_render_columns() -> None:
         "age": "3m20s",
         # -o wide's columns
         "targets": "0/0",
+        "workloads": "-",
         "reason": "-",
         "run": "-",
         "lastFailure": "-",

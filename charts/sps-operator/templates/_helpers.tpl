@@ -96,6 +96,15 @@ or into a Role in each watched namespace (namespaces mode).
   # one write of a borrow record with the replicas it lends or gives back.
   resources: [deployments]
   verbs: [get, list, watch, patch]
+- apiGroups: [apps]
+  # StatefulSet targets: the same server-side apply of the table into the pod template.
+  resources: [statefulsets]
+  verbs: [get, list, watch, patch]
+- apiGroups: [leaderworkerset.x-k8s.io]
+  # LeaderWorkerSet targets (multi-node groups), where the CRD is installed: the table
+  # goes into the leader and worker templates. Harmless where it is not.
+  resources: [leaderworkersets]
+  verbs: [get, list, watch, patch]
 - apiGroups: [policy]
   # BorrowReplica never borrows against a PodDisruptionBudget.
   resources: [poddisruptionbudgets]
@@ -225,6 +234,7 @@ or into a Role in each watched namespace (namespaces mode).
 {{- end }}
 - --min-refresh-interval-seconds={{ int .Values.refresh.minIntervalSeconds }}
 - --max-concurrent-rollouts={{ int .Values.rollout.maxConcurrent }}
+- --workload-progress-seconds={{ int .Values.workloadProgressSeconds }}
 - --max-lent-seconds={{ int .Values.borrowPolicy.maxLentSeconds }}
 - --max-rollout-hold-seconds={{ int .Values.borrowPolicy.maxRolloutHoldSeconds }}
 - --max-pool-turn-seconds={{ int .Values.borrowPolicy.maxPoolTurnSeconds }}

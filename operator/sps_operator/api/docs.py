@@ -14,14 +14,14 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from sps_operator.api import job, limits, models, spec, status
+from sps_operator.api import job, label_selector, limits, models, spec, status
 from sps_operator.api.crd import CATEGORIES, PRINTER_COLUMNS, SHORT_NAMES
 from sps_operator.constants import API_GROUP, API_VERSION, KIND, PLURAL
 
 SPEC_MODELS: list[type[BaseModel]] = [
     spec.SpsProfileSpec,
-    spec.LabelSelector,
-    spec.LabelSelectorRequirement,
+    label_selector.LabelSelector,
+    label_selector.LabelSelectorRequirement,
     spec.TableSpec,
     spec.SweepSpec,
     spec.ServerSpec,

@@ -1,5 +1,5 @@
-"""The table kind and the run phase: one type each, from the spec to the fit (pure, no
-pydantic, so tables/ and the profiler use them without the models)."""
+"""The table kind, the run phase and the workload kinds: one type each, from the spec to
+the fit (pure, no pydantic, so tables/ and the profiler use them without the models)."""
 
 from __future__ import annotations
 
@@ -17,3 +17,11 @@ class TableKind(StrEnum):
 class RunPhase(StrEnum):
     DIAGONAL = "Diagonal"
     OFF_DIAGONAL = "OffDiagonal"
+
+
+# The kinds of workload a profile serves (controller/policies/workloads.py says where each
+# keeps its pod templates).
+class WorkloadKind(StrEnum):
+    DEPLOYMENT = "Deployment"
+    STATEFUL_SET = "StatefulSet"
+    LEADER_WORKER_SET = "LeaderWorkerSet"

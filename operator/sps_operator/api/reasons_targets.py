@@ -137,6 +137,26 @@ TARGET_REASONS: dict[str, Reason] = {
             "Deployment (unused flags, huge annotations) below the limit.",
         ),
     ),
+    R.GROUP_MISMATCH: Reason(
+        Kind.PROBLEM,
+        "a LeaderWorkerSet's templates are not one server",
+        target=Advice(
+            "The LeaderWorkerSet's leader and worker templates are not one server",
+            "Every rank of a group loads the table itself, so the leader's and the workers' "
+            "server containers must have the same cost inputs (only the per-rank arguments "
+            "--node-rank and --dist-init-addr may differ) and --nnodes must be the group size "
+            "(leaderWorkerTemplate.size). The message names what differs.",
+        ),
+    ),
+    R.KIND_NOT_INSTALLED: Reason(
+        Kind.PROBLEM,
+        "spec.targetKinds names a kind the cluster does not serve",
+        advice=(
+            "spec.targetKinds names a kind of workload the API server does not serve (the "
+            "LeaderWorkerSet CRD, leaderworkerset.x-k8s.io, is not installed): install it, or "
+            "remove the kind from spec.targetKinds. The other kinds are served meanwhile."
+        ),
+    ),
     R.STABLE_TABLE_CONTESTED: Reason(
         Kind.PROBLEM,
         "AnnotateOnly: another writer keeps changing the stable ConfigMap",

@@ -14,7 +14,8 @@ from pydantic import ConfigDict, Field, model_validator
 from sps_operator.api import cron
 from sps_operator.api import limits as L
 from sps_operator.api.job import JobOverrides
-from sps_operator.api.kinds import TableKind  # re-exported
+from sps_operator.api.kinds import TableKind, WorkloadKind  # re-exported
+from sps_operator.api.label_selector import LabelSelector
 from sps_operator.api.validation import (
     DNS_LABEL_PATTERN,
     MAX_LABEL_KEY,
@@ -22,41 +23,29 @@ from sps_operator.api.validation import (
     MSG_ANNOTATE_ONLY_CM,
     MSG_BATCH_EXCLUSIVE,
     MSG_CLONE_URL,
-    MSG_EXPRESSION_KEY,
-    MSG_EXPRESSION_VALUE,
-    MSG_EXPRESSION_VALUES_FORBIDDEN,
-    MSG_EXPRESSION_VALUES_REQUIRED,
     MSG_EXTERNAL_URL,
     MSG_FRACS,
     MSG_FRACS_DIAGONAL,
     MSG_GPU_PRODUCT_LABEL,
-    MSG_MATCH_LABELS_KEY,
-    MSG_MATCH_LABELS_VALUE,
     MSG_MAX_BATCH_ONE_PROBE,
     MSG_ONE_PROBE,
-    MSG_SELECTOR_EMPTY,
     MSG_SERVER_CONTAINER,
     MSG_SWEEP_CELLS,
     MSG_SYSTEM_CONFIG_MAP,
     MSG_TABLE_PATH,
     MSG_TABLE_PATH_DOTS,
     MSG_TABLE_PATH_SYSTEM,
-    NONEMPTY_LABEL_VALUE_PATTERN,
     SGLANG_VERSION_PATTERN,
     SYSTEM_CONFIG_MAP_PATTERN,
     TABLE_PATH_DOT_SEGMENT_PATTERN,
     TABLE_PATH_IN_SYSTEM_DIR_PATTERN,
     TABLE_PATH_PATTERN,
     ApiModel,
-    LabelMap,
-    LabelValue,
     cel_label_key,
-    cel_map_rules,
     cel_optional_match,
     cel_rule,
     cel_string,
     check,
-    check_label_map,
     check_optional_match,
     full_match,
     label_key_ok,
@@ -65,89 +54,6 @@ from sps_operator.constants import GPU_PRODUCT_LABEL
 
 DEFAULT_TABLE_PATH = "/etc/sps/table/table.json"
 DEFAULT_ADDITIVE_FRACS = [0.25, 0.5, 0.75, 1.0]
-
-
-class LabelSelectorOperator(StrEnum):
-    IN = "In"
-    NOT_IN = "NotIn"
-    EXISTS = "Exists"
-    DOES_NOT_EXIST = "DoesNotExist"
-
-
-class LabelSelectorRequirement(ApiModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel_rule(cel_label_key("self.key"), MSG_EXPRESSION_KEY),
-                cel_rule(
-                    "!(self.operator in ['In', 'NotIn']) || "
-                    "(has(self.values) && size(self.values) > 0)",
-                    MSG_EXPRESSION_VALUES_REQUIRED,
-                ),
-                cel_rule(
-                    "!(self.operator in ['Exists', 'DoesNotExist']) || "
-                    "!has(self.values) || size(self.values) == 0",
-                    MSG_EXPRESSION_VALUES_FORBIDDEN,
-                ),
-                cel_rule(
-                    "!has(self.values) || "
-                    f"self.values.all(v, v.matches({cel_string(NONEMPTY_LABEL_VALUE_PATTERN)}))",
-                    MSG_EXPRESSION_VALUE,
-                ),
-            ]
-        }
-    )
-    key: str = Field(min_length=1, max_length=MAX_LABEL_KEY, description="The label key.")
-    operator: LabelSelectorOperator = Field(description="In, NotIn, Exists or DoesNotExist.")
-    values: list[LabelValue] | None = Field(
-        default=None,
-        max_length=64,
-        description="Values for In/NotIn (at least one); must be empty for Exists/DoesNotExist.",
-    )
-
-    @model_validator(mode="after")
-    def _checks(self) -> LabelSelectorRequirement:
-        check(label_key_ok(self.key), MSG_EXPRESSION_KEY)
-        if self.operator in (LabelSelectorOperator.IN, LabelSelectorOperator.NOT_IN):
-            check(bool(self.values), MSG_EXPRESSION_VALUES_REQUIRED)
-        else:
-            check(not self.values, MSG_EXPRESSION_VALUES_FORBIDDEN)
-        for value in self.values or []:
-            check(full_match(NONEMPTY_LABEL_VALUE_PATTERN, value), MSG_EXPRESSION_VALUE)
-        return self
-
-
-class LabelSelector(ApiModel):
-    """A standard label selector; picks Deployments in the SpsProfile's namespace. Keys,
-    values and operators are checked at admission, so the operator's LIST never fails on
-    them."""
-
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel_rule(
-                    "(has(self.matchLabels) && size(self.matchLabels) > 0) || "
-                    "(has(self.matchExpressions) && size(self.matchExpressions) > 0)",
-                    MSG_SELECTOR_EMPTY,
-                ),
-                *cel_map_rules("matchLabels", MSG_MATCH_LABELS_KEY, MSG_MATCH_LABELS_VALUE),
-            ]
-        }
-    )
-    match_labels: LabelMap | None = Field(
-        default=None, description="Labels a Deployment must carry (ANDed)."
-    )
-    match_expressions: list[LabelSelectorRequirement] | None = Field(
-        default=None, max_length=16, description="Set-based requirements (ANDed)."
-    )
-
-    @model_validator(mode="after")
-    def _not_empty(self) -> LabelSelector:
-        if not self.match_labels and not self.match_expressions:
-            raise ValueError(MSG_SELECTOR_EMPTY)
-        check_label_map(self.match_labels, MSG_MATCH_LABELS_KEY, MSG_MATCH_LABELS_VALUE)
-        return self
-
 
 BatchSize = Annotated[int, Field(ge=L.BATCH_SIZE_MIN, le=L.BATCH_SIZE_MAX)]
 
@@ -647,7 +553,16 @@ class SpsProfileSpec(ApiModel):
         }
     )
     selector: LabelSelector = Field(
-        description="Deployments (in this namespace) whose SGLang server gets the table."
+        description="Workloads (in this namespace: Deployments, StatefulSets, "
+        "LeaderWorkerSets) whose SGLang server gets the table."
+    )
+    target_kinds: list[WorkloadKind] | None = Field(
+        default=None,
+        max_length=3,
+        description="The kinds of workload the selector selects (default: every kind the "
+        "cluster serves). A kind listed here that the cluster does not serve (the "
+        "LeaderWorkerSet CRD not installed) makes the profile Degraded with reason "
+        "KindNotInstalled.",
     )
     server_container: str | None = Field(
         default=None,

@@ -276,7 +276,15 @@ class TargetState(StrEnum):
 
 
 class TargetStatus(StatusModel):
-    deployment: str
+    deployment: str = Field(
+        description="The workload's name (a Deployment, StatefulSet or LeaderWorkerSet: kind)."
+    )
+    kind: str | None = Field(
+        default=None,
+        max_length=32,
+        description="The workload's kind: Deployment, StatefulSet or LeaderWorkerSet (absent: "
+        "Deployment, as written before kinds were listed).",
+    )
     gpu_product: str | None = None
     fingerprint: str | None = None
     table: str | None = Field(

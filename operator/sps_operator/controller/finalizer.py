@@ -31,6 +31,7 @@ from sps_operator.api import labels as L
 from sps_operator.constants import FIELD_MANAGER
 from sps_operator.controller.kube.builders import owner_patch
 from sps_operator.controller.kube.client import KubeApi, Obj, owned_by
+from sps_operator.controller.policies import workloads
 from sps_operator.controller.policies.borrow import (
     COMPONENT_POOL,
     PoolClaim,
@@ -105,7 +106,7 @@ def release(
     ownership records, give back a borrowed replica and its GPU pool (the Leases in
     `pool_namespace`); raises on any API error (the finalizer stays until this succeeds).
     Returns the released ConfigMaps."""
-    deployments = kube.list_deployments(namespace, "")
+    deployments = kube.list_targets(namespace, "")
     ours = {
         cm["metadata"]["name"]: cm
         for cm in kube.list_config_maps(namespace, f"{L.LABEL_PROFILE_UID}={uid}")
@@ -205,7 +206,8 @@ def _release_deployment(
     dep: Mapping[str, Any],
     claims: Iterable[PoolClaim] = (),
 ) -> None:
-    tag = next((t for c in claims if (t := confirmed_tag(c, dep)) is not None), None)
+    lends = workloads.kind_of(dep).kind == workloads.DEPLOYMENT  # BorrowReplica's only kind
+    tag = next((t for c in claims if lends and (t := confirmed_tag(c, dep)) is not None), None)
     if tag is not None and tag.profile_uid == uid:
         # A run of the deleted profile borrowed a replica: it goes back first (record and
         # replicas in one write; a 409 keeps the finalizer and kopf retries); then its pool
@@ -217,7 +219,8 @@ def _release_deployment(
         # Conditional on the Deployment as read (re-read if the give-back above changed
         # it): a profile that claimed it meanwhile keeps its record (409: retried).
         lent = tag is not None and tag.profile_uid == uid
-        current = kube.get("Deployment", namespace, dep["metadata"]["name"]) if lent else dep
+        kind = workloads.kind_of(dep).kind
+        current = kube.get(kind, namespace, dep["metadata"]["name"]) if lent else dep
         if current is not None and recorded_owner(current) == name:
             removal = owner_patch(current, None)
-            kube.patch_metadata("Deployment", namespace, dep["metadata"]["name"], removal)
+            kube.patch_metadata(kind, namespace, dep["metadata"]["name"], removal)

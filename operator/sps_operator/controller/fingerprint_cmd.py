@@ -29,7 +29,7 @@ import yaml
 
 from sps_operator.api.fingerprint import DOC_BEGIN, DOC_END, fingerprint_doc
 from sps_operator.api.spec import SpsProfileSpec, TableKind
-from sps_operator.controller.policies import compat
+from sps_operator.controller.policies import compat, workloads
 from sps_operator.controller.sglang.podenv import ConfigMapEnv, env_config_maps
 from sps_operator.controller.sglang.serverchanges import server_changes
 from sps_operator.controller.sglang.serverconfig import (
@@ -101,8 +101,9 @@ def _pod_spec(doc: Mapping[str, Any]) -> Mapping[str, Any] | None:
         return None
     if doc.get("kind") == "Pod":
         return spec
-    template = spec.get("template")
-    inner = template.get("spec") if isinstance(template, Mapping) else None
+    # spec.template for most kinds; a LeaderWorkerSet's leader (the server the operator
+    # profiles and fingerprints).
+    inner = workloads.server_template(doc).get("spec")
     return inner if isinstance(inner, Mapping) else None
 
 

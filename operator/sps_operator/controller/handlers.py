@@ -43,12 +43,22 @@ from sps_operator.controller.kicks import (
 from sps_operator.controller.kube.client import api_error_detail
 from sps_operator.controller.kube.envsources import EnvSources
 from sps_operator.controller.policies.ownership import stable_config_map
+from sps_operator.controller.policies.workloads import (
+    DEPLOYMENT,
+    LEADER_WORKER_SET,
+    LWS_GROUP,
+    STATEFUL_SET,
+)
 from sps_operator.controller.reconcile.reconciler import Reconciler
 
 log = logging.getLogger("sps_operator.handlers")
 OURS = {L.LABEL_MANAGED_BY: L.MANAGED_BY}
 MIN_SLEEP = 0.2  # a pass asking to be woken "now" still yields to the others
 DEPLOYMENTS = ("apps", "v1", "deployments")
+STATEFUL_SETS = ("apps", "v1", "statefulsets")
+# Served only where the LeaderWorkerSet CRD is installed: kopf warns that the resource is
+# unresolved, keeps the index empty and starts watching when the CRD appears.
+LEADER_WORKER_SETS = (LWS_GROUP, "v1", "leaderworkersets")
 
 
 @dataclass(frozen=True)
@@ -83,7 +93,15 @@ def _register_caches(registry: kopf.OperatorRegistry) -> None:
 
     @kopf.index(*DEPLOYMENTS, id="sps_deployments", registry=registry)
     async def sps_deployments(body: kopf.Body, **_: Any) -> dict[Any, Any]:
-        return ix.deployment_entries(body)
+        return ix.deployment_entries(body, DEPLOYMENT)
+
+    @kopf.index(*STATEFUL_SETS, id="sps_stateful_sets", registry=registry)
+    async def sps_stateful_sets(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return ix.deployment_entries(body, STATEFUL_SET)
+
+    @kopf.index(*LEADER_WORKER_SETS, id="sps_leader_worker_sets", registry=registry)
+    async def sps_leader_worker_sets(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return ix.deployment_entries(body, LEADER_WORKER_SET)
 
     # Deployments lending a replica, by namespace (a pass reads its own namespace's). (A
     # filter, not a None result: an object that stops matching leaves the index.)
@@ -139,9 +157,23 @@ def _register_profiling_wakeups(
 
     @kopf.on.event("policy", "v1", "poddisruptionbudgets", id="sps_wake_pdb", registry=registry)  # type: ignore[arg-type]
     async def wake_pdb(
-        namespace: str, body: kopf.Body, sps_deployments: Any, sps_profiles: Any, **_: Any
+        namespace: str,
+        body: kopf.Body,
+        sps_deployments: Any,
+        sps_stateful_sets: Any,
+        sps_leader_worker_sets: Any,
+        sps_profiles: Any,
+        **_: Any,
     ) -> None:
-        kicks.kick(namespace, profiles_for_pdb(body, namespace, sps_deployments, sps_profiles))
+        kicks.kick(
+            namespace,
+            profiles_for_pdb(
+                body,
+                namespace,
+                ix.Chained(sps_deployments, sps_stateful_sets, sps_leader_worker_sets),
+                sps_profiles,
+            ),
+        )
 
     # A LocalQueue created in a namespace wakes the runs there waiting for one at once,
     # not at their next recheck. Only creations count (a LocalQueue's status changes with
@@ -165,16 +197,27 @@ def _register_wakeups(
     """Events that change what a pass observes of its targets, its tables or its profile:
     both reconcilers read those (a run is decided on the targets, a rollout onto them)."""
 
-    @kopf.on.event(*DEPLOYMENTS, id="sps_wake_deployment", registry=registry)  # type: ignore[arg-type]
+    @kopf.on.event(*DEPLOYMENTS, id="sps_wake_deployment", registry=registry)
+    @kopf.on.event(*STATEFUL_SETS, id="sps_wake_stateful_set", registry=registry)
+    @kopf.on.event(*LEADER_WORKER_SETS, id="sps_wake_leader_worker_set", registry=registry)  # type: ignore[arg-type]
     async def wake_deployment(namespace: str, body: kopf.Body, sps_profiles: Any, **_: Any) -> None:
         kicks.kick(namespace, profiles_selecting(body, sps_profiles, namespace))
 
     @kopf.on.event("", "v1", "pods", id="sps_wake_pod", registry=registry)  # type: ignore[arg-type]
     async def wake_pod(
-        namespace: str, labels: Mapping[str, str], sps_deployments: Any, sps_profiles: Any,
+        namespace: str, labels: Mapping[str, str], sps_deployments: Any, sps_stateful_sets: Any,
+        sps_leader_worker_sets: Any, sps_profiles: Any,
         **_: Any,
     ) -> None:  # fmt: skip
-        kicks.kick(namespace, profiles_for_pod(labels, namespace, sps_deployments, sps_profiles))
+        kicks.kick(
+            namespace,
+            profiles_for_pod(
+                labels,
+                namespace,
+                ix.Chained(sps_deployments, sps_stateful_sets, sps_leader_worker_sets),
+                sps_profiles,
+            ),
+        )
 
     @kopf.on.event("", "v1", "configmaps", labels=OURS, id="sps_wake_cm", registry=registry)  # type: ignore[arg-type]
     async def wake_config_map(namespace: str, body: kopf.Body, sps_profiles: Any, **_: Any) -> None:
@@ -185,11 +228,15 @@ def _register_wakeups(
     @kopf.on.event("", "v1", "configmaps", id="sps_wake_env_cm", registry=registry)  # type: ignore[arg-type]
     async def wake_env_config_map(
         namespace: str, name: str, type: str | None, labels: Mapping[str, str],
-        body: kopf.Body, sps_deployments: Any, sps_profiles: Any, **_: Any,
+        body: kopf.Body, sps_deployments: Any, sps_stateful_sets: Any,
+        sps_leader_worker_sets: Any, sps_profiles: Any, **_: Any,
     ) -> None:  # fmt: skip
         if labels.get(L.LABEL_MANAGED_BY) == L.MANAGED_BY:
             return  # the operator's own: tables, results (sps_wake_cm)
-        readers = ix.values(sps_deployments, (ix.ENV, namespace, name))
+        readers = ix.values(
+            ix.Chained(sps_deployments, sps_stateful_sets, sps_leader_worker_sets),
+            (ix.ENV, namespace, name),
+        )
         gone = type == "DELETED"
         if env_sources.observe(namespace, name, None if gone else body, bool(readers)):
             uids = [u for d in readers for u in profiles_selecting(d, sps_profiles, namespace)]
@@ -210,14 +257,20 @@ def _register_wakeups(
     @kopf.on.event(API_GROUP, API_VERSION, PLURAL, id="sps_wake_profile", registry=registry)  # type: ignore[arg-type]
     async def wake_profiles(
         namespace: str, uid: str, type: str | None, body: kopf.Body, sps_deployments: Any,
-        sps_profiles: Any, **_: Any,
+        sps_stateful_sets: Any, sps_leader_worker_sets: Any, sps_profiles: Any, **_: Any,
     ) -> None:  # fmt: skip
         before = kicks.seen(uid)
         own, shared = kicks.profile_changed(body)
         if shared or type == "DELETED":
             # Who owns a Deployment or writes a stable ConfigMap may have changed: the
             # neighbours look too.
-            neighbours = profile_neighbours(body, before, namespace, sps_deployments, sps_profiles)
+            neighbours = profile_neighbours(
+                body,
+                before,
+                namespace,
+                ix.Chained(sps_deployments, sps_stateful_sets, sps_leader_worker_sets),
+                sps_profiles,
+            )
             kicks.kick(namespace, [uid, *neighbours])
         elif own:
             kicks.kick(namespace, [uid])
@@ -247,6 +300,8 @@ def _register_passes(
         uid: str,
         stopped: kopf.DaemonStopped,
         sps_deployments: Any,
+        sps_stateful_sets: Any,
+        sps_leader_worker_sets: Any,
         sps_jobs: Any,
         sps_config_maps: Any,
         sps_profiles: Any,
@@ -267,7 +322,9 @@ def _register_passes(
                 world = ix.world_for(
                     body,
                     ix.Indexes(
-                        deployments=sps_deployments,
+                        deployments=ix.Chained(
+                            sps_deployments, sps_stateful_sets, sps_leader_worker_sets
+                        ),
                         jobs=sps_jobs,
                         config_maps=sps_config_maps,
                         profiles=sps_profiles,
@@ -291,11 +348,14 @@ def _register_passes(
     @kopf.on.delete(API_GROUP, API_VERSION, PLURAL, id="sps_release", registry=registry)  # type: ignore[arg-type]
     def sps_release(
         namespace: str, name: str, uid: str, spec: Mapping[str, Any], status: Mapping[str, Any],
-        sps_deployments: Any, sps_config_maps: Any, sps_borrowed: Any, **_: Any,
+        sps_deployments: Any, sps_stateful_sets: Any, sps_leader_worker_sets: Any,
+        sps_config_maps: Any, sps_borrowed: Any, **_: Any,
     ) -> None:  # fmt: skip
         stable = stable_config_map(spec)
-        deployments = ix.values(sps_deployments, (ix.RECORDED, namespace, name))
-        deployments += ix.values(sps_borrowed, (ix.NAMESPACE, namespace))
+        deployments = ix.values(
+            ix.Chained(sps_deployments, sps_stateful_sets, sps_leader_worker_sets),
+            (ix.RECORDED, namespace, name),
+        ) + ix.values(sps_borrowed, (ix.NAMESPACE, namespace))
         owned = ix.values(sps_config_maps, (ix.OWNER, namespace, uid))
         idle = nothing_to_release(name, uid, status, deployments, owned, stable)
         release_or_retry(reconciler, namespace, name, uid, stable, lists_needed=not idle)

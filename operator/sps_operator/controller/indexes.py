@@ -17,7 +17,7 @@ Two rules hold here by construction:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,7 @@ from sps_operator.controller.kube.builders import ProfileRef, base_labels
 from sps_operator.controller.kube.client import Obj
 from sps_operator.controller.kube.envsources import EnvSources, referenced_config_maps
 from sps_operator.controller.passes.state import Snapshot, by_name
+from sps_operator.controller.policies import workloads
 from sps_operator.controller.policies.borrow import PoolBid, pdb_covers, pool_bid
 from sps_operator.controller.policies.claims import ClaimInfo, claim_info, pod_claims
 from sps_operator.controller.policies.job_policy import ServiceInfo, service_info
@@ -98,12 +99,35 @@ def _labels(body: Mapping[str, Any]) -> Mapping[str, str]:
 
 
 def _template_labels(deployment: Mapping[str, Any]) -> Mapping[str, str]:
-    template = (deployment.get("spec") or {}).get("template") or {}
-    return (template.get("metadata") or {}).get("labels") or {}
+    """The labels of the workload's server pods (its one template, a LeaderWorkerSet's
+    leader's)."""
+    return (workloads.server_template(deployment).get("metadata") or {}).get("labels") or {}
 
 
 def _pod_selector(deployment: Mapping[str, Any]) -> Any:
-    return (deployment.get("spec") or {}).get("selector")
+    return workloads.pod_selector(deployment)
+
+
+class Chained(Mapping[Any, list[Any]]):
+    """Several indexes read as one (the workload indexes, one per kind: kopf keeps an
+    index per resource): a key's values from each, in order."""
+
+    def __init__(self, *indexes: Index | None) -> None:
+        self._indexes = [i for i in indexes if i is not None]
+
+    def __getitem__(self, key: Any) -> list[Any]:
+        if not any(key in i for i in self._indexes):
+            raise KeyError(key)
+        return [v for i in self._indexes for v in i.get(key, ())]
+
+    def __contains__(self, key: object) -> bool:
+        return any(key in i for i in self._indexes)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter({k: None for i in self._indexes for k in i})
+
+    def __len__(self) -> int:
+        return len({k for i in self._indexes for k in i})
 
 
 def controller_profile(body: Mapping[str, Any]) -> str | None:
@@ -189,8 +213,10 @@ def pod_selector_keys(namespace: str, selector: Any) -> list[Key]:
 # --------------------------------------------------------------------------- the entries
 
 
-def deployment_entries(body: Mapping[str, Any]) -> dict[Key, Any]:
-    ns, value = _namespace(body), slim(body)
+def deployment_entries(body: Mapping[str, Any], kind: str = workloads.DEPLOYMENT) -> dict[Key, Any]:
+    """A workload of any kind (`kind`: the resource its watch serves, set on the value,
+    which a LIST's items lack), filed as a pass and the wake-ups look for it."""
+    ns, value = _namespace(body), {**slim(body), "kind": kind}
     keys: list[Key] = [(NAMESPACE, ns)]
     keys += [(LABEL, ns, k, v) for k, v in _labels(body).items()]
     keys += [(TEMPLATE, ns, k, v) for k, v in _template_labels(body).items()]
@@ -441,9 +467,9 @@ def world_for(
     nodes = {p.node for p in pods.values() if p.node}
     claims: dict[str, ClaimInfo] = {}
     for dep in deployments:
-        pod_spec = ((dep.get("spec") or {}).get("template") or {}).get("spec") or {}
-        for claim in pod_claims(pod_spec):
-            claims.update((c.name, c) for c in values(idx.claims, (NAME, ns, claim)))
+        for _, template in workloads.templates(dep):
+            for claim in pod_claims(template.get("spec") or {}):
+                claims.update((c.name, c) for c in values(idx.claims, (NAME, ns, claim)))
     pod_selecting, services = _pod_selectors_for(idx, body, job_labels or {})
     return Snapshot(
         pool_bids=pool_bids(idx, body),

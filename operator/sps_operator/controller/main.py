@@ -125,6 +125,14 @@ def _add_watch_args(parser: argparse.ArgumentParser) -> None:
         help="the most targets of one profile mid-rollout at once, whatever its "
         "spec.rollout.maxConcurrent asks (0: no ceiling)",
     )
+    parser.add_argument(
+        "--workload-progress-seconds",
+        type=float,
+        default=600.0,
+        help="how long a rollout onto a StatefulSet or LeaderWorkerSet may take before it "
+        "counts as failed and goes back to the previous table (those kinds have no "
+        "progressDeadlineSeconds; a Deployment's own counts for it)",
+    )
 
 
 def _add_job_default_args(parser: argparse.ArgumentParser) -> None:
@@ -363,6 +371,7 @@ def main(argv: list[str] | None = None, *, testing: bool = False) -> int:
             policy=job_policy(args),
             min_refresh_interval_seconds=args.min_refresh_interval_seconds,
             max_concurrent_rollouts=max(args.max_concurrent_rollouts, 0),
+            workload_progress_seconds=args.workload_progress_seconds,
             pool_namespace=args.lease_namespace,
             max_lent_seconds=args.max_lent_seconds,
             max_rollout_hold_seconds=args.max_rollout_hold_seconds,

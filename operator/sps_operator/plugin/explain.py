@@ -25,6 +25,7 @@ from sps_operator.plugin.explain_findings import (
     pod_findings,
     rollout_findings,
     schedule_and_clock_findings,
+    target_label,
     waiting_finding,
 )
 from sps_operator.plugin.view import age, conditions_by_type, profile_state
@@ -102,7 +103,7 @@ def _mixed_gpu_findings(p: _Profile) -> list[Finding]:
         for c in (p.conds.get(R.DEGRADED), p.conds.get(R.READY))
         if c and c.get("status") in ("True", "False") and c.get("reason") == R.MIXED_GPU_PRODUCTS
     ] + [
-        f"Deployment {t.get('deployment')}: {t.get('message')}"
+        f"{target_label(t)}: {t.get('message')}"
         for t in p.status.get("targets") or []
         if t.get("reason") == R.MIXED_GPU_PRODUCTS
     ]
@@ -125,7 +126,7 @@ def _refused_target_findings(p: _Profile) -> list[Finding]:
             advice = TARGET_ADVICE[reason]
             findings.append(
                 Finding(
-                    what=f"{advice.what} (Deployment {target.get('deployment')})",
+                    what=f"{advice.what} ({target_label(target)})",
                     why=f"{reason}: {target.get('message') or ''}",
                     next=fill(advice.next, name=p.name),
                 )
@@ -141,7 +142,7 @@ def _unfingerprinted_findings(p: _Profile) -> list[Finding]:
             findings.append(
                 Finding(
                     what="Inputs that look like cost inputs are not in the fingerprint "
-                    f"(Deployment {target.get('deployment')})",
+                    f"({target_label(target)})",
                     why="; ".join(unseen),
                     next=(
                         "A change of these reprofiles nothing, so a table could outlive the "
@@ -320,6 +321,14 @@ def explain(
             for c in conds.values()
         ],
         "run": _run_line(status.get("currentRun") or {}, p.now),
+        "targets": [
+            clean_text(
+                f"{target_label(t)}: {t.get('state') or '?'}"
+                + (f" ({t['table']})" if t.get("table") else ""),
+                MAX_EVIDENCE,
+            )
+            for t in status.get("targets") or []
+        ],
         "findings": [f.to_dict() for f in findings],
     }
 
@@ -343,6 +352,7 @@ def render_explain(report: Mapping[str, Any]) -> str:
             trigger = run.get("trigger") or R.SERVER_CHANGED
             why = f"  {trigger}: the server changed: {run['changes']}"
             lines.append(clean_text(why, MAX_EVIDENCE))
+    lines += [f"  Target {t}" for t in report.get("targets") or []]
     findings = report.get("findings") or []
     if not findings:
         lines.append(

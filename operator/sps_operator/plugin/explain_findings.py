@@ -164,22 +164,29 @@ _ROLLOUT_NEXT = (
 )
 
 
+def target_label(target: Mapping[str, Any]) -> str:
+    """`Kind name` of a status target (a status written before kinds were listed names a
+    Deployment)."""
+    return f"{target.get('kind') or 'Deployment'} {target.get('deployment')}"
+
+
 def rollout_findings(status: Mapping[str, Any]) -> list[Finding]:
     findings = []
     for target in status.get("targets") or []:
         name = target.get("deployment")
+        label = target_label(target)
         message = str(target.get("message") or "")
         if target.get("state") == "Rolling" and target.get("reason") == R.ROLLOUT_BLOCKED:
             lowered = message.lower()
             next_step = next(
                 (hint for keys, hint in _ROLLOUT_NEXT if any(k in lowered for k in keys)),
                 "Look at the new pods (`kubectl describe pod`, `kubectl rollout status "
-                f"deployment/{name}`); the profile is ready only once every ready pod runs "
-                "the table.",
+                f"{str(target.get('kind') or 'Deployment').lower()}/{name}`); the profile is "
+                "ready only once every ready pod runs the table.",
             )
             findings.append(
                 Finding(
-                    what=f"The rollout of the new table onto Deployment {name} is blocked "
+                    what=f"The rollout of the new table onto {label} is blocked "
                     f"(since {target.get('blockedSince') or '?'})",
                     why=f"RolloutBlocked: {message}",
                     next=next_step,
@@ -188,7 +195,7 @@ def rollout_findings(status: Mapping[str, Any]) -> list[Finding]:
         elif target.get("heldUntil"):
             findings.append(
                 Finding(
-                    what=f"A newer table for Deployment {name} waits for the minimum interval "
+                    what=f"A newer table for {label} waits for the minimum interval "
                     "between rollouts",
                     why=message,
                     next=(

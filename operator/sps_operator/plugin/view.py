@@ -153,6 +153,8 @@ def get_row(profile: Mapping[str, Any], now: datetime) -> dict[str, str]:
     targets = status.get("targets") or []
     ready = conditions_by_type(profile).get(R.READY) or {}
     row["targets"] = f"{sum(1 for t in targets if t.get('state') == 'Live')}/{len(targets)}"
+    kinds = sorted({str(t.get("kind") or "Deployment") for t in targets})
+    row["workloads"] = ",".join(kinds) or "-"
     row["reason"] = str(ready.get("reason") or "-")
     row["run"] = str(run.get("name") or "-")
     row["lastFailure"] = str((status.get("lastFailure") or {}).get("reason") or "-")
@@ -219,10 +221,10 @@ def render_columns(
     return "\n".join(lines)
 
 
-# `-o wide` adds: live targets of all, Ready's reason, the current run, the last failure,
-# the GPU seconds the live table took, its predicted error bound, the run's position in
-# its Kueue ClusterQueue.
-WIDE_COLUMNS = {"targets": "TARGETS", "reason": "REASON", "run": "RUN",
+# `-o wide` adds: live targets of all, their kinds, Ready's reason, the current run, the
+# last failure, the GPU seconds the live table took, its predicted error bound, the run's
+# position in its Kueue ClusterQueue.
+WIDE_COLUMNS = {"targets": "TARGETS", "workloads": "WORKLOADS", "reason": "REASON", "run": "RUN",
                 "lastFailure": "LAST FAILURE", "gpuSeconds": "GPU-SECONDS",
                 "errorBound": "ERROR-BOUND", "queue": "QUEUE"}  # fmt: skip
 

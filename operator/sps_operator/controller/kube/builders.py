@@ -19,6 +19,7 @@ from sps_operator.api.kinds import RunPhase
 from sps_operator.api.spec import DEFAULT_ADDITIVE_FRACS, ServerSource, SpsProfileSpec, TableKind
 from sps_operator.constants import API_GROUP, API_VERSION, IMAGE, KIND
 from sps_operator.controller.kube import names
+from sps_operator.controller.policies import workloads
 from sps_operator.controller.policies.claims import VolumePin, pin_to_node
 from sps_operator.controller.sglang.podenv import escape
 from sps_operator.controller.sglang.serverconfig import (
@@ -573,39 +574,60 @@ def inject_apply(
     table_path: str,
     server_args: Sequence[str],
 ) -> dict[str, Any]:
-    """The server-side-apply body for Inject: only the fields the operator owns.
+    """The server-side-apply body for Inject: only the fields the operator owns, in every
+    pod template of the workload (a LeaderWorkerSet's leader and worker templates: every
+    rank loads the same table bytes from the same path, or the group must not start).
 
-    The args list is atomic in SSA, so the operator necessarily co-owns `args`; it sends the
-    container's current args with its flag set (Git's values unchanged)."""
+    The args list is atomic in SSA, so the operator necessarily co-owns `args`; it sends
+    each template's container's current args with its flag set (Git's values unchanged):
+    `server_args` for the server's template, as read, and the others' as the object holds
+    them (a worker's per-rank args differ from the leader's)."""
     directory, filename = posixpath.split(table_path)
-    args = [*without_flag(list(server_args), TABLE_PATH_FLAG), TABLE_PATH_FLAG, table_path]
-    pod_spec: dict[str, Any] = {
-        "containers": [
-            {
-                "name": container_name,
-                "args": args,
-                "volumeMounts": [{"name": TABLE_VOLUME, "mountPath": directory, "readOnly": True}],
-            }
-        ],
-        "volumes": [
-            {
-                "name": TABLE_VOLUME,
-                "configMap": {
-                    "name": table_config_map,
-                    "items": [{"key": L.TABLE_KEY, "path": filename}],
-                },
-            }
-        ],
+    volume = {
+        "name": TABLE_VOLUME,
+        "configMap": {"name": table_config_map, "items": [{"key": L.TABLE_KEY, "path": filename}]},
     }
-    template = {**_table_annotations(table_config_map, table_hash), "spec": pod_spec}
-    return _deployment_apply(deployment, template)
+    templates: list[tuple[workloads.Path, dict[str, Any]]] = []
+    for i, (path, template) in enumerate(workloads.templates(deployment) or [((), {})]):
+        args = server_args if i == 0 else _container_args(template, container_name)
+        pod_spec: dict[str, Any] = {
+            "containers": [
+                {
+                    "name": container_name,
+                    "args": [
+                        *without_flag(list(args), TABLE_PATH_FLAG),
+                        TABLE_PATH_FLAG,
+                        table_path,
+                    ],
+                    "volumeMounts": [
+                        {"name": TABLE_VOLUME, "mountPath": directory, "readOnly": True}
+                    ],
+                }
+            ],
+            "volumes": [volume],
+        }
+        templates.append(
+            (path, {**_table_annotations(table_config_map, table_hash), "spec": pod_spec})
+        )
+    return _workload_apply(deployment, templates)
+
+
+def _container_args(template: Mapping[str, Any], container_name: str) -> list[str]:
+    pod_spec = template.get("spec") or {}
+    for container in pod_spec.get("containers") or []:
+        if isinstance(container, Mapping) and container.get("name") == container_name:
+            return [str(a) for a in container.get("args") or []]
+    return []
 
 
 def annotate_apply(
     deployment: Mapping[str, Any], table_config_map: str, table_hash: str
 ) -> dict[str, Any]:
-    """The server-side-apply body for AnnotateOnly: the pod-template annotation, nothing else."""
-    return _deployment_apply(deployment, _table_annotations(table_config_map, table_hash))
+    """The server-side-apply body for AnnotateOnly: the pod-template annotation (in every
+    template of the workload), nothing else."""
+    annotations = _table_annotations(table_config_map, table_hash)
+    paths = [path for path, _ in workloads.templates(deployment)] or [()]
+    return _workload_apply(deployment, [(path, annotations) for path in paths])
 
 
 def _table_annotations(table_config_map: str, table_hash: str) -> dict[str, Any]:
@@ -620,20 +642,29 @@ def _table_annotations(table_config_map: str, table_hash: str) -> dict[str, Any]
     }
 
 
-def _deployment_apply(deployment: Mapping[str, Any], template: dict[str, Any]) -> dict[str, Any]:
-    """A Deployment apply body naming `deployment` and carrying only `template`, made
-    conditional on the resourceVersion `deployment` was read at: the body repeats what was
-    read (the args), so the API server must refuse it (409) once anyone changed the object."""
-    meta = deployment.get("metadata") or {}
+def _workload_apply(
+    workload: Mapping[str, Any], templates: Sequence[tuple[workloads.Path, dict[str, Any]]]
+) -> dict[str, Any]:
+    """An apply body naming `workload` (of its kind) and carrying only `templates`, each at
+    its path, made conditional on the resourceVersion `workload` was read at: the body
+    repeats what was read (the args), so the API server must refuse it (409) once anyone
+    changed the object."""
+    kind = workloads.kind_of(workload)
+    meta = workload.get("metadata") or {}
     name = {"name": meta.get("name"), "namespace": meta.get("namespace")}
     if not meta.get("resourceVersion"):
-        raise ValueError(f"Deployment {name} has no resourceVersion to apply against")
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
+        raise ValueError(f"{kind.kind} {name} has no resourceVersion to apply against")
+    body: dict[str, Any] = {
+        "apiVersion": kind.api_version,
+        "kind": kind.kind,
         "metadata": {**name, "resourceVersion": meta["resourceVersion"]},
-        "spec": {"template": template},
     }
+    for path, template in templates:
+        node = body
+        for key in (path or kind.template_paths[0])[:-1]:
+            node = node.setdefault(key, {})
+        node[(path or kind.template_paths[0])[-1]] = template
+    return body
 
 
 def owner_patch(deployment: Mapping[str, Any], owner: str | None) -> dict[str, Any]:

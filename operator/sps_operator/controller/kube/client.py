@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
@@ -19,9 +20,12 @@ from kubernetes.client.rest import ApiException
 from sps_operator.api.labels import KUEUE_GROUP, KUEUE_VERSIONS, KUEUE_VISIBILITY_GROUP
 from sps_operator.constants import API_GROUP, API_VERSION, FIELD_MANAGER, KIND, PLURAL
 from sps_operator.controller.kube.ratelimit import TokenBucket
+from sps_operator.controller.policies import workloads
 
 log = logging.getLogger(__name__)
 APPLY = "application/apply-patch+yaml"
+# How often `serves` asks discovery again about a workload kind a profile names.
+SERVED_RECHECK_SECONDS = 60.0
 Obj = dict[str, Any]
 
 
@@ -30,6 +34,8 @@ class KubeApi(Protocol):
 
     # Reads (None when absent).
     def list_deployments(self, namespace: str, label_selector: str) -> list[Obj]: ...
+    def list_targets(self, namespace: str, label_selector: str) -> list[Obj]: ...
+    def serves(self, kind: str) -> bool: ...
     def list_config_maps(self, namespace: str, label_selector: str) -> list[Obj]: ...
     def list_jobs(self, namespace: str, label_selector: str) -> list[Obj]: ...
     def list_profiles(self, namespace: str) -> list[Obj]: ...
@@ -88,11 +94,56 @@ class Kube:
         self.rbac = client.RbacAuthorizationV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.kueue_version = KUEUE_VERSIONS[0]  # the one the last LIST of Workloads found
+        self._served: dict[str, tuple[bool, float]] = {}  # kind -> (served, when asked)
 
     # ---- reads
 
     def list_deployments(self, namespace: str, label_selector: str) -> list[Obj]:
         return self._items(self.apps.list_namespaced_deployment, namespace, label_selector)
+
+    def list_targets(self, namespace: str, label_selector: str) -> list[Obj]:
+        """The workloads a profile may serve, of every kind the API serves (a
+        LeaderWorkerSet only where its CRD is installed), each with its kind set."""
+        found = [
+            {**d, "kind": workloads.DEPLOYMENT}
+            for d in self.list_deployments(namespace, label_selector)
+        ]
+        found += [
+            {**d, "kind": workloads.STATEFUL_SET}
+            for d in self._items(self.apps.list_namespaced_stateful_set, namespace, label_selector)
+        ]
+        lws = workloads.KINDS[workloads.LEADER_WORKER_SET]
+        try:
+            resp = self.custom.list_namespaced_custom_object(
+                lws.group, lws.version, namespace, lws.plural,
+                label_selector=label_selector, _preload_content=False,
+            )  # fmt: skip
+        except ApiException as exc:
+            if exc.status != 404:  # 404: the API does not serve LeaderWorkerSets
+                raise
+        else:
+            found += [{**d, "kind": lws.kind} for d in _raw(resp).get("items", [])]
+        return found
+
+    def serves(self, kind: str) -> bool:
+        """The API server serves this workload kind (discovery, at most once a minute per
+        kind: a CRD installed later is seen within a minute)."""
+        workload = workloads.KINDS[kind]
+        if not workload.group or workload.group == "apps":
+            return True
+        now = time.monotonic()
+        cached = self._served.get(kind)
+        if cached is not None and now - cached[1] < SERVED_RECHECK_SECONDS:
+            return cached[0]
+        try:
+            resources = self.custom.get_api_resources(workload.group, workload.version)
+            served = any(r.name == workload.plural for r in resources.resources or [])
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            served = False
+        self._served[kind] = (served, now)
+        return served
 
     def list_config_maps(self, namespace: str, label_selector: str) -> list[Obj]:
         return self._items(self.core.list_namespaced_config_map, namespace, label_selector)
@@ -164,6 +215,12 @@ class Kube:
         calls: dict[str, Callable[[], Any]] = {
             "Deployment": lambda: self.apps.read_namespaced_deployment(
                 name, namespace, _preload_content=False
+            ),
+            "StatefulSet": lambda: self.apps.read_namespaced_stateful_set(
+                name, namespace, _preload_content=False
+            ),
+            "LeaderWorkerSet": lambda: self.custom.get_namespaced_custom_object(
+                *_lws(), namespace, _lws_plural(), name, _preload_content=False
             ),
             "Job": lambda: self.batch.read_namespaced_job(name, namespace, _preload_content=False),
             "ConfigMap": lambda: self.core.read_namespaced_config_map(
@@ -254,10 +311,13 @@ class Kube:
         it. A Deployment body carries the resourceVersion its content was read at
         (`builders.inject_apply`, `annotate_apply`): the API server refuses it (409) when the object
         changed since, so a force never writes stale values over a newer edit."""
-        patch = {
+        patches: dict[str, Callable[..., Any]] = {
             "Deployment": self.apps.patch_namespaced_deployment,
+            "StatefulSet": self.apps.patch_namespaced_stateful_set,
+            "LeaderWorkerSet": self._patch_lws,
             "ConfigMap": self.core.patch_namespaced_config_map,
-        }[body["kind"]]
+        }
+        patch = patches[body["kind"]]
         meta = body["metadata"]
         patch(
             meta["name"],
@@ -268,14 +328,22 @@ class Kube:
             _content_type=APPLY,
         )
 
+    def _patch_lws(self, name: str, namespace: str, body: Any, **kwargs: Any) -> Any:
+        return self.custom.patch_namespaced_custom_object(
+            *_lws(), namespace, _lws_plural(), name, body, **kwargs
+        )
+
     def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj:
         """A JSON merge patch (of metadata) under the operator's field manager; returns the
         object as patched (a later conditional write in the same pass starts from it)."""
-        call = {
+        calls: dict[str, Callable[..., Any]] = {
             "Deployment": self.apps.patch_namespaced_deployment,
+            "StatefulSet": self.apps.patch_namespaced_stateful_set,
+            "LeaderWorkerSet": self._patch_lws,
             "ConfigMap": self.core.patch_namespaced_config_map,
             "Lease": client.CoordinationV1Api(self.api).patch_namespaced_lease,
-        }[kind]
+        }
+        call = calls[kind]
         response = call(
             name,
             namespace,
@@ -341,6 +409,15 @@ class Kube:
             self.core.create_namespaced_event(meta.get("namespace"), body)
         except ApiException as exc:
             log.warning("could not post event %s: %s", reason, exc.reason)
+
+
+def _lws() -> tuple[str, str]:
+    lws = workloads.KINDS[workloads.LEADER_WORKER_SET]
+    return lws.group, lws.version
+
+
+def _lws_plural() -> str:
+    return workloads.KINDS[workloads.LEADER_WORKER_SET].plural
 
 
 def owned_by(obj: Mapping[str, Any] | None, uid: str) -> bool:

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sps_operator.controller.kube.client import KubeApi
+from sps_operator.controller.policies import workloads
 from sps_operator.controller.sglang.podenv import ConfigMapEnv, env_config_maps
 
 MAX_ENTRIES = 10_000
@@ -44,8 +45,8 @@ def referenced_config_maps(deployments: Iterable[Mapping[str, Any]]) -> set[str]
     """The ConfigMaps the pod templates of `deployments` read env from."""
     names: set[str] = set()
     for dep in deployments:
-        pod_spec = ((dep.get("spec") or {}).get("template") or {}).get("spec") or {}
-        names |= env_config_maps(pod_spec)
+        for _, template in workloads.templates(dep):
+            names |= env_config_maps(template.get("spec") or {})
     return names
 
 

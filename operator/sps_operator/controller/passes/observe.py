@@ -21,6 +21,7 @@ from typing import Any
 from sps_operator.api import labels as L
 from sps_operator.api.reasons import (
     CONFLICT,
+    GROUP_MISMATCH,
     MIXED_GPU_PRODUCTS,
     NO_SERVER_CONTAINER,
     ONE_TABLE_CONFIGMAP_MANY_SERVERS,
@@ -37,8 +38,7 @@ from sps_operator.api.untrusted_json import read_json_object, readable
 from sps_operator.controller.kube import builders
 from sps_operator.controller.kube.table_objects import MAX_META_BYTES
 from sps_operator.controller.passes.state import Pass, Target
-from sps_operator.controller.policies import compat, stable_writers
-from sps_operator.controller.policies.deployments import deployment_rolled_out
+from sps_operator.controller.policies import compat, stable_writers, workloads
 from sps_operator.controller.policies.ownership import ProfileSummary, owner_of, stable_writer
 from sps_operator.controller.policies.placement import MIXED, placement, settle, unplaced_note
 from sps_operator.controller.sglang.fingerprint_v1 import is_v1
@@ -64,9 +64,20 @@ def observe(p: Pass) -> None:
     profiles = [s for s in p.snapshot.profiles if s.uid != me.uid] + [me]
     previous = {t.deployment: t for t in p.status.targets}
     p.targets = []
+    kinds_by_name: dict[str, str] = {}
     for dep in p.snapshot.deployments:
         target = Target(deployment=dep, name=dep["metadata"]["name"])
         p.targets.append(target)
+        first = kinds_by_name.setdefault(target.name, target.kind)
+        if first != target.kind:
+            # Status lists targets by name: two of one name would share one entry.
+            target.refuse(
+                CONFLICT,
+                f"the profile also selects {first} {target.name}, of the same name; status "
+                f"lists targets by name, so {target.kind} {target.name} is left alone: narrow "
+                "spec.selector or spec.targetKinds so one workload of each name is selected",
+            )
+            continue
         target.owner = owner_of(dep, profiles)
         if target.owner != p.ref.name:
             target.refuse(
@@ -216,7 +227,7 @@ def _place(p: Pass, target: Target, previous: TargetStatus | None) -> None:
     a debounce where it was)."""
     dep = target.deployment
     where = placement(
-        dep.get("spec", {}).get("selector") or {},
+        workloads.pod_selector(dep) or {},
         p.snapshot.pods,
         p.snapshot.node_labels,
         p.spec.gpu_product_label,
@@ -229,7 +240,7 @@ def _place(p: Pass, target: Target, previous: TargetStatus | None) -> None:
         parse_rfc3339(previous.observed_since) if previous else None,
         p.now,
         timedelta(seconds=p.settings.gpu_debounce_seconds),
-        rollout_complete=deployment_rolled_out(dep) and where.pods > 0,
+        rollout_complete=workloads.rolled_out(dep) and where.pods > 0,
     )
     target.observed_gpu, target.observed_since = settled.observed, settled.since
     target.gpu = settled.product
@@ -272,6 +283,10 @@ def _understand_server(
         target.refuse(exc.reason, str(exc))
         return
     target.command = command
+    group = _group_problem(spec, target, namespace, env_config_maps)
+    if group is not None:
+        target.refuse(*group)
+        return
     target.fingerprint, target.legacy_fingerprint = table_keys(target.config, spec.table)
     target.table_source = compat.table_source(target.config)
     refused = compat.refusal(spec.table.kind, target.config, diagonal_only)
@@ -279,7 +294,14 @@ def _understand_server(
         target.refuse(*refused)
         return
     mode = spec.rollout.mode
-    shadow = shadowing_mount(spec, pod_spec, container)
+    shadow = next(
+        (
+            found
+            for _, template in workloads.templates(target.deployment)
+            if (found := _shadowed_in(spec, template)) is not None
+        ),
+        None,
+    )
     if shadow is not None:
         target.refuse(TABLE_MOUNT_SHADOWED, shadow)
     elif mode == RolloutMode.INJECT and command.shell:
@@ -290,9 +312,82 @@ def _understand_server(
             "(exec form), or use rollout.mode AnnotateOnly with the flag in your script",
         )
     elif mode == RolloutMode.ANNOTATE_ONLY:
-        problem = annotate_only_mount_problem(spec, pod_spec, container, target.config.table_path)
-        if problem:
-            target.refuse(TABLE_NOT_MOUNTED, problem)
+        # Every template of a group: each rank reads the table from its own mount.
+        for _, template in workloads.templates(target.deployment):
+            server = _server_of(spec, template) or container
+            problem = annotate_only_mount_problem(
+                spec, template.get("spec") or {}, server, target.config.table_path
+            )
+            if problem:
+                target.refuse(TABLE_NOT_MOUNTED, problem)
+                break
+
+
+def _server_of(spec: SpsProfileSpec, template: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    return find_server_container(template.get("spec") or {}, spec.server_container)
+
+
+def _shadowed_in(spec: SpsProfileSpec, template: Mapping[str, Any]) -> str | None:
+    container = _server_of(spec, template)
+    if container is None:
+        return None
+    return shadowing_mount(spec, template.get("spec") or {}, container)
+
+
+def _group_problem(
+    spec: SpsProfileSpec,
+    target: Target,
+    namespace: str,
+    env_config_maps: Mapping[str, ConfigMapEnv | None],
+) -> tuple[str, str] | None:
+    """A LeaderWorkerSet is one server across its group: every rank loads the table
+    itself, so each template's server must be the same server (the per-rank arguments
+    aside, which are not cost inputs), and --nnodes its group size. (reason, message), or
+    None when it is one server (or not a group)."""
+    if target.kind != workloads.LEADER_WORKER_SET or target.config is None:
+        return None
+    size = workloads.group_size(target.deployment)
+    nnodes = target.config.value("nnodes") or "1"
+    if nnodes.strip() != str(size):
+        return GROUP_MISMATCH, (
+            f"the server starts with --nnodes {nnodes} but the LeaderWorkerSet's group has "
+            f"{size} pods (leaderWorkerTemplate.size); make them equal"
+        )
+    for path, template in workloads.templates(target.deployment)[1:]:
+        where = ".".join(path)
+        container = _server_of(spec, template)
+        if container is None:
+            names = [c.get("name") for c in (template.get("spec") or {}).get("containers") or []]
+            return NO_SERVER_CONTAINER, (
+                f"{where} has no container named {spec.server_container!r} (it has {names}); "
+                "every rank of the group must run the server"
+            )
+        too_large = target_size_problem(template.get("spec") or {}, container)
+        if too_large is not None:
+            return TARGET_TOO_LARGE, f"{where}: {too_large}; trim it below the limit"
+        try:
+            command, config = read_server(
+                container, namespace, env_config_maps, spec.server.sglang_version
+            )
+        except ServerProblem as exc:
+            return exc.reason, f"{where}: {exc}"
+        if spec.rollout.mode == RolloutMode.INJECT and command.shell:
+            return SHELL_WRAPPED_SERVER, (
+                f"{where}: the server is started by a shell script; Inject cannot add "
+                f"{TABLE_PATH_FLAG} to a script. Put the launcher and its flags in command/args"
+            )
+        if config.inputs != target.config.inputs:
+            differ = sorted(
+                k
+                for k in set(config.inputs) | set(target.config.inputs)
+                if config.inputs.get(k) != target.config.inputs.get(k)
+            )
+            return GROUP_MISMATCH, (
+                f"{where}'s server differs from the leader's in cost inputs "
+                f"({', '.join(differ[:8])}): every rank must run the same server; only the "
+                "per-rank arguments (--node-rank, --dist-init-addr) may differ"
+            )
+    return None
 
 
 def _clean(path: str) -> str:

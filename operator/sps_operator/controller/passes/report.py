@@ -14,6 +14,7 @@ from sps_operator.api.reasons import (
     AS_EXPECTED,
     CURRENT,
     IDLE,
+    KIND_NOT_INSTALLED,
     NO_TABLE,
     NO_TARGETS,
     PROFILING,
@@ -211,12 +212,28 @@ def _degraded(p: Pass) -> Verdict:
             str(first.reason or TARGET_PROBLEM),
             "; ".join(f"{t.deployment}: {t.message}" for t in refused),
         )
-    contested = "; ".join(message for _, message in p.contested)
+    contested = "; ".join(message for _, message in [*_unserved(p), *p.contested])
     if failure is not None:
         return (True, failure.reason, failure.message + (f"; {contested}" if contested else ""))
-    if p.contested:
-        return (True, p.contested[0][0], contested)
+    notes = [*_unserved(p), *p.contested]
+    if notes:
+        return (True, notes[0][0], contested)
     return (False, AS_EXPECTED, "")
+
+
+def _unserved(p: Pass) -> list[tuple[str, str]]:
+    """spec.targetKinds names kinds the API server does not serve: said at once."""
+    kinds = p.snapshot.unserved_kinds
+    if not kinds:
+        return []
+    return [
+        (
+            KIND_NOT_INSTALLED,
+            f"spec.targetKinds names {', '.join(kinds)}, which this cluster does not serve "
+            "(its CRD is not installed): install it, or remove it from spec.targetKinds; the "
+            "other kinds are served",
+        )
+    ]
 
 
 def _ready(p: Pass, table: tuple[bool, str, str], rolling: _Rolling) -> Verdict:

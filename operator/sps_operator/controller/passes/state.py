@@ -18,7 +18,7 @@ from sps_operator.controller.kube.client import KubeApi, Obj, owned_by
 from sps_operator.controller.kube.envsources import EnvSources, read_env_config_maps
 from sps_operator.controller.kube.kueue_cache import KueueCache
 from sps_operator.controller.kube.ratelimit import Periodic
-from sps_operator.controller.policies import clocks
+from sps_operator.controller.policies import clocks, workloads
 from sps_operator.controller.policies.borrow import PoolBid
 from sps_operator.controller.policies.claims import ClaimInfo
 from sps_operator.controller.policies.job_policy import BORROW_BOUNDS, JobPolicy, ServiceInfo
@@ -68,6 +68,10 @@ class Settings:
     # spec.rollout.maxConcurrent asks (the flag's and chart's default is 10; 0, no ceiling,
     # here so a test states the one it means).
     max_concurrent_rollouts: int = 0
+    # How long a roll of a StatefulSet or LeaderWorkerSet may take before it counts as
+    # failed and rolls back (those kinds have no progressDeadlineSeconds; a Deployment's
+    # own deadline counts for it).
+    workload_progress_seconds: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,8 @@ class Snapshot:
     pool_bids: Sequence[PoolBid] = ()
     # The PersistentVolumeClaims the selected Deployments mount, by name (absent: not seen).
     claims: Mapping[str, ClaimInfo] = field(default_factory=dict)
+    # The kinds spec.targetKinds names that the API server does not serve (`for_profile`).
+    unserved_kinds: tuple[str, ...] = ()
 
     @classmethod
     def empty(cls) -> Snapshot:
@@ -119,12 +125,16 @@ class Snapshot:
         the API may tell (an AnnotateOnly stable ConfigMap the caches do not hold yet, the
         ConfigMaps the servers read env from), read here, off the event loop."""
         selector = spec.selector.to_k8s()
+        kinds = [str(k) for k in spec.target_kinds or workloads.KIND_NAMES]
         selected = [
             d
             for d in self.deployments
             if in_namespace(d, ref.namespace)
+            and workloads.kind_of(d).kind in kinds
             and matches_selector(selector, (d.get("metadata") or {}).get("labels") or {})
         ]
+        # Only kinds the profile names are asked about (the default takes what is served).
+        unserved = tuple(k for k in kinds if spec.target_kinds and not kube.serves(k))
         stable_name = stable_table_name(spec)
         stable = None
         if stable_name:
@@ -146,6 +156,7 @@ class Snapshot:
                 d for d in self.pod_selecting_deployments if in_namespace(d, ref.namespace)
             ],
             env_config_maps=read_env_config_maps(kube, ref.namespace, selected, self.env_sources),
+            unserved_kinds=unserved,
         )
 
 
@@ -186,9 +197,10 @@ def by_name(objects: Iterable[Obj]) -> dict[str, Obj]:
 
 @dataclass
 class Target:
-    """A Deployment the profile selects, as this pass understood it."""
+    """A workload the profile selects (a Deployment, StatefulSet or LeaderWorkerSet:
+    `policies.workloads`), as this pass understood it."""
 
-    deployment: Obj
+    deployment: Obj  # the workload object, of any of those kinds
     name: str
     container: Mapping[str, Any] | None = None
     command: ServerCommand | None = None
@@ -226,25 +238,36 @@ class Target:
         return self.problem is None and self.gpu is not None
 
     @property
+    def kind(self) -> str:
+        return workloads.kind_of(self.deployment).kind
+
+    @property
     def template(self) -> Mapping[str, Any]:
-        return (self.deployment.get("spec") or {}).get("template") or {}
+        """The server's pod template (a LeaderWorkerSet's leader, or its one template)."""
+        return workloads.server_template(self.deployment)
 
     @property
     def pod_spec(self) -> Mapping[str, Any]:
         return self.template.get("spec") or {}
 
-    @property
-    def _template_annotations(self) -> Mapping[str, str]:
-        return (self.template.get("metadata") or {}).get("annotations") or {}
+    def _annotation(self, key: str) -> str | None:
+        """The operator's pod-template annotation `key`, when every template of the
+        workload carries the same value (a LeaderWorkerSet whose leader and workers
+        disagree runs no one table)."""
+        found = {
+            str(((t.get("metadata") or {}).get("annotations") or {}).get(key) or "")
+            for _, t in workloads.templates(self.deployment)
+        }
+        return next(iter(found)) or None if len(found) == 1 else None
 
     @property
     def running_hash(self) -> str | None:
         """Hash of the table the pod template says it runs (the operator's annotation)."""
-        return self._template_annotations.get(L.ANNOTATION_TABLE_HASH)
+        return self._annotation(L.ANNOTATION_TABLE_HASH)
 
     @property
     def running_config_map(self) -> str | None:
-        return self._template_annotations.get(L.ANNOTATION_TABLE)
+        return self._annotation(L.ANNOTATION_TABLE)
 
 
 class Capacity(Protocol):

@@ -41,6 +41,7 @@ from sps_operator.api.hashing import digest
 from sps_operator.api.spec import CapacitySpec
 from sps_operator.api.untrusted_json import read_json_object, readable
 from sps_operator.constants import FIELD_MANAGER, LABEL_PREFIX
+from sps_operator.controller.policies import workloads
 from sps_operator.controller.policies.deployments import deployment_rolled_out
 from sps_operator.controller.policies.placement import PodInfo
 from sps_operator.controller.policies.selectors import matches_selector
@@ -212,6 +213,14 @@ def borrow_refusal(
 ) -> str | None:
     """Why one replica may not be borrowed from `deployment` now (None: it may)."""
     name = (deployment.get("metadata") or {}).get("name")
+    kind = workloads.kind_of(deployment).kind
+    if kind != workloads.DEPLOYMENT:
+        # Scaling a StatefulSet down takes its highest ordinal (maybe not the idle one) and
+        # a LeaderWorkerSet lends a whole group: not built yet, so never half done.
+        return (
+            f"BorrowReplica lends a Deployment's replica; {name} is a {kind}: use "
+            "capacity.mode Wait for it"
+        )
     managed = kueue_managed_refusal(deployment)
     if managed is not None:
         return managed

@@ -1,11 +1,13 @@
-"""Facts about a Deployment's rollout (pure)."""
+"""Facts about a target's rollout from its pods (pure), for every kind of workload
+(`workloads.py` says where each kind keeps what; the names here are the Deployment's,
+which came first)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from sps_operator.controller.policies import workloads
 from sps_operator.controller.policies.placement import PodInfo
 from sps_operator.controller.policies.selectors import matches_selector
 
@@ -14,58 +16,33 @@ MAX_BLOCKERS = 3
 
 
 def deployment_rolled_out(dep: Mapping[str, Any]) -> bool:
-    """Like `kubectl rollout status`: the new template is observed and fully available."""
-    meta, spec, status = dep.get("metadata", {}), dep.get("spec", {}), dep.get("status", {})
-    if status.get("observedGeneration", 0) < meta.get("generation", 0):
-        return False
-    replicas = spec.get("replicas", 1)
-    return (
-        status.get("updatedReplicas", 0) >= replicas
-        and status.get("availableReplicas", 0) >= replicas
-        and status.get("replicas", 0) <= replicas
-    )
-
-
-def _resolve(value: Any, replicas: int, round_up: bool) -> int:
-    """An intOrString of the rolling-update strategy, as the Deployment controller reads
-    it (percentages round up for maxSurge, down for maxUnavailable)."""
-    if isinstance(value, str) and value.endswith("%"):
-        try:
-            share = float(value[:-1]) / 100 * replicas
-        except ValueError:
-            return 0
-        return math.ceil(share) if round_up else math.floor(share)
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
+    """Like `kubectl rollout status`, for any kind (`workloads.rolled_out`)."""
+    return workloads.rolled_out(dep)
 
 
 def max_unavailable(dep: Mapping[str, Any], replicas: int) -> int | None:
-    """Pods a RollingUpdate of `replicas` may take down before their replacements are
-    available (None: the strategy is Recreate, which takes all of them down)."""
-    strategy = (dep.get("spec") or {}).get("strategy") or {}
-    if strategy.get("type") == "Recreate":
-        return None
-    rolling = strategy.get("rollingUpdate") or {}
-    surge = _resolve(rolling.get("maxSurge", "25%"), replicas, round_up=True)
-    unavailable = _resolve(rolling.get("maxUnavailable", "25%"), replicas, round_up=False)
-    if surge == 0 and unavailable == 0:
-        return 1  # the Deployment controller's own rule: it must be able to progress
-    return unavailable
+    """Replicas a roll of `replicas` may take down at once (`workloads.max_unavailable`)."""
+    return workloads.max_unavailable(dep, replicas)
+
+
+def progress_deadline_seconds(dep: Mapping[str, Any], admin_seconds: float = 600.0) -> int:
+    """How long a roll may take (`workloads.progress_deadline_seconds`)."""
+    return int(workloads.progress_deadline_seconds(dep, admin_seconds))
 
 
 def target_pods(dep: Mapping[str, Any], pods: Iterable[PodInfo]) -> list[PodInfo]:
-    """The Deployment's pods (by its selector) that are not being deleted."""
-    selector = (dep.get("spec") or {}).get("selector") or {}
+    """The workload's pods (by its selector; a LeaderWorkerSet's by its name label, every
+    pod of every group) that are not being deleted."""
+    selector = workloads.pod_selector(dep)
     if not selector:
         return []
     return [p for p in pods if not p.deleting and matches_selector(selector, p.labels)]
 
 
 def every_ready_pod_runs(dep: Mapping[str, Any], pods: Iterable[PodInfo], table_hash: str) -> bool:
-    """Every ready pod of the Deployment carries the table's hash (its pod-template
-    annotation): no pod serves without the table."""
+    """Every ready pod of the workload carries the table's hash (its pod-template
+    annotation): no pod serves without the table. For a LeaderWorkerSet, every ready pod
+    of every group, leader and workers: every rank loads the table itself."""
     return all(p.table_hash == table_hash for p in target_pods(dep, pods) if p.ready)
 
 
@@ -73,7 +50,8 @@ def rollout_blockers(
     dep: Mapping[str, Any], pods: Iterable[PodInfo], table_hash: str
 ) -> str | None:
     """What keeps the rollout of `table_hash` from completing, in the scheduler's, the
-    kubelet's and the Deployment controller's own words (None: nothing seen)."""
+    kubelet's and the workload controller's own words, and what in the workload's update
+    strategy waits for a person (None: nothing seen)."""
     found: list[str] = []
     for pod in target_pods(dep, pods):
         if pod.table_hash != table_hash:
@@ -82,20 +60,13 @@ def rollout_blockers(
             found.append(f"pod {pod.name} cannot be scheduled: {pod.unschedulable}")
         elif pod.stuck:
             found.append(f"pod {pod.name}: {pod.stuck}")
-    for c in (dep.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "ReplicaFailure" and c.get("status") == "True":
-            found.append(
-                f"the ReplicaSet cannot create pods: {c.get('message') or c.get('reason')}"
-            )
+    failure = workloads.controller_failure(dep)
+    if failure:
+        found.append(failure)
+    waits = workloads.roll_waits(dep)
+    if waits and not workloads.rolled_out(dep):
+        found.insert(0, waits)
     if not found:
         return None
     more = len(found) - MAX_BLOCKERS
     return "; ".join(found[:MAX_BLOCKERS]) + (f" (and {more} more)" if more > 0 else "")
-
-
-def progress_deadline_seconds(dep: Mapping[str, Any]) -> int:
-    value = (dep.get("spec") or {}).get("progressDeadlineSeconds", 600)
-    try:
-        return max(int(value), 0)
-    except (TypeError, ValueError):
-        return 600

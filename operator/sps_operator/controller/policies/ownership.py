@@ -26,6 +26,7 @@ from typing import Any
 
 from sps_operator.api.labels import ANNOTATION_OWNER
 from sps_operator.api.reasons import LOCAL_QUEUE_MISSING
+from sps_operator.controller.policies import workloads
 from sps_operator.controller.policies.selectors import matches_selector
 
 
@@ -145,20 +146,20 @@ def stable_writer(
 # collector resolves ownerReferences within the dependent's namespace only) and touches
 # no reference but that Deployment's and the profile's.
 
-WORKLOAD_API_VERSION = "apps/v1"
-WORKLOAD_KIND = "Deployment"
-
 
 def mounted_config_maps(deployment: Mapping[str, Any]) -> set[str]:
-    """ConfigMaps the Deployment's pod template mounts (directly or projected)."""
-    pod_spec = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    """ConfigMaps the workload's pod templates mount (directly or projected; a
+    LeaderWorkerSet's leader and worker templates both)."""
     names: set[str] = set()
-    for volume in pod_spec.get("volumes") or []:
-        sources = [volume.get("configMap") or {}]
-        sources += [
-            s.get("configMap") or {} for s in (volume.get("projected") or {}).get("sources") or []
-        ]
-        names |= {str(s["name"]) for s in sources if s.get("name")}
+    for _, template in workloads.templates(deployment):
+        pod_spec = template.get("spec") or {}
+        for volume in pod_spec.get("volumes") or []:
+            sources = [volume.get("configMap") or {}]
+            sources += [
+                s.get("configMap") or {}
+                for s in (volume.get("projected") or {}).get("sources") or []
+            ]
+            names |= {str(s["name"]) for s in sources if s.get("name")}
     return names
 
 
@@ -171,7 +172,8 @@ def workload_reference(deployment: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     # No controller (the profile is), no blockOwnerDeletion (it needs update on
     # deployments/finalizers under OwnerReferencesPermissionEnforcement; GC needs none).
-    return {"apiVersion": WORKLOAD_API_VERSION, "kind": WORKLOAD_KIND, "name": name, "uid": uid}
+    kind = workloads.kind_of(deployment)
+    return {"apiVersion": kind.api_version, "kind": kind.kind, "name": name, "uid": uid}
 
 
 def _namespace(obj: Mapping[str, Any]) -> Any:

@@ -46,7 +46,7 @@ from sps_operator.controller.kube import builders, names, table_objects
 from sps_operator.controller.kube.client import owned_by
 from sps_operator.controller.kube.table_objects import MAX_META_BYTES, table_text
 from sps_operator.controller.passes.state import Target
-from sps_operator.controller.policies import clocks
+from sps_operator.controller.policies import clocks, workloads
 from sps_operator.controller.policies import conditions as cond
 from sps_operator.controller.policies.deployments import (
     deployment_rolled_out,
@@ -68,6 +68,7 @@ from sps_operator.controller.policies.triggers import (
 from sps_operator.controller.rollout import turns
 from sps_operator.controller.rollout.holders import hold_tables
 from sps_operator.controller.rollout.state import RolloutPass
+from sps_operator.controller.rollout.templates import deadline_name, inject_serves, rollout_failed
 from sps_operator.controller.sglang.fingerprint_v1 import is_v1
 from sps_operator.tables.formats import load_sps_table_text
 from sps_operator.tables.selfcheck import self_check
@@ -153,50 +154,6 @@ def eligible_table(p: RolloutPass, target: Target, ref: TableRef) -> EligibleTab
     return EligibleTable(ref, text, target.name)
 
 
-# --------------------------------------------------------------------------- template facts
-
-
-def inject_serves(target: Target, table: EligibleTable, table_path: str) -> bool:
-    """The template's server reads `table`: annotated with its hash, the injected volume
-    holds its ConfigMap, mounted where the server's table flag points."""
-    if target.running_hash != table.ref.hash or target.config is None:
-        return False
-    if target.config.table_path != table_path:
-        return False
-    directory, filename = posixpath.split(table_path)
-    volume = next(
-        (v for v in target.pod_spec.get("volumes") or [] if v.get("name") == builders.TABLE_VOLUME),
-        None,
-    )
-    source = (volume or {}).get("configMap") or {}
-    items = source.get("items") or [{"key": L.TABLE_KEY, "path": filename}]
-    mounted = any(
-        m.get("name") == builders.TABLE_VOLUME and m.get("mountPath") == directory
-        for m in (target.container or {}).get("volumeMounts") or []
-    )
-    return (
-        source.get("name") == table.ref.config_map
-        and {"key": L.TABLE_KEY, "path": filename} in items
-        and mounted
-    )
-
-
-def rollout_failed(target: Target, table: TableRef) -> bool:
-    """The Deployment runs `table`'s template and its rollout hit the progress deadline."""
-    dep = target.deployment
-    if target.running_hash != table.hash:
-        return False
-    status = dep.get("status", {})
-    if status.get("observedGeneration", 0) < dep.get("metadata", {}).get("generation", 0):
-        return False
-    return any(
-        c.get("type") == "Progressing"
-        and c.get("status") == "False"
-        and c.get("reason") == "ProgressDeadlineExceeded"
-        for c in status.get("conditions") or []
-    )
-
-
 # --------------------------------------------------------------------------- the step
 
 
@@ -215,6 +172,7 @@ def rollout(p: RolloutPass) -> None:
         previous = before.get(target.name)
         ts = TargetStatus(
             deployment=target.name,
+            kind=target.kind,
             gpu_product=target.gpu or (",".join(sorted(target.products)) or None),
             fingerprint=target.fingerprint or None,
             owner=target.owner,
@@ -252,7 +210,13 @@ def rollout(p: RolloutPass) -> None:
         if mode == RolloutMode.DISABLED:
             ts.state = TargetState.PUBLISHED
             continue
-        if rollout_failed(target, exact):
+        if rollout_failed(
+            target,
+            exact,
+            previous.rolled_at if previous else None,
+            p.now,
+            p.settings.workload_progress_seconds,
+        ):
             restored = _roll_back(p, target, exact)
             if restored is None:
                 # Nothing to return to: the new pods keep trying. Never live on a deadline
@@ -260,8 +224,8 @@ def rollout(p: RolloutPass) -> None:
                 ts.state = TargetState.ROLLING
                 _note_blocked(
                     p, target, ts, previous, exact.hash,
-                    f"the rollout of table {exact.config_map} passed the Deployment's "
-                    "progressDeadlineSeconds and there is no previous table to return to",
+                    f"the rollout of table {exact.config_map} passed the {deadline_name(target)} "
+                    "and there is no previous table to return to",
                 )  # fmt: skip
                 continue
             eligible = restored
@@ -438,7 +402,7 @@ def _claim(p: RolloutPass, target: Target) -> bool:
         return True
     try:
         target.deployment = p.kube.patch_metadata(
-            "Deployment",
+            target.kind,
             p.namespace,
             target.name,
             builders.owner_patch(target.deployment, p.ref.name),
@@ -458,7 +422,7 @@ def _apply(p: RolloutPass, target: Target, table: EligibleTable) -> bool | None:
     rollout = p.spec.rollout
     container = target.container or {}
     if rollout.mode == RolloutMode.INJECT:
-        serving = inject_serves(target, table, rollout.table_path)
+        serving = inject_serves(target, table.ref, rollout.table_path)
         body = builders.inject_apply(
             target.deployment,
             str(container.get("name")),
@@ -486,7 +450,7 @@ def _apply(p: RolloutPass, target: Target, table: EligibleTable) -> bool | None:
         p.event(
             "Normal",
             ROLLOUT_APPLIED,
-            f"Deployment {target.name} now runs table {table.ref.config_map} ({rollout.mode})",
+            f"{target.kind} {target.name} now runs table {table.ref.config_map} ({rollout.mode})",
         )
     return False
 
@@ -644,8 +608,14 @@ def _roll_back(p: RolloutPass, target: Target, failed: TableRef) -> EligibleTabl
     `failed` for inspection, say so, and do not profile again for the same trigger."""
     st = p.status
     message = (
-        f"Deployment {target.name} did not become available with table "
-        f"{failed.config_map} (ProgressDeadlineExceeded)"
+        f"{target.kind} {target.name} did not become available with table "
+        f"{failed.config_map} ("
+        + (
+            "ProgressDeadlineExceeded"
+            if target.kind == workloads.DEPLOYMENT
+            else "not rolled out within the operator's progress bound"
+        )
+        + ")"
     )
     ref = (
         _stored_ref(p, failed.previous, failed.previous_hash, failed, target)
