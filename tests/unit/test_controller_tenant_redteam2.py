@@ -55,11 +55,6 @@ def _job_precreated_with(change: str) -> Harness:
     return h
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole: adoption_refusal compares labels, PriorityClass, account and images only; "
-    "a Job with the operator's image running another command, 8 GPUs or 64 pods is adopted",
-)
 @pytest.mark.parametrize("change", ["command", "gpus", "parallelism"])
 def test_a_job_created_ahead_with_the_operators_image_but_its_own_command_is_not_adopted(
     change: str,
