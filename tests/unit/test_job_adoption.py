@@ -349,6 +349,18 @@ def test_a_quantity_reads_the_same_in_millis(n: int, suffix: str) -> None:
     assert whole is not None and parse_quantity(f"{int(whole * 1000)}m") == whole
 
 
+def test_a_name_twice_in_a_built_list_is_compared_by_position() -> None:
+    # Kubernetes allows an env variable twice (the last wins): the target's may be.
+    built = copy.deepcopy(BUILT["clone"])
+    _profiler(built)["env"].append(dict(_profiler(built)["env"][0], value="again"))
+    job = copy.deepcopy(built)
+    assert job_refusal(job, built) is None
+    _profiler(job)["env"][-1]["value"] = "changed"
+    assert job_refusal(job, built) is not None
+    _profiler(job)["env"] = _profiler(built)["env"][::-1]
+    assert job_refusal(job, built) is not None
+
+
 def test_adoption_still_needs_the_profile_as_controller() -> None:
     built = BUILT["clone"]
     existing = copy.deepcopy(built)

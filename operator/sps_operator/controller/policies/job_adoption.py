@@ -245,18 +245,23 @@ class _Walk:
             return where
         name = shape.rsplit(".", 1)[-1]
         key = KEYED_LISTS.get(name)
-        if key is not None:
+        if key is not None and len({_item_key(item, key) for item in mine}) == len(mine):
             return self._keyed(mine, theirs, key, where, f"{shape}[]")
+        if key is not None:  # (a name twice, as env may have): by position
+            return self._positional(mine, theirs, where, f"{shape}[]")
         if self.kueue and shape == "spec.template.spec.tolerations":
             # Kueue adds its ResourceFlavor's: each of the operator's must be there.
             for i, item in enumerate(mine):
                 if all(self.differ(item, t, where, f"{shape}[]") for t in theirs):
                     return f"{where}[{i}]"
             return None
+        return self._positional(mine, theirs, where, f"{shape}[]")
+
+    def _positional(self, mine: list[Any], theirs: list[Any], where: str, items: str) -> str | None:
         if len(mine) != len(theirs):
             return where
         for i, (a, b) in enumerate(zip(mine, theirs, strict=True)):
-            found = self.differ(a, b, f"{where}[{i}]", f"{shape}[]")
+            found = self.differ(a, b, f"{where}[{i}]", items)
             if found is not None:
                 return found
         return None
