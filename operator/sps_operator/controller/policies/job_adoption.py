@@ -53,7 +53,6 @@ def _anything(_: Any) -> bool:
     return True
 
 
-_INT: Accept = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
 _STR: Accept = lambda v: isinstance(v, str)  # noqa: E731
 
 
@@ -86,9 +85,8 @@ DEFAULTED: dict[str, dict[str, Accept]] = {
         "dnsPolicy": _one_of("ClusterFirst"),
         "schedulerName": _one_of("default-scheduler"),
         "enableServiceLinks": _equals(True),
-        "priority": _INT,  # resolved by admission from priorityClassName
-        "preemptionPolicy": _one_of("PreemptLowerPriority", "Never"),
-        "overhead": _anything,  # RuntimeClass admission, from the runtimeClassName set
+        # (priority, preemptionPolicy and overhead are set by admission on pods, never on
+        # a Job's template: there they are someone else's)
     },
     "*.containers[]": {
         "terminationMessagePath": _one_of("/dev/termination-log"),
@@ -131,7 +129,7 @@ KEYED_LISTS = {
     "ports": "containerPort",
     "imagePullSecrets": "name",
 }
-QUANTITY_MAPS = ("*.resources.limits", "*.resources.requests", "spec.template.spec.overhead")
+QUANTITY_MAPS = ("*.resources.limits", "*.resources.requests")
 
 _QUANTITY = re.compile(
     r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:[eE]([+-]?\d{1,3})|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$"
