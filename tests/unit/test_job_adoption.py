@@ -72,7 +72,7 @@ def as_the_api_server_returns(built: Obj, rng: random.Random, kueue_admitted: bo
     for key, value in (
         ("terminationGracePeriodSeconds", 30), ("dnsPolicy", "ClusterFirst"),
         ("schedulerName", "default-scheduler"), ("securityContext", {}),
-        ("enableServiceLinks", True),
+        ("enableServiceLinks", True), ("serviceAccount", pod.get("serviceAccountName")),
     ):  # fmt: skip
         maybe(pod, key, value)
     for container in _containers(pod):
@@ -282,6 +282,8 @@ def _tamper(kind: str, how: str) -> tuple[Obj, Obj]:
         pod["priorityClassName"] = "system-node-critical"
     elif how == "account":
         pod["serviceAccountName"] = "default"
+    elif how == "deprecated account":
+        pod["serviceAccount"] = "default"
     elif how == "priority":
         pod["priority"] = 2_000_000_000
     elif how == "suspended by its author":
@@ -298,7 +300,7 @@ def _tamper(kind: str, how: str) -> tuple[Obj, Obj]:
         "extra container", "extra init container", "hostPath", "hostPath in a built volume",
         "extra mount", "env", "privileged", "hostNetwork", "nodeName", "lifecycle",
         "toleration", "nodeSelector", "priority class", "account", "manual selector",
-        "suspended by its author", "priority",
+        "suspended by its author", "priority", "deprecated account",
     ],
 )  # fmt: skip
 def test_a_job_that_would_run_more_than_the_operators_is_refused(how: str) -> None:

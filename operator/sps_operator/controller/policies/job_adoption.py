@@ -110,6 +110,8 @@ DEFAULTED: dict[str, dict[str, Accept]] = {
     "*.hostPath": {"type": _one_of("")},
 }
 DEFAULTED["*.initContainers[]"] = DEFAULTED["*.containers[]"]
+# What the API server mirrors from a field the operator sets: (shape, field) -> that field.
+MIRRORED = {("spec.template.spec", "serviceAccount"): "serviceAccountName"}
 # What Kueue changes when it admits a Job the operator queued (a ResourceFlavor's node
 # labels and tolerations, topology scheduling gates); `suspend` it flips.
 KUEUE_ADMITS: dict[str, dict[str, Accept]] = {
@@ -200,8 +202,11 @@ class _Walk:
     def __init__(self, kueue: bool) -> None:
         self.kueue = kueue
 
-    def extra_allowed(self, shape: str, key: str, value: Any) -> bool:
+    def extra_allowed(self, shape: str, key: str, value: Any, mine: Mapping[str, Any]) -> bool:
         if _empty(value) or _accepts(DEFAULTED, shape, key, value):
+            return True
+        alias = MIRRORED.get((shape, key))
+        if alias is not None and value == mine.get(alias):
             return True
         return self.kueue and _accepts(KUEUE_ADMITS, shape, key, value)
 
@@ -232,7 +237,7 @@ class _Walk:
             if found is not None:
                 return found
         for key, value in theirs.items():
-            if key not in mine and not self.extra_allowed(shape, str(key), value):
+            if key not in mine and not self.extra_allowed(shape, str(key), value, mine):
                 return f"{where}.{key}"
         return None
 
