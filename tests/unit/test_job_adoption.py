@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from controller_harness import Harness
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_controller_builders import plan, production_plan
@@ -371,3 +372,26 @@ def test_adoption_still_needs_the_profile_as_controller() -> None:
     assert adoption_refusal(existing, built, "uid-1") is not None
     existing["metadata"]["ownerReferences"] = [{"uid": "uid-1", "controller": True}]
     assert adoption_refusal(existing, built, "uid-1") is None
+
+
+# --------------------------------------------------------------------------- after an upgrade
+
+
+def test_a_running_job_an_upgraded_operator_would_build_otherwise_is_followed_not_refused() -> None:
+    """What is compared, and when: only a Job found by a create (the crash window, no run
+    recorded). A run status records is followed by its Job's UID, whatever the operator
+    would build now: an operator restarted with another profiler image (an upgrade, as
+    tests/e2e/test_e2e_upgrade.py plays with 0.1.0's running Job) keeps following it."""
+    h = Harness.one_target()
+    h.tick()
+    run = h.run_pass()["currentRun"]
+    h.settings = dataclasses.replace(h.settings, profiler_image="registry.example/sps:v2")
+    h.reconciler = type(h.reconciler)(h.kube, h.settings, clock=lambda: h.now)  # restart
+    h.tick()
+    status = h.run_pass()
+    assert status["currentRun"]["jobUid"] == run["jobUid"], status
+    assert "lastFailure" not in status, status["lastFailure"]
+    job = h.kube.obj("Job", run["job"])
+    upgraded = copy.deepcopy(job)
+    _profiler(upgraded)["image"] = h.settings.profiler_image
+    assert job_refusal(job, upgraded) is not None  # the comparison would have refused it
