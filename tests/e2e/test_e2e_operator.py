@@ -32,6 +32,7 @@ from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from sps_operator.api.hashing import content_hash
+from sps_operator.controller.process.faults import MARKER
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, load_sps_table_text
 from sps_sim.costmodel import GPU_H100, GPU_H200
 from waiting import wait_for
@@ -205,6 +206,33 @@ def test_e2e_operator_restart_adopts_running_job(env: Env) -> None:
     assert [j["metadata"]["name"] for j in jobs] == [job_name]
     (table,) = tables(env)
     assert table["run"] == job_name
+
+
+def test_e2e_killed_between_the_job_create_and_its_status_the_restart_adopts_the_job(
+    env: Env,
+) -> None:
+    """The one window adoption serves: the operator dies after it created the Job, before
+    status records the run. Restarted, it builds the same Job, finds it under the run's
+    name as the API server returns it (defaulted: policies/job_adoption.py must tell its
+    own Job from one it did not build) and adopts it: one Job, no NameTaken, the table
+    from it."""
+    create(env, server_deployment(GPU_H100), sps_profile())
+    point = "status@create-job"
+    env.operator.extra_args = [f"--pause-before-write={point}"]
+    env.operator.start()
+    env.operator.wait_log(f"{MARKER} {point} ", timeout=240)
+    (job,) = env.jobs()
+    assert not (env.profile().get("status") or {}).get("currentRun")  # the window itself
+    env.operator.kill()
+    env.operator.extra_args = []
+    env.operator.upgrade()
+    env.operator.start()
+    wait_ready(env)
+    status = env.profile()["status"]
+    assert (status.get("lastFailure") or {}).get("reason") != "NameTaken", status
+    assert [j["metadata"]["uid"] for j in env.jobs()] == [job["metadata"]["uid"]]
+    (table,) = tables(env)
+    assert table["run"] == job["metadata"]["name"]
 
 
 def test_e2e_gate_failure_keeps_the_live_table(env: Env) -> None:

@@ -38,6 +38,9 @@ KUBERNETES_WORDS = {
     "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
     "AnnotateOnly",  # a rollout mode, in a message
     "GatesPassed",  # a passed gate's verdict, never written to status
+    # a Job's API defaults and quantity suffixes (policies/job_adoption.py)
+    "NonIndexed", "TerminatingOrFailed", "ClusterFirst", "File", "IfNotPresent",
+    "Ki", "Mi", "Gi", "Ti", "Pi", "Ei",
     "StatefulSet", "LeaderWorkerSet", "OnDelete", "UpdateInProgress",  # workload kinds, fields
     # PersistentVolumeClaim access modes, and a pod phase
     "ReadWriteOnce", "ReadWriteOncePod", "ReadOnlyMany", "ReadWriteMany", "Running",

@@ -18,7 +18,7 @@ MODULES = sorted(f"{policies.__name__}.{m.name}" for m in pkgutil.iter_modules(p
 # What a policy may import directly: pure standard modules, and the pure floors of the
 # package (the API's models and words, the table formats and fits, the SGLang reading).
 PURE_STDLIB = {
-    "__future__", "collections", "collections.abc", "dataclasses", "datetime", "enum",
+    "__future__", "collections", "collections.abc", "dataclasses", "datetime", "decimal", "enum",
     "fnmatch", "functools", "itertools", "json", "math", "re", "typing", "urllib.parse",
 }  # fmt: skip
 PURE_PACKAGE = (

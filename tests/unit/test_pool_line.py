@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sps_operator.controller.policies.borrow import (
+    MAX_LEFT_MARKS,
     PoolBid,
     PoolLine,
     ahead_of,
@@ -58,11 +59,18 @@ def test_a_head_that_lets_the_free_pool_go_unused_for_the_bound_goes_after_the_o
     line = look(line, [head, second], True, BOUND)
     assert line.stalled == {"h": stamp(BOUND)}
     assert ahead_of(second, [head], line.stalled) == []
-    # The next head is offered from its first look; the stalled one is forgotten once it
-    # leaves the line.
+    # The next head is offered from its first look; the stalled one keeps its mark for a
+    # bound after it leaves the line (back within it, it is still stalled), then its mark
+    # is forgotten.
     line = look(line, [head, second], True, BOUND + TICK)
     assert (line.offered, line.offered_at) == ("s", stamp(BOUND + TICK))
-    assert look(line, [second], True, BOUND + 2 * TICK).stalled == {}
+    line = look(line, [second], True, BOUND + 2 * TICK)
+    assert line.marks() == {} and line.left == {"h": stamp(BOUND + 2 * TICK)}
+    back = look(line, [head, second], True, BOUND + 3 * TICK)
+    assert ahead_of(second, [head], back.marks()) == [] and back.left == {}
+    assert "h" in look(line, [second], False, 2 * BOUND + TICK).stalled
+    gone = look(line, [second], False, 2 * BOUND + 2 * TICK)
+    assert "h" not in gone.stalled and gone.left == {}
 
 
 def test_stalled_bids_take_turns_in_the_order_they_stalled() -> None:
@@ -78,10 +86,50 @@ def test_the_process_wide_lines_forget_a_line_with_nothing_in_it() -> None:
     assert lines.look(H100, [bid("a", 0)], True, stamp(0), stamp(-BOUND)) == {}
     assert lines.look(H100, [bid("a", 0)], True, stamp(BOUND), stamp(0)) == {"a": stamp(BOUND)}
     assert lines.look(H100, [], True, stamp(BOUND + 1), stamp(1)) == {}
+    assert lines._lines  # the mark of the bid that left, for a bound
+    assert lines.look(H100, [], True, stamp(2 * BOUND + 1), stamp(BOUND + 1)) == {}
     assert not lines._lines
 
 
+def test_the_marks_of_bids_that_left_are_bounded_however_many_leave_at_once() -> None:
+    crowd = [bid(f"q{i}", i) for i in range(5000)]
+    line = PoolLine(stalled={b.uid: stamp(0) for b in crowd})
+    line = look(line, [bid("a", 0)], False, BOUND)
+    assert len(line.stalled) == len(line.left) == MAX_LEFT_MARKS
+    assert look(line, [], False, 2 * BOUND) == PoolLine()
+
+
 # ----------------------------------------------------------------------------- the property
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    visits=st.lists(
+        st.tuples(st.integers(1, BOUND // TICK - 1), st.integers(1, BOUND // TICK - 1)),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_a_stalled_bid_away_for_less_than_the_bound_is_still_stalled_when_it_is_back(
+    visits: list[tuple[int, int]],
+) -> None:
+    """A head that let the free pool go unused for the bound goes after the others; then,
+    any number of times, it leaves the line for fewer looks than a bound lasts (while
+    someone holds the pool) and comes back with the same pending pod: it is never first
+    again (the rule forgot a mark at the first look without the bid)."""
+    q, a = bid("q", 0), bid("a", 10)
+    line = look(PoolLine(), [q, a], True, 0)
+    line = look(line, [q, a], True, BOUND)
+    now = BOUND
+    for away, back in visits:
+        for _ in range(away):
+            now += TICK
+            line = look(line, [a], False, now)
+        for _ in range(back):
+            now += TICK
+            line = look(line, [q, a], True, now)
+            assert ahead_of(a, [q], line.stalled) == [], (now, line)
+            assert ahead_of(q, [a], line.stalled) == [a]
 
 
 @dataclass

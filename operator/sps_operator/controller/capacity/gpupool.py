@@ -18,6 +18,7 @@ from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
 from sps_operator.api.reasons import REPLICA_RETURNED
+from sps_operator.controller.kube.ratelimit import Periodic
 from sps_operator.controller.passes.state import Pass
 from sps_operator.controller.policies.borrow import (
     ANNOTATION_CLAIM,
@@ -216,11 +217,11 @@ def _sweep_one(p: Pass, lease: Mapping[str, Any], claim: PoolClaim, why: str) ->
     return True
 
 
-def sweep_pools(p: Pass) -> None:
+def sweep_pools(p: Pass, period: Periodic) -> None:
     """Orphaned pool Leases (their profile deleted without its finalizer, a run that ended
     in a crash): give back and delete, at most once per interval for the whole operator.
     A failure here is logged and tried again next time; it never fails the pass."""
-    if not p.pool_sweep.due():
+    if not period.due():
         return
     try:
         leases = p.kube.list_leases(

@@ -48,7 +48,9 @@ from sps_operator.controller.capacity.gpupool import (
     release_pool,
     sweep_pools,
 )
+from sps_operator.controller.capacity.memory import CapacityMemory
 from sps_operator.controller.kube.client import Obj, api_error_detail
+from sps_operator.controller.kube.kueue_cache import KueueCache
 from sps_operator.controller.passes.state import Pass
 from sps_operator.controller.policies import conditions as cond
 from sps_operator.controller.policies.borrow import (
@@ -78,6 +80,7 @@ from sps_operator.controller.policies.kueue import (
     queued_message,
     run_limit,
 )
+from sps_operator.controller.process.memories import PoolLines
 
 log = logging.getLogger(__name__)
 
@@ -109,13 +112,13 @@ def _run_pods(p: Pass, run: RunStatus) -> list[Any]:
     return [pod for pod in job_pods(p.snapshot.pods, _run_job(p, run)) if not pod.deleting]
 
 
-def _read_kueue(p: Pass, job: Mapping[str, Any], queue: str) -> KueueState:
+def _read_kueue(p: Pass, reads: KueueCache, job: Mapping[str, Any], queue: str) -> KueueState:
     """What the API says about `job`'s queue and Workload, in the profile's namespace
     only, read at most once per KUEUE_READ_SECONDS per Job. A failed read is said, never
     the pass's failure."""
     uid = str((job.get("metadata") or {}).get("uid") or "")
     key = (p.namespace, uid, queue)
-    state = p.kueue_reads.get(key, p.now)
+    state = reads.get(key, p.now)
     if state is not None:
         return state
     try:
@@ -137,7 +140,7 @@ def _read_kueue(p: Pass, job: Mapping[str, Any], queue: str) -> KueueState:
             )
     except Exception as exc:  # RBAC not granted (an older chart), the API unavailable
         state = KueueState(unreadable=clean_text(api_error_detail(exc), 200))
-    p.kueue_reads.put(key, p.now, state)
+    reads.put(key, p.now, state)
     return state
 
 
@@ -162,23 +165,25 @@ def _read_position(
     return position, None
 
 
-def _queue_position(p: Pass, job: Mapping[str, Any]) -> int | None:
+def _queue_position(p: Pass, reads: KueueCache, job: Mapping[str, Any]) -> int | None:
     """The suspended Job's position in its ClusterQueue, as last read (1 first)."""
     queue = ((job.get("metadata") or {}).get("labels") or {}).get(L.LABEL_KUEUE_QUEUE)
     if not queue or not (job.get("spec") or {}).get("suspend"):
         return None
-    position = _read_kueue(p, job, str(queue)).position
+    position = _read_kueue(p, reads, job, str(queue)).position
     return position[0] if position is not None else None
 
 
-def _waiting_now(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> tuple[str, str] | None:
+def _waiting_now(
+    p: Pass, reads: KueueCache, run: RunStatus, job: Mapping[str, Any]
+) -> tuple[str, str] | None:
     """(reason, message) when the run's Job cannot run yet; None when it runs."""
     if (job.get("spec") or {}).get("suspend"):
         queue = ((job.get("metadata") or {}).get("labels") or {}).get(L.LABEL_KUEUE_QUEUE)
         if not queue:
             return QUEUED_IN_KUEUE, f"Job {run.job} is suspended until its suspension admits it"
         p.wake_within(p.settings.kueue_recheck_seconds)
-        return queued_message(run.job, str(queue), _read_kueue(p, job, str(queue)))
+        return queued_message(run.job, str(queue), _read_kueue(p, reads, job, str(queue)))
     pods = _run_pods(p, run)
     if pods and all(pod.unschedulable for pod in pods):
         message = f"no node can take it now: {pods[0].unschedulable}"
@@ -199,7 +204,9 @@ def close_segment(p: Pass, run: RunStatus) -> None:
     run.running_since = run.gpus = None
 
 
-def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
+def follow_wait(
+    p: Pass, memory: CapacityMemory, run: RunStatus, job: Mapping[str, Any]
+) -> str | None:
     """Keep `run.waiting` current, borrow a replica when allowed, give it back as soon as
     the Job stops running on it; returns why the run must fail (it waited too long), else
     None."""
@@ -207,7 +214,7 @@ def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
     capacity = p.spec.capacity
     if run.borrow is not None:
         _check_undone(p, run)
-    waiting = _waiting_now(p, run, job)
+    waiting = _waiting_now(p, memory.kueue_reads, run, job)
     if waiting is None:
         if any(pod.node for pod in _run_pods(p, run)):
             if run.running_since is None:
@@ -257,14 +264,14 @@ def follow_wait(p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
         elif waited < capacity.borrow_after_seconds:
             p.wake_within(capacity.borrow_after_seconds - waited)
         else:
-            refusal = _borrow(p, run)
+            refusal = _borrow(p, memory.pool_lines, run)
             if refusal is not None:
                 reason, message = BORROW_BLOCKED, f"{refusal} ({message})"
                 pool_turn = isinstance(refusal, PoolTurn)
                 if pool_turn:
                     # The pool frees without an event this profile watches.
                     p.wake_within(POOL_RECHECK_SECONDS)
-    position = _queue_position(p, job) if reason == QUEUED_IN_KUEUE else None
+    position = _queue_position(p, memory.kueue_reads, job) if reason == QUEUED_IN_KUEUE else None
     run.waiting = RunWaiting(
         reason=reason,
         message=message,
@@ -335,7 +342,7 @@ class PoolTurn(str):
     """A refusal to borrow that is only a matter of turn on the GPU product's pool."""
 
 
-def _turn(p: Pass, run: RunStatus) -> PoolTurn | None:
+def _turn(p: Pass, lines: PoolLines, run: RunStatus) -> PoolTurn | None:
     """Why this run must let others borrow on its GPU product first (None: its turn):
     waiting runs are served by their pending pod's priority, then the oldest pod; a head
     of line that let the free pool go unused for the admin's bound goes after the others."""
@@ -347,7 +354,7 @@ def _turn(p: Pass, run: RunStatus) -> PoolTurn | None:
     expired = cond.rfc3339(p.now - timedelta(seconds=bound))
     bids = [b for b in p.snapshot.pool_bids if b.product == mine.product and b.uid != mine.uid]
     free = pool_claim(p, run.gpu_product) is None
-    stalled = p.pool_lines.look(mine.product, [*bids, mine], free, cond.rfc3339(p.now), expired)
+    stalled = lines.look(mine.product, [*bids, mine], free, cond.rfc3339(p.now), expired)
     first = ahead_of(mine, bids, stalled)
     if not first:
         return None
@@ -369,7 +376,7 @@ def _turn(p: Pass, run: RunStatus) -> PoolTurn | None:
     )
 
 
-def _borrow(p: Pass, run: RunStatus) -> str | None:
+def _borrow(p: Pass, lines: PoolLines, run: RunStatus) -> str | None:
     """Take one replica out of the run's target; None when done, else why not."""
     target = p.target(run.target)
     if target is None:
@@ -385,7 +392,7 @@ def _borrow(p: Pass, run: RunStatus) -> str | None:
             f"Deployment {run.target} still records a replica lent to run {recorded.run} of "
             f"{recorded.profile}; it is given back first"
         )
-    turn = _turn(p, run)
+    turn = _turn(p, lines, run)
     if turn is not None:
         return turn
     replicas = int((dep.get("spec") or {}).get("replicas", 1))
@@ -620,7 +627,7 @@ def follow_rollout_borrow(p: Pass, statuses: Sequence[TargetStatus]) -> None:
         ts.message = f"the table runs on every ready pod; the lent replica is coming back ({why})"
 
 
-def return_orphans(p: Pass) -> None:
+def return_orphans(p: Pass, memory: CapacityMemory) -> None:
     """Give back what the pool Lease says was lent to a run of this profile that no longer
     runs (nor holds the slot for its rollout), found through the copies on the namespace's
     Deployments; re-attach a borrow whose status was lost; then, at most once a minute for
@@ -653,4 +660,4 @@ def return_orphans(p: Pass) -> None:
                 continue
             if _return(p, dep, tag, why=f"run {tag.run} is over"):
                 release_pool(p, tag.product, tag.profile_uid, tag.run)
-    sweep_pools(p)
+    sweep_pools(p, memory.pool_sweep)

@@ -9,6 +9,7 @@ from typing import Any
 
 from sps_operator.api.status import RunStatus, TableRef, TargetStatus
 from sps_operator.controller.capacity import runs
+from sps_operator.controller.capacity.memory import CapacityMemory
 from sps_operator.controller.kube.kueue_cache import KUEUE_READ_SECONDS, KueueCache
 from sps_operator.controller.kube.ratelimit import Periodic
 from sps_operator.controller.passes.state import Pass, Settings
@@ -18,17 +19,19 @@ from sps_operator.controller.process.memories import PoolLines
 
 class GpuCapacity:
     """What the process remembers of the capacity (the orphan sweep's period, Kueue's
-    words) is here, handed to every pass; what a pass remembers (the pool Leases it read,
-    the replicas it gave back) is on the pass."""
+    words, the pool lines) is here only (`memory`), handed by these methods to the steps
+    that need it; what a pass remembers (the pool Leases it read, the replicas it gave
+    back) is on the pass."""
 
     def __init__(self, settings: Settings) -> None:
-        self.pool_sweep = Periodic(settings.pool_sweep_seconds)
-        # Read at most half as often as a queued run looks again (15 s by default).
-        self.kueue_reads = KueueCache(
-            seconds=min(KUEUE_READ_SECONDS, settings.kueue_recheck_seconds / 2)
+        self.memory = CapacityMemory(
+            pool_sweep=Periodic(settings.pool_sweep_seconds),
+            # Read at most half as often as a queued run looks again (15 s by default).
+            kueue_reads=KueueCache(
+                seconds=min(KUEUE_READ_SECONDS, settings.kueue_recheck_seconds / 2)
+            ),
+            pool_lines=PoolLines(),
         )
-        # Which head of each GPU product's line was offered the free pool since when.
-        self.pool_lines = PoolLines()
 
     # ------------------------------------------------------------ a profiling run
 
@@ -43,7 +46,7 @@ class GpuCapacity:
 
     def follow_wait(self, p: Pass, run: RunStatus, job: Mapping[str, Any]) -> str | None:
         """Follow why the run's Job waits and borrow for it; why it must fail, else None."""
-        return runs.follow_wait(p, run, job)
+        return runs.follow_wait(p, self.memory, run, job)
 
     def reattach_borrow(self, p: Pass, run: RunStatus) -> None:
         """Re-attach a borrow record the status lost (a restart, a refused write)."""
@@ -69,8 +72,8 @@ class GpuCapacity:
 
     def queue_created(self, namespace: str, name: str) -> None:
         """A Kueue LocalQueue appeared: forget what Kueue said of it (it was missing)."""
-        self.kueue_reads.forget_queue(namespace, name)
+        self.memory.kueue_reads.forget_queue(namespace, name)
 
     def return_orphans(self, p: Pass) -> None:
         """Give back what no run of this profile holds any more; sweep orphaned pools."""
-        runs.return_orphans(p)
+        runs.return_orphans(p, self.memory)

@@ -16,8 +16,6 @@ from sps_operator.constants import IMAGE
 from sps_operator.controller.kube.builders import JobDefaults, ProfileRef
 from sps_operator.controller.kube.client import KubeApi, Obj, owned_by
 from sps_operator.controller.kube.envsources import EnvSources, read_env_config_maps
-from sps_operator.controller.kube.kueue_cache import KueueCache
-from sps_operator.controller.kube.ratelimit import Periodic
 from sps_operator.controller.policies import clocks, workloads
 from sps_operator.controller.policies.borrow import PoolBid
 from sps_operator.controller.policies.claims import ClaimInfo
@@ -26,7 +24,7 @@ from sps_operator.controller.policies.kueue import KUEUE_RECHECK_SECONDS
 from sps_operator.controller.policies.ownership import ProfileSummary
 from sps_operator.controller.policies.placement import PodInfo
 from sps_operator.controller.policies.selectors import matches_selector
-from sps_operator.controller.process.memories import PoolLines, Rewrites
+from sps_operator.controller.process.memories import Rewrites
 from sps_operator.controller.process.metrics import Metrics
 from sps_operator.controller.sglang.podenv import ConfigMapEnv
 from sps_operator.controller.sglang.serverconfig import ServerCommand, ServerConfig
@@ -311,16 +309,10 @@ class Pass:
     pool_reads: dict[str, Any] = field(default_factory=dict)
     stable_conflict: str | None = None  # AnnotateOnly: why another profile writes the stable
     step: str = "start"  # the step running, for error reports
-    # Work many passes may ask for and one does (the orphaned-borrow sweep), process-wide.
-    pool_sweep: Periodic = field(default_factory=lambda: Periodic(0.0))
-    # Who was offered each GPU product's free pool and who stalled, process-wide.
-    pool_lines: PoolLines = field(default_factory=PoolLines)
     # The operator's write-backs of what another writer undoes, process-wide (backoff).
     rewrites: Rewrites = field(default_factory=Rewrites)
     # What another writer keeps undoing now, as (reason, message): Degraded says so.
     contested: list[tuple[str, str]] = field(default_factory=list)
-    # What Kueue last said about a suspended Job, process-wide (read at most every few s).
-    kueue_reads: KueueCache = field(default_factory=KueueCache)
 
     @property
     def spec(self) -> SpsProfileSpec:

@@ -488,6 +488,14 @@ def ahead_of(
     )
 
 
+# A stall mark of a bid that left the line is kept for one bound after it left (a bid
+# whose status stops saying poolTurn for one look and says it again, with the same pending
+# pod, is not first again), at most this many per product: the oldest-left forgotten first.
+# A mark takes the whole bound of an unused free pool to make, so this is never reached but
+# by a line longer than any real one; memory stays bounded whatever bids come and go.
+MAX_LEFT_MARKS = 1000
+
+
 @dataclass(frozen=True)
 class PoolLine:
     """What the operator remembers of the line on one GPU product between passes: which
@@ -495,11 +503,18 @@ class PoolLine:
     (their profile's UID: when they were sent back). A bid that waits because another run
     holds the pool is never offered, so it keeps its place however long it waits; only a
     head of line that lets a free pool go unused for the whole bound (its pass no longer
-    runs, or fails before it borrows) goes after the others."""
+    runs, or fails before it borrows) goes after the others. A stalled bid that leaves the
+    line keeps its mark for one bound (`left`: since when it is gone): leaving for a look
+    and coming back does not make it first again."""
 
     offered: str = ""  # the head's profile UID
     offered_at: str = ""  # RFC 3339
     stalled: Mapping[str, str] = field(default_factory=dict)
+    left: Mapping[str, str] = field(default_factory=dict)  # stalled UID -> gone since
+
+    def marks(self) -> dict[str, str]:
+        """The stall marks of the bids in the line (`ahead_of`)."""
+        return {uid: at for uid, at in self.stalled.items() if uid not in self.left}
 
 
 def observe_line(
@@ -507,15 +522,23 @@ def observe_line(
 ) -> PoolLine:
     """The line after a look at it at `now` (`bids`: the bids on its product; `pool_free`:
     no run holds the product's pool Lease; a head offered before `expired_before` stalled).
-    Marks of bids that left the line are forgotten."""
+    A mark of a bid that left the line is forgotten once it has been gone for the bound
+    (since `expired_before`)."""
     bids = list(bids)
     present = {b.uid for b in bids}
-    stalled = {uid: at for uid, at in line.stalled.items() if uid in present}
+    left = {
+        uid: line.left.get(uid, now)
+        for uid in line.stalled
+        if uid not in present and line.left.get(uid, now) > expired_before
+    }
+    if len(left) > MAX_LEFT_MARKS:
+        left = dict(sorted(left.items(), key=lambda kv: (kv[1], kv[0]))[-MAX_LEFT_MARKS:])
+    stalled = {uid: at for uid, at in line.stalled.items() if uid in present or uid in left}
     if not pool_free or not bids:
-        return PoolLine(stalled=stalled)  # nobody is offered a pool that is held
+        return PoolLine(stalled=stalled, left=left)  # nobody is offered a pool that is held
     head = min(bids, key=lambda b: (stalled.get(b.uid, ""), *b.place))
     if line.offered != head.uid or not line.offered_at:
-        return PoolLine(head.uid, now, stalled)
+        return PoolLine(head.uid, now, stalled, left)
     if line.offered_at <= expired_before:
-        return PoolLine(stalled={**stalled, head.uid: now})
-    return PoolLine(line.offered, line.offered_at, stalled)
+        return PoolLine(stalled={**stalled, head.uid: now}, left=left)
+    return PoolLine(line.offered, line.offered_at, stalled, left)

@@ -27,6 +27,7 @@ from typing import Any
 from sps_operator.api.labels import ANNOTATION_OWNER
 from sps_operator.api.reasons import LOCAL_QUEUE_MISSING
 from sps_operator.controller.policies import workloads
+from sps_operator.controller.policies.job_adoption import job_refusal
 from sps_operator.controller.policies.selectors import matches_selector
 
 
@@ -223,51 +224,22 @@ def _references(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
 # by a pass that crashed before status recorded it, or one someone else created first
 # under that name (names are derived from the profile's UID, which is no secret). Its
 # ownerReference and labels are strings anyone who may create it can write, so a Job is
-# adopted only when it also is the Job the operator would create in every respect the
-# admin's job policy bounds (its labels, its pod template's PriorityClass, account and
-# images): a Job created ahead of the operator's runs what its author wrote, ahead of
-# others in the GPU pool. Other objects need their controller ownerReference to be the
-# profile (a table ConfigMap's bytes are then checked against its hash by publish.py).
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _pod_spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _mapping(_mapping(_mapping(obj.get("spec")).get("template")).get("spec"))
-
-
-def _images(pod: Mapping[str, Any]) -> dict[str, Any]:
-    images: dict[str, Any] = {}
-    for field in ("initContainers", "containers"):
-        containers = pod.get(field)
-        for container in containers if isinstance(containers, list) else []:
-            if isinstance(container, Mapping):
-                images[f"{field}/{container.get('name')}"] = container.get("image")
-    return images
+# adopted only when it also is the Job the operator would create, field by field
+# (`job_adoption.job_refusal`): a Job created ahead of the operator's runs what its author
+# wrote, ahead of others in the GPU pool. Other objects need their controller
+# ownerReference to be the profile (a table ConfigMap's bytes are then checked against its
+# hash by publish.py).
 
 
 def adoption_refusal(existing: Mapping[str, Any], built: Mapping[str, Any], uid: str) -> str | None:
     """Why `existing` (found under the name of `built`, which the operator was creating
     for the profile with `uid`) is not the operator's own (None: adopt it)."""
-    meta = _mapping(existing.get("metadata"))
-    refs = meta.get("ownerReferences")
+    meta = existing.get("metadata")
+    refs = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
     if not isinstance(refs, list) or not any(
         isinstance(r, Mapping) and r.get("uid") == uid and r.get("controller") for r in refs
     ):
         return "its controller ownerReference is not the profile"
     if built.get("kind") != "Job":
         return None  # (a table ConfigMap's bytes are checked by their hash: publish.py)
-    labels = _mapping(meta.get("labels"))
-    wanted = _mapping(_mapping(built.get("metadata")).get("labels"))
-    differ = sorted(k for k, v in wanted.items() if labels.get(k) != v)
-    if differ:
-        return f"it lacks the operator's labels ({', '.join(differ[:5])})"
-    mine, theirs = _pod_spec(built), _pod_spec(existing)
-    for field in ("priorityClassName", "serviceAccountName"):
-        if mine.get(field) != theirs.get(field):
-            return f"its pod template's {field} is not the one the operator sets"
-    if _images(mine) != _images(theirs):
-        return "its pod template's containers or images are not the ones the operator sets"
-    return None
+    return job_refusal(existing, built)

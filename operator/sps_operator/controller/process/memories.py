@@ -43,7 +43,7 @@ class PoolLines:
                 self._lines.pop(product, None)
             else:
                 self._lines[product] = line
-            return dict(line.stalled)
+            return line.marks()
 
 
 class Rewrites:

@@ -147,10 +147,7 @@ class Reconciler:
             metrics=self.metrics,
             snapshot=Snapshot.empty(),
             capacity=self.capacity,
-            pool_sweep=self.capacity.pool_sweep,
-            pool_lines=self.capacity.pool_lines,
             rewrites=self.rewrites,
-            kueue_reads=self.capacity.kueue_reads,
         )
         started = time.monotonic()
         failed_step: str | None = None
