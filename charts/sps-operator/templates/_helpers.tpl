@@ -225,6 +225,9 @@ or into a Role in each watched namespace (namespaces mode).
 {{- end }}
 - --min-refresh-interval-seconds={{ int .Values.refresh.minIntervalSeconds }}
 - --max-concurrent-rollouts={{ int .Values.rollout.maxConcurrent }}
+{{- if not .Values.rollout.confirmServers }}
+- --no-confirm-servers
+{{- end }}
 - --max-lent-seconds={{ int .Values.borrowPolicy.maxLentSeconds }}
 - --max-rollout-hold-seconds={{ int .Values.borrowPolicy.maxRolloutHoldSeconds }}
 - --max-pool-turn-seconds={{ int .Values.borrowPolicy.maxPoolTurnSeconds }}

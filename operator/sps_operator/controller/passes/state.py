@@ -68,6 +68,9 @@ class Settings:
     # spec.rollout.maxConcurrent asks (the flag's and chart's default is 10; 0, no ceiling,
     # here so a test states the one it means).
     max_concurrent_rollouts: int = 0
+    # Ask the serving servers for their /server_info to confirm Live (the flag's and
+    # chart's default is on; off here: a unit test's pods have no server behind them).
+    confirm_servers: bool = False
 
 
 @dataclass(frozen=True)

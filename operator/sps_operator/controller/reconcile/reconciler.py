@@ -42,6 +42,7 @@ from sps_operator.controller.profiling import reconciler as profiling
 from sps_operator.controller.profiling.state import ProfilingPass
 from sps_operator.controller.rollout import reconciler as rollout
 from sps_operator.controller.rollout.state import RolloutPass
+from sps_operator.controller.sglang.serverinfo import ServerReads
 
 log = logging.getLogger("sps_operator.reconcile")
 # After a pass failed outside its steps (its own handling failed): look again then.
@@ -79,6 +80,8 @@ class Reconciler:
         self.capacity = GpuCapacity(self.settings)
         # What the rollout wrote back into objects something else keeps undoing.
         self.rewrites = Rewrites()
+        # The serving servers' /server_info answers, kept by pod UID (rollout/confirm.py).
+        self.servers = ServerReads(enabled=self.settings.confirm_servers)
 
     # ------------------------------------------------------------------ entry
 
@@ -151,6 +154,7 @@ class Reconciler:
             pool_lines=self.capacity.pool_lines,
             rewrites=self.rewrites,
             kueue_reads=self.capacity.kueue_reads,
+            servers=self.servers,
         )
         started = time.monotonic()
         failed_step: str | None = None
