@@ -162,6 +162,7 @@ def test_the_summary_refuses_for_another_table_before_drift_and_names_at_most_th
         "alone): pod b: z; pod c: has no pod IP yet; 2 not asked yet",
         None,
         pending=True,
+        retry=True,
     )
 
 
@@ -346,14 +347,16 @@ def test_at_most_the_process_bound_of_reads_are_on_their_way() -> None:
 MANIFEST = {"server": {"resolved": RESOLVED}}
 
 
-def live_harness(fetch: Callable[[str, int], C.Answer], pods: int = 1) -> Harness:
+def live_harness(
+    fetch: Callable[[str, int], C.Answer], clock: Callable[[], float] = time.monotonic
+) -> Harness:
     h = Harness.one_target()
     assert h.reconciler is not None
-    h.reconciler.servers = ServerReads(enabled=True, fetch=fetch)
+    h.reconciler.servers = ServerReads(enabled=True, fetch=fetch, clock=clock)
     h.pods = [
         dataclasses.replace(p, uid=f"uid-{i}", ip=f"10.1.0.{i + 1}")
         for i, p in enumerate(PodInfo(f"server-{i}", {"app": "sglang", "deploy": "server"}, "n1",
-                                      ready=True) for i in range(pods))
+                                      ready=True) for i in range(1))
     ]  # fmt: skip
     h.profile_once(result=build_patch(status="succeeded", rounds=rounds(), manifest=MANIFEST))
     return h
@@ -395,7 +398,15 @@ def test_a_server_that_reads_another_table_is_not_live() -> None:
 
 
 def test_an_unreachable_server_leaves_live_as_the_pods_say_and_status_says_so() -> None:
-    h = live_harness(lambda ip, port: C.NoReport("could not be reached on port 30000 (refused)"))
+    clock, asked = [0.0], []
+
+    def fetch(ip: str, port: int) -> C.Answer:
+        asked.append(ip)
+        if len(asked) == 1:
+            return C.NoReport("could not be reached on port 30000 (refused)")
+        return C.parse_server_info(json.dumps(server_info()))
+
+    h = live_harness(fetch, clock=lambda: clock[0])
     target = h.status()["targets"][0]
     assert target["state"] == "Live"
     assert target["servers"] == (
@@ -403,6 +414,11 @@ def test_an_unreachable_server_leaves_live_as_the_pods_say_and_status_says_so() 
         "alone): pod server-0: could not be reached on port 30000 (refused)"
     )
     assert h.condition("Ready")[:2] == ("True", "TableLive")
+    h.settle()
+    assert len(asked) == 1  # not at every pass
+    clock[0] += C.RETRY_UNCONFIRMED_SECONDS
+    h.settle(passes=1)
+    assert h.status()["targets"][0]["servers"] == "1 of 1 serving pods' servers confirm the table"
 
 
 def test_a_pass_asks_at_most_its_budget_and_the_rest_in_later_passes() -> None:

@@ -226,6 +226,7 @@ class Confirmation:
     line: str
     refusal: tuple[str, str] | None = None
     pending: bool = False  # servers not asked yet: look again soon
+    retry: bool = False  # a server did not answer: ask again when it is due
 
 
 def _named(verdicts: Sequence[PodVerdict]) -> str:
@@ -247,10 +248,10 @@ def summarise(
     if by[DRIFT]:
         words = _named(by[DRIFT])
         return Confirmation(f"{parts[0]}; {words}", (DRIFT, words))
-    silent = [v for v in verdicts if v.outcome == UNCONFIRMED]
-    silent += [PodVerdict(name, UNCONFIRMED, why) for name, why in skipped]
+    unanswered = [v for v in verdicts if v.outcome == UNCONFIRMED]
+    silent = unanswered + [PodVerdict(name, UNCONFIRMED, why) for name, why in skipped]
     if silent:
         parts.append(f"could not confirm (judged by its pods alone): {_named(silent)}")
     if unread:
         parts.append(f"{unread} not asked yet")
-    return Confirmation("; ".join(parts), None, pending=unread > 0)
+    return Confirmation("; ".join(parts), None, pending=unread > 0, retry=bool(unanswered))

@@ -49,6 +49,8 @@ def confirm_live(p: RolloutPass, target: Target, ts: TargetStatus, table: TableR
     ts.servers = summary.line
     if summary.pending:
         p.wake_within(C.NEXT_READS_SECONDS)
+    elif summary.retry:
+        p.wake_within(C.RETRY_UNCONFIRMED_SECONDS)
     if summary.refusal is None:
         return
     outcome, words = summary.refusal

@@ -56,10 +56,10 @@ def fetch_server_info(
     conn = http.client.HTTPConnection(ip, port, timeout=timeout)
     late = NoReport(f"did not answer /server_info within {timeout:g} s")
     timer: threading.Timer | None = None
+    fired = threading.Event()
     try:
         conn.connect()
-        sock = conn.sock
-        timer = threading.Timer(timeout, _shut, (sock,))
+        timer = threading.Timer(timeout, _shut, (conn.sock, fired))
         timer.daemon = True
         timer.start()
         conn.request("GET", PATH, headers={"Accept": "application/json"})
@@ -75,7 +75,7 @@ def fetch_server_info(
             if not chunk:
                 break
             body += chunk
-        if not timer.is_alive():
+        if fired.is_set():
             return late
         if len(body) > max_bytes:
             return NoReport(f"answered /server_info with more than {max_bytes} bytes")
@@ -83,7 +83,7 @@ def fetch_server_info(
     except TimeoutError:
         return late
     except (OSError, http.client.HTTPException, ValueError) as exc:
-        if timer is not None and not timer.is_alive():
+        if fired.is_set():
             return late
         return NoReport(cut(f"could not be reached on port {port} ({type(exc).__name__}: {exc})"))
     finally:
@@ -92,7 +92,8 @@ def fetch_server_info(
         conn.close()
 
 
-def _shut(sock: socket.socket | None) -> None:
+def _shut(sock: socket.socket | None, fired: threading.Event) -> None:
+    fired.set()  # before the shutdown: the reader, woken by it, must see why
     if sock is None:
         return
     with contextlib.suppress(OSError):
