@@ -320,6 +320,11 @@ def test_answers_are_kept_by_pod_uid_and_a_silent_server_is_asked_again_later() 
     clock[0] += C.RETRY_UNCONFIRMED_SECONDS
     assert reads.known(["ua", "ub"]) == {"ua": C.ServerReport()}  # b is due again
     assert sorted(calls) == ["10.0.0.1", "10.0.0.2"]
+    # The memory is bounded: the answers read longest ago are forgotten first.
+    small = ServerReads(enabled=True, fetch=fetch, max_kept=2)
+    for i in range(5):
+        small.read([C.Readable(f"p{i}", f"u{i}", "10.0.0.1", 1)], 5.0)
+    assert set(small.known(f"u{i}" for i in range(5))) == {"u3", "u4"}
 
 
 def test_at_most_the_process_bound_of_reads_are_on_their_way() -> None:

@@ -41,7 +41,7 @@ MAX_CONCURRENT_READS = 8
 RETRY_UNCONFIRMED_SECONDS = 120.0
 # How soon a profile whose servers are not all read yet looks again.
 NEXT_READS_SECONDS = 5.0
-MAX_PATH_CHARS = 4096
+MAX_PATH_CHARS = 1024
 MAX_HASH_CHARS = 64
 MAX_WHY_CHARS = 200
 # How many pods a status line names.

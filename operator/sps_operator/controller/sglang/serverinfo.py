@@ -38,8 +38,9 @@ from sps_operator.controller.policies.confirm import (
     parse_server_info,
 )
 
-# Answers kept, by pod UID (a pod's answer is small: `ServerReport` keeps bounded fields).
-MAX_KEPT = 4096
+# Answers kept, by pod UID: each a few KiB at most (`ServerReport` keeps bounded fields:
+# the path cut at 1 KiB, the ~20 compared variables at 256 characters), so a few MiB.
+MAX_KEPT = 2048
 CHUNK = 64 * 1024
 PATH = "/server_info"
 
