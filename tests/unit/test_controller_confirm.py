@@ -22,6 +22,7 @@ from sps_operator.api.result import build_patch
 from sps_operator.controller.policies import confirm as C
 from sps_operator.controller.policies.placement import PodInfo, pod_info
 from sps_operator.controller.sglang.serverinfo import ServerReads, fetch_server_info
+from sps_operator.plugin.explain import explain
 
 TABLE_PATH = "/etc/sps/table/table.json"
 RESOLVED = {"world_size": 8, "disaggregation_mode": "null",
@@ -472,3 +473,25 @@ def test_no_server_is_asked_unless_the_operator_was_started_to() -> None:
     h.pods = [dataclasses.replace(p, uid="u", ip="10.1.0.1") for p in h.pods]
     target = h.profile_once()["targets"][0]
     assert target["state"] == "Live" and "servers" not in target
+
+
+# --------------------------------------------------------------------------- explain
+
+
+def test_explain_says_what_a_server_reported_and_when_none_could_confirm() -> None:
+    h = live_harness(lambda ip, port: C.parse_server_info(json.dumps(server_info(world_size=2))))
+    report = explain(h.kube.obj("SpsProfile", "p", "serving"))
+    (finding,) = [f for f in report["findings"] if "ServerResolvedDrift" in f["why"]]
+    assert finding["what"] == (
+        "A server resolved a cost setting otherwise than the profiling clone did "
+        "(Deployment server)"
+    )
+    assert "world_size: 8 -> 2" in finding["why"] and "kubectl sps reprofile p" in finding["next"]
+
+    quiet = live_harness(lambda ip, port: C.NoReport("could not be reached on port 30000"))
+    report = explain(quiet.kube.obj("SpsProfile", "p", "serving"))
+    (finding,) = report["findings"]
+    assert finding["what"] == (
+        "Live by its pods; its servers did not confirm the table (Deployment server)"
+    )
+    assert "could not be reached on port 30000" in finding["why"]
