@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sps_operator.api.result import build_patch
+from sps_operator.controller.kube.serverinfo import ServerReads, fetch_server_info
 from sps_operator.controller.policies import confirm as C
 from sps_operator.controller.policies.placement import PodInfo, pod_info
-from sps_operator.controller.sglang.serverinfo import ServerReads, fetch_server_info
 from sps_operator.plugin.explain import explain
 
 TABLE_PATH = "/etc/sps/table/table.json"

@@ -29,6 +29,7 @@ from sps_operator.api.status import FailureRecord, SpsProfileStatus
 from sps_operator.controller.capacity.service import GpuCapacity
 from sps_operator.controller.kube import builders
 from sps_operator.controller.kube.client import KubeApi, api_error_detail, is_transient
+from sps_operator.controller.kube.serverinfo import ServerReads
 from sps_operator.controller.passes.observe import observe
 from sps_operator.controller.passes.report import report
 from sps_operator.controller.passes.state import Pass, Settings, Snapshot, World
@@ -42,7 +43,6 @@ from sps_operator.controller.profiling import reconciler as profiling
 from sps_operator.controller.profiling.state import ProfilingPass
 from sps_operator.controller.rollout import reconciler as rollout
 from sps_operator.controller.rollout.state import RolloutPass
-from sps_operator.controller.sglang.serverinfo import ServerReads
 
 log = logging.getLogger("sps_operator.reconcile")
 # After a pass failed outside its steps (its own handling failed): look again then.

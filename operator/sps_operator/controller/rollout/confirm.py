@@ -2,7 +2,7 @@
 
 Called once a target is Live by its pods (the template reads the table, the rollout
 completed, every ready pod carries its hash). Its serving pods' servers are asked for
-their `/server_info` (`sglang/serverinfo.py`: bounded, kept by pod UID, a few per pass)
+their `/server_info` (`kube/serverinfo.py`: bounded, kept by pod UID, a few per pass)
 and judged (`policies/confirm.py`): a server that reports another table, or resolved a
 cost setting otherwise than the clone that measured the table, makes the target not Live
 with a reason; one that reports nothing or cannot be reached leaves it Live, and

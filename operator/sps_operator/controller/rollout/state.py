@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sps_operator.controller.kube.serverinfo import ServerReads
 from sps_operator.controller.passes.state import Pass
 from sps_operator.controller.policies.confirm import READS_PER_PASS
-from sps_operator.controller.sglang.serverinfo import ServerReads
 
 
 @dataclass
