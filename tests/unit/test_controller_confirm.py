@@ -403,6 +403,17 @@ def test_a_server_that_reads_another_table_is_not_live() -> None:
     assert "pod server-0: its server reports table path '/models/mine.json'" in target["message"]
 
 
+def test_other_bytes_at_the_right_path_are_seen_where_the_server_reports_their_hash() -> None:
+    """Issue 33 §3 without a mount: an image whose entrypoint writes its own file at the
+    table's path. The pod spec shows nothing; the simulator reports the bytes' hash."""
+    forged = server_info(sps_table={"loaded": True, "sha256": "0123456789abcdef"})
+    h = live_harness(lambda ip, port: C.parse_server_info(json.dumps(forged)))
+    target = h.status()["targets"][0]
+    assert (target["state"], target["reason"]) == ("Refused", "ServerRunsOtherTable")
+    assert f"hash '0123456789abcdef', not {target['hash']}" in target["message"]
+    assert h.condition("Ready")[:2] != ("True", "TableLive")
+
+
 def test_an_unreachable_server_leaves_live_as_the_pods_say_and_status_says_so() -> None:
     clock, asked = [0.0], []
 
