@@ -9,10 +9,10 @@ import dataclasses
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 
 from controller_harness import Harness, rounds
 from hypothesis import given, settings
@@ -160,7 +160,7 @@ def test_the_summary_refuses_for_another_table_before_drift_and_names_at_most_th
                         [("c", "has no pod IP yet")], 2)  # fmt: skip
     assert quiet == C.Confirmation(
         "1 of 5 serving pods' servers confirm the table; could not confirm (judged by its pods "
-        "alone): pod b: z; pod c: has no pod IP yet; 2 not asked yet",
+        "alone): pod b: z; pod c: has no pod IP yet; 2 not answered yet",
         None,
         pending=True,
         retry=True,
@@ -354,11 +354,13 @@ MANIFEST = {"server": {"resolved": RESOLVED}}
 
 
 def live_harness(
-    fetch: Callable[[str, int], C.Answer], clock: Callable[[], float] = time.monotonic
+    fetch: Callable[[str, int], C.Answer],
+    clock: Callable[[], float] = time.monotonic,
+    reads: type[ServerReads] = ServerReads,
 ) -> Harness:
     h = Harness.one_target()
     assert h.reconciler is not None
-    h.reconciler.servers = ServerReads(enabled=True, fetch=fetch, clock=clock)
+    h.reconciler.servers = reads(enabled=True, fetch=fetch, clock=clock)
     h.pods = [
         dataclasses.replace(p, uid=f"uid-{i}", ip=f"10.1.0.{i + 1}")
         for i, p in enumerate(PodInfo(f"server-{i}", {"app": "sglang", "deploy": "server"}, "n1",
@@ -467,6 +469,39 @@ def test_a_pass_asks_at_most_its_budget_and_the_rest_in_later_passes() -> None:
         passes += 1
     assert sorted(asked) == sorted(f"10.1.0.{i + 1}" for i in range(10))
     assert h.status()["targets"][0]["servers"] == "10 of 10 serving pods' servers confirm the table"
+
+
+class RecordedWaits(ServerReads):
+    waits: ClassVar[list[float]] = []
+
+    def read(self, pods: Sequence[C.Readable], wait_seconds: float) -> dict[str, C.Answer]:
+        self.waits.append(wait_seconds)
+        return super().read(pods, wait_seconds)
+
+
+def test_a_pass_does_not_wait_for_a_slow_server_its_answer_serves_the_next_pass() -> None:
+    release = threading.Event()
+
+    def fetch(ip: str, port: int) -> C.Answer:
+        release.wait(10)  # a server that cannot be reached, until the test says
+        return C.parse_server_info(json.dumps(server_info()))
+
+    RecordedWaits.waits = []
+    h = live_harness(fetch, reads=RecordedWaits)
+    # A pass waits at most its budget in all (1 s), not a read's timeout per target.
+    assert RecordedWaits.waits and sum(RecordedWaits.waits) <= C.WAIT_PER_PASS_SECONDS
+    target = h.status()["targets"][0]
+    assert target["state"] == "Live"  # judged by its pods meanwhile
+    assert target["servers"] == (
+        "0 of 1 serving pods' servers confirm the table; 1 not answered yet"
+    )
+    release.set()
+    assert h.reconciler is not None
+    deadline = time.monotonic() + 5
+    while h.reconciler.servers.in_flight() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    h.settle(passes=1)
+    assert h.status()["targets"][0]["servers"] == "1 of 1 serving pods' servers confirm the table"
 
 
 def test_the_real_read_through_a_pass_against_a_loopback_server() -> None:

@@ -34,8 +34,12 @@ MAX_SERVER_INFO_BYTES = 1024 * 1024
 # Bounds of one read: connect and every socket operation, and the whole answer.
 READ_TIMEOUT_SECONDS = 2.0
 # Servers read per pass per profile (the rest are read in later passes: a steady server is
-# read once, its answer kept by pod UID), and at once by the whole process.
+# read once, its answer kept by pod UID), and at once by the whole process. A pass waits
+# for answers at most `WAIT_PER_PASS_SECONDS` in all (a healthy server answers in
+# milliseconds); a read still going then answers the next pass, so servers that cannot be
+# reached (a namespace that denies ingress) never hold the operator's pass threads.
 READS_PER_PASS = 4
+WAIT_PER_PASS_SECONDS = 1.0
 MAX_CONCURRENT_READS = 8
 # A server that could not be reached is asked again after this long, not at every pass.
 RETRY_UNCONFIRMED_SECONDS = 120.0
@@ -225,7 +229,7 @@ class Confirmation:
 
     line: str
     refusal: tuple[str, str] | None = None
-    pending: bool = False  # servers not asked yet: look again soon
+    pending: bool = False  # servers not asked, or not answered, yet: look again soon
     retry: bool = False  # a server did not answer: ask again when it is due
 
 
@@ -253,5 +257,5 @@ def summarise(
     if silent:
         parts.append(f"could not confirm (judged by its pods alone): {_named(silent)}")
     if unread:
-        parts.append(f"{unread} not asked yet")
+        parts.append(f"{unread} not answered yet")
     return Confirmation("; ".join(parts), None, pending=unread > 0, retry=bool(unanswered))

@@ -2,7 +2,8 @@
 
 Called once a target is Live by its pods (the template reads the table, the rollout
 completed, every ready pod carries its hash). Its serving pods' servers are asked for
-their `/server_info` (`kube/serverinfo.py`: bounded, kept by pod UID, a few per pass)
+their `/server_info` (`kube/serverinfo.py`: bounded, kept by pod UID, a few per pass, a
+pass waiting at most a second for them: a slower answer serves the next pass)
 and judged (`policies/confirm.py`): a server that reports another table, or resolved a
 cost setting otherwise than the clone that measured the table, makes the target not Live
 with a reason; one that reports nothing or cannot be reached leaves it Live, and
@@ -10,6 +11,8 @@ with a reason; one that reports nothing or cannot be reached leaves it Live, and
 """
 
 from __future__ import annotations
+
+import time
 
 from sps_operator.api import labels as L
 from sps_operator.api.reasons import SERVER_RESOLVED_DRIFT, SERVER_RUNS_OTHER_TABLE
@@ -35,7 +38,9 @@ def confirm_live(p: RolloutPass, target: Target, ts: TargetStatus, table: TableR
     asking = C.to_read(pods, known, p.servers.in_flight(), p.server_reads_left)
     if asking:
         p.server_reads_left -= len(asking)
-        p.servers.read(asking, C.READ_TIMEOUT_SECONDS + 0.5)
+        started = time.monotonic()
+        p.servers.read(asking, p.server_wait_left)
+        p.server_wait_left = max(p.server_wait_left - (time.monotonic() - started), 0.0)
         known = p.servers.known(pod.uid for pod in pods)
     cm = p.config_map(table.config_map)
     meta_text = ((cm or {}).get("data") or {}).get(L.META_KEY)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from sps_operator.controller.kube.serverinfo import ServerReads
 from sps_operator.controller.passes.state import Pass
-from sps_operator.controller.policies.confirm import READS_PER_PASS
+from sps_operator.controller.policies.confirm import READS_PER_PASS, WAIT_PER_PASS_SECONDS
 
 
 @dataclass
@@ -17,6 +17,8 @@ class RolloutPass(Pass):
     their holders, a rollout's borrowed replica (through `capacity`)."""
 
     # The serving servers' /server_info answers, process-wide (off unless the operator
-    # was started with --confirm-servers), and how many servers this pass may still ask.
+    # was started with --confirm-servers), how many servers this pass may still ask, and
+    # how long it may still wait for their answers.
     servers: ServerReads = field(default_factory=ServerReads)
     server_reads_left: int = READS_PER_PASS
+    server_wait_left: float = WAIT_PER_PASS_SECONDS
