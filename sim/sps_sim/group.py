@@ -89,13 +89,14 @@ def group_preset(preset: CostPreset, nnodes: int) -> CostPreset:
 def group_server_args(
     group: GroupConfig | None, dist_init_addr: str | None, tp_size: int
 ) -> dict[str, Any]:
-    """What /server_info adds for a group, as newer SGLang reports it (nothing for one
-    node, whose answer stays as before)."""
+    """What newer SGLang reports of its layout in /server_info: `world_size` and
+    `disaggregation_mode` from every server (what it resolved, which the operator compares
+    with the profiling clone's record), and a group's node count, rank and address."""
+    resolved = {"world_size": tp_size, "disaggregation_mode": "null"}
     if group is None:
-        return {}
+        return resolved
     return {"nnodes": group.nnodes, "node_rank": group.node_rank,
-            "dist_init_addr": dist_init_addr, "world_size": tp_size,
-            "disaggregation_mode": "null"}  # fmt: skip
+            "dist_init_addr": dist_init_addr, **resolved}  # fmt: skip
 
 
 def table_identity(table_info: dict[str, Any] | None) -> str:

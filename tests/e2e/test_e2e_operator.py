@@ -118,6 +118,17 @@ def test_e2e_diagonal_profile_publish_and_roll(env: Env) -> None:
     line = wait_for("the simulator's table-load log line", loaded_line, timeout=30)
     assert f"SPS table from {TABLE_PATH} (diagonal, upstream, sha256={text_sha})" in line
 
+    # Live as the server confirms it: the operator read the serving pod's /server_info over
+    # the pod network (the table's path, and the simulator's hash of the bytes it loaded).
+    def confirmed() -> str | None:
+        (target,) = env.profile()["status"]["targets"]
+        servers = target.get("servers") or ""
+        return servers if servers.startswith("1 of 1 serving pods' servers confirm") else None
+
+    assert wait_for("the server's confirmation", confirmed, timeout=30) == (
+        "1 of 1 serving pods' servers confirm the table"
+    )
+
     # Report: events with constant reasons, Prometheus metrics, kopf's liveness endpoint.
     events = env.core.list_namespaced_event(
         env.namespace, field_selector="involvedObject.kind=SpsProfile"

@@ -40,3 +40,14 @@ def test_the_profiler_records_the_environment_a_server_reports() -> None:
     with running_sim() as url:  # a server not asked: no environment, nothing recorded
         info = httpx.get(url + "/server_info", timeout=5).json()
     assert "env_vars" not in info["internal_states"][0] and "env" not in resolved_report(info)
+
+
+def test_every_server_reports_the_layout_it_resolved_as_newer_sglang_does() -> None:
+    """world_size and disaggregation_mode come from every server, not only a group's, so
+    a serving server's report can be compared with the clone's (policies/confirm.py)."""
+    with running_sim(args=["--tp-size", "2"]) as url:
+        info = httpx.get(url + "/server_info", timeout=5).json()
+    assert (info["world_size"], info["disaggregation_mode"]) == (2, "null")
+    assert "nnodes" not in info  # a group's fields stay a group's
+    context = server_context_from_info(info, base_url=url, offdiagonal=False)
+    assert context.resolved == {"world_size": 2, "disaggregation_mode": "null"}

@@ -19,7 +19,8 @@ MODULES = sorted(f"{policies.__name__}.{m.name}" for m in pkgutil.iter_modules(p
 # package (the API's models and words, the table formats and fits, the SGLang reading).
 PURE_STDLIB = {
     "__future__", "collections", "collections.abc", "dataclasses", "datetime", "decimal", "enum",
-    "fnmatch", "functools", "itertools", "json", "math", "re", "typing", "urllib.parse",
+    "fnmatch", "functools", "ipaddress", "itertools", "json", "math", "posixpath", "re",
+    "typing", "urllib.parse",
 }  # fmt: skip
 PURE_PACKAGE = (
     "sps_operator.api",

@@ -235,6 +235,9 @@ or into a Role in each watched namespace (namespaces mode).
 - --min-refresh-interval-seconds={{ int .Values.refresh.minIntervalSeconds }}
 - --max-concurrent-rollouts={{ int .Values.rollout.maxConcurrent }}
 - --workload-progress-seconds={{ int .Values.workloadProgressSeconds }}
+{{- if not .Values.rollout.confirmServers }}
+- --no-confirm-servers
+{{- end }}
 - --max-lent-seconds={{ int .Values.borrowPolicy.maxLentSeconds }}
 - --max-rollout-hold-seconds={{ int .Values.borrowPolicy.maxRolloutHoldSeconds }}
 - --max-pool-turn-seconds={{ int .Values.borrowPolicy.maxPoolTurnSeconds }}

@@ -127,6 +127,34 @@ TARGET_REASONS: dict[str, Reason] = {
             "it runs. Remove the mount, or move it out of spec.rollout.tablePath's directory.",
         ),
     ),
+    R.SERVER_RUNS_OTHER_TABLE: Reason(
+        Kind.PROBLEM,
+        "a serving server reports another table than the one rolled onto it",
+        target=Advice(
+            "A server's own /server_info reports another table than the one its pod carries",
+            "Every ready pod carries the table's hash, but the server (its /server_info) "
+            "reports another table path, no table, or (the simulator) other table bytes: "
+            "something in the container or its start-up replaces the path or the file (a "
+            "wrapper script, an init step, an image that writes there). The message names the "
+            "pod and what its server said. Fix the server's start-up so it reads "
+            "spec.rollout.tablePath as mounted; the target is Live again once its servers "
+            "confirm it.",
+        ),
+    ),
+    R.SERVER_RESOLVED_DRIFT: Reason(
+        Kind.PROBLEM,
+        "a serving server resolved a cost setting otherwise than the clone that measured its table",
+        target=Advice(
+            "A server resolved a cost setting otherwise than the profiling clone did",
+            "Newer SGLang reports what it resolved (world_size, disaggregation_mode, and with "
+            "SGLANG_EXPOSE_OWN_ENV_VARS=1 its own environment): the serving server's report "
+            "differs from what the clone that measured its table reported, in what the pod "
+            "spec cannot show (an auto-resolved value, a variable from an envFrom Secret, an "
+            "SGL_ spelling). The message names the settings. Make them explicit in the "
+            "server's args or env (so the fingerprint sees them), then `kubectl sps reprofile "
+            "{name}`.",
+        ),
+    ),
     R.TARGET_TOO_LARGE: Reason(
         Kind.PROBLEM,
         "the Deployment or its server's command line exceeds what the operator reads",

@@ -334,6 +334,14 @@ class TargetStatus(StatusModel):
         "fzyzcjy fork's flat table) or capture-derived (SGLang PR #35413). Empty: the flat "
         "start (or its own table path).",
     )
+    servers: ReportLine | None = Field(
+        default=None,
+        description="What its serving pods' servers confirm of the table (their /server_info: "
+        "the table's path, the simulator's hash of its bytes, the settings newer SGLang "
+        "resolved), or why one could not confirm (not an error: Live is then judged from "
+        "the pods alone). Set while Live, or refused for what a server reported; empty "
+        "when the operator does not ask servers (--confirm-servers).",
+    )
     unfingerprinted: list[ReportLine] | None = Field(
         default=None,
         max_length=L.MAX_REPORT_LINES,

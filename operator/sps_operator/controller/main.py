@@ -133,6 +133,13 @@ def _add_watch_args(parser: argparse.ArgumentParser) -> None:
         "counts as failed and goes back to the previous table (those kinds have no "
         "progressDeadlineSeconds; a Deployment's own counts for it)",
     )
+    parser.add_argument(
+        "--confirm-servers",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="confirm Live by what the serving servers report (a bounded GET /server_info "
+        "per serving pod, each pod once); --no-confirm-servers: never call serving pods",
+    )
 
 
 def _add_job_default_args(parser: argparse.ArgumentParser) -> None:
@@ -372,6 +379,7 @@ def main(argv: list[str] | None = None, *, testing: bool = False) -> int:
             min_refresh_interval_seconds=args.min_refresh_interval_seconds,
             max_concurrent_rollouts=max(args.max_concurrent_rollouts, 0),
             workload_progress_seconds=args.workload_progress_seconds,
+            confirm_servers=args.confirm_servers,
             pool_namespace=args.lease_namespace,
             max_lent_seconds=args.max_lent_seconds,
             max_rollout_hold_seconds=args.max_rollout_hold_seconds,

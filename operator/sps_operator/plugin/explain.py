@@ -156,6 +156,30 @@ def _unfingerprinted_findings(p: _Profile) -> list[Finding]:
     return findings
 
 
+def _unconfirmed_findings(p: _Profile) -> list[Finding]:
+    """Live targets whose servers did not confirm their table: not an error, but what
+    "Live" then rests on (the pods alone) is worth saying."""
+    findings = []
+    for target in p.status.get("targets") or []:
+        servers = str(target.get("servers") or "")
+        if target.get("state") == "Live" and "could not confirm" in servers:
+            findings.append(
+                Finding(
+                    what="Live by its pods; its servers did not confirm the table "
+                    f"(Deployment {target.get('deployment')})",
+                    why=servers,
+                    next=(
+                        "Not an error: the pods carry the table and the rollout completed. For "
+                        "the servers' word, let the operator's pods reach the server port (a "
+                        "namespace that denies ingress must allow them), and run an SGLang "
+                        "that reports its table path in /server_info (docs/operator.md, Live, "
+                        "confirmed by the servers)."
+                    ),
+                )
+            )
+    return findings
+
+
 def _last_failure_findings(p: _Profile) -> list[Finding]:
     failure = p.status.get("lastFailure")
     return [failure_finding(p.name, failure)] if failure else []
@@ -267,6 +291,7 @@ _TOPICS: tuple[_Topic, ...] = (
     _mixed_gpu_findings,
     _refused_target_findings,
     _unfingerprinted_findings,
+    _unconfirmed_findings,
     _last_failure_findings,
     _rejected_table_findings,
     _stale_findings,

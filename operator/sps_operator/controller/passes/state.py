@@ -70,6 +70,9 @@ class Settings:
     # failed and rolls back (those kinds have no progressDeadlineSeconds; a Deployment's
     # own deadline counts for it).
     workload_progress_seconds: float = 600.0
+    # Ask the serving servers for their /server_info to confirm Live (the flag's and
+    # chart's default is on; off here: a unit test's pods have no server behind them).
+    confirm_servers: bool = False
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,12 @@ class PodInfo:
     created: str | None = None
     priority_class: str | None = None  # spec.priorityClassName (bounded)
     claims: tuple[str, ...] = ()  # the PersistentVolumeClaims it mounts (bounded)
+    # Where its server answers (status.podIP, the kubelet's) and whose it is (its UID, the
+    # key a server's /server_info report is cached under); hostNetwork: the pod's IP is
+    # its node's, which the operator never calls (policies/confirm.py).
+    uid: str | None = None
+    ip: str | None = None
+    host_network: bool = False
 
     @property
     def profiling(self) -> bool:
@@ -155,6 +161,9 @@ def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
         created=str(meta["creationTimestamp"])[:40] if meta.get("creationTimestamp") else None,
         claims=pod_claims(spec),
         priority_class=str(priority_class)[: MAX_HASH * 4] if priority_class else None,
+        uid=str(meta["uid"])[:MAX_HASH] if meta.get("uid") else None,
+        ip=str(status["podIP"])[:MAX_HASH] if status.get("podIP") else None,
+        host_network=spec.get("hostNetwork") is True,
     )
 
 

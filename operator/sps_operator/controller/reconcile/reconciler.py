@@ -29,6 +29,7 @@ from sps_operator.api.status import FailureRecord, SpsProfileStatus
 from sps_operator.controller.capacity.service import GpuCapacity
 from sps_operator.controller.kube import builders
 from sps_operator.controller.kube.client import KubeApi, api_error_detail, is_transient
+from sps_operator.controller.kube.serverinfo import ServerReads
 from sps_operator.controller.passes.observe import observe
 from sps_operator.controller.passes.report import report
 from sps_operator.controller.passes.state import Pass, Settings, Snapshot, World
@@ -79,6 +80,8 @@ class Reconciler:
         self.capacity = GpuCapacity(self.settings)
         # What the rollout wrote back into objects something else keeps undoing.
         self.rewrites = Rewrites()
+        # The serving servers' /server_info answers, kept by pod UID (rollout/confirm.py).
+        self.servers = ServerReads(enabled=self.settings.confirm_servers)
 
     # ------------------------------------------------------------------ entry
 
@@ -148,6 +151,7 @@ class Reconciler:
             snapshot=Snapshot.empty(),
             capacity=self.capacity,
             rewrites=self.rewrites,
+            servers=self.servers,
         )
         started = time.monotonic()
         failed_step: str | None = None

@@ -66,6 +66,7 @@ from sps_operator.controller.policies.triggers import (
     table_for,
 )
 from sps_operator.controller.rollout import turns
+from sps_operator.controller.rollout.confirm import confirm_live
 from sps_operator.controller.rollout.holders import hold_tables
 from sps_operator.controller.rollout.state import RolloutPass
 from sps_operator.controller.rollout.templates import deadline_name, inject_serves, rollout_failed
@@ -269,6 +270,7 @@ def _put_on(
     )
     if ts.rolled_out:
         ts.state = TargetState.LIVE
+        confirm_live(p, target, ts, eligible.ref)
     else:
         _note_blocked(p, target, ts, previous, eligible.ref.hash, None)
 
