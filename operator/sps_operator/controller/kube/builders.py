@@ -18,7 +18,7 @@ from sps_operator.api.fingerprint import sgl_twin, sglang_name
 from sps_operator.api.kinds import RunPhase
 from sps_operator.api.spec import DEFAULT_ADDITIVE_FRACS, ServerSource, SpsProfileSpec, TableKind
 from sps_operator.constants import API_GROUP, API_VERSION, IMAGE, KIND
-from sps_operator.controller.kube import names
+from sps_operator.controller.kube import group_clone, names
 from sps_operator.controller.policies.claims import VolumePin, pin_to_node
 from sps_operator.controller.sglang.serverconfig import (
     CONST_TABLE_PATH,
@@ -167,6 +167,24 @@ class RunPlan:
     def account(self) -> str:
         return names.profiler_account(self.run)
 
+    @property
+    def group(self) -> group_clone.Group | None:
+        """The target's multi-node group the clone repeats (None: one pod, or External)."""
+        if self.spec.server.source == ServerSource.EXTERNAL:
+            return None
+        group = group_clone.group_of(self.server)
+        if group is not None and "." in self.job_name:
+            raise ValueError(
+                f"a multi-node clone's pods are named {self.job_name}-<rank>, which must be a "
+                "DNS label: name the SpsProfile without '.' to profile a multi-node server"
+            )
+        return group
+
+    @property
+    def leader_host(self) -> str:
+        service = names.group_service(self.job_name)
+        return group_clone.leader_host(self.job_name, service, self.profile.namespace)
+
     def labels(self) -> dict[str, str]:
         return {
             L.LABEL_RUN: self.run,
@@ -213,6 +231,8 @@ def profiler_args(plan: RunPlan, base_url: str) -> list[str]:
     args += ["--wait-for-server", str(SERVER_WAIT_SECONDS)]
     args += ["--publish-configmap", plan.result_config_map]
     args += ["--publish-namespace", plan.profile.namespace]
+    if plan.group is not None:  # one pod template for all ranks: only rank 0 profiles
+        args += ["--node-rank", f"$({group_clone.RANK_ENV})"]
     return args
 
 
@@ -273,6 +293,9 @@ def server_sidecar(
         mounts.append({"name": SEED_VOLUME, "mountPath": SEED_MOUNT_DIR, "readOnly": True})
     elif server.table_path == CONST_TABLE_PATH and verify_mode(plan.spec, plan.phase) != "static":
         args += [TABLE_PATH_FLAG, CONST_TABLE_PATH]
+    group = plan.group
+    if group is not None:
+        args = group_clone.group_args(args, group, plan.leader_host)
     sidecar["command"] = list(server.launcher)
     sidecar["args"] = args
     if mounts:
@@ -285,6 +308,12 @@ def server_sidecar(
         "SGLANG_RAGGED_VERIFY_MODE": verify_mode(plan.spec, plan.phase),
     }
     sidecar["env"] = _with_env(sidecar.get("env") or [], env, bool(sidecar.get("envFrom")))
+    sidecar["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    if group is not None:
+        # No probes: only rank 0 serves HTTP, and every rank shares one pod template (the
+        # profiler waits for the server itself).
+        sidecar["env"] = group_clone.group_env(sidecar["env"], group, plan.leader_host)
+        return sidecar
     probe = {
         "httpGet": {"path": "/health", "port": plan.server_port},
         "periodSeconds": 2,
@@ -293,7 +322,6 @@ def server_sidecar(
     }
     sidecar["startupProbe"] = probe
     sidecar["readinessProbe"] = {**probe, "failureThreshold": 3}
-    sidecar["terminationMessagePolicy"] = "FallbackToLogsOnError"
     return sidecar
 
 
@@ -334,6 +362,7 @@ def profiler_container(
             # A read-only root file system: caches go to the work volume.
             {"name": "HOME", "value": WORK_DIR},
             {"name": "MPLCONFIGDIR", "value": f"{WORK_DIR}/matplotlib"},
+            *([group_clone.rank_env()] if plan.group is not None else []),
         ],
         "volumeMounts": mounts,
         "securityContext": copy.deepcopy(RESTRICTED_CONTAINER),
@@ -494,9 +523,23 @@ def profiling_job(plan: RunPlan) -> dict[str, Any]:
         + spec.capacity.wait_timeout_seconds,
         "template": {"metadata": template_meta, "spec": pod},
     }
+    group = plan.group
+    if group is not None:
+        # A lost rank fails its index, and the Job, at once (backoffLimitPerIndex).
+        del job_spec["backoffLimit"]
+        job_spec.update(group_clone.job_spec_fields(group))
+        pod["subdomain"] = names.group_service(plan.job_name)
     if extra_labels.get(L.LABEL_KUEUE_QUEUE):
         job_spec["suspend"] = True  # Kueue admits it (and unsuspends it) when quota allows
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}
+
+
+def group_service(plan: RunPlan) -> dict[str, Any]:
+    """The headless Service of a multi-node clone (owned by the profile, labelled with the
+    run: deleted with the run's Job)."""
+    name = names.group_service(plan.job_name)
+    meta = object_meta(plan.profile, name, L.COMPONENT_GROUP_SERVICE, plan.labels())
+    return group_clone.headless_service(meta, plan.job_name)
 
 
 def additive_seed(diagonal_json: str) -> str:

@@ -172,6 +172,9 @@ class Kube:
             "ServiceAccount": lambda: self.core.read_namespaced_service_account(
                 name, namespace, _preload_content=False
             ),
+            "Service": lambda: self.core.read_namespaced_service(
+                name, namespace, _preload_content=False
+            ),
             "Role": lambda: self.rbac.read_namespaced_role(name, namespace, _preload_content=False),
             "RoleBinding": lambda: self.rbac.read_namespaced_role_binding(
                 name, namespace, _preload_content=False
@@ -210,6 +213,7 @@ class Kube:
             "Job": lambda: self.batch.create_namespaced_job(ns, body),
             "ConfigMap": lambda: self.core.create_namespaced_config_map(ns, body),
             "ServiceAccount": lambda: self.core.create_namespaced_service_account(ns, body),
+            "Service": lambda: self.core.create_namespaced_service(ns, body),
             "Role": lambda: self.rbac.create_namespaced_role(ns, body),
             "RoleBinding": lambda: self.rbac.create_namespaced_role_binding(ns, body),
             "Lease": lambda: client.CoordinationV1Api(self.api).create_namespaced_lease(ns, body),
@@ -231,6 +235,7 @@ class Kube:
             "Job": lambda: self.batch.delete_namespaced_job(name, namespace, body=body),
             "ConfigMap": lambda: self.core.delete_namespaced_config_map(name, namespace, body=body),
             "ServiceAccount": lambda: self.core.delete_namespaced_service_account(name, namespace),
+            "Service": lambda: self.core.delete_namespaced_service(name, namespace, body=body),
             "Role": lambda: self.rbac.delete_namespaced_role(name, namespace),
             "RoleBinding": lambda: self.rbac.delete_namespaced_role_binding(name, namespace),
             "Lease": lambda: client.CoordinationV1Api(self.api).delete_namespaced_lease(

@@ -46,16 +46,30 @@ def _gpus(container: Mapping[str, Any]) -> int:
     return 0
 
 
-def job_gpus(job: Mapping[str, Any]) -> int:
-    """GPUs the Job's pod holds: its containers and native sidecars (init containers with
-    restartPolicy Always: the cloned server) together, or a plain init container's own if
-    larger (as the scheduler computes a pod's request)."""
+def pod_gpus(job: Mapping[str, Any]) -> int:
+    """GPUs one pod of the Job holds: its containers and native sidecars (init containers
+    with restartPolicy Always: the cloned server) together, or a plain init container's own
+    if larger (as the scheduler computes a pod's request)."""
     pod = (((job.get("spec") or {}).get("template") or {}).get("spec")) or {}
     inits = [c for c in pod.get("initContainers") or [] if isinstance(c, Mapping)]
     running = sum(_gpus(c) for c in pod.get("containers") or [] if isinstance(c, Mapping))
     running += sum(_gpus(c) for c in inits if c.get("restartPolicy") == "Always")
     plain = [_gpus(c) for c in inits if c.get("restartPolicy") != "Always"]
     return max([running, *plain])
+
+
+def group_pods(job: Mapping[str, Any]) -> int:
+    """Pods the Job runs at once: N for the Indexed Job of a multi-node clone, else 1."""
+    spec = job.get("spec") or {}
+    parallelism = spec.get("parallelism")
+    if spec.get("completionMode") == "Indexed" and isinstance(parallelism, int):
+        return min(max(parallelism, 1), 1024)
+    return 1
+
+
+def job_gpus(job: Mapping[str, Any]) -> int:
+    """GPUs the Job holds while it runs: every pod of a group counts."""
+    return pod_gpus(job) * group_pods(job)
 
 
 def bounded_seconds(since: str | None, now: datetime, bound: float) -> float:
