@@ -4,6 +4,9 @@ a headless Service; every cost input the target's, the per-pod flags the Job's o
 from __future__ import annotations
 
 import dataclasses
+import signal
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -389,3 +392,22 @@ def test_a_group_waits_while_any_of_its_pods_is_unschedulable() -> None:
     assert waiting["reason"] == "WaitingForGPUs"
     assert f"pod {run['job']}-1-b of the group" in waiting["message"]
     assert "Insufficient nvidia.com/gpu" in waiting["message"]
+
+
+# ----------------------------------------------------------------------------- the profiler
+
+
+def test_the_profiler_on_a_worker_rank_holds_its_pod_until_sigterm() -> None:
+    code = "from sps_operator.profiler.cli import main; raise SystemExit(main())"
+    argv = [sys.executable, "-c", code, "run", "--base-url", "http://127.0.0.1:9", "--out",
+            "/nonexistent/x.json", "--node-rank", "1"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # said once it holds: no server, no output touched
+    assert "node rank 1 of a group: rank 0 profiles; holding" in line
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    # Rank 0 profiles: here it fails at once on the unreachable server's output directory.
+    rank0 = subprocess.run([*argv[:-1], "0"], capture_output=True, text=True, timeout=60)
+    assert rank0.returncode != 0 and "holding" not in rank0.stdout

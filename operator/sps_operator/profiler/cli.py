@@ -368,8 +368,8 @@ def hold_rank(rank: int, nap_seconds: float = 3600.0) -> int:
     if rank < 0:
         print(f"sps-profiler: --node-rank must be at least 0, got {rank}", file=sys.stderr)
         return 2
-    print(f"sps-profiler: node rank {rank} of a group: rank 0 profiles; holding", flush=True)
-    try:
+    try:  # a SIGTERM may come as soon as the line is out
+        print(f"sps-profiler: node rank {rank} of a group: rank 0 profiles; holding", flush=True)
         while True:
             time.sleep(nap_seconds)
     except KeyboardInterrupt:
