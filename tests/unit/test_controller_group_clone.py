@@ -326,6 +326,21 @@ def test_a_service_of_that_name_that_is_not_ours_is_never_deleted() -> None:
     assert ("Service", NS, name) in h.kube.objects
 
 
+def test_a_service_created_ahead_under_the_group_s_name_is_never_adopted() -> None:
+    job = started(group_harness())["job"]  # names are deterministic: the same run again
+    h = group_harness()
+    foreign = {"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": names.group_service(job), "namespace": NS}}  # fmt: skip
+    h.add(foreign)
+    h.tick()
+    status = h.run_pass()
+    failure = status["lastFailure"]
+    assert failure["reason"] == "NameTaken" and status.get("currentRun") is None, failure
+    assert f"a Service named {names.group_service(job)} already exists" in failure["message"]
+    assert ("Job", NS, job) not in h.kube.objects  # nothing runs without its Service
+    assert "ownerReferences" not in h.kube.obj("Service", names.group_service(job))["metadata"]
+
+
 def lose_rank(h: Harness, run: dict[str, Any], pod: PodInfo | None) -> dict[str, Any]:
     """The Job controller's part when a rank is lost: the index failed, the Job Failed."""
     job = h.kube.obj("Job", run["job"], NS)
