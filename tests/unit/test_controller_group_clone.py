@@ -135,6 +135,17 @@ def test_a_two_node_target_gets_an_indexed_job_of_two_ranks_and_a_headless_servi
     assert (pod_gpus(job), job_gpus(job)) == (2, 4)
 
 
+def test_kueue_never_admits_part_of_a_group() -> None:
+    p = dataclasses.replace(
+        group_plan(),
+        defaults=builders.JobDefaults(
+            annotations={group_clone.KUEUE_MIN_PARALLELISM: "1", "team": "a"}
+        ),
+    )
+    meta = builders.profiling_job(p)["metadata"]
+    assert meta["annotations"] == {"team": "a"}
+
+
 def test_phase_two_gives_every_rank_the_same_seed_table() -> None:
     job = builders.profiling_job(group_plan(phase=RunPhase.OFF_DIAGONAL))
     args = server_of(job)["args"]

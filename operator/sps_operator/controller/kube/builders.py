@@ -528,6 +528,7 @@ def profiling_job(plan: RunPlan) -> dict[str, Any]:
         # A lost rank fails its index, and the Job, at once (backoffLimitPerIndex).
         del job_spec["backoffLimit"]
         job_spec.update(group_clone.job_spec_fields(group))
+        group_clone.drop_partial_admission(meta)
         pod["subdomain"] = names.group_service(plan.job_name)
     if extra_labels.get(L.LABEL_KUEUE_QUEUE):
         job_spec["suspend"] = True  # Kueue admits it (and unsuspends it) when quota allows

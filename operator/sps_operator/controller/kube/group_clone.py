@@ -51,6 +51,7 @@ JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 LWS_LEADER_ADDRESS = "LWS_LEADER_ADDRESS"
 LWS_WORKER_INDEX = "LWS_WORKER_INDEX"
 LWS_GROUP_SIZE = "LWS_GROUP_SIZE"
+KUEUE_MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"
 GROUP_ENV_NAMES = frozenset({RANK_ENV, LWS_LEADER_ADDRESS, LWS_WORKER_INDEX, LWS_GROUP_SIZE})
 
 
@@ -159,6 +160,14 @@ def job_spec_fields(group: Group) -> dict[str, Any]:
         "maxFailedIndexes": 0,
         "successPolicy": {"rules": [{"succeededIndexes": "0"}]},
     }
+
+
+def drop_partial_admission(job_meta: dict[str, Any]) -> None:
+    """No partial admission by Kueue (an annotation the admin's job defaults could carry):
+    a group admitted with fewer ranks would never form."""
+    annotations = job_meta.get("annotations")
+    if annotations:
+        annotations.pop(KUEUE_MIN_PARALLELISM, None)
 
 
 def headless_service(meta: Mapping[str, Any], job: str) -> dict[str, Any]:
