@@ -50,7 +50,7 @@ high=(nice -n -10)
 # about 45 s to the second bed.
 second_bed=(tests/e2e/test_e2e_tenants.py tests/e2e/test_e2e_tenants_capacity.py tests/e2e/test_e2e_tenants_tables.py
   tests/realnode/test_realnode_production.py tests/e2e/test_e2e_kueue.py tests/realnode/test_realnode_kueue.py
-  tests/realnode/test_realnode_lws.py tests/realnode/test_realnode_group_clone.py)
+  tests/realnode/test_realnode_lws.py tests/realnode/test_realnode_group_clone_kueue.py)
 shared_done="$logs/shared.done"
 
 # Runs a step, records its failure and time; `pytest` finding no test (exit 5) is no failure.

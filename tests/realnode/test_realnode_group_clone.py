@@ -3,11 +3,11 @@ the operator's builders make for a target started as SGLang's Helm chart starts 
 LeaderWorkerSet's leader (`--nnodes 2 --node-rank $(LWS_WORKER_INDEX) --dist-init-addr
 $(LWS_LEADER_ADDRESS):PORT`, tp 4 over two pods of 2 GPUs): an Indexed Job of two ranks
 and its headless Service. Created on the bed as the run creates them, they form the
-group, profile on rank 0 and end; a deleted worker fails the Job at once, naming the rank;
-under Kueue the group is one Workload of two pods.
+group, profile on rank 0 and end; a deleted worker fails the Job at once, naming the rank.
 
-No LeaderWorkerSet is needed (the clone is a Job), but the file runs on the second bed
-(tests/run-all.sh), beside LWS's and Kueue's tests: it takes two H100 nodes' GPUs.
+No LeaderWorkerSet is needed (the clone is a Job): one at a time on the first bed (4 of the
+H100 pool's GPUs); its Kueue test is test_realnode_group_clone_kueue.py, on the second bed
+with the add-ons.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from sps_operator.controller.sglang.serverconfig import parse_server
 from sps_operator.tables.formats import load_sps_table_text
 from sps_sim.costmodel import GPU_H100
 from sps_testbed import RealNodeCluster
-from sps_testbed.kueue import CLUSTER_QUEUE, QUEUE_NAME_LABEL, KueueSetup, condition
 from waiting import wait_for
 
 PROFILE_UID = "0a1b2c3d-group-clone"
@@ -209,44 +208,4 @@ def test_a_deleted_worker_fails_the_group_at_once_naming_its_rank(
         "no pod of the failed Job left running",
         lambda: not any(map(running, job_pods(bed, ns, "group-lost").values())),
         timeout=90,
-    )
-
-
-def test_under_kueue_the_group_is_one_workload_of_two_pods_admitted_at_once(
-    realnode_cluster: RealNodeCluster, realnode_kueue: KueueSetup, realnode_kueue_namespace: str
-) -> None:
-    bed, ns = realnode_cluster, realnode_kueue_namespace
-    defaults = builders.JobDefaults(labels={QUEUE_NAME_LABEL: CLUSTER_QUEUE})
-    job = create_run(bed, ns, group_plan(bed, ns, "group-queued", defaults))
-    assert job["spec"]["suspend"] is True
-
-    def admitted() -> dict[str, Any] | None:
-        items = get_json(bed, "workloads.kueue.x-k8s.io", "-n", ns)["items"]
-        return next((w for w in items if condition(w, "Admitted").get("status") == "True"), None)
-
-    workload = wait_for("the group's Workload admitted", admitted, timeout=120)
-    assert len(get_json(bed, "workloads.kueue.x-k8s.io", "-n", ns)["items"]) == 1
-    (pod_set,) = workload["spec"]["podSets"]
-    assert pod_set["count"] == 2, pod_set
-    (assignment,) = workload["status"]["admission"]["podSetAssignments"]
-    assert assignment["count"] == 2 and assignment["resourceUsage"]["nvidia.com/gpu"] == "4"
-    wait_for(
-        "both ranks admitted together and running",
-        lambda: group_formed(bed, ns, "group-queued"),
-        timeout=240,
-    )
-    done = wait_for(
-        "the queued group's Job to end",
-        lambda: job_condition(bed, ns, "group-queued", "Complete", "Failed"),
-        timeout=420,
-    )
-    assert done["type"] == "Complete", done
-    # Given back at once: the Workload finished.
-    wait_for(
-        "the Workload finished",
-        lambda: all(
-            condition(w, "Finished").get("status") == "True"
-            for w in get_json(bed, "workloads.kueue.x-k8s.io", "-n", ns)["items"]
-        ),
-        timeout=60,
     )
