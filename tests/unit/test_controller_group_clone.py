@@ -293,11 +293,13 @@ def test_any_group_command_gets_ranks_0_to_n_minus_1_and_the_target_s_cost_input
 GROUP_ARGS = ["--tp", "4", "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", "head:5000"]
 
 
-def group_harness() -> Harness:
+def group_harness(gpus: int = 0) -> Harness:
     h = Harness()
     dep = deployment()
     server = dep["spec"]["template"]["spec"]["containers"][0]
     server["args"] += GROUP_ARGS
+    if gpus:
+        server["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
     h.add(dep)
     h.add(profile_body())
     h.place()
@@ -321,6 +323,28 @@ def test_a_group_run_creates_its_service_first_and_deletes_it_with_its_job() -> 
     assert ("Job", NS, run["job"]) not in h.kube.objects
     assert ("Service", NS, names.group_service(run["job"])) not in h.kube.objects
     assert ("Service", NS, names.group_service(second["job"])) in h.kube.objects
+
+
+def test_a_group_run_publishes_its_table_and_costs_both_pods_gpus() -> None:
+    h = group_harness(gpus=2)
+    run = started(h)
+    job = h.kube.obj("Job", run["job"], NS)
+    uid, labels = job["metadata"]["uid"], {L.LABEL_RUN: run["name"]}
+    h.pods += [
+        PodInfo(f"{run['job']}-{i}-x", labels, f"n{i}", controller="Job", controller_uid=uid)
+        for i in (0, 1)
+    ]
+    h.tick()
+    h.run_pass()  # running: its clock starts
+    h.tick(100)
+    h.finish()
+    # What the Job controller says first, once rank 0 succeeded (Complete follows).
+    job["status"]["conditions"] = [{"type": "SuccessCriteriaMet", "status": "True"}]
+    status = h.settle()
+    (table,) = status["tables"]
+    assert table["fingerprint"] == run["fingerprint"] and status.get("currentRun") is None
+    # 2 pods x 2 GPUs x 101 s (100 s, and the collecting pass's tick); one pod's: 202
+    assert table["gpuSeconds"] == 404.0
 
 
 def test_a_service_of_that_name_that_is_not_ours_is_never_deleted() -> None:
