@@ -13,9 +13,9 @@ from kubernetes.dynamic import DynamicClient
 
 from sps_operator.api import labels as L
 from sps_operator.constants import FIELD_MANAGER
-from sps_operator.controller.kube import builders
-from sps_operator.controller.kube.builders import owner_patch
+from sps_operator.controller.kube import workload_apply
 from sps_operator.controller.kube.client import Kube
+from sps_operator.controller.kube.workload_apply import owner_patch
 from waiting import wait_for
 
 pytestmark = pytest.mark.k8s
@@ -130,7 +130,7 @@ def _args(kube: Kube, namespace: str) -> list[str]:
 def _inject(read: dict[str, Any]) -> dict[str, Any]:
     """The operator's Inject apply body, built from the Deployment as read."""
     container = read["spec"]["template"]["spec"]["containers"][0]
-    return builders.inject_apply(
+    return workload_apply.inject_apply(
         read, "sglang", "p-table-0", "hash0", TABLE_FLAG[1], list(container["args"])
     )
 

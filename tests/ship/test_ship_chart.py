@@ -112,7 +112,10 @@ def test_default_render_cluster_mode() -> None:
     # Least privilege: no wildcards, no secrets, never delete Deployments, never update a spec.
     assert not any("*" in r["verbs"] or "*" in r["resources"] for r in rules)
     assert not rules_grant(rules, "", "secrets", "get")
-    assert not rules_grant(rules, "", "services", "create")
+    # A multi-node clone's headless Service is created and deleted; never changed after.
+    assert rules_grant(rules, "", "services", "create")
+    assert not rules_grant(rules, "", "services", "patch")
+    assert not rules_grant(rules, "", "services", "update")
     assert not rules_grant(rules, "apps", "deployments", "delete")
     assert not rules_grant(rules, "sps.dev", "spsprofiles", "update")
     assert not rules_grant(rules, "", "configmaps", "update")  # tables are immutable; SSA patches

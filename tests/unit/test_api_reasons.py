@@ -44,6 +44,8 @@ KUBERNETES_WORDS = {
     "StatefulSet", "LeaderWorkerSet", "OnDelete", "UpdateInProgress",  # workload kinds, fields
     # PersistentVolumeClaim access modes, and a pod phase
     "ReadWriteOnce", "ReadWriteOncePod", "ReadOnlyMany", "ReadWriteMany", "Running",
+    # an Indexed Job (a multi-node clone), a headless Service's clusterIP, a pod condition
+    "Indexed", "None", "DisruptionTarget",
     # the plugin's: spec values, target states, a condition status, the CRD's plural, and
     # matplotlib's backend and colours
     "BorrowReplica", "Wait", "Additive", "Diagonal", "Live", "Rolling", "Refused", "Pending",

@@ -12,7 +12,7 @@ from sps_operator.api import labels as L
 from sps_operator.api.kinds import RunPhase
 from sps_operator.api.limits import MAX_PROFILE_NAME
 from sps_operator.api.spec import SpsProfileSpec
-from sps_operator.controller.kube import builders, names, table_objects
+from sps_operator.controller.kube import builders, names, table_objects, workload_apply
 from sps_operator.controller.sglang.serverconfig import parse_server
 
 PROFILE = builders.ProfileRef("llama", "serving", "uid-1")
@@ -232,7 +232,7 @@ def test_table_config_map_is_immutable_labelled_and_free_of_gitops_metadata() ->
 
 def test_inject_apply_owns_only_volume_mount_flag_and_annotation() -> None:
     dep = {"metadata": {"name": "srv", "namespace": "serving", "resourceVersion": "41"}}
-    body = builders.inject_apply(
+    body = workload_apply.inject_apply(
         dep, "sglang", "llama-table-0123", "hash1", "/etc/sps/table/table.json",
         ["--model-path", "m", "--speculative-dspark-sps-table-path", "/old"],
     )  # fmt: skip
@@ -257,7 +257,7 @@ def test_inject_apply_owns_only_volume_mount_flag_and_annotation() -> None:
 
 
 def test_annotate_only_apply_is_the_annotation_alone() -> None:
-    body = builders.annotate_apply(
+    body = workload_apply.annotate_apply(
         {"metadata": {"name": "srv", "namespace": "serving", "resourceVersion": "7"}}, "cm", "h2"
     )
     assert body["metadata"]["resourceVersion"] == "7"
@@ -270,7 +270,9 @@ def test_annotate_only_apply_is_the_annotation_alone() -> None:
 
 def test_a_deployment_write_without_a_resource_version_is_never_built() -> None:
     with pytest.raises(ValueError, match="resourceVersion"):
-        builders.annotate_apply({"metadata": {"name": "srv", "namespace": "serving"}}, "c", "h")
+        workload_apply.annotate_apply(
+            {"metadata": {"name": "srv", "namespace": "serving"}}, "c", "h"
+        )
 
 
 def test_names_are_deterministic_unique_per_profile_and_short_enough() -> None:
@@ -370,10 +372,12 @@ def test_a_shell_wrapped_server_is_cloned_in_exec_form() -> None:
 
 def test_owner_patch_carries_the_resource_version_it_was_decided_on() -> None:
     dep = {"metadata": {"name": "srv", "resourceVersion": "42"}}
-    assert builders.owner_patch(dep, "llama") == {
+    assert workload_apply.owner_patch(dep, "llama") == {
         "metadata": {"resourceVersion": "42", "annotations": {L.ANNOTATION_OWNER: "llama"}}
     }
-    assert builders.owner_patch(dep, None)["metadata"]["annotations"] == {L.ANNOTATION_OWNER: None}
+    assert workload_apply.owner_patch(dep, None)["metadata"]["annotations"] == {
+        L.ANNOTATION_OWNER: None
+    }
 
 
 def production_plan() -> builders.RunPlan:

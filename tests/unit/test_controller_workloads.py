@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sps_operator.controller.kube import builders
+from sps_operator.controller.kube import workload_apply
 from sps_operator.controller.policies import deployments, workloads
 from sps_operator.controller.policies.placement import PodInfo
 
@@ -154,7 +154,7 @@ def test_what_waits_for_a_person() -> None:
 
 
 def test_inject_writes_every_template_with_its_own_args() -> None:
-    body = builders.inject_apply(
+    body = workload_apply.inject_apply(
         lws(), "sglang", "t-cm", "h1", "/etc/sps/table.json", ["--node-rank", "0"]
     )
     assert (body["apiVersion"], body["kind"]) == ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
@@ -170,9 +170,9 @@ def test_inject_writes_every_template_with_its_own_args() -> None:
         "/etc/sps/table.json",
     ]
     # Without a leader template, none is created by the apply.
-    body = builders.inject_apply(lws(leader=False), "sglang", "t", "h", "/etc/sps/t.json", [])
+    body = workload_apply.inject_apply(lws(leader=False), "sglang", "t", "h", "/etc/sps/t.json", [])
     assert "leaderTemplate" not in body["spec"]["leaderWorkerTemplate"]
-    sts = builders.annotate_apply(stateful_set(), "t", "h")
+    sts = workload_apply.annotate_apply(stateful_set(), "t", "h")
     assert (sts["kind"], sts["metadata"]["resourceVersion"]) == ("StatefulSet", "7")
     assert sts["spec"]["template"]["metadata"]["annotations"]["sps.dev/table"] == "t"
 

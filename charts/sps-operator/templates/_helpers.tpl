@@ -120,8 +120,10 @@ or into a Role in each watched namespace (namespaces mode).
 - apiGroups: [""]
   # Services' selectors: a profiling pod's labels must never make it one a Service sends
   # traffic to; an External server.url must not name an ExternalName Service.
+  # A multi-node clone's headless Service (its pods' DNS names): created per run Job,
+  # deleted with it.
   resources: [services]
-  verbs: [list, watch]
+  verbs: [get, list, watch, create, delete]
 - apiGroups: [""]
   # Claims' access modes: a clone of a server with a ReadWriteOnce claim must run on the
   # node that holds it; a ReadWriteOncePod claim is refused. The cache only.
@@ -221,6 +223,8 @@ or into a Role in each watched namespace (namespaces mode).
 - {{ printf "--allowed-annotation-keys=%s" (join "," .annotationKeys.allowed) | quote }}
 - {{ printf "--reserved-annotation-keys=%s" (join "," .annotationKeys.reserved) | quote }}
 - {{ printf "--max-active-deadline-seconds=%d" (int .maxActiveDeadlineSeconds) | quote }}
+- {{ printf "--max-run-pods=%d" (int .maxRunPods) | quote }}
+- {{ printf "--max-gpus-per-pod=%d" (int .maxGpusPerPod) | quote }}
 - {{ printf "--allowed-server-hosts=%s" (join "," .allowedServerHosts) | quote }}
 {{- end }}
 {{- range $key, $value := .Values.jobDefaults.labels }}

@@ -36,6 +36,7 @@ COMPONENT_RESULT = "result"
 COMPONENT_JOB = "profiling-job"
 COMPONENT_POD = "profiling-pod"
 COMPONENT_RBAC = "profiler-rbac"
+COMPONENT_GROUP_SERVICE = "group-service"  # a multi-node clone's headless Service
 COMPONENT_STABLE = "stable-table"
 
 # Annotations.

@@ -29,8 +29,8 @@ from kubernetes.client.exceptions import ApiException
 
 from sps_operator.api import labels as L
 from sps_operator.constants import FIELD_MANAGER
-from sps_operator.controller.kube.builders import owner_patch
 from sps_operator.controller.kube.client import KubeApi, Obj, owned_by
+from sps_operator.controller.kube.workload_apply import owner_patch
 from sps_operator.controller.policies import workloads
 from sps_operator.controller.policies.borrow import (
     COMPONENT_POOL,

@@ -243,6 +243,19 @@ def _add_job_policy_args(parser: argparse.ArgumentParser) -> None:
         default=policy.max_active_deadline_seconds,
         help="the largest spec.job.activeDeadlineSeconds a profile may ask for",
     )
+    parser.add_argument(
+        "--max-run-pods",
+        type=int,
+        default=policy.max_run_pods,
+        help="the most pods one profiling run may hold at once (a multi-node clone runs one "
+        "per node of the target's --nnodes)",
+    )
+    parser.add_argument(
+        "--max-gpus-per-pod",
+        type=int,
+        default=policy.max_gpus_per_pod,
+        help="the most GPUs one profiling pod may hold (the target's request, cloned)",
+    )
 
 
 def _add_log_args(parser: argparse.ArgumentParser) -> None:
@@ -313,6 +326,8 @@ def job_policy(args: argparse.Namespace) -> JobPolicy:
         label_keys=NameRule(args.allowed_label_keys, args.reserved_label_keys),
         annotation_keys=NameRule(args.allowed_annotation_keys, args.reserved_annotation_keys),
         max_active_deadline_seconds=args.max_active_deadline_seconds,
+        max_run_pods=args.max_run_pods,
+        max_gpus_per_pod=args.max_gpus_per_pod,
         allowed_server_hosts=args.allowed_server_hosts,
     )
 

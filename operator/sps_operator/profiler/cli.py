@@ -11,6 +11,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -133,6 +134,13 @@ def _add_round_args(parser: argparse.ArgumentParser) -> None:
 
 def _add_run_control_args(parser: argparse.ArgumentParser) -> None:
     """Resuming, waiting, progress, and where results are published."""
+    parser.add_argument(
+        "--node-rank",
+        type=int,
+        default=None,
+        help="This pod's rank in a multi-node profiling clone (one pod template for every "
+        "rank): rank 0 profiles; any other rank holds its pod until the Job ends it.",
+    )
     parser.add_argument(
         "--resume",
         action="store_true",
@@ -330,6 +338,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # One line per HTTP poll would drown the progress; keep urllib3 quiet unless debugging.
     logging.getLogger("urllib3").setLevel(max(level, logging.WARNING))
     _interrupt_on_sigterm()
+    if args.command in ("run", "all") and args.node_rank:
+        return hold_rank(args.node_rank)
     publisher = None
     try:
         if args.command in ("run", "all") and args.publish_configmap:
@@ -349,6 +359,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         _publish_failure(publisher, str(exc))
         print(f"sps-profiler: error: {exc}", file=sys.stderr)
         return 1
+
+
+def hold_rank(rank: int, nap_seconds: float = 3600.0) -> int:
+    """A worker rank of a group clone: its server serves rank 0, which the profiler beside
+    rank 0 drives; this container only keeps the pod until the Job ends it (SIGTERM), so
+    that a worker pod ends only when the group does (the Job's deadline bounds it)."""
+    if rank < 0:
+        print(f"sps-profiler: --node-rank must be at least 0, got {rank}", file=sys.stderr)
+        return 2
+    try:  # a SIGTERM may come as soon as the line is out
+        print(f"sps-profiler: node rank {rank} of a group: rank 0 profiles; holding", flush=True)
+        while True:
+            time.sleep(nap_seconds)
+    except KeyboardInterrupt:
+        return 0
 
 
 def _interrupt_on_sigterm() -> None:

@@ -61,7 +61,6 @@ from sps_operator.controller.policies.borrow import (
     borrow_refusal,
     give_back,
     holder_seen_from,
-    job_pods,
     kueue_managed_refusal,
     pool_bid,
     read_tag,
@@ -80,6 +79,7 @@ from sps_operator.controller.policies.kueue import (
     queued_message,
     run_limit,
 )
+from sps_operator.controller.policies.run_job import job_pods
 from sps_operator.controller.process.memories import PoolLines
 
 log = logging.getLogger(__name__)
@@ -185,8 +185,12 @@ def _waiting_now(
         p.wake_within(p.settings.kueue_recheck_seconds)
         return queued_message(run.job, str(queue), _read_kueue(p, reads, job, str(queue)))
     pods = _run_pods(p, run)
-    if pods and all(pod.unschedulable for pod in pods):
-        message = f"no node can take it now: {pods[0].unschedulable}"
+    # A group clone runs when every one of its pods does: one unplaced pod holds it back.
+    unplaced = next((pod for pod in pods if pod.unschedulable), None)
+    if unplaced is not None:
+        message = f"no node can take it now: {unplaced.unschedulable}"
+        if len(pods) > 1:
+            message = f"pod {unplaced.name} of the group: {message}"
         # The Job's own note when the target's ReadWriteOnce claims pin it to one node.
         pin = ((job.get("metadata") or {}).get("annotations") or {}).get(L.ANNOTATION_VOLUME_PIN)
         return WAITING_FOR_GPUS, message + (f"; {str(pin)[:300]}" if pin else "")

@@ -8,7 +8,6 @@ never copy GitOps tracking metadata (`app.kubernetes.io/instance`,
 from __future__ import annotations
 
 import copy
-import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,8 +17,7 @@ from sps_operator.api.fingerprint import sgl_twin, sglang_name
 from sps_operator.api.kinds import RunPhase
 from sps_operator.api.spec import DEFAULT_ADDITIVE_FRACS, ServerSource, SpsProfileSpec, TableKind
 from sps_operator.constants import API_GROUP, API_VERSION, IMAGE, KIND
-from sps_operator.controller.kube import names
-from sps_operator.controller.policies import workloads
+from sps_operator.controller.kube import group_clone, names
 from sps_operator.controller.policies.claims import VolumePin, pin_to_node
 from sps_operator.controller.sglang.podenv import escape
 from sps_operator.controller.sglang.serverconfig import (
@@ -169,6 +167,24 @@ class RunPlan:
     def account(self) -> str:
         return names.profiler_account(self.run)
 
+    @property
+    def group(self) -> group_clone.Group | None:
+        """The target's multi-node group the clone repeats (None: one pod, or External)."""
+        if self.spec.server.source == ServerSource.EXTERNAL:
+            return None
+        group = group_clone.group_of(self.server)
+        if group is not None and "." in self.job_name:
+            raise ValueError(
+                f"a multi-node clone's pods are named {self.job_name}-<rank>, which must be a "
+                "DNS label: name the SpsProfile without '.' to profile a multi-node server"
+            )
+        return group
+
+    @property
+    def leader_host(self) -> str:
+        service = names.group_service(self.job_name)
+        return group_clone.leader_host(self.job_name, service, self.profile.namespace)
+
     def labels(self) -> dict[str, str]:
         return {
             L.LABEL_RUN: self.run,
@@ -215,6 +231,8 @@ def profiler_args(plan: RunPlan, base_url: str) -> list[str]:
     args += ["--wait-for-server", str(SERVER_WAIT_SECONDS)]
     args += ["--publish-configmap", plan.result_config_map]
     args += ["--publish-namespace", plan.profile.namespace]
+    if plan.group is not None:  # one pod template for all ranks: only rank 0 profiles
+        args += ["--node-rank", f"$({group_clone.RANK_ENV})"]
     return args
 
 
@@ -275,6 +293,9 @@ def server_sidecar(
         mounts.append({"name": SEED_VOLUME, "mountPath": SEED_MOUNT_DIR, "readOnly": True})
     elif server.table_path == CONST_TABLE_PATH and verify_mode(plan.spec, plan.phase) != "static":
         args += [TABLE_PATH_FLAG, CONST_TABLE_PATH]
+    group = plan.group
+    if group is not None:
+        args = group_clone.group_args(args, group, plan.leader_host)
     sidecar["command"] = list(server.launcher)
     sidecar["args"] = args
     if mounts:
@@ -291,6 +312,12 @@ def server_sidecar(
         "SGLANG_RAGGED_VERIFY_MODE": verify_mode(plan.spec, plan.phase),
     }
     sidecar["env"] = _with_env(sidecar.get("env") or [], env, bool(sidecar.get("envFrom")))
+    sidecar["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    if group is not None:
+        # No probes: only rank 0 serves HTTP, and every rank shares one pod template (the
+        # profiler waits for the server itself).
+        sidecar["env"] = group_clone.group_env(sidecar["env"], group, plan.leader_host)
+        return sidecar
     probe = {
         "httpGet": {"path": "/health", "port": plan.server_port},
         "periodSeconds": 2,
@@ -299,7 +326,6 @@ def server_sidecar(
     }
     sidecar["startupProbe"] = probe
     sidecar["readinessProbe"] = {**probe, "failureThreshold": 3}
-    sidecar["terminationMessagePolicy"] = "FallbackToLogsOnError"
     return sidecar
 
 
@@ -340,6 +366,7 @@ def profiler_container(
             # A read-only root file system: caches go to the work volume.
             {"name": "HOME", "value": WORK_DIR},
             {"name": "MPLCONFIGDIR", "value": f"{WORK_DIR}/matplotlib"},
+            *([group_clone.rank_env()] if plan.group is not None else []),
         ],
         "volumeMounts": mounts,
         "securityContext": copy.deepcopy(RESTRICTED_CONTAINER),
@@ -500,9 +527,24 @@ def profiling_job(plan: RunPlan) -> dict[str, Any]:
         + spec.capacity.wait_timeout_seconds,
         "template": {"metadata": template_meta, "spec": pod},
     }
+    group = plan.group
+    if group is not None:
+        # A lost rank fails its index, and the Job, at once (backoffLimitPerIndex).
+        del job_spec["backoffLimit"]
+        job_spec.update(group_clone.job_spec_fields(group))
+        group_clone.drop_partial_admission(meta)
+        pod["subdomain"] = names.group_service(plan.job_name)
     if extra_labels.get(L.LABEL_KUEUE_QUEUE):
         job_spec["suspend"] = True  # Kueue admits it (and unsuspends it) when quota allows
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}
+
+
+def group_service(plan: RunPlan) -> dict[str, Any]:
+    """The headless Service of a multi-node clone (owned by the profile, labelled with the
+    run: deleted with the run's Job)."""
+    name = names.group_service(plan.job_name)
+    meta = object_meta(plan.profile, name, L.COMPONENT_GROUP_SERVICE, plan.labels())
+    return group_clone.headless_service(meta, plan.job_name)
 
 
 def additive_seed(diagonal_json: str) -> str:
@@ -561,121 +603,3 @@ def profiler_rbac(plan: RunPlan) -> list[dict[str, Any]]:
             ],
         },
     ]
-
-
-# --------------------------------------------------------------------------- rollout
-
-
-def inject_apply(
-    deployment: Mapping[str, Any],
-    container_name: str,
-    table_config_map: str,
-    table_hash: str,
-    table_path: str,
-    server_args: Sequence[str],
-) -> dict[str, Any]:
-    """The server-side-apply body for Inject: only the fields the operator owns, in every
-    pod template of the workload (a LeaderWorkerSet's leader and worker templates: every
-    rank loads the same table bytes from the same path, or the group must not start).
-
-    The args list is atomic in SSA, so the operator necessarily co-owns `args`; it sends
-    each template's container's current args with its flag set (Git's values unchanged):
-    `server_args` for the server's template, as read, and the others' as the object holds
-    them (a worker's per-rank args differ from the leader's)."""
-    directory, filename = posixpath.split(table_path)
-    volume = {
-        "name": TABLE_VOLUME,
-        "configMap": {"name": table_config_map, "items": [{"key": L.TABLE_KEY, "path": filename}]},
-    }
-    templates: list[tuple[workloads.Path, dict[str, Any]]] = []
-    for i, (path, template) in enumerate(workloads.templates(deployment) or [((), {})]):
-        args = server_args if i == 0 else _container_args(template, container_name)
-        pod_spec: dict[str, Any] = {
-            "containers": [
-                {
-                    "name": container_name,
-                    "args": [
-                        *without_flag(list(args), TABLE_PATH_FLAG),
-                        TABLE_PATH_FLAG,
-                        table_path,
-                    ],
-                    "volumeMounts": [
-                        {"name": TABLE_VOLUME, "mountPath": directory, "readOnly": True}
-                    ],
-                }
-            ],
-            "volumes": [volume],
-        }
-        templates.append(
-            (path, {**_table_annotations(table_config_map, table_hash), "spec": pod_spec})
-        )
-    return _workload_apply(deployment, templates)
-
-
-def _container_args(template: Mapping[str, Any], container_name: str) -> list[str]:
-    pod_spec = template.get("spec") or {}
-    for container in pod_spec.get("containers") or []:
-        if isinstance(container, Mapping) and container.get("name") == container_name:
-            return [str(a) for a in container.get("args") or []]
-    return []
-
-
-def annotate_apply(
-    deployment: Mapping[str, Any], table_config_map: str, table_hash: str
-) -> dict[str, Any]:
-    """The server-side-apply body for AnnotateOnly: the pod-template annotation (in every
-    template of the workload), nothing else."""
-    annotations = _table_annotations(table_config_map, table_hash)
-    paths = [path for path, _ in workloads.templates(deployment)] or [()]
-    return _workload_apply(deployment, [(path, annotations) for path in paths])
-
-
-def _table_annotations(table_config_map: str, table_hash: str) -> dict[str, Any]:
-    """The pod-template metadata the operator owns: which table, at which hash."""
-    return {
-        "metadata": {
-            "annotations": {
-                L.ANNOTATION_TABLE_HASH: table_hash,
-                L.ANNOTATION_TABLE: table_config_map,
-            }
-        }
-    }
-
-
-def _workload_apply(
-    workload: Mapping[str, Any], templates: Sequence[tuple[workloads.Path, dict[str, Any]]]
-) -> dict[str, Any]:
-    """An apply body naming `workload` (of its kind) and carrying only `templates`, each at
-    its path, made conditional on the resourceVersion `workload` was read at: the body
-    repeats what was read (the args), so the API server must refuse it (409) once anyone
-    changed the object."""
-    kind = workloads.kind_of(workload)
-    meta = workload.get("metadata") or {}
-    name = {"name": meta.get("name"), "namespace": meta.get("namespace")}
-    if not meta.get("resourceVersion"):
-        raise ValueError(f"{kind.kind} {name} has no resourceVersion to apply against")
-    body: dict[str, Any] = {
-        "apiVersion": kind.api_version,
-        "kind": kind.kind,
-        "metadata": {**name, "resourceVersion": meta["resourceVersion"]},
-    }
-    for path, template in templates:
-        node = body
-        for key in (path or kind.template_paths[0])[:-1]:
-            node = node.setdefault(key, {})
-        node[(path or kind.template_paths[0])[-1]] = template
-    return body
-
-
-def owner_patch(deployment: Mapping[str, Any], owner: str | None) -> dict[str, Any]:
-    """A merge patch recording (or, with None, removing) the profile that serves the
-    Deployment. It carries the resourceVersion the decision was made on: the API server
-    refuses it (409) if the Deployment changed meanwhile. A merge patch, not an apply: an
-    apply of only this annotation would drop the template fields the operator applied."""
-    meta = deployment.get("metadata") or {}
-    return {
-        "metadata": {
-            "resourceVersion": meta.get("resourceVersion"),
-            "annotations": {L.ANNOTATION_OWNER: owner},
-        }
-    }

@@ -229,6 +229,9 @@ class Kube:
             "ServiceAccount": lambda: self.core.read_namespaced_service_account(
                 name, namespace, _preload_content=False
             ),
+            "Service": lambda: self.core.read_namespaced_service(
+                name, namespace, _preload_content=False
+            ),
             "Role": lambda: self.rbac.read_namespaced_role(name, namespace, _preload_content=False),
             "RoleBinding": lambda: self.rbac.read_namespaced_role_binding(
                 name, namespace, _preload_content=False
@@ -267,6 +270,7 @@ class Kube:
             "Job": lambda: self.batch.create_namespaced_job(ns, body),
             "ConfigMap": lambda: self.core.create_namespaced_config_map(ns, body),
             "ServiceAccount": lambda: self.core.create_namespaced_service_account(ns, body),
+            "Service": lambda: self.core.create_namespaced_service(ns, body),
             "Role": lambda: self.rbac.create_namespaced_role(ns, body),
             "RoleBinding": lambda: self.rbac.create_namespaced_role_binding(ns, body),
             "Lease": lambda: client.CoordinationV1Api(self.api).create_namespaced_lease(ns, body),
@@ -288,6 +292,7 @@ class Kube:
             "Job": lambda: self.batch.delete_namespaced_job(name, namespace, body=body),
             "ConfigMap": lambda: self.core.delete_namespaced_config_map(name, namespace, body=body),
             "ServiceAccount": lambda: self.core.delete_namespaced_service_account(name, namespace),
+            "Service": lambda: self.core.delete_namespaced_service(name, namespace, body=body),
             "Role": lambda: self.rbac.delete_namespaced_role(name, namespace),
             "RoleBinding": lambda: self.rbac.delete_namespaced_role_binding(name, namespace),
             "Lease": lambda: client.CoordinationV1Api(self.api).delete_namespaced_lease(
@@ -309,8 +314,8 @@ class Kube:
 
         Forced, because the operator must co-own the atomic `args` list with whoever wrote
         it. A Deployment body carries the resourceVersion its content was read at
-        (`builders.inject_apply`, `annotate_apply`): the API server refuses it (409) when the object
-        changed since, so a force never writes stale values over a newer edit."""
+        (`workload_apply.inject_apply`, `annotate_apply`): the API server refuses it (409)
+        when the object changed since, so a force never writes stale values over a newer edit."""
         patches: dict[str, Callable[..., Any]] = {
             "Deployment": self.apps.patch_namespaced_deployment,
             "StatefulSet": self.apps.patch_namespaced_stateful_set,

@@ -51,3 +51,9 @@ _LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9._-]")
 def label_value(value: str) -> str:
     """A string made safe as a label value (≤ 63 chars, alphanumeric at both ends)."""
     return _LABEL_VALUE_BAD.sub("_", value)[:63].strip("._-")
+
+
+def group_service(job: str) -> str:
+    """The headless Service of a multi-node clone's Job (its pods' subdomain; a Service
+    name must start with a letter)."""
+    return f"sps-{job}"

@@ -44,6 +44,7 @@ from sps_operator.constants import FIELD_MANAGER, LABEL_PREFIX
 from sps_operator.controller.policies import workloads
 from sps_operator.controller.policies.deployments import deployment_rolled_out
 from sps_operator.controller.policies.placement import PodInfo
+from sps_operator.controller.policies.run_job import job_pods
 from sps_operator.controller.policies.selectors import matches_selector
 
 Obj = dict[str, Any]
@@ -432,16 +433,6 @@ class PoolBid:
     @property
     def place(self) -> tuple[int, str, str]:
         return (-self.priority, self.since, self.uid)
-
-
-def job_pods(pods: Iterable[PodInfo], job: Mapping[str, Any] | None) -> list[PodInfo]:
-    """The pods of `job` (the run's Job, found by the UID its status records): those whose
-    controller ownerReference is that UID. A pod anyone may create with the run's labels or
-    an ownerReference of kind "Job" is not one of them."""
-    uid = ((job or {}).get("metadata") or {}).get("uid")
-    if not uid:
-        return []
-    return [pod for pod in pods if pod.controller_uid == uid]
 
 
 def pool_bid(

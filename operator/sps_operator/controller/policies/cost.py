@@ -29,6 +29,7 @@ from typing import Any
 from sps_operator.api.status import CostRecord
 from sps_operator.constants import GPU_RESOURCE
 from sps_operator.controller.policies.clocks import elapsed
+from sps_operator.controller.policies.run_job import group_pods
 
 MAX_COST_PRODUCTS = 32  # GPU products kept in status.cost (a profile sees a handful)
 
@@ -46,16 +47,21 @@ def _gpus(container: Mapping[str, Any]) -> int:
     return 0
 
 
-def job_gpus(job: Mapping[str, Any]) -> int:
-    """GPUs the Job's pod holds: its containers and native sidecars (init containers with
-    restartPolicy Always: the cloned server) together, or a plain init container's own if
-    larger (as the scheduler computes a pod's request)."""
+def pod_gpus(job: Mapping[str, Any]) -> int:
+    """GPUs one pod of the Job holds: its containers and native sidecars (init containers
+    with restartPolicy Always: the cloned server) together, or a plain init container's own
+    if larger (as the scheduler computes a pod's request)."""
     pod = (((job.get("spec") or {}).get("template") or {}).get("spec")) or {}
     inits = [c for c in pod.get("initContainers") or [] if isinstance(c, Mapping)]
     running = sum(_gpus(c) for c in pod.get("containers") or [] if isinstance(c, Mapping))
     running += sum(_gpus(c) for c in inits if c.get("restartPolicy") == "Always")
     plain = [_gpus(c) for c in inits if c.get("restartPolicy") != "Always"]
     return max([running, *plain])
+
+
+def job_gpus(job: Mapping[str, Any]) -> int:
+    """GPUs the Job holds while it runs: every pod of a group counts."""
+    return pod_gpus(job) * group_pods(job)
 
 
 def bounded_seconds(since: str | None, now: datetime, bound: float) -> float:

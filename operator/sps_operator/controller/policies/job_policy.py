@@ -25,6 +25,8 @@ from sps_operator.api.reasons import (
     READ_WRITE_ONCE_POD_CLAIM,
 )
 from sps_operator.api.result import clean_text
+from sps_operator.controller.policies.cost import pod_gpus
+from sps_operator.controller.policies.run_job import group_pods
 from sps_operator.controller.policies.selectors import matches_selector
 
 if TYPE_CHECKING:  # the flags' defaults come from here: no pydantic at start-up
@@ -129,6 +131,9 @@ class JobPolicy:
     label_keys: NameRule = NameRule(ALLOWED_KEYS, RESERVED_KEYS)
     annotation_keys: NameRule = NameRule(ALLOWED_KEYS, RESERVED_KEYS)
     max_active_deadline_seconds: int = 86_400
+    # A run's pods (a multi-node clone runs the target's --nnodes) and GPUs per pod.
+    max_run_pods: int = 8
+    max_gpus_per_pod: int = 16
     # Hosts an External server.url may name; `*` stands for one DNS label (alone: any
     # host), {namespace} for the profile's namespace.
     allowed_server_hosts: tuple[str, ...] = (f"*.{NAMESPACE_PLACEHOLDER}.svc.cluster.local",)
@@ -301,6 +306,9 @@ def job_refusal(
     target's pod spec): its Kueue queue and its priorities."""
     labels, pod = _pod(job)
     own = spec.job.labels or {}
+    size = size_refusal(policy, job)
+    if size is not None:
+        return size
 
     def source(key: str) -> str:
         return (
@@ -358,6 +366,28 @@ def job_refusal(
             "priorityClasses",
             f"{source(L.LABEL_KUEUE_PRIORITY)} is {kueue_priority!r} "
             f"({policy.priority_classes.describe()}); name an allowed WorkloadPriorityClass",
+        )
+    return None
+
+
+def size_refusal(policy: JobPolicy, job: Mapping[str, Any]) -> Refusal | None:
+    """The admin's bounds on what one run holds: pods (a multi-node clone runs one per
+    node of the target's group) and GPUs per pod (the target's request, cloned)."""
+    pods, gpus = group_pods(job), pod_gpus(job)
+    if pods > policy.max_run_pods:
+        return _admin(
+            "maxRunPods",
+            f"the target is a group of {pods} nodes (--nnodes {pods}), so its profiling clone "
+            f"would run {pods} pods at once, more than the {policy.max_run_pods} one run may; "
+            "profile it with server.source External against its leader, or have the bound "
+            "raised (flag --max-run-pods)",
+        )
+    if gpus > policy.max_gpus_per_pod:
+        return _admin(
+            "maxGpusPerPod",
+            f"each pod of the profiling clone would hold {gpus} GPUs (the target's request), "
+            f"more than the {policy.max_gpus_per_pod} a profiling pod may; profile it with "
+            "server.source External, or have the bound raised (flag --max-gpus-per-pod)",
         )
     return None
 

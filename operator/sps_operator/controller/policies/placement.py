@@ -73,6 +73,9 @@ class PodInfo:
     uid: str | None = None
     ip: str | None = None
     host_network: bool = False
+    # A profiling pod that failed or is being disrupted: the kubelet's or the evictor's
+    # words (status reason and message, or the DisruptionTarget condition's).
+    lost: str | None = None
 
     @property
     def profiling(self) -> bool:
@@ -108,6 +111,26 @@ def _stuck(status: Mapping[str, Any]) -> str | None:
                 + f", {cs.get('restartCount', 0)} restarts)"
             )
         return _bounded(text)
+    return None
+
+
+def _lost(status: Mapping[str, Any]) -> str | None:
+    """Why a pod failed or is being taken away, in the words of whoever did it."""
+    disruption = next(
+        (
+            c
+            for c in status.get("conditions") or []
+            if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+        ),
+        None,
+    )
+    if disruption is not None:
+        said = (
+            f"{disruption.get('reason') or 'DisruptionTarget'}: {disruption.get('message') or ''}"
+        )
+        return _bounded(said.strip(": "))
+    if status.get("phase") == "Failed" and (status.get("reason") or status.get("message")):
+        return _bounded(f"{status.get('reason') or 'Failed'}: {status.get('message') or ''}")
     return None
 
 
@@ -164,6 +187,7 @@ def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
         uid=str(meta["uid"])[:MAX_HASH] if meta.get("uid") else None,
         ip=str(status["podIP"])[:MAX_HASH] if status.get("podIP") else None,
         host_network=spec.get("hostNetwork") is True,
+        lost=_lost(status) if profiling_run else None,
     )
 
 

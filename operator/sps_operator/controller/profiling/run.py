@@ -36,13 +36,14 @@ from sps_operator.api.reasons import (
 from sps_operator.api.result import STATUS_FAILED, STATUS_SUCCEEDED, ResultError, read_result
 from sps_operator.api.spec import ServerSource, TableKind
 from sps_operator.api.status import FailureRecord, RunPhase, RunStatus
-from sps_operator.controller.kube import builders, names, table_objects
+from sps_operator.controller.kube import builders, group_clone, names, table_objects
 from sps_operator.controller.kube.client import Obj, api_error_detail
-from sps_operator.controller.passes.state import Target
+from sps_operator.controller.passes.state import Target, belongs_to
 from sps_operator.controller.policies import claims, compat
 from sps_operator.controller.policies import conditions as cond
 from sps_operator.controller.policies import job_policy as policy
 from sps_operator.controller.policies.clocks import elapsed
+from sps_operator.controller.policies.run_job import group_pods, job_pods
 from sps_operator.controller.policies.triggers import RunRequest, TargetView, decide_run
 from sps_operator.controller.process.bounded import judge_bounded
 from sps_operator.controller.profiling.outcome import (
@@ -214,6 +215,8 @@ def _create_phase(
         for obj in builders.profiler_rbac(plan):
             create_owned(p, obj)
     create_owned(p, builders.result_config_map(plan))
+    if plan.group is not None:  # its pods' DNS names, before its pods look them up
+        create_owned(p, builders.group_service(plan))
     uid = create_owned(p, job)
     return uid[:64] if uid else None
 
@@ -318,11 +321,46 @@ def cleanup_runs(p: ProfilingPass, keep: str | None) -> None:
     for job in p.snapshot.jobs.values():
         if (job["metadata"].get("labels") or {}).get(L.LABEL_RUN) != keep:
             p.delete_own("Job", job)
+            if group_pods(job) > 1:
+                _delete_group_service(p, str(job["metadata"]["name"]))
     for cm in p.snapshot.config_maps.values():
         labels = cm["metadata"].get("labels") or {}
         component = labels.get(L.LABEL_COMPONENT)
         if component in (L.COMPONENT_RESULT, L.COMPONENT_SEED) and labels.get(L.LABEL_RUN) != keep:
             p.delete_own("ConfigMap", cm)
+
+
+def _delete_group_service(p: ProfilingPass, job: str) -> None:
+    """The headless Service of a group clone's Job, if it is this profile's own."""
+    service = p.kube.get("Service", p.namespace, names.group_service(job))
+    if service is not None and belongs_to(service, p.ref):
+        p.delete_own("Service", service)
+
+
+def lost_ranks(p: ProfilingPass, job: Obj) -> str:
+    """What a failed group clone's Job lost: the failed ranks (the Job's failedIndexes)
+    and, for each, its pod's words (evicted, preempted, its node gone, a container that
+    could not run), or that its pod is gone (deleted). Empty for a one-pod Job."""
+    if group_pods(job) <= 1:
+        return ""
+    failed = str((job.get("status") or {}).get("failedIndexes") or "")[:64]
+    pods = {
+        pod.labels.get(group_clone.COMPLETION_INDEX_LABEL): pod
+        for pod in job_pods(p.snapshot.pods, job)
+    }
+    said = []
+    for index in [i for i in failed.split(",") if i.isdigit()][:4]:
+        pod = pods.get(index)
+        words = pod and (
+            pod.lost or pod.stuck or pod.unschedulable or "; ".join(w for _, w in pod.exits[:1])
+        )
+        gone = "its pod was deleted (by a user, a controller, or with its node)"
+        said.append(
+            f"rank {index}" + (f" (pod {pod.name}): {words}" if pod and words else f": {gone}")
+        )
+    if not said:
+        return "; a rank of the group was lost"
+    return "; the group lost " + "; ".join(said)
 
 
 # Conditions that end a Job (or announce its end). Not `Suspended`: a Job created suspended
@@ -402,6 +440,7 @@ def progress_run(p: ProfilingPass) -> Measured | None:
         why = finished["Failed"].get("reason") or "JobFailed"
         if not result.status:
             detail = f"{detail}; {never_written(result_name, run.job)}"
+        detail += lost_ranks(p, job)
         fail_run(p, PROFILING_FAILED, f"Job {run.job} failed ({why}): {detail}")
         return None
     if "Complete" not in finished and "SuccessCriteriaMet" not in finished:

@@ -42,7 +42,7 @@ from sps_operator.api.spec import RolloutMode
 from sps_operator.api.status import FailureRecord, TableRef, TargetState, TargetStatus
 from sps_operator.api.times import parse_rfc3339
 from sps_operator.api.untrusted_json import read_json_object, readable
-from sps_operator.controller.kube import builders, names, table_objects
+from sps_operator.controller.kube import names, table_objects, workload_apply
 from sps_operator.controller.kube.client import owned_by
 from sps_operator.controller.kube.table_objects import MAX_META_BYTES, table_text
 from sps_operator.controller.passes.state import Target
@@ -407,7 +407,7 @@ def _claim(p: RolloutPass, target: Target) -> bool:
             target.kind,
             p.namespace,
             target.name,
-            builders.owner_patch(target.deployment, p.ref.name),
+            workload_apply.owner_patch(target.deployment, p.ref.name),
         )
     except ApiException as exc:
         if exc.status == 409:
@@ -425,7 +425,7 @@ def _apply(p: RolloutPass, target: Target, table: EligibleTable) -> bool | None:
     container = target.container or {}
     if rollout.mode == RolloutMode.INJECT:
         serving = inject_serves(target, table.ref, rollout.table_path)
-        body = builders.inject_apply(
+        body = workload_apply.inject_apply(
             target.deployment,
             str(container.get("name")),
             table.ref.config_map,
@@ -437,7 +437,9 @@ def _apply(p: RolloutPass, target: Target, table: EligibleTable) -> bool | None:
         serving = _stable_holds(p, table.ref.hash) and target.running_hash == table.ref.hash
         if not _write_stable(p, table.text, table.ref.hash, placeholder=False):
             return False  # the pods restart only once the stable ConfigMap holds the table
-        body = builders.annotate_apply(target.deployment, table.ref.config_map, table.ref.hash)
+        body = workload_apply.annotate_apply(
+            target.deployment, table.ref.config_map, table.ref.hash
+        )
     if serving:
         return deployment_rolled_out(target.deployment)
     if target.running_hash != table.ref.hash or rollout.mode == RolloutMode.INJECT:
