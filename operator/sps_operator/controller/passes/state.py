@@ -17,6 +17,7 @@ from sps_operator.controller.kube.builders import JobDefaults, ProfileRef
 from sps_operator.controller.kube.client import KubeApi, Obj, owned_by
 from sps_operator.controller.kube.envsources import EnvSources, read_env_config_maps
 from sps_operator.controller.kube.kueue_cache import KueueCache
+from sps_operator.controller.kube.projections import data_omitted
 from sps_operator.controller.kube.ratelimit import Periodic
 from sps_operator.controller.policies import clocks
 from sps_operator.controller.policies.borrow import PoolBid
@@ -133,6 +134,7 @@ class Snapshot:
                 stable is None
                 or not in_namespace(stable, ref.namespace)
                 or stable["metadata"].get("name") != stable_name
+                or data_omitted(stable)  # its bytes are read: larger than the caches keep
             ):
                 stable = kube.get("ConfigMap", ref.namespace, stable_name)
         return replace(
@@ -281,6 +283,8 @@ class Pass:
     targets: list[Target] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)
     created: dict[str, Obj] = field(default_factory=dict)  # ConfigMaps written in this pass
+    # ConfigMaps read back whole in this pass (the caches keep only their metadata).
+    read_back: dict[str, Obj | None] = field(default_factory=dict)
     wake: float | None = None  # seconds until this profile needs its next pass
     returned: set[str] = field(default_factory=set)  # Deployments given their replica back
     # What the pool Leases recorded when this pass read them, by GPU product (dropped when
@@ -319,8 +323,20 @@ class Pass:
         self.events.append((type_, reason, message))
 
     def config_map(self, name: str) -> Obj | None:
-        """One of this profile's ConfigMaps: as read at the start, or created since."""
-        return self.snapshot.config_maps.get(name) or self.created.get(name)
+        """One of this profile's ConfigMaps: as read at the start, or created since. One
+        whose data the caches left out (`projections.data_omitted`: larger than they keep)
+        is read once per pass with a GET, and only while it is still the same object."""
+        cm = self.snapshot.config_maps.get(name) or self.created.get(name)
+        if cm is None or not data_omitted(cm):
+            return cm
+        if name in self.created:
+            return self.created[name]
+        if name not in self.read_back:
+            read = self.kube.get("ConfigMap", self.namespace, name)
+            uid = (cm.get("metadata") or {}).get("uid")
+            same = read is not None and (read.get("metadata") or {}).get("uid") == uid
+            self.read_back[name] = read if same else None
+        return self.read_back[name]
 
     def wake_within(self, seconds: float) -> None:
         """Ask for the next pass no later than `seconds` from now."""
