@@ -237,6 +237,38 @@ def _statuses(h: Harness, passes: Callable[[], Any]) -> dict[str, Any]:
     return h.status()
 
 
+def test_a_template_within_the_parse_bound_but_not_kept_whole_is_read_with_a_get() -> None:
+    """A template of 200 KB (within the 512 KiB the pass parses, over the 64 KiB the
+    caches keep whole): the caches keep a stub, the pass of the profile selecting it reads
+    the Deployment and ends as a pass through a LIST does."""
+    dep = deployment()
+    server = dep["spec"]["template"]["spec"]["containers"][0]
+    server["env"] = [{"name": f"V{i}", "value": "y" * 200} for i in range(1000)]
+    server["env"].append({"name": "M", "valueFrom": {"configMapKeyRef": {"name": "models",
+                                                                         "key": "m"}}})  # fmt: skip
+    dep["spec"]["template"]["spec"]["volumes"] = [
+        {"name": "data", "persistentVolumeClaim": {"claimName": "weights"}}]  # fmt: skip
+    (kept,) = indexes_of([dep]).deployments[(ix.NAMESPACE, NS)]
+    assert pj.template_omitted(kept) and pj.json_size(kept) < 4096
+    idx = indexes_of([dep]).deployments
+    assert (ix.ENV, NS, "models") in idx  # its env ConfigMap still wakes its profile
+    assert ownership.mounted_config_maps(kept) == set()
+    listed, cached = Harness.one_target(), Harness.one_target()
+    for h in (listed, cached):
+        h.kube.put(copy.deepcopy(dep))
+        models = {"name": "models", "namespace": NS}
+        h.kube.put(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": models, "data": {"m": "x"}}
+        )
+    for _ in range(3):
+        via_list = _statuses(listed, listed.run_pass)
+        via_caches = _statuses(cached, cached.run_cached_pass)
+    assert via_caches.get("targets") == via_list.get("targets")
+    assert via_caches.get("currentRun", {}).get("fingerprint") == via_list.get(
+        "currentRun", {}).get("fingerprint")  # fmt: skip
+    assert via_caches.get("targets"), via_caches
+
+
 @pytest.mark.parametrize("what", ["template", "args", "labels"])
 def test_a_target_over_a_bound_is_refused_through_the_caches_as_through_the_api(
     what: str,
@@ -340,8 +372,9 @@ def test_whole_passes_through_the_caches_end_as_through_lists(
     test: Callable[[], None], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each of those tests again, every pass reading the caches' projections, with no
-    ConfigMap's data kept in them: every reader of a table's, a result's or a stable
-    ConfigMap's bytes reads them with a GET, and sees the same (the GETs are counted)."""
+    ConfigMap's data and no pod template kept whole in them: every reader of a table's, a
+    result's or a stable ConfigMap's bytes reads them with a GET, a selected Deployment is
+    read whole, and each sees the same (the GETs are counted)."""
     gets: list[str] = []
     real_get = Harness().kube.get.__func__  # type: ignore[attr-defined]
 
@@ -350,13 +383,21 @@ def test_whole_passes_through_the_caches_end_as_through_lists(
         return real_get(kube, kind, namespace, name)
 
     monkeypatch.setattr(pj, "MAX_INLINE_DATA_BYTES", -1)
+    monkeypatch.setattr(pj, "MAX_INLINE_TEMPLATE_BYTES", -1)
     monkeypatch.setattr(Harness, "run_pass", _run_pass_through_the_caches)
     monkeypatch.setattr(type(Harness().kube), "get", counting_get)
     test()
+    if test.__name__ not in NO_TEMPLATE_READ:
+        assert "Deployment" in gets  # the selected target's template was read back
     if test.__name__ not in NO_TABLE_READ:
         assert "ConfigMap" in gets  # the bytes were read back, not taken from the caches
 
 
+# Tests whose passes never read a target's template (refused before: its size, the spec).
+NO_TEMPLATE_READ = {
+    "test_a_huge_target_is_refused_with_the_limit_before_it_is_parsed",
+    "test_kube_root_ca_is_refused_up_front_with_a_validation_message",
+}
 # Tests whose passes never read a ConfigMap's bytes (refused before any table).
 NO_TABLE_READ = {
     "test_a_huge_target_is_refused_with_the_limit_before_it_is_parsed",

@@ -31,8 +31,10 @@ from typing import Any
 
 from sps_operator.api.limits import MAX_TARGET_TEMPLATE_BYTES
 from sps_operator.constants import LABEL_PREFIX
+from sps_operator.controller.policies.claims import pod_claims
 from sps_operator.controller.policies.ownership import mounted_config_maps
 from sps_operator.controller.policies.stable_writers import SYSTEM_PREFIXES
+from sps_operator.controller.sglang.podenv import env_config_maps
 from sps_operator.controller.sglang.serverread import SIZE_PROBLEM, target_size_problem
 
 # Where a projection says what it left out ({part: its size in bytes as JSON}).
@@ -48,6 +50,9 @@ MAX_CONDITIONS = 16
 MAX_TEXT = 1024  # a scalar field, a condition's message
 MAX_STUB_NAMES = 64  # containers and mounted ConfigMaps a stub names
 MAX_INLINE_DATA_BYTES = 16 * 1024  # a ConfigMap's data kept in the cache
+# A pod template kept whole (real ones are a few KiB to a few tens of KiB); a larger one
+# within the parse bound is read with a GET by the pass of a profile that selects it.
+MAX_INLINE_TEMPLATE_BYTES = 64 * 1024
 UNREADABLE_VALUE = "(over the operator's bound: not kept)"
 
 _OWN_PREFIX = f"{LABEL_PREFIX}/"
@@ -180,35 +185,65 @@ def _header(body: Mapping[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- Deployments
 
 
-def _pod_spec_stub(pod_spec: Mapping[str, Any], problem: str) -> dict[str, Any]:
-    """What a pass keeps of a pod template it will not read: for each container (by
-    name) why (`target_size_problem` gives it back), and the ConfigMaps it mounts."""
+def _pod_spec_stub(pod_spec: Mapping[str, Any], problem: str | None) -> dict[str, Any]:
+    """What the caches keep of a pod template they do not keep whole: its containers by
+    name, each with the ConfigMaps it reads env from (wake-ups); the ConfigMaps and claims
+    it mounts (nothing mounted is deleted; a clone's claims). With a `problem`, why the
+    pass does not read it, per container (`target_size_problem` gives it back); without,
+    the pass reads the whole Deployment with a GET (`Snapshot.for_profile`)."""
     listed = pod_spec.get("containers")
     containers = [c for c in listed if isinstance(c, Mapping)] if isinstance(listed, list) else []
     stub_containers = []
+    names = MAX_STUB_NAMES  # ConfigMaps read env from, over all containers
     for c in containers[:MAX_STUB_NAMES]:
-        # The container's own limits (its command line, its env) come first, as in the
-        # pass; checked without the template, which would be measured again per container.
+        stub: dict[str, Any] = {"name": _scalar(c.get("name"))}
         try:
-            own = target_size_problem({}, c) or problem
-        except Exception:  # any value a tenant wrote: the template's problem stands
-            own = problem
-        stub = {"name": _scalar(c.get("name"))}
-        if own != problem:
-            stub[SIZE_PROBLEM] = own
+            reads = sorted(env_config_maps({"containers": [c]}))[:names]
+        except Exception:  # a malformed env list reads nothing
+            reads = []
+        names -= len(reads)
+        if reads:
+            stub["envFrom"] = [{"configMapRef": {"name": n[:MAX_TEXT]}} for n in reads]
+        if problem is not None:
+            # The container's own limits (its command line, its env) come first, as in
+            # the pass; checked without the template, measured once already.
+            try:
+                own = target_size_problem({}, c) or problem
+            except Exception:  # any value a tenant wrote: the template's problem stands
+                own = problem
+            if own != problem:
+                stub[SIZE_PROBLEM] = own
         stub_containers.append(stub)
     try:
         mounted = sorted(mounted_config_maps({"spec": {"template": {"spec": pod_spec}}}))
+        claims = list(pod_claims(pod_spec))
     except Exception:  # a malformed volume list mounts nothing readable
-        mounted = []
-    volumes = [
+        mounted, claims = [], []
+    volumes: list[dict[str, Any]] = [
         {"name": f"mounted-{i}", "configMap": {"name": n[:MAX_TEXT]}}
         for i, n in enumerate(mounted[:MAX_STUB_NAMES])
     ]
-    return {SIZE_PROBLEM: problem, "containers": stub_containers, "volumes": volumes}
+    volumes += [{"name": f"claim-{i}", "persistentVolumeClaim": {"claimName": n}}
+                for i, n in enumerate(claims)]  # fmt: skip
+    stub_spec: dict[str, Any] = {"containers": stub_containers, "volumes": volumes}
+    if problem is not None:
+        stub_spec[SIZE_PROBLEM] = problem
+    return stub_spec
 
 
-def _template(template: Any, selection_problem: str | None, omitted: dict[str, int]) -> Any:
+def template_omitted(deployment: Mapping[str, Any]) -> bool:
+    """The caches keep only a stub of this Deployment's pod template, which the pass
+    reads (within the bound it parses): read the Deployment to have it."""
+    omitted = deployment.get(OMITTED)
+    if not isinstance(omitted, Mapping) or "template" not in omitted:
+        return False
+    spec = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return SIZE_PROBLEM not in spec
+
+
+def _template(
+    template: Any, selection_problem: str | None, omitted: dict[str, int], inline: int
+) -> Any:
     if not isinstance(template, Mapping):
         return template if template is None else {}
     meta = template.get("metadata")
@@ -221,7 +256,7 @@ def _template(template: Any, selection_problem: str | None, omitted: dict[str, i
     problem = selection_problem
     if problem is None and size > MAX_TARGET_TEMPLATE_BYTES:
         problem = target_size_problem(pod_spec, None)  # the pass's message, as today
-    if problem is None:
+    if problem is None and size <= inline:
         return {"metadata": kept_meta, "spec": pod_spec}
     omitted["template"] = size
     return {"metadata": kept_meta, "spec": _pod_spec_stub(pod_spec, problem)}
@@ -229,9 +264,10 @@ def _template(template: Any, selection_problem: str | None, omitted: dict[str, i
 
 def project_deployment(body: Mapping[str, Any]) -> dict[str, Any]:
     """What a pass reads of a Deployment: its identity, labels and the operator's
-    annotations, replicas, selector, strategy and deadlines, its pod template (whole
-    within `MAX_TARGET_TEMPLATE_BYTES`, else a stub the pass refuses as TargetTooLarge),
-    its rollout status."""
+    annotations, replicas, selector, strategy and deadlines, its rollout status, and its
+    pod template: whole within `MAX_INLINE_TEMPLATE_BYTES`; within the bound the pass
+    parses a stub, the pass reading the Deployment when it selects it; beyond, a stub the
+    pass refuses as TargetTooLarge."""
     omitted: dict[str, int] = {}
     spec = body.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
@@ -269,7 +305,9 @@ def project_deployment(body: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(strategy, Mapping) and json_size(strategy) <= MAX_TEXT:
         kept_spec["strategy"] = dict(strategy)
     if "template" in spec:
-        kept_spec["template"] = _template(template, selection_problem, omitted)
+        kept_spec["template"] = _template(
+            template, selection_problem, omitted, MAX_INLINE_TEMPLATE_BYTES
+        )
     status = body.get("status")
     kept_status = _pick(
         status,

@@ -17,7 +17,7 @@ from sps_operator.controller.kube.builders import JobDefaults, ProfileRef
 from sps_operator.controller.kube.client import KubeApi, Obj, owned_by
 from sps_operator.controller.kube.envsources import EnvSources, read_env_config_maps
 from sps_operator.controller.kube.kueue_cache import KueueCache
-from sps_operator.controller.kube.projections import data_omitted
+from sps_operator.controller.kube.projections import data_omitted, template_omitted
 from sps_operator.controller.kube.ratelimit import Periodic
 from sps_operator.controller.policies import clocks
 from sps_operator.controller.policies.borrow import PoolBid
@@ -121,10 +121,11 @@ class Snapshot:
         ConfigMaps the servers read env from), read here, off the event loop."""
         selector = spec.selector.to_k8s()
         selected = [
-            d
+            whole
             for d in self.deployments
             if in_namespace(d, ref.namespace)
             and matches_selector(selector, (d.get("metadata") or {}).get("labels") or {})
+            and (whole := _whole_deployment(kube, ref.namespace, d)) is not None
         ]
         stable_name = stable_table_name(spec)
         stable = None
@@ -149,6 +150,19 @@ class Snapshot:
             ],
             env_config_maps=read_env_config_maps(kube, ref.namespace, selected, self.env_sources),
         )
+
+
+def _whole_deployment(kube: KubeApi, namespace: str, dep: Obj) -> Obj | None:
+    """`dep` with the pod template the pass reads: as the caches keep it, or read with a
+    GET when they keep only a stub of a template within the bound the pass parses (None:
+    gone, or another object under its name since; the caches will say)."""
+    if not template_omitted(dep):
+        return dep
+    meta = dep.get("metadata") or {}
+    read = kube.get("Deployment", namespace, str(meta.get("name") or ""))
+    if read is None or (read.get("metadata") or {}).get("uid") != meta.get("uid"):
+        return None
+    return read
 
 
 # What a pass is handed: the snapshot, or (the unit tests' LISTs) how to read it inside the
