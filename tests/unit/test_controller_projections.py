@@ -31,11 +31,11 @@ from sps_operator.controller.sglang.serverconfig import find_server_container
 from sps_operator.controller.sglang.serverread import target_size_problem
 
 # What one projection may keep at most, whatever the object: a template within the bound
-# the pass parses, plus bounded metadata, labels and selector, status; the rest a few KiB.
+# the caches keep whole, bounded metadata, labels and selector, and a few KiB more.
 META_BOUND = (pj.MAX_SELECTION_BYTES + pj.MAX_KEPT_ANNOTATIONS * (pj.MAX_ANNOTATION_VALUE
-              + pj.MAX_TEXT) + pj.MAX_OWNER_REFERENCES * 6 * pj.MAX_TEXT + 64 * 1024)  # fmt: skip
+              + pj.MAX_TEXT) + pj.MAX_OWNER_REFERENCE_BYTES + 64 * 1024)  # fmt: skip
 BOUND = {
-    "Deployment": MAX_TARGET_TEMPLATE_BYTES + 2 * pj.MAX_SELECTION_BYTES + META_BOUND,
+    "Deployment": pj.MAX_INLINE_TEMPLATE_BYTES + 2 * pj.MAX_SELECTION_BYTES + META_BOUND,
     "PodDisruptionBudget": pj.MAX_PDB_SELECTOR_BYTES + META_BOUND,
     "HorizontalPodAutoscaler": META_BOUND,
     "ConfigMap": pj.MAX_INLINE_DATA_BYTES + META_BOUND,
@@ -238,7 +238,7 @@ def _statuses(h: Harness, passes: Callable[[], Any]) -> dict[str, Any]:
 
 
 def test_a_template_within_the_parse_bound_but_not_kept_whole_is_read_with_a_get() -> None:
-    """A template of 200 KB (within the 512 KiB the pass parses, over the 64 KiB the
+    """A template of 200 KB (within the 512 KiB the pass parses, over the 32 KiB the
     caches keep whole): the caches keep a stub, the pass of the profile selecting it reads
     the Deployment and ends as a pass through a LIST does."""
     dep = deployment()
@@ -275,7 +275,7 @@ def test_a_target_over_a_bound_is_refused_through_the_caches_as_through_the_api(
 ) -> None:
     """The stub the caches keep of a template over the bound gives the pass the refusal
     and the message a LIST gives (the limit the template exceeds). Labels and selector
-    over theirs (64 KiB; real ones are well under 1 KiB) are not kept: the Deployment is
+    over theirs (32 KiB; real ones are well under 1 KiB) are not kept: the Deployment is
     then selected by no profile (its own namespace's only: no other tenant's concern)."""
     big = deployment()
     server = big["spec"]["template"]["spec"]["containers"][0]
@@ -293,7 +293,10 @@ def test_a_target_over_a_bound_is_refused_through_the_caches_as_through_the_api(
     via_list = _statuses(listed, listed.run_pass)
     via_caches = _statuses(cached, cached.run_cached_pass)
     if what == "labels":
-        assert dep["metadata"]["labels"] == {} and dep[pj.OMITTED]["selection"] > 64 * 1024
+        assert (
+            dep["metadata"]["labels"] == {}
+            and dep[pj.OMITTED]["selection"] > pj.MAX_SELECTION_BYTES
+        )
         assert via_caches.get("targets") in (None, []), via_caches
         stub = dep["spec"]["template"]["spec"]
         assert "labels and selector are" in str(target_size_problem(stub, None))

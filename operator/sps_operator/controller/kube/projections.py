@@ -9,12 +9,16 @@ So a projection keeps, per kind, the fields a pass reads, and of a part over its
 stub that says what was left out and its size, chosen so a pass answers the same or fails
 safe:
 
-* annotations: only the operator's own keys (`sps.dev/…`) and the cluster's (`kubernetes.io/`,
-  `k8s.io/`, which mark system objects); any other annotation is never read.
-  `kubectl.kubernetes.io/last-applied-configuration` (a copy of the whole object) goes.
-* a Deployment's pod template over `MAX_TARGET_TEMPLATE_BYTES`: a stub carrying, per
-  container, the `TargetTooLarge` message the pass gives today (`target_size_problem`
-  reads it back) and the ConfigMaps it mounts (nothing mounted is deleted).
+* annotations: only the operator's own keys (`sps.dev/…`, its known ones first) and the
+  cluster's (`kubernetes.io/`, `k8s.io/`, which mark system objects); any other annotation
+  is never read. `kubectl.kubernetes.io/last-applied-configuration` (a copy of the whole
+  object) goes. ownerReferences: the controller's only, but a ConfigMap's (a table's
+  holders, written back whole).
+* a Deployment's pod template: whole up to `MAX_INLINE_TEMPLATE_BYTES`; up to the
+  `MAX_TARGET_TEMPLATE_BYTES` a pass parses, a stub (the ConfigMaps it mounts and reads
+  env from, its claims) and the pass of a profile selecting it reads the Deployment with a
+  GET; beyond, a stub carrying, per container, the `TargetTooLarge` message the pass gives
+  today (`target_size_problem` reads it back).
 * labels and selectors over `MAX_SELECTION_BYTES`: dropped (a Deployment then selects
   nothing and no profile selects it; its template becomes the stub above, saying why).
 * a PodDisruptionBudget's selector over `MAX_PDB_SELECTOR_BYTES`: `{}`, which covers
@@ -29,6 +33,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from sps_operator.api import labels as L
 from sps_operator.api.limits import MAX_TARGET_TEMPLATE_BYTES
 from sps_operator.constants import LABEL_PREFIX
 from sps_operator.controller.policies.claims import pod_claims
@@ -41,10 +46,11 @@ from sps_operator.controller.sglang.serverread import SIZE_PROBLEM, target_size_
 OMITTED = "spsOmitted"
 
 MAX_ANNOTATION_VALUE = 4096  # the operator writes a few hundred bytes at most
-MAX_KEPT_ANNOTATIONS = 32
-MAX_SELECTION_BYTES = 64 * 1024  # labels, template labels and selector of one object
+MAX_KEPT_ANNOTATIONS = 16  # the operator's own keys are 8; the cluster's few
+MAX_SELECTION_BYTES = 32 * 1024  # labels, template labels and selector of one object
 MAX_PDB_SELECTOR_BYTES = 16 * 1024
 MAX_OWNER_REFERENCES = 256  # a table is held by each Deployment that mounts it
+MAX_OWNER_REFERENCE_BYTES = 64 * 1024
 MAX_MANAGERS = 32
 MAX_CONDITIONS = 16
 MAX_TEXT = 1024  # a scalar field, a condition's message
@@ -52,10 +58,14 @@ MAX_STUB_NAMES = 64  # containers and mounted ConfigMaps a stub names
 MAX_INLINE_DATA_BYTES = 16 * 1024  # a ConfigMap's data kept in the cache
 # A pod template kept whole (real ones are a few KiB to a few tens of KiB); a larger one
 # within the parse bound is read with a GET by the pass of a profile that selects it.
-MAX_INLINE_TEMPLATE_BYTES = 64 * 1024
+MAX_INLINE_TEMPLATE_BYTES = 32 * 1024
 UNREADABLE_VALUE = "(over the operator's bound: not kept)"
 
 _OWN_PREFIX = f"{LABEL_PREFIX}/"
+_BORROWED_KEY = f"f:{L.ANNOTATION_BORROWED}"
+_KNOWN_ANNOTATIONS = frozenset(
+    str(v) for k, v in vars(L).items() if k.startswith("ANNOTATION_") and isinstance(v, str)
+)
 _SCALAR_META = (
     "name",
     "namespace",
@@ -104,32 +114,26 @@ def _string_map(value: Any, bound: int) -> tuple[dict[str, str], int | None]:
 
 
 def kept_annotations(value: Any) -> dict[str, str]:
-    """The operator's own annotations and the cluster's, each value bounded (a value over
+    """The operator's own annotations (its known keys first, so no number of other keys
+    under its prefix pushes one out) and the cluster's, each value bounded (a value over
     the bound is replaced by one no reader accepts: the operator writes short ones)."""
     if not isinstance(value, Mapping):
         return {}
+    keys = [str(k) for k in value if str(k).startswith((_OWN_PREFIX, *SYSTEM_PREFIXES))]
+    keys = sorted(keys, key=lambda k: (k not in _KNOWN_ANNOTATIONS, k))
     kept: dict[str, str] = {}
-    for key, text in value.items():
-        key = str(key)
-        if not key.startswith((_OWN_PREFIX, *SYSTEM_PREFIXES)) or len(key) > MAX_TEXT:
+    for key in keys[:MAX_KEPT_ANNOTATIONS]:
+        if len(key) > MAX_TEXT:
             continue
-        if len(kept) >= MAX_KEPT_ANNOTATIONS:
-            break
+        text = value[key]
         text = text if isinstance(text, str) else json.dumps(_scalar(text))
         kept[key] = text if len(text) <= MAX_ANNOTATION_VALUE else UNREADABLE_VALUE
     return kept
 
 
-def _own_keys(owned: Mapping[Any, Any]) -> list[str]:
-    """The operator's annotation keys among managedFields' `f:` keys, bounded."""
-    prefix = f"f:{_OWN_PREFIX}"
-    mine = sorted(str(k) for k in owned if str(k).startswith(prefix) and len(str(k)) <= MAX_TEXT)
-    return mine[:MAX_KEPT_ANNOTATIONS]
-
-
 def _managed_fields(entries: Any) -> list[dict[str, Any]]:
     """Of managedFields, who owns spec.replicas (BorrowReplica must know who scales) and
-    which of the operator's own annotation keys (only its own borrow record counts)."""
+    who wrote the borrow record (only the operator's own is trusted)."""
     kept: list[dict[str, Any]] = []
     for m in entries if isinstance(entries, list) else []:
         if not isinstance(m, Mapping) or len(kept) >= MAX_MANAGERS:
@@ -142,18 +146,20 @@ def _managed_fields(entries: Any) -> list[dict[str, Any]]:
             slimmed["f:spec"] = {"f:replicas": {}}
         meta = fields.get("f:metadata")
         owned = meta.get("f:annotations") if isinstance(meta, Mapping) else None
-        mine = _own_keys(owned) if isinstance(owned, Mapping) else []
-        if mine:
-            slimmed["f:metadata"] = {"f:annotations": {key: {} for key in mine}}
+        if isinstance(owned, Mapping) and _BORROWED_KEY in owned:
+            slimmed["f:metadata"] = {"f:annotations": {_BORROWED_KEY: {}}}
         if slimmed:
             manager, operation = _scalar(m.get("manager")), _scalar(m.get("operation"))
             kept.append({"manager": manager, "operation": operation, "fieldsV1": slimmed})
     return kept
 
 
-def metadata(body: Mapping[str, Any], omitted: dict[str, int]) -> dict[str, Any]:
+def metadata(
+    body: Mapping[str, Any], omitted: dict[str, int], all_owners: bool = False
+) -> dict[str, Any]:
     """What a pass reads of any object's metadata, bounded; what was left out goes to
-    `omitted`."""
+    `omitted`. Of ownerReferences only the controller's, unless `all_owners` (a table's
+    holders, which the operator writes back whole)."""
     meta = body.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
     out = _pick(meta, _SCALAR_META)
@@ -163,11 +169,15 @@ def metadata(body: Mapping[str, Any], omitted: dict[str, int]) -> dict[str, Any]
         omitted["labels"] = size
     out["annotations"] = kept_annotations(meta.get("annotations"))
     refs = meta.get("ownerReferences")
+    if isinstance(refs, list) and not all_owners:
+        refs = [r for r in refs if isinstance(r, Mapping) and r.get("controller") is True][:1]
     if isinstance(refs, list) and refs:
-        if len(refs) <= MAX_OWNER_REFERENCES:
-            out["ownerReferences"] = [_pick(r, _REF_FIELDS) for r in refs]
-        else:
-            omitted["ownerReferences"] = json_size(refs)
+        kept = [_pick(r, _REF_FIELDS) for r in refs[: MAX_OWNER_REFERENCES + 1]]
+        size = json_size(kept)
+        if len(refs) <= MAX_OWNER_REFERENCES and size <= MAX_OWNER_REFERENCE_BYTES:
+            out["ownerReferences"] = kept
+        else:  # no owner then: the operator's objects are never held by so many
+            omitted["ownerReferences"] = size
     out["managedFields"] = _managed_fields(meta.get("managedFields"))
     return out
 
@@ -383,7 +393,7 @@ def project_config_map(body: Mapping[str, Any]) -> dict[str, Any]:
     metadata, and its data when small (a table's; a larger one, a run's result or a
     tenant's, is read with a GET when a pass needs the bytes)."""
     omitted: dict[str, int] = {}
-    out = {**_header(body), "metadata": metadata(body, omitted)}
+    out = {**_header(body), "metadata": metadata(body, omitted, all_owners=True)}
     if "immutable" in body:
         out["immutable"] = _scalar(body["immutable"])
     payload = {k: body[k] for k in ("data", "binaryData") if k in body}
