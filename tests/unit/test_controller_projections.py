@@ -26,6 +26,7 @@ from sps_operator.api.spec import CapacitySpec
 from sps_operator.controller import indexes as ix
 from sps_operator.controller.kube import projections as pj
 from sps_operator.controller.policies import borrow, deployments, ownership
+from sps_operator.controller.policies.job_policy import pod_selectors, selector_refusal
 from sps_operator.controller.policies.stable_writers import system_object
 from sps_operator.controller.sglang.serverconfig import find_server_container
 from sps_operator.controller.sglang.serverread import target_size_problem
@@ -166,8 +167,8 @@ def _deployments(draw: st.DrawFn) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _readings(dep: dict[str, Any], pdb: dict[str, Any]) -> list[Any]:
-    """What a pass's policies read of a Deployment (and a PDB covering its pods)."""
+def _readings(dep: dict[str, Any], pdb: dict[str, Any], hpa: dict[str, Any]) -> list[Any]:
+    """What a pass's policies read of a Deployment, a PDB and an HPA of its namespace."""
     pod_spec = dep["spec"]["template"]["spec"]
     server = find_server_container(pod_spec, "sglang")
     capacity = CapacitySpec()
@@ -184,6 +185,9 @@ def _readings(dep: dict[str, Any], pdb: dict[str, Any]) -> list[Any]:
         borrow.replicas_changed_by(dep),
         borrow.kueue_managed_refusal(dep),
         borrow.borrow_refusal(dep, capacity, [pdb], []),
+        borrow.borrow_refusal(dep, capacity, [], [hpa]),
+        # The profiling pod must never pass for a pod of theirs (spec.job.labels).
+        selector_refusal({"app": "sglang", "x": "y"}, {"x": "y"}, pod_selectors([dep], [], [pdb])),
         server,
         target_size_problem(pod_spec, server),
         dep["spec"]["selector"],
@@ -194,15 +198,21 @@ def _readings(dep: dict[str, Any], pdb: dict[str, Any]) -> list[Any]:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(dep=_deployments(), selector=_labels, allowed=st.integers(0, 1))
+@given(dep=_deployments(), selector=_labels, allowed=st.integers(0, 1), scales=st.booleans())
 def test_within_bounds_a_pass_reads_the_same_answers_from_the_projection(
-    dep: dict[str, Any], selector: dict[str, str], allowed: int
+    dep: dict[str, Any], selector: dict[str, str], allowed: int, scales: bool
 ) -> None:
     pdb = {"metadata": {"name": "b", "namespace": NS, "annotations": {"x": "y"}},
            "spec": {"selector": {"matchLabels": selector}},
            "status": {"disruptionsAllowed": allowed}}  # fmt: skip
+    target = {"apiVersion": "apps/v1", "kind": "Deployment",
+              "name": dep["metadata"]["name"] if scales else "other"}  # fmt: skip
+    hpa = {"metadata": {"name": "h", "namespace": NS, "annotations": {"x": "y" * 1000}},
+           "spec": {"scaleTargetRef": target, "minReplicas": 1, "maxReplicas": 3,
+                    "metrics": [{"type": "Resource"}]}}  # fmt: skip
     projected = pj.project_deployment(copy.deepcopy(dep))
-    assert _readings(projected, pj.project_pdb(pdb)) == _readings(dep, pdb)
+    assert _readings(projected, pj.project_pdb(pdb), pj.project_hpa(hpa)) == _readings(
+        dep, pdb, hpa)  # fmt: skip
     assert pj.OMITTED not in projected
     assert "kubectl.kubernetes.io/last-applied-configuration" not in projected["metadata"][
         "annotations"]  # fmt: skip
