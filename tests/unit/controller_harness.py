@@ -329,8 +329,8 @@ INDEXED: dict[str, tuple[Any, Any, Any]] = {
     "profiles": ("SpsProfile", None, ix.profile_entries),
     "pods": ("Pod", None, ix.pod_entries),
     "node_labels": ("Node", None, ix.node_entries),
-    "pdbs": ("PodDisruptionBudget", None, ix.namespaced_entries),
-    "hpas": ("HorizontalPodAutoscaler", None, ix.namespaced_entries),
+    "pdbs": ("PodDisruptionBudget", None, ix.pdb_entries),
+    "hpas": ("HorizontalPodAutoscaler", None, ix.hpa_entries),
     "services": ("Service", None, ix.service_entries),
     "claims": ("PersistentVolumeClaim", None, ix.claim_entries),
 }

@@ -154,7 +154,7 @@ def test_every_key_carries_the_objects_own_namespace_and_owners_come_from_refere
     if owned:
         body["metadata"]["ownerReferences"] = [OWNER_REF]
     entries = [ix.deployment_entries, ix.job_entries, ix.config_map_entries, ix.profile_entries,
-               ix.pod_entries, ix.namespaced_entries]  # fmt: skip
+               ix.pod_entries, ix.pdb_entries, ix.hpa_entries]  # fmt: skip
     for entry in entries:
         for key in entry(body):
             assert key[0] == ix.NODE or key[1] == namespace, (entry.__name__, key)

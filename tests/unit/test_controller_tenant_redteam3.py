@@ -46,6 +46,10 @@ def _team_b_object(kind: str) -> dict[str, Any]:
     if kind == "PodDisruptionBudget":
         many = {"key": "app", "operator": "In", "values": ["v" * 60] * 4000}
         return {"kind": kind, "metadata": meta, "spec": {"selector": {"matchExpressions": [many]}}}
+    if kind == "HorizontalPodAutoscaler":
+        target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "junk"}
+        return {"kind": kind, "metadata": meta,
+                "spec": {"scaleTargetRef": target, "minReplicas": 1, "maxReplicas": 2}}  # fmt: skip
     # A ConfigMap with the label the operator's cache selects its own by: anyone may set it.
     meta = {**meta, "labels": {L.LABEL_MANAGED_BY: L.MANAGED_BY}}
     return {"kind": "ConfigMap", "metadata": meta, "data": {"x": "z" * 1_000_000}}
@@ -62,22 +66,21 @@ def _retained_bytes(obj: dict[str, Any]) -> int:
     return sum(len(json.dumps(v, default=repr)) for v in seen.values())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole: the caches keep every Deployment, PDB and HPA of the cluster, and every "
-    "ConfigMap labelled managed-by sps-operator, whole (only managedFields dropped): ~450 "
-    "objects of ~1.2 MB in team-b (replicas 0, no quota used) pass the chart's 512Mi limit",
+@pytest.mark.parametrize(
+    "kind", ["Deployment", "PodDisruptionBudget", "ConfigMap", "HorizontalPodAutoscaler"]
 )
-@pytest.mark.parametrize("kind", ["Deployment", "PodDisruptionBudget", "ConfigMap"])
 def test_another_tenants_objects_cost_the_operators_caches_a_bounded_size(kind: str) -> None:
-    """The operator watches these kinds in every namespace it serves and keeps them in its
-    kopf indexes for the passes. team-b creates objects as large as the API server takes
-    (a Deployment at 0 replicas with a 1 MB env list and 250 KB of annotations, a PDB with
-    a 4,000-value selector, a 1 MB ConfigMap carrying the operator's managed-by label): each
-    is kept at its full size, so the operator's memory grows with team-b's bytes until the
-    kubelet kills it, for every tenant, and again after each restart's LIST."""
+    """Hole found and fixed: the operator watches these kinds in every namespace it serves
+    and kept them in its kopf indexes whole (only managedFields dropped). team-b creates
+    objects as large as the API server takes (a Deployment at 0 replicas with a 1 MB env
+    list and 250 KB of annotations, a PDB with a 4,000-value selector, a 1 MB ConfigMap
+    carrying the operator's managed-by label, an HPA with 250 KB of annotations): each was
+    kept at its full size (~450 such objects passed the chart's 512Mi limit, no pod
+    needed), so the operator's memory grew with team-b's bytes until the kubelet killed it,
+    for every tenant, and again after each restart's LIST. Now each index keeps a bounded
+    projection (`kube/projections.py`)."""
     obj = _team_b_object(kind)
-    assert len(json.dumps(obj)) > 500_000  # the attack is as large as intended
+    assert len(json.dumps(obj)) > (200_000 if kind == "HorizontalPodAutoscaler" else 500_000)
     assert _retained_bytes(obj) <= RETAINED_BOUND.get(kind, SMALL_BOUND)
 
 

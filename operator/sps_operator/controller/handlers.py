@@ -116,11 +116,11 @@ def _register_caches(registry: kopf.OperatorRegistry) -> None:
 
     @kopf.index("policy", "v1", "poddisruptionbudgets", id="sps_pdbs", registry=registry)
     async def sps_pdbs(body: kopf.Body, **_: Any) -> dict[Any, Any]:
-        return ix.namespaced_entries(body)
+        return ix.pdb_entries(body)
 
     @kopf.index("autoscaling", "v2", "horizontalpodautoscalers", id="sps_hpas", registry=registry)
     async def sps_hpas(body: kopf.Body, **_: Any) -> dict[Any, Any]:
-        return ix.namespaced_entries(body)
+        return ix.hpa_entries(body)
 
     # Services' selectors: a profiling pod must never be one a Service sends traffic to.
     @kopf.index("", "v1", "services", id="sps_services", registry=registry)

@@ -27,6 +27,12 @@ from sps_operator.controller.finalizer import mounted_config_maps
 from sps_operator.controller.kube.builders import ProfileRef, base_labels
 from sps_operator.controller.kube.client import Obj
 from sps_operator.controller.kube.envsources import EnvSources, referenced_config_maps
+from sps_operator.controller.kube.projections import (
+    project_config_map,
+    project_deployment,
+    project_hpa,
+    project_pdb,
+)
 from sps_operator.controller.passes.state import Snapshot, by_name
 from sps_operator.controller.policies import workloads
 from sps_operator.controller.policies.borrow import PoolBid, pdb_covers, pool_bid
@@ -215,15 +221,18 @@ def pod_selector_keys(namespace: str, selector: Any) -> list[Key]:
 
 def deployment_entries(body: Mapping[str, Any], kind: str = workloads.DEPLOYMENT) -> dict[Key, Any]:
     """A workload of any kind (`kind`: the resource its watch serves, set on the value,
-    which a LIST's items lack), filed as a pass and the wake-ups look for it."""
-    ns, value = _namespace(body), {**slim(body), "kind": kind}
+    which a LIST's items lack) as a pass reads it, filed as a pass and the wake-ups look
+    for it. A Deployment is kept as its projection (bounded, and so are its keys); the
+    other kinds are kept slimmed, not yet projected (docs/reliability.md)."""
+    projected = project_deployment(body) if kind == workloads.DEPLOYMENT else slim(body)
+    ns, value = _namespace(body), {**projected, "kind": kind}
     keys: list[Key] = [(NAMESPACE, ns)]
-    keys += [(LABEL, ns, k, v) for k, v in _labels(body).items()]
-    keys += [(TEMPLATE, ns, k, v) for k, v in _template_labels(body).items()]
-    keys += pod_selector_keys(ns, _pod_selector(body))
-    keys += [(MOUNTS, ns, name) for name in sorted(mounted_config_maps(body))]
-    keys += [(ENV, ns, name) for name in sorted(referenced_config_maps([body]))]
-    owner = recorded_owner(body)
+    keys += [(LABEL, ns, k, v) for k, v in _labels(value).items()]
+    keys += [(TEMPLATE, ns, k, v) for k, v in _template_labels(value).items()]
+    keys += pod_selector_keys(ns, _pod_selector(value))
+    keys += [(MOUNTS, ns, name) for name in sorted(mounted_config_maps(value))]
+    keys += [(ENV, ns, name) for name in sorted(referenced_config_maps([value]))]
+    owner = recorded_owner(value)
     if owner:
         keys.append((RECORDED, ns, owner))
     return dict.fromkeys(keys, value)
@@ -235,9 +244,11 @@ def job_entries(body: Mapping[str, Any]) -> dict[Key, Any]:
 
 
 def config_map_entries(body: Mapping[str, Any]) -> dict[Key, Any]:
-    ns, value = _namespace(body), slim(body)
+    """A ConfigMap carrying the operator's label (anyone may set it): its projection, the
+    data only when small (`Pass.config_map` reads a larger one when a pass needs it)."""
+    ns, value = _namespace(body), project_config_map(body)
     entries: dict[Key, Any] = {(NAME, ns, str(_meta(body).get("name", ""))): value}
-    owner = controller_profile(body)
+    owner = controller_profile(value)
     if owner:
         entries[(OWNER, ns, owner)] = value
     return entries
@@ -293,15 +304,20 @@ def node_entries(body: Mapping[str, Any]) -> dict[Any, Any]:
     return {_meta(body).get("name"): dict(_labels(body))}
 
 
-def namespaced_entries(body: Mapping[str, Any]) -> dict[Key, Any]:
-    """PodDisruptionBudgets and HorizontalPodAutoscalers: by namespace."""
-    return {(NAMESPACE, _namespace(body)): slim(body)}
+def pdb_entries(body: Mapping[str, Any]) -> dict[Key, Any]:
+    """A PodDisruptionBudget's projection (its selector bounded), by namespace."""
+    return {(NAMESPACE, _namespace(body)): project_pdb(body)}
+
+
+def hpa_entries(body: Mapping[str, Any]) -> dict[Key, Any]:
+    """A HorizontalPodAutoscaler's projection (what it scales), by namespace."""
+    return {(NAMESPACE, _namespace(body)): project_hpa(body)}
 
 
 def borrowed_entries(body: Mapping[str, Any]) -> dict[Key, Any]:
     """Deployments carrying a borrow record, by namespace: a pass reads its own namespace's
     only, so what another tenant annotates costs it nothing."""
-    return {(NAMESPACE, _namespace(body)): slim(body)}
+    return {(NAMESPACE, _namespace(body)): project_deployment(body)}
 
 
 # --------------------------------------------------------------------------- lookups

@@ -16,6 +16,7 @@ from sps_operator.constants import IMAGE
 from sps_operator.controller.kube.builders import JobDefaults, ProfileRef
 from sps_operator.controller.kube.client import KubeApi, Obj, owned_by
 from sps_operator.controller.kube.envsources import EnvSources, read_env_config_maps
+from sps_operator.controller.kube.projections import data_omitted, template_omitted
 from sps_operator.controller.policies import clocks, workloads
 from sps_operator.controller.policies.borrow import PoolBid
 from sps_operator.controller.policies.claims import ClaimInfo
@@ -128,11 +129,12 @@ class Snapshot:
         selector = spec.selector.to_k8s()
         kinds = [str(k) for k in spec.target_kinds or workloads.KIND_NAMES]
         selected = [
-            d
+            whole
             for d in self.deployments
             if in_namespace(d, ref.namespace)
             and workloads.kind_of(d).kind in kinds
             and matches_selector(selector, (d.get("metadata") or {}).get("labels") or {})
+            and (whole := _whole_deployment(kube, ref.namespace, d)) is not None
         ]
         # Only kinds the profile names are asked about (the default takes what is served).
         unserved = tuple(k for k in kinds if spec.target_kinds and not kube.serves(k))
@@ -144,6 +146,7 @@ class Snapshot:
                 stable is None
                 or not in_namespace(stable, ref.namespace)
                 or stable["metadata"].get("name") != stable_name
+                or data_omitted(stable)  # its bytes are read: larger than the caches keep
             ):
                 stable = kube.get("ConfigMap", ref.namespace, stable_name)
         return replace(
@@ -159,6 +162,19 @@ class Snapshot:
             env_config_maps=read_env_config_maps(kube, ref.namespace, selected, self.env_sources),
             unserved_kinds=unserved,
         )
+
+
+def _whole_deployment(kube: KubeApi, namespace: str, dep: Obj) -> Obj | None:
+    """`dep` with the pod template the pass reads: as the caches keep it, or read with a
+    GET when they keep only a stub of a template within the bound the pass parses (None:
+    gone, or another object under its name since; the caches will say)."""
+    if not template_omitted(dep):
+        return dep
+    meta = dep.get("metadata") or {}
+    read = kube.get("Deployment", namespace, str(meta.get("name") or ""))
+    if read is None or (read.get("metadata") or {}).get("uid") != meta.get("uid"):
+        return None
+    return read
 
 
 # What a pass is handed: the snapshot, or (the unit tests' LISTs) how to read it inside the
@@ -305,6 +321,8 @@ class Pass:
     targets: list[Target] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)
     created: dict[str, Obj] = field(default_factory=dict)  # ConfigMaps written in this pass
+    # ConfigMaps read back whole in this pass (the caches keep only their metadata).
+    read_back: dict[str, Obj | None] = field(default_factory=dict)
     wake: float | None = None  # seconds until this profile needs its next pass
     returned: set[str] = field(default_factory=set)  # Deployments given their replica back
     # What the pool Leases recorded when this pass read them, by GPU product (dropped when
@@ -337,8 +355,20 @@ class Pass:
         self.events.append((type_, reason, message))
 
     def config_map(self, name: str) -> Obj | None:
-        """One of this profile's ConfigMaps: as read at the start, or created since."""
-        return self.snapshot.config_maps.get(name) or self.created.get(name)
+        """One of this profile's ConfigMaps: as read at the start, or created since. One
+        whose data the caches left out (`projections.data_omitted`: larger than they keep)
+        is read once per pass with a GET, and only while it is still the same object."""
+        cm = self.snapshot.config_maps.get(name) or self.created.get(name)
+        if cm is None or not data_omitted(cm):
+            return cm
+        if name in self.created:
+            return self.created[name]
+        if name not in self.read_back:
+            read = self.kube.get("ConfigMap", self.namespace, name)
+            uid = (cm.get("metadata") or {}).get("uid")
+            same = read is not None and (read.get("metadata") or {}).get("uid") == uid
+            self.read_back[name] = read if same else None
+        return self.read_back[name]
 
     def wake_within(self, seconds: float) -> None:
         """Ask for the next pass no later than `seconds` from now."""

@@ -402,7 +402,6 @@ def progress_run(p: ProfilingPass) -> Measured | None:
     assert run is not None
     phase = run.phase
     job = p.snapshot.jobs.get(run.job)
-    result_cm = p.snapshot.config_maps.get(names.result_config_map(run.name, phase)) or {}
     if job is None:
         if p.recent(run.started_at):
             p.wake_within(1.0)  # created a moment ago: not in the cache yet
@@ -425,6 +424,8 @@ def progress_run(p: ProfilingPass) -> Measured | None:
             return None
         if _past_deadline(p, run):
             return None
+    # Read here, not above: a result larger than the caches keep is read with a GET.
+    result_cm = p.config_map(names.result_config_map(run.name, phase)) or {}
     try:
         result = read_result(result_cm.get("data"), result_cm.get("binaryData"))
     except ResultError as exc:
@@ -476,7 +477,7 @@ def progress_run(p: ProfilingPass) -> Measured | None:
         return None
     rounds = list(result.rounds)
     if kind == TableKind.ADDITIVE:
-        phase1 = p.snapshot.config_maps.get(names.result_config_map(run.name, RunPhase.DIAGONAL))
+        phase1 = p.config_map(names.result_config_map(run.name, RunPhase.DIAGONAL))
         if phase1 is not None:
             try:
                 first = read_result(phase1.get("data"), phase1.get("binaryData"))

@@ -45,12 +45,22 @@ def table_keys(config: ServerConfig, table: TableSpec) -> tuple[str, str]:
     return table_fingerprint(config, spec), legacy_table_fingerprint(config, spec)
 
 
+# On a pod template the caches keep only as a stub (`kube/projections.py`), and on each of
+# its containers whose message differs: why the operator does not read it.
+SIZE_PROBLEM = "spsSizeProblem"
+
+
 def target_size_problem(
     pod_spec: Mapping[str, Any], container: Mapping[str, Any] | None
 ) -> str | None:
     """Why the operator does not read this target at all (too large to parse within a
-    pass: the limit it exceeds), or None. Checked before anything parses it."""
+    pass: the limit it exceeds), or None. Checked before anything parses it. A template
+    the caches kept as a stub says it itself (the same message, measured on the whole)."""
     server = container or {}
+    stubbed = pod_spec.get(SIZE_PROBLEM)
+    if isinstance(stubbed, str):
+        own = server.get(SIZE_PROBLEM)
+        return own if isinstance(own, str) else stubbed
     words = [*(server.get("command") or []), *(server.get("args") or [])]
     if len(words) > limits.MAX_SERVER_ARGS:
         return (

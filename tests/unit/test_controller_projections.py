@@ -1,0 +1,421 @@
+"""What the operator's caches keep of each watched object (`kube/projections.py`): any
+object, projected, never raises and stays within a fixed size; within the bounds a pass
+reads the same answers from the projection as from the whole object; beyond them it
+refuses (TargetTooLarge, with today's message) or fails safe (a PDB protects everything);
+and whole passes through the caches, with every ConfigMap's data read back by a GET,
+end as the passes through LISTs do (rollout, rollback, reuse, AnnotateOnly)."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import test_controller_rollout
+import test_controller_tenant_tables
+from controller_harness import NS, Harness, deployment, indexes_of
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sps_operator.api import labels as L
+from sps_operator.api.limits import MAX_TARGET_TEMPLATE_BYTES
+from sps_operator.api.spec import CapacitySpec
+from sps_operator.controller import indexes as ix
+from sps_operator.controller.kube import projections as pj
+from sps_operator.controller.policies import borrow, deployments, ownership
+from sps_operator.controller.policies.job_policy import pod_selectors, selector_refusal
+from sps_operator.controller.policies.stable_writers import system_object
+from sps_operator.controller.sglang.serverconfig import find_server_container
+from sps_operator.controller.sglang.serverread import target_size_problem
+
+# What one projection may keep at most, whatever the object: a template within the bound
+# the caches keep whole, bounded metadata, labels and selector, and a few KiB more.
+META_BOUND = (pj.MAX_SELECTION_BYTES + pj.MAX_KEPT_ANNOTATIONS * (pj.MAX_ANNOTATION_VALUE
+              + pj.MAX_TEXT) + pj.MAX_OWNER_REFERENCE_BYTES + 64 * 1024)  # fmt: skip
+BOUND = {
+    "Deployment": pj.MAX_INLINE_TEMPLATE_BYTES + 2 * pj.MAX_SELECTION_BYTES + META_BOUND,
+    "PodDisruptionBudget": pj.MAX_PDB_SELECTOR_BYTES + META_BOUND,
+    "HorizontalPodAutoscaler": META_BOUND,
+    "ConfigMap": pj.MAX_INLINE_DATA_BYTES + META_BOUND,
+}
+PROJECT: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "Deployment": pj.project_deployment,
+    "PodDisruptionBudget": pj.project_pdb,
+    "HorizontalPodAutoscaler": pj.project_hpa,
+    "ConfigMap": pj.project_config_map,
+}
+
+# --------------------------------------------------------------------------- any object
+
+# Any JSON, and strings long enough to cross every bound (one repeated character: cheap).
+_long = st.builds(lambda c, n: c * n, st.sampled_from('xy{["é'), st.integers(0, 300_000))
+_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _long
+_json = st.recursive(
+    _scalars | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+_many = st.builds(lambda v, n: [v] * n, _json, st.integers(0, 5000))  # repeated: cheap
+_field = _json | _many
+
+
+def _maybe(fields: dict[str, Any]) -> Any:
+    return st.fixed_dictionaries({}, optional=fields)
+
+
+_meta = _maybe({"name": _field, "namespace": _field, "uid": _field, "labels": _field,
+                "annotations": _field, "ownerReferences": _field, "managedFields": _field,
+                "resourceVersion": _field})  # fmt: skip
+_pod_spec = _maybe({"containers": _field, "volumes": _field, "nodeSelector": _field})
+_template = _maybe({"metadata": _meta, "spec": _pod_spec | _field})
+_objects = _maybe({
+    "apiVersion": _field, "kind": _field, "metadata": _meta | _field, "immutable": _field,
+    "data": _field, "binaryData": _field, "status": _field,
+    "spec": _maybe({"selector": _field, "replicas": _field, "strategy": _field,
+                    "template": _template | _field, "scaleTargetRef": _field,
+                    "minAvailable": _field}) | _field,
+})  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(obj=_objects, kind=st.sampled_from(sorted(PROJECT)))
+def test_any_object_projected_never_raises_and_stays_within_a_fixed_size(
+    obj: dict[str, Any], kind: str
+) -> None:
+    projected = PROJECT[kind](obj)
+    assert pj.json_size(projected) <= BOUND[kind]
+    json.dumps(projected)  # plain JSON, as kopf keeps it
+    # The index functions file it under keys drawn from the projection: bounded too.
+    entries = {
+        "Deployment": ix.deployment_entries,
+        "PodDisruptionBudget": ix.pdb_entries,
+        "HorizontalPodAutoscaler": ix.hpa_entries,
+        "ConfigMap": ix.config_map_entries,
+    }
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return  # the API server's objects always have one
+    meta.update(name="n", namespace="team-b")  # as the API server validates them
+    keys = entries[kind](obj)
+    assert len(json.dumps([list(k) for k in keys], default=str)) <= 4 * pj.MAX_SELECTION_BYTES
+
+
+# --------------------------------------------------------------------------- within bounds
+
+_name = st.text("abcdefgh-", min_size=1, max_size=10)
+_labels = st.dictionaries(_name, _name, max_size=4)
+_own_annotations = st.fixed_dictionaries({}, optional={
+    L.ANNOTATION_OWNER: _name,
+    L.ANNOTATION_BORROWED: st.just('{"profile_uid":"u","profile":"p","run":"r","replicas":2,'
+                                   '"product":"H100","at":"2026-01-01T00:00:00Z"}'),
+})  # fmt: skip
+_foreign_annotations = st.fixed_dictionaries({}, optional={
+    "kubectl.kubernetes.io/last-applied-configuration": _long,
+    "example.com/note": _long, "deployment.kubernetes.io/revision": st.just("3"),
+})  # fmt: skip
+_managers = st.lists(st.fixed_dictionaries({
+    "manager": st.sampled_from(["sps-operator", "argocd", "kubectl"]),
+    "operation": st.sampled_from(["Apply", "Update"]),
+    "fieldsV1": st.sampled_from([{"f:spec": {"f:replicas": {}}}, {"f:spec": {"f:paused": {}}},
+                                 {"f:metadata": {"f:annotations": {
+                                     f"f:{L.ANNOTATION_BORROWED}": {}}}}]),
+}), max_size=3)  # fmt: skip
+_container = st.fixed_dictionaries({
+    "name": st.sampled_from(["sglang", "sidecar"]),
+    "args": st.lists(_name, max_size=6),
+    "env": st.lists(st.fixed_dictionaries({"name": _name, "value": _name}), max_size=3),
+})  # fmt: skip
+_volume = st.fixed_dictionaries({"name": _name, "configMap": st.fixed_dictionaries(
+    {"name": _name})})  # fmt: skip
+_condition = st.fixed_dictionaries({
+    "type": st.sampled_from(["Progressing", "Available"]),
+    "status": st.sampled_from(["True", "False"]),
+    "reason": st.sampled_from(["NewReplicaSetAvailable", "ProgressDeadlineExceeded"]),
+})  # fmt: skip
+
+
+@st.composite
+def _deployments(draw: st.DrawFn) -> dict[str, Any]:
+    labels, pod_labels = draw(_labels), draw(_labels)
+    annotations = {**draw(_foreign_annotations), **draw(_own_annotations)}
+    pod_spec = {"containers": draw(st.lists(_container, min_size=1, max_size=2)),
+                "volumes": draw(st.lists(_volume, max_size=2))}  # fmt: skip
+    generation = draw(st.integers(1, 3))
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": draw(_name), "namespace": NS, "uid": "d1", "labels": labels,
+                     "annotations": annotations, "generation": generation,
+                     "resourceVersion": "7", "managedFields": draw(_managers)},
+        "spec": {"replicas": draw(st.integers(0, 4)), "selector": {"matchLabels": pod_labels},
+                 "progressDeadlineSeconds": draw(st.integers(1, 2**31 - 1)),
+                 "strategy": {"type": "RollingUpdate",
+                              "rollingUpdate": {"maxUnavailable": draw(st.sampled_from(
+                                  [0, 1, "25%"]))}},
+                 "template": {"metadata": {"labels": pod_labels, "annotations": {
+                     L.ANNOTATION_TABLE_HASH: draw(_name), "example.com/x": draw(_long)}},
+                              "spec": pod_spec}},
+        "status": {"observedGeneration": draw(st.integers(1, 3)),
+                   "replicas": draw(st.integers(0, 4)), "readyReplicas": draw(st.integers(0, 4)),
+                   "updatedReplicas": draw(st.integers(0, 4)),
+                   "availableReplicas": draw(st.integers(0, 4)),
+                   "conditions": draw(st.lists(_condition, max_size=2))},
+    }  # fmt: skip
+
+
+def _readings(dep: dict[str, Any], pdb: dict[str, Any], hpa: dict[str, Any]) -> list[Any]:
+    """What a pass's policies read of a Deployment, a PDB and an HPA of its namespace."""
+    pod_spec = dep["spec"]["template"]["spec"]
+    server = find_server_container(pod_spec, "sglang")
+    capacity = CapacitySpec()
+    return [
+        deployments.deployment_rolled_out(dep),
+        deployments.max_unavailable(dep, 4),
+        deployments.progress_deadline_seconds(dep),
+        ownership.recorded_owner(dep),
+        sorted(ownership.mounted_config_maps(dep)),
+        ownership.workload_reference(dep),
+        borrow.read_tag(dep),
+        borrow.written_by_operator(dep),
+        borrow.replicas_owners(dep),
+        borrow.replicas_changed_by(dep),
+        borrow.kueue_managed_refusal(dep),
+        borrow.borrow_refusal(dep, capacity, [pdb], []),
+        borrow.borrow_refusal(dep, capacity, [], [hpa]),
+        # The profiling pod must never pass for a pod of theirs (spec.job.labels).
+        selector_refusal({"app": "sglang", "x": "y"}, {"x": "y"}, pod_selectors([dep], [], [pdb])),
+        server,
+        target_size_problem(pod_spec, server),
+        dep["spec"]["selector"],
+        dep["metadata"]["labels"],
+        dep["spec"]["template"]["metadata"]["labels"],
+        dep["spec"]["template"]["metadata"]["annotations"].get(L.ANNOTATION_TABLE_HASH),
+    ]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dep=_deployments(), selector=_labels, allowed=st.integers(0, 1), scales=st.booleans())
+def test_within_bounds_a_pass_reads_the_same_answers_from_the_projection(
+    dep: dict[str, Any], selector: dict[str, str], allowed: int, scales: bool
+) -> None:
+    pdb = {"metadata": {"name": "b", "namespace": NS, "annotations": {"x": "y"}},
+           "spec": {"selector": {"matchLabels": selector}},
+           "status": {"disruptionsAllowed": allowed}}  # fmt: skip
+    target = {"apiVersion": "apps/v1", "kind": "Deployment",
+              "name": dep["metadata"]["name"] if scales else "other"}  # fmt: skip
+    hpa = {"metadata": {"name": "h", "namespace": NS, "annotations": {"x": "y" * 1000}},
+           "spec": {"scaleTargetRef": target, "minReplicas": 1, "maxReplicas": 3,
+                    "metrics": [{"type": "Resource"}]}}  # fmt: skip
+    projected = pj.project_deployment(copy.deepcopy(dep))
+    assert _readings(projected, pj.project_pdb(pdb), pj.project_hpa(hpa)) == _readings(
+        dep, pdb, hpa)  # fmt: skip
+    assert pj.OMITTED not in projected
+    assert "kubectl.kubernetes.io/last-applied-configuration" not in projected["metadata"][
+        "annotations"]  # fmt: skip
+
+
+def test_a_table_config_map_keeps_its_data_labels_owners_and_system_marks() -> None:
+    cm: dict[str, Any] = {"metadata": {"name": "t", "namespace": NS, "uid": "c1",
+                       "labels": {L.LABEL_COMPONENT: L.COMPONENT_TABLE},
+                       "annotations": {L.ANNOTATION_TABLE_HASH: "h", "kubernetes.io/x": "y",
+                                       "example.com/z": "w" * 1000},
+                       "ownerReferences": [{"apiVersion": "sps.dev/v1alpha1", "kind": "SpsProfile",
+                                            "name": "p", "uid": "u1", "controller": True}]},
+          "immutable": True, "data": {L.TABLE_KEY: "{}"}}  # fmt: skip
+    projected = pj.project_config_map(cm)
+    assert projected["data"] == cm["data"] and not pj.data_omitted(projected)
+    assert projected["metadata"]["ownerReferences"] == cm["metadata"]["ownerReferences"]
+    assert ix.controller_profile(projected) == "u1"
+    assert system_object(projected) == "kubernetes.io/x"
+    assert projected["metadata"]["annotations"] == {L.ANNOTATION_TABLE_HASH: "h",
+                                                    "kubernetes.io/x": "y"}  # fmt: skip
+    cm["data"] = {L.TABLE_KEY: "x" * (pj.MAX_INLINE_DATA_BYTES + 1)}
+    big = pj.project_config_map(cm)
+    assert "data" not in big and pj.data_omitted(big)
+
+
+# --------------------------------------------------------------------------- beyond them
+
+
+def _statuses(h: Harness, passes: Callable[[], Any]) -> dict[str, Any]:
+    h.tick()
+    passes()
+    return h.status()
+
+
+def test_a_template_within_the_parse_bound_but_not_kept_whole_is_read_with_a_get() -> None:
+    """A template of 200 KB (within the 512 KiB the pass parses, over the 32 KiB the
+    caches keep whole): the caches keep a stub, the pass of the profile selecting it reads
+    the Deployment and ends as a pass through a LIST does."""
+    dep = deployment()
+    server = dep["spec"]["template"]["spec"]["containers"][0]
+    server["env"] = [{"name": f"V{i}", "value": "y" * 200} for i in range(1000)]
+    server["env"].append({"name": "M", "valueFrom": {"configMapKeyRef": {"name": "models",
+                                                                         "key": "m"}}})  # fmt: skip
+    dep["spec"]["template"]["spec"]["volumes"] = [
+        {"name": "data", "persistentVolumeClaim": {"claimName": "weights"}}]  # fmt: skip
+    (kept,) = indexes_of([dep]).deployments[(ix.NAMESPACE, NS)]
+    assert pj.template_omitted(kept) and pj.json_size(kept) < 4096
+    idx = indexes_of([dep]).deployments
+    assert (ix.ENV, NS, "models") in idx  # its env ConfigMap still wakes its profile
+    assert ownership.mounted_config_maps(kept) == set()
+    listed, cached = Harness.one_target(), Harness.one_target()
+    for h in (listed, cached):
+        h.kube.put(copy.deepcopy(dep))
+        models = {"name": "models", "namespace": NS}
+        h.kube.put(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": models, "data": {"m": "x"}}
+        )
+    for _ in range(3):
+        via_list = _statuses(listed, listed.run_pass)
+        via_caches = _statuses(cached, cached.run_cached_pass)
+    assert via_caches.get("targets") == via_list.get("targets")
+    assert via_caches.get("currentRun", {}).get("fingerprint") == via_list.get(
+        "currentRun", {}).get("fingerprint")  # fmt: skip
+    assert via_caches.get("targets"), via_caches
+
+
+@pytest.mark.parametrize("what", ["template", "args", "labels"])
+def test_a_target_over_a_bound_is_refused_through_the_caches_as_through_the_api(
+    what: str,
+) -> None:
+    """The stub the caches keep of a template over the bound gives the pass the refusal
+    and the message a LIST gives (the limit the template exceeds). Labels and selector
+    over theirs (32 KiB; real ones are well under 1 KiB) are not kept: the Deployment is
+    then selected by no profile (its own namespace's only: no other tenant's concern)."""
+    big = deployment()
+    server = big["spec"]["template"]["spec"]["containers"][0]
+    if what == "template":
+        server["env"] = [{"name": f"V{i}", "value": "y" * 900} for i in range(1000)]
+    elif what == "args":  # the command line's own limit comes first, as in the pass
+        server["args"] = [*server.get("args", []), *(["--x"] * 3000), "z" * 600_000]
+    else:
+        big["metadata"]["labels"].update({f"l{i}": "v" * 60 for i in range(1500)})
+    listed, cached = Harness.one_target(), Harness.one_target()
+    for h in (listed, cached):
+        h.kube.put(copy.deepcopy(big))
+    (dep,) = indexes_of([big]).deployments[(ix.NAMESPACE, NS)]
+    assert pj.json_size(dep) < 128 * 1024
+    via_list = _statuses(listed, listed.run_pass)
+    via_caches = _statuses(cached, cached.run_cached_pass)
+    if what == "labels":
+        assert (
+            dep["metadata"]["labels"] == {}
+            and dep[pj.OMITTED]["selection"] > pj.MAX_SELECTION_BYTES
+        )
+        assert via_caches.get("targets") in (None, []), via_caches
+        stub = dep["spec"]["template"]["spec"]
+        assert "labels and selector are" in str(target_size_problem(stub, None))
+        return
+    assert via_caches["targets"] == via_list["targets"]
+    (target,) = via_caches["targets"]
+    assert target["reason"] == "TargetTooLarge", target
+    expected = "words" if what == "args" else f"at most {MAX_TARGET_TEMPLATE_BYTES}"
+    assert expected in target["message"]
+
+
+def test_a_pdb_selector_over_the_bound_protects_every_pod_of_its_namespace() -> None:
+    """Fail safe: what the caches cannot keep of a PDB's selector makes it cover every
+    pod, so a borrow it might forbid is refused, never allowed."""
+    dep = deployment()
+    dep["status"] = {"readyReplicas": 3, "observedGeneration": 1, "updatedReplicas": 3,
+                     "replicas": 3, "availableReplicas": 3}  # fmt: skip
+    dep["spec"]["replicas"], dep["metadata"]["generation"] = 3, 1
+    values = ["sglang", *(f"v{i:05d}" + "x" * 50 for i in range(4000))]
+    pdb = {"metadata": {"name": "guard", "namespace": NS},
+           "spec": {"selector": {"matchExpressions": [
+               {"key": "app", "operator": "In", "values": values}]}},
+           "status": {"disruptionsAllowed": 0}}  # fmt: skip
+    capacity = CapacitySpec()
+    whole = borrow.borrow_refusal(dep, capacity, [pdb], [])
+    (kept,) = indexes_of([{**pdb, "kind": "PodDisruptionBudget"}]).pdbs[(ix.NAMESPACE, NS)]
+    assert pj.json_size(kept) < 4096 and kept[pj.OMITTED]["selector"] > pj.MAX_PDB_SELECTOR_BYTES
+    assert borrow.borrow_refusal(dep, capacity, [kept], []) == whole
+    assert whole and "allows no disruption" in whole
+    # One that covers nothing of it, kept whole, still lets the borrow through.
+    values[0] = "other"
+    assert borrow.borrow_refusal(dep, capacity, [pdb], []) is None
+    (kept,) = indexes_of([{**pdb, "kind": "PodDisruptionBudget"}]).pdbs[(ix.NAMESPACE, NS)]
+    assert borrow.borrow_refusal(dep, capacity, [kept], [])
+
+
+# --------------------------------------------------------------------------- whole passes
+
+
+def _run_pass_through_the_caches(self: Harness, name: str = "p") -> dict[str, Any]:
+    """`Harness.run_pass` as the operator runs it: on what its kopf indexes keep (the
+    projections), the pods as the kubelet follows the templates."""
+    assert self.reconciler is not None
+    body = copy.deepcopy(self.kube.obj("SpsProfile", name, NS))
+    pods = self.pods_now()
+    saved, self.pods = self.pods, []
+    try:
+        built = indexes_of(self.cluster_objects())
+    finally:
+        self.pods = saved
+    by_pod: dict[Any, list[Any]] = {}
+    for pod in pods:
+        by_pod.setdefault((ix.NAMESPACE, NS), []).append(pod)
+        for k, v in pod.labels.items():
+            by_pod.setdefault((ix.LABEL, NS, k, v), []).append(pod)
+        if pod.node:
+            by_pod.setdefault((ix.NODE, pod.node), []).append(NS)
+    idx = ix.Indexes(**{**{f: getattr(built, f) for f in built.__dataclass_fields__},
+                        "pods": by_pod})  # fmt: skip
+    self.reconciler.reconcile(body, ix.world_for(body, idx))
+    return self.status(name)
+
+
+def _whole_pass_tests() -> list[Any]:
+    """The rollout, rollback, reuse, AnnotateOnly and tables' tests that take no argument."""
+    found = []
+    for module in (test_controller_rollout, test_controller_tenant_tables):
+        for name, fn in sorted(vars(module).items()):
+            if name.startswith("test_") and callable(fn) and not inspect.signature(fn).parameters:
+                found.append(pytest.param(fn, id=f"{module.__name__}::{name}"))
+    return found
+
+
+@pytest.mark.parametrize("test", _whole_pass_tests())
+def test_whole_passes_through_the_caches_end_as_through_lists(
+    test: Callable[[], None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each of those tests again, every pass reading the caches' projections, with no
+    ConfigMap's data and no pod template kept whole in them: every reader of a table's, a
+    result's or a stable ConfigMap's bytes reads them with a GET, a selected Deployment is
+    read whole, and each sees the same (the GETs are counted)."""
+    gets: list[str] = []
+    real_get = Harness().kube.get.__func__  # type: ignore[attr-defined]
+
+    def counting_get(kube: Any, kind: str, namespace: str, name: str) -> Any:
+        gets.append(kind)
+        return real_get(kube, kind, namespace, name)
+
+    monkeypatch.setattr(pj, "MAX_INLINE_DATA_BYTES", -1)
+    monkeypatch.setattr(pj, "MAX_INLINE_TEMPLATE_BYTES", -1)
+    monkeypatch.setattr(Harness, "run_pass", _run_pass_through_the_caches)
+    monkeypatch.setattr(type(Harness().kube), "get", counting_get)
+    test()
+    if test.__name__ not in NO_TEMPLATE_READ:
+        assert "Deployment" in gets  # the selected target's template was read back
+    if test.__name__ not in NO_TABLE_READ:
+        assert "ConfigMap" in gets  # the bytes were read back, not taken from the caches
+
+
+# Tests whose passes never read a target's template (refused before: its size, the spec).
+NO_TEMPLATE_READ = {
+    "test_a_huge_target_is_refused_with_the_limit_before_it_is_parsed",
+    "test_kube_root_ca_is_refused_up_front_with_a_validation_message",
+}
+# Tests whose passes never read a ConfigMap's bytes (refused before any table).
+NO_TABLE_READ = {
+    "test_a_huge_target_is_refused_with_the_limit_before_it_is_parsed",
+    "test_a_mount_of_the_tenants_own_over_the_table_path_is_refused",
+    "test_a_pass_that_fails_outside_its_steps_still_writes_status_and_never_raises",
+    "test_kube_root_ca_is_refused_up_front_with_a_validation_message",
+    "test_the_error_path_writes_status_even_when_ending_the_run_fails_too",
+}
