@@ -22,8 +22,8 @@ from waiting import wait_crd_established
 pytestmark = pytest.mark.k8s
 
 OLD_CHART = ROOT / "tests" / "ship" / "fixtures" / "sps-operator-0.1.0.tgz"
-# A description the models gained after 0.1.0: served once the upgrade upgraded the CRD.
-NEW_TEXT = "The operator's policy decides which hosts"
+# A field the models gained after 0.1.0 (18c8f3b): served once the upgrade upgraded the CRD.
+NEW_TEXT = "minIntervalSeconds"
 
 
 def old_crd() -> dict[str, Any]:
