@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 from sps_operator.api import labels as L
+from sps_operator.api.legacy_tables import is_v1
 from sps_operator.api.reasons import (
     CONFLICT,
     MIXED_GPU_PRODUCTS,
@@ -41,7 +42,6 @@ from sps_operator.controller.policies import compat, stable_writers
 from sps_operator.controller.policies.deployments import deployment_rolled_out
 from sps_operator.controller.policies.ownership import ProfileSummary, owner_of, stable_writer
 from sps_operator.controller.policies.placement import MIXED, placement, settle, unplaced_note
-from sps_operator.controller.sglang.fingerprint_v1 import is_v1
 from sps_operator.controller.sglang.podenv import ConfigMapEnv
 from sps_operator.controller.sglang.serverchanges import server_changes
 from sps_operator.controller.sglang.serverconfig import (
