@@ -492,3 +492,42 @@ def test_a_failed_rollout_returns_to_a_table_adopted_from_version_1() -> None:
     (restored,) = without_v1_twins(status["tables"])
     assert (restored["hash"], restored["adoptedFrom"]) == (first["hash"], v1)
     assert h.running_hash() == first["hash"]
+
+
+def test_a_table_0_1_0_measured_after_a_rollback_wins_over_this_versions_older_one() -> None:
+    """Upgrade, rollback, upgrade again: 0.1.0 measured the server again after the
+    rollback (a table this version measured carries a version-2 label it refuses) and
+    rolled it onto that table. Back on this version, that newer table is adopted in place
+    of this version's older one for the same server: no run, and the server stays on the
+    table it runs (before, this version rolled it back onto its own older table)."""
+    h = harness(body(refresh={"token": "a"}))
+    (older,) = h.profile_once()["tables"]
+    h.kube.obj("SpsProfile", "p")["spec"]["refresh"] = {"token": "b"}
+    h.tick(60)
+    assert h.run_pass().get("currentRun")
+    h.finish(result=build_patch(status="succeeded", rounds=rounds(scale=1.5)))
+    (newer,) = h.settle()["tables"]
+    assert h.running_hash() == newer["hash"] and newer["profiledAt"] > older["profiledAt"]
+    # As 0.1.0 leaves it: the newer table stored under version 1 (entry and label), this
+    # version's older one still listed under its version-2 key.
+    c = container()
+    spec = SpsProfile.model_validate(h.kube.obj("SpsProfile", "p", NS)).spec
+    v1 = legacy_table_fingerprint(server_config(c, parse_server(c)), spec.table.to_k8s())
+    known = ("gpuProduct", "kind", "configMap", "hash", "profiledAt", "run", "refreshCount")
+    stored_by_0_1_0 = {**{k: v for k, v in newer.items() if k in known}, "fingerprint": v1}
+    h.kube.edit("SpsProfile", "p", lambda p: p["status"].update(tables=[older, stored_by_0_1_0]))
+    h.kube.edit("ConfigMap", newer["configMap"],
+                lambda cm: cm["metadata"]["labels"].update({L.LABEL_FINGERPRINT: v1}))  # fmt: skip
+    assert h.kube.obj("ConfigMap", older["configMap"])  # history keeps it
+    jobs = len(h.kube.kinds("Job"))
+    generation = h.kube.obj("Deployment", "server")["metadata"]["generation"]
+    status = h.settle()
+    assert status.get("currentRun") is None and len(h.kube.kinds("Job")) == jobs
+    # The template never changed: not rolled onto the older table and back.
+    assert h.kube.obj("Deployment", "server")["metadata"]["generation"] == generation
+    assert h.running_hash() == newer["hash"]
+    (table,) = without_v1_twins(status["tables"])
+    assert (table["configMap"], table["fingerprint"], table["adoptedFrom"]) == (
+        newer["configMap"], older["fingerprint"], v1,
+    )  # fmt: skip
+    assert status["targets"][0]["state"] == "Live"
