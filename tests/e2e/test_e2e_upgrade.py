@@ -497,7 +497,12 @@ def test_e2e_helm_upgrade_from_0_1_0_and_rollback(env: Env, release_0_1_0: PastR
             assert objects_written(env, name, cm) == written[name], (name, written[name])
             assert server_pods(env, name) == before[name], (name, before[name])
         assert "Deployment/steady" in holders(env, live_cms["steady"])
-        key = ("fingerprint", "configMap", "hash")
+        # 0.1.0 kept the table under the key it found it by, as the current version wrote
+        # it: it measured nothing. Without that entry, 0.1.0 starts a ServerChanged run; here
+        # it adopts the first run's finished Job (same name) and republishes the same table
+        # at a later profiledAt; where that Job is gone, it measures the server again and
+        # restarts it onto the new table.
+        key = ("fingerprint", "configMap", "hash", "profiledAt", "run")
         still = v1_entry(env, "steady", live_cms["steady"]) or {}
         assert [still.get(k) for k in key] == [steady_v1[k] for k in key], (still, steady_v1)
         ready = next(c for c in status(env, "steady")["conditions"] if c["type"] == "Ready")
