@@ -33,6 +33,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
+from sps_operator.api.legacy_tables import without_v1_twins
 from waiting import wait_crd_established, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -438,7 +439,8 @@ def sps_profile(kind: str = "Diagonal", name: str = "sps", **spec: Any) -> dict[
 
 
 def tables(env: Env) -> list[dict[str, Any]]:
-    return list((env.profile().get("status") or {}).get("tables") or [])
+    """The profile's tables as the operator reads them (no version-1 twins for 0.1.0)."""
+    return without_v1_twins((env.profile().get("status") or {}).get("tables") or [])
 
 
 def table_for(env: Env, gpu: str) -> dict[str, Any] | None:

@@ -50,6 +50,9 @@ pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
 RELEASE_0_1_0 = "18c8f3be64800e980440da49800f0b8a0a30c2de"
 # The field new since 0.1.0 the upgraded CRD must keep (0.1.0's CRD prunes it).
 NEW_FIELD = ("refresh", "minIntervalSeconds")
+# Both versions run two replicas, elected on one Lease (0.1.0's default): the upgrade and
+# the rollback roll them one pod at a time, so a pod of each version runs at once.
+REPLICAS = 2
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +88,7 @@ def old_values(env: Env, release: PastRelease) -> list[str]:
     _, _, tag = release.operator.ref.rpartition(":")
     return [
         f"image.tag={tag}",
-        "replicaCount=1",
+        f"replicaCount={REPLICAS}",
         "watch.mode=namespaces",
         f"watch.namespaces={{{env.namespace}}}",
         "operator.logLevel=verbose",
@@ -99,13 +102,54 @@ def sets(values: list[str]) -> list[str]:
 
 
 def operator_image_up(env: Env, image: str) -> bool:
-    """One Ready operator pod, running `image`, and no other pod of the release."""
+    """Every replica Ready, running `image`, and no other pod of the release."""
     pods = env.operator.all_pods()
-    return (
-        len(pods) == 1
-        and pods[0]["spec"]["containers"][0]["image"] == image
-        and ready_true(pods[0])
+    return len(pods) == REPLICAS and all(
+        p["spec"]["containers"][0]["image"] == image and ready_true(p) for p in pods
     )
+
+
+class LeaseWatch:
+    """The release's pods (name -> image, once seen) and the Lease's holders in order,
+    sampled while the Deployment rolls: which version acted when."""
+
+    def __init__(self, env: Env) -> None:
+        self.env = env
+        self.images: dict[str, str] = {}
+        self.holders: list[str] = []
+        self.both_running = False
+
+    def sample(self) -> None:
+        running: set[str] = set()
+        for pod in self.env.operator.all_pods():
+            image = pod["spec"]["containers"][0]["image"]
+            self.images[pod["metadata"]["name"]] = image
+            if (pod.get("status") or {}).get("phase") == "Running":
+                running.add(image)
+        self.both_running = self.both_running or len(running) > 1
+        op = self.env.operator
+        text = self.env.cluster.kubectl(
+            "get", "lease", op.lease, "-n", op.namespace, "-o", "json", check=False
+        )
+        holder = (json.loads(text).get("spec") or {}).get("holderIdentity") if text else None
+        if holder and (not self.holders or self.holders[-1] != holder):
+            self.holders.append(holder)
+
+    def until(self, what: str, done: Any, timeout: float) -> None:
+        def step() -> bool:
+            self.sample()
+            return bool(done())
+
+        wait_for(what, step, timeout=timeout, interval=1)
+
+    def versions(self) -> list[str]:
+        """The image of each holder in turn (consecutive repeats merged)."""
+        out: list[str] = []
+        for holder in self.holders:
+            image = self.images.get(holder, f"unknown pod {holder}")
+            if not out or out[-1] != image:
+                out.append(image)
+        return out
 
 
 def profile_for(name: str) -> dict[str, Any]:
@@ -211,22 +255,31 @@ def mounted_config_maps(pod_spec: dict[str, Any]) -> set[str]:
     return {v["configMap"]["name"] for v in pod_spec.get("volumes") or [] if v.get("configMap")}
 
 
-def rolled_out(env: Env, name: str) -> bool:
-    """No run in progress, and every replica of the Deployment runs its current template."""
-    dep = env.deployment(name)
-    st = dep.get("status") or {}
-    return not status(env, name).get("currentRun") and (
-        st.get("observedGeneration", 0) >= dep["metadata"]["generation"]
-        and st.get("updatedReplicas") == st.get("availableReplicas") == st.get("replicas") == 1
+def v1_entry(env: Env, name: str, config_map: str) -> dict[str, Any] | None:
+    """The status.tables entry of `config_map` under a version-1 fingerprint (no `v2-`):
+    the key 0.1.0 finds a server's table by."""
+    tables = status(env, name).get("tables") or []
+    return next(
+        (
+            dict(t)
+            for t in tables
+            if t["configMap"] == config_map and not str(t["fingerprint"]).startswith("v2-")
+        ),
+        None,
     )
 
 
-def own_table_live(env: Env, name: str) -> bool:
-    """The Deployment mounts a table 0.1.0 measured itself: its fingerprint is 0.1.0's
-    (the current operator's carry their version, `v2-`: docs/fingerprint.md)."""
-    tables = status(env, name).get("tables") or []
-    own = {t["configMap"] for t in tables if not str(t.get("fingerprint", "")).startswith("v2-")}
-    return bool(own & mounted_config_maps(env.deployment(name)["spec"]["template"]["spec"]))
+def objects_written(env: Env, name: str, config_map: str) -> dict[str, Any]:
+    """What a write to the server's objects would change: the Deployment's generation
+    (its spec, the pod template) and the table ConfigMap's resourceVersion (its owners,
+    labels)."""
+    dep = env.deployment(name)
+    cm = env.config_map(config_map)
+    return {
+        "generation": dep["metadata"]["generation"],
+        "template": (dep["spec"]["template"].get("metadata") or {}).get("annotations"),
+        "table": cm["metadata"]["resourceVersion"],
+    }
 
 
 def restart_serves_table(env: Env, name: str) -> None:
@@ -338,7 +391,12 @@ def test_e2e_helm_upgrade_from_0_1_0_and_rollback(env: Env, release_0_1_0: PastR
         timings["second run running"] = time.monotonic() - started
 
         # The upgrade, with the values the bed's releases use; the CRD taken over.
-        values = [v for v in op.values() if not v.startswith("crds.enabled=")]
+        old_image = release_0_1_0.operator.ref
+        values = [
+            v for v in op.values() if not v.startswith(("crds.enabled=", "replicaCount="))
+        ] + [f"replicaCount={REPLICAS}"]
+        lease = LeaseWatch(env)
+        lease.sample()
         env.cluster.helm(
             "upgrade",
             op.name,
@@ -351,8 +409,13 @@ def test_e2e_helm_upgrade_from_0_1_0_and_rollback(env: Env, release_0_1_0: PastR
             *sets(values),
         )
         current = env.cluster.bed.image("operator")
-        wait_for("the current operator Ready", lambda: operator_image_up(env, current), timeout=600)
+        lease.until("the current operator Ready", lambda: operator_image_up(env, current), 600)
         timings["upgraded"] = time.monotonic() - started
+        # A pod of each version ran at once; 0.1.0 led until its last pod went, and once
+        # the current version held the Lease, 0.1.0 never held it again.
+        print(f"upgrade: lease holders {lease.holders}, pods {lease.images}")
+        assert lease.both_running, lease.images
+        assert lease.versions() == [old_image, current], lease.versions()
 
         # The CRD is the chart's now: the new field is kept.
         crd = json.loads(env.cluster.kubectl("get", "crd", CRD, "-o", "json"))
@@ -398,37 +461,58 @@ def test_e2e_helm_upgrade_from_0_1_0_and_rollback(env: Env, release_0_1_0: PastR
                 timeout=120,
             )
 
-        # Rollback to 0.1.0: the CRD is kept (resource-policy keep), so are the profiles;
-        # 0.1.0 leaves the holders the current operator added.
-        env.cluster.helm("rollback", op.name, "1", "--namespace", op.namespace)
-        wait_for(
-            "0.1.0's operator Ready again",
-            lambda: operator_image_up(env, release_0_1_0.operator.ref),
-            timeout=600,
+        # Before the rollback, as docs/operator.md asks: steady's new field removed; rerun
+        # keeps one, to see 0.1.0 refuse it. steady's table, measured by 0.1.0 and re-keyed
+        # by the upgrade, is listed under its version-1 key too (api/legacy_tables.py).
+        patch_spec(env, "steady", {NEW_FIELD[0]: {NEW_FIELD[1]: None}})
+        patch_spec(env, "rerun", {NEW_FIELD[0]: {NEW_FIELD[1]: 0}})
+        steady_v1 = wait_for(
+            "steady's table listed under its version-1 key",
+            lambda: v1_entry(env, "steady", first["steady"]["configMap"]),
+            timeout=120,
         )
+        live_cms = {"steady": first["steady"]["configMap"], "rerun": second["configMap"]}
+        written = {name: objects_written(env, name, cm) for name, cm in live_cms.items()}
+        before = {name: server_pods(env, name) for name in ("steady", "rerun")}
+
+        # Rollback to 0.1.0 (its two replicas roll in one at a time beside the current
+        # version's): the CRD is kept (resource-policy keep), so are the profiles.
+        lease = LeaseWatch(env)
+        lease.sample()
+        env.cluster.helm("rollback", op.name, "1", "--namespace", op.namespace)
+        lease.until("0.1.0's operator Ready again", lambda: operator_image_up(env, old_image), 600)
         timings["rolled back"] = time.monotonic() - started
-        time.sleep(20)  # a few passes of 0.1.0 over what the current operator wrote
+        print(f"rollback: lease holders {lease.holders}, pods {lease.images}")
+        assert lease.both_running, lease.images
+        assert lease.versions() == [current, old_image], lease.versions()
+        # A resync of 0.1.0 (--resync-seconds=60) over every profile, watched throughout:
+        # steady, whose table 0.1.0 finds under its own key, is neither profiled again nor
+        # rolled; rerun, whose spec 0.1.0 refuses, is left alone.
+        deadline = time.monotonic() + 70
+        while time.monotonic() < deadline:
+            assert not status(env, "steady").get("currentRun"), status(env, "steady")
+            time.sleep(2)
         assert not crd_gone(env), "helm rollback deleted the CRD"
-        assert "Deployment/steady" in holders(env, first["steady"]["configMap"])
+        for name, cm in live_cms.items():
+            assert objects_written(env, name, cm) == written[name], (name, written[name])
+            assert server_pods(env, name) == before[name], (name, before[name])
+        assert "Deployment/steady" in holders(env, live_cms["steady"])
+        # 0.1.0 kept the table under the key it found it by, as the current version wrote
+        # it: it measured nothing. Without that entry, 0.1.0 starts a ServerChanged run; here
+        # it adopts the first run's finished Job (same name) and republishes the same table
+        # at a later profiledAt; where that Job is gone, it measures the server again and
+        # restarts it onto the new table.
+        key = ("fingerprint", "configMap", "hash", "profiledAt", "run")
+        still = v1_entry(env, "steady", live_cms["steady"]) or {}
+        assert [still.get(k) for k in key] == [steady_v1[k] for k in key], (still, steady_v1)
+        ready = next(c for c in status(env, "steady")["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "True", ready
         # 0.1.0 refuses the spec that uses a field it does not know, says which, and
         # leaves the profile's objects and its server alone.
-        ready = next(c for c in status(env, "steady")["conditions"] if c["type"] == "Ready")
+        ready = next(c for c in status(env, "rerun")["conditions"] if c["type"] == "Ready")
         assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec"), ready
         assert NEW_FIELD[1] in ready["message"], ready
-        assert server_pods(env, "steady") == before["steady"]
-        # rerun: the tables the current operator re-keyed (version-2 fingerprints,
-        # docs/fingerprint.md) are not 0.1.0's, so it profiles the server again
-        # (ServerChanged) and rolls it; then, as for steady, a server pod deleted comes back
-        # Ready with the table its Deployment mounts.
-        # Waited for as 0.1.0's own table live, not just "no run": between two passes of
-        # 0.1.0 the server can look rolled out before its ServerChanged run starts, and a pod
-        # restarted then would meet that run's rollout.
-        wait_for(
-            "rerun rolled out onto 0.1.0's own table",
-            lambda: own_table_live(env, "rerun") and rolled_out(env, "rerun"),
-            timeout=420,
-        )
-        print(f"rerun under 0.1.0 after the rollback: {status(env, 'rerun').get('tables')}")
+        # A server pod deleted comes back Ready with the table its Deployment mounts.
         for name in ("steady", "rerun"):
             restart_serves_table(env, name)
         timings["a pod of each server restarted under 0.1.0"] = time.monotonic() - started

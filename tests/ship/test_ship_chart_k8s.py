@@ -125,24 +125,33 @@ def test_ship_chart_applies_server_side_with_its_objects(
     k8s_cluster.kubectl("get", "role", fullname, "-n", watched)
     k8s_cluster.kubectl("get", "rolebinding", fullname, "-n", watched)
     k8s_cluster.kubectl("get", "clusterrole", f"{fullname}-cluster")
-    # The API server's own dry run of an install (schema, templates, NOTES) succeeds too.
-    out = helm(
-        "install",
-        f"{release}-dry",
-        str(CHART),
-        "--dry-run=server",
-        "--namespace",
-        system,
-        "--kubeconfig",
-        str(k8s_cluster.kubeconfig),
-        "--set",
-        "crds.enabled=false",  # the session's CRD belongs to no release
-        "--set",
-        "watch.mode=namespaces",
-        "--set",
-        f"watch.namespaces={{{watched}}}",
-    ).stdout
-    assert f"It serves SpsProfiles in: {watched}." in out
+
+    # The API server's own dry run of an install (schema, templates, NOTES) succeeds too,
+    # for a second release watching another namespace; one watching the same namespace is
+    # refused (both operators would act on its profiles), naming the first.
+    def dry_run(namespace: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return helm(
+            "install",
+            f"{release}-dry",
+            str(CHART),
+            "--dry-run=server",
+            "--namespace",
+            system,
+            "--kubeconfig",
+            str(k8s_cluster.kubeconfig),
+            "--set",
+            "crds.enabled=false",  # the session's CRD belongs to no release
+            "--set",
+            "watch.mode=namespaces",
+            "--set",
+            f"watch.namespaces={{{namespace}}}",
+            check=check,
+        )
+
+    assert f"It serves SpsProfiles in: {system}." in dry_run(system).stdout
+    refused = dry_run(watched, check=False)
+    assert refused.returncode != 0
+    assert f"ServiceAccount {system}/{fullname} watches namespace {watched}" in refused.stderr
 
 
 def test_ship_chart_rbac_grants_what_the_operator_needs_and_no_more(

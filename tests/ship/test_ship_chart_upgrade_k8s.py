@@ -22,8 +22,8 @@ from waiting import wait_crd_established
 pytestmark = pytest.mark.k8s
 
 OLD_CHART = ROOT / "tests" / "ship" / "fixtures" / "sps-operator-0.1.0.tgz"
-# A description the models gained after 0.1.0: served once the upgrade upgraded the CRD.
-NEW_TEXT = "The operator's policy decides which hosts"
+# A field the models gained after 0.1.0 (18c8f3b): served once the upgrade upgraded the CRD.
+NEW_TEXT = "minIntervalSeconds"
 
 
 def old_crd() -> dict[str, Any]:
@@ -107,3 +107,77 @@ def test_helm_upgrade_from_0_1_0_upgrades_the_crd_and_keeps_every_profile(
     finally:
         helm("uninstall", release, *kubeconfig, check=False)
         cluster.delete_namespace(system)
+
+
+def strategy(cluster: K8sCluster, namespace: str, release: str) -> str:
+    dep = json.loads(
+        cluster.kubectl(
+            "get", "deployment", f"{release}-sps-operator", "-n", namespace, "-o", "json"
+        )
+    )
+    return str(dep["spec"]["strategy"]["type"])
+
+
+def test_an_upgrade_to_two_replicas_from_pods_that_elect_no_leader_replaces_them_first(
+    k8s_cluster: K8sCluster, namespace: str
+) -> None:
+    """0.1.0 with one replica runs without leader election; rolling it onto two elected
+    replicas (maxSurge 0, maxUnavailable 1) would start a new pod that takes the free Lease
+    while the old one still acts: two operators at once. The chart reads the live pods'
+    arguments and replaces them first (Recreate) this once; from elected pods it rolls."""
+    cluster = k8s_cluster
+    release = f"up-{secrets.token_hex(3)}"
+    system = cluster.create_namespace(f"{namespace}-sys")
+    values = ["--set", "watch.mode=namespaces", "--set", f"watch.namespaces={{{namespace}}}"]
+    kubeconfig = ["--kubeconfig", str(cluster.kubeconfig), "--namespace", system]
+    try:
+        install_as_0_1_0_left_it(cluster)
+        helm("install", release, str(OLD_CHART), *kubeconfig, *values, "--set", "replicaCount=1")
+        assert strategy(cluster, system, release) == "Recreate"
+        two = [*values, "--set", "replicaCount=2", "--take-ownership"]
+        helm("upgrade", release, str(CHART), *kubeconfig, *two)
+        assert strategy(cluster, system, release) == "Recreate"
+        helm("upgrade", release, str(CHART), *kubeconfig, *two)
+        assert strategy(cluster, system, release) == "RollingUpdate"
+    finally:
+        helm("uninstall", release, *kubeconfig, check=False)
+        cluster.delete_namespace(system)
+
+
+def test_a_second_release_watching_the_same_namespace_is_refused(
+    k8s_cluster: K8sCluster, namespace: str
+) -> None:
+    """Each release elects its leader on a Lease in its own namespace: two releases that
+    watch one namespace would both act on its profiles. The second is refused, naming the
+    first; one that watches another namespace installs."""
+    cluster = k8s_cluster
+    first, second = (f"r{i}-{secrets.token_hex(3)}" for i in (1, 2))
+    sys1, sys2 = (cluster.create_namespace(f"{namespace}-s{i}") for i in (1, 2))
+    other = cluster.create_namespace(f"{namespace}-other")
+    crds = ["--set", "crds.enabled=false"]
+
+    def watching(ns: str) -> list[str]:
+        return ["--set", "watch.mode=namespaces", "--set", f"watch.namespaces={{{ns}}}", *crds]
+
+    try:
+        helm("install", first, str(CHART), "--kubeconfig", str(cluster.kubeconfig),
+             "--namespace", sys1, *watching(namespace))  # fmt: skip
+        args = ["--kubeconfig", str(cluster.kubeconfig), "--namespace", sys2]
+        refused = helm("install", second, str(CHART), *args, *watching(namespace), check=False)
+        assert refused.returncode != 0
+        assert f"ServiceAccount {sys1}/{first}-sps-operator watches namespace {namespace}" in (
+            refused.stderr
+        ), refused.stderr
+        refused = helm("install", second, str(CHART), *args, "--set", "watch.mode=cluster",
+                       *crds, check=False)  # fmt: skip
+        assert refused.returncode != 0 and f"{sys1}/{first}-sps-operator" in refused.stderr
+        helm("install", second, str(CHART), *args, *watching(other))
+        # The first release upgrades as before (its own bindings are not another's).
+        helm("upgrade", first, str(CHART), "--kubeconfig", str(cluster.kubeconfig),
+             "--namespace", sys1, *watching(namespace))  # fmt: skip
+    finally:
+        for release, ns in ((second, sys2), (first, sys1)):
+            helm("uninstall", release, "--kubeconfig", str(cluster.kubeconfig), "--namespace", ns,
+                 check=False)  # fmt: skip
+        for ns in (sys1, sys2, other):
+            cluster.delete_namespace(ns)

@@ -14,6 +14,7 @@ from controller_harness import profile_body as body
 
 from sps_operator.api import labels as L
 from sps_operator.api import limits
+from sps_operator.api.legacy_tables import without_v1_twins
 from sps_operator.api.models import SpsProfile
 from sps_operator.api.reason_registry import FAILURE_ADVICE, TARGET_ADVICE
 from sps_operator.api.reasons import (
@@ -345,10 +346,12 @@ def test_an_operator_upgrade_reprofiles_no_server_that_did_not_change() -> None:
     v1, current = as_version_1(h)
     status = h.settle()
     assert status.get("currentRun") is None and len(h.kube.kinds("Job")) == jobs
-    (table,) = status["tables"]
+    (table,) = without_v1_twins(status["tables"])
     assert (table["fingerprint"], table["adoptedFrom"]) == (current, v1)
     assert status["targets"][0]["state"] == "Live"
     assert h.condition("Stale")[0] == "False"
+    # 0.1.0, rolled back to, still finds that table under its own key and may roll it.
+    assert v1_finds(h, status, table["gpuProduct"], v1) == (table["configMap"], table["hash"])
     # From now on it is a version-2 table: an input version 1 did not read reprofiles.
     h.kube.edit("Deployment", "server", lambda d: d["spec"]["template"]["spec"]["containers"][0]
                 .setdefault("env", []).append({"name": "SGLANG_SCHEDULER_SKIP_ALL_GATHER",
@@ -361,6 +364,77 @@ def test_an_operator_upgrade_reprofiles_no_server_that_did_not_change() -> None:
         "an input that fingerprint version 1 did not record changed (the table was measured "
         "before the upgrade): `sps-operator fingerprint` lists the server's inputs now"
     ]
+
+
+def v1_finds(h: Harness, status: dict[str, Any], gpu: str, v1: str) -> tuple[str, str] | None:
+    """The table 0.1.0 (18c8f3b) would keep on a server of fingerprint `v1` on `gpu`, as
+    (ConfigMap, hash): its `triggers.table_for` (the first status.tables entry of that
+    GPU product and fingerprint; none means it profiles the server again) and its
+    `rollout.eligible_table` (the ConfigMap labelled with that fingerprint and hash)."""
+    entry = next(
+        (t for t in status.get("tables") or [] if (t["gpuProduct"], t["fingerprint"]) == (gpu, v1)),
+        None,
+    )
+    if entry is None:
+        return None
+    labels = h.kube.obj("ConfigMap", entry["configMap"])["metadata"]["labels"]
+    if (labels[L.LABEL_FINGERPRINT], labels[L.LABEL_TABLE_HASH]) != (v1, entry["hash"]):
+        return None
+    return entry["configMap"], entry["hash"]
+
+
+def as_0_1_0_rewrote(h: Harness) -> None:
+    """0.1.0's status write: every entry kept, only the fields it knows (it drops
+    `adoptedFrom`, `previousHash`, ...)."""
+    known = {"gpuProduct", "fingerprint", "kind", "configMap", "hash", "quality", "profiledAt",
+             "run", "refreshCount", "previous", "message"}  # fmt: skip
+
+    def rewrite(p: dict[str, Any]) -> None:
+        p["status"]["tables"] = [
+            {k: v for k, v in t.items() if k in known} for t in p["status"]["tables"]
+        ]
+
+    h.kube.edit("SpsProfile", "p", rewrite)
+
+
+def test_a_rollback_to_0_1_0_finds_the_re_keyed_table_and_a_new_upgrade_adopts_it_again() -> None:
+    """The table an upgrade re-keyed is written under its version-1 key too, so 0.1.0
+    after a rollback does not profile the server again (nor restart it onto a new
+    table); 0.1.0's own status write drops `adoptedFrom`, which the next upgrade reads
+    back from the version-1 entry. A table measured after the upgrade has no such entry
+    (its ConfigMap carries a version-2 label, which 0.1.0 refuses)."""
+    h = harness(body(refresh={"token": "a"}))
+    h.profile_once()
+    v1, current = as_version_1(h)
+    status = h.settle()
+    gpu = status["tables"][0]["gpuProduct"]
+    assert [t["fingerprint"] for t in status["tables"]] == [current, v1]
+    assert v1_finds(h, status, gpu, v1) is not None
+    # A status an earlier build left without the twin gets it at the next pass, idle or not.
+    h.kube.edit("SpsProfile", "p", lambda p: p["status"].update(
+        tables=without_v1_twins(p["status"]["tables"])))  # fmt: skip
+    assert h.settle() == status
+    # An idle pass writes nothing more: the twin is part of what is stored.
+    rv = h.kube.obj("SpsProfile", "p")["metadata"].get("resourceVersion")
+    assert h.settle() == status
+    assert h.kube.obj("SpsProfile", "p")["metadata"].get("resourceVersion") == rv
+
+    as_0_1_0_rewrote(h)
+    jobs = len(h.kube.kinds("Job"))
+    again = h.settle()
+    assert again.get("currentRun") is None and len(h.kube.kinds("Job")) == jobs
+    (table,) = without_v1_twins(again["tables"])
+    assert (table["fingerprint"], table["adoptedFrom"]) == (current, v1)
+    assert again["targets"][0]["state"] == "Live"
+
+    # A new measurement replaces the adopted table: no version-1 entry for it.
+    h.kube.obj("SpsProfile", "p")["spec"]["refresh"] = {"token": "b"}
+    h.tick()
+    assert h.run_pass().get("currentRun")
+    h.finish(result=build_patch(status="succeeded", rounds=rounds(scale=1.5)))
+    newest = h.settle()
+    assert v1_finds(h, newest, gpu, v1) is None
+    assert all(t["fingerprint"] != v1 for t in newest["tables"]), newest["tables"]
 
 
 def test_after_an_upgrade_a_server_that_changed_under_version_1_too_is_profiled() -> None:
@@ -398,14 +472,14 @@ def test_a_failed_rollout_returns_to_a_table_adopted_from_version_1() -> None:
     h = harness(body(refresh={"token": "a"}))
     h.profile_once()
     v1, _ = as_version_1(h)
-    (first,) = h.settle()["tables"]
+    (first,) = without_v1_twins(h.settle()["tables"])
     assert first["adoptedFrom"] == v1
     h.kube.obj("SpsProfile", "p")["spec"]["refresh"] = {"token": "b"}
     h.kube.instant_rollout = False
     h.tick()
     assert h.run_pass().get("currentRun")
     h.finish(result=build_patch(status="succeeded", rounds=rounds(scale=1.5)))
-    (second,) = h.settle()["tables"]
+    (second,) = without_v1_twins(h.settle()["tables"])
     assert second["previous"] == first["configMap"] and h.running_hash() == second["hash"]
     dep = h.kube.obj("Deployment", "server")
     dep["status"]["observedGeneration"] = dep["metadata"]["generation"]
@@ -415,6 +489,45 @@ def test_a_failed_rollout_returns_to_a_table_adopted_from_version_1() -> None:
     h.tick()
     status = h.run_pass()
     assert "rolled back to" in status["lastFailure"]["message"], status["lastFailure"]
-    (restored,) = status["tables"]
+    (restored,) = without_v1_twins(status["tables"])
     assert (restored["hash"], restored["adoptedFrom"]) == (first["hash"], v1)
     assert h.running_hash() == first["hash"]
+
+
+def test_a_table_0_1_0_measured_after_a_rollback_wins_over_this_versions_older_one() -> None:
+    """Upgrade, rollback, upgrade again: 0.1.0 measured the server again after the
+    rollback (a table this version measured carries a version-2 label it refuses) and
+    rolled it onto that table. Back on this version, that newer table is adopted in place
+    of this version's older one for the same server: no run, and the server stays on the
+    table it runs (before, this version rolled it back onto its own older table)."""
+    h = harness(body(refresh={"token": "a"}))
+    (older,) = h.profile_once()["tables"]
+    h.kube.obj("SpsProfile", "p")["spec"]["refresh"] = {"token": "b"}
+    h.tick(60)
+    assert h.run_pass().get("currentRun")
+    h.finish(result=build_patch(status="succeeded", rounds=rounds(scale=1.5)))
+    (newer,) = h.settle()["tables"]
+    assert h.running_hash() == newer["hash"] and newer["profiledAt"] > older["profiledAt"]
+    # As 0.1.0 leaves it: the newer table stored under version 1 (entry and label), this
+    # version's older one still listed under its version-2 key.
+    c = container()
+    spec = SpsProfile.model_validate(h.kube.obj("SpsProfile", "p", NS)).spec
+    v1 = legacy_table_fingerprint(server_config(c, parse_server(c)), spec.table.to_k8s())
+    known = ("gpuProduct", "kind", "configMap", "hash", "profiledAt", "run", "refreshCount")
+    stored_by_0_1_0 = {**{k: v for k, v in newer.items() if k in known}, "fingerprint": v1}
+    h.kube.edit("SpsProfile", "p", lambda p: p["status"].update(tables=[older, stored_by_0_1_0]))
+    h.kube.edit("ConfigMap", newer["configMap"],
+                lambda cm: cm["metadata"]["labels"].update({L.LABEL_FINGERPRINT: v1}))  # fmt: skip
+    assert h.kube.obj("ConfigMap", older["configMap"])  # history keeps it
+    jobs = len(h.kube.kinds("Job"))
+    generation = h.kube.obj("Deployment", "server")["metadata"]["generation"]
+    status = h.settle()
+    assert status.get("currentRun") is None and len(h.kube.kinds("Job")) == jobs
+    # The template never changed: not rolled onto the older table and back.
+    assert h.kube.obj("Deployment", "server")["metadata"]["generation"] == generation
+    assert h.running_hash() == newer["hash"]
+    (table,) = without_v1_twins(status["tables"])
+    assert (table["configMap"], table["fingerprint"], table["adoptedFrom"]) == (
+        newer["configMap"], older["fingerprint"], v1,
+    )  # fmt: skip
+    assert status["targets"][0]["state"] == "Live"

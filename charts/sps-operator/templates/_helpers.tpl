@@ -249,3 +249,52 @@ or into a Role in each watched namespace (namespaces mode).
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
+
+{{/*
+Another release of this chart whose operator would act on the profiles this one watches:
+its RoleBinding in a namespace this release watches, or its ClusterRoleBinding to a
+ClusterRole that reads SpsProfiles everywhere (watch.mode=cluster), bound to another
+ServiceAccount. Two operators on one profile elect no common leader (each release's Lease
+is in its own namespace) and would both act. Empty when there is none. Read with `lookup`,
+so only on a real install or upgrade (`helm template` and Argo CD see nothing).
+*/}}
+{{- define "sps-operator.overlappingRelease" -}}
+{{- $me := printf "%s/%s" .Release.Namespace (include "sps-operator.serviceAccountName" .) -}}
+{{- $found := list -}}
+{{- $crbs := lookup "rbac.authorization.k8s.io/v1" "ClusterRoleBinding" "" "" -}}
+{{- range $b := ($crbs.items | default list) -}}
+{{- if eq (get ($b.metadata.labels | default dict) "app.kubernetes.io/part-of") "sps-operator" -}}
+{{- $role := lookup "rbac.authorization.k8s.io/v1" "ClusterRole" "" $b.roleRef.name -}}
+{{- $everywhere := false -}}
+{{- range $r := ($role.rules | default list) -}}
+{{- if has "spsprofiles" ($r.resources | default list) -}}{{- $everywhere = true -}}{{- end -}}
+{{- end -}}
+{{- range $s := ($b.subjects | default list) -}}
+{{- $them := printf "%s/%s" ($s.namespace | default "") $s.name -}}
+{{- if and $everywhere (eq $s.kind "ServiceAccount") (ne $them $me) -}}
+{{- $found = append $found (printf "the operator of ServiceAccount %s watches every namespace (ClusterRoleBinding %s)" $them $b.metadata.name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $bindings := list -}}
+{{- if eq .Values.watch.mode "cluster" -}}
+{{- $bindings = (lookup "rbac.authorization.k8s.io/v1" "RoleBinding" "" "").items | default list -}}
+{{- else -}}
+{{- range $ns := splitList "," (include "sps-operator.watchNamespaces" .) -}}
+{{- $bindings = concat $bindings ((lookup "rbac.authorization.k8s.io/v1" "RoleBinding" $ns "").items | default list) -}}
+{{- end -}}
+{{- end -}}
+{{- range $b := $bindings -}}
+{{- $operator := and (eq $b.roleRef.kind "Role") (not (hasSuffix "-borrow" $b.metadata.name)) (not (hasSuffix "-leader" $b.metadata.name)) -}}
+{{- if and $operator (eq (get ($b.metadata.labels | default dict) "app.kubernetes.io/part-of") "sps-operator") -}}
+{{- range $s := ($b.subjects | default list) -}}
+{{- $them := printf "%s/%s" ($s.namespace | default "") $s.name -}}
+{{- if and (eq $s.kind "ServiceAccount") (ne $them $me) -}}
+{{- $found = append $found (printf "the operator of ServiceAccount %s watches namespace %s (RoleBinding %s)" $them $b.metadata.namespace $b.metadata.name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $found | uniq | join "; " -}}
+{{- end -}}

@@ -9,10 +9,11 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from sps_operator.api import limits as L
 from sps_operator.api.kinds import RunPhase, TableKind  # re-exported
+from sps_operator.api.legacy_tables import without_v1_twins
 from sps_operator.api.validation import (
     ConditionMessage,
     MessageText,
@@ -421,6 +422,13 @@ class SpsProfileStatus(StatusModel):
         default_factory=list,
         description="Live table per (GPU product, fingerprint); reused without profiling.",
     )
+
+    @field_validator("tables", mode="before")
+    @classmethod
+    def _drop_v1_twins(cls, value: object) -> object:
+        """The entries written for 0.1.0 beside this operator's (api/legacy_tables.py)."""
+        return without_v1_twins(value) if isinstance(value, list) else value
+
     rejected_table: TableRef | None = Field(
         default=None, description="Last table that failed a gate (kept for inspection)."
     )

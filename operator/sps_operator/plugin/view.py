@@ -14,6 +14,7 @@ from typing import Any
 
 from sps_operator.api import labels as L
 from sps_operator.api import reasons as R
+from sps_operator.api.legacy_tables import without_v1_twins
 from sps_operator.api.result import clean_text
 from sps_operator.api.times import parse_rfc3339
 from sps_operator.constants import LABEL_PREFIX
@@ -97,7 +98,7 @@ def profile_state(profile: Mapping[str, Any]) -> str:
 def table_for_gpu(profile: Mapping[str, Any], gpu: str | None) -> dict[str, Any]:
     """The status.tables entry for `gpu`, or the live one when `gpu` is None."""
     status = profile.get("status") or {}
-    tables: list[dict[str, Any]] = list(status.get("tables") or [])
+    tables: list[dict[str, Any]] = without_v1_twins(status.get("tables") or [])
     name = (profile.get("metadata") or {}).get("name", "?")
     if gpu is not None:
         for entry in tables:
@@ -173,7 +174,7 @@ def get_row(profile: Mapping[str, Any], now: datetime) -> dict[str, str]:
 def _live_table_entry(status: Mapping[str, Any]) -> Mapping[str, Any]:
     """The live table's status.tables[] entry ({} when there is none)."""
     live = status.get("liveTable")
-    for entry in status.get("tables") or []:
+    for entry in without_v1_twins(status.get("tables") or []):
         if live and isinstance(entry, Mapping) and entry.get("configMap") == live:
             return entry
     return {}

@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 from sps_operator.api import labels as L
+from sps_operator.api.legacy_tables import is_v1
 from sps_operator.api.reasons import (
     CONFLICT,
     GROUP_MISMATCH,
@@ -41,7 +42,6 @@ from sps_operator.controller.passes.state import Pass, Target
 from sps_operator.controller.policies import compat, stable_writers, workloads
 from sps_operator.controller.policies.ownership import ProfileSummary, owner_of, stable_writer
 from sps_operator.controller.policies.placement import MIXED, placement, settle, unplaced_note
-from sps_operator.controller.sglang.fingerprint_v1 import is_v1
 from sps_operator.controller.sglang.podenv import ConfigMapEnv
 from sps_operator.controller.sglang.serverchanges import server_changes
 from sps_operator.controller.sglang.serverconfig import (
@@ -118,25 +118,41 @@ def adopt_v1_tables(
     the server they were measured for: the targets whose version-1 fingerprint is the
     table's, if they all agree on the current one (they are one server by the current
     list too). The ConfigMap keeps its version-1 label; `adoptedFrom` vouches for it.
-    A run that started under version 1 is re-keyed alike."""
-    current = {(t.gpu_product, t.fingerprint) for t in tables}
-    for i, table in enumerate(tables):
+    A run that started under version 1 is re-keyed alike.
+
+    A version-1 table measured after this operator's own table for the same server (0.1.0,
+    rolled back to, measured it and rolled the server onto it; then this version came back)
+    replaces that table: it is the newer measurement and what the server runs, and keeping
+    the older one would roll the server back onto it."""
+    for table in list(tables):
         if not is_v1(table.fingerprint):
             continue
         now = {t.fingerprint for t in targets if t.legacy_fingerprint == table.fingerprint}
         if len(now) != 1:
             continue  # no target is that server any more, or it is several now
         (fingerprint,) = now
-        if (table.gpu_product, fingerprint) in current:
-            continue
-        tables[i] = table.model_copy(
+        adopted = table.model_copy(
             update={"fingerprint": fingerprint, "adopted_from": table.fingerprint}
         )
-        current.add((table.gpu_product, fingerprint))
+        key = (table.gpu_product, fingerprint)
+        j = next((k for k, t in enumerate(tables) if (t.gpu_product, t.fingerprint) == key), None)
+        if j is None:
+            tables[tables.index(table)] = adopted
+        elif _later(table.profiled_at, tables[j].profiled_at):
+            tables[j] = adopted
+            tables.remove(table)
     if run is not None and is_v1(run.fingerprint):
         now = {t.fingerprint for t in targets if t.legacy_fingerprint == run.fingerprint}
         if len(now) == 1:
             run.fingerprint = next(iter(now))
+
+
+def _later(stamp: str | None, than: str | None) -> bool:
+    """`stamp` is a later time than `than` (False when either is missing or unreadable)."""
+    a, b = (parse_rfc3339(s) if s and len(s) < 64 else None for s in (stamp, than))
+    if a is None or b is None or a.tzinfo is None or b.tzinfo is None:
+        return False  # (a naive and an aware time do not compare)
+    return a > b
 
 
 def _changes(p: Pass, target: Target) -> list[str]:

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from sps_operator.api.legacy_tables import with_v1_twins
 from sps_operator.api.models import SpsProfile
 from sps_operator.api.reasons import CLOCK_SKEW, INVALID_SPEC, RECONCILE_ERROR, STATUS_WRITE_FAILED
 from sps_operator.api.status import FailureRecord, SpsProfileStatus
@@ -138,6 +139,8 @@ class Reconciler:
             self._report_invalid(body, exc, now)
             return None
         before = _status_dict(profile.status)
+        # The tables as stored, twins and all: a status that lacks a twin is written.
+        before["tables"] = (body.get("status") or {}).get("tables") or []
         p = ReconcilePass(
             body=body,
             profile=profile,
@@ -252,7 +255,10 @@ class Reconciler:
         try:
             self.kube.patch_status(p.namespace, p.ref.name, after)
             if read_at:
-                self._written[p.ref.uid] = (read_at, p.status.to_k8s())
+                self._written[p.ref.uid] = (
+                    read_at,
+                    {**p.status.to_k8s(), "tables": after["tables"]},
+                )
             return True
         except Exception as exc:
             detail = api_error_detail(exc)
@@ -327,8 +333,12 @@ def _status_dict(status: SpsProfileStatus) -> dict[str, Any]:
     """The status as a JSON merge patch that replaces the stored one: a merge patch removes
     a field only when it is sent as null, at every level of nested objects (lists are
     replaced whole). Without the nested nulls, `currentRun.waiting` outlived the wait, and
-    a new run or failure kept the old one's fields it does not set."""
-    return _with_nulls(status)
+    a new run or failure kept the old one's fields it does not set. The tables an upgrade
+    re-keyed are listed under their version-1 key too, for 0.1.0 (api/legacy_tables.py)."""
+    wire = _with_nulls(status)
+    if wire.get("tables"):
+        wire["tables"] = with_v1_twins(wire["tables"])
+    return wire
 
 
 def _with_nulls(model: BaseModel) -> dict[str, Any]:

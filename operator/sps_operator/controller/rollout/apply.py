@@ -28,6 +28,7 @@ from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
 from sps_operator.api.hashing import content_hash
+from sps_operator.api.legacy_tables import is_v1
 from sps_operator.api.reasons import (
     PLACEHOLDER_TABLE,
     ROLLOUT_APPLIED,
@@ -70,7 +71,6 @@ from sps_operator.controller.rollout.confirm import confirm_live
 from sps_operator.controller.rollout.holders import hold_tables
 from sps_operator.controller.rollout.state import RolloutPass
 from sps_operator.controller.rollout.templates import deadline_name, inject_serves, rollout_failed
-from sps_operator.controller.sglang.fingerprint_v1 import is_v1
 from sps_operator.tables.formats import load_sps_table_text
 from sps_operator.tables.selfcheck import self_check
 

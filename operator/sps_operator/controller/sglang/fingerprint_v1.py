@@ -52,11 +52,6 @@ ENV = ("SGLANG_RAGGED_VERIFY_MODE", "SGLANG_PREP_IN_CUDA_GRAPH")
 _TABLE_PATH_FLAG = "--speculative-dspark-sps-table-path"
 
 
-def is_v1(fingerprint: str) -> bool:
-    """A version-1 fingerprint: 16 hex digits, no version prefix."""
-    return len(fingerprint) == 16 and all(c in "0123456789abcdef" for c in fingerprint)
-
-
 def flags_v1(argv: Sequence[str]) -> dict[str, str]:
     """Version 1's reading of a server's flags (one value per flag, the last one wins)."""
     flags: dict[str, str] = {}
