@@ -333,7 +333,6 @@ def profiler_container(
             {"name": "SPS_PROFILER_RUN", "value": plan.run},
             # A read-only root file system: caches go to the work volume.
             {"name": "HOME", "value": WORK_DIR},
-            {"name": "MPLCONFIGDIR", "value": f"{WORK_DIR}/matplotlib"},
         ],
         "volumeMounts": mounts,
         "securityContext": copy.deepcopy(RESTRICTED_CONTAINER),
