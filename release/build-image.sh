@@ -20,12 +20,8 @@ revision=${3:?revision}
 shift 3
 arches=("$@")
 [ ${#arches[@]} -gt 0 ] || arches=(amd64 arm64)
-. "$here/buildah-env.sh"
-nice=(nice -n "${SPS_BUILD_NICE:-10}")
-hash_str() { printf '%s' "$*" | sha256sum | cut -c1-16; }
-hash_files() { (cd "$repo" && find "$@" -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' -print0 \
-  | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16); }
-have() { buildah inspect --type image "$1" >/dev/null 2>&1; }
+# shellcheck source=testbed/images/buildah-env.sh
+. "$repo/testbed/images/buildah-env.sh"  # cache, lock, buildah's configuration, helpers
 host_arch=$(dpkg --print-architecture)
 
 . "$repo/testbed/images/base.sh"  # base_pkgs, base_opts, base_recipe

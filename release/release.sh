@@ -44,7 +44,7 @@ bash "$here/build-plugin.sh" "$dist" "$version" >&2
 step "image: ${arches[*]}"
 oci="$dist/sps-operator-$version.oci.tar"
 # Under the image cache's lock for the build and for reading the images back.
-. "$here/buildah-env.sh"
+. "$repo/testbed/images/buildah-env.sh"
 bash "$here/build-image.sh" "$oci" "$version" "$revision" "${arches[@]}" >&2
 index="$(mktemp -d)/index.json"
 trap 'rm -rf "$(dirname "$index")"' EXIT

@@ -1,31 +1,8 @@
 # Sourced by build.sh and build-operator-at.sh: the image cache and its lock, buildah's
-# own configuration, the helpers, and the Debian base every Python image is built FROM
-# (`ensure_base` sets base_key and base_ref).
-cache=${SPS_IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sps-operator/images}
-mkdir -p "$cache/containers"
-exec 9>"$cache/.lock"
-flock 9
-# buildah's own configuration, not the host's: runc with cgroupfs (crun cannot run on
-# hybrid cgroups), no default ulimits (the hard RLIMIT_NOFILE may be below podman's).
-export CONTAINERS_CONF="$cache/containers/containers.conf" CONTAINERS_STORAGE_CONF="$cache/containers/storage.conf"
-cat > "$CONTAINERS_CONF" <<CONF
-[containers]
-default_ulimits = []
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-CONF
-cat > "$CONTAINERS_STORAGE_CONF" <<CONF
-[storage]
-driver = "overlay"
-graphroot = "$cache/containers/storage"
-runroot = "${SPS_IMAGES_RUNROOT:-/run/sps-testbed-buildah-$(printf %s "$cache" | sha256sum | cut -c1-8)}"
-CONF
-nice=(nice -n "${SPS_BUILD_NICE:-10}")
-hash_files() { (cd "$repo" && find "$@" -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' -print0 \
-  | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16); }
-hash_str() { printf '%s' "$*" | sha256sum | cut -c1-16; }
-have() { buildah inspect --type image "$1" >/dev/null 2>&1; }
+# own configuration and the helpers (buildah-env.sh, shared with the release), and the
+# Debian base every Python image is built FROM (`ensure_base` sets base_key and base_ref).
+# shellcheck source=testbed/images/buildah-env.sh
+. "$(dirname "${BASH_SOURCE[0]}")/buildah-env.sh"
 export_image() {  # ref archive
   [ -s "$2" ] && return 0
   buildah push -q "$1" "oci-archive:$2.tmp:$1" && mv "$2.tmp" "$2"

@@ -1,13 +1,16 @@
-"""What installing a controller into the bed from its shipped manifests needs, whichever
-it is (sps_testbed.kueue, sps_testbed.lws): the bed's kubectl, polling with a message
-that says what was seen, reading objects and their conditions."""
+"""What installing a controller into the bed from its shipped manifests and uninstalling
+it need, whichever it is (sps_testbed.kueue, sps_testbed.lws): the bed's kubectl, polling
+with a message that says what was seen, reading objects and their conditions."""
 
 from __future__ import annotations
 
 import json
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Protocol
+
+import yaml
 
 FIELD_MANAGER = "sps-testbed"
 # Errors while a controller's webhooks are not serving yet: no endpoints, no caBundle,
@@ -69,3 +72,67 @@ def manager_state(bed: Bed, namespace: str, deployment: str) -> str:
         "logs", "-n", namespace, f"deployment/{deployment}", "--tail=30", check=False
     )
     return f"--- pods in {namespace} ---\n{pods}\n--- manager log (tail) ---\n{logs}"
+
+
+WEBHOOK_CALLERS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+
+
+def uninstall(
+    bed: Bed,
+    manifest: Path,
+    namespace: str,
+    *,
+    title: str,
+    callers: Sequence[str] = WEBHOOK_CALLERS,
+    left_kinds: Sequence[str],
+    own: Callable[[str], bool],
+    error: type[Exception],
+    timeout: float = 180.0,
+) -> None:
+    """Remove an add-on installed from `manifest` and everything of it, leaving the bed as
+    if it never ran; `error` naming what of it is left (`kubectl get KIND -o name` of
+    `left_kinds`, the names `own` says are the add-on's: test namespaces may carry its name).
+
+    Order matters: first what makes the API server call the add-on (`callers`: webhooks,
+    an aggregated API), then the manager's namespace; then the finalizers left on its
+    objects (nothing is left to remove them), then the rest, CRDs last so their objects go
+    with them.
+    """
+    docs = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
+    front = [d for d in docs if d.get("kind") in callers]
+    bed.kubectl("delete", "--ignore-not-found", "-f", "-", input=dump(front), timeout=timeout)
+    bed.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=false")
+    # Nothing is left for the manager to finish: it need not take its grace period (the
+    # namespace is Terminating, so no new pod replaces it).
+    bed.kubectl(
+        "delete", "pods", "-n", namespace, "--all", "--grace-period=1", "--wait=false",
+        check=False,
+    )  # fmt: skip
+    bed.kubectl(
+        "wait", "--for=delete", f"namespace/{namespace}", f"--timeout={timeout:.0f}s",
+        check=False, timeout=timeout + 10,
+    )  # fmt: skip
+    for crd in (d for d in docs if d.get("kind") == "CustomResourceDefinition"):
+        resource = crd["metadata"]["name"]
+        for item in get_json(bed, resource, "-A").get("items") or []:
+            meta = item.get("metadata") or {}
+            if not meta.get("finalizers"):
+                continue
+            where = ["-n", meta["namespace"]] if meta.get("namespace") else []
+            bed.kubectl(
+                "patch", resource, meta["name"], *where, "--type=merge",
+                "-p", '{"metadata":{"finalizers":null}}', check=False,
+            )  # fmt: skip
+    rest = [d for d in docs if d.get("kind") not in (*callers, "Namespace")]
+    bed.kubectl(
+        "delete", "--ignore-not-found", f"--timeout={timeout:.0f}s", "-f", "-",
+        input=dump(rest), timeout=timeout + 10,
+    )  # fmt: skip
+    left = [
+        name
+        for kind in left_kinds
+        for name in bed.kubectl("get", kind, "-o", "name").split()
+        if own(name)
+    ]
+    if left:
+        raise error(f"{title} uninstalled, but these are left: {', '.join(left)}")

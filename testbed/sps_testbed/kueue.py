@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from sps_operator.constants import GPU_PRODUCT_LABEL, GPU_RESOURCE
+from sps_testbed import addon
 from sps_testbed.addon import FIELD_MANAGER, condition, deployment_available, manager_state, poll
 from sps_testbed.addon import NOT_YET as _NOT_YET
 from sps_testbed.addon import Bed as _Bed
@@ -304,51 +305,14 @@ def create_local_queue(
 
 
 def uninstall(bed: _Bed, kueue_dir: Path, timeout: float = 180.0) -> None:
-    """Remove Kueue and everything of it, leaving the bed as if it never ran.
-
-    Order matters: first what makes the API server call Kueue (webhooks, the aggregated
-    API), then the manager; then the finalizers Kueue put on its objects (nothing is left to
-    remove them), then the rest, CRDs last so their objects go with them.
-    """
-    docs = [d for d in yaml.safe_load_all((kueue_dir / "kueue.yaml").read_text()) if d]
-    callers = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "APIService")
-    front = [d for d in docs if d.get("kind") in callers]
-    bed.kubectl("delete", "--ignore-not-found", "-f", "-", input=_dump(front), timeout=timeout)
-    bed.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
-    # Nothing is left for the manager to finish: it need not take its 10 s of grace (the
-    # namespace is Terminating, so no new pod replaces it).
-    bed.kubectl(
-        "delete", "pods", "-n", NAMESPACE, "--all", "--grace-period=1", "--wait=false",
-        check=False,
+    """Remove Kueue and everything of it (sps_testbed.addon.uninstall), its aggregated API
+    among what goes first."""
+    addon.uninstall(
+        bed, kueue_dir / "kueue.yaml", NAMESPACE, title="Kueue",
+        callers=(*addon.WEBHOOK_CALLERS, "APIService"),
+        left_kinds=("crd", "apiservice", "mutatingwebhookconfiguration",
+                    "validatingwebhookconfiguration", "namespace"),
+        own=lambda name: name.endswith(".kueue.x-k8s.io")
+        or name.split("/")[-1].startswith("kueue-"),
+        error=KueueError, timeout=timeout,
     )  # fmt: skip
-    bed.kubectl(
-        "wait", "--for=delete", f"namespace/{NAMESPACE}", f"--timeout={timeout:.0f}s",
-        check=False, timeout=timeout + 10,
-    )  # fmt: skip
-    crds = [d for d in docs if d.get("kind") == "CustomResourceDefinition"]
-    for crd in crds:
-        resource = crd["metadata"]["name"]
-        for item in _get(bed, resource, "-A").get("items") or []:
-            meta = item.get("metadata") or {}
-            if not meta.get("finalizers"):
-                continue
-            where = ["-n", meta["namespace"]] if meta.get("namespace") else []
-            bed.kubectl(
-                "patch", resource, meta["name"], *where, "--type=merge",
-                "-p", '{"metadata":{"finalizers":null}}', check=False,
-            )  # fmt: skip
-    rest = [d for d in docs if d.get("kind") not in (*callers, "Namespace")]
-    bed.kubectl(
-        "delete", "--ignore-not-found", f"--timeout={timeout:.0f}s", "-f", "-",
-        input=_dump(rest), timeout=timeout + 10,
-    )  # fmt: skip
-    # Test namespaces may have "kueue" in their names: look for Kueue's own names only.
-    left = [
-        name
-        for kind in ("crd", "apiservice", "mutatingwebhookconfiguration",
-                     "validatingwebhookconfiguration", "namespace")
-        for name in bed.kubectl("get", kind, "-o", "name").split()
-        if name.endswith(".kueue.x-k8s.io") or name.split("/")[-1].startswith("kueue-")
-    ]  # fmt: skip
-    if left:
-        raise KueueError(f"Kueue uninstalled, but these are left: {', '.join(left)}")

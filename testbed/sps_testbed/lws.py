@@ -24,13 +24,13 @@ from typing import Any
 
 import yaml
 
+from sps_testbed import addon
 from sps_testbed.addon import (
     FIELD_MANAGER,
     NOT_YET,
     Bed,
     deployment_available,
     dump,
-    get_json,
     manager_state,
     poll,
 )
@@ -186,50 +186,13 @@ def install(bed: Bed, lws_dir: Path, image: str, timeout: float = 300.0) -> LwsS
 
 
 def uninstall(bed: Bed, lws_dir: Path, timeout: float = 180.0) -> None:
-    """Remove LeaderWorkerSet and everything of it, leaving the bed as if it never ran.
-
-    As Kueue's: first the webhook configurations (so that nothing calls a manager that is
-    going), then the manager's namespace; then the finalizers left on its objects (none is
-    left to remove them), then the rest, the CRDs last so their objects go with them.
-    """
-    docs = [d for d in yaml.safe_load_all((lws_dir / "lws.yaml").read_text()) if d]
-    callers = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
-    front = [d for d in docs if d.get("kind") in callers]
-    bed.kubectl("delete", "--ignore-not-found", "-f", "-", input=dump(front), timeout=timeout)
-    bed.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
-    bed.kubectl(
-        "delete", "pods", "-n", NAMESPACE, "--all", "--grace-period=1", "--wait=false",
-        check=False,
-    )  # fmt: skip
-    bed.kubectl(
-        "wait", "--for=delete", f"namespace/{NAMESPACE}", f"--timeout={timeout:.0f}s",
-        check=False, timeout=timeout + 10,
-    )  # fmt: skip
-    for crd in (d for d in docs if d.get("kind") == "CustomResourceDefinition"):
-        resource = crd["metadata"]["name"]
-        for item in get_json(bed, resource, "-A").get("items") or []:
-            meta = item.get("metadata") or {}
-            if not meta.get("finalizers"):
-                continue
-            where = ["-n", meta["namespace"]] if meta.get("namespace") else []
-            bed.kubectl(
-                "patch", resource, meta["name"], *where, "--type=merge",
-                "-p", '{"metadata":{"finalizers":null}}', check=False,
-            )  # fmt: skip
-    rest = [d for d in docs if d.get("kind") not in (*callers, "Namespace")]
-    bed.kubectl(
-        "delete", "--ignore-not-found", f"--timeout={timeout:.0f}s", "-f", "-",
-        input=dump(rest), timeout=timeout + 10,
-    )  # fmt: skip
-    # LWS's own names only: test namespaces may have "lws" in theirs.
-    left = [
-        name
-        for kind in ("crd", "mutatingwebhookconfiguration", "validatingwebhookconfiguration",
-                     "namespace", "clusterrole", "clusterrolebinding")
-        for name in bed.kubectl("get", kind, "-o", "name").split()
-        if name.endswith(".leaderworkerset.x-k8s.io")
+    """Remove LeaderWorkerSet and everything of it (sps_testbed.addon.uninstall)."""
+    addon.uninstall(
+        bed, lws_dir / "lws.yaml", NAMESPACE, title="LeaderWorkerSet",
+        left_kinds=("crd", "mutatingwebhookconfiguration", "validatingwebhookconfiguration",
+                    "namespace", "clusterrole", "clusterrolebinding"),
+        own=lambda name: name.endswith(".leaderworkerset.x-k8s.io")
         or name.endswith(".disaggregatedset.x-k8s.io")
-        or name.split("/")[-1].startswith("lws-")
-    ]  # fmt: skip
-    if left:
-        raise LwsError(f"LeaderWorkerSet uninstalled, but these are left: {', '.join(left)}")
+        or name.split("/")[-1].startswith("lws-"),
+        error=LwsError, timeout=timeout,
+    )  # fmt: skip

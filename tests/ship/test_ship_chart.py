@@ -76,6 +76,8 @@ def test_default_render_cluster_mode() -> None:
     assert container["args"][0] == "run"
     assert "--all-namespaces" in container["args"]
     assert not any(a.startswith("--namespace") for a in container["args"])
+    # Nothing in the image plots: no matplotlib configuration directory.
+    assert [e["name"] for e in container["env"]] == ["POD_NAMESPACE", "POD_NAME"]
 
     (cluster_role,) = operator_cluster_roles(objects)
     assert cluster_role["metadata"]["name"] == "sps-operator"

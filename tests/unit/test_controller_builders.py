@@ -113,6 +113,8 @@ def test_job_clone_mode_sidecar_and_profiler() -> None:
     assert args[args.index("--publish-configmap") + 1] == "llama-abc-result"
     assert args[args.index("--publish-namespace") + 1] == "serving"
     assert "--fracs" not in args and "--wait-for-server" in args
+    # Nothing in the image plots: no matplotlib configuration directory.
+    assert env_of(profiler) == {"SPS_PROFILER_RUN": plan().run, "HOME": builders.WORK_DIR}
 
 
 def test_job_phase_two_mounts_the_seed_table_in_compact_mode() -> None:

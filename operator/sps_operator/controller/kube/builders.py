@@ -365,7 +365,6 @@ def profiler_container(
             {"name": "SPS_PROFILER_RUN", "value": plan.run},
             # A read-only root file system: caches go to the work volume.
             {"name": "HOME", "value": WORK_DIR},
-            {"name": "MPLCONFIGDIR", "value": f"{WORK_DIR}/matplotlib"},
             *([group_clone.rank_env()] if plan.group is not None else []),
         ],
         "volumeMounts": mounts,
