@@ -32,7 +32,7 @@ from sps_operator.controller.sglang.serverconfig import (
     ServerCommand,
     ServerProblem,
     resolve_flag,
-    split_flag,
+    without_flags,
 )
 
 NNODES_FLAG = "--nnodes"
@@ -102,22 +102,14 @@ def leader_host(job: str, service: str, namespace: str) -> str:
 def without_per_pod_flags(args: Sequence[str]) -> list[str]:
     """`args` without `--node-rank` and `--dist-init-addr` and their values, however
     written (`=value`, an alias, an abbreviation SGLang's parser accepts)."""
-    out: list[str] = []
-    skip = False
-    for token in args:
-        if skip:
-            skip = False
-            continue
-        name, inline = split_flag(token)
-        try:
-            resolved = resolve_flag(name) if name.startswith("--") else None
-        except ServerProblem:
-            resolved = None
-        if resolved in PER_POD_FLAGS:
-            skip = inline is None
-            continue
-        out.append(token)
-    return out
+    return without_flags(args, _per_pod)
+
+
+def _per_pod(name: str) -> bool:
+    try:
+        return name.startswith("--") and resolve_flag(name) in PER_POD_FLAGS
+    except ServerProblem:
+        return False
 
 
 def group_args(args: Sequence[str], group: Group, leader: str) -> list[str]:

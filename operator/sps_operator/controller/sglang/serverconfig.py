@@ -25,7 +25,7 @@ import json
 import posixpath
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,6 +218,12 @@ def split_flag(token: str) -> tuple[str, str | None]:
 
 def without_flag(tokens: Sequence[str], flag: str) -> list[str]:
     """`tokens` without `flag` and its value (`--flag v` or `--flag=v`)."""
+    return without_flags(tokens, lambda name: name == flag)
+
+
+def without_flags(tokens: Sequence[str], dropped: Callable[[str], bool]) -> list[str]:
+    """`tokens` without every flag whose name is `dropped`, and its value (`--flag v` or
+    `--flag=v`)."""
     out: list[str] = []
     skip = False
     for token in tokens:
@@ -225,7 +231,7 @@ def without_flag(tokens: Sequence[str], flag: str) -> list[str]:
             skip = False
             continue
         name, inline = split_flag(token)
-        if name == flag:
+        if dropped(name):
             skip = inline is None
             continue
         out.append(token)
