@@ -32,6 +32,7 @@ from sps_operator.controller.kube.projections import (
     project_deployment,
     project_hpa,
     project_pdb,
+    project_workload,
 )
 from sps_operator.controller.passes.state import Snapshot, by_name
 from sps_operator.controller.policies import workloads
@@ -222,9 +223,8 @@ def pod_selector_keys(namespace: str, selector: Any) -> list[Key]:
 def deployment_entries(body: Mapping[str, Any], kind: str = workloads.DEPLOYMENT) -> dict[Key, Any]:
     """A workload of any kind (`kind`: the resource its watch serves, set on the value,
     which a LIST's items lack) as a pass reads it, filed as a pass and the wake-ups look
-    for it. A Deployment is kept as its projection (bounded, and so are its keys); the
-    other kinds are kept slimmed, not yet projected (docs/reliability.md)."""
-    projected = project_deployment(body) if kind == workloads.DEPLOYMENT else slim(body)
+    for it: its projection for its kind (bounded, and so are its keys)."""
+    projected = project_workload(body, kind)
     ns, value = _namespace(body), {**projected, "kind": kind}
     keys: list[Key] = [(NAMESPACE, ns)]
     keys += [(LABEL, ns, k, v) for k, v in _labels(value).items()]
