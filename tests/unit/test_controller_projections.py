@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import test_controller_rollout
+import test_controller_rollout_kinds
 import test_controller_tenant_tables
 from controller_harness import NS, Harness, deployment, indexes_of
 from hypothesis import HealthCheck, given, settings
@@ -25,7 +26,7 @@ from sps_operator.api.limits import MAX_TARGET_TEMPLATE_BYTES
 from sps_operator.api.spec import CapacitySpec
 from sps_operator.controller import indexes as ix
 from sps_operator.controller.kube import projections as pj
-from sps_operator.controller.policies import borrow, deployments, ownership
+from sps_operator.controller.policies import borrow, deployments, ownership, workloads
 from sps_operator.controller.policies.job_policy import pod_selectors, selector_refusal
 from sps_operator.controller.policies.stable_writers import system_object
 from sps_operator.controller.sglang.serverconfig import find_server_container
@@ -37,12 +38,16 @@ META_BOUND = (pj.MAX_SELECTION_BYTES + pj.MAX_KEPT_ANNOTATIONS * (pj.MAX_ANNOTAT
               + pj.MAX_TEXT) + pj.MAX_OWNER_REFERENCE_BYTES + 64 * 1024)  # fmt: skip
 BOUND = {
     "Deployment": pj.MAX_INLINE_TEMPLATE_BYTES + 2 * pj.MAX_SELECTION_BYTES + META_BOUND,
+    "StatefulSet": pj.MAX_INLINE_TEMPLATE_BYTES + 2 * pj.MAX_SELECTION_BYTES + META_BOUND,
+    "LeaderWorkerSet": 2 * pj.MAX_INLINE_TEMPLATE_BYTES + 2 * pj.MAX_SELECTION_BYTES + META_BOUND,
     "PodDisruptionBudget": pj.MAX_PDB_SELECTOR_BYTES + META_BOUND,
     "HorizontalPodAutoscaler": META_BOUND,
     "ConfigMap": pj.MAX_INLINE_DATA_BYTES + META_BOUND,
 }
 PROJECT: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "Deployment": pj.project_deployment,
+    "StatefulSet": pj.project_stateful_set,
+    "LeaderWorkerSet": pj.project_leader_worker_set,
     "PodDisruptionBudget": pj.project_pdb,
     "HorizontalPodAutoscaler": pj.project_hpa,
     "ConfigMap": pj.project_config_map,
@@ -78,7 +83,11 @@ _objects = _maybe({
     "data": _field, "binaryData": _field, "status": _field,
     "spec": _maybe({"selector": _field, "replicas": _field, "strategy": _field,
                     "template": _template | _field, "scaleTargetRef": _field,
-                    "minAvailable": _field}) | _field,
+                    "minAvailable": _field, "updateStrategy": _field,
+                    "rolloutStrategy": _field, "startupPolicy": _field,
+                    "leaderWorkerTemplate": _maybe({
+                        "size": _field, "leaderTemplate": _template | _field,
+                        "workerTemplate": _template | _field}) | _field}) | _field,
 })  # fmt: skip
 
 
@@ -93,6 +102,8 @@ def test_any_object_projected_never_raises_and_stays_within_a_fixed_size(
     # The index functions file it under keys drawn from the projection: bounded too.
     entries = {
         "Deployment": ix.deployment_entries,
+        "StatefulSet": lambda o: ix.deployment_entries(o, "StatefulSet"),
+        "LeaderWorkerSet": lambda o: ix.deployment_entries(o, "LeaderWorkerSet"),
         "PodDisruptionBudget": ix.pdb_entries,
         "HorizontalPodAutoscaler": ix.hpa_entries,
         "ConfigMap": ix.config_map_entries,
@@ -238,6 +249,106 @@ def test_a_table_config_map_keeps_its_data_labels_owners_and_system_marks() -> N
     assert "data" not in big and pj.data_omitted(big)
 
 
+_rolling = st.fixed_dictionaries({}, optional={
+    "partition": st.integers(0, 3), "maxUnavailable": st.sampled_from([0, 1, 2, "50%", "x%"]),
+    "maxSurge": st.sampled_from([0, 1, "25%"]),
+})  # fmt: skip
+_revision = st.sampled_from(["r1", "r2"])
+
+
+def _pod_template(draw: st.DrawFn, labels: dict[str, str]) -> dict[str, Any]:
+    return {"metadata": {"labels": labels, "annotations": {
+                L.ANNOTATION_TABLE_HASH: draw(_name), "example.com/x": draw(_long)}},
+            "spec": {"containers": draw(st.lists(_container, min_size=1, max_size=2)),
+                     "volumes": draw(st.lists(_volume, max_size=2))}}  # fmt: skip
+
+
+@st.composite
+def _other_workloads(draw: st.DrawFn) -> dict[str, Any]:
+    """A StatefulSet or a LeaderWorkerSet within every bound, with what the adapter reads
+    of each drawn (update strategies, partitions, revisions, the group and its templates)."""
+    kind = draw(st.sampled_from([workloads.STATEFUL_SET, workloads.LEADER_WORKER_SET]))
+    pod_labels = draw(_labels)
+    generation, want = draw(st.integers(1, 2)), draw(st.integers(0, 3))
+    near = st.sampled_from([want, want, max(want - 1, 0), want + 1])  # often rolled out
+    strategy_type = draw(st.sampled_from(["RollingUpdate", "OnDelete"]))
+    status = {"observedGeneration": draw(st.integers(1, 2)),
+              "replicas": draw(near), "readyReplicas": draw(near),
+              "updatedReplicas": draw(near),
+              "conditions": draw(st.lists(st.fixed_dictionaries({
+                  "type": st.sampled_from(["UpdateInProgress", "Available", "ReplicaFailure"]),
+                  "status": st.sampled_from(["True", "False"]),
+                  "message": _name}), max_size=2))}  # fmt: skip
+    spec: dict[str, Any] = {"replicas": want}
+    if kind == workloads.STATEFUL_SET:
+        spec |= {"selector": {"matchLabels": pod_labels}, "serviceName": draw(_name),
+                 "podManagementPolicy": draw(st.sampled_from(["OrderedReady", "Parallel"])),
+                 "updateStrategy": {"type": strategy_type, "rollingUpdate": draw(_rolling)},
+                 "template": _pod_template(draw, pod_labels),
+                 "volumeClaimTemplates": [{"metadata": {"name": "w"}, "spec": {
+                     "resources": {"requests": {"storage": draw(_long)}}}}]}  # fmt: skip
+        status |= {"currentRevision": draw(_revision), "updateRevision": draw(_revision),
+                   "currentReplicas": draw(near)}  # fmt: skip
+    else:
+        group: dict[str, Any] = {"size": draw(st.integers(1, 4)),
+                                 "workerTemplate": _pod_template(draw, pod_labels)}  # fmt: skip
+        if draw(st.booleans()):
+            group["leaderTemplate"] = _pod_template(draw, pod_labels)
+        spec |= {"leaderWorkerTemplate": group, "startupPolicy": "LeaderCreated",
+                 "rolloutStrategy": {"type": "RollingUpdate",
+                                     "rollingUpdateConfiguration": draw(_rolling)}}  # fmt: skip
+    return {
+        "apiVersion": workloads.KINDS[kind].api_version, "kind": kind,
+        "metadata": {"name": draw(_name), "namespace": NS, "uid": "w1",
+                     "labels": draw(_labels), "generation": generation, "resourceVersion": "7",
+                     "annotations": {**draw(_foreign_annotations), **draw(_own_annotations)},
+                     "managedFields": draw(_managers)},
+        "spec": spec,
+        "status": status,
+    }  # fmt: skip
+
+
+def _adapter_readings(obj: dict[str, Any]) -> list[Any]:
+    """What the workload adapter and a pass read of a workload of any kind."""
+    found = workloads.templates(obj)
+    servers = [find_server_container(t["spec"], "sglang") for _, t in found]
+    return [
+        workloads.kind_of(obj).kind,
+        workloads.replicas(obj),
+        workloads.group_size(obj),
+        workloads.pod_selector(obj),
+        [path for path, _ in found],
+        workloads.rolled_out(obj),
+        workloads.max_unavailable(obj, 4),
+        workloads.progress_deadline_seconds(obj, 900.0),
+        workloads.deadline_exceeded(obj),
+        workloads.roll_waits(obj),
+        workloads.controller_failure(obj),
+        ownership.recorded_owner(obj),
+        sorted(ownership.mounted_config_maps(obj)),
+        borrow.read_tag(obj),
+        servers,
+        [target_size_problem(t["spec"], c) for (_, t), c in zip(found, servers, strict=True)],
+        [t["metadata"]["labels"] for _, t in found],
+        [t["metadata"]["annotations"].get(L.ANNOTATION_TABLE_HASH) for _, t in found],
+        obj["metadata"]["labels"],
+        (obj.get("spec") or {}).get("selector"),
+    ]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(obj=_other_workloads())
+def test_within_bounds_the_adapter_reads_the_same_of_a_projected_stateful_or_leader_worker_set(
+    obj: dict[str, Any],
+) -> None:
+    projected = pj.project_workload(copy.deepcopy(obj), obj["kind"])
+    assert _adapter_readings(projected) == _adapter_readings(obj)
+    assert pj.OMITTED not in projected and not pj.template_omitted(projected)
+    assert "volumeClaimTemplates" not in projected["spec"]  # never read: never kept
+    assert "kubectl.kubernetes.io/last-applied-configuration" not in projected["metadata"][
+        "annotations"]  # fmt: skip
+
+
 # --------------------------------------------------------------------------- beyond them
 
 
@@ -354,7 +465,10 @@ def _run_pass_through_the_caches(self: Harness, name: str = "p") -> dict[str, An
     pods = self.pods_now()
     saved, self.pods = self.pods, []
     try:
-        built = indexes_of(self.cluster_objects())
+        # No watch of a kind the cluster does not serve: its objects are in no cache.
+        lws = getattr(self.kube, "lws_installed", True)
+        built = indexes_of([o for o in self.cluster_objects()
+                            if lws or o["kind"] != "LeaderWorkerSet"])  # fmt: skip
     finally:
         self.pods = saved
     by_pod: dict[Any, list[Any]] = {}
@@ -371,9 +485,14 @@ def _run_pass_through_the_caches(self: Harness, name: str = "p") -> dict[str, An
 
 
 def _whole_pass_tests() -> list[Any]:
-    """The rollout, rollback, reuse, AnnotateOnly and tables' tests that take no argument."""
+    """The rollout, rollback, reuse, AnnotateOnly and tables' tests that take no argument,
+    and those of StatefulSets and LeaderWorkerSets."""
     found = []
-    for module in (test_controller_rollout, test_controller_tenant_tables):
+    for module in (
+        test_controller_rollout,
+        test_controller_tenant_tables,
+        test_controller_rollout_kinds,
+    ):
         for name, fn in sorted(vars(module).items()):
             if name.startswith("test_") and callable(fn) and not inspect.signature(fn).parameters:
                 found.append(pytest.param(fn, id=f"{module.__name__}::{name}"))
@@ -401,7 +520,11 @@ def test_whole_passes_through_the_caches_end_as_through_lists(
     monkeypatch.setattr(type(Harness().kube), "get", counting_get)
     test()
     if test.__name__ not in NO_TEMPLATE_READ:
-        assert "Deployment" in gets  # the selected target's template was read back
+        # The selected target's templates were read back, with a GET of its own kind (a
+        # GET of another kind finds nothing or another UID: the target would be lost).
+        other = test.__module__ == test_controller_rollout_kinds.__name__
+        kinds = {"StatefulSet", "LeaderWorkerSet"} if other else {"Deployment"}
+        assert kinds & set(gets), gets
     if test.__name__ not in NO_TABLE_READ:
         assert "ConfigMap" in gets  # the bytes were read back, not taken from the caches
 
@@ -413,6 +536,8 @@ NO_TEMPLATE_READ = {
 }
 # Tests whose passes never read a ConfigMap's bytes (refused before any table).
 NO_TABLE_READ = {
+    "test_a_group_whose_ranks_are_not_one_server_is_refused",
+    "test_nnodes_must_be_the_group_size",
     "test_a_huge_target_is_refused_with_the_limit_before_it_is_parsed",
     "test_a_mount_of_the_tenants_own_over_the_table_path_is_refused",
     "test_a_pass_that_fails_outside_its_steps_still_writes_status_and_never_raises",
