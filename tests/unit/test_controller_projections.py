@@ -17,7 +17,7 @@ import pytest
 import test_controller_rollout
 import test_controller_rollout_kinds
 import test_controller_tenant_tables
-from controller_harness import NS, Harness, deployment, indexes_of
+from controller_harness import NS, Harness, deployment, indexes_of, profile_body
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -427,6 +427,39 @@ def test_a_target_over_a_bound_is_refused_through_the_caches_as_through_the_api(
     assert target["reason"] == "TargetTooLarge", target
     expected = "words" if what == "args" else f"at most {MAX_TARGET_TEMPLATE_BYTES}"
     assert expected in target["message"]
+
+
+@pytest.mark.parametrize("where", ["leaderTemplate", "workerTemplate"])
+def test_a_group_template_over_the_bound_is_refused_through_the_caches_as_through_the_api(
+    where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Either template of a LeaderWorkerSet over the bound the pass parses: the caches
+    keep it as a stub (a few KiB) and the other as a Deployment's; the pass refuses the
+    group with what a LIST gives (the worker's named by its path, after the leader is
+    read, as a LIST's pass reads it), with no GET. A leader the caches keep as a stub
+    within the bound is read back with one (else the pass would read a stub's server)."""
+    big = test_controller_rollout_kinds.leader_worker_set()
+    template = big["spec"]["leaderWorkerTemplate"][where]
+    template["spec"]["containers"][0]["env"] = [
+        {"name": f"V{i}", "value": "y" * 900} for i in range(1000)
+    ]
+    listed, cached = Harness(), Harness()
+    for h in (listed, cached):
+        h.add(copy.deepcopy(big))
+        h.add(profile_body())
+        h.pods = test_controller_rollout_kinds.group_pods()
+    (kept,) = indexes_of([big]).deployments[(ix.NAMESPACE, NS)]
+    assert pj.json_size(kept) < 16 * 1024 and not pj.template_omitted(kept)
+    via_list = _statuses(listed, listed.run_pass)
+    via_caches = _statuses(cached, cached.run_cached_pass)
+    assert via_caches["targets"] == via_list["targets"]
+    (target,) = via_caches["targets"]
+    assert target["reason"] == "TargetTooLarge", target
+    assert f"at most {MAX_TARGET_TEMPLATE_BYTES}" in target["message"]
+    assert (where == "workerTemplate") == ("workerTemplate:" in target["message"])
+    monkeypatch.setattr(pj, "MAX_INLINE_TEMPLATE_BYTES", -1)  # the other one a stub too
+    (kept,) = indexes_of([big]).deployments[(ix.NAMESPACE, NS)]
+    assert pj.template_omitted(kept) == (where == "workerTemplate")
 
 
 def test_a_pdb_selector_over_the_bound_protects_every_pod_of_its_namespace() -> None:

@@ -242,52 +242,47 @@ def _pod_spec_stub(pod_spec: Mapping[str, Any], problem: str | None) -> dict[str
     return stub_spec
 
 
+def _template_key(path: workloads.Path) -> str:
+    """Where `OMITTED` says a template at `path` was kept as a stub."""
+    return "template" if path == ("spec", "template") else f"template:{path[-1]}"
+
+
 def template_omitted(workload: Mapping[str, Any]) -> bool:
     """The caches keep only a stub of one of this workload's pod templates, which the pass
-    reads (within the bound it parses; none over it, which the pass refuses without a
-    read): read the workload to have them."""
-    omitted = workload.get(OMITTED)
-    if not isinstance(omitted, Mapping) or not any(str(k).startswith("template") for k in omitted):
+    reads (within the bound it parses): read the workload to have them. Not when the
+    server's template is over that bound: the pass refuses it before reading any other."""
+    omitted = _as_map(workload.get(OMITTED))
+    refused = [SIZE_PROBLEM in _as_map(t.get("spec")) for _, t in workloads.templates(workload)]
+    stubbed = [_template_key(p) in omitted for p, _ in workloads.templates(workload)]
+    if not stubbed or refused[0]:
         return False
-    return not any(
-        SIZE_PROBLEM in _as_map(template.get("spec"))
-        for _, template in workloads.templates(workload)
-    )
+    return any(s and not r for s, r in zip(stubbed, refused, strict=True))
 
 
 def _as_map(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _template(template: Any, problem: str | None, omitted: dict[str, int], key: str) -> Any:
-    """A pod template whole within `MAX_INLINE_TEMPLATE_BYTES` and without a `problem`;
-    else a stub (`_pod_spec_stub`), its size under `key` in `omitted`."""
+def _template(
+    template: Any, selection_problem: str | None, omitted: dict[str, int], key: str
+) -> Any:
+    """A pod template whole within `MAX_INLINE_TEMPLATE_BYTES`; else a stub
+    (`_pod_spec_stub`, its size under `key` in `omitted`) that carries, over the bound
+    the pass parses, the pass's own message (as `target_size_problem` words it)."""
     if not isinstance(template, Mapping):
         return template if template is None else {}
     meta = _as_map(template.get("metadata"))
-    labels, _ = _string_map(None if problem else meta.get("labels"), 2**62)
+    labels, _ = _string_map(None if selection_problem else meta.get("labels"), 2**62)
     kept_meta = {"labels": labels, "annotations": kept_annotations(meta.get("annotations"))}
     pod_spec = _as_map(template.get("spec"))
     size = json_size(pod_spec)
+    problem = selection_problem
+    if problem is None and size > MAX_TARGET_TEMPLATE_BYTES:
+        problem = target_size_problem(pod_spec, None)  # the pass's message, as today
     if problem is None and size <= MAX_INLINE_TEMPLATE_BYTES:
         return {"metadata": kept_meta, "spec": pod_spec}
     omitted[key] = size
     return {"metadata": kept_meta, "spec": _pod_spec_stub(pod_spec, problem)}
-
-
-def _templates_problem(found: list[tuple[workloads.Path, Mapping[str, Any]]]) -> str | None:
-    """Why the pass does not read the workload: its first template (the adapter's order,
-    the server's first) over the bound the pass parses, in the pass's words (another
-    template than the server's is named by its path, as the pass names it). Every template
-    of it is then a stub carrying this, so the pass refuses it at the server's template."""
-    for i, (path, template) in enumerate(found):
-        pod_spec = _as_map(template.get("spec"))
-        if json_size(pod_spec) > MAX_TARGET_TEMPLATE_BYTES:
-            problem = target_size_problem(pod_spec, None) or (
-                f"the pod template is over {MAX_TARGET_TEMPLATE_BYTES} bytes"
-            )
-            return problem if i == 0 else f"{'.'.join(path)}: {problem}"
-    return None
 
 
 def _selection_problem(
@@ -341,7 +336,7 @@ def _workload(
     omitted: dict[str, int],
 ) -> tuple[dict[str, Any], dict[str, Any], str | None]:
     """The parts every workload kind shares: header, metadata, scalar spec fields, the
-    selector, the status; and why its templates are not read (None: they are)."""
+    selector, the status; and why no profile selects it (None: its selection is kept)."""
     spec = _as_map(body.get("spec"))
     problem = _selection_problem(kind, body, spec.get("selector"), omitted)
     out = {
@@ -352,8 +347,6 @@ def _workload(
     kept_spec = {k: _scalar(spec[k]) for k in spec_fields if k in spec}
     if "selector" in spec and kind != workloads.LEADER_WORKER_SET:
         kept_spec["selector"] = {} if problem else spec["selector"]
-    if problem is None:
-        problem = _templates_problem(workloads.templates({**body, "kind": kind}))
     return out, kept_spec, problem
 
 
@@ -434,7 +427,8 @@ def project_leader_worker_set(body: Mapping[str, Any]) -> dict[str, Any]:
         kept_group = _pick(group, ("size", "restartPolicy"))
         for key in ("leaderTemplate", "workerTemplate"):
             if key in group:
-                kept_group[key] = _template(group[key], problem, omitted, f"template:{key}")
+                path = ("spec", "leaderWorkerTemplate", key)
+                kept_group[key] = _template(group[key], problem, omitted, _template_key(path))
         kept_spec["leaderWorkerTemplate"] = kept_group
     return _with_omitted({**out, "spec": kept_spec}, omitted)
 
