@@ -14,11 +14,13 @@ safe:
   is never read. `kubectl.kubernetes.io/last-applied-configuration` (a copy of the whole
   object) goes. ownerReferences: the controller's only, but a ConfigMap's (a table's
   holders, written back whole).
-* a Deployment's pod template: whole up to `MAX_INLINE_TEMPLATE_BYTES`; up to the
+* a workload's spec (Deployment, StatefulSet, LeaderWorkerSet: `project_workload`): what
+  the adapter (`policies/workloads.py`) reads of its kind, each field a scalar.
+* each of a workload's pod templates: whole up to `MAX_INLINE_TEMPLATE_BYTES`; up to the
   `MAX_TARGET_TEMPLATE_BYTES` a pass parses, a stub (the ConfigMaps it mounts and reads
-  env from, its claims) and the pass of a profile selecting it reads the Deployment with a
-  GET; beyond, a stub carrying, per container, the `TargetTooLarge` message the pass gives
-  today (`target_size_problem` reads it back).
+  env from, its claims) and the pass of a profile selecting it reads the workload with a
+  GET of its kind; beyond, a stub carrying, per container, the `TargetTooLarge` message
+  the pass gives today (`target_size_problem` reads it back).
 * labels and selectors over `MAX_SELECTION_BYTES`: dropped (a Deployment then selects
   nothing and no profile selects it; its template becomes the stub above, saying why).
 * a PodDisruptionBudget's selector over `MAX_PDB_SELECTOR_BYTES`: `{}`, which covers
