@@ -47,6 +47,13 @@ def _team_b_object(kind: str) -> dict[str, Any]:
         env = [{"name": f"V{i}", "value": "y" * 900} for i in range(1000)]
         dep["spec"]["template"]["spec"]["containers"][0]["env"] = env
         return dep
+    if kind == "Job":  # suspended: no pod runs; the label and owner anyone may write
+        template = _team_b_object("Deployment")["spec"]["template"]
+        labels = {L.LABEL_MANAGED_BY: L.MANAGED_BY}
+        owner = {"apiVersion": "sps.dev/v1alpha1", "kind": "SpsProfile", "name": "p",
+                 "uid": "b1", "controller": True}  # fmt: skip
+        return {"kind": kind, "metadata": {**meta, "labels": labels, "ownerReferences": [owner]},
+                "spec": {"suspend": True, "template": template}}  # fmt: skip
     if kind in ("StatefulSet", "LeaderWorkerSet"):
         # The same 1 MB template, at 0 replicas; a LeaderWorkerSet's in its worker template
         # beside a small leader (each template must be bounded, not only the server's).
@@ -87,6 +94,7 @@ def _retained_bytes(obj: dict[str, Any]) -> int:
         "Deployment",
         "StatefulSet",
         "LeaderWorkerSet",
+        "Job",
         "PodDisruptionBudget",
         "ConfigMap",
         "HorizontalPodAutoscaler",
@@ -101,8 +109,9 @@ def test_another_tenants_objects_cost_the_operators_caches_a_bounded_size(kind: 
     kept at its full size (~450 such objects passed the chart's 512Mi limit, no pod
     needed), so the operator's memory grew with team-b's bytes until the kubelet killed it,
     for every tenant, and again after each restart's LIST. Now each index keeps a bounded
-    projection (`kube/projections.py`). The same hole stayed open for StatefulSets and
-    LeaderWorkerSets (kept whole but for managedFields) until they were projected too."""
+    projection (`kube/projections.py`). The same hole stayed open for StatefulSets,
+    LeaderWorkerSets and suspended Jobs carrying the operator's label and an SpsProfile
+    owner (kept whole but for managedFields) until they were projected too."""
     obj = _team_b_object(kind)
     assert len(json.dumps(obj)) > (200_000 if kind == "HorizontalPodAutoscaler" else 500_000)
     assert _retained_bytes(obj) <= RETAINED_BOUND.get(kind, SMALL_BOUND)

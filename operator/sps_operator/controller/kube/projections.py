@@ -37,7 +37,7 @@ from typing import Any
 
 from sps_operator.api import labels as L
 from sps_operator.api.limits import MAX_TARGET_TEMPLATE_BYTES
-from sps_operator.constants import LABEL_PREFIX
+from sps_operator.constants import GPU_RESOURCE, LABEL_PREFIX
 from sps_operator.controller.policies import workloads
 from sps_operator.controller.policies.claims import pod_claims
 from sps_operator.controller.policies.ownership import mounted_config_maps
@@ -507,6 +507,78 @@ def project_config_map(body: Mapping[str, Any]) -> dict[str, Any]:
         out.update(payload)
     else:
         omitted["data"] = size
+    return _with_omitted(out, omitted)
+
+
+_JOB_SPEC = (
+    "suspend",
+    "parallelism",
+    "completions",
+    "completionMode",
+    "backoffLimit",
+    "backoffLimitPerIndex",
+    "maxFailedIndexes",
+    "activeDeadlineSeconds",
+    "ttlSecondsAfterFinished",
+)
+_JOB_STATUS = (
+    "active",
+    "ready",
+    "succeeded",
+    "failed",
+    "terminating",
+    "startTime",
+    "completionTime",
+    "failedIndexes",
+    "completedIndexes",
+)
+
+
+def _job_container(container: Any) -> dict[str, Any]:
+    """Of a Job's container, what its GPU count reads (`policies.cost.pod_gpus`)."""
+    c = _as_map(container)
+    kept: dict[str, Any] = _pick(c, ("name", "restartPolicy"))
+    resources = _as_map(c.get("resources"))
+    for part in ("limits", "requests"):
+        value = _as_map(resources.get(part)).get(GPU_RESOURCE)
+        if value is not None:
+            kept.setdefault("resources", {})[part] = {GPU_RESOURCE: _scalar(value)}
+    return kept
+
+
+def project_job(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What a pass reads of a Job carrying the operator's label (anyone may set it, and a
+    suspended Job runs no pod): its metadata, its run's spec fields, its pod template's
+    labels, PriorityClass and GPUs per container, and its status. Adopting a Job under a
+    run's name compares it field by field with a GET (`profiling/outcome.create_owned`)."""
+    omitted: dict[str, int] = {}
+    spec = _as_map(body.get("spec"))
+    kept_spec = _pick(spec, _JOB_SPEC)
+    template = spec.get("template")
+    if isinstance(template, Mapping):
+        meta = _as_map(template.get("metadata"))
+        labels, size = _string_map(meta.get("labels"), MAX_SELECTION_BYTES)
+        if size is not None:
+            omitted["template labels"] = size
+        pod_spec = _as_map(template.get("spec"))
+        kept_pod: dict[str, Any] = _pick(pod_spec, ("priorityClassName",))
+        for part in ("containers", "initContainers"):
+            listed = pod_spec.get(part)
+            if isinstance(listed, list):
+                kept_pod[part] = [_job_container(c) for c in listed[:MAX_STUB_NAMES]]
+        kept_spec["template"] = {
+            "metadata": {
+                "labels": labels,
+                "annotations": kept_annotations(meta.get("annotations")),
+            },
+            "spec": kept_pod,
+        }
+    out = {
+        **_header(body),
+        "metadata": metadata(body, omitted),
+        "spec": kept_spec,
+        "status": _status(body, _JOB_STATUS),
+    }
     return _with_omitted(out, omitted)
 
 
