@@ -17,7 +17,7 @@ import pytest
 import test_controller_rollout
 import test_controller_rollout_kinds
 import test_controller_tenant_tables
-from controller_harness import NS, Harness, deployment, indexes_of, profile_body
+from controller_harness import NS, Harness, deployment, indexes_of, profile_body, started
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,8 +26,16 @@ from sps_operator.api.limits import MAX_TARGET_TEMPLATE_BYTES
 from sps_operator.api.spec import CapacitySpec
 from sps_operator.controller import indexes as ix
 from sps_operator.controller.kube import projections as pj
-from sps_operator.controller.policies import borrow, deployments, ownership, workloads
+from sps_operator.controller.policies import (
+    borrow,
+    cost,
+    deployments,
+    ownership,
+    run_job,
+    workloads,
+)
 from sps_operator.controller.policies.job_policy import pod_selectors, selector_refusal
+from sps_operator.controller.policies.placement import PodInfo
 from sps_operator.controller.policies.stable_writers import system_object
 from sps_operator.controller.sglang.serverconfig import find_server_container
 from sps_operator.controller.sglang.serverread import target_size_problem
@@ -43,6 +51,7 @@ BOUND = {
     "PodDisruptionBudget": pj.MAX_PDB_SELECTOR_BYTES + META_BOUND,
     "HorizontalPodAutoscaler": META_BOUND,
     "ConfigMap": pj.MAX_INLINE_DATA_BYTES + META_BOUND,
+    "Job": pj.MAX_SELECTION_BYTES + META_BOUND,
 }
 PROJECT: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "Deployment": pj.project_deployment,
@@ -51,6 +60,7 @@ PROJECT: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "PodDisruptionBudget": pj.project_pdb,
     "HorizontalPodAutoscaler": pj.project_hpa,
     "ConfigMap": pj.project_config_map,
+    "Job": pj.project_job,
 }
 
 # --------------------------------------------------------------------------- any object
@@ -107,6 +117,7 @@ def test_any_object_projected_never_raises_and_stays_within_a_fixed_size(
         "PodDisruptionBudget": ix.pdb_entries,
         "HorizontalPodAutoscaler": ix.hpa_entries,
         "ConfigMap": ix.config_map_entries,
+        "Job": ix.job_entries,
     }
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
@@ -347,6 +358,47 @@ def test_within_bounds_the_adapter_reads_the_same_of_a_projected_stateful_or_lea
     assert "volumeClaimTemplates" not in projected["spec"]  # never read: never kept
     assert "kubectl.kubernetes.io/last-applied-configuration" not in projected["metadata"][
         "annotations"]  # fmt: skip
+
+
+def _job_readings(job: dict[str, Any]) -> list[Any]:
+    """What a pass reads of one of its run's Jobs from the caches."""
+    spec, meta = job["spec"], job["metadata"]
+    return [
+        meta["name"], meta["uid"], meta["labels"], meta["annotations"].get(L.ANNOTATION_VOLUME_PIN),
+        ix.controller_profile(job), spec.get("suspend"), run_job.group_pods(job),
+        cost.pod_gpus(job), cost.job_gpus(job),
+        spec["template"]["metadata"]["labels"], spec["template"]["spec"].get("priorityClassName"),
+        borrow.pool_bid("p", "u", "H100", [PodInfo(
+            "x", {}, None, controller_uid="j1", unschedulable="no GPU", created="2026-01-01",
+            priority_class=spec["template"]["spec"].get("priorityClassName"))], job),
+        job.get("status"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("group", [False, True])
+def test_a_run_job_reads_the_same_from_its_projection(group: bool) -> None:
+    """The operator's own Job (a one-pod clone, an Indexed group), as the caches keep it:
+    every field a pass reads of it answers the same; the rest of its template goes."""
+    import test_controller_group_clone as clones
+
+    h = Harness.one_target()
+    job = clones.builders.profiling_job(clones.group_plan()) if group else None
+    if job is None:
+        started(h)
+        (job,) = [o for o in h.cluster_objects() if o["kind"] == "Job"]
+    job = copy.deepcopy(job)
+    job["metadata"] |= {"uid": "j1", "annotations": {L.ANNOTATION_VOLUME_PIN: "n1", "x": "y"},
+                        "ownerReferences": [{"apiVersion": "sps.dev/v1alpha1",
+                                             "kind": "SpsProfile", "name": "p", "uid": "u",
+                                             "controller": True}]}  # fmt: skip
+    job["status"] = {"active": 1, "failedIndexes": "1", "startTime": "2026-01-01T00:00:00Z",
+                     "conditions": [{"type": "Failed", "status": "True", "reason": "X",
+                                     "message": "m"}]}  # fmt: skip
+    projected = pj.project_job(copy.deepcopy(job))
+    assert _job_readings(projected) == _job_readings(job)
+    assert cost.job_gpus(job) == (4 if group else 0)  # 2 ranks of 2 GPUs; the harness's: none
+    assert pj.json_size(projected) < pj.json_size(job)
+    assert "env" not in json.dumps(projected["spec"]["template"])
 
 
 # --------------------------------------------------------------------------- beyond them
