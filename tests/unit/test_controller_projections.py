@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 import test_controller_rollout
+import test_controller_rollout_kinds
 import test_controller_tenant_tables
-from controller_harness import NS, Harness, deployment, indexes_of
+from controller_harness import NS, Harness, deployment, indexes_of, profile_body, started
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,8 +26,16 @@ from sps_operator.api.limits import MAX_TARGET_TEMPLATE_BYTES
 from sps_operator.api.spec import CapacitySpec
 from sps_operator.controller import indexes as ix
 from sps_operator.controller.kube import projections as pj
-from sps_operator.controller.policies import borrow, deployments, ownership
+from sps_operator.controller.policies import (
+    borrow,
+    cost,
+    deployments,
+    ownership,
+    run_job,
+    workloads,
+)
 from sps_operator.controller.policies.job_policy import pod_selectors, selector_refusal
+from sps_operator.controller.policies.placement import PodInfo
 from sps_operator.controller.policies.stable_writers import system_object
 from sps_operator.controller.sglang.serverconfig import find_server_container
 from sps_operator.controller.sglang.serverread import target_size_problem
@@ -37,15 +46,21 @@ META_BOUND = (pj.MAX_SELECTION_BYTES + pj.MAX_KEPT_ANNOTATIONS * (pj.MAX_ANNOTAT
               + pj.MAX_TEXT) + pj.MAX_OWNER_REFERENCE_BYTES + 64 * 1024)  # fmt: skip
 BOUND = {
     "Deployment": pj.MAX_INLINE_TEMPLATE_BYTES + 2 * pj.MAX_SELECTION_BYTES + META_BOUND,
+    "StatefulSet": pj.MAX_INLINE_TEMPLATE_BYTES + 2 * pj.MAX_SELECTION_BYTES + META_BOUND,
+    "LeaderWorkerSet": 2 * pj.MAX_INLINE_TEMPLATE_BYTES + 2 * pj.MAX_SELECTION_BYTES + META_BOUND,
     "PodDisruptionBudget": pj.MAX_PDB_SELECTOR_BYTES + META_BOUND,
     "HorizontalPodAutoscaler": META_BOUND,
     "ConfigMap": pj.MAX_INLINE_DATA_BYTES + META_BOUND,
+    "Job": pj.MAX_SELECTION_BYTES + META_BOUND,
 }
 PROJECT: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "Deployment": pj.project_deployment,
+    "StatefulSet": pj.project_stateful_set,
+    "LeaderWorkerSet": pj.project_leader_worker_set,
     "PodDisruptionBudget": pj.project_pdb,
     "HorizontalPodAutoscaler": pj.project_hpa,
     "ConfigMap": pj.project_config_map,
+    "Job": pj.project_job,
 }
 
 # --------------------------------------------------------------------------- any object
@@ -78,7 +93,11 @@ _objects = _maybe({
     "data": _field, "binaryData": _field, "status": _field,
     "spec": _maybe({"selector": _field, "replicas": _field, "strategy": _field,
                     "template": _template | _field, "scaleTargetRef": _field,
-                    "minAvailable": _field}) | _field,
+                    "minAvailable": _field, "updateStrategy": _field,
+                    "rolloutStrategy": _field, "startupPolicy": _field,
+                    "leaderWorkerTemplate": _maybe({
+                        "size": _field, "leaderTemplate": _template | _field,
+                        "workerTemplate": _template | _field}) | _field}) | _field,
 })  # fmt: skip
 
 
@@ -93,9 +112,12 @@ def test_any_object_projected_never_raises_and_stays_within_a_fixed_size(
     # The index functions file it under keys drawn from the projection: bounded too.
     entries = {
         "Deployment": ix.deployment_entries,
+        "StatefulSet": lambda o: ix.deployment_entries(o, "StatefulSet"),
+        "LeaderWorkerSet": lambda o: ix.deployment_entries(o, "LeaderWorkerSet"),
         "PodDisruptionBudget": ix.pdb_entries,
         "HorizontalPodAutoscaler": ix.hpa_entries,
         "ConfigMap": ix.config_map_entries,
+        "Job": ix.job_entries,
     }
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
@@ -238,6 +260,147 @@ def test_a_table_config_map_keeps_its_data_labels_owners_and_system_marks() -> N
     assert "data" not in big and pj.data_omitted(big)
 
 
+_rolling = st.fixed_dictionaries({}, optional={
+    "partition": st.integers(0, 3), "maxUnavailable": st.sampled_from([0, 1, 2, "50%", "x%"]),
+    "maxSurge": st.sampled_from([0, 1, "25%"]),
+})  # fmt: skip
+_revision = st.sampled_from(["r1", "r2"])
+
+
+def _pod_template(draw: st.DrawFn, labels: dict[str, str]) -> dict[str, Any]:
+    return {"metadata": {"labels": labels, "annotations": {
+                L.ANNOTATION_TABLE_HASH: draw(_name), "example.com/x": draw(_long)}},
+            "spec": {"containers": draw(st.lists(_container, min_size=1, max_size=2)),
+                     "volumes": draw(st.lists(_volume, max_size=2))}}  # fmt: skip
+
+
+@st.composite
+def _other_workloads(draw: st.DrawFn) -> dict[str, Any]:
+    """A StatefulSet or a LeaderWorkerSet within every bound, with what the adapter reads
+    of each drawn (update strategies, partitions, revisions, the group and its templates)."""
+    kind = draw(st.sampled_from([workloads.STATEFUL_SET, workloads.LEADER_WORKER_SET]))
+    pod_labels = draw(_labels)
+    generation, want = draw(st.integers(1, 2)), draw(st.integers(0, 3))
+    near = st.sampled_from([want, want, max(want - 1, 0), want + 1])  # often rolled out
+    strategy_type = draw(st.sampled_from(["RollingUpdate", "OnDelete"]))
+    status = {"observedGeneration": draw(st.integers(1, 2)),
+              "replicas": draw(near), "readyReplicas": draw(near),
+              "updatedReplicas": draw(near),
+              "conditions": draw(st.lists(st.fixed_dictionaries({
+                  "type": st.sampled_from(["UpdateInProgress", "Available", "ReplicaFailure"]),
+                  "status": st.sampled_from(["True", "False"]),
+                  "message": _name}), max_size=2))}  # fmt: skip
+    spec: dict[str, Any] = {"replicas": want}
+    if kind == workloads.STATEFUL_SET:
+        spec |= {"selector": {"matchLabels": pod_labels}, "serviceName": draw(_name),
+                 "podManagementPolicy": draw(st.sampled_from(["OrderedReady", "Parallel"])),
+                 "updateStrategy": {"type": strategy_type, "rollingUpdate": draw(_rolling)},
+                 "template": _pod_template(draw, pod_labels),
+                 "volumeClaimTemplates": [{"metadata": {"name": "w"}, "spec": {
+                     "resources": {"requests": {"storage": draw(_long)}}}}]}  # fmt: skip
+        status |= {"currentRevision": draw(_revision), "updateRevision": draw(_revision),
+                   "currentReplicas": draw(near)}  # fmt: skip
+    else:
+        group: dict[str, Any] = {"size": draw(st.integers(1, 4)),
+                                 "workerTemplate": _pod_template(draw, pod_labels)}  # fmt: skip
+        if draw(st.booleans()):
+            group["leaderTemplate"] = _pod_template(draw, pod_labels)
+        spec |= {"leaderWorkerTemplate": group, "startupPolicy": "LeaderCreated",
+                 "rolloutStrategy": {"type": "RollingUpdate",
+                                     "rollingUpdateConfiguration": draw(_rolling)}}  # fmt: skip
+    return {
+        "apiVersion": workloads.KINDS[kind].api_version, "kind": kind,
+        "metadata": {"name": draw(_name), "namespace": NS, "uid": "w1",
+                     "labels": draw(_labels), "generation": generation, "resourceVersion": "7",
+                     "annotations": {**draw(_foreign_annotations), **draw(_own_annotations)},
+                     "managedFields": draw(_managers)},
+        "spec": spec,
+        "status": status,
+    }  # fmt: skip
+
+
+def _adapter_readings(obj: dict[str, Any]) -> list[Any]:
+    """What the workload adapter and a pass read of a workload of any kind."""
+    found = workloads.templates(obj)
+    servers = [find_server_container(t["spec"], "sglang") for _, t in found]
+    return [
+        workloads.kind_of(obj).kind,
+        workloads.replicas(obj),
+        workloads.group_size(obj),
+        workloads.pod_selector(obj),
+        [path for path, _ in found],
+        workloads.rolled_out(obj),
+        workloads.max_unavailable(obj, 4),
+        workloads.progress_deadline_seconds(obj, 900.0),
+        workloads.deadline_exceeded(obj),
+        workloads.roll_waits(obj),
+        workloads.controller_failure(obj),
+        ownership.recorded_owner(obj),
+        sorted(ownership.mounted_config_maps(obj)),
+        borrow.read_tag(obj),
+        servers,
+        [target_size_problem(t["spec"], c) for (_, t), c in zip(found, servers, strict=True)],
+        [t["metadata"]["labels"] for _, t in found],
+        [t["metadata"]["annotations"].get(L.ANNOTATION_TABLE_HASH) for _, t in found],
+        obj["metadata"]["labels"],
+        (obj.get("spec") or {}).get("selector"),
+    ]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(obj=_other_workloads())
+def test_within_bounds_the_adapter_reads_the_same_of_a_projected_stateful_or_leader_worker_set(
+    obj: dict[str, Any],
+) -> None:
+    projected = pj.project_workload(copy.deepcopy(obj), obj["kind"])
+    assert _adapter_readings(projected) == _adapter_readings(obj)
+    assert pj.OMITTED not in projected and not pj.template_omitted(projected)
+    assert "volumeClaimTemplates" not in projected["spec"]  # never read: never kept
+    assert "kubectl.kubernetes.io/last-applied-configuration" not in projected["metadata"][
+        "annotations"]  # fmt: skip
+
+
+def _job_readings(job: dict[str, Any]) -> list[Any]:
+    """What a pass reads of one of its run's Jobs from the caches."""
+    spec, meta = job["spec"], job["metadata"]
+    return [
+        meta["name"], meta["uid"], meta["labels"], meta["annotations"].get(L.ANNOTATION_VOLUME_PIN),
+        ix.controller_profile(job), spec.get("suspend"), run_job.group_pods(job),
+        cost.pod_gpus(job), cost.job_gpus(job),
+        spec["template"]["metadata"]["labels"], spec["template"]["spec"].get("priorityClassName"),
+        borrow.pool_bid("p", "u", "H100", [PodInfo(
+            "x", {}, None, controller_uid="j1", unschedulable="no GPU", created="2026-01-01",
+            priority_class=spec["template"]["spec"].get("priorityClassName"))], job),
+        job.get("status"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("group", [False, True])
+def test_a_run_job_reads_the_same_from_its_projection(group: bool) -> None:
+    """The operator's own Job (a one-pod clone, an Indexed group), as the caches keep it:
+    every field a pass reads of it answers the same; the rest of its template goes."""
+    import test_controller_group_clone as clones
+
+    h = Harness.one_target()
+    job = clones.builders.profiling_job(clones.group_plan()) if group else None
+    if job is None:
+        started(h)
+        (job,) = [o for o in h.cluster_objects() if o["kind"] == "Job"]
+    job = copy.deepcopy(job)
+    job["metadata"] |= {"uid": "j1", "annotations": {L.ANNOTATION_VOLUME_PIN: "n1", "x": "y"},
+                        "ownerReferences": [{"apiVersion": "sps.dev/v1alpha1",
+                                             "kind": "SpsProfile", "name": "p", "uid": "u",
+                                             "controller": True}]}  # fmt: skip
+    job["status"] = {"active": 1, "failedIndexes": "1", "startTime": "2026-01-01T00:00:00Z",
+                     "conditions": [{"type": "Failed", "status": "True", "reason": "X",
+                                     "message": "m"}]}  # fmt: skip
+    projected = pj.project_job(copy.deepcopy(job))
+    assert _job_readings(projected) == _job_readings(job)
+    assert cost.job_gpus(job) == (4 if group else 0)  # 2 ranks of 2 GPUs; the harness's: none
+    assert pj.json_size(projected) < pj.json_size(job)
+    assert "env" not in json.dumps(projected["spec"]["template"])
+
+
 # --------------------------------------------------------------------------- beyond them
 
 
@@ -318,6 +481,39 @@ def test_a_target_over_a_bound_is_refused_through_the_caches_as_through_the_api(
     assert expected in target["message"]
 
 
+@pytest.mark.parametrize("where", ["leaderTemplate", "workerTemplate"])
+def test_a_group_template_over_the_bound_is_refused_through_the_caches_as_through_the_api(
+    where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Either template of a LeaderWorkerSet over the bound the pass parses: the caches
+    keep it as a stub (a few KiB) and the other as a Deployment's; the pass refuses the
+    group with what a LIST gives (the worker's named by its path, after the leader is
+    read, as a LIST's pass reads it), with no GET. A leader the caches keep as a stub
+    within the bound is read back with one (else the pass would read a stub's server)."""
+    big = test_controller_rollout_kinds.leader_worker_set()
+    template = big["spec"]["leaderWorkerTemplate"][where]
+    template["spec"]["containers"][0]["env"] = [
+        {"name": f"V{i}", "value": "y" * 900} for i in range(1000)
+    ]
+    listed, cached = Harness(), Harness()
+    for h in (listed, cached):
+        h.add(copy.deepcopy(big))
+        h.add(profile_body())
+        h.pods = test_controller_rollout_kinds.group_pods()
+    (kept,) = indexes_of([big]).deployments[(ix.NAMESPACE, NS)]
+    assert pj.json_size(kept) < 16 * 1024 and not pj.template_omitted(kept)
+    via_list = _statuses(listed, listed.run_pass)
+    via_caches = _statuses(cached, cached.run_cached_pass)
+    assert via_caches["targets"] == via_list["targets"]
+    (target,) = via_caches["targets"]
+    assert target["reason"] == "TargetTooLarge", target
+    assert f"at most {MAX_TARGET_TEMPLATE_BYTES}" in target["message"]
+    assert (where == "workerTemplate") == ("workerTemplate:" in target["message"])
+    monkeypatch.setattr(pj, "MAX_INLINE_TEMPLATE_BYTES", -1)  # the other one a stub too
+    (kept,) = indexes_of([big]).deployments[(ix.NAMESPACE, NS)]
+    assert pj.template_omitted(kept) == (where == "workerTemplate")
+
+
 def test_a_pdb_selector_over_the_bound_protects_every_pod_of_its_namespace() -> None:
     """Fail safe: what the caches cannot keep of a PDB's selector makes it cover every
     pod, so a borrow it might forbid is refused, never allowed."""
@@ -354,7 +550,10 @@ def _run_pass_through_the_caches(self: Harness, name: str = "p") -> dict[str, An
     pods = self.pods_now()
     saved, self.pods = self.pods, []
     try:
-        built = indexes_of(self.cluster_objects())
+        # No watch of a kind the cluster does not serve: its objects are in no cache.
+        lws = getattr(self.kube, "lws_installed", True)
+        built = indexes_of([o for o in self.cluster_objects()
+                            if lws or o["kind"] != "LeaderWorkerSet"])  # fmt: skip
     finally:
         self.pods = saved
     by_pod: dict[Any, list[Any]] = {}
@@ -371,9 +570,14 @@ def _run_pass_through_the_caches(self: Harness, name: str = "p") -> dict[str, An
 
 
 def _whole_pass_tests() -> list[Any]:
-    """The rollout, rollback, reuse, AnnotateOnly and tables' tests that take no argument."""
+    """The rollout, rollback, reuse, AnnotateOnly and tables' tests that take no argument,
+    and those of StatefulSets and LeaderWorkerSets."""
     found = []
-    for module in (test_controller_rollout, test_controller_tenant_tables):
+    for module in (
+        test_controller_rollout,
+        test_controller_tenant_tables,
+        test_controller_rollout_kinds,
+    ):
         for name, fn in sorted(vars(module).items()):
             if name.startswith("test_") and callable(fn) and not inspect.signature(fn).parameters:
                 found.append(pytest.param(fn, id=f"{module.__name__}::{name}"))
@@ -401,7 +605,11 @@ def test_whole_passes_through_the_caches_end_as_through_lists(
     monkeypatch.setattr(type(Harness().kube), "get", counting_get)
     test()
     if test.__name__ not in NO_TEMPLATE_READ:
-        assert "Deployment" in gets  # the selected target's template was read back
+        # The selected target's templates were read back, with a GET of its own kind (a
+        # GET of another kind finds nothing or another UID: the target would be lost).
+        other = test.__module__ == test_controller_rollout_kinds.__name__
+        kinds = {"StatefulSet", "LeaderWorkerSet"} if other else {"Deployment"}
+        assert kinds & set(gets), gets
     if test.__name__ not in NO_TABLE_READ:
         assert "ConfigMap" in gets  # the bytes were read back, not taken from the caches
 
@@ -413,6 +621,8 @@ NO_TEMPLATE_READ = {
 }
 # Tests whose passes never read a ConfigMap's bytes (refused before any table).
 NO_TABLE_READ = {
+    "test_a_group_whose_ranks_are_not_one_server_is_refused",
+    "test_nnodes_must_be_the_group_size",
     "test_a_huge_target_is_refused_with_the_limit_before_it_is_parsed",
     "test_a_mount_of_the_tenants_own_over_the_table_path_is_refused",
     "test_a_pass_that_fails_outside_its_steps_still_writes_status_and_never_raises",

@@ -27,7 +27,11 @@ TEAM_B = "team-b"
 # What one object of another tenant may cost the operator's caches at most: a target's
 # template within the bound the operator parses (larger ones are refused, not read), plus
 # room for its metadata; anything else a pass reads of an object is a few KiB.
-RETAINED_BOUND = {"Deployment": MAX_TARGET_TEMPLATE_BYTES + 64 * 1024}
+RETAINED_BOUND = {
+    "Deployment": MAX_TARGET_TEMPLATE_BYTES + 64 * 1024,
+    "StatefulSet": MAX_TARGET_TEMPLATE_BYTES + 64 * 1024,
+    "LeaderWorkerSet": 2 * MAX_TARGET_TEMPLATE_BYTES + 64 * 1024,  # two templates
+}
 SMALL_BOUND = 64 * 1024
 ANNOTATIONS = {"example.com/note": "x" * 250_000}  # the API server's total: 256 KiB
 
@@ -43,6 +47,24 @@ def _team_b_object(kind: str) -> dict[str, Any]:
         env = [{"name": f"V{i}", "value": "y" * 900} for i in range(1000)]
         dep["spec"]["template"]["spec"]["containers"][0]["env"] = env
         return dep
+    if kind == "Job":  # suspended: no pod runs; the label and owner anyone may write
+        template = _team_b_object("Deployment")["spec"]["template"]
+        labels = {L.LABEL_MANAGED_BY: L.MANAGED_BY}
+        owner = {"apiVersion": "sps.dev/v1alpha1", "kind": "SpsProfile", "name": "p",
+                 "uid": "b1", "controller": True}  # fmt: skip
+        return {"kind": kind, "metadata": {**meta, "labels": labels, "ownerReferences": [owner]},
+                "spec": {"suspend": True, "template": template}}  # fmt: skip
+    if kind in ("StatefulSet", "LeaderWorkerSet"):
+        # The same 1 MB template, at 0 replicas; a LeaderWorkerSet's in its worker template
+        # beside a small leader (each template must be bounded, not only the server's).
+        template = _team_b_object("Deployment")["spec"]["template"]
+        spec: dict[str, Any] = {"replicas": 0, "template": template,
+                                "selector": {"matchLabels": {"app": "junk"}}}  # fmt: skip
+        if kind == "LeaderWorkerSet":
+            small = deployment("junk")["spec"]["template"]
+            spec = {"replicas": 0, "leaderWorkerTemplate": {
+                "size": 2, "leaderTemplate": small, "workerTemplate": template}}  # fmt: skip
+        return {"kind": kind, "metadata": meta, "spec": spec}
     if kind == "PodDisruptionBudget":
         many = {"key": "app", "operator": "In", "values": ["v" * 60] * 4000}
         return {"kind": kind, "metadata": meta, "spec": {"selector": {"matchExpressions": [many]}}}
@@ -67,7 +89,16 @@ def _retained_bytes(obj: dict[str, Any]) -> int:
 
 
 @pytest.mark.parametrize(
-    "kind", ["Deployment", "PodDisruptionBudget", "ConfigMap", "HorizontalPodAutoscaler"]
+    "kind",
+    [
+        "Deployment",
+        "StatefulSet",
+        "LeaderWorkerSet",
+        "Job",
+        "PodDisruptionBudget",
+        "ConfigMap",
+        "HorizontalPodAutoscaler",
+    ],
 )
 def test_another_tenants_objects_cost_the_operators_caches_a_bounded_size(kind: str) -> None:
     """Hole found and fixed: the operator watches these kinds in every namespace it serves
@@ -78,7 +109,9 @@ def test_another_tenants_objects_cost_the_operators_caches_a_bounded_size(kind: 
     kept at its full size (~450 such objects passed the chart's 512Mi limit, no pod
     needed), so the operator's memory grew with team-b's bytes until the kubelet killed it,
     for every tenant, and again after each restart's LIST. Now each index keeps a bounded
-    projection (`kube/projections.py`)."""
+    projection (`kube/projections.py`). The same hole stayed open for StatefulSets,
+    LeaderWorkerSets and suspended Jobs carrying the operator's label and an SpsProfile
+    owner (kept whole but for managedFields) until they were projected too."""
     obj = _team_b_object(kind)
     assert len(json.dumps(obj)) > (200_000 if kind == "HorizontalPodAutoscaler" else 500_000)
     assert _retained_bytes(obj) <= RETAINED_BOUND.get(kind, SMALL_BOUND)

@@ -31,7 +31,9 @@ from sps_operator.controller.kube.projections import (
     project_config_map,
     project_deployment,
     project_hpa,
+    project_job,
     project_pdb,
+    project_workload,
 )
 from sps_operator.controller.passes.state import Snapshot, by_name
 from sps_operator.controller.policies import workloads
@@ -69,27 +71,6 @@ ANY = "*"  # a selector that needs no particular label
 # (PODS, ns, OPERATOR_KEYS): pod selectors that name one of the operator's own label keys
 # (a run's labels on a profiling pod are not known before the run starts).
 OPERATOR_KEYS = f"{LABEL_PREFIX}/*"
-_BORROWED_KEY = f"f:{L.ANNOTATION_BORROWED}"
-
-
-def slim(body: Mapping[str, Any]) -> dict[str, Any]:
-    """An object as a pass needs it: without managedFields (the bulk of most objects),
-    except who owns spec.replicas (BorrowReplica must know who scales it) and who wrote the
-    borrow record (only the operator's own is trusted)."""
-    meta = dict(body.get("metadata") or {})
-    kept = []
-    for m in meta.get("managedFields") or []:
-        fields = m.get("fieldsV1") or {}
-        slimmed: dict[str, Any] = {}
-        if "f:replicas" in (fields.get("f:spec") or {}):
-            slimmed["f:spec"] = {"f:replicas": {}}
-        if _BORROWED_KEY in ((fields.get("f:metadata") or {}).get("f:annotations") or {}):
-            slimmed["f:metadata"] = {"f:annotations": {_BORROWED_KEY: {}}}
-        if slimmed:
-            kept.append({"manager": m.get("manager"), "operation": m.get("operation"),
-                         "fieldsV1": slimmed})  # fmt: skip
-    meta["managedFields"] = kept
-    return {**dict(body), "metadata": meta}
 
 
 def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -222,9 +203,8 @@ def pod_selector_keys(namespace: str, selector: Any) -> list[Key]:
 def deployment_entries(body: Mapping[str, Any], kind: str = workloads.DEPLOYMENT) -> dict[Key, Any]:
     """A workload of any kind (`kind`: the resource its watch serves, set on the value,
     which a LIST's items lack) as a pass reads it, filed as a pass and the wake-ups look
-    for it. A Deployment is kept as its projection (bounded, and so are its keys); the
-    other kinds are kept slimmed, not yet projected (docs/reliability.md)."""
-    projected = project_deployment(body) if kind == workloads.DEPLOYMENT else slim(body)
+    for it: its projection for its kind (bounded, and so are its keys)."""
+    projected = project_workload(body, kind)
     ns, value = _namespace(body), {**projected, "kind": kind}
     keys: list[Key] = [(NAMESPACE, ns)]
     keys += [(LABEL, ns, k, v) for k, v in _labels(value).items()]
@@ -240,7 +220,7 @@ def deployment_entries(body: Mapping[str, Any], kind: str = workloads.DEPLOYMENT
 
 def job_entries(body: Mapping[str, Any]) -> dict[Key, Any]:
     owner = controller_profile(body)
-    return {(OWNER, _namespace(body), owner): slim(body)} if owner else {}
+    return {(OWNER, _namespace(body), owner): project_job(body)} if owner else {}
 
 
 def config_map_entries(body: Mapping[str, Any]) -> dict[Key, Any]:

@@ -14,11 +14,13 @@ safe:
   is never read. `kubectl.kubernetes.io/last-applied-configuration` (a copy of the whole
   object) goes. ownerReferences: the controller's only, but a ConfigMap's (a table's
   holders, written back whole).
-* a Deployment's pod template: whole up to `MAX_INLINE_TEMPLATE_BYTES`; up to the
+* a workload's spec (Deployment, StatefulSet, LeaderWorkerSet: `project_workload`): what
+  the adapter (`policies/workloads.py`) reads of its kind, each field a scalar.
+* each of a workload's pod templates: whole up to `MAX_INLINE_TEMPLATE_BYTES`; up to the
   `MAX_TARGET_TEMPLATE_BYTES` a pass parses, a stub (the ConfigMaps it mounts and reads
-  env from, its claims) and the pass of a profile selecting it reads the Deployment with a
-  GET; beyond, a stub carrying, per container, the `TargetTooLarge` message the pass gives
-  today (`target_size_problem` reads it back).
+  env from, its claims) and the pass of a profile selecting it reads the workload with a
+  GET of its kind; beyond, a stub carrying, per container, the `TargetTooLarge` message
+  the pass gives today (`target_size_problem` reads it back).
 * labels and selectors over `MAX_SELECTION_BYTES`: dropped (a Deployment then selects
   nothing and no profile selects it; its template becomes the stub above, saying why).
 * a PodDisruptionBudget's selector over `MAX_PDB_SELECTOR_BYTES`: `{}`, which covers
@@ -35,7 +37,8 @@ from typing import Any
 
 from sps_operator.api import labels as L
 from sps_operator.api.limits import MAX_TARGET_TEMPLATE_BYTES
-from sps_operator.constants import LABEL_PREFIX
+from sps_operator.constants import GPU_RESOURCE, LABEL_PREFIX
+from sps_operator.controller.policies import workloads
 from sps_operator.controller.policies.claims import pod_claims
 from sps_operator.controller.policies.ownership import mounted_config_maps
 from sps_operator.controller.policies.stable_writers import SYSTEM_PREFIXES
@@ -241,35 +244,112 @@ def _pod_spec_stub(pod_spec: Mapping[str, Any], problem: str | None) -> dict[str
     return stub_spec
 
 
-def template_omitted(deployment: Mapping[str, Any]) -> bool:
-    """The caches keep only a stub of this Deployment's pod template, which the pass
-    reads (within the bound it parses): read the Deployment to have it."""
-    omitted = deployment.get(OMITTED)
-    if not isinstance(omitted, Mapping) or "template" not in omitted:
+def _template_key(path: workloads.Path) -> str:
+    """Where `OMITTED` says a template at `path` was kept as a stub."""
+    return "template" if path == ("spec", "template") else f"template:{path[-1]}"
+
+
+def template_omitted(workload: Mapping[str, Any]) -> bool:
+    """The caches keep only a stub of one of this workload's pod templates, which the pass
+    reads (within the bound it parses): read the workload to have them. Not when the
+    server's template is over that bound: the pass refuses it before reading any other."""
+    omitted = _as_map(workload.get(OMITTED))
+    refused = [SIZE_PROBLEM in _as_map(t.get("spec")) for _, t in workloads.templates(workload)]
+    stubbed = [_template_key(p) in omitted for p, _ in workloads.templates(workload)]
+    if not stubbed or refused[0]:
         return False
-    spec = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
-    return SIZE_PROBLEM not in spec
+    return any(s and not r for s, r in zip(stubbed, refused, strict=True))
+
+
+def _as_map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def _template(
-    template: Any, selection_problem: str | None, omitted: dict[str, int], inline: int
+    template: Any, selection_problem: str | None, omitted: dict[str, int], key: str
 ) -> Any:
+    """A pod template whole within `MAX_INLINE_TEMPLATE_BYTES`; else a stub
+    (`_pod_spec_stub`, its size under `key` in `omitted`) that carries, over the bound
+    the pass parses, the pass's own message (as `target_size_problem` words it)."""
     if not isinstance(template, Mapping):
         return template if template is None else {}
-    meta = template.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
+    meta = _as_map(template.get("metadata"))
     labels, _ = _string_map(None if selection_problem else meta.get("labels"), 2**62)
     kept_meta = {"labels": labels, "annotations": kept_annotations(meta.get("annotations"))}
-    pod_spec = template.get("spec")
-    pod_spec = pod_spec if isinstance(pod_spec, Mapping) else {}
+    pod_spec = _as_map(template.get("spec"))
     size = json_size(pod_spec)
     problem = selection_problem
     if problem is None and size > MAX_TARGET_TEMPLATE_BYTES:
         problem = target_size_problem(pod_spec, None)  # the pass's message, as today
-    if problem is None and size <= inline:
+    if problem is None and size <= MAX_INLINE_TEMPLATE_BYTES:
         return {"metadata": kept_meta, "spec": pod_spec}
-    omitted["template"] = size
+    omitted[key] = size
     return {"metadata": kept_meta, "spec": _pod_spec_stub(pod_spec, problem)}
+
+
+def _selection_problem(
+    kind: str, body: Mapping[str, Any], selector: Any, omitted: dict[str, int]
+) -> str | None:
+    """Why no profile selects the workload: its labels, its templates' and its selector
+    over `MAX_SELECTION_BYTES` (then all are dropped; its templates become stubs)."""
+    templates = workloads.templates({**body, "kind": kind})
+    selection = {
+        "labels": _as_map(body.get("metadata")).get("labels"),
+        "template": [_as_map(t.get("metadata")).get("labels") for _, t in templates],
+        "selector": selector,
+    }
+    if kind == workloads.DEPLOYMENT:  # as measured before the other kinds were projected
+        selection["template"] = selection["template"][0] if templates else None
+    size = json_size(selection)
+    if size <= MAX_SELECTION_BYTES:
+        return None
+    omitted["selection"] = size
+    return (
+        f"the {kind}'s labels and selector are {size} bytes as JSON; the operator reads at "
+        f"most {MAX_SELECTION_BYTES}"
+    )
+
+
+def _status(body: Mapping[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
+    status = body.get("status")
+    kept = _pick(status, fields)
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    if isinstance(conditions, list):
+        kept["conditions"] = [_pick(c, _CONDITION_FIELDS) for c in conditions[:MAX_CONDITIONS]]
+    return kept
+
+
+def _rolling(strategy: Any, rolling_key: str, fields: tuple[str, ...]) -> dict[str, Any] | None:
+    """An update strategy as the adapter reads it: its type and its rolling parameters,
+    each a scalar (so no size of it reaches the cache, and none of it is lost)."""
+    if not isinstance(strategy, Mapping):
+        return None
+    kept = _pick(strategy, ("type",))
+    if rolling_key in strategy:
+        kept[rolling_key] = _pick(strategy[rolling_key], fields)
+    return kept
+
+
+def _workload(
+    body: Mapping[str, Any],
+    kind: str,
+    spec_fields: tuple[str, ...],
+    status_fields: tuple[str, ...],
+    omitted: dict[str, int],
+) -> tuple[dict[str, Any], dict[str, Any], str | None]:
+    """The parts every workload kind shares: header, metadata, scalar spec fields, the
+    selector, the status; and why no profile selects it (None: its selection is kept)."""
+    spec = _as_map(body.get("spec"))
+    problem = _selection_problem(kind, body, spec.get("selector"), omitted)
+    out = {
+        **_header(body),
+        "metadata": metadata(body, omitted),
+        "status": _status(body, status_fields),
+    }
+    kept_spec = {k: _scalar(spec[k]) for k in spec_fields if k in spec}
+    if "selector" in spec and kind != workloads.LEADER_WORKER_SET:
+        kept_spec["selector"] = {} if problem else spec["selector"]
+    return out, kept_spec, problem
 
 
 def project_deployment(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -279,65 +359,90 @@ def project_deployment(body: Mapping[str, Any]) -> dict[str, Any]:
     parses a stub, the pass reading the Deployment when it selects it; beyond, a stub the
     pass refuses as TargetTooLarge."""
     omitted: dict[str, int] = {}
-    spec = body.get("spec")
-    spec = spec if isinstance(spec, Mapping) else {}
-    template = spec.get("template")
-    meta = body.get("metadata")
-    template_meta = template.get("metadata") if isinstance(template, Mapping) else None
-    selection = {
-        "labels": meta.get("labels") if isinstance(meta, Mapping) else None,
-        "template": template_meta.get("labels") if isinstance(template_meta, Mapping) else None,
-        "selector": spec.get("selector"),
-    }
-    size = json_size(selection)
-    selection_problem = None
-    if size > MAX_SELECTION_BYTES:
-        omitted["selection"] = size
-        selection_problem = (
-            f"the Deployment's labels and selector are {size} bytes as JSON; the operator "
-            f"reads at most {MAX_SELECTION_BYTES}"
-        )
-    out_meta = metadata(body, omitted)
-    kept_spec: dict[str, Any] = {
-        k: _scalar(spec[k])
-        for k in (
-            "replicas",
-            "minReadySeconds",
-            "progressDeadlineSeconds",
-            "revisionHistoryLimit",
-            "paused",
-        )
-        if k in spec
-    }
-    if "selector" in spec:
-        kept_spec["selector"] = {} if selection_problem else spec["selector"]
+    spec = _as_map(body.get("spec"))
+    out, kept_spec, problem = _workload(
+        body,
+        workloads.DEPLOYMENT,
+        ("replicas", "minReadySeconds", "progressDeadlineSeconds", "revisionHistoryLimit",
+         "paused"),
+        ("replicas", "readyReplicas", "updatedReplicas", "availableReplicas",
+         "unavailableReplicas", "observedGeneration", "collisionCount"),
+        omitted,
+    )  # fmt: skip
     strategy = spec.get("strategy")
     if isinstance(strategy, Mapping) and json_size(strategy) <= MAX_TEXT:
         kept_spec["strategy"] = dict(strategy)
     if "template" in spec:
-        kept_spec["template"] = _template(
-            template, selection_problem, omitted, MAX_INLINE_TEMPLATE_BYTES
-        )
-    status = body.get("status")
-    kept_status = _pick(
-        status,
-        (
-            "replicas",
-            "readyReplicas",
-            "updatedReplicas",
-            "availableReplicas",
-            "unavailableReplicas",
-            "observedGeneration",
-            "collisionCount",
-        ),
+        kept_spec["template"] = _template(spec["template"], problem, omitted, "template")
+    return _with_omitted({**out, "spec": kept_spec}, omitted)
+
+
+def project_stateful_set(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What a pass reads of a StatefulSet: as of a Deployment, with its update strategy
+    (type, partition, maxUnavailable: what holds a roll up, how many pods it takes down)
+    and the revisions that say a roll is done. Its volumeClaimTemplates are not read."""
+    omitted: dict[str, int] = {}
+    spec = _as_map(body.get("spec"))
+    out, kept_spec, problem = _workload(
+        body,
+        workloads.STATEFUL_SET,
+        ("replicas", "minReadySeconds", "serviceName", "podManagementPolicy",
+         "revisionHistoryLimit"),
+        ("replicas", "readyReplicas", "currentReplicas", "updatedReplicas",
+         "availableReplicas", "currentRevision", "updateRevision", "observedGeneration",
+         "collisionCount"),
+        omitted,
+    )  # fmt: skip
+    strategy = _rolling(
+        spec.get("updateStrategy"), "rollingUpdate", ("partition", "maxUnavailable")
     )
-    conditions = status.get("conditions") if isinstance(status, Mapping) else None
-    if isinstance(conditions, list):
-        kept_status["conditions"] = [
-            _pick(c, _CONDITION_FIELDS) for c in conditions[:MAX_CONDITIONS]
-        ]
-    out = {**_header(body), "metadata": out_meta, "spec": kept_spec, "status": kept_status}
-    return _with_omitted(out, omitted)
+    if strategy is not None:
+        kept_spec["updateStrategy"] = strategy
+    if "template" in spec:
+        kept_spec["template"] = _template(spec["template"], problem, omitted, "template")
+    return _with_omitted({**out, "spec": kept_spec}, omitted)
+
+
+def project_leader_worker_set(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What a pass reads of a LeaderWorkerSet: replicas (groups), the group's size, its
+    rollout and startup policies, its status, and each of its two templates (the leader's
+    optional) as a Deployment's is kept: whole, or a stub the pass reads with a GET, or a
+    stub it refuses (then both are, so the pass refuses it at the server's template)."""
+    omitted: dict[str, int] = {}
+    spec = _as_map(body.get("spec"))
+    out, kept_spec, problem = _workload(
+        body,
+        workloads.LEADER_WORKER_SET,
+        ("replicas", "startupPolicy"),
+        ("replicas", "readyReplicas", "updatedReplicas", "observedGeneration"),
+        omitted,
+    )
+    strategy = _rolling(
+        spec.get("rolloutStrategy"),
+        "rollingUpdateConfiguration",
+        ("partition", "maxSurge", "maxUnavailable"),
+    )
+    if strategy is not None:
+        kept_spec["rolloutStrategy"] = strategy
+    group = spec.get("leaderWorkerTemplate")
+    if isinstance(group, Mapping):
+        kept_group = _pick(group, ("size", "restartPolicy"))
+        for key in ("leaderTemplate", "workerTemplate"):
+            if key in group:
+                path = ("spec", "leaderWorkerTemplate", key)
+                kept_group[key] = _template(group[key], problem, omitted, _template_key(path))
+        kept_spec["leaderWorkerTemplate"] = kept_group
+    return _with_omitted({**out, "spec": kept_spec}, omitted)
+
+
+def project_workload(body: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """A workload of any kind the operator serves (`kind`: its watch's) as a pass reads
+    it (`policies.workloads`)."""
+    if kind == workloads.STATEFUL_SET:
+        return project_stateful_set(body)
+    if kind == workloads.LEADER_WORKER_SET:
+        return project_leader_worker_set(body)
+    return project_deployment(body)
 
 
 # --------------------------------------------------------------------------- the others
@@ -402,6 +507,78 @@ def project_config_map(body: Mapping[str, Any]) -> dict[str, Any]:
         out.update(payload)
     else:
         omitted["data"] = size
+    return _with_omitted(out, omitted)
+
+
+_JOB_SPEC = (
+    "suspend",
+    "parallelism",
+    "completions",
+    "completionMode",
+    "backoffLimit",
+    "backoffLimitPerIndex",
+    "maxFailedIndexes",
+    "activeDeadlineSeconds",
+    "ttlSecondsAfterFinished",
+)
+_JOB_STATUS = (
+    "active",
+    "ready",
+    "succeeded",
+    "failed",
+    "terminating",
+    "startTime",
+    "completionTime",
+    "failedIndexes",
+    "completedIndexes",
+)
+
+
+def _job_container(container: Any) -> dict[str, Any]:
+    """Of a Job's container, what its GPU count reads (`policies.cost.pod_gpus`)."""
+    c = _as_map(container)
+    kept: dict[str, Any] = _pick(c, ("name", "restartPolicy"))
+    resources = _as_map(c.get("resources"))
+    for part in ("limits", "requests"):
+        value = _as_map(resources.get(part)).get(GPU_RESOURCE)
+        if value is not None:
+            kept.setdefault("resources", {})[part] = {GPU_RESOURCE: _scalar(value)}
+    return kept
+
+
+def project_job(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What a pass reads of a Job carrying the operator's label (anyone may set it, and a
+    suspended Job runs no pod): its metadata, its run's spec fields, its pod template's
+    labels, PriorityClass and GPUs per container, and its status. Adopting a Job under a
+    run's name compares it field by field with a GET (`profiling/outcome.create_owned`)."""
+    omitted: dict[str, int] = {}
+    spec = _as_map(body.get("spec"))
+    kept_spec = _pick(spec, _JOB_SPEC)
+    template = spec.get("template")
+    if isinstance(template, Mapping):
+        meta = _as_map(template.get("metadata"))
+        labels, size = _string_map(meta.get("labels"), MAX_SELECTION_BYTES)
+        if size is not None:
+            omitted["template labels"] = size
+        pod_spec = _as_map(template.get("spec"))
+        kept_pod: dict[str, Any] = _pick(pod_spec, ("priorityClassName",))
+        for part in ("containers", "initContainers"):
+            listed = pod_spec.get(part)
+            if isinstance(listed, list):
+                kept_pod[part] = [_job_container(c) for c in listed[:MAX_STUB_NAMES]]
+        kept_spec["template"] = {
+            "metadata": {
+                "labels": labels,
+                "annotations": kept_annotations(meta.get("annotations")),
+            },
+            "spec": kept_pod,
+        }
+    out = {
+        **_header(body),
+        "metadata": metadata(body, omitted),
+        "spec": kept_spec,
+        "status": _status(body, _JOB_STATUS),
+    }
     return _with_omitted(out, omitted)
 
 

@@ -171,10 +171,11 @@ def _whole_deployment(kube: KubeApi, namespace: str, dep: Obj) -> Obj | None:
     if not template_omitted(dep):
         return dep
     meta = dep.get("metadata") or {}
-    read = kube.get("Deployment", namespace, str(meta.get("name") or ""))
+    kind = workloads.kind_of(dep).kind  # the caches' value says its watch's kind
+    read = kube.get(kind, namespace, str(meta.get("name") or ""))
     if read is None or (read.get("metadata") or {}).get("uid") != meta.get("uid"):
         return None
-    return read
+    return {**read, "kind": kind}  # as the caches file it
 
 
 # What a pass is handed: the snapshot, or (the unit tests' LISTs) how to read it inside the
