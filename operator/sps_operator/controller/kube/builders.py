@@ -19,13 +19,13 @@ from sps_operator.api.spec import DEFAULT_ADDITIVE_FRACS, ServerSource, SpsProfi
 from sps_operator.constants import API_GROUP, API_VERSION, IMAGE, KIND
 from sps_operator.controller.kube import group_clone, names
 from sps_operator.controller.policies.claims import VolumePin, pin_to_node
+from sps_operator.controller.sglang.flags import without_flag
 from sps_operator.controller.sglang.podenv import escape
 from sps_operator.controller.sglang.serverconfig import (
     CONST_TABLE_PATH,
     TABLE_PATH_FLAG,
     ServerCommand,
     find_server_container,
-    without_flag,
 )
 from sps_operator.tables.formats import SpsCostTable, diagonal_as_additive, load_sps_table_text
 

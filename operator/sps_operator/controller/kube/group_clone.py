@@ -28,11 +28,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sps_operator.controller.sglang.flags import without_flags
 from sps_operator.controller.sglang.serverconfig import (
     ServerCommand,
     ServerProblem,
     resolve_flag,
-    without_flags,
 )
 
 NNODES_FLAG = "--nnodes"

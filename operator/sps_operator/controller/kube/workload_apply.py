@@ -11,7 +11,8 @@ from typing import Any
 from sps_operator.api import labels as L
 from sps_operator.controller.kube.builders import TABLE_VOLUME
 from sps_operator.controller.policies import workloads
-from sps_operator.controller.sglang.serverconfig import TABLE_PATH_FLAG, without_flag
+from sps_operator.controller.sglang.flags import without_flag
+from sps_operator.controller.sglang.serverconfig import TABLE_PATH_FLAG
 
 
 def inject_apply(

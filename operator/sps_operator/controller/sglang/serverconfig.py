@@ -25,7 +25,7 @@ import json
 import posixpath
 import re
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +42,7 @@ from sps_operator.api.reasons import (
     UNREADABLE_SHELL_SCRIPT,
 )
 from sps_operator.controller.sglang import fingerprint_v1
+from sps_operator.controller.sglang.flags import split_flag
 from sps_operator.controller.sglang.podenv import (
     EXPANDED_TOO_LONG,
     ContainerEnv,
@@ -207,35 +208,6 @@ class ServerConfig:
             "tablePath": self.table_path,
             "v1": self.legacy,
         }
-
-
-def split_flag(token: str) -> tuple[str, str | None]:
-    if token.startswith("--") and "=" in token:
-        name, value = token.split("=", 1)
-        return name, value
-    return token, None
-
-
-def without_flag(tokens: Sequence[str], flag: str) -> list[str]:
-    """`tokens` without `flag` and its value (`--flag v` or `--flag=v`)."""
-    return without_flags(tokens, lambda name: name == flag)
-
-
-def without_flags(tokens: Sequence[str], dropped: Callable[[str], bool]) -> list[str]:
-    """`tokens` without every flag whose name is `dropped`, and its value (`--flag v` or
-    `--flag=v`)."""
-    out: list[str] = []
-    skip = False
-    for token in tokens:
-        if skip:
-            skip = False
-            continue
-        name, inline = split_flag(token)
-        if dropped(name):
-            skip = inline is None
-            continue
-        out.append(token)
-    return out
 
 
 def find_server_container(
