@@ -531,9 +531,9 @@ def test_three_rounds_in_a_row_inside_one_cap_are_measured_again(
 def test_a_cell_still_out_of_line_after_its_rechecks_fails_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Every round of bs 4 is capped: its rechecks never read faster beyond noise, and a table with it
-    # would be non-monotone. The run fails (no table) and says which cell and why; the
-    # manifest lists the rounds measured again.
+    # Every round of bs 4 is capped: its rechecks never read faster beyond noise, and a
+    # table with it would be non-monotone. The run fails (no table) and says which cell and
+    # why; the manifest lists the rounds measured again.
     seen, _ = _capping_rounds(monkeypatch, lambda requests, _seen: requests == 4, 1.25)
     preset = quiet_h100(tmp_path / "quiet.json")
     out = tmp_path / "always-capped-sps.json"
