@@ -53,6 +53,7 @@ from sps_operator.controller.kube.client import Obj, api_error_detail
 from sps_operator.controller.kube.kueue_cache import KueueCache
 from sps_operator.controller.passes.state import Pass
 from sps_operator.controller.policies import conditions as cond
+from sps_operator.controller.policies import workloads as kinds
 from sps_operator.controller.policies.borrow import (
     BorrowTag,
     PoolClaim,
@@ -399,22 +400,26 @@ def _borrow(p: Pass, lines: PoolLines, run: RunStatus) -> str | None:
     turn = _turn(p, lines, run)
     if turn is not None:
         return turn
-    replicas = int((dep.get("spec") or {}).get("replicas", 1))
+    replicas = kinds.replicas(dep)
+    kind = kinds.kind_of(dep).kind
     claim = PoolClaim(
         p.namespace, p.ref.name, p.ref.uid, run.name, run.target, run.gpu_product,
-        cond.rfc3339(p.now), replicas,
+        cond.rfc3339(p.now), replicas, kind=kind,
     )  # fmt: skip
     busy = claim_pool(p, claim)
     if busy is not None:
         return PoolTurn(busy)
     tag = BorrowTag(p.ref.uid, p.ref.name, run.name, replicas, run.gpu_product, claim.at)
     try:
-        # The record and the scale in one write, on the Deployment as it was read.
-        p.kube.patch_deployment(p.namespace, run.target, borrow_patch(dep, tag, replicas - 1))
+        # The record and the scale in one write, on the workload as it was read (a
+        # StatefulSet's controller then removes its highest ordinal, a LeaderWorkerSet's
+        # its last group).
+        p.kube.patch_deployment(p.namespace, run.target, borrow_patch(dep, tag, replicas - 1),
+                                kind=kind)  # fmt: skip
     except ApiException as exc:
         release_pool(p, run.gpu_product, p.ref.uid, run.name)
         if exc.status == 409:
-            return f"Deployment {run.target} changed while borrowing; trying again"
+            return f"{kind} {run.target} changed while borrowing; trying again"
         raise
     run.borrow = _lent(p, run.target, replicas, tag.at)
     p.event(
@@ -472,7 +477,8 @@ def _return(
         patch = None
     if patch is not None:
         try:
-            p.kube.patch_deployment(p.namespace, name, patch)
+            p.kube.patch_deployment(p.namespace, name, patch,
+                                    kind=kinds.kind_of(deployment).kind)  # fmt: skip
         except ApiException as exc:
             if exc.status == 409:
                 return False
@@ -552,7 +558,8 @@ def _hold_for_rollout(
         return False
     try:
         p.kube.patch_deployment(p.namespace, target.name,
-                                borrow_patch(dep, replace(tag, hold=table.hash), None))  # fmt: skip
+                                borrow_patch(dep, replace(tag, hold=table.hash), None),
+                                kind=kinds.kind_of(dep).kind)  # fmt: skip
     except ApiException as exc:
         if exc.status in (404, 409):
             return False
