@@ -385,7 +385,7 @@ def _borrow(p: Pass, lines: PoolLines, run: RunStatus) -> str | None:
     """Take one replica out of the run's target; None when done, else why not."""
     target = p.target(run.target)
     if target is None:
-        return f"Deployment {run.target} is gone"
+        return f"target {run.target} is gone"
     dep = target.deployment
     refusal = borrow_refusal(dep, p.spec.capacity, p.snapshot.pdbs, p.snapshot.hpas)
     if refusal is not None:
@@ -394,8 +394,8 @@ def _borrow(p: Pass, lines: PoolLines, run: RunStatus) -> str | None:
     if recorded is not None:
         # Never a record over a record: the one there is given back first.
         return (
-            f"Deployment {run.target} still records a replica lent to run {recorded.run} of "
-            f"{recorded.profile}; it is given back first"
+            f"{kinds.kind_of(dep).kind} {run.target} still records a replica lent to run "
+            f"{recorded.run} of {recorded.profile}; it is given back first"
         )
     turn = _turn(p, lines, run)
     if turn is not None:
@@ -444,7 +444,8 @@ def _check_undone(p: Pass, run: RunStatus) -> None:
         return
     who = ", ".join(replicas_changed_by(dep)) or "someone else"
     message = (
-        f"Deployment {run.borrow.deployment} was scaled to {current} replicas by {who} while "
+        f"{kinds.kind_of(dep).kind} {run.borrow.deployment} was scaled to {current} replicas "
+        f"by {who} while "
         f"one of its {tag.replicas} was lent to run {run.name}: something undoes the borrow (a "
         "GitOps self-heal, an autoscaler, a person), so this run borrows no more. Use "
         "capacity.mode Wait, or stop managing spec.replicas there (docs/capacity.md)"
