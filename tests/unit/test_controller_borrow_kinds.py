@@ -6,6 +6,7 @@ back when the run ends, when the profile is deleted, and through the orphan swee
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -162,3 +163,33 @@ def test_a_lender_no_longer_selected_mid_borrow_still_gets_its_replica_back(make
         h.run_cached_pass()
     assert h.kube.obj(kind, name)["spec"]["replicas"] == 2 and record(h, kind, name) is None
     assert [m for r, m in h.kube.events if r == "ReplicaReturned"]
+
+
+def test_a_group_kept_lent_for_its_rollout_comes_back_by_the_admins_workload_bound() -> None:
+    # A LeaderWorkerSet that starts no new group before an old one is gone (maxSurge 1,
+    # maxUnavailable 0) keeps the lent group as its surge slot; it has no
+    # progressDeadlineSeconds, so the hold ends by the admin's --workload-progress-seconds
+    # (and the margin), not by a Deployment's default of 600 s.
+    obj, pods = lws()
+    obj["spec"]["rolloutStrategy"] = {
+        "type": "RollingUpdate",
+        "rollingUpdateConfiguration": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    settings = Harness().settings
+    h = Harness(settings=dataclasses.replace(settings, workload_progress_seconds=100))
+    h.add(obj)
+    h.kube.roll(h.kube.obj("LeaderWorkerSet", "big"))
+    h.add(profile_body(capacity=BORROW["capacity"]))
+    h.pods = pods
+    borrowed(h, "LeaderWorkerSet", "big")
+    job_pod(h, unschedulable=None)
+    h.kube.instant_rollout = False  # the new table's roll does not complete
+    h.finish()
+    status = h.settle(passes=2)
+    assert status.get("rolloutBorrow"), status  # the group stays lent for the rollout
+    assert h.kube.obj("LeaderWorkerSet", "big")["spec"]["replicas"] == 1
+    h.tick(100 + 60)
+    h.run_pass()
+    assert h.kube.obj("LeaderWorkerSet", "big")["spec"]["replicas"] == 2
+    notes = [m for r, m in h.kube.events if r == "ReplicaReturned"]
+    assert notes and "did not complete within 16" in notes[-1], notes

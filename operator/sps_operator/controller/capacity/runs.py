@@ -493,7 +493,8 @@ def _return(
             p.spec.capacity.wait_timeout_seconds
             + p.spec.job.active_deadline_seconds
             + min(
-                progress_deadline_seconds(deployment) + HOLD_MARGIN.total_seconds(),
+                progress_deadline_seconds(deployment, p.settings.workload_progress_seconds)
+                + HOLD_MARGIN.total_seconds(),
                 p.settings.max_rollout_hold_seconds,
             )
         )
@@ -601,7 +602,8 @@ def follow_rollout_borrow(p: Pass, statuses: Sequence[TargetStatus]) -> None:
         p.status.rollout_borrow = None
         return
     limit = min(
-        timedelta(seconds=progress_deadline_seconds(dep)) + HOLD_MARGIN,
+        timedelta(seconds=progress_deadline_seconds(dep, p.settings.workload_progress_seconds))
+        + HOLD_MARGIN,
         timedelta(seconds=p.settings.max_rollout_hold_seconds),
     )
     why = None
@@ -614,7 +616,8 @@ def follow_rollout_borrow(p: Pass, statuses: Sequence[TargetStatus]) -> None:
     elif older_than(held.held_since, p.now, limit):
         why = (
             f"its rollout did not complete within {limit.total_seconds():.0f} s (the "
-            "Deployment's progressDeadlineSeconds and a margin, at most the admin's bound, "
+            "Deployment's progressDeadlineSeconds, or the admin's --workload-progress-seconds "
+            "for the other kinds, and a margin, at most the admin's bound, "
             "chart borrowPolicy.maxRolloutHoldSeconds)"
         )
     if why is None:
