@@ -193,3 +193,24 @@ def test_a_group_kept_lent_for_its_rollout_comes_back_by_the_admins_workload_bou
     assert h.kube.obj("LeaderWorkerSet", "big")["spec"]["replicas"] == 2
     notes = [m for r, m in h.kube.events if r == "ReplicaReturned"]
     assert notes and "did not complete within 16" in notes[-1], notes
+
+
+@pytest.mark.parametrize("make", KINDS)
+def test_a_gitops_owner_or_an_hpa_of_the_kind_blocks_the_borrow_on_the_caches_too(
+    make: Any,
+) -> None:
+    for blocker in ("gitops", "hpa"):
+        h, kind, name = lender(make)
+        if blocker == "gitops":
+            h.kube.obj(kind, name)["metadata"]["managedFields"] = [
+                {"manager": "argocd-controller", "operation": "Apply",
+                 "fieldsV1": {"f:spec": {"f:replicas": {}}}}]  # fmt: skip
+        else:
+            h.add({"kind": "HorizontalPodAutoscaler", "metadata": {"name": "auto"},
+                   "spec": {"scaleTargetRef": {"kind": kind, "name": name}}})  # fmt: skip
+        start_waiting(h)
+        h.tick(30)
+        waiting = h.run_cached_pass()["currentRun"]["waiting"]
+        assert waiting["reason"] == "BorrowBlocked" and not h.kube.scales, waiting
+        words = "argocd-controller" if blocker == "gitops" else "HorizontalPodAutoscaler auto"
+        assert words in waiting["message"]
