@@ -2,7 +2,7 @@
 
 Everything the profile created goes with it (ownerReferences, garbage collection) except
 the table ConfigMaps that a Deployment's pod template mounts, and a replica a run of it
-borrowed goes back to its Deployment: those tables are released (the profile's owner
+borrowed goes back to its lender (of any kind): those tables are released (the profile's owner
 reference dropped, each mounting Deployment an owner, labelled released) so the servers
 keep running and can restart, and each goes with the last Deployment that holds it.
 Exactly those: a table no template mounts goes with the profile. The profile's name is
