@@ -285,3 +285,18 @@ def test_borrow_replica_guards_every_kind_as_it_guards_a_deployment() -> None:
         queued = make()
         queued["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "q"}
         assert "managed by Kueue" in str(borrow_refusal(queued, capacity, [], []))
+
+
+def test_a_pdb_over_a_leader_worker_sets_workers_alone_blocks_its_borrow() -> None:
+    from sps_operator.api.spec import CapacitySpec
+    from sps_operator.controller.policies.borrow import borrow_refusal
+
+    obj = lws()
+    obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"] = {
+        "labels": {"role": "worker"}
+    }
+    pdb = {"metadata": {"name": "workers"}, "spec": {"selector": {"matchLabels": {
+        "role": "worker"}}}, "status": {"disruptionsAllowed": 0}}  # fmt: skip
+    capacity = CapacitySpec.model_validate({"mode": "BorrowReplica"})
+    assert "PodDisruptionBudget workers" in str(borrow_refusal(obj, capacity, [pdb], []))
+    assert borrow_refusal(obj, capacity, [], []) is None

@@ -153,14 +153,18 @@ def replicas_owners(deployment: Mapping[str, Any]) -> list[str]:
     return owners
 
 
-def _pod_labels(deployment: Mapping[str, Any]) -> Mapping[str, str]:
-    """The labels every pod of the workload carries: its server template's, and a
-    LeaderWorkerSet's name label (LWS puts it on every pod of every group)."""
-    labels = dict((workloads.server_template(deployment).get("metadata") or {}).get("labels") or {})
-    selector = workloads.pod_selector(deployment) or {}
+def _pod_labels(deployment: Mapping[str, Any]) -> list[Mapping[str, str]]:
+    """The labels of each kind of pod of the workload (a LeaderWorkerSet's leaders and
+    workers, each with the name label LWS puts on every pod of every group); the server's
+    first."""
+    extra: Mapping[str, str] = {}
     if workloads.kind_of(deployment).kind == workloads.LEADER_WORKER_SET:
-        labels.update(selector.get("matchLabels") or {})
-    return labels
+        extra = (workloads.pod_selector(deployment) or {}).get("matchLabels") or {}
+    found: list[Mapping[str, str]] = []
+    for _, template in workloads.templates(deployment):
+        labels = (template.get("metadata") or {}).get("labels")
+        found.append({**(labels if isinstance(labels, Mapping) else {}), **extra})
+    return found or [dict(extra)]
 
 
 def replicas_changed_by(deployment: Mapping[str, Any]) -> list[str]:
@@ -178,7 +182,8 @@ def replicas_changed_by(deployment: Mapping[str, Any]) -> list[str]:
 def kueue_queue_of(deployment: Mapping[str, Any]) -> str | None:
     """The Kueue queue a Deployment is managed under (Kueue's pod/Deployment integration:
     the queue label on the Deployment or on its pod template), None when it names none."""
-    for labels in ((deployment.get("metadata") or {}).get("labels") or {}, _pod_labels(deployment)):
+    for labels in ((deployment.get("metadata") or {}).get("labels") or {},
+                   *_pod_labels(deployment)):  # fmt: skip
         queue = labels.get(L.LABEL_KUEUE_QUEUE) if isinstance(labels, Mapping) else None
         if queue:
             return str(queue)
@@ -264,10 +269,10 @@ def borrow_refusal(
             f"{name} has {ready} ready {unit}s; borrowing one would leave fewer than "
             f"minAvailable {floor}"
         )
-    labels = _pod_labels(deployment)
+    pods = _pod_labels(deployment)
     for pdb in pdbs:
         if (
-            pdb_covers(pdb, labels)
+            any(pdb_covers(pdb, labels) for labels in pods)
             and int((pdb.get("status") or {}).get("disruptionsAllowed", 0)) < 1
         ):
             return (
