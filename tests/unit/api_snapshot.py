@@ -47,7 +47,7 @@ def api_snapshot(
         node_labels=node_labels or {},
         pdbs=kube.list_pdbs(ns),
         hpas=kube.list_hpas(ns),
-        borrowed=[d for d in every if borrowed(d) and d.get("kind") == "Deployment"],
+        borrowed=[d for d in every if borrowed(d)],  # (a lender of any kind)
         mounted=mounted(every, [*config_maps, stable_config_map(body.get("spec") or {})]),
         pod_selecting_deployments=every,
         services=[

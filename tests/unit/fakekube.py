@@ -362,12 +362,14 @@ class FakeKube(KubeApi):
         self.metadata_patches.append((kind, name, copy.deepcopy(patch)))
         return copy.deepcopy(obj)
 
-    def patch_deployment(self, namespace: str, name: str, patch: Obj) -> None:
+    def patch_deployment(
+        self, namespace: str, name: str, patch: Obj, kind: str = "Deployment"
+    ) -> None:
         self._call("patch_deployment")
-        dep = self.objects.get(("Deployment", namespace, name))
+        dep = self.objects.get((kind, namespace, name))
         before = dep["spec"].get("replicas") if dep is not None else None
-        dep = self._merge_patch("Deployment", namespace, name, patch)
-        self.metadata_patches.append(("Deployment", name, copy.deepcopy(patch)))
+        dep = self._merge_patch(kind, namespace, name, patch)
+        self.metadata_patches.append((kind, name, copy.deepcopy(patch)))
         replicas = (patch.get("spec") or {}).get("replicas")
         if replicas is not None:
             self.scales.append((name, replicas))

@@ -188,6 +188,12 @@ annotation_text = st.one_of(
     st.fixed_dictionaries({k: st.one_of(st.text(max_size=10), st.integers(-(10**30), 10**30),
                                         st.floats())
         for k in ("profile_uid", "profile", "run", "replicas", "product", "at")}).map(json.dumps),
+    # A pool claim, with the lender's kind (any text, or a kind the operator serves).
+    st.fixed_dictionaries({k: st.text(max_size=10) for k in (
+        "namespace", "profile", "profile_uid", "run", "deployment", "product", "at")},
+        optional={"kind": st.one_of(st.sampled_from(["StatefulSet", "LeaderWorkerSet"]),
+                                    st.text(max_size=16), st.integers(), st.none()),
+                  "replicas": st.integers(-5, 10)}).map(json.dumps),
 )  # fmt: skip
 
 
@@ -200,6 +206,8 @@ def test_any_record_text_reads_as_a_record_or_as_none(text: str) -> None:
     claim = read_claim({"metadata": {"annotations": {"sps.dev/borrow-claim": text}}})
     assert claim is None or claim.replicas is None or 0 < claim.replicas <= 100_000
     assert claim is None or all(isinstance(getattr(claim, k), str) for k in ("run", "hold"))
+    # Only a kind the operator lends from: the give-back reads and scales that kind.
+    assert claim is None or claim.kind in ("Deployment", "StatefulSet", "LeaderWorkerSet")
 
 
 # ----------------------------------------------------------------------------- clocks

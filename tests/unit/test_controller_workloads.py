@@ -245,12 +245,58 @@ def test_no_workload_a_tenant_writes_makes_the_adapter_raise(obj: Any, count: in
     assert workloads.replicas(obj) >= 0 and workloads.group_size(obj) >= 1
 
 
-def test_borrow_replica_refuses_the_kinds_it_cannot_lend_with_what_to_do() -> None:
+def test_borrow_replica_guards_every_kind_as_it_guards_a_deployment() -> None:
+    """A StatefulSet lends a replica (its highest ordinal), a LeaderWorkerSet a whole group:
+    each guard of the Deployment path holds for both (issue 34 §1)."""
     from sps_operator.api.spec import CapacitySpec
     from sps_operator.controller.policies.borrow import borrow_refusal
 
-    capacity = CapacitySpec(mode="BorrowReplica")
-    for obj in (stateful_set(), lws()):
-        refusal = borrow_refusal(obj, capacity, [], [])
-        assert refusal is not None and "capacity.mode Wait" in refusal, refusal
-        assert obj["kind"] in refusal
+    capacity = CapacitySpec.model_validate({"mode": "BorrowReplica"})
+    for make, pods in ((stateful_set, {"app": "db"}),
+                       (lws, {workloads.LWS_NAME_LABEL: "big"})):  # fmt: skip
+        obj = make()
+        name, kind = obj["metadata"]["name"], obj["kind"]
+        assert borrow_refusal(obj, capacity, [], []) is None, kind
+        hpa = {"metadata": {"name": "auto"},
+               "spec": {"scaleTargetRef": {"kind": kind, "name": name}}}  # fmt: skip
+        assert "HorizontalPodAutoscaler auto" in str(borrow_refusal(obj, capacity, [], [hpa]))
+        other = {"metadata": {"name": "auto"},
+                 "spec": {"scaleTargetRef": {"kind": "Deployment", "name": name}}}  # fmt: skip
+        assert borrow_refusal(obj, capacity, [], [other]) is None  # another kind's HPA
+        pdb = {"metadata": {"name": "keep"}, "spec": {"selector": {"matchLabels": pods}},
+               "status": {"disruptionsAllowed": 0}}  # fmt: skip
+        assert "PodDisruptionBudget keep" in str(borrow_refusal(obj, capacity, [pdb], []))
+        gitops = make()
+        gitops["metadata"]["managedFields"] = [
+            {"manager": "argocd-controller", "operation": "Apply",
+             "fieldsV1": {"f:spec": {"f:replicas": {}}}}]  # fmt: skip
+        assert "argocd-controller" in str(borrow_refusal(gitops, capacity, [], []))
+        rolling = make()
+        rolling["status"]["updatedReplicas"] = 1
+        assert "rolling out" in str(borrow_refusal(rolling, capacity, [], []))
+        one = make(replicas=1)
+        one["status"].update(replicas=1, readyReplicas=1, updatedReplicas=1)
+        unit = "group" if kind == "LeaderWorkerSet" else "replica"
+        assert f"single {unit}" in str(borrow_refusal(one, capacity, [], []))
+        downtime = CapacitySpec.model_validate({"mode": "BorrowReplica", "allowDowntime": True})
+        assert borrow_refusal(one, downtime, [], []) is None
+        floor = CapacitySpec.model_validate({"mode": "BorrowReplica", "minAvailable": 2})
+        assert f"2 ready {unit}s" in str(borrow_refusal(obj, floor, [], []))
+        queued = make()
+        queued["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "q"}
+        assert "managed by Kueue" in str(borrow_refusal(queued, capacity, [], []))
+
+
+def test_a_pdb_over_a_leader_worker_sets_workers_alone_blocks_its_borrow() -> None:
+    from sps_operator.api.spec import CapacitySpec
+    from sps_operator.controller.policies.borrow import borrow_refusal
+
+    obj = lws()
+    obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"] = {
+        "labels": {"role": "worker"}
+    }
+    pdb = {"metadata": {"name": "workers"}, "spec": {"selector": {"matchLabels": {
+        "role": "worker"}}}, "status": {"disruptionsAllowed": 0}}  # fmt: skip
+    capacity = CapacitySpec.model_validate({"mode": "BorrowReplica"})
+    assert "PodDisruptionBudget workers" in str(borrow_refusal(obj, capacity, [pdb], []))
+    assert borrow_refusal(obj, capacity, [], []) is None

@@ -56,7 +56,7 @@ RUN_REASONS: dict[str, Reason] = {
             "The profiling Job waits for GPUs and borrowing a replica is refused",
             "capacity.mode BorrowReplica never borrows below minAvailable ready replicas, "
             "against a PodDisruptionBudget that allows no disruption, during a rollout, from a "
-            "Deployment whose replicas an HPA or a GitOps apply owns, or twice at once on one "
+            "workload whose replicas an HPA or a GitOps apply owns, or twice at once on one "
             "GPU product (docs/capacity.md). Remove what the message names, free a GPU of "
             "{gpu}, or add a node; the operator retries by itself.",
         ),

@@ -2,7 +2,7 @@
 
 Everything the profile created goes with it (ownerReferences, garbage collection) except
 the table ConfigMaps that a Deployment's pod template mounts, and a replica a run of it
-borrowed goes back to its Deployment: those tables are released (the profile's owner
+borrowed goes back to its lender (of any kind): those tables are released (the profile's owner
 reference dropped, each mounting Deployment an owner, labelled released) so the servers
 keep running and can restart, and each goes with the last Deployment that holds it.
 Exactly those: a table no template mounts goes with the profile. The profile's name is
@@ -206,15 +206,15 @@ def _release_deployment(
     dep: Mapping[str, Any],
     claims: Iterable[PoolClaim] = (),
 ) -> None:
-    lends = workloads.kind_of(dep).kind == workloads.DEPLOYMENT  # BorrowReplica's only kind
-    tag = next((t for c in claims if lends and (t := confirmed_tag(c, dep)) is not None), None)
+    tag = next((t for c in claims if (t := confirmed_tag(c, dep)) is not None), None)
     if tag is not None and tag.profile_uid == uid:
         # A run of the deleted profile borrowed a replica: it goes back first (record and
         # replicas in one write; a 409 keeps the finalizer and kopf retries); then its pool
         # Lease goes.
         action = give_back(dep, tag)
         kube.patch_deployment(namespace, dep["metadata"]["name"],
-                              borrow_patch(dep, None, action.replicas))  # fmt: skip
+                              borrow_patch(dep, None, action.replicas),
+                              kind=workloads.kind_of(dep).kind)  # fmt: skip
     if recorded_owner(dep) == name:
         # Conditional on the Deployment as read (re-read if the give-back above changed
         # it): a profile that claimed it meanwhile keeps its record (409: retried).

@@ -352,10 +352,12 @@ def _register_passes(
         sps_config_maps: Any, sps_borrowed: Any, **_: Any,
     ) -> None:  # fmt: skip
         stable = stable_config_map(spec)
-        deployments = ix.values(
-            ix.Chained(sps_deployments, sps_stateful_sets, sps_leader_worker_sets),
-            (ix.RECORDED, namespace, name),
-        ) + ix.values(sps_borrowed, (ix.NAMESPACE, namespace))
+        targets = ix.Chained(sps_deployments, sps_stateful_sets, sps_leader_worker_sets)
+        deployments = (
+            ix.values(targets, (ix.RECORDED, namespace, name))
+            + ix.values(sps_borrowed, (ix.NAMESPACE, namespace))
+            + ix.values(targets, (ix.LENDING, namespace))
+        )
         owned = ix.values(sps_config_maps, (ix.OWNER, namespace, uid))
         idle = nothing_to_release(name, uid, status, deployments, owned, stable)
         release_or_retry(reconciler, namespace, name, uid, stable, lists_needed=not idle)

@@ -60,6 +60,9 @@ PODS = "pods"  # (PODS, ns, key, value | ANY): Deployments whose pod selector ne
 MOUNTS = "mounts"  # (MOUNTS, ns, configmap): Deployments whose pod template mounts it
 ENV = "env"  # (ENV, ns, configmap): Deployments whose containers read env from it
 RECORDED = "recorded"  # (RECORDED, ns, profile): Deployments recording that owner
+# (LENDING, ns): StatefulSets and LeaderWorkerSets carrying a borrow record (a Deployment's
+# are in their own index, `sps_borrowed`, filtered on the annotation by kopf).
+LENDING = "lending"
 OWNER = "owner"  # (OWNER, ns, uid): objects whose controller is that SpsProfile
 NAME = "name"  # (NAME, ns, name): a ConfigMap, a profile, by name
 SELECTS = "selects"  # (SELECTS, ns, key, value | ANY): profiles whose selector needs it
@@ -215,6 +218,9 @@ def deployment_entries(body: Mapping[str, Any], kind: str = workloads.DEPLOYMENT
     owner = recorded_owner(value)
     if owner:
         keys.append((RECORDED, ns, owner))
+    annotations = _meta(value).get("annotations")
+    if kind != workloads.DEPLOYMENT and L.ANNOTATION_BORROWED in (annotations or {}):
+        keys.append((LENDING, ns))
     return dict.fromkeys(keys, value)
 
 
@@ -478,7 +484,7 @@ def world_for(
         node_labels={n: next(iter(s)) for n in nodes if (s := values(idx.node_labels, n))},
         pdbs=values(idx.pdbs, (NAMESPACE, ns)),
         hpas=values(idx.hpas, (NAMESPACE, ns)),
-        borrowed=values(idx.borrowed, (NAMESPACE, ns)),
+        borrowed=values(idx.borrowed, (NAMESPACE, ns)) + values(idx.deployments, (LENDING, ns)),
         mounted=frozenset(n for n in names if n and (MOUNTS, ns, n) in idx.deployments),
         pod_selecting_deployments=pod_selecting,
         services=services,

@@ -186,7 +186,7 @@ def _sweep_one(p: Pass, lease: Mapping[str, Any], claim: PoolClaim, why: str) ->
     name the same run) and delete its pool Lease; False when the Deployment changed since
     it was read."""
     try:
-        dep = p.kube.get("Deployment", claim.namespace, claim.deployment)
+        dep = p.kube.get(claim.kind, claim.namespace, claim.deployment)
     except ApiException as exc:
         if exc.status != 403:
             raise
@@ -197,7 +197,8 @@ def _sweep_one(p: Pass, lease: Mapping[str, Any], claim: PoolClaim, why: str) ->
         action = give_back(dep, tag)
         try:
             p.kube.patch_deployment(claim.namespace, claim.deployment,
-                                    borrow_patch(dep, None, action.replicas))  # fmt: skip
+                                    borrow_patch(dep, None, action.replicas),
+                                    kind=claim.kind)  # fmt: skip
         except ApiException as exc:
             if exc.status == 409:
                 return False

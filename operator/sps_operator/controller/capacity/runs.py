@@ -53,6 +53,7 @@ from sps_operator.controller.kube.client import Obj, api_error_detail
 from sps_operator.controller.kube.kueue_cache import KueueCache
 from sps_operator.controller.passes.state import Pass
 from sps_operator.controller.policies import conditions as cond
+from sps_operator.controller.policies import workloads as kinds
 from sps_operator.controller.policies.borrow import (
     BorrowTag,
     PoolClaim,
@@ -384,7 +385,7 @@ def _borrow(p: Pass, lines: PoolLines, run: RunStatus) -> str | None:
     """Take one replica out of the run's target; None when done, else why not."""
     target = p.target(run.target)
     if target is None:
-        return f"Deployment {run.target} is gone"
+        return f"target {run.target} is gone"
     dep = target.deployment
     refusal = borrow_refusal(dep, p.spec.capacity, p.snapshot.pdbs, p.snapshot.hpas)
     if refusal is not None:
@@ -393,28 +394,32 @@ def _borrow(p: Pass, lines: PoolLines, run: RunStatus) -> str | None:
     if recorded is not None:
         # Never a record over a record: the one there is given back first.
         return (
-            f"Deployment {run.target} still records a replica lent to run {recorded.run} of "
-            f"{recorded.profile}; it is given back first"
+            f"{kinds.kind_of(dep).kind} {run.target} still records a replica lent to run "
+            f"{recorded.run} of {recorded.profile}; it is given back first"
         )
     turn = _turn(p, lines, run)
     if turn is not None:
         return turn
-    replicas = int((dep.get("spec") or {}).get("replicas", 1))
+    replicas = kinds.replicas(dep)
+    kind = kinds.kind_of(dep).kind
     claim = PoolClaim(
         p.namespace, p.ref.name, p.ref.uid, run.name, run.target, run.gpu_product,
-        cond.rfc3339(p.now), replicas,
+        cond.rfc3339(p.now), replicas, kind=kind,
     )  # fmt: skip
     busy = claim_pool(p, claim)
     if busy is not None:
         return PoolTurn(busy)
     tag = BorrowTag(p.ref.uid, p.ref.name, run.name, replicas, run.gpu_product, claim.at)
     try:
-        # The record and the scale in one write, on the Deployment as it was read.
-        p.kube.patch_deployment(p.namespace, run.target, borrow_patch(dep, tag, replicas - 1))
+        # The record and the scale in one write, on the workload as it was read (a
+        # StatefulSet's controller then removes its highest ordinal, a LeaderWorkerSet's
+        # its last group).
+        p.kube.patch_deployment(p.namespace, run.target, borrow_patch(dep, tag, replicas - 1),
+                                kind=kind)  # fmt: skip
     except ApiException as exc:
         release_pool(p, run.gpu_product, p.ref.uid, run.name)
         if exc.status == 409:
-            return f"Deployment {run.target} changed while borrowing; trying again"
+            return f"{kind} {run.target} changed while borrowing; trying again"
         raise
     run.borrow = _lent(p, run.target, replicas, tag.at)
     p.event(
@@ -439,7 +444,8 @@ def _check_undone(p: Pass, run: RunStatus) -> None:
         return
     who = ", ".join(replicas_changed_by(dep)) or "someone else"
     message = (
-        f"Deployment {run.borrow.deployment} was scaled to {current} replicas by {who} while "
+        f"{kinds.kind_of(dep).kind} {run.borrow.deployment} was scaled to {current} replicas "
+        f"by {who} while "
         f"one of its {tag.replicas} was lent to run {run.name}: something undoes the borrow (a "
         "GitOps self-heal, an autoscaler, a person), so this run borrows no more. Use "
         "capacity.mode Wait, or stop managing spec.replicas there (docs/capacity.md)"
@@ -472,7 +478,8 @@ def _return(
         patch = None
     if patch is not None:
         try:
-            p.kube.patch_deployment(p.namespace, name, patch)
+            p.kube.patch_deployment(p.namespace, name, patch,
+                                    kind=kinds.kind_of(deployment).kind)  # fmt: skip
         except ApiException as exc:
             if exc.status == 409:
                 return False
@@ -486,7 +493,8 @@ def _return(
             p.spec.capacity.wait_timeout_seconds
             + p.spec.job.active_deadline_seconds
             + min(
-                progress_deadline_seconds(deployment) + HOLD_MARGIN.total_seconds(),
+                progress_deadline_seconds(deployment, p.settings.workload_progress_seconds)
+                + HOLD_MARGIN.total_seconds(),
                 p.settings.max_rollout_hold_seconds,
             )
         )
@@ -552,7 +560,8 @@ def _hold_for_rollout(
         return False
     try:
         p.kube.patch_deployment(p.namespace, target.name,
-                                borrow_patch(dep, replace(tag, hold=table.hash), None))  # fmt: skip
+                                borrow_patch(dep, replace(tag, hold=table.hash), None),
+                                kind=kinds.kind_of(dep).kind)  # fmt: skip
     except ApiException as exc:
         if exc.status in (404, 409):
             return False
@@ -593,7 +602,8 @@ def follow_rollout_borrow(p: Pass, statuses: Sequence[TargetStatus]) -> None:
         p.status.rollout_borrow = None
         return
     limit = min(
-        timedelta(seconds=progress_deadline_seconds(dep)) + HOLD_MARGIN,
+        timedelta(seconds=progress_deadline_seconds(dep, p.settings.workload_progress_seconds))
+        + HOLD_MARGIN,
         timedelta(seconds=p.settings.max_rollout_hold_seconds),
     )
     why = None
@@ -606,7 +616,8 @@ def follow_rollout_borrow(p: Pass, statuses: Sequence[TargetStatus]) -> None:
     elif older_than(held.held_since, p.now, limit):
         why = (
             f"its rollout did not complete within {limit.total_seconds():.0f} s (the "
-            "Deployment's progressDeadlineSeconds and a margin, at most the admin's bound, "
+            "Deployment's progressDeadlineSeconds, or the admin's --workload-progress-seconds "
+            "for the other kinds, and a margin, at most the admin's bound, "
             "chart borrowPolicy.maxRolloutHoldSeconds)"
         )
     if why is None:

@@ -55,7 +55,9 @@ class KubeApi(Protocol):
     def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None: ...
     def apply(self, body: Obj) -> None: ...
     def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj: ...
-    def patch_deployment(self, namespace: str, name: str, patch: Obj) -> None: ...
+    def patch_deployment(
+        self, namespace: str, name: str, patch: Obj, kind: str = "Deployment"
+    ) -> None: ...
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None: ...
     def event(
         self, involved: Mapping[str, Any], type_: str, reason: str, message: str, now: datetime
@@ -359,17 +361,14 @@ class Kube:
         )
         return _raw(response)
 
-    def patch_deployment(self, namespace: str, name: str, patch: Obj) -> None:
-        """A JSON merge patch of a Deployment's annotations and replicas in one write
-        (BorrowReplica's record and scale), under the operator's field manager; a
-        metadata.resourceVersion in it is a precondition (409 when the Deployment changed)."""
-        self.apps.patch_namespaced_deployment(
-            name,
-            namespace,
-            patch,
-            field_manager=FIELD_MANAGER,
-            _content_type="application/merge-patch+json",
-        )
+    def patch_deployment(
+        self, namespace: str, name: str, patch: Obj, kind: str = "Deployment"
+    ) -> None:
+        """A JSON merge patch of a lender's annotations and replicas in one write
+        (BorrowReplica's record and scale; a Deployment, or `kind` StatefulSet or
+        LeaderWorkerSet), under the operator's field manager; a metadata.resourceVersion in
+        it is a precondition (409 when the object changed)."""
+        self.patch_metadata(kind, namespace, name, patch)
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         self.custom.patch_namespaced_custom_object_status(

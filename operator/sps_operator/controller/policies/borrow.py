@@ -125,6 +125,7 @@ def confirmed_tag(
     if (
         copy is None
         or (meta.get("namespace"), meta.get("name")) != (claim.namespace, claim.deployment)
+        or workloads.kind_of(deployment).kind != claim.kind
         or (copy.profile_uid, copy.run) != (claim.profile_uid, claim.run)
     ):
         return None
@@ -152,9 +153,18 @@ def replicas_owners(deployment: Mapping[str, Any]) -> list[str]:
     return owners
 
 
-def _pod_labels(deployment: Mapping[str, Any]) -> Mapping[str, str]:
-    template = (deployment.get("spec") or {}).get("template") or {}
-    return (template.get("metadata") or {}).get("labels") or {}
+def _pod_labels(deployment: Mapping[str, Any]) -> list[Mapping[str, str]]:
+    """The labels of each kind of pod of the workload (a LeaderWorkerSet's leaders and
+    workers, each with the name label LWS puts on every pod of every group); the server's
+    first."""
+    extra: Mapping[str, str] = {}
+    if workloads.kind_of(deployment).kind == workloads.LEADER_WORKER_SET:
+        extra = (workloads.pod_selector(deployment) or {}).get("matchLabels") or {}
+    found: list[Mapping[str, str]] = []
+    for _, template in workloads.templates(deployment):
+        labels = (template.get("metadata") or {}).get("labels")
+        found.append({**(labels if isinstance(labels, Mapping) else {}), **extra})
+    return found or [dict(extra)]
 
 
 def replicas_changed_by(deployment: Mapping[str, Any]) -> list[str]:
@@ -172,7 +182,8 @@ def replicas_changed_by(deployment: Mapping[str, Any]) -> list[str]:
 def kueue_queue_of(deployment: Mapping[str, Any]) -> str | None:
     """The Kueue queue a Deployment is managed under (Kueue's pod/Deployment integration:
     the queue label on the Deployment or on its pod template), None when it names none."""
-    for labels in ((deployment.get("metadata") or {}).get("labels") or {}, _pod_labels(deployment)):
+    for labels in ((deployment.get("metadata") or {}).get("labels") or {},
+                   *_pod_labels(deployment)):  # fmt: skip
         queue = labels.get(L.LABEL_KUEUE_QUEUE) if isinstance(labels, Mapping) else None
         if queue:
             return str(queue)
@@ -206,30 +217,32 @@ def pdb_covers(pdb: Mapping[str, Any], pod_labels: Mapping[str, str]) -> bool:
     return matches_selector(selector, pod_labels)
 
 
+def _unit(kind: str) -> str:
+    """What one lent replica is, in words."""
+    return "group" if kind == workloads.LEADER_WORKER_SET else "replica"
+
+
 def borrow_refusal(
     deployment: Mapping[str, Any],
     capacity: CapacitySpec,
     pdbs: Iterable[Mapping[str, Any]],
     hpas: Iterable[Mapping[str, Any]],
 ) -> str | None:
-    """Why one replica may not be borrowed from `deployment` now (None: it may)."""
+    """Why one replica may not be borrowed from `deployment` now (None: it may). A
+    StatefulSet lends its highest ordinal (its controller removes that pod on a scale
+    down, whatever the update strategy); a LeaderWorkerSet lends one whole group (its
+    size × GPUs, what a group clone of the same size needs)."""
     name = (deployment.get("metadata") or {}).get("name")
     kind = workloads.kind_of(deployment).kind
-    if kind != workloads.DEPLOYMENT:
-        # Scaling a StatefulSet down takes its highest ordinal (maybe not the idle one) and
-        # a LeaderWorkerSet lends a whole group: not built yet, so never half done.
-        return (
-            f"BorrowReplica lends a Deployment's replica; {name} is a {kind}: use "
-            "capacity.mode Wait for it"
-        )
+    unit = _unit(kind)
     managed = kueue_managed_refusal(deployment)
     if managed is not None:
         return managed
     if not deployment_rolled_out(deployment):
-        return f"Deployment {name} is rolling out; borrowing waits until it is done"
+        return f"{kind} {name} is rolling out; borrowing waits until it is done"
     for hpa in hpas:
         target = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
-        if target.get("kind") == "Deployment" and target.get("name") == name:
+        if target.get("kind") == kind and target.get("name") == name:
             return (
                 f"HorizontalPodAutoscaler {hpa['metadata']['name']} manages the replicas of "
                 f"{name}; a borrow would fight it: use capacity.mode Wait, or free a GPU"
@@ -241,11 +254,11 @@ def borrow_refusal(
             "next sync would undo a borrow; use capacity.mode Wait, or stop owning replicas in "
             "Git (e.g. leave spec.replicas out)"
         )
-    replicas = int((deployment.get("spec") or {}).get("replicas", 1))
-    ready = int((deployment.get("status") or {}).get("readyReplicas", 0))
+    replicas = workloads.replicas(deployment)
+    ready = workloads.ready_replicas(deployment)
     if replicas <= 1 and not capacity.allow_downtime:
         return (
-            f"{name} has a single replica: borrowing it stops the server; set "
+            f"{name} has a single {unit}: borrowing it stops the server; set "
             "capacity.allowDowntime: true to allow that"
         )
     floor = capacity.min_available
@@ -253,13 +266,13 @@ def borrow_refusal(
         floor = max(replicas - 1, 1) if replicas > 1 else 0
     if ready - 1 < floor:
         return (
-            f"{name} has {ready} ready replicas; borrowing one would leave fewer than "
+            f"{name} has {ready} ready {unit}s; borrowing one would leave fewer than "
             f"minAvailable {floor}"
         )
-    labels = _pod_labels(deployment)
+    pods = _pod_labels(deployment)
     for pdb in pdbs:
         if (
-            pdb_covers(pdb, labels)
+            any(pdb_covers(pdb, labels) for labels in pods)
             and int((pdb.get("status") or {}).get("disruptionsAllowed", 0)) < 1
         ):
             return (
@@ -279,10 +292,11 @@ class GiveBack:
 def give_back(deployment: Mapping[str, Any], tag: BorrowTag) -> GiveBack:
     """Restore the replicas only if they are what the borrow left: someone who changed
     them meanwhile wins."""
-    current = int((deployment.get("spec") or {}).get("replicas", 1))
+    current = workloads.replicas(deployment)
     name = (deployment.get("metadata") or {}).get("name")
     if current == tag.replicas - 1:
-        return GiveBack(tag.replicas, f"gave the borrowed replica back to {name}")
+        unit = _unit(workloads.kind_of(deployment).kind)
+        return GiveBack(tag.replicas, f"gave the borrowed {unit} back to {name}")
     if current == tag.replicas:
         return GiveBack(None, f"{name} already has its {tag.replicas} replicas back")
     return GiveBack(
@@ -335,6 +349,7 @@ class PoolClaim:
     # kept them on the Deployment), and the table hash whose rollout keeps the slot.
     replicas: int | None = None
     hold: str = ""
+    kind: str = workloads.DEPLOYMENT  # the lender's (a claim without one: a Deployment)
 
     @property
     def holder(self) -> str:
@@ -366,6 +381,8 @@ def claim_annotation(claim: PoolClaim) -> str:
     data = asdict(claim)
     if not claim.hold:
         data.pop("hold")
+    if claim.kind == workloads.DEPLOYMENT:
+        data.pop("kind")  # the same bytes as before kinds: a previous version reads them
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
@@ -378,8 +395,11 @@ def read_claim(lease: Mapping[str, Any] | None) -> PoolClaim | None:
         replicas = data.get("replicas")
         if replicas is not None and (type(replicas) is not int or not 0 < replicas <= MAX_REPLICAS):
             return None
+        kind = str(data.get("kind") or workloads.DEPLOYMENT)
+        if kind not in workloads.KINDS:
+            return None  # a kind the operator never lends from
         return PoolClaim(**{k: str(data[k]) for k in _CLAIM_TEXT}, replicas=replicas,
-                         hold=str(data.get("hold") or "")[:64])  # fmt: skip
+                         hold=str(data.get("hold") or "")[:64], kind=kind)  # fmt: skip
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
 

@@ -122,6 +122,12 @@ def replicas(obj: Mapping[str, Any]) -> int:
     return max(_int(_map(obj.get("spec")).get("replicas"), 1), 0)
 
 
+def ready_replicas(obj: Mapping[str, Any]) -> int:
+    """Ready replicas (a LeaderWorkerSet's: groups whose every pod is ready, as LWS
+    counts them in status.readyReplicas)."""
+    return max(_int(_map(obj.get("status")).get("readyReplicas"), 0), 0)
+
+
 def group_size(obj: Mapping[str, Any]) -> int:
     """Pods per replica: a LeaderWorkerSet's group size, 1 for the others."""
     if kind_of(obj).kind != LEADER_WORKER_SET:

@@ -45,7 +45,7 @@ KINDS = (
 def write_kind(method: str, args: tuple[Any, ...]) -> str:
     """The kind of the write `method(*args)` of `KubeApi`."""
     if method == "patch_deployment":  # BorrowReplica: the record and the scale in one write
-        method, args = "patch_metadata", ("Deployment", *args)
+        method, args = "patch_metadata", ("Deployment", *args[:3])  # (any kind lends)
     if method == "patch_metadata":
         kind, _namespace, _name, patch = args
         annotations = (patch.get("metadata") or {}).get("annotations") or {}
