@@ -14,7 +14,7 @@ of 8 GPUs each hold the group (4 GPUs) beside its clone (4 GPUs)."""
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -84,6 +84,13 @@ def two_node_group(gpu: str, name: str = "pair") -> dict[str, Any]:
     return lws
 
 
+def leader_worker_set(env: Env, name: str) -> dict[str, Any]:
+    got = env.custom.get_namespaced_custom_object(
+        LWS_GROUP, LWS_VERSION, env.namespace, LWS_PLURAL, name
+    )
+    return cast(dict[str, Any], got)
+
+
 def served_by(template: dict[str, Any], table: dict[str, Any]) -> bool:
     (container,) = template["spec"]["containers"]
     volumes = template["spec"].get("volumes") or []
@@ -109,9 +116,7 @@ def test_e2e_a_leader_worker_set_gets_its_table_in_both_templates_and_live(
     assert (target["deployment"], target["kind"], target["state"]) == (
         "group", "LeaderWorkerSet", "Live"), target  # fmt: skip
 
-    lws: dict[str, Any] = env.custom.get_namespaced_custom_object(
-        LWS_GROUP, LWS_VERSION, env.namespace, LWS_PLURAL, "group"
-    )
+    lws = leader_worker_set(env, "group")
     lwt = lws["spec"]["leaderWorkerTemplate"]
     assert served_by(lwt["leaderTemplate"], table) and served_by(lwt["workerTemplate"], table)
     assert lws["metadata"]["annotations"]["sps.dev/owner"] == "sps"
@@ -183,9 +188,7 @@ def test_e2e_a_two_pod_group_is_profiled_by_a_two_pod_clone_rolled_and_reprofile
     assert (spec["completionMode"], spec["parallelism"], spec["completions"]) == ("Indexed", 2, 2)
     assert spec["template"]["spec"]["nodeSelector"][GPU_PRODUCT_LABEL] == GPU_H100
 
-    lws: dict[str, Any] = env.custom.get_namespaced_custom_object(
-        LWS_GROUP, LWS_VERSION, env.namespace, LWS_PLURAL, "pair"
-    )
+    lws = leader_worker_set(env, "pair")
     lwt = lws["spec"]["leaderWorkerTemplate"]
     assert served_by(lwt["leaderTemplate"], h100) and served_by(lwt["workerTemplate"], h100)
 
