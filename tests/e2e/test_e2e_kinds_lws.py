@@ -205,11 +205,10 @@ def test_e2e_a_two_pod_group_is_profiled_by_a_two_pod_clone_rolled_and_reprofile
     assert "Target LeaderWorkerSet pair: Live" in kubectl_sps(env, "explain", "sps")
 
     # Moved to the H200 product (both templates, as a user moves a group): a new run there.
-    move = [
-        {"op": "replace", "path": f"/spec/leaderWorkerTemplate/{role}/spec/nodeSelector/"
-         + GPU_PRODUCT_LABEL.replace("/", "~1"), "value": GPU_H200}
-        for role in ("leaderTemplate", "workerTemplate")
-    ]  # fmt: skip
+    on_h200 = {"spec": {"nodeSelector": {GPU_PRODUCT_LABEL: GPU_H200}}}
+    move = {
+        "spec": {"leaderWorkerTemplate": {"leaderTemplate": on_h200, "workerTemplate": on_h200}}
+    }
     env.custom.patch_namespaced_custom_object(
         LWS_GROUP, LWS_VERSION, env.namespace, LWS_PLURAL, "pair", move
     )
