@@ -55,7 +55,8 @@ high=(nice -n -10)
 # server's (before Kueue: the plugin runs Kueue's modules last). From the recorded
 # durations both beds then take about 350 s after the shared phase (the first bed's tests
 # alone were 415 s, the second bed's 294 s), the unit lane 307 s; LeaderWorkerSet's add
-# about 45 s to the second bed, its target rollout (test_e2e_kinds_lws.py) about 40 s, the
+# about 45 s to the second bed, its target rollouts (test_e2e_kinds_lws.py) about 40 s and
+# 78 s (the two-pod group, profiled on H100 and again on H200), the
 # multi-node clone's Kueue test 40 s; the clone's other two (one at a time on the first bed) 64 s.
 second_bed=(tests/e2e/test_e2e_tenants.py tests/e2e/test_e2e_tenants_capacity.py tests/e2e/test_e2e_tenants_tables.py
   tests/realnode/test_realnode_production.py tests/e2e/test_e2e_kueue.py tests/realnode/test_realnode_kueue.py
