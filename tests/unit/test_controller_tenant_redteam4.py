@@ -10,8 +10,12 @@ import threading
 
 import pytest
 
+from sps_operator.api import labels as L
+from sps_operator.constants import FIELD_MANAGER
 from sps_operator.controller.kube.serverinfo import ServerReads
+from sps_operator.controller.policies import borrow as B
 from sps_operator.controller.policies import confirm as C
+from sps_operator.controller.policies import workloads
 from sps_operator.controller.policies.placement import PodInfo
 
 TABLE_HASH = "a" * 16
@@ -109,3 +113,33 @@ def test_team_b_silent_servers_cannot_take_every_read_from_team_a() -> None:
         assert got.get("a-uid") == CONFIRMING
     finally:
         release.set()
+
+
+def _lender(kind: str, namespace: str, name: str, tag: B.BorrowTag) -> dict[str, object]:
+    annotations = {L.ANNOTATION_BORROWED: tag.to_annotation()}
+    # The field manager's name any client may pass: no proof, and not read for a new claim.
+    owned: dict[str, object] = {"f:metadata": {"f:annotations": {f"f:{L.ANNOTATION_BORROWED}": {}}}}
+    managed = [{"manager": FIELD_MANAGER, "operation": "Apply", "fieldsV1": owned}]
+    meta = {"name": name, "namespace": namespace, "annotations": annotations,
+            "managedFields": managed}  # fmt: skip
+    return {"kind": kind, "metadata": meta, "spec": {"replicas": 1}}
+
+
+@pytest.mark.parametrize("old_claim", [False, True])
+def test_a_team_b_borrow_copy_naming_team_a_run_is_never_acted_on(old_claim: bool) -> None:
+    """Guard: team-a's run borrows a replica of its StatefulSet `srv` (the pool Lease, in
+    the operator's namespace, records it). team-b copies team-a's record (profile UID and
+    run: no secrets) onto its own StatefulSet `srv`, and team-a's own Deployment, also
+    named `srv`, is annotated the same by a team-a user; with the operator's field
+    manager's name, and against a claim of the previous version (no replicas in it) too.
+    Only the lender the Lease names, of the kind it names, is the borrow."""
+    claim = B.PoolClaim(namespace="team-a", profile="p", profile_uid="a-uid", run="p-run-1",
+                        deployment="srv", product="H100", at="t",
+                        replicas=None if old_claim else 3,
+                        kind=workloads.STATEFUL_SET)  # fmt: skip
+    tag = B.BorrowTag("a-uid", "p", "p-run-1", 9, "H100", "t")
+    assert B.confirmed_tag(claim, _lender("StatefulSet", "team-b", "srv", tag)) is None
+    assert B.confirmed_tag(claim, _lender("Deployment", "team-a", "srv", tag)) is None
+    assert B.confirmed_tag(claim, _lender("LeaderWorkerSet", "team-a", "srv", tag)) is None
+    real = B.confirmed_tag(claim, _lender("StatefulSet", "team-a", "srv", tag))
+    assert real is not None and real.replicas == (9 if old_claim else 3)
