@@ -6,6 +6,7 @@ regression guard; a hole found is asserted safe and marked xfail(strict) until f
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -143,3 +144,27 @@ def test_a_team_b_borrow_copy_naming_team_a_run_is_never_acted_on(old_claim: boo
     assert B.confirmed_tag(claim, _lender("LeaderWorkerSet", "team-a", "srv", tag)) is None
     real = B.confirmed_tag(claim, _lender("StatefulSet", "team-a", "srv", tag))
     assert real is not None and real.replicas == (9 if old_claim else 3)
+
+
+_M = C.MAX_SERVER_INFO_BYTES
+HOSTILE_ANSWERS = {
+    "nested": "[" * (_M // 2) + "]" * (_M // 2),
+    "huge integer": '{"world_size": ' + "9" * (_M - 40) + "}",
+    "many keys": json.dumps({f"k{i}": i for i in range(50_000)}),
+    "many states": '{"internal_states": [' + ",".join(["{}"] * 200_000) + "]}",
+    "long path": json.dumps({C.TABLE_PATH_FIELD: "x" * (_M - 100)}),
+    "large environment": json.dumps(
+        {"environ": {f"SGLANG_{i}": "v" * 200 for i in range(4_000)}, "world_size": 1}
+    ),
+    "not finite": '{"sps_table": {"sha256": 1e999, "loaded": NaN}}',
+    "not utf-8 text": "\udcff" * 1000,
+}
+
+
+@pytest.mark.parametrize("body", HOSTILE_ANSWERS.values(), ids=HOSTILE_ANSWERS.keys())
+def test_a_hostile_server_info_is_read_into_a_few_kib_or_refused_never_raised(body: str) -> None:
+    """Guard: team-b's server answers within the 1 MiB the operator reads, with what costs
+    the most to keep or to parse. What the operator keeps (by pod UID, 2048 of them for
+    every tenant) stays a few KiB per pod, and nothing raises out of the read."""
+    answer = C.parse_server_info(body)
+    assert len(repr(answer)) < 4 * 1024
