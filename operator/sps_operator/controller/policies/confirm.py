@@ -17,6 +17,7 @@ the target judged as before: status says it could not confirm, which is not an e
 
 from __future__ import annotations
 
+import ipaddress
 import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -137,11 +138,23 @@ def serving_pods(
             skipped.append((pod.name, "uses its node's network: the operator calls no node"))
         elif not pod.uid or not pod.ip:
             skipped.append((pod.name, "has no pod IP yet"))
+        elif not _is_ip_address(pod.ip):
+            # forbidden_url_address passes any name; a pod's address is an IP, never a
+            # host the operator would resolve and call (the API server, the metadata).
+            skipped.append((pod.name, cut(f"has pod IP {pod.ip!r}, which is not an IP address")))
         elif (why := forbidden_url_address(pod.ip)) is not None:
             skipped.append((pod.name, cut(f"has pod IP {why}")))
         else:
             readable_pods.append(Readable(pod.name, pod.uid, pod.ip, port))
     return readable_pods, skipped
+
+
+def _is_ip_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def to_read(
