@@ -474,9 +474,11 @@ def test_a_pass_asks_at_most_its_budget_and_the_rest_in_later_passes() -> None:
 class RecordedWaits(ServerReads):
     waits: ClassVar[list[float]] = []
 
-    def read(self, pods: Sequence[C.Readable], wait_seconds: float) -> dict[str, C.Answer]:
+    def read(
+        self, pods: Sequence[C.Readable], wait_seconds: float, namespace: str = ""
+    ) -> dict[str, C.Answer]:
         self.waits.append(wait_seconds)
-        return super().read(pods, wait_seconds)
+        return super().read(pods, wait_seconds, namespace)
 
 
 def test_a_pass_does_not_wait_for_a_slow_server_its_answer_serves_the_next_pass() -> None:

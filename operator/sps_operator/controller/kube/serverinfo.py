@@ -28,6 +28,7 @@ from concurrent.futures import wait as wait_for
 
 from sps_operator.controller.policies.confirm import (
     MAX_CONCURRENT_READS,
+    MAX_READS_PER_NAMESPACE,
     MAX_SERVER_INFO_BYTES,
     READ_TIMEOUT_SECONDS,
     RETRY_UNCONFIRMED_SECONDS,
@@ -121,7 +122,7 @@ class ServerReads:
         self._workers = workers
         self._max_kept = max_kept
         self._kept: OrderedDict[str, tuple[Answer, float]] = OrderedDict()
-        self._in_flight: set[str] = set()
+        self._in_flight: dict[str, str] = {}  # pod UID -> the namespace that asked
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
 
@@ -144,21 +145,26 @@ class ServerReads:
         with self._lock:
             return frozenset(self._in_flight)
 
-    def read(self, pods: Sequence[Readable], wait_seconds: float) -> dict[str, Answer]:
+    def read(
+        self, pods: Sequence[Readable], wait_seconds: float, namespace: str = ""
+    ) -> dict[str, Answer]:
         """Ask these pods' servers (at most `MAX_CONCURRENT_READS` on their way in the
-        whole process: the others wait for a later pass) and wait up to `wait_seconds` for
-        their answers; a read still going then keeps its answer for a later pass. Returns
-        the answers kept for `pods`."""
+        whole process, and `MAX_READS_PER_NAMESPACE` for the `namespace` that asks: the
+        others wait for a later pass) and wait up to `wait_seconds` for their answers; a
+        read still going then keeps its answer for a later pass. Returns the answers kept
+        for `pods`."""
         started = []
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="sps-serverinfo")
+            own = sum(1 for asker in self._in_flight.values() if asker == namespace)
             for pod in pods:
-                if len(self._in_flight) >= self._workers:
+                if len(self._in_flight) >= self._workers or own >= MAX_READS_PER_NAMESPACE:
                     break
                 if pod.uid in self._in_flight:
                     continue
-                self._in_flight.add(pod.uid)
+                self._in_flight[pod.uid] = namespace
+                own += 1
                 started.append(self._pool.submit(self._read_one, pod))
         wait_for(started, timeout=wait_seconds)
         return self.known(pod.uid for pod in pods)
@@ -169,7 +175,7 @@ class ServerReads:
         except Exception as exc:  # a fetch never raises; a bug here is a NoReport too
             answer = NoReport(cut(f"could not be read ({type(exc).__name__})"))
         with self._lock:
-            self._in_flight.discard(pod.uid)
+            self._in_flight.pop(pod.uid, None)
             self._kept[pod.uid] = (answer, self._clock())
             self._kept.move_to_end(pod.uid)
             while len(self._kept) > self._max_kept:

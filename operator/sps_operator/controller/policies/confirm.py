@@ -42,6 +42,9 @@ READ_TIMEOUT_SECONDS = 2.0
 READS_PER_PASS = 4
 WAIT_PER_PASS_SECONDS = 1.0
 MAX_CONCURRENT_READS = 8
+# One namespace's share of those: a tenant's silent servers (each holding a read for its
+# timeout) can take at most this many, so another namespace's pass always gets a read.
+MAX_READS_PER_NAMESPACE = READS_PER_PASS
 # A server that could not be reached is asked again after this long, not at every pass.
 RETRY_UNCONFIRMED_SECONDS = 120.0
 # How soon a profile whose servers are not all read yet looks again.

@@ -39,7 +39,7 @@ def confirm_live(p: RolloutPass, target: Target, ts: TargetStatus, table: TableR
     if asking:
         p.server_reads_left -= len(asking)
         started = time.monotonic()
-        p.servers.read(asking, p.server_wait_left)
+        p.servers.read(asking, p.server_wait_left, p.namespace)
         p.server_wait_left = max(p.server_wait_left - (time.monotonic() - started), 0.0)
         known = p.servers.known(pod.uid for pod in pods)
     cm = p.config_map(table.config_map)
