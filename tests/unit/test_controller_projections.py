@@ -623,6 +623,7 @@ NO_TEMPLATE_READ = {
 NO_TABLE_READ = {
     "test_a_group_whose_ranks_are_not_one_server_is_refused",
     "test_nnodes_must_be_the_group_size",
+    "test_a_group_whose_workers_ask_for_other_gpus_than_the_leader_is_refused",
     "test_a_huge_target_is_refused_with_the_limit_before_it_is_parsed",
     "test_a_mount_of_the_tenants_own_over_the_table_path_is_refused",
     "test_a_pass_that_fails_outside_its_steps_still_writes_status_and_never_raises",

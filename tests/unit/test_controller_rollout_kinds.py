@@ -238,6 +238,26 @@ def test_nnodes_must_be_the_group_size() -> None:
     assert target["reason"] == "GroupMismatch" and "--nnodes 2" in target["message"], target
 
 
+def test_a_group_whose_workers_ask_for_other_gpus_than_the_leader_is_refused() -> None:
+    """redteam4's lead: the clone gives every rank the leader's GPUs, and a group lent to a
+    clone frees what its own ranks ask for; a leader asking for 8 and workers for 1 made a
+    lent group free less than its clone needs, the shared pool held meanwhile."""
+    h = Harness()
+    h.add(leader_worker_set())
+
+    def workers_ask_for_one(o: dict[str, Any]) -> None:
+        worker = o["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+        worker["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+
+    h.kube.edit("LeaderWorkerSet", "big", workers_ask_for_one)
+    h.add(profile_body())
+    h.pods = group_pods()
+    h.tick()
+    (target,) = h.run_pass()["targets"]
+    assert (target["state"], target["reason"]) == ("Refused", "GroupMismatch"), target
+    assert "asks for 1 GPUs" in target["message"], target
+
+
 def test_target_kinds_narrows_the_selection_and_an_uninstalled_kind_says_so_at_once() -> None:
     """spec.targetKinds: only the kinds named are targets; a named kind the cluster does
     not serve (no LeaderWorkerSet CRD) makes the profile Degraded in its first pass, and

@@ -172,8 +172,8 @@ TARGET_REASONS: dict[str, Reason] = {
             "The LeaderWorkerSet's leader and worker templates are not one server",
             "Every rank of a group loads the table itself, so the leader's and the workers' "
             "server containers must have the same cost inputs (only the per-rank arguments "
-            "--node-rank and --dist-init-addr may differ) and --nnodes must be the group size "
-            "(leaderWorkerTemplate.size). The message names what differs.",
+            "--node-rank and --dist-init-addr may differ), ask for the same GPUs, and --nnodes "
+            "must be the group size (leaderWorkerTemplate.size). The message names what differs.",
         ),
     ),
     R.KIND_NOT_INSTALLED: Reason(

@@ -403,6 +403,16 @@ def _group_problem(
                 f"({', '.join(differ[:8])}): every rank must run the same server; only the "
                 "per-rank arguments (--node-rank, --dist-init-addr) may differ"
             )
+        gpus, leader = (
+            workloads.container_gpus(container),
+            workloads.container_gpus(target.container or {}),
+        )
+        if gpus != leader:
+            return GROUP_MISMATCH, (
+                f"{where}'s server asks for {gpus} GPUs and the leader's for {leader}: every "
+                "rank must ask for the same (the profiling clone gives each rank the leader's, "
+                "and a group lent to a clone must free what the clone asks for)"
+            )
     return None
 
 

@@ -27,24 +27,11 @@ from datetime import datetime
 from typing import Any
 
 from sps_operator.api.status import CostRecord
-from sps_operator.constants import GPU_RESOURCE
 from sps_operator.controller.policies.clocks import elapsed
 from sps_operator.controller.policies.run_job import group_pods
+from sps_operator.controller.policies.workloads import container_gpus
 
 MAX_COST_PRODUCTS = 32  # GPU products kept in status.cost (a profile sees a handful)
-
-
-def _gpus(container: Mapping[str, Any]) -> int:
-    resources = container.get("resources") or {}
-    for part in ("limits", "requests"):  # GPUs are limits; a request alone must equal one
-        value = (resources.get(part) or {}).get(GPU_RESOURCE)
-        try:
-            count = int(str(value))
-        except ValueError:
-            continue
-        if 0 <= count <= 1024:
-            return count
-    return 0
 
 
 def pod_gpus(job: Mapping[str, Any]) -> int:
@@ -53,9 +40,9 @@ def pod_gpus(job: Mapping[str, Any]) -> int:
     if larger (as the scheduler computes a pod's request)."""
     pod = (((job.get("spec") or {}).get("template") or {}).get("spec")) or {}
     inits = [c for c in pod.get("initContainers") or [] if isinstance(c, Mapping)]
-    running = sum(_gpus(c) for c in pod.get("containers") or [] if isinstance(c, Mapping))
-    running += sum(_gpus(c) for c in inits if c.get("restartPolicy") == "Always")
-    plain = [_gpus(c) for c in inits if c.get("restartPolicy") != "Always"]
+    running = sum(container_gpus(c) for c in pod.get("containers") or [] if isinstance(c, Mapping))
+    running += sum(container_gpus(c) for c in inits if c.get("restartPolicy") == "Always")
+    plain = [container_gpus(c) for c in inits if c.get("restartPolicy") != "Always"]
     return max([running, *plain])
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sps_operator.api.kinds import WorkloadKind as KindName
+from sps_operator.constants import GPU_RESOURCE
 
 DEPLOYMENT = KindName.DEPLOYMENT.value
 STATEFUL_SET = KindName.STATEFUL_SET.value
@@ -275,3 +276,17 @@ def controller_failure(obj: Mapping[str, Any]) -> str | None:
         if c.get("type") == "ReplicaFailure" and c.get("status") == "True":
             return f"the ReplicaSet cannot create pods: {c.get('message') or c.get('reason')}"
     return None
+
+
+def container_gpus(container: Mapping[str, Any]) -> int:
+    """GPUs a container asks for (its limit; a request alone must equal one), 0 if unreadable."""
+    resources = container.get("resources") or {}
+    for part in ("limits", "requests"):  # GPUs are limits; a request alone must equal one
+        value = (resources.get(part) or {}).get(GPU_RESOURCE)
+        try:
+            count = int(str(value))
+        except ValueError:
+            continue
+        if 0 <= count <= 1024:
+            return count
+    return 0
