@@ -630,3 +630,13 @@ NO_TABLE_READ = {
     "test_kube_root_ca_is_refused_up_front_with_a_validation_message",
     "test_the_error_path_writes_status_even_when_ending_the_run_fails_too",
 }
+
+
+def test_an_owner_reference_that_is_not_an_object_is_no_profiles() -> None:
+    """Found by the property above in CI (a Job whose ownerReferences held a null raised
+    out of the index function): any list item that is not an object is not an owner."""
+    from sps_operator.controller import indexes as ix
+
+    for refs in ([None], [1, "x"], "not a list", None):
+        body = {"metadata": {"name": "n", "namespace": "team-b", "ownerReferences": refs}}
+        assert ix.controller_profile(body) is None

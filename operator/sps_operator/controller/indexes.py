@@ -122,9 +122,11 @@ class Chained(Mapping[Any, list[Any]]):
 
 def controller_profile(body: Mapping[str, Any]) -> str | None:
     """The UID of the SpsProfile that is `body`'s controller (None: none is)."""
-    for ref in _meta(body).get("ownerReferences") or []:
+    refs = _meta(body).get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else []:
         if (
-            ref.get("controller")
+            isinstance(ref, Mapping)
+            and ref.get("controller")
             and ref.get("kind") == KIND
             and str(ref.get("apiVersion", "")).startswith(f"{API_GROUP}/")
             and ref.get("uid")

@@ -427,7 +427,7 @@ def _lws_plural() -> str:
 def owned_by(obj: Mapping[str, Any] | None, uid: str) -> bool:
     """`obj` exists and its controller ownerReference is the profile with `uid`."""
     refs = ((obj or {}).get("metadata") or {}).get("ownerReferences") or []
-    return any(r.get("uid") == uid and r.get("controller") for r in refs)
+    return any(isinstance(r, Mapping) and r.get("uid") == uid and r.get("controller") for r in refs)
 
 
 def api_error_detail(exc: BaseException) -> str:

@@ -146,7 +146,8 @@ def pod_info(name: str, labels: Mapping[str, str], spec: Mapping[str, Any],
         ),
         None,
     )
-    owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+    refs = meta.get("ownerReferences") or []
+    owner = next((o for o in refs if isinstance(o, Mapping) and o.get("controller")), None)
     controller = str(owner.get("kind")) if owner else None
     controller_uid = str(owner.get("uid"))[:MAX_HASH] if owner and owner.get("uid") else None
     priority_class = spec.get("priorityClassName")
