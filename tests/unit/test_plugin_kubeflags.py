@@ -73,6 +73,20 @@ def kubeconfig(tmp_path: Path) -> Path:
     return path
 
 
+def request_kwargs(cluster: Cluster) -> dict[str, Any]:
+    """What the cluster's next request hands the client besides the request itself."""
+    seen: dict[str, Any] = {}
+
+    def call_api(*request: Any, **kwargs: Any) -> None:
+        seen.update(kwargs)
+        raise OSError("not sent")
+
+    cluster.api.call_api = call_api  # type: ignore[method-assign,assignment]
+    with pytest.raises(cli.PluginError, match="not sent"):
+        cluster.get_profile("ns", "x")
+    return seen
+
+
 def test_the_flags_override_the_kubeconfig(tmp_path: Path) -> None:
     args = cli.build_parser().parse_args(
         ["get", "--kubeconfig", str(kubeconfig(tmp_path)), "--server", "https://other:6443/",
@@ -89,9 +103,7 @@ def test_the_flags_override_the_kubeconfig(tmp_path: Path) -> None:
     assert cluster.api.default_headers["Impersonate-User"] == "alice"
     assert cluster.request_timeout == 60.0
     assert cluster.default_namespace == "ns1"
-    seen: dict[str, Any] = {}
-    cluster._call("x", lambda **kw: seen.update(kw))
-    assert seen == {"_request_timeout": 60.0}
+    assert request_kwargs(cluster) == {"_request_timeout": 60.0}
 
 
 def test_without_flags_the_kubeconfig_decides_and_no_timeout_is_set(tmp_path: Path) -> None:
@@ -100,9 +112,7 @@ def test_without_flags_the_kubeconfig_decides_and_no_timeout_is_set(tmp_path: Pa
     assert conf.host == "https://from-kubeconfig:6443"
     assert conf.api_key == {"BearerToken": "Bearer kubeconfig-token"}
     assert "Impersonate-User" not in cluster.api.default_headers
-    seen: dict[str, Any] = {}
-    cluster._call("x", lambda **kw: seen.update(kw))
-    assert seen == {}
+    assert request_kwargs(cluster) == {}
 
 
 def test_server_and_token_work_without_a_kubeconfig(tmp_path: Path) -> None:

@@ -1,13 +1,67 @@
-"""The Kubernetes calls of `kubectl sps` (thin: fetch and patch, no logic)."""
+"""The Kubernetes calls of `kubectl sps` (thin: fetch and patch, no logic).
+
+Through the bare `ApiClient` (`param_serialize` + `call_api`, JSON in and out), as
+profiler/publish.py does: the typed APIs (`CoreV1Api`, ...) build pydantic models and a
+validator per method and parse every answer into them, most of a command's CPU time
+(docs/benchmarks.md, "kubectl sps start").
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 from sps_operator.api import labels as L
 from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
 from sps_operator.plugin.kubeflags import ConnectionFlags
 from sps_operator.plugin.view import PluginError
+
+JSON = "application/json"
+# What CustomObjectsApi sent for a patch given as an object.
+MERGE_PATCH = "application/merge-patch+json"
+_PROFILES = f"/apis/{API_GROUP}/{API_VERSION}"
+
+
+def _q(segment: str) -> str:
+    """One path segment, escaped (a name from the command line is no path)."""
+    return quote(segment, safe="")
+
+
+def without_nulls(obj: dict[str, Any]) -> dict[str, Any]:
+    """A JSON object without its null members: what the typed client handed back for a
+    built-in kind (its models drop unset fields), so `.get(key, default)` reads the same."""
+    return {k: v for k, v in obj.items() if v is not None}
+
+
+def parse_json(raw: bytes, what: str, *, drop_nulls: bool = False) -> dict[str, Any]:
+    """The answer's JSON object; PluginError when it is none."""
+    try:
+        parsed = json.loads(raw, object_hook=without_nulls if drop_nulls else None)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        raise PluginError(f"{what}: the API server answered no JSON") from None
+    if not isinstance(parsed, dict):
+        raise PluginError(f"{what}: the API server answered no JSON object")
+    return parsed
+
+
+def list_items(answer: dict[str, Any], what: str) -> list[dict[str, Any]]:
+    items = answer.get("items") or []
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise PluginError(f"{what}: the API server answered a list without objects")
+    return items
+
+
+def event_time_key(event: dict[str, Any]) -> str:
+    """Sort key of an event: its time as the typed client gave it (a datetime's
+    isoformat, `+00:00` for `Z`), so events order exactly as they did through it."""
+    text = str(event.get("lastTimestamp") or event.get("eventTime") or "")
+    try:
+        return datetime.fromisoformat(text).isoformat()
+    except ValueError:
+        return text
 
 
 class Cluster:
@@ -45,9 +99,6 @@ class Cluster:
         self.api = client.ApiClient(configuration)
         if flags.impersonate:
             self.api.set_default_header("Impersonate-User", flags.impersonate)
-        self.core = client.CoreV1Api(self.api)
-        self.batch = client.BatchV1Api(self.api)
-        self.custom = client.CustomObjectsApi(self.api)
         try:
             _, active = config.list_kube_config_contexts(config_file=kubeconfig)
             ctx = (active or {}).get("context") or {}
@@ -58,127 +109,126 @@ class Cluster:
         except Exception:
             self.default_namespace = "default"
 
-    def _call(self, what: str, func: Any, *args: Any, **kwargs: Any) -> Any:
+    def _send(
+        self,
+        what: str,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, str | int]] = (),
+        body: dict[str, Any] | None = None,
+        content_type: str | None = None,
+    ) -> bytes:
+        """One request; the answer's body, or PluginError saying what failed (`what`
+        names the object, as kubectl would)."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        if self.request_timeout is not None:
-            kwargs.setdefault("_request_timeout", self.request_timeout)
+        headers = {"Accept": JSON}  # a log too, as the typed client asked
+        if content_type:
+            headers["Content-Type"] = content_type
         try:
-            return func(*args, **kwargs)
-        except ApiException as exc:
-            if exc.status == 404:
-                raise PluginError(f"{what} not found") from None
-            if exc.status == 403:
-                raise PluginError(f"forbidden: {what} ({exc.reason})") from None
-            raise PluginError(f"{what}: {exc.status} {exc.reason}") from None
+            request = self.api.param_serialize(
+                method, path, query_params=list(query) or None, header_params=headers,
+                body=body, auth_settings=["BearerToken"],
+            )  # fmt: skip
+            if self.request_timeout is not None:
+                response = self.api.call_api(*request, _request_timeout=self.request_timeout)
+            else:
+                response = self.api.call_api(*request)
+            raw = response.read()
+            status, reason = response.status, response.reason
+        except ApiException as exc:  # the client's own: a TLS failure is status 0
+            status, reason = exc.status, exc.reason
         except (OSError, HTTPError) as exc:  # HTTPError: urllib3's, a --request-timeout too
             raise PluginError(f"{what}: cannot reach the API server: {exc}") from None
+        if status == 404:
+            raise PluginError(f"{what} not found")
+        if status == 403:
+            raise PluginError(f"forbidden: {what} ({reason})")
+        if not 200 <= status <= 299:
+            raise PluginError(f"{what}: {status} {reason}")
+        return bytes(raw or b"")
+
+    def _request(
+        self,
+        what: str,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, str | int]] = (),
+        body: dict[str, Any] | None = None,
+        content_type: str | None = None,
+        *,
+        builtin: bool = False,
+    ) -> dict[str, Any]:
+        """One request; the answer's JSON object. `builtin`: a built-in kind, read as
+        the typed client read it (no null members)."""
+        raw = self._send(what, method, path, query, body, content_type)
+        return parse_json(raw, what, drop_nulls=builtin)
 
     def list_profiles(self, namespace: str | None) -> list[dict[str, Any]]:
         if namespace is None:
-            result = self._call(
-                "SpsProfiles",
-                self.custom.list_cluster_custom_object,
-                API_GROUP,
-                API_VERSION,
-                PLURAL,
-            )
+            what, path = "SpsProfiles", f"{_PROFILES}/{PLURAL}"
         else:
-            result = self._call(
-                f"SpsProfiles in {namespace}",
-                self.custom.list_namespaced_custom_object,
-                API_GROUP,
-                API_VERSION,
-                namespace,
-                PLURAL,
-            )
-        items = list(result.get("items") or [])
+            what = f"SpsProfiles in {namespace}"
+            path = f"{_PROFILES}/namespaces/{_q(namespace)}/{PLURAL}"
+        items = list_items(self._request(what, "GET", path), what)
         return sorted(items, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
 
+    def _profile_path(self, namespace: str, name: str) -> str:
+        return f"{_PROFILES}/namespaces/{_q(namespace)}/{PLURAL}/{_q(name)}"
+
     def get_profile(self, namespace: str, name: str) -> dict[str, Any]:
-        return dict(
-            self._call(
-                f"SpsProfile {namespace}/{name}",
-                self.custom.get_namespaced_custom_object,
-                API_GROUP,
-                API_VERSION,
-                namespace,
-                PLURAL,
-                name,
-            )
+        return self._request(
+            f"SpsProfile {namespace}/{name}", "GET", self._profile_path(namespace, name)
         )
 
     def get_config_map(self, namespace: str, name: str) -> dict[str, Any]:
-        cm = self._call(
-            f"ConfigMap {namespace}/{name}", self.core.read_namespaced_config_map, name, namespace
-        )
-        return dict(self.api.sanitize_for_serialization(cm))
+        path = f"/api/v1/namespaces/{_q(namespace)}/configmaps/{_q(name)}"
+        return self._request(f"ConfigMap {namespace}/{name}", "GET", path, builtin=True)
 
     def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        path = f"/apis/batch/v1/namespaces/{_q(namespace)}/jobs/{_q(name)}"
         try:
-            job = self._call(
-                f"Job {namespace}/{name}", self.batch.read_namespaced_job, name, namespace
-            )
+            return self._request(f"Job {namespace}/{name}", "GET", path, builtin=True)
         except PluginError:
             return None
-        return dict(self.api.sanitize_for_serialization(job))
 
     def list_pods(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
         """Pods matching `selector` in `namespace` (None: every namespace)."""
         if namespace is None:
-            pods = self._call(
+            what, path = (
                 "pods in all namespaces (pass --operator-namespace to look in one)",
-                self.core.list_pod_for_all_namespaces,
-                label_selector=selector,
+                "/api/v1/pods",
             )
         else:
-            pods = self._call(
-                f"pods in {namespace}",
-                self.core.list_namespaced_pod,
-                namespace,
-                label_selector=selector,
-            )
-        return [dict(self.api.sanitize_for_serialization(p)) for p in pods.items]
+            what, path = f"pods in {namespace}", f"/api/v1/namespaces/{_q(namespace)}/pods"
+        answer = self._request(what, "GET", path, [("labelSelector", selector)], builtin=True)
+        return list_items(answer, what)
 
     def pod_log(self, namespace: str, name: str, limit_bytes: int) -> str:
         """The pod's log (its only container, or `pod/container`): the first `limit_bytes`
         at most (what a server logs at start-up is there)."""
         pod, _, container = name.partition("/")
-        kwargs: dict[str, Any] = {"limit_bytes": limit_bytes}
+        query: list[tuple[str, str | int]] = []
         if container:
-            kwargs["container"] = container
-        text = self._call(
-            f"log of pod {namespace}/{pod}",
-            self.core.read_namespaced_pod_log,
-            pod,
-            namespace,
-            **kwargs,
-        )
-        return str(text)
+            query.append(("container", container))
+        query.append(("limitBytes", limit_bytes))
+        path = f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(pod)}/log"
+        raw = self._send(f"log of pod {namespace}/{pod}", "GET", path, query)
+        # The limit may cut a character in two; a log is no reason to fail.
+        return raw.decode("utf-8", errors="replace")
 
     def list_events(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        events = self._call(
-            f"events in {namespace}",
-            self.core.list_namespaced_event,
-            namespace,
-            field_selector=f"involvedObject.name={name},involvedObject.kind=SpsProfile",
-        )
-        out = [dict(self.api.sanitize_for_serialization(e)) for e in events.items]
-        return sorted(out, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+        what = f"events in {namespace}"
+        selector = f"involvedObject.name={name},involvedObject.kind=SpsProfile"
+        path = f"/api/v1/namespaces/{_q(namespace)}/events"
+        answer = self._request(what, "GET", path, [("fieldSelector", selector)], builtin=True)
+        return sorted(list_items(answer, what), key=event_time_key)
 
     def annotate_reprofile(self, namespace: str, name: str, token: str) -> dict[str, Any]:
         """Set the reprofile annotation (metadata only: never the spec)."""
         body = {"metadata": {"annotations": {L.ANNOTATION_REPROFILE: token}}}
-        return dict(
-            self._call(
-                f"SpsProfile {namespace}/{name}",
-                self.custom.patch_namespaced_custom_object,
-                API_GROUP,
-                API_VERSION,
-                namespace,
-                PLURAL,
-                name,
-                body,
-            )
-        )
+        return self._request(
+            f"SpsProfile {namespace}/{name}", "PATCH", self._profile_path(namespace, name),
+            body=body, content_type=MERGE_PATCH,
+        )  # fmt: skip
