@@ -88,9 +88,12 @@ ROUTES: dict[str, tuple[int, Any]] = {
     f"/api/v1/namespaces/{NS}/configmaps/html": (200, "<html>a proxy</html>"),
     f"/api/v1/namespaces/{NS}/configmaps/slow": (
         200,
-        {"metadata": {"name": "slow"}, "data": {"sleep": "3"}},
+        {"metadata": {"name": "slow"}, "data": {"slow": "yes"}},
     ),
 }
+
+
+SLOW_SECONDS = 1.0
 
 
 class Recorded:
@@ -117,7 +120,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.command == "PATCH":
             status, answer = 200, PROFILE
         if url.path.endswith("/slow"):
-            time.sleep(3)
+            time.sleep(SLOW_SECONDS)
         body = answer.encode() if isinstance(answer, str) else json.dumps(answer).encode()
         self.send_response(status)
         self.send_header(
@@ -138,7 +141,8 @@ def server() -> Iterator[tuple[str, Recorded]]:
     recorded = Recorded()
     handler = type("H", (Handler,), {"recorded": recorded})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    httpd.block_on_close = False  # a request the client gave up on may still sleep
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}", recorded
@@ -248,9 +252,9 @@ def test_the_request_timeout_bounds_each_request(
 ) -> None:
     url, _ = server
     with pytest.raises(PluginError, match=f"ConfigMap {NS}/slow: cannot reach the API server"):
-        cluster(url, tmp_path, timeout=0.5).get_config_map(NS, "slow")
+        cluster(url, tmp_path, timeout=0.2).get_config_map(NS, "slow")
     # Without the flag the answer is waited for.
-    assert cluster(url, tmp_path).get_config_map(NS, "slow")["data"] == {"sleep": "3"}
+    assert cluster(url, tmp_path).get_config_map(NS, "slow")["data"] == {"slow": "yes"}
 
 
 def test_an_unreachable_server_says_so(tmp_path: Path) -> None:
