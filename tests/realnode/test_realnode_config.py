@@ -64,6 +64,9 @@ def test_kubelet_runs_on_cgroup_v1_with_its_own_root_and_cluster_dns() -> None:
     assert conf["address"] == conf["healthzBindAddress"] == "10.244.7.4"
     assert conf["clusterDNS"] == ["10.96.0.10"]
     assert conf["imageGCHighThresholdPercent"] == 100  # pulled images are never collected
+    # Changes within 5 s, an unchanged status not rewritten every 5 s (the Lease is the heartbeat).
+    assert conf["nodeStatusUpdateFrequency"] == "5s"
+    assert conf["nodeStatusReportFrequency"] == "5m"
 
 
 def test_containerd_config_keeps_state_per_node_and_restricts_oom_score() -> None:
