@@ -101,9 +101,12 @@ class Kube:
         return resource
 
     def _list(self, kind: str, namespace: str, label_selector: str = "") -> list[Obj]:
+        return self._items(self._resource(kind), namespace, label_selector)
+
+    def _items(self, resource: Resource, namespace: str, label_selector: str) -> list[Obj]:
         query = [("labelSelector", label_selector)] if label_selector else []
-        path = self._resource(kind).collection(namespace)
-        return list(request(self.api, "GET", path, query=query).get("items") or [])
+        found = request(self.api, "GET", resource.collection(namespace), query=query)
+        return list(found.get("items") or [])
 
     # ---- reads
 
@@ -170,18 +173,16 @@ class Kube:
         return self._list("Lease", namespace, label_selector)
 
     def list_workloads(self, namespace: str, label_selector: str) -> list[Obj] | None:
-        workload = RESOURCES["Workload"]
-        query = [("labelSelector", label_selector)] if label_selector else []
         for version in KUEUE_VERSIONS:  # Kueue before v0.15 serves only v1beta1
-            path = replace(workload, version=version).collection(namespace)
+            workloads_at = replace(RESOURCES["Workload"], version=version)
             try:
-                found = request(self.api, "GET", path, query=query)
+                found = self._items(workloads_at, namespace, label_selector)
             except ApiException as exc:
                 if exc.status == 404:  # a LIST of a resource the API does not serve
                     continue
                 raise
             self.kueue_version = version
-            return list(found.get("items") or [])
+            return found
         return None
 
     def pending_workloads(self, namespace: str, queue: str, limit: int) -> Obj | None:
