@@ -5,6 +5,7 @@ client reads back what the operator's wrote."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -90,10 +91,18 @@ def test_k8s_controlplane_the_client_posts_events_and_patches_a_lender(
             "metadata": {"labels": labels},
             "spec": {"containers": [{"name": "c", "image": "busybox"}]}}},
     })  # fmt: skip
-    read = kube.get("Deployment", namespace, "lender") or {}
-    stale = read["metadata"]["resourceVersion"]
-    kube.patch_lender(namespace, "lender", {"metadata": {"annotations": {"sps.dev/t": "1"},
-                      "resourceVersion": stale}, "spec": {"replicas": 1}})  # fmt: skip
+    for _attempt in range(5):  # the Deployment controller's status writes move it: read again
+        read = kube.get("Deployment", namespace, "lender") or {}
+        stale = read["metadata"]["resourceVersion"]
+        try:
+            kube.patch_lender(namespace, "lender", {"metadata": {"annotations": {
+                "sps.dev/t": "1"}, "resourceVersion": stale}, "spec": {"replicas": 1}})  # fmt: skip
+            break
+        except client.ApiException as exc:
+            assert exc.status == 409
+            time.sleep(0.5)
+    else:
+        pytest.fail("the lender patch was refused five times")
     now = apps.read_namespaced_deployment("lender", namespace)
     assert now.spec.replicas == 1 and now.metadata.annotations["sps.dev/t"] == "1"
     assert FIELD_MANAGER in {m.manager for m in now.metadata.managed_fields}
