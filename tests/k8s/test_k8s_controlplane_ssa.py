@@ -224,18 +224,21 @@ def test_k8s_controlplane_the_operator_applies_its_table_into_a_stateful_set(
     assert (listed["kind"], listed["metadata"]["name"]) == ("StatefulSet", "server")
     assert kube.serves("StatefulSet") and not kube.serves("LeaderWorkerSet")
 
-    read = kube.get("StatefulSet", namespace, "server")
-    assert read is not None
-    claimed = kube.patch_metadata("StatefulSet", namespace, "server", owner_patch(read, "p"))
-    for _attempt in range(3):  # a status write in between refuses it (409): read again
+    # The StatefulSet controller writes its status right after the create: a claim or an
+    # apply between its writes is refused (409), as it must be; read again then.
+    for _attempt in range(5):
+        read = kube.get("StatefulSet", namespace, "server")
+        assert read is not None
         try:
+            claimed = kube.patch_metadata(
+                "StatefulSet", namespace, "server", owner_patch(read, "p")
+            )
             kube.apply(_inject(claimed))
             break
         except client.ApiException as exc:
             assert exc.status == 409
-            claimed = kube.get("StatefulSet", namespace, "server") or {}
     else:
-        pytest.fail("the apply was refused three times")
+        pytest.fail("the claim and apply were refused five times")
     now = kube.get("StatefulSet", namespace, "server") or {}
     template = now["spec"]["template"]
     (server,) = template["spec"]["containers"]

@@ -17,7 +17,7 @@ FAST = Timing(lease_duration=3, renew_deadline=2, retry_period=0.5)
 
 
 def elector(api: ApiClient, namespace: str, identity: str) -> LeaseElector:
-    return LeaseElector("sps-test", namespace, identity, client.CoordinationV1Api(api), FAST)
+    return LeaseElector("sps-test", namespace, identity, api, FAST)
 
 
 def test_k8s_one_leader_failover_and_release(k8s_api: ApiClient, namespace: str) -> None:

@@ -362,10 +362,8 @@ class FakeKube(KubeApi):
         self.metadata_patches.append((kind, name, copy.deepcopy(patch)))
         return copy.deepcopy(obj)
 
-    def patch_deployment(
-        self, namespace: str, name: str, patch: Obj, kind: str = "Deployment"
-    ) -> None:
-        self._call("patch_deployment")
+    def patch_lender(self, namespace: str, name: str, patch: Obj, kind: str = "Deployment") -> None:
+        self._call("patch_lender")
         dep = self.objects.get((kind, namespace, name))
         before = dep["spec"].get("replicas") if dep is not None else None
         dep = self._merge_patch(kind, namespace, name, patch)

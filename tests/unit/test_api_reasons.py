@@ -24,14 +24,14 @@ CAMEL = re.compile(r"^[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)*$")
 KUBERNETES_WORDS = {
     "Always", "Never", "Apply", "Background", "ClusterIP", "ExternalName", "RuntimeDefault",
     "ConfigMap", "Deployment", "Event", "Job", "Lease", "PodDisruptionBudget", "Role",
-    "RoleBinding", "Service", "ServiceAccount",
+    "RoleBinding", "Service", "ServiceAccount", "HorizontalPodAutoscaler", "Workload",
     "Complete", "Failed", "FailureTarget", "SuccessCriteriaMet", "JobFailed", "Succeeded",
     "PodScheduled", "Progressing", "ProgressDeadlineExceeded", "True", "False",
     "Exists", "DoesNotExist", "In", "NotIn", "Gt", "Lt",
     "Normal", "Warning",
     "Recreate", "ReplicaFailure", "Secret", "SpsProfile", "Pod", "List", "LocalQueue",
     "FallbackToLogsOnError", "Evicted", "QuotaReserved", "Admitted", "DeactivationTarget",
-    "Accept", "BearerToken",  # an HTTP header and the client's auth setting (kube/client.py)
+    "Accept", "BearerToken",  # an HTTP header and the client's auth setting (kube/rest.py)
     "InputError",  # `sps-operator fingerprint`'s own error label, never in status
     # the kubelet's container states that keep a pod from ever becoming ready
     "CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "InvalidImageName",

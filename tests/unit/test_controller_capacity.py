@@ -334,7 +334,7 @@ class Crash(BaseException):
     not even the status write (a pass turns every Exception into status; not this)."""
 
 
-WRITES = ("create", "delete", "apply", "patch_metadata", "patch_deployment", "scale",
+WRITES = ("create", "delete", "apply", "patch_metadata", "patch_lender", "scale",
           "patch_status")  # fmt: skip
 
 
@@ -482,7 +482,7 @@ def test_an_orphaned_pool_lease_in_another_namespace_is_swept_and_its_replica_re
     h.add(lender)
     tag = BorrowTag("uid-gone", "gone", "gone-1", 2, H100, "2026-03-01T12:00:00Z")
     dep = h.kube.obj("Deployment", "lender", "tenant-b")
-    h.kube.patch_deployment("tenant-b", "lender", borrow_patch(dep, tag, None))
+    h.kube.patch_lender("tenant-b", "lender", borrow_patch(dep, tag, None))
     claim = PoolClaim("tenant-b", "gone", "uid-gone", "gone-1", "lender", H100, tag.at, 2)
     h.add(pool_lease(claim, h.settings.pool_namespace))
     h.tick()

@@ -45,9 +45,9 @@ def block() -> None:
         ("apply", ({"kind": "Deployment", "metadata": {}},), "apply-deployment"),
         ("create", ({"kind": "Job", "metadata": {}},), "create-job"),
         ("delete", ("RoleBinding", "ns", "r"), "delete-rolebinding"),
-        ("patch_deployment", ("ns", "d", {"metadata": {"annotations": {
+        ("patch_lender", ("ns", "d", {"metadata": {"annotations": {
             L.ANNOTATION_BORROWED: "{}"}}, "spec": {"replicas": 1}}), "borrow-record"),
-        ("patch_deployment", ("ns", "d", {"metadata": {"annotations": {
+        ("patch_lender", ("ns", "d", {"metadata": {"annotations": {
             L.ANNOTATION_BORROWED: None}}, "spec": {"replicas": 2}}), "borrow-return"),
         ("create", ({"kind": "Lease", "metadata": {}},), "create-lease"),
         ("patch_status", ("ns", "p", {}), "status"),
@@ -92,7 +92,7 @@ def test_a_pass_stops_before_the_borrow_which_writes_record_and_scale_at_once(
     assert dep["spec"]["replicas"] == 2 and not h.kube.scales
     assert "borrow" not in h.status()["currentRun"]
     (line,) = [r.getMessage() for r in caplog.records if MARKER in r.getMessage()]
-    assert "borrow-record" in line and "patch_deployment serving server" in line
+    assert "borrow-record" in line and "patch_lender serving server" in line
     # From now on every write blocks; reads go on.
     assert h.kube.get("Deployment", "serving", "server") is not None
     with pytest.raises(Paused):

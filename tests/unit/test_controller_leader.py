@@ -7,7 +7,7 @@ import asyncio
 import logging
 
 import pytest
-from kubernetes.client.exceptions import ApiException
+from fakerest import FakeRest, Sent
 
 from sps_operator.controller.main import _acquire
 from sps_operator.controller.process.leader import LeaseElector, Observed, Timing, decide
@@ -42,15 +42,13 @@ def test_a_leader_steps_down_before_a_candidate_may_take_over() -> None:
     assert T.lease_duration + T.retry_period <= 15  # failover within the issue's 15 s
 
 
-class _ForbiddenLeases:
-    """A CoordinationV1Api whose every Lease read is refused, as without a Role."""
-
-    def read_namespaced_lease(self, name: str, namespace: str) -> None:
-        raise ApiException(status=403, reason="Forbidden")
+def _forbidden(_: Sent) -> tuple[int, dict]:
+    """Every Lease request refused, as without a Role."""
+    return 403, {"kind": "Status", "reason": "Forbidden"}
 
 
 def test_a_forbidden_lease_is_said_once_with_what_to_fix(caplog: pytest.LogCaptureFixture) -> None:
-    elector = LeaseElector("ops", "elsewhere", "me", api=_ForbiddenLeases(), timing=T)  # type: ignore[arg-type]
+    elector = LeaseElector("ops", "elsewhere", "me", api=FakeRest(_forbidden).api, timing=T)
     with caplog.at_level(logging.DEBUG, logger="sps_operator.controller.process.leader"):
         assert not elector.try_once()
         assert not elector.try_once()
@@ -69,20 +67,20 @@ class _Clock:
 
 
 class _Leases:
-    """A CoordinationV1Api that refuses or lets through, as the test says."""
+    """A Lease API that refuses or lets through, as the test says."""
 
     def __init__(self) -> None:
         self.status = 403
 
-    def read_namespaced_lease(self, name: str, namespace: str) -> dict:
+    def __call__(self, sent: Sent) -> tuple[int, dict]:
         if self.status:
-            raise ApiException(status=self.status, reason="Refused")
-        return lease("someone-else", "1")
+            return self.status, {"kind": "Status"}
+        return 200, lease("someone-else", "1")
 
 
 def test_a_lease_refused_for_a_minute_makes_the_replica_unhealthy_with_why() -> None:
     clock, api = _Clock(), _Leases()
-    elector = LeaseElector("ops", "elsewhere", "me", api=api, timing=T, clock=clock)  # type: ignore[arg-type]
+    elector = LeaseElector("ops", "elsewhere", "me", api=FakeRest(api).api, timing=T, clock=clock)
     assert not elector.try_once()
     assert elector.problem() is None  # a refusal may be passing
     clock.now = T.refused_unhealthy_after - 1
@@ -107,7 +105,7 @@ def test_a_lease_refused_for_a_minute_makes_the_replica_unhealthy_with_why() -> 
 def test_losing_a_race_is_never_a_problem() -> None:
     clock, api = _Clock(), _Leases()
     api.status = 409
-    elector = LeaseElector("ops", "ns", "me", api=api, timing=T, clock=clock)  # type: ignore[arg-type]
+    elector = LeaseElector("ops", "ns", "me", api=FakeRest(api).api, timing=T, clock=clock)
     for step in range(100):
         clock.now = step * T.retry_period
         elector.try_once()
@@ -115,14 +113,14 @@ def test_losing_a_race_is_never_a_problem() -> None:
 
 
 class _HeldLeases:
-    """A CoordinationV1Api whose Lease another replica holds (renewing it: new versions)."""
+    """A Lease API whose Lease another replica holds (renewing it: new versions)."""
 
     def __init__(self) -> None:
         self.holder, self.version = "sps-operator-7d9f-abcde", 1
 
-    def read_namespaced_lease(self, name: str, namespace: str) -> dict:
+    def __call__(self, sent: Sent) -> tuple[int, dict]:
         self.version += 1
-        return lease(self.holder, str(self.version))
+        return 200, lease(self.holder, str(self.version))
 
 
 async def test_a_standby_logs_where_the_leader_is_once_per_leader(
@@ -131,7 +129,7 @@ async def test_a_standby_logs_where_the_leader_is_once_per_leader(
     """`kubectl logs deploy/sps-operator` picks any pod: from a standby, it says which pod
     leads and how to read its log, once, and again when another pod leads."""
     api = _HeldLeases()
-    elector = LeaseElector("sps-operator", "sps-system", "me", api=api,  # type: ignore[arg-type]
+    elector = LeaseElector("sps-operator", "sps-system", "me", api=FakeRest(api).api,
                            timing=Timing(retry_period=0.001))  # fmt: skip
     stop = asyncio.Event()
     rounds = 0

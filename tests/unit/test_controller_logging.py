@@ -144,18 +144,18 @@ def test_the_retried_wording_is_the_installed_kopfs() -> None:
 def test_a_throttled_lease_is_a_warning_and_a_forbidden_one_an_error(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from kubernetes.client.rest import ApiException
+    from fakerest import FakeRest, Sent
 
     from sps_operator.controller.process.leader import LeaseElector
 
     class Leases:
         status = 429
 
-        def read_namespaced_lease(self, name: str, namespace: str) -> None:
-            raise ApiException(status=self.status, reason="Refused")
+        def __call__(self, sent: Sent) -> tuple[int, dict[str, Any]]:
+            return self.status, {"kind": "Status"}
 
     api = Leases()
-    elector = LeaseElector("ops", "sps-system", "me", api=api)  # type: ignore[arg-type]
+    elector = LeaseElector("ops", "sps-system", "me", api=FakeRest(api).api)
     with caplog.at_level(logging.DEBUG, logger="sps_operator.controller.process.leader"):
         elector.try_once()
         api.status = 403

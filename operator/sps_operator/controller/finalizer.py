@@ -212,9 +212,9 @@ def _release_deployment(
         # replicas in one write; a 409 keeps the finalizer and kopf retries); then its pool
         # Lease goes.
         action = give_back(dep, tag)
-        kube.patch_deployment(namespace, dep["metadata"]["name"],
-                              borrow_patch(dep, None, action.replicas),
-                              kind=workloads.kind_of(dep).kind)  # fmt: skip
+        kube.patch_lender(namespace, dep["metadata"]["name"],
+                          borrow_patch(dep, None, action.replicas),
+                          kind=workloads.kind_of(dep).kind)  # fmt: skip
     if recorded_owner(dep) == name:
         # Conditional on the Deployment as read (re-read if the give-back above changed
         # it): a profile that claimed it meanwhile keeps its record (409: retried).

@@ -196,9 +196,9 @@ def _sweep_one(p: Pass, lease: Mapping[str, Any], claim: PoolClaim, why: str) ->
         assert dep is not None
         action = give_back(dep, tag)
         try:
-            p.kube.patch_deployment(claim.namespace, claim.deployment,
-                                    borrow_patch(dep, None, action.replicas),
-                                    kind=claim.kind)  # fmt: skip
+            p.kube.patch_lender(claim.namespace, claim.deployment,
+                                borrow_patch(dep, None, action.replicas),
+                                kind=claim.kind)  # fmt: skip
         except ApiException as exc:
             if exc.status == 409:
                 return False

@@ -414,8 +414,8 @@ def _borrow(p: Pass, lines: PoolLines, run: RunStatus) -> str | None:
         # The record and the scale in one write, on the workload as it was read (a
         # StatefulSet's controller then removes its highest ordinal, a LeaderWorkerSet's
         # its last group).
-        p.kube.patch_deployment(p.namespace, run.target, borrow_patch(dep, tag, replicas - 1),
-                                kind=kind)  # fmt: skip
+        p.kube.patch_lender(p.namespace, run.target, borrow_patch(dep, tag, replicas - 1),
+                            kind=kind)  # fmt: skip
     except ApiException as exc:
         release_pool(p, run.gpu_product, p.ref.uid, run.name)
         if exc.status == 409:
@@ -478,8 +478,8 @@ def _return(
         patch = None
     if patch is not None:
         try:
-            p.kube.patch_deployment(p.namespace, name, patch,
-                                    kind=kinds.kind_of(deployment).kind)  # fmt: skip
+            p.kube.patch_lender(p.namespace, name, patch,
+                                kind=kinds.kind_of(deployment).kind)  # fmt: skip
         except ApiException as exc:
             if exc.status == 409:
                 return False
@@ -559,9 +559,9 @@ def _hold_for_rollout(
     if not hold_pool(p, run.gpu_product, p.ref.uid, run.name, table.hash):
         return False
     try:
-        p.kube.patch_deployment(p.namespace, target.name,
-                                borrow_patch(dep, replace(tag, hold=table.hash), None),
-                                kind=kinds.kind_of(dep).kind)  # fmt: skip
+        p.kube.patch_lender(p.namespace, target.name,
+                            borrow_patch(dep, replace(tag, hold=table.hash), None),
+                            kind=kinds.kind_of(dep).kind)  # fmt: skip
     except ApiException as exc:
         if exc.status in (404, 409):
             return False

@@ -1,31 +1,35 @@
 """The operator's only door to the API server: `KubeApi`, the protocol every step of a pass
-talks to, and `Kube`, its implementation on the synchronous `kubernetes` client (plain
-camelCase dicts, what the builders produce). The unit tests' in-memory fake implements
-the same protocol."""
+talks to, and `Kube`, its implementation on the synchronous `kubernetes` client's bare
+`ApiClient` (plain camelCase dicts, what the builders produce; no typed API is imported,
+see `rest`). The unit tests' in-memory fake implements the same protocol."""
 
 from __future__ import annotations
 
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Protocol
-from urllib.parse import quote
 
 import urllib3
-from kubernetes import client
+from kubernetes.client import ApiClient
 from kubernetes.client.rest import ApiException
 
 from sps_operator.api.labels import KUEUE_GROUP, KUEUE_VERSIONS, KUEUE_VISIBILITY_GROUP
-from sps_operator.constants import API_GROUP, API_VERSION, FIELD_MANAGER, KIND, PLURAL
+from sps_operator.constants import API_GROUP, API_VERSION, FIELD_MANAGER, KIND
 from sps_operator.controller.kube.ratelimit import TokenBucket
+from sps_operator.controller.kube.rest import APPLY, MERGE_PATCH, RESOURCES, Resource, request
 from sps_operator.controller.policies import workloads
 
 log = logging.getLogger(__name__)
-APPLY = "application/apply-patch+yaml"
 # How often `serves` asks discovery again about a workload kind a profile names.
 SERVED_RECHECK_SECONDS = 60.0
+# Workload kinds every API server serves (a LIST of them never 404s for want of a CRD).
+BUILT_IN_WORKLOADS = frozenset(
+    kind for kind, found in workloads.KINDS.items() if found.group in ("", "apps")
+)
 Obj = dict[str, Any]
 
 
@@ -55,7 +59,7 @@ class KubeApi(Protocol):
     def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None: ...
     def apply(self, body: Obj) -> None: ...
     def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj: ...
-    def patch_deployment(
+    def patch_lender(
         self, namespace: str, name: str, patch: Obj, kind: str = "Deployment"
     ) -> None: ...
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None: ...
@@ -67,79 +71,79 @@ class KubeApi(Protocol):
 def _limit_requests(api: Any, limit: TokenBucket) -> None:
     """Every request of this client (reads, writes, events) waits for a token: they all go
     through its REST client's `request`."""
-    rest = api.rest_client
-    request = rest.request
+    rest_client = api.rest_client
+    send = rest_client.request
 
     def limited(*args: Any, **kwargs: Any) -> Any:
         limit.take()
-        return request(*args, **kwargs)
+        return send(*args, **kwargs)
 
-    rest.request = limited
-
-
-def _raw(response: Any) -> Obj:
-    return dict(json.loads(response.data))
+    rest_client.request = limited
 
 
 class Kube:
-    """`KubeApi` on the `kubernetes` client; every request takes a token from `limit`."""
+    """`KubeApi` on the bare `kubernetes` ApiClient (`rest.request`, paths from
+    `rest.RESOURCES`); every request takes a token from `limit`."""
 
     def __init__(
-        self, api_client: client.ApiClient | None = None, limit: TokenBucket | None = None
+        self, api_client: ApiClient | None = None, limit: TokenBucket | None = None
     ) -> None:
-        self.api = api_client or client.ApiClient()
+        self.api = api_client or ApiClient()
         if limit is not None:
             _limit_requests(self.api, limit)
-        self.core = client.CoreV1Api(self.api)
-        self.apps = client.AppsV1Api(self.api)
-        self.batch = client.BatchV1Api(self.api)
-        self.rbac = client.RbacAuthorizationV1Api(self.api)
-        self.custom = client.CustomObjectsApi(self.api)
         self.kueue_version = KUEUE_VERSIONS[0]  # the one the last LIST of Workloads found
         self._served: dict[str, tuple[bool, float]] = {}  # kind -> (served, when asked)
+
+    def _resource(self, kind: str) -> Resource:
+        resource = RESOURCES[kind]
+        if resource.group == KUEUE_GROUP:
+            return replace(resource, version=self.kueue_version)
+        return resource
+
+    def _list(self, kind: str, namespace: str, label_selector: str = "") -> list[Obj]:
+        return self._items(self._resource(kind), namespace, label_selector)
+
+    def _items(self, resource: Resource, namespace: str, label_selector: str) -> list[Obj]:
+        query = [("labelSelector", label_selector)] if label_selector else []
+        found = request(self.api, "GET", resource.collection(namespace), query=query)
+        return list(found.get("items") or [])
 
     # ---- reads
 
     def list_deployments(self, namespace: str, label_selector: str) -> list[Obj]:
-        return self._items(self.apps.list_namespaced_deployment, namespace, label_selector)
+        return self._list(workloads.DEPLOYMENT, namespace, label_selector)
 
     def list_targets(self, namespace: str, label_selector: str) -> list[Obj]:
         """The workloads a profile may serve, of every kind the API serves (a
         LeaderWorkerSet only where its CRD is installed), each with its kind set."""
-        found = [
-            {**d, "kind": workloads.DEPLOYMENT}
-            for d in self.list_deployments(namespace, label_selector)
-        ]
-        found += [
-            {**d, "kind": workloads.STATEFUL_SET}
-            for d in self._items(self.apps.list_namespaced_stateful_set, namespace, label_selector)
-        ]
-        lws = workloads.KINDS[workloads.LEADER_WORKER_SET]
-        try:
-            resp = self.custom.list_namespaced_custom_object(
-                lws.group, lws.version, namespace, lws.plural,
-                label_selector=label_selector, _preload_content=False,
-            )  # fmt: skip
-        except ApiException as exc:
-            if exc.status != 404:  # 404: the API does not serve LeaderWorkerSets
-                raise
-        else:
-            found += [{**d, "kind": lws.kind} for d in _raw(resp).get("items", [])]
+        found: list[Obj] = []
+        for kind in workloads.KINDS:
+            try:
+                items = self._list(kind, namespace, label_selector)
+            except ApiException as exc:
+                # 404: the API does not serve the kind (a CRD's, LeaderWorkerSet's).
+                if exc.status != 404 or kind in BUILT_IN_WORKLOADS:
+                    raise
+                continue
+            found += [{**item, "kind": kind} for item in items]
         return found
 
     def serves(self, kind: str) -> bool:
         """The API server serves this workload kind (discovery, at most once a minute per
         kind: a CRD installed later is seen within a minute)."""
         workload = workloads.KINDS[kind]
-        if not workload.group or workload.group == "apps":
+        if kind in BUILT_IN_WORKLOADS:
             return True
         now = time.monotonic()
         cached = self._served.get(kind)
         if cached is not None and now - cached[1] < SERVED_RECHECK_SECONDS:
             return cached[0]
         try:
-            resources = self.custom.get_api_resources(workload.group, workload.version)
-            served = any(r.name == workload.plural for r in resources.resources or [])
+            found = request(self.api, "GET", RESOURCES[kind].prefix)
+            resources = found.get("resources") or []
+            served = any(
+                isinstance(r, Mapping) and r.get("name") == workload.plural for r in resources
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -148,113 +152,53 @@ class Kube:
         return served
 
     def list_config_maps(self, namespace: str, label_selector: str) -> list[Obj]:
-        return self._items(self.core.list_namespaced_config_map, namespace, label_selector)
+        return self._list("ConfigMap", namespace, label_selector)
 
     def list_jobs(self, namespace: str, label_selector: str) -> list[Obj]:
-        return self._items(self.batch.list_namespaced_job, namespace, label_selector)
+        return self._list("Job", namespace, label_selector)
 
     def list_profiles(self, namespace: str) -> list[Obj]:
-        resp = self.custom.list_namespaced_custom_object(
-            API_GROUP, API_VERSION, namespace, PLURAL, _preload_content=False
-        )
-        return list(_raw(resp).get("items", []))
+        return self._list("SpsProfile", namespace)
 
     def list_pdbs(self, namespace: str) -> list[Obj]:
-        api = client.PolicyV1Api(self.api)
-        return self._items(api.list_namespaced_pod_disruption_budget, namespace, "")
+        return self._list("PodDisruptionBudget", namespace)
 
     def list_hpas(self, namespace: str) -> list[Obj]:
-        api = client.AutoscalingV2Api(self.api)
-        return self._items(api.list_namespaced_horizontal_pod_autoscaler, namespace, "")
+        return self._list("HorizontalPodAutoscaler", namespace)
 
     def list_services(self, namespace: str) -> list[Obj]:
-        return self._items(self.core.list_namespaced_service, namespace, "")
+        return self._list("Service", namespace)
 
     def list_leases(self, namespace: str, label_selector: str) -> list[Obj]:
-        api = client.CoordinationV1Api(self.api)
-        return self._items(api.list_namespaced_lease, namespace, label_selector)
+        return self._list("Lease", namespace, label_selector)
 
     def list_workloads(self, namespace: str, label_selector: str) -> list[Obj] | None:
         for version in KUEUE_VERSIONS:  # Kueue before v0.15 serves only v1beta1
+            workloads_at = replace(RESOURCES["Workload"], version=version)
             try:
-                resp = self.custom.list_namespaced_custom_object(
-                    KUEUE_GROUP, version, namespace, "workloads",
-                    label_selector=label_selector, _preload_content=False,
-                )  # fmt: skip
+                found = self._items(workloads_at, namespace, label_selector)
             except ApiException as exc:
                 if exc.status == 404:  # a LIST of a resource the API does not serve
                     continue
                 raise
             self.kueue_version = version
-            return list(_raw(resp).get("items", []))
+            return found
         return None
 
     def pending_workloads(self, namespace: str, queue: str, limit: int) -> Obj | None:
         for version in KUEUE_VERSIONS:
-            path = (
-                f"/apis/{KUEUE_VISIBILITY_GROUP}/{version}/namespaces/{quote(namespace)}"
-                f"/localqueues/{quote(queue)}/pendingworkloads"
-            )
-            request = self.api.param_serialize(
-                "GET", path, query_params=[("limit", limit)],
-                header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
-            )  # fmt: skip
-            resp = self.api.call_api(*request)
-            data = resp.read()
-            if resp.status == 404:
-                continue
-            if not 200 <= resp.status <= 299:
-                raise ApiException(http_resp=resp)
-            return dict(json.loads(data or b"{}"))
+            queues = Resource(KUEUE_VISIBILITY_GROUP, version, "localqueues")
+            path = f"{queues.object(namespace, queue)}/pendingworkloads"
+            try:
+                return request(self.api, "GET", path, query=[("limit", limit)])
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
         return None
 
-    @staticmethod
-    def _items(call: Callable[..., Any], namespace: str, label_selector: str) -> list[Obj]:
-        resp = call(namespace, label_selector=label_selector, _preload_content=False)
-        return list(_raw(resp).get("items", []))
-
     def get(self, kind: str, namespace: str, name: str) -> Obj | None:
-        calls: dict[str, Callable[[], Any]] = {
-            "Deployment": lambda: self.apps.read_namespaced_deployment(
-                name, namespace, _preload_content=False
-            ),
-            "StatefulSet": lambda: self.apps.read_namespaced_stateful_set(
-                name, namespace, _preload_content=False
-            ),
-            "LeaderWorkerSet": lambda: self.custom.get_namespaced_custom_object(
-                *_lws(), namespace, _lws_plural(), name, _preload_content=False
-            ),
-            "Job": lambda: self.batch.read_namespaced_job(name, namespace, _preload_content=False),
-            "ConfigMap": lambda: self.core.read_namespaced_config_map(
-                name, namespace, _preload_content=False
-            ),
-            "ServiceAccount": lambda: self.core.read_namespaced_service_account(
-                name, namespace, _preload_content=False
-            ),
-            "Service": lambda: self.core.read_namespaced_service(
-                name, namespace, _preload_content=False
-            ),
-            "Role": lambda: self.rbac.read_namespaced_role(name, namespace, _preload_content=False),
-            "RoleBinding": lambda: self.rbac.read_namespaced_role_binding(
-                name, namespace, _preload_content=False
-            ),
-            "Lease": lambda: client.CoordinationV1Api(self.api).read_namespaced_lease(
-                name, namespace, _preload_content=False
-            ),
-            "SpsProfile": lambda: self.custom.get_namespaced_custom_object(
-                API_GROUP, API_VERSION, namespace, PLURAL, name, _preload_content=False
-            ),
-            "LocalQueue": lambda: self.custom.get_namespaced_custom_object(
-                KUEUE_GROUP,
-                self.kueue_version,
-                namespace,
-                "localqueues",
-                name,
-                _preload_content=False,
-            ),
-        }
         try:
-            return _raw(calls[kind]())
+            return request(self.api, "GET", self._resource(kind).object(namespace, name))
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -265,44 +209,24 @@ class Kube:
     def create(self, obj: Mapping[str, Any]) -> str | None:
         """Create; the new object's UID, None when one exists under the name
         (deterministic names make that an adoption, which the caller checks)."""
-        ns = obj["metadata"]["namespace"]
-        kind = obj["kind"]
-        body: Any = dict(obj)  # the client accepts plain dicts (camelCase) as bodies
-        calls = {
-            "Job": lambda: self.batch.create_namespaced_job(ns, body),
-            "ConfigMap": lambda: self.core.create_namespaced_config_map(ns, body),
-            "ServiceAccount": lambda: self.core.create_namespaced_service_account(ns, body),
-            "Service": lambda: self.core.create_namespaced_service(ns, body),
-            "Role": lambda: self.rbac.create_namespaced_role(ns, body),
-            "RoleBinding": lambda: self.rbac.create_namespaced_role_binding(ns, body),
-            "Lease": lambda: client.CoordinationV1Api(self.api).create_namespaced_lease(ns, body),
-        }
+        path = self._resource(obj["kind"]).collection(obj["metadata"]["namespace"])
         try:
-            created = calls[kind]()
+            created = request(self.api, "POST", path, body=dict(obj))
         except ApiException as exc:
             if exc.status == 409:
                 return None
             raise
-        return str(getattr(getattr(created, "metadata", None), "uid", None) or "")
+        return str((created.get("metadata") or {}).get("uid") or "")
 
     def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
         """Delete; with `uid`, only that very object (a precondition: one created since
         under the same name is left alone)."""
-        preconditions = client.V1Preconditions(uid=uid) if uid else None
-        body = client.V1DeleteOptions(propagation_policy="Background", preconditions=preconditions)
-        calls = {
-            "Job": lambda: self.batch.delete_namespaced_job(name, namespace, body=body),
-            "ConfigMap": lambda: self.core.delete_namespaced_config_map(name, namespace, body=body),
-            "ServiceAccount": lambda: self.core.delete_namespaced_service_account(name, namespace),
-            "Service": lambda: self.core.delete_namespaced_service(name, namespace, body=body),
-            "Role": lambda: self.rbac.delete_namespaced_role(name, namespace),
-            "RoleBinding": lambda: self.rbac.delete_namespaced_role_binding(name, namespace),
-            "Lease": lambda: client.CoordinationV1Api(self.api).delete_namespaced_lease(
-                name, namespace, body=body
-            ),
-        }
+        options: Obj = {"propagationPolicy": "Background"}
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        path = self._resource(kind).object(namespace, name)
         try:
-            calls[kind]()
+            request(self.api, "DELETE", path, body=options)
         except ApiException as exc:
             if exc.status == 409 and uid:
                 log.info("%s %s/%s is another object now: not deleted", kind, namespace, name)
@@ -318,51 +242,20 @@ class Kube:
         it. A Deployment body carries the resourceVersion its content was read at
         (`workload_apply.inject_apply`, `annotate_apply`): the API server refuses it (409)
         when the object changed since, so a force never writes stale values over a newer edit."""
-        patches: dict[str, Callable[..., Any]] = {
-            "Deployment": self.apps.patch_namespaced_deployment,
-            "StatefulSet": self.apps.patch_namespaced_stateful_set,
-            "LeaderWorkerSet": self._patch_lws,
-            "ConfigMap": self.core.patch_namespaced_config_map,
-        }
-        patch = patches[body["kind"]]
         meta = body["metadata"]
-        patch(
-            meta["name"],
-            meta["namespace"],
-            body,
-            field_manager=FIELD_MANAGER,
-            force=True,
-            _content_type=APPLY,
-        )
-
-    def _patch_lws(self, name: str, namespace: str, body: Any, **kwargs: Any) -> Any:
-        return self.custom.patch_namespaced_custom_object(
-            *_lws(), namespace, _lws_plural(), name, body, **kwargs
-        )
+        path = self._resource(body["kind"]).object(meta["namespace"], meta["name"])
+        query = [("fieldManager", FIELD_MANAGER), ("force", True)]
+        request(self.api, "PATCH", path, query=query, body=body, content_type=APPLY)
 
     def patch_metadata(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj:
         """A JSON merge patch (of metadata) under the operator's field manager; returns the
         object as patched (a later conditional write in the same pass starts from it)."""
-        calls: dict[str, Callable[..., Any]] = {
-            "Deployment": self.apps.patch_namespaced_deployment,
-            "StatefulSet": self.apps.patch_namespaced_stateful_set,
-            "LeaderWorkerSet": self._patch_lws,
-            "ConfigMap": self.core.patch_namespaced_config_map,
-            "Lease": client.CoordinationV1Api(self.api).patch_namespaced_lease,
-        }
-        call = calls[kind]
-        response = call(
-            name,
-            namespace,
-            patch,
-            field_manager=FIELD_MANAGER,
-            _content_type="application/merge-patch+json",
-            _preload_content=False,
-        )
-        return _raw(response)
+        path = self._resource(kind).object(namespace, name)
+        query = [("fieldManager", FIELD_MANAGER)]
+        return request(self.api, "PATCH", path, query=query, body=patch, content_type=MERGE_PATCH)
 
-    def patch_deployment(
-        self, namespace: str, name: str, patch: Obj, kind: str = "Deployment"
+    def patch_lender(
+        self, namespace: str, name: str, patch: Obj, kind: str = workloads.DEPLOYMENT
     ) -> None:
         """A JSON merge patch of a lender's annotations and replicas in one write
         (BorrowReplica's record and scale; a Deployment, or `kind` StatefulSet or
@@ -371,9 +264,8 @@ class Kube:
         self.patch_metadata(kind, namespace, name, patch)
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
-        self.custom.patch_namespaced_custom_object_status(
-            API_GROUP, API_VERSION, namespace, PLURAL, name, {"status": status}
-        )
+        path = RESOURCES["SpsProfile"].object(namespace, name) + "/status"
+        request(self.api, "PATCH", path, body={"status": status}, content_type=MERGE_PATCH)
 
     def event(
         self,
@@ -409,19 +301,11 @@ class Kube:
             "count": 1,
             "reportingComponent": FIELD_MANAGER,
         }
+        path = RESOURCES["Event"].collection(str(meta.get("namespace") or ""))
         try:
-            self.core.create_namespaced_event(meta.get("namespace"), body)
+            request(self.api, "POST", path, body=body)
         except ApiException as exc:
             log.warning("could not post event %s: %s", reason, exc.reason)
-
-
-def _lws() -> tuple[str, str]:
-    lws = workloads.KINDS[workloads.LEADER_WORKER_SET]
-    return lws.group, lws.version
-
-
-def _lws_plural() -> str:
-    return workloads.KINDS[workloads.LEADER_WORKER_SET].plural
 
 
 def owned_by(obj: Mapping[str, Any] | None, uid: str) -> bool:

@@ -23,7 +23,7 @@ from sps_operator.api import labels as L
 log = logging.getLogger("sps_operator.faults")
 MARKER = "FAULT INJECTION: paused before write"
 WRITES = (
-    "create", "delete", "apply", "patch_metadata", "patch_deployment", "patch_status", "event",
+    "create", "delete", "apply", "patch_metadata", "patch_lender", "patch_status", "event",
 )  # fmt: skip
 # The kinds a point may name (the `<kind>` ones for every object kind the operator writes).
 KINDS = (
@@ -44,7 +44,7 @@ KINDS = (
 
 def write_kind(method: str, args: tuple[Any, ...]) -> str:
     """The kind of the write `method(*args)` of `KubeApi`."""
-    if method == "patch_deployment":  # BorrowReplica: the record and the scale in one write
+    if method == "patch_lender":  # BorrowReplica: the record and the scale in one write
         method, args = "patch_metadata", ("Deployment", *args[:3])  # (any kind lends)
     if method == "patch_metadata":
         kind, _namespace, _name, patch = args

@@ -7,8 +7,9 @@ clocks across machines). A holder that cannot renew within `renew_deadline` stop
 leading at once, before any candidate may take over: there is never a moment with two
 leaders acting, short of a clock that runs `lease_duration - renew_deadline` slow.
 
-`decide` is the pure rule; `LeaseElector` does the I/O (synchronous client, run in a
-thread) and the timing.
+`decide` is the pure rule; `LeaseElector` does the I/O (the synchronous client's bare
+`ApiClient`, its own: never the reconcile passes' rate-limited one; run in a thread) and
+the timing.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes import client
+from kubernetes.client import ApiClient
 from kubernetes.client.rest import ApiException
+
+from sps_operator.controller.kube.rest import RESOURCES, request
 
 log = logging.getLogger(__name__)
 # Answers that say "not now" rather than "never": throttled, or the server in trouble.
@@ -77,12 +80,12 @@ class LeaseElector:
         name: str,
         namespace: str,
         identity: str,
-        api: client.CoordinationV1Api | None = None,
+        api: ApiClient | None = None,
         timing: Timing = Timing(),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name, self.namespace, self.identity = name, namespace, identity
-        self.api = api or client.CoordinationV1Api()
+        self.api = api or ApiClient()
         self.timing, self.clock = timing, clock
         self._observed: Observed | None = None
         self._renewed_at: float | None = None
@@ -176,8 +179,7 @@ class LeaseElector:
             lease = self._get()
             if lease and (lease.get("spec") or {}).get("holderIdentity") == self.identity:
                 lease["spec"]["holderIdentity"] = None
-                body: Any = lease
-                self.api.replace_namespaced_lease(self.name, self.namespace, body)
+                self._replace(lease)
         except ApiException as exc:
             log.warning("could not release lease %s/%s: %s", self.namespace, self.name, exc)
         self._renewed_at = None
@@ -186,12 +188,11 @@ class LeaseElector:
 
     def _get(self) -> dict[str, Any] | None:
         try:
-            obj = self.api.read_namespaced_lease(self.name, self.namespace)
+            return request(self.api, "GET", RESOURCES["Lease"].object(self.namespace, self.name))
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
-        return dict(client.ApiClient().sanitize_for_serialization(obj))
 
     def _spec(self, previous: Mapping[str, Any] | None) -> dict[str, Any]:
         spec = dict((previous or {}).get("spec") or {})
@@ -209,15 +210,18 @@ class LeaseElector:
         return spec
 
     def _create(self) -> None:
-        body: Any = {
+        body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
             "metadata": {"name": self.name, "namespace": self.namespace},
             "spec": self._spec(None),
         }
-        self.api.create_namespaced_lease(self.namespace, body)
+        request(self.api, "POST", RESOURCES["Lease"].collection(self.namespace), body=body)
 
     def _update(self, lease: dict[str, Any]) -> None:
         # A replace carries the resourceVersion read: a concurrent taker makes it a 409.
-        body: Any = {**lease, "spec": self._spec(lease)}
-        self.api.replace_namespaced_lease(self.name, self.namespace, body)
+        self._replace({**lease, "spec": self._spec(lease)})
+
+    def _replace(self, lease: Mapping[str, Any]) -> None:
+        path = RESOURCES["Lease"].object(self.namespace, self.name)
+        request(self.api, "PUT", path, body=dict(lease))
