@@ -60,10 +60,11 @@ def test_e2e_a_multi_node_server_is_profiled_by_a_group_clone(env: Env) -> None:
     spec = job["spec"]
     assert (spec["completionMode"], spec["parallelism"], spec["completions"]) == ("Indexed", 2, 2)
     service_name = names.group_service(job["metadata"]["name"])
-    service = service_of(env, service_name)
-    assert service is not None, "the Service is created before the Job"
+    # Created right after the Job, and owned by it (the garbage collector takes it along).
+    service = wait_for("the group's Service", lambda: service_of(env, service_name), timeout=30)
     assert service["spec"]["clusterIP"] == "None"
-    assert service["metadata"]["ownerReferences"][0]["kind"] == "SpsProfile"
+    owners = service["metadata"]["ownerReferences"]
+    assert [(o["kind"], o["uid"]) for o in owners] == [("Job", job["metadata"]["uid"])]
     assert service["metadata"]["labels"][L.LABEL_COMPONENT] == L.COMPONENT_GROUP_SERVICE
 
     def table_ready() -> list[dict[str, Any]] | None:

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from sps_operator.api import limits
 from sps_operator.api.crd import build_crd
 from sps_operator.api.models import SpsProfile
+from sps_operator.api.spec import MSG_MAX_CONCURRENT
 from sps_operator.api.status import SpsProfileStatus
 from sps_operator.api.validation import MAX_PROFILE_NAME, MSG_PROFILE_NAME
 from sps_operator.constants import API_VERSION
@@ -331,6 +332,17 @@ SPEC_CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("token-32k", {"refresh": {"token": "t" * 32768}}, "253"),
     ("gates", {"gates": {"maxErrorBound": 0.05, "maxRmsMs": 0.5}}, None),
     ("gates-bound", {"gates": {"maxErrorBound": 2}}, "maxErrorBound"),
+    # rollout.maxConcurrent: before, the API server took any of these (only the operator
+    # refused them, as a condition after the fact).
+    *[
+        (f"max-concurrent-{value!r}", {"rollout": {"maxConcurrent": value}}, MSG_MAX_CONCURRENT)
+        for value in ("0%", "abc", 0, -2, "101%", "000%", "25", "5 %", "١%", 100_001, 3.0)
+    ],
+    ("max-concurrent-2.5", {"rollout": {"maxConcurrent": 2.5}}, "must be of type integer,string"),
+    *[
+        (f"max-concurrent-{value!r}", {"rollout": {"maxConcurrent": value}}, None)
+        for value in (1, 3, 100_000, "1%", "7%", "007%", "25%", "100%")
+    ],
 ]
 
 
@@ -535,3 +547,28 @@ def test_k8s_controlplane_crd_sps_refusal_names_the_field_of_a_one_field_rule(
         {"reason": c.get("reason"), "field": c.get("field")} for c in causes
     ], causes
     assert "spec.job.image:" in _message(info.value)
+
+
+def test_k8s_controlplane_crd_sps_max_concurrent_is_refused_at_its_field(
+    k8s_api: ApiClient, namespace: str, sps_crd: tuple[str, str]
+) -> None:
+    """`kubectl apply` of a maxConcurrent that is neither a count nor a share is refused at
+    `spec.rollout.maxConcurrent`, with the message the operator's own check gives; text
+    longer than any share is refused by the schema's bound."""
+    plural, kind = sps_crd
+    custom = client.CustomObjectsApi(k8s_api)
+    long = "9" * 5000 + "%"
+    for i, value in enumerate(["0%", 0, "abc", long]):
+        with pytest.raises(client.ApiException) as info:
+            custom.create_namespaced_custom_object(
+                SPS_GROUP, API_VERSION, namespace, plural,
+                _sps(kind, f"mc{i}", {"rollout": {"maxConcurrent": value}}),
+            )  # fmt: skip
+        assert info.value.status == 422
+        causes = json.loads(info.value.body)["details"]["causes"]
+        # (with a schema error, the API server adds that it checked no CEL rule: no field)
+        fields = {(c.get("field"), c.get("reason")) for c in causes if c.get("field") != "<nil>"}
+        reason = "FieldValueTooLong" if value == long else "FieldValueInvalid"
+        assert fields == {("spec.rollout.maxConcurrent", reason)}, causes
+        words = "Too long: may not be more than 4 bytes" if value == long else MSG_MAX_CONCURRENT
+        assert words in _message(info.value)

@@ -1,6 +1,6 @@
 """The API server takes a multi-node clone's objects as the builders make them (issue 34
-§2): the Indexed Job's group fields survive validation and defaulting, and the headless
-Service without ports is valid."""
+§2): the Indexed Job's group fields survive validation and defaulting, the headless
+Service without ports is valid, and it goes with the Job that owns it."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from sps_operator.api.kinds import RunPhase
 from sps_operator.api.spec import SpsProfileSpec
 from sps_operator.controller.kube import builders
 from sps_operator.controller.sglang.serverconfig import parse_server
+from waiting import wait_for
 
 pytestmark = pytest.mark.k8s
 
@@ -44,12 +45,11 @@ def test_k8s_the_group_job_and_its_headless_service_are_valid_as_built(
         server_container="sglang",
         server=parse_server(container),
     )
-    job, service = builders.profiling_job(plan), builders.group_service(plan)
-    for obj in (job, service):
-        obj["metadata"].pop("ownerReferences")  # no such profile here
+    job = builders.profiling_job(plan)
+    job["metadata"].pop("ownerReferences")  # no such profile here
     core, batch = client.CoreV1Api(k8s_api), client.BatchV1Api(k8s_api)
-    core.create_namespaced_service(namespace, service)
-    batch.create_namespaced_job(namespace, job)
+    uid = batch.create_namespaced_job(namespace, job).metadata.uid
+    core.create_namespaced_service(namespace, builders.group_service(plan, uid))
 
     stored = json.loads(
         batch.read_namespaced_job("group-abc", namespace, _preload_content=False).data
@@ -63,3 +63,14 @@ def test_k8s_the_group_job_and_its_headless_service_are_valid_as_built(
         core.read_namespaced_service("sps-group-abc", namespace, _preload_content=False).data
     )
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"]
+    assert [(o["kind"], o["uid"]) for o in svc["metadata"]["ownerReferences"]] == [("Job", uid)]
+
+    # The Job owns its Service: the garbage collector deletes it with the Job.
+    batch.delete_namespaced_job(
+        "group-abc", namespace, body=client.V1DeleteOptions(propagation_policy="Background")
+    )
+    wait_for(
+        "the group's Service to go with its Job",
+        lambda: "sps-group-abc" not in {s.metadata.name for s in
+                                        core.list_namespaced_service(namespace).items},
+    )  # fmt: skip

@@ -64,14 +64,15 @@ def group_plan(
 
 
 def create_run(bed: RealNodeCluster, ns: str, plan: builders.RunPlan) -> dict[str, Any]:
-    """What the run creates, in its order (run._create_phase); without the owner reference
-    to a profile that does not exist here (the garbage collector would take them)."""
+    """What the run creates, in its order (run._create_phase: the Service right after the
+    Job that owns it); without the owner references to a profile that does not exist here
+    (the garbage collector would take them) and to the Job (its UID is not known yet)."""
     job = builders.profiling_job(plan)
     objects = [
         *builders.profiler_rbac(plan),
         builders.result_config_map(plan),
-        builders.group_service(plan),
         job,
+        builders.group_service(plan, job_uid=""),
     ]
     for obj in objects:
         obj["metadata"].pop("ownerReferences", None)

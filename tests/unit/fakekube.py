@@ -196,6 +196,22 @@ class FakeKube(KubeApi):
     def kinds(self, kind: str) -> list[Obj]:
         return [o for (k, _, _), o in self.objects.items() if k == kind]
 
+    def collect_garbage(self) -> None:
+        """The garbage collector's part (background deletion): an object whose owners are
+        all gone goes, and then what it owned, until nothing is left to collect."""
+        while True:
+            uids = {o["metadata"].get("uid") for o in self.objects.values()}
+            gone = [
+                key
+                for key, o in self.objects.items()
+                if (refs := o["metadata"].get("ownerReferences"))
+                and not any(r.get("uid") in uids for r in refs)
+            ]
+            if not gone:
+                return
+            for key in gone:
+                del self.objects[key]
+
     def _bump(self, obj: Obj) -> None:
         obj["metadata"]["resourceVersion"] = str(next(self._clock))
 

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from sps_operator.api.crd import build_crd, render_crd, render_crd_template
 from sps_operator.api.docs import render_api_docs
+from sps_operator.api.spec import MAX_CONCURRENT_COUNT, MSG_MAX_CONCURRENT, RolloutSpec
+from sps_operator.api.validation import full_match
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -157,6 +164,10 @@ def test_every_spec_string_list_and_map_is_bounded() -> None:
         kind = node.get("type")
         if kind == "string" and "maxLength" not in node and "enum" not in node:
             unbounded.append(path)
+        # An int-or-string's text (a map's quantities: by the map's CEL rule on their size)
+        text = node.get("x-kubernetes-int-or-string") and "maxLength" not in node
+        if text and not path.endswith("/additionalProperties"):
+            unbounded.append(path)
         if kind == "array" and "maxItems" not in node:
             unbounded.append(path)
         if kind == "object" and "additionalProperties" in node and "maxProperties" not in node:
@@ -186,3 +197,76 @@ def test_the_name_rule_sits_at_the_root_where_cel_may_read_metadata_name() -> No
         }
     ]
     assert "at most 40 characters" in rules[0]["message"]
+
+
+# ----------------------------------------------------------------------- rollout.maxConcurrent
+
+
+@functools.cache
+def _max_concurrent_rule() -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the CRD's schema of rollout.maxConcurrent, the rule that checks it)."""
+    spec = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    rollout = spec["properties"]["rollout"]
+    (rule,) = [r for r in rollout["x-kubernetes-validations"] if r["message"] == MSG_MAX_CONCURRENT]
+    return rollout["properties"]["maxConcurrent"], rule
+
+
+def test_max_concurrent_is_checked_at_admission_where_it_is() -> None:
+    """Before, only the operator refused `maxConcurrent: "0%"` (a condition after the
+    fact): the CRD had no rule for it, and no bound on its text."""
+    schema, rule = _max_concurrent_rule()
+    assert schema["x-kubernetes-int-or-string"] and schema["maxLength"] == 4
+    assert (rule["fieldPath"], rule["reason"]) == (".maxConcurrent", "FieldValueInvalid")
+    assert "type(self.maxConcurrent) == string ?" in rule["rule"]
+    count_test = f"self.maxConcurrent >= 1 && self.maxConcurrent <= {MAX_CONCURRENT_COUNT}"
+    assert rule["rule"].endswith(count_test + ")")
+
+
+def _admitted(value: Any) -> bool:
+    try:
+        RolloutSpec.model_validate({"maxConcurrent": value})
+    except ValidationError as exc:
+        assert MSG_MAX_CONCURRENT in str(exc), exc
+        return False
+    return True
+
+
+def _share_by_hand(text: str) -> bool:
+    """1 to 3 ASCII digits and '%', their number 1 to 100."""
+    digits = text[:-1]
+    return (
+        text.endswith("%")
+        and 1 <= len(digits) <= 3
+        and all(c in "0123456789" for c in digits)
+        and 1 <= int(digits) <= 100
+    )
+
+
+@given(
+    st.one_of(
+        st.from_regex(r"\A[0-9]{0,4}%\Z"),
+        st.text(max_size=6),
+        st.sampled_from(["1%", "100%", "007%", "0%", "101%", "²%", "١%", "5%\n", "25"]),
+    )
+)
+def test_the_crd_rule_and_pydantic_refuse_the_same_texts(text: str) -> None:
+    """The CEL rule's pattern, as the API server reads it, admits exactly the text that
+    pydantic admits, and that is what the field means by hand."""
+    schema, rule = _max_concurrent_rule()
+    pattern = re.search(r"self\.maxConcurrent\.matches\(r'([^']*)'\)", rule["rule"])
+    assert pattern is not None, rule
+    by_api = len(text) <= schema["maxLength"] and full_match(pattern.group(1), text)
+    assert _admitted(text) == by_api == _share_by_hand(text), text
+
+
+@pytest.mark.parametrize(
+    ("count", "admitted"),
+    # A JSON 3.0 passes the schema's type, then the API server refuses it (the CEL rule
+    # reads no int-or-string): so does pydantic, which would read it as 3.
+    [(1, True), (100_000, True), (0, False), (-3, False), (100_001, False), (3.0, False),
+     (True, False)],
+)  # fmt: skip
+def test_a_count_is_admitted_from_1_to_100000_written_as_an_integer(
+    count: int, admitted: bool
+) -> None:
+    assert _admitted(count) == admitted

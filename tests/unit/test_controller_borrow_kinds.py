@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 from capacity_harness import BORROW, job_pod, start_waiting
-from controller_harness import H100, NS, Harness, profile_body
+from controller_harness import H100, NS, Harness, deployment, profile_body
+from hypothesis import given
+from hypothesis import strategies as st
 from test_controller_rollout_kinds import group_pods, leader_worker_set, stateful_set, sts_pods
 
 from sps_operator.api import labels as L
@@ -21,6 +23,8 @@ from sps_operator.controller.policies.borrow import (
     BorrowTag,
     PoolClaim,
     claim_annotation,
+    kueue_managed_refusal,
+    kueue_queue_of,
     pool_lease,
     read_claim,
 )
@@ -214,3 +218,93 @@ def test_a_gitops_owner_or_an_hpa_of_the_kind_blocks_the_borrow_on_the_caches_to
         assert waiting["reason"] == "BorrowBlocked" and not h.kube.scales, waiting
         words = "argocd-controller" if blocker == "gitops" else "HorizontalPodAutoscaler auto"
         assert words in waiting["message"]
+
+
+# ----------------------------------------------------------------------------- Kueue
+
+
+def lws_without_leader_template() -> dict[str, Any]:
+    obj = leader_worker_set()
+    del obj["spec"]["leaderWorkerTemplate"]["leaderTemplate"]  # the worker template serves
+    return obj
+
+
+LWT = ("spec", "leaderWorkerTemplate")
+
+
+@pytest.mark.parametrize(
+    ("make", "where"),
+    [
+        (deployment, ("metadata",)),
+        (deployment, ("spec", "template", "metadata")),
+        (stateful_set, ("metadata",)),
+        (stateful_set, ("spec", "template", "metadata")),
+        (leader_worker_set, ("metadata",)),
+        (leader_worker_set, (*LWT, "leaderTemplate", "metadata")),
+        (leader_worker_set, (*LWT, "workerTemplate", "metadata")),
+        (lws_without_leader_template, (*LWT, "workerTemplate", "metadata")),
+    ],
+)
+def test_the_kueue_queue_is_read_on_the_workload_and_every_pod_template(
+    make: Any, where: tuple[str, ...]
+) -> None:
+    """Kueue's integrations read the queue label on a Deployment, a StatefulSet or a
+    LeaderWorkerSet, its pod integration on any pod: a LeaderWorkerSet whose workers alone
+    name a queue has pods Kueue admits all the same. The refusal names the kind (before:
+    "Deployment" for every kind)."""
+    obj = make()
+    assert kueue_queue_of(obj) is None and kueue_managed_refusal(obj) is None
+    node = obj
+    for key in where:
+        node = node.setdefault(key, {})
+    node.setdefault("labels", {})[L.LABEL_KUEUE_QUEUE] = "serving"
+    assert kueue_queue_of(obj) == "serving"
+    refusal = str(kueue_managed_refusal(obj))
+    assert refusal.startswith(f"{obj['kind']} {obj['metadata']['name']} is managed by Kueue")
+
+
+def test_a_group_whose_workers_alone_name_a_kueue_queue_is_never_lent() -> None:
+    h, kind, name = lender(lws)
+    worker = h.kube.obj(kind, name)["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+    worker["metadata"] = {"labels": {L.LABEL_KUEUE_QUEUE: "serving"}}
+    start_waiting(h)
+    h.tick(30)
+    waiting = h.run_cached_pass()["currentRun"]["waiting"]
+    assert waiting["reason"] == "KueueManagedTarget" and not h.kube.scales, waiting
+    assert waiting["message"].startswith("LeaderWorkerSet big is managed by Kueue"), waiting
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+LABELS = st.dictionaries(st.sampled_from([L.LABEL_KUEUE_QUEUE, "app"]), JSON, max_size=2)
+META = JSON | st.fixed_dictionaries({}, optional={"name": JSON, "labels": LABELS | JSON})
+TEMPLATE = JSON | st.fixed_dictionaries({}, optional={"metadata": META})
+SPEC = JSON | st.fixed_dictionaries(
+    {},
+    optional={
+        "template": TEMPLATE,
+        "leaderWorkerTemplate": JSON
+        | st.fixed_dictionaries(
+            {}, optional={"leaderTemplate": TEMPLATE, "workerTemplate": TEMPLATE}
+        ),
+    },
+)
+
+
+@given(
+    st.sampled_from(["Deployment", "StatefulSet", "LeaderWorkerSet", None]),
+    st.fixed_dictionaries({}, optional={"metadata": META, "spec": SPEC}),
+)
+def test_any_workload_reads_as_a_queue_or_none_and_never_raises(
+    kind: str | None, body: dict[str, Any]
+) -> None:
+    """A tenant's object, however odd: a queue named by text, or none."""
+    obj = {"kind": kind, **body}
+    queue = kueue_queue_of(obj)
+    assert queue is None or (isinstance(queue, str) and queue)
+    assert (kueue_managed_refusal(obj) is None) == (queue is None)

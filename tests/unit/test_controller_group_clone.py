@@ -13,6 +13,7 @@ import pytest
 from controller_harness import NS, Harness, deployment, profile_body, started
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kubernetes.client.rest import ApiException
 from test_controller_builders import PROFILE, spec
 
 from sps_operator.api import labels as L
@@ -92,7 +93,7 @@ def test_a_two_node_target_gets_an_indexed_job_of_two_ranks_and_a_headless_servi
     assert (spec_["backoffLimitPerIndex"], spec_["maxFailedIndexes"]) == (0, 0)
     assert "backoffLimit" not in spec_
     pod = spec_["template"]["spec"]
-    service = builders.group_service(p)
+    service = builders.group_service(p, "uid-job")
     assert pod["subdomain"] == service["metadata"]["name"] == "sps-llama-abc"
     assert pod["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
     assert service["spec"] == {
@@ -100,7 +101,11 @@ def test_a_two_node_target_gets_an_indexed_job_of_two_ranks_and_a_headless_servi
         "publishNotReadyAddresses": True,
         "selector": {"batch.kubernetes.io/job-name": "llama-abc"},
     }
-    assert service["metadata"]["ownerReferences"] == [PROFILE.owner_reference()]
+    # The Job owns it (the garbage collector deletes it with the Job), not the profile.
+    assert service["metadata"]["ownerReferences"] == [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "llama-abc", "uid": "uid-job",
+         "controller": True}
+    ]  # fmt: skip
     assert service["metadata"]["labels"][L.LABEL_RUN] == "llama-abc"
     assert service["metadata"]["labels"][L.LABEL_COMPONENT] == L.COMPONENT_GROUP_SERVICE
 
@@ -306,14 +311,20 @@ def group_harness(gpus: int = 0) -> Harness:
     return h
 
 
-def test_a_group_run_creates_its_service_first_and_deletes_it_with_its_job() -> None:
+def test_a_group_run_creates_its_service_owned_by_its_job_which_takes_it_along() -> None:
     h = group_harness()
     run = started(h)
     job = h.kube.obj("Job", run["job"], NS)
     assert job["spec"]["parallelism"] == 2
     service = h.kube.obj("Service", names.group_service(run["job"]), NS)
-    assert service["metadata"]["ownerReferences"][0]["kind"] == "SpsProfile"
-    # The run fails; the next run's start cleans the old Job and its Service up.
+    assert service["metadata"]["ownerReferences"] == [
+        group_clone.job_owner_reference(run["job"], job["metadata"]["uid"])
+    ]
+    # Its name is looked up before the Job is made; the Service follows the Job at once.
+    creates = [c for c in h.kube.calls if c in ("get", "create_Job", "create_Service")]
+    at = creates.index("create_Job")
+    assert creates[at - 1 : at + 2] == ["get", "create_Job", "create_Service"]
+    # The run fails; the next run's start deletes the old Job, and its Service goes with it.
     h.finish(result=build_patch(status="failed", message="boom"), ok=False)
     h.tick()
     h.run_pass()
@@ -321,8 +332,47 @@ def test_a_group_run_creates_its_service_first_and_deletes_it_with_its_job() -> 
     second = h.run_pass()["currentRun"]
     assert second["job"] != run["job"]
     assert ("Job", NS, run["job"]) not in h.kube.objects
+    h.kube.collect_garbage()
     assert ("Service", NS, names.group_service(run["job"])) not in h.kube.objects
     assert ("Service", NS, names.group_service(second["job"])) in h.kube.objects
+
+
+def test_the_service_never_outlives_its_job_however_the_job_goes() -> None:
+    """Before, the profile owned it, and only the next run's start deleted it, with the
+    Job it found: a Job deleted by someone else (or with the operator down) left its
+    Service behind for the profile's life."""
+    h = group_harness()
+    run = started(h)
+    h.kube.objects.pop(("Job", NS, run["job"]))  # `kubectl delete job`, the operator down
+    h.kube.collect_garbage()
+    assert ("Service", NS, names.group_service(run["job"])) not in h.kube.objects
+
+
+def test_a_job_whose_service_could_not_be_made_is_deleted_at_once() -> None:
+    h = group_harness()
+    h.kube.fail["create_Service"] = ApiException(status=500, reason="etcd timed out")
+    h.tick()
+    status = h.run_pass()
+    assert status.get("currentRun") is None
+    assert status["lastFailure"]["reason"] == "JobCreateFailed", status["lastFailure"]
+    assert not h.kube.kinds("Job")  # its pods would have held their GPUs with no group
+
+
+def test_a_service_the_profile_owns_from_an_older_operator_is_adopted_and_deleted() -> None:
+    job = started(group_harness())["job"]  # names are deterministic: the same run again
+    h = group_harness()
+    profile = h.kube.obj("SpsProfile", "p", NS)["metadata"]["uid"]
+    owner = builders.ProfileRef("p", NS, profile).owner_reference()
+    meta = {"name": names.group_service(job), "namespace": NS, "ownerReferences": [owner]}
+    h.add(group_clone.headless_service(meta, job))
+    run = started(h)
+    assert run["job"] == job and h.kube.kinds("Job")
+    h.finish(result=build_patch(status="failed", message="boom"), ok=False)
+    h.tick()
+    h.run_pass()
+    h.tick(60)
+    h.run_pass()  # the next run's start deletes the old Job and, by hand, that Service
+    assert ("Service", NS, names.group_service(job)) not in h.kube.objects
 
 
 def test_a_group_run_publishes_its_table_and_costs_both_pods_gpus() -> None:

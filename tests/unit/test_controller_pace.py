@@ -52,7 +52,11 @@ def test_the_limit_is_a_count_or_a_share_rounded_up_under_the_ceiling(
     assert ("operator's ceiling" in limit.describe()) == capped
 
 
-@pytest.mark.parametrize("bad", [0, -1, "0%", "101%", "25", "x%", "%", " 5%", 100_001])
+@pytest.mark.parametrize(
+    # Digits that are not ASCII: "²" is a digit to str.isdigit() that int() refuses.
+    "bad",
+    [0, -1, "0%", "101%", "25", "x%", "%", " 5%", 100_001, "²%", "١%", "5%\n", "0100%"],
+)
 def test_a_limit_that_is_neither_a_count_nor_a_share_is_refused_by_the_api(bad: Any) -> None:
     with pytest.raises(ValidationError, match=r"rollout\.maxConcurrent"):
         RolloutSpec.model_validate({"maxConcurrent": bad})

@@ -363,7 +363,7 @@ def test_operator_failure_reasons_get_specific_advice() -> None:
         "KueueNotInstalled": "Kueue is not installed",
         "LocalQueueMissing": "LocalQueue its Job names does not exist",
         "BorrowBlocked": "borrowing a replica stayed refused",
-        "KueueManagedTarget": "its target is a Deployment Kueue manages",
+        "KueueManagedTarget": "its target is a workload Kueue manages",
         "JobPolicy": "the cluster admin's policy does not allow",
         "GpuPinConflict": "would not run on the GPU product",
         "JobLabelsSelectPods": "pass for a server pod",

@@ -72,8 +72,8 @@ RUN_REASONS: dict[str, Reason] = {
         "no GPU is free and BorrowReplica never borrows from a target Kueue manages",
         waiting=Advice(
             "The profiling Job waits for GPUs; its target is never borrowed from",
-            "Kueue manages the target Deployment (label kueue.x-k8s.io/queue-name on it or its "
-            "pod template), so capacity.mode BorrowReplica does not borrow from it: the lent "
+            "Kueue manages the target (label kueue.x-k8s.io/queue-name on it or on a pod "
+            "template of it), so capacity.mode BorrowReplica does not borrow from it: the lent "
             "replica's quota would go to whatever Kueue admits next, and the replica would "
             "queue for it again. This does not change by itself. Set spec.capacity.mode: Wait "
             "and give the profiling Job GPU quota in Kueue (spec.job.labels "
@@ -81,9 +81,9 @@ RUN_REASONS: dict[str, Reason] = {
             "{gpu}; the run goes on as soon as a GPU is free.",
         ),
         failure=Advice(
-            "The last run gave up: no GPU was free, and its target is a Deployment Kueue manages",
-            "capacity.mode BorrowReplica never borrows from a Deployment whose pods Kueue "
-            "admits (label kueue.x-k8s.io/queue-name on it or its pod template): a lent "
+            "The last run gave up: no GPU was free, and its target is a workload Kueue manages",
+            "capacity.mode BorrowReplica never borrows from a workload whose pods Kueue "
+            "admits (label kueue.x-k8s.io/queue-name on it or on a pod template of it): a lent "
             "replica's quota would go to whatever Kueue admits next. Set spec.capacity.mode: "
             "Wait and give the profiling Job GPU quota in Kueue (spec.job.labels "
             "kueue.x-k8s.io/queue-name: a LocalQueue of this namespace; docs/capacity.md), then "

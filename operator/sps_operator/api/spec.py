@@ -9,7 +9,7 @@ import math
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from sps_operator.api import cron
 from sps_operator.api import limits as L
@@ -355,6 +355,10 @@ def table_path_system_message(directory: str) -> str:
 
 
 MAX_CONCURRENT_COUNT = 100_000
+# A share from 1% to 100%, in at most 3 ASCII digits (leading zeros allowed, as "007%"):
+# the one test of both the pydantic check and the CRD's CEL rule; no longer text matches.
+MAX_CONCURRENT_SHARE_PATTERN = r"^(0{0,2}[1-9]|0?[1-9][0-9]|100)%$"
+MAX_CONCURRENT_SHARE_LENGTH = len("100%")
 MSG_MAX_CONCURRENT = (
     "rollout.maxConcurrent: a count of at least 1 (at most 100000) or a percentage of the "
     "profile's targets from 1% to 100%, such as 25%"
@@ -369,12 +373,21 @@ def max_concurrent_count(asked: int | str, targets: int) -> int | None:
     if isinstance(asked, int):
         return asked if 1 <= asked <= MAX_CONCURRENT_COUNT else None
     text = str(asked)
-    if len(text) > 4 or not text.endswith("%") or not text[:-1].isdigit():
+    if not full_match(MAX_CONCURRENT_SHARE_PATTERN, text):
         return None
-    share = int(text[:-1])
-    if not 0 < share <= 100:
-        return None
-    return math.ceil(share * max(targets, 0) / 100)
+    return math.ceil(int(text[:-1]) * max(targets, 0) / 100)
+
+
+def _cel_max_concurrent_rule() -> Any:
+    """`max_concurrent_count(...) is not None` in CEL. The field is int-or-string: the
+    string test first, so that a number (an integral JSON number the API server keeps as a
+    double included) is compared as one, as pydantic reads it."""
+    return cel_rule(
+        "!has(self.maxConcurrent) || (type(self.maxConcurrent) == string ? "
+        f"self.maxConcurrent.matches({cel_string(MAX_CONCURRENT_SHARE_PATTERN)}) : "
+        f"self.maxConcurrent >= 1 && self.maxConcurrent <= {MAX_CONCURRENT_COUNT})",
+        MSG_MAX_CONCURRENT,
+    )
 
 
 class RolloutSpec(ApiModel):
@@ -406,6 +419,7 @@ class RolloutSpec(ApiModel):
                     f"{_TABLE_DIR_CEL} + ' and hide the image\\'s files there; use a dedicated "
                     "directory such as /etc/sps/table'",
                 ),
+                _cel_max_concurrent_rule(),
             ]
         }
     )
@@ -433,6 +447,9 @@ class RolloutSpec(ApiModel):
 
     max_concurrent: int | str = Field(
         default="25%",
+        # The schema's bound on the text (an int-or-string: the API server applies it to a
+        # string only); the pattern above holds no longer text.
+        json_schema_extra={"maxLength": MAX_CONCURRENT_SHARE_LENGTH},
         description="How many of the profile's targets may be mid-rollout at once (from the "
         "operator's patch of a Deployment's template until its rollout completed and every "
         "ready pod runs the table, or the rollout failed): a count, or a percentage of the "
@@ -440,6 +457,15 @@ class RolloutSpec(ApiModel):
         "longest waiting first, then by name. Capped by the operator's ceiling (chart value "
         "rollout.maxConcurrent, default 10). A rollback is never held.",
     )
+
+    @field_validator("max_concurrent", mode="before")
+    @classmethod
+    def _no_int_in_disguise(cls, value: Any) -> Any:
+        # The API server refuses a JSON 3.0 (no int-or-string to the CEL rule) that pydantic
+        # would read as 3, and a true it would read as 1 (2.5 fails pydantic's own check).
+        integral = isinstance(value, float) and value.is_integer()
+        check(not isinstance(value, bool) and not integral, MSG_MAX_CONCURRENT)
+        return value
 
     @model_validator(mode="after")
     def _checks(self) -> RolloutSpec:

@@ -538,11 +538,12 @@ def profiling_job(plan: RunPlan) -> dict[str, Any]:
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}
 
 
-def group_service(plan: RunPlan) -> dict[str, Any]:
-    """The headless Service of a multi-node clone (owned by the profile, labelled with the
-    run: deleted with the run's Job)."""
+def group_service(plan: RunPlan, job_uid: str) -> dict[str, Any]:
+    """The headless Service of a multi-node clone, labelled with the run and owned by the
+    run's Job (`job_uid`): the garbage collector deletes it with the Job."""
     name = names.group_service(plan.job_name)
     meta = object_meta(plan.profile, name, L.COMPONENT_GROUP_SERVICE, plan.labels())
+    meta["ownerReferences"] = [group_clone.job_owner_reference(plan.job_name, job_uid)]
     return group_clone.headless_service(meta, plan.job_name)
 
 

@@ -8,7 +8,8 @@ do) and the run's Job stays the one object the operator follows. The group's sha
 
 - `completionMode: Indexed`, `parallelism = completions = N`; rank = the pod's completion
   index; a headless Service (`publishNotReadyAddresses`) names pod 0 for the others
-  (`<job>-0.<service>.<namespace>`), as JobSet does;
+  (`<job>-0.<service>.<namespace>`), as JobSet does. The Job owns it, so the garbage
+  collector deletes it with the Job however the Job goes, the operator up or not;
 - every rank runs the same server: the target's command with every cost input unchanged,
   only the per-pod flags (`--node-rank`, `--dist-init-addr`) rewritten to the Job's own,
   and the variables a LeaderWorkerSet injects (`LWS_LEADER_ADDRESS`, `LWS_WORKER_INDEX`,
@@ -160,6 +161,27 @@ def drop_partial_admission(job_meta: dict[str, Any]) -> None:
     annotations = job_meta.get("annotations")
     if annotations:
         annotations.pop(KUEUE_MIN_PARALLELISM, None)
+
+
+def job_owner_reference(job: str, uid: str) -> dict[str, Any]:
+    """The group's Job as the controller owner of its Service. No blockOwnerDeletion: with
+    the OwnerReferencesPermissionEnforcement admission plugin it would need update on
+    jobs/finalizers; background deletion needs none."""
+    return {"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": uid, "controller": True}
+
+
+def owned_by_job(obj: Mapping[str, Any], job: str) -> str | None:
+    """The UID of the Job named `job` that is `obj`'s controller owner (None: none is)."""
+    meta = obj.get("metadata")
+    refs = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+    for ref in refs if isinstance(refs, list) else []:
+        if (
+            isinstance(ref, Mapping)
+            and ref.get("controller") is True
+            and (ref.get("kind"), ref.get("name")) == ("Job", job)
+        ):
+            return str(ref.get("uid") or "") or None
+    return None
 
 
 def headless_service(meta: Mapping[str, Any], job: str) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """The operator's one HTTP call to serving pods: a bounded read of `/server_info`.
 
 What a server answers is the tenant's (`policies/confirm.py` parses and judges it); this
-module only fetches it, bounded in time (`READ_TIMEOUT_SECONDS` for the connect and every
-socket operation, and for the whole answer), in size (`MAX_SERVER_INFO_BYTES`, read no
+module only fetches it, bounded in time (`READ_TIMEOUT_SECONDS` from the connect to the
+answer's last byte, one deadline for all of it), in size (`MAX_SERVER_INFO_BYTES`, read no
 further), and in number: a process-wide pool of `MAX_CONCURRENT_READS` threads does every
 read, at most that many are on their way at once, and each answer is kept by pod UID (a
 server's table and settings are fixed for its pod's life) in a bounded memory, so a steady
@@ -52,16 +52,23 @@ def fetch_server_info(
     timeout: float = READ_TIMEOUT_SECONDS,
     max_bytes: int = MAX_SERVER_INFO_BYTES,
 ) -> Answer:
-    """GET http://ip:port/server_info, bounded; the parsed answer or why there is none. A
-    server that drips its answer byte by byte is cut off at `timeout` all the same: a
-    timer shuts the socket down (which wakes a blocked receive)."""
+    """GET http://ip:port/server_info, bounded; the parsed answer or why there is none.
+    One deadline, `timeout` from the call, bounds it all: the connect may take all of it,
+    the answer only what the connect left (a slow connect then a slow answer hold a read
+    slot `timeout`, not twice that). A server that drips its answer byte by byte is cut off at the
+    deadline all the same: a timer shuts the socket down (which wakes a blocked receive)."""
+    deadline = time.monotonic() + timeout
     conn = http.client.HTTPConnection(ip, port, timeout=timeout)
     late = NoReport(f"did not answer /server_info within {timeout:g} s")
     timer: threading.Timer | None = None
     fired = threading.Event()
     try:
         conn.connect()
-        timer = threading.Timer(timeout, _shut, (conn.sock, fired))
+        left = deadline - time.monotonic()
+        if left <= 0 or conn.sock is None:
+            return late
+        conn.sock.settimeout(left)  # no single receive outlives the deadline either
+        timer = threading.Timer(left, _shut, (conn.sock, fired))
         timer.daemon = True
         timer.start()
         conn.request("GET", PATH, headers={"Accept": "application/json"})

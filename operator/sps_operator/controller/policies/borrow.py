@@ -162,9 +162,17 @@ def _pod_labels(deployment: Mapping[str, Any]) -> list[Mapping[str, str]]:
         extra = (workloads.pod_selector(deployment) or {}).get("matchLabels") or {}
     found: list[Mapping[str, str]] = []
     for _, template in workloads.templates(deployment):
-        labels = (template.get("metadata") or {}).get("labels")
-        found.append({**(labels if isinstance(labels, Mapping) else {}), **extra})
+        found.append({**_meta(template).get("labels", {}), **extra})
     return found or [dict(extra)]
+
+
+def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """An object's name and labels, as far as they are what they should be (an object
+    read here is a tenant's: an odd field reads as absent)."""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    labels = meta.get("labels")
+    return {"name": meta.get("name"), "labels": labels if isinstance(labels, Mapping) else {}}
 
 
 def replicas_changed_by(deployment: Mapping[str, Any]) -> list[str]:
@@ -180,25 +188,27 @@ def replicas_changed_by(deployment: Mapping[str, Any]) -> list[str]:
 
 
 def kueue_queue_of(deployment: Mapping[str, Any]) -> str | None:
-    """The Kueue queue a Deployment is managed under (Kueue's pod/Deployment integration:
-    the queue label on the Deployment or on its pod template), None when it names none."""
-    for labels in ((deployment.get("metadata") or {}).get("labels") or {},
-                   *_pod_labels(deployment)):  # fmt: skip
-        queue = labels.get(L.LABEL_KUEUE_QUEUE) if isinstance(labels, Mapping) else None
-        if queue:
-            return str(queue)
+    """The Kueue queue a workload is managed under, None when it names none: the queue
+    label on the workload itself (Kueue's Deployment, StatefulSet and LeaderWorkerSet
+    integrations) or on any of its pod templates (its pod integration: a LeaderWorkerSet's
+    leader and worker templates both)."""
+    for labels in (_meta(deployment)["labels"], *_pod_labels(deployment)):
+        queue = labels.get(L.LABEL_KUEUE_QUEUE)
+        if isinstance(queue, str) and queue:
+            return queue
     return None
 
 
 def kueue_managed_refusal(deployment: Mapping[str, Any]) -> str | None:
-    """Why no replica is ever borrowed from a Deployment Kueue manages (None: it names no
+    """Why no replica is ever borrowed from a workload Kueue manages (None: it names no
     Kueue queue). Not a matter of time, unlike the other refusals: what to do instead."""
     queue = kueue_queue_of(deployment)
     if queue is None:
         return None
-    name = (deployment.get("metadata") or {}).get("name")
+    name = _meta(deployment)["name"]
+    kind = workloads.kind_of(deployment).kind
     return (
-        f"Deployment {name} is managed by Kueue (label {L.LABEL_KUEUE_QUEUE}: {queue}): "
+        f"{kind} {name} is managed by Kueue (label {L.LABEL_KUEUE_QUEUE}: {queue}): "
         "its pods hold Kueue quota, so a borrowed replica's quota goes back to Kueue, "
         "which may give it to any workload, and the replica given back waits in queue "
         f"{queue} for its quota again; use capacity.mode Wait and give the profiling Job "

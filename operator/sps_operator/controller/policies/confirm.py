@@ -32,7 +32,7 @@ from sps_operator.controller.policies.placement import PodInfo
 # the ring enabled (SGLANG_DSPARK_ENABLE_SPS_RECORD on a serving server) it grows to tens
 # of MB, which the operator does not read.
 MAX_SERVER_INFO_BYTES = 1024 * 1024
-# Bounds of one read: connect and every socket operation, and the whole answer.
+# The bound of one read: one deadline from the connect to the answer's last byte.
 READ_TIMEOUT_SECONDS = 2.0
 # Servers read per pass per profile (the rest are read in later passes: a steady server is
 # read once, its answer kept by pod UID), and at once by the whole process. A pass waits

@@ -38,7 +38,7 @@ from sps_operator.api.spec import ServerSource, TableKind
 from sps_operator.api.status import FailureRecord, RunPhase, RunStatus
 from sps_operator.controller.kube import builders, group_clone, names, table_objects
 from sps_operator.controller.kube.client import Obj, api_error_detail
-from sps_operator.controller.passes.state import Target, belongs_to
+from sps_operator.controller.passes.state import Target
 from sps_operator.controller.policies import claims, compat
 from sps_operator.controller.policies import conditions as cond
 from sps_operator.controller.policies import job_policy as policy
@@ -46,6 +46,7 @@ from sps_operator.controller.policies.clocks import elapsed
 from sps_operator.controller.policies.run_job import group_pods, job_pods
 from sps_operator.controller.policies.triggers import RunRequest, TargetView, decide_run
 from sps_operator.controller.process.bounded import judge_bounded
+from sps_operator.controller.profiling import group_service
 from sps_operator.controller.profiling.outcome import (
     RETRYABLE,
     NameTaken,
@@ -210,14 +211,17 @@ def _create_phase(
 ) -> str | None:
     """Create what a phase needs; the UID of its Job, recorded at once: a Job replaced
     under its name before the next pass is then not the run's (`_replaced_job`)."""
-    # Order matters for restarts: everything the Job needs exists before the Job.
+    # Order matters for restarts: everything the Job needs exists before the Job, but a
+    # group's Service, which the Job owns (`group_service`): its name is checked first.
+    if plan.group is not None:
+        group_service.check_name_free(p, plan)
     if with_rbac and not plan.spec.job.service_account_name:
         for obj in builders.profiler_rbac(plan):
             create_owned(p, obj)
     create_owned(p, builders.result_config_map(plan))
-    if plan.group is not None:  # its pods' DNS names, before its pods look them up
-        create_owned(p, builders.group_service(plan))
     uid = create_owned(p, job)
+    if plan.group is not None:
+        group_service.create(p, plan, uid or "")
     return uid[:64] if uid else None
 
 
@@ -321,20 +325,13 @@ def cleanup_runs(p: ProfilingPass, keep: str | None) -> None:
     for job in p.snapshot.jobs.values():
         if (job["metadata"].get("labels") or {}).get(L.LABEL_RUN) != keep:
             p.delete_own("Job", job)
-            if group_pods(job) > 1:
-                _delete_group_service(p, str(job["metadata"]["name"]))
+            if group_pods(job) > 1:  # (its own Service goes with it: the garbage collector)
+                group_service.delete_profile_owned(p, str(job["metadata"]["name"]))
     for cm in p.snapshot.config_maps.values():
         labels = cm["metadata"].get("labels") or {}
         component = labels.get(L.LABEL_COMPONENT)
         if component in (L.COMPONENT_RESULT, L.COMPONENT_SEED) and labels.get(L.LABEL_RUN) != keep:
             p.delete_own("ConfigMap", cm)
-
-
-def _delete_group_service(p: ProfilingPass, job: str) -> None:
-    """The headless Service of a group clone's Job, if it is this profile's own."""
-    service = p.kube.get("Service", p.namespace, names.group_service(job))
-    if service is not None and belongs_to(service, p.ref):
-        p.delete_own("Service", service)
 
 
 def lost_ranks(p: ProfilingPass, job: Obj) -> str:
