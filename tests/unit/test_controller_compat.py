@@ -598,9 +598,10 @@ def test_a_failed_rollout_returns_to_a_table_adopted_from_version_1() -> None:
 
 def test_a_table_0_1_0_measured_after_a_rollback_wins_over_this_versions_older_one() -> None:
     """Upgrade, rollback, upgrade again: 0.1.0 measured the server again after the
-    rollback (a refresh under 0.1.0) and rolled it onto that table. Back on this version, that newer table is adopted in place
-    of this version's older one for the same server: no run, and the server stays on the
-    table it runs (before, this version rolled it back onto its own older table)."""
+    rollback (a refresh under 0.1.0) and rolled it onto that table. Back on this version,
+    that newer table is adopted in place of this version's older one for the same server:
+    no run, and the server stays on the table it runs (before, this version rolled it back
+    onto its own older table)."""
     h = harness(body(refresh={"token": "a"}))
     (older,) = h.profile_once()["tables"]
     h.kube.obj("SpsProfile", "p")["spec"]["refresh"] = {"token": "b"}
