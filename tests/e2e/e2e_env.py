@@ -302,6 +302,16 @@ class Env:
         return client.CustomObjectsApi(self.api)
 
     def profile(self, name: str = "sps") -> dict[str, Any]:
+        """The SpsProfile, its `status.tables` as the operator reads them: without the
+        entries it lists for 0.1.0 (api/legacy_tables.py; `stored_profile` has them)."""
+        obj = self.stored_profile(name)
+        status = obj.get("status") or {}
+        if "tables" in status:
+            status["tables"] = without_v1_twins(status["tables"])
+        return obj
+
+    def stored_profile(self, name: str = "sps") -> dict[str, Any]:
+        """The SpsProfile as stored, with the version-1 twins (what 0.1.0 reads)."""
         obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
             GROUP, VERSION, self.namespace, PLURAL, name
         )
@@ -440,7 +450,7 @@ def sps_profile(kind: str = "Diagonal", name: str = "sps", **spec: Any) -> dict[
 
 def tables(env: Env) -> list[dict[str, Any]]:
     """The profile's tables as the operator reads them (no version-1 twins for 0.1.0)."""
-    return without_v1_twins((env.profile().get("status") or {}).get("tables") or [])
+    return list((env.profile().get("status") or {}).get("tables") or [])
 
 
 def table_for(env: Env, gpu: str) -> dict[str, Any] | None:

@@ -24,6 +24,7 @@ from e2e_env import (
 )
 from kubernetes import client
 
+from sps_operator.api.legacy_tables import without_v1_twins
 from sps_operator.api.times import parse_rfc3339
 from sps_operator.controller.process.leader import Timing
 from sps_sim.costmodel import GPU_H100, GPU_H200
@@ -193,7 +194,7 @@ def test_e2e_many_profiles_created_at_once_all_become_ready_none_lost_or_duplica
     # its server's GPU product from that run, and its server runs that table.
     for p in profiles():
         name = p["metadata"]["name"]
-        (table,) = p["status"]["tables"]
+        (table,) = without_v1_twins(p["status"]["tables"])
         assert table["gpuProduct"] == products[name], (name, table)
         jobs = env.batch.list_namespaced_job(
             env.namespace, label_selector=f"sps.dev/profile={name}"

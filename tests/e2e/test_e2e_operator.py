@@ -80,7 +80,8 @@ def test_e2e_diagonal_profile_publish_and_roll(env: Env) -> None:
     assert cm["immutable"] is True
     labels = cm["metadata"]["labels"]
     assert labels["sps.dev/gpu-product"] == GPU_H100
-    assert labels["sps.dev/fingerprint"] == table["fingerprint"]
+    # Its server's version-1 fingerprint where that is this server's alone (0.1.0 reads it).
+    assert labels["sps.dev/fingerprint"] == table.get("adoptedFrom", table["fingerprint"])
     assert "app.kubernetes.io/instance" not in labels
     assert cm["metadata"]["ownerReferences"][0]["kind"] == "SpsProfile"
     loaded = load_sps_table_text(cm["data"]["table.json"])

@@ -60,6 +60,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.rest import ApiException
 
 from sps_operator.api import labels as L
+from sps_operator.api.legacy_tables import without_v1_twins
 from sps_operator.api.reasons import JOB_LABELS_SELECT_PODS, JOB_POLICY
 from sps_operator.api.result import build_patch, read_result
 from sps_operator.constants import GPU_RESOURCE
@@ -119,7 +120,10 @@ class Tenancy:
     def status(self, name: str, namespace: str | None = None) -> Obj:
         ns = namespace or self.a.namespace
         obj = self.custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
-        return dict(obj.get("status") or {})
+        status = dict(obj.get("status") or {})
+        if "tables" in status:  # as the operator reads them (no entries for 0.1.0)
+            status["tables"] = without_v1_twins(status["tables"])
+        return status
 
     def wait_gone(self, namespace: str, name: str, timeout: float = 120) -> None:
         def gone() -> bool:

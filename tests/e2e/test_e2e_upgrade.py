@@ -13,7 +13,9 @@ progress at the upgrade); `helm upgrade --take-ownership` to the current chart w
 values the bed's releases use. After it: the steady server's pods are the same pods (UIDs,
 restart counts), the run ends with a table, the CRD is the chart's (a field new since 0.1.0
 is kept). Then `helm rollback` to 0.1.0: the CRD stays, the tables keep their Deployment
-holder, and a server pod deleted comes back Ready with its table.
+holder, neither server is profiled again nor restarted by 0.1.0 (steady's table 0.1.0
+measured, rerun's the current version measured), a profile using a new field is refused,
+and a server pod deleted comes back Ready with its table.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
 RELEASE_0_1_0 = "18c8f3be64800e980440da49800f0b8a0a30c2de"
 # The field new since 0.1.0 the upgraded CRD must keep (0.1.0's CRD prunes it).
 NEW_FIELD = ("refresh", "minIntervalSeconds")
+# A profile of no server that uses the new field: 0.1.0, rolled back to, refuses it.
+REFUSED = "refused"
 # Both versions run two replicas, elected on one Lease (0.1.0's default): the upgrade and
 # the rollback roll them one pod at a time, so a pod of each version runs at once.
 REPLICAS = 2
@@ -168,6 +172,7 @@ def profile_for(name: str) -> dict[str, Any]:
 
 
 def status(env: Env, name: str) -> dict[str, Any]:
+    """The status as the operator reads it (no entries listed for 0.1.0)."""
     return dict(env.profile(name).get("status") or {})
 
 
@@ -256,9 +261,9 @@ def mounted_config_maps(pod_spec: dict[str, Any]) -> set[str]:
 
 
 def v1_entry(env: Env, name: str, config_map: str) -> dict[str, Any] | None:
-    """The status.tables entry of `config_map` under a version-1 fingerprint (no `v2-`):
-    the key 0.1.0 finds a server's table by."""
-    tables = status(env, name).get("tables") or []
+    """The status.tables entry of `config_map` under a version-1 fingerprint (no `v2-`),
+    as stored: the key 0.1.0 finds a server's table by."""
+    tables = (env.stored_profile(name).get("status") or {}).get("tables") or []
     return next(
         (
             dict(t)
@@ -306,7 +311,7 @@ def restart_serves_table(env: Env, name: str) -> None:
 def cleanup(env: Env) -> None:
     """Profiles deleted by the operator if one runs, else their finalizers forced; the
     current CRD back for the next module."""
-    for name in ("steady", "rerun"):
+    for name in ("steady", "rerun", REFUSED):
         with contextlib.suppress(ApiException):
             env.custom.delete_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, name)
     deadline = time.monotonic() + 60
@@ -461,17 +466,23 @@ def test_e2e_helm_upgrade_from_0_1_0_and_rollback(env: Env, release_0_1_0: PastR
                 timeout=120,
             )
 
-        # Before the rollback, as docs/operator.md asks: steady's new field removed; rerun
-        # keeps one, to see 0.1.0 refuse it. steady's table, measured by 0.1.0 and re-keyed
-        # by the upgrade, is listed under its version-1 key too (api/legacy_tables.py).
+        # Before the rollback, as docs/operator.md asks: steady's new field removed; a
+        # profile of no server keeps one, to see 0.1.0 refuse it. Both tables are listed
+        # under their server's version-1 key too (api/legacy_tables.py): steady's, measured
+        # by 0.1.0 and re-keyed by the upgrade, and rerun's, measured by this version.
         patch_spec(env, "steady", {NEW_FIELD[0]: {NEW_FIELD[1]: None}})
-        patch_spec(env, "rerun", {NEW_FIELD[0]: {NEW_FIELD[1]: 0}})
-        steady_v1 = wait_for(
-            "steady's table listed under its version-1 key",
-            lambda: v1_entry(env, "steady", first["steady"]["configMap"]),
-            timeout=120,
-        )
+        refused = profile_for(REFUSED)
+        refused["spec"][NEW_FIELD[0]] = {NEW_FIELD[1]: 0}
+        env.custom.create_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, refused)
         live_cms = {"steady": first["steady"]["configMap"], "rerun": second["configMap"]}
+        listed = {
+            name: wait_for(
+                f"{name}'s table listed under its version-1 key",
+                lambda name=name, cm=cm: v1_entry(env, name, cm),
+                timeout=120,
+            )
+            for name, cm in live_cms.items()
+        }
         written = {name: objects_written(env, name, cm) for name, cm in live_cms.items()}
         before = {name: server_pods(env, name) for name in ("steady", "rerun")}
 
@@ -486,30 +497,33 @@ def test_e2e_helm_upgrade_from_0_1_0_and_rollback(env: Env, release_0_1_0: PastR
         assert lease.both_running, lease.images
         assert lease.versions() == [current, old_image], lease.versions()
         # A resync of 0.1.0 (--resync-seconds=60) over every profile, watched throughout:
-        # steady, whose table 0.1.0 finds under its own key, is neither profiled again nor
-        # rolled; rerun, whose spec 0.1.0 refuses, is left alone.
+        # neither server, whose table 0.1.0 finds under its own key, is profiled again
+        # nor rolled.
         deadline = time.monotonic() + 70
         while time.monotonic() < deadline:
-            assert not status(env, "steady").get("currentRun"), status(env, "steady")
+            for name in live_cms:
+                assert not status(env, name).get("currentRun"), (name, status(env, name))
             time.sleep(2)
         assert not crd_gone(env), "helm rollback deleted the CRD"
         for name, cm in live_cms.items():
             assert objects_written(env, name, cm) == written[name], (name, written[name])
             assert server_pods(env, name) == before[name], (name, before[name])
         assert "Deployment/steady" in holders(env, live_cms["steady"])
-        # 0.1.0 kept the table under the key it found it by, as the current version wrote
-        # it: it measured nothing. Without that entry, 0.1.0 starts a ServerChanged run; here
-        # it adopts the first run's finished Job (same name) and republishes the same table
-        # at a later profiledAt; where that Job is gone, it measures the server again and
-        # restarts it onto the new table.
+        # 0.1.0 kept each table under the key it found it by, as the current version wrote
+        # it: it measured nothing. Without that entry, 0.1.0 starts a ServerChanged run; for
+        # steady it adopts the first run's finished Job (same name) and republishes the same
+        # table at a later profiledAt; where that Job is gone (rerun's), it measures the
+        # server again and restarts it onto the new table.
         key = ("fingerprint", "configMap", "hash", "profiledAt", "run")
-        still = v1_entry(env, "steady", live_cms["steady"]) or {}
-        assert [still.get(k) for k in key] == [steady_v1[k] for k in key], (still, steady_v1)
-        ready = next(c for c in status(env, "steady")["conditions"] if c["type"] == "Ready")
-        assert ready["status"] == "True", ready
-        # 0.1.0 refuses the spec that uses a field it does not know, says which, and
-        # leaves the profile's objects and its server alone.
-        ready = next(c for c in status(env, "rerun")["conditions"] if c["type"] == "Ready")
+        for name, cm in live_cms.items():
+            still = v1_entry(env, name, cm) or {}
+            assert [still.get(k) for k in key] == [listed[name][k] for k in key], (
+                name, still, listed[name],
+            )  # fmt: skip
+            ready = next(c for c in status(env, name)["conditions"] if c["type"] == "Ready")
+            assert ready["status"] == "True", (name, ready)
+        # 0.1.0 refuses the spec that uses a field it does not know and says which.
+        ready = next(c for c in status(env, REFUSED)["conditions"] if c["type"] == "Ready")
         assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec"), ready
         assert NEW_FIELD[1] in ready["message"], ready
         # A server pod deleted comes back Ready with the table its Deployment mounts.

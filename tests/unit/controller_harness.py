@@ -15,6 +15,7 @@ from fakekube import FakeKube
 
 from sps_operator.api import labels as L
 from sps_operator.api.kinds import RunPhase
+from sps_operator.api.legacy_tables import without_v1_twins
 from sps_operator.api.result import build_patch
 from sps_operator.controller import indexes as ix
 from sps_operator.controller.kube import names
@@ -255,7 +256,7 @@ class Harness:
         body = copy.deepcopy(self.kube.obj("SpsProfile", name, namespace))
         world = ix.world_for(body, indexes_of(self.cluster_objects()))
         self.reconciler.reconcile(body, world)
-        return copy.deepcopy(self.kube.obj("SpsProfile", name, namespace).get("status") or {})
+        return self.status(name, namespace)
 
     def settle(self, name: str = "p", passes: int = 3) -> dict[str, Any]:
         for _ in range(passes):
@@ -264,6 +265,15 @@ class Harness:
         return self.status(name)
 
     def status(self, name: str = "p", namespace: str = NS) -> dict[str, Any]:
+        """The status as the operator and `kubectl sps` read it: `tables` without the
+        entries listed for 0.1.0 (api/legacy_tables.py; `stored_status` has them)."""
+        status = self.stored_status(name, namespace)
+        if "tables" in status:
+            status["tables"] = without_v1_twins(status["tables"])
+        return status
+
+    def stored_status(self, name: str = "p", namespace: str = NS) -> dict[str, Any]:
+        """The status as written, with the version-1 twins (what 0.1.0 reads)."""
         return copy.deepcopy(self.kube.obj("SpsProfile", name, namespace).get("status") or {})
 
     def condition(self, type_: str, name: str = "p") -> tuple[str, str, str]:

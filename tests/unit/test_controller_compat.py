@@ -14,6 +14,7 @@ from controller_harness import profile_body as body
 
 from sps_operator.api import labels as L
 from sps_operator.api import limits
+from sps_operator.api.hashing import content_hash
 from sps_operator.api.legacy_tables import without_v1_twins
 from sps_operator.api.models import SpsProfile
 from sps_operator.api.reason_registry import FAILURE_ADVICE, TARGET_ADVICE
@@ -24,6 +25,7 @@ from sps_operator.api.reasons import (
     SERVER_REFUSED_TO_START,
 )
 from sps_operator.api.result import build_patch
+from sps_operator.controller.kube import names
 from sps_operator.controller.policies import compat
 from sps_operator.controller.policies.placement import MAX_EXIT_MESSAGE, PodInfo, pod_info
 from sps_operator.controller.sglang.serverconfig import (
@@ -324,7 +326,9 @@ def as_version_1(h: Harness) -> tuple[str, str]:
     cm_name = status["tables"][0]["configMap"]
 
     def old_status(p: dict[str, Any]) -> None:
-        p["status"]["tables"][0]["fingerprint"] = v1
+        (table,) = without_v1_twins(p["status"]["tables"])
+        table.pop("adoptedFrom", None)
+        p["status"]["tables"] = [{**table, "fingerprint": v1}]
         p["status"]["targets"][0]["fingerprint"] = v1
 
     def old_table(cm: dict[str, Any]) -> None:
@@ -351,7 +355,7 @@ def test_an_operator_upgrade_reprofiles_no_server_that_did_not_change() -> None:
     assert status["targets"][0]["state"] == "Live"
     assert h.condition("Stale")[0] == "False"
     # 0.1.0, rolled back to, still finds that table under its own key and may roll it.
-    assert v1_finds(h, status, table["gpuProduct"], v1) == (table["configMap"], table["hash"])
+    assert v1_finds(h, table["gpuProduct"], v1) == (table["configMap"], table["hash"])
     # From now on it is a version-2 table: an input version 1 did not read reprofiles.
     h.kube.edit("Deployment", "server", lambda d: d["spec"]["template"]["spec"]["containers"][0]
                 .setdefault("env", []).append({"name": "SGLANG_SCHEDULER_SKIP_ALL_GATHER",
@@ -366,19 +370,29 @@ def test_an_operator_upgrade_reprofiles_no_server_that_did_not_change() -> None:
     ]
 
 
-def v1_finds(h: Harness, status: dict[str, Any], gpu: str, v1: str) -> tuple[str, str] | None:
+def v1_finds(h: Harness, gpu: str, v1: str) -> tuple[str, str] | None:
     """The table 0.1.0 (18c8f3b) would keep on a server of fingerprint `v1` on `gpu`, as
-    (ConfigMap, hash): its `triggers.table_for` (the first status.tables entry of that
-    GPU product and fingerprint; none means it profiles the server again) and its
-    `rollout.eligible_table` (the ConfigMap labelled with that fingerprint and hash)."""
+    (ConfigMap, hash), from the status as stored: its `triggers.table_for` (the first
+    status.tables entry of that GPU product and fingerprint; none means it profiles the
+    server again) and its `rollout.eligible_table` (the profile's ConfigMap labelled with
+    that GPU product, fingerprint and hash, whose bytes hash to it)."""
     entry = next(
-        (t for t in status.get("tables") or [] if (t["gpuProduct"], t["fingerprint"]) == (gpu, v1)),
+        (
+            t
+            for t in h.stored_status().get("tables") or []
+            if (t["gpuProduct"], t["fingerprint"]) == (gpu, v1)
+        ),
         None,
     )
     if entry is None:
         return None
-    labels = h.kube.obj("ConfigMap", entry["configMap"])["metadata"]["labels"]
-    if (labels[L.LABEL_FINGERPRINT], labels[L.LABEL_TABLE_HASH]) != (v1, entry["hash"]):
+    cm = h.kube.obj("ConfigMap", entry["configMap"])
+    labels = cm["metadata"]["labels"]
+    if (labels[L.LABEL_GPU], labels[L.LABEL_FINGERPRINT], labels[L.LABEL_TABLE_HASH]) != (
+        names.label_value(gpu), v1, entry["hash"],
+    ):  # fmt: skip
+        return None
+    if content_hash(cm["data"][L.TABLE_KEY]) != entry["hash"]:
         return None
     return entry["configMap"], entry["hash"]
 
@@ -401,19 +415,19 @@ def test_a_rollback_to_0_1_0_finds_the_re_keyed_table_and_a_new_upgrade_adopts_i
     """The table an upgrade re-keyed is written under its version-1 key too, so 0.1.0
     after a rollback does not profile the server again (nor restart it onto a new
     table); 0.1.0's own status write drops `adoptedFrom`, which the next upgrade reads
-    back from the version-1 entry. A table measured after the upgrade has no such entry
-    (its ConfigMap carries a version-2 label, which 0.1.0 refuses)."""
+    back from the version-1 entry. A table measured after the upgrade is listed so too."""
     h = harness(body(refresh={"token": "a"}))
     h.profile_once()
     v1, current = as_version_1(h)
     status = h.settle()
     gpu = status["tables"][0]["gpuProduct"]
-    assert [t["fingerprint"] for t in status["tables"]] == [current, v1]
-    assert v1_finds(h, status, gpu, v1) is not None
+    assert [t["fingerprint"] for t in h.stored_status()["tables"]] == [current, v1]
+    assert v1_finds(h, gpu, v1) is not None
     # A status an earlier build left without the twin gets it at the next pass, idle or not.
+    stored = h.stored_status()
     h.kube.edit("SpsProfile", "p", lambda p: p["status"].update(
         tables=without_v1_twins(p["status"]["tables"])))  # fmt: skip
-    assert h.settle() == status
+    assert h.settle() == status and h.stored_status() == stored
     # An idle pass writes nothing more: the twin is part of what is stored.
     rv = h.kube.obj("SpsProfile", "p")["metadata"].get("resourceVersion")
     assert h.settle() == status
@@ -423,18 +437,106 @@ def test_a_rollback_to_0_1_0_finds_the_re_keyed_table_and_a_new_upgrade_adopts_i
     jobs = len(h.kube.kinds("Job"))
     again = h.settle()
     assert again.get("currentRun") is None and len(h.kube.kinds("Job")) == jobs
-    (table,) = without_v1_twins(again["tables"])
+    (table,) = again["tables"]
     assert (table["fingerprint"], table["adoptedFrom"]) == (current, v1)
     assert again["targets"][0]["state"] == "Live"
 
-    # A new measurement replaces the adopted table: no version-1 entry for it.
+    # A new measurement replaces the adopted table, and 0.1.0 finds it under its key.
     h.kube.obj("SpsProfile", "p")["spec"]["refresh"] = {"token": "b"}
     h.tick()
     assert h.run_pass().get("currentRun")
     h.finish(result=build_patch(status="succeeded", rounds=rounds(scale=1.5)))
-    newest = h.settle()
-    assert v1_finds(h, newest, gpu, v1) is None
-    assert all(t["fingerprint"] != v1 for t in newest["tables"]), newest["tables"]
+    (newest,) = h.settle()["tables"]
+    assert newest["hash"] != table["hash"] and h.running_hash() == newest["hash"]
+    assert v1_finds(h, gpu, v1) == (newest["configMap"], newest["hash"])
+
+
+def test_a_table_this_version_measured_is_kept_by_0_1_0_after_a_rollback() -> None:
+    """A table measured by this version (no 0.1.0 before it) is labelled with its server's
+    version-1 fingerprint and listed under it, so 0.1.0, rolled back to, finds it for the
+    server it runs on (no run) and sees it serving there (no rollout). The operator's own
+    reading is unchanged: the entry keeps its current fingerprint, the ConfigMap's
+    meta.json too, and its status write after 0.1.0's (which drops `adoptedFrom`) reads
+    it back from the version-1 entry. (Before: a version-2 label, no entry; 0.1.0 measured
+    the server again and restarted it onto its own table.)"""
+    h = harness()
+    (table,) = h.profile_once()["tables"]
+    assert table["fingerprint"].startswith("v2-")
+    c = container()
+    spec = SpsProfile.model_validate(h.kube.obj("SpsProfile", "p", NS)).spec
+    v1 = legacy_table_fingerprint(server_config(c, parse_server(c)), spec.table.to_k8s())
+    assert table["adoptedFrom"] == v1
+    cm = h.kube.obj("ConfigMap", table["configMap"])
+    assert json.loads(cm["data"][L.META_KEY])["fingerprint"] == table["fingerprint"]
+    assert v1_finds(h, table["gpuProduct"], v1) == (table["configMap"], table["hash"])
+    # What 0.1.0's rollout checks on the template (`inject_serves`): it mounts that very
+    # ConfigMap, under the table's hash, so 0.1.0 writes nothing to it.
+    template = h.template()
+    volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+    assert volumes["sps-table"]["configMap"]["name"] == table["configMap"]
+    assert template["metadata"]["annotations"][L.ANNOTATION_TABLE_HASH] == table["hash"]
+
+    as_0_1_0_rewrote(h)
+    generation = h.kube.obj("Deployment", "server")["metadata"]["generation"]
+    jobs = len(h.kube.kinds("Job"))
+    (again,) = h.settle()["tables"]
+    key = ("fingerprint", "adoptedFrom", "configMap", "hash", "profiledAt")
+    assert [again[k] for k in key] == [table[k] for k in key]
+    assert len(h.kube.kinds("Job")) == jobs
+    assert h.kube.obj("Deployment", "server")["metadata"]["generation"] == generation
+
+
+def two_servers_of_one_v1_key() -> Harness:
+    """`server` and `other`: the same to fingerprint version 1, two servers to the current
+    one (an input version 1 did not read: an env var SGLang reads)."""
+    h = harness()
+    skip = [{"name": "SGLANG_SCHEDULER_SKIP_ALL_GATHER", "value": "1"}]
+    h.add(deployment(name="other", env=skip))
+    h.place("other", node="n1")
+    return h
+
+
+def test_no_version_1_entry_gives_a_table_to_a_server_it_was_not_measured_for() -> None:
+    """Two servers that version 1 cannot tell apart: 0.1.0 would give either's table to
+    both, so neither table is labelled with or listed under that key (0.1.0 measures
+    them again after a rollback, once, as it must)."""
+    h = two_servers_of_one_v1_key()
+    for _ in range(6):  # one run per server, one at a time
+        h.tick()
+        if h.run_pass().get("currentRun"):
+            h.finish()
+    status = h.settle()
+    targets = {t["deployment"]: t for t in status["targets"]}
+    assert {t["state"] for t in targets.values()} == {"Live"}, status["targets"]
+    assert len({t["fingerprint"] for t in targets.values()}) == 2
+    assert len(status["tables"]) == 2 and not any(t.get("adoptedFrom") for t in status["tables"])
+    for table in status["tables"]:
+        labels = h.kube.obj("ConfigMap", table["configMap"])["metadata"]["labels"]
+        assert labels[L.LABEL_FINGERPRINT] == table["fingerprint"]
+    assert h.stored_status()["tables"] == status["tables"]
+
+
+def test_a_version_1_entry_is_withdrawn_while_another_server_shares_its_key() -> None:
+    """A table listed under its server's version-1 key while that key was the server's
+    alone: once another server with the same key is selected, the entry is withdrawn (the
+    table keeps serving its own server), and written again when that server goes."""
+    h = harness()
+    (table,) = h.profile_once()["tables"]
+    v1 = table["adoptedFrom"]
+    assert v1_finds(h, table["gpuProduct"], v1) is not None
+    skip = [{"name": "SGLANG_SCHEDULER_SKIP_ALL_GATHER", "value": "1"}]
+    h.add(deployment(name="other", env=skip))
+    h.place("other", node="n1")
+    h.tick()
+    status = h.run_pass()
+    assert v1_finds(h, table["gpuProduct"], v1) is None
+    server = next(t for t in status["targets"] if t["deployment"] == "server")
+    assert (server["state"], server["hash"]) == ("Live", table["hash"])
+    h.kube.objects.pop(("Deployment", NS, "other"))
+    h.pods = [p for p in h.pods if p.labels.get("deploy") != "other"]
+    h.tick()
+    h.run_pass()
+    assert v1_finds(h, table["gpuProduct"], v1) == (table["configMap"], table["hash"])
 
 
 def test_after_an_upgrade_a_server_that_changed_under_version_1_too_is_profiled() -> None:
@@ -496,10 +598,10 @@ def test_a_failed_rollout_returns_to_a_table_adopted_from_version_1() -> None:
 
 def test_a_table_0_1_0_measured_after_a_rollback_wins_over_this_versions_older_one() -> None:
     """Upgrade, rollback, upgrade again: 0.1.0 measured the server again after the
-    rollback (a table this version measured carries a version-2 label it refuses) and
-    rolled it onto that table. Back on this version, that newer table is adopted in place
-    of this version's older one for the same server: no run, and the server stays on the
-    table it runs (before, this version rolled it back onto its own older table)."""
+    rollback (a refresh under 0.1.0) and rolled it onto that table. Back on this version,
+    that newer table is adopted in place of this version's older one for the same server:
+    no run, and the server stays on the table it runs (before, this version rolled it back
+    onto its own older table)."""
     h = harness(body(refresh={"token": "a"}))
     (older,) = h.profile_once()["tables"]
     h.kube.obj("SpsProfile", "p")["spec"]["refresh"] = {"token": "b"}

@@ -31,6 +31,7 @@ from sps_operator.api.limits import DEFAULT_MAX_BATCH_SIZE, MIN_STEP_SECONDS
 from sps_operator.api.spec import SpsProfileSpec
 from sps_operator.controller.sglang.serverconfig import (
     ServerProblem,
+    legacy_table_fingerprint,
     parse_server,
     server_config,
     table_fingerprint,
@@ -250,8 +251,13 @@ def check_invariants(h: Harness) -> None:
             parsed = parse_server(container)
         except ServerProblem as exc:
             raise AssertionError(f"a table went onto a server it cannot serve: {exc}") from exc
-        fingerprint = table_fingerprint(server_config(container, parsed), spec.table.to_k8s())
-        assert cm["metadata"]["labels"][L.LABEL_FINGERPRINT] == fingerprint
+        config = server_config(container, parsed)
+        fingerprint = table_fingerprint(config, spec.table.to_k8s())
+        # Measured for this server (meta.json), labelled with its fingerprint or, for
+        # 0.1.0 after a rollback, with its version-1 one (api/legacy_tables.py).
+        assert json.loads(cm["data"][L.META_KEY])["fingerprint"] == fingerprint
+        legacy = legacy_table_fingerprint(config, spec.table.to_k8s())
+        assert cm["metadata"]["labels"][L.LABEL_FINGERPRINT] in (fingerprint, legacy)
 
 
 @given(

@@ -1,15 +1,23 @@
 """What an operator of fingerprint version 1 (0.1.0) reads in `status.tables`, kept beside
 what this one reads, so a rollback to 0.1.0 (or its replica still running during a rolling
-upgrade) does not profile again a server whose table this operator only re-keyed (pure).
+upgrade) neither profiles again nor restarts a server whose table this operator re-keyed
+or measured (pure).
 
-0.1.0 finds a server's table by the pair (GPU product, fingerprint version 1) in
-`status.tables` (its `triggers.table_for`), and rolls it only when the ConfigMap's
-fingerprint label is that same value. A table an upgrade re-keyed (`adoptedFrom`, docs/
-fingerprint.md) keeps its version-1 label, so an entry under its version-1 key, the
-*twin*, is all 0.1.0 needs to find it: without it, 0.1.0 sees no table for the server,
-measures it again (`ServerChanged`) and restarts it onto the new table. A table this
-operator measured is labelled with its version-2 fingerprint, which 0.1.0 never accepts;
-it gets no twin (0.1.0 measures that server again, as it must).
+0.1.0 (18c8f3b) finds a server's table by the pair (GPU product, fingerprint version 1)
+in `status.tables` (`triggers.table_for`: the first such entry; none, and it measures the
+server again), and rolls it only when the ConfigMap is the profile's and labelled with
+that GPU product, that fingerprint and the table's hash, and its bytes hash to it
+(`rollout.eligible_table`); in Inject mode it leaves the template alone only while the
+template mounts that very ConfigMap (`rollout.inject_serves`). So what it needs is the
+same ConfigMap, labelled with the version-1 key, and an entry under that key, the *twin*.
+
+`adoptedFrom` names that key: the one a table was stored under before an upgrade re-keyed
+it (its ConfigMap kept that label), or, for a table this operator measured, its server's
+version-1 fingerprint, which the ConfigMap is labelled with instead of the current one
+when that key stands for the measured server alone (`v1_key`). A twin is written only
+while no target with that version-1 key is another server by the current fingerprint
+(`with_v1_twins`): 0.1.0's key has fewer inputs, and a twin must never give a table to a
+server it was not measured for.
 
 The twin is written with the status (`with_v1_twins`) and taken out when status is read
 (`without_v1_twins`, in the status model and in `kubectl sps`), so nothing else here ever
@@ -19,7 +27,8 @@ the twin back restores it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 # The fields of a status.tables entry that 0.1.0 knows; a twin carries only these.
@@ -55,12 +64,51 @@ def _twin(entry: Mapping[str, Any]) -> dict[str, Any] | None:
     return twin
 
 
-def with_v1_twins(tables: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """`tables` (wire form, this operator's entries), then a version-1 twin of each table
-    an upgrade re-keyed, in order: every reader that takes the first entry for a
-    ConfigMap still gets this operator's."""
+# Version-1 key -> the current fingerprints of the targets that have it now.
+V1Servers = Mapping[str, frozenset[str]]
+
+
+def v1_servers(targets: Iterable[tuple[str, str]]) -> dict[str, frozenset[str]]:
+    """What each version-1 key stands for now: from each target's (current fingerprint,
+    version-1 fingerprint), the current fingerprints of the targets with that key
+    (targets not read, with an empty fingerprint, left out)."""
+    out: dict[str, set[str]] = {}
+    for fingerprint, legacy in targets:
+        if fingerprint and is_v1(legacy):
+            out.setdefault(legacy, set()).add(fingerprint)
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+def _one_server(servers: V1Servers, legacy: str, fingerprint: str) -> bool:
+    """No target with version-1 key `legacy` is another server than `fingerprint`."""
+    return servers.get(legacy, frozenset()) <= {fingerprint}
+
+
+def v1_key(fingerprint: str, legacy: str, servers: V1Servers) -> str | None:
+    """The version-1 key a table measured for the server of `fingerprint` (version 1:
+    `legacy`) is labelled with and listed under for 0.1.0: `legacy`, when every target
+    with that key is this server; else None (0.1.0 would take the key for the others too,
+    so the table keeps its current fingerprint and 0.1.0 measures that server again)."""
+    return legacy if is_v1(legacy) and _one_server(servers, legacy, fingerprint) else None
+
+
+def with_v1_twins(
+    tables: Sequence[Mapping[str, Any]], servers: V1Servers | None = None
+) -> list[dict[str, Any]]:
+    """`tables` (wire form, this operator's entries), then a version-1 twin of each entry
+    with `adoptedFrom`, in order: every reader that takes the first entry for a ConfigMap
+    still gets this operator's. With `servers` (the pass's targets, `v1_servers`), no twin
+    for a key a target of another current fingerprint has; and none for a (GPU product,
+    key) two entries claim (0.1.0 would take the first, not necessarily its server's)."""
     entries = [dict(t) for t in tables]
-    return entries + [twin for t in entries if (twin := _twin(t)) is not None]
+    twins = [
+        twin
+        for t in entries
+        if (twin := _twin(t)) is not None
+        and (servers is None or _one_server(servers, twin["fingerprint"], str(t["fingerprint"])))
+    ]
+    claims = Counter((str(t.get("gpuProduct")), t["fingerprint"]) for t in twins)
+    return entries + [t for t in twins if claims[(str(t.get("gpuProduct")), t["fingerprint"])] == 1]
 
 
 def without_v1_twins(tables: Sequence[Any]) -> list[Any]:

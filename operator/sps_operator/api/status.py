@@ -118,9 +118,12 @@ class TableRef(StatusModel):
     adopted_from: str | None = Field(
         default=None,
         max_length=63,
-        description="The fingerprint (version 1) it was stored under before an operator "
-        "upgrade re-keyed it: the previous fingerprint function gave the same value for the "
-        "server as it is now (docs/fingerprint.md, Upgrading).",
+        description="The fingerprint (version 1) its ConfigMap is labelled with, under which "
+        "0.1.0 finds it after a rollback: the one it was stored under before an operator "
+        "upgrade re-keyed it (the previous fingerprint function gave the same value for the "
+        "server as it is now), or, for a table this version measured, its server's version-1 "
+        "fingerprint when that stands for this server alone (docs/fingerprint.md, "
+        "Upgrading).",
     )
     message: MessageText | None = Field(default=None, description="Why it was rejected, if it was.")
     gpu_seconds: float | None = Field(

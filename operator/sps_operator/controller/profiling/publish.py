@@ -12,7 +12,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sps_operator.api import labels as L
 from sps_operator.api.hashing import content_hash
+from sps_operator.api.legacy_tables import is_v1, v1_key, v1_servers
 from sps_operator.api.reasons import (
     NAME_TAKEN,
     TABLE_MODIFIED,
@@ -23,6 +25,7 @@ from sps_operator.api.result import MAX_MANIFEST_BYTES
 from sps_operator.api.status import TableRef
 from sps_operator.controller.kube import names, table_objects
 from sps_operator.controller.kube.table_objects import table_text
+from sps_operator.controller.passes.state import Target
 from sps_operator.controller.policies import conditions as cond
 from sps_operator.controller.policies.acceptance import api_quality
 from sps_operator.controller.policies.triggers import table_for
@@ -56,16 +59,19 @@ def _bounded_manifest(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
     return manifest if len(text) <= MAX_MANIFEST_BYTES else {"omitted": "manifest too large"}
 
 
-def _replace_if_modified(p: ProfilingPass, cm: Mapping[str, Any], digest: str) -> None:
+def _replace_if_modified(
+    p: ProfilingPass, cm: Mapping[str, Any], digest: str
+) -> Mapping[str, Any] | None:
     """`create_owned` adopted an existing ConfigMap of this table's name: if its bytes are
     not this table's (someone replaced it under the name), delete exactly that object and
-    publish the table again. It is immutable, so it cannot be corrected in place."""
+    publish the table again. It is immutable, so it cannot be corrected in place. Returns
+    the ConfigMap that holds the table now (None: gone since)."""
     name = cm["metadata"]["name"]
     if p.created.get(name) is cm:
-        return  # created just now: its bytes are the table's
+        return cm  # created just now: its bytes are the table's
     existing = p.kube.get("ConfigMap", p.namespace, name)
     if existing is None or content_hash(table_text(existing) or "") == digest:
-        return
+        return existing
     p.delete_own("ConfigMap", existing)
     p.event(
         "Warning",
@@ -75,6 +81,27 @@ def _replace_if_modified(p: ProfilingPass, cm: Mapping[str, Any], digest: str) -
     if p.kube.create(dict(cm)) is None:
         raise NameTaken(f"ConfigMap {name} was recreated by someone else while being replaced")
     p.created[name] = dict(cm)
+    return cm
+
+
+def _measured_v1(p: ProfilingPass, target: Target | None, fingerprint: str) -> tuple[str, str]:
+    """(the measured server's version-1 key, or "" when the run's target is another server
+    now; the key the new table's ConfigMap is labelled with, or "" for none). Labelled so
+    that 0.1.0, rolled back to, keeps the server on it (api/legacy_tables.py), only when
+    every target with that key is that server now."""
+    if target is None or target.fingerprint != fingerprint:
+        return "", ""
+    servers = v1_servers((t.fingerprint, t.legacy_fingerprint) for t in p.targets)
+    return target.legacy_fingerprint, v1_key(fingerprint, target.legacy_fingerprint, servers) or ""
+
+
+def _labelled_v1(cm: Mapping[str, Any] | None, legacy: str) -> str | None:
+    """`adoptedFrom` of the table: the version-1 key its ConfigMap carries, the one it was
+    created with or, for one created before (an identical table measured again), its own
+    label, when that is the measured server's version-1 key."""
+    labels = ((cm or {}).get("metadata") or {}).get("labels") or {}
+    label = labels.get(L.LABEL_FINGERPRINT)
+    return label if isinstance(label, str) and is_v1(label) and label == legacy else None
 
 
 def publish_table(
@@ -109,12 +136,22 @@ def publish_table(
         "profiledAt": cond.rfc3339(p.now),
         "manifest": _bounded_manifest(manifest),
     }
+    # Labelled with the version-1 key where that is this server's alone (0.1.0 reads it);
+    # meta.json keeps the current fingerprint either way.
+    legacy, stored_v1 = _measured_v1(p, target, run.fingerprint)
     cm = table_objects.table_config_map(
-        p.ref, cm_name, verdict.table_json, digest, run.gpu_product, run.fingerprint, meta, rounds
+        p.ref,
+        cm_name,
+        verdict.table_json,
+        digest,
+        run.gpu_product,
+        stored_v1 or run.fingerprint,
+        meta,
+        rounds,
     )
     try:
         create_owned(p, cm)
-        _replace_if_modified(p, cm, digest)
+        held = _replace_if_modified(p, cm, digest)
     except NameTaken as exc:
         fail_run(p, NAME_TAKEN, str(exc), retryable=False)
         return
@@ -129,6 +166,7 @@ def publish_table(
         run=run.name,
         trigger=run.trigger,
         refresh_count=run.refresh_count,
+        adopted_from=_labelled_v1(held, legacy),
     )
     if not verdict.accepted:
         if live is None or live.hash != digest:

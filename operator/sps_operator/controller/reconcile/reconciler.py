@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from sps_operator.api.legacy_tables import with_v1_twins
+from sps_operator.api.legacy_tables import V1Servers, v1_servers, with_v1_twins
 from sps_operator.api.models import SpsProfile
 from sps_operator.api.reasons import CLOCK_SKEW, INVALID_SPEC, RECONCILE_ERROR, STATUS_WRITE_FAILED
 from sps_operator.api.status import FailureRecord, SpsProfileStatus
@@ -249,7 +249,8 @@ class Reconciler:
 
     def _write_status(self, p: Pass, before: dict[str, Any], read_at: str) -> bool:
         """Write the status the pass computed; False when the API refused it."""
-        after = _status_dict(p.status)
+        servers = v1_servers((t.fingerprint, t.legacy_fingerprint) for t in p.targets)
+        after = _status_dict(p.status, servers)
         if after == before:
             return True
         try:
@@ -329,15 +330,16 @@ def _failure(p: Pass, reason: str, message: str) -> FailureRecord:
     )
 
 
-def _status_dict(status: SpsProfileStatus) -> dict[str, Any]:
+def _status_dict(status: SpsProfileStatus, servers: V1Servers | None = None) -> dict[str, Any]:
     """The status as a JSON merge patch that replaces the stored one: a merge patch removes
     a field only when it is sent as null, at every level of nested objects (lists are
     replaced whole). Without the nested nulls, `currentRun.waiting` outlived the wait, and
-    a new run or failure kept the old one's fields it does not set. The tables an upgrade
-    re-keyed are listed under their version-1 key too, for 0.1.0 (api/legacy_tables.py)."""
+    a new run or failure kept the old one's fields it does not set. A table with a version-1
+    key (`adoptedFrom`) is listed under that key too, for 0.1.0, unless a target with that
+    key is another server now (`servers`: the pass's targets; api/legacy_tables.py)."""
     wire = _with_nulls(status)
     if wire.get("tables"):
-        wire["tables"] = with_v1_twins(wire["tables"])
+        wire["tables"] = with_v1_twins(wire["tables"], servers)
     return wire
 
 

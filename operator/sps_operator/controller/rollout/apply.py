@@ -132,7 +132,8 @@ def eligible_table(p: RolloutPass, target: Target, ref: TableRef) -> EligibleTab
         L.LABEL_GPU: names.label_value(ref.gpu_product),
         L.LABEL_TABLE_HASH: ref.hash,
     }
-    # A table re-keyed by an upgrade keeps the fingerprint (version 1) it was stored under.
+    # A table re-keyed by an upgrade keeps the fingerprint (version 1) it was stored under,
+    # and one this version measured may carry its server's (api/legacy_tables.py).
     measured_for = {ref.fingerprint, ref.adopted_from} - {None}
     if (
         any(labels.get(k) != v for k, v in expected.items())
@@ -591,8 +592,8 @@ def _stored_ref(
     profiled = parse_rfc3339(stamp) if isinstance(stamp, str) and len(stamp) < 64 else None
     profiled = profiled if profiled is not None and profiled.tzinfo is not None else None
     run = meta.get("run")
-    # A table an upgrade re-keyed keeps its version-1 label, which must still be this
-    # server's version-1 fingerprint.
+    # A table with a version-1 label (re-keyed by an upgrade, or labelled so for 0.1.0
+    # when measured): it must still be this server's version-1 fingerprint.
     label = labels.get(L.LABEL_FINGERPRINT)
     adopted = label if is_v1(label or "") and label == target.legacy_fingerprint else None
     return TableRef(
