@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import json
 import os
+import resource
 import shlex
 import signal
 import subprocess
@@ -246,6 +247,7 @@ class RealNodeCluster:
         return self._cached_tool_dirs
 
     def _tool(self, argv: list[str], input: str | None, check: bool, timeout: float) -> str:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         proc = subprocess.run(
             argv,
             input=input,
@@ -255,6 +257,7 @@ class RealNodeCluster:
             check=False,
             timeout=timeout,
         )
+        _record_tool(argv, before)
         if check and proc.returncode != 0:
             raise KubectlError(argv, proc.returncode, proc.stdout, proc.stderr)
         return proc.stdout
@@ -397,6 +400,46 @@ class RealNodeCluster:
 
     def logs(self, node: str, component: str = "kubelet") -> Path:
         return self.state_dir / "nodes" / node / "logs" / f"{component}.log"
+
+
+def _record_tool(argv: list[str], before: resource.struct_rusage) -> None:
+    """With SPS_TEST_TOOL_LOG set (a file): one JSON line per kubectl or helm process, its
+    CPU-s and the test that ran it, to see which callers cost the suite its CPU
+    (`tests/wait-report.py --tools`; docs/dev-cluster.md). The children's rusage delta
+    counts only this process, its one child at a time (pytest workers run no threads)."""
+    path = os.environ.get("SPS_TEST_TOOL_LOG")
+    if not path:
+        return
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    verbs = [a for a in argv[1:] if not a.startswith("-")][:2]
+    line = {
+        "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0],
+        "tool": " ".join([argv[0], *verbs]),
+        "cpu": round(cpu, 3),
+        "caller": _caller(),
+    }
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def _caller() -> str:
+    """The two frames below the kubectl/helm wrappers: who asked, and who asked them."""
+    wrappers = ("cluster.py", "e2e_cluster.py", "e2e_tenants.py", "pytest_plugin.py")
+    frame: Any = sys._getframe(2)
+    while frame is not None and (
+        frame.f_code.co_name in {"kubectl", "helm", "_tool"}
+        and Path(frame.f_code.co_filename).name in wrappers
+    ):
+        frame = frame.f_back
+    names = []
+    for _ in range(2):
+        if frame is None:
+            break
+        code = frame.f_code
+        names.append(f"{Path(code.co_filename).name}:{frame.f_lineno} {code.co_name}")
+        frame = frame.f_back
+    return " < ".join(names)
 
 
 class KubectlError(RuntimeError):
