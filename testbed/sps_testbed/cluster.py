@@ -269,14 +269,16 @@ class RealNodeCluster:
         """Run kubectl (the pinned build) against the bed; stdout, KubectlError on failure."""
         return self._tool(["kubectl", *args], input, check, timeout)
 
-    def api(self, method: str, path: str, body: Any = None) -> dict[str, Any] | None:
+    def api(
+        self, method: str, path: str, body: Any = None, query: Sequence[tuple[str, str]] = ()
+    ) -> dict[str, Any] | None:
         """One request as admin through one kept ApiClient: the answer's JSON, None for 404.
         For what the harness reads and polls: a kubectl process per read cost the suite
         1,656 processes and 99 CPU-s per run (issue 35); raw JSON, no typed models built."""
         if self._admin_api is None:
             self._admin_api = self.api_client()
         request = self._admin_api.param_serialize(
-            method, path, body=body, auth_settings=["BearerToken"],
+            method, path, query_params=list(query), body=body, auth_settings=["BearerToken"],
             header_params={"Accept": "application/json", "Content-Type": "application/json"},
         )  # fmt: skip
         resp = self._admin_api.call_api(*request, _request_timeout=60)
