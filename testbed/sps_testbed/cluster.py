@@ -311,7 +311,9 @@ class RealNodeCluster:
         """Signal every running container of `pod` through its node's containerd, behind
         the kubelet's back: a crash or an OOM kill as Kubernetes sees one (the kubelet
         restarts the container unless the pod is deleted). Returns the container names."""
-        obj = json.loads(self.kubectl("get", "pod", pod, "-n", namespace, "-o", "json"))
+        obj = self.api("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}")
+        if obj is None:
+            raise TestbedError(f"pod {namespace}/{pod} not found")
         node = str(obj["spec"].get("nodeName") or "")
         if node not in {n.name for n in self.record().nodes}:
             raise TestbedError(f"pod {namespace}/{pod} is on no node of this bed")
