@@ -25,7 +25,7 @@ def pauses(interval: float) -> Iterator[float]:
 
 
 def wait_for(
-    what: str, check: Callable[[], Any], timeout: float = 180.0, interval: float = 1.5
+    what: str, check: Callable[[], Any], timeout: float = 180.0, interval: float = 1.0
 ) -> Any:
     """Poll `check` until it returns something truthy; fail with the last value seen.
     Pauses grow from FIRST_PAUSE to `interval` (`pauses`)."""
