@@ -5,23 +5,41 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
+
+# The first pause between two checks, and how much each pause grows up to `interval`: a
+# short wait stays short, a long one reads the API less often (a poll twice a second for
+# minutes: issue 35).
+FIRST_PAUSE = 0.2
+PAUSE_GROWTH = 1.5
+
+
+def pauses(interval: float) -> Iterator[float]:
+    """The pauses between checks: FIRST_PAUSE growing by PAUSE_GROWTH to `interval` (never
+    above it: a caller's short interval is kept)."""
+    pause = min(FIRST_PAUSE, interval)
+    while True:
+        yield pause
+        pause = min(interval, pause * PAUSE_GROWTH)
 
 
 def wait_for(
-    what: str, check: Callable[[], Any], timeout: float = 180.0, interval: float = 0.5
+    what: str, check: Callable[[], Any], timeout: float = 180.0, interval: float = 1.0
 ) -> Any:
-    """Poll `check` until it returns something truthy; fail with the last value seen."""
+    """Poll `check` until it returns something truthy; fail with the last value seen.
+    Pauses grow from FIRST_PAUSE to `interval` (`pauses`)."""
     started = time.monotonic()
     deadline = started + timeout
     last: Any = None
-    while time.monotonic() < deadline:
+    for pause in pauses(interval):
+        if time.monotonic() >= deadline:
+            break
         last = check()
         if last:
             _record(what, time.monotonic() - started, timed_out=False)
             return last
-        time.sleep(interval)
+        time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
     _record(what, time.monotonic() - started, timed_out=True)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
 

@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import json
 import os
+import resource
 import shlex
 import signal
 import subprocess
@@ -73,6 +74,7 @@ class RealNodeCluster:
         self.with_network_policies = with_network_policies
         self.artifacts: Artifacts | None = None
         self._cached_tool_dirs: list[Path] | None = None
+        self._admin_api: Any = None
         self._proc: subprocess.Popen[bytes] | None = None
         self.build_seconds = 0.0
         self.start_seconds = 0.0
@@ -246,6 +248,7 @@ class RealNodeCluster:
         return self._cached_tool_dirs
 
     def _tool(self, argv: list[str], input: str | None, check: bool, timeout: float) -> str:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         proc = subprocess.run(
             argv,
             input=input,
@@ -255,6 +258,7 @@ class RealNodeCluster:
             check=False,
             timeout=timeout,
         )
+        _record_tool(argv, before)
         if check and proc.returncode != 0:
             raise KubectlError(argv, proc.returncode, proc.stdout, proc.stderr)
         return proc.stdout
@@ -265,21 +269,51 @@ class RealNodeCluster:
         """Run kubectl (the pinned build) against the bed; stdout, KubectlError on failure."""
         return self._tool(["kubectl", *args], input, check, timeout)
 
+    def api(
+        self, method: str, path: str, body: Any = None, query: Sequence[tuple[str, str]] = ()
+    ) -> dict[str, Any] | None:
+        """One request as admin through one kept ApiClient: the answer's JSON, None for 404.
+        For what the harness reads and polls: a kubectl process per read cost the suite
+        1,656 processes and 99 CPU-s per run (issue 35); raw JSON, no typed models built."""
+        if self._admin_api is None:
+            self._admin_api = self.api_client()
+        request = self._admin_api.param_serialize(
+            method, path, query_params=list(query), body=body, auth_settings=["BearerToken"],
+            header_params={"Accept": "application/json", "Content-Type": "application/json"},
+        )  # fmt: skip
+        resp = self._admin_api.call_api(*request, _request_timeout=60)
+        data = resp.read()
+        if resp.status == 404:
+            return None
+        if not 200 <= resp.status <= 299:
+            raise TestbedError(f"{method} {path}: {resp.status} {data[:500]!r}")
+        return dict(json.loads(data or b"{}"))
+
     def create_namespace(self, name: str, timeout: float = 60.0) -> str:
         """Create `name` and wait until pods can be created in it (its default SA exists)."""
-        self.kubectl("create", "namespace", name)
+        self.api("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
         deadline = time.monotonic() + timeout
-        while not self.kubectl("get", "serviceaccount", "default", "-n", name, check=False):
+        while not self.api("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default"):
             if time.monotonic() > deadline:
                 raise TestbedError(f"namespace {name}: no default service account in time")
             time.sleep(0.2)
         return name
 
+    def delete_namespace(self, name: str) -> None:
+        """Delete `name` without waiting; gone already is fine, a failure only logged (the
+        caller is a test's cleanup)."""
+        try:
+            self.api("DELETE", f"/api/v1/namespaces/{name}")
+        except Exception as exc:  # cleanup: what kubectl check=False did
+            print(f"deleting namespace {name}: {exc}", file=sys.stderr)
+
     def kill_pod_containers(self, namespace: str, pod: str, sig: str = "SIGKILL") -> list[str]:
         """Signal every running container of `pod` through its node's containerd, behind
         the kubelet's back: a crash or an OOM kill as Kubernetes sees one (the kubelet
         restarts the container unless the pod is deleted). Returns the container names."""
-        obj = json.loads(self.kubectl("get", "pod", pod, "-n", namespace, "-o", "json"))
+        obj = self.api("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}")
+        if obj is None:
+            raise TestbedError(f"pod {namespace}/{pod} not found")
         node = str(obj["spec"].get("nodeName") or "")
         if node not in {n.name for n in self.record().nodes}:
             raise TestbedError(f"pod {namespace}/{pod} is on no node of this bed")
@@ -397,6 +431,46 @@ class RealNodeCluster:
 
     def logs(self, node: str, component: str = "kubelet") -> Path:
         return self.state_dir / "nodes" / node / "logs" / f"{component}.log"
+
+
+def _record_tool(argv: list[str], before: resource.struct_rusage) -> None:
+    """With SPS_TEST_TOOL_LOG set (a file): one JSON line per kubectl or helm process, its
+    CPU-s and the test that ran it, to see which callers cost the suite its CPU
+    (`tests/wait-report.py --tools`; docs/dev-cluster.md). The children's rusage delta
+    counts only this process, its one child at a time (pytest workers run no threads)."""
+    path = os.environ.get("SPS_TEST_TOOL_LOG")
+    if not path:
+        return
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    verbs = [a for a in argv[1:] if not a.startswith("-")][:2]
+    line = {
+        "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0],
+        "tool": " ".join([argv[0], *verbs]),
+        "cpu": round(cpu, 3),
+        "caller": _caller(),
+    }
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def _caller() -> str:
+    """The two frames below the kubectl/helm wrappers: who asked, and who asked them."""
+    wrappers = ("cluster.py", "e2e_cluster.py", "e2e_tenants.py", "pytest_plugin.py")
+    frame: Any = sys._getframe(2)
+    while frame is not None and (
+        frame.f_code.co_name in {"kubectl", "helm", "_tool"}
+        and Path(frame.f_code.co_filename).name in wrappers
+    ):
+        frame = frame.f_back
+    names = []
+    for _ in range(2):
+        if frame is None:
+            break
+        code = frame.f_code
+        names.append(f"{Path(code.co_filename).name}:{frame.f_lineno} {code.co_name}")
+        frame = frame.f_back
+    return " < ".join(names)
 
 
 class KubectlError(RuntimeError):

@@ -212,7 +212,7 @@ def realnode_namespace(
     try:
         yield name
     finally:
-        realnode_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+        realnode_cluster.delete_namespace(name)
 
 
 @pytest.fixture(scope="session")

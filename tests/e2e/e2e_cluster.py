@@ -40,7 +40,7 @@ class E2eCluster:
         return self.bed.create_namespace(name)
 
     def delete_namespace(self, name: str) -> None:
-        self.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
+        self.bed.delete_namespace(name)
 
     def nodes_with_product(self, product: str) -> list[str]:
         return [n.name for n in self.bed.nodes if n.product == product]

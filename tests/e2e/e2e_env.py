@@ -523,8 +523,10 @@ def install_crd(cluster: E2eCluster) -> None:
 
 
 def crd_gone(env: Env) -> bool:
-    out = env.cluster.kubectl("get", "crd", CRD, "--ignore-not-found", "-o", "name")
-    return not out.strip()
+    return (
+        env.cluster.bed.api("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD}")
+        is None
+    )
 
 
 def force_crd_gone(env: Env) -> None:

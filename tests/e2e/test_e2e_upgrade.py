@@ -132,10 +132,9 @@ class LeaseWatch:
                 running.add(image)
         self.both_running = self.both_running or len(running) > 1
         op = self.env.operator
-        text = self.env.cluster.kubectl(
-            "get", "lease", op.lease, "-n", op.namespace, "-o", "json", check=False
-        )
-        holder = (json.loads(text).get("spec") or {}).get("holderIdentity") if text else None
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{op.namespace}/leases/{op.lease}"
+        lease = self.env.cluster.bed.api("GET", path) or {}
+        holder = (lease.get("spec") or {}).get("holderIdentity")
         if holder and (not self.holders or self.holders[-1] != holder):
             self.holders.append(holder)
 

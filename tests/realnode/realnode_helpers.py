@@ -16,8 +16,61 @@ RESTRICTED_CONTAINER: dict[str, Any] = {
 }
 
 
+# The kinds the tests read, as `kubectl get` names them: (API prefix, plural, namespaced).
+API_KINDS: dict[str, tuple[str, str, bool]] = {
+    "pod": ("api/v1", "pods", True),
+    "node": ("api/v1", "nodes", False),
+    "configmap": ("api/v1", "configmaps", True),
+    "secret": ("api/v1", "secrets", True),
+    "service": ("api/v1", "services", True),
+    "endpointslices": ("apis/discovery.k8s.io/v1", "endpointslices", True),
+    "job": ("apis/batch/v1", "jobs", True),
+    "deployment": ("apis/apps/v1", "deployments", True),
+    "crd": ("apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
+    "lease": ("apis/coordination.k8s.io/v1", "leases", True),
+    "spsprofile": ("apis/sps.dev/v1alpha1", "spsprofiles", True),
+    "leaderworkerset": ("apis/leaderworkerset.x-k8s.io/v1", "leaderworkersets", True),
+    "workloads.kueue.x-k8s.io": ("apis/kueue.x-k8s.io/v1beta2", "workloads", True),
+}
+
+
+def api_read(args: tuple[str, ...]) -> tuple[str, list[tuple[str, str]]] | None:
+    """`kubectl get KIND [NAME] [-n NS] [-l SELECTOR]` as an API path and query; None for
+    what it does not know (kubectl reads that)."""
+    kind, rest = args[0], list(args[1:])
+    known = API_KINDS.get(kind) or API_KINDS.get(kind.removesuffix("s"))
+    if known is None:
+        return None
+    prefix, plural, namespaced = known
+    name, namespace, query = None, "default", []
+    while rest:
+        arg = rest.pop(0)
+        if arg in ("-n", "-l") and rest:
+            value = rest.pop(0)
+            if arg == "-n":
+                namespace = value
+            else:
+                query.append(("labelSelector", value))
+        elif arg.startswith("-") or name is not None:
+            return None
+        else:
+            name = arg
+    if query and name is not None:
+        return None
+    path = f"/{prefix}/namespaces/{namespace}/{plural}" if namespaced else f"/{prefix}/{plural}"
+    return (f"{path}/{name}" if name else path), query
+
+
 def get_json(bed: RealNodeCluster, *args: str) -> dict[str, Any]:
-    return dict(json.loads(bed.kubectl("get", *args, "-o", "json")))
+    """What `kubectl get ARGS -o json` prints, read through the bed's kept admin client
+    (these reads sit in polling loops: a kubectl process each cost CPU the bed needs)."""
+    read = api_read(args)
+    if read is None:
+        return dict(json.loads(bed.kubectl("get", *args, "-o", "json")))
+    path, query = read
+    obj = bed.api("GET", path, query=query)
+    assert obj is not None, f"not found: {' '.join(args)}"
+    return obj
 
 
 def apply(bed: RealNodeCluster, namespace: str, *objects: dict[str, Any]) -> None:
