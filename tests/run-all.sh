@@ -9,23 +9,30 @@
 #   one after another on one worker; the longest handed out first, tests/bed_durations.py),
 #   then every other one alone (those that load every node, taint a pool, run a
 #   cluster-wide operator or bound a time, and every test not marked: alone is the safe
-#   default), except the files in `second_bed` below. The whole bed (its control plane,
-#   kubelets, containerd and so every container) runs at `nice -5`.
+#   default), except the files in `second_bed` and `third_bed` below. The whole bed (its
+#   control plane, kubelets, containerd and so every container) runs at `nice -5`.
 # other lane (its log: $SPS_TEST_LOGS/other.log, printed at the end): the tests that
 #   start beds of their own (`e2e`, not `realnode`: the demo), lint and types, the
 #   control-plane tests (`k8s`, no nodes), the profiler's tests against a live simulator;
-#   then, once the bed lane's shared phase is over, a second bed for the one-at-a-time
-#   tests of the files in `second_bed` (Kueue's and the tenants', which installs Kueue
-#   too: one install; LeaderWorkerSet's, so that LWS is installed in one bed only and
-#   beside Kueue, which an LWS target's queued profiling needs; the production server's).
+#   then at once (it waits for no phase: about 100 s before the shared phase's end) a
+#   second bed for the one-at-a-time tests of the files in `second_bed` (Kueue's and the
+#   tenants', which installs Kueue too: one install; LeaderWorkerSet's, so that LWS is
+#   installed in one bed only and beside Kueue, which an LWS target's queued profiling
+#   needs).
+# third lane (its log: $SPS_TEST_LOGS/third.log): once the shared phase is over, a third
+#   bed of the four default nodes (two H100, two H200) for the two longest one-at-a-time
+#   tests, `third_bed`: the upgrade from 0.1.0 and back, and every uninstall order (both
+#   install the CRD of their own and so cannot share a bed's time with another).
 # unit lane (its log: $SPS_TEST_LOGS/unit.log): the unit and simulator tests in two
 #   workers, once the shared phase is over.
 #
 # Why this shape (docs/dev-cluster.md, "Where make test's time goes"): the shared phase
 # keeps both cores busy, so whatever runs beside it slows it down (a second bed beside it
-# cost 155 s); the one-at-a-time tests mostly wait (leases, debounces, rollouts: the CPU is
-# 15-60 % busy), so what is left of the CPU work (the unit tests, the second bed's tests)
-# waits for the shared phase's end and runs beside them. Lint and the unit tests run under
+# from the start cost 155 s); the one-at-a-time tests mostly wait (leases, debounces,
+# rollouts: the CPU is 15-60 % busy), so they run on three beds at once, each list about as
+# long as the others, and the unit tests beside them. The second bed starts as soon as the
+# other lane's steps are done, in the shared phase's last ~100 s, when fewer tests are left
+# than workers: its list is the longest. Lint and the unit tests run under
 # `nice 10`, the control-plane tests at the default, so that the beds keep the CPU they
 # need; the profiler tests and the control-plane tests that bound a time run above the bed
 # lane's priority (`nice -10`), because they measure real time (lease hand-over times;
@@ -50,17 +57,19 @@ workers=${SPS_TEST_WORKERS:-3}
 low=(nice -n "${SPS_TEST_NICE:-10}")
 bed=(nice -n -5)
 high=(nice -n -10)
-# The one-at-a-time tests the second bed runs (the rest of them run on the first bed after
-# its shared phase): Kueue's and the tenants' (one Kueue install) and the production
-# server's (before Kueue: the plugin runs Kueue's modules last). From the recorded
-# durations both beds then take about 350 s after the shared phase (the first bed's tests
-# alone were 415 s, the second bed's 294 s), the unit lane 307 s; LeaderWorkerSet's add
-# about 45 s to the second bed, its target rollouts (test_e2e_kinds_lws.py) about 40 s and
-# 78 s (the two-pod group, profiled on H100 and again on H200), the
-# multi-node clone's Kueue test 40 s; the clone's other two (one at a time on the first bed) 64 s.
+# The one-at-a-time tests the second and third beds run (the rest of them run on the first
+# bed after its shared phase). In one run with two beds (docs/dev-cluster.md): the first
+# bed's one-at-a-time tests 520 s after the shared phase (the upgrade test 207 s, the
+# uninstall test 72 s), the second bed's 483 s (the production server's test 91 s), and
+# the CPU spare in the last three minutes. Now the first bed about 330 s, the second about
+# 395 s from ~100 s earlier, the third about 300 s.
 second_bed=(tests/e2e/test_e2e_tenants.py tests/e2e/test_e2e_tenants_capacity.py tests/e2e/test_e2e_tenants_tables.py
-  tests/realnode/test_realnode_production.py tests/e2e/test_e2e_kueue.py tests/realnode/test_realnode_kueue.py
+  tests/e2e/test_e2e_kueue.py tests/realnode/test_realnode_kueue.py
   tests/realnode/test_realnode_lws.py tests/e2e/test_e2e_kinds_lws.py tests/realnode/test_realnode_group_clone_kueue.py)
+third_bed=(tests/e2e/test_e2e_upgrade.py tests/e2e/test_e2e_uninstall.py)
+# The third bed's nodes: the default four (the tests above use H100 and H200 only).
+third_nodes=(--node gpu-h100-0=NVIDIA-H100-80GB-HBM3 --node gpu-h100-1=NVIDIA-H100-80GB-HBM3
+  --node gpu-h200-0=NVIDIA-H200 --node gpu-h200-1=NVIDIA-H200)
 # The control-plane tests that bound a time (a lease's hand-over, a stop within 5 s): above
 # the bed lane's priority; the others at the default, below it.
 timed=(tests/k8s/test_k8s_leader_election.py tests/k8s/test_k8s_controlplane_lifecycle.py)
@@ -98,10 +107,17 @@ case "${1:-}" in
       -o cache_dir=.pytest_cache/other "$@"
     step other profiler "${high[@]}" "$bin/pytest" -m "not k8s and not e2e" tests/profiler \
       -o cache_dir=.pytest_cache/other "$@"
-    after_the_shared_phase
     step other "second bed, one at a time" "${bed[@]}" "$bin/sps-testbed" run -- \
       "$bin/pytest" -m "realnode and not bed_shared" "${second_bed[@]}" \
       --durations=0 --durations-min=2 -o cache_dir=.pytest_cache/other "$@"
+    exit 0
+    ;;
+  --third-lane)
+    shift
+    after_the_shared_phase
+    step third "third bed, one at a time" "${bed[@]}" "$bin/sps-testbed" run "${third_nodes[@]}" -- \
+      "$bin/pytest" -m "realnode and not bed_shared" "${third_bed[@]}" \
+      --durations=0 --durations-min=2 -o cache_dir=.pytest_cache/third "$@"
     exit 0
     ;;
   --unit-lane)
@@ -119,26 +135,30 @@ case "${1:-}" in
       --durations=0 --durations-min=2 "$@"
     touch "$shared_done"
     step bed "bed, one at a time" "$bin/pytest" -m "realnode and not bed_shared" \
-      "${second_bed[@]/#/--ignore=}" --durations=0 --durations-min=2 "$@"
+      "${second_bed[@]/#/--ignore=}" "${third_bed[@]/#/--ignore=}" --durations=0 \
+      --durations-min=2 "$@"
     exit 0
     ;;
 esac
 
 # Before any bed starts, at once: a bed left running (a demo) and the host's inotify limits.
 # The suite's beds start beside a running one when the limits leave room; else this says
-# what runs, how to stop it and which limits to raise. Its peak: the bed lane's six nodes
-# beside the demo's four and the network-policy bed's two (later the second bed's six).
-"$bin/sps-testbed" preflight --beds 3 --nodes 12 || exit 1
+# what runs, how to stop it and which limits to raise. Its peak: three beds, the bed lane's
+# six nodes beside the second bed's six and the third bed's four (earlier the demo's four
+# and the network-policy bed's two).
+"$bin/sps-testbed" preflight --beds 3 --nodes 16 || exit 1
 
 mkdir -p "$logs"
-rm -f "$logs"/other.* "$logs"/bed.* "$logs"/unit.* "$shared_done"
+rm -f "$logs"/other.* "$logs"/bed.* "$logs"/unit.* "$logs"/third.* "$shared_done"
 start=$SECONDS
 # Each in its own session (process group), so that it can be ended as a whole.
 setsid bash "$0" --other-lane "$@" > "$logs/other.log" 2>&1 &
 other_pid=$!
 setsid bash "$0" --unit-lane "$@" > "$logs/unit.log" 2>&1 &
 unit_pid=$!
-trap 'kill -TERM -- -$other_pid -$unit_pid 2>/dev/null' EXIT
+setsid bash "$0" --third-lane "$@" > "$logs/third.log" 2>&1 &
+third_pid=$!
+trap 'kill -TERM -- -$other_pid -$unit_pid -$third_pid 2>/dev/null' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
@@ -146,7 +166,7 @@ echo "==== bed lane (the other lane's log: $logs/other.log)"
 step bed "the bed" "${bed[@]}" "$bin/sps-testbed" run -- bash "$0" --on-the-bed "$@"
 bed_seconds=$((SECONDS - start))
 touch "$shared_done"  # even when the bed never got that far
-wait "$other_pid" "$unit_pid"
+wait "$other_pid" "$unit_pid" "$third_pid"
 
 echo
 echo "==== the other lane (the demo, lint, control plane, profiler, a second bed): $logs/other.log"
@@ -155,8 +175,11 @@ echo
 echo "==== the unit lane (unit and simulator tests): $logs/unit.log"
 cat "$logs/unit.log"
 echo
+echo "==== the third lane (the upgrade and uninstall tests on a bed of their own): $logs/third.log"
+cat "$logs/third.log"
+echo
 echo "==== bed lane done after $bed_seconds s, all lanes after $((SECONDS - start)) s"
-failed=$(cat "$logs"/bed.failed "$logs"/other.failed "$logs"/unit.failed 2>/dev/null)
+failed=$(cat "$logs"/bed.failed "$logs"/other.failed "$logs"/unit.failed "$logs"/third.failed 2>/dev/null)
 if [ -n "$failed" ]; then
   echo "==== FAILED: $(echo "$failed" | paste -sd ';' -)"
   exit 1

@@ -23,8 +23,8 @@ from sps_testbed.podnet import pid_alive
 # A bed's need grows with its nodes plus its control plane. Counted on a running six-node
 # test bed: 45 instances (5 per kubelet, 1 per containerd; kube-apiserver 6, the controller
 # manager, scheduler and kube-proxy 1 each) and 1,381 watches (≈ 230 per kubelet, growing
-# with its pods). make test's peak, 12 nodes under 3 control planes, then needs 99, what its
-# beds were seen to hold.
+# with its pods). make test's peak, 16 nodes under 3 control planes, then needs 123 (its
+# 12-node peak before needed 99, what its beds were seen to hold).
 INSTANCES_PER_NODE = 6
 INSTANCES_PER_CONTROL_PLANE = 9
 WATCHES_PER_NODE = 512
