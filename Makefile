@@ -40,8 +40,9 @@ realnode: testbed
 
 # The main job on the embedded default: the real-node test bed (the pinned control plane,
 # kubelets with containerd and runc, simulated GPUs), the chart installed with helm from
-# the image the Dockerfile builds, a profile, a GPU move.
-demo: setup controlplane testbed
+# the image the Dockerfile builds, a profile, a GPU move. (And `make test`'s tools: see
+# test-tools.)
+demo: setup controlplane testbed test-tools
 	$(BIN)/sps-testbed demo
 
 lint: setup
@@ -73,11 +74,15 @@ test: setup controlplane testbed test-tools
 
 # What only the tests use, built (or found in the cache) before the lanes start:
 # kube-router's policy controller for the network-policy bed, promcheck for the chart's
-# alert rules. Built on first use instead, under the lanes' load, kube-router took 20 min
-# on a fresh machine and the bed waiting for it timed out.
+# alert rules, and the files of the plugin's pex lock for linux/amd64 (the krew archive test
+# builds offline from them). Built on first use instead, under the lanes' load, kube-router
+# took 20 min on a fresh machine and the bed waiting for it timed out. `make demo` builds
+# them too: on a fresh machine the first command sets up what the second needs (about
+# 3 min, in the first build's budget), so `make test` spends its 15 min testing.
 test-tools: setup
 	bash testbed/recipes/build-kube-router.sh > /dev/null
 	$(BIN)/python tests/ship/promcheck.py > /dev/null
+	bash release/build-plugin.sh --fetch linux_amd64
 
 # The release (docs/release.md): wheel, sdist, the image as an amd64+arm64 OCI index, the
 # chart pinned to it, SBOMs and SHA256SUMS into dist/, from a clean tree (ALLOW_DIRTY=1

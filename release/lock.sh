@@ -4,6 +4,8 @@
 #   requirements/image.txt   the base dependencies and the `operator` extra (pyproject.toml)
 #   requirements/build.txt   the build-system requirements (the operator's own wheel)
 #   requirements/plugin.txt  the base dependencies: what the krew archives' kubectl-sps carries
+#   requirements/plugin.lock.json   the same pins as pex's lock, each platform's and CPython's
+#       files named (release/build-plugin.sh builds the archives from it without resolving)
 # The Dockerfile installs them with --require-hashes, so two builds of one commit install
 # the same files. pip-tools (pinned below) runs from a venv in the cache. Run it after a
 # change of the dependencies in pyproject.toml; tests/ship/test_ship_dockerfile.py fails
@@ -32,4 +34,5 @@ for name in image build plugin; do
     --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links \
     --output-file "requirements/$name.txt" "requirements/$name.in"
 done
-echo "locked: requirements/image.txt build.txt plugin.txt" >&2
+PYTHON="$py" bash "$here/build-plugin.sh" --lock
+echo "locked: requirements/image.txt build.txt plugin.txt plugin.lock.json" >&2

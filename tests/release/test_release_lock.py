@@ -4,12 +4,14 @@ with the hashes of its files, and the Dockerfile installing from it with --requi
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from sps_release.krew import PLATFORMS
 from sps_release.lock import build_requirements, image_requirements, plugin_requirements
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,3 +102,30 @@ operator = ["sps-operator[plot]", "c<2"]
     missing = pyproject.replace("sps-operator[plot]", "sps-operator[gpu]")
     with pytest.raises(ValueError, match=r"an extra pyproject\.toml lacks"):
         image_requirements(missing)
+
+
+def test_the_plugins_pex_lock_pins_what_plugin_txt_pins_for_every_platform() -> None:
+    """requirements/plugin.lock.json (release/build-plugin.sh --lock, from plugin.txt): per
+    platform and CPython the krew archives carry, the same versions as plugin.txt, each file
+    one whose hash plugin.txt allows, and made by the pex build-plugin.sh pins."""
+    lock = json.loads((LOCKS / "plugin.lock.json").read_text())
+    allowed = pins((LOCKS / "plugin.txt").read_text())
+    script = (ROOT / "release/build-plugin.sh").read_text()
+    assert f"PEX={lock['pex_version']}\n" in script, "run `make lock`"
+    assert lock["style"] == "strict"
+    assert sorted(lock["requirements"]) == sorted(f"{n}=={v}" for n, (v, _) in allowed.items())
+    tags = {"linux/amd64": "manylinux2014_x86_64", "linux/arm64": "manylinux2014_aarch64",
+            "darwin/amd64": "macosx_10_15_x86_64", "darwin/arm64": "macosx_11_0_arm64"}  # fmt: skip
+    wanted = {(f"cp3{m}", f"cp3{m}", tags[f"{s}/{a}"]) for s, a in PLATFORMS for m in (11, 12, 13)}
+    resolves = {tuple(r["platform_tag"]): r for r in lock["locked_resolves"]}
+    assert set(resolves) == wanted
+    for platform, resolve in resolves.items():
+        locked = resolve["locked_requirements"]
+        assert {canonicalize_name(r["project_name"]) for r in locked} == set(allowed), platform
+        for requirement in locked:
+            version, hashes = allowed[canonicalize_name(requirement["project_name"])]
+            assert requirement["version"] == version, (platform, requirement["project_name"])
+            for artifact in requirement["artifacts"]:
+                assert artifact["algorithm"] == "sha256"
+                assert artifact["hash"] in hashes, (platform, artifact["url"])
+                assert artifact["url"].startswith("https://files.pythonhosted.org/"), artifact
