@@ -21,6 +21,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TypedDict
 
 from sps_operator.profiler.steady import (
     AR1_MARGIN_SE,
@@ -31,11 +32,20 @@ from sps_operator.profiler.steady import (
 )
 from sps_operator.profiler.sweep import DEFAULT_CI_LEVEL_Z, DEFAULT_CI_REL_WIDTH
 from sps_operator.tables.clockramp import CHUNK_STEPS, chunk_series, ramp_evident, ramp_over_from
-from sps_sim.costmodel import EFFECTS_OFF, GPU_H100, PRESETS, CostPreset, NoiseSource
+from sps_sim.costmodel import GPU_H100, PRESETS, CostPreset, NoiseSource, without_effects
 
-QUIET = {key: value for key, value in EFFECTS_OFF.items() if key != "noise_cv"}
-RAMP = {"warmup_amplitude": 0.30, "warmup_tau_s": 5.0}
-CASES: dict[str, tuple[float, dict[str, float]]] = {
+
+class Effects(TypedDict, total=False):
+    """The preset fields a case sets (each a float field of `CostPreset`)."""
+
+    noise_ar1: float
+    outlier_prob: float
+    warmup_amplitude: float
+    warmup_tau_s: float
+
+
+RAMP: Effects = {"warmup_amplitude": 0.30, "warmup_tau_s": 5.0}
+CASES: dict[str, tuple[float, Effects]] = {
     "3% none": (0.03, {}),
     "10% none": (0.10, {}),
     "10% outliers": (0.10, {"outlier_prob": 0.03}),
@@ -50,8 +60,8 @@ CASES: dict[str, tuple[float, dict[str, float]]] = {
     "10% ramp +15 %/2 s": (0.10, {"warmup_amplitude": 0.15, "warmup_tau_s": 2.0}),
 }
 # On the preset's own effects (its +10 %/0.5 s ramp, AR(1) 0.3, stalls, KV growth), not on
-# QUIET: the issue 23 cell and its neighbour.
-PRESET_CASES: dict[str, tuple[float, dict[str, float]]] = {
+# a quiet preset: the issue 23 cell and its neighbour.
+PRESET_CASES: dict[str, tuple[float, Effects]] = {
     "H100 defaults, 10%, 3% outliers (issue 23 cell)": (0.10, {"outlier_prob": 0.03}),
     "H100 defaults, 10%": (0.10, {}),
 }
@@ -59,9 +69,10 @@ MAX_STEPS = 3000
 ROUND_STEPS = 240  # a warm-up round's steady steps: the step index restarts with each
 
 
-def case_preset(noise: float, effects: dict[str, float], quiet: bool = True) -> CostPreset:
-    fields: dict[str, float] = {**(QUIET if quiet else {}), "noise_cv": noise, **effects}
-    return replace(PRESETS[GPU_H100], **fields)
+def case_preset(noise: float, effects: Effects, quiet: bool = True) -> CostPreset:
+    """The H100 preset with noise `noise` and `effects`, on no other effect when `quiet`."""
+    base = without_effects(PRESETS[GPU_H100]) if quiet else PRESETS[GPU_H100]
+    return replace(base, noise_cv=noise, **effects)
 
 
 def settle(

@@ -47,7 +47,9 @@ def table_cm(
     table: SpsCostTable | SpsAdditiveCostTable,
     rounds: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """A table ConfigMap as the operator publishes it: with the rounds it was fitted from."""
+    """A table ConfigMap as the operator publishes it: with the rounds it was fitted from,
+    labelled for 0.1.0 with its server's version-1 key (api/legacy_tables.py), meta.json
+    keeping the fingerprint it was measured for."""
     data, _ = encode_rounds(rounds or [])
     return {
         "metadata": {
@@ -57,14 +59,14 @@ def table_cm(
                 names.LABEL_PROFILE: "llama",
                 names.LABEL_COMPONENT: names.COMPONENT_TABLE,
                 names.LABEL_TABLE_HASH: "0123456789abcdef",
-                names.LABEL_FINGERPRINT: "fp01",
+                names.LABEL_FINGERPRINT: "5a5a5a5a5a5a5a5a",
                 names.LABEL_MANAGED_BY: names.MANAGED_BY,
             },
         },
         "immutable": True,
         "data": {
             names.TABLE_KEY: table.to_json(),
-            names.META_KEY: "{}",
+            names.META_KEY: json.dumps({"fingerprint": "fp01"}),
             **{k: v for k, v in data.items() if v and rounds},
         },
     }
@@ -279,6 +281,7 @@ def test_ship_plugin_export_is_an_applicable_manifest(
     manifest = yaml.safe_load(text)
     assert manifest["metadata"]["name"] == "llama-pinned-0123456789"
     assert "ownerReferences" not in manifest["metadata"]
+    assert manifest["metadata"]["annotations"][names.LABEL_FINGERPRINT] == "fp01"
     assert json.loads(manifest["data"][names.TABLE_KEY]) == H200_TABLE.to_dict()
     # It is what `git add` + GitOps would apply: the API server accepts it as is.
     k8s_cluster.kubectl("apply", "-n", profiles, "--server-side", "-f", "-", input=text)

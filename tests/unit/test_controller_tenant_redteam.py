@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 from sps_operator.api import labels as L
 from sps_operator.api.untrusted_json import _TOKENS, Unreadable, nesting_depth, read_json
 from sps_operator.controller.finalizer import release
-from sps_operator.controller.kube.table_objects import MAX_META_BYTES
 
 TEAM_B = "team-b"
 
@@ -39,8 +38,8 @@ def test_an_unterminated_string_of_escaped_quotes_is_scanned_once() -> None:
     assert [m.span() for m in _TOKENS.finditer(small)] == [(0, len(small))]
     assert nesting_depth(small, 32) == 0
     # At the bound the operator reads meta.json with: refused as JSON, not rescanned.
-    text = '"' + '\\"' * ((MAX_META_BYTES - 1) // 2)
-    value = read_json(text, max_bytes=MAX_META_BYTES)
+    text = '"' + '\\"' * ((L.MAX_META_BYTES - 1) // 2)
+    value = read_json(text, max_bytes=L.MAX_META_BYTES)
     assert isinstance(value, Unreadable) and "Unterminated string" in value.why
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
 import pytest
 import yaml
 
 from sps_operator.plot import plot_table
 from sps_operator.plugin import cli
+from sps_operator.plugin.client import Cluster
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable
 
 DIAG = '{"sample_batch_tokens":[8,16],"sample_steps_per_sec":[1000.0,500.0],"max_batch_tokens":32}'
@@ -178,3 +180,51 @@ def test_table_of_a_hostile_config_map_is_refused_without_a_traceback(
         cli.cmd_table(args, OneTableCluster(content.decode()))
     assert cli.cmd_table(args, OneTableCluster(DIAG)) == 0
     assert "1000" in capsys.readouterr().out
+
+
+class ExportCluster:
+    """What `kubectl sps export` reads: a profile whose table this version measured and
+    labelled with its server's version-1 key for 0.1.0 (the status as the operator writes
+    it, with the version-1 twin entry), and that table's ConfigMap."""
+
+    default_namespace = "serving"
+    v1_key = "0123456789abcdef"
+    measured = "v2-fedcba9876543210"
+
+    def get_profile(self, namespace: str, name: str) -> dict[str, object]:
+        entry = {
+            "gpuProduct": "NVIDIA-H100-80GB-HBM3",
+            "fingerprint": self.measured,
+            "configMap": "p-table",
+            "hash": "0a1b2c3d4e5f6789",
+            "adoptedFrom": self.v1_key,
+        }
+        twin = {**entry, "fingerprint": self.v1_key}
+        del twin["adoptedFrom"]
+        return {"metadata": {"name": name}, "status": {"tables": [entry, twin]}}
+
+    def get_config_map(self, namespace: str, name: str) -> dict[str, object]:
+        meta = {"fingerprint": self.measured, "gpuProduct": "NVIDIA-H100-80GB-HBM3"}
+        return {
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {
+                    "sps.dev/fingerprint": self.v1_key,
+                    "sps.dev/table-hash": "0a1b2c3d4e5f6789",
+                },
+            },
+            "data": {"table.json": DIAG, "meta.json": json.dumps(meta)},
+        }
+
+
+def test_export_of_a_table_labelled_for_0_1_0_records_the_measured_fingerprint(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = cli.build_parser().parse_args(["export", "p"])
+    assert cli.cmd_export(args, cast("Cluster", ExportCluster())) == 0
+    manifest = yaml.safe_load(capsys.readouterr().out)
+    annotations = manifest["metadata"]["annotations"]
+    assert annotations["sps.dev/fingerprint"] == ExportCluster.measured
+    assert annotations["sps.dev/exported-from"] == "serving/p-table"
+    assert ExportCluster.v1_key not in yaml.safe_dump(manifest["metadata"])

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from sps_operator.api import labels as L
+from sps_operator.api.validation import NONEMPTY_LABEL_VALUE_PATTERN, full_match
 from sps_operator.plugin import view
 from sps_operator.plugin.view import PluginError
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable
@@ -245,7 +251,7 @@ def test_export_strips_ownership_and_keeps_data() -> None:
             "annotations": {"sps.dev/gpu-product": H100},
         },
         "immutable": True,
-        "data": {"table.json": '{"a":1}', "meta.json": "{}"},
+        "data": {"table.json": '{"a":1}', "meta.json": '{"fingerprint": "fp1234"}'},
     }
     out = view.exportable_config_map(cm, "llama")
     meta = out["metadata"]
@@ -263,6 +269,106 @@ def test_export_strips_ownership_and_keeps_data() -> None:
     assert view.exportable_config_map(cm, "llama", "mine")["metadata"]["name"] == "mine"
     with pytest.raises(PluginError, match=r"no table\.json"):
         view.exportable_config_map({**cm, "data": {}}, "llama")
+
+
+V1_KEY = "5a5a5a5a5a5a5a5a"  # a version-1 fingerprint: 16 hex digits, no prefix
+V2_KEY = "v2-fedcba9876543210"
+
+
+def measured_table_cm(label: str, meta_text: str) -> dict[str, Any]:
+    """A table ConfigMap as the operator publishes it, labelled `label` (for 0.1.0 the
+    measured server's version-1 key, api/legacy_tables.py) with `meta_text` as meta.json."""
+    return {
+        "metadata": {
+            "name": "llama-table-0123456789",
+            "namespace": "serving",
+            "labels": {
+                "sps.dev/profile": "llama",
+                "sps.dev/gpu-product": H100,
+                "sps.dev/fingerprint": label,
+                "sps.dev/table-hash": "0123456789abcdef",
+            },
+        },
+        "data": {"table.json": '{"a":1}', "meta.json": meta_text},
+    }
+
+
+def test_export_records_the_fingerprint_measured_for_not_the_version1_label() -> None:
+    # Labelled with the server's version-1 key so that 0.1.0 finds it after a rollback;
+    # meta.json keeps the fingerprint the table was measured for. The pinned copy is no
+    # profile's table (0.1.0 never reads it), so only the measured one is recorded.
+    cm = measured_table_cm(V1_KEY, json.dumps({"fingerprint": V2_KEY, "run": "llama-abc"}))
+    out = view.exportable_config_map(cm, "llama")
+    assert out["metadata"]["annotations"]["sps.dev/fingerprint"] == V2_KEY
+    assert V1_KEY not in json.dumps(out["metadata"])
+    assert out["data"] == cm["data"]  # meta.json travels as it is
+
+
+@pytest.mark.parametrize(
+    "meta_text",
+    [
+        "{}",
+        "not json",
+        json.dumps({"fingerprint": 42}),
+        json.dumps({"fingerprint": ""}),
+        json.dumps({"fingerprint": "v2-" + "a" * 61}),  # longer than a label value
+        json.dumps({"fingerprint": "v2-abc\n\u001b[2J"}),  # a line break, a terminal escape
+        json.dumps({"fingerprint": ["v2-abc"]}),
+        json.dumps(["fingerprint", V2_KEY]),
+        "[" * 10_000 + "]" * 10_000,
+    ],
+    ids=[
+        "no fingerprint",
+        "not JSON",
+        "a number",
+        "empty",
+        "64 characters",
+        "control characters",
+        "a list",
+        "not an object",
+        "nested",
+    ],
+)
+def test_export_without_a_readable_measured_fingerprint_records_none(meta_text: str) -> None:
+    # Neither a malformed value nor the label (which may be the version-1 key) stands in.
+    cm = measured_table_cm(V1_KEY, meta_text)
+    annotations = view.exportable_config_map(cm, "llama")["metadata"]["annotations"]
+    assert "sps.dev/fingerprint" not in annotations
+    assert annotations["sps.dev/table-hash"] == "0123456789abcdef"
+
+
+def test_export_reads_meta_json_within_the_operators_bound() -> None:
+    # The bound the operator reads meta.json with (api/labels.py), not a larger one.
+    fitting = {"fingerprint": V2_KEY, "pad": ""}
+    fitting["pad"] = "x" * (L.MAX_META_BYTES - len(json.dumps(fitting)))
+    over = {**fitting, "pad": fitting["pad"] + "x"}
+    for meta, recorded in [(fitting, V2_KEY), (over, None)]:
+        cm = measured_table_cm(V1_KEY, json.dumps(meta))
+        annotations = view.exportable_config_map(cm, "llama")["metadata"]["annotations"]
+        assert annotations.get("sps.dev/fingerprint") == recorded
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    value=st.one_of(
+        st.text(max_size=80),
+        st.from_regex(r"\Av2-[0-9a-f]{16}\Z"),
+        st.integers(),
+        st.none(),
+        st.lists(st.text(max_size=5), max_size=3),
+    ),
+    label=st.sampled_from([V1_KEY, V2_KEY, "fp01"]),
+)
+def test_export_fingerprint_is_the_measured_one_or_none(value: object, label: str) -> None:
+    cm = measured_table_cm(label, json.dumps({"fingerprint": value}))
+    recorded = view.exportable_config_map(cm, "llama")["metadata"]["annotations"].get(
+        "sps.dev/fingerprint"
+    )
+    if recorded is not None:
+        assert recorded == value
+        assert full_match(NONEMPTY_LABEL_VALUE_PATTERN, recorded)
+    elif isinstance(value, str) and re.fullmatch(r"v2-[0-9a-f]{16}", value):
+        pytest.fail(f"a well-formed fingerprint {value!r} was not recorded")
 
 
 def test_watch_lines_line_up_with_the_header() -> None:

@@ -1,4 +1,6 @@
-"""Label, annotation and key names shared by the operator, the profiler and the plugin.
+"""Label, annotation and key names shared by the operator, the profiler and the plugin
+(and the size bound of a table ConfigMap's meta.json, which the operator and the plugin
+both read).
 
 One place, imported by every part that reads or writes these objects, so the plugin
 never has to import the controller and the two sides cannot drift apart.
@@ -50,6 +52,10 @@ ANNOTATION_GPU = f"{LABEL_PREFIX}/gpu-product"  # the unmangled product name (la
 # Keys of a table ConfigMap.
 TABLE_KEY = "table.json"
 META_KEY = "meta.json"
+# A table's meta.json: provenance, fit quality and the bounded manifest (64 KiB compact,
+# about twice that as written with indentation). Read back (by the operator and by
+# `kubectl sps`) only through the bounded parser, and nothing larger is read.
+MAX_META_BYTES = 256 * 1024
 # On a profiling Job: the node its target's ReadWriteOnce claims pin it to, and why.
 ANNOTATION_VOLUME_PIN = f"{LABEL_PREFIX}/volume-pin"
 ANNOTATION_BORROWED = f"{LABEL_PREFIX}/borrowed"  # on a Deployment: a replica lent to a run

@@ -17,6 +17,8 @@ from sps_operator.api import reasons as R
 from sps_operator.api.legacy_tables import without_v1_twins
 from sps_operator.api.result import clean_text
 from sps_operator.api.times import parse_rfc3339
+from sps_operator.api.untrusted_json import read_json_object, readable
+from sps_operator.api.validation import NONEMPTY_LABEL_VALUE_PATTERN, full_match
 from sps_operator.constants import LABEL_PREFIX
 from sps_operator.tables.formats import SpsAdditiveCostTable, SpsCostTable, SpsTable
 
@@ -421,6 +423,23 @@ def render_table_values(table: SpsTable) -> str:
     )
 
 
+def measured_fingerprint(config_map: Mapping[str, Any]) -> str | None:
+    """The fingerprint of the server a table was measured for, as its meta.json records
+    it (read within the operator's bound, through the bounded parser); None when meta.json
+    is unreadable or holds no fingerprint of a label value's form, the form the operator
+    writes and the one the `sps.dev/fingerprint` label had to have.
+
+    Not that label: it may hold the server's version-1 key instead, for 0.1.0 after a
+    rollback (api/legacy_tables.py), which reads it only on the profile's own table
+    ConfigMaps."""
+    text = (config_map.get("data") or {}).get(L.META_KEY)
+    meta = read_json_object(text, max_bytes=L.MAX_META_BYTES)
+    value = meta.get("fingerprint") if readable(meta) else None
+    if isinstance(value, str) and full_match(NONEMPTY_LABEL_VALUE_PATTERN, value):
+        return value
+    return None
+
+
 def exportable_config_map(
     config_map: Mapping[str, Any], profile_name: str, new_name: str | None = None
 ) -> dict[str, Any]:
@@ -428,7 +447,9 @@ def exportable_config_map(
 
     Server-set fields go; so do the operator's ownership marks (ownerReferences, the
     `sps.dev/profile` and managed-by labels) so the operator never trims or adopts the
-    pinned copy. Provenance moves to annotations.
+    pinned copy. Provenance moves to annotations: the fingerprint is the one the table
+    was measured for (`measured_fingerprint`); a version-1 key the ConfigMap is labelled
+    with for 0.1.0 stays behind, as no one reads it on a copy that is no profile's.
     """
     meta = config_map.get("metadata") or {}
     labels = dict(meta.get("labels") or {})
@@ -439,7 +460,7 @@ def exportable_config_map(
         L.ANNOTATION_TABLE_HASH: table_hash,
         L.LABEL_GPU: (meta.get("annotations") or {}).get(L.LABEL_GPU)
         or labels.get(L.LABEL_GPU, ""),
-        L.LABEL_FINGERPRINT: labels.get(L.LABEL_FINGERPRINT, ""),
+        L.LABEL_FINGERPRINT: measured_fingerprint(config_map) or "",
     }
     data = dict(config_map.get("data") or {})
     if L.TABLE_KEY not in data:

@@ -16,11 +16,6 @@ from sps_operator.api.result import MAX_CONFIGMAP_BYTES, encode_rounds, object_s
 from sps_operator.controller.kube import names
 from sps_operator.controller.kube.builders import ProfileRef, object_meta
 
-# A table's meta.json: provenance, fit quality and the bounded manifest (64 KiB compact,
-# about twice that as written with indentation). Read back only through the bounded
-# parser, and nothing larger is read.
-MAX_META_BYTES = 256 * 1024
-
 
 def table_text(cm: Mapping[str, Any] | None) -> str | None:
     """The table a table ConfigMap holds, as text (None: none there)."""

@@ -37,7 +37,6 @@ from sps_operator.api.status import RunStatus, TableRef, TargetStatus
 from sps_operator.api.times import parse_rfc3339
 from sps_operator.api.untrusted_json import read_json_object, readable
 from sps_operator.controller.kube import builders
-from sps_operator.controller.kube.table_objects import MAX_META_BYTES
 from sps_operator.controller.passes.state import Pass, Target
 from sps_operator.controller.policies import compat, stable_writers, workloads
 from sps_operator.controller.policies.ownership import ProfileSummary, owner_of, stable_writer
@@ -163,7 +162,7 @@ def _changes(p: Pass, target: Target) -> list[str]:
         return []
     cm = p.config_map(running.config_map)
     text = ((cm or {}).get("data") or {}).get(L.META_KEY) or "{}"
-    meta = read_json_object(text, max_bytes=MAX_META_BYTES)
+    meta = read_json_object(text, max_bytes=L.MAX_META_BYTES)
     server = meta.get("server") if readable(meta) else None
     if not isinstance(server, Mapping):
         return []

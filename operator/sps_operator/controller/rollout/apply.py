@@ -45,7 +45,7 @@ from sps_operator.api.times import parse_rfc3339
 from sps_operator.api.untrusted_json import read_json_object, readable
 from sps_operator.controller.kube import names, table_objects, workload_apply
 from sps_operator.controller.kube.client import owned_by
-from sps_operator.controller.kube.table_objects import MAX_META_BYTES, table_text
+from sps_operator.controller.kube.table_objects import table_text
 from sps_operator.controller.passes.state import Target
 from sps_operator.controller.policies import clocks, workloads
 from sps_operator.controller.policies import conditions as cond
@@ -586,7 +586,7 @@ def _stored_ref(
     if cm is None or not recorded_hash:
         return None
     labels = cm["metadata"].get("labels") or {}
-    meta = read_json_object((cm.get("data") or {}).get(L.META_KEY), max_bytes=MAX_META_BYTES)
+    meta = read_json_object((cm.get("data") or {}).get(L.META_KEY), max_bytes=L.MAX_META_BYTES)
     meta = meta if readable(meta) else {}
     stamp = meta.get("profiledAt")
     profiled = parse_rfc3339(stamp) if isinstance(stamp, str) and len(stamp) < 64 else None

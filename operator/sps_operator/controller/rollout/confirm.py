@@ -18,7 +18,6 @@ from sps_operator.api import labels as L
 from sps_operator.api.reasons import SERVER_RESOLVED_DRIFT, SERVER_RUNS_OTHER_TABLE
 from sps_operator.api.status import TableRef, TargetState, TargetStatus
 from sps_operator.api.untrusted_json import read_json_object
-from sps_operator.controller.kube.table_objects import MAX_META_BYTES
 from sps_operator.controller.passes.state import Target
 from sps_operator.controller.policies import confirm as C
 from sps_operator.controller.policies.deployments import target_pods
@@ -44,7 +43,7 @@ def confirm_live(p: RolloutPass, target: Target, ts: TargetStatus, table: TableR
         known = p.servers.known(pod.uid for pod in pods)
     cm = p.config_map(table.config_map)
     meta_text = ((cm or {}).get("data") or {}).get(L.META_KEY)
-    recorded = C.recorded_resolved(read_json_object(meta_text, max_bytes=MAX_META_BYTES))
+    recorded = C.recorded_resolved(read_json_object(meta_text, max_bytes=L.MAX_META_BYTES))
     verdicts = [
         C.judge_pod(pod.pod, known[pod.uid], p.spec.rollout.table_path, table.hash, recorded)
         for pod in pods
