@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from sps_operator.api import validation
+from sps_operator.api import cron, validation
 from sps_operator.api.models import SpsProfile
 from sps_operator.api.spec import GatesSpec, SpsProfileSpec
 from sps_operator.api.status import (
@@ -69,8 +69,8 @@ def test_wire_form_is_camel_case_without_nulls() -> None:
         ),
         ({"server": {"source": "External"}}, validation.MSG_EXTERNAL_URL),
         ({"server": {"url": "http://x:1"}}, validation.MSG_CLONE_URL),
-        ({"refresh": {"schedule": "every day"}}, validation.MSG_CRON),
-        ({"refresh": {"schedule": "0 3 * *"}}, validation.MSG_CRON),
+        ({"refresh": {"schedule": "every day"}}, cron.MSG_SHAPE),
+        ({"refresh": {"schedule": "0 3 * *"}}, cron.MSG_SHAPE),
         (
             {"refresh": {"schedule": "99 3 * * *"}},
             "refresh.schedule: minute 99 is out of range 0-59",

@@ -15,7 +15,6 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from sps_operator.api import cron
 from sps_operator.api import limits as L
 
 MAX_PROFILE_NAME = L.MAX_PROFILE_NAME
@@ -214,7 +213,6 @@ MSG_PROFILE_NAME = (
     f"metadata.name must be at most {L.MAX_PROFILE_NAME} characters: the operator derives Job, "
     "pod and label names from it, which must stay within 63 characters"
 )
-MSG_CRON = cron.MSG_SHAPE
 
 
 def cel_rule(rule: str, message: str, message_expression: str | None = None) -> Any:
