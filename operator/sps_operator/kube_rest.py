@@ -58,7 +58,7 @@ def segment(value: object) -> str:
     return quote(str(value), safe="")
 
 
-def size_text(cap: int) -> str:
+def _size_text(cap: int) -> str:
     return f"{cap // MIB} MiB" if cap >= MIB and cap % MIB == 0 else f"{cap} bytes"
 
 
@@ -114,7 +114,7 @@ def send(
         _drop(response)
         data = data[:limit]
         if ok:
-            refused = f"the API server's answer is over the {size_text(cap)} cap (refused)"
+            refused = f"the API server's answer is over the {_size_text(cap)} cap (refused)"
             raise AnswerRefused(response.status, refused, path)
     if not ok:
         response.data = data  # what ApiException reads its body from

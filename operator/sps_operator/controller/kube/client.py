@@ -20,9 +20,9 @@ from kubernetes.client.rest import ApiException
 from sps_operator.api.labels import KUEUE_GROUP, KUEUE_VERSIONS, KUEUE_VISIBILITY_GROUP
 from sps_operator.constants import API_GROUP, API_VERSION, FIELD_MANAGER, KIND
 from sps_operator.controller.kube.ratelimit import TokenBucket
-from sps_operator.controller.kube.rest import APPLY, MERGE_PATCH, RESOURCES, Resource, request
+from sps_operator.controller.kube.rest import RESOURCES, Resource, request
 from sps_operator.controller.policies import workloads
-from sps_operator.kube_rest import LIST_CAP, AnswerRefused
+from sps_operator.kube_rest import APPLY, LIST_CAP, MERGE_PATCH, AnswerRefused
 
 log = logging.getLogger(__name__)
 # How often `serves` asks discovery again about a workload kind a profile names.

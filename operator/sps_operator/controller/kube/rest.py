@@ -15,9 +15,7 @@ from kubernetes.client import ApiClient
 from sps_operator.api.labels import KUEUE_GROUP, KUEUE_VERSIONS
 from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
 from sps_operator.controller.policies import workloads
-from sps_operator.kube_rest import APPLY, MERGE_PATCH, OBJECT_CAP, parse_object, segment, send
-
-__all__ = ["APPLY", "MERGE_PATCH", "RESOURCES", "Obj", "Resource", "request"]
+from sps_operator.kube_rest import OBJECT_CAP, parse_object, segment, send
 
 Obj = dict[str, Any]
 
