@@ -4,6 +4,7 @@ client's `request`) down to the socket, which is never opened."""
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,4 +51,8 @@ class FakeRest:
         status, answer = self.answer(sent)
         data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
         reason = "OK" if 200 <= status <= 299 else "Refused"
-        return rest.RESTResponse(urllib3.HTTPResponse(body=data, status=status, reason=reason))
+        # Streamed, as the client's REST layer returns it (`preload_content=False`).
+        streamed = urllib3.HTTPResponse(
+            body=io.BytesIO(data), status=status, reason=reason, preload_content=False
+        )
+        return rest.RESTResponse(streamed)

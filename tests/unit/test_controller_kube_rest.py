@@ -22,6 +22,7 @@ from kubernetes.client.exceptions import ApiException, NotFoundException
 from sps_operator.controller.kube.client import Kube, api_error_detail, is_transient
 from sps_operator.controller.kube.rest import RESOURCES
 from sps_operator.controller.process.leader import LeaseElector, Timing
+from sps_operator.kube_rest import OBJECT_CAP, AnswerRefused
 
 # What `sps-operator run` imports and builds before kopf starts (controller/main.py's
 # `main`), then one call of each request the operator makes.
@@ -299,3 +300,31 @@ def test_the_elector_creates_renews_and_releases_its_lease() -> None:
     assert renewal["metadata"]["resourceVersion"] == "2"  # a concurrent taker makes it a 409
     assert renewal["spec"]["holderIdentity"] == "me"
     assert stored["lease"]["spec"]["holderIdentity"] is None and not elector.is_leader()
+
+
+def test_an_answer_over_its_cap_or_no_object_fails_the_request_by_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An API server, or a proxy in front of it, is untrusted input: a LIST over LIST_CAP,
+    an object over OBJECT_CAP, an answer that is no JSON object are each refused as an
+    ApiException that no caller takes for a 404 or a 409 and whose detail names the path
+    (before, a whole answer was read, and an array raised a bare ValueError)."""
+    monkeypatch.setattr("sps_operator.controller.kube.client.LIST_CAP", 1 << 20)
+    big = {"items": [{"metadata": {"name": "x" * (1 << 20)}}]}
+    with pytest.raises(AnswerRefused) as refused:
+        Kube(FakeRest(_ok(big)).api).list_config_maps("ns", "")
+    exc = refused.value
+    assert api_error_detail(exc) == (
+        "API answer refused: /api/v1/namespaces/ns/configmaps: "
+        "the API server's answer is over the 1 MiB cap (refused)"
+    )
+    assert not is_transient(exc) and exc.status == 200
+    huge = {"data": {"x": "y" * OBJECT_CAP}}
+    with pytest.raises(AnswerRefused, match="over the 4 MiB cap"):
+        Kube(FakeRest(_ok(huge)).api).get("ConfigMap", "ns", "x")
+    array = FakeRest(lambda sent: (200, [{"metadata": {}}]))
+    with pytest.raises(AnswerRefused, match="answered no JSON object"):
+        Kube(array.api).get("ConfigMap", "ns", "x")
+    # Refused, not "absent": a caller's 404 branch does not swallow it.
+    with pytest.raises(ApiException):
+        Kube(array.api).delete("ConfigMap", "ns", "x")

@@ -298,3 +298,48 @@ def test_only_a_built_in_kinds_nulls_go() -> None:
     raw = b'{"a": null, "b": {"c": null, "d": [null, {"e": null}]}}'
     assert parse_json(raw, "x", drop_nulls=True) == {"b": {"d": [None, {}]}}
     assert parse_json(raw, "x") == json.loads(raw)
+
+
+def test_an_answer_over_its_cap_is_a_one_line_error(
+    server: tuple[str, Recorded],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An API server (or a proxy in front of it) is untrusted: its answer is read up to a
+    cap, never whole. `kubectl sps` says which read was refused and why, exits 1, and
+    prints no traceback."""
+    from sps_operator import kube_rest
+    from sps_operator.plugin import cli
+
+    url, _ = server
+    monkeypatch.setattr(kube_rest, "LIST_CAP", 1 << 20)
+    many = {"items": [PROFILE] * 8000}  # about 2 MiB
+    monkeypatch.setitem(ROUTES, f"/apis/sps.dev/v1alpha1/namespaces/{NS}/spsprofiles", (200, many))
+    rc = cli.main(["get", "-n", NS, "--server", url, "--token", "t0k",
+                   "--kubeconfig", str(tmp_path / "none")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert err == (
+        f"error: SpsProfiles in {NS}: the API server's answer is over the 1 MiB cap (refused)\n"
+    )
+    huge = {"metadata": {"name": "huge"}, "data": {"x": "y" * kube_rest.OBJECT_CAP}}
+    monkeypatch.setitem(ROUTES, f"/api/v1/namespaces/{NS}/configmaps/huge", (200, huge))
+    with pytest.raises(PluginError) as caught:
+        cluster(url, tmp_path).get_config_map(NS, "huge")
+    assert str(caught.value) == (
+        f"ConfigMap {NS}/huge: the API server's answer is over the 4 MiB cap (refused)"
+    )
+
+
+def test_a_log_may_run_a_little_over_its_limit_and_no_further(
+    server: tuple[str, Recorded], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sps_operator.plugin.client import LOG_SLACK
+
+    url, _ = server
+    path = f"/api/v1/namespaces/{NS}/pods/server-0/log"
+    monkeypatch.setitem(ROUTES, path, (200, "x" * (100 + LOG_SLACK)))
+    assert len(cluster(url, tmp_path).pod_log(NS, "server-0", 100)) == 100 + LOG_SLACK
+    with pytest.raises(PluginError, match=f"log of pod {NS}/server-0: .* over the"):
+        cluster(url, tmp_path).pod_log(NS, "server-0", 99)

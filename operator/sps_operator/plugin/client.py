@@ -1,33 +1,29 @@
 """The Kubernetes calls of `kubectl sps` (thin: fetch and patch, no logic).
 
-Through the bare `ApiClient` (`param_serialize` + `call_api`, JSON in and out), as
-profiler/publish.py does: the typed APIs (`CoreV1Api`, ...) build pydantic models and a
+Through the bare `ApiClient` and `sps_operator.kube_rest` (shared with the operator and
+the profiler's publisher): the typed APIs (`CoreV1Api`, ...) build pydantic models and a
 validator per method and parse every answer into them, most of a command's CPU time
-(docs/benchmarks.md, "kubectl sps start").
+(docs/benchmarks.md, "kubectl sps start"). Every answer is read with a size cap; what goes
+wrong is a `PluginError` in kubectl's words.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
 
+from sps_operator import kube_rest
 from sps_operator.api import labels as L
 from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
+from sps_operator.kube_rest import MERGE_PATCH, AnswerRefused, parse_object, segment
 from sps_operator.plugin.kubeflags import ConnectionFlags
 from sps_operator.plugin.view import PluginError
 
-JSON = "application/json"
-# What CustomObjectsApi sent for a patch given as an object.
-MERGE_PATCH = "application/merge-patch+json"
 _PROFILES = f"/apis/{API_GROUP}/{API_VERSION}"
-
-
-def _q(segment: str) -> str:
-    """One path segment, escaped (a name from the command line is no path)."""
-    return quote(segment, safe="")
+# What a pod's log may run over the limitBytes asked for: the kubelet may send "slightly
+# more" (the API's words) to end a line.
+LOG_SLACK = 64 * 1024
 
 
 def without_nulls(obj: dict[str, Any]) -> dict[str, Any]:
@@ -39,12 +35,9 @@ def without_nulls(obj: dict[str, Any]) -> dict[str, Any]:
 def parse_json(raw: bytes, what: str, *, drop_nulls: bool = False) -> dict[str, Any]:
     """The answer's JSON object; PluginError when it is none."""
     try:
-        parsed = json.loads(raw, object_hook=without_nulls if drop_nulls else None)
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        raise PluginError(f"{what}: the API server answered no JSON") from None
-    if not isinstance(parsed, dict):
-        raise PluginError(f"{what}: the API server answered no JSON object")
-    return parsed
+        return parse_object(raw, what, object_hook=without_nulls if drop_nulls else None)
+    except AnswerRefused as exc:
+        raise PluginError(f"{what}: {exc.reason}") from None
 
 
 def list_items(answer: dict[str, Any], what: str) -> list[dict[str, Any]]:
@@ -117,27 +110,22 @@ class Cluster:
         query: Sequence[tuple[str, str | int]] = (),
         body: dict[str, Any] | None = None,
         content_type: str | None = None,
+        *,
+        cap: int = kube_rest.OBJECT_CAP,
     ) -> bytes:
-        """One request; the answer's body, or PluginError saying what failed (`what`
-        names the object, as kubectl would)."""
+        """One request; the answer's body (at most `cap` bytes), or PluginError saying
+        what failed (`what` names the object, as kubectl would)."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        headers = {"Accept": JSON}  # a log too, as the typed client asked
-        if content_type:
-            headers["Content-Type"] = content_type
         try:
-            request = self.api.param_serialize(
-                method, path, query_params=list(query) or None, header_params=headers,
-                body=body, auth_settings=["BearerToken"],
+            return kube_rest.send(
+                self.api, method, path, query=query, body=body, content_type=content_type,
+                timeout=self.request_timeout, cap=cap,
             )  # fmt: skip
-            if self.request_timeout is not None:
-                response = self.api.call_api(*request, _request_timeout=self.request_timeout)
-            else:
-                response = self.api.call_api(*request)
-            raw = response.read()
-            status, reason = response.status, response.reason
-        except ApiException as exc:  # the client's own: a TLS failure is status 0
+        except AnswerRefused as exc:
+            raise PluginError(f"{what}: {exc.reason}") from None
+        except ApiException as exc:  # the answer's status, or the client's own (TLS: 0)
             status, reason = exc.status, exc.reason
         except (OSError, HTTPError) as exc:  # HTTPError: urllib3's, a --request-timeout too
             raise PluginError(f"{what}: cannot reach the API server: {exc}") from None
@@ -145,9 +133,7 @@ class Cluster:
             raise PluginError(f"{what} not found")
         if status == 403:
             raise PluginError(f"forbidden: {what} ({reason})")
-        if not 200 <= status <= 299:
-            raise PluginError(f"{what}: {status} {reason}")
-        return bytes(raw or b"")
+        raise PluginError(f"{what}: {status} {reason}")
 
     def _request(
         self,
@@ -159,10 +145,11 @@ class Cluster:
         content_type: str | None = None,
         *,
         builtin: bool = False,
+        cap: int = kube_rest.OBJECT_CAP,
     ) -> dict[str, Any]:
         """One request; the answer's JSON object. `builtin`: a built-in kind, read as
         the typed client read it (no null members)."""
-        raw = self._send(what, method, path, query, body, content_type)
+        raw = self._send(what, method, path, query, body, content_type, cap=cap)
         return parse_json(raw, what, drop_nulls=builtin)
 
     def list_profiles(self, namespace: str | None) -> list[dict[str, Any]]:
@@ -170,12 +157,12 @@ class Cluster:
             what, path = "SpsProfiles", f"{_PROFILES}/{PLURAL}"
         else:
             what = f"SpsProfiles in {namespace}"
-            path = f"{_PROFILES}/namespaces/{_q(namespace)}/{PLURAL}"
-        items = list_items(self._request(what, "GET", path), what)
+            path = f"{_PROFILES}/namespaces/{segment(namespace)}/{PLURAL}"
+        items = list_items(self._request(what, "GET", path, cap=kube_rest.LIST_CAP), what)
         return sorted(items, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
 
     def _profile_path(self, namespace: str, name: str) -> str:
-        return f"{_PROFILES}/namespaces/{_q(namespace)}/{PLURAL}/{_q(name)}"
+        return f"{_PROFILES}/namespaces/{segment(namespace)}/{PLURAL}/{segment(name)}"
 
     def get_profile(self, namespace: str, name: str) -> dict[str, Any]:
         return self._request(
@@ -183,11 +170,11 @@ class Cluster:
         )
 
     def get_config_map(self, namespace: str, name: str) -> dict[str, Any]:
-        path = f"/api/v1/namespaces/{_q(namespace)}/configmaps/{_q(name)}"
+        path = f"/api/v1/namespaces/{segment(namespace)}/configmaps/{segment(name)}"
         return self._request(f"ConfigMap {namespace}/{name}", "GET", path, builtin=True)
 
     def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        path = f"/apis/batch/v1/namespaces/{_q(namespace)}/jobs/{_q(name)}"
+        path = f"/apis/batch/v1/namespaces/{segment(namespace)}/jobs/{segment(name)}"
         try:
             return self._request(f"Job {namespace}/{name}", "GET", path, builtin=True)
         except PluginError:
@@ -201,8 +188,9 @@ class Cluster:
                 "/api/v1/pods",
             )
         else:
-            what, path = f"pods in {namespace}", f"/api/v1/namespaces/{_q(namespace)}/pods"
-        answer = self._request(what, "GET", path, [("labelSelector", selector)], builtin=True)
+            what, path = f"pods in {namespace}", f"/api/v1/namespaces/{segment(namespace)}/pods"
+        query = [("labelSelector", selector)]
+        answer = self._request(what, "GET", path, query, builtin=True, cap=kube_rest.LIST_CAP)
         return list_items(answer, what)
 
     def pod_log(self, namespace: str, name: str, limit_bytes: int) -> str:
@@ -213,16 +201,18 @@ class Cluster:
         if container:
             query.append(("container", container))
         query.append(("limitBytes", limit_bytes))
-        path = f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(pod)}/log"
-        raw = self._send(f"log of pod {namespace}/{pod}", "GET", path, query)
+        path = f"/api/v1/namespaces/{segment(namespace)}/pods/{segment(pod)}/log"
+        what = f"log of pod {namespace}/{pod}"
+        raw = self._send(what, "GET", path, query, cap=limit_bytes + LOG_SLACK)
         # The limit may cut a character in two; a log is no reason to fail.
         return raw.decode("utf-8", errors="replace")
 
     def list_events(self, namespace: str, name: str) -> list[dict[str, Any]]:
         what = f"events in {namespace}"
         selector = f"involvedObject.name={name},involvedObject.kind=SpsProfile"
-        path = f"/api/v1/namespaces/{_q(namespace)}/events"
-        answer = self._request(what, "GET", path, [("fieldSelector", selector)], builtin=True)
+        path = f"/api/v1/namespaces/{segment(namespace)}/events"
+        query = [("fieldSelector", selector)]
+        answer = self._request(what, "GET", path, query, builtin=True, cap=kube_rest.LIST_CAP)
         return sorted(list_items(answer, what), key=event_time_key)
 
     def annotate_reprofile(self, namespace: str, name: str, token: str) -> dict[str, Any]:

@@ -10,7 +10,6 @@ import logging
 import os
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from sps_operator.api.result import (
     INLINE_ROUNDS_LIMIT,
@@ -40,8 +39,6 @@ NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 # (about 2 min) per attempt, and the Job sits silent until its deadline; bounded, the
 # profiler fails within a minute and the operator says why (api/reasons.NEVER_WROTE_RESULT).
 REQUEST_TIMEOUT = (5.0, 30.0)
-# What the typed client sent for a patch given as an object (kubernetes.client.rest).
-MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
 def in_cluster_namespace(path: Path = NAMESPACE_FILE) -> str | None:
@@ -56,6 +53,8 @@ class ConfigMapPublisher:
 
     def __init__(self, name: str, namespace: str | None = None) -> None:
         from kubernetes import client, config
+
+        from sps_operator.kube_rest import segment
 
         resolved = namespace or in_cluster_namespace()
         if not resolved:
@@ -74,20 +73,19 @@ class ConfigMapPublisher:
         # pydantic models and a validator per method, and parses each answer into them
         # (0.7 CPU-s against 0.25 for a start and twenty writes, in every profiling Job).
         self._api = client.ApiClient()
-        self._path = f"/api/v1/namespaces/{quote(resolved)}/configmaps/{quote(name)}"
+        self._path = f"/api/v1/namespaces/{segment(resolved)}/configmaps/{segment(name)}"
         self._warned = False
 
     def publish(self, **fields: Any) -> None:
-        from kubernetes.client.exceptions import ApiException
+        """One strategic merge patch of the ConfigMap, as the typed CoreV1Api sent it; a
+        refusal raises `ApiException` (the answer itself, the patched ConfigMap, is read
+        with the one-object cap and dropped)."""
+        from sps_operator.kube_rest import STRATEGIC_MERGE_PATCH, send
 
-        request = self._api.param_serialize(
-            "PATCH", self._path, body=build_patch(**fields), auth_settings=["BearerToken"],
-            header_params={"Content-Type": MERGE_PATCH, "Accept": "application/json"},
+        send(
+            self._api, "PATCH", self._path, body=build_patch(**fields),
+            content_type=STRATEGIC_MERGE_PATCH, timeout=REQUEST_TIMEOUT,
         )  # fmt: skip
-        response = self._api.call_api(*request, _request_timeout=REQUEST_TIMEOUT)
-        response.read()
-        if not 200 <= response.status <= 299:
-            raise ApiException(http_resp=response)
 
     def publish_quietly(self, **fields: Any) -> None:
         """Progress updates must not kill a sweep: log a failure once and go on."""

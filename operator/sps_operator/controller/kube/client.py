@@ -20,8 +20,9 @@ from kubernetes.client.rest import ApiException
 from sps_operator.api.labels import KUEUE_GROUP, KUEUE_VERSIONS, KUEUE_VISIBILITY_GROUP
 from sps_operator.constants import API_GROUP, API_VERSION, FIELD_MANAGER, KIND
 from sps_operator.controller.kube.ratelimit import TokenBucket
-from sps_operator.controller.kube.rest import APPLY, MERGE_PATCH, RESOURCES, Resource, request
+from sps_operator.controller.kube.rest import RESOURCES, Resource, request
 from sps_operator.controller.policies import workloads
+from sps_operator.kube_rest import APPLY, LIST_CAP, MERGE_PATCH, AnswerRefused
 
 log = logging.getLogger(__name__)
 # How often `serves` asks discovery again about a workload kind a profile names.
@@ -105,7 +106,8 @@ class Kube:
 
     def _items(self, resource: Resource, namespace: str, label_selector: str) -> list[Obj]:
         query = [("labelSelector", label_selector)] if label_selector else []
-        found = request(self.api, "GET", resource.collection(namespace), query=query)
+        path = resource.collection(namespace)
+        found = request(self.api, "GET", path, query=query, cap=LIST_CAP)
         return list(found.get("items") or [])
 
     # ---- reads
@@ -190,7 +192,7 @@ class Kube:
             queues = Resource(KUEUE_VISIBILITY_GROUP, version, "localqueues")
             path = f"{queues.object(namespace, queue)}/pendingworkloads"
             try:
-                return request(self.api, "GET", path, query=[("limit", limit)])
+                return request(self.api, "GET", path, query=[("limit", limit)], cap=LIST_CAP)
             except ApiException as exc:
                 if exc.status != 404:
                     raise
@@ -316,6 +318,8 @@ def owned_by(obj: Mapping[str, Any] | None, uid: str) -> bool:
 
 def api_error_detail(exc: BaseException) -> str:
     """What an exception says, with the API server's own message when it is one."""
+    if isinstance(exc, AnswerRefused):  # an answer this client refused: which and why
+        return f"API answer refused: {exc}"
     if isinstance(exc, ApiException):
         message = ""
         if exc.body:

@@ -1,30 +1,23 @@
-"""Requests to the API server through the bare `kubernetes.client.ApiClient`: where each
-kind lives (`RESOURCES`) and one `request` (JSON in, a plain camelCase dict out).
-
-Not the typed APIs (`CoreV1Api`, `AppsV1Api`, ...): in client version 37 each imports and
-builds a few hundred pydantic models and a validator per method, about 1.3 CPU-s of every
-operator start, and parses answers into models the operator turned back into dicts. The
-profiler's publisher (`profiler/publish.py`) writes the same way.
+"""The operator's requests to the API server: where each kind lives (`RESOURCES`) and one
+`request` (JSON in, a plain camelCase dict out), on the bare `ApiClient` through
+`sps_operator.kube_rest` (shared with `kubectl sps` and the profiler's publisher; why no
+typed API is there).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 from kubernetes.client import ApiClient
-from kubernetes.client.exceptions import ApiException
 
 from sps_operator.api.labels import KUEUE_GROUP, KUEUE_VERSIONS
 from sps_operator.constants import API_GROUP, API_VERSION, PLURAL
 from sps_operator.controller.policies import workloads
+from sps_operator.kube_rest import OBJECT_CAP, parse_object, segment, send
 
 Obj = dict[str, Any]
-APPLY = "application/apply-patch+yaml"
-MERGE_PATCH = "application/merge-patch+json"
 
 
 @dataclass(frozen=True)
@@ -40,10 +33,10 @@ class Resource:
         return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
 
     def collection(self, namespace: str) -> str:
-        return f"{self.prefix}/namespaces/{_segment(namespace)}/{self.plural}"
+        return f"{self.prefix}/namespaces/{segment(namespace)}/{self.plural}"
 
     def object(self, namespace: str, name: str) -> str:
-        return f"{self.collection(namespace)}/{_segment(name)}"
+        return f"{self.collection(namespace)}/{segment(name)}"
 
 
 def _workload(kind: str) -> Resource:
@@ -71,12 +64,6 @@ RESOURCES: dict[str, Resource] = {
 }
 
 
-def _segment(value: str) -> str:
-    """One path segment: everything escaped, as the typed client escapes its path
-    parameters (a name is never a path)."""
-    return quote(str(value), safe="")
-
-
 def request(
     api: ApiClient,
     method: str,
@@ -85,19 +72,14 @@ def request(
     query: Iterable[tuple[str, Any]] = (),
     body: Any = None,
     content_type: str | None = None,
+    cap: int = OBJECT_CAP,
 ) -> Obj:
-    """One request; the answer's JSON object ({} when empty). A non-2xx answer raises
-    `ApiException` (its typed subclass, NotFoundException for a 404, ...) with the status,
-    reason and body as the typed client raised it: callers compare `exc.status`."""
-    headers = {"Accept": "application/json"}
-    if content_type is not None:
-        headers["Content-Type"] = content_type
-    serialized = api.param_serialize(
-        method, path, query_params=list(query) or None, header_params=headers, body=body,
-        auth_settings=["BearerToken"],
-    )  # fmt: skip
-    response = api.call_api(*serialized)
-    data = response.read()
-    if not 200 <= response.status <= 299:
-        raise ApiException.from_response(http_resp=response, body=None, data=None)
-    return dict(json.loads(data)) if data else {}
+    """One request; the answer's JSON object ({} when empty), at most `cap` bytes
+    (`kube_rest.LIST_CAP` for a LIST). A non-2xx answer raises `ApiException` (its typed
+    subclass, NotFoundException for a 404, ...) with the status, reason and body as the
+    typed client raised it: callers compare `exc.status`. A 2xx answer over the cap or not
+    a JSON object raises `kube_rest.AnswerRefused`, an `ApiException` whose 2xx status no
+    caller's branch takes for a 404 or a 409. No timeout, as before the fold: the
+    kubernetes client's own socket defaults hold."""
+    data = send(api, method, path, query=query, body=body, content_type=content_type, cap=cap)
+    return parse_object(data, path) if data else {}

@@ -1,0 +1,140 @@
+"""One request to the Kubernetes API server on a bare `kubernetes.client.ApiClient`, shared
+by the operator (`controller/kube/rest.py`), `kubectl sps` (`plugin/client.py`) and the
+profiler's publisher (`profiler/publish.py`).
+
+Not the typed APIs (`CoreV1Api`, ...): in client version 37 each imports and builds a few
+hundred pydantic models and a validator per method (about 1.3 CPU-s of an operator start,
+most of a plugin command's). Here: a path segment quoted, the URL built, a JSON body with
+its content type, the caller's timeout, the answer read with a size cap (an API server, or
+a proxy in front of it, is untrusted input), and one exception type for every answer
+refused: `ApiException` (the typed subclass for a non-2xx status, as the typed client
+raised it), `AnswerRefused` for a 2xx answer too large or not a JSON object. Each caller
+keeps its own timeouts, caps and wording.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes.client.exceptions import ApiException
+
+JSON = "application/json"
+APPLY = "application/apply-patch+yaml"
+MERGE_PATCH = "application/merge-patch+json"
+# What the typed CoreV1Api sent for a patch given as an object (kubernetes.client.rest).
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+
+MIB = 1 << 20
+# One object: etcd refuses a value over 1.5 MiB by default and the API server a request
+# over 3 MiB, so 4 MiB is above anything a real server sends for one object.
+OBJECT_CAP = 4 * MIB
+# A list (events, ConfigMaps, pods of a namespace): large namespaces run to tens of MiB;
+# above 64 MiB the client would hold several times that in parsed dicts.
+LIST_CAP = 64 * MIB
+# The body of a non-2xx answer: a Status is a few hundred bytes; what is over this is cut
+# (the status code is what callers act on), never read whole.
+ERROR_BODY_CAP = 64 * 1024
+
+
+class AnswerRefused(ApiException):
+    """A 2xx answer this client will not take: over its size cap, or not a JSON object.
+    `status` is the status received (a 2xx: no caller's 404/409 branch takes it for one),
+    `reason` says what is wrong, `path` where it came from."""
+
+    def __init__(self, status: int, reason: str, path: str) -> None:
+        super().__init__(status=status, reason=reason)
+        self.path = path
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+def segment(value: object) -> str:
+    """One path segment, everything escaped, as the typed client escapes its path
+    parameters: a name from a spec or a command line is never a path (`/`, `?`, `%`)."""
+    return quote(str(value), safe="")
+
+
+def _size_text(cap: int) -> str:
+    return f"{cap // MIB} MiB" if cap >= MIB and cap % MIB == 0 else f"{cap} bytes"
+
+
+def _read_at_most(response: Any, limit: int) -> bytes:
+    """At most `limit` bytes of the answer's body (decoded), never more read off the
+    socket. The client's REST layer streams (`preload_content=False`); one that preloaded
+    (a test's, an older client's) holds the body already and is only cut."""
+    raw = getattr(response, "response", None)
+    chunk = raw.read(limit, decode_content=True) if raw is not None else None
+    if chunk is None:
+        chunk = bytes(response.read() or b"")[:limit]
+    return bytes(chunk)
+
+
+def _drop(response: Any) -> None:
+    """Close a connection whose answer was not read to its end (it cannot be reused)."""
+    raw = getattr(response, "response", None)
+    if raw is not None:
+        raw.close()
+        raw.release_conn()
+
+
+def send(
+    api: Any,
+    method: str,
+    path: str,
+    *,
+    query: Iterable[tuple[str, Any]] = (),
+    body: Any = None,
+    content_type: str | None = None,
+    timeout: float | tuple[float, float] | None = None,
+    cap: int = OBJECT_CAP,
+) -> bytes:
+    """One request; the answer's body (at most `cap` bytes). A non-2xx answer raises
+    `ApiException` (NotFoundException for a 404, ...) with its status, reason and body (cut
+    at ERROR_BODY_CAP); a 2xx one over `cap` raises `AnswerRefused`. `timeout`: urllib3's
+    (seconds in all, or (connect, read)); None waits as long as the socket does."""
+    headers = {"Accept": JSON}
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    serialized = api.param_serialize(
+        method, path, query_params=list(query) or None, header_params=headers, body=body,
+        auth_settings=["BearerToken"],
+    )  # fmt: skip
+    if timeout is not None:
+        response = api.call_api(*serialized, _request_timeout=timeout)
+    else:
+        response = api.call_api(*serialized)
+    ok = 200 <= response.status <= 299
+    limit = cap if ok else ERROR_BODY_CAP
+    data = _read_at_most(response, limit + 1)
+    if len(data) > limit:
+        _drop(response)
+        data = data[:limit]
+        if ok:
+            refused = f"the API server's answer is over the {_size_text(cap)} cap (refused)"
+            raise AnswerRefused(response.status, refused, path)
+    if not ok:
+        response.data = data  # what ApiException reads its body from
+        raise ApiException.from_response(http_resp=response, body=None, data=None)
+    return data
+
+
+def parse_object(
+    raw: bytes,
+    path: str,
+    *,
+    object_hook: Callable[[dict[str, Any]], Any] | None = None,
+    status: int = 200,
+) -> dict[str, Any]:
+    """The answer's JSON object; `AnswerRefused` when it is none (no JSON, too deep, not
+    UTF-8, an array or a scalar)."""
+    try:
+        parsed = json.loads(raw, object_hook=object_hook)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        raise AnswerRefused(status, "the API server answered no JSON", path) from None
+    if not isinstance(parsed, dict):
+        raise AnswerRefused(status, "the API server answered no JSON object", path)
+    return parsed
