@@ -10,16 +10,28 @@ a proxy in front of it, is untrusted input), and one exception type for every an
 refused: `ApiException` (the typed subclass for a non-2xx status, as the typed client
 raised it), `AnswerRefused` for a 2xx answer too large or not a JSON object. Each caller
 keeps its own timeouts, caps and wording.
+
+Bounded in time as in size: urllib3's timeouts bound the connect and each read off the
+socket, and one deadline (`whole_deadline`: by default what the timeouts add up to) bounds
+the answer from the connect to its last byte, so a server that trickles its body a byte
+at a time is cut off (`AnswerTooSlow`, a urllib3 `ReadTimeoutError`: what callers already
+take for a transient network failure). One attempt per call: urllib3 would retry a timed-out
+GET, PUT or DELETE three more times (its `Retry.DEFAULT`), four times the deadline; the
+callers retry by themselves (kopf's backoff, the elector's next round, a user's command).
 """
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import quote
 
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError, ReadTimeoutError
+from urllib3.util.retry import Retry
 
 JSON = "application/json"
 APPLY = "application/apply-patch+yaml"
@@ -37,6 +49,37 @@ LIST_CAP = 64 * MIB
 # The body of a non-2xx answer: a Status is a few hundred bytes; what is over this is cut
 # (the status code is what callers act on), never read whole.
 ERROR_BODY_CAP = 64 * 1024
+
+
+# One attempt, no retry (see the module doc); a redirect is answered as it came (a 3xx is
+# an ApiException), never followed: an API server does not redirect its API paths.
+ONE_ATTEMPT = Retry(total=0, raise_on_redirect=False)
+
+Timeout = float | tuple[float, float]
+
+
+class AnswerTooSlow(ReadTimeoutError):
+    """The answer did not end within the whole-answer deadline: cut off, the connection
+    dropped. A urllib3 `ReadTimeoutError` (its `TimeoutError`, an `HTTPError`), so every
+    caller takes it as the timeout it is: transient, the request may be sent again."""
+
+    def __init__(self, path: str, seconds: float) -> None:
+        super().__init__(None, path, f"no whole answer within {seconds:g} s")  # type: ignore[arg-type]
+        self.path, self.seconds = path, seconds
+
+    def __str__(self) -> str:
+        return f"{self.path}: the API server's answer did not end within {self.seconds:g} s (cut off)"
+
+
+def whole_deadline(timeout: Timeout | None) -> float | None:
+    """The whole answer's deadline a caller's urllib3 timeout implies: seconds in all as
+    they are, (connect, read) their sum (a connect that took all its time leaves the answer
+    its read timeout), None (no timeout) none."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, tuple):
+        return timeout[0] + timeout[1]
+    return timeout
 
 
 class AnswerRefused(ApiException):
@@ -62,15 +105,56 @@ def _size_text(cap: int) -> str:
     return f"{cap // MIB} MiB" if cap >= MIB and cap % MIB == 0 else f"{cap} bytes"
 
 
-def _read_at_most(response: Any, limit: int) -> bytes:
+def _read_at_most(response: Any, limit: int, seconds_left: float | None) -> bytes | None:
     """At most `limit` bytes of the answer's body (decoded), never more read off the
-    socket. The client's REST layer streams (`preload_content=False`); one that preloaded
-    (a test's, an older client's) holds the body already and is only cut."""
+    socket; None when the body did not end within `seconds_left` (a timer shuts the socket
+    down then, which wakes a blocked read: the project's way, `kube/serverinfo.py`). The
+    client's REST layer streams (`preload_content=False`); one that preloaded (a test's, an
+    older client's) holds the body already and is only cut."""
     raw = getattr(response, "response", None)
-    chunk = raw.read(limit, decode_content=True) if raw is not None else None
+    if raw is None:
+        return bytes(response.read() or b"")[:limit]
+    fired = threading.Event()
+    timer = None
+    if seconds_left is not None:
+        timer = threading.Timer(max(seconds_left, 0.0), _shut, (raw, fired))
+        timer.daemon = True
+        timer.start()
+    try:
+        chunk = raw.read(limit, decode_content=True)
+    except (HTTPError, OSError):
+        if fired.is_set():
+            return None
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+    if fired.is_set():
+        return None
     if chunk is None:
         chunk = bytes(response.read() or b"")[:limit]
     return bytes(chunk)
+
+
+def _shut(raw: Any, fired: threading.Event) -> None:
+    fired.set()  # before the shutdown: the reader, woken by it, must see why
+    try:
+        raw.shutdown()
+    except (ValueError, RuntimeError, OSError, AttributeError):  # released, closed: nothing blocks
+        pass
+
+
+def _one_attempt(api: Any) -> None:
+    """The client's pools make one attempt per request (`ONE_ATTEMPT`): set once, before
+    the first pool is made, and on any made before."""
+    manager = getattr(getattr(api, "rest_client", None), "pool_manager", None)
+    if manager is None or manager.connection_pool_kw.get("retries") is ONE_ATTEMPT:
+        return
+    manager.connection_pool_kw["retries"] = ONE_ATTEMPT
+    for key in list(manager.pools.keys()):
+        pool = manager.pools.get(key)
+        if pool is not None:
+            pool.retries = ONE_ATTEMPT
 
 
 def _drop(response: Any) -> None:
@@ -89,13 +173,20 @@ def send(
     query: Iterable[tuple[str, Any]] = (),
     body: Any = None,
     content_type: str | None = None,
-    timeout: float | tuple[float, float] | None = None,
+    timeout: Timeout | None = None,
     cap: int = OBJECT_CAP,
+    deadline: float | None = None,
 ) -> bytes:
     """One request; the answer's body (at most `cap` bytes). A non-2xx answer raises
     `ApiException` (NotFoundException for a 404, ...) with its status, reason and body (cut
     at ERROR_BODY_CAP); a 2xx one over `cap` raises `AnswerRefused`. `timeout`: urllib3's
-    (seconds in all, or (connect, read)); None waits as long as the socket does."""
+    (seconds in all, or (connect, read)); None waits as long as the socket does.
+    `deadline`: seconds from the call to the answer's last byte (default
+    `whole_deadline(timeout)`); past it, `AnswerTooSlow`. A timeout or a dropped connection
+    raises urllib3's error (`MaxRetryError` wrapping it: one attempt, never retried here)."""
+    seconds = deadline if deadline is not None else whole_deadline(timeout)
+    started = time.monotonic()
+    _one_attempt(api)
     headers = {"Accept": JSON}
     if content_type is not None:
         headers["Content-Type"] = content_type
@@ -109,7 +200,11 @@ def send(
         response = api.call_api(*serialized)
     ok = 200 <= response.status <= 299
     limit = cap if ok else ERROR_BODY_CAP
-    data = _read_at_most(response, limit + 1)
+    left = None if seconds is None else seconds - (time.monotonic() - started)
+    data = _read_at_most(response, limit + 1, left)
+    if data is None:
+        _drop(response)
+        raise AnswerTooSlow(path, seconds or 0.0)
     if len(data) > limit:
         _drop(response)
         data = data[:limit]

@@ -320,6 +320,10 @@ def api_error_detail(exc: BaseException) -> str:
     """What an exception says, with the API server's own message when it is one."""
     if isinstance(exc, AnswerRefused):  # an answer this client refused: which and why
         return f"API answer refused: {exc}"
+    if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
+        exc = exc.reason  # one attempt (kube_rest): what failed it, without the pool's repr
+    if isinstance(exc, urllib3.exceptions.HTTPError):  # a timeout, a dropped connection
+        return f"no answer from the API server: {type(exc).__name__}: {exc}"
     if isinstance(exc, ApiException):
         message = ""
         if exc.body:

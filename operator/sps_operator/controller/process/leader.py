@@ -9,7 +9,9 @@ leaders acting, short of a clock that runs `lease_duration - renew_deadline` slo
 
 `decide` is the pure rule; `LeaseElector` does the I/O (the synchronous client's bare
 `ApiClient`, its own: never the reconcile passes' rate-limited one; run in a thread) and
-the timing.
+the timing. Its requests are bounded (`Timing.request_timeout`): the renewing loop checks
+leadership only between rounds, so a round (a GET and a PUT) that hung would keep a leader
+acting after a candidate took the Lease over.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError
 
 from sps_operator.controller.kube.rest import RESOURCES, request
 
@@ -39,6 +42,18 @@ class Timing:
     # A replica refused the Lease (403, 404: not a lost race) this long fails its liveness
     # probe: a standby that can never lead is misconfigured, not healthy.
     refused_unhealthy_after: float = 60.0
+
+    @property
+    def request_timeout(self) -> tuple[float, float]:
+        """(connect, read) of each Lease request; their sum bounds its whole answer. A
+        round's two requests end within `lease_duration - renew_deadline` (3 s by default):
+        a leader whose last renewal landed just before its renew deadline learns it lost
+        the Lease before any candidate may take it (a healthy API server answers a Lease
+        GET or PUT in milliseconds; a candidate counts the lease duration from its own
+        read, after the last renewal landed, which leaves it more)."""
+        whole = (self.lease_duration - self.renew_deadline) / 2
+        connect = min(0.5, whole / 2)
+        return connect, whole - connect
 
 
 @dataclass(frozen=True)
@@ -150,6 +165,17 @@ class LeaseElector:
                 )
             self._last_error = exc.status
             return self.is_leader()
+        except (HTTPError, OSError) as exc:
+            # No answer in time, or no connection (urllib3's timeouts, `AnswerTooSlow`): the
+            # next round asks again. Raised, it would end the renewing task and leave a
+            # leader acting unrenewed.
+            if self._last_error != 0:
+                log.warning(
+                    "lease %s/%s: no answer (%s: %s); asking again in %.0f s",
+                    self.namespace, self.name, type(exc).__name__, exc, self.timing.retry_period,
+                )  # fmt: skip
+            self._last_error = 0
+            return self.is_leader()
         self._answered()
         return self.is_leader()
 
@@ -180,7 +206,7 @@ class LeaseElector:
             if lease and (lease.get("spec") or {}).get("holderIdentity") == self.identity:
                 lease["spec"]["holderIdentity"] = None
                 self._replace(lease)
-        except ApiException as exc:
+        except (ApiException, HTTPError, OSError) as exc:
             log.warning("could not release lease %s/%s: %s", self.namespace, self.name, exc)
         self._renewed_at = None
 
@@ -188,7 +214,8 @@ class LeaseElector:
 
     def _get(self) -> dict[str, Any] | None:
         try:
-            return request(self.api, "GET", RESOURCES["Lease"].object(self.namespace, self.name))
+            path = RESOURCES["Lease"].object(self.namespace, self.name)
+            return request(self.api, "GET", path, timeout=self.timing.request_timeout)
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -216,7 +243,8 @@ class LeaseElector:
             "metadata": {"name": self.name, "namespace": self.namespace},
             "spec": self._spec(None),
         }
-        request(self.api, "POST", RESOURCES["Lease"].collection(self.namespace), body=body)
+        path = RESOURCES["Lease"].collection(self.namespace)
+        request(self.api, "POST", path, body=body, timeout=self.timing.request_timeout)
 
     def _update(self, lease: dict[str, Any]) -> None:
         # A replace carries the resourceVersion read: a concurrent taker makes it a 409.
@@ -224,4 +252,4 @@ class LeaseElector:
 
     def _replace(self, lease: Mapping[str, Any]) -> None:
         path = RESOURCES["Lease"].object(self.namespace, self.name)
-        request(self.api, "PUT", path, body=dict(lease))
+        request(self.api, "PUT", path, body=dict(lease), timeout=self.timing.request_timeout)

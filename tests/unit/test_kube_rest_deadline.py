@@ -1,0 +1,158 @@
+"""Every request the operator, `kubectl sps` and the publisher send is bounded in time
+(`sps_operator/kube_rest.py`): against real sockets on 127.0.0.1 and a real `ApiClient`, a
+server that accepts and never answers is given up on after one attempt, one that trickles
+its body a byte at a time is cut at the whole-answer deadline, and what they raise is what
+the operator already takes for a transient API failure (the Lease's round among them)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+import urllib3
+from kubernetes.client import ApiClient, Configuration
+
+from sps_operator.controller.kube.client import api_error_detail, is_transient
+from sps_operator.controller.kube.rest import request
+from sps_operator.controller.process.leader import LeaseElector, Timing
+from sps_operator.kube_rest import AnswerTooSlow, send, whole_deadline
+
+PATH = "/api/v1/namespaces/ns/configmaps/x"
+# How long a test's server holds a connection at most: old code (no timeout) ends then too.
+HOLD_SECONDS = 3.0
+
+
+class Server:
+    """A listening socket on 127.0.0.1; `serve(conn, stop)` handles each connection."""
+
+    def __init__(self, serve: Callable[[socket.socket, threading.Event], None]) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.accepted = 0
+        self.stop = threading.Event()
+        self._serve = serve
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        self.listener.settimeout(0.05)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.accepted += 1
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn: socket.socket) -> None:
+        with conn:
+            self._serve(conn, self.stop)
+
+    def api(self) -> ApiClient:
+        return ApiClient(Configuration(host=f"http://127.0.0.1:{self.port}"))
+
+    def close(self) -> None:
+        self.stop.set()
+        self.listener.close()
+        self._thread.join(2)
+
+
+def silent(conn: socket.socket, stop: threading.Event) -> None:
+    """Accept, read the request, never answer."""
+    conn.recv(65536)
+    stop.wait(HOLD_SECONDS)
+
+
+def trickling(conn: socket.socket, stop: threading.Event) -> None:
+    """Answer 200 with a 1000-byte body, one byte every 20 ms (20 s in all, cut at
+    HOLD_SECONDS): each read off the socket gets a byte long before a read timeout."""
+    conn.recv(65536)
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+    ends = time.monotonic() + HOLD_SECONDS
+    while not stop.is_set() and time.monotonic() < ends:
+        try:
+            conn.sendall(b" ")
+        except OSError:
+            return
+        stop.wait(0.02)
+
+
+@pytest.fixture
+def serving() -> Iterator[Callable[[Callable[[socket.socket, threading.Event], None]], Server]]:
+    started: list[Server] = []
+
+    def start(serve: Callable[[socket.socket, threading.Event], None]) -> Server:
+        started.append(Server(serve))
+        return started[-1]
+
+    yield start
+    for server in started:
+        server.close()
+
+
+def test_a_server_that_never_answers_is_given_up_on_after_one_attempt(serving) -> None:  # type: ignore[no-untyped-def]
+    server = serving(silent)
+    began = time.monotonic()
+    with pytest.raises(urllib3.exceptions.HTTPError) as raised:
+        send(server.api(), "GET", PATH, timeout=(0.5, 0.3))
+    took = time.monotonic() - began
+    # One attempt: urllib3's default would have retried the GET three more times.
+    assert server.accepted == 1
+    assert took < HOLD_SECONDS, took
+    exc = raised.value
+    assert isinstance(exc, urllib3.exceptions.MaxRetryError)
+    assert isinstance(exc.reason, urllib3.exceptions.ReadTimeoutError)
+    assert is_transient(exc)
+    assert api_error_detail(exc).startswith("no answer from the API server: ReadTimeoutError")
+
+
+def test_a_trickled_answer_is_cut_at_the_whole_answer_deadline(serving) -> None:  # type: ignore[no-untyped-def]
+    server = serving(trickling)
+    began = time.monotonic()
+    with pytest.raises(AnswerTooSlow) as raised:
+        send(server.api(), "GET", PATH, timeout=(0.5, 0.5), deadline=0.6)
+    took = time.monotonic() - began
+    assert took < HOLD_SECONDS, took
+    exc = raised.value
+    assert str(exc) == f"{PATH}: the API server's answer did not end within 0.6 s (cut off)"
+    # What every caller already takes for a timeout: urllib3's, transient.
+    assert isinstance(exc, urllib3.exceptions.ReadTimeoutError) and isinstance(exc, urllib3.exceptions.TimeoutError)
+    assert is_transient(exc)
+    assert api_error_detail(exc) == f"no answer from the API server: AnswerTooSlow: {exc}"
+
+
+def test_the_operators_request_is_bounded_by_its_timeout(serving) -> None:  # type: ignore[no-untyped-def]
+    server = serving(trickling)
+    with pytest.raises(AnswerTooSlow) as raised:
+        request(server.api(), "GET", PATH, timeout=(0.3, 0.3))
+    assert raised.value.seconds == 0.6  # the whole answer: connect and read together
+
+
+def test_the_whole_deadline_follows_from_the_callers_timeout() -> None:
+    assert whole_deadline((5.0, 30.0)) == 35.0  # the publisher's
+    assert whole_deadline(12.0) == 12.0  # kubectl sps --request-timeout=12s
+    assert whole_deadline(None) is None  # --request-timeout=0: as kubectl, no limit
+
+
+def test_a_lease_round_without_an_answer_is_a_lost_round_not_a_crash(serving) -> None:  # type: ignore[no-untyped-def]
+    server = serving(silent)
+    timing = Timing(lease_duration=1.0, renew_deadline=0.6, retry_period=0.2)
+    assert sum(timing.request_timeout) == pytest.approx(0.2)
+    elector = LeaseElector("sps", "ns", "me", api=server.api(), timing=timing)
+    began = time.monotonic()
+    assert elector.try_once() is False  # raised, it would end the renewing task
+    assert time.monotonic() - began < HOLD_SECONDS
+    assert not elector.is_leader()
+
+
+def test_the_default_lease_round_ends_before_a_candidate_may_take_over() -> None:
+    timing = Timing()
+    connect, read = timing.request_timeout
+    # A round is a GET and a PUT; a leader notices after `renew_deadline` at the latest.
+    assert timing.renew_deadline + 2 * (connect + read) <= timing.lease_duration
+    assert 0 < connect <= read
