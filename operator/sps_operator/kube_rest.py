@@ -22,6 +22,7 @@ callers retry by themselves (kopf's backoff, the elector's next round, a user's 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -68,7 +69,9 @@ class AnswerTooSlow(ReadTimeoutError):
         self.path, self.seconds = path, seconds
 
     def __str__(self) -> str:
-        return f"{self.path}: the API server's answer did not end within {self.seconds:g} s (cut off)"
+        return (
+            f"{self.path}: the API server's answer did not end within {self.seconds:g} s (cut off)"
+        )
 
 
 def whole_deadline(timeout: Timeout | None) -> float | None:
@@ -138,10 +141,9 @@ def _read_at_most(response: Any, limit: int, seconds_left: float | None) -> byte
 
 def _shut(raw: Any, fired: threading.Event) -> None:
     fired.set()  # before the shutdown: the reader, woken by it, must see why
-    try:
+    # Released or closed already: nothing blocks on it.
+    with contextlib.suppress(ValueError, RuntimeError, OSError, AttributeError):
         raw.shutdown()
-    except (ValueError, RuntimeError, OSError, AttributeError):  # released, closed: nothing blocks
-        pass
 
 
 def _one_attempt(api: Any) -> None:

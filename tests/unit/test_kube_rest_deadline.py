@@ -25,10 +25,13 @@ PATH = "/api/v1/namespaces/ns/configmaps/x"
 HOLD_SECONDS = 3.0
 
 
+Serve = Callable[[socket.socket, threading.Event], None]
+
+
 class Server:
     """A listening socket on 127.0.0.1; `serve(conn, stop)` handles each connection."""
 
-    def __init__(self, serve: Callable[[socket.socket, threading.Event], None]) -> None:
+    def __init__(self, serve: Serve) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.accepted = 0
@@ -72,7 +75,9 @@ def trickling(conn: socket.socket, stop: threading.Event) -> None:
     """Answer 200 with a 1000-byte body, one byte every 20 ms (20 s in all, cut at
     HOLD_SECONDS): each read off the socket gets a byte long before a read timeout."""
     conn.recv(65536)
-    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+    conn.sendall(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+    )
     ends = time.monotonic() + HOLD_SECONDS
     while not stop.is_set() and time.monotonic() < ends:
         try:
@@ -82,11 +87,14 @@ def trickling(conn: socket.socket, stop: threading.Event) -> None:
         stop.wait(0.02)
 
 
+Start = Callable[[Serve], Server]
+
+
 @pytest.fixture
-def serving() -> Iterator[Callable[[Callable[[socket.socket, threading.Event], None]], Server]]:
+def serving() -> Iterator[Start]:
     started: list[Server] = []
 
-    def start(serve: Callable[[socket.socket, threading.Event], None]) -> Server:
+    def start(serve: Serve) -> Server:
         started.append(Server(serve))
         return started[-1]
 
@@ -95,7 +103,7 @@ def serving() -> Iterator[Callable[[Callable[[socket.socket, threading.Event], N
         server.close()
 
 
-def test_a_server_that_never_answers_is_given_up_on_after_one_attempt(serving) -> None:  # type: ignore[no-untyped-def]
+def test_a_server_that_never_answers_is_given_up_on_after_one_attempt(serving: Start) -> None:
     server = serving(silent)
     began = time.monotonic()
     with pytest.raises(urllib3.exceptions.HTTPError) as raised:
@@ -111,7 +119,7 @@ def test_a_server_that_never_answers_is_given_up_on_after_one_attempt(serving) -
     assert api_error_detail(exc).startswith("no answer from the API server: ReadTimeoutError")
 
 
-def test_a_trickled_answer_is_cut_at_the_whole_answer_deadline(serving) -> None:  # type: ignore[no-untyped-def]
+def test_a_trickled_answer_is_cut_at_the_whole_answer_deadline(serving: Start) -> None:
     server = serving(trickling)
     began = time.monotonic()
     with pytest.raises(AnswerTooSlow) as raised:
@@ -121,12 +129,14 @@ def test_a_trickled_answer_is_cut_at_the_whole_answer_deadline(serving) -> None:
     exc = raised.value
     assert str(exc) == f"{PATH}: the API server's answer did not end within 0.6 s (cut off)"
     # What every caller already takes for a timeout: urllib3's, transient.
-    assert isinstance(exc, urllib3.exceptions.ReadTimeoutError) and isinstance(exc, urllib3.exceptions.TimeoutError)
+    assert isinstance(exc, urllib3.exceptions.ReadTimeoutError) and isinstance(
+        exc, urllib3.exceptions.TimeoutError
+    )
     assert is_transient(exc)
     assert api_error_detail(exc) == f"no answer from the API server: AnswerTooSlow: {exc}"
 
 
-def test_the_operators_request_is_bounded_by_its_timeout(serving) -> None:  # type: ignore[no-untyped-def]
+def test_the_operators_request_is_bounded_by_its_timeout(serving: Start) -> None:
     server = serving(trickling)
     with pytest.raises(AnswerTooSlow) as raised:
         request(server.api(), "GET", PATH, timeout=(0.3, 0.3))
@@ -139,7 +149,7 @@ def test_the_whole_deadline_follows_from_the_callers_timeout() -> None:
     assert whole_deadline(None) is None  # --request-timeout=0: as kubectl, no limit
 
 
-def test_a_lease_round_without_an_answer_is_a_lost_round_not_a_crash(serving) -> None:  # type: ignore[no-untyped-def]
+def test_a_lease_round_without_an_answer_is_a_lost_round_not_a_crash(serving: Start) -> None:
     server = serving(silent)
     timing = Timing(lease_duration=1.0, renew_deadline=0.6, retry_period=0.2)
     assert sum(timing.request_timeout) == pytest.approx(0.2)
