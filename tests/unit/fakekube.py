@@ -161,7 +161,7 @@ class FakeKube(KubeApi):
         self.scales: list[tuple[str, int]] = []
         self.events: list[tuple[str, str]] = []
         self.calls: list[str] = []
-        self.fail: dict[str, ApiException] = {}  # method name -> exception to raise once
+        self.fail: dict[str, Exception] = {}  # method name -> exception to raise once
         self.reject_status: ApiException | None = None
         self.instant_rollout = True
         self.kueue_installed = True  # False: the API group kueue.x-k8s.io is not served

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import urllib3
+from controller_harness import Harness
 from kubernetes.client import ApiClient, Configuration
 
 from sps_operator.controller.kube.client import api_error_detail, is_transient
@@ -166,3 +167,22 @@ def test_the_default_lease_round_ends_before_a_candidate_may_take_over() -> None
     # A round is a GET and a PUT; a leader notices after `renew_deadline` at the latest.
     assert timing.renew_deadline + 2 * (connect + read) <= timing.lease_duration
     assert 0 < connect <= read
+
+
+def test_a_timeout_in_a_pass_is_a_transient_failure_in_status_and_the_run_goes_on() -> None:
+    h = Harness.with_finished_job()
+    h.kube.fail["create_ConfigMap"] = AnswerTooSlow(PATH, 80.0)
+    h.tick()
+    status = h.run_pass()
+    failure = status["lastFailure"]
+    assert failure["reason"] == "ReconcileError"
+    assert "no answer from the API server: AnswerTooSlow" in failure["message"], failure
+    assert any(e[0] == "ReconcileError" for e in h.kube.events)
+    # Transient: the run is followed again after the backoff, not ended as a 422 ends it.
+    assert status.get("currentRun") is not None
+    for _ in range(10):
+        h.tick(120)
+        h.run_pass()
+        if h.condition("Ready")[0] == "True":
+            break
+    assert h.status().get("tables") and h.condition("Ready")[0] == "True", h.status()
