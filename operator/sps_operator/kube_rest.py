@@ -13,11 +13,16 @@ keeps its own timeouts, caps and wording.
 
 Bounded in time as in size: urllib3's timeouts bound the connect and each read off the
 socket, and one deadline (`whole_deadline`: by default what the timeouts add up to) bounds
-the answer from the connect to its last byte, so a server that trickles its body a byte
-at a time is cut off (`AnswerTooSlow`, a urllib3 `ReadTimeoutError`: what callers already
-take for a transient network failure). One attempt per call: urllib3 would retry a timed-out
-GET, PUT or DELETE three more times (its `Retry.DEFAULT`), four times the deadline; the
-callers retry by themselves (kopf's backoff, the elector's next round, a user's command).
+the answer from the call to its last byte, so a server that trickles its body a byte at a
+time is cut off (`AnswerTooSlow`, a urllib3 `ReadTimeoutError`: what callers already take
+for a transient network failure). The status line and headers are read inside the client
+(no socket to shut before they are in): each of their reads has the read timeout, and an
+answer whose headers came in past the deadline is refused whole. One attempt per call:
+urllib3 would retry a timed-out GET, PUT or DELETE three more times (its `Retry.DEFAULT`),
+four times the deadline; the callers retry by themselves (kopf's backoff, the elector's
+next round, a user's command).
+A client whose configuration sets `retries` keeps them, and passes a deadline that counts
+them (the profiler's publisher).
 """
 
 from __future__ import annotations
@@ -117,10 +122,12 @@ def _read_at_most(response: Any, limit: int, seconds_left: float | None) -> byte
     raw = getattr(response, "response", None)
     if raw is None:
         return bytes(response.read() or b"")[:limit]
+    if seconds_left is not None and seconds_left <= 0:
+        return None
     fired = threading.Event()
     timer = None
     if seconds_left is not None:
-        timer = threading.Timer(max(seconds_left, 0.0), _shut, (raw, fired))
+        timer = threading.Timer(seconds_left, _shut, (raw, fired))
         timer.daemon = True
         timer.start()
     try:
@@ -148,7 +155,10 @@ def _shut(raw: Any, fired: threading.Event) -> None:
 
 def _one_attempt(api: Any) -> None:
     """The client's pools make one attempt per request (`ONE_ATTEMPT`): set once, before
-    the first pool is made, and on any made before."""
+    the first pool is made, and on any made before. A client configured with retries of
+    its own keeps them (the publisher's: connects; its deadline counts them)."""
+    if getattr(getattr(api, "configuration", None), "retries", None) is not None:
+        return
     manager = getattr(getattr(api, "rest_client", None), "pool_manager", None)
     if manager is None or manager.connection_pool_kw.get("retries") is ONE_ATTEMPT:
         return

@@ -6,10 +6,12 @@ the operator already takes for a transient API failure (the Lease's round among 
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import urllib3
@@ -20,6 +22,7 @@ from sps_operator.controller.kube.client import api_error_detail, is_transient
 from sps_operator.controller.kube.rest import request
 from sps_operator.controller.process.leader import LeaseElector, Timing
 from sps_operator.kube_rest import AnswerTooSlow, send, whole_deadline
+from sps_operator.profiler import publish
 
 PATH = "/api/v1/namespaces/ns/configmaps/x"
 # How long a test's server holds a connection at most: old code (no timeout) ends then too.
@@ -186,3 +189,26 @@ def test_a_timeout_in_a_pass_is_a_transient_failure_in_status_and_the_run_goes_o
         if h.condition("Ready")[0] == "True":
             break
     assert h.status().get("tables") and h.condition("Ready")[0] == "True", h.status()
+
+
+def test_the_publisher_tries_a_connect_again_but_never_a_timed_out_write(
+    serving: Start, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = serving(trickling)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{server.port}"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+    }))  # fmt: skip
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setattr(publish, "REQUEST_TIMEOUT", (0.2, 0.3))
+    publisher = publish.ConfigMapPublisher("result", "ns")
+    with pytest.raises(AnswerTooSlow) as raised:
+        publisher.publish(status="running", message="starting", progress="0/?")
+    # Its deadline counts every connect it may make: 3 x 0.2 s, and the 0.3 s read.
+    assert raised.value.seconds == pytest.approx(0.9)
+    assert server.accepted == 1
+    retries = publisher._api.configuration.retries
+    assert (retries.connect, retries.read) == (2, 0)

@@ -39,6 +39,18 @@ NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 # (about 2 min) per attempt, and the Job sits silent until its deadline; bounded, the
 # profiler fails within a minute and the operator says why (api/reasons.NEVER_WROTE_RESULT).
 REQUEST_TIMEOUT = (5.0, 30.0)
+# A connect that failed sent nothing, so it is tried again, at once, up to twice (behind the
+# in-cluster `kubernetes` Service each connect may reach another API server); an answer
+# that timed out never is (the patch may have landed; the next publish carries it all).
+# The final publish of a run is one call: hours of GPU time depend on it landing.
+CONNECT_ATTEMPTS = 3
+
+
+def publish_deadline() -> float:
+    """One write's whole answer, from its first connect to the last byte: every connect
+    attempt's timeout and the read's (`kube_rest.send`'s deadline)."""
+    connect, read = REQUEST_TIMEOUT
+    return CONNECT_ATTEMPTS * connect + read
 
 
 def in_cluster_namespace(path: Path = NAMESPACE_FILE) -> str | None:
@@ -72,7 +84,14 @@ class ConfigMapPublisher:
         # The bare ApiClient, not CoreV1Api: that one imports and builds a few hundred
         # pydantic models and a validator per method, and parses each answer into them
         # (0.7 CPU-s against 0.25 for a start and twenty writes, in every profiling Job).
-        self._api = client.ApiClient()
+        from urllib3.util.retry import Retry
+
+        configuration = client.Configuration.get_default_copy()
+        configuration.retries = Retry(
+            total=None, connect=CONNECT_ATTEMPTS - 1, read=0, other=0, status=0, redirect=0,
+            raise_on_redirect=False,
+        )  # fmt: skip
+        self._api = client.ApiClient(configuration)
         self._path = f"/api/v1/namespaces/{segment(resolved)}/configmaps/{segment(name)}"
         self._warned = False
 
@@ -85,6 +104,7 @@ class ConfigMapPublisher:
         send(
             self._api, "PATCH", self._path, body=build_patch(**fields),
             content_type=STRATEGIC_MERGE_PATCH, timeout=REQUEST_TIMEOUT,
+            deadline=publish_deadline(),
         )  # fmt: skip
 
     def publish_quietly(self, **fields: Any) -> None:

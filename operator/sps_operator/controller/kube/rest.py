@@ -26,7 +26,9 @@ Obj = dict[str, Any]
 # default, with a 504 that says so; 70 s lets that answer arrive first, while a server that
 # hangs, or a proxy that accepts and never answers, frees the handler's thread. The whole
 # answer, connect to last byte, has their sum (80 s, `kube_rest.whole_deadline`): a LIST
-# of a large namespace takes seconds, and the server's timeout covers writing it too.
+# of a large namespace takes seconds, and the server's timeout covers writing it too. The
+# wait for a token of the operator's rate limit counts against it (at most the pass
+# threads over --kube-qps: well under a second with the defaults).
 # The Lease's requests have much shorter ones (`process/leader.py`).
 REQUEST_TIMEOUT: tuple[float, float] = (10.0, 70.0)
 
