@@ -13,11 +13,12 @@ keeps its own timeouts, caps and wording.
 
 Bounded in time as in size: urllib3's timeouts bound the connect and each read off the
 socket, and one deadline (`whole_deadline`: by default what the timeouts add up to) bounds
-the answer from the call to its last byte, so a server that trickles its body a byte at a
-time is cut off (`AnswerTooSlow`, a urllib3 `ReadTimeoutError`: what callers already take
-for a transient network failure). The status line and headers are read inside the client
-(no socket to shut before they are in): each of their reads has the read timeout, and an
-answer whose headers came in past the deadline is refused whole. One attempt per call:
+the answer from the call to its last byte, headers and body, so a server that trickles
+either a byte at a time is cut off (`AnswerTooSlow`, a urllib3 `ReadTimeoutError`: what
+callers already take for a transient network failure). A timer shuts the request's socket
+down at the deadline, which wakes a blocked read (the project's way: `kube/serverinfo.py`);
+the client's pools make connections that hand their socket to it (`_watch_sockets`). One
+attempt per call:
 urllib3 would retry a timed-out GET, PUT or DELETE three more times (its `Retry.DEFAULT`),
 four times the deadline; the callers retry by themselves (kopf's backoff, the elector's
 next round, a user's command).
@@ -29,13 +30,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import threading
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import quote
 
 from kubernetes.client.exceptions import ApiException
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import HTTPError, ReadTimeoutError
 from urllib3.util.retry import Retry
 
@@ -113,60 +116,108 @@ def _size_text(cap: int) -> str:
     return f"{cap // MIB} MiB" if cap >= MIB and cap % MIB == 0 else f"{cap} bytes"
 
 
-def _read_at_most(response: Any, limit: int, seconds_left: float | None) -> bytes | None:
+class _Watch:
+    """One request's deadline: at `seconds` a timer shuts the socket the request uses down
+    (attached when the answer is awaited), which wakes whatever read blocks on it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.fired = threading.Event()
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Watch:
+        _current.watch = self
+        self._timer.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._timer.cancel()
+        _current.watch = None
+
+    def attach(self, sock: socket.socket | None) -> None:
+        with self._lock:
+            self._sock = sock
+            if self.fired.is_set():
+                _shut(sock)
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired.set()  # before the shutdown: the reader, woken by it, must see why
+            _shut(self._sock)
+
+
+def _shut(sock: socket.socket | None) -> None:
+    if sock is not None:
+        with contextlib.suppress(OSError):  # closed already: nothing blocks on it
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+# The request under way in this thread (the client is synchronous: one at a time).
+_current = threading.local()
+
+
+class _WatchedHTTP(HTTPConnection):
+    def getresponse(self) -> Any:
+        watch: _Watch | None = getattr(_current, "watch", None)
+        if watch is not None:
+            watch.attach(self.sock)
+        return super().getresponse()
+
+
+class _WatchedHTTPS(HTTPSConnection):
+    def getresponse(self) -> Any:
+        watch: _Watch | None = getattr(_current, "watch", None)
+        if watch is not None:
+            watch.attach(self.sock)
+        return super().getresponse()
+
+
+class _WatchedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTP
+
+
+class _WatchedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPS
+
+
+STOCK_POOLS = {"http": HTTPConnectionPool, "https": HTTPSConnectionPool}
+WATCHED_POOLS = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
+
+
+def _read_at_most(response: Any, limit: int) -> bytes:
     """At most `limit` bytes of the answer's body (decoded), never more read off the
-    socket; None when the body did not end within `seconds_left` (a timer shuts the socket
-    down then, which wakes a blocked read: the project's way, `kube/serverinfo.py`). The
-    client's REST layer streams (`preload_content=False`); one that preloaded (a test's, an
-    older client's) holds the body already and is only cut."""
+    socket. The client's REST layer streams (`preload_content=False`); one that preloaded
+    (a test's, an older client's) holds the body already and is only cut."""
     raw = getattr(response, "response", None)
-    if raw is None:
-        return bytes(response.read() or b"")[:limit]
-    if seconds_left is not None and seconds_left <= 0:
-        return None
-    fired = threading.Event()
-    timer = None
-    if seconds_left is not None:
-        timer = threading.Timer(seconds_left, _shut, (raw, fired))
-        timer.daemon = True
-        timer.start()
-    try:
-        chunk = raw.read(limit, decode_content=True)
-    except (HTTPError, OSError):
-        if fired.is_set():
-            return None
-        raise
-    finally:
-        if timer is not None:
-            timer.cancel()
-    if fired.is_set():
-        return None
+    chunk = raw.read(limit, decode_content=True) if raw is not None else None
     if chunk is None:
         chunk = bytes(response.read() or b"")[:limit]
     return bytes(chunk)
 
 
-def _shut(raw: Any, fired: threading.Event) -> None:
-    fired.set()  # before the shutdown: the reader, woken by it, must see why
-    # Released or closed already: nothing blocks on it.
-    with contextlib.suppress(ValueError, RuntimeError, OSError, AttributeError):
-        raw.shutdown()
-
-
-def _one_attempt(api: Any) -> None:
-    """The client's pools make one attempt per request (`ONE_ATTEMPT`): set once, before
-    the first pool is made, and on any made before. A client configured with retries of
-    its own keeps them (the publisher's: connects; its deadline counts them)."""
-    if getattr(getattr(api, "configuration", None), "retries", None) is not None:
-        return
+def _prepare(api: Any) -> None:
+    """Once per client, before its first request: its pools make one attempt per request
+    (`ONE_ATTEMPT`; a client configured with retries of its own keeps them: the
+    publisher's connects, which its deadline counts) and connections whose socket a
+    deadline can shut (`_watch_sockets`)."""
     manager = getattr(getattr(api, "rest_client", None), "pool_manager", None)
-    if manager is None or manager.connection_pool_kw.get("retries") is ONE_ATTEMPT:
+    if manager is None or getattr(manager, "_sps_prepared", False):
         return
-    manager.connection_pool_kw["retries"] = ONE_ATTEMPT
-    for key in list(manager.pools.keys()):
-        pool = manager.pools.get(key)
-        if pool is not None:
-            pool.retries = ONE_ATTEMPT
+    if getattr(getattr(api, "configuration", None), "retries", None) is None:
+        manager.connection_pool_kw["retries"] = ONE_ATTEMPT
+    _watch_sockets(manager)
+    manager.clear()  # a pool made before (the client used elsewhere) has the old settings
+    manager._sps_prepared = True
+
+
+def _watch_sockets(manager: Any) -> None:
+    """Connections that hand their socket to the request's deadline (`_Watch`). Only in
+    place of urllib3's own pool classes: a SOCKS proxy's keep theirs (the deadline is then
+    checked between the headers and the body, and bounds the body's reads no more)."""
+    if manager.pool_classes_by_scheme == STOCK_POOLS:
+        manager.pool_classes_by_scheme = WATCHED_POOLS
 
 
 def _drop(response: Any) -> None:
@@ -197,8 +248,32 @@ def send(
     `whole_deadline(timeout)`); past it, `AnswerTooSlow`. A timeout or a dropped connection
     raises urllib3's error (`MaxRetryError` wrapping it: one attempt, never retried here)."""
     seconds = deadline if deadline is not None else whole_deadline(timeout)
-    started = time.monotonic()
-    _one_attempt(api)
+    _prepare(api)
+    if seconds is None:
+        return _send(api, method, path, query, body, content_type, timeout, cap)
+    with _Watch(seconds) as watch:
+        try:
+            data = _send(api, method, path, query, body, content_type, timeout, cap)
+        except (HTTPError, OSError) as exc:
+            if watch.fired.is_set():
+                raise AnswerTooSlow(path, seconds) from exc
+            raise
+        # Shut at the deadline, a body read to its close may look whole: refused too.
+        if watch.fired.is_set():
+            raise AnswerTooSlow(path, seconds)
+        return data
+
+
+def _send(
+    api: Any,
+    method: str,
+    path: str,
+    query: Iterable[tuple[str, Any]],
+    body: Any,
+    content_type: str | None,
+    timeout: Timeout | None,
+    cap: int,
+) -> bytes:
     headers = {"Accept": JSON}
     if content_type is not None:
         headers["Content-Type"] = content_type
@@ -212,11 +287,7 @@ def send(
         response = api.call_api(*serialized)
     ok = 200 <= response.status <= 299
     limit = cap if ok else ERROR_BODY_CAP
-    left = None if seconds is None else seconds - (time.monotonic() - started)
-    data = _read_at_most(response, limit + 1, left)
-    if data is None:
-        _drop(response)
-        raise AnswerTooSlow(path, seconds or 0.0)
+    data = _read_at_most(response, limit + 1)
     if len(data) > limit:
         _drop(response)
         data = data[:limit]

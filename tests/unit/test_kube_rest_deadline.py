@@ -94,6 +94,19 @@ def trickling(conn: socket.socket, stop: threading.Event) -> None:
 Start = Callable[[Serve], Server]
 
 
+def trickling_headers(conn: socket.socket, stop: threading.Event) -> None:
+    """Trickle a status line and a header that never end, one byte every 20 ms."""
+    conn.recv(65536)
+    conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+    ends = time.monotonic() + HOLD_SECONDS
+    while not stop.is_set() and time.monotonic() < ends:
+        try:
+            conn.sendall(b"a")
+        except OSError:
+            return
+        stop.wait(0.02)
+
+
 @pytest.fixture
 def serving() -> Iterator[Start]:
     started: list[Server] = []
@@ -138,6 +151,16 @@ def test_a_trickled_answer_is_cut_at_the_whole_answer_deadline(serving: Start) -
     )
     assert is_transient(exc)
     assert api_error_detail(exc) == f"no answer from the API server: AnswerTooSlow: {exc}"
+
+
+def test_trickled_headers_are_cut_at_the_whole_answer_deadline(serving: Start) -> None:
+    server = serving(trickling_headers)
+    began = time.monotonic()
+    with pytest.raises(AnswerTooSlow) as raised:
+        send(server.api(), "GET", PATH, timeout=(0.5, 0.5), deadline=0.6)
+    assert time.monotonic() - began < HOLD_SECONDS
+    assert server.accepted == 1
+    assert is_transient(raised.value)
 
 
 def test_the_operators_request_is_bounded_by_its_timeout(serving: Start) -> None:
