@@ -17,13 +17,12 @@ the answer from the call to its last byte, headers and body, so a server that tr
 either a byte at a time is cut off (`AnswerTooSlow`, a urllib3 `ReadTimeoutError`: what
 callers already take for a transient network failure). A timer shuts the request's socket
 down at the deadline, which wakes a blocked read (the project's way: `kube/serverinfo.py`);
-the client's pools make connections that hand their socket to it (`_watch_sockets`). One
-attempt per call:
-urllib3 would retry a timed-out GET, PUT or DELETE three more times (its `Retry.DEFAULT`),
-four times the deadline; the callers retry by themselves (kopf's backoff, the elector's
-next round, a user's command).
-A client whose configuration sets `retries` keeps them, and passes a deadline that counts
-them (the profiler's publisher).
+the client's pools make connections that hand their socket to it (`_watch_sockets`).
+
+One attempt per call: urllib3 would retry a timed-out GET, PUT or DELETE three more times
+(its `Retry.DEFAULT`), four times the deadline; the callers retry by themselves (kopf's
+backoff, the elector's next round, a user's command). A client whose configuration sets
+`retries` keeps them, and passes a deadline that counts them (the profiler's publisher).
 """
 
 from __future__ import annotations
@@ -158,19 +157,22 @@ def _shut(sock: socket.socket | None) -> None:
 _current = threading.local()
 
 
+def _hand_over(sock: socket.socket | None) -> None:
+    """The socket about to be read for the answer, to this thread's request deadline."""
+    watch: _Watch | None = getattr(_current, "watch", None)
+    if watch is not None:
+        watch.attach(sock)
+
+
 class _WatchedHTTP(HTTPConnection):
     def getresponse(self) -> Any:
-        watch: _Watch | None = getattr(_current, "watch", None)
-        if watch is not None:
-            watch.attach(self.sock)
+        _hand_over(self.sock)
         return super().getresponse()
 
 
 class _WatchedHTTPS(HTTPSConnection):
     def getresponse(self) -> Any:
-        watch: _Watch | None = getattr(_current, "watch", None)
-        if watch is not None:
-            watch.attach(self.sock)
+        _hand_over(self.sock)
         return super().getresponse()
 
 
@@ -214,8 +216,8 @@ def _prepare(api: Any) -> None:
 
 def _watch_sockets(manager: Any) -> None:
     """Connections that hand their socket to the request's deadline (`_Watch`). Only in
-    place of urllib3's own pool classes: a SOCKS proxy's keep theirs (the deadline is then
-    checked between the headers and the body, and bounds the body's reads no more)."""
+    place of urllib3's own pool classes: a SOCKS proxy's keep theirs (the deadline then
+    only refuses an answer that ended past it; the timeouts bound each read)."""
     if manager.pool_classes_by_scheme == STOCK_POOLS:
         manager.pool_classes_by_scheme = WATCHED_POOLS
 
