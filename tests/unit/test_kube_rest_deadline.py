@@ -75,36 +75,31 @@ def silent(conn: socket.socket, stop: threading.Event) -> None:
     stop.wait(HOLD_SECONDS)
 
 
-def trickling(conn: socket.socket, stop: threading.Event) -> None:
-    """Answer 200 with a 1000-byte body, one byte every 20 ms (20 s in all, cut at
-    HOLD_SECONDS): each read off the socket gets a byte long before a read timeout."""
-    conn.recv(65536)
-    conn.sendall(
-        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
-    )
-    ends = time.monotonic() + HOLD_SECONDS
-    while not stop.is_set() and time.monotonic() < ends:
-        try:
-            conn.sendall(b" ")
-        except OSError:
-            return
-        stop.wait(0.02)
+def trickle(head: bytes, byte: bytes) -> Serve:
+    """Send `head`, then `byte` every 20 ms until HOLD_SECONDS: each read off the socket
+    gets a byte long before a read timeout."""
+
+    def serve(conn: socket.socket, stop: threading.Event) -> None:
+        conn.recv(65536)
+        conn.sendall(head)
+        ends = time.monotonic() + HOLD_SECONDS
+        while not stop.is_set() and time.monotonic() < ends:
+            try:
+                conn.sendall(byte)
+            except OSError:
+                return
+            stop.wait(0.02)
+
+    return serve
 
 
+# A 1000-byte body, 20 s in all at that pace.
+trickling = trickle(
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n", b" "
+)
+# A status line, then a header that never ends.
+trickling_headers = trickle(b"HTTP/1.1 200 OK\r\nX-Slow: ", b"a")
 Start = Callable[[Serve], Server]
-
-
-def trickling_headers(conn: socket.socket, stop: threading.Event) -> None:
-    """Trickle a status line and a header that never end, one byte every 20 ms."""
-    conn.recv(65536)
-    conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
-    ends = time.monotonic() + HOLD_SECONDS
-    while not stop.is_set() and time.monotonic() < ends:
-        try:
-            conn.sendall(b"a")
-        except OSError:
-            return
-        stop.wait(0.02)
 
 
 @pytest.fixture
