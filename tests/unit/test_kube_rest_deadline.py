@@ -6,6 +6,7 @@ the operator already takes for a transient API failure (the Lease's round among 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -20,6 +21,7 @@ from kubernetes.client import ApiClient, Configuration
 
 from sps_operator.controller.kube.client import api_error_detail, is_transient
 from sps_operator.controller.kube.rest import request
+from sps_operator.controller.main import _renew
 from sps_operator.controller.process.leader import LeaseElector, Timing
 from sps_operator.kube_rest import AnswerTooSlow, send, whole_deadline
 from sps_operator.profiler import publish
@@ -174,7 +176,7 @@ def test_the_whole_deadline_follows_from_the_callers_timeout() -> None:
 def test_a_lease_round_without_an_answer_is_a_lost_round_not_a_crash(serving: Start) -> None:
     server = serving(silent)
     timing = Timing(lease_duration=1.0, renew_deadline=0.6, retry_period=0.2)
-    assert sum(timing.request_timeout) == pytest.approx(0.2)
+    assert sum(timing.request_timeout) == pytest.approx(timing.renew_deadline)
     elector = LeaseElector("sps", "ns", "me", api=server.api(), timing=timing)
     began = time.monotonic()
     assert elector.try_once() is False  # raised, it would end the renewing task
@@ -182,12 +184,32 @@ def test_a_lease_round_without_an_answer_is_a_lost_round_not_a_crash(serving: St
     assert not elector.is_leader()
 
 
-def test_the_default_lease_round_ends_before_a_candidate_may_take_over() -> None:
-    timing = Timing()
-    connect, read = timing.request_timeout
-    # A round is a GET and a PUT; a leader notices after `renew_deadline` at the latest.
-    assert timing.renew_deadline + 2 * (connect + read) <= timing.lease_duration
-    assert 0 < connect <= read
+async def test_leadership_lapses_by_the_clock_while_a_renewal_round_hangs() -> None:
+    """The renewing task stops the operator at the renew deadline even while a round still
+    waits for the API server (before: only once the round returned)."""
+    timing = Timing(lease_duration=1.0, renew_deadline=0.6, retry_period=0.05)
+    release = threading.Event()
+
+    class Hung(LeaseElector):
+        def try_once(self) -> bool:
+            release.wait(5)
+            return False
+
+    elector = Hung("sps", "ns", "me", api=ApiClient(), timing=timing)
+    elector._renewed_at = time.monotonic()  # a leader that has just renewed
+    stop, state = asyncio.Event(), dict[str, bool]()
+    began = time.monotonic()
+    try:
+        await asyncio.wait_for(_renew(elector, stop, state), timeout=3)
+    finally:
+        release.set()
+    assert state == {"lost": True} and stop.is_set()
+    assert time.monotonic() - began < timing.renew_deadline + 0.5
+
+
+def test_a_lease_request_may_take_seconds_and_is_still_bounded() -> None:
+    connect, read = Timing().request_timeout
+    assert 0 < connect <= read and connect + read == Timing().renew_deadline
 
 
 def test_a_timeout_in_a_pass_is_a_transient_failure_in_status_and_the_run_goes_on() -> None:

@@ -565,10 +565,21 @@ def leader_pointer(elector: LeaseElector, holder: str) -> str:
     )
 
 
+# How often leadership is checked against the clock while a renewal round is under way.
+LEADERSHIP_CHECK_S = 0.25
+
+
 async def _renew(elector: LeaseElector, stop: asyncio.Event, state: dict[str, bool]) -> None:
+    """Renew every `retry_period`; stop the operator once leadership lapses. Leadership
+    lapses by the clock (`is_leader`: `renew_deadline` after the last renewal's start),
+    checked while a round is still waiting for the API server too: a slow or hung Lease
+    request never keeps a leader acting past its deadline (the round's thread is left to
+    end at its own request timeout)."""
     while not stop.is_set():
         await asyncio.sleep(elector.timing.retry_period)
-        await asyncio.to_thread(elector.try_once)
+        round_ = asyncio.ensure_future(asyncio.to_thread(elector.try_once))
+        while not round_.done() and elector.is_leader():
+            await asyncio.wait({round_}, timeout=LEADERSHIP_CHECK_S)
         if not elector.is_leader():
             log.error("lost lease %s/%s: stopping", elector.namespace, elector.name)
             state["lost"] = True

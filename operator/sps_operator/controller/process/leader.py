@@ -9,9 +9,8 @@ leaders acting, short of a clock that runs `lease_duration - renew_deadline` slo
 
 `decide` is the pure rule; `LeaseElector` does the I/O (the synchronous client's bare
 `ApiClient`, its own: never the reconcile passes' rate-limited one; run in a thread) and
-the timing. Its requests are bounded (`Timing.request_timeout`): the renewing loop checks
-leadership only between rounds, so a round (a GET and a PUT) that hung would keep a leader
-acting after a candidate took the Lease over.
+the timing. Its requests are bounded (`Timing.request_timeout`), and leadership lapses by
+the clock whatever a round waits for (`main._renew` checks it while the round runs).
 """
 
 from __future__ import annotations
@@ -45,15 +44,14 @@ class Timing:
 
     @property
     def request_timeout(self) -> tuple[float, float]:
-        """(connect, read) of each Lease request; their sum bounds its whole answer. A
-        round's two requests end within `lease_duration - renew_deadline` (3 s by default):
-        a leader whose last renewal landed just before its renew deadline learns it lost
-        the Lease before any candidate may take it (a healthy API server answers a Lease
-        GET or PUT in milliseconds; a candidate counts the lease duration from its own
-        read, after the last renewal landed, which leaves it more)."""
-        whole = (self.lease_duration - self.renew_deadline) / 2
-        connect = min(0.5, whole / 2)
-        return connect, whole - connect
+        """(connect, read) of each Lease request; their sum, `renew_deadline`, bounds its
+        whole answer. Not what keeps two leaders apart: leadership lapses by the clock
+        (`is_leader`), and the renewing task checks it while a round waits
+        (`main._renew`). This bound frees the round's thread from an API server that never
+        answers, and is generous: a loaded API server that takes seconds to answer a Lease
+        request must not cost a healthy leader its Lease."""
+        connect = min(2.0, self.renew_deadline / 4)
+        return connect, self.renew_deadline - connect
 
 
 @dataclass(frozen=True)
