@@ -74,14 +74,19 @@ test: setup controlplane testbed test-tools
 
 # What only the tests use, built (or found in the cache) before the lanes start:
 # kube-router's policy controller for the network-policy bed, promcheck for the chart's
-# alert rules, and the files of the plugin's pex lock for linux/amd64 (the krew archive test
-# builds offline from them). Built on first use instead, under the lanes' load, kube-router
-# took 20 min on a fresh machine and the bed waiting for it timed out. `make demo` builds
-# them too: on a fresh machine the first command sets up what the second needs (about
-# 3 min, in the first build's budget), so `make test` spends its 15 min testing.
-test-tools: setup
+# alert rules, Debian's Prometheus for the alert tests, the pinned cosign for the signing
+# test, 0.1.0's operator image for the upgrade test, and the files of the plugin's pex lock
+# for linux/amd64 (the krew archive test builds offline from them). Built on first use
+# instead, under the lanes' load, kube-router took 20 min on a fresh machine and the bed
+# waiting for it timed out, and cosign and 0.1.0's image cost `make test` two minutes.
+# `make demo` builds them too: on a fresh machine the first command sets up what the
+# second needs (in the first build's budget), so `make test` spends its 15 min testing.
+test-tools: setup testbed
 	bash testbed/recipes/build-kube-router.sh > /dev/null
 	$(BIN)/python tests/ship/promcheck.py > /dev/null
+	$(BIN)/python tests/promserver.py > /dev/null
+	bash release/build-cosign.sh > /dev/null
+	$(BIN)/sps-testbed build --past-releases > /dev/null
 	bash release/build-plugin.sh --fetch linux_amd64
 
 # The release (docs/release.md): wheel, sdist, the image as an amd64+arm64 OCI index, the

@@ -220,3 +220,7 @@ def alerts(url: str) -> list[dict[str, Any]]:
     got = httpx.get(f"{url}/api/v1/alerts", timeout=10).json()
     assert got["status"] == "success", got
     return list(got["data"]["alerts"])
+
+
+if __name__ == "__main__":  # `make test-tools`: unpacked before the tests need it
+    print(binary())

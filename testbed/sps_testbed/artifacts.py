@@ -252,6 +252,13 @@ class PastRelease:
         return self.tree / "charts" / "sps-operator"
 
 
+# The releases the upgrade test installs before this tree's chart (tests/e2e/test_e2e_upgrade.py),
+# by version: `sps-testbed build --past-releases` (`make test-tools`) builds their images
+# before any test needs them. 0.1.0 is the tree before c9c618e, the first change
+# CHANGELOG.md lists under Unreleased.
+PAST_RELEASES = {"0.1.0": "18c8f3be64800e980440da49800f0b8a0a30c2de"}
+
+
 def _past_tree(repo: Path, commit: str) -> Path:
     """`git archive` of `commit`, unpacked once into ~/.cache/sps-operator/trees/<commit>
     (no worktree: the repository's own state is left alone)."""

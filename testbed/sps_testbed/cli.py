@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from sps_testbed import hostcheck, kueue, lws
-from sps_testbed.artifacts import ArtifactError, build_artifacts
+from sps_testbed.artifacts import PAST_RELEASES, ArtifactError, build_artifacts, build_past_release
 from sps_testbed.cluster import (
     DEFAULT_NODES,
     NodeSpec,
@@ -33,6 +33,10 @@ def _cmd_build(args: argparse.Namespace) -> int:
     print(f"lws: {art.lws_dir}")
     for role, image in art.images.items():
         print(f"image {role}: {image.ref} ({image.archive})")
+    if args.past_releases:
+        for version, commit in PAST_RELEASES.items():
+            past = build_past_release(commit)
+            print(f"image operator {version}: {past.operator.ref} ({past.operator.archive})")
     print(f"built in {time.monotonic() - t0:.1f}s")
     return 0
 
@@ -186,9 +190,13 @@ def main(argv: list[str] | None = None) -> int:
         help=f"default: $SPS_TESTBED_DIR or {default_state_dir()}",
     )
     sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("build", help="build (or find cached) binaries and images").set_defaults(
-        fn=_cmd_build
+    build = sub.add_parser("build", help="build (or find cached) binaries and images")
+    build.add_argument(
+        "--past-releases",
+        action="store_true",
+        help="also the operator images of the releases the upgrade test starts from",
     )
+    build.set_defaults(fn=_cmd_build)
     up = sub.add_parser("up", help="start a bed, detached")
     up.add_argument("--node", action="append", default=[], help="NAME=PRODUCT[:GPUS], repeatable")
     up.add_argument("--timeout", type=float, default=420.0)

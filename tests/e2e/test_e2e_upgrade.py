@@ -43,13 +43,13 @@ from e2e_env import (
 from kubernetes.client.rest import ApiException
 
 from sps_sim.costmodel import GPU_H100, GPU_H200
-from sps_testbed.artifacts import ArtifactError, PastRelease, build_past_release
+from sps_testbed.artifacts import PAST_RELEASES, ArtifactError, PastRelease, build_past_release
 from sps_testbed.registry import RegistryError, published, push_image
 from waiting import wait_crd_established, wait_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.slow]
 
-RELEASE_0_1_0 = "18c8f3be64800e980440da49800f0b8a0a30c2de"
+RELEASE_0_1_0 = PAST_RELEASES["0.1.0"]
 # The field new since 0.1.0 the upgraded CRD must keep (0.1.0's CRD prunes it).
 NEW_FIELD = ("refresh", "minIntervalSeconds")
 # A profile of no server that uses the new field: 0.1.0, rolled back to, refuses it.
