@@ -17,7 +17,7 @@ source "$here/lib.sh"
 
 app_version=$(awk '/^appVersion:/ {gsub(/"/, "", $2); print $2}' "$repo/charts/sps-operator/Chart.yaml")
 ref="ghcr.io/sps-dev/sps-operator:$app_version-${commit:0:12}"
-tar="$cache/operator-at-$layers${commit:0:12}.tar"
+tar="$cache/operator-at-${commit:0:12}.tar"
 if [ ! -s "$tar" ]; then
   ensure_base
   echo "buildah: $ref from $repo/Dockerfile" >&2

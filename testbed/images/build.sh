@@ -37,7 +37,7 @@ ensure_base
 # its storage and builds only the operator's own wheel and layer. The dependencies'
 # stage is tagged by what it is built from, so that the prune at the end keeps it.
 op_key=$(hash_str "$base_key $(hash_files Dockerfile pyproject.toml requirements README.md operator)")
-op_tar="$cache/sps-operator-$layers$op_key.tar"
+op_tar="$cache/sps-operator-$op_key.tar"
 deps_ref="localhost/sps-testbed/operator-deps:$(hash_str "$base_key $(hash_files Dockerfile requirements)")"
 if [ ! -s "$op_tar" ]; then
   echo "buildah: $operator_ref from Dockerfile ($op_key)" >&2
@@ -54,7 +54,7 @@ fi
 
 # ---- SGLang stand-in -------------------------------------------------------------
 sg_key=$(hash_str "$op_key $(hash_files testbed/images/sglang sim/sps_sim)")
-sg_tar="$cache/sglang-$layers$sg_key.tar"
+sg_tar="$cache/sglang-$sg_key.tar"
 if [ ! -s "$sg_tar" ]; then
   have "$operator_ref" || buildah pull -q "oci-archive:$op_tar" >/dev/null
   echo "buildah: $sglang_ref ($sg_key)" >&2
@@ -73,13 +73,13 @@ scratch_image() {  # ref binary archive user
   buildah commit -q --rm "$c" "$1" >/dev/null
   export_image "$1" "$3"
 }
-scratch_image "$pause_ref" "$nodebin/pause" "$cache/pause-$layers$(sha256sum "$nodebin/pause" | cut -c1-16).tar" 65535:65535
-scratch_image "$coredns_ref" "$nodebin/coredns" "$cache/coredns-$layers$(sha256sum "$nodebin/coredns" | cut -c1-16).tar" 65532:65532
+scratch_image "$pause_ref" "$nodebin/pause" "$cache/pause-$(sha256sum "$nodebin/pause" | cut -c1-16).tar" 65535:65535
+scratch_image "$coredns_ref" "$nodebin/coredns" "$cache/coredns-$(sha256sum "$nodebin/coredns" | cut -c1-16).tar" 65532:65532
 # Kueue's own image is distroless/static:nonroot with /manager; this is the same binary.
-kueue_tar="$cache/kueue-$layers$(sha256sum "$kueuedir/manager" | cut -c1-16).tar"
+kueue_tar="$cache/kueue-$(sha256sum "$kueuedir/manager" | cut -c1-16).tar"
 scratch_image "$kueue_ref" "$kueuedir/manager" "$kueue_tar" 65532:65532
 # So is LeaderWorkerSet's (distroless/static:nonroot, /manager).
-lws_tar="$cache/lws-$layers$(sha256sum "$lwsdir/manager" | cut -c1-16).tar"
+lws_tar="$cache/lws-$(sha256sum "$lwsdir/manager" | cut -c1-16).tar"
 scratch_image "$lws_ref" "$lwsdir/manager" "$lws_tar" 65532:65532
 
 # Every source change makes a new operator image: keep the newest few of each kind.
@@ -98,8 +98,8 @@ cat > "$manifest" <<JSON
 {
   "operator": {"ref": "$operator_ref", "archive": "$op_tar"},
   "sglang": {"ref": "$sglang_ref", "archive": "$sg_tar"},
-  "pause": {"ref": "$pause_ref", "archive": "$cache/pause-$layers$(sha256sum "$nodebin/pause" | cut -c1-16).tar"},
-  "coredns": {"ref": "$coredns_ref", "archive": "$cache/coredns-$layers$(sha256sum "$nodebin/coredns" | cut -c1-16).tar"},
+  "pause": {"ref": "$pause_ref", "archive": "$cache/pause-$(sha256sum "$nodebin/pause" | cut -c1-16).tar"},
+  "coredns": {"ref": "$coredns_ref", "archive": "$cache/coredns-$(sha256sum "$nodebin/coredns" | cut -c1-16).tar"},
   "kueue": {"ref": "$kueue_ref", "archive": "$kueue_tar"},
   "lws": {"ref": "$lws_ref", "archive": "$lws_tar"}
 }

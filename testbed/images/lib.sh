@@ -3,17 +3,9 @@
 # Debian base every Python image is built FROM (`ensure_base` sets base_key and base_ref).
 # shellcheck source=testbed/images/buildah-env.sh
 . "$(dirname "${BASH_SOURCE[0]}")/buildah-env.sh"
-# The archives' layers are uncompressed (uncompress_layers.py: buildah 1.28 writes gzip
-# ones whatever it is told): every node of every bed pulls the images from the bed's
-# registry, and a gzip layer costs each node its decompression (about 3 CPU-s of ~4.5 for
-# the operator and SGLang images, ~640 MB unpacked), dozens of nodes a run. Over loopback
-# the bytes cost little. `layers` is in every archive's name, so that an archive of the
-# other kind is never taken for one of these.
-layers=u
 export_image() {  # ref archive
   [ -s "$2" ] && return 0
-  buildah push -q "$1" "oci-archive:$2.tmp:$1" \
-    && python3 "$(dirname "${BASH_SOURCE[0]}")/uncompress_layers.py" "$2.tmp" && mv "$2.tmp" "$2"
+  buildah push -q "$1" "oci-archive:$2.tmp:$1" && mv "$2.tmp" "$2"
 }
 
 ensure_base() {
