@@ -288,6 +288,27 @@ def test_the_wait_ends_when_the_job_runs_and_status_no_longer_says_it_waits() ->
     )  # one wait, observed once
 
 
+def test_a_pass_that_reads_the_status_from_before_the_wait_ended_counts_it_once() -> None:
+    # Another writer's change can reach the cache before this pass's status write does: the
+    # next pass then reads the old status (still waiting) under a newer resourceVersion,
+    # and ends the same wait again (e2e capacity saw the count at 2).
+    h = harness(**BORROW)
+    start_waiting(h)
+    waiting_status = copy.deepcopy(h.kube.obj("SpsProfile", "p")["status"])
+    job_pod(h, unschedulable=None)  # scheduled
+    h.tick()
+    h.run_pass()
+    profile = h.kube.obj("SpsProfile", "p")
+    profile["status"] = waiting_status
+    meta = profile["metadata"]
+    meta["resourceVersion"] = str(int(meta.get("resourceVersion") or 0) + 100)
+    h.tick()
+    h.run_pass()
+    assert h.reconciler is not None
+    registry = h.reconciler.metrics.registry
+    assert registry.get_sample_value("sps_gpu_wait_seconds_count", {"namespace": NS}) == 1.0
+
+
 def test_a_deployment_no_longer_selected_mid_borrow_still_gets_its_replica_back() -> None:
     # The lender is found by its borrow record, not among the profile's current targets: a
     # relabelled (or otherwise dropped) Deployment is not left scaled down.

@@ -231,3 +231,31 @@ def test_every_pass_that_reads_the_world_is_counted() -> None:
         h.run_pass()
     text = generate_latest(h.reconciler.metrics.registry).decode()
     assert 'sps_reconcile_passes_total{namespace="serving",profile="p"} 3.0' in text
+
+
+def test_one_wait_for_gpus_is_observed_once_however_many_passes_end_it() -> None:
+    """A pass that reads a status without the previous pass's write yet (another writer's
+    change came between) ends the same wait again: counted once (e2e capacity saw 2)."""
+    m = Metrics()
+    other = ProfileRef("q", "ns", "uid-2")
+    m.gpu_wait(REF, 5.0, wait="run-1@2026-12-07T10:00:00Z")
+    m.gpu_wait(REF, 6.0, wait="run-1@2026-12-07T10:00:00Z")  # the same wait, again
+    m.gpu_wait(other, 5.0, wait="run-1@2026-12-07T10:00:00Z")  # another profile's
+    m.gpu_wait(REF, 7.0, wait="run-1@2026-12-07T10:05:00Z")  # the run waited again later
+    assert samples(m)[("sps_gpu_wait_seconds_count", (("namespace", "ns"),))] == 3.0
+    m.forget("ns", REF.name)
+    m.gpu_wait(REF, 5.0, wait="run-1@2026-12-07T10:00:00Z")  # a new profile of that name
+    assert samples(m)[("sps_gpu_wait_seconds_count", (("namespace", "ns"),))] == 4.0
+
+
+def test_a_run_is_counted_started_and_finished_once_each_attempt_apart() -> None:
+    m = Metrics()
+    for _ in range(2):  # a pass that read the status from before the first one's write
+        m.run_started(REF, run="run-1/1@2026-12-07T10:00:00Z")
+        m.run_finished(REF, "failed", 3.0, run="run-1/1@2026-12-07T10:00:00Z")
+    m.run_started(REF, run="run-1/2@2026-12-07T10:05:00Z")  # its next attempt
+    m.run_finished(REF, "succeeded", 4.0, run="run-1/2@2026-12-07T10:05:00Z")
+    got = samples(m)
+    assert got[of("sps_profiling_runs_started_total")] == 2.0
+    assert got[of("sps_profiling_runs_finished_total", outcome="failed")] == 1.0
+    assert got[of("sps_profiling_runs_finished_total", outcome="succeeded")] == 1.0

@@ -252,3 +252,38 @@ def test_the_publisher_tries_a_connect_again_but_never_a_timed_out_write(
     assert server.accepted == 1
     retries = publisher._api.configuration.retries
     assert (retries.connect, retries.read) == (2, 0)
+
+
+async def test_the_renewing_task_ends_at_stop_and_never_amid_a_round() -> None:
+    """At shutdown the Lease is released after the renewing task ends; a round still in
+    flight then would take it again (the next leader waiting out the lease duration)."""
+    timing = Timing(lease_duration=10.0, renew_deadline=7.0, retry_period=5.0)
+    elector = LeaseElector("sps", "ns", "me", api=ApiClient(), timing=timing)
+    elector._renewed_at = time.monotonic()
+    stop = asyncio.Event()
+    renewing = asyncio.ensure_future(_renew(elector, stop, {}))
+    await asyncio.sleep(0.1)
+    began = time.monotonic()
+    stop.set()
+    await asyncio.wait_for(renewing, timeout=2)  # not after its 5 s retry period
+    assert time.monotonic() - began < 1
+
+    rounds: list[str] = []
+    release = threading.Event()
+
+    class Slow(LeaseElector):
+        def try_once(self) -> bool:
+            rounds.append("began")
+            release.wait(0.5)
+            rounds.append("ended")
+            return True
+
+    slow = Slow("sps", "ns", "me", api=ApiClient(), timing=Timing(retry_period=0.05))
+    slow._renewed_at = time.monotonic()
+    stop = asyncio.Event()
+    renewing = asyncio.ensure_future(_renew(slow, stop, {}))
+    while not rounds:
+        await asyncio.sleep(0.01)
+    stop.set()
+    await asyncio.wait_for(renewing, timeout=3)
+    assert rounds == ["began", "ended"]  # the round in flight ended first; none after

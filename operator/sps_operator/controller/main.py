@@ -531,7 +531,11 @@ async def run(
             renewing = asyncio.create_task(_renew(elector, stop, state))
         await operator(stop_flag=stop)
         if elector is not None:
-            renewing.cancel()
+            # The renewing task ends its round first (`_renew` returns once `stop` is set):
+            # a renewal still in flight after the release would take the Lease again, and
+            # the next leader would wait out a whole lease duration.
+            stop.set()
+            await asyncio.gather(renewing, return_exceptions=True)
             await asyncio.to_thread(elector.release)
     finally:
         leading(False)
@@ -574,9 +578,12 @@ async def _renew(elector: LeaseElector, stop: asyncio.Event, state: dict[str, bo
     lapses by the clock (`is_leader`: `renew_deadline` after the last renewal's start),
     checked while a round is still waiting for the API server too: a slow or hung Lease
     request never keeps a leader acting past its deadline (the round's thread is left to
-    end at its own request timeout)."""
+    end at its own request timeout). Returns once `stop` is set and no round is under way."""
     while not stop.is_set():
-        await asyncio.sleep(elector.timing.retry_period)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), elector.timing.retry_period)
+        if stop.is_set():
+            return
         round_ = asyncio.ensure_future(asyncio.to_thread(elector.try_once))
         while not round_.done() and elector.is_leader():
             await asyncio.wait({round_}, timeout=LEADERSHIP_CHECK_S)

@@ -227,7 +227,8 @@ def follow_wait(
             if run.borrow is not None:
                 run.borrow.used = True
         if run.waiting is not None:
-            p.metrics.gpu_wait(p.ref, elapsed(run.waiting.since, now))
+            since = run.waiting.since
+            p.metrics.gpu_wait(p.ref, elapsed(since, now), wait=f"{run.name}@{since}")
             run.waiting = None
         return None
     reason, message = waiting
@@ -252,7 +253,7 @@ def follow_wait(
         run.waiting = RunWaiting(reason=reason, message=message, since=since)
         return message
     if waited >= capacity.wait_timeout_seconds:
-        p.metrics.gpu_wait(p.ref, waited)
+        p.metrics.gpu_wait(p.ref, waited, wait=f"{run.name}@{since}")
         return (
             f"the Job waited {waited:.0f} s for GPUs of {run.gpu_product} "
             f"(capacity.waitTimeoutSeconds {capacity.wait_timeout_seconds}): {message}"

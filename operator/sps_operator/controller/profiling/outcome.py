@@ -97,7 +97,8 @@ def end_run(p: ProfilingPass, outcome: str, table: TableRef | None = None) -> No
         table.gpu_seconds = run.gpu_seconds or 0.0
     p.capacity.return_for_run(p, run, table)
     started = parse_rfc3339(run.started_at) or p.now
-    p.metrics.run_finished(p.ref, outcome, (p.now - started).total_seconds())
+    key = f"{run.name}/{run.attempt}@{run.started_at}"
+    p.metrics.run_finished(p.ref, outcome, (p.now - started).total_seconds(), run=key)
     p.status.current_run = None
 
 

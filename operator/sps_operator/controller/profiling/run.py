@@ -317,7 +317,7 @@ def _start(p: ProfilingPass, run: RunStatus, plan: builders.RunPlan, job: Obj) -
         f"{run.trigger}: profiling {run.target} on {run.gpu_product} "
         f"(Job {plan.job_name}, attempt {run.attempt})",
     )
-    p.metrics.run_started(p.ref)
+    p.metrics.run_started(p.ref, run=f"{run.name}/{run.attempt}@{run.started_at}")
 
 
 def cleanup_runs(p: ProfilingPass, keep: str | None) -> None:
