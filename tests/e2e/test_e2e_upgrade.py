@@ -488,7 +488,15 @@ def test_e2e_helm_upgrade_from_0_1_0_and_rollback(env: Env, release_0_1_0: PastR
         # Rollback to 0.1.0 (its two replicas roll in one at a time beside the current
         # version's): the CRD is kept (resource-policy keep), so are the profiles.
         lease = LeaseWatch(env)
-        lease.sample()
+        # The current version holds the Lease when the rollback starts. One sample was not
+        # enough: a run under load (ci18) sampled in a moment without a holder (a replica
+        # handing the Lease over) and saw only 0.1.0 hold it afterwards.
+        lease.until(
+            "a current replica holding the Lease",
+            lambda: bool(lease.holders) and lease.images.get(lease.holders[-1]) == current,
+            120,
+        )
+        lease.holders = lease.holders[-1:]
         env.cluster.helm("rollback", op.name, "1", "--namespace", op.namespace)
         lease.until("0.1.0's operator Ready again", lambda: operator_image_up(env, old_image), 600)
         timings["rolled back"] = time.monotonic() - started
