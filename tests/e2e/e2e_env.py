@@ -216,8 +216,8 @@ class OperatorRelease:
         """SIGKILL an operator with no chance to clean up, and delete its pod at once.
         `pod` None: every replica, and the release stays down until `start`; a pod name:
         that replica only (the Deployment replaces it, as after a node failure)."""
-        pods = [p["metadata"]["name"] for p in self.pods()]
-        targets = pods if pod is None else [pod]
+        nodes = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in self.pods()}
+        targets = list(nodes) if pod is None else [pod]
         for name in targets:
             self.killed_logs.append(self.pod_log(name))
             self.cluster.bed.kill_pod_containers(self.namespace, name)
@@ -226,6 +226,20 @@ class OperatorRelease:
         self.cluster.kubectl("delete", "pod", "-n", self.namespace, *targets, "--force",
                              "--grace-period=0", "--wait=false", check=False)  # fmt: skip
         self.wait_gone(targets)
+        # The kubelet restarts a killed container until it has seen its pod deleted, and a
+        # force-deleted pod's containers outlive its API object: a restarted operator (the
+        # Lease's holder by name) acted on for seconds under load (ci19: it gave a borrowed
+        # replica back while the test had it killed). Killed again until none runs.
+        bed = self.cluster.bed
+
+        def none_running() -> bool:
+            return not sum(
+                bed.kill_containers_of(node, self.namespace, name)
+                for name in targets
+                if (node := nodes.get(name))
+            )
+
+        wait_for(f"no container of {targets} running", none_running, timeout=60, interval=0.2)
 
     def uninstall(self) -> None:
         if self.installed:

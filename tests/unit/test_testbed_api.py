@@ -15,6 +15,10 @@ from kubernetes import client
 from sps_testbed.cluster import RealNodeCluster, TestbedError
 
 SEEN: list[tuple[str, str, Any]] = []
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+# What the fake API server lists: no CRD unless a test says otherwise.
+CRD_LIST: list[dict[str, Any]] = []
+HELD: list[dict[str, Any]] = []
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -23,14 +27,19 @@ class Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(length)) if length else None
         SEEN.append((self.command, self.path, body))
         status = 404 if "missing" in self.path else 500 if "broken" in self.path else 200
-        data = json.dumps({"path": self.path, "status": status}).encode()
+        answer = {"path": self.path, "status": status}
+        if self.path == CRDS and self.command == "GET":
+            answer = {"items": CRD_LIST}
+        elif self.path.startswith("/apis/x.dev/v2/namespaces/") and self.path.endswith("/holders"):
+            answer = {"items": HELD}
+        data = json.dumps(answer).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
 
-    do_GET = do_POST = do_DELETE = _answer
+    do_GET = do_POST = do_DELETE = do_PATCH = _answer
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -50,6 +59,8 @@ def bed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RealNodeClu
     cluster = RealNodeCluster(tmp_path)
     monkeypatch.setattr(cluster, "api_client", api_client)
     SEEN.clear()
+    CRD_LIST.clear()
+    HELD.clear()
     yield cluster
     server.shutdown()
     assert len(made) <= 1  # one client kept for every request
@@ -80,7 +91,7 @@ def test_delete_namespace_never_raises(
 ) -> None:
     bed.delete_namespace("t1")
     bed.delete_namespace("missing")
-    assert [s[:2] for s in SEEN] == [
+    assert [s[:2] for s in SEEN if s[0] != "GET"] == [
         ("DELETE", "/api/v1/namespaces/t1"), ("DELETE", "/api/v1/namespaces/missing"),
     ]  # fmt: skip
     bed.delete_namespace("broken")  # a failure is only printed: the cleanup goes on
@@ -88,3 +99,45 @@ def test_delete_namespace_never_raises(
         "deleting namespace broken: DELETE /api/v1/namespaces/broken: 500"
         in capsys.readouterr().err
     )
+
+
+def crd(group: str, plural: str, scope: str, versions: list[tuple[str, bool]]) -> dict[str, Any]:
+    return {
+        "spec": {
+            "group": group,
+            "scope": scope,
+            "names": {"plural": plural},
+            "versions": [{"name": name, "served": served} for name, served in versions],
+        }
+    }
+
+
+def test_a_deleted_namespace_first_loses_its_custom_objects_finalizers(
+    bed: RealNodeCluster,
+) -> None:
+    CRD_LIST.extend([
+        crd("x.dev", "holders", "Namespaced", [("v1", False), ("v2", True)]),
+        crd("x.dev", "clusterwide", "Cluster", [("v1", True)]),
+    ])  # fmt: skip
+    HELD.extend([
+        {"metadata": {"name": "held", "finalizers": ["x.dev/never"]}},
+        {"metadata": {"name": "free"}},
+    ])  # fmt: skip
+    bed.delete_namespace("t1")
+    # Only the namespaced kind is listed (at its served version), only the held object
+    # patched (its finalizers removed), and then the namespace deleted.
+    assert SEEN == [
+        ("GET", CRDS, None),
+        ("GET", "/apis/x.dev/v2/namespaces/t1/holders", None),
+        ("PATCH", "/apis/x.dev/v2/namespaces/t1/holders/held", {"metadata": {"finalizers": None}}),
+        ("DELETE", "/api/v1/namespaces/t1", None),
+    ]
+
+
+def test_a_failure_to_drop_finalizers_still_deletes_the_namespace(
+    bed: RealNodeCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    CRD_LIST.append(crd("x.dev", "broken", "Namespaced", [("v1", True)]))
+    bed.delete_namespace("t1")
+    assert SEEN[-1][:2] == ("DELETE", "/api/v1/namespaces/t1")
+    assert "dropping the finalizers in namespace t1" in capsys.readouterr().err
