@@ -39,6 +39,27 @@ FIXED_DIRS = (
 )
 
 
+def in_memory_dirs(cfg: NodeConfig) -> list[Path]:
+    """The node's stores that a tmpfs holds, mounted in its own mount namespace: what its
+    containerd pulled and unpacked, its containers' writable layers and bundles, runc's
+    state and the kubelet's pod directories.
+
+    Why: on the hosts this runs on, creating files on the disk's file system costs far more
+    CPU than writing their bytes (untarring the operator image's 237 MB dependency layer,
+    8,154 files: 2.3-5.6 CPU-s of system time on ext4, 0.3 on tmpfs), and every node
+    unpacks ~390 MB of images and every pod creates its bundle, rootfs and volumes. Six
+    nodes pulling both images: containerd 69 CPU-s on disk, 27 in memory. Nothing on the
+    host reads these (the sockets stay in `run_dir`; logs stay on disk), and the mounts
+    vanish with the node's mount namespace: no deletion after the bed stops."""
+    d, r = Path(cfg.dir), Path(cfg.run_dir)
+    return [d / "containerd", r / "containerd", r / "runc", r / "kubelet"]
+
+
+# A bound on each store's memory, not a reservation: a node holds ~0.5 GB once it has
+# pulled the operator and SGLang images (the past release's image adds as much).
+IN_MEMORY_SIZE = "8g"
+
+
 def private_dirs(cfg: NodeConfig) -> dict[Path, Path]:
     """Each fixed host path, and the node's own directory bound over it."""
     d, r = Path(cfg.dir), Path(cfg.run_dir)
@@ -278,6 +299,11 @@ class NodeRunner:
         for fixed, own in private_dirs(cfg).items():
             own.mkdir(parents=True, exist_ok=True)
             subprocess.run(["mount", "--bind", str(own), str(fixed)], check=True)
+        for store in in_memory_dirs(cfg):
+            store.mkdir(parents=True, exist_ok=True)
+            options = f"mode=0711,size={IN_MEMORY_SIZE}"
+            mount = ["mount", "-t", "tmpfs", "-o", options, "sps-node", str(store)]
+            subprocess.run(mount, check=True)
 
         (d / "containerd.toml").write_text(containerd_toml(cfg))
         (d / "cni" / "10-sps-testbed.conflist").write_text(json.dumps(cni_conflist(cfg), indent=1))
