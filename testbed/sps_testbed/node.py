@@ -52,7 +52,7 @@ def in_memory_dirs(cfg: NodeConfig) -> list[Path]:
     host reads these (the sockets stay in `run_dir`; logs stay on disk), and the mounts
     vanish with the node's mount namespace: no deletion after the bed stops."""
     d, r = Path(cfg.dir), Path(cfg.run_dir)
-    return [d / "containerd", r / "containerd", r / "runc", r / "kubelet"]
+    return [d / "containerd", r / "containerd", r / "runc", cfg.kubelet_root]
 
 
 # A bound on each store's memory, not a reservation: a node holds ~0.5 GB once it has
@@ -83,8 +83,8 @@ class NodeConfig:
     pod_subnet: str
     range_start: str
     range_end: str
-    dir: str  # persistent: containerd root, kubelet root-dir, logs
-    run_dir: str  # /run/...: sockets, containerd state, runc state
+    dir: str  # configuration, logs, pod logs; containerd root (in memory: in_memory_dirs)
+    run_dir: str  # /run/...: sockets; containerd, runc and kubelet state (in memory)
     cgroup_root: str
     kubeconfig: str
     cluster_dns: str
@@ -107,6 +107,11 @@ class NodeConfig:
     @property
     def socket(self) -> Path:
         return Path(self.run_dir) / "containerd.sock"
+
+    @property
+    def kubelet_root(self) -> Path:
+        # Under /run: the kubelet's unix sockets need a short path.
+        return Path(self.run_dir) / "kubelet"
 
     @property
     def ready_file(self) -> Path:
@@ -288,10 +293,9 @@ class NodeRunner:
 
     def start(self) -> None:
         cfg = self.cfg
-        d, r = Path(cfg.dir), Path(cfg.run_dir)
+        d = Path(cfg.dir)
         for sub in ("cni", "containerd", "device-plugins", "logs", "pod-logs"):
             (d / sub).mkdir(parents=True, exist_ok=True)
-        (r / "kubelet").mkdir(parents=True, exist_ok=True)
         cgroups.create(cfg.cgroup_root)
         cgroups.join(cfg.cgroup_root + "/system", os.getpid())
         # Paths fixed in the kubelet, containerd's shims and libcni: each node binds its own
@@ -329,9 +333,8 @@ class NodeRunner:
                 str(bin_dir / "kubelet"),
                 f"--config={d / 'kubelet.yaml'}",
                 f"--kubeconfig={cfg.kubeconfig}",
-                # Under /run: the kubelet's unix sockets need a short path.
-                f"--root-dir={r / 'kubelet'}",
-                f"--cert-dir={r / 'kubelet' / 'pki'}",
+                f"--root-dir={cfg.kubelet_root}",
+                f"--cert-dir={cfg.kubelet_root / 'pki'}",
                 f"--hostname-override={cfg.name}",
                 f"--node-ip={cfg.node_ip}",
                 f"--node-labels={labels}",

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import ipaddress
 import tomllib
+from pathlib import Path
 
 import pytest
 
 from sps_testbed import NodeSpec
-from sps_testbed.node import NodeConfig, cni_conflist, containerd_toml, kubelet_config
+from sps_testbed.node import (
+    NodeConfig,
+    cni_conflist,
+    containerd_toml,
+    in_memory_dirs,
+    kubelet_config,
+    private_dirs,
+)
 from sps_testbed.supervisor import pod_ranges
 
 
@@ -108,3 +116,19 @@ def test_node_spec_parsing() -> None:
     for bad in ("a", "=P", "a=", "a=P:x"):
         with pytest.raises(ValueError):
             NodeSpec.parse(bad)
+
+
+def test_the_stores_in_memory_hold_the_runtimes_state_and_nothing_the_host_reads() -> None:
+    cfg = node_config()
+    stores = in_memory_dirs(cfg)
+    conf = tomllib.loads(containerd_toml(cfg))
+    runc = conf["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["runc"]
+    for path in (conf["root"], conf["state"], runc["options"]["Root"], cfg.kubelet_root):
+        assert Path(path) in stores, path
+    # What the host reaches (the sockets ctr and the tests use, the ready file, the logs,
+    # the directories bound over the kubelet's fixed paths) is in no store: a tmpfs in the
+    # node's mount namespace is invisible outside it.
+    host_read = [cfg.socket, cfg.ready_file, cfg.logs, Path(cfg.dir) / "pod-logs"]
+    host_read += list(private_dirs(cfg).values())
+    for path in host_read:
+        assert not any(path.is_relative_to(store) for store in stores), path

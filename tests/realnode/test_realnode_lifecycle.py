@@ -1,6 +1,7 @@
 """Beds beside the session's: one starts, and a `kill -9` of its supervisor leaves nothing
 behind (containers, cgroups, network namespace, reservations); another's `down` leaves no
-containerd, shim or container, and waits out no pod's grace period."""
+containerd, shim or container, and waits out no pod's grace period. A node's stores are in
+memory, in its own mount namespace."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 from sps_testbed import RealNodeCluster
 from sps_testbed.cgroups import hierarchies
+from sps_testbed.node import NodeConfig, in_memory_dirs
 from waiting import wait_for
 
 # A bed of its own beside the session's: it touches nothing of the session bed's.
@@ -35,6 +37,12 @@ def _processes(needle: str) -> dict[int, str]:
         if needle in cmd and state != "Z":
             found[int(proc.name)] = cmd.replace("\x00", " ")
     return found
+
+
+def _tmpfs_mounts(mounts: str) -> set[Path]:
+    """The mount points of the tmpfs file systems in a mount table (/proc/PID/mounts)."""
+    fields = (line.split() for line in Path(mounts).read_text().splitlines())
+    return {Path(f[1]) for f in fields if len(f) > 2 and f[2] == "tmpfs"}
 
 
 def _cgroup_dirs(name: str) -> list[Path]:
@@ -127,6 +135,16 @@ def test_down_leaves_no_containerd_shim_or_container_and_waits_for_no_grace(
         timeout=60,
     )
     assert _processes(f"{rec.run_dir}/solo/containerd.sock"), "no shim of the node found"
+    # The node's stores (its image, its container's layer and bundle, the kubelet's pod
+    # directory) are a tmpfs in the node's mount namespace, unseen on the host.
+    stores = in_memory_dirs(NodeConfig.load(state / "nodes" / "solo" / "node.json"))
+    node_mounts = _tmpfs_mounts(f"/proc/{rec.nodes[0].pid}/mounts")
+    assert set(stores) <= node_mounts, (stores, node_mounts)
+    assert not set(stores) & _tmpfs_mounts("/proc/self/mounts")
+    node_pid = rec.nodes[0].pid
+    blobs = "io.containerd.content.v1.content/blobs/sha256"
+    assert any(Path(f"/proc/{node_pid}/root{stores[0]}/{blobs}").iterdir()), "no image pulled"
+    assert not any(stores[0].iterdir()), "the node's images are on the host's disk"
 
     down = _cli(state, "down")
     assert down.returncode == 0, down.stdout + down.stderr
