@@ -160,8 +160,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_preflight(args: argparse.Namespace) -> int:
     """Before beds start: the beds already running (and how to stop them), and whether the
-    inotify limits leave room for `--beds` more of `--nodes` nodes in all; non-zero when
-    they do not."""
+    inotify limits and the available memory leave room for `--beds` more of `--nodes`
+    nodes in all; non-zero when they do not."""
     if args.raise_limits:
         for line in hostcheck.raise_limits():
             print(f"sps-testbed preflight: {line}")

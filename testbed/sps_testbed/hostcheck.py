@@ -5,8 +5,10 @@ per user against `fs.inotify.max_user_instances` (128 on a fresh machine). `make
 two beds held 99 of them; a third bed beside them (a demo left running) failed with
 "inotify_init: too many open files" in every kubelet's log. So the check counts what the
 user's processes hold now and refuses, with the command to run, when the beds to start do
-not fit. The decisions are pure functions over numbers read from /proc; `sps-testbed
-preflight` and `RealNodeCluster.start` call them.
+not fit. Memory too: a node keeps its images and containers in memory (a tmpfs:
+sps_testbed.node.in_memory_dirs), so the beds to start need MemAvailable for them. The
+decisions are pure functions over numbers read from /proc; `sps-testbed preflight` and
+`RealNodeCluster.start` call them.
 """
 
 from __future__ import annotations
@@ -35,6 +37,13 @@ RAISE_COMMAND = (
     f"sudo sysctl -w fs.inotify.max_user_instances={RECOMMENDED_INSTANCES} "
     f"fs.inotify.max_user_watches={RECOMMENDED_WATCHES}"
 )
+# What a bed needs of the host's memory: a node holds ~0.5 GiB in its tmpfs stores once it
+# has pulled the operator and SGLang images, plus its kubelet and containerd; a control
+# plane's API server, etcd, controller-manager and scheduler ~1 GiB. make test's peak (3
+# beds, 16 nodes: ~12.6 GiB by these) took 15.4 GB of the host's available memory, its
+# tests' own processes included.
+NODE_MEMORY = 600 * 2**20
+CONTROL_PLANE_MEMORY = 2**30
 # The demo's bed lives in `<demo state>/bed` (sps_testbed.demo.bed_dir).
 DEMO_BED_DIR = "bed"
 # `sps-testbed run` keeps its bed in a temporary directory with this prefix.
@@ -75,6 +84,10 @@ class BedsToStart:
     def watches(self) -> int:
         return self.nodes * WATCHES_PER_NODE
 
+    @property
+    def memory(self) -> int:
+        return self.beds * CONTROL_PLANE_MEMORY + self.nodes * NODE_MEMORY
+
     def __str__(self) -> str:
         return f"{self.beds} bed(s) of {self.nodes} node(s)"
 
@@ -97,6 +110,17 @@ def inotify_problems(limits: InotifyLimits, used: InotifyUse, start: BedsToStart
     return problems
 
 
+def memory_problems(available: int, start: BedsToStart) -> list[str]:
+    """Whether the host's available memory (MemAvailable, bytes) holds `start` ([] when it
+    does)."""
+    if available >= start.memory:
+        return []
+    return [
+        f"the host has {available / 2**30:.1f} GiB of memory available: {start} need about "
+        f"{start.memory / 2**30:.1f} GiB (each node keeps its images and containers in memory)"
+    ]
+
+
 def raised_limits(limits: InotifyLimits) -> InotifyLimits:
     """The limits `setup-host.sh --nodes` sets: kind's recommendation, never lower."""
     return InotifyLimits(
@@ -117,16 +141,26 @@ def stop_command(bed: RunningBed) -> str:
 
 
 def preflight_report(
-    limits: InotifyLimits, used: InotifyUse, running: list[RunningBed], start: BedsToStart
+    limits: InotifyLimits,
+    used: InotifyUse,
+    running: list[RunningBed],
+    start: BedsToStart,
+    available_memory: int,
 ) -> tuple[bool, list[str]]:
     """Whether `start` may start, and the lines that say why and what to run."""
     lines = [f"a test bed is running: {b.state_dir}; stop it: {stop_command(b)}" for b in running]
     problems = inotify_problems(limits, used, start)
-    if not problems:
+    short_of_memory = memory_problems(available_memory, start)
+    if not problems and not short_of_memory:
         if running and start.beds:
-            lines.append(f"the {start} to start fit beside it (inotify limits)")
+            lines.append(f"the {start} to start fit beside it (inotify limits, memory)")
         return True, lines
-    lines += problems
+    lines += problems + short_of_memory
+    if not problems:
+        lines.append(
+            "stop the beds above, or what else holds the memory" if running else "free memory"
+        )
+        return False, lines
     if running:
         lines.append("stop the beds above, or raise the limits:")
     else:
@@ -206,6 +240,16 @@ def raise_limits(proc: Path = Path("/proc")) -> list[str]:
     return done
 
 
+def read_available_memory(proc: Path = Path("/proc")) -> int:
+    """MemAvailable in bytes (what the kernel estimates can be had without swapping)."""
+    for line in (proc / "meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    raise ValueError(f"no MemAvailable in {proc / 'meminfo'}")
+
+
 def check(start: BedsToStart) -> tuple[bool, list[str]]:
     """The host as it is now: may `start` start (see preflight_report)."""
-    return preflight_report(read_limits(), count_inotify(os.getuid()), running_beds(), start)
+    used = count_inotify(os.getuid())
+    memory = read_available_memory()
+    return preflight_report(read_limits(), used, running_beds(), start, memory)

@@ -19,6 +19,8 @@ RAISED = InotifyLimits(max_user_instances=512, max_user_watches=524288)
 # bed's six and the third bed's four (earlier: the demo's four and the network-policy bed's two).
 MAKE_TEST = BedsToStart(beds=3, nodes=16)
 DEMO = BedsToStart(beds=1, nodes=4)
+GIB = 2**30
+PLENTY = 22 * GIB  # a fresh 24 GB machine's MemAvailable
 
 
 def test_a_fresh_machine_fits_make_test_and_nothing_more() -> None:
@@ -91,7 +93,7 @@ def test_raised_limits_are_kinds_and_never_lower() -> None:
 
 def test_a_demo_left_running_is_named_with_the_command_that_stops_it() -> None:
     demo = RunningBed(1, 100, "/home/dev/sps/.demo/bed")
-    ok, lines = hostcheck.preflight_report(RAISED, InotifyUse(33, 3000), [demo], MAKE_TEST)
+    ok, lines = hostcheck.preflight_report(RAISED, InotifyUse(33, 3000), [demo], MAKE_TEST, PLENTY)
     assert ok
     assert "sps-testbed demo down --state-dir /home/dev/sps/.demo" in lines[0]
     assert "fit beside it" in lines[-1]
@@ -99,7 +101,9 @@ def test_a_demo_left_running_is_named_with_the_command_that_stops_it() -> None:
 
 def test_the_host_setup_names_a_running_bed_and_starts_none() -> None:
     demo = RunningBed(1, 100, "/home/dev/sps/.demo/bed")
-    ok, lines = hostcheck.preflight_report(FRESH, InotifyUse(33, 0), [demo], BedsToStart(0, 0))
+    ok, lines = hostcheck.preflight_report(
+        FRESH, InotifyUse(33, 0), [demo], BedsToStart(0, 0), PLENTY
+    )
     assert ok
     assert lines == [
         "a test bed is running: /home/dev/sps/.demo/bed; "
@@ -112,7 +116,7 @@ def test_no_room_says_what_runs_how_to_stop_it_and_what_to_raise() -> None:
     mine = RunningBed(2, 200, "/var/tmp/mybed")
     run = RunningBed(3, 300, "/tmp/sps-testbed-abc123")
     ok, lines = hostcheck.preflight_report(
-        FRESH, InotifyUse(100, 6000), [demo, mine, run], MAKE_TEST
+        FRESH, InotifyUse(100, 6000), [demo, mine, run], MAKE_TEST, PLENTY
     )
     assert not ok
     text = "\n".join(lines)
@@ -124,9 +128,43 @@ def test_no_room_says_what_runs_how_to_stop_it_and_what_to_raise() -> None:
 
 
 def test_no_room_and_no_bed_running_says_what_to_raise() -> None:
-    ok, lines = hostcheck.preflight_report(FRESH, InotifyUse(100, 0), [], DEMO)
+    ok, lines = hostcheck.preflight_report(FRESH, InotifyUse(100, 0), [], DEMO, PLENTY)
     assert not ok
     assert lines[-1].strip() == hostcheck.RAISE_COMMAND
+
+
+def test_make_test_fits_a_24_gb_machine_in_memory_and_an_8_gb_one_does_not() -> None:
+    assert hostcheck.memory_problems(PLENTY, MAKE_TEST) == []
+    problems = hostcheck.memory_problems(7 * GIB, MAKE_TEST)
+    assert len(problems) == 1
+    assert "7.0 GiB of memory available" in problems[0]
+    assert "3 bed(s) of 16 node(s) need about 12.4 GiB" in problems[0]
+
+
+def test_short_of_memory_says_so_and_names_no_inotify_limit() -> None:
+    demo = RunningBed(1, 100, "/home/dev/sps/.demo/bed")
+    ok, lines = hostcheck.preflight_report(RAISED, InotifyUse(33, 0), [demo], MAKE_TEST, 4 * GIB)
+    assert not ok
+    text = "\n".join(lines)
+    assert "sps-testbed demo down --state-dir /home/dev/sps/.demo" in text
+    assert "need about 12.4 GiB" in text
+    assert hostcheck.RAISE_COMMAND not in text
+    ok, lines = hostcheck.preflight_report(RAISED, InotifyUse(0, 0), [], DEMO, 1 * GIB)
+    assert not ok
+    assert lines[-1] == "free memory"
+
+
+@given(available=st.integers(0, 2**40), beds=st.integers(0, 5), nodes=st.integers(0, 40))
+def test_the_memory_check_passes_exactly_when_the_available_memory_covers_the_beds(
+    available: int, beds: int, nodes: int
+) -> None:
+    start = BedsToStart(beds, nodes)
+    assert (hostcheck.memory_problems(available, start) == []) == (available >= start.memory)
+
+
+def test_meminfo_is_read_in_bytes(tmp_path: Path) -> None:
+    (tmp_path / "meminfo").write_text("MemTotal:  24000000 kB\nMemAvailable:  1000 kB\n")
+    assert hostcheck.read_available_memory(tmp_path) == 1_024_000
 
 
 def test_running_beds_are_those_whose_holder_lives(tmp_path: Path) -> None:
