@@ -40,7 +40,7 @@ RAISE_COMMAND = (
 # What a bed needs of the host's memory: a node holds ~0.5 GiB in its tmpfs stores once it
 # has pulled the operator and SGLang images, plus its kubelet and containerd; a control
 # plane's API server, etcd, controller-manager and scheduler ~1 GiB. make test's peak (3
-# beds, 16 nodes: ~12.6 GiB by these) took 15.4 GB of the host's available memory, its
+# beds, 16 nodes: ~12.4 GiB by these) took 15.4 GB of the host's available memory, its
 # tests' own processes included.
 NODE_MEMORY = 600 * 2**20
 CONTROL_PLANE_MEMORY = 2**30

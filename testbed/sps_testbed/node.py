@@ -48,7 +48,7 @@ def in_memory_dirs(cfg: NodeConfig) -> list[Path]:
     CPU than writing their bytes (untarring the operator image's 237 MB dependency layer,
     8,154 files: 2.3-5.6 CPU-s of system time on ext4, 0.3 on tmpfs), and every node
     unpacks ~390 MB of images and every pod creates its bundle, rootfs and volumes. Six
-    nodes pulling both images: containerd 69 CPU-s on disk, 27 in memory. Nothing on the
+    nodes pulling both images: containerd 69 CPU-s on disk, 26 in memory. Nothing on the
     host reads these (the sockets stay in `run_dir`; logs stay on disk), and the mounts
     vanish with the node's mount namespace: no deletion after the bed stops."""
     d, r = Path(cfg.dir), Path(cfg.run_dir)
@@ -294,7 +294,7 @@ class NodeRunner:
     def start(self) -> None:
         cfg = self.cfg
         d = Path(cfg.dir)
-        for sub in ("cni", "containerd", "device-plugins", "logs", "pod-logs"):
+        for sub in ("cni", "device-plugins", "logs", "pod-logs"):
             (d / sub).mkdir(parents=True, exist_ok=True)
         cgroups.create(cfg.cgroup_root)
         cgroups.join(cfg.cgroup_root + "/system", os.getpid())

@@ -138,10 +138,10 @@ def test_down_leaves_no_containerd_shim_or_container_and_waits_for_no_grace(
     # The node's stores (its image, its container's layer and bundle, the kubelet's pod
     # directory) are a tmpfs in the node's mount namespace, unseen on the host.
     stores = in_memory_dirs(NodeConfig.load(state / "nodes" / "solo" / "node.json"))
-    node_mounts = _tmpfs_mounts(f"/proc/{rec.nodes[0].pid}/mounts")
+    node_pid = rec.nodes[0].pid
+    node_mounts = _tmpfs_mounts(f"/proc/{node_pid}/mounts")
     assert set(stores) <= node_mounts, (stores, node_mounts)
     assert not set(stores) & _tmpfs_mounts("/proc/self/mounts")
-    node_pid = rec.nodes[0].pid
     blobs = "io.containerd.content.v1.content/blobs/sha256"
     assert any(Path(f"/proc/{node_pid}/root{stores[0]}/{blobs}").iterdir()), "no image pulled"
     assert not any(stores[0].iterdir()), "the node's images are on the host's disk"
