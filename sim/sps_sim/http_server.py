@@ -1,4 +1,4 @@
-"""Thin aiohttp layer of sps-sim: SGLang's HTTP routes over the pure engine.
+"""Thin HTTP layer of sps-sim: SGLang's HTTP routes over the pure engine (served by http_wire).
 
 Model time = (monotonic - start) * time_scale. A driver task completes engine steps as model
 time passes; every handler first brings the engine up to "now", so the simulated server
@@ -16,12 +16,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from aiohttp import web
-
-from sps_operator import __version__
+import sps_operator
 from sps_sim import protocol
 from sps_sim.engine import Engine, Request
 from sps_sim.group import lead, serve_as_worker, table_identity
+from sps_sim.http_wire import (
+    Handler,
+    HttpRequest,
+    HttpServer,
+    Response,
+    json_response,
+    text_response,
+)
 from sps_sim.settings import SimSettings
 
 log = logging.getLogger("sps_sim")
@@ -48,7 +54,7 @@ class SimServer:
         self._waiters: dict[str, asyncio.Future[Request]] = {}
         self._wake: asyncio.Event | None = None
         self._driver: asyncio.Task[None] | None = None
-        self._runner: web.AppRunner | None = None
+        self._http: HttpServer | None = None
         self.startup_time = 0.0
         self.port: int | None = None
 
@@ -91,70 +97,58 @@ class SimServer:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def make_app(self) -> web.Application:
-        app = web.Application(client_max_size=256 * 1024 * 1024)
-        app.router.add_get("/server_info", self.handle_server_info)
-        app.router.add_get("/get_server_info", self.handle_server_info)
+    def routes(self) -> dict[tuple[str, str], Handler]:
+        routes: dict[tuple[str, str], Handler] = {
+            ("GET", "/server_info"): self.handle_server_info,
+            ("GET", "/get_server_info"): self.handle_server_info,
+            ("POST", "/abort_request"): self.handle_abort,
+            ("GET", "/flush_cache"): self.handle_flush_cache,
+            ("POST", "/flush_cache"): self.handle_flush_cache,
+            ("GET", "/health"): self.handle_health,
+            ("GET", "/health_generate"): self.handle_health,
+            ("GET", "/model_info"): self.handle_model_info,
+            ("GET", "/get_model_info"): self.handle_model_info,
+            ("GET", "/v1/models"): self.handle_models,
+        }
         for method in ("POST", "PUT"):
-            app.router.add_route(method, "/generate", self.handle_generate)
-            app.router.add_route(method, "/set_internal_state", self.handle_set_internal_state)
-        app.router.add_post("/abort_request", self.handle_abort)
-        app.router.add_get("/flush_cache", self.handle_flush_cache)
-        app.router.add_post("/flush_cache", self.handle_flush_cache)
-        app.router.add_get("/health", self.handle_health)
-        app.router.add_get("/health_generate", self.handle_health)
-        app.router.add_get("/model_info", self.handle_model_info)
-        app.router.add_get("/get_model_info", self.handle_model_info)
-        app.router.add_get("/v1/models", self.handle_models)
-        app.on_startup.append(self._on_startup)
-        app.on_cleanup.append(self._on_cleanup)
-        return app
-
-    async def _on_startup(self, app: web.Application) -> None:
-        self._wake = asyncio.Event()
-        self._t0 = self._clock()
-        self._driver = asyncio.get_running_loop().create_task(self._drive())
-
-    async def _on_cleanup(self, app: web.Application) -> None:
-        if self._driver is not None:
-            self._driver.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._driver
+            routes[(method, "/generate")] = self.handle_generate
+            routes[(method, "/set_internal_state")] = self.handle_set_internal_state
+        return routes
 
     async def start(self, host: str | None = None, port: int | None = None) -> int:
         started = time.monotonic()
-        self._runner = web.AppRunner(self.make_app(), access_log=None, handler_cancellation=True)
-        await self._runner.setup()
-        site = web.TCPSite(
-            self._runner,
-            host or self.settings.host,
-            self.settings.port if port is None else port,
-            reuse_address=True,
+        self._wake = asyncio.Event()
+        self._t0 = self._clock()
+        self._driver = asyncio.get_running_loop().create_task(self._drive())
+        self._http = HttpServer(self.routes())
+        self.port = await self._http.start(
+            host or self.settings.host, self.settings.port if port is None else port
         )
-        await site.start()
-        sockets = site._server.sockets if site._server is not None else []  # type: ignore[attr-defined]
-        self.port = sockets[0].getsockname()[1] if sockets else port
         self.startup_time = round(time.monotonic() - started, 3)
-        return int(self.port or 0)
+        return self.port
 
     async def stop(self) -> None:
-        # Pending /generate calls would hold shutdown for aiohttp's grace period.
         for fut in self._waiters.values():
             fut.cancel()
         self._waiters.clear()
         await asyncio.sleep(0)
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._http is not None:
+            await self._http.stop()
+            self._http = None
+        if self._driver is not None:
+            self._driver.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._driver
+            self._driver = None
 
     # ------------------------------------------------------------------ routes
 
-    async def handle_health(self, request: web.Request) -> web.Response:
-        return web.Response(status=200)
+    async def handle_health(self, request: HttpRequest) -> Response:
+        return Response(200)
 
-    async def handle_model_info(self, request: web.Request) -> web.Response:
+    async def handle_model_info(self, request: HttpRequest) -> Response:
         args = self.settings.server_args
-        return web.json_response(
+        return json_response(
             {
                 "model_path": args["model_path"],
                 "tokenizer_path": args["tokenizer_path"],
@@ -162,9 +156,9 @@ class SimServer:
             }
         )
 
-    async def handle_models(self, request: web.Request) -> web.Response:
+    async def handle_models(self, request: HttpRequest) -> Response:
         name = self.settings.server_args["served_model_name"]
-        return web.json_response(
+        return json_response(
             {
                 "object": "list",
                 "data": [
@@ -179,10 +173,10 @@ class SimServer:
             }
         )
 
-    async def handle_server_info(self, request: web.Request) -> web.Response:
+    async def handle_server_info(self, request: HttpRequest) -> Response:
         self._sync()
         body = self.server_info_bytes()
-        return web.Response(body=body, content_type="application/json")
+        return Response(200, body, "application/json")
 
     def server_info_bytes(self) -> bytes:
         """The /server_info JSON; record rings are spliced in as pre-encoded fragments."""
@@ -225,7 +219,7 @@ class SimServer:
                 "max_req_input_len": self.settings.token_capacity_per_dp - 1024,
                 "startup_time": self.startup_time,
                 "internal_states": states,
-                "version": f"{__version__}+sps-sim",
+                "version": f"{sps_operator.__version__}+sps-sim",
                 "kv_events": None,
                 "sps_table": self.settings.table_info,
                 "sim_stats": {
@@ -260,8 +254,8 @@ class SimServer:
         parts.append(rest.encode())
         return b"".join(parts)
 
-    async def handle_generate(self, request: web.Request) -> web.StreamResponse:
-        raw = await request.read()
+    async def handle_generate(self, request: HttpRequest) -> Response:
+        raw = request.body
         parsed = protocol.parse_generate(raw)
         if isinstance(parsed, protocol.HttpError):
             return parsed.response()
@@ -294,17 +288,14 @@ class SimServer:
         outs = [protocol.generate_output(req, latency, self.settings.engine.gamma) for req in done]
         body: Any = outs if parsed.batch else outs[0]
         if parsed.stream:
-            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await resp.prepare(request)
-            for out in outs:
-                await resp.write(b"data: " + json.dumps(out).encode() + b"\n\n")
-            await resp.write(b"data: [DONE]\n\n")
-            await resp.write_eof()
-            return resp
-        return web.json_response(body, dumps=_compact_dumps)
+            events = [b"data: " + json.dumps(out).encode() + b"\n\n" for out in outs]
+            return Response(
+                200, content_type="text/event-stream", chunks=(*events, b"data: [DONE]\n\n")
+            )
+        return json_response(body, dumps=_compact_dumps)
 
-    async def handle_abort(self, request: web.Request) -> web.Response:
-        raw = await request.read()
+    async def handle_abort(self, request: HttpRequest) -> Response:
+        raw = request.body
         parsed = protocol.parse_abort(raw)
         if isinstance(parsed, protocol.HttpError):
             return parsed.response()
@@ -312,9 +303,9 @@ class SimServer:
         self.engine.abort(self.model_now(), rid=rid, abort_all=abort_all)
         self._deliver()
         self._poke()
-        return web.Response(status=200)
+        return Response(200)
 
-    async def handle_flush_cache(self, request: web.Request) -> web.Response:
+    async def handle_flush_cache(self, request: HttpRequest) -> Response:
         timeout_raw = request.query.get("timeout")
         if timeout_raw is not None:
             error = protocol.check_flush_timeout(timeout_raw)
@@ -322,11 +313,11 @@ class SimServer:
                 return error.response()
         ok = self.engine.flush_cache(self.model_now())
         if ok:
-            return web.Response(status=200, text=FLUSH_OK_TEXT)
-        return web.Response(status=400, text=FLUSH_FAILED_TEXT)
+            return text_response(FLUSH_OK_TEXT)
+        return text_response(FLUSH_FAILED_TEXT, 400)
 
-    async def handle_set_internal_state(self, request: web.Request) -> web.Response:
-        raw = await request.read()
+    async def handle_set_internal_state(self, request: HttpRequest) -> Response:
+        raw = request.body
         parsed = protocol.parse_set_internal_state(
             raw, accept_null_pin=self.settings.accept_null_pin
         )
@@ -335,13 +326,13 @@ class SimServer:
         results = self.engine.set_internal_state(parsed, self.model_now())
         self._poke()
         if self.settings.legacy_set_internal_state:
-            return web.json_response(
+            return json_response(
                 [
                     {"updated": ok, "server_args": dict(rank.overrides)}
                     for ok, rank in zip(results, self.engine.iter_ranks(), strict=True)
                 ]
             )
-        return web.json_response(results)
+        return json_response(results)
 
 
 def _compact_dumps(obj: Any) -> str:

@@ -13,9 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web
-
 from sps_sim.engine import Request
+from sps_sim.http_wire import Response, json_response
 
 DEFAULT_MAX_NEW_TOKENS = 128
 
@@ -25,8 +24,8 @@ class HttpError:
     status: int
     body: dict[str, Any]
 
-    def response(self) -> web.Response:
-        return web.json_response(self.body, status=self.status)
+    def response(self) -> Response:
+        return json_response(self.body, status=self.status)
 
 
 def validation_error(errors: list[dict[str, Any]]) -> HttpError:
@@ -41,8 +40,8 @@ def validation_error(errors: list[dict[str, Any]]) -> HttpError:
     )
 
 
-def error_response(message: str, status: int = 400) -> web.Response:
-    return web.json_response({"error": {"message": message}}, status=status)
+def error_response(message: str, status: int = 400) -> Response:
+    return json_response({"error": {"message": message}}, status=status)
 
 
 def _decode_json(raw: bytes) -> Any | HttpError:
