@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -58,3 +59,15 @@ def test_a_fit_past_its_bound_is_a_failed_run_with_a_reason() -> None:
     status = h.settle()
     assert status["lastFailure"]["reason"] == "FitFailed"
     assert "took more than" in status["lastFailure"]["message"]
+
+
+def _forkserver_maps() -> str:
+    with open(f"/proc/{os.getppid()}/maps") as maps:  # the forkserver forked this child
+        return maps.read()
+
+
+def test_the_forkserver_holds_the_judge_imports_so_a_child_does_not_import_them() -> None:
+    # Each child imported numpy, pydantic and the API models to unpickle its call (~0.35
+    # CPU-s a judgement): the forkserver has them loaded before it forks.
+    maps = call_bounded(_forkserver_maps, seconds=30, memory_bytes=2048 * MIB)
+    assert "_multiarray_umath" in maps and "pydantic_core" in maps
