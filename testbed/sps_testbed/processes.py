@@ -20,12 +20,6 @@ from pathlib import Path
 from sps_testbed.podnet import pid_alive
 
 _PR_SET_PDEATHSIG = 1
-# The Go garbage collector's target for every component the bed starts (the API server,
-# etcd, the controllers, kubelets, containerd and its shims): the API server spent ~15 % of
-# its CPU marking its heap at Go's default of 100 (a CPU profile of the bed in `make
-# test`'s shared phase); 200 halves the collections for ~1.5x the heap. GOGC in the
-# environment wins.
-GO_GC_PERCENT = "200"
 
 
 def _parent_death_signal(sig: int) -> Callable[[], None]:
@@ -51,7 +45,6 @@ def spawn(
     the node agent gets SIGTERM so it can remove its network namespaces.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {"GOGC": GO_GC_PERCENT, **(os.environ if env is None else env)}
     with open(log_path, "ab") as log:
         return subprocess.Popen(
             argv,
