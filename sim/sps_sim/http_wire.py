@@ -8,9 +8,11 @@ bodies, `Expect: 100-continue`, HEAD on every GET route, a streamed (chunked) an
 `text/event-stream`, and a handler cancelled when its client goes away (SGLang aborts the
 requests of a closed connection; the simulator does the same).
 
-Everything a client sends is bounded: the head's size and the time it takes to arrive, the
-body's size, the time between two requests on one connection. A request this server cannot
-read gets a 4xx/5xx answer that names what was wrong, and its connection is closed.
+What a client sends is bounded: the head's size and the body's, the wait for a request's
+next bytes (30 s) and between two requests on one connection (75 s); not a request's whole
+time (a client trickling a byte every 29 s holds its connection: this is a test stand-in on
+loopback, not a server for the open network). A request this server cannot read gets a
+4xx/5xx answer that names what was wrong, and its connection is closed.
 """
 
 from __future__ import annotations
