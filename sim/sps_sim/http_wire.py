@@ -8,11 +8,11 @@ bodies, `Expect: 100-continue`, HEAD on every GET route, a streamed (chunked) an
 `text/event-stream`, and a handler cancelled when its client goes away (SGLang aborts the
 requests of a closed connection; the simulator does the same).
 
-What a client sends is bounded: the head's size and the body's, the wait for a request's
-next bytes (30 s) and between two requests on one connection (75 s); not a request's whole
-time (a client trickling a byte every 29 s holds its connection: this is a test stand-in on
-loopback, not a server for the open network). A request this server cannot read gets a
-4xx/5xx answer that names what was wrong, and its connection is closed.
+Everything a client sends is bounded: the head's size and the body's, a request's whole
+time from its first byte to its last (60 s; a client trickling bytes gets a 408), the wait
+for its next bytes (30 s) and between two requests on one connection (75 s). A request this
+server cannot read gets a 4xx/5xx answer that names what was wrong, and its connection is
+closed.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ MAX_HEADERS = 100
 # 5 s); while a request arrives, the longest wait for its next bytes.
 IDLE_TIMEOUT_S = 75.0
 READ_TIMEOUT_S = 30.0
+REQUEST_TIMEOUT_S = 60.0
 READ_CHUNK = 64 * 1024
 # What a client may send ahead while its request is handled (pipelining) before the server
 # stops reading until the answer is out.
@@ -233,11 +234,22 @@ class _Connection:
         self.writer = writer
         self.route = route
         self.buf = bytearray()
+        # When the request being read must be whole (its first byte + REQUEST_TIMEOUT_S).
+        self.deadline: float | None = None
 
     async def _fill(self, timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        if self.deadline is not None:
+            timeout = min(timeout, self.deadline - loop.time())
         try:
+            if timeout <= 0:
+                raise TimeoutError
             data = await asyncio.wait_for(self.reader.read(READ_CHUNK), timeout)
         except (TimeoutError, ConnectionError) as exc:
+            if self.deadline is not None and loop.time() >= self.deadline:
+                raise BadRequest(
+                    408, f"request not received within {REQUEST_TIMEOUT_S:g} s"
+                ) from exc
             raise _PeerGone from exc
         if not data:
             raise _PeerGone
@@ -248,6 +260,8 @@ class _Connection:
         while True:
             while self.buf[:2] == b"\r\n":  # empty lines before a request line are allowed
                 del self.buf[:2]
+            if self.buf and self.deadline is None:
+                self.deadline = asyncio.get_running_loop().time() + REQUEST_TIMEOUT_S
             end = self.buf.find(b"\r\n\r\n")
             if end >= 0:
                 head = bytes(self.buf[:end])
@@ -352,8 +366,10 @@ class _Connection:
                     )
                     if not keep_alive:
                         return
+                    self.deadline = None
                     continue
                 request = HttpRequest(head, await self._read_body(head))
+                self.deadline = None
             except BadRequest as exc:
                 await self._answer(
                     text_response(f"{exc.status}: {exc.message}\n", exc.status),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 import string
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -16,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sps_sim import http_wire
 from sps_sim.http_wire import (
     MAX_BODY_BYTES,
     BadRequest,
@@ -246,3 +248,21 @@ def test_a_streamed_generate_is_chunked_server_sent_events(sim_url: str) -> None
         assert resp.headers["transfer-encoding"] == "chunked"
         events = [line for line in resp.iter_lines() if line]
     assert len(events) == 3 and events[-1] == "data: [DONE]"
+
+
+def test_a_request_trickled_past_its_deadline_gets_a_408_and_is_closed(
+    sim_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each read waits 30 s at most; a client sending a byte every 29 s held its connection.
+    # Here a byte every 50 ms for 0.4 s, then nothing: without the request's deadline the
+    # server waits 30 s for the next byte and answers nothing (the read below times out).
+    monkeypatch.setattr(http_wire, "REQUEST_TIMEOUT_S", 0.5)
+    with _connect(sim_url) as sock:
+        for byte in b"GET /health HTTP/1.1\r\nX-Slow: "[:8]:
+            sock.sendall(bytes([byte]))
+            time.sleep(0.05)
+        [(status, headers, body)] = _read_answers(sock, 1)
+        assert status == 408 and headers["connection"] == "close" and b"0.5 s" in body
+        assert _closed(sock)
+    with httpx.Client() as client:
+        assert client.get(sim_url + "/health").status_code == 200
