@@ -73,13 +73,15 @@ scratch_image() {  # ref binary archive user
   buildah commit -q --rm "$c" "$1" >/dev/null
   export_image "$1" "$3"
 }
-scratch_image "$pause_ref" "$nodebin/pause" "$cache/pause-$(sha256sum "$nodebin/pause" | cut -c1-16).tar" 65535:65535
-scratch_image "$coredns_ref" "$nodebin/coredns" "$cache/coredns-$(sha256sum "$nodebin/coredns" | cut -c1-16).tar" 65532:65532
+pause_tar="$cache/pause-$(file_hash "$nodebin/pause").tar"
+scratch_image "$pause_ref" "$nodebin/pause" "$pause_tar" 65535:65535
+coredns_tar="$cache/coredns-$(file_hash "$nodebin/coredns").tar"
+scratch_image "$coredns_ref" "$nodebin/coredns" "$coredns_tar" 65532:65532
 # Kueue's own image is distroless/static:nonroot with /manager; this is the same binary.
-kueue_tar="$cache/kueue-$(sha256sum "$kueuedir/manager" | cut -c1-16).tar"
+kueue_tar="$cache/kueue-$(file_hash "$kueuedir/manager").tar"
 scratch_image "$kueue_ref" "$kueuedir/manager" "$kueue_tar" 65532:65532
 # So is LeaderWorkerSet's (distroless/static:nonroot, /manager).
-lws_tar="$cache/lws-$(sha256sum "$lwsdir/manager" | cut -c1-16).tar"
+lws_tar="$cache/lws-$(file_hash "$lwsdir/manager").tar"
 scratch_image "$lws_ref" "$lwsdir/manager" "$lws_tar" 65532:65532
 
 # Every source change makes a new operator image: keep the newest few of each kind.
@@ -93,13 +95,13 @@ buildah images --noheading --format '{{.CreatedAtRaw}}|{{.Name}}:{{.Tag}}' \
   | tail -n +$(( ${SPS_IMAGES_KEEP:-4} + 1 )) | xargs -r buildah rmi >/dev/null 2>&1 || true
 buildah rmi --prune >/dev/null 2>&1 || true
 
-manifest="$cache/manifest-$(hash_str "$op_key $sg_key $(sha256sum "$nodebin/pause" "$nodebin/coredns") $kueue_ref $kueue_tar $lws_ref $lws_tar").json"
+manifest="$cache/manifest-$(hash_str "$op_key $sg_key $pause_tar $coredns_tar $kueue_ref $kueue_tar $lws_ref $lws_tar").json"
 cat > "$manifest" <<JSON
 {
   "operator": {"ref": "$operator_ref", "archive": "$op_tar"},
   "sglang": {"ref": "$sglang_ref", "archive": "$sg_tar"},
-  "pause": {"ref": "$pause_ref", "archive": "$cache/pause-$(sha256sum "$nodebin/pause" | cut -c1-16).tar"},
-  "coredns": {"ref": "$coredns_ref", "archive": "$cache/coredns-$(sha256sum "$nodebin/coredns" | cut -c1-16).tar"},
+  "pause": {"ref": "$pause_ref", "archive": "$pause_tar"},
+  "coredns": {"ref": "$coredns_ref", "archive": "$coredns_tar"},
   "kueue": {"ref": "$kueue_ref", "archive": "$kueue_tar"},
   "lws": {"ref": "$lws_ref", "archive": "$lws_tar"}
 }

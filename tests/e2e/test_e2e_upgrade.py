@@ -145,6 +145,10 @@ class LeaseWatch:
 
         wait_for(what, step, timeout=timeout, interval=1)
 
+    def held_by(self, image: str) -> bool:
+        """Whether the last holder seen is a pod running `image`."""
+        return bool(self.holders) and self.images.get(self.holders[-1]) == image
+
     def versions(self) -> list[str]:
         """The image of each holder in turn (consecutive repeats merged)."""
         out: list[str] = []
@@ -413,7 +417,13 @@ def test_e2e_helm_upgrade_from_0_1_0_and_rollback(env: Env, release_0_1_0: PastR
             *sets(values),
         )
         current = env.cluster.bed.image("operator")
-        lease.until("the current operator Ready", lambda: operator_image_up(env, current), 600)
+        # Ready says nothing of the Lease (a standby replica is Ready too): wait for a
+        # current replica to lead as well, or the watch can end before the hand-over.
+        lease.until(
+            "the current operator Ready and leading",
+            lambda: operator_image_up(env, current) and lease.held_by(current),
+            600,
+        )
         timings["upgraded"] = time.monotonic() - started
         # A pod of each version ran at once; 0.1.0 led until its last pod went, and once
         # the current version held the Lease, 0.1.0 never held it again.
@@ -491,14 +501,16 @@ def test_e2e_helm_upgrade_from_0_1_0_and_rollback(env: Env, release_0_1_0: PastR
         # The current version holds the Lease when the rollback starts. One sample was not
         # enough: a run under load (ci18) sampled in a moment without a holder (a replica
         # handing the Lease over) and saw only 0.1.0 hold it afterwards.
-        lease.until(
-            "a current replica holding the Lease",
-            lambda: bool(lease.holders) and lease.images.get(lease.holders[-1]) == current,
-            120,
-        )
+        lease.until("a current replica holding the Lease", lambda: lease.held_by(current), 120)
         lease.holders = lease.holders[-1:]
         env.cluster.helm("rollback", op.name, "1", "--namespace", op.namespace)
-        lease.until("0.1.0's operator Ready again", lambda: operator_image_up(env, old_image), 600)
+        # Ready and leading (make test, 2026-12-07: 0.1.0's replicas were Ready while the
+        # Lease, released by the current version, had no holder yet; the watch ended there).
+        lease.until(
+            "0.1.0's operator Ready again and leading",
+            lambda: operator_image_up(env, old_image) and lease.held_by(old_image),
+            600,
+        )
         timings["rolled back"] = time.monotonic() - started
         print(f"rollback: lease holders {lease.holders}, pods {lease.images}")
         assert lease.both_running, lease.images
