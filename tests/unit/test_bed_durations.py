@@ -68,5 +68,12 @@ def test_load_reads_the_file_and_a_missing_file_is_no_order(tmp_path: Path) -> N
 
 
 def test_the_checked_in_file_lists_the_slowest_shared_tests() -> None:
+    """The file `make test` orders by lists the long shared tests, and only tests that
+    exist: one emptied, or left naming tests since renamed, orders nothing. (Its figures
+    move as the tests get faster: the longest was 124 s, then 98.)"""
     seconds = load()
-    assert len(seconds) >= 20 and max(seconds.values()) >= 100
+    assert len(seconds) >= 20 and max(seconds.values()) >= 60
+    root = Path(__file__).resolve().parents[2]
+    for nodeid in seconds:
+        path, _, name = nodeid.partition("::")
+        assert f"def {name.split('[')[0]}(" in (root / path).read_text(), nodeid

@@ -16,6 +16,7 @@ from controller_harness import Harness
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_controller_builders import plan, production_plan
+from test_controller_group_clone import group_plan
 
 from sps_operator.api.labels import LABEL_KUEUE_QUEUE
 from sps_operator.controller.kube import builders
@@ -37,6 +38,8 @@ BUILT: dict[str, Obj] = {
     "external": builders.profiling_job(
         plan(server={"source": "External", "url": "http://sglang:30000"})
     ),
+    # A multi-node target's clone: an Indexed Job with a per-index backoff limit.
+    "group": builders.profiling_job(group_plan()),
 }
 
 
@@ -59,6 +62,8 @@ def as_the_api_server_returns(built: Obj, rng: random.Random, kueue_admitted: bo
     )
     job["metadata"].setdefault("annotations", {})["kubectl.kubernetes.io/last-applied"] = "{}"
     spec = job["spec"]
+    if "backoffLimitPerIndex" in spec:  # the API server's default beside a per-index limit
+        spec.setdefault("backoffLimit", 2**31 - 1)
     for key, value in (
         ("completions", 1), ("parallelism", 1), ("completionMode", "NonIndexed"),
         ("podReplacementPolicy", "TerminatingOrFailed"), ("manualSelector", False),
