@@ -121,3 +121,17 @@ def wait_serving(
 def borrow_tag(dep: dict[str, Any]) -> dict[str, Any] | None:
     text = ((dep.get("metadata") or {}).get("annotations") or {}).get(BORROWED)
     return json.loads(text) if text else None
+
+
+def one_event(env: Env, reason: str, timeout: float = 60) -> Any:
+    """The one event of `reason` on the profile, waited for: the operator posts an event in
+    the background after the write it tells of, so a test that has seen the write can read
+    before the event lands (ci3, 2026-12-07: ReplicaReturned read at Ready, before it came)."""
+
+    def found() -> list[Any] | None:
+        selector = f"involvedObject.kind=SpsProfile,reason={reason}"
+        return list(env.core.list_namespaced_event(env.namespace, field_selector=selector).items)
+
+    items: list[Any] = wait_for(f"the {reason} event", lambda: found() or None, timeout, 0.5)
+    assert len(items) == 1, [e.message for e in items]
+    return items[0]

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from e2e_env import GROUP, PLURAL, VERSION, Env, ready_true, server_deployment, sps_profile
-from e2e_pool import GPU, POOL, POOL_MARKS, borrow_tag, gpus_held, pool_gpus
+from e2e_pool import GPU, POOL, POOL_MARKS, borrow_tag, gpus_held, one_event, pool_gpus
 from kubernetes import client
 
 from waiting import wait_for
@@ -71,13 +71,6 @@ def serving(env: Env, replicas: int, what: str, timeout: float = 240) -> dict[st
     return result
 
 
-def events(env: Env, reason: str) -> list[client.CoreV1Event]:
-    items = env.core.list_namespaced_event(
-        env.namespace, field_selector=f"involvedObject.kind=SpsProfile,reason={reason}"
-    ).items
-    return list(items)
-
-
 def test_e2e_a_stateful_set_on_a_full_pool_lends_its_highest_ordinal_and_gets_it_back(
     env: Env,
 ) -> None:
@@ -121,7 +114,7 @@ def test_e2e_a_stateful_set_on_a_full_pool_lends_its_highest_ordinal_and_gets_it
     assert job_pod["spec"]["nodeName"] in env.cluster.nodes_with_product(POOL)
     pods = [p for p in env.pods("deploy=server") if ready_true(p)]
     assert sorted(p["metadata"]["name"] for p in pods) == ["server-0", "server-1"]
-    (back,) = events(env, "ReplicaReturned")
+    back = one_event(env, "ReplicaReturned")
     assert "gave the borrowed replica back to server" in (back.message or "")
     # The GPU pool is free for the next borrow.
     leases = client.CoordinationV1Api(env.api).list_namespaced_lease(

@@ -43,7 +43,7 @@ from e2e_env import (
     sps_profile,
     wait_ready,
 )
-from e2e_pool import GPU, POOL, POOL_MARKS, borrow_tag, wait_serving
+from e2e_pool import GPU, POOL, POOL_MARKS, borrow_tag, one_event, wait_serving
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -106,13 +106,6 @@ def profiling(env: Env, reason: str, timeout: float = 120) -> dict[str, Any]:
 def create_profile(env: Env, capacity: dict[str, Any]) -> None:
     profile = sps_profile(capacity=capacity)
     env.custom.create_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, profile)
-
-
-def events(env: Env, reason: str) -> list[client.CoreV1Event]:
-    items = env.core.list_namespaced_event(
-        env.namespace, field_selector=f"involvedObject.kind=SpsProfile,reason={reason}"
-    ).items
-    return list(items)
 
 
 def stamp(value: str) -> datetime:
@@ -200,8 +193,8 @@ def test_e2e_borrow_replica_profiles_rolls_and_gives_the_replica_back(env: Env) 
     assert job_pod["spec"]["nodeName"] in env.cluster.nodes_with_product(POOL)
 
     # The events say when the replica was lent and given back.
-    (lent,) = events(env, "ReplicaBorrowed")
-    (back,) = events(env, "ReplicaReturned")
+    lent = one_event(env, "ReplicaBorrowed")
+    back = one_event(env, "ReplicaReturned")
     assert "borrowed one of 2 replicas of server" in lent.message
     assert "gave the borrowed replica back to server" in back.message
     lent_at, back_at = lent.first_timestamp, back.first_timestamp
@@ -282,7 +275,7 @@ def test_e2e_an_operator_killed_mid_borrow_gives_the_replica_back_after_restart(
     env.operator.start()
     wait_ready(env, timeout=300)
     given_back(env)
-    (back,) = events(env, "ReplicaReturned")
+    back = one_event(env, "ReplicaReturned")
     assert "gave the borrowed replica back to server" in back.message
 
 
@@ -341,9 +334,9 @@ def test_e2e_a_full_pool_with_the_default_rolling_update_gets_the_new_table_live
     (table,) = status["tables"]
     # The replica stayed lent for the rollout (its slot the surge slot), then came back.
     assert held and held[0]["table"] == table["hash"] and held[0]["replicas"] == 2
-    (kept,) = events(env, "ReplicaHeldForRollout")
+    kept = one_event(env, "ReplicaHeldForRollout")
     assert "maxUnavailable 0" in kept.message
-    (back,) = events(env, "ReplicaReturned")
+    back = one_event(env, "ReplicaReturned")
     assert "(the new table runs on every ready pod)" in back.message
     dep = given_back(env)
     assert dep["spec"]["template"]["metadata"]["annotations"]["sps.dev/table-hash"] == table["hash"]
