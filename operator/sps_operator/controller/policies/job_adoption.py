@@ -68,8 +68,9 @@ DEFAULTED: dict[str, dict[str, Accept]] = {
         "parallelism": _equals(1),
         # 6 without backoffLimitPerIndex; the largest int32 (no Job-wide limit) beside it,
         # which is how a group clone's Job comes back (the operator sets only the per-index
-        # limit): refusing that refused the operator's own group Job as NameTaken (ci2).
-        "backoffLimit": lambda v: v in (6, 2**31 - 1) and not isinstance(v, bool),
+        # limit, so a forged 6 there changes nothing: one failed index fails the Job).
+        # Accepting 6 alone refused the operator's own group Job as NameTaken.
+        "backoffLimit": lambda v: _equals(6)(v) or _equals(2**31 - 1)(v),
         "completionMode": _one_of("NonIndexed"),
         "podReplacementPolicy": _one_of("TerminatingOrFailed", "Failed"),
         "manualSelector": _equals(False),
