@@ -374,9 +374,12 @@ class RealNodeCluster:
         """Signal every running task of `namespace/pod` on `node_name`, found by the
         kubelet's labels on its containers (the sandbox too), so that it works after the
         pod's API object is gone; returns how many were signalled."""
+        # One filter, its selectors joined by a comma (AND): ctr ORs separate filter
+        # arguments, and two of them matched every container of the namespace on the node
+        # (the replacement pod's too: ci5 saw it killed in its first second).
         ids = self.ctr(
             node_name, "containers", "ls", "-q",
-            f'labels."io.kubernetes.pod.name"=={pod}',
+            f'labels."io.kubernetes.pod.name"=={pod},'
             f'labels."io.kubernetes.pod.namespace"=={namespace}',
         ).split()  # fmt: skip
         if not ids:

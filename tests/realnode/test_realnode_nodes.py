@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from realnode_helpers import apply, finished, get_json, logs, pod
@@ -125,3 +126,39 @@ def test_kubectl_exec_and_logs_reach_the_container(
     assert out.splitlines()[0] == "65532"
     assert "sleep" in out
     assert wait_for("logs", lambda: "started" in logs(realnode_cluster, ns, "shell"), timeout=20)
+
+
+def test_killing_one_pods_containers_behind_the_kubelet_leaves_its_neighbours_alone(
+    realnode_cluster: RealNodeCluster, realnode_namespace: str
+) -> None:
+    # The e2e tests kill a force-deleted operator's containers by the kubelet's labels; the
+    # same namespace on the same node holds the Deployment's replacement pod (ci5: it was
+    # killed too, ctr ORing the name and namespace filters).
+    ns, node = realnode_namespace, TEST_NODES[0].name
+    image = realnode_cluster.image("operator")
+    on_node = {"kubernetes.io/hostname": node}
+    for name in ("victim", "neighbour"):
+        apply(realnode_cluster, ns, pod(name, image, ["sleep", "300"], node_selector=on_node,
+                                        restart="Always"))  # fmt: skip
+
+    def status(name: str) -> dict[str, Any]:
+        statuses = get_json(realnode_cluster, "pod", name, "-n", ns)["status"].get(
+            "containerStatuses"
+        ) or [{}]
+        return dict(statuses[0])
+
+    for name in ("victim", "neighbour"):
+        wait_for(f"{name} running", lambda n=name: "running" in status(n).get("state", {}),
+                 timeout=60)  # fmt: skip
+    neighbour = status("neighbour")["containerID"]
+    assert realnode_cluster.kill_containers_of(node, ns, "victim") >= 1
+    wait_for("the victim restarted", lambda: status("victim").get("restartCount", 0) >= 1,
+             timeout=60)  # fmt: skip
+    # By now a killed neighbour's task has long exited (the victim's restart took a sandbox
+    # and a container); containerd says so at once, the kubelet's status later.
+    tasks = realnode_cluster.ctr(node, "tasks", "ls").split("\n")
+    running = {line.split()[0] for line in tasks if line.split()[2:3] == ["RUNNING"]}
+    assert neighbour.removeprefix("containerd://") in running, tasks
+    after = status("neighbour")
+    assert (after["containerID"], after.get("restartCount")) == (neighbour, 0), after
+    assert realnode_cluster.kill_containers_of(node, ns, "nobody") == 0
