@@ -64,9 +64,12 @@ high=(nice -n -10)
 # uninstall test 72 s), the second bed's 483 s (the production server's test 91 s), and
 # the CPU spare in the last three minutes. Now the first bed about 330 s, the second about
 # 395 s from ~100 s earlier, the third about 300 s.
+# The monitoring test (~30 s, no GPU) moved to the second bed: in three runs on 2026-12-08 the
+# first bed's list ended last, 12-46 s after the second's.
 second_bed=(tests/e2e/test_e2e_tenants.py tests/e2e/test_e2e_tenants_capacity.py tests/e2e/test_e2e_tenants_tables.py
   tests/e2e/test_e2e_kueue.py tests/realnode/test_realnode_kueue.py
-  tests/realnode/test_realnode_lws.py tests/e2e/test_e2e_kinds_lws.py tests/realnode/test_realnode_group_clone_kueue.py)
+  tests/realnode/test_realnode_lws.py tests/e2e/test_e2e_kinds_lws.py tests/realnode/test_realnode_group_clone_kueue.py
+  tests/realnode/test_realnode_monitoring.py)
 third_bed=(tests/e2e/test_e2e_upgrade.py tests/e2e/test_e2e_uninstall.py)
 # The third bed's nodes: the default four (the tests above use H100 and H200 only).
 third_nodes=(--node gpu-h100-0=NVIDIA-H100-80GB-HBM3 --node gpu-h100-1=NVIDIA-H100-80GB-HBM3
